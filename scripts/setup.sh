@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pipetrain needs; idempotent and quiet when nothing is missing.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build ccache pkg-config
+      libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
+      googletest libgtest-dev zlib1g-dev dataset-fashion-mnist
+      iproute2 openmpi-bin)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,153 @@
+#include "core/json_doc.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+namespace pt {
+
+std::string brief(const json& value) {
+  std::string s = value.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+void JsonField::fail(const std::string& what) const {
+  throw FormatError(str(source_, ": field '", path_, "' ", what));
+}
+
+void JsonField::expect_object() const {
+  if (!value_->is_object()) fail("must be an object, got " + brief(*value_));
+}
+
+bool JsonField::has(const std::string& key) const {
+  expect_object();
+  return value_->contains(key);
+}
+
+JsonField JsonField::operator[](const std::string& key) const {
+  expect_object();
+  std::string child = path_.empty() ? key : path_ + "." + key;
+  auto it = value_->find(key);
+  if (it == value_->end()) throw FormatError(str(source_, ": missing field '", child, "'"));
+  return JsonField(*it, source_, child);
+}
+
+JsonField JsonField::operator[](size_t index) const {
+  size_t n = size();
+  if (index >= n) fail(str("has no element ", index, " (size ", n, ")"));
+  return JsonField((*value_)[index], source_, str(path_, "[", index, "]"));
+}
+
+size_t JsonField::size() const {
+  if (!value_->is_array()) fail("must be a list, got " + brief(*value_));
+  return value_->size();
+}
+
+std::string JsonField::as_string() const {
+  if (!value_->is_string()) fail("must be a string, got " + brief(*value_));
+  return value_->get<std::string>();
+}
+
+double JsonField::as_number() const {
+  if (!value_->is_number()) fail("must be a number, got " + brief(*value_));
+  double v = value_->get<double>();
+  if (!std::isfinite(v)) fail("must be finite, got " + brief(*value_));
+  return v;
+}
+
+double JsonField::as_non_negative() const {
+  double v = as_number();
+  if (v < 0) fail("must be >= 0, got " + brief(*value_));
+  return v;
+}
+
+int64_t JsonField::as_int() const {
+  double v = as_number();
+  if (std::floor(v) != v || std::fabs(v) > 9.0e15)
+    fail("must be a whole number, got " + brief(*value_));
+  return static_cast<int64_t>(v);
+}
+
+int64_t JsonField::as_int_at_least(int64_t min) const {
+  int64_t v = as_int();
+  if (v < min) fail(str("must be >= ", min, ", got ", v));
+  return v;
+}
+
+bool JsonField::as_bool() const {
+  if (!value_->is_boolean()) fail("must be true or false, got " + brief(*value_));
+  return value_->get<bool>();
+}
+
+std::vector<int64_t> JsonField::as_int_list() const {
+  std::vector<int64_t> out;
+  size_t n = size();
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back((*this)[i].as_int());
+  return out;
+}
+
+json parse_json(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw FormatError(str(source, ": not valid JSON (byte ", e.byte, ")"));
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str(path, ": cannot open file"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json read_json_file(const std::string& path) { return parse_json(read_text_file(path), path); }
+
+void write_text_file_atomic(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(str(path, ": cannot write file"));
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) {
+      ::close(fd);
+      std::remove(tmp.c_str());
+      throw Error(str(path, ": write failed (disk full?)"));
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(str(path, ": cannot replace file"));
+  }
+}
+
+std::string format_tag(const std::string& kind, int version) {
+  return str("pipetrain.", kind, "/", version);
+}
+
+void expect_format(const JsonField& doc, const std::string& kind, int version) {
+  if (!doc.raw().is_object())
+    throw FormatError(str(doc.source(), ": expected a JSON object (", format_tag(kind, version), ")"));
+  if (!doc.has("format"))
+    throw FormatError(str(doc.source(), ": missing field 'format' (expected \"",
+                          format_tag(kind, version), "\")"));
+  std::string got = doc["format"].as_string();
+  if (got != format_tag(kind, version))
+    throw FormatError(str(doc.source(), ": field 'format' is \"", got, "\", expected \"",
+                          format_tag(kind, version), "\""));
+}
+
+}  // namespace pt

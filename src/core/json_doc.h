@@ -1,0 +1,61 @@
+#pragma once
+// Reading JSON artifacts with errors that name the file, the field path and the value.
+// Every artifact carries "format": "pipetrain.<kind>/<version>" (DESIGN.md).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace pt {
+
+using json = nlohmann::json;
+
+// A view of one JSON value inside a document: knows its source (file name) and field path,
+// so every error it raises says where the problem is.
+class JsonField {
+ public:
+  JsonField(const json& value, std::string source, std::string path)
+      : value_(&value), source_(std::move(source)), path_(std::move(path)) {}
+
+  const json& raw() const { return *value_; }
+  const std::string& source() const { return source_; }
+  const std::string& path() const { return path_; }
+
+  bool has(const std::string& key) const;
+  JsonField operator[](const std::string& key) const;  // required member
+  JsonField operator[](size_t index) const;            // array element
+  size_t size() const;                                 // array length (must be an array)
+
+  std::string as_string() const;
+  double as_number() const;
+  double as_non_negative() const;
+  int64_t as_int() const;  // a number with no fractional part
+  int64_t as_int_at_least(int64_t min) const;
+  bool as_bool() const;
+  std::vector<int64_t> as_int_list() const;
+
+  [[noreturn]] void fail(const std::string& what) const;
+
+ private:
+  void expect_object() const;
+  const json* value_;
+  std::string source_;
+  std::string path_;
+};
+
+// Parses text as JSON; a syntax error names the source and the byte offset.
+json parse_json(const std::string& text, const std::string& source);
+json read_json_file(const std::string& path);
+// Writes atomically (temp file + rename) so a crash never leaves half a file.
+void write_text_file_atomic(const std::string& path, const std::string& text);
+std::string read_text_file(const std::string& path);
+
+// Checks doc["format"] == "pipetrain.<kind>/<version>", with a clear error otherwise.
+void expect_format(const JsonField& doc, const std::string& kind, int version);
+std::string format_tag(const std::string& kind, int version);
+
+// Short form of a value for error messages (long values are cut).
+std::string brief(const json& value);
+
+}  // namespace pt

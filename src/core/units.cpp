@@ -1,0 +1,91 @@
+#include "core/units.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace pt {
+
+namespace {
+
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : text) {
+    if (c == sep) {
+      parts.push_back(cur);
+      cur.clear();
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  return parts;
+}
+
+}  // namespace
+
+int64_t parse_bytes(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  double number = 0;
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") scale = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (!parse_double(text.substr(0, i), &number) || scale == 0 || number <= 0 ||
+      number * scale > 9.0e18)
+    throw UsageError(str(what, ": '", text, "' is not a positive size (examples: 16GB, 512MiB, 1048576)"));
+  return static_cast<int64_t>(std::llround(number * scale));
+}
+
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const auto& part : split(text, ',')) {
+    double v = 0;
+    if (!parse_double(part, &v) || std::floor(v) != v || std::fabs(v) > 1e15)
+      throw UsageError(str(what, ": '", part, "' in '", text, "' is not a whole number"));
+    out.push_back(static_cast<int64_t>(v));
+  }
+  return out;
+}
+
+std::vector<double> parse_double_list(const std::string& text, const std::string& what) {
+  std::vector<double> out;
+  for (const auto& part : split(text, ',')) {
+    double v = 0;
+    if (!parse_double(part, &v)) throw UsageError(str(what, ": '", part, "' in '", text, "' is not a number"));
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace pt

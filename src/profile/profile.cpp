@@ -1,0 +1,85 @@
+#include "profile/profile.h"
+
+#include "core/error.h"
+
+namespace pt::profile {
+
+bool Profile::is_chain() const {
+  for (int i = 0; i < num_layers(); ++i) {
+    const auto& in = layers[i].inputs;
+    if (i == 0 ? !in.empty() : (in.size() != 1 || in[0] != i - 1)) return false;
+  }
+  return true;
+}
+
+double Profile::total_compute_ms() const {
+  double t = 0;
+  for (const auto& l : layers) t += l.forward_ms + l.backward_ms;
+  return t;
+}
+
+int64_t Profile::total_parameter_bytes() const {
+  int64_t b = 0;
+  for (const auto& l : layers) b += l.parameter_bytes;
+  return b;
+}
+
+json to_json(const Profile& p) {
+  json layers = json::array();
+  for (const auto& l : p.layers) {
+    layers.push_back({{"name", l.name},
+                      {"forward_ms", l.forward_ms},
+                      {"backward_ms", l.backward_ms},
+                      {"activation_bytes", l.activation_bytes},
+                      {"parameter_bytes", l.parameter_bytes},
+                      {"inputs", l.inputs}});
+  }
+  return {{"format", format_tag("profile", kProfileVersion)},
+          {"model", p.model},
+          {"batch_size", p.batch_size},
+          {"device", p.device},
+          {"layers", layers}};
+}
+
+Profile profile_from_json(const json& doc, const std::string& source) {
+  JsonField root(doc, source, "");
+  expect_format(root, "profile", kProfileVersion);
+  Profile p;
+  p.model = root["model"].as_string();
+  p.batch_size = root["batch_size"].as_int_at_least(1);
+  p.device = root.has("device") ? root["device"].as_string() : "unknown";
+  JsonField layers = root["layers"];
+  size_t n = layers.size();
+  if (n == 0) layers.fail("must list at least one layer");
+  for (size_t i = 0; i < n; ++i) {
+    JsonField f = layers[i];
+    Layer l;
+    l.name = f["name"].as_string();
+    l.forward_ms = f["forward_ms"].as_non_negative();
+    l.backward_ms = f["backward_ms"].as_non_negative();
+    l.activation_bytes = f["activation_bytes"].as_int_at_least(0);
+    l.parameter_bytes = f["parameter_bytes"].as_int_at_least(0);
+    if (f.has("inputs")) {
+      JsonField in = f["inputs"];
+      for (size_t k = 0; k < in.size(); ++k) {
+        int64_t src = in[k].as_int();
+        if (src < 0 || src >= static_cast<int64_t>(i))
+          in[k].fail(str("must name an earlier layer (0..", static_cast<int64_t>(i) - 1,
+                         "), got ", src));
+        l.inputs.push_back(static_cast<int>(src));
+      }
+    } else if (i > 0) {
+      l.inputs.push_back(static_cast<int>(i) - 1);
+    }
+    p.layers.push_back(std::move(l));
+  }
+  return p;
+}
+
+Profile read_profile_json(const std::string& path) { return profile_from_json(read_json_file(path), path); }
+
+void write_profile(const Profile& p, const std::string& path) {
+  write_text_file_atomic(path, to_json(p).dump(1) + "\n");
+}
+
+}  // namespace pt::profile

@@ -1,0 +1,45 @@
+#pragma once
+// Profile: per-layer costs of a model at one batch size (DESIGN.md, "Profile").
+// Plain C++: the planner, schedules and simulator read it without LibTorch.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+
+namespace pt::profile {
+
+struct Layer {
+  std::string name;
+  double forward_ms = 0;         // whole minibatch of Profile::batch_size
+  double backward_ms = 0;
+  int64_t activation_bytes = 0;  // this layer's output, whole minibatch
+  int64_t parameter_bytes = 0;
+  std::vector<int> inputs;       // indices of earlier layers whose outputs this layer reads
+};
+
+struct Profile {
+  std::string model;
+  int64_t batch_size = 1;
+  std::string device = "cpu";
+  std::vector<Layer> layers;
+
+  int num_layers() const { return static_cast<int>(layers.size()); }
+  // True when every layer reads exactly the previous one (layer 0 reads nothing).
+  bool is_chain() const;
+  double total_compute_ms() const;   // sum of forward + backward
+  int64_t total_parameter_bytes() const;
+};
+
+inline constexpr int kProfileVersion = 1;
+
+json to_json(const Profile& p);
+// Validates: format tag, fields, types, non-negative numbers, `inputs` in range and earlier
+// than the layer. `source` names the file in errors. A missing `inputs` means "the previous
+// layer" (none for layer 0).
+Profile profile_from_json(const json& doc, const std::string& source);
+
+Profile read_profile_json(const std::string& path);
+void write_profile(const Profile& p, const std::string& path);  // atomic
+
+}  // namespace pt::profile

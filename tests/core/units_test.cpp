@@ -1,0 +1,36 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace pt {
+namespace {
+
+TEST(Units, ParsesBinarySizes) {
+  EXPECT_EQ(parse_bytes("16GB", "--memory"), 17179869184LL);
+  EXPECT_EQ(parse_bytes("16GiB", "--memory"), 17179869184LL);
+  EXPECT_EQ(parse_bytes("512mb", "--memory"), 536870912LL);
+  EXPECT_EQ(parse_bytes("1000", "--memory"), 1000);
+  EXPECT_EQ(parse_bytes("1.5K", "--memory"), 1536);
+}
+
+TEST(Units, RejectsBadSizesNamingTheFlag) {
+  for (const char* bad : {"", "-1GB", "0", "12XB", "GB", "1e99TB"}) {
+    try {
+      parse_bytes(bad, "--memory");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--memory: '"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Units, Lists) {
+  EXPECT_EQ(parse_int_list("4, 4", "--workers"), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(parse_double_list("80,10", "--bandwidth-gbps"), (std::vector<double>{80, 10}));
+  EXPECT_THROW(parse_int_list("4,x", "--workers"), UsageError);
+  EXPECT_THROW(parse_int_list("4,", "--workers"), UsageError);
+}
+
+}  // namespace
+}  // namespace pt

@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "profile/profile.h"
+
+namespace pt::profile {
+namespace {
+
+json good() {
+  return json::parse(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 64,
+    "device": "cpu", "layers": [
+      {"name": "a", "forward_ms": 1.5, "backward_ms": 2.5, "activation_bytes": 100,
+       "parameter_bytes": 40, "inputs": []},
+      {"name": "b", "forward_ms": 1, "backward_ms": 2, "activation_bytes": 10,
+       "parameter_bytes": 0},
+      {"name": "c", "forward_ms": 0, "backward_ms": 0, "activation_bytes": 10,
+       "parameter_bytes": 0, "inputs": [0, 1]}]})");
+}
+
+std::string error_of(const json& doc) {
+  try {
+    profile_from_json(doc, "p.json");
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ProfileFormat, RoundTrips) {
+  Profile p = profile_from_json(good(), "p.json");
+  ASSERT_EQ(p.num_layers(), 3);
+  EXPECT_EQ(p.layers[1].inputs, std::vector<int>{0});  // missing inputs = previous layer
+  EXPECT_EQ(p.layers[2].inputs, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(p.is_chain());
+  Profile q = profile_from_json(to_json(p), "q.json");
+  EXPECT_EQ(to_json(q), to_json(p));
+  EXPECT_DOUBLE_EQ(p.total_compute_ms(), 7.0);
+  EXPECT_EQ(p.total_parameter_bytes(), 40);
+}
+
+TEST(ProfileFormat, EachValidationError) {
+  struct Case {
+    std::function<void(json&)> spoil;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](json& d) { d["format"] = "pipetrain.profile/9"; },
+       "p.json: field 'format' is \"pipetrain.profile/9\", expected \"pipetrain.profile/1\""},
+      {[](json& d) { d.erase("format"); }, "p.json: missing field 'format'"},
+      {[](json& d) { d.erase("model"); }, "p.json: missing field 'model'"},
+      {[](json& d) { d["batch_size"] = 0; }, "p.json: field 'batch_size' must be >= 1, got 0"},
+      {[](json& d) { d["layers"] = json::array(); }, "p.json: field 'layers' must list at least one layer"},
+      {[](json& d) { d["layers"][1]["forward_ms"] = -1; },
+       "p.json: field 'layers[1].forward_ms' must be >= 0, got -1"},
+      {[](json& d) { d["layers"][0]["backward_ms"] = "slow"; },
+       "p.json: field 'layers[0].backward_ms' must be a number, got \"slow\""},
+      {[](json& d) { d["layers"][0].erase("activation_bytes"); },
+       "p.json: missing field 'layers[0].activation_bytes'"},
+      {[](json& d) { d["layers"][2]["parameter_bytes"] = 1.5; },
+       "p.json: field 'layers[2].parameter_bytes' must be a whole number, got 1.5"},
+      {[](json& d) { d["layers"][2]["inputs"] = {0, 2}; },
+       "p.json: field 'layers[2].inputs[1]' must name an earlier layer (0..1), got 2"},
+      {[](json& d) { d["layers"][1]["inputs"] = {-1}; },
+       "p.json: field 'layers[1].inputs[0]' must name an earlier layer (0..0), got -1"},
+      {[](json& d) { d["layers"][1]["inputs"] = 3; }, "p.json: field 'layers[1].inputs' must be a list, got 3"},
+  };
+  for (const auto& c : cases) {
+    json d = good();
+    c.spoil(d);
+    EXPECT_EQ(error_of(d), c.message);
+  }
+}
+
+}  // namespace
+}  // namespace pt::profile
