@@ -46,7 +46,7 @@ TEST(ProfileFormat, EachValidationError) {
   std::vector<Case> cases = {
       {[](json& d) { d["format"] = "pipetrain.profile/9"; },
        "p.json: field 'format' is \"pipetrain.profile/9\", expected \"pipetrain.profile/1\""},
-      {[](json& d) { d.erase("format"); }, "p.json: missing field 'format'"},
+      {[](json& d) { d.erase("format"); }, "p.json: missing field 'format' (expected \"pipetrain.profile/1\")"},
       {[](json& d) { d.erase("model"); }, "p.json: missing field 'model'"},
       {[](json& d) { d["batch_size"] = 0; }, "p.json: field 'batch_size' must be >= 1, got 0"},
       {[](json& d) { d["layers"] = json::array(); }, "p.json: field 'layers' must list at least one layer"},
