@@ -1,0 +1,143 @@
+#include "plan/plan.h"
+
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pt::plan {
+
+int Plan::stage_of_worker(int worker) const {
+  for (int s = 0; s < num_stages(); ++s)
+    for (int w : stages[s].workers)
+      if (w == worker) return s;
+  return -1;
+}
+
+int Plan::replica_index(int worker) const {
+  for (const auto& st : stages)
+    for (int r = 0; r < static_cast<int>(st.workers.size()); ++r)
+      if (st.workers[r] == worker) return r;
+  return -1;
+}
+
+std::string Plan::shape() const {
+  std::ostringstream os;
+  for (int s = 0; s < num_stages(); ++s) os << (s ? "-" : "") << stages[s].replicas;
+  return os.str();
+}
+
+void assign_workers(Plan& p) {
+  int next = 0;
+  for (auto& st : p.stages) {
+    st.workers.clear();
+    for (int r = 0; r < st.replicas; ++r) st.workers.push_back(next++);
+  }
+  p.workers = next;
+}
+
+json to_json(const Plan& p) {
+  json stages = json::array();
+  for (const auto& st : p.stages)
+    stages.push_back({{"layers", st.layers},
+                      {"replicas", st.replicas},
+                      {"workers", st.workers},
+                      {"compute_ms", st.compute_ms},
+                      {"comm_ms", st.comm_ms}});
+  json doc = {{"format", format_tag("plan", kPlanVersion)},
+              {"workers", p.workers},
+              {"stages", stages},
+              {"predicted",
+               {{"pipeline_ms_per_minibatch", p.pipeline_ms_per_minibatch},
+                {"data_parallel_ms_per_minibatch", p.data_parallel_ms_per_minibatch}}}};
+  if (!p.model.empty()) doc["model"] = p.model;
+  if (p.batch_size > 0) doc["batch_size"] = p.batch_size;
+  if (!p.cost_model.empty()) doc["cost_model"] = p.cost_model;
+  return doc;
+}
+
+Plan plan_from_json(const json& doc, const std::string& source) {
+  JsonField root(doc, source, "");
+  expect_format(root, "plan", kPlanVersion);
+  Plan p;
+  p.workers = static_cast<int>(root["workers"].as_int_at_least(1));
+  if (root.has("model")) p.model = root["model"].as_string();
+  if (root.has("batch_size")) p.batch_size = root["batch_size"].as_int_at_least(1);
+  if (root.has("cost_model")) p.cost_model = root["cost_model"].as_string();
+  JsonField stages = root["stages"];
+  if (stages.size() == 0) stages.fail("must list at least one stage");
+  bool all_ids = true;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    JsonField f = stages[s];
+    Stage st;
+    for (int64_t l : f["layers"].as_int_list()) {
+      if (l < 0) f["layers"].fail(str("has a negative layer index ", l));
+      st.layers.push_back(static_cast<int>(l));
+    }
+    if (st.layers.empty()) f["layers"].fail("must hold at least one layer");
+    st.replicas = static_cast<int>(f["replicas"].as_int_at_least(1));
+    if (f.has("workers")) {
+      for (int64_t w : f["workers"].as_int_list()) st.workers.push_back(static_cast<int>(w));
+      if (static_cast<int>(st.workers.size()) != st.replicas)
+        f["workers"].fail(str("lists ", st.workers.size(), " workers but replicas is ", st.replicas));
+    } else {
+      all_ids = false;
+    }
+    if (f.has("compute_ms")) st.compute_ms = f["compute_ms"].as_non_negative();
+    if (f.has("comm_ms")) st.comm_ms = f["comm_ms"].as_non_negative();
+    p.stages.push_back(std::move(st));
+  }
+  int declared = p.workers;
+  if (!all_ids) assign_workers(p);
+  int used = 0;
+  std::set<int> seen;
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    for (int w : p.stages[s].workers) {
+      ++used;
+      if (w < 0 || w >= declared || !seen.insert(w).second)
+        root["stages"][s]["workers"].fail(
+            str("has worker id ", w, " which is out of range 0..", declared - 1, " or used twice"));
+    }
+  if (used != declared)
+    root["workers"].fail(str("is ", declared, " but the stages' replicas add up to ", used));
+  p.workers = declared;
+  if (root.has("predicted")) {
+    JsonField pred = root["predicted"];
+    if (pred.has("pipeline_ms_per_minibatch"))
+      p.pipeline_ms_per_minibatch = pred["pipeline_ms_per_minibatch"].as_non_negative();
+    if (pred.has("data_parallel_ms_per_minibatch"))
+      p.data_parallel_ms_per_minibatch = pred["data_parallel_ms_per_minibatch"].as_non_negative();
+  }
+  return p;
+}
+
+Plan read_plan(const std::string& path) { return plan_from_json(read_json_file(path), path); }
+
+void write_plan(const Plan& p, const std::string& path) {
+  write_text_file_atomic(path, to_json(p).dump(1) + "\n");
+}
+
+void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::string& plan_source) {
+  int n = prof.num_layers();
+  std::vector<int> stage_of(n, -1);
+  for (int s = 0; s < p.num_stages(); ++s)
+    for (int l : p.stages[s].layers) {
+      if (l >= n)
+        throw ConfigError(str(plan_source, ": stage ", s, " holds layer ", l, " but the profile of '",
+                              prof.model, "' has ", n, " layers (0..", n - 1, ")"));
+      if (stage_of[l] != -1)
+        throw ConfigError(str(plan_source, ": layer ", l, " (", prof.layers[l].name,
+                              ") is in both stage ", stage_of[l], " and stage ", s));
+      stage_of[l] = s;
+    }
+  for (int l = 0; l < n; ++l) {
+    if (stage_of[l] == -1)
+      throw ConfigError(str(plan_source, ": layer ", l, " (", prof.layers[l].name, ") is in no stage"));
+    for (int in : prof.layers[l].inputs)
+      if (stage_of[in] > stage_of[l])
+        throw ConfigError(str(plan_source, ": layer ", l, " (", prof.layers[l].name, ") in stage ",
+                              stage_of[l], " reads layer ", in, " of a later stage ", stage_of[in]));
+  }
+}
+
+}  // namespace pt::plan

@@ -1,0 +1,52 @@
+#pragma once
+// Plan: stages (sets of profile layers), replicas per stage, worker ids, predicted times
+// (DESIGN.md, "Plan"). Workers are numbered stage by stage: stage 0's replicas first.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "profile/profile.h"
+
+namespace pt::plan {
+
+struct Stage {
+  std::vector<int> layers;   // profile layer indices (a contiguous run for a chain)
+  int replicas = 1;
+  std::vector<int> workers;  // worker ids of the replicas, size == replicas
+  // Predictions of the cost model that made the plan (0 when hand-written), per minibatch.
+  double compute_ms = 0;     // forward + backward of one replica's share
+  double comm_ms = 0;        // activation transfers + all-reduce attributed to the stage
+};
+
+struct Plan {
+  int workers = 1;
+  std::vector<Stage> stages;
+  std::string model;          // from the profile, when known
+  int64_t batch_size = 0;     // the profile's batch size (minibatch) when known
+  std::string cost_model;     // "pipetrain", "pipedream", "even", "hand"
+  double pipeline_ms_per_minibatch = 0;
+  double data_parallel_ms_per_minibatch = 0;
+
+  int num_stages() const { return static_cast<int>(stages.size()); }
+  int stage_of_worker(int worker) const;   // -1 when the worker holds no stage
+  int replica_index(int worker) const;     // position of the worker among its stage's replicas
+  std::string shape() const;               // PipeDream's notation, e.g. "15-1"
+};
+
+inline constexpr int kPlanVersion = 1;
+
+json to_json(const Plan& p);
+// Missing stage "workers" are filled in stage by stage. Checks ids are consistent.
+Plan plan_from_json(const json& doc, const std::string& source);
+Plan read_plan(const std::string& path);
+void write_plan(const Plan& p, const std::string& path);  // atomic
+
+// Checks the plan against a profile: every layer in exactly one stage, indices in range,
+// each stage's inputs come from itself or earlier stages. Throws ConfigError naming both.
+void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::string& plan_source);
+
+// Assigns worker ids stage by stage (stage 0 gets 0..r0-1, ...) and sets p.workers.
+void assign_workers(Plan& p);
+
+}  // namespace pt::plan
