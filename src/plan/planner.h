@@ -1,0 +1,32 @@
+#pragma once
+// The planner: PipeDream's dynamic program over stage boundaries and replication, for a
+// hierarchical cluster (SOSP'19 §3.1), with two cost models (see PlanOptions).
+#include <cstdint>
+#include <string>
+
+#include "plan/cluster.h"
+#include "plan/plan.h"
+#include "profile/profile.h"
+
+namespace pt::plan {
+
+enum class CostModel {
+  kPipetrain,  // default: stage times as the simulator and runtime will realise them
+  kPipedream,  // PipeDream's optimizer equations, for users migrating from it
+};
+
+struct PlanOptions {
+  CostModel cost_model = CostModel::kPipetrain;
+  bool activation_transfer = true;  // false: --no-activation-transfer
+  bool straight = false;            // one worker per stage, no replication
+  int64_t memory_bytes = 0;         // per worker; 0 = cluster's, or unlimited
+};
+
+// Finds the plan minimising the slowest stage's time. Throws ConfigError when no plan fits.
+Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
+
+// Contiguous split of the layers (topological order) into `stages` single-replica stages
+// balancing forward+backward time (minimises the largest stage). Used by `--stages N`.
+Plan even_split(const profile::Profile& profile, int stages);
+
+}  // namespace pt::plan
