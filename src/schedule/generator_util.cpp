@@ -1,0 +1,65 @@
+#include "schedule/generator_util.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "schedule/validate.h"
+
+namespace pt::schedule::detail {
+
+Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatches, int minibatches) {
+  if (microbatches < 1) throw UsageError(str("--microbatches: must be >= 1, got ", microbatches));
+  if (plan.num_stages() < 1) throw ConfigError("the plan has no stages");
+  Schedule s;
+  s.kind = kind;
+  s.num_stages = plan.num_stages();
+  s.microbatches = microbatches;
+  s.minibatches = minibatches;
+  for (const auto& st : plan.stages) {
+    PT_CHECK(!st.workers.empty(), "plan stage without workers");
+    s.stage_workers.push_back(st.workers);
+    s.stage_layers.push_back(st.layers);
+  }
+  s.weight_versions.assign(s.num_stages, 1);
+  s.split_backward.assign(s.num_stages, false);
+  s.actions.resize(plan.workers);
+  return s;
+}
+
+void require_work_per_replica(const Schedule& s, int items) {
+  for (int st = 0; st < s.num_stages; ++st)
+    if (s.replicas(st) > items)
+      throw ConfigError(str(s.kind, ": stage ", st, " has ", s.replicas(st), " replicas but only ", items,
+                            " microbatches to share; use --microbatches >= ", s.replicas(st)));
+}
+
+std::vector<int> items_of(const Schedule& s, int stage, int worker, int items) {
+  std::vector<int> out;
+  for (int k = 0; k < items; ++k)
+    if (s.worker_of(stage, k) == worker) out.push_back(k);
+  return out;
+}
+
+int one_f_one_b_warmup(const Schedule& s, int stage) {
+  int downstream = 0;
+  for (int t = stage; t < s.num_stages; ++t) downstream += s.replicas(t);
+  int r = s.replicas(stage);
+  return std::max(1, (downstream + r - 1) / r);
+}
+
+void append_flush(Schedule& s, int id) {
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int w : s.stage_workers[st]) {
+      if (s.replicas(st) > 1) s.add(w, ActionKind::kAllReduce, st, id);
+      s.add(w, ActionKind::kStep, st, id);
+    }
+}
+
+void fill_weight_versions(Schedule& s) {
+  auto counts = stash_counts(s);
+  s.weight_versions.assign(s.num_stages, 1);
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int w : s.stage_workers[st]) s.weight_versions[st] = std::max(s.weight_versions[st], counts[w].weight_versions);
+}
+
+}  // namespace pt::schedule::detail

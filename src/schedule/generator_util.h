@@ -1,0 +1,46 @@
+#pragma once
+// Helpers shared by the generators (internal to src/schedule).
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "schedule/schedule.h"
+
+namespace pt::schedule::detail {
+
+// A schedule with the plan's stages and placement and empty action lists.
+Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatches, int minibatches);
+
+// Throws ConfigError unless every replica of every stage gets at least one of `items`.
+void require_work_per_replica(const Schedule& s, int items);
+
+// The microbatches (out of `items`) that `worker` runs for `stage`, in order.
+std::vector<int> items_of(const Schedule& s, int stage, int worker, int items);
+
+// Forwards a replica keeps in flight in 1F1B: the workers from its stage to the end divided by
+// its stage's replicas (PipeDream's NOAM generalised to every stage), at least 1.
+int one_f_one_b_warmup(const Schedule& s, int stage);
+
+// Appends, for `worker`, warm-up forwards then one backward / one forward, then the rest of
+// the backwards. `after_backward(k)` runs after each B (to add AllReduce/Step).
+template <typename AfterBackward>
+void append_1f1b(Schedule& s, int worker, int stage, const std::vector<int>& items, int warmup,
+                 AfterBackward after_backward) {
+  int n = static_cast<int>(items.size());
+  if (warmup > n) warmup = n;
+  for (int i = 0; i < warmup; ++i) s.add(worker, ActionKind::kForward, stage, items[i]);
+  for (int i = 0; i < n; ++i) {
+    s.add(worker, ActionKind::kBackward, stage, items[i]);
+    after_backward(items[i]);
+    if (i + warmup < n) s.add(worker, ActionKind::kForward, stage, items[i + warmup]);
+  }
+}
+
+// Appends, on every worker, AllReduce(stage, id) for replicated stages and Step(stage, id),
+// stages in ascending order.
+void append_flush(Schedule& s, int id);
+
+// Sets weight_versions from the lists (validate.h's stash_counts).
+void fill_weight_versions(Schedule& s);
+
+}  // namespace pt::schedule::detail

@@ -1,0 +1,54 @@
+#pragma once
+// Schedule generators: pure functions of (plan, microbatches, options) that return compute-only
+// schedules (F, B, W, AllReduce, Step); insert_comm (comm_pass.h) adds the sends and receives and
+// validate (validate.h) checks the result. make_schedule does all three. Each generator's .cpp
+// draws its timeline and cites its paper; docs/schedules.md has the analytic bubbles.
+//
+// Replicated stages (plan stage replicas r > 1) take microbatches round-robin: microbatch k of
+// stage s runs on replica k % r, and the replicas all-reduce their gradients before each Step.
+// Synchronous schedules need microbatches >= replicas so that every replica has work.
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "schedule/schedule.h"
+
+namespace pt::schedule {
+
+struct ScheduleOptions {
+  int microbatches = 4;        // per minibatch (ignored by pipedream, whose unit is the minibatch)
+  int chunks = 1;              // interleaved: model chunks per worker (the plan has p * chunks stages)
+  int minibatches = 0;         // pipedream / 2bw: minibatches covered; 0 = default_minibatches
+  bool vertical_sync = false;  // pipedream
+};
+
+// GPipe (Huang et al., NeurIPS 2019): all forwards, then all backwards, flush.
+Schedule gpipe(const plan::Plan& plan, int microbatches);
+// PipeDream-Flush / DAPPLE (Narayanan et al., ICML 2021; Fan et al., PPoPP 2021).
+Schedule one_f_one_b(const plan::Plan& plan, int microbatches);
+// PipeDream (Narayanan et al., SOSP 2019): asynchronous 1F1B-RR with weight stashing.
+Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync);
+// PipeDream-2BW (Narayanan et al., ICML 2021): 1F1B without flush, double-buffered weights.
+Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches);
+// Interleaved 1F1B (Narayanan et al., SC 2021): plan of p * chunks stages on p workers.
+Schedule interleaved(const plan::Plan& plan, int microbatches, int chunks);
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
+Schedule zb_h1(const plan::Plan& plan, int microbatches);
+// Data parallelism: every one of plan.workers workers holds all the layers.
+Schedule data_parallel(const plan::Plan& plan, int microbatches);
+// Plain model parallelism: the plan's stages, one microbatch in flight.
+Schedule model_parallel(const plan::Plan& plan, int microbatches);
+
+// "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp".
+const std::vector<std::string>& schedule_kinds();
+// Minibatches an asynchronous schedule covers by default: enough for a steady state between
+// warm-up and drain (4 x stages + 4), rounded up to a multiple of every stage's replica count.
+int default_minibatches(const plan::Plan& plan);
+
+// The compute-only schedule of `kind`. Throws UsageError for an unknown kind, ConfigError when
+// the plan does not suit the kind (e.g. replicated stages for interleaved).
+Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options);
+// generate + insert_comm + validate: what the simulator and the runtime take.
+Schedule make_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options);
+
+}  // namespace pt::schedule

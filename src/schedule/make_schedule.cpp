@@ -1,0 +1,39 @@
+// The kind-name registry and the generate -> insert_comm -> validate pipeline.
+#include <sstream>
+
+#include "core/error.h"
+#include "schedule/comm_pass.h"
+#include "schedule/generators.h"
+#include "schedule/validate.h"
+
+namespace pt::schedule {
+
+const std::vector<std::string>& schedule_kinds() {
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp"};
+  return kinds;
+}
+
+Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& o) {
+  int minibatches = o.minibatches > 0 ? o.minibatches : default_minibatches(plan);
+  if (kind != "interleaved" && o.chunks != 1)
+    throw UsageError(str("--chunks ", o.chunks, " applies to --schedule interleaved only, not '", kind, "'"));
+  if (kind == "gpipe") return gpipe(plan, o.microbatches);
+  if (kind == "1f1b") return one_f_one_b(plan, o.microbatches);
+  if (kind == "pipedream") return pipedream(plan, minibatches, o.vertical_sync);
+  if (kind == "2bw") return two_bw(plan, o.microbatches, minibatches);
+  if (kind == "interleaved") return interleaved(plan, o.microbatches, o.chunks);
+  if (kind == "zb-h1") return zb_h1(plan, o.microbatches);
+  if (kind == "dp") return data_parallel(plan, o.microbatches);
+  if (kind == "mp") return model_parallel(plan, o.microbatches);
+  std::ostringstream known;
+  for (const auto& k : schedule_kinds()) known << (known.tellp() ? ", " : "") << k;
+  throw UsageError(str("--schedule: unknown kind '", kind, "' (known: ", known.str(), ")"));
+}
+
+Schedule make_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options) {
+  Schedule s = insert_comm(generate(kind, plan, options));
+  validate(s);
+  return s;
+}
+
+}  // namespace pt::schedule

@@ -1,0 +1,88 @@
+// The two asynchronous 1F1B schedules: no flush, so the pipeline never drains between
+// minibatches, and weight stashing keeps the version a microbatch's forward used for its
+// backward. Both cover `minibatches` minibatches explicitly (warm-up, steady state, drain).
+//
+// PipeDream (Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training",
+// SOSP 2019, §3.2-3.3). The unit is the minibatch (microbatches = 1). Stage i admits
+// NOAM = ceil(workers from stage i on / replicas of stage i) minibatches (for stage 0 that is
+// the paper's ceil(#workers / #replicas of the input stage)), then alternates one backward and
+// one forward (1F1B); each stage steps after each of its own backwards, so every minibatch in
+// flight saw a different version (stage i keeps NOAM versions). Replicated stages take
+// minibatches round-robin (1F1B-RR: minibatch k on replica k % r) and, as PipeDream's runtime
+// wraps a replicated stage in DistributedDataParallel, all-reduce each round of r backwards
+// (AllReduce id = k / r) before the Step. Straight 4-stage pipeline, F = B = one slot:
+//
+//   w0: 0F0 0F1 0F2 0F3  .   .   .  0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 ...   (a Step after each B)
+//   w1:  .  1F0 1F1 1F2  .   .  1B0 1F3 1B1 1F4 1B2 1F5 1B3 1F6 1B4 ...
+//   w2:  .   .  2F0 2F1  .  2B0 2F2 2B1 2F3 2B2 2F4 2B3 2F5 2B4 2F6 ...
+//   w3:  .   .   .  3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 ...
+//
+// After the warm-up no worker idles: the steady-state bubble is 0. Vertical sync (§3.3) does
+// not change the order, only which stashed version a stage uses, so it is a flag for the runtime.
+//
+// PipeDream-2BW (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021,
+// §3.1): the same 1F1B order over the microbatches of consecutive minibatches (global index k,
+// minibatch k / m), gradients accumulated over a minibatch's m microbatches and one Step per
+// minibatch after its last backward; the update is applied with delay 1, so with m >= p two
+// weight versions suffice (double buffering).
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "schedule/generator_util.h"
+#include "schedule/generators.h"
+
+namespace pt::schedule {
+
+int default_minibatches(const plan::Plan& plan) {
+  int lcm = 1;
+  for (const auto& st : plan.stages) lcm = std::lcm(lcm, st.replicas);
+  int n = 4 * plan.num_stages() + 4;
+  return (n + lcm - 1) / lcm * lcm;
+}
+
+Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync) {
+  Schedule s = detail::skeleton(plan, "pipedream", 1, minibatches);
+  s.flush = false;
+  s.vertical_sync = vertical_sync;
+  for (int st = 0; st < s.num_stages; ++st)
+    if (minibatches % s.replicas(st) != 0)
+      throw ConfigError(str("pipedream: stage ", st, " has ", s.replicas(st), " replicas, which all-reduce ",
+                            "every round of ", s.replicas(st), " minibatches, but ", minibatches,
+                            " minibatches is not a multiple; use ", default_minibatches(plan)));
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int w : s.stage_workers[st]) {
+      int r = s.replicas(st);
+      detail::append_1f1b(s, w, st, detail::items_of(s, st, w, minibatches), detail::one_f_one_b_warmup(s, st),
+                          [&](int k) {
+                            if (r > 1) s.add(w, ActionKind::kAllReduce, st, k / r);
+                            s.add(w, ActionKind::kStep, st, k);
+                          });
+    }
+  detail::fill_weight_versions(s);
+  return s;
+}
+
+Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches) {
+  Schedule s = detail::skeleton(plan, "2bw", microbatches, minibatches);
+  s.flush = false;
+  detail::require_work_per_replica(s, microbatches);
+  int total = s.total_microbatches();
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int w : s.stage_workers[st]) {
+      auto items = detail::items_of(s, st, w, total);
+      // The replica's last microbatch of each minibatch closes that minibatch's gradient.
+      std::vector<bool> last(total, false);
+      for (size_t i = 0; i < items.size(); ++i)
+        if (i + 1 == items.size() || items[i + 1] / microbatches != items[i] / microbatches) last[items[i]] = true;
+      detail::append_1f1b(s, w, st, items, detail::one_f_one_b_warmup(s, st), [&](int k) {
+        if (!last[k]) return;
+        if (s.replicas(st) > 1) s.add(w, ActionKind::kAllReduce, st, k / microbatches);
+        s.add(w, ActionKind::kStep, st, k / microbatches);
+      });
+    }
+  detail::fill_weight_versions(s);
+  return s;
+}
+
+}  // namespace pt::schedule

@@ -1,0 +1,119 @@
+#include "schedule/schedule.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pt::schedule {
+
+int Schedule::worker_of(int stage, int mb) const {
+  PT_CHECK(stage >= 0 && stage < num_stages, "stage ", stage, " of ", num_stages);
+  const auto& ws = stage_workers[stage];
+  return ws[mb % static_cast<int>(ws.size())];
+}
+
+int Schedule::chunk_of(int stage) const {
+  int w = stage_workers[stage][0];
+  int chunk = 0;
+  for (int s = 0; s < stage; ++s)
+    if (std::find(stage_workers[s].begin(), stage_workers[s].end(), w) != stage_workers[s].end()) ++chunk;
+  return chunk;
+}
+
+void Schedule::add(int worker, ActionKind kind, int stage, int mb, int peer) {
+  PT_CHECK(worker >= 0 && worker < num_workers(), "worker ", worker);
+  Action a;
+  a.worker = worker;
+  a.kind = kind;
+  a.stage = stage;
+  a.microbatch = mb;
+  a.chunk = chunks > 1 ? chunk_of(stage) : 0;
+  a.peer = peer;
+  actions[worker].push_back(a);
+}
+
+std::string to_text(const Schedule& s, bool compute_only) {
+  std::ostringstream os;
+  for (int w = 0; w < s.num_workers(); ++w) {
+    os << "w" << w << ":";
+    for (const auto& a : s.actions[w])
+      if (!compute_only || !is_p2p(a.kind)) os << " " << to_string(a);
+    os << "\n";
+  }
+  return os.str();
+}
+
+json to_json(const Schedule& s) {
+  json stages = json::array();
+  for (int st = 0; st < s.num_stages; ++st)
+    stages.push_back({{"workers", s.stage_workers[st]},
+                      {"layers", s.stage_layers[st]},
+                      {"weight_versions", s.weight_versions[st]},
+                      {"split_backward", static_cast<bool>(s.split_backward[st])}});
+  json workers = json::array();
+  for (const auto& list : s.actions) {
+    json row = json::array();
+    for (const auto& a : list) row.push_back(to_string(a));
+    workers.push_back(row);
+  }
+  return {{"format", format_tag("schedule", kScheduleVersion)},
+          {"kind", s.kind},
+          {"microbatches", s.microbatches},
+          {"minibatches", s.minibatches},
+          {"chunks", s.chunks},
+          {"flush", s.flush},
+          {"vertical_sync", s.vertical_sync},
+          {"stages", stages},
+          {"workers", workers}};
+}
+
+Schedule schedule_from_json(const json& doc, const std::string& source) {
+  JsonField root(doc, source, "");
+  expect_format(root, "schedule", kScheduleVersion);
+  Schedule s;
+  s.kind = root["kind"].as_string();
+  s.microbatches = static_cast<int>(root["microbatches"].as_int_at_least(1));
+  s.minibatches = static_cast<int>(root["minibatches"].as_int_at_least(1));
+  s.chunks = static_cast<int>(root["chunks"].as_int_at_least(1));
+  s.flush = root["flush"].as_bool();
+  s.vertical_sync = root.has("vertical_sync") && root["vertical_sync"].as_bool();
+  JsonField stages = root["stages"];
+  s.num_stages = static_cast<int>(stages.size());
+  if (s.num_stages == 0) stages.fail("must list at least one stage");
+  JsonField workers = root["workers"];
+  int n = static_cast<int>(workers.size());
+  for (int st = 0; st < s.num_stages; ++st) {
+    JsonField f = stages[st];
+    std::vector<int> ws, ls;
+    for (int64_t w : f["workers"].as_int_list()) {
+      if (w < 0 || w >= n) f["workers"].fail(str("has worker ", w, " but there are ", n, " workers"));
+      ws.push_back(static_cast<int>(w));
+    }
+    if (ws.empty()) f["workers"].fail("must name at least one worker");
+    for (int64_t l : f["layers"].as_int_list()) ls.push_back(static_cast<int>(l));
+    s.stage_workers.push_back(ws);
+    s.stage_layers.push_back(ls);
+    s.weight_versions.push_back(static_cast<int>(f["weight_versions"].as_int_at_least(1)));
+    s.split_backward.push_back(f["split_backward"].as_bool());
+  }
+  s.actions.resize(n);
+  for (int w = 0; w < n; ++w) {
+    JsonField row = workers[w];
+    for (size_t i = 0; i < row.size(); ++i) {
+      Action a;
+      try {
+        a = parse_action(row[i].as_string(), w);
+      } catch (const FormatError& e) {
+        row[i].fail(e.what());
+      }
+      if (a.stage >= s.num_stages) row[i].fail(str("names stage ", a.stage, " of ", s.num_stages));
+      if (a.peer >= n) row[i].fail(str("names worker ", a.peer, " of ", n));
+      a.chunk = s.chunks > 1 ? s.chunk_of(a.stage) : 0;
+      s.actions[w].push_back(a);
+    }
+  }
+  return s;
+}
+
+}  // namespace pt::schedule

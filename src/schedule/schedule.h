@@ -1,0 +1,59 @@
+#pragma once
+// Schedule: per worker the ordered list of Actions it runs (DESIGN.md, "Schedules as data").
+//
+// Synchronous schedules (flush = true: gpipe, 1f1b, interleaved, zb-h1, dp, mp) describe one
+// minibatch of `microbatches` microbatches, ending with the all-reduces and Steps; the runtime
+// repeats the lists once per minibatch. Asynchronous schedules (flush = false: pipedream, 2bw)
+// cover `minibatches` minibatches explicitly: warm-up, steady state and drain.
+//
+// Placement: stage s runs on stage_workers[s]; with r replicas, microbatch k of stage s runs on
+// stage_workers[s][k % r] (round-robin, PipeDream's 1F1B-RR). The runtime follows this placement,
+// not the plan's: interleaved puts stage s of a p*v-stage plan on worker s % p.
+//
+// Microbatch compute time = profile time x (microbatch size / profile batch size): a microbatch
+// holds batch_size / microbatches samples (linear scaling; the simulator's assumption).
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "schedule/action.h"
+
+namespace pt::schedule {
+
+struct Schedule {
+  std::string kind;            // "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp"
+  int num_stages = 1;
+  int microbatches = 1;        // per minibatch (m); pipedream uses 1: its unit is the minibatch
+  int minibatches = 1;         // covered by the lists (1 for synchronous schedules)
+  int chunks = 1;              // model chunks per worker (v, interleaved)
+  bool flush = true;           // synchronous: all microbatches of a minibatch use one weight version
+  bool vertical_sync = false;  // pipedream: a minibatch uses, on every stage, the weight version
+                               // stage 0 had when it entered (PipeDream §3.3)
+  std::vector<std::vector<int>> stage_workers;  // [stage] -> worker ids of the replicas
+  std::vector<std::vector<int>> stage_layers;   // [stage] -> profile layer indices
+  std::vector<int> weight_versions;             // [stage] -> weight versions a replica keeps
+  std::vector<bool> split_backward;             // [stage] -> B is input-gradient only, W follows
+  std::vector<std::vector<Action>> actions;     // [worker] -> ordered program
+
+  int num_workers() const { return static_cast<int>(actions.size()); }
+  int replicas(int stage) const { return static_cast<int>(stage_workers[stage].size()); }
+  // The worker that runs microbatch `mb` of `stage` (round-robin over the replicas).
+  int worker_of(int stage, int mb) const;
+  // Position of `stage` among the stages its workers hold (0 unless interleaved).
+  int chunk_of(int stage) const;
+  // Microbatches over the whole schedule (microbatches x minibatches).
+  int total_microbatches() const { return microbatches * minibatches; }
+  // Appends an action to its worker's list, filling `worker` and `chunk`.
+  void add(int worker, ActionKind kind, int stage, int mb, int peer = -1);
+};
+
+inline constexpr int kScheduleVersion = 1;
+
+// One line per worker: "w0: 0F0 0SA0>1 0F1 ...". `compute_only` leaves out sends/receives.
+std::string to_text(const Schedule& s, bool compute_only = false);
+
+json to_json(const Schedule& s);
+// Checks the format tag, fields and every action's text; fills chunk from the placement.
+Schedule schedule_from_json(const json& doc, const std::string& source);
+
+}  // namespace pt::schedule

@@ -1,0 +1,87 @@
+#include "schedule/trace.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace pt::schedule {
+
+double Trace::start_ms() const {
+  double t = std::numeric_limits<double>::infinity();
+  for (const auto& w : workers)
+    for (const auto& e : w) t = std::min(t, e.start_ms);
+  return t == std::numeric_limits<double>::infinity() ? 0 : t;
+}
+
+double Trace::end_ms() const {
+  double t = 0;
+  for (const auto& w : workers)
+    for (const auto& e : w) t = std::max(t, e.end_ms);
+  return t;
+}
+
+json to_json(const Trace& t) {
+  json workers = json::array();
+  for (const auto& list : t.workers) {
+    json row = json::array();
+    for (const auto& e : list) {
+      json ev = {{"action", to_string(e.action)}, {"start_ms", e.start_ms}, {"end_ms", e.end_ms}};
+      if (e.bytes) ev["bytes"] = e.bytes;
+      if (e.action.chunk) ev["chunk"] = e.action.chunk;
+      row.push_back(ev);
+    }
+    workers.push_back(row);
+  }
+  json doc = {{"format", format_tag("trace", kTraceVersion)},
+              {"source", t.source},
+              {"schedule", t.schedule},
+              {"stages", t.num_stages},
+              {"microbatches", t.microbatches},
+              {"batch_size", t.batch_size},
+              {"workers", workers}};
+  if (!t.stage_parameter_bytes.empty()) doc["stage_parameter_bytes"] = t.stage_parameter_bytes;
+  return doc;
+}
+
+Trace trace_from_json(const json& doc, const std::string& source) {
+  JsonField root(doc, source, "");
+  expect_format(root, "trace", kTraceVersion);
+  Trace t;
+  t.source = root["source"].as_string();
+  if (t.source != "simulated" && t.source != "measured" && t.source != "emulated")
+    root["source"].fail(str("must be simulated, measured or emulated, got '", t.source, "'"));
+  t.schedule = root["schedule"].as_string();
+  t.num_stages = static_cast<int>(root["stages"].as_int_at_least(1));
+  t.microbatches = static_cast<int>(root["microbatches"].as_int_at_least(1));
+  t.batch_size = root["batch_size"].as_int_at_least(0);
+  if (root.has("stage_parameter_bytes")) t.stage_parameter_bytes = root["stage_parameter_bytes"].as_int_list();
+  JsonField workers = root["workers"];
+  for (size_t w = 0; w < workers.size(); ++w) {
+    JsonField row = workers[w];
+    std::vector<TraceEvent> list;
+    for (size_t i = 0; i < row.size(); ++i) {
+      JsonField f = row[i];
+      TraceEvent e;
+      try {
+        e.action = parse_action(f["action"].as_string(), static_cast<int>(w));
+      } catch (const FormatError& err) {
+        f["action"].fail(err.what());
+      }
+      if (f.has("chunk")) e.action.chunk = static_cast<int>(f["chunk"].as_int_at_least(0));
+      e.start_ms = f["start_ms"].as_number();
+      e.end_ms = f["end_ms"].as_number();
+      if (e.end_ms < e.start_ms) f["end_ms"].fail(str("is before start_ms ", e.start_ms));
+      if (f.has("bytes")) e.bytes = f["bytes"].as_int_at_least(0);
+      list.push_back(e);
+    }
+    t.workers.push_back(std::move(list));
+  }
+  return t;
+}
+
+Trace read_trace(const std::string& path) { return trace_from_json(read_json_file(path), path); }
+
+void write_trace(const Trace& t, const std::string& path) { write_text_file_atomic(path, to_json(t).dump() + "\n"); }
+
+}  // namespace pt::schedule

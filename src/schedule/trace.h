@@ -1,0 +1,55 @@
+#pragma once
+// Trace: what ran, per worker, with times. Both the simulator (src/sim) and the runtime
+// (src/runtime) produce it and neither includes the other; metrics (src/metrics) read it.
+//
+// Times are milliseconds from the start of the run. Compute events (F, B, W) span the compute;
+// a transfer appears on both workers (SA/SG on the sender, RA/RG on the receiver) spanning the
+// time the bytes were on the wire; AllReduce spans the collective; Step its update.
+// `bytes`: for F, the activation bytes stashed until the backward; for sends/receives, the bytes
+// moved; for AllReduce, the gradient bytes reduced; 0 when unknown.
+// Microbatch indices are global: a runtime that repeats a synchronous schedule records
+// microbatch k of its r-th minibatch as r * microbatches + k (and AllReduce/Step ids as r).
+//
+// JSON: {"format": "pipetrain.trace/1", "source": "simulated" | "measured" | "emulated",
+//        "schedule": "1f1b", "stages": 4, "microbatches": 8, "batch_size": 64,
+//        "stage_parameter_bytes": [...] (optional),
+//        "workers": [[{"action": "0F0", "start_ms": 0, "end_ms": 1.5, "bytes": 1024}, ...], ...]}
+// with "chunk" on events of chunks other than 0.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "schedule/action.h"
+
+namespace pt::schedule {
+
+struct TraceEvent {
+  Action action;
+  double start_ms = 0;
+  double end_ms = 0;
+  int64_t bytes = 0;
+};
+
+struct Trace {
+  std::string source = "simulated";  // "simulated", "measured" or "emulated"
+  std::string schedule;              // the schedule kind
+  int num_stages = 1;
+  int microbatches = 1;              // per minibatch
+  int64_t batch_size = 0;            // samples per minibatch (the profile's batch size)
+  std::vector<int64_t> stage_parameter_bytes;     // [stage], optional (empty when unknown)
+  std::vector<std::vector<TraceEvent>> workers;   // [worker] -> events in start order
+
+  int num_workers() const { return static_cast<int>(workers.size()); }
+  double start_ms() const;  // earliest start
+  double end_ms() const;    // latest end
+};
+
+inline constexpr int kTraceVersion = 1;
+
+json to_json(const Trace& t);
+Trace trace_from_json(const json& doc, const std::string& source);
+Trace read_trace(const std::string& path);
+void write_trace(const Trace& t, const std::string& path);  // atomic
+
+}  // namespace pt::schedule

@@ -1,0 +1,226 @@
+#include "schedule/validate.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace pt::schedule {
+
+namespace {
+using Key = std::tuple<int, int, int>;  // (kind, stage, microbatch)
+Key key(ActionKind k, int stage, int mb) { return {static_cast<int>(k), stage, mb}; }
+
+[[noreturn]] void fail(const Schedule& s, const std::vector<std::pair<int, int>>& at, const std::string& why) {
+  std::string where;
+  if (!at.empty()) {
+    const Action& a = s.actions[at[0].first][at[0].second];
+    where = str("worker ", at[0].first, ", step ", at[0].second, ", action ", to_string(a), ": ");
+  }
+  throw InvalidSchedule(str(s.kind, " schedule is invalid: ", where, why, "\n", format_grid(s, at)));
+}
+
+bool holds(const Schedule& s, int worker, int stage) {
+  const auto& ws = s.stage_workers[stage];
+  return std::find(ws.begin(), ws.end(), worker) != ws.end();
+}
+
+// Check 1: placement and peers.
+void check_placement(const Schedule& s) {
+  PT_CHECK(static_cast<int>(s.stage_workers.size()) == s.num_stages && static_cast<int>(s.split_backward.size()) == s.num_stages,
+           "schedule fields sized for ", s.num_stages, " stages");
+  for (int w = 0; w < s.num_workers(); ++w)
+    for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+      const Action& a = s.actions[w][i];
+      std::vector<std::pair<int, int>> at = {{w, i}};
+      if (a.worker != w) fail(s, at, str("is in worker ", w, "'s list but names worker ", a.worker));
+      if (a.stage < 0 || a.stage >= s.num_stages) fail(s, at, str("stage out of range 0..", s.num_stages - 1));
+      if (!holds(s, w, a.stage)) fail(s, at, str("worker ", w, " does not hold stage ", a.stage));
+      if (a.microbatch < 0) fail(s, at, "negative microbatch");
+      if (is_compute(a.kind) || is_p2p(a.kind)) {
+        if (a.microbatch >= s.total_microbatches())
+          fail(s, at, str("microbatch out of range 0..", s.total_microbatches() - 1));
+        if (s.worker_of(a.stage, a.microbatch) != w)
+          fail(s, at, str("microbatch ", a.microbatch, " of stage ", a.stage, " belongs to worker ",
+                          s.worker_of(a.stage, a.microbatch)));
+      }
+      if (a.kind == ActionKind::kBackwardWeight && !s.split_backward[a.stage])
+        fail(s, at, str("W on stage ", a.stage, " whose backward is not split"));
+      int next = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGradient ? a.stage + 1
+                 : is_p2p(a.kind)                                                               ? a.stage - 1
+                                                                                                : -2;
+      if (next == -2) continue;
+      if (next < 0 || next >= s.num_stages) fail(s, at, str("there is no stage ", next, " to talk to"));
+      if (a.peer != s.worker_of(next, a.microbatch))
+        fail(s, at, str("peer should be worker ", s.worker_of(next, a.microbatch), " (stage ", next, ")"));
+    }
+}
+
+// Check 2: every microbatch forwarded, backwarded (and W'd where split) exactly once per stage.
+void check_coverage(const Schedule& s) {
+  std::map<Key, std::pair<int, int>> seen;
+  for (int w = 0; w < s.num_workers(); ++w)
+    for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+      const Action& a = s.actions[w][i];
+      if (!is_compute(a.kind)) continue;
+      auto [it, fresh] = seen.emplace(key(a.kind, a.stage, a.microbatch), std::make_pair(w, i));
+      if (!fresh) fail(s, {{w, i}, it->second}, "runs twice");
+    }
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int k = 0; k < s.total_microbatches(); ++k)
+      for (ActionKind kind : {ActionKind::kForward, ActionKind::kBackward, ActionKind::kBackwardWeight}) {
+        if (kind == ActionKind::kBackwardWeight && !s.split_backward[st]) continue;
+        if (!seen.count(key(kind, st, k)))
+          fail(s, {}, str("stage ", st, " never runs ", kind_name(kind), " of microbatch ", k, " (expected ",
+                          st, kind_code(kind), k, " on worker ", s.worker_of(st, k), ")"));
+      }
+}
+
+// Check 3: data dependencies within each worker's order.
+void check_order(const Schedule& s) {
+  for (int w = 0; w < s.num_workers(); ++w) {
+    std::set<Key> done;
+    for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+      const Action& a = s.actions[w][i];
+      auto need = [&](ActionKind k, int stage, const char* why) {
+        if (!done.count(key(k, stage, a.microbatch)))
+          fail(s, {{w, i}}, str("runs before ", stage, kind_code(k), a.microbatch, " (", why, ")"));
+      };
+      // The input of stage s comes by RA, or from F(s-1) when the same worker runs stage s-1.
+      auto input = [&](ActionKind local, ActionKind recv, int from, const char* why) {
+        if (s.worker_of(from, a.microbatch) == w) need(local, from, why);
+        else need(recv, a.stage, why);
+      };
+      switch (a.kind) {
+        case ActionKind::kForward:
+          if (a.stage > 0) input(ActionKind::kForward, ActionKind::kRecvActivation, a.stage - 1, "its input");
+          break;
+        case ActionKind::kBackward:
+          need(ActionKind::kForward, a.stage, "forward before backward");
+          if (a.stage + 1 < s.num_stages)
+            input(ActionKind::kBackward, ActionKind::kRecvGradient, a.stage + 1, "its output gradient");
+          break;
+        case ActionKind::kBackwardWeight: need(ActionKind::kBackward, a.stage, "W after B"); break;
+        case ActionKind::kSendActivation: need(ActionKind::kForward, a.stage, "the activation it sends"); break;
+        case ActionKind::kSendGradient: need(ActionKind::kBackward, a.stage, "the gradient it sends"); break;
+        default: break;
+      }
+      done.insert(key(a.kind, a.stage, a.microbatch));
+    }
+  }
+}
+
+// The (kind, stage, mb, from, to) a send or receive moves, the same for both ends.
+std::tuple<bool, int, int, int, int> transfer_of(const Action& a) {
+  bool act = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvActivation;
+  // Identify by the producing stage.
+  int producer = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient ? a.stage
+                 : act                                                                     ? a.stage - 1
+                                                                                           : a.stage + 1;
+  int from = is_send(a.kind) ? a.worker : a.peer, to = is_send(a.kind) ? a.peer : a.worker;
+  return {act, producer, a.microbatch, from, to};
+}
+
+// Check 4: sends and receives pair up one to one.
+void check_matching(const Schedule& s) {
+  std::map<std::tuple<bool, int, int, int, int>, std::vector<std::pair<int, int>>> sends, recvs;
+  for (int w = 0; w < s.num_workers(); ++w)
+    for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+      const Action& a = s.actions[w][i];
+      if (is_p2p(a.kind)) (is_send(a.kind) ? sends : recvs)[transfer_of(a)].push_back({w, i});
+    }
+  for (auto& [t, at] : sends) {
+    if (at.size() > 1) fail(s, at, "is sent twice");
+    if (!recvs.count(t)) fail(s, at, "no worker receives it");
+  }
+  for (auto& [t, at] : recvs) {
+    if (at.size() > 1) fail(s, at, "is received twice");
+    if (!sends.count(t)) fail(s, at, "no worker sends it");
+  }
+}
+
+// Check 5: replay with rendezvous sends and collective all-reduces.
+int check_deadlock(const Schedule& s) {
+  int n = s.num_workers();
+  std::vector<size_t> pc(n, 0);
+  auto at = [&](int w) -> const Action* { return pc[w] < s.actions[w].size() ? &s.actions[w][pc[w]] : nullptr; };
+  int rounds = 0;
+  for (bool progress = true; progress; ++rounds) {
+    progress = false;
+    for (int w = 0; w < n; ++w) {
+      const Action* a = at(w);
+      if (!a) continue;
+      if (is_p2p(a->kind)) {
+        const Action* b = at(a->peer);
+        if (b && is_p2p(b->kind) && is_send(b->kind) != is_send(a->kind) && b->peer == w &&
+            transfer_of(*a) == transfer_of(*b)) {
+          ++pc[w];
+          ++pc[a->peer];
+          progress = true;
+        }
+      } else if (a->kind == ActionKind::kAllReduce) {
+        bool all = true;
+        for (int r : s.stage_workers[a->stage]) {
+          const Action* b = at(r);
+          all = all && b && b->kind == ActionKind::kAllReduce && b->stage == a->stage && b->microbatch == a->microbatch;
+        }
+        if (all) {
+          for (int r : s.stage_workers[a->stage]) ++pc[r];
+          progress = true;
+        }
+      } else {
+        ++pc[w];  // local: its inputs are there (check 3 and the matched receives guarantee it)
+        progress = true;
+      }
+    }
+  }
+  std::vector<std::pair<int, int>> stuck;
+  std::string what;
+  for (int w = 0; w < n; ++w)
+    if (const Action* a = at(w)) {
+      stuck.push_back({w, static_cast<int>(pc[w])});
+      what += str("\n  worker ", w, " waits at step ", pc[w], " on ", to_string(*a));
+    }
+  if (!stuck.empty()) fail(s, stuck, str("deadlock with blocking sends and receives:", what));
+  return rounds;
+}
+}  // namespace
+
+std::vector<WorkerCounts> stash_counts(const Schedule& s) {
+  std::vector<WorkerCounts> out(s.num_workers());
+  for (int w = 0; w < s.num_workers(); ++w) {
+    std::map<int, int> steps;                    // stage -> Steps run so far
+    std::map<int, std::map<int, int>> in_flight;  // stage -> mb -> version
+    int stash = 0;
+    for (const Action& a : s.actions[w]) {
+      auto& fl = in_flight[a.stage];
+      bool last_backward = a.kind == ActionKind::kBackwardWeight ||
+                           (a.kind == ActionKind::kBackward && !s.split_backward[a.stage]);
+      if (a.kind == ActionKind::kForward) {
+        fl[a.microbatch] = steps[a.stage];
+        out[w].peak_stash = std::max(out[w].peak_stash, ++stash);
+      } else if (last_backward && fl.erase(a.microbatch)) {
+        --stash;
+      } else if (a.kind == ActionKind::kStep) {
+        ++steps[a.stage];
+      }
+      std::set<int> versions = {steps[a.stage]};
+      for (auto& [mb, v] : fl) versions.insert(v);
+      out[w].weight_versions = std::max(out[w].weight_versions, static_cast<int>(versions.size()));
+    }
+  }
+  return out;
+}
+
+ValidationReport validate(const Schedule& s) {
+  check_placement(s);
+  check_coverage(s);
+  check_order(s);
+  check_matching(s);
+  ValidationReport r;
+  r.steps = check_deadlock(s);
+  r.workers = stash_counts(s);
+  return r;
+}
+
+}  // namespace pt::schedule

@@ -1,0 +1,77 @@
+// Property tests: every generator over stages 1-8 x microbatches 1-16 (chunks 1-4 for
+// interleaved) validates, and runs each microbatch forward and backward exactly once per stage.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "schedule/comm_pass.h"
+#include "schedule/generators.h"
+#include "schedule/validate.h"
+#include "test_plans.h"
+
+namespace pt::schedule {
+namespace {
+
+using testing::plan_with_replicas;
+using testing::straight_plan;
+
+// Counts compute actions by (kind, stage, mb) and checks each appears exactly once.
+void expect_each_once(const Schedule& s) {
+  std::map<std::tuple<int, int, int>, int> count;
+  for (const auto& list : s.actions)
+    for (const auto& a : list)
+      if (is_compute(a.kind)) ++count[{static_cast<int>(a.kind), a.stage, a.microbatch}];
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int k = 0; k < s.total_microbatches(); ++k) {
+      EXPECT_EQ((count[{static_cast<int>(ActionKind::kForward), st, k}]), 1) << s.kind << " " << st << "F" << k;
+      EXPECT_EQ((count[{static_cast<int>(ActionKind::kBackward), st, k}]), 1) << s.kind << " " << st << "B" << k;
+      if (s.split_backward[st])
+        EXPECT_EQ((count[{static_cast<int>(ActionKind::kBackwardWeight), st, k}]), 1) << s.kind << " W";
+    }
+}
+
+void check(const std::string& kind, const plan::Plan& plan, ScheduleOptions o) {
+  SCOPED_TRACE(kind + " stages " + std::to_string(plan.num_stages()) + " mb " + std::to_string(o.microbatches) +
+               " chunks " + std::to_string(o.chunks));
+  Schedule s;
+  ASSERT_NO_THROW(s = make_schedule(kind, plan, o));
+  expect_each_once(s);
+}
+
+TEST(Generators, SynchronousSweepValidates) {
+  for (const char* kind : {"gpipe", "1f1b", "zb-h1", "mp"})
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 16; ++m) check(kind, straight_plan(p), {m, 1, 0, false});
+}
+
+TEST(Generators, DataParallelSweepValidates) {
+  for (int n = 1; n <= 8; ++n)
+    for (int m = n; m <= 16; ++m) check("dp", straight_plan(n), {m, 1, 0, false});
+  EXPECT_THROW(make_schedule("dp", straight_plan(4), {3, 1, 0, false}), ConfigError);
+}
+
+TEST(Generators, InterleavedSweepValidates) {
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = 1; m <= 16; ++m) check("interleaved", straight_plan(p * v), {m, v, 0, false});
+}
+
+TEST(Generators, AsynchronousSweepValidates) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int n = 1; n <= 16; ++n) check("pipedream", straight_plan(p), {1, 1, n, false});
+    for (int m = 1; m <= 16; ++m) check("2bw", straight_plan(p), {m, 1, 3, false});
+  }
+}
+
+TEST(Generators, ReplicatedStagesValidate) {
+  for (auto shape : std::vector<std::vector<int>>{{2, 1}, {3, 1}, {1, 2}, {2, 2}, {3, 1, 2}, {15, 1}}) {
+    plan::Plan plan = plan_with_replicas(shape);
+    for (const char* kind : {"gpipe", "1f1b", "mp", "2bw"}) check(kind, plan, {16, 1, 2, false});
+    check("pipedream", plan, {1, 1, default_minibatches(plan), false});
+    check("dp", plan, {plan.workers, 1, 0, false});
+  }
+}
+
+}  // namespace
+}  // namespace pt::schedule
