@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
-      googletest libgtest-dev zlib1g-dev dataset-fashion-mnist
+      googletest libgtest-dev zlib1g-dev dataset-fashion-mnist fortunes
       iproute2 openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,64 @@
+#include "apps/model_flags.h"
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace pt::app {
+
+void ModelFlags::add_to(CLI::App& app) {
+  std::string names;
+  for (const auto& n : model::model_names()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--model", model, "Model: " + names)->capture_default_str();
+  app.add_option("--width", options.width, "Channel/hidden-size multiplier (vgg16, resnet*, lstm-lm, gpt)")
+      ->capture_default_str();
+  app.add_option("--image-size", options.image_size, "Square input size for vgg16/resnet* (default 224, or 28 on fashion-mnist)");
+  app.add_option("--classes", options.classes, "Output classes (default from the data set)");
+  app.add_option("--seq-len", options.seq_len, "Tokens per sample for lstm-lm/gpt");
+  app.add_option("--depth", options.depth, "Transformer blocks (gpt) or LSTM layers (lstm-lm)");
+  app.add_option("--data", data, "Data: fashion-mnist, text, synthetic (default: the model's natural data)")
+      ->check(CLI::IsMember({"fashion-mnist", "text", "synthetic"}));
+  app.add_option("--data-dir", data_dir, "Directory of the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
+  app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seed", seed, "Seed for weights, data order and synthetic data")->capture_default_str();
+}
+
+std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
+  bool lm = model::is_language_model(model);
+  std::string kind = data;
+  if (kind.empty()) kind = lm ? "text" : (model == "mnist-cnn" ? "fashion-mnist" : "synthetic");
+  if (lm && kind == "fashion-mnist")
+    throw UsageError(str("--data: ", model, " is a language model; use --data text or synthetic"));
+  if (!lm && kind == "text") throw UsageError(str("--data: ", model, " is an image model; text needs lstm-lm or gpt"));
+  if (options.image_size < 0 || options.classes < 0 || options.seq_len < 0 || options.depth < 0)
+    throw UsageError("--image-size, --classes, --seq-len and --depth must be >= 0");
+  model::DataSplit data_split;
+  model::ModelOptions o = options;
+  if (kind == "fashion-mnist") {
+    data_split = model::load_fashion_mnist(data_dir);
+    if (model != "mnist-cnn") {
+      if (o.image_size && o.image_size != 28)
+        throw UsageError(str("--image-size: fashion-mnist images are 28x28, got ", o.image_size));
+      o.image_size = 28;
+      o.channels = 1;
+    }
+    o.classes = data_split.classes;
+  } else if (kind == "text") {
+    int64_t seq = o.seq_len > 0 ? o.seq_len : (model == "gpt" ? 64 : 70);
+    data_split = model::load_text(text, seq);
+    o.seq_len = seq;
+    o.vocab = data_split.vocab;
+  }
+  torch::manual_seed(seed);
+  auto m = model::build_model(model, o);
+  if (kind == "synthetic") {
+    int64_t n = lm ? (o.vocab > 0 ? o.vocab : 10000) : (o.classes > 0 ? o.classes : (model == "mnist-cnn" ? 10 : 1000));
+    data_split = model::synthetic_data(*m, synthetic_samples, std::max<int64_t>(1, synthetic_samples / 8), n, seed + 1);
+  }
+  *data_out = std::move(data_split);
+  return m;
+}
+
+}  // namespace pt::app

@@ -1,0 +1,28 @@
+#pragma once
+// Flags shared by the subcommands that build a model and load data (train, profile).
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/dataset.h"
+#include "model/zoo.h"
+
+namespace pt::app {
+
+struct ModelFlags {
+  std::string model = "mnist-cnn";
+  model::ModelOptions options;
+  std::string data;  // "" = the model's default: fashion-mnist, text or synthetic
+  std::string data_dir = model::kFashionMnistDir;
+  std::string text = model::kDefaultTextFile;
+  int64_t synthetic_samples = 2048;
+  uint64_t seed = 0;
+
+  void add_to(CLI::App& app);
+  // Loads the data first (it fixes classes, channels or vocabulary), then builds the model
+  // with the seed set, so the initial weights depend only on --seed.
+  std::shared_ptr<model::LayeredModel> build(model::DataSplit* data_out);
+};
+
+}  // namespace pt::app

@@ -1,0 +1,58 @@
+// pipetrain profile: measures a model layer by layer and writes the profile format.
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "apps/command.h"
+#include "apps/model_flags.h"
+#include "core/error.h"
+#include "profile/profiler.h"
+#include "runtime/trainer.h"
+
+namespace pt::app {
+namespace {
+
+struct ProfileFlags {
+  ModelFlags model;
+  int64_t batch_size = 64;
+  profile::ProfilerOptions options;
+  std::string output;
+};
+
+int run_profile(ProfileFlags& f) {
+  at::set_num_threads(1);
+  if (f.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", f.batch_size));
+  if (f.model.data.empty() && f.model.model != "mnist-cnn" && !model::is_language_model(f.model.model))
+    f.model.synthetic_samples = std::max(f.model.synthetic_samples, f.batch_size);
+  model::DataSplit data;
+  auto m = f.model.build(&data);
+  if (f.batch_size > data.train.size())
+    throw UsageError(str("--batch-size: ", f.batch_size, " is larger than the ", data.train.size(), " samples"));
+  auto batch = data.train.inputs.narrow(0, 0, f.batch_size);
+  auto p = profile::measure_profile(*m, batch, f.options);
+  if (f.output.empty() || f.output == "-") {
+    std::cout << profile::to_json(p).dump(1) << "\n";
+  } else {
+    profile::write_profile(p, f.output);
+    std::cerr << "wrote " << f.output << "\n";
+  }
+  double fwd = 0, bwd = 0;
+  for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms;
+  std::cerr << p.model << " at batch " << p.batch_size << ": " << p.num_layers() << " layers, forward "
+            << fwd << " ms, backward " << bwd << " ms, parameters " << p.total_parameter_bytes() << " bytes\n";
+  return 0;
+}
+
+Register reg({"profile", "Measure per-layer forward/backward time, activation and parameter bytes",
+              [](CLI::App& app) -> std::function<int()> {
+  auto f = std::make_shared<ProfileFlags>();
+  f->model.add_to(app);
+  app.add_option("--batch-size", f->batch_size, "Minibatch size to profile")->capture_default_str();
+  app.add_option("--warmup", f->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--repeats", f->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-o,--output", f->output, "Write the profile JSON here (default: standard output)");
+  return [f] { return run_profile(*f); };
+}});
+
+}  // namespace
+}  // namespace pt::app

@@ -1,0 +1,119 @@
+#include "model/dataset.h"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/json_doc.h"
+#include "model/idx_reader.h"
+
+namespace pt::model {
+
+namespace {
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Debian ships the files gzip'd; a plain copy is accepted too.
+std::string find_idx(const std::string& dir, const std::string& stem) {
+  for (const std::string& p : {dir + "/" + stem + ".gz", dir + "/" + stem})
+    if (exists(p)) return p;
+  throw Error(str(dir, ": no ", stem, "(.gz) in the data directory"));
+}
+
+Dataset load_idx_pair(const std::string& dir, const std::string& prefix) {
+  std::string images_path = find_idx(dir, prefix + "-images-idx3-ubyte");
+  std::string labels_path = find_idx(dir, prefix + "-labels-idx1-ubyte");
+  IdxArray images = read_idx(images_path);
+  IdxArray labels = read_idx(labels_path);
+  if (images.dims.size() != 3)
+    throw FormatError(str(images_path, ": expected 3 dimensions (count, rows, cols), found ", images.dims.size()));
+  if (labels.dims.size() != 1)
+    throw FormatError(str(labels_path, ": expected 1 dimension (count), found ", labels.dims.size()));
+  if (images.dims[0] != labels.dims[0])
+    throw FormatError(str(images_path, " holds ", images.dims[0], " images but ", labels_path, " holds ",
+                          labels.dims[0], " labels"));
+  for (uint8_t l : labels.data)
+    if (l > 9) throw FormatError(str(labels_path, ": label ", int(l), " is not a class 0..9"));
+  int64_t n = images.dims[0], rows = images.dims[1], cols = images.dims[2];
+  Dataset d;
+  auto raw = torch::from_blob(images.data.data(), {n, 1, rows, cols}, torch::kUInt8);
+  // Fashion-MNIST training-set mean and standard deviation of [0,1] pixels.
+  d.inputs = (raw.to(torch::kFloat32) / 255.0 - 0.2860) / 0.3530;
+  d.targets = torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  return d;
+}
+
+}  // namespace
+
+DataSplit load_fashion_mnist(const std::string& dir) {
+  if (!exists(dir))
+    throw Error(str("--data-dir: ", dir, " does not exist; install Fashion-MNIST with "
+                    "`apt-get install dataset-fashion-mnist` or point --data-dir at the IDX files"));
+  DataSplit s;
+  s.name = "fashion-mnist";
+  s.train = load_idx_pair(dir, "train");
+  s.test = load_idx_pair(dir, "t10k");
+  s.classes = 10;
+  return s;
+}
+
+DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64_t test_samples,
+                         int64_t classes_or_vocab, uint64_t seed) {
+  torch::Generator gen = at::detail::createCPUGenerator(seed);
+  auto make = [&](int64_t n) {
+    std::vector<int64_t> shape{n};
+    for (int64_t d : model.sample_shape()) shape.push_back(d);
+    Dataset d;
+    if (model.integer_input()) {
+      d.inputs = torch::randint(classes_or_vocab, shape, gen, torch::kInt64);
+      d.targets = torch::randint(classes_or_vocab, shape, gen, torch::kInt64);
+    } else {
+      d.inputs = torch::randn(shape, gen);
+      d.targets = torch::randint(classes_or_vocab, {n}, gen, torch::kInt64);
+    }
+    return d;
+  };
+  DataSplit s;
+  s.name = "synthetic";
+  s.train = make(train_samples);
+  s.test = make(test_samples);
+  (model.integer_input() ? s.vocab : s.classes) = classes_or_vocab;
+  return s;
+}
+
+DataSplit load_text(const std::string& path, int64_t seq_len) {
+  if (!exists(path))
+    throw Error(str("--text: ", path, " does not exist", path == kDefaultTextFile
+                    ? "; install it with `apt-get install fortunes` or give --text FILE" : ""));
+  std::string text = read_text_file(path);
+  if (seq_len < 1) throw UsageError(str("--seq-len: must be >= 1, got ", seq_len));
+  int64_t windows = static_cast<int64_t>(text.size()) / (seq_len + 1);
+  if (windows < 10)
+    throw FormatError(str(path, ": ", text.size(), " bytes is too short for ", seq_len,
+                          "-character samples (need at least ", 10 * (seq_len + 1), ")"));
+  std::array<int64_t, 256> id;
+  id.fill(-1);
+  for (unsigned char c : text) id[c] = 0;
+  int64_t vocab = 0;
+  for (auto& v : id)
+    if (v == 0) v = vocab++;
+  auto tokens = torch::empty({windows, seq_len + 1}, torch::kInt64);
+  auto* t = tokens.data_ptr<int64_t>();
+  for (int64_t i = 0; i < windows * (seq_len + 1); ++i) t[i] = id[static_cast<unsigned char>(text[i])];
+  int64_t test_n = std::max<int64_t>(1, windows / 10);
+  int64_t train_n = windows - test_n;
+  auto x = tokens.narrow(1, 0, seq_len), y = tokens.narrow(1, 1, seq_len);
+  DataSplit s;
+  s.name = "text:" + path;
+  s.train = {x.narrow(0, 0, train_n).contiguous(), y.narrow(0, 0, train_n).contiguous()};
+  s.test = {x.narrow(0, train_n, test_n).contiguous(), y.narrow(0, train_n, test_n).contiguous()};
+  s.vocab = vocab;
+  return s;
+}
+
+}  // namespace pt::model

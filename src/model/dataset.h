@@ -1,0 +1,43 @@
+#pragma once
+// Data sets held in memory as tensors: Fashion-MNIST, seeded synthetic data, a text corpus.
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "model/layered_model.h"
+
+namespace pt::model {
+
+struct Dataset {
+  torch::Tensor inputs;   // [N, ...] float images or int64 token ids
+  torch::Tensor targets;  // [N] class ids or [N, T] token ids
+  int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
+};
+
+struct DataSplit {
+  std::string name;       // "fashion-mnist", "synthetic", "text:<file>"
+  Dataset train, test;
+  int64_t classes = 0;    // classification
+  int64_t vocab = 0;      // language modelling
+};
+
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// Text the Debian package `fortunes` ships: plain English prose and verse (~230 KB).
+inline constexpr const char* kDefaultTextFile = "/usr/share/games/fortunes/songs-poems";
+
+// Reads train-images-idx3-ubyte(.gz) etc. from `dir`; images scaled to [0,1] and normalised
+// with Fashion-MNIST's mean and std. A missing directory names the Debian package to install.
+DataSplit load_fashion_mnist(const std::string& dir);
+
+// Seeded random inputs of the model's sample shape with random labels (or tokens): for
+// profiling and throughput, any model.
+DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64_t test_samples,
+                         int64_t classes_or_vocab, uint64_t seed);
+
+// Character-level corpus: the vocabulary is the set of bytes in the file (sorted); samples are
+// consecutive windows of seq_len+1 characters (input = first seq_len, target = shifted by one);
+// the last 10% of windows are the test set.
+DataSplit load_text(const std::string& path, int64_t seq_len);
+
+}  // namespace pt::model

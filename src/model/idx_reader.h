@@ -1,0 +1,19 @@
+#pragma once
+// Reader for the IDX format of (Fashion-)MNIST, gzip'd as Debian ships it or plain.
+// Plain C++ (zlib): no LibTorch, so its tests are fast.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pt::model {
+
+struct IdxArray {
+  std::vector<int64_t> dims;  // e.g. {60000, 28, 28}
+  std::vector<uint8_t> data;  // row-major, unsigned bytes
+};
+
+// Throws FormatError naming the file for a bad magic number, a wrong element type, a
+// truncated file or trailing bytes; Error for a file that cannot be opened.
+IdxArray read_idx(const std::string& path);
+
+}  // namespace pt::model

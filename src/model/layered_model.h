@@ -1,0 +1,59 @@
+#pragma once
+// A model as a sequence of named layers that later steps can cut between (DESIGN.md, "model").
+// A residual block or a transformer block is one layer. Every zoo model is a chain: layer i
+// reads layer i-1's output (layer 0 reads the input batch); `inputs` records it explicitly so
+// profiles carry the graph.
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace pt::model {
+
+enum class Task {
+  kClassification,  // output [N, classes] logits, target [N] class ids
+  kLanguageModel,   // output [N, T, vocab] logits, target [N, T] token ids
+};
+
+struct Layer {
+  std::string name;
+  torch::nn::Sequential module;  // every layer is a Sequential: uniform, cloneable
+  std::vector<int> inputs;
+};
+
+class LayeredModel {
+ public:
+  LayeredModel(std::string name, Task task, std::vector<int64_t> sample_shape, bool integer_input);
+
+  void add(std::string name, torch::nn::Sequential module);
+
+  const std::string& name() const { return name_; }
+  Task task() const { return task_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  const Layer& layer(int i) const { return layers_[i]; }
+  Layer& layer(int i) { return layers_[i]; }
+  // Shape of one sample (without the batch dimension); token ids when integer_input().
+  const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
+  bool integer_input() const { return integer_input_; }
+
+  // Runs layers [first, last) on x.
+  torch::Tensor forward(torch::Tensor x, int first = 0, int last = -1);
+  torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
+  // Number of correct predictions (classification: argmax; LM: per token).
+  int64_t correct(const torch::Tensor& output, const torch::Tensor& target) const;
+  int64_t targets_per_sample() const;  // 1, or the sequence length for an LM
+
+  std::vector<torch::Tensor> parameters(int first = 0, int last = -1) const;
+  std::vector<torch::Tensor> layer_parameters(int i) const;
+  int64_t parameter_bytes(int i) const;
+  void train(bool on = true);
+
+ private:
+  std::string name_;
+  Task task_;
+  std::vector<int64_t> sample_shape_;
+  bool integer_input_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace pt::model

@@ -1,0 +1,46 @@
+// lstm-lm: a stacked-LSTM language model after AWD-LM (Merity et al., 2018): embedding 400,
+// three LSTM layers of 1150 hidden units (the last one back to 400, tied size), a decoder.
+// Each LSTM layer is one cuttable layer. `width` scales the sizes. Each sequence starts from a
+// zero state (no state carried across minibatches), so minibatches are independent, as a
+// pipeline needs.
+//   tokens [N,T] -embed-> [N,T,E] -lstm1-> [N,T,H] -lstm2-> [N,T,H] -lstm3-> [N,T,E] -decoder-> [N,T,V]
+#include <algorithm>
+#include <cmath>
+
+#include "model/zoo.h"
+
+namespace pt::model {
+
+namespace nn = torch::nn;
+
+namespace {
+
+// nn::LSTM returns (output, (h, c)); a pipeline layer passes on the output only.
+struct LstmLayerImpl : nn::Module {
+  LstmLayerImpl(int64_t in, int64_t hidden)
+      : lstm(register_module("lstm", nn::LSTM(nn::LSTMOptions(in, hidden).batch_first(true)))) {}
+  torch::Tensor forward(torch::Tensor x) { return std::get<0>(lstm->forward(x)); }
+  nn::LSTM lstm;
+};
+TORCH_MODULE(LstmLayer);
+
+}  // namespace
+
+std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o) {
+  int64_t vocab = o.vocab > 0 ? o.vocab : 10000;
+  int64_t seq = o.seq_len > 0 ? o.seq_len : 70;
+  int64_t layers = o.depth > 0 ? o.depth : 3;
+  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * o.width)); };
+  int64_t emb = scaled(400), hidden = scaled(1150);
+  auto m = std::make_shared<LayeredModel>("lstm-lm", Task::kLanguageModel, std::vector<int64_t>{seq}, true);
+  m->add("embed", nn::Sequential(nn::Embedding(vocab, emb)));
+  for (int64_t i = 0; i < layers; ++i) {
+    int64_t in = i == 0 ? emb : hidden;
+    int64_t out = i + 1 == layers ? emb : hidden;
+    m->add("lstm" + std::to_string(i + 1), nn::Sequential(LstmLayer(in, out)));
+  }
+  m->add("decoder", nn::Sequential(nn::Linear(emb, vocab)));
+  return m;
+}
+
+}  // namespace pt::model

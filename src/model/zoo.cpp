@@ -1,0 +1,26 @@
+#include "model/zoo.h"
+
+#include "core/error.h"
+
+namespace pt::model {
+
+std::vector<std::string> model_names() {
+  return {"mnist-cnn", "vgg16", "resnet18", "resnet50", "lstm-lm", "gpt"};
+}
+
+bool is_language_model(const std::string& name) { return name == "lstm-lm" || name == "gpt"; }
+
+std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& o) {
+  if (o.width <= 0 || o.width > 16) throw UsageError(str("--width: must be in (0, 16], got ", o.width));
+  if (name == "mnist-cnn") return build_mnist_cnn(o);
+  if (name == "vgg16") return build_vgg16(o);
+  if (name == "resnet18") return build_resnet(18, o);
+  if (name == "resnet50") return build_resnet(50, o);
+  if (name == "lstm-lm") return build_lstm_lm(o);
+  if (name == "gpt") return build_gpt(o);
+  std::string known;
+  for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError(str("--model: unknown model '", name, "' (known: ", known, ")"));
+}
+
+}  // namespace pt::model

@@ -1,0 +1,21 @@
+#pragma once
+// The profiler: measures a LayeredModel layer by layer (LibTorch) and returns a Profile.
+#include "model/layered_model.h"
+#include "profile/profile.h"
+
+namespace pt::profile {
+
+struct ProfilerOptions {
+  int warmup = 2;    // untimed repetitions first (allocator, caches)
+  int repeats = 7;   // timed repetitions; the median is kept
+};
+
+// `batch` is one minibatch of inputs; its first dimension is the profile's batch size.
+// Forward time: the layer's forward with autograd recording, as in training. Backward time:
+// backward from a gradient of the output's shape to the layer's parameters and input (the
+// first layer computes no input gradient, as in training). Bytes are exact: output numel x
+// element size; parameters numel x element size.
+Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch,
+                        const ProfilerOptions& options = {});
+
+}  // namespace pt::profile

@@ -1,0 +1,82 @@
+#include "runtime/progress.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace pt::runtime {
+
+double wall_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool quiet)
+    : total_(total_steps), tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), csv_path_(metrics_path),
+      start_ms_(wall_ms()) {
+  if (!metrics_path.empty()) {
+    csv_ = std::fopen(metrics_path.c_str(), "w");
+    if (!csv_) throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
+    std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy\n");
+  }
+}
+
+Progress::~Progress() {
+  flush_pending();
+  if (csv_) std::fclose(csv_);
+}
+
+void Progress::flush_pending() {
+  if (!csv_ || !has_pending_) return;
+  has_pending_ = false;
+  const StepRecord& r = pending_;
+  if (r.test_accuracy >= 0)
+    std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%.6f\n", (long long)r.step, (long long)r.epoch, r.loss,
+                 r.samples_per_s, r.test_accuracy);
+  else
+    std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,\n", (long long)r.step, (long long)r.epoch, r.loss, r.samples_per_s);
+  std::fflush(csv_);
+}
+
+void Progress::step(const StepRecord& r) {
+  flush_pending();
+  pending_ = r;
+  has_pending_ = true;
+  if (quiet_) return;
+  double now = wall_ms();
+  double elapsed_s = (now - start_ms_) / 1000;
+  double eta_s = r.step > 0 ? elapsed_s / r.step * (total_ - r.step) : 0;
+  if (tty_) {
+    if (now - last_print_ms_ < 100 && r.step != total_) return;
+    const int width = 30;
+    int filled = total_ > 0 ? static_cast<int>(width * r.step / total_) : 0;
+    std::string bar(filled, '#');
+    bar.resize(width, '.');
+    std::fprintf(stderr, "\r[%s] %lld/%lld epoch %lld  loss %.4f  %.0f samples/s  ETA %.0fs   ", bar.c_str(),
+                 (long long)r.step, (long long)total_, (long long)r.epoch + 1, r.loss, r.samples_per_s, eta_s);
+  } else {
+    // Plain lines for logs: about every 10 s or every 10% of the run.
+    bool tenth = total_ >= 10 && r.step % (total_ / 10) == 0;
+    if (!(tenth || now - last_print_ms_ > 10000 || r.step == total_)) return;
+    std::fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f %.0f samples/s ETA %.0fs\n", (long long)r.step,
+                 (long long)total_, (long long)r.epoch + 1, r.loss, r.samples_per_s, eta_s);
+  }
+  last_print_ms_ = now;
+}
+
+void Progress::evaluated(const StepRecord& r) {
+  if (has_pending_ && pending_.step == r.step) pending_.test_accuracy = r.test_accuracy;
+  if (quiet_) return;
+  std::fprintf(stderr, "%sepoch %lld step %lld: test accuracy %.2f%%\n", tty_ ? "\n" : "", (long long)r.epoch + 1,
+               (long long)r.step, 100 * r.test_accuracy);
+}
+
+void Progress::finish() {
+  flush_pending();
+  if (tty_ && !quiet_) std::fprintf(stderr, "\n");
+}
+
+}  // namespace pt::runtime

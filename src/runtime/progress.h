@@ -1,0 +1,46 @@
+#pragma once
+// Training progress for people and for files: a progress bar (samples/s, loss, ETA) on a
+// terminal, plain lines otherwise, and per-step metrics as CSV (--metrics FILE).
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace pt::runtime {
+
+struct StepRecord {
+  int64_t step = 0;     // 1-based global step (minibatch)
+  int64_t epoch = 0;    // 0-based
+  double loss = 0;
+  double samples_per_s = 0;
+  double test_accuracy = -1;  // < 0: not evaluated at this step
+};
+
+class Progress {
+ public:
+  // total_steps for the ETA; metrics_path "" = no CSV. One CSV row per step; the test
+  // accuracy goes on the row of the step after which it was measured. Rows are flushed as
+  // they complete, so a killed run keeps what it measured.
+  Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false);
+  ~Progress();
+
+  void step(const StepRecord& r);       // after each training step
+  void evaluated(const StepRecord& r);  // after a test-set evaluation
+  void finish();
+
+ private:
+  void flush_pending();
+  StepRecord pending_;  // the last step's row, written when the next step starts (or at finish)
+  bool has_pending_ = false;
+  int64_t total_;
+  bool tty_;
+  bool quiet_;
+  FILE* csv_ = nullptr;
+  std::string csv_path_;
+  double start_ms_;
+  double last_print_ms_ = 0;
+};
+
+double wall_ms();  // monotonic clock, ms
+
+}  // namespace pt::runtime

@@ -1,0 +1,87 @@
+#include "runtime/trainer.h"
+
+#include <deque>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/batch_sampler.h"
+#include "runtime/progress.h"
+
+namespace pt::runtime {
+
+torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices) {
+  auto idx = torch::from_blob(const_cast<int64_t*>(indices.data()), {static_cast<int64_t>(indices.size())},
+                              torch::kInt64);
+  return t.index_select(0, idx);
+}
+
+double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size) {
+  torch::NoGradGuard no_grad;
+  model.train(false);
+  int64_t correct = 0, total = 0;
+  for (int64_t first = 0; first < test.size(); first += batch_size) {
+    int64_t n = std::min(batch_size, test.size() - first);
+    auto out = model.forward(test.inputs.narrow(0, first, n));
+    auto target = test.targets.narrow(0, first, n);
+    correct += model.correct(out, target);
+    total += target.numel();
+  }
+  model.train(true);
+  return total ? static_cast<double>(correct) / total : 0;
+}
+
+void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
+  if (o.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", o.batch_size));
+  if (o.batch_size > data.train.size())
+    throw UsageError(str("--batch-size: ", o.batch_size, " is larger than the ", data.train.size(),
+                         " training samples of ", data.name));
+  if (o.epochs < 1 && o.steps < 1) throw UsageError(str("--epochs: must be >= 1, got ", o.epochs));
+  if (o.steps < 0) throw UsageError(str("--steps: must be >= 0, got ", o.steps));
+  if (!(o.sgd.lr > 0)) throw UsageError(str("--lr: must be > 0, got ", o.sgd.lr));
+  if (o.sgd.momentum < 0 || o.sgd.momentum >= 1) throw UsageError(str("--momentum: must be in [0, 1), got ", o.sgd.momentum));
+  if (o.sgd.weight_decay < 0) throw UsageError(str("--weight-decay: must be >= 0, got ", o.sgd.weight_decay));
+}
+
+TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& o) {
+  check_train_options(o, data);
+  model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed);
+  int64_t per_epoch = sampler.batches_per_epoch();
+  int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
+  torch::optim::SGD sgd(model.parameters(),
+                        torch::optim::SGDOptions(o.sgd.lr).momentum(o.sgd.momentum).weight_decay(o.sgd.weight_decay));
+  Progress progress(total, o.metrics_path, o.quiet);
+  model.train(true);
+  TrainResult result;
+  std::deque<double> recent;
+  double train_ms = 0;
+  for (int64_t step = 0; step < total; ++step) {
+    double t0 = wall_ms();
+    auto idx = sampler.batch(step);
+    auto x = gather(data.train.inputs, idx);
+    auto y = gather(data.train.targets, idx);
+    sgd.zero_grad();
+    auto loss = model.loss(model.forward(x), y);
+    loss.backward();
+    sgd.step();
+    double loss_value = loss.item<double>();
+    train_ms += wall_ms() - t0;
+    recent.push_back(loss_value);
+    if (recent.size() > 50) recent.pop_front();
+    StepRecord rec{step + 1, step / per_epoch, loss_value, (step + 1) * o.batch_size / (train_ms / 1000), -1};
+    progress.step(rec);
+    bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
+    if (o.evaluate && epoch_end) {
+      rec.test_accuracy = evaluate_accuracy(model, data.test);
+      result.test_accuracy = rec.test_accuracy;
+      progress.evaluated(rec);
+    }
+  }
+  progress.finish();
+  result.steps = total;
+  result.seconds = train_ms / 1000;
+  result.samples_per_s = total * o.batch_size / result.seconds;
+  result.final_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
+  return result;
+}
+
+}  // namespace pt::runtime

@@ -1,0 +1,49 @@
+#pragma once
+// Single-worker training: the reference every parallel schedule is tested against, and the
+// baseline of the benchmarks. A plain loop: minibatch -> forward -> loss -> backward -> SGD.
+#include <cstdint>
+#include <string>
+
+#include "model/dataset.h"
+#include "model/layered_model.h"
+
+namespace pt::runtime {
+
+struct SgdOptions {
+  double lr = 0.02;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+};
+
+struct TrainOptions {
+  int64_t epochs = 1;
+  int64_t steps = 0;          // > 0: stop after this many minibatches (overrides epochs)
+  int64_t batch_size = 64;
+  SgdOptions sgd;
+  uint64_t seed = 0;
+  std::string metrics_path;   // per-step CSV; "" = none
+  bool quiet = false;         // no progress output
+  bool evaluate = true;       // test accuracy after each epoch and at the end
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double seconds = 0;          // training time, evaluation excluded
+  double samples_per_s = 0;
+  double final_loss = 0;       // mean loss of the last 50 steps
+  double test_accuracy = -1;   // -1 when not evaluated
+};
+
+TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data,
+                                const TrainOptions& options);
+
+// Accuracy of `model` on data.test, in eval mode, no gradients.
+double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size = 1000);
+
+// The data rows of `indices` as one minibatch.
+torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);
+
+// Checks option values; throws UsageError naming the flag.
+void check_train_options(const TrainOptions& o, const model::DataSplit& data);
+
+}  // namespace pt::runtime
