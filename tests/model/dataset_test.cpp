@@ -1,0 +1,100 @@
+// Data sets: Fashion-MNIST as Debian ships it, the text corpus, synthetic data, batch order.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "model/batch_sampler.h"
+#include "model/dataset.h"
+#include "model/zoo.h"
+
+namespace pt::model {
+namespace {
+
+TEST(Dataset, FashionMnistFromTheDebianPackage) {
+  DataSplit d = load_fashion_mnist(kFashionMnistDir);
+  EXPECT_EQ(d.train.inputs.sizes().vec(), (std::vector<int64_t>{60000, 1, 28, 28}));
+  EXPECT_EQ(d.test.inputs.sizes().vec(), (std::vector<int64_t>{10000, 1, 28, 28}));
+  EXPECT_EQ(d.train.targets.min().item<int64_t>(), 0);
+  EXPECT_EQ(d.train.targets.max().item<int64_t>(), 9);
+  // Normalised with the training set's own mean and std.
+  EXPECT_NEAR(d.train.inputs.mean().item<double>(), 0.0, 0.01);
+  EXPECT_NEAR(d.train.inputs.std().item<double>(), 1.0, 0.01);
+}
+
+TEST(Dataset, MissingDirectorySaysWhichPackage) {
+  try {
+    load_fashion_mnist("/nonexistent/fmnist");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("apt-get install dataset-fashion-mnist"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Dataset, ImageLabelCountMismatchNamesBothFiles) {
+  std::string dir = ::testing::TempDir() + "mismatch";
+  std::system(("mkdir -p " + dir).c_str());
+  auto write = [&](const std::string& name, std::vector<uint8_t> header, int64_t n) {
+    std::ofstream f(dir + "/" + name, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), header.size());
+    f << std::string(n, '\1');
+  };
+  for (std::string split : {"train", "t10k"}) {
+    write(split + "-images-idx3-ubyte", {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2}, 12);
+    write(split + "-labels-idx1-ubyte", {0, 0, 8, 1, 0, 0, 0, 2}, 2);
+  }
+  try {
+    load_fashion_mnist(dir);
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/train-images-idx3-ubyte holds 3 images but " + dir +
+                                         "/train-labels-idx1-ubyte holds 2 labels");
+  }
+}
+
+TEST(Dataset, TextIsCharacterLevelAndShifted) {
+  std::string path = ::testing::TempDir() + "corpus.txt";
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the cat sat. ";
+  std::ofstream(path) << text;
+  DataSplit d = load_text(path, 8);
+  EXPECT_EQ(d.vocab, 8);  // " .acehst"
+  int64_t windows = static_cast<int64_t>(text.size()) / 9;
+  EXPECT_EQ(d.train.size() + d.test.size(), windows);
+  EXPECT_EQ(d.train.inputs.sizes().vec(), (std::vector<int64_t>{d.train.size(), 8}));
+  // Targets are the inputs shifted by one character.
+  EXPECT_TRUE(torch::equal(d.train.inputs[0].narrow(0, 1, 7), d.train.targets[0].narrow(0, 0, 7)));
+  EXPECT_THROW(load_text("/nonexistent.txt", 8), Error);
+}
+
+TEST(Dataset, DefaultCorpusFromTheFortunesPackage) {
+  DataSplit d = load_text(kDefaultTextFile, 64);
+  EXPECT_GT(d.train.size(), 3000);
+  EXPECT_GT(d.vocab, 60);
+}
+
+TEST(Dataset, SyntheticIsSeeded) {
+  auto m = build_mnist_cnn({});
+  auto a = synthetic_data(*m, 16, 4, 10, 7), b = synthetic_data(*m, 16, 4, 10, 7), c = synthetic_data(*m, 16, 4, 10, 8);
+  EXPECT_TRUE(torch::equal(a.train.inputs, b.train.inputs));
+  EXPECT_TRUE(torch::equal(a.train.targets, b.train.targets));
+  EXPECT_FALSE(torch::equal(a.train.inputs, c.train.inputs));
+}
+
+TEST(BatchSampler, SeededShufflePerEpoch) {
+  BatchSampler a(100, 10, 3), b(100, 10, 3), c(100, 10, 4);
+  EXPECT_EQ(a.batches_per_epoch(), 10);
+  std::vector<int64_t> seen;
+  for (int s = 0; s < 10; ++s) {
+    auto batch = a.batch(s);
+    EXPECT_EQ(batch, b.batch(s));
+    seen.insert(seen.end(), batch.begin(), batch.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);  // each sample once per epoch
+  EXPECT_NE(a.batch(10), a.batch(0));                  // a new order next epoch
+  EXPECT_NE(c.batch(0), b.batch(0));
+}
+
+}  // namespace
+}  // namespace pt::model

@@ -1,0 +1,41 @@
+// The profiler's bytes are exact: hand-computed values for mnist-cnn at batch 64.
+#include <gtest/gtest.h>
+
+#include "model/zoo.h"
+#include "profile/profiler.h"
+
+namespace pt::profile {
+namespace {
+
+TEST(Profiler, MnistCnnExactBytes) {
+  torch::manual_seed(0);
+  auto m = model::build_mnist_cnn({});
+  Profile p = measure_profile(*m, torch::randn({64, 1, 28, 28}), {1, 3});
+  ASSERT_EQ(p.num_layers(), 5);
+  EXPECT_EQ(p.model, "mnist-cnn");
+  EXPECT_EQ(p.batch_size, 64);
+  struct Expect {
+    const char* name;
+    int64_t activation, parameters;
+  };
+  const Expect expect[] = {
+      {"conv1", 64 * 16 * 14 * 14 * 4, (16 * 1 * 5 * 5 + 16) * 4},     // 802816, 1664
+      {"conv2", 64 * 32 * 7 * 7 * 4, (32 * 16 * 5 * 5 + 32) * 4},      // 401408, 51328
+      {"fc1", 64 * 200 * 4, (1568 * 200 + 200) * 4},                   // 51200, 1255200
+      {"fc2", 64 * 200 * 4, (200 * 200 + 200) * 4},                    // 51200, 160800
+      {"fc3", 64 * 10 * 4, (200 * 10 + 10) * 4},                       // 2560, 8040
+  };
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(p.layers[i].name, expect[i].name);
+    EXPECT_EQ(p.layers[i].activation_bytes, expect[i].activation);
+    EXPECT_EQ(p.layers[i].parameter_bytes, expect[i].parameters);
+    EXPECT_GT(p.layers[i].forward_ms, 0);
+    EXPECT_GT(p.layers[i].backward_ms, 0);
+    EXPECT_EQ(p.layers[i].inputs, i ? std::vector<int>{i - 1} : std::vector<int>{});
+  }
+  // What it measured reads back through the validating reader.
+  EXPECT_EQ(to_json(profile_from_json(to_json(p), "x")), to_json(p));
+}
+
+}  // namespace
+}  // namespace pt::profile

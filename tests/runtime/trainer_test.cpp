@@ -1,0 +1,68 @@
+// Single-worker training is deterministic under a seed and writes its per-step CSV.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "model/zoo.h"
+#include "runtime/trainer.h"
+
+namespace pt::runtime {
+namespace {
+
+std::vector<torch::Tensor> train_weights(uint64_t seed, const std::string& csv = "") {
+  torch::manual_seed(seed);
+  auto m = model::build_mnist_cnn({});
+  auto data = model::synthetic_data(*m, 256, 32, 10, seed + 1);
+  TrainOptions o;
+  o.steps = 12;
+  o.batch_size = 32;
+  o.seed = seed;
+  o.quiet = true;
+  o.metrics_path = csv;
+  train_single_worker(*m, data, o);
+  std::vector<torch::Tensor> w;
+  for (auto& p : m->parameters()) w.push_back(p.detach().clone());
+  return w;
+}
+
+TEST(Trainer, DeterministicUnderSeed) {
+  auto a = train_weights(5), b = train_weights(5), c = train_weights(6);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  EXPECT_FALSE(torch::equal(a[0], c[0]));
+}
+
+TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
+  std::string path = ::testing::TempDir() + "metrics.csv";
+  train_weights(1, path);
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 13u);
+  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy");
+  EXPECT_EQ(lines[1].substr(0, 4), "1,0,");
+  EXPECT_EQ(lines[1].back(), ',');   // not evaluated after step 1
+  EXPECT_NE(lines[8].back(), ',');   // end of epoch 1 (8 steps of 32 of 256 samples)
+  EXPECT_NE(lines[12].back(), ',');  // end of the run
+}
+
+TEST(Trainer, BadOptionsNameTheFlag) {
+  auto m = model::build_mnist_cnn({});
+  auto data = model::synthetic_data(*m, 64, 8, 10, 1);
+  TrainOptions o;
+  o.batch_size = 65;
+  try {
+    train_single_worker(*m, data, o);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--batch-size: 65 is larger than the 64 training samples of synthetic");
+  }
+  o.batch_size = 8;
+  o.sgd.lr = -1;
+  EXPECT_THROW(train_single_worker(*m, data, o), UsageError);
+}
+
+}  // namespace
+}  // namespace pt::runtime
