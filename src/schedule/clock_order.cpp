@@ -1,6 +1,5 @@
 #include "schedule/clock_order.h"
 
-#include <deque>
 #include <map>
 
 #include "core/error.h"
@@ -12,10 +11,9 @@ void clock_order(Schedule& s, const std::vector<WorkerQueues>& queues) {
   // Slot after which F / B of (stage, mb) is done.
   std::map<std::pair<int, int>, int> done_f, done_b;
   std::vector<size_t> next_f(n, 0), next_b(n, 0);
-  std::vector<std::deque<std::pair<int, int>>> pending_w(n);
   std::vector<int> in_flight(n, 0);
   size_t remaining = 0;
-  for (const auto& q : queues) remaining += q.forwards.size() + q.backwards.size() * (s.split_backward[0] ? 2 : 1);
+  for (const auto& q : queues) remaining += q.forwards.size() + q.backwards.size();
   auto done_by = [](const std::map<std::pair<int, int>, int>& m, int stage, int mb, int t) {
     auto it = m.find({stage, mb});
     return it != m.end() && it->second <= t;
@@ -25,7 +23,6 @@ void clock_order(Schedule& s, const std::vector<WorkerQueues>& queues) {
     PT_CHECK(t < bound, s.kind, ": the unit clock found no order (", remaining, " actions left)");
     for (int w = 0; w < n; ++w) {
       const auto& q = queues[w];
-      bool split = s.split_backward[0];
       if (next_b[w] < q.backwards.size()) {
         auto [st, k] = q.backwards[next_b[w]];
         if (done_by(done_f, st, k, t) && (st + 1 == s.num_stages || done_by(done_b, st + 1, k, t))) {
@@ -33,8 +30,7 @@ void clock_order(Schedule& s, const std::vector<WorkerQueues>& queues) {
           done_b[{st, k}] = t + 1;
           ++next_b[w];
           --remaining;
-          if (split) pending_w[w].push_back({st, k});
-          else --in_flight[w];
+          --in_flight[w];
           continue;
         }
       }
@@ -46,15 +42,7 @@ void clock_order(Schedule& s, const std::vector<WorkerQueues>& queues) {
           ++next_f[w];
           ++in_flight[w];
           --remaining;
-          continue;
         }
-      }
-      if (!pending_w[w].empty()) {
-        auto [st, k] = pending_w[w].front();
-        pending_w[w].pop_front();
-        s.add(w, ActionKind::kBackwardWeight, st, k);
-        --in_flight[w];
-        --remaining;
       }
     }
   }

@@ -1,8 +1,7 @@
 #pragma once
 // Orders a worker's forwards and backwards by stepping a unit clock (internal to src/schedule).
-// Used where the order is "whatever this greedy rule gives with equal op times", as the
-// zero-bubble paper states H1, and for interleaved 1F1B where Megatron's closed form has no
-// valid order (microbatches not a multiple of the workers).
+// Used for interleaved 1F1B where Megatron's closed form has no valid order (microbatches not a
+// multiple of the workers).
 #include <utility>
 #include <vector>
 
@@ -13,13 +12,12 @@ namespace pt::schedule::detail {
 struct WorkerQueues {
   std::vector<std::pair<int, int>> forwards;   // (stage, mb) in the order to run them
   std::vector<std::pair<int, int>> backwards;  // (stage, mb) in the order to run them
-  int limit = 1;  // most microbatches between F and their last backward (B, or W when split)
+  int limit = 1;  // most microbatches between F and B
 };
 
-// Appends F/B(/W) to each worker of `s` (single-replica stages): in each slot a free worker
-// runs its next backward if its inputs are done, else its next forward if its inputs are done
-// and fewer than `limit` microbatches are in flight, else (split backward) its oldest pending W.
-// F, B and W take one slot each.
+// Appends F/B to each worker of `s` (single-replica stages): in each slot a worker runs its next
+// backward if its inputs are done, else its next forward if its inputs are done and fewer than
+// `limit` microbatches are in flight. F and B take one slot each.
 void clock_order(Schedule& s, const std::vector<WorkerQueues>& queues);
 
 }  // namespace pt::schedule::detail

@@ -5,6 +5,8 @@
 #include <set>
 #include <tuple>
 
+#include "schedule/stash_tracker.h"
+
 namespace pt::schedule {
 
 namespace {
@@ -189,25 +191,9 @@ int check_deadlock(const Schedule& s) {
 std::vector<WorkerCounts> stash_counts(const Schedule& s) {
   std::vector<WorkerCounts> out(s.num_workers());
   for (int w = 0; w < s.num_workers(); ++w) {
-    std::map<int, int> steps;                    // stage -> Steps run so far
-    std::map<int, std::map<int, int>> in_flight;  // stage -> mb -> version
-    int stash = 0;
-    for (const Action& a : s.actions[w]) {
-      auto& fl = in_flight[a.stage];
-      bool last_backward = a.kind == ActionKind::kBackwardWeight ||
-                           (a.kind == ActionKind::kBackward && !s.split_backward[a.stage]);
-      if (a.kind == ActionKind::kForward) {
-        fl[a.microbatch] = steps[a.stage];
-        out[w].peak_stash = std::max(out[w].peak_stash, ++stash);
-      } else if (last_backward && fl.erase(a.microbatch)) {
-        --stash;
-      } else if (a.kind == ActionKind::kStep) {
-        ++steps[a.stage];
-      }
-      std::set<int> versions = {steps[a.stage]};
-      for (auto& [mb, v] : fl) versions.insert(v);
-      out[w].weight_versions = std::max(out[w].weight_versions, static_cast<int>(versions.size()));
-    }
+    StashTracker tracker;
+    for (const Action& a : s.actions[w]) tracker.on(a, s.split_backward[a.stage]);
+    out[w] = {tracker.peak_stash(), tracker.max_weight_versions()};
   }
   return out;
 }

@@ -1,18 +1,22 @@
 // ZB-H1: Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024, §3 (the handcrafted
 // schedule H1). The backward is split into B (gradient of the input, on the critical path) and
-// W (gradient of the weights, needed only before the Step). Warm-up is 1F1B's, but a stage runs
-// a pending W where 1F1B would wait, and stage i keeps at most p - i microbatches between F and W,
-// so memory is no higher than 1F1B's. The order is what this rule gives with F = B = W = one slot
-// (the paper's assumption), found by stepping a unit clock. p = 4, m = 6:
+// W (gradient of the weights, needed only before the Step). The order is 1F1B's (warm-up of
+// p - i forwards, then one B / one F) with the W of a microbatch run i backwards later on stage
+// i, so the later stages push B's upstream without stopping for W and catch up on their W's
+// in the drain. Stage i then holds at most (p - i) + i = p microbatches between F and W: the
+// peak (on stage 0) stays 1F1B's. p = 4, m = 6, F = B = W = one slot:
 //
-//   w0: 0F0 0F1 0F2 0F3  .   .  0B0 0W0 0F4 0B1 0W1 0F5 0B2 0W2  .  0B3 0W3 ...
-//   w1:  .  1F0 1F1 1F2  .  1B0 1W0 1F3 1B1 1W1 1F4 1B2 1W2 1F5 1B3 ...
-//   w2:  .   .  2F0 2F1 2B0 2W0 2F2 2B1 2W1 2F3 2B2 2W2 2F4 2B3 ...
-//   w3:  .   .   .  3F0 3B0 3W0 3F1 3B1 3W1 3F2 3B2 3W2 3F3 ...
+//   w0: 0F0 0F1 0F2 0F3  .   .   .  0B0 0W0 0F4 0B1 0W1 0F5 0B2 0W2 0B3 0W3 0B4 0W4 0B5 0W5
+//   w1:  .  1F0 1F1 1F2  .   .  1B0 1F3  .  1B1 1W0 1F4 1B2 1W1 1F5 1B3 1W2 1B4 1W3 1B5 1W4 1W5
+//   w2:  .   .  2F0 2F1  .  2B0 2F2  .  2B1 2F3 ...                      (W lags B by 2)
+//   w3:  .   .   .  3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3W0 3F4 3B4 3W1 ...   (W lags B by 3)
 //
-// Bubble (p-1)(F+B-W) instead of 1F1B's (p-1)(F+B+W): a third of it when F = B = W.
+// Makespan 3m + (p-1) slots for m >= p: bubble (p-1)(F+B-W), a third of 1F1B's (p-1)(F+B+W).
+// With m < p no order can hide the first microbatch's F and B chains, so the bubble is larger.
+#include <algorithm>
+#include <deque>
+
 #include "core/error.h"
-#include "schedule/clock_order.h"
 #include "schedule/generator_util.h"
 #include "schedule/generators.h"
 
@@ -25,16 +29,22 @@ Schedule zb_h1(const plan::Plan& plan, int microbatches) {
                             " replicas; zb-h1 needs single-replica stages"));
   Schedule s = detail::skeleton(plan, "zb-h1", microbatches, 1);
   s.split_backward.assign(s.num_stages, true);
-  std::vector<detail::WorkerQueues> queues(s.num_workers());
-  for (int i = 0; i < s.num_stages; ++i) {
-    auto& q = queues[s.stage_workers[i][0]];
-    for (int k = 0; k < microbatches; ++k) {
-      q.forwards.emplace_back(i, k);
-      q.backwards.emplace_back(i, k);
+  const int p = s.num_stages, m = microbatches;
+  for (int i = 0; i < p; ++i) {
+    int w = s.stage_workers[i][0], warmup = std::min(p - i, m);
+    std::deque<int> pending_w;
+    for (int k = 0; k < warmup; ++k) s.add(w, ActionKind::kForward, i, k);
+    for (int k = 0; k < m; ++k) {
+      s.add(w, ActionKind::kBackward, i, k);
+      pending_w.push_back(k);
+      if (k >= i) {
+        s.add(w, ActionKind::kBackwardWeight, i, pending_w.front());
+        pending_w.pop_front();
+      }
+      if (k + warmup < m) s.add(w, ActionKind::kForward, i, k + warmup);
     }
-    q.limit = s.num_stages - i;  // 1F1B's stash on stage i
+    for (int k : pending_w) s.add(w, ActionKind::kBackwardWeight, i, k);
   }
-  detail::clock_order(s, queues);
   detail::append_flush(s, 0);
   return s;
 }

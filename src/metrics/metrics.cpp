@@ -1,0 +1,154 @@
+#include "metrics/metrics.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "schedule/stash_tracker.h"
+
+namespace pt::metrics {
+
+using schedule::ActionKind;
+using schedule::TraceEvent;
+
+namespace {
+double overlap(const TraceEvent& e, double a, double b) {
+  return std::max(0.0, std::min(e.end_ms, b) - std::max(e.start_ms, a));
+}
+
+// Memory of one worker: replays its events in time order through the StashTracker.
+void memory_of(const schedule::Trace& t, const std::vector<TraceEvent>& events, WorkerMetrics& out) {
+  std::set<int> split;  // stages whose stash is released by W
+  for (const auto& e : events)
+    if (e.action.kind == ActionKind::kBackwardWeight) split.insert(e.action.stage);
+  std::vector<const TraceEvent*> order;
+  for (const auto& e : events)
+    if (is_compute(e.action.kind) || e.action.kind == ActionKind::kStep) order.push_back(&e);
+  // Compute and Steps of one worker do not overlap: start order is execution order.
+  std::stable_sort(order.begin(), order.end(), [](const TraceEvent* a, const TraceEvent* b) {
+    return a->start_ms < b->start_ms;
+  });
+  schedule::StashTracker tracker;
+  std::set<int> stages;
+  for (const TraceEvent* e : order) {
+    tracker.on(e->action, split.count(e->action.stage) > 0, e->bytes);
+    stages.insert(e->action.stage);
+  }
+  out.peak_stash = tracker.peak_stash();
+  out.peak_activation_bytes = tracker.peak_bytes();
+  out.weight_versions = tracker.max_weight_versions();
+  for (int s : stages)
+    if (s < static_cast<int>(t.stage_parameter_bytes.size()))
+      out.weight_bytes += t.stage_parameter_bytes[s] * tracker.weight_versions(s);
+  out.peak_memory_bytes = out.peak_activation_bytes + out.weight_bytes;
+}
+}  // namespace
+
+int64_t Metrics::peak_memory_bytes() const {
+  int64_t m = 0;
+  for (const auto& w : workers) m = std::max(m, w.peak_memory_bytes);
+  return m;
+}
+
+Metrics compute_metrics(const schedule::Trace& t) {
+  Metrics m;
+  m.schedule = t.schedule;
+  m.source = t.source;
+  // done[k]: end of minibatch k's last compute.
+  std::map<int, double> done;
+  for (const auto& list : t.workers)
+    for (const auto& e : list)
+      if (is_compute(e.action.kind)) {
+        double& d = done[e.action.microbatch / t.microbatches];
+        d = std::max(d, e.end_ms);
+      }
+  if (done.empty()) throw ConfigError(str("trace of '", t.schedule, "' has no compute events"));
+  m.minibatches = static_cast<int>(done.size());
+  int k = m.minibatches, a = k / 3, b = k - 1 - k / 3;
+  if (b > a && done.count(a) && done.count(b)) {
+    m.window_start_ms = done[a];
+    m.window_end_ms = done[b];
+    m.ms_per_minibatch = (done[b] - done[a]) / (b - a);
+  } else {
+    m.window_start_ms = t.start_ms();
+    m.window_end_ms = t.end_ms();
+    m.ms_per_minibatch = (m.window_end_ms - m.window_start_ms) / k;
+  }
+  if (m.ms_per_minibatch > 0) m.samples_per_s = static_cast<double>(t.batch_size) / m.ms_per_minibatch * 1e3;
+  double window = m.window_end_ms - m.window_start_ms;
+  std::map<std::pair<int, int>, int64_t> links;
+  for (int w = 0; w < t.num_workers(); ++w) {
+    WorkerMetrics wm;
+    for (const auto& e : t.workers[w]) {
+      if (is_compute(e.action.kind)) wm.busy_ms += overlap(e, m.window_start_ms, m.window_end_ms);
+      if (is_send(e.action.kind)) links[{w, e.action.peer}] += e.bytes;
+    }
+    wm.bubble_fraction = window > 0 ? 1.0 - wm.busy_ms / window : 0;
+    memory_of(t, t.workers[w], wm);
+    m.bubble_fraction += wm.bubble_fraction / t.num_workers();
+    m.workers.push_back(wm);
+  }
+  // All-reduce bytes: one per (stage, id) collective.
+  std::set<std::pair<int, int>> seen;
+  for (const auto& list : t.workers)
+    for (const auto& e : list)
+      if (e.action.kind == ActionKind::kAllReduce && seen.insert({e.action.stage, e.action.microbatch}).second)
+        m.allreduce_bytes += e.bytes;
+  for (const auto& [link, bytes] : links) m.links.push_back({link.first, link.second, bytes});
+  return m;
+}
+
+json to_json(const Metrics& m) {
+  json workers = json::array();
+  for (const auto& w : m.workers)
+    workers.push_back({{"busy_ms", w.busy_ms},
+                       {"bubble_fraction", w.bubble_fraction},
+                       {"peak_stash", w.peak_stash},
+                       {"peak_activation_bytes", w.peak_activation_bytes},
+                       {"weight_versions", w.weight_versions},
+                       {"weight_bytes", w.weight_bytes},
+                       {"peak_memory_bytes", w.peak_memory_bytes}});
+  json links = json::array();
+  for (const auto& l : m.links) links.push_back({{"from", l.from}, {"to", l.to}, {"bytes", l.bytes}});
+  return {{"format", format_tag("metrics", 1)},
+          {"schedule", m.schedule},
+          {"source", m.source},
+          {"minibatches", m.minibatches},
+          {"window_ms", {m.window_start_ms, m.window_end_ms}},
+          {"ms_per_minibatch", m.ms_per_minibatch},
+          {"samples_per_s", m.samples_per_s},
+          {"bubble_fraction", m.bubble_fraction},
+          {"peak_memory_bytes", m.peak_memory_bytes()},
+          {"allreduce_bytes", m.allreduce_bytes},
+          {"workers", workers},
+          {"links", links}};
+}
+
+std::string format_metrics(const Metrics& m) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3);
+  os << "schedule " << m.schedule << " (" << m.source << ", " << m.minibatches << " minibatch"
+     << (m.minibatches > 1 ? "es, steady state" : "") << ")\n";
+  os << "time per minibatch  " << m.ms_per_minibatch << " ms\n";
+  os << "throughput          " << std::setprecision(1) << m.samples_per_s << " samples/s\n";
+  os << "bubble fraction     " << std::setprecision(3) << m.bubble_fraction << "\n";
+  os << "peak memory         " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
+  if (m.allreduce_bytes) os << "all-reduced         " << human_bytes(static_cast<double>(m.allreduce_bytes)) << "\n";
+  os << "worker  bubble  stash  versions  activations  weights\n";
+  for (size_t w = 0; w < m.workers.size(); ++w) {
+    const auto& x = m.workers[w];
+    os << std::setw(6) << w << "  " << std::setw(6) << x.bubble_fraction << "  " << std::setw(5) << x.peak_stash << "  "
+       << std::setw(8) << x.weight_versions << "  " << std::setw(11)
+       << human_bytes(static_cast<double>(x.peak_activation_bytes)) << "  "
+       << human_bytes(static_cast<double>(x.weight_bytes)) << "\n";
+  }
+  for (const auto& l : m.links)
+    os << "link " << l.from << " -> " << l.to << "  " << human_bytes(static_cast<double>(l.bytes)) << "\n";
+  return os.str();
+}
+
+}  // namespace pt::metrics

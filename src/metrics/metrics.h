@@ -1,0 +1,59 @@
+#pragma once
+// Metrics from a Trace, simulated or measured alike (this library does not link the
+// simulator): time per minibatch, throughput, bubble fraction, peak memory, bytes per link.
+//
+// Time per minibatch: a trace of one minibatch (synchronous schedules) takes its makespan.
+// A trace of K >= 2 minibatches (asynchronous schedules, or a runtime repeating a synchronous
+// one) measures the steady state: with done(k) the end of minibatch k's last compute, the
+// window is [done(K/3), done(K-1-K/3)] and the time per minibatch its length over the
+// minibatches it holds, which leaves warm-up and drain out.
+// Bubble fraction of a worker: the part of the window in which it runs no compute (F, B, W);
+// all-reduce waits count as bubble. Memory: peak stashed activation bytes plus parameter bytes
+// x weight versions of its stages (gradients and optimizer state are not counted).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "schedule/trace.h"
+
+namespace pt::metrics {
+
+struct WorkerMetrics {
+  double busy_ms = 0;            // compute within the window
+  double bubble_fraction = 0;
+  int peak_stash = 0;            // microbatches stashed at once
+  int64_t peak_activation_bytes = 0;
+  int weight_versions = 1;       // most versions alive on one of its stages
+  int64_t weight_bytes = 0;      // sum over its stages of parameter bytes x versions
+  int64_t peak_memory_bytes = 0; // peak_activation_bytes + weight_bytes
+};
+
+struct LinkBytes {
+  int from = 0;
+  int to = 0;
+  int64_t bytes = 0;
+};
+
+struct Metrics {
+  std::string schedule;
+  std::string source;
+  int minibatches = 1;           // minibatches in the trace
+  double window_start_ms = 0;
+  double window_end_ms = 0;
+  double ms_per_minibatch = 0;
+  double samples_per_s = 0;      // batch_size / ms_per_minibatch (0 when batch size unknown)
+  double bubble_fraction = 0;    // mean over workers
+  std::vector<WorkerMetrics> workers;
+  std::vector<LinkBytes> links;  // point-to-point bytes per directed link, whole trace
+  int64_t allreduce_bytes = 0;   // gradient bytes all-reduced, summed over collectives
+  int64_t peak_memory_bytes() const;  // max over workers
+};
+
+Metrics compute_metrics(const schedule::Trace& t);
+
+json to_json(const Metrics& m);
+// A human-readable report: totals, then one line per worker, then the links.
+std::string format_metrics(const Metrics& m);
+
+}  // namespace pt::metrics

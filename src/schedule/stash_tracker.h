@@ -1,0 +1,39 @@
+#pragma once
+// Counts, along one worker's actions in execution order, the activations stashed between a
+// forward and its last backward and the weight versions alive. Shared by the validator (on a
+// schedule's lists) and metrics (on a trace's events, simulated or measured).
+//
+// A microbatch's version on a stage is the number of Steps the worker ran on that stage before
+// its forward; the versions alive are those of the microbatches in flight plus the current
+// one. Synchronous schedules never step with microbatches in flight, so they keep 1; PipeDream
+// keeps one per minibatch in flight; 2BW two.
+#include <cstdint>
+#include <map>
+
+#include "schedule/action.h"
+
+namespace pt::schedule {
+
+class StashTracker {
+ public:
+  // `split`: the stage's stash is released by W (split backward) rather than by B.
+  // `bytes`: the activation bytes a forward stashes (0 when only counting).
+  void on(const Action& a, bool split, int64_t bytes = 0);
+
+  int peak_stash() const { return peak_stash_; }
+  int64_t peak_bytes() const { return peak_bytes_; }
+  int weight_versions(int stage) const;  // most versions alive at once on `stage` (>= 1)
+  int max_weight_versions() const;
+
+ private:
+  struct StageState {
+    int steps = 0;
+    std::map<int, std::pair<int, int64_t>> in_flight;  // mb -> (version, bytes)
+    int peak_versions = 1;
+  };
+  std::map<int, StageState> stages_;
+  int stash_ = 0, peak_stash_ = 0;
+  int64_t bytes_ = 0, peak_bytes_ = 0;
+};
+
+}  // namespace pt::schedule

@@ -1,0 +1,166 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "core/error.h"
+#include "sim/stage_costs.h"
+
+namespace pt::sim {
+
+using schedule::Action;
+using schedule::ActionKind;
+using schedule::TraceEvent;
+
+double ring_allreduce_ms(const plan::Cluster& cluster, const std::vector<int>& workers, int64_t bytes) {
+  int n = static_cast<int>(workers.size());
+  if (n < 2) return 0;
+  int level = 0;
+  for (int a : workers)
+    for (int b : workers)
+      if (a != b) level = std::max(level, cluster.level_between(a, b));
+  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / cluster.levels[level].bandwidth_bytes_per_s() * 1e3;
+}
+
+namespace {
+
+class Replay {
+ public:
+  Replay(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& c)
+      : s_(s), cluster_(c), costs_(stage_costs(s, p)), scale_(1.0 / s.microbatches),
+        pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()) {}
+
+  std::vector<std::vector<TraceEvent>> run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int w = 0; w < s_.num_workers(); ++w)
+        while (pc_[w] < s_.actions[w].size() && step(w)) progress = true;
+    }
+    for (int w = 0; w < s_.num_workers(); ++w)
+      PT_CHECK(pc_[w] == s_.actions[w].size(), "simulator stuck: worker ", w, " at step ", pc_[w], " (",
+               to_string(s_.actions[w][pc_[w]]), "); validate the schedule first");
+    for (auto& list : events_)
+      std::stable_sort(list.begin(), list.end(),
+                       [](const TraceEvent& a, const TraceEvent& b) { return a.start_ms < b.start_ms; });
+    return events_;
+  }
+
+ private:
+  using Key = std::tuple<int, int, int>;  // (kind, stage, mb)
+  static Key key(ActionKind k, int stage, int mb) { return {static_cast<int>(k), stage, mb}; }
+
+  bool known(const Key& k, double& at) const {
+    auto it = ready_.find(k);
+    if (it == ready_.end()) return false;
+    at = std::max(at, it->second);
+    return true;
+  }
+
+  void record(int w, const Action& a, double start, double end, int64_t bytes) {
+    events_[w].push_back({a, start, end, bytes});
+  }
+
+  // Runs worker w's next action if it can; false when it must wait for another worker.
+  bool step(int w) {
+    const Action& a = s_.actions[w][pc_[w]];
+    const StageCost& c = costs_[a.stage];
+    double start = clock_[w];
+    bool split = s_.split_backward[a.stage];
+    switch (a.kind) {
+      case ActionKind::kForward: {
+        // Input: F(stage-1) on this worker, or the activation arriving from another.
+        if (a.stage > 0 && !known(key(ActionKind::kRecvActivation, a.stage, a.microbatch), start) &&
+            !known(key(ActionKind::kForward, a.stage - 1, a.microbatch), start))
+          return false;
+        compute(w, a, start, c.forward_ms * scale_, static_cast<int64_t>(c.stash_bytes * scale_));
+        break;
+      }
+      case ActionKind::kBackward: {
+        if (a.stage + 1 < s_.num_stages && !known(key(ActionKind::kRecvGradient, a.stage, a.microbatch), start) &&
+            !known(key(ActionKind::kBackward, a.stage + 1, a.microbatch), start))
+          return false;
+        compute(w, a, start, c.backward_ms * scale_ * (split ? 0.5 : 1.0), 0);
+        break;
+      }
+      case ActionKind::kBackwardWeight: compute(w, a, start, c.backward_ms * scale_ * 0.5, 0); break;
+      case ActionKind::kSendActivation:
+      case ActionKind::kSendGradient: send(w, a, start); break;
+      case ActionKind::kRecvActivation:
+      case ActionKind::kRecvGradient: break;  // posted ahead; send() records the transfer
+      case ActionKind::kAllReduce: return allreduce(w, a);
+      case ActionKind::kStep: record(w, a, start, start, 0); break;
+    }
+    ++pc_[w];
+    return true;
+  }
+
+  void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
+    clock_[w] = start + ms;
+    ready_[key(a.kind, a.stage, a.microbatch)] = clock_[w];
+    record(w, a, start, clock_[w], bytes);
+  }
+
+  void send(int w, const Action& a, double posted) {
+    bool act = a.kind == ActionKind::kSendActivation;
+    int to_stage = act ? a.stage + 1 : a.stage - 1;
+    int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
+    double& link = link_free_[{w, a.peer}];
+    double start = std::max(posted, link);
+    double end = start + static_cast<double>(bytes) / cluster_.bandwidth_bytes_per_s(w, a.peer) * 1e3;
+    link = end;
+    ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
+    ready_[key(recv, to_stage, a.microbatch)] = end;
+    record(w, a, start, end, bytes);
+    Action r{a.peer, recv, to_stage, a.microbatch, s_.chunks > 1 ? s_.chunk_of(to_stage) : 0, w};
+    record(a.peer, r, start, end, bytes);
+  }
+
+  bool allreduce(int w, const Action& a) {
+    auto& arrived = collective_[{a.stage, a.microbatch}];
+    arrived[w] = clock_[w];
+    const auto& group = s_.stage_workers[a.stage];
+    if (arrived.size() < group.size()) return false;
+    double start = 0;
+    for (auto& [r, t] : arrived) start = std::max(start, t);
+    double end = start + ring_allreduce_ms(cluster_, group, costs_[a.stage].parameter_bytes);
+    for (int r : group) {
+      record(r, s_.actions[r][pc_[r]], start, end, costs_[a.stage].parameter_bytes);
+      clock_[r] = end;
+      if (r != w) ++pc_[r];
+    }
+    collective_.erase({a.stage, a.microbatch});
+    ++pc_[w];
+    return true;
+  }
+
+  const schedule::Schedule& s_;
+  const plan::Cluster& cluster_;
+  std::vector<StageCost> costs_;
+  double scale_;
+  std::vector<size_t> pc_;
+  std::vector<double> clock_;
+  std::vector<std::vector<TraceEvent>> events_;
+  std::map<Key, double> ready_;                      // compute done / data arrived, by key
+  std::map<std::pair<int, int>, double> link_free_;  // directed link -> free from
+  std::map<std::pair<int, int>, std::map<int, double>> collective_;  // (stage, id) -> worker -> arrival
+};
+
+}  // namespace
+
+schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster) {
+  if (cluster.workers() < s.num_workers())
+    throw ConfigError(str("the ", s.kind, " schedule needs ", s.num_workers(), " workers but the cluster ",
+                          cluster.describe(), " has ", cluster.workers()));
+  schedule::Trace t;
+  t.source = "simulated";
+  t.schedule = s.kind;
+  t.num_stages = s.num_stages;
+  t.microbatches = s.microbatches;
+  t.batch_size = p.batch_size;
+  for (const auto& c : stage_costs(s, p)) t.stage_parameter_bytes.push_back(c.parameter_bytes);
+  t.workers = Replay(s, p, cluster).run();
+  return t;
+}
+
+}  // namespace pt::sim

@@ -1,0 +1,26 @@
+#pragma once
+// Per-stage costs of a schedule's stages from a profile, for one whole minibatch of the
+// profile's batch size; the simulator scales them by the microbatch size (linear scaling:
+// microbatch time = profile time x microbatch size / profile batch size).
+#include <cstdint>
+#include <vector>
+
+#include "profile/profile.h"
+#include "schedule/schedule.h"
+
+namespace pt::sim {
+
+struct StageCost {
+  double forward_ms = 0;
+  double backward_ms = 0;        // full backward (input + weight gradients)
+  int64_t stash_bytes = 0;       // outputs of the stage's layers, kept for the backward
+  int64_t boundary_bytes = 0;    // sent to stage s + 1 (and its gradient back)
+  int64_t parameter_bytes = 0;
+};
+
+// Stage s's boundary carries every output of a layer in stages <= s read by a layer in a
+// stage > s (for a chain, the last layer's output; skip tensors ride through intermediate
+// stages). Throws ConfigError when the schedule's layers do not fit the profile.
+std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::Profile& p);
+
+}  // namespace pt::sim

@@ -1,0 +1,162 @@
+// The simulator against analytic results: with uniform stages and free communication the
+// bubble fractions are the papers' formulas, and DP time is compute + ring all-reduce.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "metrics/metrics.h"
+#include "plan/planner.h"
+#include "schedule/generators.h"
+#include "sim/simulator.h"
+#include "sim/stage_costs.h"
+#include "../schedule/test_plans.h"
+#include "../schedule/uniform_profile.h"
+
+namespace pt::sim {
+namespace {
+
+using schedule::make_schedule;
+using schedule::ScheduleOptions;
+using schedule::testing::plan_with_replicas;
+using schedule::testing::straight_plan;
+using schedule::testing::uniform_profile;
+
+// A cluster whose links are so fast that transfers are free (activation bytes are 0 anyway).
+plan::Cluster free_links(int workers) { return plan::Cluster::flat(workers, 1e9); }
+
+metrics::Metrics run(const std::string& kind, const plan::Plan& plan, const profile::Profile& prof, ScheduleOptions o,
+                     const plan::Cluster& c) {
+  return metrics::compute_metrics(simulate(make_schedule(kind, plan, o), prof, c));
+}
+
+TEST(Simulator, GPipeAnd1F1BBubbleIsAnalytic) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      auto prof = uniform_profile(p, 1.0, 1.0);  // F = B per stage
+      double expected = double(p - 1) / (m + p - 1);
+      for (const char* kind : {"gpipe", "1f1b"}) {
+        auto r = run(kind, straight_plan(p), prof, {m}, free_links(p));
+        EXPECT_NEAR(r.bubble_fraction, expected, 1e-9) << kind << " p=" << p << " m=" << m;
+        for (const auto& w : r.workers) EXPECT_NEAR(w.bubble_fraction, expected, 1e-9);
+        // (m + p - 1) slots of F + B, each F + B = 2 ms / m.
+        EXPECT_NEAR(r.ms_per_minibatch, (m + p - 1) * 2.0 / m, 1e-9);
+      }
+    }
+}
+
+TEST(Simulator, InterleavedBubbleShrinksByChunks) {
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = p; m <= 16; m += p) {  // Megatron's closed form: m a multiple of p
+        auto prof = uniform_profile(p * v, 1.0, 1.0);
+        auto r = run("interleaved", straight_plan(p * v), prof, {m, v}, free_links(p));
+        EXPECT_NEAR(r.bubble_fraction, double(p - 1) / (v * m + p - 1), 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+      }
+}
+
+TEST(Simulator, ZeroBubbleH1IsAThirdOf1F1B) {
+  // F = B = W: the profile's backward is 2 (split half/half), the forward 1.
+  for (int p = 2; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      auto prof = uniform_profile(p, 1.0, 2.0);
+      auto zb = run("zb-h1", straight_plan(p), prof, {m}, free_links(p));
+      auto fb = run("1f1b", straight_plan(p), prof, {m}, free_links(p));
+      // ZB-H1's bubble (p-1)(F+B-W) over 1F1B's (p-1)(F+B+W), per worker busy 3m slots; with
+      // m < p the first microbatch's F and B chains cannot be hidden.
+      if (m >= p) EXPECT_NEAR(zb.bubble_fraction, double(p - 1) / (3 * m + p - 1), 1e-9) << "p=" << p << " m=" << m;
+      EXPECT_LT(zb.bubble_fraction, fb.bubble_fraction);
+      EXPECT_NEAR(fb.bubble_fraction, double(3 * (p - 1)) / (3 * m + 3 * (p - 1)), 1e-9);
+      if (m >= 4 * p) EXPECT_NEAR(zb.bubble_fraction / fb.bubble_fraction, 1.0 / 3, 0.1);
+    }
+}
+
+TEST(Simulator, PipeDreamSteadyStateHasNoBubble) {
+  for (int p = 1; p <= 8; ++p) {
+    auto prof = uniform_profile(p, 1.0, 2.0);
+    auto r = run("pipedream", straight_plan(p), prof, {1, 1, 6 * p}, free_links(p));
+    EXPECT_NEAR(r.bubble_fraction, 0, 1e-9) << "p=" << p;
+    EXPECT_NEAR(r.ms_per_minibatch, 3.0, 1e-9);  // one stage's F + B
+    for (int i = 0; i < p; ++i) EXPECT_EQ(r.workers[i].weight_versions, p - i);
+  }
+}
+
+TEST(Simulator, TwoBWSteadyStateHasNoBubble) {
+  for (int p = 1; p <= 6; ++p) {
+    auto r = run("2bw", straight_plan(p), uniform_profile(p, 1.0, 2.0), {p, 1, 12}, free_links(p));
+    EXPECT_NEAR(r.bubble_fraction, 0, 1e-9) << "p=" << p;
+    for (const auto& w : r.workers) EXPECT_LE(w.weight_versions, 2);
+  }
+}
+
+TEST(Simulator, OneFOneBPeakStashFromTrace) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      auto r = run("1f1b", straight_plan(p), uniform_profile(p, 1.0, 2.0, 1000), {m}, free_links(p));
+      auto g = run("gpipe", straight_plan(p), uniform_profile(p, 1.0, 2.0, 1000), {m}, free_links(p));
+      for (int i = 0; i < p; ++i) {
+        EXPECT_EQ(r.workers[i].peak_stash, std::min(p - i, m));
+        EXPECT_EQ(g.workers[i].peak_stash, m);
+        EXPECT_EQ(g.workers[i].peak_activation_bytes, m * (1000 / m));
+      }
+    }
+}
+
+TEST(Simulator, DataParallelIsComputePlusRingAllReduce) {
+  // 4 workers as 2 servers x 2 (10 Gbit/s inside, 1 Gbit/s between); 8 layers of 1 + 2 ms,
+  // 1 MB of parameters each; m = 8 microbatches, 2 per worker.
+  plan::Cluster c;
+  c.levels = {{"server", 2, 10}, {"network", 2, 1}};
+  auto prof = uniform_profile(8, 1.0, 2.0, 0, 1000000);
+  plan::Plan plan = plan::even_split(prof, 1);
+  plan.stages[0].replicas = 4;
+  plan::assign_workers(plan);
+  auto r = run("dp", plan, prof, {8}, c);
+  double compute = 2 * (8 * 3.0) / 8;                                   // 2 microbatches of (F+B)/8
+  double allreduce = 2.0 * 3 / 4 * 8e6 / (1 * 1.25e8) * 1e3;            // ring over the 1 Gbit/s level
+  EXPECT_NEAR(r.ms_per_minibatch, compute + allreduce, 1e-9);
+  EXPECT_EQ(r.allreduce_bytes, 8000000);
+  EXPECT_NEAR(ring_allreduce_ms(c, {0, 1}, 8000000), 2.0 / 2 * 8e6 / 1.25e9 * 1e3, 1e-12);
+}
+
+TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
+  // 2 stages on 2 servers joined at 1 Gbit/s: a 1.25 MB activation takes 10 ms at m = 1.
+  plan::Cluster c;
+  c.levels = {{"server", 1, 100}, {"network", 2, 1}};
+  auto prof = uniform_profile(2, 1.0, 1.0, 1250000);
+  auto t = simulate(make_schedule("gpipe", straight_plan(2), {1}), prof, c);
+  auto m = metrics::compute_metrics(t);
+  // F0 1 ms, send 10 ms, F1 1 ms, B1 1 ms, gradient 10 ms, B0 1 ms.
+  EXPECT_NEAR(m.ms_per_minibatch, 24.0, 1e-9);
+  ASSERT_EQ(m.links.size(), 2u);
+  EXPECT_EQ(m.links[0].bytes, 1250000);
+}
+
+TEST(StageCosts, DagBoundaryCarriesSkipTensors) {
+  auto prof = uniform_profile(4, 1.0, 1.0, 100);
+  prof.layers[3].inputs = {2, 0};  // a skip from layer 0 to layer 3
+  auto s = make_schedule("1f1b", straight_plan(4), {1});
+  auto costs = stage_costs(s, prof);
+  EXPECT_EQ(costs[0].boundary_bytes, 100);        // layer 0's output (read by 1 and 3)
+  EXPECT_EQ(costs[1].boundary_bytes, 200);        // layer 1's and the skip of layer 0
+  EXPECT_EQ(costs[2].boundary_bytes, 200);        // layer 2's and the skip
+  EXPECT_EQ(costs[3].boundary_bytes, 0);
+}
+
+TEST(Simulator, TraceRoundTripsThroughJson) {
+  auto prof = uniform_profile(4, 1.0, 2.0, 1000, 10);
+  auto t = simulate(make_schedule("interleaved", straight_plan(4), {4, 2}), prof, free_links(2));
+  auto u = schedule::trace_from_json(schedule::to_json(t), "test");
+  ASSERT_EQ(u.num_workers(), t.num_workers());
+  for (int w = 0; w < t.num_workers(); ++w) {
+    ASSERT_EQ(u.workers[w].size(), t.workers[w].size());
+    for (size_t i = 0; i < t.workers[w].size(); ++i) {
+      EXPECT_EQ(u.workers[w][i].action, t.workers[w][i].action);
+      EXPECT_DOUBLE_EQ(u.workers[w][i].end_ms, t.workers[w][i].end_ms);
+    }
+  }
+  EXPECT_EQ(u.source, "simulated");
+  EXPECT_EQ(metrics::compute_metrics(u).ms_per_minibatch, metrics::compute_metrics(t).ms_per_minibatch);
+}
+
+}  // namespace
+}  // namespace pt::sim
