@@ -1,0 +1,113 @@
+// pipetrain compare: every schedule and data parallelism on one profile and cluster, side by
+// side, on the simulator.
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "apps/command.h"
+#include "apps/sim_flags.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "metrics/metrics.h"
+#include "plan/planner.h"
+#include "schedule/generators.h"
+#include "sim/simulator.h"
+
+namespace pt::app {
+namespace {
+
+struct CompareFlags {
+  std::string profile;
+  ClusterFlags cluster;
+  schedule::ScheduleOptions options;
+  bool json = false;
+};
+
+struct Row {
+  std::string kind, plan;
+  metrics::Metrics m;
+};
+
+int run_compare(CompareFlags& f) {
+  auto prof = profile::read_profile_json(f.profile);
+  plan::Cluster cluster = f.cluster.build();
+  int n = cluster.workers();
+  if (f.options.microbatches < 1) throw UsageError(str("--microbatches: must be >= 1, got ", f.options.microbatches));
+  if (f.options.chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", f.options.chunks));
+  // The planner's plan where it finds one; an even split otherwise.
+  plan::Plan planned;
+  std::string plan_note;
+  try {
+    planned = plan::make_plan(prof, cluster, {});
+    plan_note = str("planner (", planned.cost_model, "), shape ", planned.shape());
+  } catch (const std::exception& e) {
+    planned = straight_plan(prof, n);
+    plan_note = str("even split into ", planned.num_stages(), " stages (the planner failed: ", e.what(), ")");
+  }
+  plan::Plan straight = straight_plan(prof, n);
+  std::vector<Row> rows;
+  auto add = [&](const std::string& kind, const plan::Plan& plan, const std::string& label, schedule::ScheduleOptions o) {
+    o.chunks = kind == "interleaved" ? o.chunks : 1;
+    try {
+      auto s = schedule::make_schedule(kind, plan, o);
+      rows.push_back({kind, label, metrics::compute_metrics(sim::simulate(s, prof, cluster))});
+    } catch (const ConfigError& e) {
+      std::cerr << "skipping " << kind << ": " << e.what() << "\n";
+    }
+  };
+  std::string planned_label = planned.shape();
+  for (const char* kind : {"gpipe", "1f1b", "2bw", "pipedream", "mp"}) add(kind, planned, planned_label, f.options);
+  // zb-h1 and interleaved need single-replica stages: an even split.
+  add("zb-h1", straight, straight.shape(), f.options);
+  int v = f.options.chunks;
+  add("interleaved", straight_plan(prof, n * v), str(n, "x", v, " chunks"), f.options);
+  schedule::ScheduleOptions dp_options = f.options;
+  dp_options.microbatches = std::max(f.options.microbatches, n);
+  add("dp", straight, str(n, " replicas"), dp_options);
+  double dp_rate = rows.back().kind == "dp" ? rows.back().m.samples_per_s : 0;
+  if (f.json) {
+    json out = json::array();
+    for (const auto& r : rows) {
+      json j = metrics::to_json(r.m);
+      j["plan"] = r.plan;
+      if (dp_rate > 0) j["speedup_over_dp"] = r.m.samples_per_s / dp_rate;
+      out.push_back(j);
+    }
+    std::cout << json{{"format", format_tag("compare", 1)}, {"plan", plan_note}, {"rows", out}}.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << prof.model << " (batch " << prof.batch_size << ") on " << cluster.describe() << ", " << f.options.microbatches
+            << " microbatches, simulated\nplan: " << plan_note << "\n\n";
+  std::cout << std::left << std::setw(12) << "schedule" << std::setw(14) << "plan" << std::right << std::setw(12)
+            << "ms/minibatch" << std::setw(12) << "samples/s" << std::setw(10) << "vs dp" << std::setw(9) << "bubble"
+            << std::setw(13) << "peak memory" << "\n";
+  std::cout << std::fixed;
+  for (const auto& r : rows) {
+    std::ostringstream speedup;
+    speedup << std::fixed << std::setprecision(2) << (dp_rate > 0 ? r.m.samples_per_s / dp_rate : 0) << "x";
+    std::cout << std::left << std::setw(12) << r.kind << std::setw(14) << r.plan << std::right << std::setw(12)
+              << std::setprecision(2) << r.m.ms_per_minibatch << std::setw(12) << std::setprecision(1)
+              << r.m.samples_per_s << std::setw(10) << speedup.str() << std::setw(9) << std::setprecision(3)
+              << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.m.peak_memory_bytes()))
+              << "\n";
+  }
+  std::cout << "\nasynchronous schedules (2bw, pipedream) are measured in the steady state; peak memory is stashed\n"
+               "activations plus weights x versions on the fullest worker.\n";
+  return 0;
+}
+
+Register reg({"compare", "Simulate every schedule and data parallelism side by side on one profile and cluster",
+              [](CLI::App& app) -> std::function<int()> {
+  auto f = std::make_shared<CompareFlags>();
+  f->options.microbatches = 8;
+  f->options.chunks = 2;
+  app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
+  f->cluster.add_to(app);
+  add_schedule_options(app, f->options);
+  app.add_flag("--json", f->json, "Print the table as JSON");
+  return [f] { return run_compare(*f); };
+}});
+
+}  // namespace
+}  // namespace pt::app

@@ -1,0 +1,79 @@
+// pipetrain simulate: one schedule of one plan on a virtual clock; prints the metrics and
+// optionally draws the timeline.
+#include <iostream>
+#include <memory>
+
+#include "apps/command.h"
+#include "apps/sim_flags.h"
+#include "core/error.h"
+#include "metrics/metrics.h"
+#include "metrics/timeline.h"
+#include "plan/planner.h"
+#include "schedule/generators.h"
+#include "schedule/validate.h"
+#include "sim/simulator.h"
+
+namespace pt::app {
+namespace {
+
+struct SimulateFlags {
+  std::string profile, plan, kind = "1f1b", svg, chrome, trace_out, schedule_out;
+  ClusterFlags cluster;
+  schedule::ScheduleOptions options;
+  bool json = false, grid = false;
+};
+
+int run_simulate(const SimulateFlags& f) {
+  auto prof = profile::read_profile_json(f.profile);
+  plan::Cluster cluster = f.cluster.build();
+  plan::Plan plan;
+  if (!f.plan.empty()) {
+    plan = plan::read_plan(f.plan);
+    plan::check_plan_fits(plan, prof, f.plan);
+  } else {
+    // Without a plan: an even split, one stage per worker (per chunk for interleaved).
+    int stages = f.kind == "interleaved" ? cluster.workers() * f.options.chunks : cluster.workers();
+    plan = straight_plan(prof, stages);
+    std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
+  }
+  if (f.options.microbatches < 1) throw UsageError(str("--microbatches: must be >= 1, got ", f.options.microbatches));
+  schedule::Schedule s = schedule::make_schedule(f.kind, plan, f.options);
+  if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
+  schedule::Trace trace = sim::simulate(s, prof, cluster);
+  metrics::Metrics m = metrics::compute_metrics(trace);
+  std::string title = str(f.kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
+                          " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",
+                          prof.model, " batch ", prof.batch_size, ")");
+  if (!f.svg.empty()) write_text_file_atomic(f.svg, metrics::timeline_svg(trace, title));
+  if (!f.chrome.empty()) write_text_file_atomic(f.chrome, metrics::chrome_trace(trace).dump() + "\n");
+  if (!f.trace_out.empty()) schedule::write_trace(trace, f.trace_out);
+  if (f.json) {
+    std::cout << metrics::to_json(m).dump(1) << "\n";
+    return 0;
+  }
+  std::cout << title << "\n" << metrics::format_metrics(m);
+  if (f.grid) std::cout << "\n" << metrics::time_grid(trace) << "\nper-worker order:\n" << schedule::format_grid(s, {}, true);
+  return 0;
+}
+
+Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time, bubbles, memory, pictures",
+              [](CLI::App& app) -> std::function<int()> {
+  auto f = std::make_shared<SimulateFlags>();
+  app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
+  app.add_option("--plan", f->plan, "Plan file (pipetrain.plan/1); default: even split over the workers");
+  f->cluster.add_to(app);
+  std::string kinds;
+  for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
+  app.add_option("--schedule", f->kind, "Schedule kind: " + kinds)->capture_default_str();
+  add_schedule_options(app, f->options);
+  app.add_option("--svg", f->svg, "Write the timeline as SVG");
+  app.add_option("--trace", f->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
+  app.add_option("--save-trace", f->trace_out, "Write the trace (pipetrain.trace/1)");
+  app.add_option("--save-schedule", f->schedule_out, "Write the schedule (pipetrain.schedule/1)");
+  app.add_flag("--json", f->json, "Print the metrics as JSON");
+  app.add_flag("--grid", f->grid, "Print the ASCII timeline and each worker's order");
+  return [f] { return run_simulate(*f); };
+}});
+
+}  // namespace
+}  // namespace pt::app
