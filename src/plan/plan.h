@@ -27,6 +27,7 @@ struct Plan {
   std::string cost_model;     // "pipetrain", "pipedream", "even", "hand"
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
+  std::vector<std::string> notes;  // the planner's remarks (e.g. graph coarsened); not in the JSON
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   int stage_of_worker(int worker) const;   // -1 when the worker holds no stage

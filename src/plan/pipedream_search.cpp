@@ -1,0 +1,215 @@
+// PipeDream's optimizer, reproduced equation for equation (SOSP'19 §3.1; the reference is
+// optimizer/optimizer_graph_hierarchical.py of msr-fiddle/pipedream). docs/planner.md lists the
+// places where the reference is inconsistent; this file keeps each of them on purpose.
+//
+// At level ℓ (M units, bandwidth B, w = units of the level below in one unit: the *previous
+// level's fan-out*, 1 at the innermost level), for states a ⊊ b and m units:
+//   single(a,b,m) = (T(a,b) + 4(m−1)·P(a,b)/(B·m)/w) / m,
+//                   allowed when ceil((M−m)/m)·(Act+P) ≤ memory
+//   split(a,b,m)  = min over a ⊊ k ⊊ b, 1 ≤ m' < m of
+//                   max(A(a,k,m−m'), (T(k,b) + 4(m'−1)·P(k,b)/(B·m'))/m',      ← no /w here
+//                       2·O_k/(B·m'), 2·O_b/(B·m') if b is not the last state)  ← with transfers
+//                   allowed when ceil((M−m)/m')·(Act(k,b)+P(k,b)) ≤ memory
+//   A(a,b,m)      = min(single, split)
+// T at level 0 is Σ forward+backward; at level ℓ+1 it is A_ℓ(a,b,M_ℓ). Only a = ∅ is needed at
+// the outermost level. `--straight` allows m = 1 singles and m' = 1 only.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "plan/pipetrain_cost.h"
+#include "plan/search.h"
+
+namespace pt::plan {
+namespace {
+
+struct Choice {
+  int k = -1;      // -1: one stage over all m units
+  int units = 0;   // m' of the last stage
+};
+
+// One level's table A(a, b, m), for the rows a it was solved for.
+struct LevelTable {
+  int M = 1;
+  bool all_rows = false;
+  int S = 0;
+  std::vector<double> value;
+  std::vector<Choice> choice;
+  size_t at(int a, int b, int m) const {
+    return ((static_cast<size_t>(all_rows ? a : 0)) * S + b) * (M + 1) + m;
+  }
+};
+
+struct Part {
+  int from, to;
+  std::vector<int> workers;  // ids local to one unit of the level the part was made at
+};
+
+class PipedreamSearch {
+ public:
+  PipedreamSearch(const StateSpace& s, const Cluster& c, const PlanOptions& o)
+      : s_(s), c_(c), o_(o), S_(s.num_states()), mem_(memory_limit(c, o)) {
+    is_sub_.assign(static_cast<size_t>(S_) * S_, 0);
+    supersets_.resize(S_);
+    for (int j = 0; j < S_; ++j)
+      for (int k : s.strict_subsets[j]) {
+        is_sub_[static_cast<size_t>(j) * S_ + k] = 1;
+        supersets_[k].push_back(j);
+      }
+  }
+
+  SearchResult run() {
+    int L = static_cast<int>(c_.levels.size());
+    for (int l = 0; l < L; ++l) solve_level(l, l + 1 == L);
+    SearchResult r;
+    const LevelTable& top = tables_.back();
+    r.pipeline_ms = top.value[top.at(0, s_.last(), top.M)];
+    r.data_parallel_ms = data_parallel();
+    if (r.pipeline_ms == kInfinity) return r;
+    for (auto& part : descend(L - 1, 0, s_.last())) {
+      SearchStage st;
+      st.from = part.from, st.to = part.to, st.workers = part.workers;
+      describe(st);
+      r.stages.push_back(st);
+    }
+    return r;
+  }
+
+ private:
+  bool strict(int k, int j) const { return is_sub_[static_cast<size_t>(j) * S_ + k]; }
+  double bandwidth(int level) const { return level_bytes_per_ms(c_, level); }
+  double param(int a, int b) const { return s_.parameter_bytes[b] - s_.parameter_bytes[a]; }
+  double act(int a, int b) const { return s_.activation_bytes[b] - s_.activation_bytes[a]; }
+  bool fits(double stash_copies, int a, int b) const {
+    return mem_ <= 0 || stash_copies * (act(a, b) + param(a, b)) <= static_cast<double>(mem_);
+  }
+  // The time of the range a→b handed to level `level` as its compute time.
+  double time(int level, int a, int b) const {
+    if (level == 0) return s_.compute_ms[b] - s_.compute_ms[a];
+    const LevelTable& below = tables_[level - 1];
+    return below.value[below.at(a, b, below.M)];
+  }
+
+  void solve_level(int level, bool final_level) {
+    LevelTable t;
+    t.M = c_.levels[level].fan_out;
+    t.all_rows = !final_level;
+    t.S = S_;
+    size_t rows = final_level ? 1 : S_;
+    t.value.assign(rows * S_ * (t.M + 1), kInfinity);
+    t.choice.assign(t.value.size(), Choice{});
+    const int M = t.M;
+    const double B = bandwidth(level);
+    // Reference: num_machines_in_machine is the previous level's count, not the product.
+    const double w = level == 0 ? 1.0 : c_.levels[level - 1].fan_out;
+    const int last = s_.last();
+    for (int a = 0; a < static_cast<int>(rows); ++a)
+      for (int b : supersets_[a])
+        for (int m = 1; m <= M; ++m) {
+          double best = kInfinity;
+          Choice pick;
+          double tab = time(level, a, b);
+          if ((!o_.straight || m == 1) && tab < kInfinity &&
+              fits(std::ceil(static_cast<double>(M - m) / m), a, b)) {
+            best = (tab + 4.0 * (m - 1) * param(a, b) / (B * m) / w) / m;
+            pick = Choice{-1, m};
+          }
+          if (m >= 2) {
+            int max_units = o_.straight ? 1 : m - 1;
+            for (int k : s_.strict_subsets[b]) {
+              if (!strict(a, k)) continue;
+              double tkb = time(level, k, b);
+              if (tkb == kInfinity) continue;
+              for (int u = 1; u <= max_units; ++u) {
+                double prefix = t.value[t.at(a, k, m - u)];
+                if (prefix >= best) continue;
+                if (!fits(std::ceil(static_cast<double>(M - m) / u), k, b)) continue;
+                double stage = (tkb + 4.0 * (u - 1) * param(k, b) / (B * u)) / u;
+                double v = std::max(prefix, stage);
+                if (o_.activation_transfer) {
+                  v = std::max(v, 2.0 * s_.pipedream_output_bytes[k] / (B * u));
+                  if (b != last) v = std::max(v, 2.0 * s_.pipedream_output_bytes[b] / (B * u));
+                }
+                if (v < best) best = v, pick = Choice{k, u};
+              }
+            }
+          }
+          t.value[t.at(a, b, m)] = best;
+          t.choice[t.at(a, b, m)] = pick;
+        }
+    tables_.push_back(std::move(t));
+  }
+
+  // The stages of range a→b at `level` over all its units, with worker ids local to one unit
+  // of `level` (a unit of level ℓ holds Π fan_out[0..ℓ] workers).
+  std::vector<Part> descend(int level, int a, int b) const {
+    const LevelTable& t = tables_[level];
+    std::vector<std::pair<std::pair<int, int>, int>> ranges;  // ((from, to), units), last first
+    for (int to = b, m = t.M; m > 0;) {
+      Choice ch = t.choice[t.at(a, to, m)];
+      PT_CHECK(ch.units > 0, "no choice at level ", level, " for ", a, "->", to, " on ", m);
+      int from = ch.k < 0 ? a : ch.k;
+      ranges.push_back({{from, to}, ch.units});
+      if (ch.k < 0) break;
+      to = ch.k, m -= ch.units;
+    }
+    std::reverse(ranges.begin(), ranges.end());
+    int block = c_.workers_per_unit_below(level);  // workers in one unit of the level below
+    std::vector<Part> parts;
+    int unit = 0;
+    for (auto& [range, units] : ranges) {
+      std::vector<Part> inner = level == 0
+                                    ? std::vector<Part>{Part{range.first, range.second, {0}}}
+                                    : descend(level - 1, range.first, range.second);
+      for (auto& in : inner) {
+        Part p{in.from, in.to, {}};
+        for (int u = unit; u < unit + units; ++u)
+          for (int x : in.workers) p.workers.push_back(u * block + x);
+        parts.push_back(std::move(p));
+      }
+      unit += units;
+    }
+    return parts;
+  }
+
+  // PipeDream's data-parallel time: T ← (T + 4(M−1)·P/(B·M)/w) / M, innermost level first.
+  double data_parallel() const {
+    double t = s_.compute_ms[s_.last()], p = s_.parameter_bytes[s_.last()];
+    for (size_t l = 0; l < c_.levels.size(); ++l) {
+      double M = c_.levels[l].fan_out, w = l == 0 ? 1.0 : c_.levels[l - 1].fan_out;
+      t = (t + 4.0 * (M - 1) * p / (bandwidth(static_cast<int>(l)) * M) / w) / M;
+    }
+    return t;
+  }
+
+  // Indicative per-stage figures for the table: compute share and the stage's all-reduce and
+  // transfers at the innermost level (the reference prints these per level only).
+  void describe(SearchStage& st) const {
+    double r = static_cast<double>(st.workers.size());
+    double B = bandwidth(0);
+    st.compute_ms = (s_.compute_ms[st.to] - s_.compute_ms[st.from]) / r;
+    st.comm_ms = 4.0 * (r - 1) * param(st.from, st.to) / (B * r) / r;
+    if (o_.activation_transfer) {
+      double in = st.from > 0 ? s_.pipedream_output_bytes[st.from] : 0;
+      double out = st.to != s_.last() ? s_.pipedream_output_bytes[st.to] : 0;
+      st.comm_ms += 2.0 * std::max(in, out) / (B * r);
+    }
+  }
+
+  const StateSpace& s_;
+  const Cluster& c_;
+  const PlanOptions& o_;
+  int S_;
+  int64_t mem_;
+  std::vector<char> is_sub_;
+  std::vector<std::vector<int>> supersets_;
+  std::vector<LevelTable> tables_;
+};
+
+}  // namespace
+
+SearchResult search_pipedream(const StateSpace& space, const Cluster& cluster, const PlanOptions& options) {
+  return PipedreamSearch(space, cluster, options).run();
+}
+
+}  // namespace pt::plan

@@ -1,0 +1,63 @@
+#pragma once
+// The pipetrain cost model: the time of a plan as the simulator and the runtime realise it.
+//
+// Per stage s with n replicas (per minibatch of the profile's batch size, amortised over the
+// n replicas that take minibatches round-robin):
+//   compute_ms   = C / n                              C = Σ forward + backward of its layers
+//   input_ms     = 2·In  / (B_in  · n)                activations in, their gradients back out
+//   output_ms    = 2·Out / (B_out · n)
+//   allreduce_ms = 2(n−1)/n · P / B_ar / n            ring all-reduce once per round of n
+//   comm_ms      = input_ms + output_ms + allreduce_ms
+//   time_ms      = max(compute_ms, comm_ms)           transfers run beside compute (DESIGN.md)
+// and the pipeline's time per minibatch is the largest time_ms.
+// In / Out are the bytes crossing the cut before / after the stage: activations of layers on
+// the near side read by a layer on the far side (a tensor skipping stages passes through each).
+// Bandwidths are those of the innermost cluster level holding: B_ar the stage's replicas;
+// B_in the replicas and the previous stage's highest worker id; B_out the replicas and the
+// next stage's lowest worker id (for workers numbered stage by stage: the neighbour worker).
+// Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight,
+// each with its activations and its own weight version: (p−s)·(Act + P) bytes per worker.
+#include <cstdint>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/plan.h"
+#include "plan/planner.h"
+#include "profile/profile.h"
+
+namespace pt::plan {
+
+struct StageEstimate {
+  double compute_ms = 0, input_ms = 0, output_ms = 0, allreduce_ms = 0;
+  double comm_ms = 0, time_ms = 0;
+  int stash_depth = 0;         // minibatches in flight on each replica
+  double memory_bytes = 0;     // per worker
+};
+
+struct PlanEstimate {
+  std::vector<StageEstimate> stages;
+  double pipeline_ms_per_minibatch = 0;  // the slowest stage
+  int bottleneck = 0;                    // its index
+  bool fits_memory = true;               // every stage within options/cluster memory
+};
+
+// The one cost function of the pipetrain model; make_plan minimises exactly this.
+// Checks that the plan fits the profile and the cluster (ConfigError otherwise).
+PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                           const PlanOptions& options);
+
+// Bytes per millisecond of cluster level `level`.
+double level_bytes_per_ms(const Cluster& cluster, int level);
+// Innermost level holding workers lo..hi (lo < hi); -1 when lo == hi (no link used).
+int level_spanning(const Cluster& cluster, int lo, int hi);
+
+// One stage's terms from its sums, shared by evaluate_plan and the search.
+// `level_*` < 0 means the term is absent.
+StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
+                              double act_bytes, int replicas, int depth, const Cluster& cluster,
+                              int level_in, int level_out, int level_ar);
+
+// Memory limit in force: options first, then the cluster's; 0 = unlimited.
+int64_t memory_limit(const Cluster& cluster, const PlanOptions& options);
+
+}  // namespace pt::plan

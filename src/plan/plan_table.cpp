@@ -1,0 +1,80 @@
+#include "plan/plan_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "plan/state_space.h"
+
+namespace pt::plan {
+
+std::string format_id_ranges(std::vector<int> ids) {
+  std::sort(ids.begin(), ids.end());
+  std::ostringstream os;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    os << (i ? "," : "") << ids[i];
+    if (j > i) os << "-" << ids[j];
+    i = j + 1;
+  }
+  return os.str();
+}
+
+namespace {
+
+std::string layer_summary(const Stage& st, const profile::Profile& profile) {
+  const auto& first = profile.layers[st.layers.front()].name;
+  const auto& last = profile.layers[st.layers.back()].name;
+  std::string s = st.layers.size() == 1 ? first : first + " .. " + last;
+  if (s.size() > 44) s = s.substr(0, 41) + "...";
+  return s;
+}
+
+std::string fixed(double v, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster) {
+  std::ostringstream os;
+  os << "plan for '" << plan.model << "' (batch " << plan.batch_size << ") on " << plan.workers << " workers, "
+     << cluster.describe() << ", cost model " << plan.cost_model << ": " << plan.num_stages() << " stages, shape "
+     << plan.shape() << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%5s  %-6s  %-44s  %8s  %-14s  %11s  %11s\n", "stage", "layers", "names",
+                "replicas", "workers", "compute_ms", "comm_ms");
+  os << line;
+  int bottleneck = 0;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const Stage& st = plan.stages[s];
+    if (std::max(st.compute_ms, st.comm_ms) >
+        std::max(plan.stages[bottleneck].compute_ms, plan.stages[bottleneck].comm_ms))
+      bottleneck = s;
+    std::string ids = format_id_ranges(st.workers);
+    if (ids.size() > 14) ids = ids.substr(0, 11) + "...";
+    std::snprintf(line, sizeof line, "%5d  %-6zu  %-44s  %8d  %-14s  %11s  %11s\n", s, st.layers.size(),
+                  layer_summary(st, profile).c_str(), st.replicas, ids.c_str(), fixed(st.compute_ms).c_str(),
+                  fixed(st.comm_ms).c_str());
+    os << line;
+  }
+  double single = 0;
+  for (int l = 0; l < profile.num_layers(); ++l)
+    if (!is_input_layer(profile, l)) single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
+  double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch;
+  os << "bottleneck: stage " << bottleneck << "\n";
+  os << "predicted ms per minibatch: pipeline " << fixed(pipe) << ", data parallel "
+     << (dp > 0 ? fixed(dp) : std::string("(does not fit)")) << ", one worker " << fixed(single) << "\n";
+  if (pipe > 0) {
+    os << "speed-up: " << fixed(single / pipe, 2) << "x over one worker";
+    if (dp > 0) os << ", " << fixed(dp / pipe, 2) << "x over data parallelism";
+    os << "\n";
+  }
+  for (const auto& n : plan.notes) os << "note: " << n << "\n";
+  return os.str();
+}
+
+}  // namespace pt::plan

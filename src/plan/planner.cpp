@@ -1,0 +1,86 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "plan/pipetrain_cost.h"
+#include "plan/search.h"
+#include "plan/state_space.h"
+
+namespace pt::plan {
+namespace {
+
+// Bounds on the states of a DAG so that every search stays well under a second; above them the
+// graph is coarsened (state_space.h). The compat model at inner levels solves every range
+// (a, b), cubic in the states, hence its smaller bound.
+constexpr int kMaxStates = 2500;
+constexpr int kMaxStatesHierarchicalCompat = 600;
+
+const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedream" : "pipetrain"; }
+
+[[noreturn]] void explain_no_plan(const profile::Profile& profile, const Cluster& cluster,
+                                  const PlanOptions& options, const StateSpace& space) {
+  int W = cluster.workers();
+  int nodes = space.num_states() > 0 ? static_cast<int>(space.node_layers.size()) : 0;
+  if (options.straight && W > nodes)
+    throw ConfigError(str("--straight: ", W, " workers need ", W, " stages but '", profile.model, "' has only ", nodes,
+                          " layers to split", space.note.empty() ? "" : " (" + space.note + ")",
+                          "; use fewer workers or allow replication"));
+  int64_t mem = memory_limit(cluster, options);
+  if (mem > 0) {
+    double largest = 0;
+    for (const auto& l : profile.layers)
+      largest = std::max(largest, static_cast<double>(l.activation_bytes + l.parameter_bytes));
+    throw ConfigError(str("memory of ", human_bytes(static_cast<double>(mem)), " per worker is too small for any ",
+                          name_of(options.cost_model), " plan of '", profile.model, "' on ", W,
+                          " workers (its largest layer alone holds ", human_bytes(largest),
+                          " of activations and parameters per minibatch in flight)"));
+  }
+  throw InternalError(str("the planner found no plan for '", profile.model, "' on ", cluster.describe()));
+}
+
+}  // namespace
+
+Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  if (cluster.levels.empty()) throw ConfigError("cluster has no levels");
+  if (options.memory_bytes < 0) throw UsageError(str("--memory: must be >= 0, got ", options.memory_bytes));
+  bool compat = options.cost_model == CostModel::kPipedream;
+  int max_states = compat && cluster.levels.size() > 1 ? kMaxStatesHierarchicalCompat : kMaxStates;
+  StateSpace space = build_state_space(profile, max_states);
+  int W = cluster.workers();
+  if (options.straight && W > static_cast<int>(space.node_layers.size()))
+    explain_no_plan(profile, cluster, options, space);
+  SearchResult r = compat ? search_pipedream(space, cluster, options) : search_pipetrain(space, cluster, options);
+  if (r.pipeline_ms == kInfinity) explain_no_plan(profile, cluster, options, space);
+
+  Plan plan;
+  plan.model = profile.model;
+  plan.batch_size = profile.batch_size;
+  plan.cost_model = name_of(options.cost_model);
+  plan.workers = W;
+  for (size_t i = 0; i < r.stages.size(); ++i) {
+    const SearchStage& ss = r.stages[i];
+    Stage st;
+    st.layers = space.stage_layers(ss.from, ss.to);
+    if (i == 0) {
+      st.layers.insert(st.layers.end(), space.pinned_first.begin(), space.pinned_first.end());
+      std::sort(st.layers.begin(), st.layers.end());
+    }
+    st.workers = ss.workers;
+    std::sort(st.workers.begin(), st.workers.end());
+    st.replicas = static_cast<int>(st.workers.size());
+    st.compute_ms = ss.compute_ms;
+    st.comm_ms = ss.comm_ms;
+    plan.stages.push_back(std::move(st));
+  }
+  plan.pipeline_ms_per_minibatch = r.pipeline_ms;
+  // Data parallelism may not fit the memory limit (pipetrain model); 0 then means "not possible".
+  plan.data_parallel_ms_per_minibatch = r.data_parallel_ms == kInfinity ? 0 : r.data_parallel_ms;
+  if (!space.note.empty()) plan.notes.push_back(space.note);
+  if (r.data_parallel_ms == kInfinity) plan.notes.push_back("data parallelism does not fit the memory limit");
+  check_plan_fits(plan, profile, "planner");
+  return plan;
+}
+
+}  // namespace pt::plan

@@ -1,0 +1,34 @@
+#pragma once
+// The two searches behind make_plan, over the states of a StateSpace (internal to src/plan).
+#include <limits>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "plan/state_space.h"
+
+namespace pt::plan {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+struct SearchStage {
+  int from = 0, to = 0;       // states: the stage holds to \ from
+  std::vector<int> workers;   // worker ids of its replicas
+  double compute_ms = 0, comm_ms = 0;
+};
+
+struct SearchResult {
+  double pipeline_ms = kInfinity;       // kInfinity: no plan fits
+  double data_parallel_ms = kInfinity;  // the same cost model on one stage over every worker
+  std::vector<SearchStage> stages;
+};
+
+// Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker[, stages
+// left]) minimising the slowest stage of evaluate_plan over every sequence of nested states
+// and every replica count, workers numbered stage by stage.
+SearchResult search_pipetrain(const StateSpace& space, const Cluster& cluster, const PlanOptions& options);
+
+// PipeDream's optimizer (SOSP'19 §3.1; optimizer_graph_hierarchical.py), level by level.
+SearchResult search_pipedream(const StateSpace& space, const Cluster& cluster, const PlanOptions& options);
+
+}  // namespace pt::plan

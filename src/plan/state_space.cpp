@@ -1,0 +1,229 @@
+#include "plan/state_space.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace pt::plan {
+
+bool NodeSet::subset_of(const NodeSet& other) const {
+  for (size_t i = 0; i < words.size(); ++i)
+    if (words[i] & ~other.words[i]) return false;
+  return true;
+}
+
+int NodeSet::count() const {
+  int c = 0;
+  for (uint64_t w : words) c += __builtin_popcountll(w);
+  return c;
+}
+
+bool is_input_layer(const profile::Profile& profile, int layer) {
+  const auto& l = profile.layers[layer];
+  return l.inputs.empty() && l.name.rfind("Input", 0) == 0;
+}
+
+std::vector<int> StateSpace::stage_layers(int k, int j) const {
+  std::vector<int> layers;
+  for (size_t v = 0; v < node_layers.size(); ++v)
+    if (members[j].has(static_cast<int>(v)) && !members[k].has(static_cast<int>(v)))
+      layers.insert(layers.end(), node_layers[v].begin(), node_layers[v].end());
+  std::sort(layers.begin(), layers.end());
+  return layers;
+}
+
+namespace {
+
+struct NodeSetHash {
+  size_t operator()(const NodeSet& s) const {
+    size_t h = 1469598103934665603ull;
+    for (uint64_t w : s.words) h = (h ^ w) * 1099511628211ull;
+    return h;
+  }
+};
+
+// The graph the search runs on: nodes are groups of profile layers, in topological order.
+struct NodeGraph {
+  std::vector<std::vector<int>> layers;
+  std::vector<std::vector<int>> preds, succs;
+};
+
+NodeGraph group_layers(const profile::Profile& p, const std::vector<int>& group_of, int groups) {
+  NodeGraph g;
+  g.layers.resize(groups);
+  g.preds.resize(groups);
+  g.succs.resize(groups);
+  for (int l = 0; l < p.num_layers(); ++l) {
+    if (group_of[l] < 0) continue;
+    g.layers[group_of[l]].push_back(l);
+    for (int in : p.layers[l].inputs) {
+      int u = group_of[in], v = group_of[l];
+      if (u < 0 || u == v) continue;
+      if (std::find(g.preds[v].begin(), g.preds[v].end(), u) == g.preds[v].end()) {
+        g.preds[v].push_back(u);
+        g.succs[u].push_back(v);
+      }
+    }
+  }
+  return g;
+}
+
+// Downward-closed sets by breadth-first growth from ∅ (one node added per step); returns
+// false when there are more than max_states.
+bool enumerate_states(const NodeGraph& g, int max_states, std::vector<NodeSet>& out) {
+  int n = static_cast<int>(g.layers.size());
+  NodeSet empty{std::vector<uint64_t>((n + 63) / 64, 0)};
+  std::unordered_map<NodeSet, int, NodeSetHash> seen;
+  out.assign(1, empty);
+  seen.emplace(empty, 0);
+  for (size_t at = 0; at < out.size(); ++at) {
+    for (int v = 0; v < n; ++v) {
+      if (out[at].has(v)) continue;
+      bool ready = true;
+      for (int u : g.preds[v]) ready = ready && out[at].has(u);
+      if (!ready) continue;
+      NodeSet next = out[at];
+      next.add(v);
+      if (seen.emplace(next, 0).second) {
+        out.push_back(std::move(next));
+        if (static_cast<int>(out.size()) > max_states) return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+StateSpace build_state_space(const profile::Profile& p, int max_states) {
+  int L = p.num_layers();
+  StateSpace s;
+  std::vector<int> planned;
+  for (int l = 0; l < L; ++l) {
+    if (is_input_layer(p, l)) s.pinned_first.push_back(l);
+    else planned.push_back(l);
+  }
+  if (planned.empty())
+    throw ConfigError(str("profile of '", p.model, "' has no layer to plan besides its Input source(s)"));
+
+  // Attempt 1: one node per layer. Attempt 2: merge chains (a node whose single input has a
+  // single consumer joins that input's node). Attempt 3: the topological order as one chain.
+  std::vector<int> group_of(L, -1);
+  int groups = 0;
+  for (int l : planned) group_of[l] = groups++;
+  NodeGraph g = group_layers(p, group_of, groups);
+  std::vector<NodeSet> states;
+  if (!enumerate_states(g, max_states, states)) {
+    std::vector<int> consumers(L, 0);
+    for (int l : planned)
+      for (int in : p.layers[l].inputs) ++consumers[in];
+    std::fill(group_of.begin(), group_of.end(), -1);
+    groups = 0;
+    for (int l : planned) {
+      const auto& in = p.layers[l].inputs;
+      if (in.size() == 1 && group_of[in[0]] >= 0 && consumers[in[0]] == 1) group_of[l] = group_of[in[0]];
+      else group_of[l] = groups++;
+    }
+    int before = static_cast<int>(planned.size());
+    g = group_layers(p, group_of, groups);
+    if (enumerate_states(g, max_states, states)) {
+      s.note = str("the layer graph has more than ", max_states, " downward-closed sets; merged chains (",
+                   before, " layers into ", groups, " nodes, ", states.size(), " states)");
+    } else {
+      for (size_t i = 0; i < planned.size(); ++i) group_of[planned[i]] = static_cast<int>(i);
+      g = group_layers(p, group_of, static_cast<int>(planned.size()));
+      // Prefixes of a topological order are downward-closed, so this stays a valid search.
+      states.clear();
+      int n = static_cast<int>(planned.size());
+      NodeSet cur{std::vector<uint64_t>((n + 63) / 64, 0)};
+      states.push_back(cur);
+      for (int v = 0; v < n; ++v) {
+        cur.add(v);
+        states.push_back(cur);
+      }
+      s.note = str("the layer graph has more than ", max_states, " downward-closed sets even with chains merged; "
+                   "planned its topological order as a chain (", n + 1, " states)");
+    }
+  }
+  int n = static_cast<int>(g.layers.size());
+  s.node_layers = g.layers;
+  // Ascending size is a topological order of the states (k ⊊ j implies |k| < |j|).
+  std::stable_sort(states.begin(), states.end(),
+                   [](const NodeSet& a, const NodeSet& b) { return a.count() < b.count(); });
+  PT_CHECK(states.back().count() == n, "the last state must hold every node");
+
+  // Per node: sums, and the bytes it sends out of itself.
+  std::vector<double> compute(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);
+  for (int v = 0; v < n; ++v) {
+    for (int l : g.layers[v]) {
+      compute[v] += p.layers[l].forward_ms + p.layers[l].backward_ms;
+      act[v] += static_cast<double>(p.layers[l].activation_bytes);
+      param[v] += static_cast<double>(p.layers[l].parameter_bytes);
+    }
+  }
+  std::vector<char> read_outside(L, 0);
+  for (int l : planned)
+    for (int in : p.layers[l].inputs)
+      if (group_of[in] >= 0 && group_of[in] != group_of[l]) read_outside[in] = 1;
+  for (int v = 0; v < n; ++v) {
+    for (int l : g.layers[v])
+      if (read_outside[l]) out_bytes[v] += static_cast<double>(p.layers[l].activation_bytes);
+    if (g.succs[v].empty()) out_bytes[v] = static_cast<double>(p.layers[g.layers[v].back()].activation_bytes);
+  }
+  // PipeDream's augmented antichain: extra(a) = ancestors of a with an edge leaving anc(a) ∪ {a}.
+  size_t words = (n + 63) / 64;
+  std::vector<NodeSet> anc(n, NodeSet{std::vector<uint64_t>(words, 0)});
+  for (int v = 0; v < n; ++v)  // nodes are in topological order
+    for (int u : g.preds[v]) {
+      for (size_t w = 0; w < words; ++w) anc[v].words[w] |= anc[u].words[w];
+      anc[v].add(u);
+    }
+  std::vector<NodeSet> extra(n, NodeSet{std::vector<uint64_t>(words, 0)});
+  for (int a = 0; a < n; ++a)
+    for (int u = 0; u < n; ++u)
+      if (anc[a].has(u))
+        for (int q : g.succs[u])
+          if (q != a && !anc[a].has(q)) extra[a].add(u);
+
+  int S = static_cast<int>(states.size());
+  s.members = states;
+  s.compute_ms.assign(S, 0);
+  s.activation_bytes.assign(S, 0);
+  s.parameter_bytes.assign(S, 0);
+  s.frontier_bytes.assign(S, 0);
+  s.pipedream_output_bytes.assign(S, 0);
+  for (int i = 0; i < S; ++i) {
+    const NodeSet& d = states[i];
+    NodeSet augmented{std::vector<uint64_t>(words, 0)};
+    for (int v = 0; v < n; ++v) {
+      if (!d.has(v)) continue;
+      s.compute_ms[i] += compute[v];
+      s.activation_bytes[i] += act[v];
+      s.parameter_bytes[i] += param[v];
+      bool maximal = true, leaves = false;
+      for (int q : g.succs[v]) {
+        maximal = maximal && !d.has(q);
+        leaves = leaves || !d.has(q);
+      }
+      if (leaves) s.frontier_bytes[i] += out_bytes[v];
+      if (maximal) {
+        augmented.add(v);
+        for (size_t w = 0; w < words; ++w) augmented.words[w] |= extra[v].words[w];
+      }
+    }
+    if (i == 0) continue;
+    for (int v = 0; v < n; ++v)
+      if (augmented.has(v)) s.pipedream_output_bytes[i] += out_bytes[v];
+  }
+  s.strict_subsets.assign(S, {});
+  std::vector<int> size(S);
+  for (int i = 0; i < S; ++i) size[i] = states[i].count();
+  for (int j = 0; j < S; ++j)
+    for (int k = 0; k < j; ++k)
+      if (size[k] < size[j] && states[k].subset_of(states[j]))
+        s.strict_subsets[j].push_back(k);
+  return s;
+}
+
+}  // namespace pt::plan

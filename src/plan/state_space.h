@@ -1,0 +1,61 @@
+#pragma once
+// The planner's search space over a layer graph (SOSP'19 §3.1, "the antichain DAG").
+//
+// A *state* is a downward-closed set of layers (every input of a member is a member); a stage
+// is the difference of two nested states, so every sequence of states
+// ∅ ⊊ D1 ⊊ ... ⊊ Dp = all layers is a valid pipeline. For a chain the states are its prefixes.
+// PipeDream enumerates its states as augmented antichains reachable from the first source;
+// every such state is a downward-closed set, so this space contains PipeDream's.
+//
+// Sources named "Input..." (data loading) are left out of the search and pinned to the first
+// stage, as PipeDream's optimizer does. When a graph has too many states (wide parallel
+// branches), nodes are coarsened: first chains are merged into one node (as PipeDream's
+// compress_branches does), and if that is not enough the topological order is planned as a chain.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "profile/profile.h"
+
+namespace pt::plan {
+
+// A set of graph nodes as a bit vector.
+struct NodeSet {
+  std::vector<uint64_t> words;
+  bool has(int v) const { return (words[v / 64] >> (v % 64)) & 1; }
+  void add(int v) { words[v / 64] |= uint64_t{1} << (v % 64); }
+  bool subset_of(const NodeSet& other) const;
+  int count() const;
+  bool operator==(const NodeSet& o) const { return words == o.words; }
+};
+
+struct StateSpace {
+  std::vector<int> pinned_first;               // Input layers: in stage 0, outside the search
+  std::vector<std::vector<int>> node_layers;   // profile layers of each search node
+  std::vector<NodeSet> members;                // per state; state 0 = ∅, last = every node
+  std::vector<double> compute_ms;              // per state: Σ forward + backward of its layers
+  std::vector<double> activation_bytes;        // per state: Σ activation bytes
+  std::vector<double> parameter_bytes;         // per state: Σ parameter bytes
+  // Per state, bytes that cross a cut after it: activations of member layers read by a
+  // non-member (pipetrain's O), and PipeDream's figure, the activations of the state's
+  // augmented antichain (its maximal nodes plus ancestors with an edge leaving their
+  // ancestor set; graph.py augment_antichain), which also counts sinks and branch-internal edges.
+  std::vector<double> frontier_bytes;
+  std::vector<double> pipedream_output_bytes;
+  std::vector<std::vector<int>> strict_subsets;  // per state j: every state k ⊊ j, ascending
+  std::string note;                              // says when and how the graph was coarsened
+
+  int num_states() const { return static_cast<int>(members.size()); }
+  int last() const { return num_states() - 1; }
+  // Profile layers of the stage between states k ⊊ j (sorted).
+  std::vector<int> stage_layers(int k, int j) const;
+};
+
+// max_states bounds the enumeration; beyond it the graph is coarsened (see above).
+StateSpace build_state_space(const profile::Profile& profile, int max_states);
+
+// True for a layer PipeDream's optimizer leaves out of every stage's compute: a source whose
+// name starts with "Input".
+bool is_input_layer(const profile::Profile& profile, int layer);
+
+}  // namespace pt::plan
