@@ -1,5 +1,6 @@
 // pipetrain compare: every schedule and data parallelism on one profile and cluster, side by
 // side, on the simulator.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -60,8 +61,10 @@ int run_compare(CompareFlags& f) {
   for (const char* kind : {"gpipe", "1f1b", "2bw", "pipedream", "mp"}) add(kind, planned, planned_label, f.options);
   // zb-h1 and interleaved need single-replica stages: an even split.
   add("zb-h1", straight, straight.shape(), f.options);
-  int v = f.options.chunks;
-  add("interleaved", straight_plan(prof, n * v), str(n, "x", v, " chunks"), f.options);
+  // Interleaving needs workers x chunks stages of at least one layer each.
+  int v = f.options.chunks, p = std::min(n, prof.num_layers() / v);
+  if (p >= 1) add("interleaved", straight_plan(prof, p * v), str(p, "x", v, " chunks"), f.options);
+  else std::cerr << "skipping interleaved: " << prof.num_layers() << " layers cannot make " << v << " chunks\n";
   schedule::ScheduleOptions dp_options = f.options;
   dp_options.microbatches = std::max(f.options.microbatches, n);
   add("dp", straight, str(n, " replicas"), dp_options);

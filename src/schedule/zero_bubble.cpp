@@ -6,10 +6,10 @@
 // in the drain. Stage i then holds at most (p - i) + i = p microbatches between F and W: the
 // peak (on stage 0) stays 1F1B's. p = 4, m = 6, F = B = W = one slot:
 //
-//   w0: 0F0 0F1 0F2 0F3  .   .   .  0B0 0W0 0F4 0B1 0W1 0F5 0B2 0W2 0B3 0W3 0B4 0W4 0B5 0W5
-//   w1:  .  1F0 1F1 1F2  .   .  1B0 1F3  .  1B1 1W0 1F4 1B2 1W1 1F5 1B3 1W2 1B4 1W3 1B5 1W4 1W5
-//   w2:  .   .  2F0 2F1  .  2B0 2F2  .  2B1 2F3 ...                      (W lags B by 2)
-//   w3:  .   .   .  3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3W0 3F4 3B4 3W1 ...   (W lags B by 3)
+//   w0: 0F0 0F1 0F2 0F3   .   .   . 0B0 0W0 0F4 0B1 0W1 0F5 0B2 0W2 0B3 0W3 0B4 0W4 0B5 0W5
+//   w1:   . 1F0 1F1 1F2   .   . 1B0 1F3 1B1 1W0 1F4 1B2 1W1 1F5 1B3 1W2 1B4 1W3 1B5 1W4 1W5
+//   w2:   .   . 2F0 2F1   . 2B0 2F2 2B1 2F3 2B2 2W0 2F4 2B3 2W1 2F5 2B4 2W2 2B5 2W3 2W4 2W5
+//   w3:   .   .   . 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3W0 3F4 3B4 3W1 3F5 3B5 3W2 3W3 3W4 3W5
 //
 // Makespan 3m + (p-1) slots for m >= p: bubble (p-1)(F+B-W), a third of 1F1B's (p-1)(F+B+W).
 // With m < p no order can hide the first microbatch's F and B chains, so the bubble is larger.

@@ -1,0 +1,115 @@
+// Metrics and pictures from a hand-written trace (as a runtime would record it): the library
+// works on any Trace, not only the simulator's.
+#include <gtest/gtest.h>
+
+#include "metrics/metrics.h"
+#include "metrics/timeline.h"
+#include "core/error.h"
+#include "schedule/trace.h"
+
+namespace pt::metrics {
+namespace {
+
+using schedule::parse_action;
+using schedule::Trace;
+
+// Two workers, 1F1B over 2 microbatches, F = 1 ms, B = 2 ms, 1 ms transfers:
+//   w0: 0F0 0F1  .   .   .   .  0B0 ==  .  0B1 ==
+//   w1:  .   .  1F0 1B0 == 1F1 1B1 ==  .   .   .    (each gradient takes 1 ms back to w0)
+Trace two_stage_trace() {
+  Trace t;
+  t.source = "measured";
+  t.schedule = "1f1b";
+  t.num_stages = 2;
+  t.microbatches = 2;
+  t.batch_size = 32;
+  t.stage_parameter_bytes = {1000, 3000};
+  auto ev = [](int w, const char* a, double s, double e, int64_t bytes = 0) {
+    return schedule::TraceEvent{parse_action(a, w), s, e, bytes};
+  };
+  t.workers = {
+      {ev(0, "0F0", 0, 1, 100), ev(0, "0SA0>1", 1, 2, 50), ev(0, "0F1", 1, 2, 100), ev(0, "0SA1>1", 2, 3, 50),
+       ev(0, "0RG0<1", 5, 6, 50), ev(0, "0B0", 6, 8), ev(0, "0RG1<1", 8, 9, 50), ev(0, "0B1", 9, 11), ev(0, "0ST0", 11, 11)},
+      {ev(1, "1RA0<0", 1, 2, 50), ev(1, "1F0", 2, 3, 100), ev(1, "1B0", 3, 5), ev(1, "1SG0>0", 5, 6, 50),
+       ev(1, "1RA1<0", 2, 3, 50), ev(1, "1F1", 5, 6, 100), ev(1, "1B1", 6, 8), ev(1, "1SG1>0", 8, 9, 50),
+       ev(1, "1ST0", 8, 8)},
+  };
+  return t;
+}
+
+TEST(Metrics, FromAMeasuredTrace) {
+  Metrics m = compute_metrics(two_stage_trace());
+  EXPECT_EQ(m.source, "measured");
+  EXPECT_EQ(m.minibatches, 1);
+  EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 11);
+  EXPECT_DOUBLE_EQ(m.samples_per_s, 32 / 11.0 * 1000);
+  // Each worker computes 6 ms of the 11.
+  EXPECT_DOUBLE_EQ(m.workers[0].bubble_fraction, 5 / 11.0);
+  EXPECT_DOUBLE_EQ(m.workers[1].bubble_fraction, 5 / 11.0);
+  EXPECT_EQ(m.workers[0].peak_stash, 2);
+  EXPECT_EQ(m.workers[1].peak_stash, 1);
+  EXPECT_EQ(m.workers[0].peak_activation_bytes, 200);
+  EXPECT_EQ(m.workers[1].weight_bytes, 3000);
+  EXPECT_EQ(m.workers[1].peak_memory_bytes, 3100);
+  ASSERT_EQ(m.links.size(), 2u);
+  EXPECT_EQ(m.links[0].from, 0);
+  EXPECT_EQ(m.links[0].to, 1);
+  EXPECT_EQ(m.links[0].bytes, 100);
+  EXPECT_EQ(to_json(m)["peak_memory_bytes"], 3100);
+}
+
+TEST(Metrics, AsynchronousSteadyStateWindow) {
+  // One worker, minibatch k done at 3k + 3: the window leaves out the ends.
+  Trace t;
+  t.schedule = "pipedream";
+  t.batch_size = 10;
+  t.workers.resize(1);
+  for (int k = 0; k < 9; ++k) {
+    t.workers[0].push_back({parse_action("0F" + std::to_string(k), 0), 3.0 * k, 3.0 * k + 1, 0});
+    t.workers[0].push_back({parse_action("0B" + std::to_string(k), 0), 3.0 * k + 1, 3.0 * k + 3, 0});
+    t.workers[0].push_back({parse_action("0ST" + std::to_string(k), 0), 3.0 * k + 3, 3.0 * k + 3, 0});
+  }
+  Metrics m = compute_metrics(t);
+  EXPECT_EQ(m.minibatches, 9);
+  EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 3);
+  EXPECT_DOUBLE_EQ(m.bubble_fraction, 0);
+  EXPECT_EQ(m.workers[0].weight_versions, 1);
+}
+
+TEST(Timeline, AsciiGridOnTheTimeAxis) {
+  EXPECT_EQ(time_grid(two_stage_trace()),
+            "w0:   0F0 0F1   .   .   .   . 0B0 ===   . 0B1 ===\n"
+            "w1:     .   . 1F0 1B0 === 1F1 1B1 ===   .   .   .\n"
+            "(one column = 1 ms)\n");
+}
+
+TEST(Timeline, SvgHasRowsLegendAxisAndLabels) {
+  std::string svg = timeline_svg(two_stage_trace(), "test <title>");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  for (const char* part : {"worker 0", "worker 1", "forward F", "backward B", "weight grad W", "time (ms)",
+                           "test &lt;title&gt;", ">0B1 9.00-11.00 ms<", "#4e79a7"})
+    EXPECT_NE(svg.find(part), std::string::npos) << part;
+}
+
+TEST(Timeline, ChromeTraceHasOneEventPerTraceEvent) {
+  json c = chrome_trace(two_stage_trace());
+  int complete = 0;
+  for (const auto& e : c["traceEvents"]) complete += e["ph"] == "X";
+  EXPECT_EQ(complete, 18);
+  EXPECT_EQ(c["traceEvents"][3]["name"], "0F0");
+  EXPECT_EQ(c["traceEvents"][3]["dur"], 1000.0);
+}
+
+TEST(Trace, JsonRejectsUnknownSource) {
+  json doc = schedule::to_json(two_stage_trace());
+  EXPECT_EQ(schedule::trace_from_json(doc, "t").workers[1][0].action.peer, 0);
+  doc["source"] = "guessed";
+  EXPECT_THROW(schedule::trace_from_json(doc, "t"), FormatError);
+  doc = schedule::to_json(two_stage_trace());
+  doc["workers"][0][0]["action"] = "0Q0";
+  EXPECT_THROW(schedule::trace_from_json(doc, "t"), FormatError);
+}
+
+}  // namespace
+}  // namespace pt::metrics
