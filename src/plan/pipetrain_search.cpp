@@ -37,7 +37,7 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   };
 
   for (int k = S - 2; k >= 0; --k)
-    for (int w = W - 1; w >= 0; --w)
+    for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w)  // a later state needs an earlier stage
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
         double best = kInfinity;
         int best_j = -1, best_n = 0;
