@@ -1,0 +1,43 @@
+#include "plan/plan_command.h"
+
+#include "core/error.h"
+#include "core/units.h"
+#include "plan/plan_table.h"
+#include "plan/planner.h"
+#include "profile/pipedream_graph.h"
+
+namespace pt::plan {
+
+PlanOutcome run_plan_command(const PlanFlags& f) {
+  if (f.profile.empty()) throw UsageError("--profile: a profile file is required");
+  PlanOptions options;
+  if (f.cost_model == "pipetrain") options.cost_model = CostModel::kPipetrain;
+  else if (f.cost_model == "pipedream") options.cost_model = CostModel::kPipedream;
+  else throw UsageError(str("--cost-model: unknown cost model '", f.cost_model, "' (use pipetrain or pipedream)"));
+  options.straight = f.straight;
+  options.activation_transfer = !f.no_activation_transfer;
+  if (!f.memory.empty()) {
+    options.memory_bytes = parse_bytes(f.memory, "--memory");
+    if (options.memory_bytes <= 0) throw UsageError(str("--memory: must be > 0, got '", f.memory, "'"));
+  }
+  PlanOutcome out;
+  bool shorthand = !f.workers.empty() || !f.bandwidth_gbps.empty();
+  if (!f.cluster.empty() && shorthand)
+    throw UsageError(str("--cluster '", f.cluster, "' and --workers/--bandwidth-gbps both describe the cluster; give one"));
+  if (!f.cluster.empty()) {
+    out.cluster = read_cluster(f.cluster);
+  } else if (shorthand) {
+    if (f.workers.empty()) throw UsageError(str("--bandwidth-gbps '", f.bandwidth_gbps, "' needs --workers"));
+    if (f.bandwidth_gbps.empty()) throw UsageError(str("--workers '", f.workers, "' needs --bandwidth-gbps"));
+    out.cluster = cluster_from_shorthand(f.workers, f.bandwidth_gbps);
+  } else {
+    throw UsageError("no cluster: give --cluster FILE or --workers N[,N...] --bandwidth-gbps G[,G...]");
+  }
+  out.profile = profile::read_any_profile(f.profile);
+  out.plan = make_plan(out.profile, out.cluster, options);
+  out.table = format_plan_table(out.plan, out.profile, out.cluster);
+  out.json = to_json(out.plan).dump(1) + "\n";
+  return out;
+}
+
+}  // namespace pt::plan

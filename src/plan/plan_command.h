@@ -1,0 +1,35 @@
+#pragma once
+// `pipetrain plan` without the command-line parser: flags in, plan and its two printed forms
+// out, so every bad input is testable without building the CLI.
+#include <string>
+
+#include "plan/cluster.h"
+#include "plan/plan.h"
+#include "profile/profile.h"
+
+namespace pt::plan {
+
+struct PlanFlags {
+  std::string profile;           // --profile: pipetrain JSON, PipeDream JSON figures or graph.txt
+  std::string cluster;           // --cluster FILE, or the shorthand below
+  std::string workers;           // --workers 4,4 (innermost level first)
+  std::string bandwidth_gbps;    // --bandwidth-gbps 80,10
+  std::string memory;            // --memory 16GB ("" = the cluster's, or unlimited)
+  std::string cost_model = "pipetrain";
+  bool straight = false;
+  bool no_activation_transfer = false;
+};
+
+struct PlanOutcome {
+  profile::Profile profile;
+  Cluster cluster;
+  Plan plan;
+  std::string table;  // the readable form
+  std::string json;   // the plan format of DESIGN.md
+};
+
+// Throws UsageError naming the flag and value for bad flags, FormatError for bad files,
+// ConfigError when no plan exists.
+PlanOutcome run_plan_command(const PlanFlags& flags);
+
+}  // namespace pt::plan
