@@ -1,0 +1,167 @@
+#include "runtime/pipeline_job.h"
+
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "core/error.h"
+#include "model/batch_sampler.h"
+#include "runtime/progress.h"
+#include "runtime/thread_transport.h"
+
+namespace pt::runtime {
+
+schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o, int minibatches) {
+  schedule::ScheduleOptions so;
+  so.microbatches = o.microbatches;
+  so.chunks = o.chunks;
+  so.minibatches = minibatches;
+  so.vertical_sync = o.vertical_sync;
+  return schedule::make_schedule(o.schedule, plan, so);
+}
+
+std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
+                                   int64_t total_steps) {
+  int unit = 1;
+  if (!probe.flush) {
+    for (const auto& st : plan.stages) unit = std::lcm(unit, st.replicas);
+  }
+  std::vector<Segment> out;
+  for (int64_t start = 0; start < total_steps;) {
+    int64_t epoch = start / per_epoch;
+    int64_t epoch_end = std::min(total_steps, (epoch + 1) * per_epoch);
+    int64_t n = probe.flush ? 1 : (epoch_end - start) / unit * unit;
+    if (n == 0) {  // fewer than `unit` minibatches left in the epoch: they are skipped
+      start = epoch_end;
+      if (!out.empty()) out.back().ends_epoch = true;
+      continue;
+    }
+    Segment seg{start, static_cast<int>(n), false, epoch};
+    start += n;
+    seg.ends_epoch = start == epoch_end || (!probe.flush && epoch_end - start < unit);
+    if (seg.ends_epoch) start = epoch_end;
+    out.push_back(seg);
+  }
+  return out;
+}
+
+void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, const model::DataSplit& data) {
+  check_train_options(o.train, data);
+  if (o.microbatches < 1 || o.microbatches > 4096)
+    throw UsageError(str("--microbatches: must be in 1..4096, got ", o.microbatches));
+  if (o.train.batch_size % o.microbatches != 0)
+    throw UsageError(str("--microbatches: ", o.microbatches, " does not divide --batch-size ", o.train.batch_size));
+  if (o.chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", o.chunks));
+}
+
+PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
+                              const PipelineOptions& o, std::vector<std::unique_ptr<Worker>>* workers_out) {
+  check_pipeline_options(o, plan, data);
+  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed);
+  int64_t per_epoch = sampler.batches_per_epoch();
+  int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * per_epoch;
+  schedule::Schedule probe = schedule_for(plan, o, o.schedule == "pipedream" || o.schedule == "2bw"
+                                                       ? std::max<int>(1, schedule::default_minibatches(plan))
+                                                       : 1);
+  auto segments = plan_segments(probe, plan, per_epoch, total);
+  int n = probe.num_workers();
+  // Each worker builds its own copy of the model from the seed, so its initial weights are
+  // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
+  std::vector<std::shared_ptr<model::LayeredModel>> models;
+  for (int w = 0; w < n; ++w) models.push_back(factory());
+  auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
+  std::vector<std::unique_ptr<ThreadTransport>> transports;
+  std::vector<std::unique_ptr<Worker>> workers;
+  WorkerOptions wo{o.train.batch_size, o.train.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
+  for (int w = 0; w < n; ++w) {
+    transports.push_back(std::make_unique<ThreadTransport>(hub, w));
+    workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));
+  }
+  int64_t steps_run = 0;
+  for (const auto& seg : segments) steps_run += seg.minibatches;
+  Progress progress(steps_run, o.train.metrics_path, o.train.quiet);
+  std::mutex mu;
+  std::map<int64_t, std::pair<double, int>> partial;  // minibatch -> (loss, microbatches seen)
+  int64_t done = 0;
+  double last_loss = 0;
+  std::vector<double> recent;
+  double start = wall_ms(), eval_ms = 0;
+  for (auto& wk : workers) {
+    wk->set_trace_origin(start);
+    wk->set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
+      std::lock_guard<std::mutex> lock(mu);
+      auto& p = partial[minibatch];
+      p.first += loss;
+      if (++p.second < probe.microbatches) return;
+      ++done;
+      last_loss = p.first;
+      recent.push_back(p.first);
+      partial.erase(minibatch);
+      double secs = (wall_ms() - start - eval_ms) / 1000;
+      progress.step({done, minibatch / per_epoch, p.first, done * o.train.batch_size / std::max(secs, 1e-9), -1});
+    });
+  }
+  std::vector<std::string> errors(n);
+  std::vector<double> accuracy(n, -1);
+  double final_accuracy = -1;
+  std::vector<std::thread> threads;
+  // Evaluations happen between segments, on every worker; worker 0 times them.
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      at::set_num_threads(1);
+      std::map<int, schedule::Schedule> cache;
+      try {
+        for (const auto& seg : segments) {
+          auto it = cache.find(seg.minibatches);
+          if (it == cache.end())
+            it = cache.emplace(seg.minibatches, probe.flush ? probe : schedule_for(plan, o, seg.minibatches)).first;
+          workers[w]->run(it->second, seg.first_minibatch);
+          if (o.train.evaluate && seg.ends_epoch) {
+            double t0 = wall_ms();
+            double acc = workers[w]->evaluate(it->second, data.test);
+            std::lock_guard<std::mutex> lock(mu);
+            if (w == 0) eval_ms += wall_ms() - t0;
+            if (acc >= 0) {
+              accuracy[w] = acc;
+              final_accuracy = acc;
+              progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, last_loss, 0, acc});
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        std::string action = workers[w]->current_action();
+        errors[w] = str("worker ", w, (action.empty() ? "" : " at " + action), ": ", e.what());
+        hub->abort(errors[w]);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  progress.finish();
+  // Report the root cause: the first error that is not another worker's abort.
+  std::string first;
+  for (const auto& e : errors)
+    if (!e.empty() && e.find("job aborted") == std::string::npos) first = first.empty() ? e : first;
+  for (const auto& e : errors)
+    if (first.empty() && !e.empty()) first = e;
+  if (!first.empty()) throw RuntimeFailure("pipeline failed: " + first);
+
+  PipelineResult r;
+  r.workers = n;
+  r.stages = probe.num_stages;
+  r.train.steps = steps_run;
+  r.train.seconds = (wall_ms() - start - eval_ms) / 1000;
+  r.train.samples_per_s = steps_run * o.train.batch_size / r.train.seconds;
+  size_t k = std::min<size_t>(50, recent.size());
+  r.train.final_loss = k ? std::accumulate(recent.end() - k, recent.end(), 0.0) / k : 0;
+  r.train.test_accuracy = final_accuracy;
+  r.trace.source = "measured";
+  r.trace.schedule = o.schedule;
+  r.trace.num_stages = probe.num_stages;
+  r.trace.microbatches = probe.microbatches;
+  r.trace.batch_size = o.train.batch_size;
+  for (auto& wk : workers) r.trace.workers.push_back(wk->trace());
+  if (workers_out) *workers_out = std::move(workers);
+  return r;
+}
+
+}  // namespace pt::runtime

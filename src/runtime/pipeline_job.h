@@ -1,0 +1,64 @@
+#pragma once
+// Pipeline-parallel training: a plan and a schedule kind run for real on workers that talk
+// through a Transport. train_pipeline runs every worker as a thread of this process (the
+// `threads` transport); run_worker_segments is the per-worker loop both transports share.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/dataset.h"
+#include "plan/plan.h"
+#include "runtime/trainer.h"
+#include "runtime/worker.h"
+#include "schedule/generators.h"
+#include "schedule/trace.h"
+
+namespace pt::runtime {
+
+struct PipelineOptions {
+  std::string schedule = "pipedream";
+  int microbatches = 4;       // per minibatch (synchronous schedules, 2bw)
+  int chunks = 1;             // interleaved
+  bool vertical_sync = false; // pipedream
+  TrainOptions train;
+  bool stash_weights = true;  // off only to show what stashing prevents (tests)
+  bool record_weight_sums = false;
+  double timeout_s = 120;     // longest wait for a peer before the job fails
+};
+
+struct PipelineResult {
+  TrainResult train;
+  schedule::Trace trace;      // what ran ("measured")
+  int workers = 0;
+  int stages = 0;
+};
+
+using ModelFactory = std::function<std::shared_ptr<model::LayeredModel>()>;
+
+// The minibatches run by each schedule repetition: synchronous schedules one at a time;
+// asynchronous ones an epoch at a time (the pipeline drains at each epoch's end, where test
+// accuracy is measured), in multiples of every stage's replica count.
+struct Segment {
+  int64_t first_minibatch = 0;
+  int minibatches = 1;
+  bool ends_epoch = false;
+  int64_t epoch = 0;
+};
+std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
+                                   int64_t total_steps);
+
+// Generates (and validates) the schedule for a segment of `minibatches`.
+schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o, int minibatches);
+
+// Checks options against the plan and data; UsageError names the flag.
+void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, const model::DataSplit& data);
+
+// All workers as threads of this process. `workers_out`, when given, receives the workers
+// (tests inspect their replicas). Throws RuntimeFailure naming the worker, the action and the
+// cause of the first failure.
+PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
+                              const PipelineOptions& options,
+                              std::vector<std::unique_ptr<Worker>>* workers_out = nullptr);
+
+}  // namespace pt::runtime

@@ -1,0 +1,26 @@
+#include "runtime/sgd.h"
+
+namespace pt::runtime {
+
+Sgd::Sgd(std::vector<torch::Tensor> params, const SgdOptions& options)
+    : params_(std::move(params)), momentum_(params_.size()), options_(options) {}
+
+void Sgd::step(double grad_scale) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (!p.grad().defined()) continue;
+    torch::Tensor w = p.data();
+    torch::Tensor d = grad_scale == 1.0 ? p.grad().clone() : p.grad() * grad_scale;
+    if (options_.weight_decay != 0) d.add_(w, options_.weight_decay);
+    if (options_.momentum != 0) {
+      if (!momentum_[i].defined()) momentum_[i] = d.clone();
+      else momentum_[i].mul_(options_.momentum).add_(d);
+      d = momentum_[i];
+    }
+    w.add_(d, -options_.lr);
+    p.mutable_grad().zero_();
+  }
+}
+
+}  // namespace pt::runtime

@@ -1,0 +1,29 @@
+#pragma once
+// SGD with momentum and weight decay, as torch::optim::SGD computes it (dampening 0, no
+// Nesterov):  d = g + wd * w;  buf = d (first step) or momentum * buf + d;  w -= lr * buf.
+// It updates the weights through .data(), outside autograd's version counting: in an
+// asynchronous pipeline a minibatch's forward graph still refers to the weights when another
+// minibatch's step updates them, and weight stashing (stage_replica.h) restores the values
+// that graph used before its backward runs.
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/trainer.h"
+
+namespace pt::runtime {
+
+class Sgd {
+ public:
+  Sgd(std::vector<torch::Tensor> params, const SgdOptions& options);
+  // Applies the accumulated gradients (scaled by `grad_scale`) and zeroes them.
+  void step(double grad_scale = 1.0);
+  const std::vector<torch::Tensor>& params() const { return params_; }
+
+ private:
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> momentum_;
+  SgdOptions options_;
+};
+
+}  // namespace pt::runtime

@@ -1,0 +1,141 @@
+#include "runtime/stage_replica.h"
+
+#include "core/error.h"
+
+namespace pt::runtime {
+
+StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
+                           const SgdOptions& sgd, bool stash_weights)
+    : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
+      params_(model_->parameters(first, last)), sgd_(params_, sgd) {
+  for (auto& p : params_) p.mutable_grad() = torch::zeros_like(p);
+}
+
+double StageReplica::weight_sum() const {
+  double s = 0;
+  for (const auto& p : params_) s += p.data().sum().item<double>();
+  return s;
+}
+
+torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target,
+                                    double loss_scale) {
+  PT_CHECK(!in_flight_.count(mb), "microbatch ", mb, " is already in flight");
+  InFlight f;
+  f.version = version_;
+  f.input = input.detach();
+  if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
+  torch::Tensor out = model_->forward(f.input, first_, last_);
+  if (is_last_) {
+    last_correct_ = model_->correct(out.detach(), target);
+    torch::Tensor loss = model_->loss(out, target);
+    last_loss_ = loss.item<double>();
+    out = loss * loss_scale;
+  }
+  f.output = out;
+  if (record_sums_) weight_sums_[mb].first = weight_sum();
+  in_flight_[mb] = std::move(f);
+  return out.detach();
+}
+
+template <typename F>
+void StageReplica::with_version(int64_t version, F&& f) {
+  if (!stash_weights_ || version == version_) {
+    f();
+    return;
+  }
+  auto it = versions_.find(version);
+  PT_CHECK(it != versions_.end(), "weight version ", version, " was not stashed");
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> newest;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    newest.push_back(params_[i].data().clone());
+    params_[i].data().copy_(it->second[i]);
+  }
+  try {
+    torch::AutoGradMode grad_on(true);
+    f();
+  } catch (...) {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].data().copy_(newest[i]);
+    throw;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].data().copy_(newest[i]);
+}
+
+torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_grad, bool input_only) {
+  auto it = in_flight_.find(mb);
+  PT_CHECK(it != in_flight_.end(), "backward of microbatch ", mb, " before its forward");
+  InFlight& f = it->second;
+  f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad;
+  PT_CHECK(f.output_grad.sizes() == f.output.sizes(), "gradient shape ", f.output_grad.sizes(), " vs output ",
+           f.output.sizes());
+  bool has_input_grad = f.input.requires_grad();
+  torch::Tensor input_grad;
+  with_version(f.version, [&] {
+    if (record_sums_) weight_sums_[mb].second = weight_sum();
+    if (input_only) {
+      if (has_input_grad)
+        torch::autograd::backward({f.output}, {f.output_grad}, /*retain_graph=*/true, false, {f.input});
+    } else {
+      torch::autograd::backward({f.output}, {f.output_grad});
+    }
+  });
+  if (has_input_grad) input_grad = f.input.grad();
+  if (!input_only) {
+    int64_t v = f.version;
+    in_flight_.erase(it);
+    release_version_if_unused(v);
+  }
+  return input_grad;
+}
+
+void StageReplica::backward_weight(int64_t mb) {
+  auto it = in_flight_.find(mb);
+  PT_CHECK(it != in_flight_.end(), "weight gradient of microbatch ", mb, " before its forward");
+  InFlight& f = it->second;
+  PT_CHECK(f.output_grad.defined(), "weight gradient of microbatch ", mb, " before its input gradient");
+  std::vector<torch::Tensor> trainable;
+  for (auto& p : params_)
+    if (p.requires_grad()) trainable.push_back(p);
+  with_version(f.version, [&] {
+    if (!trainable.empty()) torch::autograd::backward({f.output}, {f.output_grad}, false, false, trainable);
+  });
+  int64_t v = f.version;
+  in_flight_.erase(it);
+  release_version_if_unused(v);
+}
+
+void StageReplica::release_version_if_unused(int64_t version) {
+  if (version == version_) return;
+  for (const auto& [mb, f] : in_flight_)
+    if (f.version == version) return;
+  versions_.erase(version);
+}
+
+void StageReplica::step(double grad_scale) {
+  // Microbatches in flight keep the version their forward used: stash it before updating.
+  if (stash_weights_) {
+    bool needed = false;
+    for (const auto& [mb, f] : in_flight_) needed |= f.version == version_;
+    if (needed) {
+      std::vector<torch::Tensor> copy;
+      for (const auto& p : params_) copy.push_back(p.data().clone());
+      versions_[version_] = std::move(copy);
+    }
+  }
+  sgd_.step(grad_scale);
+  ++version_;
+}
+
+std::vector<torch::Tensor> StageReplica::gradients() {
+  std::vector<torch::Tensor> g;
+  for (auto& p : params_) g.push_back(p.mutable_grad());
+  return g;
+}
+
+int64_t StageReplica::activation_bytes(int64_t mb) const {
+  auto it = in_flight_.find(mb);
+  if (it == in_flight_.end()) return 0;
+  return it->second.output.numel() * static_cast<int64_t>(it->second.output.element_size());
+}
+
+}  // namespace pt::runtime

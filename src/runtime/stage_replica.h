@@ -1,0 +1,75 @@
+#pragma once
+// One replica of one stage on a worker: its layers, its optimizer, the activations of the
+// microbatches in flight, and (for asynchronous schedules) the weight stash: the version each
+// in-flight microbatch's forward used, restored for its backward (PipeDream §3.3).
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/layered_model.h"
+#include "runtime/sgd.h"
+
+namespace pt::runtime {
+
+class StageReplica {
+ public:
+  // `model` is this worker's own copy of the whole model; the replica keeps layers [first, last).
+  StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
+               const SgdOptions& sgd, bool stash_weights);
+
+  // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
+  // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
+  // (the loss on the last stage).
+  torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale);
+  // Backward of `mb` from the output gradient (ignored on the last stage, which starts from its
+  // loss). input_only: only the input gradient (zero-bubble B; W follows). Returns the input
+  // gradient (undefined on the first stage).
+  torch::Tensor backward(int64_t mb, const torch::Tensor& output_grad, bool input_only);
+  // The weight gradient of `mb` after an input-only backward (zero-bubble W).
+  void backward_weight(int64_t mb);
+  void step(double grad_scale = 1.0);
+
+  std::vector<torch::Tensor> gradients();  // the accumulated .grad of every parameter
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  int64_t version() const { return version_; }
+  int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
+  int64_t versions_held() const { return static_cast<int64_t>(versions_.size()); }
+  double last_loss() const { return last_loss_; }
+  int64_t last_correct() const { return last_correct_; }
+  int64_t activation_bytes(int64_t mb) const;
+  // Sum of the weights a microbatch's forward/backward ran with: tests check stashing with it.
+  std::map<int64_t, std::pair<double, double>>& weight_sums() { return weight_sums_; }
+  void record_weight_sums(bool on) { record_sums_ = on; }
+
+ private:
+  struct InFlight {
+    torch::Tensor input;   // requires grad (all but the first stage)
+    torch::Tensor output;  // the stage output, or the loss on the last stage
+    torch::Tensor output_grad;
+    int64_t version = 0;
+  };
+  double weight_sum() const;
+  // Runs f with the weights of `version` in place (restoring the newest after), so the
+  // backward sees exactly the values its forward graph used.
+  template <typename F>
+  void with_version(int64_t version, F&& f);
+  void release_version_if_unused(int64_t version);
+
+  std::shared_ptr<model::LayeredModel> model_;
+  int first_, last_;
+  bool is_last_;
+  bool stash_weights_;
+  std::vector<torch::Tensor> params_;
+  Sgd sgd_;
+  int64_t version_ = 0;
+  std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
+  std::map<int64_t, InFlight> in_flight_;
+  double last_loss_ = 0;
+  int64_t last_correct_ = 0;
+  bool record_sums_ = false;
+  std::map<int64_t, std::pair<double, double>> weight_sums_;
+};
+
+}  // namespace pt::runtime

@@ -1,0 +1,103 @@
+#include "runtime/thread_transport.h"
+
+namespace pt::runtime {
+
+namespace {
+
+struct DoneTransfer : PendingTransfer {
+  torch::Tensor wait() override { return {}; }
+};
+
+// The receive is matched when waited for: the sender has usually delivered by then.
+struct MailboxReceive : PendingTransfer {
+  MailboxReceive(std::shared_ptr<ThreadHub> hub, int src, int dst, int64_t tag)
+      : hub(std::move(hub)), src(src), dst(dst), tag(tag) {}
+  torch::Tensor wait() override { return hub->take(src, dst, tag); }
+  std::shared_ptr<ThreadHub> hub;
+  int src, dst;
+  int64_t tag;
+};
+
+}  // namespace
+
+ThreadHub::ThreadHub(int workers, double timeout_s) : workers_(workers), timeout_(timeout_s) {}
+
+void ThreadHub::check_aborted_locked() const {
+  if (!abort_reason_.empty()) throw TransportError("job aborted: " + abort_reason_);
+}
+
+void ThreadHub::put(int src, int dst, int64_t tag, torch::Tensor t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mailboxes_[{src, dst, tag}].push_back(std::move(t));
+  cv_.notify_all();
+}
+
+torch::Tensor ThreadHub::take(int src, int dst, int64_t tag) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto key = std::make_tuple(src, dst, tag);
+  bool ok = cv_.wait_for(lock, timeout_, [&] {
+    if (!abort_reason_.empty()) return true;
+    auto it = mailboxes_.find(key);
+    return it != mailboxes_.end() && !it->second.empty();
+  });
+  check_aborted_locked();
+  if (!ok) throw TransportError(str("worker ", dst, " waited ", timeout_.count(), " s for tag ", tag, " from worker ", src));
+  auto it = mailboxes_.find(key);
+  torch::Tensor t = std::move(it->second.front());
+  it->second.erase(it->second.begin());
+  if (it->second.empty()) mailboxes_.erase(it);
+  return t;
+}
+
+void ThreadHub::allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+  if (group.size() <= 1) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  check_aborted_locked();
+  Reduction& r = reductions_[group];
+  // Wait until the previous reduction of this group has been collected by all members.
+  bool ok = cv_.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || !r.done; });
+  check_aborted_locked();
+  if (!ok) throw TransportError(str("worker ", rank, " timed out entering an all-reduce"));
+  uint64_t gen = r.generation;
+  if (r.arrived == 0) {
+    r.sum.clear();
+    for (auto& t : tensors) r.sum.push_back(t.detach().clone());
+  } else {
+    for (size_t i = 0; i < tensors.size(); ++i) r.sum[i].add_(tensors[i]);
+  }
+  if (++r.arrived == static_cast<int>(group.size())) {
+    r.done = true;
+    cv_.notify_all();
+  }
+  ok = cv_.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || (r.done && r.generation == gen); });
+  check_aborted_locked();
+  if (!ok) throw TransportError(str("worker ", rank, " timed out in an all-reduce of workers ", group.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
+  if (++r.collected == static_cast<int>(group.size())) {
+    r.arrived = r.collected = 0;
+    r.done = false;
+    ++r.generation;
+    cv_.notify_all();
+  }
+}
+
+void ThreadHub::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (abort_reason_.empty()) abort_reason_ = why;
+  cv_.notify_all();
+}
+
+std::shared_ptr<PendingTransfer> ThreadTransport::isend(const torch::Tensor& t, int peer, int64_t tag) {
+  hub_->put(rank_, peer, tag, t);
+  return std::make_shared<DoneTransfer>();
+}
+
+std::shared_ptr<PendingTransfer> ThreadTransport::irecv(int peer, int64_t tag) {
+  return std::make_shared<MailboxReceive>(hub_, peer, rank_, tag);
+}
+
+void ThreadTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+  hub_->allreduce_sum(rank_, tensors, group);
+}
+
+}  // namespace pt::runtime

@@ -1,0 +1,47 @@
+#pragma once
+// How workers talk (DESIGN.md, "Runtime"): non-blocking point-to-point tensors and an
+// all-reduce among a group. One interface, one implementation per backend: `threads`
+// (thread_transport.h, in-memory) and `gloo` (gloo_transport.h, c10d over TCP).
+//
+// Every blocking wait has a deadline and every wait ends when the job is aborted, so a failed
+// worker brings the job down instead of leaving the others waiting forever.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace pt::runtime {
+
+// A transfer under way. wait() returns the received tensor (an undefined tensor for a send).
+class PendingTransfer {
+ public:
+  virtual ~PendingTransfer() = default;
+  virtual torch::Tensor wait() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Starts sending `t` to worker `peer` under `tag`; the receiver learns the shape and dtype
+  // from the transfer itself. `t` must not be modified until the transfer completes.
+  virtual std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) = 0;
+  virtual std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) = 0;
+  // Sums `tensors` in place over the workers of `group` (sorted worker ids, including rank()).
+  virtual void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
+  // Makes every current and future wait of every worker throw, with `why`.
+  virtual void abort(const std::string& why) = 0;
+};
+
+// Raised by waits when the job was aborted or a deadline passed.
+struct TransportError : RuntimeFailure {
+  using RuntimeFailure::RuntimeFailure;
+};
+
+}  // namespace pt::runtime

@@ -1,0 +1,200 @@
+#include "runtime/worker.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/progress.h"
+#include "runtime/trainer.h"
+
+namespace pt::runtime {
+
+using schedule::Action;
+using schedule::ActionKind;
+
+namespace {
+constexpr int kActivation = 0, kGradient = 1;
+}
+
+Worker::Worker(int rank, std::shared_ptr<model::LayeredModel> model, const model::DataSplit& data,
+               Transport& transport, const WorkerOptions& options)
+    : rank_(rank), model_(std::move(model)), data_(data), transport_(transport), options_(options),
+      sampler_(data.train.size(), options.batch_size, options.seed) {}
+
+int64_t Worker::tag(int direction, int stage, int64_t mb, int stages) {
+  return (mb * stages + stage) * 2 + direction;
+}
+
+StageReplica* Worker::replica(int stage) {
+  auto it = replicas_.find(stage);
+  return it == replicas_.end() ? nullptr : it->second.get();
+}
+
+void Worker::setup(const schedule::Schedule& s) {
+  if (!replicas_.empty()) return;
+  for (int st = 0; st < s.num_stages; ++st) {
+    const auto& ws = s.stage_workers[st];
+    if (std::find(ws.begin(), ws.end(), rank_) == ws.end()) continue;
+    const auto& layers = s.stage_layers[st];
+    PT_CHECK(!layers.empty());
+    int first = layers.front(), last = layers.back() + 1;
+    if (last - first != static_cast<int>(layers.size()) || last > model_->num_layers())
+      throw ConfigError(str("stage ", st, " holds layers ", first, "..", layers.back(), " which are not a contiguous run of the ",
+                            model_->num_layers(), " layers of ", model_->name()));
+    bool is_last = last == model_->num_layers();
+    replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, options_.sgd,
+                                                   options_.stash_weights && !s.flush);
+    replicas_[st]->record_weight_sums(options_.record_weight_sums);
+  }
+}
+
+torch::Tensor Worker::batch_rows(const torch::Tensor& all, int64_t minibatch, int64_t micro, int microbatches) {
+  if (minibatch != cached_minibatch_) {
+    cached_indices_ = sampler_.batch(minibatch);
+    cached_minibatch_ = minibatch;
+  }
+  int64_t size = options_.batch_size / microbatches;
+  std::vector<int64_t> rows(cached_indices_.begin() + micro * size, cached_indices_.begin() + (micro + 1) * size);
+  return gather(all, rows);
+}
+
+void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
+  setup(s);
+  int64_t offset = first_minibatch * s.microbatches;
+  for (const Action& a : s.actions[rank_]) {
+    current_ = schedule::to_string(a);
+    double t0 = wall_ms();
+    execute(s, a, offset, first_minibatch);
+    schedule::TraceEvent e;
+    e.action = a;
+    e.action.microbatch = static_cast<int>(a.kind == ActionKind::kAllReduce || a.kind == ActionKind::kStep
+                                               ? (s.flush ? first_minibatch : a.microbatch)
+                                               : a.microbatch + offset);
+    e.start_ms = t0 - origin_ms_;
+    e.end_ms = wall_ms() - origin_ms_;
+    if (a.kind == ActionKind::kForward) e.bytes = replica(a.stage)->activation_bytes(a.microbatch + offset);
+    trace_.push_back(e);
+  }
+  for (auto& p : sends_) p->wait();
+  sends_.clear();
+  current_.clear();
+}
+
+void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offset, int64_t first_minibatch) {
+  int64_t mb = a.microbatch + offset;  // global microbatch
+  int m = s.microbatches;
+  int64_t minibatch = mb / m, micro = mb % m;
+  StageReplica* rep = replica(a.stage);
+  PT_CHECK(rep || schedule::is_p2p(a.kind), "worker ", rank_, " does not hold stage ", a.stage);
+  auto key = std::make_pair(a.stage, mb);
+  switch (a.kind) {
+    case ActionKind::kForward: {
+      torch::Tensor input;
+      if (a.stage == 0) {
+        input = batch_rows(data_.train.inputs, minibatch, micro, m);
+      } else {
+        auto it = receives_.find({kActivation, a.stage, mb});
+        PT_CHECK(it != receives_.end(), "no receive posted for the input of ", schedule::to_string(a));
+        input = it->second->wait();
+        receives_.erase(it);
+      }
+      bool last = a.stage == s.num_stages - 1;
+      torch::Tensor target = last ? batch_rows(data_.train.targets, minibatch, micro, m) : torch::Tensor();
+      torch::Tensor out = rep->forward(mb, input, target, 1.0 / m);
+      if (last) {
+        if (on_loss_) on_loss_(minibatch, rep->last_loss() / m, rep->last_correct(), target.numel());
+      } else {
+        outputs_[key] = out;
+      }
+      break;
+    }
+    case ActionKind::kSendActivation: {
+      auto it = outputs_.find(key);
+      PT_CHECK(it != outputs_.end(), "send of an activation not computed: ", schedule::to_string(a));
+      // Transfers are tagged by the receiving stage: SA(s) feeds RA(s + 1), SG(s) feeds RG(s - 1).
+      sends_.push_back(transport_.isend(it->second, a.peer, tag(kActivation, a.stage + 1, mb, s.num_stages)));
+      outputs_.erase(it);
+      break;
+    }
+    case ActionKind::kRecvActivation:
+      receives_[{kActivation, a.stage, mb}] = transport_.irecv(a.peer, tag(kActivation, a.stage, mb, s.num_stages));
+      break;
+    case ActionKind::kRecvGradient:
+      receives_[{kGradient, a.stage, mb}] = transport_.irecv(a.peer, tag(kGradient, a.stage, mb, s.num_stages));
+      break;
+    case ActionKind::kBackward: {
+      torch::Tensor grad;
+      if (a.stage != s.num_stages - 1) {
+        auto it = receives_.find({kGradient, a.stage, mb});
+        PT_CHECK(it != receives_.end(), "no receive posted for the gradient of ", schedule::to_string(a));
+        grad = it->second->wait();
+        receives_.erase(it);
+      }
+      bool split = a.stage < static_cast<int>(s.split_backward.size()) && s.split_backward[a.stage];
+      torch::Tensor ig = rep->backward(mb, grad, split);
+      if (a.stage > 0) input_grads_[key] = ig;
+      break;
+    }
+    case ActionKind::kSendGradient: {
+      auto it = input_grads_.find(key);
+      PT_CHECK(it != input_grads_.end(), "send of a gradient not computed: ", schedule::to_string(a));
+      sends_.push_back(transport_.isend(it->second, a.peer, tag(kGradient, a.stage - 1, mb, s.num_stages)));
+      input_grads_.erase(it);
+      break;
+    }
+    case ActionKind::kBackwardWeight:
+      rep->backward_weight(mb);
+      break;
+    case ActionKind::kAllReduce: {
+      std::vector<int> group = s.stage_workers[a.stage];
+      std::sort(group.begin(), group.end());
+      auto grads = rep->gradients();
+      transport_.allreduce_sum(grads, group);
+      break;
+    }
+    case ActionKind::kStep:
+      // PipeDream's replicated stages average the r minibatches of a round, as DDP does;
+      // synchronous schedules already scaled each microbatch's loss by 1/m, so they sum.
+      rep->step(s.kind == "pipedream" ? 1.0 / s.replicas(a.stage) : 1.0);
+      break;
+  }
+  (void)first_minibatch;
+}
+
+double Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test, int64_t batch) {
+  setup(s);
+  torch::NoGradGuard no_grad;
+  model_->train(false);
+  int64_t correct = 0, total = 0;
+  bool holds_last = false;
+  int64_t round = 0;
+  for (int64_t first = 0; first < test.size(); first += batch, ++round) {
+    int64_t n = std::min(batch, test.size() - first);
+    torch::Tensor x;
+    for (int st = 0; st < s.num_stages; ++st) {
+      int w = s.stage_workers[st][0];
+      if (w != rank_) continue;
+      const auto& layers = s.stage_layers[st];
+      if (st == 0) {
+        x = test.inputs.narrow(0, first, n);
+      } else {
+        int from = s.stage_workers[st - 1][0];
+        // A negative tag space keeps evaluation apart from training transfers.
+        if (from != rank_) x = transport_.irecv(from, -(round * s.num_stages + st) - 1)->wait();
+      }
+      x = model_->forward(x, layers.front(), layers.back() + 1);
+      if (st == s.num_stages - 1) {
+        auto target = test.targets.narrow(0, first, n);
+        correct += model_->correct(x, target);
+        total += target.numel();
+        holds_last = true;
+      } else {
+        int to = s.stage_workers[st + 1][0];
+        if (to != rank_) transport_.isend(x, to, -(round * s.num_stages + st + 1) - 1)->wait();
+      }
+    }
+  }
+  model_->train(true);
+  return holds_last && total > 0 ? static_cast<double>(correct) / total : -1;
+}
+
+}  // namespace pt::runtime

@@ -1,0 +1,77 @@
+#pragma once
+// A worker executes its action list from the schedule IR (schedule/action.h): forward,
+// backward (full, or input-only + weight for zero-bubble), send/receive, all-reduce, step.
+// It holds one StageReplica per stage the schedule places on it and contains no
+// schedule-specific control flow beyond what the actions say.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/batch_sampler.h"
+#include "model/dataset.h"
+#include "runtime/stage_replica.h"
+#include "runtime/transport.h"
+#include "schedule/schedule.h"
+#include "schedule/trace.h"
+
+namespace pt::runtime {
+
+struct WorkerOptions {
+  int64_t batch_size = 64;
+  SgdOptions sgd;
+  uint64_t seed = 0;
+  bool stash_weights = true;
+  bool record_weight_sums = false;  // tests of weight stashing
+};
+
+class Worker {
+ public:
+  // Called on a last-stage worker after the forward of each microbatch: (minibatch, loss of
+  // the microbatch, correct predictions, targets in it).
+  using LossCallback = std::function<void(int64_t minibatch, double loss, int64_t correct, int64_t targets)>;
+
+  Worker(int rank, std::shared_ptr<model::LayeredModel> model, const model::DataSplit& data,
+         Transport& transport, const WorkerOptions& options);
+
+  // Runs `schedule` (placement and stages must be those of every call) for minibatches
+  // [first_minibatch, first_minibatch + schedule.minibatches); the schedule's microbatch k is
+  // the global microbatch first_minibatch * microbatches + k.
+  void run(const schedule::Schedule& schedule, int64_t first_minibatch);
+  // Test accuracy through the pipeline (replica 0 of every stage); every worker calls it.
+  // Returns the accuracy on the worker that holds the last stage's replica 0, -1 elsewhere.
+  double evaluate(const schedule::Schedule& schedule, const model::Dataset& test, int64_t batch = 1000);
+
+  void set_loss_callback(LossCallback cb) { on_loss_ = std::move(cb); }
+  void set_trace_origin(double origin_ms) { origin_ms_ = origin_ms; }
+  std::vector<schedule::TraceEvent>& trace() { return trace_; }
+  StageReplica* replica(int stage);
+  std::string current_action() const { return current_; }
+
+ private:
+  void setup(const schedule::Schedule& s);
+  void execute(const schedule::Schedule& s, const schedule::Action& a, int64_t offset, int64_t first_minibatch);
+  torch::Tensor batch_rows(const torch::Tensor& all, int64_t minibatch, int64_t micro, int microbatches);
+  static int64_t tag(int direction, int stage, int64_t mb, int stages);
+
+  int rank_;
+  std::shared_ptr<model::LayeredModel> model_;
+  const model::DataSplit& data_;
+  Transport& transport_;
+  WorkerOptions options_;
+  model::BatchSampler sampler_;
+  std::map<int, std::unique_ptr<StageReplica>> replicas_;  // stage -> replica
+  std::map<std::pair<int, int64_t>, torch::Tensor> outputs_;          // (stage, mb) -> activation to send
+  std::map<std::pair<int, int64_t>, torch::Tensor> input_grads_;      // (stage, mb) -> gradient to send
+  std::map<std::tuple<int, int, int64_t>, std::shared_ptr<PendingTransfer>> receives_;  // (dir, stage, mb)
+  std::vector<std::shared_ptr<PendingTransfer>> sends_;
+  std::vector<int64_t> cached_indices_;
+  int64_t cached_minibatch_ = -1;
+  LossCallback on_loss_;
+  double origin_ms_ = 0;
+  std::vector<schedule::TraceEvent> trace_;
+  std::string current_;
+};
+
+}  // namespace pt::runtime

@@ -1,0 +1,53 @@
+#pragma once
+// Shared set-up of the runtime tests: mnist-cnn on seeded synthetic data, plans, weights.
+#include <memory>
+#include <vector>
+
+#include "model/zoo.h"
+#include "plan/planner.h"
+#include "runtime/pipeline_job.h"
+
+namespace pt::runtime::testing {
+
+inline std::shared_ptr<model::LayeredModel> seeded_cnn(uint64_t seed) {
+  torch::manual_seed(seed);
+  return model::build_mnist_cnn({});
+}
+
+// A profile with the model's structure and unit costs: enough for even splits.
+inline profile::Profile unit_profile(const model::LayeredModel& m) {
+  profile::Profile p;
+  p.model = m.name();
+  p.batch_size = 32;
+  for (int i = 0; i < m.num_layers(); ++i) p.layers.push_back({m.layer(i).name, 1, 1, 1000, 1000, m.layer(i).inputs});
+  return p;
+}
+
+inline plan::Plan replicated_plan(const model::LayeredModel& m, int replicas) {
+  plan::Plan p;
+  p.stages.resize(1);
+  for (int i = 0; i < m.num_layers(); ++i) p.stages[0].layers.push_back(i);
+  p.stages[0].replicas = replicas;
+  plan::assign_workers(p);
+  return p;
+}
+
+// Weights after training: replica 0 of every stage, in layer order.
+inline std::vector<torch::Tensor> pipeline_weights(const schedule::Schedule& s,
+                                                   std::vector<std::unique_ptr<Worker>>& workers) {
+  std::vector<torch::Tensor> out;
+  for (int st = 0; st < s.num_stages; ++st)
+    for (const auto& p : workers[s.stage_workers[st][0]]->replica(st)->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+inline double max_relative_error(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double err = (a[i] - b[i]).norm().item<double>() / std::max(1e-12, b[i].norm().item<double>());
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+}  // namespace pt::runtime::testing
