@@ -41,6 +41,14 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
         double best = kInfinity;
         int best_j = -1, best_n = 0;
+        // Start from the one-stage option (the rest on every free worker): a finite bound early
+        // lets the compute bound below skip most pairs.
+        if (!options.straight || w + 1 == W) {
+          double bytes = s.activation_bytes[last] - s.activation_bytes[k] + s.parameter_bytes[last] -
+                         s.parameter_bytes[k];
+          if (q <= 1 && (!Q || bytes <= static_cast<double>(mem)))
+            best = stage(k, last, w, W - w, 1).time_ms, best_j = last, best_n = W - w;
+        }
         for (int j : supersets[k]) {
           double compute = s.compute_ms[j] - s.compute_ms[k];
           if (compute / (W - w) >= best) continue;

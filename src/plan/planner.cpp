@@ -16,6 +16,8 @@ namespace {
 // (a, b), cubic in the states, hence its smaller bound.
 constexpr int kMaxStates = 2500;
 constexpr int kMaxStatesHierarchicalCompat = 600;
+// The pipetrain search visits about pairs × W² (state pair, first worker, replicas) triples.
+constexpr double kPipetrainWork = 6e7;
 
 const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedream" : "pipetrain"; }
 
@@ -47,8 +49,10 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
   if (options.memory_bytes < 0) throw UsageError(str("--memory: must be >= 0, got ", options.memory_bytes));
   bool compat = options.cost_model == CostModel::kPipedream;
   int max_states = compat && cluster.levels.size() > 1 ? kMaxStatesHierarchicalCompat : kMaxStates;
-  StateSpace space = build_state_space(profile, max_states);
   int W = cluster.workers();
+  size_t max_pairs = compat ? static_cast<size_t>(-1)
+                            : static_cast<size_t>(std::max(1000.0, kPipetrainWork / (static_cast<double>(W) * W)));
+  StateSpace space = build_state_space(profile, max_states, max_pairs);
   if (options.straight && W > static_cast<int>(space.node_layers.size()))
     explain_no_plan(profile, cluster, options, space);
   SearchResult r = compat ? search_pipedream(space, cluster, options) : search_pipetrain(space, cluster, options);

@@ -70,8 +70,9 @@ NodeGraph group_layers(const profile::Profile& p, const std::vector<int>& group_
 }
 
 // Downward-closed sets by breadth-first growth from ∅ (one node added per step); returns
-// false when there are more than max_states.
-bool enumerate_states(const NodeGraph& g, int max_states, std::vector<NodeSet>& out) {
+// false when there are more than max_states, or more than max_pairs nested pairs (the
+// searches' work grows with the pairs).
+bool enumerate_states(const NodeGraph& g, int max_states, size_t max_pairs, std::vector<NodeSet>& out) {
   int n = static_cast<int>(g.layers.size());
   NodeSet empty{std::vector<uint64_t>((n + 63) / 64, 0)};
   std::unordered_map<NodeSet, int, NodeSetHash> seen;
@@ -91,12 +92,16 @@ bool enumerate_states(const NodeGraph& g, int max_states, std::vector<NodeSet>& 
       }
     }
   }
+  size_t pairs = 0;
+  for (size_t j = 0; j < out.size(); ++j)
+    for (size_t k = 0; k < out.size(); ++k)
+      if (k != j && out[k].subset_of(out[j]) && ++pairs > max_pairs) return false;
   return true;
 }
 
 }  // namespace
 
-StateSpace build_state_space(const profile::Profile& p, int max_states) {
+StateSpace build_state_space(const profile::Profile& p, int max_states, size_t max_pairs) {
   int L = p.num_layers();
   StateSpace s;
   std::vector<int> planned;
@@ -107,29 +112,38 @@ StateSpace build_state_space(const profile::Profile& p, int max_states) {
   if (planned.empty())
     throw ConfigError(str("profile of '", p.model, "' has no layer to plan besides its Input source(s)"));
 
-  // Attempt 1: one node per layer. Attempt 2: merge chains (a node whose single input has a
-  // single consumer joins that input's node). Attempt 3: the topological order as one chain.
+  // Attempt 1: one node per layer. Attempt 2: merge the chains inside parallel branches, as
+  // PipeDream's compress_branches does (a layer whose single input has it as single consumer
+  // joins that input's node, unless the input is on the trunk: every path passes through it).
+  // Attempt 3: the topological order as one chain.
   std::vector<int> group_of(L, -1);
   int groups = 0;
   for (int l : planned) group_of[l] = groups++;
   NodeGraph g = group_layers(p, group_of, groups);
   std::vector<NodeSet> states;
-  if (!enumerate_states(g, max_states, states)) {
-    std::vector<int> consumers(L, 0);
+  if (!enumerate_states(g, max_states, max_pairs, states)) {
+    std::vector<int> consumers(L, 0), last_reader(L, -1);
     for (int l : planned)
-      for (int in : p.layers[l].inputs) ++consumers[in];
+      for (int in : p.layers[l].inputs) ++consumers[in], last_reader[in] = std::max(last_reader[in], l);
+    // Layer l is on the trunk when no earlier layer is read after it.
+    std::vector<char> trunk(L, 0);
+    for (int l = 0, reach = -1; l < L; ++l) {
+      trunk[l] = reach <= l;
+      reach = std::max(reach, last_reader[l]);
+    }
     std::fill(group_of.begin(), group_of.end(), -1);
     groups = 0;
     for (int l : planned) {
       const auto& in = p.layers[l].inputs;
-      if (in.size() == 1 && group_of[in[0]] >= 0 && consumers[in[0]] == 1) group_of[l] = group_of[in[0]];
+      if (in.size() == 1 && group_of[in[0]] >= 0 && consumers[in[0]] == 1 && !trunk[in[0]])
+        group_of[l] = group_of[in[0]];
       else group_of[l] = groups++;
     }
     int before = static_cast<int>(planned.size());
     g = group_layers(p, group_of, groups);
-    if (enumerate_states(g, max_states, states)) {
-      s.note = str("the layer graph has more than ", max_states, " downward-closed sets; merged chains (",
-                   before, " layers into ", groups, " nodes, ", states.size(), " states)");
+    if (enumerate_states(g, max_states, max_pairs, states)) {
+      s.note = str("the layer graph has too many downward-closed sets to search in time; merged the chains "
+                   "of its parallel branches (", before, " layers into ", groups, " nodes, ", states.size(), " states)");
     } else {
       for (size_t i = 0; i < planned.size(); ++i) group_of[planned[i]] = static_cast<int>(i);
       g = group_layers(p, group_of, static_cast<int>(planned.size()));
@@ -142,8 +156,11 @@ StateSpace build_state_space(const profile::Profile& p, int max_states) {
         cur.add(v);
         states.push_back(cur);
       }
-      s.note = str("the layer graph has more than ", max_states, " downward-closed sets even with chains merged; "
-                   "planned its topological order as a chain (", n + 1, " states)");
+      bool chain = true;
+      for (int v = 1; v < n; ++v) chain = chain && g.preds[v].size() == 1 && g.preds[v][0] == v - 1;
+      if (!chain)
+        s.note = str("the layer graph has too many downward-closed sets to search in time, even with the chains "
+                     "of its branches merged; planned its topological order as a chain (", n + 1, " states)");
     }
   }
   int n = static_cast<int>(g.layers.size());

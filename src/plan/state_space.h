@@ -11,6 +11,7 @@
 // stage, as PipeDream's optimizer does. When a graph has too many states (wide parallel
 // branches), nodes are coarsened: first chains are merged into one node (as PipeDream's
 // compress_branches does), and if that is not enough the topological order is planned as a chain.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,8 +52,10 @@ struct StateSpace {
   std::vector<int> stage_layers(int k, int j) const;
 };
 
-// max_states bounds the enumeration; beyond it the graph is coarsened (see above).
-StateSpace build_state_space(const profile::Profile& profile, int max_states);
+// max_states and max_pairs (nested pairs of states) bound the enumeration; beyond them the
+// graph is coarsened (see above).
+StateSpace build_state_space(const profile::Profile& profile, int max_states,
+                             size_t max_pairs = static_cast<size_t>(-1));
 
 // True for a layer PipeDream's optimizer leaves out of every stage's compute: a source whose
 // name starts with "Input".
