@@ -51,14 +51,19 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
     o.seq_len = seq;
     o.vocab = data_split.vocab;
   }
-  torch::manual_seed(seed);
-  auto m = model::build_model(model, o);
+  resolved_ = o;
+  auto m = build_model_only();
   if (kind == "synthetic") {
     int64_t n = lm ? (o.vocab > 0 ? o.vocab : 10000) : (o.classes > 0 ? o.classes : (model == "mnist-cnn" ? 10 : 1000));
     data_split = model::synthetic_data(*m, synthetic_samples, std::max<int64_t>(1, synthetic_samples / 8), n, seed + 1);
   }
   *data_out = std::move(data_split);
   return m;
+}
+
+std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only() const {
+  torch::manual_seed(seed);
+  return model::build_model(model, resolved_);
 }
 
 }  // namespace pt::app

@@ -23,6 +23,11 @@ struct ModelFlags {
   // Loads the data first (it fixes classes, channels or vocabulary), then builds the model
   // with the seed set, so the initial weights depend only on --seed.
   std::shared_ptr<model::LayeredModel> build(model::DataSplit* data_out);
+  // The model again with the same seed (after build(): the data fixed its options).
+  std::shared_ptr<model::LayeredModel> build_model_only() const;
+
+ private:
+  model::ModelOptions resolved_;
 };
 
 }  // namespace pt::app

@@ -1,45 +1,146 @@
-// pipetrain train: trains a model. This file: the single-worker mode.
+// pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
+// schedule (threads in this process, or one process per worker over gloo).
 #include <iostream>
+#include <thread>
 
 #include <torch/torch.h>
 
 #include "apps/command.h"
 #include "apps/model_flags.h"
+#include "core/error.h"
+#include "plan/planner.h"
+#include "profile/pipedream_graph.h"
+#include "profile/profiler.h"
+#include "runtime/pipeline_job.h"
 #include "runtime/trainer.h"
+#include "schedule/generators.h"
 
 namespace pt::app {
 namespace {
 
 struct TrainFlags {
   ModelFlags model;
-  runtime::TrainOptions train;
+  runtime::PipelineOptions pipe;
+  std::string plan_path, profile_path, trace_path, transport = "threads";
+  int stages = 0, workers = 0;
 };
+
+void print_result(const runtime::TrainResult& r) {
+  std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
+            << " samples/s, final loss " << r.final_loss << "\n";
+  if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
+}
+
+// The plan to run: --plan FILE, an even split into --stages N by the profile, or (dp) one
+// stage replicated over --workers.
+plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSplit& data) {
+  if (!f.plan_path.empty()) {
+    if (f.stages > 0) throw UsageError("--plan and --stages: give one of them");
+    plan::Plan p = plan::read_plan(f.plan_path);
+    profile::Profile prof;
+    prof.model = m.name();
+    for (int i = 0; i < m.num_layers(); ++i) prof.layers.push_back({m.layer(i).name, 0, 0, 0, 0, m.layer(i).inputs});
+    plan::check_plan_fits(p, prof, f.plan_path);
+    if (!p.model.empty() && p.model != m.name())
+      throw ConfigError(str(f.plan_path, ": the plan is for model '", p.model, "' but --model is '", m.name(), "'"));
+    return p;
+  }
+  if (f.pipe.schedule == "dp") {
+    int n = f.workers > 0 ? f.workers : 2;
+    plan::Plan p;
+    p.stages.resize(1);
+    for (int i = 0; i < m.num_layers(); ++i) p.stages[0].layers.push_back(i);
+    p.stages[0].replicas = n;
+    plan::assign_workers(p);
+    return p;
+  }
+  int stages = f.stages > 0 ? f.stages : 2;
+  if (f.pipe.schedule == "interleaved") stages *= f.pipe.chunks;
+  profile::Profile prof;
+  if (!f.profile_path.empty()) {
+    prof = profile::read_any_profile(f.profile_path);
+  } else {  // measure one here: a few forward/backward passes per layer
+    prof = profile::measure_profile(m, data.train.inputs.narrow(0, 0, std::min<int64_t>(f.pipe.train.batch_size, data.train.size())),
+                                    {1, 3});
+  }
+  if (prof.num_layers() != m.num_layers())
+    throw ConfigError(str("--profile: ", f.profile_path, " has ", prof.num_layers(), " layers but ", m.name(), " has ",
+                          m.num_layers()));
+  return plan::even_split(prof, stages);
+}
 
 int run_train(TrainFlags& f) {
   at::set_num_threads(1);  // one compute thread per worker (DESIGN.md)
   model::DataSplit data;
   auto m = f.model.build(&data);
-  f.train.seed = f.model.seed;
-  std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
-            << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
-  auto r = runtime::train_single_worker(*m, data, f.train);
-  std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, final loss " << r.final_loss << "\n";
-  if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
+  f.pipe.train.seed = f.model.seed;
+  bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
+  if (!parallel) {
+    std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
+              << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
+    print_result(runtime::train_single_worker(*m, data, f.pipe.train));
+    return 0;
+  }
+  if (f.pipe.schedule == "none") f.pipe.schedule = "pipedream";
+  if (f.transport != "threads")
+    throw UsageError(str("--transport: '", f.transport, "' is not built into this binary yet (use threads)"));
+  plan::Plan plan = pick_plan(f, *m, data);
+  runtime::check_pipeline_options(f.pipe, plan, data);
+  ModelFlags model_flags = f.model;
+  // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
+  auto factory = [model_flags] { return model_flags.build_model_only(); };
+  std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
+            << plan.shape() << " (" << plan.workers << " workers, " << plan.num_stages() << " stages), "
+            << f.pipe.microbatches << " microbatches, transport " << f.transport << "\n";
+  auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
+  print_result(r.train);
+  if (plan.pipeline_ms_per_minibatch > 0 && r.train.steps > 0) {
+    // The plan predicts ms per minibatch of the profile's batch size.
+    int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : f.pipe.train.batch_size;
+    double predicted = planned_batch * 1000.0 / plan.pipeline_ms_per_minibatch;
+    std::cout << "throughput: measured " << static_cast<int64_t>(r.train.samples_per_s) << " samples/s, planner predicted "
+              << static_cast<int64_t>(predicted) << " samples/s (ratio " << r.train.samples_per_s / predicted
+              << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
+              << " cores)\n";
+  }
+  if (!f.trace_path.empty()) {
+    schedule::write_trace(r.trace, f.trace_path);
+    std::cerr << "wrote " << f.trace_path << "\n";
+  }
   return 0;
 }
 
-Register reg({"train", "Train a model (single worker)", [](CLI::App& app) -> std::function<int()> {
+Register reg({"train", "Train a model: one worker, or pipeline-parallel with --plan/--stages and --schedule",
+              [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<TrainFlags>();
+  f->pipe.schedule = "none";
+  auto& t = f->pipe.train;
   f->model.add_to(app);
-  app.add_option("--epochs", f->train.epochs, "Passes over the training set")->capture_default_str();
-  app.add_option("--steps", f->train.steps, "Stop after this many minibatches (overrides --epochs)");
-  app.add_option("--batch-size", f->train.batch_size, "Minibatch size")->capture_default_str();
-  app.add_option("--lr", f->train.sgd.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--momentum", f->train.sgd.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", f->train.sgd.weight_decay, "SGD weight decay")->capture_default_str();
-  app.add_option("--metrics", f->train.metrics_path, "Write per-step metrics to this CSV file");
-  app.add_flag("--quiet", f->train.quiet, "No progress output");
+  app.add_option("--epochs", t.epochs, "Passes over the training set")->capture_default_str();
+  app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)");
+  app.add_option("--batch-size", t.batch_size, "Minibatch size")->capture_default_str();
+  app.add_option("--lr", t.sgd.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--momentum", t.sgd.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", t.sgd.weight_decay, "SGD weight decay")->capture_default_str();
+  app.add_option("--metrics", t.metrics_path, "Write per-step metrics to this CSV file");
+  app.add_flag("--quiet", t.quiet, "No progress output");
+  std::string kinds;
+  for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
+  app.add_option("--schedule", f->pipe.schedule, "Pipeline schedule: " + kinds)
+      ->check(CLI::IsMember(schedule::schedule_kinds()));
+  app.add_option("--plan", f->plan_path, "Plan file from `pipetrain plan`");
+  app.add_option("--stages", f->stages, "Even split into this many stages (by --profile, or measured here)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--workers", f->workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));
+  app.add_option("--profile", f->profile_path, "Profile for --stages");
+  app.add_option("--microbatches", f->pipe.microbatches, "Microbatches per minibatch")->capture_default_str();
+  app.add_option("--chunks", f->pipe.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
+  app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
+  app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
+      ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
+  app.add_option("--trace", f->trace_path, "Write what ran as a pipetrain trace (JSON)");
+  app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   return [f] { return run_train(*f); };
 }});
 

@@ -120,6 +120,7 @@ void StageReplica::step(double grad_scale) {
       std::vector<torch::Tensor> copy;
       for (const auto& p : params_) copy.push_back(p.data().clone());
       versions_[version_] = std::move(copy);
+      peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
   }
   sgd_.step(grad_scale);

@@ -36,6 +36,7 @@ class StageReplica {
   int64_t version() const { return version_; }
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
   int64_t versions_held() const { return static_cast<int64_t>(versions_.size()); }
+  int64_t peak_versions_held() const { return peak_versions_; }
   double last_loss() const { return last_loss_; }
   int64_t last_correct() const { return last_correct_; }
   int64_t activation_bytes(int64_t mb) const;
@@ -66,6 +67,7 @@ class StageReplica {
   int64_t version_ = 0;
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
   std::map<int64_t, InFlight> in_flight_;
+  int64_t peak_versions_ = 0;
   double last_loss_ = 0;
   int64_t last_correct_ = 0;
   bool record_sums_ = false;
