@@ -116,10 +116,16 @@ class PipedreamSearch {
           }
           if (m >= 2) {
             int max_units = o_.straight ? 1 : m - 1;
-            for (int k : s_.strict_subsets[b]) {
-              if (!strict(a, k)) continue;
+            // k ranges over a ⊊ k ⊊ b: walk the shorter of the two lists.
+            bool from_a = supersets_[a].size() < s_.strict_subsets[b].size();
+            const auto& ks = from_a ? supersets_[a] : s_.strict_subsets[b];
+            // Nearest k first (small last stages find a good bound early); a last stage on at
+            // most m−1 units never takes less than T(k,b)/(m−1), which prunes the rest.
+            for (auto it = ks.rbegin(); it != ks.rend(); ++it) {
+              int k = *it;
+              if (from_a ? !strict(k, b) : !strict(a, k)) continue;
               double tkb = time(level, k, b);
-              if (tkb == kInfinity) continue;
+              if (tkb == kInfinity || tkb / (m - 1) >= best) continue;
               for (int u = 1; u <= max_units; ++u) {
                 double prefix = t.value[t.at(a, k, m - u)];
                 if (prefix >= best) continue;

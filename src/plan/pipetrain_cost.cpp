@@ -63,7 +63,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     for (int in : profile.layers[r].inputs) last_reader[in] = std::max(last_reader[in], stage_of[r]);
   std::vector<double> cross(p + 1, 0);
   for (int l = 0; l < L; ++l) {
-    if (is_input_layer(profile, l)) continue;
+    if (is_outside_search(profile, l)) continue;
     for (int s = stage_of[l] + 1; s <= last_reader[l]; ++s)
       cross[s] += static_cast<double>(profile.layers[l].activation_bytes);
   }
@@ -73,7 +73,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     const Stage& st = plan.stages[s];
     double compute = 0, act = 0, param = 0;
     for (int l : st.layers) {
-      if (is_input_layer(profile, l)) continue;
+      if (is_outside_search(profile, l)) continue;
       compute += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
       act += static_cast<double>(profile.layers[l].activation_bytes);
       param += static_cast<double>(profile.layers[l].parameter_bytes);

@@ -63,7 +63,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   }
   double single = 0;
   for (int l = 0; l < profile.num_layers(); ++l)
-    if (!is_input_layer(profile, l)) single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
+    if (!is_outside_search(profile, l)) single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch;
   os << "bottleneck: stage " << bottleneck << "\n";
   os << "predicted ms per minibatch: pipeline " << fixed(pipe) << ", data parallel "

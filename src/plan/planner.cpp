@@ -78,6 +78,14 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
     st.comm_ms = ss.comm_ms;
     plan.stages.push_back(std::move(st));
   }
+  // Detached sinks go with the stage of the layer they read (stage 0 for an Input).
+  for (int l : space.attached) {
+    int producer = profile.layers[l].inputs.front(), home = 0;
+    for (int st = 0; st < plan.num_stages(); ++st)
+      if (std::binary_search(plan.stages[st].layers.begin(), plan.stages[st].layers.end(), producer)) home = st;
+    auto& layers = plan.stages[home].layers;
+    layers.insert(std::upper_bound(layers.begin(), layers.end(), l), l);
+  }
   plan.pipeline_ms_per_minibatch = r.pipeline_ms;
   // Data parallelism may not fit the memory limit (pipetrain model); 0 then means "not possible".
   plan.data_parallel_ms_per_minibatch = r.data_parallel_ms == kInfinity ? 0 : r.data_parallel_ms;

@@ -8,7 +8,8 @@
 // every such state is a downward-closed set, so this space contains PipeDream's.
 //
 // Sources named "Input..." (data loading) are left out of the search and pinned to the first
-// stage, as PipeDream's optimizer does. When a graph has too many states (wide parallel
+// stage, and sinks named "__getitem__..." go with the layer they read, as PipeDream's
+// optimizer removes both. When a graph has too many states (wide parallel
 // branches), nodes are coarsened: first chains are merged into one node (as PipeDream's
 // compress_branches does), and if that is not enough the topological order is planned as a chain.
 #include <cstddef>
@@ -32,6 +33,7 @@ struct NodeSet {
 
 struct StateSpace {
   std::vector<int> pinned_first;               // Input layers: in stage 0, outside the search
+  std::vector<int> attached;                   // __getitem__ sinks: with their producer, outside it
   std::vector<std::vector<int>> node_layers;   // profile layers of each search node
   std::vector<NodeSet> members;                // per state; state 0 = ∅, last = every node
   std::vector<double> compute_ms;              // per state: Σ forward + backward of its layers
@@ -60,5 +62,12 @@ StateSpace build_state_space(const profile::Profile& profile, int max_states,
 // True for a layer PipeDream's optimizer leaves out of every stage's compute: a source whose
 // name starts with "Input".
 bool is_input_layer(const profile::Profile& profile, int layer);
+// True for a sink named "__getitem__..." (an unused output of a tuple-returning layer), which
+// PipeDream's optimizer removes; left out of the search, placed with the layer it reads.
+bool is_detached_sink(const profile::Profile& profile, int layer);
+// Either of the two: the layer costs nothing in any cost model.
+inline bool is_outside_search(const profile::Profile& profile, int layer) {
+  return is_input_layer(profile, layer) || is_detached_sink(profile, layer);
+}
 
 }  // namespace pt::plan
