@@ -198,7 +198,8 @@ class PipedreamSearch {
     if (o_.activation_transfer) {
       double in = st.from > 0 ? s_.pipedream_output_bytes[st.from] : 0;
       double out = st.to != s_.last() ? s_.pipedream_output_bytes[st.to] : 0;
-      st.comm_ms += 2.0 * std::max(in, out) / (B * r);
+      // The reference takes transfers as separate terms of a max, not added to the all-reduce.
+      st.comm_ms = std::max(st.comm_ms, 2.0 * std::max(in, out) / (B * r));
     }
   }
 
