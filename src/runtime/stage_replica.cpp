@@ -18,13 +18,15 @@ double StageReplica::weight_sum() const {
 }
 
 torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target,
-                                    double loss_scale) {
+                                    double loss_scale, int64_t version) {
   PT_CHECK(!in_flight_.count(mb), "microbatch ", mb, " is already in flight");
   InFlight f;
-  f.version = version_;
+  f.version = version >= 0 ? version : version_;
+  PT_CHECK(f.version <= version_, "forward asks for weight version ", f.version, " but the newest is ", version_);
   f.input = input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
-  torch::Tensor out = model_->forward(f.input, first_, last_);
+  torch::Tensor out;
+  with_version(f.version, [&] { out = model_->forward(f.input, first_, last_); });
   if (is_last_) {
     last_correct_ = model_->correct(out.detach(), target);
     torch::Tensor loss = model_->loss(out, target);
@@ -32,7 +34,10 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     out = loss * loss_scale;
   }
   f.output = out;
-  if (record_sums_) weight_sums_[mb].first = weight_sum();
+  if (record_sums_) {
+    with_version(f.version, [&] { weight_sums_[mb].first = weight_sum(); });
+    used_versions_[mb] = f.version;
+  }
   in_flight_[mb] = std::move(f);
   return out.detach();
 }
@@ -105,7 +110,7 @@ void StageReplica::backward_weight(int64_t mb) {
 }
 
 void StageReplica::release_version_if_unused(int64_t version) {
-  if (version == version_) return;
+  if (version == version_ || history_ > 0) return;  // a history is pruned by step()
   for (const auto& [mb, f] : in_flight_)
     if (f.version == version) return;
   versions_.erase(version);
@@ -114,7 +119,7 @@ void StageReplica::release_version_if_unused(int64_t version) {
 void StageReplica::step(double grad_scale) {
   // Microbatches in flight keep the version their forward used: stash it before updating.
   if (stash_weights_) {
-    bool needed = false;
+    bool needed = history_ > 0;
     for (const auto& [mb, f] : in_flight_) needed |= f.version == version_;
     if (needed) {
       std::vector<torch::Tensor> copy;
@@ -125,6 +130,12 @@ void StageReplica::step(double grad_scale) {
   }
   sgd_.step(grad_scale);
   ++version_;
+  if (history_ > 0)
+    while (!versions_.empty() && versions_.begin()->first < version_ - history_) {
+      for (const auto& [mb, f] : in_flight_)
+        PT_CHECK(f.version != versions_.begin()->first, "weight version ", f.version, " dropped while in use");
+      versions_.erase(versions_.begin());
+    }
 }
 
 std::vector<torch::Tensor> StageReplica::gradients() {

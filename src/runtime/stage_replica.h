@@ -22,7 +22,10 @@ class StageReplica {
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
   // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
   // (the loss on the last stage).
-  torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale);
+  // `version` >= 0 (vertical sync) runs the forward with that older weight version instead
+  // of the newest; the replica must have been told to keep a history (keep_history).
+  torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale,
+                        int64_t version = -1);
   // Backward of `mb` from the output gradient (ignored on the last stage, which starts from its
   // loss). input_only: only the input gradient (zero-bubble B; W follows). Returns the input
   // gradient (undefined on the first stage).
@@ -30,6 +33,11 @@ class StageReplica {
   // The weight gradient of `mb` after an input-only backward (zero-bubble W).
   void backward_weight(int64_t mb);
   void step(double grad_scale = 1.0);
+  // Vertical sync (PipeDream §3.3): keep the last `versions` weight versions, whether or not a
+  // microbatch in flight uses them, because a later forward may ask for one.
+  void keep_history(int64_t versions) { history_ = versions; }
+  // The weight version each microbatch's forward used (recorded with record_weight_sums).
+  const std::map<int64_t, int64_t>& used_versions() const { return used_versions_; }
 
   std::vector<torch::Tensor> gradients();  // the accumulated .grad of every parameter
   const std::vector<torch::Tensor>& parameters() const { return params_; }
@@ -68,6 +76,8 @@ class StageReplica {
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
   std::map<int64_t, InFlight> in_flight_;
   int64_t peak_versions_ = 0;
+  int64_t history_ = 0;
+  std::map<int64_t, int64_t> used_versions_;
   double last_loss_ = 0;
   int64_t last_correct_ = 0;
   bool record_sums_ = false;

@@ -44,6 +44,8 @@ void Worker::setup(const schedule::Schedule& s) {
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, options_.sgd,
                                                    options_.stash_weights && !s.flush);
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
+    // A minibatch's entry version is at most the stage-0 in-flight count behind the newest.
+    if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
   }
 }
 
@@ -59,6 +61,19 @@ torch::Tensor Worker::batch_rows(const torch::Tensor& all, int64_t minibatch, in
 
 void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   setup(s);
+  entry_version_.clear();
+  if (s.vertical_sync) {
+    // Every stage steps once per minibatch, so at a segment's start all versions are equal.
+    base_version_ = replicas_.empty() ? 0 : replicas_.begin()->second->version();
+    for (int w : s.stage_workers[0]) {
+      int64_t steps = 0;
+      for (const Action& a : s.actions[w]) {
+        if (a.stage != 0) continue;
+        if (a.kind == ActionKind::kStep) ++steps;
+        if (a.kind == ActionKind::kForward) entry_version_[a.microbatch] = steps;
+      }
+    }
+  }
   int64_t offset = first_minibatch * s.microbatches;
   for (const Action& a : s.actions[rank_]) {
     current_ = schedule::to_string(a);
@@ -99,7 +114,8 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       }
       bool last = a.stage == s.num_stages - 1;
       torch::Tensor target = last ? batch_rows(data_.train.targets, minibatch, micro, m) : torch::Tensor();
-      torch::Tensor out = rep->forward(mb, input, target, 1.0 / m);
+      int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch) : -1;
+      torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version);
       if (last) {
         if (on_loss_) on_loss_(minibatch, rep->last_loss() / m, rep->last_correct(), target.numel());
       } else {

@@ -72,6 +72,10 @@ class Worker {
   double origin_ms_ = 0;
   std::vector<schedule::TraceEvent> trace_;
   std::string current_;
+  // Vertical sync: the weight version stage 0 had when each microbatch of the running
+  // schedule entered (the count of stage-0 Steps before its forward), plus the base version.
+  std::map<int64_t, int64_t> entry_version_;
+  int64_t base_version_ = 0;
 };
 
 }  // namespace pt::runtime
