@@ -37,7 +37,9 @@ StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_byt
   if (level_ar >= 0 && replicas > 1)
     e.allreduce_ms = 2.0 * (n - 1) / n * param_bytes / level_bytes_per_ms(cluster, level_ar) / n;
   e.comm_ms = e.input_ms + e.output_ms + e.allreduce_ms;
-  e.time_ms = std::max(e.compute_ms, e.comm_ms);
+  // Activation transfers run beside compute; the all-reduce runs after the stage's last
+  // backward and before its Step (as every schedule places it), so it adds to the time.
+  e.time_ms = std::max(e.compute_ms, e.input_ms + e.output_ms) + e.allreduce_ms;
   e.stash_depth = depth;
   e.memory_bytes = depth * (act_bytes + param_bytes);
   return e;

@@ -8,7 +8,9 @@
 //   output_ms    = 2·Out / (B_out · n)
 //   allreduce_ms = 2(n−1)/n · P / B_ar / n            ring all-reduce once per round of n
 //   comm_ms      = input_ms + output_ms + allreduce_ms
-//   time_ms      = max(compute_ms, comm_ms)           transfers run beside compute (DESIGN.md)
+//   time_ms      = max(compute_ms, input_ms + output_ms) + allreduce_ms
+//                  transfers run beside compute (DESIGN.md); the all-reduce sits between the
+//                  last backward and the Step in every schedule, so it does not overlap
 // and the pipeline's time per minibatch is the largest time_ms.
 // In / Out are the bytes crossing the cut before / after the stage: activations of layers on
 // the near side read by a layer on the far side (a tensor skipping stages passes through each).
