@@ -46,13 +46,7 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
     return p;
   }
   if (f.pipe.schedule == "dp") {
-    int n = f.workers > 0 ? f.workers : 2;
-    plan::Plan p;
-    p.stages.resize(1);
-    for (int i = 0; i < m.num_layers(); ++i) p.stages[0].layers.push_back(i);
-    p.stages[0].replicas = n;
-    plan::assign_workers(p);
-    return p;
+    return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
   }
   int stages = f.stages > 0 ? f.stages : 2;
   if (f.pipe.schedule == "interleaved") stages *= f.pipe.chunks;

@@ -58,9 +58,7 @@ int main(int argc, char** argv) {
   double single = runtime::train_single_worker(*m, data, o).samples_per_s;
   plan::Plan two = plan::even_split(structure(*m), 2);
   plan::Plan one = plan::even_split(structure(*m), 1);
-  plan::Plan dp;
-  dp.stages = {{{0, 1, 2, 3, 4}, 2}};
-  plan::assign_workers(dp);
+  plan::Plan dp = plan::data_parallel_plan(m->num_layers(), 2);
   double pd = run_pipeline(data, two, "pipedream", 1, steps);
   double dp2 = run_pipeline(data, dp, "dp", 2, steps);
   double pipe1 = run_pipeline(data, one, "1f1b", 1, steps);

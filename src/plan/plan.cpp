@@ -36,6 +36,15 @@ void assign_workers(Plan& p) {
   p.workers = next;
 }
 
+Plan data_parallel_plan(int layers, int replicas) {
+  Plan p;
+  p.stages.resize(1);
+  for (int i = 0; i < layers; ++i) p.stages[0].layers.push_back(i);
+  p.stages[0].replicas = replicas;
+  assign_workers(p);
+  return p;
+}
+
 json to_json(const Plan& p) {
   json stages = json::array();
   for (const auto& st : p.stages)

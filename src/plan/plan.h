@@ -47,6 +47,9 @@ void write_plan(const Plan& p, const std::string& path);  // atomic
 // each stage's inputs come from itself or earlier stages. Throws ConfigError naming both.
 void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::string& plan_source);
 
+// Data parallelism as a plan: one stage of all `layers` layers on `replicas` workers.
+Plan data_parallel_plan(int layers, int replicas);
+
 // Assigns worker ids stage by stage (stage 0 gets 0..r0-1, ...) and sets p.workers.
 void assign_workers(Plan& p);
 

@@ -24,12 +24,7 @@ inline profile::Profile unit_profile(const model::LayeredModel& m) {
 }
 
 inline plan::Plan replicated_plan(const model::LayeredModel& m, int replicas) {
-  plan::Plan p;
-  p.stages.resize(1);
-  for (int i = 0; i < m.num_layers(); ++i) p.stages[0].layers.push_back(i);
-  p.stages[0].replicas = replicas;
-  plan::assign_workers(p);
-  return p;
+  return plan::data_parallel_plan(m.num_layers(), replicas);
 }
 
 // Weights after training: replica 0 of every stage, in layer order.
