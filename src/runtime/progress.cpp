@@ -68,10 +68,12 @@ void Progress::step(const StepRecord& r) {
 }
 
 void Progress::evaluated(const StepRecord& r) {
-  if (has_pending_ && pending_.step == r.step) pending_.test_accuracy = r.test_accuracy;
+  // The accuracy belongs to the last completed step (an asynchronous pipeline may skip a
+  // few minibatches at an epoch's end, so step numbers need not match).
+  if (has_pending_) pending_.test_accuracy = r.test_accuracy;
   if (quiet_) return;
   std::fprintf(stderr, "%sepoch %lld step %lld: test accuracy %.2f%%\n", tty_ ? "\n" : "", (long long)r.epoch + 1,
-               (long long)r.step, 100 * r.test_accuracy);
+               (long long)(has_pending_ ? pending_.step : r.step), 100 * r.test_accuracy);
 }
 
 void Progress::finish() {
