@@ -54,16 +54,41 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
   if (o.chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", o.chunks));
 }
 
+JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data) {
+  JobLayout job;
+  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed);
+  job.per_epoch = sampler.batches_per_epoch();
+  int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * job.per_epoch;
+  // Asynchronous schedules run many minibatches per repetition (see plan_segments).
+  bool async = o.schedule == "pipedream" || o.schedule == "2bw";
+  job.probe = schedule_for(plan, o, async ? std::max<int>(1, schedule::default_minibatches(plan)) : 1);
+  job.segments = plan_segments(job.probe, plan, job.per_epoch, total);
+  for (const auto& seg : job.segments) job.steps += seg.minibatches;
+  return job;
+}
+
+void run_worker_segments(Worker& worker, const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
+                         const model::DataSplit& data, const EvaluatedCallback& on_evaluated) {
+  std::map<int, schedule::Schedule> cache;  // segment length -> schedule
+  for (const auto& seg : job.segments) {
+    auto it = cache.find(seg.minibatches);
+    if (it == cache.end())
+      it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
+    worker.run(it->second, seg.first_minibatch);
+    if (o.train.evaluate && seg.ends_epoch) {
+      double t0 = wall_ms();
+      double acc = worker.evaluate(it->second, data.test);
+      if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
+    }
+  }
+}
+
 PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                               const PipelineOptions& o, std::vector<std::unique_ptr<Worker>>* workers_out) {
   check_pipeline_options(o, plan, data);
-  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed);
-  int64_t per_epoch = sampler.batches_per_epoch();
-  int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * per_epoch;
-  schedule::Schedule probe = schedule_for(plan, o, o.schedule == "pipedream" || o.schedule == "2bw"
-                                                       ? std::max<int>(1, schedule::default_minibatches(plan))
-                                                       : 1);
-  auto segments = plan_segments(probe, plan, per_epoch, total);
+  JobLayout job = layout_job(plan, o, data);
+  const schedule::Schedule& probe = job.probe;
+  int64_t per_epoch = job.per_epoch;
   int n = probe.num_workers();
   // Each worker builds its own copy of the model from the seed, so its initial weights are
   // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
@@ -77,8 +102,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
     transports.push_back(std::make_unique<ThreadTransport>(hub, w));
     workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));
   }
-  int64_t steps_run = 0;
-  for (const auto& seg : segments) steps_run += seg.minibatches;
+  int64_t steps_run = job.steps;
   Progress progress(steps_run, o.train.metrics_path, o.train.quiet);
   std::mutex mu;
   std::map<int64_t, std::pair<double, int>> partial;  // minibatch -> (loss, microbatches seen)
@@ -109,25 +133,16 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       at::set_num_threads(1);
-      std::map<int, schedule::Schedule> cache;
       try {
-        for (const auto& seg : segments) {
-          auto it = cache.find(seg.minibatches);
-          if (it == cache.end())
-            it = cache.emplace(seg.minibatches, probe.flush ? probe : schedule_for(plan, o, seg.minibatches)).first;
-          workers[w]->run(it->second, seg.first_minibatch);
-          if (o.train.evaluate && seg.ends_epoch) {
-            double t0 = wall_ms();
-            double acc = workers[w]->evaluate(it->second, data.test);
-            std::lock_guard<std::mutex> lock(mu);
-            if (w == 0) eval_ms += wall_ms() - t0;
-            if (acc >= 0) {
-              accuracy[w] = acc;
-              final_accuracy = acc;
-              progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, last_loss, 0, acc});
-            }
+        run_worker_segments(*workers[w], job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (w == 0) eval_ms += ms;
+          if (acc >= 0) {
+            accuracy[w] = acc;
+            final_accuracy = acc;
+            progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, last_loss, 0, acc});
           }
-        }
+        });
       } catch (const std::exception& e) {
         std::string action = workers[w]->current_action();
         errors[w] = str("worker ", w, (action.empty() ? "" : " at " + action), ": ", e.what());

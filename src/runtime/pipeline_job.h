@@ -48,6 +48,22 @@ struct Segment {
 std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
                                    int64_t total_steps);
 
+// What a job runs, worked out identically by every worker of every transport.
+struct JobLayout {
+  schedule::Schedule probe;  // the schedule of a typical segment: placement, stages, microbatches
+  std::vector<Segment> segments;
+  int64_t per_epoch = 0;     // minibatches per epoch
+  int64_t steps = 0;         // minibatches run, over all segments
+};
+JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data);
+
+// The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
+// (when o.train.evaluate), the test-set evaluation through the pipeline, after which
+// `on_evaluated(segment, accuracy, ms)` is called (accuracy < 0 on workers without the last stage).
+using EvaluatedCallback = std::function<void(const Segment&, double accuracy, double ms)>;
+void run_worker_segments(Worker& worker, const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
+                         const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
+
 // Generates (and validates) the schedule for a segment of `minibatches`.
 schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o, int minibatches);
 

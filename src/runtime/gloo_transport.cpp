@@ -1,0 +1,341 @@
+#include "runtime/gloo_transport.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <future>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+namespace pt::runtime {
+
+namespace {
+
+constexpr int kMaxDims = 8;
+constexpr int kHeaderSize = 2 + kMaxDims;  // [dtype, ndim, dims...]
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, const char* value, int min, int max) {
+  char* end = nullptr;
+  long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || v < min || v > max)
+    throw ConfigError(str("gloo transport: ", name, "='", value, "' is not an integer in ", min, "..", max));
+  return static_cast<int>(v);
+}
+
+std::string peer_tag(int rank, int peer, int64_t tag) {
+  return str("worker ", rank, " <-> worker ", peer, ", tag ", tag);
+}
+
+struct SendTransfer : PendingTransfer {
+  std::shared_ptr<GlooTransport::State> state;
+  c10::intrusive_ptr<c10d::Work> header, data;
+  std::string what;
+  torch::Tensor wait() override {
+    state->wait_work(header, what);
+    state->wait_work(data, what);
+    return {};
+  }
+};
+
+// Completed by a helper thread (GlooTransport::irecv); waited for with a deadline.
+struct RecvTransfer : PendingTransfer {
+  std::shared_ptr<GlooTransport::State> state;
+  std::shared_future<torch::Tensor> result;
+  std::string what;
+  torch::Tensor wait() override {
+    // The helper's gloo waits have the same deadline; the margin lets its own, more precise
+    // error arrive first. Polling keeps abort() prompt.
+    auto deadline = std::chrono::steady_clock::now() + state->timeout + std::chrono::seconds(2);
+    while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      state->check_aborted();
+      if (std::chrono::steady_clock::now() > deadline)
+        throw TransportError(str("receive timed out after ", state->timeout.count() / 1000.0, " s (", what, ")"));
+    }
+    return result.get();
+  }
+};
+
+}  // namespace
+
+bool gloo_rank_in_env() { return env("RANK") || env("OMPI_COMM_WORLD_RANK"); }
+
+GlooConfig gloo_config_from_env() {
+  GlooConfig c;
+  const char *rank_var = "RANK", *size_var = "WORLD_SIZE";
+  if (!env("RANK") && env("OMPI_COMM_WORLD_RANK")) {
+    rank_var = "OMPI_COMM_WORLD_RANK";
+    size_var = "OMPI_COMM_WORLD_SIZE";
+  }
+  const char* rank = env(rank_var);
+  const char* size = env(size_var);
+  if (!rank) throw ConfigError("gloo transport: set RANK and WORLD_SIZE (or run under mpirun, which sets OMPI_COMM_WORLD_RANK)");
+  if (!size) throw ConfigError(str("gloo transport: ", rank_var, " is set but ", size_var, " is not"));
+  c.world_size = env_int(size_var, size, 1, 65536);
+  c.rank = env_int(rank_var, rank, 0, 65535);
+  if (c.rank >= c.world_size)
+    throw ConfigError(str("gloo transport: ", rank_var, "=", c.rank, " must be below ", size_var, "=", c.world_size));
+  if (const char* a = env("MASTER_ADDR")) c.master_addr = a;
+  if (const char* p = env("MASTER_PORT")) c.master_port = env_int("MASTER_PORT", p, 1, 65535);
+  return c;
+}
+
+int gloo_tag(int64_t tag, bool data) {
+  // zigzag keeps negative (evaluation) tags apart from training ones; x2 + data separates the
+  // header from its data, so they never depend on gloo's ordering within a tag.
+  constexpr int64_t kLimit = (int64_t{1} << 29);
+  if (tag >= kLimit || tag < -kLimit)
+    throw TransportError(str("tag ", tag, " is outside the gloo transport's range (|tag| < 2^29)"));
+  int64_t z = tag >= 0 ? 2 * tag : -2 * tag - 1;
+  return static_cast<int>(2 * z + (data ? 1 : 0));
+}
+
+void GlooTransport::State::check_aborted() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!abort_reason.empty()) throw TransportError("job aborted: " + abort_reason);
+}
+
+void GlooTransport::State::wait_work(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what) {
+  try {
+    // Gloo's send/recv waits throw on their deadline and on a peer's closed connection; an
+    // aborted one returns false.
+    bool ok = w->wait(timeout);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      in_flight.erase(w);
+    }
+    check_aborted();
+    if (!ok) throw TransportError("transfer aborted (" + what + ")");
+  } catch (const TransportError&) {
+    throw;
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      in_flight.erase(w);
+    }
+    check_aborted();
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);  // drop c10's backtrace
+    throw TransportError(str(what, ": ", msg));
+  }
+}
+
+GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_(std::make_shared<State>()) {
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
+  state_->timeout = timeout;
+  state_->rank = config.rank;
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(config.master_port);
+  so.isServer = config.rank == 0;
+  so.numWorkers = config.world_size;
+  so.waitWorkers = false;  // the process group's rendezvous below waits for everyone
+  so.timeout = timeout;
+  try {
+    store_ = c10::make_intrusive<c10d::TCPStore>(config.master_addr, so);
+    world_ = group_for_init();
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    throw TransportError(str("worker ", config.rank, " of ", config.world_size, ": rendezvous at ", config.master_addr,
+                             ":", config.master_port, " failed: ", msg));
+  }
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::vector<int>& group) {
+  std::string name = "group";
+  for (int r : group) name += "_" + std::to_string(r);
+  auto it = std::find(group.begin(), group.end(), config_.rank);
+  PT_CHECK(it != group.end(), "worker ", config_.rank, " is not in ", name);
+  auto options = c10d::ProcessGroupGloo::Options::create(state_->timeout);
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(config_.master_addr));
+  options->threads = 1;  // one collective at a time per group; p2p runs on gloo's device thread
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(it - group.begin()),
+                                                     static_cast<int>(group.size()), options);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::group_for_init() {
+  std::vector<int> all(config_.world_size);
+  for (int r = 0; r < config_.world_size; ++r) all[r] = r;
+  return make_group(all);
+}
+
+GlooTransport::~GlooTransport() {
+  if (!world_) return;  // abandoned
+  abort("transport closed");
+  reap_threads(true);
+}
+
+void GlooTransport::abandon(const std::string& why) {
+  abort(why);
+  reap_threads(true);
+  for (auto& [group, pg] : groups_) (void)pg.release();
+  (void)world_.release();
+  (void)store_.release();
+  groups_.clear();
+}
+
+void GlooTransport::reap_threads(bool all) {
+  std::lock_guard<std::mutex> lock(threads_mu_);
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (all || it->second->load()) {
+      it->first.join();
+      it = threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, int peer, int64_t tag) {
+  state_->check_aborted();
+  PT_CHECK(t.dim() <= kMaxDims, "gloo transport sends tensors of at most ", kMaxDims, " dimensions, got ", t.dim());
+  auto header = torch::zeros({kHeaderSize}, torch::kInt64);
+  auto h = header.accessor<int64_t, 1>();
+  h[0] = static_cast<int64_t>(t.scalar_type());
+  h[1] = t.dim();
+  for (int64_t d = 0; d < t.dim(); ++d) h[2 + d] = t.size(d);
+  auto out = std::make_shared<SendTransfer>();
+  out->state = state_;
+  out->what = peer_tag(config_.rank, peer, tag);
+  std::vector<at::Tensor> hv{header}, dv{t.detach().contiguous()};
+  try {
+    out->header = world_->send(hv, peer, gloo_tag(tag, false));
+    out->data = world_->send(dv, peer, gloo_tag(tag, true));
+  } catch (const c10::Error& e) {
+    throw TransportError(str("send failed (", out->what, "): ", e.what_without_backtrace()));
+  }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->in_flight.insert(out->header);
+  state_->in_flight.insert(out->data);
+  return out;
+}
+
+std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
+  state_->check_aborted();
+  reap_threads(false);
+  auto out = std::make_shared<RecvTransfer>();
+  out->state = state_;
+  out->what = peer_tag(config_.rank, peer, tag);
+  auto promise = std::make_shared<std::promise<torch::Tensor>>();
+  out->result = promise->get_future().share();
+  // Posted here, before returning, so the header can arrive while the worker computes.
+  auto header = torch::zeros({kHeaderSize}, torch::kInt64);
+  std::vector<at::Tensor> hv{header};
+  c10::intrusive_ptr<c10d::Work> hw;
+  try {
+    hw = world_->recv(hv, peer, gloo_tag(tag, false));
+  } catch (const c10::Error& e) {
+    throw TransportError(str("receive failed (", out->what, "): ", e.what_without_backtrace()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->in_flight.insert(hw);
+  }
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  auto state = state_;
+  auto world = world_;
+  std::string what = out->what;
+  std::thread helper([=] {
+    try {
+      state->wait_work(hw, what);
+      auto h = header.accessor<int64_t, 1>();
+      if (h[1] < 0 || h[1] > kMaxDims) throw TransportError(str("bad header, ", h[1], " dimensions (", what, ")"));
+      std::vector<int64_t> dims(h.data() + 2, h.data() + 2 + h[1]);
+      auto data = torch::empty(dims, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[0])));
+      std::vector<at::Tensor> dv{data};
+      auto dw = world->recv(dv, peer, gloo_tag(tag, true));
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->in_flight.insert(dw);
+      }
+      state->wait_work(dw, what);
+      promise->set_value(data);
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+    finished->store(true);
+  });
+  std::lock_guard<std::mutex> lock(threads_mu_);
+  threads_.emplace_back(std::move(helper), finished);
+  return out;
+}
+
+c10d::ProcessGroupGloo& GlooTransport::group_for(const std::vector<int>& group) {
+  auto it = groups_.find(group);
+  if (it == groups_.end()) {
+    try {
+      it = groups_.emplace(group, group.size() == static_cast<size_t>(config_.world_size) ? world_ : make_group(group))
+               .first;
+    } catch (const c10::Error& e) {
+      throw TransportError(str("worker ", config_.rank, ": creating the all-reduce group failed: ",
+                               e.what_without_backtrace()));
+    }
+  }
+  return *it->second;
+}
+
+void GlooTransport::prepare_groups(const std::vector<std::vector<int>>& groups) {
+  for (const auto& g : groups)
+    if (g.size() > 1 && std::find(g.begin(), g.end(), config_.rank) != g.end()) group_for(g);
+}
+
+void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+  if (group.size() <= 1 || tensors.empty()) return;
+  state_->check_aborted();
+  auto& pg = group_for(group);
+  // c10d's vector form means one tensor per device, so the gradients travel as one flat tensor.
+  std::vector<torch::Tensor> flat_parts;
+  for (auto& t : tensors) flat_parts.push_back(t.detach().reshape(-1));
+  std::vector<at::Tensor> flat{torch::cat(flat_parts)};
+  std::string what = str("all-reduce of workers ", group.size(), " by worker ", config_.rank);
+  c10::intrusive_ptr<c10d::Work> w;
+  try {
+    w = pg.allreduce(flat);
+  } catch (const c10::Error& e) {
+    throw TransportError(str(what, ": ", e.what_without_backtrace()));
+  }
+  // A collective cannot be aborted in c10d 1.13: wait in slices so abort() and the deadline
+  // still end it for this worker.
+  auto deadline = std::chrono::steady_clock::now() + state_->timeout;
+  while (true) {
+    try {
+      w->wait(std::chrono::milliseconds(200));
+      break;
+    } catch (const std::exception& e) {
+      if (w->isCompleted()) {  // failed, rather than still running
+        std::string msg = e.what();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+        throw TransportError(str(what, ": ", msg));
+      }
+    }
+    state_->check_aborted();
+    if (std::chrono::steady_clock::now() > deadline)
+      throw TransportError(str(what, " timed out after ", config_.timeout_s, " s"));
+  }
+  int64_t offset = 0;
+  for (auto& t : tensors) {
+    t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
+void GlooTransport::abort(const std::string& why) {
+  std::set<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->abort_reason.empty()) state_->abort_reason = why;
+    works.swap(state_->in_flight);
+  }
+  // Ends the gloo waits of in-flight sends and receives (their helper threads then finish).
+  for (auto& w : works) {
+    try {
+      w->abort();
+    } catch (...) {
+    }
+  }
+}
+
+}  // namespace pt::runtime

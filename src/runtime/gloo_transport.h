@@ -1,0 +1,91 @@
+#pragma once
+// The `gloo` transport (DESIGN.md, "Runtime"): one process per worker, tensors over TCP through
+// LibTorch's c10d ProcessGroupGloo, rendezvous through a c10d TCPStore served by rank 0.
+//
+// Wire format of one transfer: a fixed-size int64 header [dtype, ndim, dims...] under gloo tag
+// 2g, then the contiguous data under tag 2g + 1, where g = zigzag(tag) maps the worker's int64
+// tags (negative ones are evaluation) one-to-one onto gloo's non-negative 31-bit tag space:
+// g = 2t for t >= 0, -2t - 1 for t < 0. The receiver learns shape and dtype from the header.
+//
+// Overlap: isend posts both messages on gloo's device thread and returns; irecv starts a helper
+// thread that receives the header, allocates and receives the data, so a transfer proceeds
+// while the worker computes. Every wait has a deadline (timeout_s) and names the peer and tag.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "runtime/transport.h"
+
+namespace pt::runtime {
+
+struct GlooConfig {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  double timeout_s = 120;  // longest wait for a peer (rendezvous included)
+};
+
+// From RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, our launcher) or, when RANK is not set,
+// OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun; MASTER_ADDR defaults to 127.0.0.1 and
+// MASTER_PORT to 29500). ConfigError names the variable and its value.
+GlooConfig gloo_config_from_env();
+// True when this process was started as one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK).
+bool gloo_rank_in_env();
+
+// Gloo tag of a worker tag (see the file comment); TransportError when out of range.
+int gloo_tag(int64_t tag, bool data);
+
+class GlooTransport : public Transport {
+ public:
+  explicit GlooTransport(const GlooConfig& config);
+  ~GlooTransport() override;  // aborts transfers still in flight and joins their threads
+
+  int rank() const override { return config_.rank; }
+  int world_size() const override { return config_.world_size; }
+  std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override;
+  std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override;
+  void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override;
+  void abort(const std::string& why) override;
+
+  // After a failure: aborts, joins the helper threads and leaks the process groups, whose
+  // destructors would wait for collectives a dead peer never finishes; the process then exits.
+  void abandon(const std::string& why);
+
+  // Creates the process groups of these worker groups now (each sorted, containing rank());
+  // they are otherwise created on first use. Only members take part, so it need not be collective.
+  void prepare_groups(const std::vector<std::vector<int>>& groups);
+
+  // Shared by the transfers: abort state, in-flight gloo work, the deadline.
+  struct State {
+    std::mutex mu;
+    std::string abort_reason;
+    std::set<c10::intrusive_ptr<c10d::Work>> in_flight;
+    std::chrono::milliseconds timeout{0};
+    int rank = 0;
+    void check_aborted();                       // throws TransportError when aborted
+    void wait_work(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what);
+  };
+
+ private:
+  c10d::ProcessGroupGloo& group_for(const std::vector<int>& group);
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const std::vector<int>& group);
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_for_init();
+  void reap_threads(bool all);
+
+  GlooConfig config_;
+  std::shared_ptr<State> state_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
+  std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
+  std::mutex threads_mu_;
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> threads_;  // (thread, finished)
+};
+
+}  // namespace pt::runtime

@@ -1,0 +1,145 @@
+#include "runtime/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/gloo_transport.h"
+#include "schedule/trace.h"
+
+namespace pt::runtime {
+
+bool launched_as_gloo_worker() { return gloo_rank_in_env(); }
+
+int free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw RuntimeFailure(str("launcher: socket() failed: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;  // the kernel picks one
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw RuntimeFailure(str("launcher: cannot find a free port: ", std::strerror(errno)));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+namespace {
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return str("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return str("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return "stopped";
+}
+
+pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int port) {
+  std::vector<std::string> env_strings = {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
+                                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+  // Built before fork: after it only async-signal-safe calls may run in the child.
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw RuntimeFailure(str("launcher: fork failed: ", std::strerror(errno)));
+  if (pid == 0) {
+    for (auto& e : env_strings) ::putenv(const_cast<char*>(e.c_str()));
+    ::execv("/proc/self/exe", args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path,
+                        double grace_s) {
+  if (world_size < 1) throw UsageError(str("launcher: world size must be >= 1, got ", world_size));
+  int port = free_tcp_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world_size; ++r) pids.push_back(spawn(argv, r, world_size, port));
+  std::vector<bool> running(world_size, true);
+  int left = world_size;
+  int failed = -1;
+  while (left > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    int r = static_cast<int>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+    if (r >= world_size) continue;  // not ours
+    running[r] = false;
+    --left;
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && failed < 0) {
+      failed = r;
+      std::cerr << "pipetrain: worker " << r << " " << describe(status) << "; stopping the other workers" << std::endl;
+      for (int o = 0; o < world_size; ++o)
+        if (running[o]) ::kill(pids[o], SIGTERM);
+      // Escalate for workers that do not stop (stuck in a blocking call).
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+      while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+        pid_t p = ::waitpid(-1, &status, WNOHANG);
+        if (p > 0) {
+          int q = static_cast<int>(std::find(pids.begin(), pids.end(), p) - pids.begin());
+          if (q < world_size && running[q]) {
+            running[q] = false;
+            --left;
+          }
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+      for (int o = 0; o < world_size; ++o)
+        if (running[o]) ::kill(pids[o], SIGKILL);
+    }
+  }
+  if (failed >= 0) return 1;
+  if (!trace_path.empty()) merge_worker_traces(world_size, trace_path);
+  return 0;
+}
+
+void merge_worker_traces(int world_size, const std::string& trace_path) {
+  schedule::Trace merged;
+  double origin = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < world_size; ++r) {
+    std::string part = trace_path + ".worker" + std::to_string(r);
+    schedule::Trace t = schedule::read_trace(part);
+    if (r == 0) {
+      merged = t;
+      merged.workers.assign(world_size, {});
+    }
+    if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
+    for (const auto& e : merged.workers[r]) origin = std::min(origin, e.start_ms);
+    std::remove(part.c_str());
+  }
+  // Workers record steady-clock times, shared by the processes of one host.
+  if (std::isfinite(origin))
+    for (auto& w : merged.workers)
+      for (auto& e : w) {
+        e.start_ms -= origin;
+        e.end_ms -= origin;
+      }
+  schedule::write_trace(merged, trace_path);
+}
+
+}  // namespace pt::runtime

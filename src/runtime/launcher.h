@@ -1,0 +1,27 @@
+#pragma once
+// `pipetrain train --transport gloo` without torchrun or mpirun: this process starts one child
+// process per worker (itself again, with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), waits for
+// them, and when one fails stops the others, so a job never outlives its first failure.
+#include <string>
+#include <vector>
+
+namespace pt::runtime {
+
+// True when this process is one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK is set).
+bool launched_as_gloo_worker();
+
+// A TCP port free on 127.0.0.1 now (for the rendezvous).
+int free_tcp_port();
+
+// Runs `argv` (argv[0] ignored: /proc/self/exe runs) as world_size workers on this host.
+// Returns 0 when all succeed. When a worker exits non-zero or dies by a signal, prints
+// "pipetrain: worker <r> <how>; stopping the other workers", sends SIGTERM to the rest and
+// SIGKILL after `grace_s`, and returns 1. When trace_path is set, merges the workers'
+// trace_path.worker<r> files into trace_path.
+int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path = "",
+                        double grace_s = 3);
+
+// Merges the per-worker traces (trace_path.worker<r>) into one Trace file with a common origin.
+void merge_worker_traces(int world_size, const std::string& trace_path);
+
+}  // namespace pt::runtime

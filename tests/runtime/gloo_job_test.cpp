@@ -1,0 +1,277 @@
+// The gloo transport with real processes: the same weights as threads and as single-worker
+// training; a killed worker ends the job with a clear message; bad environments are named.
+//
+// Worker processes are this test binary again (exec, not a bare fork: LibTorch's thread pools
+// do not survive fork), running the GlooWorkerChild test, which does nothing unless the parent
+// set PT_GLOO_TEST_MODE.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "pipeline_test_util.h"
+#include "runtime/gloo_job.h"
+#include "runtime/launcher.h"
+
+namespace pt::runtime {
+namespace {
+
+using namespace testing;
+namespace fs = std::filesystem;
+
+model::DataSplit small_data() { return model::synthetic_data(*seeded_cnn(3), 256, 64, 10, 11); }
+
+PipelineOptions options_for(const std::string& kind, int microbatches, int64_t steps) {
+  PipelineOptions o;
+  o.schedule = kind;
+  o.microbatches = microbatches;
+  o.train.steps = steps;
+  o.train.batch_size = 32;
+  o.train.sgd = {0.05, 0.9, 1e-4};
+  o.train.seed = 3;
+  o.train.quiet = true;
+  o.train.evaluate = false;
+  o.timeout_s = 20;
+  return o;
+}
+
+// "1f1b" / "gpipe": 2 stages; "dp": 2 replicas.
+plan::Plan plan_for(const std::string& kind) {
+  auto m = seeded_cnn(3);
+  return kind == "dp" ? replicated_plan(*m, 2) : plan::even_split(unit_profile(*m), 2);
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+// The child side. Mode "weights": train PT_GLOO_TEST_KIND for 3 steps and save replica 0 of
+// each stage this worker holds to PT_GLOO_TEST_OUT.stage<s>. Mode "long": a long run through
+// train_with_gloo (the CLI's path); a worker whose rank is PT_GLOO_TEST_DIE kills itself (-9)
+// after a second.
+TEST(GlooWorkerChild, Run) {
+  std::string mode = env_or("PT_GLOO_TEST_MODE", "");
+  if (mode.empty()) GTEST_SKIP() << "runs only as a worker process started by the gloo tests";
+  at::set_num_threads(1);
+  std::string kind = env_or("PT_GLOO_TEST_KIND", "1f1b");
+  auto data = small_data();
+  plan::Plan plan = plan_for(kind);
+  int code = 0;
+  if (mode == "weights") {
+    auto o = options_for(kind, 4, 3);
+    std::unique_ptr<Worker> worker;
+    try {
+      run_gloo_worker([] { return seeded_cnn(3); }, data, plan, o, gloo_config_from_env(), &worker);
+      auto s = schedule_for(plan, o, 1);
+      for (int st = 0; st < s.num_stages; ++st) {
+        StageReplica* rep = worker->replica(st);
+        if (!rep || s.stage_workers[st][0] != gloo_config_from_env().rank) continue;
+        std::vector<torch::Tensor> params;
+        for (const auto& p : rep->parameters()) params.push_back(p.detach().clone());
+        torch::save(params, env_or("PT_GLOO_TEST_OUT", "") + ".stage" + std::to_string(st));
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "pipetrain " << e.what() << std::endl;
+      code = 1;
+    }
+  } else {
+    auto o = options_for(kind, 2, 100000);
+    int die = std::atoi(env_or("PT_GLOO_TEST_DIE", "-1").c_str());
+    if (die == gloo_config_from_env().rank)
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        ::raise(SIGKILL);
+      }).detach();
+    code = train_with_gloo([] { return seeded_cnn(3); }, data, plan, o, "", nullptr);
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::_Exit(code);  // skip gtest's summary and static destructors: the exit code is the result
+}
+
+std::vector<std::string> child_argv() { return {"/proc/self/exe", "--gtest_filter=GlooWorkerChild.Run"}; }
+
+std::vector<torch::Tensor> load_weights(const std::string& prefix, int stages) {
+  std::vector<torch::Tensor> out;
+  for (int st = 0; st < stages; ++st) {
+    std::vector<torch::Tensor> params;
+    torch::load(params, prefix + ".stage" + std::to_string(st));
+    out.insert(out.end(), params.begin(), params.end());
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> single_worker_weights() {
+  auto m = seeded_cnn(3);
+  auto o = options_for("1f1b", 4, 3);
+  train_single_worker(*m, small_data(), o.train);
+  std::vector<torch::Tensor> out;
+  for (auto& p : m->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
+  auto reference = single_worker_weights();
+  auto data = small_data();
+  fs::path dir = fs::temp_directory_path() / ("pt_gloo_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const std::string kind : {"1f1b", "gpipe", "dp"}) {
+    SCOPED_TRACE(kind);
+    plan::Plan plan = plan_for(kind);
+    auto o = options_for(kind, 4, 3);
+    std::vector<std::unique_ptr<Worker>> workers;
+    train_pipeline([] { return seeded_cnn(3); }, data, plan, o, &workers);
+    auto s = schedule_for(plan, o, 1);
+    auto threads = pipeline_weights(s, workers);
+
+    std::string out = (dir / kind).string();
+    ::setenv("PT_GLOO_TEST_MODE", "weights", 1);
+    ::setenv("PT_GLOO_TEST_KIND", kind.c_str(), 1);
+    ::setenv("PT_GLOO_TEST_OUT", out.c_str(), 1);
+    auto t0 = std::chrono::steady_clock::now();
+    int rc = launch_gloo_workers(s.num_workers(), child_argv());
+    std::cerr << kind << ": gloo job of " << s.num_workers() << " processes took "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+    ::unsetenv("PT_GLOO_TEST_MODE");
+    ASSERT_EQ(rc, 0);
+    auto gloo = load_weights(out, s.num_stages);
+    ASSERT_EQ(gloo.size(), reference.size());
+    EXPECT_LE(max_relative_error(gloo, reference), 1e-5);
+    EXPECT_LE(max_relative_error(gloo, threads), 1e-5);
+  }
+  fs::remove_all(dir);
+}
+
+// Spawns world_size workers directly (not through the launcher), stderr to files.
+std::vector<pid_t> spawn_workers(int world_size, const fs::path& dir) {
+  int port = free_tcp_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world_size; ++r) {
+    std::string err = (dir / ("worker" + std::to_string(r) + ".err")).string();
+    auto argv = child_argv();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::freopen(err.c_str(), "w", stderr);
+      ::execl("/proc/self/exe", argv[0].c_str(), argv[1].c_str(), nullptr);
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(GlooJob, KilledWorkerEndsTheOthersWithAMessage) {
+  fs::path dir = fs::temp_directory_path() / ("pt_gloo_kill_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  ::setenv("PT_GLOO_TEST_MODE", "long", 1);
+  ::setenv("PT_GLOO_TEST_KIND", "1f1b", 1);
+  auto pids = spawn_workers(2, dir);
+  ::unsetenv("PT_GLOO_TEST_MODE");
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // training is under way
+  ASSERT_EQ(::waitpid(pids[1], nullptr, WNOHANG), 0) << "worker 1 ended before it was killed";
+  ::kill(pids[1], SIGKILL);
+  auto killed = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(pids[0], &status, WNOHANG) == 0) {
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    if (waited > 30) {
+      ::kill(pids[0], SIGKILL);
+      FAIL() << "worker 0 still running 30 s after worker 1 was killed";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::waitpid(pids[1], nullptr, 0);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::cerr << "worker 0 ended " << waited << " s after worker 1 was killed\n";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  std::string err = read_file(dir / "worker0.err");
+  EXPECT_NE(err.find("pipetrain worker 0: "), std::string::npos) << err;
+  EXPECT_NE(err.find("worker 1"), std::string::npos) << err;  // names the lost peer
+  fs::remove_all(dir);
+}
+
+TEST(GlooJob, LauncherStopsTheJobWhenAWorkerDies) {
+  ::setenv("PT_GLOO_TEST_MODE", "long", 1);
+  ::setenv("PT_GLOO_TEST_KIND", "1f1b", 1);
+  ::setenv("PT_GLOO_TEST_DIE", "0", 1);  // rank 0 also serves the rendezvous store
+  auto t0 = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStderr();
+  int rc = launch_gloo_workers(2, child_argv());
+  std::string err = ::testing::internal::GetCapturedStderr();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::unsetenv("PT_GLOO_TEST_MODE");
+  ::unsetenv("PT_GLOO_TEST_DIE");
+  EXPECT_NE(rc, 0);
+  EXPECT_LT(secs, 32);
+  EXPECT_NE(err.find("pipetrain: worker 0 was killed by signal 9"), std::string::npos) << err;
+}
+
+TEST(GlooConfig, BadEnvironmentNamesTheVariable) {
+  struct Case {
+    const char *rank, *size, *expect;
+  };
+  for (const Case& c : {Case{"abc", "2", "RANK='abc'"}, Case{"0", "0", "WORLD_SIZE='0'"},
+                        Case{"2", "2", "RANK=2 must be below WORLD_SIZE=2"}, Case{"1", nullptr, "WORLD_SIZE is not"}}) {
+    ::setenv("RANK", c.rank, 1);
+    if (c.size) ::setenv("WORLD_SIZE", c.size, 1); else ::unsetenv("WORLD_SIZE");
+    try {
+      gloo_config_from_env();
+      ADD_FAILURE() << "no error for RANK=" << c.rank;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  ::setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  try {
+    gloo_config_from_env();
+    ADD_FAILURE() << "no error for OMPI_COMM_WORLD_RANK=3";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("OMPI_COMM_WORLD_RANK=3"), std::string::npos) << e.what();
+  }
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(gloo_tag(0, false), 0);
+  EXPECT_EQ(gloo_tag(-1, true), 3);
+  EXPECT_THROW(gloo_tag(int64_t{1} << 40, false), TransportError);
+}
+
+TEST(GlooJob, MpirunSmoke) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (openmpi-bin)";
+  fs::path dir = fs::temp_directory_path() / ("pt_gloo_mpi_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string out = (dir / "w").string();
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string cmd = "PT_GLOO_TEST_MODE=weights PT_GLOO_TEST_KIND=1f1b PT_GLOO_TEST_OUT=" + out + " MASTER_PORT=" +
+                    std::to_string(free_tcp_port()) + " timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                    "-x PT_GLOO_TEST_MODE -x PT_GLOO_TEST_KIND -x PT_GLOO_TEST_OUT -x MASTER_PORT " + self +
+                    " --gtest_filter=GlooWorkerChild.Run > " + (dir / "log").string() + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  ASSERT_EQ(rc, 0) << read_file(dir / "log");
+  EXPECT_LE(max_relative_error(load_weights(out, 2), single_worker_weights()), 1e-5);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pt::runtime
