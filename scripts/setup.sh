@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pipetrain needs; idempotent and quiet when nothing is missing.
+#   scripts/setup.sh                 the default set below
+#   scripts/setup.sh --only P...     just packages P... (scripts/fuzz.sh: clang, libFuzzer)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
@@ -8,6 +10,10 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       # Debian's LibTorch calls libblas.so.3; without this it is the reference BLAS and the
       # dense layers run ~3x slower. The serial build suits one compute thread per worker.
       libopenblas0-serial)
+if [ "${1:-}" = "--only" ]; then
+  shift
+  pkgs=("$@")
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
