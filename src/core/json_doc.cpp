@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -140,6 +141,9 @@ json parse_json(const std::string& text, const std::string& source) {
 }
 
 std::string read_text_file(const std::string& path) {
+  // A directory opens like a file but reads as empty, which would pass for an empty file.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(str(path, ": is a directory, not a file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str(path, ": cannot open file"));
   std::ostringstream ss;
