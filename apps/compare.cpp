@@ -34,8 +34,7 @@ int run_compare(CompareFlags& f) {
   auto prof = profile::read_profile_json(f.profile);
   plan::Cluster cluster = f.cluster.build();
   int n = cluster.workers();
-  if (f.options.microbatches < 1) throw UsageError(str("--microbatches: must be >= 1, got ", f.options.microbatches));
-  if (f.options.chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", f.options.chunks));
+  schedule::check_schedule_options(f.options);
   // The planner's plan where it finds one; an even split otherwise.
   plan::Plan planned;
   std::string plan_note;

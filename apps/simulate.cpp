@@ -24,6 +24,7 @@ struct SimulateFlags {
 };
 
 int run_simulate(const SimulateFlags& f) {
+  schedule::check_schedule_options(f.options);  // before --chunks multiplies the workers
   auto prof = profile::read_profile_json(f.profile);
   plan::Cluster cluster = f.cluster.build();
   plan::Plan plan;
@@ -36,7 +37,6 @@ int run_simulate(const SimulateFlags& f) {
     plan = straight_plan(prof, stages);
     std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
-  if (f.options.microbatches < 1) throw UsageError(str("--microbatches: must be >= 1, got ", f.options.microbatches));
   schedule::Schedule s = schedule::make_schedule(f.kind, plan, f.options);
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   schedule::Trace trace = sim::simulate(s, prof, cluster);

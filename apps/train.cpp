@@ -68,7 +68,15 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
     return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
   }
   int stages = f.stages > 0 ? f.stages : 2;
-  if (f.pipe.schedule == "interleaved") stages *= f.pipe.chunks;
+  if (f.pipe.schedule == "interleaved") {
+    // Checked before it multiplies --stages, so that the error names --chunks.
+    if (f.pipe.chunks < 1 || f.pipe.chunks > schedule::kMaxChunks)
+      throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", f.pipe.chunks));
+    if (stages * f.pipe.chunks > m.num_layers())
+      throw UsageError(str("--stages ", stages, " x --chunks ", f.pipe.chunks, " = ", stages * f.pipe.chunks,
+                           " model chunks, but ", m.name(), " has ", m.num_layers(), " layers"));
+    stages *= f.pipe.chunks;
+  }
   profile::Profile prof;
   if (!f.profile_path.empty()) {
     prof = profile::read_any_profile(f.profile_path);

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pipetrain needs; idempotent and quiet when nothing is missing.
+#   scripts/setup.sh                 the default set below
+#   scripts/setup.sh --only P...     just packages P... (scripts/fuzz.sh: clang, libFuzzer)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
@@ -10,6 +12,10 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       # not safe to call from several threads at once (worker threads got wrong results), the
       # pthread build is; model::use_one_compute_thread() keeps it to one thread per caller.
       libopenblas0-pthread)
+if [ "${1:-}" = "--only" ]; then
+  shift
+  pkgs=("$@")
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,15 +6,42 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
 
 namespace pt {
 
+namespace {
+
+// Writes at most about `budget` characters of `value`, visiting no more of it than that: a
+// hostile file's value can be nested millions deep, and json::dump recurses once per level.
+void brief_into(const json& value, std::string& out, size_t budget) {
+  if (out.size() >= budget) return;
+  if (value.is_array() || value.is_object()) {
+    bool object = value.is_object();
+    out += object ? '{' : '[';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end() && out.size() < budget; ++it, first = false) {
+      if (!first) out += ',';
+      if (object) out += json(it.key()).dump() + ':';
+      brief_into(it.value(), out, budget);
+    }
+    out += object ? '}' : ']';
+    return;
+  }
+  // Strings are dumped with invalid UTF-8 replaced: the point is the message, not a throw.
+  out += value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
 std::string brief(const json& value) {
-  std::string s = value.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  constexpr size_t kMax = 60;
+  std::string s;
+  brief_into(value, s, kMax);
+  if (s.size() > kMax) s = s.substr(0, kMax - 3) + "...";
   return s;
 }
 
@@ -81,6 +108,12 @@ int64_t JsonField::as_int_at_least(int64_t min) const {
   return v;
 }
 
+int64_t JsonField::as_int_in(int64_t min, int64_t max) const {
+  int64_t v = as_int();
+  if (v < min || v > max) fail(str("must be in ", min, "..", max, ", got ", v));
+  return v;
+}
+
 bool JsonField::as_bool() const {
   if (!value_->is_boolean()) fail("must be true or false, got " + brief(*value_));
   return value_->get<bool>();
@@ -99,10 +132,18 @@ json parse_json(const std::string& text, const std::string& source) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     throw FormatError(str(source, ": not valid JSON (byte ", e.byte, ")"));
+  } catch (const json::exception& e) {
+    // A number beyond double's range ("1e999") is an out_of_range error, not a parse_error.
+    std::string why = e.what();
+    size_t tag = why.find("] ");
+    throw FormatError(str(source, ": not valid JSON (", tag == std::string::npos ? why : why.substr(tag + 2), ")"));
   }
 }
 
 std::string read_text_file(const std::string& path) {
+  // A directory opens like a file but reads as empty, which would pass for an empty file.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(str(path, ": is a directory, not a file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str(path, ": cannot open file"));
   std::ostringstream ss;

@@ -32,6 +32,9 @@ class JsonField {
   double as_non_negative() const;
   int64_t as_int() const;  // a number with no fractional part
   int64_t as_int_at_least(int64_t min) const;
+  // A whole number in [min, max]: for counts and indices held in an int, so that 4294967297
+  // is an error rather than 1 after narrowing.
+  int64_t as_int_in(int64_t min, int64_t max) const;
   bool as_bool() const;
   std::vector<int64_t> as_int_list() const;
 

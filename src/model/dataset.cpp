@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/json_doc.h"
 #include "model/idx_reader.h"
+#include "model/zoo.h"
 
 namespace pt::model {
 
@@ -40,6 +41,10 @@ Dataset load_idx_pair(const std::string& dir, const std::string& prefix) {
   for (uint8_t l : labels.data)
     if (l > 9) throw FormatError(str(labels_path, ": label ", int(l), " is not a class 0..9"));
   int64_t n = images.dims[0], rows = images.dims[1], cols = images.dims[2];
+  // The models are built for Fashion-MNIST's 28x28; other sizes would fail deep inside a layer.
+  if (rows != 28 || cols != 28)
+    throw FormatError(str(images_path, ": images are ", rows, "x", cols, ", Fashion-MNIST's are 28x28"));
+  if (n == 0) throw FormatError(str(images_path, ": holds no images"));
   Dataset d;
   auto raw = torch::from_blob(images.data.data(), {n, 1, rows, cols}, torch::kUInt8);
   // Fashion-MNIST training-set mean and standard deviation of [0,1] pixels.
@@ -64,6 +69,14 @@ DataSplit load_fashion_mnist(const std::string& dir) {
 
 DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64_t test_samples,
                          int64_t classes_or_vocab, uint64_t seed) {
+  // Bounded so that a typo in --synthetic-samples is an error, not an out-of-memory kill.
+  constexpr double kMaxBytes = 8.0 * (1 << 30);
+  double per_sample = 8;  // int64 token or float32 value, and a target
+  for (int64_t d : model.sample_shape()) per_sample *= static_cast<double>(d);
+  if (train_samples < 1 || test_samples < 1 || (train_samples + test_samples) * per_sample > kMaxBytes)
+    throw UsageError(str("--synthetic-samples: ", train_samples, " training and ", test_samples, " test samples of ",
+                         model.name(), " would take ", static_cast<int64_t>((train_samples + test_samples) * per_sample),
+                         " bytes (must be >= 1 and fit in ", static_cast<int64_t>(kMaxBytes), " bytes)"));
   torch::Generator gen = at::detail::createCPUGenerator(seed);
   auto make = [&](int64_t n) {
     std::vector<int64_t> shape{n};
@@ -90,8 +103,8 @@ DataSplit load_text(const std::string& path, int64_t seq_len) {
   if (!exists(path))
     throw Error(str("--text: ", path, " does not exist", path == kDefaultTextFile
                     ? "; install it with `apt-get install fortunes` or give --text FILE" : ""));
+  if (seq_len < 1 || seq_len > kMaxSeqLen) throw UsageError(str("--seq-len: must be in 1..", kMaxSeqLen, ", got ", seq_len));
   std::string text = read_text_file(path);
-  if (seq_len < 1) throw UsageError(str("--seq-len: must be >= 1, got ", seq_len));
   int64_t windows = static_cast<int64_t>(text.size()) / (seq_len + 1);
   if (windows < 10)
     throw FormatError(str(path, ": ", text.size(), " bytes is too short for ", seq_len,

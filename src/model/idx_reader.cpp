@@ -2,6 +2,9 @@
 
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace pt::model {
@@ -17,50 +20,70 @@ struct GzFile {
   gzFile f;
 };
 
-int64_t read_all(gzFile f, uint8_t* out, int64_t n) {
-  int64_t got = 0;
-  while (got < n) {
-    unsigned chunk = static_cast<unsigned>(std::min<int64_t>(n - got, 1 << 30));
-    int r = gzread(f, out + got, chunk);
-    if (r <= 0) break;
-    got += r;
+// The whole decompressed stream. A corrupt gzip stream or a read error (a directory, say) is
+// an error naming the file rather than a short read that would look like a truncated IDX.
+std::vector<uint8_t> read_all(const std::string& path) {
+  GzFile file(path);
+  if (!file.f) throw Error(str(path, ": cannot open file"));
+  std::vector<uint8_t> out;
+  uint8_t chunk[1 << 16];
+  for (;;) {
+    int r = gzread(file.f, chunk, sizeof chunk);
+    if (r < 0) {
+      int code = 0;
+      const char* msg = gzerror(file.f, &code);
+      std::string why = code == Z_ERRNO ? std::strerror(errno) : std::string(msg ? msg : "unknown zlib error");
+      throw FormatError(str(path, ": cannot read IDX data (", why, ")"));
+    }
+    if (r == 0) return out;
+    out.insert(out.end(), chunk, chunk + r);
   }
-  return got;
+}
+
+uint32_t big_endian_u32(const uint8_t* b) {
+  return (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | uint32_t(b[3]);
 }
 
 }  // namespace
 
-IdxArray read_idx(const std::string& path) {
-  GzFile file(path);
-  if (!file.f) throw Error(str(path, ": cannot open file"));
-  uint8_t head[4];
-  if (read_all(file.f, head, 4) != 4) throw FormatError(str(path, ": truncated IDX file (no header)"));
+IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source) {
+  if (size < 4) throw FormatError(str(source, ": truncated IDX file (no header)"));
+  const uint8_t* head = bytes;
   if (head[0] != 0 || head[1] != 0)
-    throw FormatError(str(path, ": bad IDX magic number 0x", std::hex, (head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3]),
-                          " (expected 0x0000080N)"));
+    throw FormatError(str(source, ": bad IDX magic number 0x", std::hex, big_endian_u32(head), " (expected 0x0000080N)"));
   if (head[2] != 0x08)
-    throw FormatError(str(path, ": IDX element type 0x", std::hex, int(head[2]), " is not unsigned byte (0x08)"));
+    throw FormatError(str(source, ": IDX element type 0x", std::hex, int(head[2]), " is not unsigned byte (0x08)"));
   int ndims = head[3];
-  if (ndims < 1 || ndims > 4) throw FormatError(str(path, ": IDX header has ", ndims, " dimensions (expected 1..4)"));
+  if (ndims < 1 || ndims > 4) throw FormatError(str(source, ": IDX header has ", ndims, " dimensions (expected 1..4)"));
+  size_t header = 4 + 4 * static_cast<size_t>(ndims);
+  if (size < header) throw FormatError(str(source, ": truncated IDX file (in the header)"));
+  size_t available = size - header;
   IdxArray a;
-  int64_t count = 1;
+  // Four 32-bit dimensions can multiply past 64 bits: such a header promises more than any
+  // file holds, so it is truncated whatever the rest says.
+  uint64_t count = 1;
+  bool overflow = false;
   for (int i = 0; i < ndims; ++i) {
-    uint8_t b[4];
-    if (read_all(file.f, b, 4) != 4) throw FormatError(str(path, ": truncated IDX file (in the header)"));
-    int64_t d = (int64_t(b[0]) << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
-    if (d > (int64_t(1) << 31) / std::max<int64_t>(count, 1))
-      throw FormatError(str(path, ": IDX dimension ", i, " is ", d, ", too large"));
+    uint32_t d = big_endian_u32(bytes + 4 + 4 * i);
     a.dims.push_back(d);
-    count *= d;
+    overflow |= __builtin_mul_overflow(count, uint64_t(d), &count);
   }
-  a.data.resize(static_cast<size_t>(count));
-  int64_t got = read_all(file.f, a.data.data(), count);
-  if (got != count)
-    throw FormatError(str(path, ": truncated IDX file: header promises ", count, " bytes of data, found ", got));
-  uint8_t extra;
-  if (read_all(file.f, &extra, 1) != 0)
-    throw FormatError(str(path, ": IDX file has bytes after the ", count, " the header promises"));
+  if (overflow && count != 0) {
+    std::string shape;
+    for (int64_t d : a.dims) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    throw FormatError(str(source, ": truncated IDX file: header promises ", shape, " bytes of data, found ", available));
+  }
+  if (count > available)
+    throw FormatError(str(source, ": truncated IDX file: header promises ", count, " bytes of data, found ", available));
+  if (count < available)
+    throw FormatError(str(source, ": IDX file has bytes after the ", count, " the header promises"));
+  a.data.assign(bytes + header, bytes + size);
   return a;
+}
+
+IdxArray read_idx(const std::string& path) {
+  std::vector<uint8_t> bytes = read_all(path);
+  return parse_idx(bytes.data(), bytes.size(), path);
 }
 
 }  // namespace pt::model

@@ -1,6 +1,7 @@
 #pragma once
 // Reader for the IDX format of (Fashion-)MNIST, gzip'd as Debian ships it or plain.
 // Plain C++ (zlib): no LibTorch, so its tests are fast.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,5 +16,8 @@ struct IdxArray {
 // Throws FormatError naming the file for a bad magic number, a wrong element type, a
 // truncated file or trailing bytes; Error for a file that cannot be opened.
 IdxArray read_idx(const std::string& path);
+// The IDX bytes (already decompressed) of `source`: the parsing read_idx does, for tests
+// and the fuzzer. Checks the promised size against `size` before allocating anything.
+IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source);
 
 }  // namespace pt::model

@@ -12,6 +12,15 @@ bool is_language_model(const std::string& name) { return name == "lstm-lm" || na
 
 std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& o) {
   if (o.width <= 0 || o.width > 16) throw UsageError(str("--width: must be in (0, 16], got ", o.width));
+  // Upper bounds so that an absurd value is an error naming the flag, not an allocation of
+  // terabytes that the kernel ends with SIGKILL. 0 means "the model's default".
+  struct Bound {
+    const char* flag;
+    int64_t value, max;
+  };
+  for (const Bound& b : {Bound{"--image-size", o.image_size, 4096}, Bound{"--classes", o.classes, 1000000},
+                         Bound{"--seq-len", o.seq_len, kMaxSeqLen}, Bound{"--depth", o.depth, 1024}})
+    if (b.value < 0 || b.value > b.max) throw UsageError(str(b.flag, ": must be in 0..", b.max, ", got ", b.value));
   if (name == "mnist-cnn") return build_mnist_cnn(o);
   if (name == "vgg16") return build_vgg16(o);
   if (name == "resnet18") return build_resnet(18, o);

@@ -20,6 +20,10 @@ struct ModelOptions {
   int64_t depth = 0;        // transformer blocks (gpt 4) or LSTM layers (lstm-lm 3)
 };
 
+// The longest sample a language model takes (--seq-len): bounds the text windows and the
+// position embeddings before anything is allocated.
+inline constexpr int64_t kMaxSeqLen = 65536;
+
 std::vector<std::string> model_names();
 bool is_language_model(const std::string& name);
 // Throws UsageError naming --model and the known names for an unknown model.

@@ -65,7 +65,8 @@ namespace {
 void check_cluster(const Cluster& c, const std::string& source) {
   double workers = 1;
   for (const auto& l : c.levels) workers *= l.fan_out;
-  if (workers > 1e6) throw FormatError(str(source, ": ", workers, " workers is more than pipetrain supports (1000000)"));
+  if (workers > kMaxWorkers)
+    throw FormatError(str(source, ": ", workers, " workers is more than pipetrain supports (", kMaxWorkers, ")"));
 }
 }  // namespace
 
@@ -79,7 +80,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     JsonField f = levels[i];
     Level l;
     l.name = f.has("name") ? f["name"].as_string() : str("level", i);
-    l.fan_out = static_cast<int>(f["fan_out"].as_int_at_least(1));
+    l.fan_out = static_cast<int>(f["fan_out"].as_int_in(1, kMaxWorkers));
     l.bandwidth_gbps = f["bandwidth_gbps"].as_number();
     if (l.bandwidth_gbps <= 0) f["bandwidth_gbps"].fail(str("must be > 0, got ", l.bandwidth_gbps));
     c.levels.push_back(l);

@@ -33,6 +33,9 @@ struct Cluster {
 };
 
 inline constexpr int kClusterVersion = 1;
+// The most workers a cluster or a plan may have: bounds every count read from a file before
+// it sizes a vector or narrows to int.
+inline constexpr int kMaxWorkers = 1000000;
 
 json to_json(const Cluster& c);
 Cluster cluster_from_json(const json& doc, const std::string& source);

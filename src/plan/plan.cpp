@@ -1,9 +1,11 @@
 #include "plan/plan.h"
 
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "plan/cluster.h"
 
 namespace pt::plan {
 
@@ -69,24 +71,32 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "plan", kPlanVersion);
   Plan p;
-  p.workers = static_cast<int>(root["workers"].as_int_at_least(1));
+  // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
+  p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
   if (root.has("model")) p.model = root["model"].as_string();
   if (root.has("batch_size")) p.batch_size = root["batch_size"].as_int_at_least(1);
   if (root.has("cost_model")) p.cost_model = root["cost_model"].as_string();
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");
   bool all_ids = true;
+  int64_t replicas = 0;
   for (size_t s = 0; s < stages.size(); ++s) {
     JsonField f = stages[s];
     Stage st;
     for (int64_t l : f["layers"].as_int_list()) {
       if (l < 0) f["layers"].fail(str("has a negative layer index ", l));
+      if (l > std::numeric_limits<int>::max()) f["layers"].fail(str("has layer index ", l, ", too large"));
       st.layers.push_back(static_cast<int>(l));
     }
     if (st.layers.empty()) f["layers"].fail("must hold at least one layer");
-    st.replicas = static_cast<int>(f["replicas"].as_int_at_least(1));
+    st.replicas = static_cast<int>(f["replicas"].as_int_in(1, kMaxWorkers));
+    replicas += st.replicas;
     if (f.has("workers")) {
-      for (int64_t w : f["workers"].as_int_list()) st.workers.push_back(static_cast<int>(w));
+      for (int64_t w : f["workers"].as_int_list()) {
+        if (w < 0 || w >= p.workers)
+          f["workers"].fail(str("has worker id ", w, " which is out of range 0..", p.workers - 1));
+        st.workers.push_back(static_cast<int>(w));
+      }
       if (static_cast<int>(st.workers.size()) != st.replicas)
         f["workers"].fail(str("lists ", st.workers.size(), " workers but replicas is ", st.replicas));
     } else {
@@ -96,19 +106,16 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (f.has("comm_ms")) st.comm_ms = f["comm_ms"].as_non_negative();
     p.stages.push_back(std::move(st));
   }
+  // Checked before assign_workers, which would otherwise number every claimed replica.
+  if (replicas != p.workers)
+    root["workers"].fail(str("is ", p.workers, " but the stages' replicas add up to ", replicas));
   int declared = p.workers;
   if (!all_ids) assign_workers(p);
-  int used = 0;
   std::set<int> seen;
   for (size_t s = 0; s < p.stages.size(); ++s)
-    for (int w : p.stages[s].workers) {
-      ++used;
-      if (w < 0 || w >= declared || !seen.insert(w).second)
-        root["stages"][s]["workers"].fail(
-            str("has worker id ", w, " which is out of range 0..", declared - 1, " or used twice"));
-    }
-  if (used != declared)
-    root["workers"].fail(str("is ", declared, " but the stages' replicas add up to ", used));
+    for (int w : p.stages[s].workers)
+      if (!seen.insert(w).second)
+        root["stages"][s]["workers"].fail(str("has worker id ", w, " which another replica uses too"));
   p.workers = declared;
   if (root.has("predicted")) {
     JsonField pred = root["predicted"];

@@ -44,10 +44,16 @@ double parse_number(const std::string& text, const std::string& where) {
   throw FormatError(str(where, ": '", t, "' is not a number"));
 }
 
+// PipeDream writes byte counts as decimals ("602112.0"); rounded, and bounded before rounding
+// because llround of a huge value is undefined (in practice INT64_MIN, a negative size).
 int64_t to_bytes(double v, const std::string& where) {
   if (v < 0) throw FormatError(str(where, ": must be >= 0, got ", v));
+  if (v > static_cast<double>(kMaxLayerBytes))
+    throw FormatError(str(where, ": ", v, " bytes is more than pipetrain accepts for one layer (", kMaxLayerBytes, ")"));
   return static_cast<int64_t>(std::llround(v));
 }
+
+std::string field_where(const JsonField& f) { return str(f.source(), ": field '", f.path(), "'"); }
 
 // Orders nodes topologically (Kahn's algorithm, the earliest listed ready node first so that
 // an already-ordered file keeps its order) and turns edges into `inputs`.
@@ -92,6 +98,16 @@ Profile order_nodes(std::vector<RawNode> nodes, const std::vector<std::pair<int,
     p.layers.push_back(std::move(l));
   }
   return p;
+}
+
+// Layer names end up in JSON (profiles, traces), which must be UTF-8: reject others here,
+// naming the line, rather than fail later far from the file. nlohmann's dump checks UTF-8.
+void expect_utf8(const std::string& text, const std::string& where) {
+  try {
+    (void)json(text).dump();
+  } catch (const json::type_error&) {
+    throw FormatError(str(where, ": the description is not valid UTF-8"));
+  }
 }
 
 // "forward_compute_time=F, backward_compute_time=B, activation_size=A, parameter_size=P"
@@ -154,6 +170,7 @@ Profile profile_from_pipedream_graph(const std::string& text, const std::string&
     std::string desc = parts[1];
     for (int k = 2; k < meta; ++k) desc += " -- " + parts[k];
     node.layer.name = trim(desc);
+    expect_utf8(node.layer.name, where);
     parse_metadata(parts[meta], node.layer, where);
     if (index.count(node.id)) throw FormatError(str(where, ": node '", node.id, "' is defined twice"));
     index[node.id] = static_cast<int>(nodes.size());
@@ -193,11 +210,11 @@ Profile profile_from_pipedream_json(const json& doc, const std::string& source) 
       double total = 0;
       JsonField list = f["activation_bytes_list"];
       for (size_t k = 0; k < list.size(); ++k) total += list[k].as_non_negative();
-      node.layer.activation_bytes = std::llround(total);
+      node.layer.activation_bytes = to_bytes(total, field_where(list));
     } else {
-      node.layer.activation_bytes = std::llround(f["activation_bytes"].as_non_negative());
+      node.layer.activation_bytes = to_bytes(f["activation_bytes"].as_non_negative(), field_where(f["activation_bytes"]));
     }
-    node.layer.parameter_bytes = std::llround(f["parameter_bytes"].as_non_negative());
+    node.layer.parameter_bytes = to_bytes(f["parameter_bytes"].as_non_negative(), field_where(f["parameter_bytes"]));
     if (index.count(node.id)) f["id"].fail("is used by two layers");
     index[node.id] = static_cast<int>(i);
     nodes.push_back(std::move(node));
@@ -221,18 +238,30 @@ Profile profile_from_pipedream_json(const json& doc, const std::string& source) 
   return p;
 }
 
+namespace {
+// JSON (either flavour) rather than graph.txt.
+bool is_json_text(const std::string& text) {
+  size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && text[first] == '{';
+}
+}  // namespace
+
+Profile parse_any_profile(const std::string& text, const std::string& source) {
+  if (is_json_text(text)) {
+    json doc = parse_json(text, source);
+    if (doc.is_object() && doc.contains("format")) return profile_from_json(doc, source);
+    if (doc.is_object() && doc.contains("layers") && doc.contains("edges"))
+      return profile_from_pipedream_json(doc, source);
+    throw FormatError(str(source, ": a JSON document that is neither a pipetrain profile (no \"format\") nor "
+                                  "PipeDream's JSON figures (no \"layers\" and \"edges\")"));
+  }
+  return profile_from_pipedream_graph(text, source);
+}
+
 Profile read_any_profile(const std::string& path) {
   std::string text = read_text_file(path);
-  size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') {
-    json doc = parse_json(text, path);
-    if (doc.is_object() && doc.contains("format")) return profile_from_json(doc, path);
-    if (doc.is_object() && doc.contains("layers") && doc.contains("edges"))
-      return profile_from_pipedream_json(doc, path);
-    throw FormatError(str(path, ": a JSON document that is neither a pipetrain profile (no \"format\") nor "
-                                "PipeDream's JSON figures (no \"layers\" and \"edges\")"));
-  }
-  Profile p = profile_from_pipedream_graph(text, path);
+  Profile p = parse_any_profile(text, path);
+  if (is_json_text(text)) return p;
   // profiles/<model>/graph.txt: the folder names the model.
   size_t slash = path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {

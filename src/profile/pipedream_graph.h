@@ -19,9 +19,12 @@ namespace pt::profile {
 Profile profile_from_pipedream_graph(const std::string& text, const std::string& source);
 Profile profile_from_pipedream_json(const json& doc, const std::string& source);
 
-// Reads any of the three formats, detected by content: a JSON object with "format" is a
+// Parses any of the three formats, detected by content: a JSON object with "format" is a
 // pipetrain profile, one with "layers" (each with an "id") and "edges" is PipeDream's JSON
-// figures, anything else is parsed as graph.txt.
+// figures, anything else is parsed as graph.txt. `source` names the text in errors.
+Profile parse_any_profile(const std::string& text, const std::string& source);
+// parse_any_profile of the file; a graph.txt's model is named after its folder
+// (profiles/<model>/graph.txt).
 Profile read_any_profile(const std::string& path);
 
 }  // namespace pt::profile

@@ -57,8 +57,8 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     l.name = f["name"].as_string();
     l.forward_ms = f["forward_ms"].as_non_negative();
     l.backward_ms = f["backward_ms"].as_non_negative();
-    l.activation_bytes = f["activation_bytes"].as_int_at_least(0);
-    l.parameter_bytes = f["parameter_bytes"].as_int_at_least(0);
+    l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
+    l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("inputs")) {
       JsonField in = f["inputs"];
       for (size_t k = 0; k < in.size(); ++k) {

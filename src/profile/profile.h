@@ -32,6 +32,9 @@ struct Profile {
 };
 
 inline constexpr int kProfileVersion = 1;
+// The most bytes one layer's activation or parameters may claim (1 PiB, beyond any device):
+// keeps sums over a profile's layers far from int64 overflow.
+inline constexpr int64_t kMaxLayerBytes = int64_t(1) << 50;
 
 json to_json(const Profile& p);
 // Validates: format tag, fields, types, non-negative numbers, `inputs` in range and earlier

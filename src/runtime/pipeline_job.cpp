@@ -52,11 +52,12 @@ std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::
 
 void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, const model::DataSplit& data) {
   check_train_options(o.train, data);
-  if (o.microbatches < 1 || o.microbatches > 4096)
-    throw UsageError(str("--microbatches: must be in 1..4096, got ", o.microbatches));
+  if (o.microbatches < 1 || o.microbatches > schedule::kMaxMicrobatches)
+    throw UsageError(str("--microbatches: must be in 1..", schedule::kMaxMicrobatches, ", got ", o.microbatches));
   if (o.train.batch_size % o.microbatches != 0)
     throw UsageError(str("--microbatches: ", o.microbatches, " does not divide --batch-size ", o.train.batch_size));
-  if (o.chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", o.chunks));
+  if (o.chunks < 1 || o.chunks > schedule::kMaxChunks)
+    throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", o.chunks));
 }
 
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data) {

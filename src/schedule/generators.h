@@ -22,6 +22,14 @@ struct ScheduleOptions {
   bool vertical_sync = false;  // pipedream
 };
 
+// Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has
+// millions of actions and takes minutes to build and validate, or an int overflows.
+inline constexpr int kMaxMicrobatches = 4096;
+inline constexpr int kMaxChunks = 64;
+inline constexpr int kMaxMinibatches = 4096;
+// Throws UsageError naming the flag (--microbatches, --chunks, --minibatches) and the value.
+void check_schedule_options(const ScheduleOptions& o);
+
 // GPipe (Huang et al., NeurIPS 2019): all forwards, then all backwards, flush.
 Schedule gpipe(const plan::Plan& plan, int microbatches);
 // PipeDream-Flush / DAPPLE (Narayanan et al., ICML 2021; Fan et al., PPoPP 2021).

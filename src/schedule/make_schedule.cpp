@@ -13,7 +13,16 @@ const std::vector<std::string>& schedule_kinds() {
   return kinds;
 }
 
+void check_schedule_options(const ScheduleOptions& o) {
+  if (o.microbatches < 1 || o.microbatches > kMaxMicrobatches)
+    throw UsageError(str("--microbatches: must be in 1..", kMaxMicrobatches, ", got ", o.microbatches));
+  if (o.chunks < 1 || o.chunks > kMaxChunks) throw UsageError(str("--chunks: must be in 1..", kMaxChunks, ", got ", o.chunks));
+  if (o.minibatches < 0 || o.minibatches > kMaxMinibatches)
+    throw UsageError(str("--minibatches: must be in 0..", kMaxMinibatches, " (0: the default), got ", o.minibatches));
+}
+
 Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& o) {
+  check_schedule_options(o);
   int minibatches = o.minibatches > 0 ? o.minibatches : default_minibatches(plan);
   if (kind != "interleaved" && o.chunks != 1)
     throw UsageError(str("--chunks ", o.chunks, " applies to --schedule interleaved only, not '", kind, "'"));

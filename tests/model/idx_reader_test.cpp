@@ -73,5 +73,46 @@ TEST(IdxReader, BadFilesNameTheFileAndTheProblem) {
   EXPECT_EQ(error_of("/nonexistent/x.idx"), "/nonexistent/x.idx: cannot open file");
 }
 
+TEST(IdxReader, HostileHeadersAllocateNothingAndCorruptGzipIsNamed) {
+  // 4 x 2^32-1 elements overflow 64 bits; the reader must not try to allocate them.
+  std::vector<uint8_t> huge = {0, 0, 8, 4};
+  for (int i = 0; i < 16; ++i) huge.push_back(0xff);
+  huge.push_back(7);
+  std::string p = write("huge.idx", huge, false);
+  EXPECT_EQ(error_of(p), p + ": truncated IDX file: header promises 4294967295 x 4294967295 x 4294967295 x "
+                             "4294967295 bytes of data, found 1");
+  // 2^31 bytes promised by a 12-byte file: an error, not a 2 GiB allocation.
+  p = write("big.idx", {0, 0, 8, 2, 0, 1, 0, 0, 0, 0, 0x80, 0}, false);
+  EXPECT_EQ(error_of(p), p + ": truncated IDX file: header promises 2147483648 bytes of data, found 0");
+  p = write("dims.idx", {0, 0, 8, 5, 0, 0, 0, 1}, false);
+  EXPECT_EQ(error_of(p), p + ": IDX header has 5 dimensions (expected 1..4)");
+  // A gzip stream with its deflate data spoiled: named as unreadable, not as a short file.
+  std::string good = write("spoil.idx.gz", idx_bytes({64, 64}), true);
+  std::FILE* f = std::fopen(good.c_str(), "r+b");
+  std::fseek(f, 14, SEEK_SET);
+  for (int i = 0; i < 8; ++i) std::fputc(0xff, f);
+  std::fclose(f);
+  std::string e = error_of(good);
+  EXPECT_EQ(e.rfind(good + ": cannot read IDX data (", 0), 0u) << e;
+  // A directory opens but cannot be read.
+  std::string dir = ::testing::TempDir();
+  e = error_of(dir);
+  EXPECT_EQ(e.rfind(dir + ": cannot read IDX data (Is a directory)", 0), 0u) << e;
+}
+
+TEST(IdxReader, ParsesBytesInMemory) {
+  std::vector<uint8_t> b = idx_bytes({2, 3});
+  IdxArray a = parse_idx(b.data(), b.size(), "mem");
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(a.data.size(), 6u);
+  b.pop_back();
+  try {
+    parse_idx(b.data(), b.size(), "mem");
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_EQ(std::string(e.what()), "mem: truncated IDX file: header promises 6 bytes of data, found 5");
+  }
+}
+
 }  // namespace
 }  // namespace pt::model
