@@ -130,9 +130,9 @@ done
 
 mkdir -p "$out"
 if [[ $servers -gt 0 ]]; then
-  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate (tc tbf, no added latency)"
+  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate (tc tbf, no added latency; names $prefix)"
 else
-  echo "testbed: $workers workers, links $rate (tc tbf, no added latency)"
+  echo "testbed: $workers workers, links $rate (tc tbf, no added latency; names $prefix)"
 fi
 port=$(( 20000 + $$ % 20000 ))
 for (( r = 0; r < workers; r++ )); do

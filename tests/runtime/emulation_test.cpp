@@ -53,13 +53,13 @@ TEST(Emulation, DagCutsCarryEveryLiveOutputAndInputsCostNothing) {
   EXPECT_EQ(c[3].output_floats_per_sample, 2);          // the last layer's own output
 }
 
-struct Run {
+struct EmulatedRun {
   PipelineResult result;
   double cpu_s = 0;
   double predicted_ms = 0;  // the simulator's time for the same segments
 };
 
-Run run_emulated(const std::string& kind, const plan::Plan& plan, int microbatches, int chunks = 1) {
+EmulatedRun run_emulated(const std::string& kind, const plan::Plan& plan, int microbatches, int chunks = 1) {
   EmulationOptions e{2.0, 1.0};  // every wait doubled: the scale must be applied
   profile::Profile prof = chain_profile();
   prof.batch_size = 8;
@@ -80,7 +80,7 @@ Run run_emulated(const std::string& kind, const plan::Plan& plan, int microbatch
     l.forward_ms *= e.time_scale;
     l.backward_ms *= e.time_scale;
   }
-  Run r;
+  EmulatedRun r;
   JobLayout job = layout_job(plan, o, data);
   for (const auto& seg : job.segments) {
     auto trace = sim::simulate(schedule_for(plan, o, seg.minibatches), scaled,
@@ -93,7 +93,7 @@ Run run_emulated(const std::string& kind, const plan::Plan& plan, int microbatch
   return r;
 }
 
-TEST(Emulation, EverySchedulesTakesThePredictedTimeWithAnIdleCpu) {
+TEST(Emulation, EveryScheduleTakesThePredictedTimeWithAnIdleCpu) {
   profile::Profile prof = chain_profile();
   struct Case {
     std::string kind;
@@ -110,7 +110,7 @@ TEST(Emulation, EverySchedulesTakesThePredictedTimeWithAnIdleCpu) {
                              {"mp", plan::even_split(prof, 2), 1, 1}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.kind);
-    Run r = run_emulated(c.kind, c.plan, c.microbatches, c.chunks);
+    EmulatedRun r = run_emulated(c.kind, c.plan, c.microbatches, c.chunks);
     double measured_ms = r.result.train.seconds * 1000;
     std::cout << "[ emulated ] " << c.kind << ": measured " << measured_ms << " ms, simulated " << r.predicted_ms
               << " ms, cpu " << r.cpu_s * 1000 << " ms\n";
@@ -126,7 +126,7 @@ TEST(Emulation, EverySchedulesTakesThePredictedTimeWithAnIdleCpu) {
 TEST(Emulation, MovesTheProfiledBytes) {
   // 2 stages, 4 microbatches of 2 samples: stage 0 sends 2 x 1000 floats per microbatch.
   profile::Profile prof = chain_profile();
-  Run r = run_emulated("1f1b", plan::even_split(prof, 2), 4);
+  EmulatedRun r = run_emulated("1f1b", plan::even_split(prof, 2), 4);
   int forwards = 0;
   for (const auto& e : r.result.trace.workers[0])
     if (e.action.kind == schedule::ActionKind::kForward) {
