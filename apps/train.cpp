@@ -11,6 +11,8 @@
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
+#include "runtime/gloo_job.h"
+#include "runtime/launcher.h"  // launched_as_gloo_worker
 #include "runtime/pipeline_job.h"
 #include "runtime/trainer.h"
 #include "schedule/generators.h"
@@ -96,9 +98,17 @@ int run_train(TrainFlags& f) {
     return 0;
   }
   if (f.pipe.schedule == "none") f.pipe.schedule = "pipedream";
+  plan::Plan plan = pick_plan(f, *m, data);
+  // One worker of a gloo job started by the testbed, torchrun or mpirun (RANK set). Minimal
+  // wiring so the testbed runs on this branch; main's `train --transport gloo` replaces it.
+  if (f.transport == "gloo" && runtime::launched_as_gloo_worker()) {
+    ModelFlags mf = f.model;
+    runtime::check_pipeline_options(f.pipe, plan, data);
+    return runtime::train_with_gloo([mf] { return mf.build_model_only(); }, data, plan, f.pipe, f.trace_path,
+                                    [&](const runtime::PipelineResult& r) { print_result(r.train, label); });
+  }
   if (f.transport != "threads")
     throw UsageError(str("--transport: '", f.transport, "' is not built into this binary yet (use threads)"));
-  plan::Plan plan = pick_plan(f, *m, data);
   runtime::check_pipeline_options(f.pipe, plan, data);
   ModelFlags model_flags = f.model;
   // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
