@@ -10,6 +10,11 @@
 #                            worker to its server's switch, and --uplink-rate the link of each
 #                            server to the network (shared by its workers, both directions)
 #     --uplink-rate R        two levels only (default: --rate / 10)
+#     --uplink shared|per-worker
+#                            two levels: shared (default) = one uplink per server, shared by its
+#                            workers, as GPUs share a NIC; per-worker = every worker sends to
+#                            other servers at --uplink-rate on its own (tc prio + tbf by
+#                            destination), the model of the planner and the simulator
 #     --out DIR              per-worker logs go to DIR/worker<r>.log (default out/testbed)
 #     --bin PATH             pipetrain binary (default build/pipetrain)
 #     --timeout S            stop the workers after S seconds (default 600)
@@ -29,13 +34,14 @@
 # next start: names pt<pid>... whose pid no longer runs.
 set -euo pipefail
 
-workers=2 rate=1gbit servers=0 uplink_rate="" out=out/testbed bin=build/pipetrain timeout_s=600
+workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared out=out/testbed bin=build/pipetrain timeout_s=600
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --servers) servers=$2; shift 2 ;;
     --uplink-rate) uplink_rate=$2; shift 2 ;;
+    --uplink) uplink=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
@@ -51,6 +57,7 @@ die() { echo "testbed: $*" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
 [[ -x $bin ]] || die "no pipetrain binary at '$bin' (--bin)"
 [[ $workers -ge 1 && $workers -le 64 ]] || die "--workers: must be in 1..64, got $workers"
+[[ $uplink == shared || $uplink == per-worker ]] || die "--uplink: shared or per-worker, got '$uplink'"
 if [[ $servers -gt 0 ]]; then
   (( workers % servers == 0 )) || die "--servers: $servers does not divide --workers $workers"
   [[ -n $uplink_rate ]] || uplink_rate=$(awk -v r="$rate" 'BEGIN {
@@ -100,7 +107,9 @@ shape() {  # shape [netns] DEV RATE
   "${ns[@]}" tc qdisc replace dev "$dev" root tbf rate "$rate" burst 128kb latency 20ms
 }
 
-addr() { echo "10.66.$(( $1 / 250 )).$(( $1 % 250 + 1 ))"; }
+# Worker r of server g (the g-th block of N/G workers) is 10.66.g.(index in server + 1).
+per_server=$(( servers > 0 ? workers / servers : 250 ))
+addr() { echo "10.66.$(( $1 / per_server )).$(( $1 % per_server + 1 ))"; }
 
 core="${prefix}c"
 ip link add "$core" type bridge
@@ -109,6 +118,7 @@ for (( g = 0; g < servers; g++ )); do
   br="${prefix}b$g"
   ip link add "$br" type bridge
   ip link set "$br" up
+  [[ $uplink == shared ]] || continue
   ip link add "${prefix}u$g" type veth peer name "${prefix}d$g"  # u: on the server, d: on the core
   ip link set "${prefix}u$g" master "$br" up
   ip link set "${prefix}d$g" master "$core" up
@@ -119,18 +129,36 @@ for (( r = 0; r < workers; r++ )); do
   ns="${prefix}n$r" host="${prefix}h$r"
   ip netns add "$ns"
   ip link add "$host" type veth peer name eth0 netns "$ns"
-  if [[ $servers -gt 0 ]]; then ip link set "$host" master "${prefix}b$(( r / (workers / servers) ))" up
+  if [[ $servers -gt 0 ]]; then ip link set "$host" master "${prefix}b$(( r / per_server ))" up
   else ip link set "$host" master "$core" up; fi
   ip netns exec "$ns" ip link set lo up
-  ip netns exec "$ns" ip addr add "$(addr "$r")/16" dev eth0
   ip netns exec "$ns" ip link set eth0 up
+  if [[ $servers -gt 0 && $uplink == per-worker ]]; then
+    # Per-worker uplinks (tc here has tbf but no classful qdisc to shape by destination, so
+    # routing does it): a second veth, eth1, joins the core bridge at --uplink-rate and holds
+    # the worker's address; host routes send traffic for the workers of its own server over
+    # eth0 (the server bridge), which their eth0 answers ARP for (Linux's weak host model).
+    slow="${prefix}s$r"
+    ip link add "$slow" type veth peer name eth1 netns "$ns"
+    ip link set "$slow" master "$core" up
+    ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    ip netns exec "$ns" ip addr add "$(addr "$r")/16" dev eth1
+    ip netns exec "$ns" ip link set eth1 up
+    for (( p = r / per_server * per_server; p < (r / per_server + 1) * per_server; p++ )); do
+      (( p == r )) || ip netns exec "$ns" ip route add "$(addr "$p")/32" dev eth0
+    done
+    shape "$ns" eth1 "$uplink_rate"   # worker -> other servers
+    shape "$slow" "$uplink_rate"      # other servers -> worker
+  else
+    ip netns exec "$ns" ip addr add "$(addr "$r")/16" dev eth0
+  fi
   shape "$ns" eth0 "$rate"   # worker -> switch
   shape "$host" "$rate"      # switch -> worker: a NIC limits what it receives too
 done
 
 mkdir -p "$out"
 if [[ $servers -gt 0 ]]; then
-  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate (tc tbf, no added latency; names $prefix)"
+  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate $uplink (tc tbf, no added latency; names $prefix)"
 else
   echo "testbed: $workers workers, links $rate (tc tbf, no added latency; names $prefix)"
 fi
