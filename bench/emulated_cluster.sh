@@ -5,12 +5,14 @@
 #
 #   bench/emulated_cluster.sh [--model vgg16] [--cluster 4x4|flat4|flat8] [--steps N]
 #                             [--time-scale S] [--byte-scale B] [--schedules "pipedream dp ..."]
-#                             [--uplink per-worker|shared]
+#                             [--uplink per-worker|shared] [--shape both|send]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
 #          worker has its own 10 Gbit/s to other servers (--uplink per-worker, the planner's and
-#          the simulator's model) or the 4 share one (--uplink shared, a NIC per server)
+#          the simulator's model) or the 4 share one (--uplink shared, a NIC per server).
+#          --shape send shapes only what workers send (the simulator's per-pair links); both
+#          (default) also what they receive (a full-duplex NIC per worker)
 #   flat4: 4 workers, 10 Gbit/s;   flat8: 8 workers, 10 Gbit/s
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
 # (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
@@ -19,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker
+model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -29,20 +31,21 @@ while [[ $# -gt 0 ]]; do
     --byte-scale) B=$2; shift 2 ;;
     --schedules) schedules=$2; shift 2 ;;
     --uplink) uplink=$2; shift 2 ;;
+    --shape) shape=$2; shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
 bin=build/pipetrain
 profile=data/profiles/$model.json
-out=out/bench/emulated_cluster/$model-$cluster$([[ $cluster == 4x4 ]] && echo "-$uplink")
+out=out/bench/emulated_cluster/$model-$cluster$([[ $cluster == 4x4 ]] && echo "-$uplink")-shape-$shape
 mkdir -p "$out"
 [[ -f $profile ]] || { echo "no profile $profile" >&2; exit 2; }
 
 case "$cluster" in
-  4x4) workers=16 plan_workers=4,4 gbps=96,10 testbed=(--workers 16 --servers 4 --uplink "$uplink") ;;
-  flat4) workers=4 plan_workers=4 gbps=10 testbed=(--workers 4) ;;
-  flat8) workers=8 plan_workers=8 gbps=10 testbed=(--workers 8) ;;
+  4x4) workers=16 plan_workers=4,4 gbps=96,10 testbed=(--workers 16 --servers 4 --uplink "$uplink" --shape "$shape") ;;
+  flat4) workers=4 plan_workers=4 gbps=10 testbed=(--workers 4 --shape "$shape") ;;
+  flat8) workers=8 plan_workers=8 gbps=10 testbed=(--workers 8 --shape "$shape") ;;
   *) echo "unknown --cluster $cluster" >&2; exit 2 ;;
 esac
 # Emulated link rates in Mbit/s: bandwidth x B / S.
@@ -64,7 +67,7 @@ for l in p["layers"]:
 json.dump(p, open(sys.argv[3], "w"))
 EOF
 
-echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$([[ $cluster == 4x4 ]] && echo ", $uplink uplinks")), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -eq 2 ]] && echo ", uplinks $(rate_of "${bw[1]}")") =="
+echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$([[ $cluster == 4x4 ]] && echo ", $uplink uplinks"), links shaped: $shape), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -eq 2 ]] && echo ", uplinks $(rate_of "${bw[1]}")") =="
 echo "planner: $config (pipetrain cost model)"
 printf "%-10s %-8s %6s %14s %14s %9s %12s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s"
 dp_rate=""

@@ -15,6 +15,9 @@
 #                            workers, as GPUs share a NIC; per-worker = every worker sends to
 #                            other servers at --uplink-rate on its own (tc prio + tbf by
 #                            destination), the model of the planner and the simulator
+#     --shape both|send      both (default): a worker's links are shaped each way, like a
+#                            full-duplex NIC; send: only what it sends (receivers take any number
+#                            of flows at once, as the simulator's per-pair links do)
 #     --out DIR              per-worker logs go to DIR/worker<r>.log (default out/testbed)
 #     --bin PATH             pipetrain binary (default build/pipetrain)
 #     --timeout S            stop the workers after S seconds (default 600)
@@ -34,7 +37,7 @@
 # next start: names pt<pid>... whose pid no longer runs.
 set -euo pipefail
 
-workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared out=out/testbed bin=build/pipetrain timeout_s=600
+workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared shape_dirs=both out=out/testbed bin=build/pipetrain timeout_s=600
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -42,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --servers) servers=$2; shift 2 ;;
     --uplink-rate) uplink_rate=$2; shift 2 ;;
     --uplink) uplink=$2; shift 2 ;;
+    --shape) shape_dirs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
@@ -57,6 +61,7 @@ die() { echo "testbed: $*" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
 [[ -x $bin ]] || die "no pipetrain binary at '$bin' (--bin)"
 [[ $workers -ge 1 && $workers -le 64 ]] || die "--workers: must be in 1..64, got $workers"
+[[ $shape_dirs == both || $shape_dirs == send ]] || die "--shape: both or send, got '$shape_dirs'"
 [[ $uplink == shared || $uplink == per-worker ]] || die "--uplink: shared or per-worker, got '$uplink'"
 if [[ $servers -gt 0 ]]; then
   (( workers % servers == 0 )) || die "--servers: $servers does not divide --workers $workers"
@@ -148,12 +153,12 @@ for (( r = 0; r < workers; r++ )); do
       (( p == r )) || ip netns exec "$ns" ip route add "$(addr "$p")/32" dev eth0
     done
     shape "$ns" eth1 "$uplink_rate"   # worker -> other servers
-    shape "$slow" "$uplink_rate"      # other servers -> worker
+    [[ $shape_dirs == send ]] || shape "$slow" "$uplink_rate"   # other servers -> worker
   else
     ip netns exec "$ns" ip addr add "$(addr "$r")/16" dev eth0
   fi
   shape "$ns" eth0 "$rate"   # worker -> switch
-  shape "$host" "$rate"      # switch -> worker: a NIC limits what it receives too
+  [[ $shape_dirs == send ]] || shape "$host" "$rate"   # switch -> worker: a NIC limits what it receives too
 done
 
 mkdir -p "$out"
