@@ -38,7 +38,8 @@ while [[ $# -gt 0 ]]; do
 done
 bin=build/pipetrain
 profile=data/profiles/$model.json
-out=out/bench/emulated_cluster/$model-$cluster$([[ $cluster == 4x4 ]] && echo "-$uplink")-shape-$shape
+two_level=""; [[ $cluster != 4x4 ]] || two_level=", $uplink uplinks"
+out=out/bench/emulated_cluster/$model-$cluster$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape
 mkdir -p "$out"
 [[ -f $profile ]] || { echo "no profile $profile" >&2; exit 2; }
 
@@ -67,7 +68,7 @@ for l in p["layers"]:
 json.dump(p, open(sys.argv[3], "w"))
 EOF
 
-echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$([[ $cluster == 4x4 ]] && echo ", $uplink uplinks"), links shaped: $shape), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -eq 2 ]] && echo ", uplinks $(rate_of "${bw[1]}")") =="
+echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$two_level, links shaped: $shape), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -ne 2 ]] || echo ", uplinks $(rate_of "${bw[1]}")") =="
 echo "planner: $config (pipetrain cost model)"
 printf "%-10s %-8s %6s %14s %14s %9s %12s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s"
 dp_rate=""
