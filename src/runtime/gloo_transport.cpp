@@ -333,11 +333,19 @@ void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std
     try {
       w->wait(std::chrono::milliseconds(200));
       break;
-    } catch (const std::exception& e) {
-      if (w->isCompleted()) {  // failed, rather than still running
-        std::string msg = e.what();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        throw TransportError(str(what, ": ", msg));
+    } catch (const std::exception&) {
+      // The slice ran out ("Operation timed out!") or the collective failed. It may also have
+      // completed, successfully, between the slice's end and this check: a second wait on a
+      // completed work returns, or throws its own error.
+      if (w->isCompleted()) {
+        try {
+          w->wait();
+          break;
+        } catch (const std::exception& e) {
+          std::string msg = e.what();
+          if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+          throw TransportError(str(what, ": ", msg));
+        }
       }
     }
     state_->check_aborted();
