@@ -235,6 +235,8 @@ std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, in
     out->data = world_->send(dv, peer, gloo_tag(tag, true));
   } catch (const c10::Error& e) {
     throw TransportError(str("send failed (", out->what, "): ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // gloo's own IoException when the peer is gone
+    throw TransportError(str("send failed (", out->what, "): ", e.what()));
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->in_flight.insert(out->header);
