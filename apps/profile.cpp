@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "model/compute_threads.h"
 #include "apps/command.h"
 #include "apps/model_flags.h"
 #include "core/error.h"
@@ -20,7 +21,7 @@ struct ProfileFlags {
 };
 
 int run_profile(ProfileFlags& f) {
-  at::set_num_threads(1);
+  model::use_one_compute_thread();
   if (f.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", f.batch_size));
   if (f.model.data.empty() && f.model.model != "mnist-cnn" && !model::is_language_model(f.model.model))
     f.model.synthetic_samples = std::max(f.model.synthetic_samples, f.batch_size);

@@ -1,10 +1,13 @@
 // pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
 // schedule (threads in this process, or one process per worker over gloo).
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include <torch/torch.h>
 
+#include "model/compute_threads.h"
 #include "apps/command.h"
 #include "apps/model_flags.h"
 #include "core/error.h"
@@ -12,13 +15,16 @@
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
 #include "runtime/gloo_job.h"
-#include "runtime/launcher.h"  // launched_as_gloo_worker
+#include "runtime/launcher.h"
 #include "runtime/pipeline_job.h"
 #include "runtime/trainer.h"
 #include "schedule/generators.h"
 
 namespace pt::app {
 namespace {
+
+// Set by the gloo launcher for its workers: the plan file every worker runs.
+constexpr const char* kLaunchPlanVar = "PIPETRAIN_LAUNCH_PLAN";
 
 struct TrainFlags {
   ModelFlags model;
@@ -36,6 +42,23 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
 }
 
+// The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
+// (emulated compute waits the profile's times x S).
+void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int64_t batch_size,
+                      const ModelFlags& model, const std::string& label) {
+  if (plan.pipeline_ms_per_minibatch <= 0 || r.steps <= 0) return;
+  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : batch_size;
+  double scale = model.emulated() ? model.emulation.time_scale : 1.0;
+  double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
+  std::cout << (label.empty() ? "" : "[" + label + "] ") << "throughput: measured "
+            << static_cast<int64_t>(r.samples_per_s) << " samples/s, planner predicted "
+            << static_cast<int64_t>(predicted) << " samples/s (ratio " << r.samples_per_s / predicted;
+  if (label.empty())
+    std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
+              << " cores";
+  std::cout << ")\n";
+}
+
 // The plan to run: --plan FILE, an even split into --stages N by the profile, or (dp) one
 // stage replicated over --workers.
 plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSplit& data) {
@@ -50,7 +73,7 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
       throw ConfigError(str(f.plan_path, ": the plan is for model '", p.model, "' but --model is '", m.name(), "'"));
     return p;
   }
-  if (f.pipe.schedule == "dp") {
+  if (f.pipe.schedule == "dp" || (f.workers == 1 && f.stages == 0)) {
     return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
   }
   int stages = f.stages > 0 ? f.stages : 2;
@@ -81,7 +104,7 @@ void prepare_emulation(TrainFlags& f) {
 }
 
 int run_train(TrainFlags& f) {
-  at::set_num_threads(1);  // one compute thread per worker (DESIGN.md)
+  model::use_one_compute_thread();  // one compute thread per worker (DESIGN.md)
   std::string label;
   if (f.model.emulated()) {
     prepare_emulation(f);
@@ -90,7 +113,20 @@ int run_train(TrainFlags& f) {
   model::DataSplit data;
   auto m = f.model.build(&data);
   f.pipe.train.seed = f.model.seed;
+  auto& ck = f.pipe.checkpoint;
+  if (ck.resume && ck.dir.empty()) throw UsageError("--resume: give --checkpoint-dir D, where the checkpoints are");
+  if (ck.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", ck.every));
+  if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
+    std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
+  if (!parallel && !ck.dir.empty()) {
+    // Checkpoints are a runtime feature: one worker runs as a one-stage pipeline (which
+    // computes what single-worker training does; tests/runtime checks it).
+    f.pipe.schedule = "1f1b";
+    f.pipe.microbatches = 1;
+    f.workers = 1;
+    parallel = true;
+  }
   if (!parallel) {
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
@@ -98,40 +134,47 @@ int run_train(TrainFlags& f) {
     return 0;
   }
   if (f.pipe.schedule == "none") f.pipe.schedule = "pipedream";
-  plan::Plan plan = pick_plan(f, *m, data);
-  // One worker of a gloo job started by the testbed, torchrun or mpirun (RANK set). Minimal
-  // wiring so the testbed runs on this branch; main's `train --transport gloo` replaces it.
-  if (f.transport == "gloo" && runtime::launched_as_gloo_worker()) {
-    ModelFlags mf = f.model;
-    runtime::check_pipeline_options(f.pipe, plan, data);
-    return runtime::train_with_gloo([mf] { return mf.build_model_only(); }, data, plan, f.pipe, f.trace_path,
-                                    [&](const runtime::PipelineResult& r) { print_result(r.train, label); });
-  }
-  if (f.transport != "threads")
-    throw UsageError(str("--transport: '", f.transport, "' is not built into this binary yet (use threads)"));
+  // A gloo worker started by the launcher below takes the launcher's plan, so that every
+  // worker runs the same one even when it was measured rather than read from a file.
+  const char* launched_plan = std::getenv(kLaunchPlanVar);
+  bool gloo_worker = f.transport == "gloo" && runtime::launched_as_gloo_worker();
+  if (gloo_worker && !launched_plan && f.plan_path.empty() && f.profile_path.empty() && f.pipe.schedule != "dp")
+    throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
+                     "computes the same plan (a profile measured by each worker could differ)");
+  plan::Plan plan = launched_plan ? plan::read_plan(launched_plan) : pick_plan(f, *m, data);
   runtime::check_pipeline_options(f.pipe, plan, data);
+  if (ck.resume && !launched_plan && !runtime::launched_as_gloo_worker()) {
+    runtime::CheckpointManifest cm;
+    std::string from = runtime::find_resume_checkpoint(ck, &cm);
+    if (from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
+    else std::cerr << "resuming from " << from << " (step " << cm.step << ", written by " << cm.schedule << " on plan " << cm.plan << ")\n";
+  }
   ModelFlags model_flags = f.model;
   // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
   auto factory = [model_flags] { return model_flags.build_model_only(); };
+  if (gloo_worker) {
+    return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, [&](const runtime::PipelineResult& r) {
+      print_result(r.train, label);
+      print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
+    });
+  }
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
             << plan.shape() << " (" << plan.workers << " workers, " << plan.num_stages() << " stages), "
             << f.pipe.microbatches << " microbatches, transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
+  if (f.transport == "gloo") {  // one process per worker on this host, each this binary again
+    std::string dir = runtime::make_temp_dir("pipetrain-launch");
+    std::string plan_file = dir + "/plan.json";
+    plan::write_plan(plan, plan_file);
+    ::setenv(kLaunchPlanVar, plan_file.c_str(), 1);
+    int rc = runtime::launch_gloo_workers(plan.workers, runtime::self_argv(), f.trace_path);
+    std::filesystem::remove_all(dir);
+    if (rc == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
+    return rc;
+  }
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
   print_result(r.train, label);
-  if (plan.pipeline_ms_per_minibatch > 0 && r.train.steps > 0) {
-    // The plan predicts ms per minibatch of the profile's batch size; emulated times are x S.
-    int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : f.pipe.train.batch_size;
-    double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
-    double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
-    std::cout << (label.empty() ? "" : "[" + label + "] ") << "throughput: measured "
-              << static_cast<int64_t>(r.train.samples_per_s) << " samples/s, planner predicted "
-              << static_cast<int64_t>(predicted) << " samples/s (ratio " << r.train.samples_per_s / predicted;
-    if (label.empty())
-      std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
-                << " cores";
-    std::cout << ")\n";
-  }
+  print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
   if (f.model.emulated()) r.trace.source = "emulated";
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
@@ -154,6 +197,10 @@ Register reg({"train", "Train a model: one worker, or pipeline-parallel with --p
   app.add_option("--lr", t.sgd.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--momentum", t.sgd.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", t.sgd.weight_decay, "SGD weight decay")->capture_default_str();
+  app.add_option("--lr-schedule", t.sgd.lr_schedule, "Learning rate over the run: constant, or cosine (decays to 0)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", t.sgd.warmup_steps, "Minibatches of linear learning-rate warm-up")
+      ->capture_default_str();
   app.add_option("--metrics", t.metrics_path, "Write per-step metrics to this CSV file");
   app.add_flag("--quiet", t.quiet, "No progress output");
   std::string kinds;
@@ -171,6 +218,10 @@ Register reg({"train", "Train a model: one worker, or pipeline-parallel with --p
   app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
   app.add_option("--trace", f->trace_path, "Write what ran as a pipetrain trace (JSON)");
+  app.add_option("--checkpoint-dir", f->pipe.checkpoint.dir, "Write checkpoints (per layer: any plan resumes them) here");
+  app.add_option("--checkpoint-every", f->pipe.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
+      ->capture_default_str();
+  app.add_flag("--resume", f->pipe.checkpoint.resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
       ->check(CLI::PositiveNumber)->capture_default_str();
   return [f] { return run_train(*f); };

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "model/compute_threads.h"
 #include "model/dataset.h"
 #include "model/zoo.h"
 #include "plan/planner.h"
@@ -46,7 +47,7 @@ double run_pipeline(const model::DataSplit& data, const plan::Plan& plan, const 
 }  // namespace
 
 int main(int argc, char** argv) {
-  at::set_num_threads(1);
+  pt::model::use_one_compute_thread();
   int64_t steps = argc > 1 ? std::atoll(argv[1]) : 300;
   auto data = model::load_fashion_mnist(model::kFashionMnistDir);
   auto m = cnn();

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "model/compute_threads.h"
 #include "model/batch_sampler.h"
 #include "model/dataset.h"
 #include "model/zoo.h"
@@ -35,7 +36,7 @@ double plain_libtorch_steps_per_s(const pt::model::DataSplit& data, int64_t step
 }
 
 int main(int argc, char** argv) {
-  at::set_num_threads(1);
+  pt::model::use_one_compute_thread();
   int64_t steps = argc > 1 ? std::atoll(argv[1]) : 300, batch = 64;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
   auto data = pt::model::load_fashion_mnist(pt::model::kFashionMnistDir);

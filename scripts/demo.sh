@@ -10,4 +10,5 @@ mkdir -p out
 ./build/pipetrain profile --model mnist-cnn --batch-size 64 -o out/mnist-cnn.profile.json
 ./build/pipetrain plan --profile out/mnist-cnn.profile.json --workers 4 --bandwidth-gbps 0.1 -o out/mnist-cnn.plan.json
 ./build/pipetrain train --model mnist-cnn --plan out/mnist-cnn.plan.json --schedule pipedream --epochs 2 \
+  --lr-schedule cosine --warmup-steps 200 \
   --metrics out/mnist-cnn.metrics.csv --trace out/mnist-cnn.trace.json

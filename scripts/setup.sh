@@ -6,8 +6,10 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       googletest libgtest-dev zlib1g-dev dataset-fashion-mnist fortunes
       iproute2 openmpi-bin
       # Debian's LibTorch calls libblas.so.3; without this it is the reference BLAS and the
-      # dense layers run ~3x slower. The serial build suits one compute thread per worker.
-      libopenblas0-serial)
+      # dense layers run ~3x slower. The pthread build, not the serial one: the serial build is
+      # not safe to call from several threads at once (worker threads got wrong results), the
+      # pthread build is; model::use_one_compute_thread() keeps it to one thread per caller.
+      libopenblas0-pthread)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,8 +19,9 @@ namespace {
 // next one starts.
 class LossReport {
  public:
-  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches)
-      : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches) {}
+  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, int64_t first_step)
+      : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
+        first_step_(first_step) {}
 
   void add(int64_t minibatch, double loss) {
     if (minibatch != current_) flush();
@@ -34,7 +35,7 @@ class LossReport {
     recent_.push_back(loss);
     last_loss_ = loss;
     double secs = (wall_ms() - start_ms_ - eval_ms_) / 1000;
-    progress_.step({current_ + 1, current_ / per_epoch_, loss, (current_ + 1) * batch_size_ / std::max(secs, 1e-9), -1});
+    progress_.step({current_ + 1, current_ / per_epoch_, loss, (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1});
     sum_ = 0;
     seen_ = 0;
   }
@@ -50,6 +51,7 @@ class LossReport {
   Progress& progress_;
   int64_t per_epoch_, batch_size_;
   int microbatches_;
+  int64_t first_step_;
   int64_t current_ = -1;
   double sum_ = 0, last_loss_ = 0, start_ms_ = 0, eval_ms_ = 0;
   int seen_ = 0;
@@ -87,17 +89,19 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     transport->prepare_groups(groups);
 
     action = "building the model";
-    WorkerOptions wo{o.train.batch_size, o.train.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
-    worker = std::make_unique<Worker>(config.rank, factory(), data, *transport, wo);
-    Progress progress(job.steps, reports ? o.train.metrics_path : "", o.train.quiet || !reports);
-    LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches);
+    WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
+    auto model = factory();
+    check_resume_fits(job, o, *model);
+    worker = std::make_unique<Worker>(config.rank, model, data, *transport, wo);
+    Progress progress(job.first_step + job.steps, reports ? o.train.metrics_path : "", o.train.quiet || !reports);
+    LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches, job.first_step);
     worker->set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
     double accuracy = -1;
     double start = wall_ms();
     losses.start(start);
     worker->set_trace_origin(0);  // absolute steady-clock times: the launcher aligns the workers
     action = "training";
-    run_worker_segments(*worker, job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
+    run_worker_segments(*worker, *transport, job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
       losses.flush();
       losses.add_eval_ms(ms);
       if (acc >= 0) {

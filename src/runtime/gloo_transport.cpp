@@ -152,7 +152,12 @@ void GlooTransport::State::wait_work(const c10::intrusive_ptr<c10d::Work>& w, co
 }
 
 GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_(std::make_shared<State>()) {
+  rendezvous_timeout_ = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(config.timeout_s, config.rendezvous_timeout_s) * 1000));
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
+  // Gloo's own deadline covers connecting to every peer, which waits for the slowest worker to
+  // start; the transfers and all-reduces enforce the shorter `timeout` themselves.
+  auto rendezvous = rendezvous_timeout_;
   state_->timeout = timeout;
   state_->rank = config.rank;
   c10d::TCPStoreOptions so;
@@ -160,7 +165,7 @@ GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_
   so.isServer = config.rank == 0;
   so.numWorkers = config.world_size;
   so.waitWorkers = false;  // the process group's rendezvous below waits for everyone
-  so.timeout = timeout;
+  so.timeout = rendezvous;
   try {
     store_ = c10::make_intrusive<c10d::TCPStore>(config.master_addr, so);
     world_ = group_for_init();
@@ -176,7 +181,7 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
   for (int r : group) name += "_" + std::to_string(r);
   auto it = std::find(group.begin(), group.end(), config_.rank);
   PT_CHECK(it != group.end(), "worker ", config_.rank, " is not in ", name);
-  auto options = c10d::ProcessGroupGloo::Options::create(state_->timeout);
+  auto options = c10d::ProcessGroupGloo::Options::create(rendezvous_timeout_);
   options->devices.push_back(
       c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(config_.master_addr, config_.master_port)));
   options->threads = 1;  // one collective at a time per group; p2p runs on gloo's device thread

@@ -29,7 +29,8 @@ struct GlooConfig {
   int world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  double timeout_s = 120;  // longest wait for a peer (rendezvous included)
+  double timeout_s = 30;              // longest wait for a transfer or an all-reduce
+  double rendezvous_timeout_s = 300;  // longest wait for every worker to start (loading data)
 };
 
 // From RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, our launcher) or, when RANK is not set,
@@ -80,6 +81,7 @@ class GlooTransport : public Transport {
   void reap_threads(bool all);
 
   GlooConfig config_;
+  std::chrono::milliseconds rendezvous_timeout_{0};
   std::shared_ptr<State> state_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <thread>
@@ -24,6 +26,21 @@
 namespace pt::runtime {
 
 bool launched_as_gloo_worker() { return gloo_rank_in_env(); }
+
+std::vector<std::string> self_argv() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> out;
+  for (std::string arg; std::getline(in, arg, '\0');) out.push_back(arg);
+  if (out.empty()) throw RuntimeFailure("launcher: cannot read /proc/self/cmdline");
+  return out;
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + ".XXXXXX";
+  if (!::mkdtemp(templ.data())) throw RuntimeFailure(str("cannot create a directory ", templ, ": ", std::strerror(errno)));
+  return templ;
+}
 
 int free_tcp_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -57,9 +74,13 @@ pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int 
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw RuntimeFailure(str("launcher: fork failed: ", std::strerror(errno)));
   if (pid == 0) {
+    // A worker must not outlive its launcher (killed, or interrupted with Ctrl-C).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
     for (auto& e : env_strings) ::putenv(const_cast<char*>(e.c_str()));
     ::execv("/proc/self/exe", args.data());
     ::_exit(127);

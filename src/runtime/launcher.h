@@ -10,6 +10,12 @@ namespace pt::runtime {
 // True when this process is one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK is set).
 bool launched_as_gloo_worker();
 
+// This process's command line, from /proc/self/cmdline (the launcher re-runs it per worker).
+std::vector<std::string> self_argv();
+
+// A new private directory under $TMPDIR (or /tmp) named prefix.XXXXXX.
+std::string make_temp_dir(const std::string& prefix);
+
 // A TCP port free on 127.0.0.1 now (for the rendezvous).
 int free_tcp_port();
 

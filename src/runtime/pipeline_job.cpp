@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/batch_sampler.h"
+#include "model/compute_threads.h"
 #include "runtime/progress.h"
 #include "runtime/thread_transport.h"
 
@@ -21,13 +22,14 @@ schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o
 }
 
 std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
-                                   int64_t total_steps) {
+                                   int64_t total_steps, int64_t first_step, int64_t checkpoint_every) {
   int unit = 1;
   if (!probe.flush) {
     for (const auto& st : plan.stages) unit = std::lcm(unit, st.replicas);
   }
+  int64_t piece = checkpoint_every > 0 ? (checkpoint_every + unit - 1) / unit * unit : 0;
   std::vector<Segment> out;
-  for (int64_t start = 0; start < total_steps;) {
+  for (int64_t start = first_step; start < total_steps;) {
     int64_t epoch = start / per_epoch;
     int64_t epoch_end = std::min(total_steps, (epoch + 1) * per_epoch);
     int64_t n = probe.flush ? 1 : (epoch_end - start) / unit * unit;
@@ -36,10 +38,13 @@ std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::
       if (!out.empty()) out.back().ends_epoch = true;
       continue;
     }
+    if (!probe.flush && piece > 0) n = std::min(n, piece);
     Segment seg{start, static_cast<int>(n), false, epoch};
     start += n;
     seg.ends_epoch = start == epoch_end || (!probe.flush && epoch_end - start < unit);
     if (seg.ends_epoch) start = epoch_end;
+    if (checkpoint_every > 0)
+      seg.checkpoint = start >= total_steps || (probe.flush ? start % checkpoint_every == 0 : true);
     out.push_back(seg);
   }
   return out;
@@ -59,16 +64,52 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed);
   job.per_epoch = sampler.batches_per_epoch();
   int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * job.per_epoch;
+  job.sgd = o.train.sgd;
+  job.sgd.total_steps = total;
   // Asynchronous schedules run many minibatches per repetition (see plan_segments).
   bool async = o.schedule == "pipedream" || o.schedule == "2bw";
   job.probe = schedule_for(plan, o, async ? std::max<int>(1, schedule::default_minibatches(plan)) : 1);
-  job.segments = plan_segments(job.probe, plan, job.per_epoch, total);
+  if (o.checkpoint.resume) {
+    job.resume_from = find_resume_checkpoint(o.checkpoint, &job.resume_manifest);
+    if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
+  }
+  job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step,
+                               o.checkpoint.dir.empty() ? 0 : std::max<int64_t>(o.checkpoint.every, 0));
   for (const auto& seg : job.segments) job.steps += seg.minibatches;
   return job;
 }
 
-void run_worker_segments(Worker& worker, const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
-                         const model::DataSplit& data, const EvaluatedCallback& on_evaluated) {
+void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const model::LayeredModel& m) {
+  if (job.resume_from.empty()) return;
+  check_checkpoint_fits(job.resume_manifest, job.resume_from, m.name(), m.num_layers(), o.train.batch_size,
+                        o.train.seed);
+}
+
+namespace {
+CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
+                                   const model::LayeredModel& m) {
+  CheckpointManifest d;
+  d.model = m.name();
+  d.layers = m.num_layers();
+  d.batch_size = o.train.batch_size;
+  d.seed = o.train.seed;
+  d.schedule = o.schedule;
+  d.plan = plan.shape();
+  d.workers = job.probe.num_workers();
+  d.lr = o.train.sgd.lr;
+  d.momentum = o.train.sgd.momentum;
+  d.weight_decay = o.train.sgd.weight_decay;
+  return d;
+}
+}  // namespace
+
+void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
+                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated) {
+  worker.prepare(job.probe);
+  if (!job.resume_from.empty()) load_checkpoint(worker, job.probe, job.resume_from, job.resume_manifest);
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (!o.checkpoint.dir.empty())
+    checkpointer = std::make_unique<Checkpointer>(o.checkpoint, job_description(job, plan, o, worker.model()), job.probe);
   std::map<int, schedule::Schedule> cache;  // segment length -> schedule
   for (const auto& seg : job.segments) {
     auto it = cache.find(seg.minibatches);
@@ -80,6 +121,7 @@ void run_worker_segments(Worker& worker, const JobLayout& job, const plan::Plan&
       double acc = worker.evaluate(it->second, data.test);
       if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
     }
+    if (checkpointer && seg.checkpoint) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
   }
 }
 
@@ -94,16 +136,17 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
   std::vector<std::shared_ptr<model::LayeredModel>> models;
   for (int w = 0; w < n; ++w) models.push_back(factory());
+  check_resume_fits(job, o, *models[0]);
   auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
   std::vector<std::unique_ptr<ThreadTransport>> transports;
   std::vector<std::unique_ptr<Worker>> workers;
-  WorkerOptions wo{o.train.batch_size, o.train.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
+  WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
   for (int w = 0; w < n; ++w) {
     transports.push_back(std::make_unique<ThreadTransport>(hub, w));
     workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));
   }
   int64_t steps_run = job.steps;
-  Progress progress(steps_run, o.train.metrics_path, o.train.quiet);
+  Progress progress(job.first_step + steps_run, o.train.metrics_path, o.train.quiet);
   std::mutex mu;
   std::map<int64_t, std::pair<double, int>> partial;  // minibatch -> (loss, microbatches seen)
   int64_t done = 0;
@@ -122,7 +165,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
       recent.push_back(p.first);
       partial.erase(minibatch);
       double secs = (wall_ms() - start - eval_ms) / 1000;
-      progress.step({done, minibatch / per_epoch, p.first, done * o.train.batch_size / std::max(secs, 1e-9), -1});
+      progress.step({job.first_step + done, minibatch / per_epoch, p.first, done * o.train.batch_size / std::max(secs, 1e-9), -1});
     });
   }
   std::vector<std::string> errors(n);
@@ -132,9 +175,9 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   // Evaluations happen between segments, on every worker; worker 0 times them.
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
-      at::set_num_threads(1);
+      model::use_one_compute_thread();
       try {
-        run_worker_segments(*workers[w], job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
+        run_worker_segments(*workers[w], *transports[w], job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
           std::lock_guard<std::mutex> lock(mu);
           if (w == 0) eval_ms += ms;
           if (acc >= 0) {
@@ -165,7 +208,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   r.stages = probe.num_stages;
   r.train.steps = steps_run;
   r.train.seconds = (wall_ms() - start - eval_ms) / 1000;
-  r.train.samples_per_s = steps_run * o.train.batch_size / r.train.seconds;
+  r.train.samples_per_s = steps_run * o.train.batch_size / std::max(r.train.seconds, 1e-9);
   size_t k = std::min<size_t>(50, recent.size());
   r.train.final_loss = k ? std::accumulate(recent.end() - k, recent.end(), 0.0) / k : 0;
   r.train.test_accuracy = final_accuracy;

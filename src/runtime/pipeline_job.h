@@ -9,6 +9,7 @@
 
 #include "model/dataset.h"
 #include "plan/plan.h"
+#include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 #include "runtime/worker.h"
 #include "schedule/generators.h"
@@ -24,7 +25,8 @@ struct PipelineOptions {
   TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)
   bool record_weight_sums = false;
-  double timeout_s = 120;     // longest wait for a peer before the job fails
+  double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails
+  CheckpointOptions checkpoint;
 };
 
 struct PipelineResult {
@@ -38,15 +40,18 @@ using ModelFactory = std::function<std::shared_ptr<model::LayeredModel>()>;
 
 // The minibatches run by each schedule repetition: synchronous schedules one at a time;
 // asynchronous ones an epoch at a time (the pipeline drains at each epoch's end, where test
-// accuracy is measured), in multiples of every stage's replica count.
+// accuracy is measured), in multiples of every stage's replica count, and cut into pieces of
+// `checkpoint_every` (rounded up to that multiple) so that checkpoints see a drained pipeline.
+// Training starts at minibatch `first_step` (a resumed checkpoint's step).
 struct Segment {
   int64_t first_minibatch = 0;
   int minibatches = 1;
   bool ends_epoch = false;
   int64_t epoch = 0;
+  bool checkpoint = false;  // a checkpoint is written after it
 };
 std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
-                                   int64_t total_steps);
+                                   int64_t total_steps, int64_t first_step = 0, int64_t checkpoint_every = 0);
 
 // What a job runs, worked out identically by every worker of every transport.
 struct JobLayout {
@@ -54,15 +59,24 @@ struct JobLayout {
   std::vector<Segment> segments;
   int64_t per_epoch = 0;     // minibatches per epoch
   int64_t steps = 0;         // minibatches run, over all segments
+  int64_t first_step = 0;    // where training starts: 0, or the resumed checkpoint's step
+  runtime::SgdOptions sgd;   // o.train.sgd with total_steps filled in
+  std::string resume_from;   // the verified checkpoint resumed (empty: none)
+  CheckpointManifest resume_manifest;
 };
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data);
 
 // The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
 // (when o.train.evaluate), the test-set evaluation through the pipeline, after which
 // `on_evaluated(segment, accuracy, ms)` is called (accuracy < 0 on workers without the last stage).
+// With o.checkpoint.dir set, the workers write a checkpoint after the segments that call for
+// one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
 using EvaluatedCallback = std::function<void(const Segment&, double accuracy, double ms)>;
-void run_worker_segments(Worker& worker, const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
-                         const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
+void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
+                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
+
+// Before any worker starts: a resumed checkpoint must be of this model, batch size and seed.
+void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const model::LayeredModel& m);
 
 // Generates (and validates) the schedule for a segment of `minibatches`.
 schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o, int minibatches);

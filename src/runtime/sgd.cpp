@@ -5,8 +5,9 @@ namespace pt::runtime {
 Sgd::Sgd(std::vector<torch::Tensor> params, const SgdOptions& options)
     : params_(std::move(params)), momentum_(params_.size()), options_(options) {}
 
-void Sgd::step(double grad_scale) {
+void Sgd::step(double grad_scale, int64_t minibatch) {
   torch::NoGradGuard no_grad;
+  double lr = learning_rate(options_, minibatch);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -18,7 +19,7 @@ void Sgd::step(double grad_scale) {
       else momentum_[i].mul_(options_.momentum).add_(d);
       d = momentum_[i];
     }
-    w.add_(d, -options_.lr);
+    w.add_(d, -lr);
     p.mutable_grad().zero_();
   }
 }

@@ -16,9 +16,13 @@ namespace pt::runtime {
 class Sgd {
  public:
   Sgd(std::vector<torch::Tensor> params, const SgdOptions& options);
-  // Applies the accumulated gradients (scaled by `grad_scale`) and zeroes them.
-  void step(double grad_scale = 1.0);
+  // Applies the accumulated gradients (scaled by `grad_scale`) of minibatch `minibatch` (which
+  // picks the learning rate, sgd.lr_schedule) and zeroes them.
+  void step(double grad_scale, int64_t minibatch);
   const std::vector<torch::Tensor>& params() const { return params_; }
+  // One buffer per parameter, undefined until its first step (checkpoints save and restore them).
+  std::vector<torch::Tensor>& momentum() { return momentum_; }
+  const std::vector<torch::Tensor>& momentum() const { return momentum_; }
 
  private:
   std::vector<torch::Tensor> params_;

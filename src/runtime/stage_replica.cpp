@@ -116,7 +116,7 @@ void StageReplica::release_version_if_unused(int64_t version) {
   versions_.erase(version);
 }
 
-void StageReplica::step(double grad_scale) {
+void StageReplica::step(double grad_scale, int64_t minibatch) {
   // Microbatches in flight keep the version their forward used: stash it before updating.
   if (stash_weights_) {
     bool needed = history_ > 0;
@@ -128,7 +128,7 @@ void StageReplica::step(double grad_scale) {
       peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
   }
-  sgd_.step(grad_scale);
+  sgd_.step(grad_scale, minibatch);
   ++version_;
   if (history_ > 0)
     while (!versions_.empty() && versions_.begin()->first < version_ - history_) {
@@ -148,6 +148,49 @@ int64_t StageReplica::activation_bytes(int64_t mb) const {
   auto it = in_flight_.find(mb);
   if (it == in_flight_.end()) return 0;
   return it->second.output.numel() * static_cast<int64_t>(it->second.output.element_size());
+}
+
+}  // namespace pt::runtime
+
+namespace pt::runtime {
+
+size_t StageReplica::param_offset(int layer) const {
+  PT_CHECK(layer >= first_ && layer < last_, "layer ", layer, " is not in this replica's layers ", first_, "..", last_ - 1);
+  size_t offset = 0;
+  for (int i = first_; i < layer; ++i) offset += model_->layer_parameters(i).size();
+  return offset;
+}
+
+LayerState StageReplica::layer_state(int layer) const {
+  PT_CHECK(in_flight_.empty(), "a checkpoint needs a drained pipeline, but ", in_flight_.size(),
+           " microbatches are in flight");
+  size_t offset = param_offset(layer), n = model_->layer_parameters(layer).size();
+  LayerState s;
+  for (size_t i = offset; i < offset + n; ++i) {
+    s.params.push_back(params_[i].detach().clone());
+    const auto& m = sgd_.momentum()[i];
+    s.momentum.push_back(m.defined() ? m.clone() : torch::Tensor());
+  }
+  return s;
+}
+
+void StageReplica::load_layer_state(int layer, const LayerState& s, const std::string& source) {
+  size_t offset = param_offset(layer), n = model_->layer_parameters(layer).size();
+  if (s.params.size() != n || s.momentum.size() != n)
+    throw ConfigError(str(source, ": holds ", s.params.size(), " parameters for layer ", layer, " ('",
+                          model_->layer(layer).name, "') but the model's layer has ", n));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < n; ++i) {
+    auto& p = params_[offset + i];
+    if (!s.params[i].sizes().equals(p.sizes()) || s.params[i].scalar_type() != p.scalar_type())
+      throw ConfigError(pt::str(source, ": parameter ", i, " of layer ", layer, " ('", model_->layer(layer).name,
+                            "') has shape ", s.params[i].sizes(), " but the model's has ", p.sizes()));
+    if (s.momentum[i].defined() && !s.momentum[i].sizes().equals(p.sizes()))
+      throw ConfigError(pt::str(source, ": momentum ", i, " of layer ", layer, " has shape ", s.momentum[i].sizes(),
+                            " but the parameter's is ", p.sizes()));
+    p.data().copy_(s.params[i]);
+    sgd_.momentum()[offset + i] = s.momentum[i].defined() ? s.momentum[i].clone() : torch::Tensor();
+  }
 }
 
 }  // namespace pt::runtime

@@ -4,6 +4,7 @@
 // in-flight microbatch's forward used, restored for its backward (PipeDream §3.3).
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -12,6 +13,13 @@
 #include "runtime/sgd.h"
 
 namespace pt::runtime {
+
+// What a checkpoint keeps of one model layer: its parameters and their SGD momentum buffers
+// (undefined before the first step).
+struct LayerState {
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> momentum;
+};
 
 class StageReplica {
  public:
@@ -32,12 +40,19 @@ class StageReplica {
   torch::Tensor backward(int64_t mb, const torch::Tensor& output_grad, bool input_only);
   // The weight gradient of `mb` after an input-only backward (zero-bubble W).
   void backward_weight(int64_t mb);
-  void step(double grad_scale = 1.0);
+  void step(double grad_scale, int64_t minibatch);  // minibatch: see Sgd::step
   // Vertical sync (PipeDream §3.3): keep the last `versions` weight versions, whether or not a
   // microbatch in flight uses them, because a later forward may ask for one.
   void keep_history(int64_t versions) { history_ = versions; }
   // The weight version each microbatch's forward used (recorded with record_weight_sums).
   const std::map<int64_t, int64_t>& used_versions() const { return used_versions_; }
+
+  // Checkpoints, at a drained boundary (nothing in flight): the newest weights and momentum
+  // of model layer `layer`, which this replica must hold; loading checks the shapes.
+  LayerState layer_state(int layer) const;
+  void load_layer_state(int layer, const LayerState& s, const std::string& source);
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }  // exclusive
 
   std::vector<torch::Tensor> gradients();  // the accumulated .grad of every parameter
   const std::vector<torch::Tensor>& parameters() const { return params_; }
@@ -60,6 +75,7 @@ class StageReplica {
     int64_t version = 0;
   };
   double weight_sum() const;
+  size_t param_offset(int layer) const;  // index in params_ of the layer's first parameter
   // Runs f with the weights of `version` in place (restoring the newest after), so the
   // backward sees exactly the values its forward graph used.
   template <typename F>

@@ -1,5 +1,7 @@
 #include "runtime/trainer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <deque>
 #include <numeric>
 
@@ -30,6 +32,16 @@ double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test,
   return total ? static_cast<double>(correct) / total : 0;
 }
 
+double learning_rate(const SgdOptions& o, int64_t step) {
+  double lr = o.lr;
+  if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= static_cast<double>(step + 1) / o.warmup_steps;
+  if (o.lr_schedule == "cosine" && o.total_steps > 0) {
+    double t = std::clamp(static_cast<double>(step) / o.total_steps, 0.0, 1.0);
+    lr *= 0.5 * (1 + std::cos(M_PI * t));
+  }
+  return lr;
+}
+
 void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
   if (o.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", o.batch_size));
   if (o.batch_size > data.train.size())
@@ -39,6 +51,9 @@ void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
   if (o.steps < 0) throw UsageError(str("--steps: must be >= 0, got ", o.steps));
   if (!(o.sgd.lr > 0)) throw UsageError(str("--lr: must be > 0, got ", o.sgd.lr));
   if (o.sgd.momentum < 0 || o.sgd.momentum >= 1) throw UsageError(str("--momentum: must be in [0, 1), got ", o.sgd.momentum));
+  if (o.sgd.lr_schedule != "constant" && o.sgd.lr_schedule != "cosine")
+    throw UsageError(str("--lr-schedule: must be constant or cosine, got '", o.sgd.lr_schedule, "'"));
+  if (o.sgd.warmup_steps < 0) throw UsageError(str("--warmup-steps: must be >= 0, got ", o.sgd.warmup_steps));
   if (o.sgd.weight_decay < 0) throw UsageError(str("--weight-decay: must be >= 0, got ", o.sgd.weight_decay));
 }
 
@@ -59,6 +74,11 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     auto idx = sampler.batch(step);
     auto x = gather(data.train.inputs, idx);
     auto y = gather(data.train.targets, idx);
+    for (auto& group : sgd.param_groups()) {
+      SgdOptions schedule = o.sgd;
+      schedule.total_steps = total;
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(learning_rate(schedule, step));
+    }
     sgd.zero_grad();
     auto loss = model.loss(model.forward(x), y);
     loss.backward();

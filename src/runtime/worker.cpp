@@ -170,10 +170,10 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
     case ActionKind::kStep:
       // PipeDream's replicated stages average the r minibatches of a round, as DDP does;
       // synchronous schedules already scaled each microbatch's loss by 1/m, so they sum.
-      rep->step(s.kind == "pipedream" ? 1.0 / s.replicas(a.stage) : 1.0);
+      // A Step's microbatch field is the minibatch it closes (within this schedule).
+      rep->step(s.kind == "pipedream" ? 1.0 / s.replicas(a.stage) : 1.0, first_minibatch + a.microbatch);
       break;
   }
-  (void)first_minibatch;
 }
 
 double Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test, int64_t batch) {

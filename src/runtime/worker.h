@@ -43,6 +43,11 @@ class Worker {
   // Returns the accuracy on the worker that holds the last stage's replica 0, -1 elsewhere.
   double evaluate(const schedule::Schedule& schedule, const model::Dataset& test, int64_t batch = 1000);
 
+  // Creates the replicas of the stages `schedule` places here (run() does it on first use);
+  // a resumed job calls it to load a checkpoint before running.
+  void prepare(const schedule::Schedule& schedule) { setup(schedule); }
+  model::LayeredModel& model() { return *model_; }
+
   void set_loss_callback(LossCallback cb) { on_loss_ = std::move(cb); }
   void set_trace_origin(double origin_ms) { origin_ms_ = origin_ms; }
   std::vector<schedule::TraceEvent>& trace() { return trace_; }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "model/compute_threads.h"
 #include "pipeline_test_util.h"
 #include "runtime/gloo_job.h"
 #include "runtime/launcher.h"
@@ -60,7 +62,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 TEST(GlooWorkerChild, Run) {
   std::string mode = env_or("PT_GLOO_TEST_MODE", "");
   if (mode.empty()) GTEST_SKIP() << "runs only as a worker process started by the gloo tests";
-  at::set_num_threads(1);
+  model::use_one_compute_thread();
   std::string kind = env_or("PT_GLOO_TEST_KIND", "1f1b");
   auto data = small_data();
   plan::Plan plan = plan_for(kind);
@@ -84,6 +86,7 @@ TEST(GlooWorkerChild, Run) {
     }
   } else {
     auto o = options_for(kind, 2, 100000);
+    o.train.metrics_path = env_or("PT_GLOO_TEST_METRICS", "");  // the test watches it for progress
     int die = std::atoi(env_or("PT_GLOO_TEST_DIE", "-1").c_str());
     if (die == gloo_config_from_env().rank)
       std::thread([] {
@@ -179,35 +182,56 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-TEST(GlooJob, KilledWorkerEndsTheOthersWithAMessage) {
-  fs::path dir = fs::temp_directory_path() / ("pt_gloo_kill_" + std::to_string(::getpid()));
+// Worker 1 is killed (`stop` false) or stopped with SIGSTOP, so that it no longer answers but
+// keeps its connections open (`stop` true): worker 0 must end non-zero within 30 s, naming it.
+void expect_worker0_ends(bool stop) {
+  fs::path dir = fs::temp_directory_path() / ("pt_gloo_lost_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   ::setenv("PT_GLOO_TEST_MODE", "long", 1);
   ::setenv("PT_GLOO_TEST_KIND", "1f1b", 1);
+  fs::path metrics = dir / "metrics.csv";  // written by worker 1, which reports
+  ::setenv("PT_GLOO_TEST_METRICS", metrics.c_str(), 1);
   auto pids = spawn_workers(2, dir);
   ::unsetenv("PT_GLOO_TEST_MODE");
-  std::this_thread::sleep_for(std::chrono::seconds(4));  // training is under way
-  ASSERT_EQ(::waitpid(pids[1], nullptr, WNOHANG), 0) << "worker 1 ended before it was killed";
-  ::kill(pids[1], SIGKILL);
-  auto killed = std::chrono::steady_clock::now();
+  ::unsetenv("PT_GLOO_TEST_METRICS");
+  // Lose worker 1 once training is under way (a few steps reported), not during start-up.
+  auto started = std::chrono::steady_clock::now();
+  auto lines = [&] {
+    std::string text = read_file(metrics);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  while (lines() < 5 &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(::waitpid(pids[1], nullptr, WNOHANG), 0) << "worker 1 ended before it was lost";
+  ::kill(pids[1], stop ? SIGSTOP : SIGKILL);
+  auto lost = std::chrono::steady_clock::now();
   int status = 0;
+  bool ended = true;
   while (::waitpid(pids[0], &status, WNOHANG) == 0) {
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-    if (waited > 30) {
+    if (std::chrono::steady_clock::now() - lost > std::chrono::seconds(30)) {
       ::kill(pids[0], SIGKILL);
-      FAIL() << "worker 0 still running 30 s after worker 1 was killed";
+      ::waitpid(pids[0], &status, 0);
+      ended = false;
+      break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  ::kill(pids[1], SIGKILL);
+  ::kill(pids[1], SIGCONT);
   ::waitpid(pids[1], nullptr, 0);
-  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  std::cerr << "worker 0 ended " << waited << " s after worker 1 was killed\n";
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - lost).count();
+  std::cerr << "worker 0 ended " << waited << " s after worker 1 was " << (stop ? "stopped" : "killed") << "\n";
+  EXPECT_TRUE(ended) << "worker 0 still running 30 s after worker 1 was lost";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
   std::string err = read_file(dir / "worker0.err");
   EXPECT_NE(err.find("pipetrain worker 0: "), std::string::npos) << err;
   EXPECT_NE(err.find("worker 1"), std::string::npos) << err;  // names the lost peer
   fs::remove_all(dir);
 }
+
+TEST(GlooJob, KilledWorkerEndsTheOthersWithAMessage) { expect_worker0_ends(false); }
+TEST(GlooJob, StoppedWorkerEndsTheOthersWithinTheTimeout) { expect_worker0_ends(true); }
 
 TEST(GlooJob, LauncherStopsTheJobWhenAWorkerDies) {
   ::setenv("PT_GLOO_TEST_MODE", "long", 1);

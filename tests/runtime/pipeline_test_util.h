@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/json_doc.h"
 #include "model/zoo.h"
 #include "plan/planner.h"
 #include "runtime/pipeline_job.h"
@@ -43,6 +44,24 @@ inline double max_relative_error(const std::vector<torch::Tensor>& a, const std:
     worst = std::max(worst, err);
   }
   return worst;
+}
+
+// The weights a checkpoint holds, in layer order.
+inline std::vector<torch::Tensor> checkpoint_weights(const std::string& checkpoint) {
+  auto m = read_verified_manifest(checkpoint);
+  std::vector<torch::Tensor> out;
+  for (const auto& f : m.files) {
+    std::string path = checkpoint + "/" + f.name;
+    for (auto& p : layer_state_from_bytes(read_text_file(path), path).params) out.push_back(p);
+  }
+  return out;
+}
+
+inline bool bitwise_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!a[i].sizes().equals(b[i].sizes()) || !torch::equal(a[i], b[i])) return false;
+  return true;
 }
 
 }  // namespace pt::runtime::testing

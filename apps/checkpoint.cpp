@@ -1,0 +1,64 @@
+// pipetrain checkpoint inspect D: what a checkpoint holds, verified (sizes and checksums).
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "apps/command.h"
+#include "core/error.h"
+#include "runtime/checkpoint.h"
+
+namespace pt::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+int inspect(const std::string& path) {
+  // D is a checkpoint directory (step-N) or the --checkpoint-dir holding several.
+  std::string checkpoint = fs::exists(fs::path(path) / "manifest.json") ? path : runtime::newest_checkpoint(path);
+  if (checkpoint.empty()) {
+    if (!fs::exists(path)) throw ConfigError(str(path, ": does not exist"));
+    throw ConfigError(str(path, ": holds no complete checkpoint (no step-N directory with a manifest.json)"));
+  }
+  if (checkpoint != path) {
+    std::cout << "checkpoints in " << path << ":";
+    for (const auto& e : fs::directory_iterator(path))
+      if (runtime::checkpoint_step_of(e.path().filename().string()) >= 0) std::cout << " " << e.path().filename().string();
+    std::cout << "\nnewest: " << checkpoint << "\n";
+  }
+  runtime::CheckpointManifest m = runtime::read_verified_manifest(checkpoint);
+  std::cout << "model " << m.model << " (" << m.layers << " layers), step " << m.step << ", batch size " << m.batch_size
+            << ", seed " << m.seed << "\n"
+            << "written by schedule " << m.schedule << " on plan " << m.plan << " (" << m.workers << " workers)\n"
+            << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay << "\n"
+            << "files verified (sizes and CRC-32):\n";
+  int64_t params = 0, bytes = 0;
+  for (const auto& f : m.files) {
+    std::string file = (fs::path(checkpoint) / f.name).string();
+    runtime::LayerState s = runtime::layer_state_from_bytes(read_text_file(file), file);
+    int64_t n = 0;
+    std::string shapes;
+    for (const auto& p : s.params) {
+      n += p.numel();
+      shapes += (shapes.empty() ? "" : " ") + pt::str(p.sizes());
+    }
+    bool momentum = !s.momentum.empty() && s.momentum[0].defined();
+    std::cout << "  " << std::setw(12) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
+              << (momentum ? "momentum " : "no momentum yet ") << shapes << "\n";
+    params += n;
+    bytes += f.bytes;
+  }
+  std::cout << "total " << params << " parameters, " << bytes << " bytes\n";
+  return 0;
+}
+
+Register reg({"checkpoint", "Inspect training checkpoints: pipetrain checkpoint inspect DIR",
+              [](CLI::App& app) -> std::function<int()> {
+  auto dir = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand("inspect", "Print what a checkpoint holds and verify its files");
+  sub->add_option("dir", *dir, "A checkpoint (step-N) or a --checkpoint-dir")->required();
+  app.require_subcommand(1);
+  return [dir] { return inspect(*dir); };
+}});
+
+}  // namespace
+}  // namespace pt::app

@@ -1,0 +1,161 @@
+#include "runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json_doc.h"
+
+namespace pt::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".pt"; }
+std::string temp_dir_name(int64_t step) { return ".tmp-" + checkpoint_dir_name(step); }
+
+// A rename is durable only once its directory is synced.
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string layer_state_bytes(const LayerState& s) {
+  std::vector<torch::Tensor> all = s.params;
+  for (const auto& m : s.momentum) all.push_back(m.defined() ? m : torch::empty({0}));
+  std::ostringstream out;
+  torch::save(all, out);
+  return out.str();
+}
+
+LayerState layer_state_from_bytes(const std::string& bytes, const std::string& source) {
+  std::vector<torch::Tensor> all;
+  try {
+    std::istringstream in(bytes);
+    torch::load(all, in);
+  } catch (const c10::Error& e) {
+    throw FormatError(str(source, ": not a layer file: ", e.what_without_backtrace()));
+  }
+  if (all.size() % 2 != 0) throw FormatError(str(source, ": holds ", all.size(), " tensors, expected pairs"));
+  LayerState s;
+  size_t n = all.size() / 2;
+  s.params.assign(all.begin(), all.begin() + n);
+  for (size_t i = n; i < all.size(); ++i) s.momentum.push_back(all[i].numel() == 0 ? torch::Tensor() : all[i]);
+  return s;
+}
+
+Checkpointer::Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& probe)
+    : options_(std::move(options)),
+      base_(std::move(base)),
+      stage_workers_(probe.stage_workers),
+      stage_layers_(probe.stage_layers),
+      all_workers_(probe.num_workers()) {
+  std::iota(all_workers_.begin(), all_workers_.end(), 0);
+}
+
+void Checkpointer::barrier(Transport& transport) const {
+  std::vector<torch::Tensor> token{torch::zeros({1})};
+  transport.allreduce_sum(token, all_workers_);
+}
+
+void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
+  fs::path root(options_.dir);
+  fs::path tmp = root / temp_dir_name(step);
+  bool leader = transport.rank() == 0;
+  barrier(transport);  // every worker has drained and stepped up to `step`
+  if (leader) {
+    fs::create_directories(root);
+    fs::remove_all(tmp);  // left by an interrupted run
+    fs::create_directories(tmp);
+  }
+  barrier(transport);
+  // Replica 0 of each stage writes that stage's layers: replicas hold equal weights.
+  for (size_t st = 0; st < stage_workers_.size(); ++st) {
+    if (stage_workers_[st][0] != transport.rank()) continue;
+    StageReplica* rep = worker.replica(static_cast<int>(st));
+    PT_CHECK(rep, "worker ", transport.rank(), " holds no replica of stage ", st);
+    for (int layer : stage_layers_[st])
+      write_text_file_atomic((tmp / layer_file_name(layer)).string(), layer_state_bytes(rep->layer_state(layer)));
+  }
+  barrier(transport);
+  if (!leader) return;
+  CheckpointManifest m = base_;
+  m.step = step;
+  m.files.clear();
+  for (int layer = 0; layer < m.layers; ++layer) {
+    std::string name = layer_file_name(layer);
+    std::string bytes = read_text_file((tmp / name).string());
+    m.files.push_back({name, layer, static_cast<int64_t>(bytes.size()), crc32_of(bytes)});
+  }
+  write_text_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
+  fsync_dir(tmp);
+  // Into place: a step directory exists only complete. One of the same step (a resumed run
+  // passing it again) is moved aside first, since rename cannot replace a full directory.
+  fs::path final_dir = root / checkpoint_dir_name(step);
+  if (fs::exists(final_dir)) {
+    fs::path old = root / (".old-" + checkpoint_dir_name(step));
+    fs::remove_all(old);
+    fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, final_dir);
+  }
+  fsync_dir(root);
+  // Keep the newest `keep` complete checkpoints; drop temporaries of steps already passed.
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  for (const auto& e : fs::directory_iterator(root)) {
+    std::string name = e.path().filename().string();
+    int64_t s = checkpoint_step_of(name);
+    if (s >= 0) complete.push_back({s, e.path()});
+    if (name.rfind(".tmp-", 0) == 0 && checkpoint_step_of(name.substr(5)) <= step) fs::remove_all(e.path());
+  }
+  std::sort(complete.begin(), complete.end());
+  for (size_t i = 0; i + options_.keep < complete.size(); ++i) fs::remove_all(complete[i].second);
+}
+
+void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std::string& checkpoint,
+                     const CheckpointManifest& manifest) {
+  for (int st = 0; st < probe.num_stages; ++st) {
+    StageReplica* rep = worker.replica(st);
+    if (!rep) continue;
+    for (int layer : probe.stage_layers[st]) {
+      const auto& f = manifest.files.at(layer);
+      std::string path = (fs::path(checkpoint) / f.name).string();
+      rep->load_layer_state(layer, layer_state_from_bytes(read_text_file(path), path), path);
+    }
+  }
+}
+
+void check_checkpoint_fits(const CheckpointManifest& m, const std::string& checkpoint, const std::string& model,
+                           int layers, int64_t batch_size, uint64_t seed) {
+  std::string where = (fs::path(checkpoint) / "manifest.json").string();
+  if (m.model != model)
+    throw ConfigError(str(where, ": the checkpoint is of model '", m.model, "' but this job trains '", model, "'"));
+  if (m.layers != layers)
+    throw ConfigError(str(where, ": the checkpoint has ", m.layers, " layers but ", model, " has ", layers));
+  if (m.batch_size != batch_size)
+    throw ConfigError(str(where, ": batch_size is ", m.batch_size, " but --batch-size is ", batch_size,
+                          " (the data position depends on it)"));
+  if (m.seed != seed)
+    throw ConfigError(str(where, ": seed is ", m.seed, " but --seed is ", seed, " (the data order depends on it)"));
+}
+
+std::string find_resume_checkpoint(const CheckpointOptions& options, CheckpointManifest* manifest) {
+  std::string newest = newest_checkpoint(options.dir);
+  if (newest.empty()) return "";
+  *manifest = read_verified_manifest(newest);
+  return newest;
+}
+
+}  // namespace pt::runtime

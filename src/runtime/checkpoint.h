@@ -1,0 +1,65 @@
+#pragma once
+// Training checkpoints: per-layer weights and SGD momentum, written by the workers at a
+// drained segment boundary, verified and loaded into any plan (checkpoint_manifest.h has the
+// layout). Writes are atomic: files go to a temporary directory that is renamed to step-<N>
+// only after every file and the manifest are on disk, so a kill at any moment leaves the
+// previous checkpoint intact.
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/transport.h"
+#include "runtime/worker.h"
+#include "schedule/schedule.h"
+
+namespace pt::runtime {
+
+struct CheckpointOptions {
+  std::string dir;         // where step-<N> directories go; empty: no checkpoints
+  int64_t every = 0;       // minibatches between checkpoints (0: only at the end)
+  bool resume = false;     // continue from the newest complete checkpoint in dir
+  int keep = 2;            // complete checkpoints kept; older ones are removed
+};
+
+// One layer's state (stage_replica.h) as bytes, its parameters then its momentum buffers (an
+// empty tensor stands for a buffer not yet created), and back. `source` names the file in errors.
+std::string layer_state_bytes(const LayerState& s);
+LayerState layer_state_from_bytes(const std::string& bytes, const std::string& source);
+
+// Writes checkpoints for one worker; every worker of the job calls save() at the same steps
+// (it is collective: the workers meet in barriers over the transport). Worker 0 leads: it
+// prepares the temporary directory, writes the manifest and renames it into place.
+class Checkpointer {
+ public:
+  // `base` carries the job's description (model, layers, batch size, seed, schedule, plan,
+  // workers, SGD settings); save() fills in the step and the files.
+  Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& probe);
+  void save(Worker& worker, Transport& transport, int64_t step);
+  const CheckpointOptions& options() const { return options_; }
+
+ private:
+  void barrier(Transport& transport) const;
+  CheckpointOptions options_;
+  CheckpointManifest base_;
+  std::vector<std::vector<int>> stage_workers_;
+  std::vector<std::vector<int>> stage_layers_;
+  std::vector<int> all_workers_;
+};
+
+// Loads the layers of every stage `worker` holds from a verified checkpoint (tensor shapes
+// are checked against the model: a ConfigError names the file, the tensor and both shapes).
+void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std::string& checkpoint,
+                     const CheckpointManifest& manifest);
+
+// Checks that a checkpoint fits this job: the model and its layer count, the batch size and
+// the seed (which together define the data position). ConfigError names the manifest, the
+// field and both values.
+void check_checkpoint_fits(const CheckpointManifest& m, const std::string& checkpoint, const std::string& model,
+                           int layers, int64_t batch_size, uint64_t seed);
+
+// The newest complete checkpoint in options.dir, verified; "" when there is none.
+std::string find_resume_checkpoint(const CheckpointOptions& options, CheckpointManifest* manifest);
+
+}  // namespace pt::runtime

@@ -1,0 +1,138 @@
+#include "runtime/checkpoint_manifest.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/json_doc.h"
+
+namespace pt::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kKind = "checkpoint";
+constexpr int kVersion = 1;
+constexpr const char* kPrefix = "step-";
+}  // namespace
+
+std::string manifest_to_json(const CheckpointManifest& m) {
+  json files = json::array();
+  for (const auto& f : m.files)
+    files.push_back({{"name", f.name}, {"layer", f.layer}, {"bytes", f.bytes}, {"crc32", f.crc32}});
+  json doc = {{"format", format_tag(kKind, kVersion)},
+              {"model", m.model},
+              {"layers", m.layers},
+              {"step", m.step},
+              {"batch_size", m.batch_size},
+              {"seed", m.seed},
+              {"schedule", m.schedule},
+              {"plan", m.plan},
+              {"workers", m.workers},
+              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay}}},
+              {"files", files}};
+  return doc.dump(2) + "\n";
+}
+
+CheckpointManifest manifest_from_json(const std::string& text, const std::string& source) {
+  json doc = parse_json(text, source);
+  JsonField root(doc, source, "");
+  expect_format(root, kKind, kVersion);
+  CheckpointManifest m;
+  m.model = root["model"].as_string();
+  m.layers = static_cast<int>(root["layers"].as_int_at_least(1));
+  if (m.layers > 100000) root["layers"].fail("is too large");
+  m.step = root["step"].as_int_at_least(0);
+  m.batch_size = root["batch_size"].as_int_at_least(1);
+  m.seed = static_cast<uint64_t>(root["seed"].as_int_at_least(0));
+  m.schedule = root["schedule"].as_string();
+  m.plan = root["plan"].as_string();
+  m.workers = static_cast<int>(root["workers"].as_int_at_least(1));
+  JsonField sgd = root["sgd"];
+  m.lr = sgd["lr"].as_non_negative();
+  m.momentum = sgd["momentum"].as_non_negative();
+  m.weight_decay = sgd["weight_decay"].as_non_negative();
+  JsonField files = root["files"];
+  if (files.size() != static_cast<size_t>(m.layers))
+    files.fail(str("lists ", files.size(), " files but the model has ", m.layers, " layers"));
+  for (size_t i = 0; i < files.size(); ++i) {
+    JsonField f = files[i];
+    CheckpointFile cf;
+    cf.name = f["name"].as_string();
+    // Only plain names inside the checkpoint directory: a manifest must not point elsewhere.
+    if (cf.name.empty() || cf.name.find('/') != std::string::npos || cf.name == "." || cf.name == "..")
+      f["name"].fail("must be a file name inside the checkpoint directory");
+    cf.layer = static_cast<int>(f["layer"].as_int_at_least(0));
+    if (cf.layer != static_cast<int>(i)) f["layer"].fail(str("must be ", i, " (files are in layer order)"));
+    cf.bytes = f["bytes"].as_int_at_least(0);
+    int64_t crc = f["crc32"].as_int_at_least(0);
+    if (crc > 0xffffffffLL) f["crc32"].fail("is not a 32-bit checksum");
+    cf.crc32 = static_cast<uint32_t>(crc);
+    m.files.push_back(cf);
+  }
+  return m;
+}
+
+uint32_t crc32_of(const std::string& bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
+  for (size_t off = 0; off < bytes.size();) {
+    uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - off, 1u << 30));
+    crc = ::crc32(crc, p + off, n);
+    off += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string checkpoint_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
+  return buf;
+}
+
+int64_t checkpoint_step_of(const std::string& name) {
+  std::string prefix = kPrefix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (int64_t{1} << 50)) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::string newest_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  int64_t best = -1;
+  std::string out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    int64_t step = checkpoint_step_of(entry.path().filename().string());
+    // A step directory appears by rename only after its manifest is written (checkpoint.cpp).
+    if (step > best && fs::exists(entry.path() / "manifest.json", ec)) {
+      best = step;
+      out = entry.path().string();
+    }
+  }
+  return out;
+}
+
+CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
+  std::string path = (fs::path(checkpoint) / "manifest.json").string();
+  if (!fs::exists(path)) throw FormatError(str(checkpoint, ": not a checkpoint (no manifest.json)"));
+  CheckpointManifest m = manifest_from_json(read_text_file(path), path);
+  for (const auto& f : m.files) {
+    std::string file = (fs::path(checkpoint) / f.name).string();
+    if (!fs::exists(file)) throw FormatError(str(file, ": missing (listed in ", path, ")"));
+    std::string bytes = read_text_file(file);
+    if (static_cast<int64_t>(bytes.size()) != f.bytes)
+      throw FormatError(str(file, ": ", bytes.size(), " bytes but the manifest says ", f.bytes, " (truncated?)"));
+    uint32_t crc = crc32_of(bytes);
+    if (crc != f.crc32) throw FormatError(str(file, ": checksum ", crc, " does not match the manifest's ", f.crc32));
+  }
+  return m;
+}
+
+}  // namespace pt::runtime

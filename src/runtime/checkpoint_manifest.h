@@ -1,0 +1,55 @@
+#pragma once
+// The manifest of a training checkpoint (pipetrain.checkpoint/1): what a checkpoint directory
+// holds and how to verify it. Plain C++ (no LibTorch) so that it can be fuzzed and its tests
+// build fast; the tensors themselves are written by checkpoint.h.
+//
+// A checkpoint is a directory <dir>/step-<N> holding manifest.json and one file per model
+// layer (layer-<i>.pt: the layer's parameters, then its SGD momentum buffers). Weights are
+// stored per layer, not per stage, so a checkpoint resumes into any plan.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pt::runtime {
+
+struct CheckpointFile {
+  std::string name;     // relative to the checkpoint directory
+  int layer = -1;       // the model layer it holds
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+struct CheckpointManifest {
+  std::string model;            // model name, e.g. "mnist-cnn"
+  int layers = 0;               // model layer count
+  int64_t step = 0;             // minibatches completed; training resumes at this minibatch
+  int64_t batch_size = 0;
+  uint64_t seed = 0;            // data order is a function of (seed, epoch): no other RNG state
+  std::string schedule;         // what wrote it (informative: any plan may resume it)
+  std::string plan;             // plan shape, e.g. "2-1-1"
+  int workers = 0;
+  double lr = 0, momentum = 0, weight_decay = 0;
+  std::vector<CheckpointFile> files;  // one per layer, in layer order
+};
+
+std::string manifest_to_json(const CheckpointManifest& m);
+// Parses a manifest; `source` names it in errors (FormatError naming the field and value).
+CheckpointManifest manifest_from_json(const std::string& text, const std::string& source);
+
+// CRC-32 (zlib's) of a byte string.
+uint32_t crc32_of(const std::string& bytes);
+
+// The name of the directory of step N ("step-00000120"), and the step of such a name (-1 when
+// the name is not one).
+std::string checkpoint_dir_name(int64_t step);
+int64_t checkpoint_step_of(const std::string& name);
+
+// The newest complete checkpoint under `dir` (a step-N directory with a manifest.json), or ""
+// when there is none. Temporary directories of interrupted writes are ignored.
+std::string newest_checkpoint(const std::string& dir);
+
+// Reads <checkpoint>/manifest.json and checks every file's size and checksum: FormatError
+// naming the file and what differs (truncated, wrong checksum, missing).
+CheckpointManifest read_verified_manifest(const std::string& checkpoint);
+
+}  // namespace pt::runtime

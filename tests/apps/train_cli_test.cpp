@@ -1,0 +1,207 @@
+// The `pipetrain` binary end to end: kill -9 a checkpointing run at a random moment (threads and
+// gloo), resume it, and the final weights equal an uninterrupted run's exactly; no worker
+// process outlives a killed launcher; checkpoint flags and `checkpoint inspect` errors.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "../runtime/pipeline_test_util.h"
+#include "core/json_doc.h"
+#include "pt_paths.h"
+#include "runtime/launcher.h"
+
+namespace pt::runtime {
+namespace {
+
+using namespace testing;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const std::string kBinary = std::string(PT_BINARY_DIR) + "/pipetrain";
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("pt_cli_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// Starts `pipetrain args...` with stdout+stderr to `log`, in its own process group.
+pid_t start(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> argv{kBinary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    std::freopen(log.c_str(), "w", stdout);
+    ::dup2(::fileno(stdout), 2);
+    ::execv(kBinary.c_str(), cargs.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs to completion (at most 120 s); returns the exit code.
+int run(const std::vector<std::string>& args, const fs::path& log) {
+  pid_t pid = start(args, log);
+  auto deadline = Clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "pipetrain did not finish in 120 s: " << slurp(log);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Are processes whose command line mentions `marker` still running (besides the test)?
+bool processes_mention(const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == ::getpid()) continue;
+    std::string cmd = slurp(e.path() / "cmdline");
+    if (cmd.find(marker) != std::string::npos) {
+      std::string stat = slurp(e.path() / "stat");
+      if (stat.find(") Z") == std::string::npos) return true;  // zombies are gone already
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> train_args(const std::string& plan, const std::string& dir, const std::string& transport,
+                                    int64_t steps) {
+  return {"train", "--data", "synthetic", "--synthetic-samples", "4096", "--steps", std::to_string(steps),
+          "--batch-size", "32", "--plan", plan, "--schedule", "1f1b", "--microbatches", "4", "--transport", transport,
+          "--checkpoint-dir", dir, "--checkpoint-every", "3", "--quiet", "--timeout", "20"};
+}
+
+void kill_resume_equals_uninterrupted(const std::string& transport) {
+  TempDir tmp("kill_" + transport);
+  std::string plan = (tmp.path / "plan.json").string();
+  plan::write_plan(plan::even_split(unit_profile(*seeded_cnn(3)), 2), plan);
+  const int64_t steps = 240;
+  std::string full = (tmp.path / "full").string(), killed = (tmp.path / "killed").string();
+  ASSERT_EQ(run(train_args(plan, full, transport, steps), tmp.path / "full.log"), 0) << slurp(tmp.path / "full.log");
+  auto expected = checkpoint_weights(newest_checkpoint(full));
+
+  std::random_device rd;
+  unsigned seed = rd();
+  std::mt19937 rng(seed);
+  int kills = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fs::path log = tmp.path / ("killed" + std::to_string(attempt) + ".log");
+    auto args = train_args(plan, killed, transport, steps);
+    if (attempt > 0) args.push_back("--resume");
+    std::string before = newest_checkpoint(killed);
+    pid_t pid = start(args, log);
+    // Wait for a new checkpoint, then kill at a random moment (often inside a later write).
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    int status = 0;
+    bool exited = false;
+    while (newest_checkpoint(killed) == before && Clock::now() < deadline)
+      if ((exited = ::waitpid(pid, &status, WNOHANG) == pid)) break;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_FALSE(exited) << "the run ended before its first checkpoint: " << slurp(log);
+    int delay_ms = std::uniform_int_distribution<int>(0, 400)(rng);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ::kill(pid, SIGKILL);  // the launcher only: its workers must not outlive it
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) ++kills;
+    std::cerr << transport << ": attempt " << attempt << " killed " << delay_ms << " ms after a checkpoint (seed "
+              << seed << "), newest now " << newest_checkpoint(killed) << "\n";
+    // Whatever moment the kill hit, the newest complete checkpoint verifies.
+    ASSERT_NE(newest_checkpoint(killed), "");
+    EXPECT_NO_THROW(read_verified_manifest(newest_checkpoint(killed)));
+  }
+  EXPECT_GE(kills, 1);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (processes_mention(killed) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(processes_mention(killed)) << "a worker outlived its killed launcher";
+
+  auto args = train_args(plan, killed, transport, steps);
+  args.push_back("--resume");
+  ASSERT_EQ(run(args, tmp.path / "resume.log"), 0) << slurp(tmp.path / "resume.log");
+  EXPECT_NE(slurp(tmp.path / "resume.log").find("resuming from"), std::string::npos);
+  auto m = read_verified_manifest(newest_checkpoint(killed));
+  EXPECT_EQ(m.step, steps);
+  EXPECT_TRUE(bitwise_equal(checkpoint_weights(newest_checkpoint(killed)), expected));
+}
+
+TEST(TrainCli, KilledThreadsRunResumesToTheSameWeights) { kill_resume_equals_uninterrupted("threads"); }
+TEST(TrainCli, KilledGlooRunResumesToTheSameWeights) { kill_resume_equals_uninterrupted("gloo"); }
+
+TEST(TrainCli, MpirunStartsAGlooJob) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (openmpi-bin)";
+  TempDir tmp("mpirun");
+  std::string plan = (tmp.path / "plan.json").string();
+  plan::write_plan(plan::even_split(unit_profile(*seeded_cnn(3)), 2), plan);
+  std::string log = (tmp.path / "log").string();
+  std::string cmd = "MASTER_PORT=" + std::to_string(free_tcp_port()) +
+                    " timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_PORT " + kBinary +
+                    " train --data synthetic --synthetic-samples 512 --steps 6 --batch-size 32 --plan " + plan +
+                    " --schedule 1f1b --transport gloo --quiet > " + log + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("steps 6"), std::string::npos) << slurp(log);
+}
+
+TEST(TrainCli, CheckpointFlagErrors) {
+  TempDir tmp("flags");
+  fs::path log = tmp.path / "log";
+  EXPECT_EQ(run({"train", "--data", "synthetic", "--steps", "1", "--resume"}, log), 2);
+  EXPECT_NE(slurp(log).find("--resume: give --checkpoint-dir"), std::string::npos) << slurp(log);
+  EXPECT_EQ(run({"train", "--data", "synthetic", "--steps", "1", "--checkpoint-dir", tmp.path.string(),
+                 "--checkpoint-every", "-3"}, log), 2);
+  EXPECT_NE(slurp(log).find("--checkpoint-every: must be >= 0, got -3"), std::string::npos) << slurp(log);
+  std::string missing = (tmp.path / "nothing").string();
+  EXPECT_EQ(run({"checkpoint", "inspect", missing}, log), 1);
+  EXPECT_NE(slurp(log).find(missing + ": does not exist"), std::string::npos) << slurp(log);
+}
+
+TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
+  TempDir tmp("inspect");
+  std::string dir = (tmp.path / "ck").string();
+  fs::path log = tmp.path / "log";
+  ASSERT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "512", "--steps", "4", "--batch-size", "32",
+                 "--checkpoint-dir", dir, "--checkpoint-every", "2", "--quiet"}, log), 0) << slurp(log);
+  ASSERT_EQ(run({"checkpoint", "inspect", dir}, log), 0) << slurp(log);
+  std::string out = slurp(log);
+  EXPECT_NE(out.find("model mnist-cnn"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("files verified"), std::string::npos) << out;
+  // A flipped byte is caught and named.
+  std::string layer = (fs::path(newest_checkpoint(dir)) / "layer-0.pt").string();
+  std::string bytes = read_text_file(layer);
+  bytes[bytes.size() / 2] ^= 0x11;
+  write_text_file_atomic(layer, bytes);
+  EXPECT_EQ(run({"checkpoint", "inspect", dir}, log), 1);
+  EXPECT_NE(slurp(log).find(layer + ": checksum"), std::string::npos) << slurp(log);
+}
+
+}  // namespace
+}  // namespace pt::runtime

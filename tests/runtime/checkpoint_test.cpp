@@ -1,0 +1,188 @@
+// Checkpoints: a stopped and resumed synchronous run ends with exactly the weights of an
+// uninterrupted one; a checkpoint resumes into another plan (4 stages -> 2 stages -> 1 worker);
+// interrupted writes leave the previous checkpoint loadable; bad checkpoints are named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/json_doc.h"
+#include "pipeline_test_util.h"
+
+namespace pt::runtime {
+namespace {
+
+using namespace testing;
+namespace fs = std::filesystem;
+
+model::DataSplit small_data() { return model::synthetic_data(*seeded_cnn(3), 256, 64, 10, 11); }
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("pt_ckpt_" + std::to_string(::getpid()) + "_" +
+                                               std::to_string(counter()++));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+PipelineOptions options(const std::string& kind, int64_t steps, const std::string& dir, int64_t every, bool resume) {
+  PipelineOptions o;
+  o.schedule = kind;
+  o.microbatches = 4;
+  o.train.steps = steps;
+  o.train.batch_size = 32;
+  o.train.sgd = {0.05, 0.9, 1e-4};
+  o.train.seed = 3;
+  o.train.quiet = true;
+  o.train.evaluate = false;
+  o.checkpoint.dir = dir;
+  o.checkpoint.every = every;
+  o.checkpoint.resume = resume;
+  return o;
+}
+
+plan::Plan stages(int n) { return plan::even_split(unit_profile(*seeded_cnn(3)), n); }
+
+std::vector<torch::Tensor> run(const plan::Plan& plan, const PipelineOptions& o) {
+  std::vector<std::unique_ptr<Worker>> workers;
+  train_pipeline([] { return seeded_cnn(3); }, small_data(), plan, o, &workers);
+  return pipeline_weights(schedule_for(plan, o, 1), workers);
+}
+
+// The weights a checkpoint holds, in layer order.
+TEST(Checkpoint, StopAndResumeEqualsUninterruptedExactly) {
+  for (const std::string kind : {"1f1b", "gpipe", "dp"}) {
+    SCOPED_TRACE(kind);
+    plan::Plan plan = kind == "dp" ? replicated_plan(*seeded_cnn(3), 2) : stages(3);
+    TempDir full, parts;
+    auto uninterrupted = run(plan, options(kind, 6, full.path.string(), 2, false));
+    run(plan, options(kind, 4, parts.path.string(), 2, false));  // "killed" after step 4
+    EXPECT_TRUE(fs::exists(parts.path / checkpoint_dir_name(4)));
+    auto resumed = run(plan, options(kind, 6, parts.path.string(), 2, true));
+    EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
+    EXPECT_TRUE(bitwise_equal(checkpoint_weights(newest_checkpoint(parts.path.string())), uninterrupted));
+    // Two kept: steps 4 and 6.
+    EXPECT_FALSE(fs::exists(parts.path / checkpoint_dir_name(2)));
+  }
+}
+
+TEST(Checkpoint, ResumesIntoOtherPlans) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  auto uninterrupted = run(stages(4), options("1f1b", 6, "", 0, false));
+  run(stages(4), options("1f1b", 2, d, 2, false));
+  run(stages(2), options("gpipe", 4, d, 2, true));
+  auto resumed = run(stages(1), options("1f1b", 6, d, 2, true));
+  EXPECT_LE(max_relative_error(resumed, uninterrupted), 1e-5);
+  auto m = read_verified_manifest(newest_checkpoint(d));
+  EXPECT_EQ(m.step, 6);
+  EXPECT_EQ(m.plan, stages(1).shape());
+}
+
+TEST(Checkpoint, PipedreamDrainsAtCheckpoints) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  auto uninterrupted = run(stages(2), options("pipedream", 8, d + "/a", 4, false));
+  run(stages(2), options("pipedream", 4, d + "/b", 4, false));
+  auto resumed = run(stages(2), options("pipedream", 8, d + "/b", 4, true));
+  // Both drained at step 4, so the resumed run repeats the uninterrupted one.
+  EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
+}
+
+TEST(Checkpoint, InterruptedWriteLeavesThePreviousOne) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 2, d, 2, false));
+  // What a kill in the middle of writing step 4 leaves: a temporary directory, half written.
+  fs::create_directories(dir.path / (".tmp-" + checkpoint_dir_name(4)));
+  std::ofstream(dir.path / (".tmp-" + checkpoint_dir_name(4)) / "layer-0.pt") << "half";
+  EXPECT_EQ(newest_checkpoint(d), (dir.path / checkpoint_dir_name(2)).string());
+  auto resumed = run(stages(2), options("1f1b", 4, d, 2, true));
+  auto uninterrupted = run(stages(2), options("1f1b", 4, "", 0, false));
+  EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
+  EXPECT_FALSE(fs::exists(dir.path / (".tmp-" + checkpoint_dir_name(4))));
+}
+
+void expect_resume_error(const std::string& dir, const std::string& expect) {
+  try {
+    run(stages(2), options("1f1b", 4, dir, 2, true));
+    ADD_FAILURE() << "no error; expected: " << expect;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, BadCheckpointsAreNamed) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 2, d, 2, false));
+  fs::path ck = dir.path / checkpoint_dir_name(2);
+  fs::path layer = ck / "layer-0.pt";
+  std::string good = read_text_file(layer.string());
+  std::string manifest = read_text_file((ck / "manifest.json").string());
+
+  write_text_file_atomic(layer.string(), good.substr(0, good.size() / 2));  // truncated
+  expect_resume_error(d, layer.string() + ": " + std::to_string(good.size() / 2) + " bytes but the manifest says");
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x55;  // same size, wrong checksum
+  write_text_file_atomic(layer.string(), flipped);
+  expect_resume_error(d, layer.string() + ": checksum");
+  write_text_file_atomic(layer.string(), good);
+
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string m = manifest;
+    auto at = m.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    write_text_file_atomic((ck / "manifest.json").string(), m.replace(at, from.size(), to));
+  };
+  edit("\"model\": \"mnist-cnn\"", "\"model\": \"vgg16\"");
+  expect_resume_error(d, "the checkpoint is of model 'vgg16' but this job trains 'mnist-cnn'");
+  edit("pipetrain.checkpoint/1", "pipetrain.checkpoint/7");
+  expect_resume_error(d, "pipetrain.checkpoint/7");
+  edit("\"batch_size\": 32", "\"batch_size\": 64");
+  expect_resume_error(d, "batch_size is 64 but --batch-size is 32");
+  fs::remove(ck / "manifest.json");  // no manifest: not a complete checkpoint, so none to resume
+  EXPECT_EQ(newest_checkpoint(d), "");
+}
+
+TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
+  CheckpointManifest m;
+  m.model = "mnist-cnn";
+  m.layers = 2;
+  m.step = 12;
+  m.batch_size = 64;
+  m.seed = 5;
+  m.schedule = "1f1b";
+  m.plan = "1-1";
+  m.workers = 2;
+  m.lr = 0.02;
+  m.momentum = 0.9;
+  m.files = {{"layer-0.pt", 0, 10, 123}, {"layer-1.pt", 1, 20, 4294967295u}};
+  auto back = manifest_from_json(manifest_to_json(m), "m.json");
+  EXPECT_EQ(back.step, 12);
+  EXPECT_EQ(back.files[1].crc32, 4294967295u);
+  struct Case {
+    std::string from, to, expect;
+  };
+  for (const Case& c : {Case{"\"step\": 12", "\"step\": -1", "step"}, Case{"\"layer-1.pt\"", "\"../x\"", "files[1].name"},
+                        Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but the model has 3 layers"},
+                        Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"}}) {
+    std::string text = manifest_to_json(m);
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    try {
+      manifest_from_json(text, "m.json");
+      ADD_FAILURE() << "no error for " << c.to;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("m.json"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(checkpoint_step_of(checkpoint_dir_name(123)), 123);
+  EXPECT_EQ(checkpoint_step_of("step-12x"), -1);
+}
+
+}  // namespace
+}  // namespace pt::runtime
