@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "profile/pipedream_graph.h"
 
 namespace pt::app {
 
@@ -25,7 +26,33 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("--seed", seed, "Seed for weights, data order and synthetic data")->capture_default_str();
 }
 
+void ModelFlags::add_emulation_to(CLI::App& app) {
+  app.add_option("--compute", compute,
+                 "real: LibTorch layers on this CPU; emulated: each layer of --profile waits its profiled time "
+                 "and moves its profiled bytes (docs/emulation.md)")
+      ->check(CLI::IsMember({"real", "emulated"}))->capture_default_str();
+  app.add_option("--time-scale", emulation.time_scale, "Emulated compute: profiled times x this")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--byte-scale", emulation.byte_scale,
+                 "Emulated compute: activation and parameter bytes x this (links shaped to bandwidth x B / S)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+}
+
+const profile::Profile& ModelFlags::emulated_profile() {
+  if (!profile_) {
+    if (profile_path.empty()) throw UsageError("--compute emulated: needs --profile P, the profile to emulate");
+    profile_ = std::make_shared<const profile::Profile>(profile::read_any_profile(profile_path));
+  }
+  return *profile_;
+}
+
 std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
+  if (emulated()) {
+    emulated_profile();
+    auto m = build_model_only();
+    *data_out = runtime::emulated_data(*m, synthetic_samples, seed + 1);
+    return m;
+  }
   bool lm = model::is_language_model(model);
   std::string kind = data;
   if (kind.empty()) kind = lm ? "text" : (model == "mnist-cnn" ? "fashion-mnist" : "synthetic");
@@ -63,6 +90,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only() const {
   torch::manual_seed(seed);
+  if (profile_) return runtime::build_emulated_model(*profile_, emulation);
   return model::build_model(model, resolved_);
 }
 

@@ -7,6 +7,8 @@
 
 #include "model/dataset.h"
 #include "model/zoo.h"
+#include "profile/profile.h"
+#include "runtime/emulation.h"
 
 namespace pt::app {
 
@@ -19,7 +21,18 @@ struct ModelFlags {
   int64_t synthetic_samples = 2048;
   uint64_t seed = 0;
 
+  // Emulated compute (docs/emulation.md): with compute == "emulated" the model is built from the
+  // profile at profile_path (set by the subcommand: train's --profile), not from --model.
+  std::string compute = "real";
+  std::string profile_path;
+  runtime::EmulationOptions emulation;
+
   void add_to(CLI::App& app);
+  // --compute, --time-scale, --byte-scale (train only).
+  void add_emulation_to(CLI::App& app);
+  bool emulated() const { return compute == "emulated"; }
+  // Reads profile_path once (emulated compute only); UsageError when it is not set.
+  const profile::Profile& emulated_profile();
   // Loads the data first (it fixes classes, channels or vocabulary), then builds the model
   // with the seed set, so the initial weights depend only on --seed.
   std::shared_ptr<model::LayeredModel> build(model::DataSplit* data_out);
@@ -28,6 +41,7 @@ struct ModelFlags {
 
  private:
   model::ModelOptions resolved_;
+  std::shared_ptr<const profile::Profile> profile_;  // emulated compute
 };
 
 }  // namespace pt::app

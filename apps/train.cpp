@@ -31,23 +31,32 @@ struct TrainFlags {
   runtime::PipelineOptions pipe;
   std::string plan_path, profile_path, trace_path, transport = "threads";
   int stages = 0, workers = 0;
+  CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
 };
 
-void print_result(const runtime::TrainResult& r) {
+// Every figure of an emulated run carries its label (docs/emulation.md).
+void print_result(const runtime::TrainResult& r, const std::string& label) {
+  if (!label.empty()) std::cout << "[" << label << "] ";
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, final loss " << r.final_loss << "\n";
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
 }
 
-// The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size.
-void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int64_t batch_size) {
+// The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
+// (emulated compute waits the profile's times x S).
+void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int64_t batch_size,
+                      const ModelFlags& model, const std::string& label) {
   if (plan.pipeline_ms_per_minibatch <= 0 || r.steps <= 0) return;
   int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : batch_size;
-  double predicted = planned_batch * 1000.0 / plan.pipeline_ms_per_minibatch;
-  std::cout << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, planner predicted "
-            << static_cast<int64_t>(predicted) << " samples/s (ratio " << r.samples_per_s / predicted
-            << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
-            << " cores)\n";
+  double scale = model.emulated() ? model.emulation.time_scale : 1.0;
+  double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
+  std::cout << (label.empty() ? "" : "[" + label + "] ") << "throughput: measured "
+            << static_cast<int64_t>(r.samples_per_s) << " samples/s, planner predicted "
+            << static_cast<int64_t>(predicted) << " samples/s (ratio " << r.samples_per_s / predicted;
+  if (label.empty())
+    std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
+              << " cores";
+  std::cout << ")\n";
 }
 
 // The plan to run: --plan FILE, an even split into --stages N by the profile, or (dp) one
@@ -90,8 +99,25 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
   return plan::even_split(prof, stages);
 }
 
+// Emulated compute: the profile fixes the batch size (unless given), the synthetic data covers
+// every step in one epoch (an epoch's end drains PipeDream's pipeline), and there is no accuracy
+// to evaluate.
+void prepare_emulation(TrainFlags& f) {
+  f.model.profile_path = f.profile_path;
+  const profile::Profile& p = f.model.emulated_profile();
+  auto& t = f.pipe.train;
+  if (f.batch_size_flag->count() == 0) t.batch_size = p.batch_size;
+  f.model.synthetic_samples = std::max(f.model.synthetic_samples, std::max<int64_t>(t.steps, 1) * t.batch_size);
+  t.evaluate = false;
+}
+
 int run_train(TrainFlags& f) {
   model::use_one_compute_thread();  // one compute thread per worker (DESIGN.md)
+  std::string label;
+  if (f.model.emulated()) {
+    prepare_emulation(f);
+    label = runtime::emulation_label(f.model.emulation);
+  }
   model::DataSplit data;
   auto m = f.model.build(&data);
   f.pipe.train.seed = f.model.seed;
@@ -112,7 +138,7 @@ int run_train(TrainFlags& f) {
   if (!parallel) {
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
-    print_result(runtime::train_single_worker(*m, data, f.pipe.train));
+    print_result(runtime::train_single_worker(*m, data, f.pipe.train), label);
     return 0;
   }
   if (f.pipe.schedule == "none") f.pipe.schedule = "pipedream";
@@ -136,13 +162,14 @@ int run_train(TrainFlags& f) {
   auto factory = [model_flags] { return model_flags.build_model_only(); };
   if (gloo_worker) {
     return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, [&](const runtime::PipelineResult& r) {
-      print_result(r.train);
-      print_throughput(r.train, plan, f.pipe.train.batch_size);
+      print_result(r.train, label);
+      print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
     });
   }
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
             << plan.shape() << " (" << plan.workers << " workers, " << plan.num_stages() << " stages), "
-            << f.pipe.microbatches << " microbatches, transport " << f.transport << "\n";
+            << f.pipe.microbatches << " microbatches, transport " << f.transport
+            << (label.empty() ? "" : ", " + label) << "\n";
   if (f.transport == "gloo") {  // one process per worker on this host, each this binary again
     std::string dir = runtime::make_temp_dir("pipetrain-launch");
     std::string plan_file = dir + "/plan.json";
@@ -154,8 +181,9 @@ int run_train(TrainFlags& f) {
     return rc;
   }
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
-  print_result(r.train);
-  print_throughput(r.train, plan, f.pipe.train.batch_size);
+  print_result(r.train, label);
+  print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
+  if (f.model.emulated()) r.trace.source = "emulated";
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
     std::cerr << "wrote " << f.trace_path << "\n";
@@ -169,9 +197,11 @@ Register reg({"train", "Train a model: one worker, or pipeline-parallel with --p
   f->pipe.schedule = "none";
   auto& t = f->pipe.train;
   f->model.add_to(app);
+  f->model.add_emulation_to(app);
   app.add_option("--epochs", t.epochs, "Passes over the training set")->capture_default_str();
   app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)");
-  app.add_option("--batch-size", t.batch_size, "Minibatch size")->capture_default_str();
+  f->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
+                           ->capture_default_str();
   app.add_option("--lr", t.sgd.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--momentum", t.sgd.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", t.sgd.weight_decay, "SGD weight decay")->capture_default_str();
@@ -189,7 +219,7 @@ Register reg({"train", "Train a model: one worker, or pipeline-parallel with --p
   app.add_option("--stages", f->stages, "Even split into this many stages (by --profile, or measured here)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--workers", f->workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));
-  app.add_option("--profile", f->profile_path, "Profile for --stages");
+  app.add_option("--profile", f->profile_path, "Profile for --stages, and the model of --compute emulated");
   app.add_option("--microbatches", f->pipe.microbatches, "Microbatches per minibatch")->capture_default_str();
   app.add_option("--chunks", f->pipe.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");

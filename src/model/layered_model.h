@@ -13,6 +13,7 @@ namespace pt::model {
 enum class Task {
   kClassification,  // output [N, classes] logits, target [N] class ids
   kLanguageModel,   // output [N, T, vocab] logits, target [N, T] token ids
+  kEmulated,        // emulated compute (emulated_layer.h): output zeros, loss their mean, no accuracy
 };
 
 struct Layer {

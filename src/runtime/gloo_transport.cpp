@@ -1,5 +1,10 @@
 #include "runtime/gloo_transport.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <future>
@@ -24,6 +29,29 @@ int env_int(const char* name, const char* value, int min, int max) {
   if (end == value || *end != '\0' || v < min || v > max)
     throw ConfigError(str("gloo transport: ", name, "='", value, "' is not an integer in ", min, "..", max));
   return static_cast<int>(v);
+}
+
+// This host's address on the route to `master` (what a UDP socket connected there binds to). Gloo
+// listens on the address its device is made for, and peers connect to it: with workers on several
+// hosts (or network namespaces), that must be this worker's own address, not the master's.
+// Falls back to `master` when the route cannot be found (the single-host case: 127.0.0.1).
+std::string local_address_towards(const std::string& master, int port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return master;
+  std::string out = master;
+  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char host[NI_MAXHOST];
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) == 0)
+      out = host;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
 }
 
 std::string peer_tag(int rank, int peer, int64_t tag) {
@@ -154,7 +182,8 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::
   auto it = std::find(group.begin(), group.end(), config_.rank);
   PT_CHECK(it != group.end(), "worker ", config_.rank, " is not in ", name);
   auto options = c10d::ProcessGroupGloo::Options::create(rendezvous_timeout_);
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(config_.master_addr));
+  options->devices.push_back(
+      c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(config_.master_addr, config_.master_port)));
   options->threads = 1;  // one collective at a time per group; p2p runs on gloo's device thread
   auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(it - group.begin()),
@@ -211,6 +240,8 @@ std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, in
     out->data = world_->send(dv, peer, gloo_tag(tag, true));
   } catch (const c10::Error& e) {
     throw TransportError(str("send failed (", out->what, "): ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // gloo's own IoException when the peer is gone
+    throw TransportError(str("send failed (", out->what, "): ", e.what()));
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->in_flight.insert(out->header);
@@ -309,11 +340,19 @@ void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std
     try {
       w->wait(std::chrono::milliseconds(200));
       break;
-    } catch (const std::exception& e) {
-      if (w->isCompleted()) {  // failed, rather than still running
-        std::string msg = e.what();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        throw TransportError(str(what, ": ", msg));
+    } catch (const std::exception&) {
+      // The slice ran out ("Operation timed out!") or the collective failed. It may also have
+      // completed, successfully, between the slice's end and this check: a second wait on a
+      // completed work returns, or throws its own error.
+      if (w->isCompleted()) {
+        try {
+          w->wait();
+          break;
+        } catch (const std::exception& e) {
+          std::string msg = e.what();
+          if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+          throw TransportError(str(what, ": ", msg));
+        }
       }
     }
     state_->check_aborted();

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Emulated-cluster benchmark (docs/emulation.md): PipeDream vs data parallelism (and GPipe,
+# 1F1B-flush, 2BW) on the testbed, with the planner's configuration and the simulator's
+# prediction of every row. Root; build/pipetrain built.
+#
+#   bench/emulated_cluster.sh [--model vgg16] [--cluster 4x4|flat4|flat8] [--steps N]
+#                             [--time-scale S] [--byte-scale B] [--schedules "pipedream dp ..."]
+#                             [--uplink per-worker|shared] [--shape both|send]
+#
+# Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
+#   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
+#          worker has its own 10 Gbit/s to other servers (--uplink per-worker, the planner's and
+#          the simulator's model) or the 4 share one (--uplink shared, a NIC per server).
+#          --shape send shapes only what workers send (the simulator's per-pair links); both
+#          (default) also what they receive (a full-duplex NIC per worker)
+#   flat4: 4 workers, 10 Gbit/s;   flat8: 8 workers, 10 Gbit/s
+# Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
+# (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
+# Minibatch: the profile's batch (64 for VGG-16) per pipeline minibatch; data parallelism runs
+# that many samples per worker (a minibatch of batch x workers), as PipeDream's baseline does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --model) model=$2; shift 2 ;;
+    --cluster) cluster=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --time-scale) S=$2; shift 2 ;;
+    --byte-scale) B=$2; shift 2 ;;
+    --schedules) schedules=$2; shift 2 ;;
+    --uplink) uplink=$2; shift 2 ;;
+    --shape) shape=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+bin=build/pipetrain
+profile=data/profiles/$model.json
+two_level=""; [[ $cluster != 4x4 ]] || two_level=", $uplink uplinks"
+out=out/bench/emulated_cluster/$model-$cluster$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape
+mkdir -p "$out"
+[[ -f $profile ]] || { echo "no profile $profile" >&2; exit 2; }
+
+case "$cluster" in
+  4x4) workers=16 plan_workers=4,4 gbps=96,10 testbed=(--workers 16 --servers 4 --uplink "$uplink" --shape "$shape") ;;
+  flat4) workers=4 plan_workers=4 gbps=10 testbed=(--workers 4 --shape "$shape") ;;
+  flat8) workers=8 plan_workers=8 gbps=10 testbed=(--workers 8 --shape "$shape") ;;
+  *) echo "unknown --cluster $cluster" >&2; exit 2 ;;
+esac
+# Emulated link rates in Mbit/s: bandwidth x B / S.
+rate_of() { awk -v g="$1" -v b="$B" -v s="$S" 'BEGIN { printf "%dmbit", g * 1000 * b / s }'; }
+IFS=, read -r -a bw <<<"$gbps"
+if [[ ${#bw[@]} -eq 2 ]]; then testbed+=(--rate "$(rate_of "${bw[0]}")" --uplink-rate "$(rate_of "${bw[1]}")")
+else testbed+=(--rate "$(rate_of "${bw[0]}")"); fi
+batch=$(python3 -c "import json; print(json.load(open('$profile'))['batch_size'])")
+
+"$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" -o "$out/plan.json" >"$out/plan.txt"
+config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in json.load(open('$out/plan.json'))['stages']))")
+# Data parallelism's profile: batch x workers per minibatch (times and activations x workers).
+python3 - "$profile" "$workers" "$out/dp_profile.json" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1])); k = int(sys.argv[2])
+p["batch_size"] *= k
+for l in p["layers"]:
+    l["forward_ms"] *= k; l["backward_ms"] *= k; l["activation_bytes"] *= k
+json.dump(p, open(sys.argv[3], "w"))
+EOF
+
+echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$two_level, links shaped: $shape), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -ne 2 ]] || echo ", uplinks $(rate_of "${bw[1]}")") =="
+echo "planner: $config (pipetrain cost model)"
+printf "%-10s %-8s %6s %14s %14s %9s %12s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s"
+dp_rate=""
+: >"$out/rows.txt"
+for kind in $schedules; do
+  args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600)
+  sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind")
+  n=$steps
+  case "$kind" in
+    dp)
+      prof=$out/dp_profile.json
+      args+=(--profile "$prof" --workers "$workers" --microbatches "$workers")
+      sim_args+=(--profile "$prof" --microbatches "$workers")  # dp: every worker holds every layer
+      [[ $n -gt 0 ]] || n=4
+      cfg=$workers ;;
+    *)
+      prof=$profile
+      args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
+      sim_args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
+      [[ $n -gt 0 ]] || n=30
+      cfg=$config ;;
+  esac
+  args+=(--steps "$n")
+  if ! scripts/testbed.sh "${testbed[@]}" --out "$out/$kind" -- "${args[@]}" >"$out/$kind.log" 2>&1; then
+    echo "$kind: failed (see $out/$kind.log)"; continue
+  fi
+  # The steps that ran: asynchronous schedules run whole rounds of every stage's replicas.
+  n=$(sed -n 's/.*steps \([0-9]*\), [0-9.e+-]* s,.*/\1/p' "$out/$kind.log" | head -1)
+  secs=$(sed -n 's/.*steps [0-9]*, \([0-9.e+-]*\) s,.*/\1/p' "$out/$kind.log" | head -1)
+  measured=$(awk -v s="$secs" -v n="$n" -v S="$S" 'BEGIN { printf "%.1f", s * 1000 / n / S }')
+  # The simulator over the same minibatches: one repeated minibatch for flush schedules, all n for
+  # the asynchronous ones; its total time / n.
+  minis=1; [[ $kind == pipedream || $kind == 2bw ]] && minis=$n
+  "$bin" simulate "${sim_args[@]}" --minibatches "$minis" --save-trace "$out/$kind.sim.json" >/dev/null
+  sim=$(python3 - "$out/$kind.sim.json" "$minis" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1])); ev = [e for w in t["workers"] for e in w]
+print("%.1f" % ((max(e["end_ms"] for e in ev) - min(e["start_ms"] for e in ev)) / int(sys.argv[2])))
+EOF
+)
+  mb=$batch; [[ $kind == dp ]] && mb=$(( batch * workers ))
+  rate=$(awk -v m="$measured" -v b="$mb" 'BEGIN { printf "%.0f", b * 1000 / m }')
+  err=$(awk -v m="$measured" -v s="$sim" 'BEGIN { printf "%+.1f", (m - s) / s * 100 }')
+  [[ $kind == dp ]] && dp_rate=$rate
+  printf "%-10s %-8s %6s %14s %14s %9s %12s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate"
+  echo "$kind $cfg $n $measured $sim $err $rate" >>"$out/rows.txt"
+done
+if [[ -n $dp_rate ]]; then
+  awk -v d="$dp_rate" '$1 != "dp" { printf "speed-up of %s over dp: %.2fx\n", $1, $7 / d }' "$out/rows.txt"
+fi
+echo "(emulated; logs and simulator traces in $out)"

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine (docs/emulation.md, "Testbed"): one Linux network namespace
+# per worker, links shaped with tc tbf, one `pipetrain train --transport gloo` worker per
+# namespace (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Needs root and iproute2.
+#
+#   scripts/testbed.sh [options] -- TRAIN_ARGS...
+#     --workers N            namespaces = workers (default 2)
+#     --rate R               one level: every worker's link (tc rate, e.g. 1gbit, 500mbit)
+#     --servers G            two levels: G servers of N/G workers; --rate is then the link of each
+#                            worker to its server's switch, and --uplink-rate the link of each
+#                            server to the network (shared by its workers, both directions)
+#     --uplink-rate R        two levels only (default: --rate / 10)
+#     --uplink shared|per-worker
+#                            two levels: shared (default) = one uplink per server, shared by its
+#                            workers, as GPUs share a NIC; per-worker = every worker sends to
+#                            other servers at --uplink-rate on its own (tc prio + tbf by
+#                            destination), the model of the planner and the simulator
+#     --shape both|send      both (default): a worker's links are shaped each way, like a
+#                            full-duplex NIC; send: only what it sends (receivers take any number
+#                            of flows at once, as the simulator's per-pair links do)
+#     --out DIR              per-worker logs go to DIR/worker<r>.log (default out/testbed)
+#     --bin PATH             pipetrain binary (default build/pipetrain)
+#     --timeout S            stop the workers after S seconds (default 600)
+#   Example: scripts/testbed.sh --workers 4 --rate 1gbit -- --compute emulated \
+#              --profile data/profiles/vgg16.json --stages 4 --schedule 1f1b --steps 10
+#
+# Topology. One level: a bridge; each worker's veth is shaped on both ends (tbf at --rate), so
+# every worker sends at most --rate and receives at most --rate, like a full-duplex NIC. Two levels: a bridge per server and a core bridge; a
+# worker's veth is shaped at --rate as above; each server's bridge joins the core bridge through
+# a veth pair shaped on both ends at --uplink-rate, so the workers of a server share one uplink
+# in each direction, as GPUs share a server's NIC. Everything is in one IPv4 subnet
+# (10.66.0.0/16, worker r at 10.66.<r/250>.<r%250+1>); the bridges have no address, so the host's
+# own networking is untouched. netem is not available in this kernel: links add no latency.
+#
+# Every name starts with pt<pid of this script>, and everything is removed on exit (also on
+# failure, Ctrl-C or SIGTERM). Leftovers of a run whose script died (SIGKILL) are removed at the
+# next start: names pt<pid>... whose pid no longer runs.
+set -euo pipefail
+
+workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared shape_dirs=both out=out/testbed bin=build/pipetrain timeout_s=600
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --servers) servers=$2; shift 2 ;;
+    --uplink-rate) uplink_rate=$2; shift 2 ;;
+    --uplink) uplink=$2; shift 2 ;;
+    --shape) shape_dirs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --timeout) timeout_s=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "testbed: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+train_args=("$@")
+
+die() { echo "testbed: $*" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces and tc)"
+command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
+[[ -x $bin ]] || die "no pipetrain binary at '$bin' (--bin)"
+[[ $workers -ge 1 && $workers -le 64 ]] || die "--workers: must be in 1..64, got $workers"
+[[ $shape_dirs == both || $shape_dirs == send ]] || die "--shape: both or send, got '$shape_dirs'"
+[[ $uplink == shared || $uplink == per-worker ]] || die "--uplink: shared or per-worker, got '$uplink'"
+if [[ $servers -gt 0 ]]; then
+  (( workers % servers == 0 )) || die "--servers: $servers does not divide --workers $workers"
+  [[ -n $uplink_rate ]] || uplink_rate=$(awk -v r="$rate" 'BEGIN {
+      n = r + 0; u = r; sub(/^[0-9.]+/, "", u); printf "%g%s", n / 10, u }')
+fi
+
+prefix="pt$$"
+pids=()
+
+# Removes every namespace and link named pt<pid>... whose pid is $1, or (no argument) whose
+# script no longer runs.
+remove_by_prefix() {
+  local only=${1:-} name pid
+  for name in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^pt[0-9]+[a-z]' || true); do
+    pid=$(sed -E 's/^pt([0-9]+).*/\1/' <<<"$name")
+    if [[ -n $only ]]; then [[ $pid == "$only" ]] || continue; elif kill -0 "$pid" 2>/dev/null; then continue; fi
+    ip netns delete "$name" 2>/dev/null || true
+  done
+  for name in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^pt[0-9]+[a-z]' || true); do
+    pid=$(sed -E 's/^pt([0-9]+).*/\1/' <<<"$name")
+    if [[ -n $only ]]; then [[ $pid == "$only" ]] || continue; elif kill -0 "$pid" 2>/dev/null; then continue; fi
+    ip link delete "$name" 2>/dev/null || true
+  done
+}
+
+teardown() {
+  local code=$?
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 0.2
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  remove_by_prefix "$$"
+  exit "$code"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+remove_by_prefix  # a previous run that died without its teardown
+
+# tbf: the burst must stay small (~128 KB) for the rate to hold at <= 2 Gbit/s; the queue holds
+# 20 ms of traffic.
+shape() {  # shape [netns] DEV RATE
+  local ns=() dev rate
+  if [[ $# -eq 3 ]]; then ns=(ip netns exec "$1"); shift; fi
+  dev=$1 rate=$2
+  "${ns[@]}" tc qdisc replace dev "$dev" root tbf rate "$rate" burst 128kb latency 20ms
+}
+
+# Worker r of server g (the g-th block of N/G workers) is 10.66.g.(index in server + 1).
+per_server=$(( servers > 0 ? workers / servers : 250 ))
+addr() { echo "10.66.$(( $1 / per_server )).$(( $1 % per_server + 1 ))"; }
+
+core="${prefix}c"
+ip link add "$core" type bridge
+ip link set "$core" up
+for (( g = 0; g < servers; g++ )); do
+  br="${prefix}b$g"
+  ip link add "$br" type bridge
+  ip link set "$br" up
+  [[ $uplink == shared ]] || continue
+  ip link add "${prefix}u$g" type veth peer name "${prefix}d$g"  # u: on the server, d: on the core
+  ip link set "${prefix}u$g" master "$br" up
+  ip link set "${prefix}d$g" master "$core" up
+  shape "${prefix}u$g" "$uplink_rate"   # server -> network
+  shape "${prefix}d$g" "$uplink_rate"   # network -> server
+done
+for (( r = 0; r < workers; r++ )); do
+  ns="${prefix}n$r" host="${prefix}h$r"
+  ip netns add "$ns"
+  ip link add "$host" type veth peer name eth0 netns "$ns"
+  if [[ $servers -gt 0 ]]; then ip link set "$host" master "${prefix}b$(( r / per_server ))" up
+  else ip link set "$host" master "$core" up; fi
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip link set eth0 up
+  if [[ $servers -gt 0 && $uplink == per-worker ]]; then
+    # Per-worker uplinks (tc here has tbf but no classful qdisc to shape by destination, so
+    # routing does it): a second veth, eth1, joins the core bridge at --uplink-rate and holds
+    # the worker's address; host routes send traffic for the workers of its own server over
+    # eth0 (the server bridge), which their eth0 answers ARP for (Linux's weak host model).
+    slow="${prefix}s$r"
+    ip link add "$slow" type veth peer name eth1 netns "$ns"
+    ip link set "$slow" master "$core" up
+    ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    ip netns exec "$ns" ip addr add "$(addr "$r")/16" dev eth1
+    ip netns exec "$ns" ip link set eth1 up
+    for (( p = r / per_server * per_server; p < (r / per_server + 1) * per_server; p++ )); do
+      (( p == r )) || ip netns exec "$ns" ip route add "$(addr "$p")/32" dev eth0
+    done
+    shape "$ns" eth1 "$uplink_rate"   # worker -> other servers
+    [[ $shape_dirs == send ]] || shape "$slow" "$uplink_rate"   # other servers -> worker
+  else
+    ip netns exec "$ns" ip addr add "$(addr "$r")/16" dev eth0
+  fi
+  shape "$ns" eth0 "$rate"   # worker -> switch
+  [[ $shape_dirs == send ]] || shape "$host" "$rate"   # switch -> worker: a NIC limits what it receives too
+done
+
+mkdir -p "$out"
+if [[ $servers -gt 0 ]]; then
+  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate $uplink (tc tbf, no added latency; names $prefix)"
+else
+  echo "testbed: $workers workers, links $rate (tc tbf, no added latency; names $prefix)"
+fi
+port=$(( 20000 + $$ % 20000 ))
+for (( r = 0; r < workers; r++ )); do
+  ip netns exec "${prefix}n$r" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
+    timeout "$timeout_s" "$bin" train --transport gloo "${train_args[@]}" >"$out/worker$r.log" 2>&1 &
+  pids+=($!)
+done
+
+# Wait for all; the first failure stops the others (they would wait for it until their timeout).
+status=0 running=$workers
+declare -A done_
+while (( running > 0 )); do
+  for (( r = 0; r < workers; r++ )); do
+    [[ -z ${done_[$r]:-} ]] && ! kill -0 "${pids[$r]}" 2>/dev/null || continue
+    done_[$r]=1; running=$(( running - 1 ))
+    if ! wait "${pids[$r]}"; then
+      echo "testbed: worker $r failed (log: $out/worker$r.log):" >&2
+      tail -5 "$out/worker$r.log" >&2
+      if (( status == 0 )); then for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; fi
+      status=1
+    fi
+  done
+  sleep 0.2
+done
+pids=()
+# The reporting worker prints the result lines (steps, throughput); show them.
+grep -h -E '^\[emulated|^steps|^throughput' "$out"/worker*.log || true
+exit $status

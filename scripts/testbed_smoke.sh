@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The testbed's smoke test (ctest testbed_smoke, label integration): 2 network namespaces, a few
+# emulated 1F1B steps over gloo, then no namespace or link of the run may be left.
+# Exit 77 (ctest: skipped) with the reason when not root or network namespaces do not work here.
+set -euo pipefail
+bin=${1:?usage: testbed_smoke.sh PIPETRAIN}
+here=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "SKIPPED: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "the testbed needs root (network namespaces, tc)"
+command -v ip >/dev/null && command -v tc >/dev/null || skip "iproute2 (ip, tc) is not installed"
+probe="pt$$probe"
+ip netns add "$probe" 2>/dev/null || skip "'ip netns add' does not work here"
+ip netns delete "$probe"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# 4 layers at batch 8: 5 ms forward, 10 ms backward each; 256 KB activations, 1 MB weights.
+{
+  echo '{"format": "pipetrain.profile/1", "model": "smoke", "batch_size": 8, "device": "emulated", "layers": ['
+  for i in 0 1 2 3; do
+    echo "{\"name\": \"l$i\", \"forward_ms\": 5, \"backward_ms\": 10, \"activation_bytes\": 262144, \"parameter_bytes\": 1048576}$([[ $i -lt 3 ]] && echo ,)"
+  done
+  echo ']}'
+} >"$tmp/profile.json"
+
+status=0
+"$here/testbed.sh" --workers 2 --rate 500mbit --bin "$bin" --out "$tmp/out" --timeout 120 -- \
+  --compute emulated --profile "$tmp/profile.json" --stages 2 --schedule 1f1b --microbatches 2 --steps 4 \
+  --quiet >"$tmp/log" 2>&1 || status=$?
+cat "$tmp/log"
+if grep -q "is not built into this binary" "$tmp"/out/worker*.log 2>/dev/null; then
+  skip "this pipetrain has no 'train --transport gloo' worker path yet"
+fi
+[[ $status -eq 0 ]] || { echo "FAILED: testbed exited $status"; tail -n 20 "$tmp"/out/worker*.log; exit 1; }
+grep -q '^\[emulated.*\] steps 4' "$tmp/log" || { echo "FAILED: no emulated result line for 4 steps"; exit 1; }
+prefix=$(sed -n 's/.*names \(pt[0-9]*\)).*/\1/p' "$tmp/log")
+[[ -n $prefix ]] || { echo "FAILED: the testbed did not say its name prefix"; exit 1; }
+if ip netns list | grep -q "^${prefix}[a-z]" || ip -o link show | grep -q ": ${prefix}[a-z]"; then
+  echo "FAILED: namespaces or links named ${prefix}... were left behind"; exit 1
+fi
+echo "testbed smoke test passed (names $prefix... all removed)"

@@ -1,0 +1,111 @@
+#include "model/emulated_layer.h"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+
+namespace pt::model {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Zeros of `sizes` without their memory: a stride-0 view of one float. Intermediate outputs of a
+// stage are never read, so materialising them would only cost CPU time the accelerator would not
+// spend; tensors that cross a link are made contiguous (real bytes) by the transport.
+torch::Tensor virtual_zeros(at::IntArrayRef sizes) {
+  for (int64_t d : sizes)
+    if (d == 0) return torch::zeros(sizes);
+  return torch::zeros({1}).expand(sizes);
+}
+
+// One layer's compute. The backward is charged once per microbatch and split as the simulator
+// splits it (sim/simulator.h): half for the input gradient, half for the weight gradient, so a
+// zero-bubble schedule that runs them apart (B, then W) waits half each. A layer whose input
+// needs no gradient (the model's first) charges its whole backward with the weight gradient.
+struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               double forward_ms_per_sample, double backward_ms_per_sample, int64_t out_floats) {
+    int64_t rows = x.size(0);
+    emulated_wait(forward_ms_per_sample * static_cast<double>(rows));
+    ctx->saved_data["backward_ms"] = backward_ms_per_sample * static_cast<double>(rows);
+    ctx->saved_data["x_needs_grad"] = x.requires_grad();
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    ctx->saved_data["weight_numel"] = weight.numel();
+    ctx->saved_data["x_charged"] = false;
+    ctx->saved_data["w_charged"] = false;
+    return virtual_zeros({rows, out_floats});  // [rows, out_floats]
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list /*grad_outputs*/) {
+    auto& d = ctx->saved_data;
+    double half = d["backward_ms"].toDouble() / 2;
+    bool x_needs_grad = d["x_needs_grad"].toBool();
+    bool want_x = x_needs_grad && ctx->needs_input_grad(0);
+    bool want_w = ctx->needs_input_grad(1);
+    double wait = 0;
+    if (want_w && !d["w_charged"].toBool()) {
+      wait += x_needs_grad ? half : 2 * half;
+      d["w_charged"] = true;
+    }
+    if (want_x && !d["x_charged"].toBool()) {
+      wait += half;
+      d["x_charged"] = true;
+    }
+    emulated_wait(wait);
+    torch::Tensor gx, gw;
+    if (want_x) gx = virtual_zeros(d["x_sizes"].toIntVector());           // [rows, in_floats]
+    if (want_w) gw = virtual_zeros({d["weight_numel"].toInt()});           // [parameter_floats]
+    return {gx, gw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+EmulatedLayerImpl::EmulatedLayerImpl(EmulatedCost cost) : cost_(std::move(cost)) {
+  if (cost_.output_floats_per_sample < 1 || cost_.parameter_floats < 0 || cost_.forward_ms_per_sample < 0 ||
+      cost_.backward_ms_per_sample < 0)
+    throw ConfigError(str("emulated layer '", cost_.name, "': output floats ", cost_.output_floats_per_sample,
+                          " (must be >= 1), parameter floats ", cost_.parameter_floats, ", forward ",
+                          cost_.forward_ms_per_sample, " ms, backward ", cost_.backward_ms_per_sample,
+                          " ms (must be >= 0)"));
+  // Every layer holds a weight, even an empty one, so that its backward has a weight gradient
+  // to charge the weight half of its time to (see EmulatedCompute).
+  weight_ = register_parameter("weight", torch::zeros({cost_.parameter_floats}));  // [parameter_floats]
+}
+
+torch::Tensor EmulatedLayerImpl::forward(torch::Tensor x) {
+  return EmulatedCompute::apply(x, weight_, cost_.forward_ms_per_sample, cost_.backward_ms_per_sample,
+                                cost_.output_floats_per_sample);
+}
+
+std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs) {
+  if (costs.empty()) throw ConfigError(str("emulated model '", name, "': no layers"));
+  auto m = std::make_shared<LayeredModel>(name, Task::kEmulated, std::vector<int64_t>{1}, false);
+  for (const auto& c : costs) m->add(c.name, torch::nn::Sequential(EmulatedLayer(c)));
+  return m;
+}
+
+void emulated_wait(double ms) {
+  // The default timer slack (50 us) would add to every sleep; 1 us keeps short layers honest.
+  thread_local bool slack_set = (prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0), true);
+  thread_local double carry_ms = 0;  // how much earlier waits overshot
+  (void)slack_set;
+  constexpr double kMaxCarryMs = 1.0;  // a late wake-up is not paid back over whole actions
+  double want = ms - carry_ms;
+  if (want <= 0) {
+    carry_ms = -want;
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_until(t0 + std::chrono::duration<double, std::milli>(want));
+  double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  carry_ms = std::clamp(took - want, 0.0, kMaxCarryMs);
+}
+
+}  // namespace pt::model

@@ -1,0 +1,52 @@
+#pragma once
+// Emulated compute (DESIGN.md, "Measuring without a cluster"): a layer that stands in for an
+// accelerator's kernel. Its forward and backward are timed waits of a profiled duration (a
+// sleep, so the CPU stays idle as it would while a GPU computes); its output and gradients have
+// the profiled sizes, so the tensors the runtime sends, stashes and all-reduces have the real
+// byte counts. The values are zeros: nothing is learnt.
+//
+// Sizes and times are per sample, so a microbatch of r rows waits r x the per-sample time and
+// outputs r rows: the runtime splits minibatches along dim 0 and every slice is right.
+//   x [r, any] -> out [r, output_floats_per_sample] (float32 zeros); weight [parameter_floats]
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/layered_model.h"
+
+namespace pt::model {
+
+struct EmulatedCost {
+  std::string name;
+  double forward_ms_per_sample = 0;   // the wait of one sample's forward (time scale applied)
+  double backward_ms_per_sample = 0;  // of its full backward (input and weight gradients)
+  int64_t output_floats_per_sample = 1;
+  int64_t parameter_floats = 0;       // may be 0: the layer still holds an empty weight
+};
+
+class EmulatedLayerImpl : public torch::nn::Module {
+ public:
+  explicit EmulatedLayerImpl(EmulatedCost cost);
+  torch::Tensor forward(torch::Tensor x);
+  const EmulatedCost& cost() const { return cost_; }
+
+ private:
+  EmulatedCost cost_;
+  torch::Tensor weight_;
+};
+TORCH_MODULE(EmulatedLayer);
+
+// A chain of emulated layers, one per cost, with Task::kEmulated (loss = mean of the output,
+// which is zero) and a one-float input per sample (stage 0 reads its input from memory, so the
+// input's size crosses no link).
+std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs);
+
+// Sleeps `ms` on this thread. Sleeps overshoot by tens of microseconds; the overshoot is carried
+// (per thread) and taken off the next waits, so a stage of many short layers still waits the
+// sum of their times instead of the sum plus one overshoot per layer.
+void emulated_wait(double ms);
+
+}  // namespace pt::model
