@@ -125,6 +125,12 @@ int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, co
           if (q < world_size && running[q]) {
             running[q] = false;
             --left;
+            // Workers often fail together (a dead peer breaks the others' connections): report
+            // every failure that is not our SIGTERM, so the root cause is named even when a
+            // consequence was reaped first.
+            bool ours = WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
+            if (!ours && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+              std::cerr << "pipetrain: worker " << q << " " << describe(status) << std::endl;
           }
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
