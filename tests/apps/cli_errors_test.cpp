@@ -62,8 +62,8 @@ TEST(CliErrors, MicrobatchCounts) {
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches -3", 2, {"--microbatches", "got -3"});
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 1000000", 2, {"--microbatches", "got 1000000"});
   expect_rejected(kTrain + "--stages 2 --schedule gpipe --microbatches 3", 2, {"--microbatches: 3 does not divide --batch-size 16"});
-  // Too large for an int: CLI11 rejects it while parsing (exit code 106, ConversionError).
-  expect_rejected(kTrain + "--stages 2 --microbatches 99999999999", 106, {"--microbatches", "99999999999"});
+  // Too large for an int: CLI11 rejects it while parsing (exit code 104, ConversionError).
+  expect_rejected(kTrain + "--stages 2 --microbatches 99999999999", 104, {"--microbatches", "99999999999"});
   std::string profile = write("p.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 8, "layers": [
       {"name": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1},
       {"name": "b", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1}]})");
