@@ -97,8 +97,9 @@ double JsonField::as_non_negative() const {
 
 int64_t JsonField::as_int() const {
   double v = as_number();
-  if (std::floor(v) != v || std::fabs(v) > 9.0e15)
-    fail("must be a whole number, got " + brief(*value_));
+  if (std::floor(v) != v) fail("must be a whole number, got " + brief(*value_));
+  // Beyond 2^53 a double no longer holds every whole number, so the file's value is not exact.
+  if (std::fabs(v) > 9.0e15) fail("must be a whole number of magnitude at most 9e15, got " + brief(*value_));
   return static_cast<int64_t>(v);
 }
 

@@ -49,9 +49,11 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   else if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1024.0 * 1024;
   else if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
-  if (!parse_double(text.substr(0, i), &number) || scale == 0 || number <= 0 ||
-      number * scale > 9.0e18)
+  if (!parse_double(text.substr(0, i), &number) || scale == 0 || number <= 0)
     throw UsageError(str(what, ": '", text, "' is not a positive size (examples: 16GB, 512MiB, 1048576)"));
+  // The most a JSON artifact holds exactly (JsonField::as_int): a size must survive being
+  // written into a cluster or plan file and read back.
+  if (number * scale > 9.0e15) throw UsageError(str(what, ": '", text, "' is more than 8 PiB"));
   return static_cast<int64_t>(std::llround(number * scale));
 }
 

@@ -25,6 +25,17 @@ TEST(Units, RejectsBadSizesNamingTheFlag) {
   }
 }
 
+TEST(Units, SizesStayWithinWhatJsonFilesHoldExactly) {
+  // Found by fuzz/cluster_fuzz.cpp: a cluster with this memory could not be read back.
+  try {
+    parse_bytes("622716505GB", "--memory");
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--memory: '622716505GB' is more than 8 PiB");
+  }
+  EXPECT_EQ(parse_bytes("8000TB", "--memory"), 8000LL << 40);
+}
+
 TEST(Units, Lists) {
   EXPECT_EQ(parse_int_list("4, 4", "--workers"), (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(parse_double_list("80,10", "--bandwidth-gbps"), (std::vector<double>{80, 10}));

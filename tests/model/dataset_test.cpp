@@ -52,6 +52,65 @@ TEST(Dataset, ImageLabelCountMismatchNamesBothFiles) {
   }
 }
 
+TEST(Dataset, ImagesOfTheWrongSizeOrNoneNameTheFile) {
+  struct Case {
+    std::vector<uint8_t> header;  // images: count, rows, cols
+    int64_t bytes;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 32, 0, 0, 0, 32}, 2 * 32 * 32, "images are 32x32, Fashion-MNIST's are 28x28"},
+      {{0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28}, 0, "holds no images"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::string dir = ::testing::TempDir() + "badimages" + std::to_string(i);
+    std::system(("mkdir -p " + dir).c_str());
+    int64_t n = cases[i].header[7];
+    for (std::string split : {"train", "t10k"}) {
+      std::ofstream f(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary);
+      f.write(reinterpret_cast<const char*>(cases[i].header.data()), cases[i].header.size());
+      f << std::string(cases[i].bytes, '\1');
+      std::ofstream l(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary);
+      l << std::string("\0\0\x08\x01\0\0\0", 7) << static_cast<char>(n) << std::string(n, '\1');
+    }
+    try {
+      load_fashion_mnist(dir);
+      ADD_FAILURE() << cases[i].message;
+    } catch (const FormatError& e) {
+      EXPECT_EQ(std::string(e.what()), dir + "/train-images-idx3-ubyte: " + cases[i].message);
+    }
+  }
+}
+
+TEST(Dataset, TextCorpusErrorsNameTheFileOrFlag) {
+  auto error_of = [](const std::string& path, int64_t seq) {
+    try {
+      load_text(path, seq);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string tiny = ::testing::TempDir() + "tiny.txt";
+  std::ofstream(tiny) << "short";
+  EXPECT_EQ(error_of(tiny, 8), tiny + ": 5 bytes is too short for 8-character samples (need at least 90)");
+  EXPECT_EQ(error_of(tiny, 0), "--seq-len: must be in 1..65536, got 0");
+  EXPECT_EQ(error_of(tiny, INT64_MAX), "--seq-len: must be in 1..65536, got 9223372036854775807");
+  std::string dir = ::testing::TempDir();
+  EXPECT_EQ(error_of(dir, 8), dir + ": is a directory, not a file");
+}
+
+TEST(Dataset, SyntheticDataOfAbsurdSizeIsRefused) {
+  auto m = build_mnist_cnn({});
+  try {
+    synthetic_data(*m, 1000000000, 8, 10, 1);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--synthetic-samples: 1000000000 training and 8 test samples of mnist-cnn", 0), 0u)
+        << e.what();
+  }
+}
+
 TEST(Dataset, TextIsCharacterLevelAndShifted) {
   std::string path = ::testing::TempDir() + "corpus.txt";
   std::string text;

@@ -1,0 +1,129 @@
+// Bad values at the command line and bad files behind its flags (issue 7, item 4), through the
+// built binary: each run must end quickly with a non-zero exit and a message that names the
+// flag or file and the value, never a crash, an uncaught exception or a hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "pt_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+// `timeout` turns a hang into exit code 124, so the test fails instead of waiting forever.
+Run pipetrain(const std::string& args) {
+  std::string cmd = "timeout 120 " + std::string(PT_BINARY_DIR) + "/pipetrain " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  Run r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+fs::path scratch() {
+  fs::path dir = fs::temp_directory_path() / "pt_cli_errors";
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  fs::path p = scratch() / name;
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+// Fails unless the run ended with a usage/other error (2 or 1, as apps/main.cpp maps them)
+// and its output holds every one of `words`.
+void expect_rejected(const std::string& args, int exit_code, const std::vector<std::string>& words) {
+  Run r = pipetrain(args);
+  SCOPED_TRACE("pipetrain " + args + "\n" + r.output);
+  EXPECT_EQ(r.exit_code, exit_code);
+  for (const auto& w : words) EXPECT_NE(r.output.find(w), std::string::npos) << "missing '" << w << "'";
+  for (const char* bad : {"terminate called", "Segmentation", "Aborted", "core dumped", "AddressSanitizer"})
+    EXPECT_EQ(r.output.find(bad), std::string::npos) << bad;
+}
+
+const std::string kTrain = "train --data synthetic --synthetic-samples 64 --batch-size 16 --steps 1 --quiet ";
+
+TEST(CliErrors, MicrobatchCounts) {
+  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 0", 2, {"--microbatches", "got 0"});
+  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches -3", 2, {"--microbatches", "got -3"});
+  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 1000000", 2, {"--microbatches", "got 1000000"});
+  expect_rejected(kTrain + "--stages 2 --schedule gpipe --microbatches 3", 2, {"--microbatches: 3 does not divide --batch-size 16"});
+  // Too large for an int: CLI11 rejects it while parsing (exit code 104, ConversionError).
+  expect_rejected(kTrain + "--stages 2 --microbatches 99999999999", 104, {"--microbatches", "99999999999"});
+  std::string profile = write("p.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 8, "layers": [
+      {"name": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1},
+      {"name": "b", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1}]})");
+  for (const char* mb : {"0", "-1", "100000"})
+    expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --microbatches " + mb, 2,
+                    {"--microbatches", std::string("got ") + mb});
+  expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --schedule interleaved --chunks 100000000",
+                  2, {"--chunks", "got 100000000"});
+}
+
+TEST(CliErrors, StagesChunksAndWorkers) {
+  expect_rejected(kTrain + "--stages 9 --schedule 1f1b", 2, {"--stages", "9 stages", "mnist-cnn"});
+  expect_rejected(kTrain + "--stages 3 --schedule interleaved --chunks 2", 2, {"--stages 3 x --chunks 2 = 6", "mnist-cnn"});
+  expect_rejected(kTrain + "--stages 2 --schedule interleaved --chunks 0", 2, {"--chunks", "got 0"});
+  expect_rejected(kTrain + "--stages 0", 105, {"--stages", "0"});  // CLI11 range check
+  expect_rejected(kTrain + "--schedule dp --workers -2", 105, {"--workers", "-2"});
+  expect_rejected("plan --profile x.json --workers 0 --bandwidth-gbps 1", 2, {"--workers", "got 0"});
+  expect_rejected("plan --profile x.json --workers 4 --bandwidth-gbps -1", 2, {"--bandwidth-gbps", "got -1"});
+}
+
+TEST(CliErrors, TrainingValues) {
+  expect_rejected(kTrain + "--batch-size 0", 2, {"--batch-size: must be >= 1, got 0"});
+  expect_rejected(kTrain + "--batch-size -16", 2, {"--batch-size: must be >= 1, got -16"});
+  expect_rejected(kTrain + "--batch-size 1000000", 2, {"--batch-size: 1000000 is larger than the 64 training samples"});
+  expect_rejected(kTrain + "--steps -1", 2, {"--steps: must be >= 0, got -1"});
+  expect_rejected(kTrain + "--lr -0.5", 2, {"--lr: must be > 0, got -0.5"});
+  expect_rejected("train --data synthetic --synthetic-samples 1000000000 --model vgg16", 2,
+                  {"--synthetic-samples: 1000000000 training"});
+  expect_rejected("train --data synthetic --model vgg16 --image-size 100000", 2, {"--image-size: must be in 0..4096, got 100000"});
+  expect_rejected("train --model gpt --seq-len 1000000", 2, {"--seq-len: must be in 1..65536, got 1000000"});
+  expect_rejected("train --model gpt --seq-len -5", 2, {"--seq-len", "got -5"});
+}
+
+TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
+  std::string plan = write("bad_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0, 1, 2, 3, 4, 5, 6, 7, 8], "replicas": 1}]})");
+  expect_rejected(kTrain + "--plan " + plan, 1, {plan, "holds layer", "mnist-cnn"});
+  std::string garbled = write("garbled_plan.json", "{\"format\": \"pipetrain.plan/1\", \"workers\": ");
+  expect_rejected(kTrain + "--plan " + garbled, 1, {garbled, "not valid JSON"});
+  std::string profile = write("bad_profile.txt", "a -- A -- forward_compute_time=-1, backward_compute_time=1, "
+                                                 "activation_size=1, parameter_size=1\n");
+  expect_rejected(kTrain + "--stages 2 --profile " + profile, 1, {profile, "line 1", "negative time"});
+  expect_rejected("plan --profile " + profile + " --workers 2 --bandwidth-gbps 1", 1, {profile, "negative time"});
+  std::string cluster = write("bad_cluster.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 99999999999, "bandwidth_gbps": 1}]})");
+  expect_rejected("plan --profile " + profile + " --cluster " + cluster, 1, {cluster, "fan_out", "99999999999"});
+  // Text corpus: missing, a directory, too short.
+  expect_rejected("train --model lstm-lm --text /nonexistent/corpus.txt", 1, {"--text", "/nonexistent/corpus.txt"});
+  std::string dir = scratch().string();
+  expect_rejected("train --model lstm-lm --text " + dir, 1, {dir, "is a directory"});
+  std::string tiny = write("tiny.txt", "too short");
+  expect_rejected("train --model lstm-lm --text " + tiny, 1, {tiny, "9 bytes is too short"});
+  // IDX data: a garbled image file names itself.
+  fs::path data = scratch() / "fmnist";
+  fs::create_directories(data);
+  for (std::string split : {"train", "t10k"}) {
+    std::ofstream((data / (split + "-images-idx3-ubyte")).string(), std::ios::binary) << "not an idx file";
+    std::ofstream((data / (split + "-labels-idx1-ubyte")).string(), std::ios::binary) << std::string("\0\0\x08\x01\0\0\0\0", 8);
+  }
+  expect_rejected("train --steps 1 --data-dir " + data.string(), 1,
+                  {(data / "train-images-idx3-ubyte").string(), "bad IDX magic number"});
+  expect_rejected("train --steps 1 --data-dir /nonexistent/fmnist", 1, {"--data-dir", "/nonexistent/fmnist"});
+}
+
+}  // namespace

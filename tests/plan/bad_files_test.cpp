@@ -1,0 +1,136 @@
+// Bad plan, cluster and profile files (issue 7, item 4): each is a FormatError or ConfigError
+// whose message names the file, the field and the offending value, never a narrowing to a
+// wrong value or an allocation the file's numbers ask for.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "plan/cluster.h"
+#include "plan/plan.h"
+#include "profile/pipedream_graph.h"
+
+namespace pt::plan {
+namespace {
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const InternalError& e) {
+    return std::string("internal: ") + e.what();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string plan_error(const std::string& text) {
+  return error_of([&] { plan_from_json(parse_json(text, "p.json"), "p.json"); });
+}
+
+std::string cluster_error(const std::string& text) {
+  return error_of([&] { cluster_from_json(parse_json(text, "c.json"), "c.json"); });
+}
+
+std::string profile_error(const std::string& text, const std::string& source) {
+  return error_of([&] { profile::parse_any_profile(text, source); });
+}
+
+TEST(BadPlanFile, NamesFieldAndValue) {
+  const std::string head = R"({"format": "pipetrain.plan/1", )";
+  EXPECT_EQ(plan_error(head + R"("workers": 4294967297, "stages": [{"layers": [0], "replicas": 1}]})"),
+            "p.json: field 'workers' must be in 1..1000000, got 4294967297");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": -2}]})"),
+            "p.json: field 'stages[0].replicas' must be in 1..1000000, got -2");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [4294967296], "replicas": 1}]})"),
+            "p.json: field 'stages[0].layers' has layer index 4294967296, too large");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [-1], "replicas": 1}]})"),
+            "p.json: field 'stages[0].layers' has a negative layer index -1");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [], "replicas": 1}]})"),
+            "p.json: field 'stages[0].layers' must hold at least one layer");
+  EXPECT_EQ(plan_error(head + R"("workers": 3, "stages": [{"layers": [0], "replicas": 1}, {"layers": [1], "replicas": 1}]})"),
+            "p.json: field 'workers' is 3 but the stages' replicas add up to 2");
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "stages": [{"layers": [0], "replicas": 2, "workers": [1, 1]}]})"),
+            "p.json: field 'stages[0].workers' has worker id 1 which another replica uses too");
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "stages": [{"layers": [0], "replicas": 2, "workers": [0, 7]}]})"),
+            "p.json: field 'stages[0].workers' has worker id 7 which is out of range 0..1");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "compute_ms": 1e999}]})"),
+            "p.json: not valid JSON (number overflow parsing '1e999')");
+  EXPECT_EQ(plan_error(R"({"format": "pipetrain.plan/2"})"),
+            "p.json: field 'format' is \"pipetrain.plan/2\", expected \"pipetrain.plan/1\"");
+  EXPECT_EQ(plan_error(R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": )"),
+            "p.json: not valid JSON (byte 68)");
+}
+
+TEST(BadPlanFile, MoreStagesThanLayersNamesBoth) {
+  profile::Profile prof;
+  prof.model = "tiny";
+  for (int i = 0; i < 3; ++i) prof.layers.push_back({str("l", i), 1, 1, 0, 0, i ? std::vector<int>{i - 1} : std::vector<int>{}});
+  Plan p = plan_from_json(parse_json(R"({"format": "pipetrain.plan/1", "workers": 4, "stages": [
+      {"layers": [0], "replicas": 1}, {"layers": [1], "replicas": 1}, {"layers": [2], "replicas": 1},
+      {"layers": [3], "replicas": 1}]})", "p.json"), "p.json");
+  EXPECT_EQ(error_of([&] { check_plan_fits(p, prof, "p.json"); }),
+            "p.json: stage 3 holds layer 3 but the profile of 'tiny' has 3 layers (0..2)");
+}
+
+TEST(BadClusterFile, NamesFieldAndValue) {
+  const std::string head = R"({"format": "pipetrain.cluster/1", "levels": )";
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 4294967297, "bandwidth_gbps": 1}]})"),
+            "c.json: field 'levels[0].fan_out' must be in 1..1000000, got 4294967297");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 0, "bandwidth_gbps": 1}]})"),
+            "c.json: field 'levels[0].fan_out' must be in 1..1000000, got 0");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 1000, "bandwidth_gbps": 1}, {"fan_out": 1001, "bandwidth_gbps": 1}]})"),
+            "c.json: 1.001e+06 workers is more than pipetrain supports (1000000)");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": -10}]})"),
+            "c.json: field 'levels[0].bandwidth_gbps' must be > 0, got -10");
+  EXPECT_EQ(cluster_error(head + R"([]})"), "c.json: field 'levels' must list at least one level");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "memory_bytes_per_worker": -1})"),
+            "c.json: field 'memory_bytes_per_worker' must be >= 0, got -1");
+}
+
+TEST(BadClusterShorthand, NamesFlagAndValue) {
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("0", "1"); }), "--workers: level 0 fan-out must be in 1..100000, got 0");
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("-4", "1"); }), "--workers: level 0 fan-out must be in 1..100000, got -4");
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("1000,1001", "1,1"); }),
+            "--workers: 1.001e+06 workers is more than pipetrain supports (1000000)");
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "0"); }), "--bandwidth-gbps: level 0 must be > 0, got 0");
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("4,4", "1"); }),
+            "--workers '4,4' has 2 levels but --bandwidth-gbps '1' has 1");
+}
+
+TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
+  auto line = [](const std::string& name, const std::string& act) {
+    return "a -- " + name + " -- forward_compute_time=1, backward_compute_time=1, activation_size=" + act +
+           ", parameter_size=1\n";
+  };
+  EXPECT_EQ(profile_error(line("A", "1e300"), "g.txt"),
+            "g.txt line 1 activation_size: 1e+300 bytes is more than pipetrain accepts for one layer (1125899906842624)");
+  EXPECT_EQ(profile_error(line("A\xb0", "1"), "g.txt"), "g.txt line 1: the description is not valid UTF-8");
+  EXPECT_EQ(profile_error(line("A", "-5"), "g.txt"), "g.txt line 1 activation_size: must be >= 0, got -5");
+  EXPECT_EQ(profile_error("", "g.txt"), "g.txt: has no layers");
+  EXPECT_EQ(profile_error(R"({"layers": [{"id": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes_list": [1e300],
+      "parameter_bytes": 1}], "edges": []})", "f.json"),
+            "f.json: field 'layers[0].activation_bytes_list': 1e+300 bytes is more than pipetrain accepts for one layer "
+            "(1125899906842624)");
+  EXPECT_EQ(profile_error(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 1, "layers": [{"name": "a",
+      "forward_ms": 1, "backward_ms": 1, "activation_bytes": 2e15, "parameter_bytes": 1}]})", "p.json"),
+            "p.json: field 'layers[0].activation_bytes' must be in 0..1125899906842624, got 2000000000000000");
+  EXPECT_EQ(profile_error(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 1, "layers": [{"name": "a",
+      "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1e18}]})", "p.json"),
+            "p.json: field 'layers[0].parameter_bytes' must be a whole number of magnitude at most 9e15, got 1e+18");
+  EXPECT_EQ(profile_error(R"({"format": "pipetrain.profile/1", "batch_size": 1e400})", "p.json"),
+            "p.json: not valid JSON (number overflow parsing '1e400')");
+  EXPECT_EQ(profile_error(R"({"something": "else"})", "x.json"),
+            "x.json: a JSON document that is neither a pipetrain profile (no \"format\") nor PipeDream's JSON figures "
+            "(no \"layers\" and \"edges\")");
+}
+
+TEST(BadProfileFile, DeeplyNestedValuesAreNamedNotRecursedInto) {
+  // A million nested lists where a string belongs: the error message must not dump it.
+  std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string e = profile_error(R"({"format": )" + deep + "}", "deep.json");
+  EXPECT_EQ(e.rfind("deep.json: field 'format' must be a string, got [[[[", 0), 0u) << e.substr(0, 200);
+  EXPECT_LT(e.size(), 200u);
+}
+
+}  // namespace
+}  // namespace pt::plan
