@@ -59,8 +59,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
   if (lm && kind == "fashion-mnist")
     throw UsageError(str("--data: ", model, " is a language model; use --data text or synthetic"));
   if (!lm && kind == "text") throw UsageError(str("--data: ", model, " is an image model; text needs lstm-lm or gpt"));
-  if (options.image_size < 0 || options.classes < 0 || options.seq_len < 0 || options.depth < 0)
-    throw UsageError("--image-size, --classes, --seq-len and --depth must be >= 0");
+  model::check_model_options(options);  // before loading data that a bad value would waste
   model::DataSplit data_split;
   model::ModelOptions o = options;
   if (kind == "fashion-mnist") {

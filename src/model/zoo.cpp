@@ -10,7 +10,7 @@ std::vector<std::string> model_names() {
 
 bool is_language_model(const std::string& name) { return name == "lstm-lm" || name == "gpt"; }
 
-std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& o) {
+void check_model_options(const ModelOptions& o) {
   if (o.width <= 0 || o.width > 16) throw UsageError(str("--width: must be in (0, 16], got ", o.width));
   // Upper bounds so that an absurd value is an error naming the flag, not an allocation of
   // terabytes that the kernel ends with SIGKILL. 0 means "the model's default".
@@ -21,6 +21,10 @@ std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOp
   for (const Bound& b : {Bound{"--image-size", o.image_size, 4096}, Bound{"--classes", o.classes, 1000000},
                          Bound{"--seq-len", o.seq_len, kMaxSeqLen}, Bound{"--depth", o.depth, 1024}})
     if (b.value < 0 || b.value > b.max) throw UsageError(str(b.flag, ": must be in 0..", b.max, ", got ", b.value));
+}
+
+std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& o) {
+  check_model_options(o);
   if (name == "mnist-cnn") return build_mnist_cnn(o);
   if (name == "vgg16") return build_vgg16(o);
   if (name == "resnet18") return build_resnet(18, o);

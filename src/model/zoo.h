@@ -26,6 +26,8 @@ inline constexpr int64_t kMaxSeqLen = 65536;
 
 std::vector<std::string> model_names();
 bool is_language_model(const std::string& name);
+// Throws UsageError naming the flag when an option is out of its range (0: the model's default).
+void check_model_options(const ModelOptions& options);
 // Throws UsageError naming --model and the known names for an unknown model.
 std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& options);
 

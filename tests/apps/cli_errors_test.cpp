@@ -55,7 +55,9 @@ void expect_rejected(const std::string& args, int exit_code, const std::vector<s
     EXPECT_EQ(r.output.find(bad), std::string::npos) << bad;
 }
 
-const std::string kTrain = "train --data synthetic --synthetic-samples 64 --batch-size 16 --steps 1 --quiet ";
+// A flag may be given once, so the cases that vary --batch-size or --steps start from kTrainBase.
+const std::string kTrainBase = "train --data synthetic --synthetic-samples 64 --quiet ";
+const std::string kTrain = kTrainBase + "--batch-size 16 --steps 1 ";
 
 TEST(CliErrors, MicrobatchCounts) {
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 0", 2, {"--microbatches", "got 0"});
@@ -85,15 +87,15 @@ TEST(CliErrors, StagesChunksAndWorkers) {
 }
 
 TEST(CliErrors, TrainingValues) {
-  expect_rejected(kTrain + "--batch-size 0", 2, {"--batch-size: must be >= 1, got 0"});
-  expect_rejected(kTrain + "--batch-size -16", 2, {"--batch-size: must be >= 1, got -16"});
-  expect_rejected(kTrain + "--batch-size 1000000", 2, {"--batch-size: 1000000 is larger than the 64 training samples"});
-  expect_rejected(kTrain + "--steps -1", 2, {"--steps: must be >= 0, got -1"});
+  expect_rejected(kTrainBase + "--steps 1 --batch-size 0", 2, {"--batch-size: must be >= 1, got 0"});
+  expect_rejected(kTrainBase + "--steps 1 --batch-size -16", 2, {"--batch-size: must be >= 1, got -16"});
+  expect_rejected(kTrainBase + "--steps 1 --batch-size 1000000", 2, {"--batch-size: 1000000 is larger than the 64 training samples"});
+  expect_rejected(kTrainBase + "--batch-size 16 --steps -1", 2, {"--steps: must be >= 0, got -1"});
   expect_rejected(kTrain + "--lr -0.5", 2, {"--lr: must be > 0, got -0.5"});
   expect_rejected("train --data synthetic --synthetic-samples 1000000000 --model vgg16", 2,
                   {"--synthetic-samples: 1000000000 training"});
   expect_rejected("train --data synthetic --model vgg16 --image-size 100000", 2, {"--image-size: must be in 0..4096, got 100000"});
-  expect_rejected("train --model gpt --seq-len 1000000", 2, {"--seq-len: must be in 1..65536, got 1000000"});
+  expect_rejected("train --model gpt --seq-len 1000000", 2, {"--seq-len: must be in 0..65536, got 1000000"});
   expect_rejected("train --model gpt --seq-len -5", 2, {"--seq-len", "got -5"});
 }
 
