@@ -209,6 +209,8 @@ Register reg({"train", "Train a model: one worker, or pipeline-parallel with --p
       ->capture_default_str();
   app.add_option("--warmup-steps", t.sgd.warmup_steps, "Minibatches of linear learning-rate warm-up")
       ->capture_default_str();
+  app.add_option("--eval-every", t.eval_every,
+                 "Also measure test accuracy every N minibatches (pipelines drain there; for time-to-accuracy)");
   app.add_option("--metrics", t.metrics_path, "Write per-step metrics to this CSV file");
   app.add_flag("--quiet", t.quiet, "No progress output");
   std::string kinds;

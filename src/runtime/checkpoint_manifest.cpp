@@ -42,14 +42,13 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   expect_format(root, kKind, kVersion);
   CheckpointManifest m;
   m.model = root["model"].as_string();
-  m.layers = static_cast<int>(root["layers"].as_int_at_least(1));
-  if (m.layers > 100000) root["layers"].fail("is too large");
+  m.layers = static_cast<int>(root["layers"].as_int_in(1, 100000));
   m.step = root["step"].as_int_at_least(0);
   m.batch_size = root["batch_size"].as_int_at_least(1);
   m.seed = static_cast<uint64_t>(root["seed"].as_int_at_least(0));
   m.schedule = root["schedule"].as_string();
   m.plan = root["plan"].as_string();
-  m.workers = static_cast<int>(root["workers"].as_int_at_least(1));
+  m.workers = static_cast<int>(root["workers"].as_int_in(1, 1 << 20));
   JsonField sgd = root["sgd"];
   m.lr = sgd["lr"].as_non_negative();
   m.momentum = sgd["momentum"].as_non_negative();
@@ -64,12 +63,11 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     // Only plain names inside the checkpoint directory: a manifest must not point elsewhere.
     if (cf.name.empty() || cf.name.find('/') != std::string::npos || cf.name == "." || cf.name == "..")
       f["name"].fail("must be a file name inside the checkpoint directory");
-    cf.layer = static_cast<int>(f["layer"].as_int_at_least(0));
-    if (cf.layer != static_cast<int>(i)) f["layer"].fail(str("must be ", i, " (files are in layer order)"));
+    int64_t layer = f["layer"].as_int_at_least(0);
+    if (layer != static_cast<int64_t>(i)) f["layer"].fail(str("must be ", i, " (files are in layer order)"));
+    cf.layer = static_cast<int>(i);
     cf.bytes = f["bytes"].as_int_at_least(0);
-    int64_t crc = f["crc32"].as_int_at_least(0);
-    if (crc > 0xffffffffLL) f["crc32"].fail("is not a 32-bit checksum");
-    cf.crc32 = static_cast<uint32_t>(crc);
+    cf.crc32 = static_cast<uint32_t>(f["crc32"].as_int_in(0, 0xffffffffLL));
     m.files.push_back(cf);
   }
   return m;

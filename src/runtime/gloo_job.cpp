@@ -35,7 +35,8 @@ class LossReport {
     recent_.push_back(loss);
     last_loss_ = loss;
     double secs = (wall_ms() - start_ms_ - eval_ms_) / 1000;
-    progress_.step({current_ + 1, current_ / per_epoch_, loss, (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1});
+    progress_.step({current_ + 1, current_ / per_epoch_, loss, (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1,
+                    secs});
     sum_ = 0;
     seen_ = 0;
   }

@@ -22,12 +22,16 @@ schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o
 }
 
 std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
-                                   int64_t total_steps, int64_t first_step, int64_t checkpoint_every) {
+                                   int64_t total_steps, int64_t first_step, int64_t checkpoint_every,
+                                   int64_t eval_every) {
   int unit = 1;
   if (!probe.flush) {
     for (const auto& st : plan.stages) unit = std::lcm(unit, st.replicas);
   }
-  int64_t piece = checkpoint_every > 0 ? (checkpoint_every + unit - 1) / unit * unit : 0;
+  auto round_up = [&](int64_t every) { return every > 0 ? (every + unit - 1) / unit * unit : 0; };
+  // Asynchronous: minibatches left until the next cut of each kind; every epoch end cuts both.
+  int64_t ck_piece = round_up(checkpoint_every), ev_piece = round_up(eval_every);
+  int64_t to_ck = ck_piece, to_ev = ev_piece;
   std::vector<Segment> out;
   for (int64_t start = first_step; start < total_steps;) {
     int64_t epoch = start / per_epoch;
@@ -35,16 +39,26 @@ std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::
     int64_t n = probe.flush ? 1 : (epoch_end - start) / unit * unit;
     if (n == 0) {  // fewer than `unit` minibatches left in the epoch: they are skipped
       start = epoch_end;
-      if (!out.empty()) out.back().ends_epoch = true;
+      if (!out.empty()) out.back().ends_epoch = out.back().evaluate = true;
       continue;
     }
-    if (!probe.flush && piece > 0) n = std::min(n, piece);
+    if (!probe.flush && ck_piece > 0) n = std::min(n, to_ck);
+    if (!probe.flush && ev_piece > 0) n = std::min(n, to_ev);
     Segment seg{start, static_cast<int>(n), false, epoch};
     start += n;
     seg.ends_epoch = start == epoch_end || (!probe.flush && epoch_end - start < unit);
     if (seg.ends_epoch) start = epoch_end;
-    if (checkpoint_every > 0)
-      seg.checkpoint = start >= total_steps || (probe.flush ? start % checkpoint_every == 0 : true);
+    if (probe.flush) {
+      seg.checkpoint = checkpoint_every > 0 && (start >= total_steps || start % checkpoint_every == 0);
+      seg.evaluate = seg.ends_epoch || (eval_every > 0 && start % eval_every == 0);
+    } else {
+      to_ck -= n;
+      to_ev -= n;
+      seg.checkpoint = ck_piece > 0 && (to_ck == 0 || seg.ends_epoch || start >= total_steps);
+      seg.evaluate = seg.ends_epoch || (ev_piece > 0 && to_ev == 0);
+      if (seg.checkpoint) to_ck = ck_piece;
+      if (seg.evaluate) to_ev = ev_piece;
+    }
     out.push_back(seg);
   }
   return out;
@@ -75,7 +89,8 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
     if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
   }
   job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step,
-                               o.checkpoint.dir.empty() ? 0 : std::max<int64_t>(o.checkpoint.every, 0));
+                               o.checkpoint.dir.empty() ? 0 : std::max<int64_t>(o.checkpoint.every, 0),
+                               o.train.evaluate ? o.train.eval_every : 0);
   for (const auto& seg : job.segments) job.steps += seg.minibatches;
   return job;
 }
@@ -117,7 +132,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     if (it == cache.end())
       it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
     worker.run(it->second, seg.first_minibatch);
-    if (o.train.evaluate && seg.ends_epoch) {
+    if (o.train.evaluate && seg.evaluate) {
       double t0 = wall_ms();
       double acc = worker.evaluate(it->second, data.test);
       if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
@@ -166,7 +181,8 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
       recent.push_back(p.first);
       partial.erase(minibatch);
       double secs = (wall_ms() - start - eval_ms) / 1000;
-      progress.step({job.first_step + done, minibatch / per_epoch, p.first, done * o.train.batch_size / std::max(secs, 1e-9), -1});
+      progress.step({job.first_step + done, minibatch / per_epoch, p.first, done * o.train.batch_size / std::max(secs, 1e-9), -1,
+                     secs});
     });
   }
   std::vector<std::string> errors(n);

@@ -40,8 +40,9 @@ using ModelFactory = std::function<std::shared_ptr<model::LayeredModel>()>;
 
 // The minibatches run by each schedule repetition: synchronous schedules one at a time;
 // asynchronous ones an epoch at a time (the pipeline drains at each epoch's end, where test
-// accuracy is measured), in multiples of every stage's replica count, and cut into pieces of
-// `checkpoint_every` (rounded up to that multiple) so that checkpoints see a drained pipeline.
+// accuracy is measured), in multiples of every stage's replica count, and cut every
+// `checkpoint_every` and every `eval_every` minibatches (each rounded up to that multiple) so
+// that checkpoints and evaluations see a drained pipeline.
 // Training starts at minibatch `first_step` (a resumed checkpoint's step).
 struct Segment {
   int64_t first_minibatch = 0;
@@ -49,9 +50,11 @@ struct Segment {
   bool ends_epoch = false;
   int64_t epoch = 0;
   bool checkpoint = false;  // a checkpoint is written after it
+  bool evaluate = false;    // test accuracy is measured after it (epoch ends and eval_every)
 };
 std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::Plan& plan, int64_t per_epoch,
-                                   int64_t total_steps, int64_t first_step = 0, int64_t checkpoint_every = 0);
+                                   int64_t total_steps, int64_t first_step = 0, int64_t checkpoint_every = 0,
+                                   int64_t eval_every = 0);
 
 // What a job runs, worked out identically by every worker of every transport.
 struct JobLayout {

@@ -20,7 +20,7 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
   if (!metrics_path.empty()) {
     csv_ = std::fopen(metrics_path.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
-    std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy\n");
+    std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s\n");
   }
 }
 
@@ -33,11 +33,10 @@ void Progress::flush_pending() {
   if (!csv_ || !has_pending_) return;
   has_pending_ = false;
   const StepRecord& r = pending_;
-  if (r.test_accuracy >= 0)
-    std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%.6f\n", (long long)r.step, (long long)r.epoch, r.loss,
-                 r.samples_per_s, r.test_accuracy);
-  else
-    std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,\n", (long long)r.step, (long long)r.epoch, r.loss, r.samples_per_s);
+  char acc[32] = "";  // empty when not evaluated at this step
+  if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.6f", r.test_accuracy);
+  std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f\n", (long long)r.step, (long long)r.epoch, r.loss,
+               r.samples_per_s, acc, r.train_s);
   std::fflush(csv_);
 }
 

@@ -14,6 +14,7 @@ struct StepRecord {
   double loss = 0;
   double samples_per_s = 0;
   double test_accuracy = -1;  // < 0: not evaluated at this step
+  double train_s = 0;         // training time so far in this run, evaluations excluded
 };
 
 class Progress {

@@ -49,6 +49,7 @@ void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
                          " training samples of ", data.name));
   if (o.epochs < 1 && o.steps < 1) throw UsageError(str("--epochs: must be >= 1, got ", o.epochs));
   if (o.steps < 0) throw UsageError(str("--steps: must be >= 0, got ", o.steps));
+  if (o.eval_every < 0) throw UsageError(str("--eval-every: must be >= 0, got ", o.eval_every));
   if (!(o.sgd.lr > 0)) throw UsageError(str("--lr: must be > 0, got ", o.sgd.lr));
   if (o.sgd.momentum < 0 || o.sgd.momentum >= 1) throw UsageError(str("--momentum: must be in [0, 1), got ", o.sgd.momentum));
   if (o.sgd.lr_schedule != "constant" && o.sgd.lr_schedule != "cosine")
@@ -87,10 +88,11 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     train_ms += wall_ms() - t0;
     recent.push_back(loss_value);
     if (recent.size() > 50) recent.pop_front();
-    StepRecord rec{step + 1, step / per_epoch, loss_value, (step + 1) * o.batch_size / (train_ms / 1000), -1};
+    StepRecord rec{step + 1, step / per_epoch, loss_value, (step + 1) * o.batch_size / (train_ms / 1000), -1,
+                   train_ms / 1000};
     progress.step(rec);
     bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
-    if (o.evaluate && epoch_end) {
+    if (o.evaluate && (epoch_end || (o.eval_every > 0 && (step + 1) % o.eval_every == 0))) {
       rec.test_accuracy = evaluate_accuracy(model, data.test);
       result.test_accuracy = rec.test_accuracy;
       progress.evaluated(rec);

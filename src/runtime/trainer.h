@@ -32,6 +32,7 @@ struct TrainOptions {
   std::string metrics_path;   // per-step CSV; "" = none
   bool quiet = false;         // no progress output
   bool evaluate = true;       // test accuracy after each epoch and at the end
+  int64_t eval_every = 0;     // > 0: also every this many minibatches (pipelines drain there)
 };
 
 struct TrainResult {

@@ -13,14 +13,50 @@ using schedule::Action;
 using schedule::ActionKind;
 using schedule::TraceEvent;
 
-double ring_allreduce_ms(const plan::Cluster& cluster, const std::vector<int>& workers, int64_t bytes) {
-  int n = static_cast<int>(workers.size());
-  if (n < 2) return 0;
+namespace {
+
+// The innermost level holding every worker of the group (0 for fewer than two).
+int group_level(const plan::Cluster& cluster, const std::vector<int>& workers) {
   int level = 0;
   for (int a : workers)
     for (int b : workers)
       if (a != b) level = std::max(level, cluster.level_between(a, b));
-  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / cluster.levels[level].bandwidth_bytes_per_s() * 1e3;
+  return level;
+}
+
+// One direction of a worker's link at one level: the busy intervals, start -> end, disjoint.
+using Port = std::map<double, double>;
+
+// The earliest t >= from at which [t, t + ms) is free on every port.
+double earliest_free(const std::vector<Port*>& ports, double from, double ms) {
+  double t = from;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (Port* p : ports) {
+      auto next = p->upper_bound(t);
+      if (next != p->begin() && std::prev(next)->second > t) {
+        t = std::prev(next)->second;  // inside a busy interval: wait for its end
+        moved = true;
+      } else if (next != p->end() && next->first < t + ms) {
+        t = next->second;  // the gap before the next interval is too short
+        moved = true;
+      }
+    }
+  }
+  return t;
+}
+
+void reserve(const std::vector<Port*>& ports, double start, double end) {
+  if (end > start)
+    for (Port* p : ports) (*p)[start] = end;
+}
+
+}  // namespace
+
+double ring_allreduce_ms(const plan::Cluster& cluster, const std::vector<int>& workers, int64_t bytes) {
+  int n = static_cast<int>(workers.size());
+  if (n < 2) return 0;
+  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / cluster.levels[group_level(cluster, workers)].bandwidth_bytes_per_s() * 1e3;
 }
 
 namespace {
@@ -105,10 +141,11 @@ class Replay {
     bool act = a.kind == ActionKind::kSendActivation;
     int to_stage = act ? a.stage + 1 : a.stage - 1;
     int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
-    double& link = link_free_[{w, a.peer}];
-    double start = std::max(posted, link);
-    double end = start + static_cast<double>(bytes) / cluster_.bandwidth_bytes_per_s(w, a.peer) * 1e3;
-    link = end;
+    int level = cluster_.level_between(w, a.peer);
+    std::vector<Port*> ports = {&egress_[{w, level}], &ingress_[{a.peer, level}]};
+    double ms = static_cast<double>(bytes) / cluster_.levels[level].bandwidth_bytes_per_s() * 1e3;
+    double start = earliest_free(ports, posted, ms), end = start + ms;
+    reserve(ports, start, end);
     ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
     ready_[key(recv, to_stage, a.microbatch)] = end;
     record(w, a, start, end, bytes);
@@ -123,7 +160,16 @@ class Replay {
     if (arrived.size() < group.size()) return false;
     double start = 0;
     for (auto& [r, t] : arrived) start = std::max(start, t);
-    double end = start + ring_allreduce_ms(cluster_, group, costs_[a.stage].parameter_bytes);
+    // A ring keeps every replica's link busy both ways; it waits for transfers already on them.
+    double ms = ring_allreduce_ms(cluster_, group, costs_[a.stage].parameter_bytes);
+    std::vector<Port*> ports;
+    if (group.size() > 1) {
+      int level = group_level(cluster_, group);
+      for (int r : group) ports.insert(ports.end(), {&egress_[{r, level}], &ingress_[{r, level}]});
+    }
+    start = earliest_free(ports, start, ms);
+    double end = start + ms;
+    reserve(ports, start, end);
     for (int r : group) {
       record(r, s_.actions[r][pc_[r]], start, end, costs_[a.stage].parameter_bytes);
       clock_[r] = end;
@@ -142,7 +188,7 @@ class Replay {
   std::vector<double> clock_;
   std::vector<std::vector<TraceEvent>> events_;
   std::map<Key, double> ready_;                      // compute done / data arrived, by key
-  std::map<std::pair<int, int>, double> link_free_;  // directed link -> free from
+  std::map<std::pair<int, int>, Port> egress_, ingress_;  // (worker, level) -> its link's use
   std::map<std::pair<int, int>, std::map<int, double>> collective_;  // (stage, id) -> worker -> arrival
 };
 

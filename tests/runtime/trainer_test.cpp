@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "model/zoo.h"
@@ -41,11 +42,37 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   std::vector<std::string> lines;
   while (std::getline(in, line)) lines.push_back(line);
   ASSERT_EQ(lines.size(), 13u);
-  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy");
+  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy,train_s");
+  auto field = [&](int row, int col) {
+    std::stringstream ss(lines[row]);
+    std::string f;
+    for (int c = 0; c <= col; ++c) std::getline(ss, f, ',');
+    return f;
+  };
   EXPECT_EQ(lines[1].substr(0, 4), "1,0,");
-  EXPECT_EQ(lines[1].back(), ',');   // not evaluated after step 1
-  EXPECT_NE(lines[8].back(), ',');   // end of epoch 1 (8 steps of 32 of 256 samples)
-  EXPECT_NE(lines[12].back(), ',');  // end of the run
+  EXPECT_EQ(field(1, 4), "");   // not evaluated after step 1
+  EXPECT_NE(field(8, 4), "");   // end of epoch 1 (8 steps of 32 of 256 samples)
+  EXPECT_NE(field(12, 4), "");  // end of the run
+  EXPECT_GT(std::stod(field(12, 5)), std::stod(field(1, 5)));  // training seconds grow
+}
+
+TEST(Trainer, EvalEveryAddsAccuracyRows) {
+  std::string path = ::testing::TempDir() + "metrics_every.csv";
+  auto m = model::build_mnist_cnn({});
+  auto data = model::synthetic_data(*m, 256, 64, 10, 1);
+  TrainOptions o;
+  o.batch_size = 32;
+  o.epochs = 1;
+  o.eval_every = 3;
+  o.metrics_path = path;
+  o.quiet = true;
+  train_single_worker(*m, data, o);
+  std::ifstream in(path);
+  std::string line;
+  std::vector<int> evaluated;
+  for (int row = 0; std::getline(in, line); ++row)
+    if (row > 0 && line.find(",,") == std::string::npos) evaluated.push_back(row);
+  EXPECT_EQ(evaluated, (std::vector<int>{3, 6, 8}));  // every 3 steps and the epoch's end
 }
 
 TEST(Trainer, BadOptionsNameTheFlag) {

@@ -2,6 +2,7 @@
 // bubble fractions are the papers' formulas, and DP time is compute + ring all-reduce.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "metrics/metrics.h"
@@ -129,6 +130,37 @@ TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
   EXPECT_NEAR(m.ms_per_minibatch, 24.0, 1e-9);
   ASSERT_EQ(m.links.size(), 2u);
   EXPECT_EQ(m.links[0].bytes, 1250000);
+}
+
+// Each worker's link carries one transfer at a time each way (a NIC), also when several
+// replicas send to one worker at once, and an all-reduce waits for its links.
+TEST(Simulator, AWorkerReceivesOneTransferAtATime) {
+  // pipedream 3-1 on one 1 Gbit/s level: the three stage-0 replicas finish their forwards
+  // together and all send 1.25 MB (10 ms each) to worker 3.
+  auto c = plan::Cluster::flat(4, 1);
+  auto prof = uniform_profile(2, 1.0, 1.0, 1250000);
+  ScheduleOptions o;
+  o.minibatches = 6;
+  auto t = simulate(make_schedule("pipedream", plan_with_replicas({3, 1}), o), prof, c);
+  std::vector<std::pair<double, double>> in;
+  for (const auto& e : t.workers[3])
+    if (e.action.kind == schedule::ActionKind::kRecvActivation) in.push_back({e.start_ms, e.end_ms});
+  ASSERT_EQ(in.size(), 6u);
+  std::sort(in.begin(), in.end());
+  EXPECT_NEAR(in[0].first, 1.0, 1e-9);  // the first starts after F0 (1 ms)
+  for (size_t i = 1; i < in.size(); ++i) EXPECT_GE(in[i].first, in[i - 1].second - 1e-9) << i;
+  EXPECT_NEAR(in[2].second, 31.0, 1e-9);  // the first three arrive one after another
+  // Every link, both ways: no two transfers overlap on one worker's side.
+  for (int w = 0; w < 4; ++w)
+    for (auto kinds : {std::vector<schedule::ActionKind>{schedule::ActionKind::kSendActivation, schedule::ActionKind::kSendGradient},
+                       std::vector<schedule::ActionKind>{schedule::ActionKind::kRecvActivation, schedule::ActionKind::kRecvGradient}}) {
+      std::vector<std::pair<double, double>> busy;
+      for (const auto& e : t.workers[w])
+        if (std::find(kinds.begin(), kinds.end(), e.action.kind) != kinds.end() && e.end_ms > e.start_ms)
+          busy.push_back({e.start_ms, e.end_ms});
+      std::sort(busy.begin(), busy.end());
+      for (size_t i = 1; i < busy.size(); ++i) EXPECT_GE(busy[i].first, busy[i - 1].second - 1e-9) << "worker " << w;
+    }
 }
 
 TEST(StageCosts, DagBoundaryCarriesSkipTensors) {

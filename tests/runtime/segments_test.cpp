@@ -1,0 +1,45 @@
+// plan_segments: where a job drains (epoch ends, checkpoints, evaluations) and what it skips.
+#include <gtest/gtest.h>
+
+#include "pipeline_test_util.h"
+
+namespace pt::runtime {
+namespace {
+
+std::vector<Segment> segments_of(const std::string& kind, int replicas, int64_t per_epoch, int64_t total,
+                                 int64_t checkpoint_every, int64_t eval_every) {
+  plan::Plan p = plan::data_parallel_plan(4, 1);
+  p.stages = {{{0, 1}, replicas, {}}, {{2, 3}, 1, {}}};
+  for (int r = 0; r < replicas + 1; ++r) (r < replicas ? p.stages[0] : p.stages[1]).workers.push_back(r);
+  p.workers = replicas + 1;
+  PipelineOptions o;
+  o.schedule = kind;
+  auto probe = schedule_for(p, o, 4);
+  return plan_segments(probe, p, per_epoch, total, 0, checkpoint_every, eval_every);
+}
+
+// "first+n:flags" per segment, flags c (checkpoint), e (evaluate), E (ends epoch).
+std::string describe(const std::vector<Segment>& segs) {
+  std::string out;
+  for (const auto& s : segs) {
+    out += str(s.first_minibatch, "+", s.minibatches, ":", s.checkpoint ? "c" : "", s.evaluate ? "e" : "",
+               s.ends_epoch ? "E" : "", " ");
+  }
+  return out;
+}
+
+TEST(Segments, AsynchronousCutsAtEvaluationsAndCheckpointsInReplicaMultiples) {
+  // 2 replicas on stage 0: segments are even; eval every 5 rounds up to 6; epoch of 15 skips 1.
+  EXPECT_EQ(describe(segments_of("pipedream", 2, 15, 30, 0, 5)), "0+6:e 6+6:e 12+2:eE 15+6:e 21+6:e 27+2:eE ");
+  EXPECT_EQ(describe(segments_of("pipedream", 2, 15, 30, 0, 0)), "0+14:eE 15+14:eE ");
+  // Both kinds: each counts from its own last cut.
+  EXPECT_EQ(describe(segments_of("pipedream", 1, 20, 20, 8, 6)), "0+6:e 6+2:c 8+4:e 12+4:c 16+2:e 18+2:ceE ");
+}
+
+TEST(Segments, SynchronousEvaluatesOnMultiplesOfTheStep) {
+  std::string d = describe(segments_of("1f1b", 1, 4, 8, 0, 3));
+  EXPECT_EQ(d, "0+1: 1+1: 2+1:e 3+1:eE 4+1: 5+1:e 6+1: 7+1:eE ");
+}
+
+}  // namespace
+}  // namespace pt::runtime
