@@ -117,6 +117,7 @@ int run_train(TrainFlags& f) {
   if (f.model.emulated()) {
     prepare_emulation(f);
     label = runtime::emulation_label(f.model.emulation);
+    f.pipe.trace_source = "emulated";
   }
   model::DataSplit data;
   auto m = f.model.build(&data);
@@ -183,7 +184,6 @@ int run_train(TrainFlags& f) {
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
   print_result(r.train, label);
   print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
-  if (f.model.emulated()) r.trace.source = "emulated";
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
     std::cerr << "wrote " << f.trace_path << "\n";

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Every emulated-cluster figure of docs/emulation.md in one run (root; build/pipetrain built;
-# about 15 minutes). Each block prints its own table; outputs under out/bench/.
+# Every emulated-cluster figure of docs/results.md (root; build/pipetrain built; about 20
+# minutes). Each block prints its own table; outputs under out/bench/ for bench/report.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 b=bench/emulated_cluster.sh
-$b --model vgg16 --cluster 4x4 --uplink per-worker --shape send
-$b --model vgg16 --cluster 4x4 --uplink per-worker --shape both --schedules "pipedream dp"
-$b --model vgg16 --cluster 4x4 --uplink shared --shape both --schedules "pipedream dp"
-$b --model vgg16 --cluster flat4 --schedules "pipedream dp 1f1b"
+rm -rf out/bench/emulated_cluster out/bench/efficiency
+
+# PipeDream's Table 1 settings: Cluster A is 4 V100s a server over PCIe (96 Gbit/s here), 10 Gbit/s
+# between servers; a NIC per worker (--shape both, --uplink per-worker).
+$b --model vgg16 --cluster 4x4 --schedules "pipedream dp 1f1b gpipe 2bw"
+$b --model resnet50 --cluster 4x4 --schedules "pipedream dp"
+$b --model gnmt16 --cluster 1x4 --schedules "pipedream dp"
+$b --model gnmt16 --cluster 4x4 --schedules "pipedream dp"
+$b --model awd-lm --cluster 1x4 --schedules "pipedream dp"
 $b --model vgg16 --cluster flat8 --schedules "pipedream dp 1f1b"
-$b --model resnet50 --cluster flat4 --schedules "pipedream dp 1f1b"
-for m in gnmt16 awd-lm; do $b --model $m --cluster flat4 --schedules "pipedream dp"; done
+
+# Bandwidth sweep: VGG-16 on 4 workers as the links drop from 2 Gbit/s to 100 Mbit/s on the
+# testbed (x S / B = 200 down to 10 Gbit/s on the emulated cluster); the planner re-plans each.
+for g in 200 100 50 20 10; do $b --model vgg16 --cluster flat4 --gbps $g --schedules "pipedream dp"; done
 
 # Runtime efficiency: a balanced 8-stage pipeline on threads against the simulator (free links).
 dir=out/bench/efficiency
@@ -26,9 +33,13 @@ build/pipetrain simulate --profile "$dir/balanced8.json" --workers 8 --bandwidth
   --minibatches 80 --save-trace "$dir/sim.json" >/dev/null 2>&1
 sim=$(python3 -c "import json; t=json.load(open('$dir/sim.json')); e=[x for w in t['workers'] for x in w]; print(max(x['end_ms'] for x in e)-min(x['start_ms'] for x in e))")
 echo "== runtime efficiency: balanced 8-stage pipedream on threads, 80 minibatches (emulated) =="
+echo "byte_scale,weights_per_stage_bytes,measured_ms,sim_ms,pct_of_sim,pct_of_ideal" >"$dir/summary.csv"
 for B in 0.001 1; do
   line=$(build/pipetrain train --compute emulated --profile "$dir/balanced8.json" --byte-scale $B --stages 8 \
-           --schedule pipedream --steps 80 --quiet 2>&1 | grep '] steps')
+           --schedule pipedream --steps 80 --quiet --trace "$PWD/$dir/measured-$B.json" 2>&1 | grep '] steps')
   secs=$(sed -n 's/.*steps [0-9]*, \([0-9.]*\) s,.*/\1/p' <<<"$line")
   awk -v s="$secs" -v sim="$sim" -v b="$B" 'BEGIN { printf "bytes x %s: %.0f ms, simulated %.0f ms: %.1f%% of the simulated rate; %.1f%% of the ideal 1/stage time\n", b, s * 1000, sim, sim / (s * 1000) * 100, 80 * 30 / (s * 1000) * 100 }'
+  awk -v s="$secs" -v sim="$sim" -v b="$B" 'BEGIN { printf "%s,%.0f,%.1f,%.1f,%.1f,%.1f\n", b, b * 4194304, s * 1000, sim, sim / (s * 1000) * 100, 80 * 30 / (s * 1000) * 100 }' >>"$dir/summary.csv"
 done
+build/pipetrain trace "$dir/measured-0.001.json" --svg "$dir/measured.svg" \
+  --title "balanced 8-stage pipedream on threads, measured (emulated compute)" >/dev/null

@@ -3,9 +3,10 @@
 # 1F1B-flush, 2BW) on the testbed, with the planner's configuration and the simulator's
 # prediction of every row. Root; build/pipetrain built.
 #
-#   bench/emulated_cluster.sh [--model vgg16] [--cluster 4x4|flat4|flat8] [--steps N]
-#                             [--time-scale S] [--byte-scale B] [--schedules "pipedream dp ..."]
-#                             [--uplink per-worker|shared] [--shape both|send]
+#   bench/emulated_cluster.sh [--model vgg16] [--cluster 4x4|1x4|flat4|flat8] [--gbps G[,G2]]
+#                             [--steps N] [--time-scale S] [--byte-scale B]
+#                             [--schedules "pipedream dp ..."] [--uplink per-worker|shared]
+#                             [--shape both|send]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
@@ -13,7 +14,10 @@
 #          the simulator's model) or the 4 share one (--uplink shared, a NIC per server).
 #          --shape send shapes only what workers send (the simulator's per-pair links); both
 #          (default) also what they receive (a full-duplex NIC per worker)
+#   1x4:   4 workers in one server, 96 Gbit/s (PipeDream's Cluster A: PCIe inside a server)
 #   flat4: 4 workers, 10 Gbit/s;   flat8: 8 workers, 10 Gbit/s
+#   --gbps overrides the cluster's bandwidths (innermost first), e.g. for a bandwidth sweep.
+# Each run writes its rows to out/bench/emulated_cluster/<run>/rows.csv (read by bench/report.py).
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
 # (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
 # Minibatch: the profile's batch (64 for VGG-16) per pipeline minibatch; data parallelism runs
@@ -21,34 +25,37 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both
+model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both gbps_set=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
     --cluster) cluster=$2; shift 2 ;;
+    --gbps) gbps_set=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --time-scale) S=$2; shift 2 ;;
     --byte-scale) B=$2; shift 2 ;;
     --schedules) schedules=$2; shift 2 ;;
     --uplink) uplink=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
 bin=build/pipetrain
 profile=data/profiles/$model.json
 two_level=""; [[ $cluster != 4x4 ]] || two_level=", $uplink uplinks"
-out=out/bench/emulated_cluster/$model-$cluster$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape
-mkdir -p "$out"
 [[ -f $profile ]] || { echo "no profile $profile" >&2; exit 2; }
 
 case "$cluster" in
   4x4) workers=16 plan_workers=4,4 gbps=96,10 testbed=(--workers 16 --servers 4 --uplink "$uplink" --shape "$shape") ;;
+  1x4) workers=4 plan_workers=4 gbps=96 testbed=(--workers 4 --shape "$shape") ;;
   flat4) workers=4 plan_workers=4 gbps=10 testbed=(--workers 4 --shape "$shape") ;;
   flat8) workers=8 plan_workers=8 gbps=10 testbed=(--workers 8 --shape "$shape") ;;
   *) echo "unknown --cluster $cluster" >&2; exit 2 ;;
 esac
+[[ -z $gbps_set ]] || gbps=$gbps_set
+out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape
+mkdir -p "$out"
 # Emulated link rates in Mbit/s: bandwidth x B / S.
 rate_of() { awk -v g="$1" -v b="$B" -v s="$S" 'BEGIN { printf "%dmbit", g * 1000 * b / s }'; }
 IFS=, read -r -a bw <<<"$gbps"
@@ -69,10 +76,12 @@ json.dump(p, open(sys.argv[3], "w"))
 EOF
 
 echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$two_level, links shaped: $shape), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -ne 2 ]] || echo ", uplinks $(rate_of "${bw[1]}")") =="
-echo "planner: $config (pipetrain cost model)"
+predicted=$(sed -n 's/.*, \([0-9.]*\)x over data parallelism.*/\1/p' "$out/plan.txt")
+echo "planner: $config (pipetrain cost model), predicts ${predicted}x over data parallelism"
 printf "%-10s %-8s %6s %14s %14s %9s %12s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s"
 dp_rate=""
 : >"$out/rows.txt"
+echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup" >"$out/rows.csv"
 for kind in $schedules; do
   args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600)
   sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind")
@@ -91,7 +100,8 @@ for kind in $schedules; do
       [[ $n -gt 0 ]] || n=30
       cfg=$config ;;
   esac
-  args+=(--steps "$n")
+  args+=(--steps "$n" --trace "$PWD/$out/$kind.trace.json")
+  rm -f "$out/$kind.trace.json"*
   if ! scripts/testbed.sh "${testbed[@]}" --out "$out/$kind" -- "${args[@]}" >"$out/$kind.log" 2>&1; then
     echo "$kind: failed (see $out/$kind.log)"; continue
   fi
@@ -102,7 +112,12 @@ for kind in $schedules; do
   # The simulator over the same minibatches: one repeated minibatch for flush schedules, all n for
   # the asynchronous ones; its total time / n.
   minis=1; [[ $kind == pipedream || $kind == 2bw ]] && minis=$n
-  "$bin" simulate "${sim_args[@]}" --minibatches "$minis" --save-trace "$out/$kind.sim.json" >/dev/null
+  "$bin" simulate "${sim_args[@]}" --minibatches "$minis" --save-trace "$out/$kind.sim.json" \
+    --svg "$out/$kind.sim.svg" >/dev/null
+  # The workers' own traces, joined: the measured timeline beside the simulated one.
+  "$bin" trace "$out/$kind.trace.json" --merge "$workers" --svg "$out/$kind.svg" \
+    --title "$kind $cfg on emulated $cluster ($gbps Gbit/s), measured (emulated compute)" >"$out/$kind.trace.txt" 2>&1 ||
+    echo "$kind: no measured timeline (see $out/$kind.trace.txt)"
   sim=$(python3 - "$out/$kind.sim.json" "$minis" <<'EOF'
 import json, sys
 t = json.load(open(sys.argv[1])); ev = [e for w in t["workers"] for e in w]
@@ -115,6 +130,7 @@ EOF
   [[ $kind == dp ]] && dp_rate=$rate
   printf "%-10s %-8s %6s %14s %14s %9s %12s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate"
   echo "$kind $cfg $n $measured $sim $err $rate" >>"$out/rows.txt"
+  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg,$n,$measured,$sim,$err,$rate,$predicted" >>"$out/rows.csv"
 done
 if [[ -n $dp_rate ]]; then
   awk -v d="$dp_rate" '$1 != "dp" { printf "speed-up of %s over dp: %.2fx\n", $1, $7 / d }' "$out/rows.txt"

@@ -121,7 +121,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     r.train.samples_per_s = job.steps * o.train.batch_size / std::max(r.train.seconds, 1e-9);
     r.train.final_loss = losses.final_loss();
     r.train.test_accuracy = accuracy;
-    r.trace.source = "measured";
+    r.trace.source = o.trace_source;
     r.trace.schedule = o.schedule;
     r.trace.num_stages = probe.num_stages;
     r.trace.microbatches = probe.microbatches;

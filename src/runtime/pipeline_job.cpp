@@ -229,7 +229,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   size_t k = std::min<size_t>(50, recent.size());
   r.train.final_loss = k ? std::accumulate(recent.end() - k, recent.end(), 0.0) / k : 0;
   r.train.test_accuracy = final_accuracy;
-  r.trace.source = "measured";
+  r.trace.source = o.trace_source;
   r.trace.schedule = o.schedule;
   r.trace.num_stages = probe.num_stages;
   r.trace.microbatches = probe.microbatches;

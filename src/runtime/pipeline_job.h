@@ -25,6 +25,7 @@ struct PipelineOptions {
   TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)
   bool record_weight_sums = false;
+  std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated
   double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails
   CheckpointOptions checkpoint;
 };

@@ -112,6 +112,10 @@ TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
   expect_rejected("plan --profile " + profile + " --cluster " + cluster, 1, {cluster, "fan_out", "99999999999"});
   // Text corpus: missing, a directory, too short.
   expect_rejected("train --model lstm-lm --text /nonexistent/corpus.txt", 1, {"--text", "/nonexistent/corpus.txt"});
+  // Traces: missing, and a --merge whose per-worker parts are not all there.
+  expect_rejected("trace /nonexistent/trace.json", 1, {"/nonexistent/trace.json"});
+  std::string part = write("t.json.worker0", "{}");
+  expect_rejected("trace " + part.substr(0, part.size() - 8) + " --merge 2", 1, {"t.json.worker1: missing", "--merge 2"});
   std::string dir = scratch().string();
   expect_rejected("train --model lstm-lm --text " + dir, 1, {dir, "is a directory"});
   std::string tiny = write("tiny.txt", "too short");

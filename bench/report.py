@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""Writes docs/results.md and its pictures (docs/results/*.svg) from what the benchmarks left
+under out/bench/ (bench/all.sh runs them first). Plain Python, no plotting library: the plots
+are small hand-made SVGs. A section whose benchmark did not run says so instead of a figure."""
+import csv
+import datetime
+import glob
+import html
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "out", "bench")
+DOCS = os.path.join(ROOT, "docs")
+PICS = os.path.join(DOCS, "results")
+
+NAMES = {"vgg16": "VGG-16", "resnet50": "ResNet-50", "gnmt16": "GNMT-16", "awd-lm": "AWD LM"}
+# PipeDream (SOSP 2019), Table 1, Cluster A (V100s; PCIe in a server, 10 Gbit/s between servers):
+# speed-up of PipeDream's epoch time over data parallelism.
+PAPER = [("vgg16", "4x4", "15-1", 5.28), ("resnet50", "4x4", "16", 1.0), ("gnmt16", "1x4", "straight", 1.46),
+         ("gnmt16", "4x4", "straight", 2.34), ("awd-lm", "1x4", "straight", 4.25)]
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+# ---------------------------------------------------------------- inputs
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def emulated_runs():
+    """One entry per bench/emulated_cluster.sh run: its rows (dicts) and its directory."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(OUT, "emulated_cluster", "*", "rows.csv"))):
+        rows = read_csv(path)
+        if rows:
+            runs.append({"dir": os.path.dirname(path), "rows": rows, "gbps": rows[0]["gbps"],
+                         "model": rows[0]["model"], "cluster": rows[0]["cluster"]})
+    return runs
+
+
+def row(run, schedule):
+    return next((r for r in run["rows"] if r["schedule"] == schedule), None)
+
+
+def speedup(run, schedule="pipedream"):
+    a, d = row(run, schedule), row(run, "dp")
+    if not a or not d:
+        return None
+    return float(a["samples_per_s"]) / float(d["samples_per_s"])
+
+
+def default_run(runs, model, cluster):
+    """The run at the cluster's own bandwidth (not a sweep point)."""
+    own = {"4x4": "96 10", "1x4": "96", "flat4": "10", "flat8": "10"}.get(cluster)
+    return next((r for r in runs if r["model"] == model and r["cluster"] == cluster and r["gbps"] == own), None)
+
+
+def trace_breakdown(path):
+    """Per stage, the mean share of a worker's span in compute (F/B/W), all-reduce, and the rest
+    (waiting for data, sends, optimizer): what a measured run spent its time on."""
+    t = json.load(open(path))
+    by_stage = {}
+    for events in t["workers"]:
+        if not events:
+            continue
+        span = max(e["end_ms"] for e in events) - min(e["start_ms"] for e in events)
+        comp = ar = 0.0
+        stage = None
+        for e in events:
+            a = e["action"]
+            code = "".join(c for c in a.split(">")[0].split("<")[0] if c.isalpha())
+            d = e["end_ms"] - e["start_ms"]
+            if code in ("F", "B", "W"):
+                comp += d
+                stage = int(a[:len(a) - len(a.lstrip("0123456789"))])
+            elif code == "AR":
+                ar += d
+        if stage is None or span <= 0:
+            continue
+        by_stage.setdefault(stage, []).append((comp / span, ar / span))
+    return {s: (statistics.mean(c for c, _ in v), statistics.mean(a for _, a in v), len(v))
+            for s, v in sorted(by_stage.items())}
+
+
+# ---------------------------------------------------------------- pictures
+
+def svg_frame(width, height, title):
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'font-family="sans-serif" font-size="12">',
+            f'<rect width="{width}" height="{height}" fill="white"/>',
+            f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="14">{html.escape(title)}</text>']
+
+
+def nice_max(v):
+    if v <= 0:
+        return 1
+    e = 10 ** math.floor(math.log10(v))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * e >= v:
+            return m * e
+    return 10 * e
+
+
+def legend(out, names, x, y):
+    for i, n in enumerate(names):
+        out.append(f'<rect x="{x}" y="{y + 16 * i - 9}" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>')
+        out.append(f'<text x="{x + 14}" y="{y + 16 * i}">{html.escape(n)}</text>')
+
+
+def bar_chart(path, title, groups, series, ylabel):
+    """groups: [(label, [value or None per series])]."""
+    W, H, L, R, T, B = 720, 360, 60, 160, 30, 50
+    top = nice_max(max((v for _, vs in groups for v in vs if v is not None), default=1))
+    out = svg_frame(W, H, title)
+    ph, pw = H - T - B, W - L - R
+    for k in range(6):
+        y = T + ph - ph * k / 5
+        out.append(f'<line x1="{L}" x2="{L + pw}" y1="{y}" y2="{y}" stroke="#ddd"/>')
+        out.append(f'<text x="{L - 6}" y="{y + 4}" text-anchor="end">{top * k / 5:g}</text>')
+    out.append(f'<text transform="translate(16,{T + ph / 2}) rotate(-90)" text-anchor="middle">{html.escape(ylabel)}</text>')
+    gw = pw / max(1, len(groups))
+    bw = gw * 0.8 / max(1, len(series))
+    for g, (label, vals) in enumerate(groups):
+        x0 = L + g * gw + gw * 0.1
+        for s, v in enumerate(vals):
+            if v is None:
+                continue
+            h = ph * v / top
+            out.append(f'<rect x="{x0 + s * bw:.1f}" y="{T + ph - h:.1f}" width="{bw * 0.9:.1f}" height="{h:.1f}" '
+                       f'fill="{COLORS[s % len(COLORS)]}"><title>{html.escape(label)}: {v:.2f}</title></rect>')
+            out.append(f'<text x="{x0 + s * bw + bw * 0.45:.1f}" y="{T + ph - h - 3:.1f}" text-anchor="middle" '
+                       f'font-size="10">{v:.2f}</text>')
+        out.append(f'<text x="{L + g * gw + gw / 2:.1f}" y="{T + ph + 16}" text-anchor="middle">{html.escape(label)}</text>')
+    legend(out, series, L + pw + 12, T + 14)
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out) + "\n")
+
+
+def line_chart(path, title, series, xlabel, ylabel, logx=True):
+    """series: [(name, [(x, y, point label)])]; x on a log scale."""
+    W, H, L, R, T, B = 720, 360, 70, 160, 30, 50
+    xs = [p[0] for _, pts in series for p in pts]
+    ys = [p[1] for _, pts in series for p in pts]
+    if not xs:
+        return
+    fx = (lambda v: math.log10(v)) if logx else (lambda v: v)
+    x_lo, x_hi = fx(min(xs)), fx(max(xs))
+    x_hi = x_hi if x_hi > x_lo else x_lo + 1
+    top = nice_max(max(ys))
+    ph, pw = H - T - B, W - L - R
+    px = lambda v: L + (fx(v) - x_lo) / (x_hi - x_lo) * pw
+    py = lambda v: T + ph - ph * v / top
+    out = svg_frame(W, H, title)
+    for k in range(6):
+        y = T + ph - ph * k / 5
+        out.append(f'<line x1="{L}" x2="{L + pw}" y1="{y}" y2="{y}" stroke="#ddd"/>')
+        out.append(f'<text x="{L - 6}" y="{y + 4}" text-anchor="end">{top * k / 5:g}</text>')
+    for v in sorted(set(xs)):
+        out.append(f'<text x="{px(v):.1f}" y="{T + ph + 16}" text-anchor="middle">{v:g}</text>')
+    out.append(f'<text x="{L + pw / 2}" y="{H - 10}" text-anchor="middle">{html.escape(xlabel)}</text>')
+    out.append(f'<text transform="translate(16,{T + ph / 2}) rotate(-90)" text-anchor="middle">{html.escape(ylabel)}</text>')
+    for i, (name, pts) in enumerate(series):
+        pts = sorted(pts)
+        c = COLORS[i % len(COLORS)]
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
+                   % (c, " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in pts)))
+        for x, y, lab in pts:
+            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{c}"><title>{html.escape(name)} '
+                       f'{x:g}: {y:.0f}</title></circle>')
+            if lab:
+                out.append(f'<text x="{px(x):.1f}" y="{py(y) - 7:.1f}" text-anchor="middle" font-size="10">'
+                           f'{html.escape(lab)}</text>')
+    legend(out, [n for n, _ in series], L + pw + 12, T + 14)
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out) + "\n")
+
+
+def scatter_chart(path, title, points, xlabel, ylabel):
+    """points: [(x, y, series)]; the diagonal y = x is a perfect prediction."""
+    W, H, L, R, T, B = 560, 420, 70, 150, 30, 50
+    top = nice_max(max(max(x, y) for x, y, _ in points))
+    lo = min(min(x, y) for x, y, _ in points)
+    lo = 10 ** math.floor(math.log10(max(lo, 1e-3)))
+    ph, pw = H - T - B, W - L - R
+    f = lambda v: (math.log10(v) - math.log10(lo)) / (math.log10(top) - math.log10(lo))
+    px = lambda v: L + f(v) * pw
+    py = lambda v: T + ph - f(v) * ph
+    out = svg_frame(W, H, title)
+    d = lo
+    while d <= top * 1.001:
+        out.append(f'<line x1="{px(d):.1f}" x2="{px(d):.1f}" y1="{T}" y2="{T + ph}" stroke="#eee"/>')
+        out.append(f'<line x1="{L}" x2="{L + pw}" y1="{py(d):.1f}" y2="{py(d):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{px(d):.1f}" y="{T + ph + 16}" text-anchor="middle">{d:g}</text>')
+        out.append(f'<text x="{L - 6}" y="{py(d) + 4:.1f}" text-anchor="end">{d:g}</text>')
+        d *= 10
+    out.append(f'<line x1="{px(lo):.1f}" y1="{py(lo):.1f}" x2="{px(top):.1f}" y2="{py(top):.1f}" stroke="#888" '
+               f'stroke-dasharray="4,3"/>')
+    out.append(f'<text x="{L + pw / 2}" y="{H - 10}" text-anchor="middle">{html.escape(xlabel)}</text>')
+    out.append(f'<text transform="translate(16,{T + ph / 2}) rotate(-90)" text-anchor="middle">{html.escape(ylabel)}</text>')
+    names = sorted({s for _, _, s in points})
+    for x, y, s in points:
+        c = COLORS[names.index(s) % len(COLORS)]
+        out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{c}" fill-opacity="0.8">'
+                   f'<title>{html.escape(s)}: simulated {x:.1f}, measured {y:.1f}</title></circle>')
+    legend(out, names, L + pw + 12, T + 14)
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out) + "\n")
+
+
+# ---------------------------------------------------------------- sections
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, no accelerator"
+
+
+def section_table1(runs, md):
+    md.append("## PipeDream against data parallelism, beside the paper's Table 1 (emulated)\n")
+    groups, table = [], []
+    for model, cluster, paper_cfg, paper in PAPER:
+        run = default_run(runs, model, cluster)
+        s = speedup(run) if run else None
+        cfg = row(run, "pipedream")["config"] if run and row(run, "pipedream") else "-"
+        pred = row(run, "pipedream")["planner_speedup"] if run and row(run, "pipedream") else ""
+        table.append(f"| {NAMES[model]} | {cluster} | {paper_cfg} | {paper:.2f}x | {cfg} | "
+                     f"{(pred + 'x') if pred else '-'} | {('%.2fx' % s) if s else 'not run'} |")
+        groups.append((f"{NAMES[model]} {cluster}", [paper, s]))
+    md.append("| model | cluster | paper's config | paper's speed-up | our planner's config | "
+              "planner predicts | measured here (emulated) |")
+    md.append("|---|---|---|---|---|---|---|")
+    md.extend(table)
+    bar_chart(os.path.join(PICS, "speedup_vs_paper.svg"), "PipeDream speed-up over data parallelism",
+              groups, ["paper (V100, Table 1)", "pipetrain (emulated)"], "x over DP")
+    md.append("\n![speed-up over DP](results/speedup_vs_paper.svg)\n")
+    md.append("Speed-up is PipeDream's throughput over data parallelism's, on the same emulated cluster. "
+              "The paper's column is its epoch-time speed-up. Our planner picks its own configuration "
+              "from our profiles (data/profiles/), so configurations can differ from the paper's.\n")
+
+
+def section_schedules(runs, md):
+    run = default_run(runs, "vgg16", "4x4")
+    md.append("## Every schedule on the emulated 4x4 cluster: VGG-16 (emulated)\n")
+    if not run:
+        md.append("(not run)\n")
+        return
+    md.append("| schedule | config | steps | measured ms/minibatch | simulated ms/minibatch | error | samples/s | vs dp |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    dp = row(run, "dp")
+    for r in run["rows"]:
+        vs = float(r["samples_per_s"]) / float(dp["samples_per_s"]) if dp else None
+        mb = " (1024 samples)" if r["schedule"] == "dp" else ""
+        md.append(f"| {r['schedule']} | {r['config']} | {r['steps']} | {r['measured_ms']}{mb} | {r['sim_ms']} | "
+                  f"{r['error_pct']}% | {r['samples_per_s']} | {('%.2fx' % vs) if vs else '-'} |")
+    md.append("")
+    for kind in ("pipedream",):
+        for suffix, what in ((".svg", "measured"), (".sim.svg", "simulated")):
+            src = os.path.join(run["dir"], kind + suffix)
+            if os.path.exists(src):
+                name = f"vgg16_4x4_{kind}_{what}.svg"
+                shutil.copy(src, os.path.join(PICS, name))
+                md.append(f"![{kind} {what}](results/{name})\n")
+        tr = os.path.join(run["dir"], kind + ".trace.json")
+        sim = os.path.join(run["dir"], kind + ".sim.json")
+        if os.path.exists(tr) and os.path.exists(sim):
+            m, s = trace_breakdown(tr), trace_breakdown(sim)
+            md.append(f"Where {kind}'s workers spend their time, per stage (mean over its replicas; "
+                      "share of each worker's span from its first to its last action):\n")
+            md.append("| stage | replicas | compute measured / simulated | all-reduce measured / simulated | "
+                      "rest (waiting for data, sends, optimizer) measured / simulated |")
+            md.append("|---|---|---|---|---|")
+            for st in m:
+                mc, ma, n = m[st]
+                sc, sa, _ = s.get(st, (0, 0, 0))
+                md.append(f"| {st} | {n} | {mc:.0%} / {sc:.0%} | {ma:.0%} / {sa:.0%} | "
+                          f"{1 - mc - ma:.0%} / {1 - sc - sa:.0%} |")
+            md.append("")
+
+
+def section_sim_error(runs, md):
+    md.append("## Simulator against measurement (emulated)\n")
+    pts, lines = [], []
+    for run in runs:
+        for r in run["rows"]:
+            pts.append((float(r["sim_ms"]), float(r["measured_ms"]), r["schedule"]))
+            lines.append(f"| {NAMES.get(r['model'], r['model'])} | {r['cluster']} | {r['gbps'].replace(' ', ', ')} | "
+                         f"{r['schedule']} | {r['config']} | {r['sim_ms']} | {r['measured_ms']} | {r['error_pct']}% |")
+    if not pts:
+        md.append("(not run)\n")
+        return
+    errs = [abs(m - s) / s for s, m, _ in pts]
+    scatter_chart(os.path.join(PICS, "sim_vs_measured.svg"), "time per minibatch: simulated vs measured (ms)", pts,
+                  "simulated ms per minibatch", "measured ms per minibatch")
+    md.append(f"Every emulated row ({len(pts)}): the simulator's time per minibatch for the same plan, schedule and "
+              f"minibatches against the testbed's. Median absolute error {statistics.median(errs):.0%}, "
+              f"largest {max(errs):.0%}; {sum(e <= 0.2 for e in errs)} of {len(errs)} rows within 20%.\n")
+    md.append("![simulated vs measured](results/sim_vs_measured.svg)\n")
+    md.append("| model | cluster | Gbit/s | schedule | config | simulated ms | measured ms | error |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    md.extend(lines)
+    md.append("")
+
+
+def section_sweep(runs, md):
+    sweep = sorted((r for r in runs if r["model"] == "vgg16" and r["cluster"] == "flat4"), key=lambda r: float(r["gbps"]))
+    md.append("## Throughput as the bandwidth drops: VGG-16 on 4 workers (emulated)\n")
+    if len(sweep) < 2:
+        md.append("(not run)\n")
+        return
+    series = {"pipedream": [], "dp": []}
+    md.append("| emulated Gbit/s | testbed link | planner config | pipedream samples/s | dp samples/s | speed-up | planner predicts |")
+    md.append("|---|---|---|---|---|---|---|")
+    for run in sweep:
+        p, d = row(run, "pipedream"), row(run, "dp")
+        g = float(run["gbps"])
+        if p:
+            series["pipedream"].append((g, float(p["samples_per_s"]), p["config"]))
+        if d:
+            series["dp"].append((g, float(d["samples_per_s"]), ""))
+        s = speedup(run)
+        md.append(f"| {g:g} | {(p or d)['link_rate']} | {p['config'] if p else '-'} | {p['samples_per_s'] if p else '-'} | "
+                  f"{d['samples_per_s'] if d else '-'} | {('%.2fx' % s) if s else '-'} | "
+                  f"{(p['planner_speedup'] + 'x') if p else '-'} |")
+    line_chart(os.path.join(PICS, "bandwidth_sweep.svg"), "VGG-16, 4 workers: throughput vs bandwidth",
+               list(series.items()), "emulated Gbit/s per worker link (testbed: / 100)", "samples/s (emulated)")
+    md.append("\n![bandwidth sweep](results/bandwidth_sweep.svg)\n")
+    md.append("Labels on the PipeDream line are the planner's configuration at that bandwidth.\n")
+
+
+def section_efficiency(md):
+    path = os.path.join(OUT, "efficiency", "summary.csv")
+    md.append("## Runtime efficiency: a balanced 8-stage pipeline (emulated compute, threads)\n")
+    if not os.path.exists(path):
+        md.append("(not run)\n")
+        return
+    md.append("8 stages of 10 ms forward and 20 ms backward per minibatch of 64, pipedream, 80 minibatches; the "
+              "ideal is one minibatch per 30 ms in steady state, the simulator's total includes fill and drain.\n")
+    md.append("| weights per stage | measured ms | simulated ms | of the simulated rate | of the ideal rate |")
+    md.append("|---|---|---|---|---|")
+    for r in read_csv(path):
+        md.append(f"| {int(float(r['weights_per_stage_bytes'])) // 1024} KiB | {r['measured_ms']} | {r['sim_ms']} | "
+                  f"{r['pct_of_sim']}% | {r['pct_of_ideal']}% |")
+    src = os.path.join(OUT, "efficiency", "measured.svg")
+    if os.path.exists(src):
+        shutil.copy(src, os.path.join(PICS, "balanced8_measured.svg"))
+        md.append("\n![balanced 8-stage, measured](results/balanced8_measured.svg)\n")
+    md.append("")
+
+
+def section_real_cpu(md):
+    path = os.path.join(OUT, "real_cpu", "summary.csv")
+    md.append("## Real CPU: mnist-cnn on Fashion-MNIST, 2 workers on 2 cores (measured, not emulated)\n")
+    if not os.path.exists(path):
+        md.append("(not run)\n")
+        return
+    rows = read_csv(path)
+    base = float(rows[0]["samples_per_s"]) if rows else 1
+    target = rows[0]["target"] if rows else "0.88"
+    md.append(f"| run | samples/s | vs single | training seconds to {float(target):.0%} | final test accuracy |")
+    md.append("|---|---|---|---|---|")
+    series = []
+    for r in rows:
+        md.append(f"| {r['run']} | {r['samples_per_s']} | {float(r['samples_per_s']) / base:.2f}x | {r['seconds_to_target']} | "
+                  f"{float(r['final_accuracy']):.2%} |")
+        pts = [(float(x["train_s"]), 100 * float(x["test_accuracy"]), "")
+               for x in read_csv(os.path.join(OUT, "real_cpu", r["run"] + ".csv")) if x["test_accuracy"]]
+        series.append((r["run"], [p for p in pts if p[0] > 0]))
+    line_chart(os.path.join(PICS, "time_to_accuracy.svg"), "mnist-cnn: test accuracy over training time",
+               series, "training seconds (evaluations excluded)", "test accuracy %", logx=False)
+    md.append("\n![time to accuracy](results/time_to_accuracy.svg)\n")
+    md.append("Batch 32, SGD lr 0.02 with momentum 0.9, cosine schedule with 200 warm-up steps, 2 epochs; "
+              "dp splits each minibatch over 2 workers; pipedream runs 2 stages split by a measured profile. "
+              "Test accuracy is measured every 200 minibatches (the pipelines drain there).\n")
+
+
+def main():
+    os.makedirs(PICS, exist_ok=True)
+    runs = emulated_runs()
+    md = ["# Results\n",
+          f"Generated by `bench/all.sh` (`bench/report.py`) on {datetime.date.today()}, on {machine()}. "
+          "Figures marked *emulated* come from the testbed (scripts/testbed.sh): one process per worker in "
+          "its own network namespace, links shaped with `tc tbf`, compute a timed wait of the profiled "
+          "V100-class layer times (docs/emulation.md). Times are scaled by S = 2 and bytes by B = 0.02, so a "
+          "testbed link runs at the emulated bandwidth x B / S = bandwidth / 100, and every time is divided "
+          "by S before it is shown: the figures are those of the emulated cluster. Figures marked *measured* "
+          "are real LibTorch training on this machine's CPU.\n"]
+    section_table1(runs, md)
+    section_schedules(runs, md)
+    section_sim_error(runs, md)
+    section_sweep(runs, md)
+    section_efficiency(md)
+    section_real_cpu(md)
+    notes = os.path.join(DOCS, "results_notes.md")
+    if os.path.exists(notes):
+        md.append(open(notes).read())
+    open(os.path.join(DOCS, "results.md"), "w").write("\n".join(md) + "\n")
+    print(f"wrote {os.path.relpath(os.path.join(DOCS, 'results.md'), ROOT)} and {len(os.listdir(PICS))} pictures "
+          f"in {os.path.relpath(PICS, ROOT)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
