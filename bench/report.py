@@ -228,6 +228,15 @@ def machine():
     return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, no accelerator"
 
 
+def section_head(md, title, path):
+    """The section's title; False, after saying so, when its benchmark left no `path`."""
+    md.append(f"## {title}\n")
+    if not os.path.exists(path):
+        md.append("(not run)\n")
+        return False
+    return True
+
+
 def section_table1(runs, md):
     md.append("## PipeDream against data parallelism, beside the paper's Table 1 (emulated)\n")
     groups, table = [], []
@@ -342,9 +351,7 @@ def section_sweep(runs, md):
 
 def section_efficiency(md):
     path = os.path.join(OUT, "efficiency", "summary.csv")
-    md.append("## Runtime efficiency: a balanced 8-stage pipeline (emulated compute, threads)\n")
-    if not os.path.exists(path):
-        md.append("(not run)\n")
+    if not section_head(md, "Runtime efficiency: a balanced 8-stage pipeline (emulated compute, threads)", path):
         return
     md.append("8 stages of 10 ms forward and 20 ms backward per minibatch of 64, pipedream, 80 minibatches; the "
               "ideal is one minibatch per 30 ms in steady state, the simulator's total includes fill and drain.\n")
@@ -362,9 +369,7 @@ def section_efficiency(md):
 
 def section_real_cpu(md):
     path = os.path.join(OUT, "real_cpu", "summary.csv")
-    md.append("## Real CPU: mnist-cnn on Fashion-MNIST, 2 workers on 2 cores (measured, not emulated)\n")
-    if not os.path.exists(path):
-        md.append("(not run)\n")
+    if not section_head(md, "Real CPU: mnist-cnn on Fashion-MNIST, 2 workers on 2 cores (measured, not emulated)", path):
         return
     rows = read_csv(path)
     base = float(rows[0]["samples_per_s"]) if rows else 1
