@@ -179,9 +179,9 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
       ++done;
       last_loss = p.first;
       recent.push_back(p.first);
-      partial.erase(minibatch);
+      partial.erase(minibatch);  // p dangles from here on: use last_loss
       double secs = (wall_ms() - start - eval_ms) / 1000;
-      progress.step({job.first_step + done, minibatch / per_epoch, p.first, done * o.train.batch_size / std::max(secs, 1e-9), -1,
+      progress.step({job.first_step + done, minibatch / per_epoch, last_loss, done * o.train.batch_size / std::max(secs, 1e-9), -1,
                      secs});
     });
   }

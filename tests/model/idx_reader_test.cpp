@@ -32,7 +32,7 @@ std::string write(const std::string& name, const std::vector<uint8_t>& bytes, bo
     gzclose(f);
   } else {
     FILE* f = std::fopen(path.c_str(), "wb");
-    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    if (!bytes.empty()) std::fwrite(bytes.data(), 1, bytes.size(), f);  // data() may be null when empty
     std::fclose(f);
   }
   return path;
