@@ -48,3 +48,5 @@ PY
   echo "$name,$rate,$secs,$acc,$target" >>"$out/summary.csv"
 done
 echo "(measured on this machine; per-step metrics in $out)"
+# Throughput side by side over the same 300 minibatches, and the runtime's per-action overhead.
+build/bench/bench_runtime_throughput 300 | tee "$out/runtime_throughput.txt"

@@ -386,6 +386,11 @@ def section_real_cpu(md):
     line_chart(os.path.join(PICS, "time_to_accuracy.svg"), "mnist-cnn: test accuracy over training time",
                series, "training seconds (evaluations excluded)", "test accuracy %", logx=False)
     md.append("\n![time to accuracy](results/time_to_accuracy.svg)\n")
+    extra = os.path.join(OUT, "real_cpu", "runtime_throughput.txt")
+    if os.path.exists(extra):
+        md.append("`build/bench/bench_runtime_throughput 300`: the same three over 300 minibatches of 64, side by "
+                  "side, and the runtime's per-action overhead (a 1-stage pipeline against the plain loop):\n")
+        md.append("```\n" + open(extra).read().strip() + "\n```\n")
     md.append("Batch 32, SGD lr 0.02 with momentum 0.9, cosine schedule with 200 warm-up steps, 2 epochs; "
               "dp splits each minibatch over 2 workers; pipedream runs 2 stages split by a measured profile. "
               "Test accuracy is measured every 200 minibatches (the pipelines drain there).\n")
