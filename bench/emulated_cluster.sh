@@ -65,6 +65,9 @@ batch=$(python3 -c "import json; print(json.load(open('$profile'))['batch_size']
 
 "$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" -o "$out/plan.json" >"$out/plan.txt"
 config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in json.load(open('$out/plan.json'))['stages']))")
+# Asynchronous schedules run whole rounds of every stage's replicas (lcm of the counts): run at
+# least two rounds and 30 minibatches.
+unit=$(python3 -c "import math; print(math.lcm(*[int(r) for r in '$config'.split('-')]))")
 # Data parallelism's profile: batch x workers per minibatch (times and activations x workers).
 python3 - "$profile" "$workers" "$out/dp_profile.json" <<'EOF'
 import json, sys
@@ -97,7 +100,8 @@ for kind in $schedules; do
       prof=$profile
       args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
       sim_args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
-      [[ $n -gt 0 ]] || n=30
+      [[ $n -gt 0 ]] || n=$(( (30 > 2 * unit ? 30 : 2 * unit) ))
+      [[ $kind != pipedream && $kind != 2bw ]] || n=$(( (n + unit - 1) / unit * unit ))
       cfg=$config ;;
   esac
   args+=(--steps "$n" --trace "$PWD/$out/$kind.trace.json")
@@ -108,6 +112,7 @@ for kind in $schedules; do
   # The steps that ran: asynchronous schedules run whole rounds of every stage's replicas.
   n=$(sed -n 's/.*steps \([0-9]*\), [0-9.e+-]* s,.*/\1/p' "$out/$kind.log" | head -1)
   secs=$(sed -n 's/.*steps [0-9]*, \([0-9.e+-]*\) s,.*/\1/p' "$out/$kind.log" | head -1)
+  if [[ -z $n || $n -eq 0 ]]; then echo "$kind: ran no minibatch (see $out/$kind.log)"; continue; fi
   measured=$(awk -v s="$secs" -v n="$n" -v S="$S" 'BEGIN { printf "%.1f", s * 1000 / n / S }')
   # The simulator over the same minibatches: one repeated minibatch for flush schedules, all n for
   # the asynchronous ones; its total time / n.

@@ -64,7 +64,7 @@ def default_run(runs, model, cluster):
 
 def trace_breakdown(path):
     """Per stage, the mean share of a worker's span in compute (F/B/W), all-reduce, and the rest
-    (waiting for data, sends, optimizer): what a measured run spent its time on."""
+    (waiting for data): what a simulated run spends its time on."""
     t = json.load(open(path))
     by_stage = {}
     for events in t["workers"]:
@@ -282,20 +282,16 @@ def section_schedules(runs, md):
                 name = f"vgg16_4x4_{kind}_{what}.svg"
                 shutil.copy(src, os.path.join(PICS, name))
                 md.append(f"![{kind} {what}](results/{name})\n")
-        tr = os.path.join(run["dir"], kind + ".trace.json")
         sim = os.path.join(run["dir"], kind + ".sim.json")
-        if os.path.exists(tr) and os.path.exists(sim):
-            m, s = trace_breakdown(tr), trace_breakdown(sim)
-            md.append(f"Where {kind}'s workers spend their time, per stage (mean over its replicas; "
-                      "share of each worker's span from its first to its last action):\n")
-            md.append("| stage | replicas | compute measured / simulated | all-reduce measured / simulated | "
-                      "rest (waiting for data, sends, optimizer) measured / simulated |")
+        if os.path.exists(sim):
+            s = trace_breakdown(sim)
+            md.append(f"Where {kind}'s workers spend their time in the simulator, per stage (mean over its "
+                      "replicas; share of each worker's span from its first to its last action). The measured "
+                      "trace cannot be split this way: a measured F or B spans its wait for its input too.\n")
+            md.append("| stage | replicas | compute | all-reduce | idle (waiting for data) |")
             md.append("|---|---|---|---|---|")
-            for st in m:
-                mc, ma, n = m[st]
-                sc, sa, _ = s.get(st, (0, 0, 0))
-                md.append(f"| {st} | {n} | {mc:.0%} / {sc:.0%} | {ma:.0%} / {sa:.0%} | "
-                          f"{1 - mc - ma:.0%} / {1 - sc - sa:.0%} |")
+            for st, (sc, sa, n) in s.items():
+                md.append(f"| {st} | {n} | {sc:.0%} | {sa:.0%} | {1 - sc - sa:.0%} |")
             md.append("")
 
 
