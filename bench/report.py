@@ -143,8 +143,9 @@ def bar_chart(path, title, groups, series, ylabel):
     open(path, "w").write("\n".join(out) + "\n")
 
 
-def line_chart(path, title, series, xlabel, ylabel, logx=True):
-    """series: [(name, [(x, y, point label)])]; x on a log scale."""
+def line_chart(path, title, series, xlabel, ylabel, logx=True, y_lo=0):
+    """series: [(name, [(x, y, point label)])]; x on a log scale unless logx is False; the y axis
+    from y_lo."""
     W, H, L, R, T, B = 720, 360, 70, 160, 30, 50
     xs = [p[0] for _, pts in series for p in pts]
     ys = [p[1] for _, pts in series for p in pts]
@@ -156,14 +157,15 @@ def line_chart(path, title, series, xlabel, ylabel, logx=True):
     top = nice_max(max(ys))
     ph, pw = H - T - B, W - L - R
     px = lambda v: L + (fx(v) - x_lo) / (x_hi - x_lo) * pw
-    py = lambda v: T + ph - ph * v / top
+    py = lambda v: T + ph - ph * (v - y_lo) / (top - y_lo)
     out = svg_frame(W, H, title)
     for k in range(6):
         y = T + ph - ph * k / 5
         out.append(f'<line x1="{L}" x2="{L + pw}" y1="{y}" y2="{y}" stroke="#ddd"/>')
-        out.append(f'<text x="{L - 6}" y="{y + 4}" text-anchor="end">{top * k / 5:g}</text>')
-    for v in sorted(set(xs)):
-        out.append(f'<text x="{px(v):.1f}" y="{T + ph + 16}" text-anchor="middle">{v:g}</text>')
+        out.append(f'<text x="{L - 6}" y="{y + 4}" text-anchor="end">{y_lo + (top - y_lo) * k / 5:g}</text>')
+    ticks = sorted(set(xs)) if logx else [min(xs) + (max(xs) - min(xs)) * k / 5 for k in range(6)]
+    for v in ticks:
+        out.append(f'<text x="{px(v):.1f}" y="{T + ph + 16}" text-anchor="middle">{v:.3g}</text>')
     out.append(f'<text x="{L + pw / 2}" y="{H - 10}" text-anchor="middle">{html.escape(xlabel)}</text>')
     out.append(f'<text transform="translate(16,{T + ph / 2}) rotate(-90)" text-anchor="middle">{html.escape(ylabel)}</text>')
     for i, (name, pts) in enumerate(series):
@@ -380,7 +382,7 @@ def section_real_cpu(md):
                for x in read_csv(os.path.join(OUT, "real_cpu", r["run"] + ".csv")) if x["test_accuracy"]]
         series.append((r["run"], [p for p in pts if p[0] > 0]))
     line_chart(os.path.join(PICS, "time_to_accuracy.svg"), "mnist-cnn: test accuracy over training time",
-               series, "training seconds (evaluations excluded)", "test accuracy %", logx=False)
+               series, "training seconds (evaluations excluded)", "test accuracy %", logx=False, y_lo=60)
     md.append("\n![time to accuracy](results/time_to_accuracy.svg)\n")
     extra = os.path.join(OUT, "real_cpu", "runtime_throughput.txt")
     if os.path.exists(extra):
