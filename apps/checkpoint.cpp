@@ -5,7 +5,10 @@
 
 #include "apps/command.h"
 #include "core/error.h"
-#include "runtime/checkpoint.h"
+#include "core/json_doc.h"
+#include "core/tensor_file.h"
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/layer_file.h"
 
 namespace pt::app {
 namespace {
@@ -34,15 +37,17 @@ int inspect(const std::string& path) {
   int64_t params = 0, bytes = 0;
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
-    runtime::LayerState s = runtime::layer_state_from_bytes(read_text_file(file), file);
+    runtime::LayerFile layer = runtime::parse_layer_file(read_regular_file(file, f.bytes), file);
     int64_t n = 0;
     std::string shapes;
-    for (const auto& p : s.params) {
-      n += p.numel();
-      shapes += (shapes.empty() ? "" : " ") + pt::str(p.sizes());
+    for (const auto& p : layer.params) {
+      int64_t numel = 1;
+      for (int64_t d : p.shape) numel *= d;
+      n += numel;
+      shapes += (shapes.empty() ? "" : " ") + shape_text(p.shape);
     }
-    bool momentum = !s.momentum.empty() && s.momentum[0].defined();
-    std::cout << "  " << std::setw(12) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
+    bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
+    std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
               << (momentum ? "momentum " : "no momentum yet ") << shapes << "\n";
     params += n;
     bytes += f.bytes;

@@ -1,6 +1,11 @@
 #pragma once
 // Subcommand registry: each apps/<name>.cpp registers itself with a static Register object,
 // so adding a subcommand touches no other file.
+//
+// Two executables share it (apps/CMakeLists.txt): `pipetrain`, the torch-free front end that
+// starts in milliseconds, and `pipetrain-torch` beside it, which holds the subcommands that need
+// LibTorch (train, profile). The front end registers those as hand-offs: it runs
+// pipetrain-torch with the same arguments, as git runs git-<subcommand>.
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,7 +17,8 @@ namespace pt::app {
 struct Command {
   std::string name;
   std::string description;
-  // Adds the subcommand's options to `sub` and returns the function that runs it.
+  // Adds the subcommand's options to `sub` and returns the function that runs it; empty for a
+  // hand-off.
   std::function<std::function<int()>(CLI::App& sub)> setup;
 };
 
@@ -21,5 +27,12 @@ std::vector<Command>& registry();
 struct Register {
   explicit Register(Command c) { registry().push_back(std::move(c)); }
 };
+
+// The subcommands that need LibTorch, described once for both executables.
+inline constexpr const char* kTrainDescription =
+    "Train a model: one worker, or pipeline-parallel with --plan/--stages and --schedule";
+inline constexpr const char* kProfileDescription =
+    "Measure per-layer forward/backward time, activation and parameter bytes";
+inline constexpr const char* kTorchExecutable = "pipetrain-torch";
 
 }  // namespace pt::app

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "apps/command.h"
-#include "apps/sim_flags.h"
+#include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
@@ -20,7 +20,7 @@ namespace {
 
 struct CompareFlags {
   std::string profile;
-  ClusterFlags cluster;
+  plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
   bool json = false;
 };
@@ -32,7 +32,7 @@ struct Row {
 
 int run_compare(CompareFlags& f) {
   auto prof = profile::read_profile_json(f.profile);
-  plan::Cluster cluster = f.cluster.build();
+  plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(f.options);
   // The planner's plan where it finds one; an even split otherwise.
@@ -105,7 +105,7 @@ Register reg({"compare", "Simulate every schedule and data parallelism side by s
   f->options.microbatches = 8;
   f->options.chunks = 2;
   app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
-  f->cluster.add_to(app);
+  add_cluster_flags(app, f->cluster);
   add_schedule_options(app, f->options);
   app.add_flag("--json", f->json, "Print the table as JSON");
   return [f] { return run_compare(*f); };

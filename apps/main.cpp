@@ -1,5 +1,11 @@
-// pipetrain: one binary, one thin subcommand per step of the data flow (DESIGN.md).
+// pipetrain: one thin subcommand per step of the data flow (DESIGN.md). The same main serves
+// both executables (apps/command.h); a registered hand-off runs pipetrain-torch before any
+// parsing, so its flags and --help are the LibTorch half's own.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <map>
 
@@ -11,19 +17,48 @@ std::vector<Command>& registry() {
   static std::vector<Command> commands;
   return commands;
 }
+
+namespace {
+
+// The directory of this executable (pipetrain-torch is installed beside it).
+std::string own_directory() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+// Replaces this process by pipetrain-torch with the same arguments; returns only on failure.
+int hand_off(const std::string& name, char** argv) {
+  std::string exe = own_directory() + "/" + kTorchExecutable;
+  if (::access(exe.c_str(), X_OK) != 0) {
+    std::cerr << "pipetrain " << name << ": needs LibTorch, and " << exe << " is not there: this pipetrain was "
+              << "built without it (cmake -DPT_WITH_TORCH=OFF); build with -DPT_WITH_TORCH=ON (scripts/build.sh)\n";
+    return 1;
+  }
+  ::execv(exe.c_str(), argv);
+  std::cerr << "pipetrain " << name << ": cannot run " << exe << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
+}  // namespace
 }  // namespace pt::app
 
 int main(int argc, char** argv) {
-  CLI::App app{"pipetrain: pipeline-parallel DNN training (PipeDream, GPipe, 1F1B, 2BW, ...)"};
+  auto& commands = pt::app::registry();
+  if (argc > 1)
+    for (const auto& c : commands)
+      if (!c.setup && c.name == argv[1]) return pt::app::hand_off(c.name, argv);
+  CLI::App app{"pipetrain: pipeline-parallel DNN training (PipeDream, GPipe, 1F1B, 2BW, ...)", "pipetrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pipetrain 0.1");
-  auto& commands = pt::app::registry();
   std::sort(commands.begin(), commands.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   std::map<CLI::App*, std::function<int()>> runners;
   for (auto& c : commands) {
     CLI::App* sub = app.add_subcommand(c.name, c.description);
-    runners[sub] = c.setup(*sub);
+    if (c.setup) runners[sub] = c.setup(*sub);
   }
   try {
     app.parse(argc, argv);

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "apps/command.h"
+#include "apps/planning_flags.h"
 #include "core/json_doc.h"
 #include "plan/plan_command.h"
 
@@ -34,9 +35,7 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
               [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<Flags>();
   app.add_option("--profile", f->plan.profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
-  app.add_option("--cluster", f->plan.cluster, "Cluster file (pipetrain.cluster/1)");
-  app.add_option("--workers", f->plan.workers, "Workers per level, innermost first, e.g. 4,4");
-  app.add_option("--bandwidth-gbps", f->plan.bandwidth_gbps, "Bandwidth per level in Gbit/s, e.g. 80,10");
+  add_cluster_flags(app, f->plan.cluster);
   app.add_option("--memory", f->plan.memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
   app.add_option("--cost-model", f->plan.cost_model, "pipetrain (default) or pipedream (PipeDream's optimizer)")
       ->capture_default_str();

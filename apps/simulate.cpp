@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "apps/command.h"
-#include "apps/sim_flags.h"
+#include "apps/planning_flags.h"
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
@@ -18,7 +18,7 @@ namespace {
 
 struct SimulateFlags {
   std::string profile, plan, kind = "1f1b", svg, chrome, trace_out, schedule_out;
-  ClusterFlags cluster;
+  plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
   bool json = false, grid = false;
 };
@@ -26,7 +26,7 @@ struct SimulateFlags {
 int run_simulate(const SimulateFlags& f) {
   schedule::check_schedule_options(f.options);  // before --chunks multiplies the workers
   auto prof = profile::read_profile_json(f.profile);
-  plan::Cluster cluster = f.cluster.build();
+  plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   plan::Plan plan;
   if (!f.plan.empty()) {
     plan = plan::read_plan(f.plan);
@@ -61,7 +61,7 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   auto f = std::make_shared<SimulateFlags>();
   app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
   app.add_option("--plan", f->plan, "Plan file (pipetrain.plan/1); default: even split over the workers");
-  f->cluster.add_to(app);
+  add_cluster_flags(app, f->cluster);
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
   app.add_option("--schedule", f->kind, "Schedule kind: " + kinds)->capture_default_str();

@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
-#include "runtime/launcher.h"
 #include "schedule/trace.h"
 
 namespace pt::app {
@@ -27,7 +26,7 @@ int run_trace(const TraceFlags& f) {
       if (!std::filesystem::exists(f.path + ".worker" + std::to_string(r)))
         throw ConfigError(str(f.path, ".worker", r, ": missing (--merge ", f.merge, " joins ", f.path, ".worker0..",
                               f.merge - 1, ")"));
-    runtime::merge_worker_traces(f.merge, f.path);
+    schedule::merge_worker_traces(f.merge, f.path);
   }
   schedule::Trace t = schedule::read_trace(f.path);
   metrics::Metrics m = metrics::compute_metrics(t);

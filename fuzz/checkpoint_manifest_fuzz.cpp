@@ -1,6 +1,6 @@
 // Fuzzes the checkpoint manifest parser (`--resume DIR`, `checkpoint inspect DIR` read
-// <checkpoint>/manifest.json): manifest_from_json, then the round trip through JSON. The tensor
-// files it lists are LibTorch's and are verified by size and CRC-32 before they are read.
+// <checkpoint>/manifest.json): manifest_from_json, then the round trip through JSON. The layer
+// files it lists are verified by size and CRC-32 before they are read (layer_file_fuzz.cpp).
 #include "fuzz_target.h"
 #include "runtime/checkpoint_manifest.h"
 

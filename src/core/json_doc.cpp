@@ -152,6 +152,14 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+std::string read_regular_file(const std::string& path, int64_t max_bytes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(str(path, ": cannot open file"));
+  if (!S_ISREG(st.st_mode)) throw Error(str(path, ": not a regular file"));
+  if (st.st_size > max_bytes) throw Error(str(path, ": ", st.st_size, " bytes, more than the ", max_bytes, " allowed"));
+  return read_text_file(path);
+}
+
 json read_json_file(const std::string& path) { return parse_json(read_text_file(path), path); }
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {

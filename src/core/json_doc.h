@@ -53,6 +53,9 @@ json read_json_file(const std::string& path);
 // Writes atomically (temp file + rename) so a crash never leaves half a file.
 void write_text_file_atomic(const std::string& path, const std::string& text);
 std::string read_text_file(const std::string& path);
+// Reads a regular file of at most max_bytes, checking both before reading anything: a device,
+// a FIFO or a file that is too large is refused with an error naming it.
+std::string read_regular_file(const std::string& path, int64_t max_bytes);
 
 // Checks doc["format"] == "pipetrain.<kind>/<version>", with a clear error otherwise.
 void expect_format(const JsonField& doc, const std::string& kind, int version);

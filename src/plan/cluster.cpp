@@ -114,4 +114,15 @@ Cluster cluster_from_shorthand(const std::string& workers, const std::string& ba
   return c;
 }
 
+Cluster cluster_from_flags(const ClusterFlags& f) {
+  bool shorthand = !f.workers.empty() || !f.bandwidth_gbps.empty();
+  if (!f.file.empty() && shorthand)
+    throw UsageError(str("--cluster '", f.file, "' and --workers/--bandwidth-gbps both describe the cluster; give one"));
+  if (!f.file.empty()) return read_cluster(f.file);
+  if (!shorthand) throw UsageError("no cluster: give --cluster FILE or --workers N[,N...] --bandwidth-gbps G[,G...]");
+  if (f.workers.empty()) throw UsageError(str("--bandwidth-gbps '", f.bandwidth_gbps, "' needs --workers"));
+  if (f.bandwidth_gbps.empty()) throw UsageError(str("--workers '", f.workers, "' needs --bandwidth-gbps"));
+  return cluster_from_shorthand(f.workers, f.bandwidth_gbps);
+}
+
 }  // namespace pt::plan

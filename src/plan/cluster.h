@@ -44,4 +44,13 @@ Cluster read_cluster(const std::string& path);
 Cluster cluster_from_shorthand(const std::string& workers, const std::string& bandwidth_gbps,
                                int64_t memory_bytes = 0);
 
+// The cluster as every subcommand's flags give it: --cluster FILE, or the shorthand.
+struct ClusterFlags {
+  std::string file;            // --cluster FILE
+  std::string workers;         // --workers 4 or 4,4
+  std::string bandwidth_gbps;  // --bandwidth-gbps 1 or 80,10
+};
+// Throws UsageError naming the flags when neither form, both, or half the shorthand is given.
+Cluster cluster_from_flags(const ClusterFlags& f);
+
 }  // namespace pt::plan

@@ -21,18 +21,7 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
     if (options.memory_bytes <= 0) throw UsageError(str("--memory: must be > 0, got '", f.memory, "'"));
   }
   PlanOutcome out;
-  bool shorthand = !f.workers.empty() || !f.bandwidth_gbps.empty();
-  if (!f.cluster.empty() && shorthand)
-    throw UsageError(str("--cluster '", f.cluster, "' and --workers/--bandwidth-gbps both describe the cluster; give one"));
-  if (!f.cluster.empty()) {
-    out.cluster = read_cluster(f.cluster);
-  } else if (shorthand) {
-    if (f.workers.empty()) throw UsageError(str("--bandwidth-gbps '", f.bandwidth_gbps, "' needs --workers"));
-    if (f.bandwidth_gbps.empty()) throw UsageError(str("--workers '", f.workers, "' needs --bandwidth-gbps"));
-    out.cluster = cluster_from_shorthand(f.workers, f.bandwidth_gbps);
-  } else {
-    throw UsageError("no cluster: give --cluster FILE or --workers N[,N...] --bandwidth-gbps G[,G...]");
-  }
+  out.cluster = cluster_from_flags(f.cluster);
   out.profile = profile::read_any_profile(f.profile);
   out.plan = make_plan(out.profile, out.cluster, options);
   out.table = format_plan_table(out.plan, out.profile, out.cluster);

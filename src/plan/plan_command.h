@@ -11,9 +11,7 @@ namespace pt::plan {
 
 struct PlanFlags {
   std::string profile;           // --profile: pipetrain JSON, PipeDream JSON figures or graph.txt
-  std::string cluster;           // --cluster FILE, or the shorthand below
-  std::string workers;           // --workers 4,4 (innermost level first)
-  std::string bandwidth_gbps;    // --bandwidth-gbps 80,10
+  ClusterFlags cluster;          // --cluster FILE, or --workers 4,4 --bandwidth-gbps 80,10
   std::string memory;            // --memory 16GB ("" = the cluster's, or unlimited)
   std::string cost_model = "pipetrain";
   bool straight = false;

@@ -19,19 +19,6 @@ int NodeSet::count() const {
   return c;
 }
 
-bool is_input_layer(const profile::Profile& profile, int layer) {
-  const auto& l = profile.layers[layer];
-  return l.inputs.empty() && l.name.rfind("Input", 0) == 0;
-}
-
-bool is_detached_sink(const profile::Profile& profile, int layer) {
-  if (profile.layers[layer].name.rfind("__getitem__", 0) != 0 || profile.layers[layer].inputs.empty()) return false;
-  for (int r = layer + 1; r < profile.num_layers(); ++r)
-    for (int in : profile.layers[r].inputs)
-      if (in == layer) return false;
-  return true;
-}
-
 std::vector<int> StateSpace::stage_layers(int k, int j) const {
   std::vector<int> layers;
   for (size_t v = 0; v < node_layers.size(); ++v)
@@ -114,8 +101,8 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   StateSpace s;
   std::vector<int> planned;
   for (int l = 0; l < L; ++l) {
-    if (is_input_layer(p, l)) s.pinned_first.push_back(l);
-    else if (is_detached_sink(p, l)) s.attached.push_back(l);
+    if (profile::is_input_layer(p, l)) s.pinned_first.push_back(l);
+    else if (profile::is_detached_sink(p, l)) s.attached.push_back(l);
     else planned.push_back(l);
   }
   if (planned.empty())

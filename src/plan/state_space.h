@@ -59,15 +59,10 @@ struct StateSpace {
 StateSpace build_state_space(const profile::Profile& profile, int max_states,
                              size_t max_pairs = static_cast<size_t>(-1));
 
-// True for a layer PipeDream's optimizer leaves out of every stage's compute: a source whose
-// name starts with "Input".
-bool is_input_layer(const profile::Profile& profile, int layer);
-// True for a sink named "__getitem__..." (an unused output of a tuple-returning layer), which
-// PipeDream's optimizer removes; left out of the search, placed with the layer it reads.
-bool is_detached_sink(const profile::Profile& profile, int layer);
-// Either of the two: the layer costs nothing in any cost model.
+// An input layer or a detached sink (profile.h): the layer costs nothing in any cost model, and
+// the search places it with its neighbour.
 inline bool is_outside_search(const profile::Profile& profile, int layer) {
-  return is_input_layer(profile, layer) || is_detached_sink(profile, layer);
+  return profile::is_input_layer(profile, layer) || profile::is_detached_sink(profile, layer);
 }
 
 }  // namespace pt::plan

@@ -82,4 +82,17 @@ void write_profile(const Profile& p, const std::string& path) {
   write_text_file_atomic(path, to_json(p).dump(1) + "\n");
 }
 
+bool is_input_layer(const Profile& profile, int layer) {
+  const auto& l = profile.layers[layer];
+  return l.inputs.empty() && l.name.rfind("Input", 0) == 0;
+}
+
+bool is_detached_sink(const Profile& profile, int layer) {
+  if (profile.layers[layer].name.rfind("__getitem__", 0) != 0 || profile.layers[layer].inputs.empty()) return false;
+  for (int r = layer + 1; r < profile.num_layers(); ++r)
+    for (int in : profile.layers[r].inputs)
+      if (in == layer) return false;
+  return true;
+}
+
 }  // namespace pt::profile

@@ -31,6 +31,13 @@ struct Profile {
   int64_t total_parameter_bytes() const;
 };
 
+// True for a layer that only feeds data in, which PipeDream's optimizer leaves out of every
+// stage's compute: a source whose name starts with "Input".
+bool is_input_layer(const Profile& profile, int layer);
+// True for a sink named "__getitem__..." (an unused output of a tuple-returning layer), which
+// PipeDream's optimizer removes; placed with the layer it reads.
+bool is_detached_sink(const Profile& profile, int layer);
+
 inline constexpr int kProfileVersion = 1;
 // The most bytes one layer's activation or parameters may claim (1 PiB, beyond any device):
 // keeps sums over a profile's layers far from int64 overflow.

@@ -64,4 +64,16 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   return p;
 }
 
+Profile layer_graph(const model::LayeredModel& model) {
+  Profile p;
+  p.model = model.name();
+  for (int i = 0; i < model.num_layers(); ++i) {
+    Layer l;
+    l.name = model.layer(i).name;
+    l.inputs = model.layer(i).inputs;
+    p.layers.push_back(std::move(l));
+  }
+  return p;
+}
+
 }  // namespace pt::profile

@@ -18,4 +18,8 @@ struct ProfilerOptions {
 Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch,
                         const ProfilerOptions& options = {});
 
+// The model's layer graph (names and inputs) as a Profile with no measurements: what checks of
+// a plan against a model need (plan::check_plan_fits), without running the model.
+Profile layer_graph(const model::LayeredModel& model);
+
 }  // namespace pt::profile

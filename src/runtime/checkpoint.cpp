@@ -4,12 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/json_doc.h"
+#include "runtime/layer_file.h"
 
 namespace pt::runtime {
 
@@ -17,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".pt"; }
+std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".tensors"; }
 std::string temp_dir_name(int64_t step) { return ".tmp-" + checkpoint_dir_name(step); }
 
 // A rename is durable only once its directory is synced.
@@ -30,27 +31,55 @@ void fsync_dir(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+
+struct DtypeName {
+  torch::ScalarType type;
+  const char* name;
+};
+constexpr DtypeName kDtypes[] = {{torch::kFloat64, "float64"}, {torch::kFloat32, "float32"}, {torch::kFloat16, "float16"},
+                                 {torch::kBFloat16, "bfloat16"}, {torch::kInt64, "int64"}, {torch::kInt32, "int32"},
+                                 {torch::kInt16, "int16"},       {torch::kInt8, "int8"},   {torch::kUInt8, "uint8"},
+                                 {torch::kBool, "bool"}};
+
+TensorRecord to_record(const torch::Tensor& t) {
+  TensorRecord r;
+  for (const auto& d : kDtypes)
+    if (d.type == t.scalar_type()) r.dtype = d.name;
+  PT_CHECK(!r.dtype.empty(), "no tensor-file dtype for ", t.scalar_type());
+  torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+  r.shape.assign(c.sizes().begin(), c.sizes().end());
+  r.data.assign(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  return r;
+}
+
+torch::Tensor from_record(const TensorRecord& r) {
+  for (const auto& d : kDtypes)
+    if (r.dtype == d.name) {
+      auto t = torch::empty(r.shape, torch::TensorOptions().dtype(d.type));
+      PT_CHECK(static_cast<size_t>(t.numel() * t.element_size()) == r.data.size(), "tensor record size");
+      std::memcpy(t.data_ptr(), r.data.data(), r.data.size());
+      return t;
+    }
+  PT_CHECK(false, "unknown dtype ", r.dtype);
+  return {};
+}
+
+}  // namespace
+
 std::string layer_state_bytes(const LayerState& s) {
-  std::vector<torch::Tensor> all = s.params;
-  for (const auto& m : s.momentum) all.push_back(m.defined() ? m : torch::empty({0}));
-  std::ostringstream out;
-  torch::save(all, out);
-  return out.str();
+  LayerFile f;
+  for (const auto& p : s.params) f.params.push_back(to_record(p));
+  for (const auto& m : s.momentum) f.momentum.push_back(m.defined() ? std::optional(to_record(m)) : std::nullopt);
+  f.momentum.resize(f.params.size());
+  return layer_file_bytes(f);
 }
 
 LayerState layer_state_from_bytes(const std::string& bytes, const std::string& source) {
-  std::vector<torch::Tensor> all;
-  try {
-    std::istringstream in(bytes);
-    torch::load(all, in);
-  } catch (const c10::Error& e) {
-    throw FormatError(str(source, ": not a layer file: ", e.what_without_backtrace()));
-  }
-  if (all.size() % 2 != 0) throw FormatError(str(source, ": holds ", all.size(), " tensors, expected pairs"));
+  LayerFile f = parse_layer_file(bytes, source);
   LayerState s;
-  size_t n = all.size() / 2;
-  s.params.assign(all.begin(), all.begin() + n);
-  for (size_t i = n; i < all.size(); ++i) s.momentum.push_back(all[i].numel() == 0 ? torch::Tensor() : all[i]);
+  for (const auto& p : f.params) s.params.push_back(from_record(p));
+  for (const auto& m : f.momentum) s.momentum.push_back(m ? from_record(*m) : torch::Tensor());
   return s;
 }
 
@@ -132,7 +161,7 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std:
     for (int layer : probe.stage_layers[st]) {
       const auto& f = manifest.files.at(layer);
       std::string path = (fs::path(checkpoint) / f.name).string();
-      rep->load_layer_state(layer, layer_state_from_bytes(read_text_file(path), path), path);
+      rep->load_layer_state(layer, layer_state_from_bytes(read_regular_file(path, f.bytes), path), path);
     }
   }
 }

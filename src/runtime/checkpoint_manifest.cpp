@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -14,7 +15,11 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kKind = "checkpoint";
-constexpr int kVersion = 1;
+// Version 1 stored layers as TorchScript archives (torch::save), which can run code when
+// loaded; version 2 stores tensor files (layer_file.h), which are data only.
+constexpr int kVersion = 2;
+// A manifest lists one small entry per layer: far below this.
+constexpr int64_t kMaxManifestBytes = int64_t(1) << 24;
 constexpr const char* kPrefix = "step-";
 }  // namespace
 
@@ -39,6 +44,11 @@ std::string manifest_to_json(const CheckpointManifest& m) {
 CheckpointManifest manifest_from_json(const std::string& text, const std::string& source) {
   json doc = parse_json(text, source);
   JsonField root(doc, source, "");
+  if (doc.is_object() && doc.value("format", json()) == format_tag(kKind, 1))
+    throw FormatError(str(source, ": ", format_tag(kKind, 1), " is the old checkpoint format, whose layer files are ",
+                          "TorchScript archives that can run code when loaded; this pipetrain reads only ",
+                          format_tag(kKind, kVersion), " (data only). Retrain, or resume it with the pipetrain that ",
+                          "wrote it and save again with this one"));
   expect_format(root, kKind, kVersion);
   CheckpointManifest m;
   m.model = root["model"].as_string();
@@ -117,16 +127,35 @@ std::string newest_checkpoint(const std::string& dir) {
   return out;
 }
 
+namespace {
+// read_regular_file with its error as a FormatError (checkpoint errors are format errors).
+std::string read_checked(const std::string& path, int64_t max_bytes) {
+  try {
+    return read_regular_file(path, max_bytes);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
+}
+}  // namespace
+
 CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
   std::string path = (fs::path(checkpoint) / "manifest.json").string();
   if (!fs::exists(path)) throw FormatError(str(checkpoint, ": not a checkpoint (no manifest.json)"));
-  CheckpointManifest m = manifest_from_json(read_text_file(path), path);
+  CheckpointManifest m = manifest_from_json(read_checked(path, kMaxManifestBytes), path);
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
-    if (!fs::exists(file)) throw FormatError(str(file, ": missing (listed in ", path, ")"));
-    std::string bytes = read_text_file(file);
-    if (static_cast<int64_t>(bytes.size()) != f.bytes)
-      throw FormatError(str(file, ": ", bytes.size(), " bytes but the manifest says ", f.bytes, " (truncated?)"));
+    std::error_code ec;
+    if (!fs::exists(file, ec)) throw FormatError(str(file, ": missing (listed in ", path, ")"));
+    // pipetrain writes no links: one would make the checkpoint read a file outside it.
+    if (fs::is_symlink(file, ec)) throw FormatError(str(file, ": is a symbolic link; checkpoint files must be regular files"));
+    // The size first: a file that is not what the manifest says is never read into memory.
+    auto size = fs::is_regular_file(file, ec) ? static_cast<int64_t>(fs::file_size(file, ec)) : -1;
+    if (size != f.bytes)
+      throw FormatError(str(file, ": ", size < 0 ? std::string("not a regular file") : str(size, " bytes"),
+                            " but the manifest says a file of ", f.bytes, " bytes (truncated?)"));
+    std::string bytes = read_checked(file, f.bytes);
     uint32_t crc = crc32_of(bytes);
     if (crc != f.crc32) throw FormatError(str(file, ": checksum ", crc, " does not match the manifest's ", f.crc32));
   }

@@ -1,11 +1,12 @@
 #pragma once
-// The manifest of a training checkpoint (pipetrain.checkpoint/1): what a checkpoint directory
+// The manifest of a training checkpoint (pipetrain.checkpoint/2): what a checkpoint directory
 // holds and how to verify it. Plain C++ (no LibTorch) so that it can be fuzzed and its tests
 // build fast; the tensors themselves are written by checkpoint.h.
 //
 // A checkpoint is a directory <dir>/step-<N> holding manifest.json and one file per model
-// layer (layer-<i>.pt: the layer's parameters, then its SGD momentum buffers). Weights are
-// stored per layer, not per stage, so a checkpoint resumes into any plan.
+// layer (layer-<i>.tensors, layer_file.h: the layer's parameters and SGD momentum buffers, data
+// only). Weights are stored per layer, not per stage, so a checkpoint resumes into any plan.
+// Reading one never runs code; version 1 (TorchScript layer files) is refused with a message.
 #include <cstdint>
 #include <string>
 #include <vector>

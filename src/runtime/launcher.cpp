@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -25,7 +26,29 @@
 
 namespace pt::runtime {
 
+namespace {
+// Set by launch_gloo_job for its workers: the plan file every worker runs.
+constexpr const char* kLaunchPlanVar = "PIPETRAIN_LAUNCH_PLAN";
+}  // namespace
+
 bool launched_as_gloo_worker() { return gloo_rank_in_env(); }
+
+std::string launched_plan_path() {
+  const char* p = std::getenv(kLaunchPlanVar);
+  return p ? p : "";
+}
+
+int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path) {
+  std::string dir = make_temp_dir("pipetrain-launch");
+  std::string plan_file = dir + "/plan.json";
+  plan::write_plan(plan, plan_file);
+  ::setenv(kLaunchPlanVar, plan_file.c_str(), 1);
+  int rc = launch_gloo_workers(plan.workers, self_argv(), trace_path);
+  ::unsetenv(kLaunchPlanVar);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return rc;
+}
 
 std::vector<std::string> self_argv() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -141,32 +164,9 @@ int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, co
     }
   }
   if (failed >= 0) return 1;
-  if (!trace_path.empty()) merge_worker_traces(world_size, trace_path);
+  if (!trace_path.empty()) schedule::merge_worker_traces(world_size, trace_path);
   return 0;
 }
 
-void merge_worker_traces(int world_size, const std::string& trace_path) {
-  schedule::Trace merged;
-  double origin = std::numeric_limits<double>::infinity();
-  for (int r = 0; r < world_size; ++r) {
-    std::string part = trace_path + ".worker" + std::to_string(r);
-    schedule::Trace t = schedule::read_trace(part);
-    if (r == 0) {
-      merged = t;
-      merged.workers.assign(world_size, {});
-    }
-    if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
-    for (const auto& e : merged.workers[r]) origin = std::min(origin, e.start_ms);
-    std::remove(part.c_str());
-  }
-  // Workers record steady-clock times, shared by the processes of one host.
-  if (std::isfinite(origin))
-    for (auto& w : merged.workers)
-      for (auto& e : w) {
-        e.start_ms -= origin;
-        e.end_ms -= origin;
-      }
-  schedule::write_trace(merged, trace_path);
-}
 
 }  // namespace pt::runtime

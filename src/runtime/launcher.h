@@ -5,10 +5,21 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan.h"
+
 namespace pt::runtime {
 
 // True when this process is one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK is set).
 bool launched_as_gloo_worker();
+
+// The plan file of the launch_gloo_job that started this worker, or "" when none did.
+std::string launched_plan_path();
+
+// `pipetrain train --transport gloo` on this host: writes `plan` where every worker reads it
+// (launched_plan_path), so that all run the same one even when it was measured rather than read
+// from a file, runs this process's command line as plan.workers workers (launch_gloo_workers)
+// and removes its files. Returns 0 when all succeed.
+int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path);
 
 // This process's command line, from /proc/self/cmdline (the launcher re-runs it per worker).
 std::vector<std::string> self_argv();
@@ -23,11 +34,8 @@ int free_tcp_port();
 // Returns 0 when all succeed. When a worker exits non-zero or dies by a signal, prints
 // "pipetrain: worker <r> <how>; stopping the other workers", sends SIGTERM to the rest and
 // SIGKILL after `grace_s`, and returns 1. When trace_path is set, merges the workers'
-// trace_path.worker<r> files into trace_path.
+// trace_path.worker<r> files into trace_path (schedule::merge_worker_traces).
 int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path = "",
                         double grace_s = 3);
-
-// Merges the per-worker traces (trace_path.worker<r>) into one Trace file with a common origin.
-void merge_worker_traces(int world_size, const std::string& trace_path);
 
 }  // namespace pt::runtime

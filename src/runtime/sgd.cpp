@@ -1,6 +1,19 @@
 #include "runtime/sgd.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace pt::runtime {
+
+double learning_rate(const SgdOptions& o, int64_t step) {
+  double lr = o.lr;
+  if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= static_cast<double>(step + 1) / o.warmup_steps;
+  if (o.lr_schedule == "cosine" && o.total_steps > 0) {
+    double t = std::clamp(static_cast<double>(step) / o.total_steps, 0.0, 1.0);
+    lr *= 0.5 * (1 + std::cos(M_PI * t));
+  }
+  return lr;
+}
 
 Sgd::Sgd(std::vector<torch::Tensor> params, const SgdOptions& options)
     : params_(std::move(params)), momentum_(params_.size()), options_(options) {}

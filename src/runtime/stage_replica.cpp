@@ -5,8 +5,9 @@
 namespace pt::runtime {
 
 StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-                           const SgdOptions& sgd, bool stash_weights)
+                           const SgdOptions& sgd, bool stash_weights, int max_versions)
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
+      max_versions_(max_versions),
       params_(model_->parameters(first, last)), sgd_(params_, sgd) {
   for (auto& p : params_) p.mutable_grad() = torch::zeros_like(p);
 }
@@ -130,6 +131,8 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
   }
   sgd_.step(grad_scale, minibatch);
   ++version_;
+  PT_CHECK(history_ > 0 || static_cast<int64_t>(versions_.size()) + 1 <= max_versions_, versions_.size() + 1,
+           " weight versions alive, more than the schedule's budget of ", max_versions_);
   if (history_ > 0)
     while (!versions_.empty() && versions_.begin()->first < version_ - history_) {
       for (const auto& [mb, f] : in_flight_)

@@ -24,8 +24,10 @@ struct LayerState {
 class StageReplica {
  public:
   // `model` is this worker's own copy of the whole model; the replica keeps layers [first, last).
+  // With stash_weights, at most max_versions weight versions are alive at once (the stashed and
+  // the newest: the schedule's weight_versions), unless keep_history asks for more.
   StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-               const SgdOptions& sgd, bool stash_weights);
+               const SgdOptions& sgd, bool stash_weights, int max_versions);
 
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
   // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
@@ -86,6 +88,7 @@ class StageReplica {
   int first_, last_;
   bool is_last_;
   bool stash_weights_;
+  int max_versions_;
   std::vector<torch::Tensor> params_;
   Sgd sgd_;
   int64_t version_ = 0;

@@ -32,16 +32,6 @@ double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test,
   return total ? static_cast<double>(correct) / total : 0;
 }
 
-double learning_rate(const SgdOptions& o, int64_t step) {
-  double lr = o.lr;
-  if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= static_cast<double>(step + 1) / o.warmup_steps;
-  if (o.lr_schedule == "cosine" && o.total_steps > 0) {
-    double t = std::clamp(static_cast<double>(step) / o.total_steps, 0.0, 1.0);
-    lr *= 0.5 * (1 + std::cos(M_PI * t));
-  }
-  return lr;
-}
-
 void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
   if (o.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", o.batch_size));
   if (o.batch_size > data.train.size())

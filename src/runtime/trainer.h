@@ -6,22 +6,9 @@
 
 #include "model/dataset.h"
 #include "model/layered_model.h"
+#include "runtime/sgd.h"
 
 namespace pt::runtime {
-
-struct SgdOptions {
-  double lr = 0.02;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
-  // Learning rate over the run: "constant", or "cosine" (decays to 0 at total_steps, the run's
-  // minibatch count, which the trainer fills in); both after a linear warm-up of warmup_steps.
-  std::string lr_schedule = "constant";
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 0;
-};
-
-// The learning rate of the step that applies minibatch `step` (0-based).
-double learning_rate(const SgdOptions& o, int64_t step);
 
 struct TrainOptions {
   int64_t epochs = 1;

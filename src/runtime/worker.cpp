@@ -42,7 +42,7 @@ void Worker::setup(const schedule::Schedule& s) {
                             model_->num_layers(), " layers of ", model_->name()));
     bool is_last = last == model_->num_layers();
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, options_.sgd,
-                                                   options_.stash_weights && !s.flush);
+                                                   options_.stash_weights && !s.flush, s.weight_versions[st]);
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
     // A minibatch's entry version is at most the stage-0 in-flight count behind the newest.
     if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);

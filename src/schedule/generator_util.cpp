@@ -55,11 +55,4 @@ void append_flush(Schedule& s, int id) {
     }
 }
 
-void fill_weight_versions(Schedule& s) {
-  auto counts = stash_counts(s);
-  s.weight_versions.assign(s.num_stages, 1);
-  for (int st = 0; st < s.num_stages; ++st)
-    for (int w : s.stage_workers[st]) s.weight_versions[st] = std::max(s.weight_versions[st], counts[w].weight_versions);
-}
-
 }  // namespace pt::schedule::detail

@@ -40,7 +40,5 @@ void append_1f1b(Schedule& s, int worker, int stage, const std::vector<int>& ite
 // stages in ascending order.
 void append_flush(Schedule& s, int id);
 
-// Sets weight_versions from the lists (validate.h's stash_counts).
-void fill_weight_versions(Schedule& s);
 
 }  // namespace pt::schedule::detail

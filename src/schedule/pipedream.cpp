@@ -59,7 +59,8 @@ Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync) 
                             s.add(w, ActionKind::kStep, st, k);
                           });
     }
-  detail::fill_weight_versions(s);
+  // Each of the NOAM minibatches in flight saw a different version (§3.3).
+  for (int st = 0; st < s.num_stages; ++st) s.weight_versions[st] = detail::one_f_one_b_warmup(s, st);
   return s;
 }
 
@@ -81,7 +82,10 @@ Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches) {
         s.add(w, ActionKind::kStep, st, k / microbatches);
       });
     }
-  detail::fill_weight_versions(s);
+  // The microbatches in flight span at most ceil(warm-up / m) + 1 minibatches, one version each:
+  // 2 when m covers the warm-up (m >= p on a straight pipeline), 2BW's double buffer.
+  for (int st = 0; st < s.num_stages; ++st)
+    s.weight_versions[st] = 1 + (detail::one_f_one_b_warmup(s, st) + microbatches - 1) / microbatches;
   return s;
 }
 

@@ -31,7 +31,10 @@ struct Schedule {
                                // stage 0 had when it entered (PipeDream §3.3)
   std::vector<std::vector<int>> stage_workers;  // [stage] -> worker ids of the replicas
   std::vector<std::vector<int>> stage_layers;   // [stage] -> profile layer indices
-  std::vector<int> weight_versions;             // [stage] -> weight versions a replica keeps
+  // [stage] -> weight versions a replica may keep at once, the stash budget its generator
+  // declares from the schedule's structure (1 when flushing; PipeDream's NOAM; 2BW's double
+  // buffer): the validator checks that the lists stay within it, the runtime that its stash does.
+  std::vector<int> weight_versions;
   std::vector<bool> split_backward;             // [stage] -> B is input-gradient only, W follows
   std::vector<std::vector<Action>> actions;     // [worker] -> ordered program
 

@@ -1,6 +1,8 @@
 #include "schedule/trace.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "core/error.h"
@@ -83,5 +85,29 @@ Trace trace_from_json(const json& doc, const std::string& source) {
 Trace read_trace(const std::string& path) { return trace_from_json(read_json_file(path), path); }
 
 void write_trace(const Trace& t, const std::string& path) { write_text_file_atomic(path, to_json(t).dump() + "\n"); }
+
+void merge_worker_traces(int world_size, const std::string& trace_path) {
+  Trace merged;
+  double origin = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < world_size; ++r) {
+    std::string part = trace_path + ".worker" + std::to_string(r);
+    Trace t = read_trace(part);
+    if (r == 0) {
+      merged = t;
+      merged.workers.assign(world_size, {});
+    }
+    if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
+    for (const auto& e : merged.workers[r]) origin = std::min(origin, e.start_ms);
+    std::remove(part.c_str());
+  }
+  // Workers record steady-clock times, shared by the processes of one host.
+  if (std::isfinite(origin))
+    for (auto& w : merged.workers)
+      for (auto& e : w) {
+        e.start_ms -= origin;
+        e.end_ms -= origin;
+      }
+  write_trace(merged, trace_path);
+}
 
 }  // namespace pt::schedule

@@ -52,4 +52,9 @@ Trace trace_from_json(const json& doc, const std::string& source);
 Trace read_trace(const std::string& path);
 void write_trace(const Trace& t, const std::string& path);  // atomic
 
+// Joins the per-worker traces that the workers of one host wrote (trace_path.worker<r>, each
+// holding its own worker's events on the host's steady clock) into one trace at trace_path,
+// with the earliest event at 0, and removes the parts.
+void merge_worker_traces(int world_size, const std::string& trace_path);
+
 }  // namespace pt::schedule

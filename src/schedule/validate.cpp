@@ -186,6 +186,22 @@ int check_deadlock(const Schedule& s) {
   if (!stuck.empty()) fail(s, stuck, str("deadlock with blocking sends and receives:", what));
   return rounds;
 }
+// Check 6: weight versions alive on each replica within the stage's declared budget.
+void check_stash_budget(const Schedule& s) {
+  PT_CHECK(static_cast<int>(s.weight_versions.size()) == s.num_stages, "weight_versions sized ",
+           s.weight_versions.size(), " for ", s.num_stages, " stages");
+  for (int w = 0; w < s.num_workers(); ++w) {
+    StashTracker tracker;
+    for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+      const Action& a = s.actions[w][i];
+      tracker.on(a, s.split_backward[a.stage]);
+      if (tracker.weight_versions(a.stage) > s.weight_versions[a.stage])
+        fail(s, {{w, i}}, str(tracker.weight_versions(a.stage), " weight versions of stage ", a.stage,
+                              " alive at once, more than the ", s.weight_versions[a.stage], " the schedule keeps"));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<WorkerCounts> stash_counts(const Schedule& s) {
@@ -205,6 +221,7 @@ ValidationReport validate(const Schedule& s) {
   check_matching(s);
   ValidationReport r;
   r.steps = check_deadlock(s);
+  check_stash_budget(s);
   r.workers = stash_counts(s);
   return r;
 }

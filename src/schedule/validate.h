@@ -14,7 +14,10 @@
 //  5. no deadlock with blocking point-to-point semantics: the lists are replayed with each
 //     send blocking until its receiver reaches the matching receive and each AllReduce blocking
 //     until every replica reaches it (rendezvous, the strictest semantics: a schedule that is
-//     safe under it is safe when sends are asynchronous too).
+//     safe under it is safe when sends are asynchronous too);
+//  6. stash depth within the budget: on every replica, the weight versions alive at once (those
+//     of the microbatches between F and their last backward, and the newest) are at most the
+//     stage's weight_versions, which the runtime allocates (schedule.h).
 #include <string>
 #include <utility>
 #include <vector>

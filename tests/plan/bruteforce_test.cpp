@@ -77,7 +77,7 @@ Case random_case(std::mt19937& rng, bool dag, CostModel model) {
 struct Graph {
   const profile::Profile& p;
   Mask planned = 0, full = 0;
-  bool input(int l) const { return is_input_layer(p, l); }
+  bool input(int l) const { return profile::is_input_layer(p, l); }
   explicit Graph(const profile::Profile& prof) : p(prof) {
     for (int l = 0; l < p.num_layers(); ++l)
       if (!input(l)) planned |= 1u << l;

@@ -43,8 +43,8 @@ std::string outcome(PlanFlags f) {
 PlanFlags good() {
   PlanFlags f;
   f.profile = write("chain3.json", kChain3);
-  f.workers = "2";
-  f.bandwidth_gbps = "10";
+  f.cluster.workers = "2";
+  f.cluster.bandwidth_gbps = "10";
   return f;
 }
 
@@ -64,17 +64,17 @@ TEST(PlanErrors, FlagsNameThemselvesAndTheirValue) {
   f.memory = "lots";
   expect_error(f, "usage", {"--memory", "lots"});
   f = good();
-  f.workers = "2,x";
+  f.cluster.workers = "2,x";
   expect_error(f, "usage", {"--workers"});
   f = good();
-  f.bandwidth_gbps = "10,10";
+  f.cluster.bandwidth_gbps = "10,10";
   expect_error(f, "usage", {"--workers", "--bandwidth-gbps"});
   f = good();
-  f.cluster = "c.json";
+  f.cluster.file = "c.json";
   expect_error(f, "usage", {"--cluster"});
   f = good();
-  f.workers.clear();
-  f.bandwidth_gbps.clear();
+  f.cluster.workers.clear();
+  f.cluster.bandwidth_gbps.clear();
   expect_error(f, "usage", {"--cluster", "--workers"});
 }
 
@@ -94,15 +94,15 @@ TEST(PlanErrors, BadFilesNameTheFileAndField) {
                     "\ta -- b\n\tb -- a\n");
   expect_error(f, "format", {"cycle.txt", "cyclic"});
   f = good();
-  f.workers.clear();
-  f.bandwidth_gbps.clear();
-  f.cluster = write("cluster.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2}]})");
+  f.cluster.workers.clear();
+  f.cluster.bandwidth_gbps.clear();
+  f.cluster.file = write("cluster.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2}]})");
   expect_error(f, "format", {"cluster.json", "bandwidth_gbps"});
 }
 
 TEST(PlanErrors, ImpossiblePlansSayWhy) {
   auto f = good();
-  f.workers = "4";
+  f.cluster.workers = "4";
   f.straight = true;
   expect_error(f, "config", {"--straight", "4 workers", "3 layers"});
   f = good();

@@ -1,5 +1,6 @@
 #pragma once
 // Shared set-up of the runtime tests: mnist-cnn on seeded synthetic data, plans, weights.
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -37,9 +38,12 @@ inline std::vector<torch::Tensor> pipeline_weights(const schedule::Schedule& s,
   return out;
 }
 
+// Infinity when the lists differ in length or any pair in shape: a missing tensor is not a match.
 inline double max_relative_error(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::infinity();
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
     double err = (a[i] - b[i]).norm().item<double>() / std::max(1e-12, b[i].norm().item<double>());
     worst = std::max(worst, err);
   }

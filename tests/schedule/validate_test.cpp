@@ -73,6 +73,24 @@ TEST(Validate, WrongPeer) {
   expect_has(error_of(s), "peer should be worker 1");
 }
 
+// PipeDream's stage 0 of 4 keeps 4 versions (NOAM): with a budget of 3 the validator fails
+// and says where.
+TEST(Validate, StashBeyondTheBudget) {
+  ScheduleOptions o;
+  o.minibatches = 12;
+  Schedule s = make_schedule("pipedream", straight_plan(4), o);
+  EXPECT_EQ(s.weight_versions, (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(error_of(s), "");
+  s.weight_versions[0] = 3;
+  std::string e = error_of(s);
+  expect_has(e, "worker 0");
+  expect_has(e, "4 weight versions of stage 0 alive at once, more than the 3 the schedule keeps");
+  // 2BW keeps two versions once m covers the warm-up, and the flushing schedules one.
+  o.microbatches = 4;
+  EXPECT_EQ(make_schedule("2bw", straight_plan(4), o).weight_versions, (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(make_schedule("1f1b", straight_plan(4), o).weight_versions, (std::vector<int>{1, 1, 1, 1}));
+}
+
 TEST(Schedule, JsonRoundTrip) {
   Schedule s = make_schedule("interleaved", straight_plan(4), {3, 2});
   Schedule t = schedule_from_json(to_json(s), "test");

@@ -1,5 +1,5 @@
 #pragma once
-// Flags shared by `simulate` and `compare`: the cluster (a file, or the --workers /
+// Flags shared by `plan`, `simulate` and `compare`: the cluster (a file, or the --workers /
 // --bandwidth-gbps shorthand) and the schedule options.
 #include <string>
 
@@ -12,14 +12,8 @@
 
 namespace pt::app {
 
-struct ClusterFlags {
-  std::string cluster;         // --cluster FILE
-  std::string workers;         // --workers 4 or 4,4
-  std::string bandwidth_gbps;  // --bandwidth-gbps 1 or 80,10
-  void add_to(CLI::App& app);
-  // Throws UsageError naming the flags when neither or both forms are given.
-  plan::Cluster build() const;
-};
+// Adds --cluster FILE, --workers and --bandwidth-gbps (plan::cluster_from_flags reads them).
+void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f);
 
 // Adds --microbatches, --chunks, --minibatches and --vertical-sync to `app`.
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o);

@@ -5,10 +5,9 @@
 
 #include "model/compute_threads.h"
 #include "apps/command.h"
-#include "apps/model_flags.h"
+#include "apps/torch/model_flags.h"
 #include "core/error.h"
 #include "profile/profiler.h"
-#include "runtime/trainer.h"
 
 namespace pt::app {
 namespace {
@@ -44,7 +43,7 @@ int run_profile(ProfileFlags& f) {
   return 0;
 }
 
-Register reg({"profile", "Measure per-layer forward/backward time, activation and parameter bytes",
+Register reg({"profile", kProfileDescription,
               [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<ProfileFlags>();
   f->model.add_to(app);

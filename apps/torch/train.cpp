@@ -1,7 +1,5 @@
 // pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
 // schedule (threads in this process, or one process per worker over gloo).
-#include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -9,7 +7,7 @@
 
 #include "model/compute_threads.h"
 #include "apps/command.h"
-#include "apps/model_flags.h"
+#include "apps/torch/model_flags.h"
 #include "core/error.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
@@ -22,9 +20,6 @@
 
 namespace pt::app {
 namespace {
-
-// Set by the gloo launcher for its workers: the plan file every worker runs.
-constexpr const char* kLaunchPlanVar = "PIPETRAIN_LAUNCH_PLAN";
 
 struct TrainFlags {
   ModelFlags model;
@@ -65,10 +60,7 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
   if (!f.plan_path.empty()) {
     if (f.stages > 0) throw UsageError("--plan and --stages: give one of them");
     plan::Plan p = plan::read_plan(f.plan_path);
-    profile::Profile prof;
-    prof.model = m.name();
-    for (int i = 0; i < m.num_layers(); ++i) prof.layers.push_back({m.layer(i).name, 0, 0, 0, 0, m.layer(i).inputs});
-    plan::check_plan_fits(p, prof, f.plan_path);
+    plan::check_plan_fits(p, profile::layer_graph(m), f.plan_path);
     if (!p.model.empty() && p.model != m.name())
       throw ConfigError(str(f.plan_path, ": the plan is for model '", p.model, "' but --model is '", m.name(), "'"));
     return p;
@@ -116,7 +108,7 @@ int run_train(TrainFlags& f) {
   std::string label;
   if (f.model.emulated()) {
     prepare_emulation(f);
-    label = runtime::emulation_label(f.model.emulation);
+    label = profile::emulation_label(f.model.emulation);
     f.pipe.trace_source = "emulated";
   }
   model::DataSplit data;
@@ -145,14 +137,14 @@ int run_train(TrainFlags& f) {
   if (f.pipe.schedule == "none") f.pipe.schedule = "pipedream";
   // A gloo worker started by the launcher below takes the launcher's plan, so that every
   // worker runs the same one even when it was measured rather than read from a file.
-  const char* launched_plan = std::getenv(kLaunchPlanVar);
+  std::string launched_plan = runtime::launched_plan_path();
   bool gloo_worker = f.transport == "gloo" && runtime::launched_as_gloo_worker();
-  if (gloo_worker && !launched_plan && f.plan_path.empty() && f.profile_path.empty() && f.pipe.schedule != "dp")
+  if (gloo_worker && launched_plan.empty() && f.plan_path.empty() && f.profile_path.empty() && f.pipe.schedule != "dp")
     throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
                      "computes the same plan (a profile measured by each worker could differ)");
-  plan::Plan plan = launched_plan ? plan::read_plan(launched_plan) : pick_plan(f, *m, data);
+  plan::Plan plan = !launched_plan.empty() ? plan::read_plan(launched_plan) : pick_plan(f, *m, data);
   runtime::check_pipeline_options(f.pipe, plan, data);
-  if (ck.resume && !launched_plan && !runtime::launched_as_gloo_worker()) {
+  if (ck.resume && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     runtime::CheckpointManifest cm;
     std::string from = runtime::find_resume_checkpoint(ck, &cm);
     if (from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
@@ -172,12 +164,7 @@ int run_train(TrainFlags& f) {
             << f.pipe.microbatches << " microbatches, transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
   if (f.transport == "gloo") {  // one process per worker on this host, each this binary again
-    std::string dir = runtime::make_temp_dir("pipetrain-launch");
-    std::string plan_file = dir + "/plan.json";
-    plan::write_plan(plan, plan_file);
-    ::setenv(kLaunchPlanVar, plan_file.c_str(), 1);
-    int rc = runtime::launch_gloo_workers(plan.workers, runtime::self_argv(), f.trace_path);
-    std::filesystem::remove_all(dir);
+    int rc = runtime::launch_gloo_job(plan, f.trace_path);
     if (rc == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
     return rc;
   }
@@ -191,7 +178,7 @@ int run_train(TrainFlags& f) {
   return 0;
 }
 
-Register reg({"train", "Train a model: one worker, or pipeline-parallel with --plan/--stages and --schedule",
+Register reg({"train", kTrainDescription,
               [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<TrainFlags>();
   f->pipe.schedule = "none";

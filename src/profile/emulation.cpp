@@ -1,12 +1,11 @@
-#include "runtime/emulation.h"
+#include "profile/emulation.h"
 
 #include <cmath>
 #include <sstream>
 
 #include "core/error.h"
-#include "plan/state_space.h"
 
-namespace pt::runtime {
+namespace pt::profile {
 
 std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const EmulationOptions& o) {
   if (!(o.time_scale > 0)) throw ConfigError(str("--time-scale: must be > 0, got ", o.time_scale));
@@ -33,7 +32,7 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
     }
     model::EmulatedCost c;
     c.name = l.name;
-    bool input = plan::is_input_layer(p, i);
+    bool input = is_input_layer(p, i);
     c.forward_ms_per_sample = input ? 0 : l.forward_ms * o.time_scale / batch;
     c.backward_ms_per_sample = input ? 0 : l.backward_ms * o.time_scale / batch;
     c.output_floats_per_sample =
@@ -61,4 +60,4 @@ std::string emulation_label(const EmulationOptions& o) {
   return s.str();
 }
 
-}  // namespace pt::runtime
+}  // namespace pt::profile

@@ -8,7 +8,7 @@
 #include "model/dataset.h"
 #include "model/zoo.h"
 #include "profile/profile.h"
-#include "runtime/emulation.h"
+#include "profile/emulation.h"
 
 namespace pt::app {
 
@@ -25,7 +25,7 @@ struct ModelFlags {
   // profile at profile_path (set by the subcommand: train's --profile), not from --model.
   std::string compute = "real";
   std::string profile_path;
-  runtime::EmulationOptions emulation;
+  profile::EmulationOptions emulation;
 
   void add_to(CLI::App& app);
   // --compute, --time-scale, --byte-scale (train only).

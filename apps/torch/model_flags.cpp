@@ -1,4 +1,4 @@
-#include "apps/model_flags.h"
+#include "apps/torch/model_flags.h"
 
 #include <torch/torch.h>
 
@@ -50,7 +50,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
   if (emulated()) {
     emulated_profile();
     auto m = build_model_only();
-    *data_out = runtime::emulated_data(*m, synthetic_samples, seed + 1);
+    *data_out = profile::emulated_data(*m, synthetic_samples, seed + 1);
     return m;
   }
   bool lm = model::is_language_model(model);
@@ -89,7 +89,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only() const {
   torch::manual_seed(seed);
-  if (profile_) return runtime::build_emulated_model(*profile_, emulation);
+  if (profile_) return profile::build_emulated_model(*profile_, emulation);
   return model::build_model(model, resolved_);
 }
 

@@ -11,7 +11,7 @@
 #include "model/emulated_layer.h"
 #include "profile/profile.h"
 
-namespace pt::runtime {
+namespace pt::profile {
 
 struct EmulationOptions {
   double time_scale = 1;  // S: a layer waits its profiled forward/backward time x S
@@ -33,4 +33,4 @@ model::DataSplit emulated_data(const model::LayeredModel& m, int64_t train_sampl
 // "emulated: compute x S, bytes x B", the label every emulated figure carries.
 std::string emulation_label(const EmulationOptions& o);
 
-}  // namespace pt::runtime
+}  // namespace pt::profile

@@ -1,0 +1,29 @@
+#include "apps/planning_flags.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "plan/planner.h"
+
+namespace pt::app {
+
+void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
+  app.add_option("--cluster", f.file, "Cluster file (pipetrain.cluster/1)");
+  app.add_option("--workers", f.workers, "Shorthand cluster: workers per level, innermost first (e.g. 4 or 4,4)");
+  app.add_option("--bandwidth-gbps", f.bandwidth_gbps,
+                 "Shorthand cluster: Gbit/s per level, innermost first (e.g. 1 or 80,10)");
+}
+
+void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {
+  app.add_option("--microbatches", o.microbatches, "Microbatches per minibatch")->capture_default_str();
+  app.add_option("--chunks", o.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
+  app.add_option("--minibatches", o.minibatches, "Minibatches an asynchronous schedule covers (0 = 4 x stages + 4)")
+      ->capture_default_str();
+  app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: vertical sync of weight versions");
+}
+
+plan::Plan straight_plan(const profile::Profile& p, int stages) {
+  return plan::even_split(p, std::max(1, std::min(stages, p.num_layers())));
+}
+
+}  // namespace pt::app

@@ -1,0 +1,121 @@
+#include "core/tensor_file.h"
+
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "core/json_doc.h"
+
+namespace pt {
+
+namespace {
+
+constexpr char kMagic[] = "PTTENSR1";
+constexpr size_t kMagicBytes = 8;
+constexpr size_t kPrefixBytes = kMagicBytes + 8;
+constexpr const char* kKind = "tensors";
+constexpr int kVersion = 1;
+// Dimensions per tensor and elements per dimension: far beyond any layer, small enough that a
+// product of checked factors cannot overflow before it is compared with the file's size.
+constexpr int64_t kMaxDims = 16;
+constexpr int64_t kMaxDim = int64_t(1) << 40;
+
+uint64_t read_u64_le(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+void append_u64_le(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+}  // namespace
+
+int64_t dtype_size(const std::string& dtype) {
+  static const std::map<std::string, int64_t> sizes = {{"float64", 8}, {"float32", 4}, {"float16", 2},
+                                                       {"bfloat16", 2}, {"int64", 8},   {"int32", 4},
+                                                       {"int16", 2},    {"int8", 1},    {"uint8", 1},
+                                                       {"bool", 1}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string tensor_file_bytes(const std::vector<TensorRecord>& tensors) {
+  json list = json::array();
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    PT_CHECK(dtype_size(t.dtype) > 0, "unknown dtype '", t.dtype, "' of tensor '", t.name, "'");
+    PT_CHECK(numel * dtype_size(t.dtype) == static_cast<int64_t>(t.data.size()), "tensor '", t.name, "' holds ",
+             t.data.size(), " bytes, its shape and dtype say ", numel * dtype_size(t.dtype));
+    int64_t bytes = static_cast<int64_t>(t.data.size());
+    list.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"offset", offset}, {"bytes", bytes}});
+    offset += bytes;
+  }
+  std::string header = json{{"format", format_tag(kKind, kVersion)}, {"tensors", list}}.dump();
+  std::string out(kMagic, kMagicBytes);
+  append_u64_le(out, header.size());
+  out.reserve(kPrefixBytes + header.size() + static_cast<size_t>(offset));
+  out += header;
+  for (const auto& t : tensors) out += t.data;
+  return out;
+}
+
+std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std::string& source) {
+  if (bytes.size() < kPrefixBytes || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0)
+    throw FormatError(str(source, ": not a pipetrain tensor file (it does not start with '", kMagic, "')"));
+  uint64_t header_bytes = read_u64_le(bytes.data() + kMagicBytes);
+  if (header_bytes > static_cast<uint64_t>(kMaxTensorHeaderBytes) || header_bytes > bytes.size() - kPrefixBytes)
+    throw FormatError(str(source, ": header length ", header_bytes, " runs past the file's ", bytes.size(),
+                          " bytes"));
+  json doc = parse_json(bytes.substr(kPrefixBytes, header_bytes), source);
+  JsonField root(doc, source, "");
+  expect_format(root, kKind, kVersion);
+  JsonField list = root["tensors"];
+  const int64_t data_start = static_cast<int64_t>(kPrefixBytes + header_bytes);
+  const int64_t data_bytes = static_cast<int64_t>(bytes.size()) - data_start;
+  std::vector<TensorRecord> out;
+  int64_t offset = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    JsonField t = list[i];
+    TensorRecord r;
+    r.name = t["name"].as_string();
+    r.dtype = t["dtype"].as_string();
+    int64_t item = dtype_size(r.dtype);
+    if (item == 0) t["dtype"].fail(str("unknown dtype '", r.dtype, "'"));
+    JsonField shape = t["shape"];
+    if (shape.size() > static_cast<size_t>(kMaxDims)) shape.fail(str("has more than ", kMaxDims, " dimensions"));
+    int64_t expected = item;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      r.shape.push_back(shape[d].as_int_in(0, kMaxDim));
+      // Stops as soon as the product would pass the file: no overflow, no allocation of a lie.
+      int64_t dim = r.shape.back();
+      if (expected > 0 && dim > data_bytes / expected)
+        shape.fail(str("needs more bytes than the file's ", data_bytes));
+      expected *= dim;
+    }
+    int64_t at = t["offset"].as_int_at_least(0);
+    if (at != offset) t["offset"].fail(str("must be ", offset, " (tensors follow each other with no gaps)"));
+    int64_t n = t["bytes"].as_int_at_least(0);
+    if (n != expected) t["bytes"].fail(str("must be ", expected, " for dtype ", r.dtype, " and its shape"));
+    if (n > data_bytes - offset)
+      t["bytes"].fail(str("runs past the end of the file (", data_bytes - offset, " bytes left)"));
+    r.data = bytes.substr(static_cast<size_t>(data_start + offset), static_cast<size_t>(n));
+    offset += n;
+    out.push_back(std::move(r));
+  }
+  if (offset != data_bytes)
+    throw FormatError(str(source, ": ", data_bytes - offset, " bytes after the last tensor (the header lists ",
+                          offset, " of ", data_bytes, ")"));
+  return out;
+}
+
+}  // namespace pt

@@ -1,0 +1,26 @@
+#pragma once
+// A checkpoint's layer file (layer-<i>.tensors): one model layer's parameters and SGD
+// momentum buffers as a tensor file (core/tensor_file.h), data only. Plain C++ (no LibTorch):
+// `checkpoint inspect` and the fuzzers read it; checkpoint.h converts it to and from tensors.
+//
+// Tensors are named "param.<k>" for the layer's k-th parameter, in the layer's parameter order,
+// then "momentum.<k>" for the momentum buffer of parameter k, of the same shape and dtype,
+// absent until that parameter's first optimizer step.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor_file.h"
+
+namespace pt::runtime {
+
+struct LayerFile {
+  std::vector<TensorRecord> params;
+  std::vector<std::optional<TensorRecord>> momentum;  // [k]: parameter k's buffer, if any
+};
+
+std::string layer_file_bytes(const LayerFile& f);
+// Parses and checks the naming rules above; FormatError names `source` and the tensor.
+LayerFile parse_layer_file(const std::string& bytes, const std::string& source);
+
+}  // namespace pt::runtime

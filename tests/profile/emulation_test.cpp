@@ -1,0 +1,42 @@
+// Emulated compute's costs follow the profile: cut bytes of a DAG, input layers, scales.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "profile/emulation.h"
+#include "tests/profile/chain_profile.h"
+
+namespace pt::profile {
+namespace {
+
+using pt::testing::chain_profile;
+
+TEST(Emulation, CostsArePerSampleAndScaled) {
+  auto costs = emulated_costs(chain_profile(), {2.0, 0.5});
+  ASSERT_EQ(costs.size(), 4u);
+  EXPECT_DOUBLE_EQ(costs[0].forward_ms_per_sample, 8 * 2.0 / 8);
+  EXPECT_DOUBLE_EQ(costs[0].backward_ms_per_sample, 16 * 2.0 / 8);
+  EXPECT_EQ(costs[1].output_floats_per_sample, 500);  // 1000 floats x byte scale 0.5
+  EXPECT_EQ(costs[2].parameter_floats, 40000 * 3 / 4 / 2);
+  EXPECT_THROW(emulated_costs(chain_profile(), {0, 1}), ConfigError);
+  EXPECT_THROW(emulated_costs(chain_profile(), {1, -1}), ConfigError);
+}
+
+TEST(Emulation, DagCutsCarryEveryLiveOutputAndInputsCostNothing) {
+  // Input -> a -> b -> c, with a skip a -> c: the cut after b carries a's and b's outputs.
+  profile::Profile p;
+  p.model = "dag";
+  p.batch_size = 2;
+  p.layers = {{"Input0", 50, 0, 8, 0, {}},
+              {"a", 2, 2, 80, 0, {0}},
+              {"b", 2, 2, 800, 0, {1}},
+              {"c", 2, 2, 16, 0, {1, 2}}};
+  auto c = emulated_costs(p, {});
+  EXPECT_EQ(c[0].forward_ms_per_sample, 0);  // data loading, left out as the planner does
+  EXPECT_EQ(c[0].output_floats_per_sample, 1);
+  EXPECT_EQ(c[1].output_floats_per_sample, 10);         // a: 80 B / 2 samples / 4 B
+  EXPECT_EQ(c[2].output_floats_per_sample, 100 + 10);   // b and the skip from a
+  EXPECT_EQ(c[3].output_floats_per_sample, 2);          // the last layer's own output
+}
+
+}  // namespace
+}  // namespace pt::profile
