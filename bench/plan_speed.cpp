@@ -1,10 +1,22 @@
-// How long the planner takes (issue 3: each case well under a second), under both cost models:
-// a 300-layer chain on 64 workers in 2 levels, a ResNet-50-sized DAG on 16 workers in 2 levels,
-// and every PipeDream profile of ../shared/data/pipedream-profiles on 4, 8, 16 flat workers
-// and on 4x4 in two levels. Prints one line per case.
+// How long planning takes, in two parts.
+// 1. The search in this process, under both cost models: a 300-layer chain on 64 workers in 2
+//    levels, a ResNet-50-sized DAG on 16 workers in 2 levels, and every PipeDream profile of
+//    ../shared/data/pipedream-profiles on 4, 8, 16 flat workers and on 4x4 in two levels.
+// 2. End to end, as a user runs it: the built `pipetrain plan` process (start included; the
+//    front end links no LibTorch) on every PipeDream profile x {4, 8, 16, 4x4} x both cost
+//    models, median of 5 runs each; `pipetrain --help`; and `pipetrain simulate` of VGG-16
+//    (data/profiles) on 4x4 with the pipedream schedule (16 stages over 30 minibatches, and the
+//    planner's plan).
+// Prints one line per case and the totals. Builds without LibTorch (bench/CMakeLists.txt).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -82,6 +94,82 @@ void run(const profile::Profile& prof, const std::string& cluster_name, const pl
   }
 }
 
+// Wall milliseconds of one run of `argv` (output to /dev/null); exits the bench if it fails.
+double run_ms(std::vector<std::string> argv) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t io;
+  posix_spawn_file_actions_init(&io);
+  posix_spawn_file_actions_addopen(&io, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&io, 2, "/dev/null", O_WRONLY, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid;
+  int status = 0;
+  bool ok = posix_spawn(&pid, args[0], &io, nullptr, args.data(), environ) == 0 && waitpid(pid, &status, 0) == pid &&
+            WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  posix_spawn_file_actions_destroy(&io);
+  if (!ok) {
+    std::string cmd;
+    for (const auto& a : argv) cmd += a + " ";
+    std::fprintf(stderr, "plan_speed: failed: %s\n", cmd.c_str());
+    std::exit(1);
+  }
+  return ms;
+}
+
+double median_ms(const std::vector<std::string>& argv, int runs = 5) {
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) t.push_back(run_ms(argv));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void end_to_end(const std::vector<std::string>& paths) {
+  const std::string exe = std::string(PT_BINARY_DIR) + "/pipetrain";
+  std::printf("\nend to end: %s, process start included, median of 5 runs\n", exe.c_str());
+  std::printf("%-62s %6.1f ms\n", "pipetrain --help", median_ms({exe, "--help"}));
+  struct Shape {
+    const char* name;
+    const char* workers;
+    const char* gbps;
+  };
+  const Shape shapes[] = {{"4", "4", "10"}, {"8", "8", "10"}, {"16", "16", "10"}, {"4x4", "4,4", "100,10"}};
+  std::vector<double> all;
+  for (const auto& path : paths) {
+    std::string name = std::filesystem::path(path).stem().string();
+    std::printf("%-22s", name.c_str());
+    for (const auto& sh : shapes)
+      for (const char* model : {"pipetrain", "pipedream"}) {
+        double ms = median_ms({exe, "plan", "--profile", path, "--workers", sh.workers, "--bandwidth-gbps", sh.gbps,
+                               "--cost-model", model});
+        all.push_back(ms);
+        std::printf(" %s/%s %5.1f", sh.name, model[6] == 'a' ? "pt" : "pd", ms);
+      }
+    std::printf("  ms\n");
+  }
+  if (!all.empty()) {
+    double total = 0, log_sum = 0;
+    for (double ms : all) total += ms, log_sum += std::log(ms);
+    std::printf("pipetrain plan, %zu cases (%zu profiles x 4 clusters x 2 cost models): total %.0f ms, geometric "
+                "mean %.1f ms, slowest %.1f ms\n",
+                all.size(), paths.size(), total, std::exp(log_sum / all.size()), *std::max_element(all.begin(), all.end()));
+  }
+  std::string vgg = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  std::vector<std::string> sim = {exe, "simulate", "--profile", vgg, "--workers", "4,4", "--bandwidth-gbps", "96,10",
+                                  "--schedule", "pipedream", "--minibatches", "30"};
+  std::printf("%-62s %6.1f ms\n", "pipetrain simulate vgg16 4x4 pipedream, 16 stages, 30 minibatches", median_ms(sim));
+  // The planner's plan (13-2-1 there) all-reduces every 26 minibatches: 26 of them.
+  std::string plan_file = (std::filesystem::temp_directory_path() / "plan_speed_vgg16_4x4.json").string();
+  run_ms({exe, "plan", "--profile", vgg, "--workers", "4,4", "--bandwidth-gbps", "96,10", "-o", plan_file});
+  sim.back() = "26";
+  sim.insert(sim.end(), {"--plan", plan_file});
+  std::printf("%-62s %6.1f ms\n", "pipetrain simulate vgg16 4x4 pipedream, planner's plan, 26 minibatches",
+              median_ms(sim));
+  std::filesystem::remove(plan_file);
+}
+
 }  // namespace
 
 int main() {
@@ -99,5 +187,6 @@ int main() {
     for (int w : {4, 8, 16}) run(prof, std::to_string(w), plan::Cluster::flat(w, 10));
     run(prof, "4x4", plan::cluster_from_shorthand("4,4", "100,10"));
   }
+  end_to_end(paths);
   return 0;
 }

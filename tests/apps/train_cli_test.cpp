@@ -195,7 +195,7 @@ TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   EXPECT_NE(out.find("step 4"), std::string::npos) << out;
   EXPECT_NE(out.find("files verified"), std::string::npos) << out;
   // A flipped byte is caught and named.
-  std::string layer = (fs::path(newest_checkpoint(dir)) / "layer-0.pt").string();
+  std::string layer = (fs::path(newest_checkpoint(dir)) / "layer-0.tensors").string();
   std::string bytes = read_text_file(layer);
   bytes[bytes.size() / 2] ^= 0x11;
   write_text_file_atomic(layer, bytes);

@@ -3,8 +3,11 @@
 // interrupted writes leave the previous checkpoint loadable; bad checkpoints are named.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/json_doc.h"
 #include "pipeline_test_util.h"
@@ -98,7 +101,7 @@ TEST(Checkpoint, InterruptedWriteLeavesThePreviousOne) {
   run(stages(2), options("1f1b", 2, d, 2, false));
   // What a kill in the middle of writing step 4 leaves: a temporary directory, half written.
   fs::create_directories(dir.path / (".tmp-" + checkpoint_dir_name(4)));
-  std::ofstream(dir.path / (".tmp-" + checkpoint_dir_name(4)) / "layer-0.pt") << "half";
+  std::ofstream(dir.path / (".tmp-" + checkpoint_dir_name(4)) / "layer-0.tensors") << "half";
   EXPECT_EQ(newest_checkpoint(d), (dir.path / checkpoint_dir_name(2)).string());
   auto resumed = run(stages(2), options("1f1b", 4, d, 2, true));
   auto uninterrupted = run(stages(2), options("1f1b", 4, "", 0, false));
@@ -120,7 +123,7 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   std::string d = dir.path.string();
   run(stages(2), options("1f1b", 2, d, 2, false));
   fs::path ck = dir.path / checkpoint_dir_name(2);
-  fs::path layer = ck / "layer-0.pt";
+  fs::path layer = ck / "layer-0.tensors";
   std::string good = read_text_file(layer.string());
   std::string manifest = read_text_file((ck / "manifest.json").string());
 
@@ -140,12 +143,51 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   };
   edit("\"model\": \"mnist-cnn\"", "\"model\": \"vgg16\"");
   expect_resume_error(d, "the checkpoint is of model 'vgg16' but this job trains 'mnist-cnn'");
-  edit("pipetrain.checkpoint/1", "pipetrain.checkpoint/7");
+  edit("pipetrain.checkpoint/2", "pipetrain.checkpoint/7");
   expect_resume_error(d, "pipetrain.checkpoint/7");
   edit("\"batch_size\": 32", "\"batch_size\": 64");
   expect_resume_error(d, "batch_size is 64 but --batch-size is 32");
   fs::remove(ck / "manifest.json");  // no manifest: not a complete checkpoint, so none to resume
   EXPECT_EQ(newest_checkpoint(d), "");
+}
+
+// Checkpoints are data (issue 17): a layer file is read only if it is a pipetrain tensor file of
+// the size the manifest gives, so a TorchScript archive (the old format, which runs the code it
+// carries when torch::load reads it), a link out of the folder or a FIFO is refused by name
+// before anything parses it, and a manifest of the old format is refused with the reason.
+TEST(Checkpoint, OnlyDataIsEverLoaded) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 2, d, 2, false));
+  fs::path ck = dir.path / checkpoint_dir_name(2);
+  fs::path layer = ck / "layer-0.tensors";
+  std::string manifest = read_text_file((ck / "manifest.json").string());
+  // The size and CRC-32 of layer 0 in the manifest replaced by those of `bytes`.
+  auto forge = [&](const std::string& bytes) {
+    CheckpointManifest m = manifest_from_json(manifest, "manifest");
+    m.files[0].bytes = static_cast<int64_t>(bytes.size());
+    m.files[0].crc32 = crc32_of(bytes);
+    write_text_file_atomic((ck / "manifest.json").string(), manifest_to_json(m));
+  };
+  std::ostringstream archive;
+  torch::save(std::vector<torch::Tensor>{torch::ones({2, 2})}, archive);  // what version 1 wrote
+  ASSERT_EQ(archive.str().substr(0, 2), "PK");                            // a zip: TorchScript's container
+  write_text_file_atomic(layer.string(), archive.str());
+  forge(archive.str());
+  expect_resume_error(d, layer.string() + ": not a pipetrain tensor file");
+
+  fs::remove(layer);
+  fs::create_symlink("/etc/hostname", layer);
+  expect_resume_error(d, layer.string() + ": is a symbolic link");
+  fs::remove(layer);
+  ASSERT_EQ(::mkfifo(layer.c_str(), 0600), 0);  // would block a reader forever
+  expect_resume_error(d, layer.string() + ": not a regular file");
+  fs::remove(layer);
+
+  std::string old = manifest;
+  old.replace(old.find("pipetrain.checkpoint/2"), 22, "pipetrain.checkpoint/1");
+  write_text_file_atomic((ck / "manifest.json").string(), old);
+  expect_resume_error(d, "pipetrain.checkpoint/1 is the old checkpoint format, whose layer files are TorchScript");
 }
 
 TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
@@ -160,17 +202,18 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   m.workers = 2;
   m.lr = 0.02;
   m.momentum = 0.9;
-  m.files = {{"layer-0.pt", 0, 10, 123}, {"layer-1.pt", 1, 20, 4294967295u}};
+  m.files = {{"layer-0.tensors", 0, 10, 123}, {"layer-1.tensors", 1, 20, 4294967295u}};
   auto back = manifest_from_json(manifest_to_json(m), "m.json");
   EXPECT_EQ(back.step, 12);
   EXPECT_EQ(back.files[1].crc32, 4294967295u);
   struct Case {
     std::string from, to, expect;
   };
-  for (const Case& c : {Case{"\"step\": 12", "\"step\": -1", "step"}, Case{"\"layer-1.pt\"", "\"../x\"", "files[1].name"},
+  for (const Case& c : {Case{"\"step\": 12", "\"step\": -1", "step"}, Case{"\"layer-1.tensors\"", "\"../x\"", "files[1].name"},
                         Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but the model has 3 layers"},
                         Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"}}) {
     std::string text = manifest_to_json(m);
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
     try {
       manifest_from_json(text, "m.json");
