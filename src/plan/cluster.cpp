@@ -7,8 +7,6 @@
 
 namespace pt::plan {
 
-double Level::bandwidth_bytes_per_s() const { return bandwidth_gbps * kBytesPerSecPerGbps; }
-
 int Cluster::workers() const {
   int n = 1;
   for (const auto& l : levels) n *= l.fan_out;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/json_doc.h"
+#include "core/units.h"
 
 namespace pt::plan {
 
@@ -14,7 +15,7 @@ struct Level {
   std::string name;
   int fan_out = 1;             // units of the level below grouped at this level
   double bandwidth_gbps = 0;   // between units of the level below (1 Gbps = 1.25e8 B/s)
-  double bandwidth_bytes_per_s() const;
+  double bandwidth_bytes_per_s() const { return bandwidth_gbps * kBytesPerSecPerGbps; }
 };
 
 struct Cluster {

@@ -7,10 +7,6 @@
 
 namespace pt::plan {
 
-double level_bytes_per_ms(const Cluster& cluster, int level) {
-  return cluster.levels[level].bandwidth_bytes_per_s() / 1000.0;
-}
-
 int level_spanning(const Cluster& cluster, int lo, int hi) {
   if (lo == hi) return -1;
   int unit = 1;
@@ -24,25 +20,6 @@ int level_spanning(const Cluster& cluster, int lo, int hi) {
 
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
   return options.memory_bytes > 0 ? options.memory_bytes : cluster.memory_bytes_per_worker;
-}
-
-StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
-                              double act_bytes, int replicas, int depth, const Cluster& cluster,
-                              int level_in, int level_out, int level_ar) {
-  StageEstimate e;
-  double n = replicas;
-  e.compute_ms = compute_ms / n;
-  if (level_in >= 0) e.input_ms = 2.0 * in_bytes / (level_bytes_per_ms(cluster, level_in) * n);
-  if (level_out >= 0) e.output_ms = 2.0 * out_bytes / (level_bytes_per_ms(cluster, level_out) * n);
-  if (level_ar >= 0 && replicas > 1)
-    e.allreduce_ms = 2.0 * (n - 1) / n * param_bytes / level_bytes_per_ms(cluster, level_ar) / n;
-  e.comm_ms = e.input_ms + e.output_ms + e.allreduce_ms;
-  // Activation transfers run beside compute; the all-reduce runs after the stage's last
-  // backward and before its Step (as every schedule places it), so it adds to the time.
-  e.time_ms = std::max(e.compute_ms, e.input_ms + e.output_ms) + e.allreduce_ms;
-  e.stash_depth = depth;
-  e.memory_bytes = depth * (act_bytes + param_bytes);
-  return e;
 }
 
 PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
@@ -101,8 +78,8 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       ws.push_back(*std::min_element(next.begin(), next.end()));
       level_out = span(ws);
     }
-    StageEstimate e = pipetrain_stage(compute, cross[s], cross[s + 1], param, act, st.replicas, p - s, cluster,
-                                      level_in, level_out, level_ar);
+    StageEstimate e = pipetrain_stage(compute, cross[s], cross[s + 1], param, act, st.replicas, p - s,
+                                      stage_links(cluster, st.replicas, level_in, level_out, level_ar));
     if (limit > 0 && e.memory_bytes > static_cast<double>(limit)) out.fits_memory = false;
     out.stages.push_back(e);
   }

@@ -19,6 +19,7 @@
 // next stage's lowest worker id (for workers numbered stage by stage: the neighbour worker).
 // Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight,
 // each with its activations and its own weight version: (p−s)·(Act + P) bytes per worker.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -49,15 +50,45 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
                            const PlanOptions& options);
 
 // Bytes per millisecond of cluster level `level`.
-double level_bytes_per_ms(const Cluster& cluster, int level);
+inline double level_bytes_per_ms(const Cluster& cluster, int level) {
+  return cluster.levels[level].bandwidth_bytes_per_s() / 1000.0;
+}
 // Innermost level holding workers lo..hi (lo < hi); -1 when lo == hi (no link used).
 int level_spanning(const Cluster& cluster, int lo, int hi);
 
-// One stage's terms from its sums, shared by evaluate_plan and the search.
-// `level_*` < 0 means the term is absent.
-StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
-                              double act_bytes, int replicas, int depth, const Cluster& cluster,
-                              int level_in, int level_out, int level_ar);
+// Milliseconds per byte of a stage's three transfers on the cluster levels their links cross
+// (level < 0: the transfer is absent), for a stage of `replicas` replicas: the /n of amortising
+// over the replicas and the ring all-reduce's 2(n-1)/n are in them.
+struct StageLinks {
+  double in_ms_per_byte = 0, out_ms_per_byte = 0, allreduce_ms_per_byte = 0;
+};
+inline StageLinks stage_links(const Cluster& cluster, int replicas, int level_in, int level_out, int level_ar) {
+  StageLinks l;
+  double n = replicas;
+  if (level_in >= 0) l.in_ms_per_byte = 2.0 / (level_bytes_per_ms(cluster, level_in) * n);
+  if (level_out >= 0) l.out_ms_per_byte = 2.0 / (level_bytes_per_ms(cluster, level_out) * n);
+  if (level_ar >= 0 && replicas > 1)
+    l.allreduce_ms_per_byte = 2.0 * (n - 1) / n / level_bytes_per_ms(cluster, level_ar) / n;
+  return l;
+}
+
+// One stage's terms from its sums, shared by evaluate_plan and the search (inline: the search
+// calls it in its innermost loop with links precomputed per first worker and replica count).
+inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
+                                     double act_bytes, int replicas, int depth, const StageLinks& links) {
+  StageEstimate e;
+  e.compute_ms = compute_ms / replicas;
+  e.input_ms = in_bytes * links.in_ms_per_byte;
+  e.output_ms = out_bytes * links.out_ms_per_byte;
+  e.allreduce_ms = param_bytes * links.allreduce_ms_per_byte;
+  e.comm_ms = e.input_ms + e.output_ms + e.allreduce_ms;
+  // Activation transfers run beside compute; the all-reduce runs after the stage's last
+  // backward and before its Step (as every schedule places it), so it adds to the time.
+  e.time_ms = std::max(e.compute_ms, e.input_ms + e.output_ms) + e.allreduce_ms;
+  e.stash_depth = depth;
+  e.memory_bytes = depth * (act_bytes + param_bytes);
+  return e;
+}
 
 // Memory limit in force: options first, then the cluster's; 0 = unlimited.
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options);

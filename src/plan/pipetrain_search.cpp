@@ -18,22 +18,46 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   const int S = s.num_states(), W = cluster.workers(), last = s.last();
   const int64_t mem = memory_limit(cluster, options);
   const int Q = mem > 0 ? std::min(W, S - 1) : 0;  // q = 0: depth not tracked
+  // Each state's strict supersets by increasing compute, so that once a stage's compute alone
+  // reaches the best time found, every later superset can be skipped at once.
+  std::vector<int> by_compute(S);
+  for (int j = 0; j < S; ++j) by_compute[j] = j;
+  std::stable_sort(by_compute.begin(), by_compute.end(),
+                   [&](int a, int b) { return s.compute_ms[a] < s.compute_ms[b]; });
   std::vector<std::vector<int>> supersets(S);
-  for (int j = 0; j < S; ++j)
+  for (int j : by_compute)
     for (int k : s.strict_subsets[j]) supersets[k].push_back(j);
+  // The links of a stage on workers w..w+n-1, per (w, n) and whether it has a previous
+  // (first bit) and a next stage (second bit): looked up in the inner loop.
+  auto spanning = [&](int lo, int hi) { return hi < W ? level_spanning(cluster, lo, hi) : -1; };
+  std::vector<StageLinks> links(static_cast<size_t>(W) * (W + 1) * 4);
+  auto links_at = [&](int w, int n, bool has_in, bool has_out) -> StageLinks& {
+    return links[(static_cast<size_t>(w) * (W + 1) + n) * 4 + has_in + 2 * has_out];
+  };
+  for (int w = 0; w < W; ++w)
+    for (int n = 1; w + n <= W; ++n)
+      for (int b = 0; b < 4; ++b) {
+        bool has_in = b & 1, has_out = b & 2;
+        links_at(w, n, has_in, has_out) =
+            stage_links(cluster, n, has_in && w > 0 ? spanning(w - 1, w + n - 1) : -1,
+                        has_out ? spanning(w, w + n) : -1, spanning(w, w + n - 1));
+      }
+
   auto at = [&](int q, int k, int w) { return (static_cast<size_t>(q) * S + k) * (W + 1) + w; };
   std::vector<double> g(at(Q, S - 1, W) + 1, kInfinity);
   std::vector<int> next_state(g.size(), -1), replicas(g.size(), 0);
   g[at(0, last, W)] = 0;
+  // suffix[at(q, j, w)]: the best g(j, w', q) over w' >= w, a lower bound on the rest of the
+  // pipeline after a stage that ends at state j, whatever its replica count.
+  std::vector<double> suffix = g;
+  for (int q = 0; q <= Q; ++q)
+    for (int w = W - 1; w >= 0; --w) suffix[at(q, last, w)] = std::min(g[at(q, last, w)], suffix[at(q, last, w + 1)]);
 
   auto stage = [&](int k, int j, int w, int n, int depth) {
-    int level_in = k > 0 ? level_spanning(cluster, w - 1, w + n - 1) : -1;
-    int level_out = j != last ? level_spanning(cluster, w, w + n) : -1;
-    int level_ar = level_spanning(cluster, w, w + n - 1);
     return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k], s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
-                           s.activation_bytes[j] - s.activation_bytes[k], n, depth, cluster, level_in,
-                           level_out, level_ar);
+                           s.activation_bytes[j] - s.activation_bytes[k], n, depth,
+                           links_at(w, n, k > 0, j != last));
   };
 
   for (int k = S - 2; k >= 0; --k)
@@ -51,22 +75,29 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
         }
         for (int j : supersets[k]) {
           double compute = s.compute_ms[j] - s.compute_ms[k];
-          if (compute / (W - w) >= best) continue;
+          if (compute / (W - w) > best) break;  // and so for every later superset
           double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
                                s.parameter_bytes[k];
           if (Q && q * state_bytes > static_cast<double>(mem)) continue;
-          int n_max = options.straight ? 1 : W - w;
-          for (int n = n_max; n >= 1; --n) {
-            if (compute / n >= best) break;
-            if (j == last && w + n != W) continue;
+          if (suffix[at(Q ? q - 1 : 0, j, w + 1)] > best) continue;
+          // The last stage takes every worker left; any other leaves one for the rest.
+          int n_max = options.straight ? 1 : j == last ? W - w : W - w - 1;
+          int n_min = j == last ? W - w : 1;
+          for (int n = n_max; n >= n_min; --n) {
+            if (compute / n > best) break;
             double rest = g[at(Q ? q - 1 : 0, j, w + n)];
-            if (rest >= best) continue;
+            if (rest > best) continue;
             double t = std::max(stage(k, j, w, n, q).time_ms, rest);
-            if (t < best) best = t, best_j = j, best_n = n;
+            // Ties go to the one-stage option, then the smaller state index, then the most
+            // replicas: the choice does not depend on the order the supersets are visited in.
+            bool one_stage = best_j == last && best_n == W - w;
+            if (t < best || (t == best && !one_stage && (j < best_j || (j == best_j && n > best_n))))
+              best = t, best_j = j, best_n = n;
           }
         }
         size_t i = at(q, k, w);
         g[i] = best, next_state[i] = best_j, replicas[i] = best_n;
+        suffix[i] = std::min(best, suffix[at(q, k, w + 1)]);
       }
 
   SearchResult r;
