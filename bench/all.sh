@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+mkdir -p out/bench
+build/bench/bench_plan_speed > out/bench/plan_speed.txt
 bench/real_cpu.sh
 bench/emulated_all.sh
 python3 bench/report.py

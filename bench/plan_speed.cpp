@@ -130,6 +130,10 @@ void end_to_end(const std::vector<std::string>& paths) {
   const std::string exe = std::string(PT_BINARY_DIR) + "/pipetrain";
   std::printf("\nend to end: %s, process start included, median of 5 runs\n", exe.c_str());
   std::printf("%-62s %6.1f ms\n", "pipetrain --help", median_ms({exe, "--help"}));
+  // Beside it, what loading LibTorch costs a process (the planning commands paid it before).
+  std::string torch_exe = std::string(PT_BINARY_DIR) + "/pipetrain-torch";
+  if (std::filesystem::exists(torch_exe))
+    std::printf("%-62s %6.1f ms\n", "pipetrain-torch --help (links LibTorch)", median_ms({torch_exe, "--help"}));
   struct Shape {
     const char* name;
     const char* workers;

@@ -394,6 +394,22 @@ def section_real_cpu(md):
               "Test accuracy is measured every 200 minibatches (the pipelines drain there).\n")
 
 
+def section_plan_speed(md):
+    md.append("## Planning speed: `pipetrain plan` end to end (measured)\n")
+    path = os.path.join(OUT, "plan_speed.txt")
+    if not os.path.exists(path):
+        md.append("*bench_plan_speed did not run.*\n")
+        return
+    text = open(path).read()
+    end = text[text.find("end to end"):] if "end to end" in text else ""
+    md.append("`build/bench/bench_plan_speed`: each `pipetrain plan` is a new process (start included) on one "
+              "of PipeDream's 13 published profiles (../shared/data/pipedream-profiles) and a cluster (4, 8, 16 "
+              "workers flat at 10 Gbit/s, 4x4 at 100/10), under the default cost model (pt) and PipeDream's "
+              "(pd, `--cost-model pipedream`), median of 5 runs. The front end links no LibTorch; "
+              "`pipetrain-torch --help` beside it shows what loading LibTorch costs a process.\n")
+    md.append("```\n" + end.strip() + "\n```\n")
+
+
 def main():
     os.makedirs(PICS, exist_ok=True)
     runs = emulated_runs()
@@ -411,6 +427,7 @@ def main():
     section_sweep(runs, md)
     section_efficiency(md)
     section_real_cpu(md)
+    section_plan_speed(md)
     notes = os.path.join(DOCS, "results_notes.md")
     if os.path.exists(notes):
         md.append(open(notes).read())
