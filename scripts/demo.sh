@@ -5,7 +5,7 @@
 # measured vs predicted throughput.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh pipetrain
+bash scripts/build.sh pipetrain pipetrain-torch
 mkdir -p out
 ./build/pipetrain profile --model mnist-cnn --batch-size 64 -o out/mnist-cnn.profile.json
 ./build/pipetrain plan --profile out/mnist-cnn.profile.json --workers 4 --bandwidth-gbps 0.1 -o out/mnist-cnn.plan.json

@@ -116,6 +116,7 @@ int run_train(TrainFlags& f) {
   f.pipe.train.seed = f.model.seed;
   auto& ck = f.pipe.checkpoint;
   if (ck.resume && ck.dir.empty()) throw UsageError("--resume: give --checkpoint-dir D, where the checkpoints are");
+  if (ck.overwrite && ck.dir.empty()) throw UsageError("--overwrite: give --checkpoint-dir D, the folder to take over");
   if (ck.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", ck.every));
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
@@ -144,11 +145,14 @@ int run_train(TrainFlags& f) {
                      "computes the same plan (a profile measured by each worker could differ)");
   plan::Plan plan = !launched_plan.empty() ? plan::read_plan(launched_plan) : pick_plan(f, *m, data);
   runtime::check_pipeline_options(f.pipe, plan, data);
-  if (ck.resume && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
-    runtime::CheckpointManifest cm;
-    std::string from = runtime::find_resume_checkpoint(ck, &cm);
-    if (from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
-    else std::cerr << "resuming from " << from << " (step " << cm.step << ", written by " << cm.schedule << " on plan " << cm.plan << ")\n";
+  if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
+    // Checked here too, before any worker starts, so a bad folder is named once.
+    runtime::CheckpointStart start = runtime::start_checkpoints(ck);
+    const auto& cm = start.manifest;
+    if (ck.resume && start.resume_from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
+    if (!start.resume_from.empty())
+      std::cerr << "resuming from " << start.resume_from << " (step " << cm.step << ", written by " << cm.schedule
+                << " on plan " << cm.plan << ")\n";
   }
   ModelFlags model_flags = f.model;
   // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
@@ -219,6 +223,8 @@ Register reg({"train", kTrainDescription,
   app.add_option("--checkpoint-every", f->pipe.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
       ->capture_default_str();
   app.add_flag("--resume", f->pipe.checkpoint.resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
+  app.add_flag("--overwrite", f->pipe.checkpoint.overwrite,
+               "A fresh run may replace the checkpoints of an earlier run in --checkpoint-dir");
   app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
       ->check(CLI::PositiveNumber)->capture_default_str();
   return [f] { return run_train(*f); };

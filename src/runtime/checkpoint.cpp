@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -141,16 +142,27 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
     fs::rename(tmp, final_dir);
   }
   fsync_dir(root);
-  // Keep the newest `keep` complete checkpoints; drop temporaries of steps already passed.
-  std::vector<std::pair<int64_t, fs::path>> complete;
+  // Keep this run's newest `keep` complete checkpoints, and other runs' unless --overwrite;
+  // drop temporaries of steps already passed.
+  std::vector<std::pair<int64_t, fs::path>> mine;
   for (const auto& e : fs::directory_iterator(root)) {
     std::string name = e.path().filename().string();
-    int64_t s = checkpoint_step_of(name);
-    if (s >= 0) complete.push_back({s, e.path()});
     if (name.rfind(".tmp-", 0) == 0 && checkpoint_step_of(name.substr(5)) <= step) fs::remove_all(e.path());
+    int64_t s = checkpoint_step_of(name);
+    if (s < 0 || e.path() == final_dir) continue;
+    std::string run;
+    try {
+      run = manifest_from_json(read_regular_file((e.path() / "manifest.json").string(), int64_t(1) << 24),
+                               (e.path() / "manifest.json").string()).run_id;
+    } catch (const Error&) {
+      continue;  // not a checkpoint this run can claim: left alone
+    }
+    if (run == base_.run_id) mine.push_back({s, e.path()});
+    else if (options_.overwrite) fs::remove_all(e.path());
   }
-  std::sort(complete.begin(), complete.end());
-  for (size_t i = 0; i + options_.keep < complete.size(); ++i) fs::remove_all(complete[i].second);
+  std::sort(mine.begin(), mine.end());
+  // The one just written counts among the kept.
+  for (size_t i = 0; i + std::max(options_.keep - 1, 0) < mine.size(); ++i) fs::remove_all(mine[i].second);
 }
 
 void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std::string& checkpoint,
@@ -180,11 +192,38 @@ void check_checkpoint_fits(const CheckpointManifest& m, const std::string& check
     throw ConfigError(str(where, ": seed is ", m.seed, " but --seed is ", seed, " (the data order depends on it)"));
 }
 
-std::string find_resume_checkpoint(const CheckpointOptions& options, CheckpointManifest* manifest) {
-  std::string newest = newest_checkpoint(options.dir);
-  if (newest.empty()) return "";
-  *manifest = read_verified_manifest(newest);
-  return newest;
+CheckpointStart start_checkpoints(const CheckpointOptions& options) {
+  CheckpointStart start;
+  if (options.dir.empty()) return start;
+  const std::string& dir = options.dir;
+  if (options.resume && options.overwrite)
+    throw UsageError("--resume and --overwrite: give one (continue the run in --checkpoint-dir, or replace it)");
+  std::error_code ec;
+  bool exists = fs::exists(dir, ec);
+  if (exists && !fs::is_directory(dir, ec))
+    throw UsageError(str("--checkpoint-dir: '", dir, "' exists and is not a directory"));
+  if (options.resume && !exists)
+    throw UsageError(str("--resume: --checkpoint-dir '", dir, "' does not exist (misspelt?); without --resume a "
+                         "new run starts there"));
+  std::string newest = exists ? newest_checkpoint(dir) : "";
+  if (!options.resume && !newest.empty() && !options.overwrite)
+    throw ConfigError(str("--checkpoint-dir '", dir, "' holds checkpoints of an earlier run (newest ",
+                          fs::path(newest).filename().string(), "): give --resume to continue it, or --overwrite to ",
+                          "replace them, or another folder"));
+  fs::create_directories(dir, ec);
+  std::string probe = (fs::path(dir) / (".write-test-" + std::to_string(::getpid()))).string();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) throw UsageError(str("--checkpoint-dir: cannot write in '", dir, "': ", std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (options.resume && !newest.empty()) {
+    start.resume_from = newest;
+    start.manifest = read_verified_manifest(newest);
+    start.run_id = start.manifest.run_id;
+  } else {
+    start.run_id = new_run_id();
+  }
+  return start;
 }
 
 }  // namespace pt::runtime

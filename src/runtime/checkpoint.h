@@ -20,8 +20,23 @@ struct CheckpointOptions {
   std::string dir;         // where step-<N> directories go; empty: no checkpoints
   int64_t every = 0;       // minibatches between checkpoints (0: only at the end)
   bool resume = false;     // continue from the newest complete checkpoint in dir
-  int keep = 2;            // complete checkpoints kept; older ones are removed
+  bool overwrite = false;  // a fresh run may replace another run's checkpoints in dir
+  int keep = 2;            // complete checkpoints of this run kept; older ones are removed
 };
+
+// How a run starts with its checkpoint folder (start_checkpoints).
+struct CheckpointStart {
+  std::string run_id;           // this run's: the resumed checkpoint's, or a new one
+  std::string resume_from;      // the verified checkpoint to resume; "" for none
+  CheckpointManifest manifest;  // its manifest
+};
+
+// Before training: a run owns its checkpoint folder. Creates options.dir and proves it writable
+// (UsageError naming --checkpoint-dir otherwise); with --resume, the folder must exist (a
+// misspelt one is an error, not a fresh start) and its newest complete checkpoint is verified;
+// without it, a folder that holds checkpoints is refused (ConfigError: give --resume or
+// --overwrite). Nothing happens when options.dir is empty.
+CheckpointStart start_checkpoints(const CheckpointOptions& options);
 
 // One layer's state (stage_replica.h) as bytes, its parameters then its momentum buffers (an
 // empty tensor stands for a buffer not yet created), and back. `source` names the file in errors.
@@ -30,7 +45,9 @@ LayerState layer_state_from_bytes(const std::string& bytes, const std::string& s
 
 // Writes checkpoints for one worker; every worker of the job calls save() at the same steps
 // (it is collective: the workers meet in barriers over the transport). Worker 0 leads: it
-// prepares the temporary directory, writes the manifest and renames it into place.
+// prepares the temporary directory, writes the manifest and renames it into place, then keeps
+// the newest `keep` checkpoints of this run (base.run_id) and removes other runs' only with
+// --overwrite; it never removes the checkpoint it just wrote.
 class Checkpointer {
  public:
   // `base` carries the job's description (model, layers, batch size, seed, schedule, plan,
@@ -59,7 +76,6 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std:
 void check_checkpoint_fits(const CheckpointManifest& m, const std::string& checkpoint, const std::string& model,
                            int layers, int64_t batch_size, uint64_t seed);
 
-// The newest complete checkpoint in options.dir, verified; "" when there is none.
-std::string find_resume_checkpoint(const CheckpointOptions& options, CheckpointManifest* manifest);
+
 
 }  // namespace pt::runtime

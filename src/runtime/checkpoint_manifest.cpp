@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "core/error.h"
 #include "core/json_doc.h"
@@ -28,6 +29,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   for (const auto& f : m.files)
     files.push_back({{"name", f.name}, {"layer", f.layer}, {"bytes", f.bytes}, {"crc32", f.crc32}});
   json doc = {{"format", format_tag(kKind, kVersion)},
+              {"run_id", m.run_id},
               {"model", m.model},
               {"layers", m.layers},
               {"step", m.step},
@@ -51,6 +53,10 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
                           "wrote it and save again with this one"));
   expect_format(root, kKind, kVersion);
   CheckpointManifest m;
+  m.run_id = root["run_id"].as_string();
+  if (m.run_id.empty() || m.run_id.size() > 64 ||
+      m.run_id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    root["run_id"].fail("must be 1 to 64 lowercase hexadecimal digits");
   m.model = root["model"].as_string();
   m.layers = static_cast<int>(root["layers"].as_int_in(1, 100000));
   m.step = root["step"].as_int_at_least(0);
@@ -81,6 +87,14 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.files.push_back(cf);
   }
   return m;
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 uint32_t crc32_of(const std::string& bytes) {

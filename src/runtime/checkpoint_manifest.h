@@ -21,6 +21,7 @@ struct CheckpointFile {
 };
 
 struct CheckpointManifest {
+  std::string run_id;           // the run that wrote it (a fresh run draws one; --resume keeps it)
   std::string model;            // model name, e.g. "mnist-cnn"
   int layers = 0;               // model layer count
   int64_t step = 0;             // minibatches completed; training resumes at this minibatch
@@ -34,6 +35,8 @@ struct CheckpointManifest {
 };
 
 std::string manifest_to_json(const CheckpointManifest& m);
+// A new run id: 16 random hexadecimal digits.
+std::string new_run_id();
 // Parses a manifest; `source` names it in errors (FormatError naming the field and value).
 CheckpointManifest manifest_from_json(const std::string& text, const std::string& source);
 

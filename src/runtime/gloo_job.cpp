@@ -152,7 +152,7 @@ int train_with_gloo(const ModelFactory& factory, const model::DataSplit& data, c
     rank = config.rank;
     PipelineResult r = run_gloo_worker(factory, data, plan, options, config);
     if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
-    if (rank == reporting_worker(layout_job(plan, options, data).probe) && on_result) on_result(r);
+    if (rank == reporting_worker(job_probe(plan, options)) && on_result) on_result(r);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "pipetrain " << (rank < 0 ? std::string("worker: ") : "") << e.what() << std::endl;

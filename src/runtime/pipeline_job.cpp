@@ -74,6 +74,12 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
     throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", o.chunks));
 }
 
+schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o) {
+  // Asynchronous schedules run many minibatches per repetition (see plan_segments).
+  bool async = o.schedule == "pipedream" || o.schedule == "2bw";
+  return schedule_for(plan, o, async ? std::max<int>(1, schedule::default_minibatches(plan)) : 1);
+}
+
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data) {
   JobLayout job;
   model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed);
@@ -81,13 +87,12 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * job.per_epoch;
   job.sgd = o.train.sgd;
   job.sgd.total_steps = total;
-  // Asynchronous schedules run many minibatches per repetition (see plan_segments).
-  bool async = o.schedule == "pipedream" || o.schedule == "2bw";
-  job.probe = schedule_for(plan, o, async ? std::max<int>(1, schedule::default_minibatches(plan)) : 1);
-  if (o.checkpoint.resume) {
-    job.resume_from = find_resume_checkpoint(o.checkpoint, &job.resume_manifest);
-    if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
-  }
+  job.probe = job_probe(plan, o);
+  CheckpointStart start = start_checkpoints(o.checkpoint);
+  job.run_id = start.run_id;
+  job.resume_from = start.resume_from;
+  job.resume_manifest = start.manifest;
+  if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
   job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step,
                                o.checkpoint.dir.empty() ? 0 : std::max<int64_t>(o.checkpoint.every, 0),
                                o.train.evaluate ? o.train.eval_every : 0);
@@ -105,6 +110,7 @@ namespace {
 CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
                                    const model::LayeredModel& m) {
   CheckpointManifest d;
+  d.run_id = job.run_id;
   d.model = m.name();
   d.layers = m.num_layers();
   d.batch_size = o.train.batch_size;

@@ -65,10 +65,14 @@ struct JobLayout {
   int64_t steps = 0;         // minibatches run, over all segments
   int64_t first_step = 0;    // where training starts: 0, or the resumed checkpoint's step
   runtime::SgdOptions sgd;   // o.train.sgd with total_steps filled in
+  std::string run_id;        // written into this run's checkpoints (start_checkpoints)
   std::string resume_from;   // the verified checkpoint resumed (empty: none)
   CheckpointManifest resume_manifest;
 };
+// Also starts the run's checkpoints (start_checkpoints): call it once per worker process.
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data);
+// The schedule of a typical segment (JobLayout::probe), without the rest of the layout.
+schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o);
 
 // The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
 // (when o.train.evaluate), the test-set evaluation through the pipeline, after which

@@ -151,6 +151,56 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   EXPECT_EQ(newest_checkpoint(d), "");
 }
 
+// A run owns its checkpoint folder (issue 17): a fresh run into a folder that holds another
+// run's checkpoints is refused before it trains and leaves them as they are; with --overwrite it
+// runs, and its first checkpoint, though of a lower step than the old run's, is kept while the
+// old run's go; --resume then continues the new run. Bad folders are named before training.
+TEST(Checkpoint, ARunOwnsItsFolder) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 4, d, 2, false));
+  std::string old_run = read_verified_manifest(newest_checkpoint(d)).run_id;
+  std::string old_bytes = read_text_file((dir.path / checkpoint_dir_name(4) / "manifest.json").string());
+  try {
+    run(stages(2), options("1f1b", 2, d, 2, false));
+    ADD_FAILURE() << "a fresh run into a used folder was not refused";
+  } catch (const ConfigError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("holds checkpoints of an earlier run (newest step-00000004)"), std::string::npos) << what;
+    EXPECT_NE(what.find("--resume"), std::string::npos) << what;
+    EXPECT_NE(what.find("--overwrite"), std::string::npos) << what;
+  }
+  EXPECT_EQ(read_text_file((dir.path / checkpoint_dir_name(4) / "manifest.json").string()), old_bytes);
+
+  PipelineOptions fresh = options("1f1b", 2, d, 2, false);
+  fresh.checkpoint.overwrite = true;
+  run(stages(2), fresh);
+  ASSERT_EQ(newest_checkpoint(d), (dir.path / checkpoint_dir_name(2)).string());
+  std::string new_run = read_verified_manifest(newest_checkpoint(d)).run_id;
+  EXPECT_NE(new_run, old_run);
+  EXPECT_FALSE(fs::exists(dir.path / checkpoint_dir_name(4)));
+  run(stages(2), options("1f1b", 4, d, 2, true));
+  auto m = read_verified_manifest(newest_checkpoint(d));
+  EXPECT_EQ(m.step, 4);
+  EXPECT_EQ(m.run_id, new_run);
+  EXPECT_TRUE(fs::exists(dir.path / checkpoint_dir_name(2)));  // two of this run kept
+
+  auto usage_error = [&](const PipelineOptions& o) -> std::string {
+    try {
+      run(stages(2), o);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(usage_error(options("1f1b", 2, d + "/misspelt", 2, true)).find("does not exist (misspelt?)"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(d + "/misspelt"));
+  std::ofstream(dir.path / "a-file") << "x";
+  EXPECT_NE(usage_error(options("1f1b", 2, d + "/a-file", 2, false)).find("exists and is not a directory"),
+            std::string::npos);
+}
+
 // Checkpoints are data (issue 17): a layer file is read only if it is a pipetrain tensor file of
 // the size the manifest gives, so a TorchScript archive (the old format, which runs the code it
 // carries when torch::load reads it), a link out of the folder or a FIFO is refused by name
@@ -192,6 +242,7 @@ TEST(Checkpoint, OnlyDataIsEverLoaded) {
 
 TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   CheckpointManifest m;
+  m.run_id = "0123456789abcdef";
   m.model = "mnist-cnn";
   m.layers = 2;
   m.step = 12;
@@ -211,7 +262,8 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   };
   for (const Case& c : {Case{"\"step\": 12", "\"step\": -1", "step"}, Case{"\"layer-1.tensors\"", "\"../x\"", "files[1].name"},
                         Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but the model has 3 layers"},
-                        Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"}}) {
+                        Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"},
+                        Case{"\"run_id\": \"0123456789abcdef\"", "\"run_id\": \"../x\"", "run_id"}}) {
     std::string text = manifest_to_json(m);
     ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
