@@ -11,6 +11,7 @@
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "core/version.h"
 
 namespace pt::app {
 std::vector<Command>& registry() {
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
       if (!c.setup && c.name == argv[1]) return pt::app::hand_off(c.name, argv);
   CLI::App app{"pipetrain: pipeline-parallel DNN training (PipeDream, GPipe, 1F1B, 2BW, ...)", "pipetrain"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "pipetrain 0.1");
+  app.set_version_flag("--version", std::string("pipetrain ") + pt::kPipetrainVersion);
   std::sort(commands.begin(), commands.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   std::map<CLI::App*, std::function<int()>> runners;

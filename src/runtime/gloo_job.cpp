@@ -4,6 +4,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "runtime/job_digest.h"
 #include "runtime/progress.h"
 
 namespace pt::runtime {
@@ -81,6 +82,10 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     c.timeout_s = o.timeout_s;
     action = "rendezvous";
     transport = std::make_unique<GlooTransport>(c);
+    action = "building the model";
+    auto model = factory();
+    action = "checking that the workers agree";
+    transport->check_agreement(job_digest(plan, o, *model, data));
     action = "creating all-reduce groups";
     std::vector<std::vector<int>> groups;
     for (auto g : probe.stage_workers) {
@@ -89,9 +94,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     }
     transport->prepare_groups(groups);
 
-    action = "building the model";
     WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
-    auto model = factory();
     check_resume_fits(job, o, *model);
     worker = std::make_unique<Worker>(config.rank, model, data, *transport, wo);
     Progress progress(job.first_step + job.steps, reports ? o.train.metrics_path : "", o.train.quiet || !reports);

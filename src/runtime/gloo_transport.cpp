@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <future>
+#include <optional>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "runtime/job_digest.h"
 
 namespace pt::runtime {
 
@@ -17,6 +20,17 @@ namespace {
 
 constexpr int kMaxDims = 8;
 constexpr int kHeaderSize = 2 + kMaxDims;  // [dtype, ndim, dims...]
+// The largest tensor a peer may announce (far beyond any activation or gradient here).
+constexpr int64_t kMaxMessageBytes = int64_t(1) << 34;
+
+// The dtypes the runtime sends; anything else in a header is refused, not cast.
+std::optional<c10::ScalarType> known_dtype(int64_t code) {
+  for (auto t : {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half, c10::ScalarType::BFloat16,
+                 c10::ScalarType::Long, c10::ScalarType::Int, c10::ScalarType::Short, c10::ScalarType::Char,
+                 c10::ScalarType::Byte, c10::ScalarType::Bool})
+    if (static_cast<int64_t>(t) == code) return t;
+  return std::nullopt;
+}
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -176,6 +190,28 @@ GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_
   }
 }
 
+void GlooTransport::check_agreement(const json& digest) {
+  auto key = [](int r) { return "pipetrain/digest/" + std::to_string(r); };
+  std::string mine = digest.dump();
+  store_->set(key(config_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<json> all(config_.world_size);
+  for (int r = 0; r < config_.world_size; ++r) {
+    std::vector<uint8_t> bytes = store_->get(key(r));
+    all[r] = parse_json(std::string(bytes.begin(), bytes.end()), str("worker ", r, "'s job description"));
+  }
+  for (int r = 1; r < config_.world_size; ++r) {
+    std::vector<std::string> fields = differences(all[0], all[r]);
+    if (fields.empty()) continue;
+    std::string what;
+    for (const auto& f : fields) {
+      auto value = [&](int w) { return all[w].contains(f) ? brief(all[w][f]) : std::string("nothing"); };
+      what += str(what.empty() ? "" : "; ", "'", f, "': worker 0 has ", value(0), ", worker ", r, " has ", value(r));
+    }
+    throw ConfigError(str("the workers disagree (", what, "); every worker of a job must be started with the same ",
+                          "plan, flags and data"));
+  }
+}
+
 c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::make_group(const std::vector<int>& group) {
   std::string name = "group";
   for (int r : group) name += "_" + std::to_string(r);
@@ -278,9 +314,20 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
     try {
       state->wait_work(hw, what);
       auto h = header.accessor<int64_t, 1>();
+      // A peer's header is checked before it sizes anything: a known dtype, at most kMaxDims
+      // dimensions, and no more than kMaxMessageBytes in all.
+      auto dtype = known_dtype(h[0]);
+      if (!dtype) throw TransportError(str("bad header, dtype code ", h[0], " (", what, ")"));
       if (h[1] < 0 || h[1] > kMaxDims) throw TransportError(str("bad header, ", h[1], " dimensions (", what, ")"));
       std::vector<int64_t> dims(h.data() + 2, h.data() + 2 + h[1]);
-      auto data = torch::empty(dims, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[0])));
+      int64_t bytes = c10::elementSize(*dtype);
+      for (int64_t d : dims) {
+        if (d < 0 || (d > 0 && bytes > kMaxMessageBytes / d))
+          throw TransportError(pt::str("bad header, shape ", c10::IntArrayRef(dims), " of more than ", kMaxMessageBytes,
+                                   " bytes (", what, ")"));
+        bytes *= d;
+      }
+      auto data = torch::empty(dims, torch::TensorOptions().dtype(*dtype));
       std::vector<at::Tensor> dv{data};
       auto dw = world->recv(dv, peer, gloo_tag(tag, true));
       {

@@ -20,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "core/json_doc.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
@@ -61,6 +62,10 @@ class GlooTransport : public Transport {
 
   // Creates the process groups of these worker groups now (each sorted, containing rank());
   // they are otherwise created on first use. Only members take part, so it need not be collective.
+  // Every worker publishes `digest` (job_digest.h) through the rendezvous store and compares
+  // all of them with worker 0's: ConfigError naming the first field that differs, its values
+  // and the workers, raised on every worker alike, before anything trains.
+  void check_agreement(const json& digest);
   void prepare_groups(const std::vector<std::vector<int>>& groups);
 
   // Shared by the transfers: abort state, in-flight gloo work, the deadline.

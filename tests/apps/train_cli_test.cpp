@@ -170,6 +170,51 @@ TEST(TrainCli, MpirunStartsAGlooJob) {
   EXPECT_NE(slurp(log).find("steps 6"), std::string::npos) << slurp(log);
 }
 
+// Workers started by hand (as under torchrun) with flags that differ: the job stops before it
+// trains, on every worker, naming the field and the workers (issue 17).
+TEST(TrainCli, GlooWorkersThatDisagreeStop) {
+  TempDir tmp("disagree");
+  std::string plan2 = (tmp.path / "plan2.json").string(), plan3 = (tmp.path / "plan3.json").string();
+  auto prof = unit_profile(*seeded_cnn(3));
+  plan::write_plan(plan::even_split(prof, 2), plan2);
+  plan::Plan other = plan::even_split(prof, 2);
+  std::swap(other.stages[0].workers, other.stages[1].workers);  // same shape, workers swapped
+  plan::write_plan(other, plan3);
+  struct Case {
+    std::vector<std::string> rank1_flags;
+    std::string field;
+  };
+  for (const Case& c : {Case{{"--seed", "7"}, "'seed'"}, Case{{"--plan", plan3}, "'plan'"},
+                        Case{{"--lr", "0.5"}, "'sgd'"}}) {
+    SCOPED_TRACE(c.field);
+    std::string port = std::to_string(free_tcp_port());
+    std::vector<pid_t> pids;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--steps", "4",
+                                       "--batch-size", "32", "--schedule", "1f1b", "--transport", "gloo",
+                                       "--quiet", "--timeout", "20"};
+      bool own_plan = r == 1 && c.rank1_flags[0] == "--plan";
+      if (!own_plan) args.insert(args.end(), {"--plan", plan2});
+      if (r == 1) args.insert(args.end(), c.rank1_flags.begin(), c.rank1_flags.end());
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", port.c_str(), 1);
+      pids.push_back(start(args, tmp.path / ("rank" + std::to_string(r) + ".log")));
+    }
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+    for (int r = 0; r < 2; ++r) {
+      int status = 0;
+      ::waitpid(pids[r], &status, 0);
+      std::string log = slurp(tmp.path / ("rank" + std::to_string(r) + ".log"));
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
+      EXPECT_NE(log.find("the workers disagree ("), std::string::npos) << log;
+      EXPECT_NE(log.find(c.field + ": worker 0 has"), std::string::npos) << log;
+      EXPECT_EQ(log.find("steps 4"), std::string::npos) << log;  // nothing trained
+    }
+  }
+}
+
 TEST(TrainCli, CheckpointFlagErrors) {
   TempDir tmp("flags");
   fs::path log = tmp.path / "log";

@@ -1,0 +1,68 @@
+#include "runtime/job_digest.h"
+
+#include "core/version.h"
+#include "runtime/checkpoint_manifest.h"
+
+namespace pt::runtime {
+
+namespace {
+
+// CRC-32 of a tensor's bytes (contiguous, on the CPU).
+uint32_t tensor_crc(const torch::Tensor& t) {
+  if (!t.defined()) return 0;
+  torch::Tensor c = t.contiguous();
+  return crc32_of(std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size()));
+}
+
+std::string shapes_of(const model::LayeredModel& m) {
+  std::string out;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    out += m.layer(i).name + ":";
+    for (const auto& p : m.layer_parameters(i)) out += pt::str(p.sizes());
+    out += " ";
+  }
+  return out;
+}
+
+}  // namespace
+
+json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::LayeredModel& model,
+                const model::DataSplit& data) {
+  const TrainOptions& t = o.train;
+  return json{{"version", kPipetrainVersion},
+              {"plan", plan::to_json(plan).dump()},
+              {"schedule", o.schedule},
+              {"microbatches", o.microbatches},
+              {"chunks", o.chunks},
+              {"vertical_sync", o.vertical_sync},
+              {"model", model.name()},
+              {"layers", shapes_of(model)},
+              {"seed", t.seed},
+              {"batch_size", t.batch_size},
+              {"epochs", t.epochs},
+              {"steps", t.steps},
+              {"eval_every", t.eval_every},
+              {"sgd", json{{"lr", t.sgd.lr}, {"momentum", t.sgd.momentum}, {"weight_decay", t.sgd.weight_decay},
+                           {"lr_schedule", t.sgd.lr_schedule}, {"warmup_steps", t.sgd.warmup_steps}}
+                          .dump()},
+              {"data", json{{"name", data.name}, {"train", data.train.size()}, {"test", data.test.size()},
+                            {"classes", data.classes}, {"vocab", data.vocab},
+                            {"crc32", {tensor_crc(data.train.inputs), tensor_crc(data.train.targets),
+                                       tensor_crc(data.test.inputs), tensor_crc(data.test.targets)}}}
+                           .dump()},
+              {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
+                                  {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}
+                                 .dump()},
+              {"timeout_s", o.timeout_s}};
+}
+
+std::vector<std::string> differences(const json& a, const json& b) {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : a.items())
+    if (!b.contains(key) || b[key] != value) out.push_back(key);
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key)) out.push_back(key);
+  return out;
+}
+
+}  // namespace pt::runtime
