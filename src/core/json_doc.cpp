@@ -1,7 +1,10 @@
 #include "core/json_doc.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -141,44 +144,93 @@ json parse_json(const std::string& text, const std::string& source) {
   }
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, int64_t max_bytes) {
   // A directory opens like a file but reads as empty, which would pass for an empty file.
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(str(path, ": is a directory, not a file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str(path, ": cannot open file"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > max_bytes)
+    throw Error(str(path, ": ", st.st_size, " bytes, more than the ", max_bytes, " pipetrain reads from one file"));
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(str(path, ": cannot open file (", std::strerror(errno), ")"));
+  // Read in pieces up to the bound: a pipe or a device (/dev/zero) never gets to fill memory.
+  std::string out;
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      throw Error(str(path, ": read failed (", std::strerror(err), ")"));
+    }
+    if (static_cast<int64_t>(out.size()) + n > max_bytes) {
+      ::close(fd);
+      throw Error(str(path, ": more than the ", max_bytes, " bytes pipetrain reads from one file"));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 std::string read_regular_file(const std::string& path, int64_t max_bytes) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw Error(str(path, ": cannot open file"));
   if (!S_ISREG(st.st_mode)) throw Error(str(path, ": not a regular file"));
-  if (st.st_size > max_bytes) throw Error(str(path, ": ", st.st_size, " bytes, more than the ", max_bytes, " allowed"));
-  return read_text_file(path);
+  return read_text_file(path, max_bytes);
 }
 
-json read_json_file(const std::string& path) { return parse_json(read_text_file(path), path); }
+json read_json_file(const std::string& path) { return parse_json(read_text_file(path, kMaxJsonFileBytes), path); }
+
+namespace {
+
+void write_all(int fd, const std::string& path, const std::string& text) {
+  for (size_t off = 0; off < text.size();) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) throw Error(str(path, ": write failed (", n < 0 ? std::strerror(errno) : "disk full?", ")"));
+    off += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(str(path, ": cannot write file"));
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(str(path, ": is a directory, not a file"));
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // A device, a FIFO or a socket (or a link to one): written through, never replaced.
+    int fd = ::open(path.c_str(), O_WRONLY);
+    if (fd < 0) throw Error(str(path, ": cannot write (", std::strerror(errno), ")"));
+    try {
+      write_all(fd, path, text);
+    } catch (...) {
       ::close(fd);
-      std::remove(tmp.c_str());
-      throw Error(str(path, ": write failed (disk full?)"));
+      throw;
     }
-    off += static_cast<size_t>(n);
+    ::close(fd);
+    return;
+  }
+  // A link to a regular file: its target is replaced, so the link stays a link.
+  std::string target = path;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (real) {
+      target = real;
+      std::free(real);
+    }
+  }
+  std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(str(path, ": cannot write file (", std::strerror(errno), ")"));
+  try {
+    write_all(fd, path, text);
+  } catch (...) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw;
   }
   ::fsync(fd);
   ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw Error(str(path, ": cannot replace file"));
   }

@@ -50,9 +50,16 @@ class JsonField {
 // Parses text as JSON; a syntax error names the source and the byte offset.
 json parse_json(const std::string& text, const std::string& source);
 json read_json_file(const std::string& path);
-// Writes atomically (temp file + rename) so a crash never leaves half a file.
+// Writes a regular file atomically (temp file + rename) so a crash never leaves half a file; a
+// link to one replaces its target and stays a link. A device, a FIFO or a socket is written
+// through, never replaced (`-o /dev/stdout` works; /dev/null stays a device).
 void write_text_file_atomic(const std::string& path, const std::string& text);
-std::string read_text_file(const std::string& path);
+// The most bytes read from one file: any pipetrain artifact (JSON), and any other input.
+inline constexpr int64_t kMaxJsonFileBytes = int64_t(1) << 28;
+inline constexpr int64_t kMaxInputFileBytes = int64_t(1) << 32;
+// Reads a whole file of at most max_bytes (a regular file's size is checked before reading; a
+// pipe or a device is read up to the bound), with an error naming it otherwise.
+std::string read_text_file(const std::string& path, int64_t max_bytes = kMaxInputFileBytes);
 // Reads a regular file of at most max_bytes, checking both before reading anything: a device,
 // a FIFO or a file that is too large is refused with an error naming it.
 std::string read_regular_file(const std::string& path, int64_t max_bytes);

@@ -27,21 +27,16 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   std::vector<std::vector<int>> supersets(S);
   for (int j : by_compute)
     for (int k : s.strict_subsets[j]) supersets[k].push_back(j);
-  // The links of a stage on workers w..w+n-1, per (w, n) and whether it has a previous
-  // (first bit) and a next stage (second bit): looked up in the inner loop.
+  // The links of a stage on workers w..w+n-1, per (w, n): it has a previous stage when w > 0 and
+  // a next one when w + n < W (the search numbers workers stage by stage). Looked up in the inner
+  // loop; a first stage's input and a last stage's output carry 0 bytes.
   auto spanning = [&](int lo, int hi) { return hi < W ? level_spanning(cluster, lo, hi) : -1; };
-  std::vector<StageLinks> links(static_cast<size_t>(W) * (W + 1) * 4);
-  auto links_at = [&](int w, int n, bool has_in, bool has_out) -> StageLinks& {
-    return links[(static_cast<size_t>(w) * (W + 1) + n) * 4 + has_in + 2 * has_out];
-  };
+  std::vector<StageLinks> links(static_cast<size_t>(W) * (W + 1));
+  auto links_at = [&](int w, int n) -> StageLinks& { return links[static_cast<size_t>(w) * (W + 1) + n]; };
   for (int w = 0; w < W; ++w)
     for (int n = 1; w + n <= W; ++n)
-      for (int b = 0; b < 4; ++b) {
-        bool has_in = b & 1, has_out = b & 2;
-        links_at(w, n, has_in, has_out) =
-            stage_links(cluster, n, has_in && w > 0 ? spanning(w - 1, w + n - 1) : -1,
-                        has_out ? spanning(w, w + n) : -1, spanning(w, w + n - 1));
-      }
+      links_at(w, n) = stage_links(cluster, n, w > 0 ? spanning(w - 1, w + n - 1) : -1, spanning(w, w + n),
+                                   spanning(w, w + n - 1));
 
   auto at = [&](int q, int k, int w) { return (static_cast<size_t>(q) * S + k) * (W + 1) + w; };
   std::vector<double> g(at(Q, S - 1, W) + 1, kInfinity);
@@ -57,7 +52,7 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
     return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k], s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
                            s.activation_bytes[j] - s.activation_bytes[k], n, depth,
-                           links_at(w, n, k > 0, j != last));
+                           links_at(w, n));
   };
 
   for (int k = S - 2; k >= 0; --k)

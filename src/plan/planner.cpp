@@ -16,6 +16,9 @@ namespace {
 // (a, b), cubic in the states, hence its smaller bound.
 constexpr int kMaxStates = 2500;
 constexpr int kMaxStatesHierarchicalCompat = 600;
+// The pipetrain search visits about pairs × W² (state pair, first worker, replicas) triples;
+// its tables hold W² links.
+constexpr int kMaxPlanWorkers = 1024;
 // The pipetrain search visits about pairs × W² (state pair, first worker, replicas) triples.
 constexpr double kPipetrainWork = 6e7;
 
@@ -46,6 +49,9 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
 
 Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   if (cluster.levels.empty()) throw ConfigError("cluster has no levels");
+  if (cluster.workers() > kMaxPlanWorkers)
+    throw ConfigError(str("the cluster ", cluster.describe(), " has ", cluster.workers(), " workers; the planner handles at ",
+                          "most ", kMaxPlanWorkers, " (its search grows with the square of the workers)"));
   if (options.memory_bytes < 0) throw UsageError(str("--memory: must be >= 0, got ", options.memory_bytes));
   bool compat = options.cost_model == CostModel::kPipedream;
   int max_states = compat && cluster.levels.size() > 1 ? kMaxStatesHierarchicalCompat : kMaxStates;

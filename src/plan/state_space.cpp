@@ -1,6 +1,7 @@
 #include "plan/state_space.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -141,20 +142,40 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
       s.note = str("the layer graph has too many downward-closed sets to search in time; merged the chains "
                    "of its parallel branches (", before, " layers into ", groups, " nodes, ", states.size(), " states)");
     } else {
-      for (size_t i = 0; i < planned.size(); ++i) group_of[planned[i]] = static_cast<int>(i);
-      g = group_layers(p, group_of, static_cast<int>(planned.size()));
+      // The topological order as a chain. Beyond the bounds (a chain of B nodes has B + 1
+      // states and B(B + 1)/2 nested pairs) consecutive layers merge into blocks of about equal
+      // compute, so that the search's work stays bounded for any number of layers.
+      int n = static_cast<int>(planned.size());
+      double fit = std::min(static_cast<double>(max_states) - 1,
+                            std::floor(std::sqrt(2.0 * static_cast<double>(max_pairs))) - 1);
+      int blocks = n <= fit ? n : std::max(1, static_cast<int>(fit));
+      double total = 0, before = 0;
+      for (int l : planned) total += p.layers[l].forward_ms + p.layers[l].backward_ms;
+      groups = 0;
+      for (int i = 0, prev = -1; i < n; ++i) {
+        double c = p.layers[planned[i]].forward_ms + p.layers[planned[i]].backward_ms;
+        // The block of the layer's compute midpoint (of its position when nothing costs time).
+        double at = blocks == n ? (i + 0.5) / n : total > 0 ? (before + c / 2) / total : (i + 0.5) / n;
+        int block = std::min(blocks - 1, static_cast<int>(at * blocks));
+        if (block != prev) ++groups, prev = block;
+        group_of[planned[i]] = groups - 1;
+        before += c;
+      }
+      g = group_layers(p, group_of, groups);
       // Prefixes of a topological order are downward-closed, so this stays a valid search.
       states.clear();
-      int n = static_cast<int>(planned.size());
-      NodeSet cur{std::vector<uint64_t>((n + 63) / 64, 0)};
+      NodeSet cur{std::vector<uint64_t>((groups + 63) / 64, 0)};
       states.push_back(cur);
-      for (int v = 0; v < n; ++v) {
+      for (int v = 0; v < groups; ++v) {
         cur.add(v);
         states.push_back(cur);
       }
       bool chain = true;
-      for (int v = 1; v < n; ++v) chain = chain && g.preds[v].size() == 1 && g.preds[v][0] == v - 1;
-      if (!chain)
+      for (int v = 1; v < groups; ++v) chain = chain && g.preds[v].size() == 1 && g.preds[v][0] == v - 1;
+      if (groups < n)
+        s.note = str("the layer graph is too large to search in time; planned its topological order as a chain of ",
+                     groups, " blocks of consecutive layers of about equal compute (", n, " layers)");
+      else if (!chain)
         s.note = str("the layer graph has too many downward-closed sets to search in time, even with the chains "
                      "of its branches merged; planned its topological order as a chain (", n + 1, " states)");
     }

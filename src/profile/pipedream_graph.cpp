@@ -59,8 +59,13 @@ std::string field_where(const JsonField& f) { return str(f.source(), ": field '"
 // an already-ordered file keeps its order) and turns edges into `inputs`.
 Profile order_nodes(std::vector<RawNode> nodes, const std::vector<std::pair<int, int>>& edges,
                     const std::string& source) {
+  check_layer_count(nodes.size(), source);
   int n = static_cast<int>(nodes.size());
   if (n == 0) throw FormatError(str(source, ": has no layers"));
+  for (const auto& node : nodes) {
+    check_layer_ms(node.layer.forward_ms, str(source, ": layer '", node.id, "' forward time"));
+    check_layer_ms(node.layer.backward_ms, str(source, ": layer '", node.id, "' backward time"));
+  }
   std::vector<std::vector<int>> preds(n), succs(n);
   std::vector<int> indegree(n, 0);
   for (auto [from, to] : edges) {
@@ -259,7 +264,7 @@ Profile parse_any_profile(const std::string& text, const std::string& source) {
 }
 
 Profile read_any_profile(const std::string& path) {
-  std::string text = read_text_file(path);
+  std::string text = read_text_file(path, kMaxJsonFileBytes);
   Profile p = parse_any_profile(text, path);
   if (is_json_text(text)) return p;
   // profiles/<model>/graph.txt: the folder names the model.

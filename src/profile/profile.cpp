@@ -51,12 +51,13 @@ Profile profile_from_json(const json& doc, const std::string& source) {
   JsonField layers = root["layers"];
   size_t n = layers.size();
   if (n == 0) layers.fail("must list at least one layer");
+  check_layer_count(n, str(source, ": field 'layers'"));
   for (size_t i = 0; i < n; ++i) {
     JsonField f = layers[i];
     Layer l;
     l.name = f["name"].as_string();
-    l.forward_ms = f["forward_ms"].as_non_negative();
-    l.backward_ms = f["backward_ms"].as_non_negative();
+    l.forward_ms = check_layer_ms(f["forward_ms"].as_non_negative(), str(source, ": field '", f.path(), ".forward_ms'"));
+    l.backward_ms = check_layer_ms(f["backward_ms"].as_non_negative(), str(source, ": field '", f.path(), ".backward_ms'"));
     l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("inputs")) {
@@ -93,6 +94,17 @@ bool is_detached_sink(const Profile& profile, int layer) {
     for (int in : profile.layers[r].inputs)
       if (in == layer) return false;
   return true;
+}
+
+void check_layer_count(size_t layers, const std::string& where) {
+  if (layers > static_cast<size_t>(kMaxLayers))
+    throw FormatError(str(where, ": ", layers, " layers, more than the ", kMaxLayers, " pipetrain accepts"));
+}
+
+double check_layer_ms(double ms, const std::string& where) {
+  if (!(ms <= kMaxLayerMs))
+    throw FormatError(str(where, ": ", ms, " ms, more than the ", kMaxLayerMs, " ms pipetrain accepts for one layer"));
+  return ms;
 }
 
 }  // namespace pt::profile

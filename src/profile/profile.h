@@ -39,6 +39,13 @@ bool is_input_layer(const Profile& profile, int layer);
 bool is_detached_sink(const Profile& profile, int layer);
 
 inline constexpr int kProfileVersion = 1;
+// The most layers a profile may have, and the longest time one layer may take (ms, forward or
+// backward): far beyond any real model, small enough that every table and sum stays finite.
+inline constexpr int kMaxLayers = 100000;
+inline constexpr double kMaxLayerMs = 1e9;
+// FormatError naming `where` when a reader's layer count or a time passes those bounds.
+void check_layer_count(size_t layers, const std::string& where);
+double check_layer_ms(double ms, const std::string& where);
 // The most bytes one layer's activation or parameters may claim (1 PiB, beyond any device):
 // keeps sums over a profile's layers far from int64 overflow.
 inline constexpr int64_t kMaxLayerBytes = int64_t(1) << 50;

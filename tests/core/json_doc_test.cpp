@@ -1,4 +1,9 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
 
 #include "core/error.h"
 #include "core/json_doc.h"
@@ -47,6 +52,41 @@ TEST(JsonDoc, FractionalIntIsRejected) {
   json doc = json::parse(R"({"n": 2.5})");
   EXPECT_EQ(error_of([&] { JsonField(doc, "x", "")["n"].as_int(); }),
             "x: field 'n' must be a whole number, got 2.5");
+}
+
+}  // namespace
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// Outputs (issue 17): a regular file is replaced atomically; a link to one keeps being a link
+// to the new content; a FIFO is written through, not replaced by a regular file.
+TEST(WriteFile, ReplacesOnlyRegularFiles) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("pt_write_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string file = (dir / "out.json").string(), link = (dir / "link.json").string();
+  write_text_file_atomic(file, "one");
+  EXPECT_EQ(read_text_file(file), "one");
+  fs::create_symlink(file, link);
+  write_text_file_atomic(link, "two");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_text_file(file), "two");
+
+  std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_text_file(fifo); });
+  write_text_file_atomic(fifo, "through");
+  reader.join();
+  EXPECT_EQ(got, "through");
+  struct stat st;
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_THROW(write_text_file_atomic(dir.string(), "x"), Error);
+  fs::remove_all(dir);
 }
 
 }  // namespace

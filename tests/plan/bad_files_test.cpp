@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "plan/cluster.h"
 #include "plan/plan.h"
+#include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 
 namespace pt::plan {
@@ -122,6 +123,49 @@ TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
   EXPECT_EQ(profile_error(R"({"something": "else"})", "x.json"),
             "x.json: a JSON document that is neither a pipetrain profile (no \"format\") nor PipeDream's JSON figures "
             "(no \"layers\" and \"edges\")");
+}
+
+// Limits (issue 17, item 7): a layer's time, the number of layers, the size of a file and the
+// workers of a plan are bounded with an error that names them, before the work they would cost.
+TEST(BadProfileFile, LimitsAreNamed) {
+  EXPECT_EQ(profile_error(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 1, "layers": [{"name": "a",
+      "forward_ms": 1e308, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1}]})", "p.json"),
+            "p.json: field 'layers[0].forward_ms': 1e+308 ms, more than the 1e+09 ms pipetrain accepts for one layer");
+  EXPECT_EQ(profile_error("a -- A -- forward_compute_time=1, backward_compute_time=2e9, activation_size=1, "
+                          "parameter_size=1\n", "g.txt"),
+            "g.txt: layer 'a' backward time: 2e+09 ms, more than the 1e+09 ms pipetrain accepts for one layer");
+  std::string many = R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 1, "layers": [)";
+  for (int i = 0; i <= profile::kMaxLayers; ++i)
+    many += std::string(i ? "," : "") + R"({"name":"l","forward_ms":1,"backward_ms":1,"activation_bytes":1,"parameter_bytes":1})";
+  EXPECT_EQ(profile_error(many + "]}", "many.json"),
+            "many.json: field 'layers': 100001 layers, more than the 100000 pipetrain accepts");
+  EXPECT_EQ(error_of([] { profile::read_any_profile("/dev/zero"); }),
+            "/dev/zero: more than the 268435456 bytes pipetrain reads from one file");
+  profile::Profile two;
+  two.model = "two";
+  two.layers = {{"a", 1, 1, 1, 1, {}}, {"b", 1, 1, 1, 1, {0}}};
+  EXPECT_EQ(error_of([&] { make_plan(two, Cluster::flat(2048, 10), {}); }),
+            "the cluster 2048 (network 10 Gbps) has 2048 workers; the planner handles at most 1024 (its search grows "
+            "with the square of the workers)");
+}
+
+// The pipetrain search's work is bounded for any number of layers: a long chain is planned as
+// blocks of consecutive layers of about equal compute, and says so.
+TEST(LongChains, AreCoarsenedIntoBlocks) {
+  profile::Profile p;
+  p.model = "chain";
+  p.batch_size = 1;
+  for (int i = 0; i < 20000; ++i)
+    p.layers.push_back({str("l", i), 1, 2, 1000, 1000, i ? std::vector<int>{i - 1} : std::vector<int>{}});
+  Plan plan = make_plan(p, Cluster::flat(16, 10), {});
+  std::string notes;
+  for (const auto& n : plan.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("blocks of consecutive layers"), std::string::npos) << notes;
+  int covered = 0;
+  for (const auto& st : plan.stages) covered += static_cast<int>(st.layers.size());
+  EXPECT_EQ(covered, 20000);
+  // Balanced to within a block: 16 workers, 60000 ms of compute.
+  EXPECT_LT(plan.pipeline_ms_per_minibatch, 60000.0 / 16 * 1.05);
 }
 
 TEST(BadProfileFile, DeeplyNestedValuesAreNamedNotRecursedInto) {

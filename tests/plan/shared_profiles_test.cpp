@@ -41,9 +41,10 @@ TEST(SharedProfiles, EveryProfilePlansOnFlatAndTwoLevelClusters) {
         EXPECT_EQ(p.workers, c.workers());
         EXPECT_GT(p.pipeline_ms_per_minibatch, 0);
         EXPECT_LT(secs, 5.0);  // the benchmark holds the sub-second figures; this guards regressions
-        if (model == CostModel::kPipetrain)
+        if (model == CostModel::kPipetrain) {
           EXPECT_NEAR(evaluate_plan(p, prof, c, o).pipeline_ms_per_minibatch, p.pipeline_ms_per_minibatch,
                       1e-6 * p.pipeline_ms_per_minibatch);
+        }
       }
   }
 }

@@ -26,8 +26,9 @@ void expect_each_once(const Schedule& s) {
     for (int k = 0; k < s.total_microbatches(); ++k) {
       EXPECT_EQ((count[{static_cast<int>(ActionKind::kForward), st, k}]), 1) << s.kind << " " << st << "F" << k;
       EXPECT_EQ((count[{static_cast<int>(ActionKind::kBackward), st, k}]), 1) << s.kind << " " << st << "B" << k;
-      if (s.split_backward[st])
+      if (s.split_backward[st]) {
         EXPECT_EQ((count[{static_cast<int>(ActionKind::kBackwardWeight), st, k}]), 1) << s.kind << " W";
+      }
     }
 }
 
