@@ -27,6 +27,7 @@ struct TrainFlags {
   std::string plan_path, profile_path, trace_path, transport = "threads";
   int stages = 0, workers = 0;
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
+  CLI::Option* steps_flag = nullptr;
 };
 
 // Every figure of an emulated run carries its label (docs/emulation.md).
@@ -59,12 +60,11 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int
 plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSplit& data) {
   if (!f.plan_path.empty()) {
     if (f.stages > 0) throw UsageError("--plan and --stages: give one of them");
-    plan::Plan p = plan::read_plan(f.plan_path);
-    plan::check_plan_fits(p, profile::layer_graph(m), f.plan_path);
-    if (!p.model.empty() && p.model != m.name())
-      throw ConfigError(str(f.plan_path, ": the plan is for model '", p.model, "' but --model is '", m.name(), "'"));
-    return p;
+    if (f.workers > 0) throw UsageError("--plan and --workers: the plan fixes the workers; give one of them");
+    return plan::read_plan(f.plan_path);
   }
+  if (f.workers > 0 && f.stages > 0)
+    throw UsageError("--stages and --workers: --workers is data parallelism's (or one worker's); give one of them");
   if (f.pipe.schedule == "dp" || (f.workers == 1 && f.stages == 0)) {
     return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
   }
@@ -111,6 +111,11 @@ int run_train(TrainFlags& f) {
     label = profile::emulation_label(f.model.emulation);
     f.pipe.trace_source = "emulated";
   }
+  if (f.steps_flag->count() > 0 && f.pipe.train.steps < 1)
+    throw UsageError(str("--steps: must be >= 1, got ", f.pipe.train.steps));
+  // Output paths before any training: a run must not end by failing to write its results.
+  check_output_path(f.trace_path, "--trace");
+  check_output_path(f.pipe.train.metrics_path, "--metrics");
   model::DataSplit data;
   auto m = f.model.build(&data);
   f.pipe.train.seed = f.model.seed;
@@ -144,6 +149,17 @@ int run_train(TrainFlags& f) {
     throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
                      "computes the same plan (a profile measured by each worker could differ)");
   plan::Plan plan = !launched_plan.empty() ? plan::read_plan(launched_plan) : pick_plan(f, *m, data);
+  // Whatever its source (a file, the launcher's, a split made here), the plan must fit the model.
+  std::string plan_source = !launched_plan.empty() ? launched_plan : f.plan_path.empty() ? "the plan" : f.plan_path;
+  plan::check_plan_fits(plan, profile::layer_graph(*m), plan_source);
+  if (!plan.model.empty() && plan.model != m->name())
+    throw ConfigError(str(plan_source, ": the plan is for model '", plan.model, "' but --model is '", m->name(), "'"));
+  if (plan.batch_size > 0 && plan.batch_size != f.pipe.train.batch_size) {
+    // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
+    if (f.batch_size_flag->count() == 0) f.pipe.train.batch_size = plan.batch_size;
+    else std::cerr << "note: " << plan_source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
+                   << f.pipe.train.batch_size << ", so its predicted throughput does not apply\n";
+  }
   runtime::check_pipeline_options(f.pipe, plan, data);
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
@@ -190,7 +206,7 @@ Register reg({"train", kTrainDescription,
   f->model.add_to(app);
   f->model.add_emulation_to(app);
   app.add_option("--epochs", t.epochs, "Passes over the training set")->capture_default_str();
-  app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)");
+  f->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)");
   f->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
                            ->capture_default_str();
   app.add_option("--lr", t.sgd.lr, "SGD learning rate")->capture_default_str();

@@ -179,6 +179,23 @@ std::string read_regular_file(const std::string& path, int64_t max_bytes) {
   return read_text_file(path, max_bytes);
 }
 
+void check_output_path(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw UsageError(str(flag, ": '", path, "' is a directory"));
+    if (::access(path.c_str(), W_OK) != 0)
+      throw UsageError(str(flag, ": cannot write '", path, "' (", std::strerror(errno), ")"));
+    if (!S_ISREG(st.st_mode)) return;  // written through (write_text_file_atomic)
+  }
+  size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UsageError(str(flag, ": '", path, "' is in '", dir, "', which is not a directory"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(str(flag, ": cannot write in '", dir, "' (", std::strerror(errno), ")"));
+}
+
 json read_json_file(const std::string& path) { return parse_json(read_text_file(path, kMaxJsonFileBytes), path); }
 
 namespace {

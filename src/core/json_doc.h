@@ -60,6 +60,10 @@ inline constexpr int64_t kMaxInputFileBytes = int64_t(1) << 32;
 // Reads a whole file of at most max_bytes (a regular file's size is checked before reading; a
 // pipe or a device is read up to the bound), with an error naming it otherwise.
 std::string read_text_file(const std::string& path, int64_t max_bytes = kMaxInputFileBytes);
+// Checks, before any work, that `path` can be written as an output (UsageError naming `flag`):
+// not a directory, in an existing directory this process may write, or an existing writable
+// file or device. Nothing to check when path is empty.
+void check_output_path(const std::string& path, const std::string& flag);
 // Reads a regular file of at most max_bytes, checking both before reading anything: a device,
 // a FIFO or a file that is too large is refused with an error naming it.
 std::string read_regular_file(const std::string& path, int64_t max_bytes);

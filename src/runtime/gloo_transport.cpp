@@ -122,6 +122,14 @@ GlooConfig gloo_config_from_env() {
     throw ConfigError(str("gloo transport: ", rank_var, "=", c.rank, " must be below ", size_var, "=", c.world_size));
   if (const char* a = env("MASTER_ADDR")) c.master_addr = a;
   if (const char* p = env("MASTER_PORT")) c.master_port = env_int("MASTER_PORT", p, 1, 65535);
+  // Resolved once here: an address that does not resolve fails now, not after the rendezvous
+  // has retried it for its whole timeout.
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(c.master_addr.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || !res)
+    throw ConfigError(str("gloo transport: MASTER_ADDR=", c.master_addr, " does not resolve (", gai_strerror(rc), ")"));
+  freeaddrinfo(res);
   return c;
 }
 

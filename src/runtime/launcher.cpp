@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -39,14 +39,25 @@ std::string launched_plan_path() {
 }
 
 int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path) {
-  std::string dir = make_temp_dir("pipetrain-launch");
-  std::string plan_file = dir + "/plan.json";
-  plan::write_plan(plan, plan_file);
-  ::setenv(kLaunchPlanVar, plan_file.c_str(), 1);
+  // The plan lives in an anonymous in-memory file that the workers inherit: nothing is left
+  // behind when the launcher is killed, whatever the signal.
+  std::string text = plan::to_json(plan).dump(1) + "\n";
+  int fd = ::memfd_create("pipetrain-plan", 0);
+  if (fd < 0) throw RuntimeFailure(str("launcher: memfd_create failed: ", std::strerror(errno)));
+  for (size_t off = 0; off < text.size();) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) {
+      ::close(fd);
+      throw RuntimeFailure(str("launcher: cannot write the plan: ", std::strerror(errno)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  // Each worker opens its inherited descriptor by path, which starts reading at 0.
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  ::setenv(kLaunchPlanVar, path.c_str(), 1);
   int rc = launch_gloo_workers(plan.workers, self_argv(), trace_path);
   ::unsetenv(kLaunchPlanVar);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  ::close(fd);
   return rc;
 }
 
@@ -56,13 +67,6 @@ std::vector<std::string> self_argv() {
   for (std::string arg; std::getline(in, arg, '\0');) out.push_back(arg);
   if (out.empty()) throw RuntimeFailure("launcher: cannot read /proc/self/cmdline");
   return out;
-}
-
-std::string make_temp_dir(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + ".XXXXXX";
-  if (!::mkdtemp(templ.data())) throw RuntimeFailure(str("cannot create a directory ", templ, ": ", std::strerror(errno)));
-  return templ;
 }
 
 int free_tcp_port() {

@@ -15,17 +15,14 @@ bool launched_as_gloo_worker();
 // The plan file of the launch_gloo_job that started this worker, or "" when none did.
 std::string launched_plan_path();
 
-// `pipetrain train --transport gloo` on this host: writes `plan` where every worker reads it
-// (launched_plan_path), so that all run the same one even when it was measured rather than read
-// from a file, runs this process's command line as plan.workers workers (launch_gloo_workers)
-// and removes its files. Returns 0 when all succeed.
+// `pipetrain train --transport gloo` on this host: hands `plan` to every worker (an in-memory
+// file they inherit, at launched_plan_path), so that all run the same one even when it was
+// measured rather than read from a file, and runs this process's command line as plan.workers
+// workers (launch_gloo_workers). Leaves no file behind. Returns 0 when all succeed.
 int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path);
 
 // This process's command line, from /proc/self/cmdline (the launcher re-runs it per worker).
 std::vector<std::string> self_argv();
-
-// A new private directory under $TMPDIR (or /tmp) named prefix.XXXXXX.
-std::string make_temp_dir(const std::string& prefix);
 
 // A TCP port free on 127.0.0.1 now (for the rendezvous).
 int free_tcp_port();

@@ -72,6 +72,14 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
     throw UsageError(str("--microbatches: ", o.microbatches, " does not divide --batch-size ", o.train.batch_size));
   if (o.chunks < 1 || o.chunks > schedule::kMaxChunks)
     throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", o.chunks));
+  // A week: beyond it a deadline computed from now overflows the clock.
+  if (!(o.timeout_s > 0 && o.timeout_s <= 604800))
+    throw UsageError(str("--timeout: must be in (0, 604800] seconds, got ", o.timeout_s));
+  if (o.vertical_sync && o.schedule != "pipedream")
+    throw UsageError(str("--vertical-sync: only the pipedream schedule keeps weight versions to sync, not ", o.schedule));
+  if (o.schedule == "dp" && plan.num_stages() > 1)
+    throw UsageError(str("--schedule dp: data parallelism runs one stage on every worker, but the plan has ",
+                         plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));
 }
 
 schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o) {
@@ -88,6 +96,15 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.sgd = o.train.sgd;
   job.sgd.total_steps = total;
   job.probe = job_probe(plan, o);
+  // Workers hand activations to each other through the transport; a worker holding two
+  // consecutive stages (interleaving on one worker) would have to hand them to itself.
+  for (int st = 0; st + 1 < job.probe.num_stages; ++st)
+    for (int w : job.probe.stage_workers[st])
+      for (int next : job.probe.stage_workers[st + 1])
+        if (w == next)
+          throw ConfigError(str(o.schedule, ": worker ", w, " would run both stage ", st, " and stage ", st + 1,
+                                ", and a worker does not send to itself; with --chunks ", o.chunks,
+                                " use at least 2 workers (--stages 2 or more)"));
   CheckpointStart start = start_checkpoints(o.checkpoint);
   job.run_id = start.run_id;
   job.resume_from = start.resume_from;

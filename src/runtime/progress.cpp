@@ -20,12 +20,17 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
   if (!metrics_path.empty()) {
     csv_ = std::fopen(metrics_path.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
-    std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s\n");
+    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s\n") < 0)
+      throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
   }
 }
 
 Progress::~Progress() {
-  flush_pending();
+  try {
+    flush_pending();
+  } catch (const Error&) {
+    // finish() reports write errors; a Progress torn down by another error keeps that one.
+  }
   if (csv_) std::fclose(csv_);
 }
 
@@ -35,9 +40,10 @@ void Progress::flush_pending() {
   const StepRecord& r = pending_;
   char acc[32] = "";  // empty when not evaluated at this step
   if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.6f", r.test_accuracy);
-  std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f\n", (long long)r.step, (long long)r.epoch, r.loss,
-               r.samples_per_s, acc, r.train_s);
-  std::fflush(csv_);
+  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f\n", (long long)r.step, (long long)r.epoch, r.loss,
+                   r.samples_per_s, acc, r.train_s) < 0 ||
+      std::fflush(csv_) != 0)
+    throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
 }
 
 void Progress::step(const StepRecord& r) {
@@ -77,6 +83,11 @@ void Progress::evaluated(const StepRecord& r) {
 
 void Progress::finish() {
   flush_pending();
+  if (csv_) {
+    int rc = std::fclose(csv_);
+    csv_ = nullptr;
+    if (rc != 0) throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
+  }
   if (tty_ && !quiet_) std::fprintf(stderr, "\n");
 }
 

@@ -40,12 +40,13 @@ void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
   if (o.epochs < 1 && o.steps < 1) throw UsageError(str("--epochs: must be >= 1, got ", o.epochs));
   if (o.steps < 0) throw UsageError(str("--steps: must be >= 0, got ", o.steps));
   if (o.eval_every < 0) throw UsageError(str("--eval-every: must be >= 0, got ", o.eval_every));
-  if (!(o.sgd.lr > 0)) throw UsageError(str("--lr: must be > 0, got ", o.sgd.lr));
-  if (o.sgd.momentum < 0 || o.sgd.momentum >= 1) throw UsageError(str("--momentum: must be in [0, 1), got ", o.sgd.momentum));
+  if (!(o.sgd.lr > 0) || !std::isfinite(o.sgd.lr)) throw UsageError(str("--lr: must be finite and > 0, got ", o.sgd.lr));
+  if (!(o.sgd.momentum >= 0 && o.sgd.momentum < 1)) throw UsageError(str("--momentum: must be in [0, 1), got ", o.sgd.momentum));
   if (o.sgd.lr_schedule != "constant" && o.sgd.lr_schedule != "cosine")
     throw UsageError(str("--lr-schedule: must be constant or cosine, got '", o.sgd.lr_schedule, "'"));
   if (o.sgd.warmup_steps < 0) throw UsageError(str("--warmup-steps: must be >= 0, got ", o.sgd.warmup_steps));
-  if (o.sgd.weight_decay < 0) throw UsageError(str("--weight-decay: must be >= 0, got ", o.sgd.weight_decay));
+  if (!(o.sgd.weight_decay >= 0) || !std::isfinite(o.sgd.weight_decay))
+    throw UsageError(str("--weight-decay: must be finite and >= 0, got ", o.sgd.weight_decay));
 }
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& o) {

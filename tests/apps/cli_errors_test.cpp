@@ -90,13 +90,52 @@ TEST(CliErrors, TrainingValues) {
   expect_rejected(kTrainBase + "--steps 1 --batch-size 0", 2, {"--batch-size: must be >= 1, got 0"});
   expect_rejected(kTrainBase + "--steps 1 --batch-size -16", 2, {"--batch-size: must be >= 1, got -16"});
   expect_rejected(kTrainBase + "--steps 1 --batch-size 1000000", 2, {"--batch-size: 1000000 is larger than the 64 training samples"});
-  expect_rejected(kTrainBase + "--batch-size 16 --steps -1", 2, {"--steps: must be >= 0, got -1"});
-  expect_rejected(kTrain + "--lr -0.5", 2, {"--lr: must be > 0, got -0.5"});
+  expect_rejected(kTrainBase + "--batch-size 16 --steps -1", 2, {"--steps: must be >= 1, got -1"});
+  expect_rejected(kTrain + "--lr -0.5", 2, {"--lr: must be finite and > 0, got -0.5"});
   expect_rejected("train --data synthetic --synthetic-samples 1000000000 --model vgg16", 2,
                   {"--synthetic-samples: 1000000000 training"});
   expect_rejected("train --data synthetic --model vgg16 --image-size 100000", 2, {"--image-size: must be in 0..4096, got 100000"});
   expect_rejected("train --model gpt --seq-len 1000000", 2, {"--seq-len: must be in 0..65536, got 1000000"});
   expect_rejected("train --model gpt --seq-len -5", 2, {"--seq-len", "got -5"});
+}
+
+// Issue 17, item 8: each of these used to train something else, fail late, or hang.
+TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
+  std::string plan2 = write("two_stages.json", R"({"format": "pipetrain.plan/1", "workers": 2, "stages": [
+      {"layers": [0, 1, 2], "replicas": 1}, {"layers": [3, 4], "replicas": 1}]})");
+  expect_rejected(kTrain + "--stages 2 --timeout 1e10", 2, {"--timeout: must be in (0, 604800] seconds, got 1e+10"});
+  expect_rejected(kTrain + "--lr inf", 2, {"--lr: must be finite and > 0, got inf"});
+  expect_rejected(kTrainBase + "--batch-size 16 --steps 0", 2, {"--steps: must be >= 1, got 0"});
+  expect_rejected(kTrain + "--schedule interleaved --stages 1 --chunks 2", 1, {"worker 0 would run both stage 0 and stage 1", "at least 2 workers"});
+  expect_rejected(kTrain + "--plan " + plan2 + " --workers 2", 2, {"--plan and --workers"});
+  expect_rejected(kTrain + "--stages 2 --workers 2", 2, {"--stages and --workers"});
+  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --vertical-sync", 2, {"--vertical-sync", "1f1b"});
+  expect_rejected(kTrain + "--plan " + plan2 + " --schedule dp", 2, {"--schedule dp", "the plan has 2 stages"});
+  // Outputs are checked before training, and a write that fails is an error, not a cut file.
+  for (std::string flag : {"--trace", "--metrics"}) {
+    expect_rejected(kTrain + flag + " /nonexistent/dir/out", 2, {flag, "/nonexistent/dir", "not a directory"});
+    expect_rejected(kTrain + flag + " " + scratch().string(), 2, {flag, "is a directory"});
+  }
+  expect_rejected(kTrain + "--metrics /dev/full", 1, {"--metrics: writing '/dev/full' failed"});
+  // A plan handed over in the launcher's variable is checked like any other.
+  std::string bad = write("launched.json", R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [
+      {"layers": [0, 1, 2], "replicas": 1}]})");
+  expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=1 PIPETRAIN_LAUNCH_PLAN=" + bad + " " + PT_BINARY_DIR +
+                      "/pipetrain " + kTrain + "--schedule 1f1b --transport gloo",
+                  1, {bad, "is in no stage"});
+  // An address that does not resolve fails at once instead of retrying for minutes.
+  expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid " +
+                      std::string(PT_BINARY_DIR) + "/pipetrain " + kTrain + "--plan " + plan2 + " --transport gloo",
+                  1, {"MASTER_ADDR=no-such-host.invalid does not resolve"});
+}
+
+// Control characters that a file name carries into an error are shown escaped, never sent to
+// the terminal as they are.
+TEST(CliErrors, ErrorsEscapeControlCharacters) {
+  auto r = pipetrain(std::string("plan --profile '/nonexistent/\x1b[2Jevil.json' --workers 2 --bandwidth-gbps 1"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/\\x1b[2Jevil.json"), std::string::npos) << r.output;
 }
 
 TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
