@@ -168,8 +168,11 @@ else
   echo "testbed: $workers workers, links $rate (tc tbf, no added latency; names $prefix)"
 fi
 port=$(( 20000 + $$ % 20000 ))
+# The job's secret, which the workers prove to each other at rendezvous (docs/runtime.md).
+secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 for (( r = 0; r < workers; r++ )); do
   ip netns exec "${prefix}n$r" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
+    PIPETRAIN_JOB_SECRET="$secret" \
     timeout "$timeout_s" "$bin" train --transport gloo "${train_args[@]}" >"$out/worker$r.log" 2>&1 &
   pids+=($!)
 done

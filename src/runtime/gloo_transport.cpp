@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "runtime/job_digest.h"
+#include "runtime/job_store.h"
 
 namespace pt::runtime {
 
@@ -130,6 +131,7 @@ GlooConfig gloo_config_from_env() {
   if (rc != 0 || !res)
     throw ConfigError(str("gloo transport: MASTER_ADDR=", c.master_addr, " does not resolve (", gai_strerror(rc), ")"));
   freeaddrinfo(res);
+  c.secret = job_secret_from_env();
   return c;
 }
 
@@ -182,14 +184,10 @@ GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_
   auto rendezvous = rendezvous_timeout_;
   state_->timeout = timeout;
   state_->rank = config.rank;
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(config.master_port);
-  so.isServer = config.rank == 0;
-  so.numWorkers = config.world_size;
-  so.waitWorkers = false;  // the process group's rendezvous below waits for everyone
-  so.timeout = rendezvous;
   try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(config.master_addr, so);
+    // Worker 0 serves the rendezvous on the job's address; everyone proves the job's secret.
+    store_ = c10::make_intrusive<JobStore>(config.master_addr, config.master_port, config.rank == 0, config.secret,
+                                           rendezvous);
     world_ = group_for_init();
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();

@@ -1,6 +1,7 @@
 #pragma once
 // The `gloo` transport (DESIGN.md, "Runtime"): one process per worker, tensors over TCP through
-// LibTorch's c10d ProcessGroupGloo, rendezvous through a c10d TCPStore served by rank 0.
+// LibTorch's c10d ProcessGroupGloo, rendezvous through pipetrain's JobStore served by rank 0
+// (job_store.h: the job's address only, the job's secret proven both ways).
 //
 // Wire format of one transfer: a fixed-size int64 header [dtype, ndim, dims...] under gloo tag
 // 2g, then the contiguous data under tag 2g + 1, where g = zigzag(tag) maps the worker's int64
@@ -18,7 +19,7 @@
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/json_doc.h"
 #include "runtime/transport.h"
@@ -32,11 +33,13 @@ struct GlooConfig {
   int master_port = 29500;
   double timeout_s = 30;              // longest wait for a transfer or an all-reduce
   double rendezvous_timeout_s = 300;  // longest wait for every worker to start (loading data)
+  std::string secret;                 // the job's (job_store.h); every worker has the same
 };
 
 // From RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, our launcher) or, when RANK is not set,
 // OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun; MASTER_ADDR defaults to 127.0.0.1 and
-// MASTER_PORT to 29500). ConfigError names the variable and its value.
+// MASTER_PORT to 29500), and the job secret (job_secret_from_env). ConfigError names the
+// variable and its value.
 GlooConfig gloo_config_from_env();
 // True when this process was started as one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK).
 bool gloo_rank_in_env();

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "runtime/gloo_transport.h"
+#include "runtime/job_store.h"
 #include "schedule/trace.h"
 
 namespace pt::runtime {
@@ -94,9 +95,10 @@ std::string describe(int status) {
   return "stopped";
 }
 
-pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int port) {
+pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int port, const std::string& secret) {
   std::vector<std::string> env_strings = {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
-                                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+                                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                          std::string(kJobSecretVar) + "=" + secret};
   // Built before fork: after it only async-signal-safe calls may run in the child.
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -121,8 +123,10 @@ int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, co
                         double grace_s) {
   if (world_size < 1) throw UsageError(str("launcher: world size must be >= 1, got ", world_size));
   int port = free_tcp_port();
+  // A secret of this job's own, which its workers prove to each other at rendezvous.
+  std::string secret = new_job_secret();
   std::vector<pid_t> pids;
-  for (int r = 0; r < world_size; ++r) pids.push_back(spawn(argv, r, world_size, port));
+  for (int r = 0; r < world_size; ++r) pids.push_back(spawn(argv, r, world_size, port, secret));
   std::vector<bool> running(world_size, true);
   int left = world_size;
   int failed = -1;

@@ -1,7 +1,8 @@
 #pragma once
 // `pipetrain train --transport gloo` without torchrun or mpirun: this process starts one child
-// process per worker (itself again, with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), waits for
-// them, and when one fails stops the others, so a job never outlives its first failure.
+// process per worker (itself again, with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT and a fresh
+// PIPETRAIN_JOB_SECRET set), waits for them, and when one fails stops the others, so a job never
+// outlives its first failure.
 #include <string>
 #include <vector>
 

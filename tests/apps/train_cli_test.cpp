@@ -17,6 +17,7 @@
 #include "../runtime/pipeline_test_util.h"
 #include "core/json_doc.h"
 #include "pt_paths.h"
+#include "runtime/job_store.h"
 #include "runtime/launcher.h"
 
 namespace pt::runtime {
@@ -162,8 +163,9 @@ TEST(TrainCli, MpirunStartsAGlooJob) {
   std::string plan = (tmp.path / "plan.json").string();
   plan::write_plan(plan::even_split(unit_profile(*seeded_cnn(3)), 2), plan);
   std::string log = (tmp.path / "log").string();
-  std::string cmd = "MASTER_PORT=" + std::to_string(free_tcp_port()) +
-                    " timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_PORT " + kBinary +
+  std::string cmd = "MASTER_PORT=" + std::to_string(free_tcp_port()) + " PIPETRAIN_JOB_SECRET=" + new_job_secret() +
+                    " timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_PORT -x PIPETRAIN_JOB_SECRET " +
+                    kBinary +
                     " train --data synthetic --synthetic-samples 512 --steps 6 --batch-size 32 --plan " + plan +
                     " --schedule 1f1b --transport gloo --quiet > " + log + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(log);
@@ -200,9 +202,10 @@ TEST(TrainCli, GlooWorkersThatDisagreeStop) {
       ::setenv("WORLD_SIZE", "2", 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", port.c_str(), 1);
+      ::setenv("PIPETRAIN_JOB_SECRET", "the-same-on-both-workers", 1);
       pids.push_back(start(args, tmp.path / ("rank" + std::to_string(r) + ".log")));
     }
-    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PIPETRAIN_JOB_SECRET"}) ::unsetenv(v);
     for (int r = 0; r < 2; ++r) {
       int status = 0;
       ::waitpid(pids[r], &status, 0);

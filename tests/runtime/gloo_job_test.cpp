@@ -20,6 +20,7 @@
 #include "model/compute_threads.h"
 #include "pipeline_test_util.h"
 #include "runtime/gloo_job.h"
+#include "runtime/job_store.h"
 #include "runtime/launcher.h"
 
 namespace pt::runtime {
@@ -166,6 +167,7 @@ std::vector<pid_t> spawn_workers(int world_size, const fs::path& dir) {
       ::setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("PIPETRAIN_JOB_SECRET", "spawned-by-the-gloo-test", 1);
       std::freopen(err.c_str(), "w", stderr);
       ::execl("/proc/self/exe", argv[0].c_str(), argv[1].c_str(), nullptr);
       ::_exit(127);
@@ -276,6 +278,21 @@ TEST(GlooConfig, BadEnvironmentNamesTheVariable) {
   }
   ::unsetenv("OMPI_COMM_WORLD_RANK");
   ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  // The job secret: required, and long enough.
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  for (const char* secret : {static_cast<const char*>(nullptr), "short"}) {
+    if (secret) ::setenv("PIPETRAIN_JOB_SECRET", secret, 1); else ::unsetenv("PIPETRAIN_JOB_SECRET");
+    try {
+      gloo_config_from_env();
+      ADD_FAILURE() << "no error for the secret " << (secret ? secret : "(unset)");
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("PIPETRAIN_JOB_SECRET"), std::string::npos) << e.what();
+    }
+  }
+  ::setenv("PIPETRAIN_JOB_SECRET", "a-secret-of-this-job", 1);
+  EXPECT_EQ(gloo_config_from_env().secret, "a-secret-of-this-job");
+  for (const char* v : {"RANK", "WORLD_SIZE", "PIPETRAIN_JOB_SECRET"}) ::unsetenv(v);
   EXPECT_EQ(gloo_tag(0, false), 0);
   EXPECT_EQ(gloo_tag(-1, true), 3);
   EXPECT_THROW(gloo_tag(int64_t{1} << 40, false), TransportError);
@@ -288,8 +305,9 @@ TEST(GlooJob, MpirunSmoke) {
   std::string out = (dir / "w").string();
   std::string self = fs::read_symlink("/proc/self/exe").string();
   std::string cmd = "PT_GLOO_TEST_MODE=weights PT_GLOO_TEST_KIND=1f1b PT_GLOO_TEST_OUT=" + out + " MASTER_PORT=" +
-                    std::to_string(free_tcp_port()) + " timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
-                    "-x PT_GLOO_TEST_MODE -x PT_GLOO_TEST_KIND -x PT_GLOO_TEST_OUT -x MASTER_PORT " + self +
+                    std::to_string(free_tcp_port()) + " PIPETRAIN_JOB_SECRET=" + new_job_secret() +
+                    " timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                    "-x PT_GLOO_TEST_MODE -x PT_GLOO_TEST_KIND -x PT_GLOO_TEST_OUT -x MASTER_PORT -x PIPETRAIN_JOB_SECRET " + self +
                     " --gtest_filter=GlooWorkerChild.Run > " + (dir / "log").string() + " 2>&1";
   int rc = std::system(cmd.c_str());
   ASSERT_EQ(rc, 0) << read_file(dir / "log");
