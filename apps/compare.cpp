@@ -66,8 +66,12 @@ int run_compare(CompareFlags& f) {
   else std::cerr << "skipping interleaved: " << prof.num_layers() << " layers cannot make " << v << " chunks\n";
   schedule::ScheduleOptions dp_options = f.options;
   dp_options.microbatches = std::max(f.options.microbatches, n);
-  add("dp", straight, str(n, " replicas"), dp_options);
-  double dp_rate = rows.back().kind == "dp" ? rows.back().m.samples_per_s : 0;
+  if (dp_options.microbatches <= schedule::kMaxMicrobatches)
+    add("dp", straight, str(n, " replicas"), dp_options);
+  else
+    std::cerr << "skipping dp: " << n << " workers split a minibatch into more than " << schedule::kMaxMicrobatches
+              << " microbatches\n";
+  double dp_rate = !rows.empty() && rows.back().kind == "dp" ? rows.back().m.samples_per_s : 0;
   if (f.json) {
     json out = json::array();
     for (const auto& r : rows) {
