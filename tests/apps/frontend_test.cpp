@@ -46,7 +46,7 @@ TEST(Frontend, HelpListsEverySubcommand) {
 }
 
 TEST(Frontend, PlansWithoutLibTorch) {
-  Outcome r = shell(kPipetrain + " plan --profile " + PT_SHARED_DIR + "/data/pipedream-profiles/vgg16.json --workers 4,4 " +
+  Outcome r = shell(kPipetrain + " plan --profile " + PT_SOURCE_DIR + "/data/profiles/vgg16.json --workers 4,4 " +
                 "--bandwidth-gbps 96,10");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "stage")) << r.output;
