@@ -28,6 +28,7 @@ struct CompareFlags {
 struct Row {
   std::string kind, plan;
   metrics::Metrics m;
+  std::string scaling;  // data parallelism only: "weak" (the baseline) or "strong"
 };
 
 int run_compare(CompareFlags& f) {
@@ -47,36 +48,53 @@ int run_compare(CompareFlags& f) {
   }
   plan::Plan straight = straight_plan(prof, n);
   std::vector<Row> rows;
-  auto add = [&](const std::string& kind, const plan::Plan& plan, const std::string& label, schedule::ScheduleOptions o) {
+  auto add = [&](const std::string& kind, const plan::Plan& plan, const std::string& label, schedule::ScheduleOptions o,
+                 const profile::Profile& costs, const std::string& name) {
     o.chunks = kind == "interleaved" ? o.chunks : 1;
     try {
       auto s = schedule::make_schedule(kind, plan, o);
-      rows.push_back({kind, label, metrics::compute_metrics(sim::simulate(s, prof, cluster))});
+      rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster))});
     } catch (const ConfigError& e) {
-      std::cerr << "skipping " << kind << ": " << e.what() << "\n";
+      std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }
   };
   std::string planned_label = planned.shape();
-  for (const char* kind : {"gpipe", "1f1b", "2bw", "pipedream", "mp"}) add(kind, planned, planned_label, f.options);
+  for (const char* kind : {"gpipe", "1f1b", "2bw", "pipedream", "mp"})
+    add(kind, planned, planned_label, f.options, prof, kind);
   // zb-h1 and interleaved need single-replica stages: an even split.
-  add("zb-h1", straight, straight.shape(), f.options);
+  add("zb-h1", straight, straight.shape(), f.options, prof, "zb-h1");
   // Interleaving needs workers x chunks stages of at least one layer each.
   int v = f.options.chunks, p = std::min(n, prof.num_layers() / v);
-  if (p >= 1) add("interleaved", straight_plan(prof, p * v), str(p, "x", v, " chunks"), f.options);
+  if (p >= 1) add("interleaved", straight_plan(prof, p * v), str(p, "x", v, " chunks"), f.options, prof, "interleaved");
   else std::cerr << "skipping interleaved: " << prof.num_layers() << " layers cannot make " << v << " chunks\n";
-  schedule::ScheduleOptions dp_options = f.options;
-  dp_options.microbatches = std::max(f.options.microbatches, n);
-  if (dp_options.microbatches <= schedule::kMaxMicrobatches)
-    add("dp", straight, str(n, " replicas"), dp_options);
-  else
-    std::cerr << "skipping dp: " << n << " workers split a minibatch into more than " << schedule::kMaxMicrobatches
-              << " microbatches\n";
-  double dp_rate = !rows.empty() && rows.back().kind == "dp" ? rows.back().m.samples_per_s : 0;
+  // The baseline, as PipeDream measures it and users run it: every worker a minibatch of the
+  // profile's batch (the global batch grows with the workers), simulated as one minibatch of
+  // n x batch in n microbatches. Beside it, labelled, one minibatch split over the workers.
+  plan::Plan everyone = plan::data_parallel_plan(prof.num_layers(), n);
+  double dp_rate = 0;
+  if (n <= schedule::kMaxMicrobatches) {
+    schedule::ScheduleOptions weak = f.options;
+    weak.microbatches = n;
+    add("dp", everyone, str(n, " x batch ", prof.batch_size), weak, profile::with_batch_size(prof, prof.batch_size * n),
+        "dp");
+    if (rows.back().kind == "dp") dp_rate = rows.back().m.samples_per_s, rows.back().scaling = "weak";
+  } else {
+    std::cerr << "skipping dp: " << n << " workers are more than " << schedule::kMaxMicrobatches
+              << " microbatches of one step\n";
+  }
+  schedule::ScheduleOptions strong = f.options;
+  strong.microbatches = std::max(f.options.microbatches, n);
+  if (strong.microbatches <= schedule::kMaxMicrobatches && prof.batch_size % strong.microbatches == 0) {
+    add("dp", everyone, str("1 batch / ", n), strong, prof, "dp-split");
+    if (rows.back().kind == "dp-split") rows.back().scaling = "strong";
+  }
   if (f.json) {
     json out = json::array();
     for (const auto& r : rows) {
       json j = metrics::to_json(r.m);
+      j["row"] = r.kind;
       j["plan"] = r.plan;
+      if (!r.scaling.empty()) j["scaling"] = r.scaling;
       if (dp_rate > 0) j["speedup_over_dp"] = r.m.samples_per_s / dp_rate;
       out.push_back(j);
     }
@@ -99,7 +117,9 @@ int run_compare(CompareFlags& f) {
               << "\n";
   }
   std::cout << "\nasynchronous schedules (2bw, pipedream) are measured in the steady state; peak memory is stashed\n"
-               "activations plus weights x versions on the fullest worker.\n";
+               "activations plus weights x versions on the fullest worker. dp is the baseline: every worker a minibatch\n"
+               "of batch "
+            << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
   return 0;
 }
 

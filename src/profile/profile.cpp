@@ -1,5 +1,7 @@
 #include "profile/profile.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace pt::profile {
@@ -81,6 +83,19 @@ Profile read_profile_json(const std::string& path) { return profile_from_json(re
 
 void write_profile(const Profile& p, const std::string& path) {
   write_text_file_atomic(path, to_json(p).dump(1) + "\n");
+}
+
+Profile with_batch_size(const Profile& p, int64_t batch_size) {
+  PT_CHECK(batch_size >= 1 && p.batch_size >= 1, "batch sizes ", batch_size, " and ", p.batch_size);
+  double f = static_cast<double>(batch_size) / static_cast<double>(p.batch_size);
+  Profile out = p;
+  out.batch_size = batch_size;
+  for (auto& l : out.layers) {
+    l.forward_ms *= f;
+    l.backward_ms *= f;
+    l.activation_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.activation_bytes) * f));
+  }
+  return out;
 }
 
 bool is_input_layer(const Profile& profile, int layer) {

@@ -50,6 +50,10 @@ double check_layer_ms(double ms, const std::string& where);
 // keeps sums over a profile's layers far from int64 overflow.
 inline constexpr int64_t kMaxLayerBytes = int64_t(1) << 50;
 
+// The same model at another batch size, times and activation bytes scaled linearly with it
+// (the simulator's assumption, schedule.h); parameter bytes unchanged.
+Profile with_batch_size(const Profile& p, int64_t batch_size);
+
 json to_json(const Profile& p);
 // Validates: format tag, fields, types, non-negative numbers, `inputs` in range and earlier
 // than the layer. `source` names the file in errors. A missing `inputs` means "the previous

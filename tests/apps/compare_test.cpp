@@ -1,0 +1,64 @@
+// `pipetrain compare` prints figures that can be true: no row beats the physical limit (every
+// worker busy with compute all the time: workers x batch / total compute), and "vs dp" is
+// measured against data parallelism as PipeDream and users run it, every worker a minibatch of
+// the profile's batch (issue 12: it used to split one minibatch over 16 workers and print 20x).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+
+#include "core/json_doc.h"
+#include "profile/profile.h"
+#include "pt_paths.h"
+
+namespace pt {
+namespace {
+
+json compare_json(const std::string& args) {
+  std::string cmd = "timeout 120 " + std::string(PT_BINARY_DIR) + "/pipetrain compare --json " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  int status = p ? ::pclose(p) : -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << out;
+  return parse_json(out, "compare output");
+}
+
+TEST(Compare, FiguresStayWithinThePhysicalLimitAndDpIsPerWorkerBatches) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  profile::Profile prof = profile::read_profile_json(path);
+  struct Cluster {
+    std::string workers, gbps;
+    int n;
+  };
+  for (const Cluster& c : {Cluster{"4,4", "96,10", 16}, Cluster{"8", "10", 8}, Cluster{"4", "1", 4}}) {
+    SCOPED_TRACE(c.workers);
+    json doc = compare_json("--profile " + path + " --workers " + c.workers + " --bandwidth-gbps " + c.gbps +
+                            " --microbatches 16");
+    double limit = c.n * prof.batch_size * 1000.0 / prof.total_compute_ms();
+    double dp = 0, dp_split = 0, best = 0;
+    for (const auto& r : doc["rows"]) {
+      std::string row = r["row"].get<std::string>();
+      double rate = r["samples_per_s"].get<double>();
+      EXPECT_LE(rate, limit * (1 + 1e-9)) << row << " beats the limit of " << c.n << " workers always computing";
+      if (row == "dp") {
+        dp = rate;
+        EXPECT_EQ(r["scaling"], "weak");
+      }
+      if (row == "dp-split") {
+        dp_split = rate;
+        EXPECT_EQ(r["scaling"], "strong");
+      }
+      if (row != "dp" && row != "dp-split") best = std::max(best, rate);
+    }
+    ASSERT_GT(dp, 0);
+    EXPECT_GE(dp, dp_split);  // a whole minibatch per worker computes no less per all-reduce
+    for (const auto& r : doc["rows"])
+      EXPECT_NEAR(r["speedup_over_dp"].get<double>(), r["samples_per_s"].get<double>() / dp, 1e-9);
+    EXPECT_GT(best, 0);
+  }
+}
+
+}  // namespace
+}  // namespace pt
