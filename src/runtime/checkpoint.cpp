@@ -88,27 +88,19 @@ Checkpointer::Checkpointer(CheckpointOptions options, CheckpointManifest base, c
     : options_(std::move(options)),
       base_(std::move(base)),
       stage_workers_(probe.stage_workers),
-      stage_layers_(probe.stage_layers),
-      all_workers_(probe.num_workers()) {
-  std::iota(all_workers_.begin(), all_workers_.end(), 0);
-}
-
-void Checkpointer::barrier(Transport& transport) const {
-  std::vector<torch::Tensor> token{torch::zeros({1})};
-  transport.allreduce_sum(token, all_workers_);
-}
+      stage_layers_(probe.stage_layers) {}
 
 void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   fs::path root(options_.dir);
   fs::path tmp = root / temp_dir_name(step);
   bool leader = transport.rank() == 0;
-  barrier(transport);  // every worker has drained and stepped up to `step`
+  transport.barrier();  // every worker has drained and stepped up to `step`
   if (leader) {
     fs::create_directories(root);
     fs::remove_all(tmp);  // left by an interrupted run
     fs::create_directories(tmp);
   }
-  barrier(transport);
+  transport.barrier();
   // Replica 0 of each stage writes that stage's layers: replicas hold equal weights.
   for (size_t st = 0; st < stage_workers_.size(); ++st) {
     if (stage_workers_[st][0] != transport.rank()) continue;
@@ -117,7 +109,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
     for (int layer : stage_layers_[st])
       write_text_file_atomic((tmp / layer_file_name(layer)).string(), layer_state_bytes(rep->layer_state(layer)));
   }
-  barrier(transport);
+  transport.barrier();
   if (!leader) return;
   CheckpointManifest m = base_;
   m.step = step;

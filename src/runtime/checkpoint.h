@@ -57,12 +57,10 @@ class Checkpointer {
   const CheckpointOptions& options() const { return options_; }
 
  private:
-  void barrier(Transport& transport) const;
   CheckpointOptions options_;
   CheckpointManifest base_;
   std::vector<std::vector<int>> stage_workers_;
   std::vector<std::vector<int>> stage_layers_;
-  std::vector<int> all_workers_;
 };
 
 // Loads the layers of every stage `worker` holds from a verified checkpoint (tensor shapes

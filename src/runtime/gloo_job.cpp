@@ -133,10 +133,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     r.trace.workers[config.rank] = worker->trace();
     // Wait for every worker before tearing down the connections a peer may still be reading.
     action = "finishing";
-    std::vector<torch::Tensor> token{torch::zeros({1})};
-    std::vector<int> all(config.world_size);
-    std::iota(all.begin(), all.end(), 0);
-    transport->allreduce_sum(token, all);
+    transport->barrier();
     if (worker_out) *worker_out = std::move(worker);
     return r;
   } catch (const std::exception& e) {

@@ -147,7 +147,7 @@ int gloo_tag(int64_t tag, bool data) {
 
 void GlooTransport::State::check_aborted() {
   std::lock_guard<std::mutex> lock(mu);
-  if (!abort_reason.empty()) throw TransportError("job aborted: " + abort_reason);
+  if (!abort_reason.empty()) throw JobAborted("job aborted: " + abort_reason);
 }
 
 void GlooTransport::State::wait_work(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what) {

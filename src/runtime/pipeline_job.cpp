@@ -209,6 +209,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
     });
   }
   std::vector<std::string> errors(n);
+  std::vector<char> consequence(n, 0);  // the worker stopped because another aborted the job
   std::vector<double> accuracy(n, -1);
   double final_accuracy = -1;
   std::vector<std::thread> threads;
@@ -229,6 +230,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
       } catch (const std::exception& e) {
         std::string action = workers[w]->current_action();
         errors[w] = str("worker ", w, (action.empty() ? "" : " at " + action), ": ", e.what());
+        consequence[w] = dynamic_cast<const JobAborted*>(&e) != nullptr;
         hub->abort(errors[w]);
       }
     });
@@ -237,8 +239,8 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   progress.finish();
   // Report the root cause: the first error that is not another worker's abort.
   std::string first;
-  for (const auto& e : errors)
-    if (!e.empty() && e.find("job aborted") == std::string::npos) first = first.empty() ? e : first;
+  for (size_t w = 0; w < errors.size(); ++w)
+    if (!errors[w].empty() && !consequence[w] && first.empty()) first = errors[w];
   for (const auto& e : errors)
     if (first.empty() && !e.empty()) first = e;
   if (!first.empty()) throw RuntimeFailure("pipeline failed: " + first);

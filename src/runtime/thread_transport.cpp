@@ -23,7 +23,7 @@ struct MailboxReceive : PendingTransfer {
 ThreadHub::ThreadHub(int workers, double timeout_s) : workers_(workers), timeout_(timeout_s) {}
 
 void ThreadHub::check_aborted_locked() const {
-  if (!abort_reason_.empty()) throw TransportError("job aborted: " + abort_reason_);
+  if (!abort_reason_.empty()) throw JobAborted("job aborted: " + abort_reason_);
 }
 
 void ThreadHub::put(int src, int dst, int64_t tag, torch::Tensor t) {

@@ -35,13 +35,28 @@ class Transport {
   virtual std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) = 0;
   // Sums `tensors` in place over the workers of `group` (sorted worker ids, including rank()).
   virtual void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
-  // Makes every current and future wait of every worker throw, with `why`.
+  // Makes every current and future wait of every worker throw JobAborted, with `why`.
   virtual void abort(const std::string& why) = 0;
+  // Returns once every worker of the job has called it (or throws, as the waits do). The
+  // transports meet in a one-float all-reduce of all workers, whose waits already have the
+  // deadlines and the abort.
+  void barrier() {
+    std::vector<int> all(world_size());
+    for (int r = 0; r < world_size(); ++r) all[r] = r;
+    std::vector<torch::Tensor> token{torch::zeros({1})};
+    allreduce_sum(token, all);
+  }
 };
 
-// Raised by waits when the job was aborted or a deadline passed.
+// Raised by waits when a deadline passed or a transfer failed.
 struct TransportError : RuntimeFailure {
   using RuntimeFailure::RuntimeFailure;
+};
+
+// Raised by waits after another worker aborted the job: a consequence, not a root cause, so
+// reports name the error that is not one of these.
+struct JobAborted : TransportError {
+  using TransportError::TransportError;
 };
 
 }  // namespace pt::runtime

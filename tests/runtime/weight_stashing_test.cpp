@@ -71,7 +71,9 @@ TEST(WeightStashing, VersionsAreReleased) {
   for (int st = 0; st < 3; ++st) {
     // Old versions stashed besides the current one: fewer than the versions the schedule keeps.
     EXPECT_LT(workers[st]->replica(st)->peak_versions_held(), sched.weight_versions[st]);
-    if (st < 2) EXPECT_GT(workers[st]->replica(st)->peak_versions_held(), 0);
+    if (st < 2) {
+      EXPECT_GT(workers[st]->replica(st)->peak_versions_held(), 0);
+    }
     EXPECT_EQ(workers[st]->replica(st)->stash_size(), 0);      // drained at the end
     EXPECT_EQ(workers[st]->replica(st)->versions_held(), 0);   // nothing kept after the drain
   }
