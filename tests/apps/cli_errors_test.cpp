@@ -2,6 +2,7 @@
 // built binary: each run must end quickly with a non-zero exit and a message that names the
 // flag or file and the value, never a crash, an uncaught exception or a hang.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -9,33 +10,26 @@
 #include <fstream>
 
 #include "pt_paths.h"
+#include "tests/apps/shell_run.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
+using Run = pt::testing::ShellRun;
 
-// `timeout` turns a hang into exit code 124, so the test fails instead of waiting forever.
-Run pipetrain(const std::string& args) {
-  std::string cmd = "timeout 120 " + std::string(PT_BINARY_DIR) + "/pipetrain " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  Run r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+Run pipetrain(const std::string& args) { return pt::testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain " + args); }
 
+// A folder of this process (ctest runs each test as its own process, several at once),
+// removed when the process ends.
 fs::path scratch() {
-  fs::path dir = fs::temp_directory_path() / "pt_cli_errors";
-  fs::create_directories(dir);
-  return dir;
+  struct Scratch {
+    fs::path dir = fs::temp_directory_path() / ("pt_cli_errors_" + std::to_string(::getpid()));
+    Scratch() { fs::create_directories(dir); }
+    ~Scratch() { fs::remove_all(dir); }
+  };
+  static Scratch s;
+  return s.dir;
 }
 
 std::string write(const std::string& name, const std::string& text) {

@@ -3,26 +3,19 @@
 // measured against data parallelism as PipeDream and users run it, every worker a minibatch of
 // the profile's batch (issue 12: it used to split one minibatch over 16 workers and print 20x).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-
-#include <cstdio>
 
 #include "core/json_doc.h"
 #include "profile/profile.h"
 #include "pt_paths.h"
+#include "tests/apps/shell_run.h"
 
 namespace pt {
 namespace {
 
 json compare_json(const std::string& args) {
-  std::string cmd = "timeout 120 " + std::string(PT_BINARY_DIR) + "/pipetrain compare --json " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  int status = p ? ::pclose(p) : -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << out;
-  return parse_json(out, "compare output");
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain compare --json " + args + " 2>/dev/null", false);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  return parse_json(r.output, "compare output");
 }
 
 TEST(Compare, FiguresStayWithinThePhysicalLimitAndDpIsPerWorkerBatches) {

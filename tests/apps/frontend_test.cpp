@@ -1,30 +1,16 @@
 // The front end (apps/command.h): `pipetrain` never loads LibTorch, lists every subcommand, and
 // hands train and profile to pipetrain-torch, or, in a build without LibTorch, says so.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 
 #include "pt_paths.h"
+#include "tests/apps/shell_run.h"
 
 namespace {
 
-struct Outcome {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-Outcome shell(const std::string& cmd) {
-  FILE* p = ::popen(("timeout 120 " + cmd + " 2>&1").c_str(), "r");
-  Outcome r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using Outcome = pt::testing::ShellRun;
+Outcome shell(const std::string& cmd) { return pt::testing::shell_run(cmd); }
 
 const std::string kPipetrain = std::string(PT_BINARY_DIR) + "/pipetrain";
 

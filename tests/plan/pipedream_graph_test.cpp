@@ -1,6 +1,7 @@
 // PipeDream's graph.txt and JSON figures become pipetrain profiles: topological order, inputs
 // from edges, list activations summed, and clear errors on bad lines and cycles.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -70,7 +71,9 @@ TEST(PipedreamGraph, RejectsCyclesBadLinesNegativeTimesAndUnknownNodes) {
 }
 
 TEST(PipedreamGraph, ReadAnyProfileDetectsTheThreeFormats) {
-  auto dir = std::filesystem::temp_directory_path() / "pt_graph_test" / "tiny";
+  // Per process (ctest runs each test as its own process, several at once); removed below.
+  auto root = std::filesystem::temp_directory_path() / ("pt_graph_test_" + std::to_string(::getpid()));
+  auto dir = root / "tiny";
   std::filesystem::create_directories(dir);
   std::string text = node("node1", "Input") + node("node2", "Linear") + "\tnode1 -- node2\n";
   std::ofstream(dir / "graph.txt") << text;
@@ -100,6 +103,7 @@ TEST(PipedreamGraph, ReadAnyProfileDetectsTheThreeFormats) {
   EXPECT_THROW(read_any_profile((dir / "other.json").string()), FormatError);
   std::ofstream(dir / "wrongtag.json") << R"({"format": "pipetrain.plan/1"})";
   EXPECT_THROW(read_any_profile((dir / "wrongtag.json").string()), FormatError);
+  std::filesystem::remove_all(root);
 }
 
 TEST(PipedreamGraph, SharedVgg16FiguresAreInTopologicalOrder) {

@@ -1,6 +1,7 @@
 // Every bad input of `pipetrain plan` is a typed error whose message names the flag, file or
 // field and the offending value (issue 3, item 6).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,11 +15,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A folder of this process (ctest runs each test as its own process, several at once),
+// removed when the process ends.
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("pt_plan_errors_" + std::to_string(::getpid()));
+  Scratch() { fs::create_directories(dir); }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
 std::string write(const std::string& name, const std::string& text) {
-  auto dir = fs::temp_directory_path() / "pt_plan_errors";
-  fs::create_directories(dir);
-  std::ofstream(dir / name) << text;
-  return (dir / name).string();
+  static Scratch scratch;
+  std::ofstream(scratch.dir / name) << text;
+  return (scratch.dir / name).string();
 }
 
 const char* kChain3 = R"({"format": "pipetrain.profile/1", "model": "tiny", "batch_size": 8, "layers": [
