@@ -7,10 +7,12 @@
 #include <sstream>
 
 #include "apps/command.h"
+#include "apps/plan_referee.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
+#include "plan/plan_command.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
 #include "sim/simulator.h"
@@ -36,12 +38,14 @@ int run_compare(CompareFlags& f) {
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(f.options);
-  // The planner's plan where it finds one; an even split otherwise.
+  // The plan `pipetrain plan` chooses where it finds one; an even split otherwise.
   plan::Plan planned;
   std::string plan_note;
   try {
-    planned = plan::make_plan(prof, cluster, {});
-    plan_note = str("planner (", planned.cost_model, "), shape ", planned.shape());
+    plan::PlanOptions po;
+    po.candidates = plan::PlanFlags{}.candidates;
+    planned = referee(plan::plan_candidates(prof, cluster, po), prof, cluster, po).ranked.front().plan;
+    plan_note = str("planner (", planned.cost_model, ", refereed by the simulator), shape ", planned.shape());
   } catch (const std::exception& e) {
     planned = straight_plan(prof, n);
     plan_note = str("even split into ", planned.num_stages(), " stages (the planner failed: ", e.what(), ")");

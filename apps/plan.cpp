@@ -1,11 +1,15 @@
 // pipetrain plan: PipeDream's partitioner (stages, replicas, workers) over a profile and a
-// cluster; prints a table, or the plan JSON with --json, and writes it with -o.
+// cluster, its best candidates refereed by the simulator; prints a table, or the plan JSON with
+// --json, and writes it with -o.
 #include <iostream>
 
 #include "apps/command.h"
+#include "apps/plan_referee.h"
 #include "apps/planning_flags.h"
+#include "core/error.h"
 #include "core/json_doc.h"
 #include "plan/plan_command.h"
+#include "plan/plan_table.h"
 
 namespace pt::app {
 namespace {
@@ -13,20 +17,40 @@ namespace {
 struct Flags {
   plan::PlanFlags plan;
   std::string output;
-  bool json = false;
+  bool json = false, explain = false;
+  int top = 0;
 };
 
-int run_plan(const Flags& f) {
+int run_plan(Flags& f) {
+  if (f.top < 0 || f.top > plan::kMaxCandidates)
+    throw UsageError(str("--top: must be in 1..", plan::kMaxCandidates, ", got ", f.top));
+  // Every candidate --top lists is refereed.
+  f.plan.candidates = std::max(f.plan.candidates, f.top);
   plan::PlanOutcome out = plan::run_plan_command(f.plan);
+  std::string extra;
+  if (out.options.cost_model == plan::CostModel::kPipetrain) {
+    Refereed r = referee(out.candidates, out.profile, out.cluster, out.options);
+    const Candidate& chosen = r.ranked.front();
+    out.plan = chosen.plan;
+    out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
+    out.plan.simulated_schedule = r.schedule;
+    out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
+    out.json = to_json(out.plan).dump(1) + "\n";
+    if (f.top > 0) extra += "\n" + format_top(r, out.profile, f.top);
+    if (f.explain) extra += "\n" + format_explain(chosen, out.profile, out.cluster);
+  } else if (f.top > 0 || f.explain) {
+    throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "
+                     "--cost-model pipedream gives PipeDream's one plan");
+  }
   if (!f.output.empty()) {
     write_text_file_atomic(f.output, out.json);
     std::cerr << "wrote " << f.output << "\n";
   }
   if (f.json) {
     std::cout << out.json;
-    std::cerr << out.table;
+    std::cerr << out.table << extra;
   } else {
-    std::cout << out.table;
+    std::cout << out.table << extra;
   }
   return 0;
 }
@@ -42,6 +66,11 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_flag("--straight", f->plan.straight, "One worker per stage, no replication");
   app.add_flag("--no-activation-transfer", f->plan.no_activation_transfer,
                "PipeDream model: leave activation transfers out (its optimizer's default)");
+  app.add_option("--candidates", f->plan.candidates,
+                 "How many of the search's best plans the simulator replays to choose among")
+      ->capture_default_str();
+  app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
+  app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   app.add_option("-o,--output", f->output, "Write the plan JSON here");
   app.add_flag("--json", f->json, "Print the plan JSON on standard output (the table goes to standard error)");
   return [f] { return run_plan(*f); };

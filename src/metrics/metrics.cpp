@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iomanip>
 #include <map>
+#include <numeric>
+#include <set>
 #include <set>
 #include <sstream>
 
@@ -68,11 +70,27 @@ Metrics compute_metrics(const schedule::Trace& t) {
       }
   if (done.empty()) throw ConfigError(str("trace of '", t.schedule, "' has no compute events"));
   m.minibatches = static_cast<int>(done.size());
+  // Completions in time order: replicated stages finish minibatches out of order, and the gap
+  // between two minibatch ids would count a replica's whole round as one minibatch's time.
+  std::vector<double> finished;
+  for (const auto& [id, end] : done) finished.push_back(end);
+  std::sort(finished.begin(), finished.end());
+  // Replicated stages make the steady state periodic in the least common multiple of their
+  // replica counts (each replica all-reduces once per round): a window of whole periods counts
+  // each part of a round once, where an edge inside a round would count part of it.
+  std::map<int, std::set<int>> replicas;  // stage -> workers running its forwards
+  for (int w = 0; w < t.num_workers(); ++w)
+    for (const auto& e : t.workers[w])
+      if (e.action.kind == schedule::ActionKind::kForward) replicas[e.action.stage].insert(w);
+  int period = 1;
+  for (const auto& [stage, ws] : replicas) period = std::lcm(period, static_cast<int>(ws.size()));
   int k = m.minibatches, a = k / 3, b = k - 1 - k / 3;
-  if (b > a && done.count(a) && done.count(b)) {
-    m.window_start_ms = done[a];
-    m.window_end_ms = done[b];
-    m.ms_per_minibatch = (done[b] - done[a]) / (b - a);
+  if (b - a >= period) b = a + (b - a) / period * period;
+  else a = b;  // less than a period in the middle third: the whole trace, warm-up and all
+  if (b > a) {
+    m.window_start_ms = finished[a];
+    m.window_end_ms = finished[b];
+    m.ms_per_minibatch = (finished[b] - finished[a]) / (b - a);
   } else {
     m.window_start_ms = t.start_ms();
     m.window_end_ms = t.end_ms();

@@ -4,9 +4,12 @@
 //
 // Time per minibatch: a trace of one minibatch (synchronous schedules) takes its makespan.
 // A trace of K >= 2 minibatches (asynchronous schedules, or a runtime repeating a synchronous
-// one) measures the steady state: with done(k) the end of minibatch k's last compute, the
-// window is [done(K/3), done(K-1-K/3)] and the time per minibatch its length over the
-// minibatches it holds, which leaves warm-up and drain out.
+// one) measures the steady state: with done(k) the end of the k-th minibatch to finish (its
+// last compute; replicated stages finish them out of order), the window is
+// [done(K/3), done(K-1-K/3)], shortened to whole periods of the steady state (the least
+// common multiple of the stages' replica counts), and the time per minibatch its length over
+// the minibatches finished in it, which leaves warm-up and drain out. A trace too short for a
+// whole period there is measured whole (an upper bound: warm-up and drain included).
 // Bubble fraction of a worker: the part of the window in which it runs no compute (F, B, W);
 // all-reduce waits count as bubble. Memory: peak stashed activation bytes plus parameter bytes
 // x weight versions of its stages (gradients and optimizer state are not counted).

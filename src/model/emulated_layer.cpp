@@ -24,16 +24,18 @@ torch::Tensor virtual_zeros(at::IntArrayRef sizes) {
   return torch::zeros({1}).expand(sizes);
 }
 
-// One layer's compute. The backward is charged once per microbatch and split as the simulator
-// splits it (sim/simulator.h): half for the input gradient, half for the weight gradient, so a
-// zero-bubble schedule that runs them apart (B, then W) waits half each. A layer whose input
+// One layer's compute. The backward is charged once per microbatch and split as the cost engine
+// splits it (profile::kInputGradientShare, set by the caller), so a zero-bubble schedule that
+// runs them apart (B, then W) waits each its share. A layer whose input
 // needs no gradient (the model's first) charges its whole backward with the weight gradient.
 struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                               double forward_ms_per_sample, double backward_ms_per_sample, int64_t out_floats) {
+                               double forward_ms_per_sample, double backward_ms_per_sample, double b_share,
+                               int64_t out_floats) {
     int64_t rows = x.size(0);
     emulated_wait(forward_ms_per_sample * static_cast<double>(rows));
     ctx->saved_data["backward_ms"] = backward_ms_per_sample * static_cast<double>(rows);
+    ctx->saved_data["b_share"] = b_share;
     ctx->saved_data["x_needs_grad"] = x.requires_grad();
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["weight_numel"] = weight.numel();
@@ -44,24 +46,24 @@ struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
 
   static variable_list backward(AutogradContext* ctx, variable_list /*grad_outputs*/) {
     auto& d = ctx->saved_data;
-    double half = d["backward_ms"].toDouble() / 2;
+    double total = d["backward_ms"].toDouble(), b_ms = total * d["b_share"].toDouble();
     bool x_needs_grad = d["x_needs_grad"].toBool();
     bool want_x = x_needs_grad && ctx->needs_input_grad(0);
     bool want_w = ctx->needs_input_grad(1);
     double wait = 0;
     if (want_w && !d["w_charged"].toBool()) {
-      wait += x_needs_grad ? half : 2 * half;
+      wait += x_needs_grad ? total - b_ms : total;
       d["w_charged"] = true;
     }
     if (want_x && !d["x_charged"].toBool()) {
-      wait += half;
+      wait += b_ms;
       d["x_charged"] = true;
     }
     emulated_wait(wait);
     torch::Tensor gx, gw;
     if (want_x) gx = virtual_zeros(d["x_sizes"].toIntVector());           // [rows, in_floats]
     if (want_w) gw = virtual_zeros({d["weight_numel"].toInt()});           // [parameter_floats]
-    return {gx, gw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {gx, gw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -69,11 +71,11 @@ struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
 
 EmulatedLayerImpl::EmulatedLayerImpl(EmulatedCost cost) : cost_(std::move(cost)) {
   if (cost_.output_floats_per_sample < 1 || cost_.parameter_floats < 0 || cost_.forward_ms_per_sample < 0 ||
-      cost_.backward_ms_per_sample < 0)
+      cost_.backward_ms_per_sample < 0 || !(cost_.input_gradient_share >= 0 && cost_.input_gradient_share <= 1))
     throw ConfigError(str("emulated layer '", cost_.name, "': output floats ", cost_.output_floats_per_sample,
                           " (must be >= 1), parameter floats ", cost_.parameter_floats, ", forward ",
                           cost_.forward_ms_per_sample, " ms, backward ", cost_.backward_ms_per_sample,
-                          " ms (must be >= 0)"));
+                          " ms (must be >= 0), input-gradient share ", cost_.input_gradient_share, " (must be in 0..1)"));
   // Every layer holds a weight, even an empty one, so that its backward has a weight gradient
   // to charge the weight half of its time to (see EmulatedCompute).
   weight_ = register_parameter("weight", torch::zeros({cost_.parameter_floats}));  // [parameter_floats]
@@ -81,7 +83,7 @@ EmulatedLayerImpl::EmulatedLayerImpl(EmulatedCost cost) : cost_(std::move(cost))
 
 torch::Tensor EmulatedLayerImpl::forward(torch::Tensor x) {
   return EmulatedCompute::apply(x, weight_, cost_.forward_ms_per_sample, cost_.backward_ms_per_sample,
-                                cost_.output_floats_per_sample);
+                                cost_.input_gradient_share, cost_.output_floats_per_sample);
 }
 
 std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs) {

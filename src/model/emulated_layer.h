@@ -23,6 +23,7 @@ struct EmulatedCost {
   std::string name;
   double forward_ms_per_sample = 0;   // the wait of one sample's forward (time scale applied)
   double backward_ms_per_sample = 0;  // of its full backward (input and weight gradients)
+  double input_gradient_share = 0.5;  // of the backward, charged to the input gradient (B)
   int64_t output_floats_per_sample = 1;
   int64_t parameter_floats = 0;       // may be 0: the layer still holds an empty weight
 };

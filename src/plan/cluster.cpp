@@ -1,5 +1,6 @@
 #include "plan/cluster.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -27,6 +28,24 @@ int Cluster::level_between(int a, int b) const {
   }
   PT_CHECK(false, "no level holds both workers");
   return -1;
+}
+
+int Cluster::group_level(const std::vector<int>& group) const {
+  int level = -1;
+  for (int w : group)
+    if (w != group.front()) level = std::max(level, level_between(group.front(), w));
+  return level;
+}
+
+int Cluster::range_level(int lo, int hi) const { return lo == hi ? -1 : level_between(lo, hi); }
+
+double Cluster::transfer_ms(int level, double bytes) const {
+  return level < 0 ? 0 : bytes / levels[level].bandwidth_bytes_per_s() * 1e3;
+}
+
+double Cluster::ring_allreduce_ms(const std::vector<int>& group, double bytes) const {
+  double n = static_cast<double>(group.size());
+  return n < 2 ? 0 : transfer_ms(group_level(group), 2.0 * (n - 1) / n * bytes);
 }
 
 double Cluster::bandwidth_bytes_per_s(int a, int b) const {

@@ -25,6 +25,16 @@ struct Cluster {
   int workers() const;
   // Index of the innermost level that contains both workers (a != b).
   int level_between(int a, int b) const;
+  // The cost engine's network rules (DESIGN.md, "One cost model"): every worker has, per level,
+  // a full-duplex link of that level's bandwidth; a group talks over the innermost level
+  // holding all of it. -1 for fewer than two distinct workers (no link used).
+  int group_level(const std::vector<int>& group) const;
+  int range_level(int lo, int hi) const;  // the group lo..hi (units are ranges of ids)
+  // Time of `bytes` over one link of `level` (0 for level -1).
+  double transfer_ms(int level, double bytes) const;
+  // Ring all-reduce of `bytes` among `group`: 2 (n - 1) / n x bytes over one link of the
+  // group's level each way (0 for one worker).
+  double ring_allreduce_ms(const std::vector<int>& group, double bytes) const;
   double bandwidth_bytes_per_s(int a, int b) const;
   // Workers in one unit of level k's children (1 for k = 0): PipeDream's `w`.
   int workers_per_unit_below(int level) const;
@@ -32,6 +42,11 @@ struct Cluster {
 
   static Cluster flat(int workers, double bandwidth_gbps, int64_t memory_bytes = 0);
 };
+
+// Round-robin replication (1F1B-RR, as PipeDream runs it): minibatch k runs on replica
+// k % replicas of every stage, so replica a of a stage with m replicas sends to replica b of
+// the next stage with n replicas in the minibatches k = a (mod m), k = b (mod n).
+inline int replica_for(int64_t minibatch, int replicas) { return static_cast<int>(minibatch % replicas); }
 
 inline constexpr int kClusterVersion = 1;
 // The most workers a cluster or a plan may have: bounds every count read from a file before

@@ -77,7 +77,7 @@ class PipedreamSearch {
 
  private:
   bool strict(int k, int j) const { return is_sub_[static_cast<size_t>(j) * S_ + k]; }
-  double bandwidth(int level) const { return level_bytes_per_ms(c_, level); }
+  double bandwidth(int level) const { return c_.levels[level].bandwidth_bytes_per_s() / 1000.0; }  // bytes/ms
   double param(int a, int b) const { return s_.parameter_bytes[b] - s_.parameter_bytes[a]; }
   double act(int a, int b) const { return s_.activation_bytes[b] - s_.activation_bytes[a]; }
   bool fits(double stash_copies, int a, int b) const {

@@ -1,22 +1,32 @@
 #pragma once
-// The pipetrain cost model: the time of a plan as the simulator and the runtime realise it.
+// The pipetrain cost model: the time of a plan as the simulator and the runtime realise it, in
+// two forms that share every rule (cluster.h's links, profile.h's compute and cut bytes).
 //
-// Per stage s with n replicas (per minibatch of the profile's batch size, amortised over the
-// n replicas that take minibatches round-robin):
-//   compute_ms   = C / n                              C = Σ forward + backward of its layers
-//   input_ms     = 2·In  / (B_in  · n)                activations in, their gradients back out
-//   output_ms    = 2·Out / (B_out · n)
-//   allreduce_ms = 2(n−1)/n · P / B_ar / n            ring all-reduce once per round of n
-//   comm_ms      = input_ms + output_ms + allreduce_ms
-//   time_ms      = max(compute_ms, input_ms + output_ms) + allreduce_ms
+// Per stage s with n replicas, per minibatch of the profile's batch size (replicas take
+// minibatches round-robin, so each does 1/n of them):
+//   compute_ms   = C / n                      C = Σ forward + backward of its layers
+//   link_ms      = the busiest link of its replicas: every worker has, per cluster level, a
+//                  full-duplex link; activations in and gradients out use one direction each
+//   allreduce_ms = ring all-reduce of its parameters among its replicas, once per round of n
+//                  minibatches, / n
+//   time_ms      = max(compute_ms, link_ms) + allreduce_ms
 //                  transfers run beside compute (DESIGN.md); the all-reduce sits between the
-//                  last backward and the Step in every schedule, so it does not overlap
+//                  last backward and the Step in every schedule, so it does not overlap.
+//                  evaluate_plan adds the longer of the neighbours' all-reduces where it is
+//                  longer than the stage's own (they stall the stage: pipetrain_cost.cpp)
 // and the pipeline's time per minibatch is the largest time_ms.
-// In / Out are the bytes crossing the cut before / after the stage: activations of layers on
-// the near side read by a layer on the far side (a tensor skipping stages passes through each).
-// Bandwidths are those of the innermost cluster level holding: B_ar the stage's replicas;
-// B_in the replicas and the previous stage's highest worker id; B_out the replicas and the
-// next stage's lowest worker id (for workers numbered stage by stage: the neighbour worker).
+//
+// evaluate_plan is exact about links: each minibatch's transfer goes from the replica that ran
+// it to the replica that runs it next (cluster.h, replica_for) over the innermost level holding
+// the two, and loads that level's link of both workers. It is the prediction `plan` prints.
+//
+// estimate_plan is the closed form the search minimises exactly (a dynamic program cannot see
+// which replica pairs talk): a stage's activations in cross the innermost level holding its
+// replicas and the whole previous stage (for contiguous ranges that is the furthest pair), its
+// activations out the level holding its replicas and the next stage's first worker, and its
+// link time is the sum of the two (exact when both use one level). The planner ranks the
+// search's best plans by evaluate_plan and the simulator referees among them (sim/referee.h).
+//
 // Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight,
 // each with its activations and its own weight version: (p−s)·(Act + P) bytes per worker.
 #include <algorithm>
@@ -32,31 +42,40 @@ namespace pt::plan {
 
 struct StageEstimate {
   double compute_ms = 0, input_ms = 0, output_ms = 0, allreduce_ms = 0;
-  double comm_ms = 0, time_ms = 0;
+  double link_ms = 0;          // the busiest link direction of the stage's workers
+  double neighbour_allreduce_ms = 0;  // evaluate_plan: the longer of its neighbours' all-reduces
+  double comm_ms = 0;          // link_ms + allreduce_ms
+  double time_ms = 0;
   int stash_depth = 0;         // minibatches in flight on each replica
   double memory_bytes = 0;     // per worker
+  int busiest_worker = -1, busiest_level = -1;  // evaluate_plan: where link_ms is spent
+};
+
+// One worker's link at one level, per minibatch (evaluate_plan only; links carrying nothing are
+// left out).
+struct LinkUse {
+  int worker = 0, level = 0;
+  double egress_bytes = 0, ingress_bytes = 0;
+  double busy_ms = 0;  // the busier direction
 };
 
 struct PlanEstimate {
   std::vector<StageEstimate> stages;
+  std::vector<LinkUse> links;
   double pipeline_ms_per_minibatch = 0;  // the slowest stage
   int bottleneck = 0;                    // its index
   bool fits_memory = true;               // every stage within options/cluster memory
 };
 
-// The one cost function of the pipetrain model; make_plan minimises exactly this.
-// Checks that the plan fits the profile and the cluster (ConfigError otherwise).
+// The exact form (above). Checks that the plan fits the profile and the cluster (ConfigError
+// otherwise); any placement of replicas on workers is allowed.
 PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options);
+// The search's closed form (above); make_plan's search minimises exactly this.
+PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                           const PlanOptions& options);
 
-// Bytes per millisecond of cluster level `level`.
-inline double level_bytes_per_ms(const Cluster& cluster, int level) {
-  return cluster.levels[level].bandwidth_bytes_per_s() / 1000.0;
-}
-// Innermost level holding workers lo..hi (lo < hi); -1 when lo == hi (no link used).
-int level_spanning(const Cluster& cluster, int lo, int hi);
-
-// Milliseconds per byte of a stage's three transfers on the cluster levels their links cross
+// Milliseconds per byte of a stage's transfers on the cluster levels their links cross
 // (level < 0: the transfer is absent), for a stage of `replicas` replicas: the /n of amortising
 // over the replicas and the ring all-reduce's 2(n-1)/n are in them.
 struct StageLinks {
@@ -65,14 +84,13 @@ struct StageLinks {
 inline StageLinks stage_links(const Cluster& cluster, int replicas, int level_in, int level_out, int level_ar) {
   StageLinks l;
   double n = replicas;
-  if (level_in >= 0) l.in_ms_per_byte = 2.0 / (level_bytes_per_ms(cluster, level_in) * n);
-  if (level_out >= 0) l.out_ms_per_byte = 2.0 / (level_bytes_per_ms(cluster, level_out) * n);
-  if (level_ar >= 0 && replicas > 1)
-    l.allreduce_ms_per_byte = 2.0 * (n - 1) / n / level_bytes_per_ms(cluster, level_ar) / n;
+  l.in_ms_per_byte = cluster.transfer_ms(level_in, 1.0) / n;
+  l.out_ms_per_byte = cluster.transfer_ms(level_out, 1.0) / n;
+  if (replicas > 1) l.allreduce_ms_per_byte = cluster.transfer_ms(level_ar, 2.0 * (n - 1) / n) / n;
   return l;
 }
 
-// One stage's terms from its sums, shared by evaluate_plan and the search (inline: the search
+// One stage's terms from its sums, shared by estimate_plan and the search (inline: the search
 // calls it in its innermost loop with links precomputed per first worker and replica count).
 inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
                                      double act_bytes, int replicas, int depth, const StageLinks& links) {
@@ -81,10 +99,9 @@ inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double 
   e.input_ms = in_bytes * links.in_ms_per_byte;
   e.output_ms = out_bytes * links.out_ms_per_byte;
   e.allreduce_ms = param_bytes * links.allreduce_ms_per_byte;
-  e.comm_ms = e.input_ms + e.output_ms + e.allreduce_ms;
-  // Activation transfers run beside compute; the all-reduce runs after the stage's last
-  // backward and before its Step (as every schedule places it), so it adds to the time.
-  e.time_ms = std::max(e.compute_ms, e.input_ms + e.output_ms) + e.allreduce_ms;
+  e.link_ms = e.input_ms + e.output_ms;
+  e.comm_ms = e.link_ms + e.allreduce_ms;
+  e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;
   e.stash_depth = depth;
   e.memory_bytes = depth * (act_bytes + param_bytes);
   return e;

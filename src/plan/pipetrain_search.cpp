@@ -1,11 +1,15 @@
-// The pipetrain model's search. g(k, w[, q]) is the smallest slowest-stage time for the layers
-// after state k on workers w..W-1 (with exactly q stages when memory is limited, since a stage's
-// stash depth is the number of stages from it to the end):
-//   g(k, w, q) = min over states j ⊋ k and replicas n of
-//                max(stage(k→j on workers w..w+n-1, depth q), g(j, w+n, q-1)),
-//   g(all, W, 0) = 0.
+// The pipetrain model's search. g(k, w, λ[, q]) is the smallest slowest-stage time (estimate_plan)
+// for the layers after state k on workers w..W-1, where λ is the innermost level holding the
+// previous stage and worker w (for contiguous ranges, a stage's input crosses the level holding
+// both whole stages, and that level is the larger of λ and the stage's own reach back to w-1),
+// with exactly q stages when memory is limited, since a stage's stash depth is the number of
+// stages from it to the end:
+//   g(k, w, λ, q) = min over states j ⊋ k and replicas n of
+//                   max(stage(k→j on workers w..w+n-1 after λ, depth q), g(j, w+n, λ', q-1)),
+//   λ' = the level holding workers w..w+n,  g(all, W, ·, 0) = 0.
 // It is solved from the last state backwards, so each stage knows its depth. Lower bounds
-// (a stage is never faster than its compute C/n) prune most of the (j, n) pairs.
+// (a stage is never faster than its compute C/n) prune most of the (j, n) pairs. Every choice
+// of the first stage keeps its best continuation: those are the alternatives the planner ranks.
 #include <algorithm>
 
 #include "core/error.h"
@@ -27,100 +31,157 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   std::vector<std::vector<int>> supersets(S);
   for (int j : by_compute)
     for (int k : s.strict_subsets[j]) supersets[k].push_back(j);
-  // The links of a stage on workers w..w+n-1, per (w, n): it has a previous stage when w > 0 and
-  // a next one when w + n < W (the search numbers workers stage by stage). Looked up in the inner
-  // loop; a first stage's input and a last stage's output carry 0 bytes.
-  auto spanning = [&](int lo, int hi) { return hi < W ? level_spanning(cluster, lo, hi) : -1; };
-  std::vector<StageLinks> links(static_cast<size_t>(W) * (W + 1));
-  auto links_at = [&](int w, int n) -> StageLinks& { return links[static_cast<size_t>(w) * (W + 1) + n]; };
+  // λ takes Lv values: level index + 1, 0 meaning no previous stage (w = 0).
+  const int Lv = static_cast<int>(cluster.levels.size()) + 1;
+  auto reach = [&](int lo, int hi) { return hi < W ? cluster.range_level(lo, hi) : -1; };
+  // The links of a stage on workers w..w+n-1 after λ, per (w, n, λ): it has a previous stage
+  // when w > 0 and a next one when w + n < W (the search numbers workers stage by stage). Looked
+  // up in the inner loop; a first stage's input and a last stage's output carry 0 bytes.
+  std::vector<StageLinks> links(static_cast<size_t>(W) * (W + 1) * Lv);
+  auto links_at = [&](int w, int n, int lam) -> StageLinks& {
+    return links[(static_cast<size_t>(w) * (W + 1) + n) * Lv + lam];
+  };
   for (int w = 0; w < W; ++w)
     for (int n = 1; w + n <= W; ++n)
-      links_at(w, n) = stage_links(cluster, n, w > 0 ? spanning(w - 1, w + n - 1) : -1, spanning(w, w + n),
-                                   spanning(w, w + n - 1));
+      for (int lam = w > 0 ? 1 : 0; lam < (w > 0 ? Lv : 1); ++lam)
+        links_at(w, n, lam) = stage_links(cluster, n, w > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
+                                          reach(w, w + n), reach(w, w + n - 1));
+  // λ' of the stage after one on w..w+n-1.
+  auto lam_after = [&](int w, int n) { return w + n < W ? cluster.range_level(w, w + n) + 1 : 0; };
 
-  auto at = [&](int q, int k, int w) { return (static_cast<size_t>(q) * S + k) * (W + 1) + w; };
-  std::vector<double> g(at(Q, S - 1, W) + 1, kInfinity);
+  auto at = [&](int q, int k, int w, int lam) {
+    return ((static_cast<size_t>(q) * S + k) * (W + 1) + w) * Lv + lam;
+  };
+  std::vector<double> g(at(Q, S - 1, W, Lv - 1) + 1, kInfinity);
   std::vector<int> next_state(g.size(), -1), replicas(g.size(), 0);
-  g[at(0, last, W)] = 0;
-  // suffix[at(q, j, w)]: the best g(j, w', q) over w' >= w, a lower bound on the rest of the
-  // pipeline after a stage that ends at state j, whatever its replica count.
-  std::vector<double> suffix = g;
+  g[at(0, last, W, 0)] = 0;
+  // suffix[sat(q, j, w)]: the best g(j, w', λ, q) over w' >= w and every λ, a lower bound on the
+  // rest of the pipeline after a stage that ends at state j, whatever its replica count.
+  auto sat = [&](int q, int k, int w) { return (static_cast<size_t>(q) * S + k) * (W + 1) + w; };
+  std::vector<double> suffix(sat(Q, S - 1, W) + 1, kInfinity);
   for (int q = 0; q <= Q; ++q)
-    for (int w = W - 1; w >= 0; --w) suffix[at(q, last, w)] = std::min(g[at(q, last, w)], suffix[at(q, last, w + 1)]);
+    for (int w = W; w >= 0; --w)
+      suffix[sat(q, last, w)] = std::min(g[at(q, last, w, 0)], w < W ? suffix[sat(q, last, w + 1)] : kInfinity);
 
-  auto stage = [&](int k, int j, int w, int n, int depth) {
+  auto stage = [&](int k, int j, int w, int n, int lam, int depth) {
     return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k], s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
                            s.activation_bytes[j] - s.activation_bytes[k], n, depth,
-                           links_at(w, n));
+                           links_at(w, n, lam));
   };
+  // The rest after a stage k→j on w..w+n-1 (g(all, W, ·, 0) sits at λ = 0).
+  auto rest_at = [&](int q, int j, int w, int n) { return at(q, j, w + n, lam_after(w, n)); };
+  // The first stage's every choice (j, n) with its value, per q: the alternatives.
+  struct Root {
+    double t;
+    int q, j, n;
+  };
+  std::vector<Root> roots;
 
   for (int k = S - 2; k >= 0; --k)
-    for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w)  // a later state needs an earlier stage
+    for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w) {  // a later state needs an earlier stage
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
-        double best = kInfinity;
-        int best_j = -1, best_n = 0;
-        // Start from the one-stage option (the rest on every free worker): a finite bound early
-        // lets the compute bound below skip most pairs.
-        if (!options.straight || w + 1 == W) {
-          double bytes = s.activation_bytes[last] - s.activation_bytes[k] + s.parameter_bytes[last] -
-                         s.parameter_bytes[k];
-          if (q <= 1 && (!Q || bytes <= static_cast<double>(mem)))
-            best = stage(k, last, w, W - w, 1).time_ms, best_j = last, best_n = W - w;
-        }
-        for (int j : supersets[k]) {
-          double compute = s.compute_ms[j] - s.compute_ms[k];
-          if (compute / (W - w) > best) break;  // and so for every later superset
-          double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
-                               s.parameter_bytes[k];
-          if (Q && q * state_bytes > static_cast<double>(mem)) continue;
-          if (suffix[at(Q ? q - 1 : 0, j, w + 1)] > best) continue;
-          // The last stage takes every worker left; any other leaves one for the rest.
-          int n_max = options.straight ? 1 : j == last ? W - w : W - w - 1;
-          int n_min = j == last ? W - w : 1;
-          for (int n = n_max; n >= n_min; --n) {
-            if (compute / n > best) break;
-            double rest = g[at(Q ? q - 1 : 0, j, w + n)];
-            if (rest > best) continue;
-            double t = std::max(stage(k, j, w, n, q).time_ms, rest);
+        double best_any = kInfinity;
+        for (int lam = w > 0 ? 1 : 0; lam < (w > 0 ? Lv : 1); ++lam) {
+          bool root = k == 0 && w == 0;
+          double best = kInfinity;
+          int best_j = -1, best_n = 0;
+          auto offer = [&](double t, int j, int n) {
+            if (root && t < kInfinity) roots.push_back({t, q, j, n});
             // Ties go to the one-stage option, then the smaller state index, then the most
             // replicas: the choice does not depend on the order the supersets are visited in.
             bool one_stage = best_j == last && best_n == W - w;
             if (t < best || (t == best && !one_stage && (j < best_j || (j == best_j && n > best_n))))
               best = t, best_j = j, best_n = n;
+          };
+          // Start from the one-stage option (the rest on every free worker): a finite bound early
+          // lets the compute bound below skip most pairs.
+          if (!options.straight || w + 1 == W) {
+            double bytes = s.activation_bytes[last] - s.activation_bytes[k] + s.parameter_bytes[last] -
+                           s.parameter_bytes[k];
+            if (q <= 1 && (!Q || bytes <= static_cast<double>(mem))) offer(stage(k, last, w, W - w, lam, 1).time_ms, last, W - w);
           }
+          // The root keeps every first stage's best (no pruning by the best so far).
+          double bound = root ? kInfinity : best;
+          for (int j : supersets[k]) {
+            double compute = s.compute_ms[j] - s.compute_ms[k];
+            bound = root ? kInfinity : best;
+            if (compute / (W - w) > bound) break;  // and so for every later superset
+            double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
+                                 s.parameter_bytes[k];
+            if (Q && q * state_bytes > static_cast<double>(mem)) continue;
+            if (suffix[sat(Q ? q - 1 : 0, j, w + 1)] > bound) continue;
+            // The last stage takes every worker left; any other leaves one for the rest.
+            int n_max = options.straight ? 1 : j == last ? W - w : W - w - 1;
+            int n_min = j == last ? W - w : 1;
+            for (int n = n_max; n >= n_min; --n) {
+              bound = root ? kInfinity : best;
+              if (compute / n > bound) break;
+              double rest = g[rest_at(Q ? q - 1 : 0, j, w, n)];
+              if (rest > bound) continue;
+              if (j == last && n == W - w && (!options.straight || w + 1 == W) && q <= 1) continue;  // offered
+              offer(std::max(stage(k, j, w, n, lam, q).time_ms, rest), j, n);
+            }
+          }
+          size_t i = at(q, k, w, lam);
+          g[i] = best, next_state[i] = best_j, replicas[i] = best_n;
+          best_any = std::min(best_any, best);
         }
-        size_t i = at(q, k, w);
-        g[i] = best, next_state[i] = best_j, replicas[i] = best_n;
-        suffix[i] = std::min(best, suffix[at(q, k, w + 1)]);
+        suffix[sat(q, k, w)] = std::min(best_any, suffix[sat(q, k, w + 1)]);
       }
+    }
+
+  // A plan from its first stage's choice, following each state's best continuation.
+  auto unfold = [&](const Root& root) {
+    std::vector<SearchStage> stages;
+    int k = 0, w = 0, q = root.q, j = root.j, n = root.n, lam = 0;
+    for (;;) {
+      SearchStage st;
+      st.from = k, st.to = j;
+      for (int x = w; x < w + n; ++x) st.workers.push_back(x);
+      stages.push_back(st);
+      if (j == last) break;
+      lam = lam_after(w, n), k = j, w += n, q = Q ? q - 1 : 0;
+      size_t i = at(q, k, w, lam);
+      j = next_state[i], n = replicas[i];
+      PT_CHECK(j >= 0, "broken choice at state ", k, " worker ", w);
+    }
+    // Depth is the number of stages after, known only now when memory was not tracked.
+    int p = static_cast<int>(stages.size());
+    for (int i = 0, lam_i = 0; i < p; ++i) {
+      auto& st = stages[i];
+      int first = st.workers.front(), size = static_cast<int>(st.workers.size());
+      StageEstimate e = stage(st.from, st.to, first, size, lam_i, p - i);
+      st.compute_ms = e.compute_ms, st.comm_ms = e.comm_ms;
+      lam_i = lam_after(first, size);
+    }
+    return stages;
+  };
 
   SearchResult r;
-  int q_best = 0;
-  for (int q = (Q ? 1 : 0); q <= Q; ++q)
-    if (g[at(q, 0, 0)] < g[at(q_best, 0, 0)]) q_best = q;
-  r.pipeline_ms = g[at(q_best, 0, 0)];
-  StageEstimate dp = stage(0, last, 0, W, 1);
+  // Best first: by value, then as the ties above (one-stage, smaller state, more replicas).
+  std::stable_sort(roots.begin(), roots.end(), [&](const Root& a, const Root& b) {
+    if (a.t != b.t) return a.t < b.t;
+    bool ao = a.j == last && a.n == W, bo = b.j == last && b.n == W;
+    if (ao != bo) return ao;
+    if (a.j != b.j) return a.j < b.j;
+    return a.n > b.n;
+  });
+  if (!roots.empty()) r.pipeline_ms = roots.front().t;
+  StageEstimate dp = stage(0, last, 0, W, 0, 1);
   bool dp_fits = mem <= 0 || dp.memory_bytes <= static_cast<double>(mem);
   r.data_parallel_ms = dp_fits ? dp.time_ms : kInfinity;
-  if (r.pipeline_ms == kInfinity) return r;
-  for (int k = 0, w = 0, q = q_best; k != last;) {
-    size_t i = at(q, k, w);
-    int j = next_state[i], n = replicas[i];
-    PT_CHECK(j >= 0, "broken choice at state ", k, " worker ", w);
-    SearchStage st;
-    st.from = k, st.to = j;
-    for (int x = w; x < w + n; ++x) st.workers.push_back(x);
-    r.stages.push_back(st);
-    k = j, w += n, q = Q ? q - 1 : 0;
+  // The best `candidates` first stages, and data parallelism (one stage on every worker) among
+  // them whenever it fits, so that the referee always weighs the baseline too.
+  int one_stage = -1;
+  for (size_t i = 0; i < roots.size(); ++i)
+    if (roots[i].j == last && roots[i].n == W) one_stage = static_cast<int>(i);
+  for (size_t i = 0; i < roots.size() && static_cast<int>(i) < options.candidates; ++i) {
+    bool last_slot = static_cast<int>(i) + 1 == options.candidates && i > 0;
+    const Root& pick = last_slot && one_stage > static_cast<int>(i) ? roots[one_stage] : roots[i];
+    r.alternatives.push_back({pick.t, unfold(pick)});
   }
-  // Depth is the number of stages after, known only now when memory was not tracked.
-  int p = static_cast<int>(r.stages.size());
-  for (int i = 0; i < p; ++i) {
-    auto& st = r.stages[i];
-    StageEstimate e = stage(st.from, st.to, st.workers.front(), static_cast<int>(st.workers.size()), p - i);
-    st.compute_ms = e.compute_ms, st.comm_ms = e.comm_ms;
-  }
+  if (!r.alternatives.empty()) r.stages = r.alternatives.front().stages;
   return r;
 }
 

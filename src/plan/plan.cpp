@@ -49,18 +49,24 @@ Plan data_parallel_plan(int layers, int replicas) {
 
 json to_json(const Plan& p) {
   json stages = json::array();
-  for (const auto& st : p.stages)
+  for (const auto& st : p.stages) {
     stages.push_back({{"layers", st.layers},
                       {"replicas", st.replicas},
                       {"workers", st.workers},
                       {"compute_ms", st.compute_ms},
                       {"comm_ms", st.comm_ms}});
+    if (st.time_ms > 0) stages.back()["time_ms"] = st.time_ms;
+  }
   json doc = {{"format", format_tag("plan", kPlanVersion)},
               {"workers", p.workers},
               {"stages", stages},
               {"predicted",
                {{"pipeline_ms_per_minibatch", p.pipeline_ms_per_minibatch},
                 {"data_parallel_ms_per_minibatch", p.data_parallel_ms_per_minibatch}}}};
+  if (p.simulated_ms_per_minibatch > 0) {
+    doc["predicted"]["simulated_ms_per_minibatch"] = p.simulated_ms_per_minibatch;
+    doc["predicted"]["simulated_schedule"] = p.simulated_schedule;
+  }
   if (!p.model.empty()) doc["model"] = p.model;
   if (p.batch_size > 0) doc["batch_size"] = p.batch_size;
   if (!p.cost_model.empty()) doc["cost_model"] = p.cost_model;
@@ -104,6 +110,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     }
     if (f.has("compute_ms")) st.compute_ms = f["compute_ms"].as_non_negative();
     if (f.has("comm_ms")) st.comm_ms = f["comm_ms"].as_non_negative();
+    if (f.has("time_ms")) st.time_ms = f["time_ms"].as_non_negative();
     p.stages.push_back(std::move(st));
   }
   // Checked before assign_workers, which would otherwise number every claimed replica.
@@ -123,6 +130,10 @@ Plan plan_from_json(const json& doc, const std::string& source) {
       p.pipeline_ms_per_minibatch = pred["pipeline_ms_per_minibatch"].as_non_negative();
     if (pred.has("data_parallel_ms_per_minibatch"))
       p.data_parallel_ms_per_minibatch = pred["data_parallel_ms_per_minibatch"].as_non_negative();
+    if (pred.has("simulated_ms_per_minibatch")) {
+      p.simulated_ms_per_minibatch = pred["simulated_ms_per_minibatch"].as_non_negative();
+      if (pred.has("simulated_schedule")) p.simulated_schedule = pred["simulated_schedule"].as_string();
+    }
   }
   return p;
 }

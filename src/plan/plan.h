@@ -1,6 +1,7 @@
 #pragma once
 // Plan: stages (sets of profile layers), replicas per stage, worker ids, predicted times
 // (DESIGN.md, "Plan"). Workers are numbered stage by stage: stage 0's replicas first.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ struct Stage {
   // Predictions of the cost model that made the plan (0 when hand-written), per minibatch.
   double compute_ms = 0;     // forward + backward of one replica's share
   double comm_ms = 0;        // activation transfers + all-reduce attributed to the stage
+  double time_ms = 0;        // the stage's time per minibatch (0: max(compute_ms, comm_ms))
+  double stage_time_ms() const { return time_ms > 0 ? time_ms : std::max(compute_ms, comm_ms); }
 };
 
 struct Plan {
@@ -27,6 +30,9 @@ struct Plan {
   std::string cost_model;     // "pipetrain", "pipedream", "even", "hand"
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
+  // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).
+  double simulated_ms_per_minibatch = 0;
+  std::string simulated_schedule;
   std::vector<std::string> notes;  // the planner's remarks (e.g. graph coarsened); not in the JSON
 
   int num_stages() const { return static_cast<int>(stages.size()); }

@@ -20,10 +20,16 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
     options.memory_bytes = parse_bytes(f.memory, "--memory");
     if (options.memory_bytes <= 0) throw UsageError(str("--memory: must be > 0, got '", f.memory, "'"));
   }
+  if (f.candidates < 1 || f.candidates > kMaxCandidates)
+    throw UsageError(str("--candidates: must be in 1..", kMaxCandidates, ", got ", f.candidates));
+  options.candidates = f.candidates;
   PlanOutcome out;
+  out.options = options;
   out.cluster = cluster_from_flags(f.cluster);
   out.profile = profile::read_any_profile(f.profile);
-  out.plan = make_plan(out.profile, out.cluster, options);
+  out.candidates = plan_candidates(out.profile, out.cluster, options);
+  PT_CHECK(!out.candidates.empty(), "the planner returned no candidate");
+  out.plan = out.candidates.front();
   out.table = format_plan_table(out.plan, out.profile, out.cluster);
   out.json = to_json(out.plan).dump(1) + "\n";
   return out;

@@ -2,12 +2,16 @@
 // `pipetrain plan` without the command-line parser: flags in, plan and its two printed forms
 // out, so every bad input is testable without building the CLI.
 #include <string>
+#include <vector>
 
 #include "plan/cluster.h"
 #include "plan/plan.h"
+#include "plan/planner.h"
 #include "profile/profile.h"
 
 namespace pt::plan {
+
+inline constexpr int kMaxCandidates = 1000;
 
 struct PlanFlags {
   std::string profile;           // --profile: pipetrain JSON, PipeDream JSON figures or graph.txt
@@ -16,12 +20,15 @@ struct PlanFlags {
   std::string cost_model = "pipetrain";
   bool straight = false;
   bool no_activation_transfer = false;
+  int candidates = 8;            // --candidates: the search's best plans the simulator referees
 };
 
 struct PlanOutcome {
   profile::Profile profile;
   Cluster cluster;
-  Plan plan;
+  PlanOptions options;
+  Plan plan;                     // the best predicted (candidates[0])
+  std::vector<Plan> candidates;  // plan_candidates: pipetrain model, best predicted first
   std::string table;  // the readable form
   std::string json;   // the plan format of DESIGN.md
 };

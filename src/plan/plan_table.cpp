@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/error.h"
 #include "plan/state_space.h"
 
 namespace pt::plan {
@@ -51,9 +52,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   int bottleneck = 0;
   for (int s = 0; s < plan.num_stages(); ++s) {
     const Stage& st = plan.stages[s];
-    if (std::max(st.compute_ms, st.comm_ms) >
-        std::max(plan.stages[bottleneck].compute_ms, plan.stages[bottleneck].comm_ms))
-      bottleneck = s;
+    if (st.stage_time_ms() > plan.stages[bottleneck].stage_time_ms()) bottleneck = s;
     std::string ids = format_id_ranges(st.workers);
     if (ids.size() > 14) ids = ids.substr(0, 11) + "...";
     std::snprintf(line, sizeof line, "%5d  %-6zu  %-44s  %8d  %-14s  %11s  %11s\n", s, st.layers.size(),
@@ -73,6 +72,12 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
     if (dp > 0) os << ", " << fixed(dp / pipe, 2) << "x over data parallelism";
     os << "\n";
   }
+  if (plan.simulated_ms_per_minibatch > 0)
+    os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): "
+       << fixed(plan.simulated_ms_per_minibatch) << " (" << fixed(100 * (plan.simulated_ms_per_minibatch / pipe - 1), 1)
+       << "% from the prediction); " << fixed(single / plan.simulated_ms_per_minibatch, 2) << "x over one worker"
+       << (dp > 0 ? str(", ", fixed(dp / plan.simulated_ms_per_minibatch, 2), "x over data parallelism") : std::string())
+       << "\n";
   for (const auto& n : plan.notes) os << "note: " << n << "\n";
   return os.str();
 }

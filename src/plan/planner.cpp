@@ -45,9 +45,12 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
   throw InternalError(str("the planner found no plan for '", profile.model, "' on ", cluster.describe()));
 }
 
-}  // namespace
+struct Searched {
+  StateSpace space;
+  SearchResult result;
+};
 
-Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+Searched run_search(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   if (cluster.levels.empty()) throw ConfigError("cluster has no levels");
   if (cluster.workers() > kMaxPlanWorkers)
     throw ConfigError(str("the cluster ", cluster.describe(), " has ", cluster.workers(), " workers; the planner handles at ",
@@ -58,19 +61,27 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
   int W = cluster.workers();
   size_t max_pairs = compat ? static_cast<size_t>(-1)
                             : static_cast<size_t>(std::max(1000.0, kPipetrainWork / (static_cast<double>(W) * W)));
-  StateSpace space = build_state_space(profile, max_states, max_pairs);
-  if (options.straight && W > static_cast<int>(space.node_layers.size()))
-    explain_no_plan(profile, cluster, options, space);
-  SearchResult r = compat ? search_pipedream(space, cluster, options) : search_pipetrain(space, cluster, options);
-  if (r.pipeline_ms == kInfinity) explain_no_plan(profile, cluster, options, space);
+  Searched out{build_state_space(profile, max_states, max_pairs), {}};
+  if (options.straight && W > static_cast<int>(out.space.node_layers.size()))
+    explain_no_plan(profile, cluster, options, out.space);
+  out.result = compat ? search_pipedream(out.space, cluster, options) : search_pipetrain(out.space, cluster, options);
+  if (out.result.pipeline_ms == kInfinity) explain_no_plan(profile, cluster, options, out.space);
+  return out;
+}
 
+// The plan of a searched sequence of stages, with its predictions: the pipetrain model's exact
+// evaluation, or the search's own figures for PipeDream's.
+Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Searched& searched,
+             const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  const StateSpace& space = searched.space;
+  const SearchResult& r = searched.result;
   Plan plan;
   plan.model = profile.model;
   plan.batch_size = profile.batch_size;
   plan.cost_model = name_of(options.cost_model);
-  plan.workers = W;
-  for (size_t i = 0; i < r.stages.size(); ++i) {
-    const SearchStage& ss = r.stages[i];
+  plan.workers = cluster.workers();
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const SearchStage& ss = stages[i];
     Stage st;
     st.layers = space.stage_layers(ss.from, ss.to);
     if (i == 0) {
@@ -92,13 +103,45 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
     auto& layers = plan.stages[home].layers;
     layers.insert(std::upper_bound(layers.begin(), layers.end(), l), l);
   }
-  plan.pipeline_ms_per_minibatch = r.pipeline_ms;
+  plan.pipeline_ms_per_minibatch = search_ms;
   // Data parallelism may not fit the memory limit (pipetrain model); 0 then means "not possible".
   plan.data_parallel_ms_per_minibatch = r.data_parallel_ms == kInfinity ? 0 : r.data_parallel_ms;
   if (!space.note.empty()) plan.notes.push_back(space.note);
   if (r.data_parallel_ms == kInfinity) plan.notes.push_back("data parallelism does not fit the memory limit");
   check_plan_fits(plan, profile, "planner");
+  if (options.cost_model == CostModel::kPipetrain) {
+    PlanEstimate e = evaluate_plan(plan, profile, cluster, options);
+    plan.pipeline_ms_per_minibatch = e.pipeline_ms_per_minibatch;
+    for (int s = 0; s < plan.num_stages(); ++s)
+      plan.stages[s].compute_ms = e.stages[s].compute_ms, plan.stages[s].comm_ms = e.stages[s].comm_ms,
+      plan.stages[s].time_ms = e.stages[s].time_ms;
+  }
   return plan;
+}
+
+}  // namespace
+
+Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  Searched searched = run_search(profile, cluster, options);
+  return to_plan(searched.result.stages, searched.result.pipeline_ms, searched, profile, cluster, options);
+}
+
+std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  if (options.candidates < 1) throw UsageError(str("candidates: must be >= 1, got ", options.candidates));
+  Searched searched = run_search(profile, cluster, options);
+  std::vector<Plan> plans;
+  if (options.cost_model == CostModel::kPipedream) {
+    plans.push_back(to_plan(searched.result.stages, searched.result.pipeline_ms, searched, profile, cluster, options));
+    return plans;
+  }
+  for (const auto& alt : searched.result.alternatives) {
+    Plan p = to_plan(alt.stages, alt.pipeline_ms, searched, profile, cluster, options);
+    if (evaluate_plan(p, profile, cluster, options).fits_memory) plans.push_back(std::move(p));
+  }
+  std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+    return a.pipeline_ms_per_minibatch < b.pipeline_ms_per_minibatch;
+  });
+  return plans;
 }
 
 }  // namespace pt::plan

@@ -17,15 +17,23 @@ struct SearchStage {
   double compute_ms = 0, comm_ms = 0;
 };
 
-struct SearchResult {
-  double pipeline_ms = kInfinity;       // kInfinity: no plan fits
-  double data_parallel_ms = kInfinity;  // the same cost model on one stage over every worker
+struct SearchAlternative {
+  double pipeline_ms = kInfinity;  // under the search's own model
   std::vector<SearchStage> stages;
 };
 
-// Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker[, stages
-// left]) minimising the slowest stage of evaluate_plan over every sequence of nested states
-// and every replica count, workers numbered stage by stage.
+struct SearchResult {
+  double pipeline_ms = kInfinity;       // kInfinity: no plan fits
+  double data_parallel_ms = kInfinity;  // the same cost model on one stage over every worker
+  std::vector<SearchStage> stages;      // the best plan
+  // Pipetrain model: the best plan for each choice of the first stage, best first, at most
+  // PlanOptions::candidates of them (the first is `stages`).
+  std::vector<SearchAlternative> alternatives;
+};
+
+// Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker, level
+// reached by the previous stage[, stages left]) minimising the slowest stage of estimate_plan
+// over every sequence of nested states and every replica count, workers numbered stage by stage.
 SearchResult search_pipetrain(const StateSpace& space, const Cluster& cluster, const PlanOptions& options);
 
 // PipeDream's optimizer (SOSP'19 §3.1; optimizer_graph_hierarchical.py), level by level.

@@ -1,5 +1,6 @@
 #include "profile/profile.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -109,6 +110,28 @@ bool is_detached_sink(const Profile& profile, int layer) {
     for (int in : profile.layers[r].inputs)
       if (in == layer) return false;
   return true;
+}
+
+double compute_forward_ms(const Profile& profile, int layer) {
+  return is_input_layer(profile, layer) ? 0 : profile.layers[layer].forward_ms;
+}
+
+double compute_backward_ms(const Profile& profile, int layer) {
+  return is_input_layer(profile, layer) ? 0 : profile.layers[layer].backward_ms;
+}
+
+std::vector<double> cut_bytes(const Profile& profile, const std::vector<int>& stage_of, int stages,
+                              bool count_input_layers) {
+  int n = profile.num_layers();
+  std::vector<int> last_reader(n, -1);  // the latest stage reading each layer's output
+  for (int r = 0; r < n; ++r)
+    for (int in : profile.layers[r].inputs) last_reader[in] = std::max(last_reader[in], stage_of[r]);
+  std::vector<double> out(stages, 0);
+  for (int l = 0; l < n; ++l) {
+    if (!count_input_layers && is_input_layer(profile, l)) continue;
+    for (int s = stage_of[l]; s < last_reader[l]; ++s) out[s] += static_cast<double>(profile.layers[l].activation_bytes);
+  }
+  return out;
 }
 
 void check_layer_count(size_t layers, const std::string& where) {

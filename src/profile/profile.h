@@ -38,6 +38,23 @@ bool is_input_layer(const Profile& profile, int layer);
 // PipeDream's optimizer removes; placed with the layer it reads.
 bool is_detached_sink(const Profile& profile, int layer);
 
+// The cost engine's per-layer rules (DESIGN.md, "One cost model"), for the planner, the
+// simulator and emulation alike.
+// Compute: an Input layer loads data and costs no compute (PipeDream's optimizer leaves it out).
+double compute_forward_ms(const Profile& profile, int layer);
+double compute_backward_ms(const Profile& profile, int layer);
+// The profile does not separate a backward's input gradient (B) from its weight gradient (W);
+// a schedule that runs them apart (zero bubble) charges this share of the backward to B and the
+// rest to W (the zero-bubble paper's T_B ~ T_W).
+inline constexpr double kInputGradientShare = 0.5;
+// Bytes crossing each cut of a partition, per minibatch: out[s] = the activations of layers in
+// stages <= s read by a layer in a stage > s (a tensor skipping stages crosses every cut it
+// passes, once per cut). stage_of[l] is layer l's stage in 0..stages-1; out has `stages`
+// entries (the last is 0). With count_input_layers false, Input layers' outputs are left out
+// (the planner's search space pins them to stage 0 and does not track them).
+std::vector<double> cut_bytes(const Profile& profile, const std::vector<int>& stage_of, int stages,
+                              bool count_input_layers = true);
+
 inline constexpr int kProfileVersion = 1;
 // The most layers a profile may have, and the longest time one layer may take (ms, forward or
 // backward): far beyond any real model, small enough that every table and sum stays finite.

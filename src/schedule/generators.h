@@ -50,7 +50,8 @@ Schedule model_parallel(const plan::Plan& plan, int microbatches);
 // "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp".
 const std::vector<std::string>& schedule_kinds();
 // Minibatches an asynchronous schedule covers by default: enough for a steady state between
-// warm-up and drain (4 x stages + 4), rounded up to a multiple of every stage's replica count.
+// warm-up and drain (4 x stages + 4, and at least six rounds of the replica counts' least common
+// multiple, the period of the steady state), a multiple of every stage's replica count.
 int default_minibatches(const plan::Plan& plan);
 
 // The compute-only schedule of `kind`. Throws UsageError for an unknown kind, ConfigError when

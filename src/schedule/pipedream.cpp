@@ -37,7 +37,9 @@ namespace pt::schedule {
 int default_minibatches(const plan::Plan& plan) {
   int lcm = 1;
   for (const auto& st : plan.stages) lcm = std::lcm(lcm, st.replicas);
-  int n = 4 * plan.num_stages() + 4;
+  // Replicas all-reduce once per round of their count, so the steady state is periodic in lcm
+  // minibatches: at least six periods, so that the middle third (metrics.h) holds whole ones.
+  int n = std::max(4 * plan.num_stages() + 4, 6 * lcm);
   return (n + lcm - 1) / lcm * lcm;
 }
 

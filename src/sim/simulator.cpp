@@ -15,15 +15,6 @@ using schedule::TraceEvent;
 
 namespace {
 
-// The innermost level holding every worker of the group (0 for fewer than two).
-int group_level(const plan::Cluster& cluster, const std::vector<int>& workers) {
-  int level = 0;
-  for (int a : workers)
-    for (int b : workers)
-      if (a != b) level = std::max(level, cluster.level_between(a, b));
-  return level;
-}
-
 // One direction of a worker's link at one level: the busy intervals, start -> end, disjoint.
 using Port = std::map<double, double>;
 
@@ -50,16 +41,6 @@ void reserve(const std::vector<Port*>& ports, double start, double end) {
   if (end > start)
     for (Port* p : ports) (*p)[start] = end;
 }
-
-}  // namespace
-
-double ring_allreduce_ms(const plan::Cluster& cluster, const std::vector<int>& workers, int64_t bytes) {
-  int n = static_cast<int>(workers.size());
-  if (n < 2) return 0;
-  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / cluster.levels[group_level(cluster, workers)].bandwidth_bytes_per_s() * 1e3;
-}
-
-namespace {
 
 class Replay {
  public:
@@ -116,10 +97,12 @@ class Replay {
         if (a.stage + 1 < s_.num_stages && !known(key(ActionKind::kRecvGradient, a.stage, a.microbatch), start) &&
             !known(key(ActionKind::kBackward, a.stage + 1, a.microbatch), start))
           return false;
-        compute(w, a, start, c.backward_ms * scale_ * (split ? 0.5 : 1.0), 0);
+        compute(w, a, start, c.backward_ms * scale_ * (split ? profile::kInputGradientShare : 1.0), 0);
         break;
       }
-      case ActionKind::kBackwardWeight: compute(w, a, start, c.backward_ms * scale_ * 0.5, 0); break;
+      case ActionKind::kBackwardWeight:
+        compute(w, a, start, c.backward_ms * scale_ * (1 - profile::kInputGradientShare), 0);
+        break;
       case ActionKind::kSendActivation:
       case ActionKind::kSendGradient: send(w, a, start); break;
       case ActionKind::kRecvActivation:
@@ -143,7 +126,7 @@ class Replay {
     int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
     int level = cluster_.level_between(w, a.peer);
     std::vector<Port*> ports = {&egress_[{w, level}], &ingress_[{a.peer, level}]};
-    double ms = static_cast<double>(bytes) / cluster_.levels[level].bandwidth_bytes_per_s() * 1e3;
+    double ms = cluster_.transfer_ms(level, static_cast<double>(bytes));
     double start = earliest_free(ports, posted, ms), end = start + ms;
     reserve(ports, start, end);
     ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
@@ -161,10 +144,10 @@ class Replay {
     double start = 0;
     for (auto& [r, t] : arrived) start = std::max(start, t);
     // A ring keeps every replica's link busy both ways; it waits for transfers already on them.
-    double ms = ring_allreduce_ms(cluster_, group, costs_[a.stage].parameter_bytes);
+    double ms = cluster_.ring_allreduce_ms(group, static_cast<double>(costs_[a.stage].parameter_bytes));
     std::vector<Port*> ports;
     if (group.size() > 1) {
-      int level = group_level(cluster_, group);
+      int level = cluster_.group_level(group);
       for (int r : group) ports.insert(ports.end(), {&egress_[{r, level}], &ingress_[{r, level}]});
     }
     start = earliest_free(ports, start, ms);

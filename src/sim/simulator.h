@@ -19,6 +19,7 @@
 //    may precede earlier-replayed ones in time). Receives are posted ahead (the runtime's
 //    helper threads), so they cost nothing on the worker; the compute that needs the data
 //    waits for it;
+//  - the link rules (levels, transfer time, ring all-reduce) are the cost engine's (cluster.h);
 //  - AllReduce starts when every replica reaches it and their links at the innermost level
 //    holding all replicas are free, and takes a ring all-reduce, 2 (n - 1) / n x parameter
 //    bytes / that level's bandwidth, with those links busy both ways; the replicas wait for it;
@@ -33,8 +34,5 @@ namespace pt::sim {
 // Throws ConfigError when the cluster has fewer workers than the schedule or the layers do not
 // fit the profile.
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster);
-
-// Ring all-reduce of `bytes` among `workers` in ms (0 for one worker).
-double ring_allreduce_ms(const plan::Cluster& cluster, const std::vector<int>& workers, int64_t bytes);
 
 }  // namespace pt::sim

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
+#include "core/error.h"
 #include "metrics/metrics.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
@@ -116,7 +118,7 @@ TEST(Simulator, DataParallelIsComputePlusRingAllReduce) {
   double allreduce = 2.0 * 3 / 4 * 8e6 / (1 * 1.25e8) * 1e3;            // ring over the 1 Gbit/s level
   EXPECT_NEAR(r.ms_per_minibatch, compute + allreduce, 1e-9);
   EXPECT_EQ(r.allreduce_bytes, 8000000);
-  EXPECT_NEAR(ring_allreduce_ms(c, {0, 1}, 8000000), 2.0 / 2 * 8e6 / 1.25e9 * 1e3, 1e-12);
+  EXPECT_NEAR(c.ring_allreduce_ms({0, 1}, 8000000), 2.0 / 2 * 8e6 / 1.25e9 * 1e3, 1e-12);
 }
 
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
@@ -188,6 +190,34 @@ TEST(Simulator, TraceRoundTripsThroughJson) {
   }
   EXPECT_EQ(u.source, "simulated");
   EXPECT_EQ(metrics::compute_metrics(u).ms_per_minibatch, metrics::compute_metrics(t).ms_per_minibatch);
+}
+
+// A figure that cannot be true is a bug: no schedule finishes minibatches faster than every
+// worker computing all the time (total compute / workers), whatever the replication, the
+// cluster and the minibatch count (replicated stages finish minibatches in bursts, which once
+// let a window edge fall inside a burst and report a time below this limit).
+TEST(Simulator, NoTimeBelowThePhysicalLimit) {
+  std::vector<std::vector<int>> shapes = {{15, 1}, {13, 2, 1}, {5, 10, 1}, {3, 1}, {1, 3}, {2, 2, 2, 2}, {7, 1}, {6}};
+  for (const auto& shape : shapes)
+    for (const char* gbps : {"100,10", "100,1"}) {
+      plan::Plan plan = plan_with_replicas(shape);
+      int workers = plan.workers;
+      auto prof = uniform_profile(static_cast<int>(shape.size()), 30.0, 60.0, 4000000, 2000000);
+      // Uneven stages, so that replicated stages are not all alike.
+      for (size_t l = 0; l < prof.layers.size(); ++l) prof.layers[l].forward_ms += 10.0 * static_cast<double>(l);
+      plan::Cluster c = workers % 2 == 0 ? plan::cluster_from_shorthand(str(workers / 2, ",2"), gbps)
+                                         : plan::cluster_from_shorthand(std::to_string(workers), "10");
+      for (int rounds : {1, 2, 3, 7}) {
+        int lcm = 1;
+        for (int r : shape) lcm = std::lcm(lcm, r);
+        ScheduleOptions o;
+        o.minibatches = lcm * rounds;
+        if (o.minibatches > schedule::kMaxMinibatches) continue;
+        auto m = run("pipedream", plan, prof, o, c);
+        SCOPED_TRACE(plan.shape() + " on " + c.describe() + ", " + std::to_string(o.minibatches) + " minibatches");
+        EXPECT_GE(m.ms_per_minibatch, prof.total_compute_ms() / workers * (1 - 1e-9));
+      }
+    }
 }
 
 }  // namespace

@@ -1,0 +1,126 @@
+#include "apps/plan_referee.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "plan/plan_table.h"
+#include "sim/simulator.h"
+
+namespace pt::app {
+namespace {
+
+std::string fixed(double v, int digits = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// What limits a plan's slowest stage, in words.
+std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster) {
+  const plan::StageEstimate& s = e.stages[e.bottleneck];
+  std::string what;
+  if (s.link_ms > s.compute_ms)
+    what = str("link of worker ", s.busiest_worker, " at level ", cluster.levels[s.busiest_level].name, " ",
+               fixed(s.link_ms), " ms");
+  else
+    what = str("compute ", fixed(s.compute_ms), " ms");
+  if (s.allreduce_ms > 0) what += str(" + all-reduce ", fixed(s.allreduce_ms), " ms");
+  return str("stage ", e.bottleneck, ": ", what);
+}
+
+}  // namespace
+
+Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
+                 const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind) {
+  Refereed r;
+  r.schedule = kind;
+  std::string skipped;
+  for (const auto& p : candidates) {
+    try {
+      schedule::Schedule s = schedule::make_schedule(kind, p, {});
+      Candidate c{p, plan::evaluate_plan(p, profile, cluster, options),
+                  metrics::compute_metrics(sim::simulate(s, profile, cluster)), ""};
+      r.ranked.push_back(std::move(c));
+    } catch (const ConfigError& e) {
+      skipped += str("\n  ", p.shape(), ": ", e.what());
+    }
+  }
+  if (r.ranked.empty()) throw ConfigError(str("no candidate plan can run the ", kind, " schedule:", skipped));
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    return a.simulated.ms_per_minibatch < b.simulated.ms_per_minibatch;
+  });
+  double best = r.ranked.front().simulated.ms_per_minibatch;
+  for (size_t i = 1; i < r.ranked.size(); ++i) {
+    Candidate& c = r.ranked[i];
+    double slower = c.simulated.ms_per_minibatch / best - 1;
+    c.why_not = str(fixed(100 * slower, 1), "% slower in simulation; ", limit_of(c.predicted, cluster));
+  }
+  return r;
+}
+
+std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
+  std::ostringstream os;
+  os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
+     << " schedule (fastest simulated first):\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%4s  %-30s  %12s  %12s  %11s  %s\n", "rank", "shape @ first layers", "predicted_ms", "simulated_ms",
+                "peak_memory", "why not chosen");
+  os << line;
+  for (int i = 0; i < std::min<int>(k, static_cast<int>(r.ranked.size())); ++i) {
+    const Candidate& c = r.ranked[i];
+    // The shape and where each later stage starts: shapes alone repeat.
+    std::string shape = c.plan.shape();
+    for (int s = 1; s < c.plan.num_stages(); ++s)
+      shape += (s == 1 ? " @" : ",") + profile.layers[c.plan.stages[s].layers.front()].name;
+    if (shape.size() > 30) shape = shape.substr(0, 27) + "...";
+    std::snprintf(line, sizeof line, "%4d  %-30s  %12s  %12s  %11s  %s\n", i + 1, shape.c_str(),
+                  fixed(c.predicted.pipeline_ms_per_minibatch, 3).c_str(),
+                  fixed(c.simulated.ms_per_minibatch, 3).c_str(),
+                  human_bytes(static_cast<double>(c.simulated.peak_memory_bytes())).c_str(),
+                  i == 0 ? "chosen" : c.why_not.c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster) {
+  std::ostringstream os;
+  const plan::PlanEstimate& e = c.predicted;
+  os << "per stage, per minibatch of " << profile.batch_size << " (exact cost model; replicas take minibatches "
+     << "round-robin):\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%5s  %8s  %-12s  %10s  %10s  %12s  %10s  %12s\n", "stage", "replicas", "workers",
+                "compute_ms", "link_ms", "allreduce_ms", "time_ms", "memory");
+  os << line;
+  for (int s = 0; s < c.plan.num_stages(); ++s) {
+    const auto& st = e.stages[s];
+    std::string ids = plan::format_id_ranges(c.plan.stages[s].workers);
+    if (ids.size() > 12) ids = ids.substr(0, 9) + "...";
+    std::snprintf(line, sizeof line, "%5d  %8d  %-12s  %10s  %10s  %12s  %10s  %12s\n", s,
+                  c.plan.stages[s].replicas, ids.c_str(), fixed(st.compute_ms, 3).c_str(), fixed(st.link_ms, 3).c_str(),
+                  fixed(st.allreduce_ms, 3).c_str(), fixed(st.time_ms, 3).c_str(),
+                  human_bytes(st.memory_bytes).c_str());
+    os << line;
+  }
+  os << "bottleneck: " << limit_of(e, cluster) << "\n";
+  if (!e.links.empty()) {
+    os << "links (each worker has a full-duplex link per level), per minibatch:\n";
+    std::snprintf(line, sizeof line, "%6s  %-10s  %12s  %12s  %9s\n", "worker", "level", "out", "in", "busy_ms");
+    os << line;
+    for (const auto& l : e.links) {
+      std::snprintf(line, sizeof line, "%6d  %-10s  %12s  %12s  %9s\n", l.worker, cluster.levels[l.level].name.c_str(),
+                    human_bytes(l.egress_bytes).c_str(), human_bytes(l.ingress_bytes).c_str(),
+                    fixed(l.busy_ms, 3).c_str());
+      os << line;
+    }
+  }
+  os << "simulated (" << c.simulated.schedule << ", " << c.simulated.minibatches << " minibatches, steady state): "
+     << fixed(c.simulated.ms_per_minibatch, 3) << " ms per minibatch, predicted " << fixed(e.pipeline_ms_per_minibatch, 3)
+     << " ms (" << fixed(100 * (c.simulated.ms_per_minibatch / e.pipeline_ms_per_minibatch - 1), 1) << "%)\n";
+  return os.str();
+}
+
+}  // namespace pt::app

@@ -1,0 +1,41 @@
+#pragma once
+// The simulator as the planner's referee (DESIGN.md, "One cost model, one referee"): the
+// search's best candidates, ranked by the exact cost model, are replayed under the schedule they
+// will run (the very action lists the runtime executes) and the fastest simulated one wins.
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "plan/cluster.h"
+#include "plan/pipetrain_cost.h"
+#include "plan/plan.h"
+#include "profile/profile.h"
+#include "schedule/generators.h"
+
+namespace pt::app {
+
+struct Candidate {
+  plan::Plan plan;
+  plan::PlanEstimate predicted;   // evaluate_plan
+  metrics::Metrics simulated;     // steady state under `schedule`
+  std::string why_not;            // for every candidate but the chosen one
+};
+
+struct Refereed {
+  std::string schedule;            // the schedule the candidates were replayed under
+  std::vector<Candidate> ranked;   // fastest simulated first; ranked[0] is the choice
+};
+
+// Simulates each plan under `kind` (default minibatches: a steady state of whole rounds).
+// Throws ConfigError when no candidate can be scheduled.
+Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
+                 const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind = "pipedream");
+
+// `plan --top K`: one row per candidate with predicted and simulated time, peak memory, and why
+// it lost.
+std::string format_top(const Refereed& r, const profile::Profile& profile, int k);
+
+// `plan --explain`: the chosen plan's per-stage compute, transfers per link, all-reduce, memory.
+std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster);
+
+}  // namespace pt::app

@@ -1,0 +1,99 @@
+// The cost engine's link rules (pipetrain_cost.h, cluster.h): transfers load the links of the
+// replica pairs that really talk, on the level that holds each pair, full duplex.
+#include <gtest/gtest.h>
+
+#include "plan/pipetrain_cost.h"
+#include "plan/planner.h"
+
+namespace pt::plan {
+namespace {
+
+// A chain of `n` layers of 10 ms compute each, `act` bytes out, no parameters.
+profile::Profile chain(int n, int64_t act) {
+  profile::Profile p;
+  p.model = "chain";
+  p.batch_size = 64;
+  for (int i = 0; i < n; ++i)
+    p.layers.push_back({"l" + std::to_string(i), 4, 6, act, 0, i == 0 ? std::vector<int>{} : std::vector<int>{i - 1}});
+  return p;
+}
+
+Plan two_stages(std::vector<int> first, std::vector<int> second) {
+  Plan p;
+  p.workers = static_cast<int>(first.size() + second.size());
+  p.stages = {{{0, 1}, static_cast<int>(first.size()), first}, {{2, 3}, static_cast<int>(second.size()), second}};
+  return p;
+}
+
+Cluster four_by_four() { return cluster_from_shorthand("4,4", "100,10"); }
+
+TEST(CostEngine, GroupLevelIsTheInnermostLevelHoldingEveryone) {
+  Cluster c = four_by_four();
+  EXPECT_EQ(c.group_level({3}), -1);
+  EXPECT_EQ(c.group_level({4, 5, 7}), 0);
+  EXPECT_EQ(c.group_level({4, 5, 8}), 1);
+  EXPECT_EQ(c.range_level(12, 15), 0);
+  EXPECT_EQ(c.range_level(11, 12), 1);
+  EXPECT_DOUBLE_EQ(c.transfer_ms(1, 1.25e6), 1.0);  // 10 Gbit/s = 1.25 MB per ms
+  EXPECT_DOUBLE_EQ(c.ring_allreduce_ms({0, 4}, 1.25e6), 1.0);
+  EXPECT_DOUBLE_EQ(c.ring_allreduce_ms({0, 1, 2, 3}, 1.25e7), 2.0 * 3 / 4 * 1.25e7 / 1.25e10 * 1e3);  // 100 Gbit/s
+}
+
+TEST(CostEngine, ReceiverFromReplicasAcrossServersUsesTheNetworkLink) {
+  // 13 senders on workers 0..12 feed a stage on 13, 14: 12 of every 13 transfers into worker 13
+  // come from another server. Its link at the network level carries 12/13 of its half of the
+  // minibatches' bytes each way (activations in, gradients out).
+  Cluster c = four_by_four();
+  profile::Profile p = chain(4, 12500000);
+  Plan plan = two_stages({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {13, 14});
+  PlanEstimate e = evaluate_plan(plan, p, c, {});
+  double share = 12500000.0 / 2 * 12 / 13;  // bytes per minibatch on worker 13's network link
+  EXPECT_NEAR(e.stages[1].link_ms, c.transfer_ms(1, share), 1e-9);
+  EXPECT_EQ(e.stages[1].busiest_level, 1);
+  EXPECT_EQ(e.stages[1].compute_ms, 20.0 / 2);
+  // The search's closed form charges the whole input at the network (the level holding both
+  // stages); the old neighbour rule charged it at the server level (workers 12 and 13).
+  PlanEstimate s = estimate_plan(plan, p, c, {});
+  EXPECT_NEAR(s.stages[1].input_ms, c.transfer_ms(1, 12500000.0 / 2), 1e-9);
+  EXPECT_GE(s.stages[1].link_ms, e.stages[1].link_ms);
+}
+
+TEST(CostEngine, PlacementDecidesTheLevel) {
+  // Two stages of two replicas: stage 0's replica i sends only to stage 1's replica i (k mod 2 on
+  // both). Placed side by side in one server, every transfer stays inside it; stage 0 on server
+  // 0 and stage 1 on server 1, every transfer crosses the network.
+  Cluster c = cluster_from_shorthand("2,2", "100,10");
+  profile::Profile p = chain(4, 12500000);
+  PlanEstimate apart = evaluate_plan(two_stages({0, 1}, {2, 3}), p, c, {});
+  PlanEstimate striped = evaluate_plan(two_stages({0, 2}, {1, 3}), p, c, {});
+  EXPECT_EQ(apart.stages[0].busiest_level, 1);
+  EXPECT_EQ(striped.stages[0].busiest_level, 0);
+  EXPECT_NEAR(apart.stages[0].link_ms, c.transfer_ms(1, 12500000.0 / 2), 1e-9);
+  EXPECT_NEAR(striped.stages[0].link_ms, c.transfer_ms(0, 12500000.0 / 2), 1e-9);
+  // Full duplex: a one-replica middle stage's link carries activations in and gradients in on
+  // one direction (both neighbours' bytes), not twice each.
+  Plan three;
+  three.workers = 3;
+  three.stages = {{{0}, 1, {0}}, {{1, 2}, 1, {1}}, {{3}, 1, {2}}};
+  PlanEstimate mid = evaluate_plan(three, p, Cluster::flat(3, 10), {});
+  EXPECT_NEAR(mid.stages[1].link_ms, Cluster::flat(3, 10).transfer_ms(0, 2 * 12500000.0), 1e-9);
+  EXPECT_NEAR(estimate_plan(three, p, Cluster::flat(3, 10), {}).stages[1].link_ms, mid.stages[1].link_ms, 1e-9);
+}
+
+TEST(CostEngine, CandidatesAreRankedByTheExactModel) {
+  Cluster c = four_by_four();
+  profile::Profile p = chain(12, 4000000);
+  PlanOptions o;
+  o.candidates = 6;
+  auto plans = plan_candidates(p, c, o);
+  ASSERT_GE(plans.size(), 2u);
+  EXPECT_LE(plans.size(), 6u);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_NEAR(evaluate_plan(plans[i], p, c, o).pipeline_ms_per_minibatch, plans[i].pipeline_ms_per_minibatch, 1e-9);
+    if (i > 0) EXPECT_LE(plans[i - 1].pipeline_ms_per_minibatch, plans[i].pipeline_ms_per_minibatch);
+    EXPECT_GE(plans[i].pipeline_ms_per_minibatch, p.total_compute_ms() / 16 * (1 - 1e-12));
+  }
+}
+
+}  // namespace
+}  // namespace pt::plan
