@@ -57,7 +57,7 @@ int run_compare(CompareFlags& f) {
     o.chunks = kind == "interleaved" ? o.chunks : 1;
     try {
       auto s = schedule::make_schedule(kind, plan, o);
-      rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster))});
+      rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster)), ""});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }

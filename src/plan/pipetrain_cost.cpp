@@ -135,15 +135,16 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     e.memory_bytes = e.stash_depth * (sums.act[s] + sums.param[s]);
     out.stages.push_back(e);
   }
-  // A replicated stage's all-reduce holds every replica: no activations go out and no gradients
-  // come in while it runs, and 1F1B bounds the work its neighbours have queued, so they stall
-  // for it too (the simulator shows it: VGG-16 15-1 on 2x8 runs 18% slower than compute and
-  // links alone predict). A stage waits for the longest all-reduce among it and its neighbours.
+  // A replicated stage's all-reduce holds every replica: no activations go out while it runs,
+  // so the next stage, which cannot run ahead of its inputs, stalls for it too (the simulator
+  // shows it: VGG-16 15-1 on 2x8 runs 18% slower than compute and links alone predict). The
+  // stage before keeps sending forwards into the receivers' queues, so it does not. A stage
+  // waits for the longer of its own and its predecessor's all-reduce.
   std::vector<double> own(p);
   for (int s = 0; s < p; ++s) own[s] = out.stages[s].allreduce_ms;
   for (int s = 0; s < p; ++s) {
     StageEstimate& e = out.stages[s];
-    e.neighbour_allreduce_ms = std::max(s > 0 ? own[s - 1] : 0.0, s + 1 < p ? own[s + 1] : 0.0);
+    e.neighbour_allreduce_ms = s > 0 ? own[s - 1] : 0.0;
     e.time_ms = std::max(e.compute_ms, e.link_ms) + std::max(e.allreduce_ms, e.neighbour_allreduce_ms);
   }
   for (int w = 0; w < W; ++w)

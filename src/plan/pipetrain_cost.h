@@ -12,8 +12,8 @@
 //   time_ms      = max(compute_ms, link_ms) + allreduce_ms
 //                  transfers run beside compute (DESIGN.md); the all-reduce sits between the
 //                  last backward and the Step in every schedule, so it does not overlap.
-//                  evaluate_plan adds the longer of the neighbours' all-reduces where it is
-//                  longer than the stage's own (they stall the stage: pipetrain_cost.cpp)
+//                  evaluate_plan charges the previous stage's all-reduce where it is longer
+//                  than the stage's own (it stalls the stage: pipetrain_cost.cpp)
 // and the pipeline's time per minibatch is the largest time_ms.
 //
 // evaluate_plan is exact about links: each minibatch's transfer goes from the replica that ran
@@ -43,7 +43,7 @@ namespace pt::plan {
 struct StageEstimate {
   double compute_ms = 0, input_ms = 0, output_ms = 0, allreduce_ms = 0;
   double link_ms = 0;          // the busiest link direction of the stage's workers
-  double neighbour_allreduce_ms = 0;  // evaluate_plan: the longer of its neighbours' all-reduces
+  double neighbour_allreduce_ms = 0;  // evaluate_plan: the previous stage's all-reduce
   double comm_ms = 0;          // link_ms + allreduce_ms
   double time_ms = 0;
   int stash_depth = 0;         // minibatches in flight on each replica

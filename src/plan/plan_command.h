@@ -20,7 +20,7 @@ struct PlanFlags {
   std::string cost_model = "pipetrain";
   bool straight = false;
   bool no_activation_transfer = false;
-  int candidates = 8;            // --candidates: the search's best plans the simulator referees
+  int candidates = 12;           // --candidates: the search's best plans the simulator referees
 };
 
 struct PlanOutcome {
