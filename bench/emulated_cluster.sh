@@ -6,7 +6,7 @@
 #   bench/emulated_cluster.sh [--model vgg16] [--cluster 4x4|1x4|flat4|flat8] [--gbps G[,G2]]
 #                             [--steps N] [--time-scale S] [--byte-scale B]
 #                             [--schedules "pipedream dp ..."] [--uplink per-worker|shared]
-#                             [--shape both|send]
+#                             [--shape both|send] [--plan FILE]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
@@ -17,6 +17,7 @@
 #   1x4:   4 workers in one server, 96 Gbit/s (PipeDream's Cluster A: PCIe inside a server)
 #   flat4: 4 workers, 10 Gbit/s;   flat8: 8 workers, 10 Gbit/s
 #   --gbps overrides the cluster's bandwidths (innermost first), e.g. for a bandwidth sweep.
+# --plan FILE runs that plan instead of the planner's (e.g. the paper's, to put beside it).
 # Each run writes its rows to out/bench/emulated_cluster/<run>/rows.csv (read by bench/report.py).
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
 # (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
@@ -26,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both gbps_set=""
+plan_in=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --schedules) schedules=$2; shift 2 ;;
     --uplink) uplink=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
+    --plan) plan_in=$2; shift 2 ;;
     -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -54,7 +57,7 @@ case "$cluster" in
   *) echo "unknown --cluster $cluster" >&2; exit 2 ;;
 esac
 [[ -z $gbps_set ]] || gbps=$gbps_set
-out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape
+out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape$([[ -z $plan_in ]] || echo "-plan-$(basename "$plan_in" .json)")
 mkdir -p "$out"
 # Emulated link rates in Mbit/s: bandwidth x B / S.
 rate_of() { awk -v g="$1" -v b="$B" -v s="$S" 'BEGIN { printf "%dmbit", g * 1000 * b / s }'; }
@@ -63,7 +66,12 @@ if [[ ${#bw[@]} -eq 2 ]]; then testbed+=(--rate "$(rate_of "${bw[0]}")" --uplink
 else testbed+=(--rate "$(rate_of "${bw[0]}")"); fi
 batch=$(python3 -c "import json; print(json.load(open('$profile'))['batch_size'])")
 
-"$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" -o "$out/plan.json" >"$out/plan.txt"
+if [[ -n $plan_in ]]; then
+  cp "$plan_in" "$out/plan.json"
+  : >"$out/plan.txt"
+else
+  "$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" -o "$out/plan.json" >"$out/plan.txt"
+fi
 config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in json.load(open('$out/plan.json'))['stages']))")
 # Asynchronous schedules run whole rounds of every stage's replicas (lcm of the counts): run at
 # least two rounds and 30 minibatches.
@@ -79,12 +87,14 @@ json.dump(p, open(sys.argv[3], "w"))
 EOF
 
 echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$two_level, links shaped: $shape), time x $S, bytes x $B, links $(rate_of "${bw[0]}")$([[ ${#bw[@]} -ne 2 ]] || echo ", uplinks $(rate_of "${bw[1]}")") =="
-predicted=$(sed -n 's/.*, \([0-9.]*\)x over data parallelism.*/\1/p' "$out/plan.txt")
-echo "planner: $config (pipetrain cost model), predicts ${predicted}x over data parallelism"
-printf "%-10s %-8s %6s %14s %14s %9s %12s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s"
+predicted=$(sed -n 's/^speed-up: .*, \([0-9.]*\)x over data parallelism.*/\1/p' "$out/plan.txt" | head -1)
+if [[ -n $plan_in ]]; then echo "plan: $config from $plan_in"
+else echo "planner: $config (pipetrain cost model), predicts ${predicted}x over data parallelism"; fi
+printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s" \
+  "steady meas." "steady sim"
 dp_rate=""
 : >"$out/rows.txt"
-echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup" >"$out/rows.csv"
+echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms" >"$out/rows.csv"
 for kind in $schedules; do
   args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600)
   sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind")
@@ -133,9 +143,15 @@ EOF
   rate=$(awk -v m="$measured" -v b="$mb" 'BEGIN { printf "%.0f", b * 1000 / m }')
   err=$(awk -v m="$measured" -v s="$sim" 'BEGIN { printf "%+.1f", (m - s) / s * 100 }')
   [[ $kind == dp ]] && dp_rate=$rate
-  printf "%-10s %-8s %6s %14s %14s %9s %12s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate"
+  # Steady state (metrics.h: the middle third of the minibatches, whole periods of the replica
+  # rounds), measured from the workers' merged trace and simulated over the same minibatches.
+  steady=$(sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p' "$out/$kind.trace.txt" | head -1)
+  steady=$([[ -z $steady ]] || awk -v t="$steady" -v S="$S" 'BEGIN { printf "%.1f", t / S }')
+  steady_sim=$("$bin" simulate "${sim_args[@]}" --minibatches "$minis" | sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p')
+  printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate" \
+    "${steady:-n/a}" "${steady_sim:-n/a}"
   echo "$kind $cfg $n $measured $sim $err $rate" >>"$out/rows.txt"
-  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg,$n,$measured,$sim,$err,$rate,$predicted" >>"$out/rows.csv"
+  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg,$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim" >>"$out/rows.csv"
 done
 if [[ -n $dp_rate ]]; then
   awk -v d="$dp_rate" '$1 != "dp" { printf "speed-up of %s over dp: %.2fx\n", $1, $7 / d }' "$out/rows.txt"

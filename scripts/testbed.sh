@@ -104,12 +104,12 @@ trap 'exit 143' TERM
 remove_by_prefix  # a previous run that died without its teardown
 
 # tbf: the burst must stay small (~128 KB) for the rate to hold at <= 2 Gbit/s; the queue holds
-# 20 ms of traffic.
+# 20 ms of traffic (PT_TBF_LATENCY overrides it, to see what a deeper switch buffer changes).
 shape() {  # shape [netns] DEV RATE
   local ns=() dev rate
   if [[ $# -eq 3 ]]; then ns=(ip netns exec "$1"); shift; fi
   dev=$1 rate=$2
-  "${ns[@]}" tc qdisc replace dev "$dev" root tbf rate "$rate" burst 128kb latency 20ms
+  "${ns[@]}" tc qdisc replace dev "$dev" root tbf rate "$rate" burst 128kb latency "${PT_TBF_LATENCY:-20ms}"
 }
 
 # Worker r of server g (the g-th block of N/G workers) is 10.66.g.(index in server + 1).

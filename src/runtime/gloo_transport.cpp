@@ -175,6 +175,27 @@ void GlooTransport::State::wait_work(const c10::intrusive_ptr<c10d::Work>& w, co
   }
 }
 
+void GlooTransport::State::enter_gate(int64_t ticket, const std::string& what) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mu);
+  while (serving != ticket) {
+    if (!abort_reason.empty()) throw TransportError("transfer aborted (" + what + "): " + abort_reason);
+    if (gate_cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100))) ==
+            std::cv_status::timeout &&
+        std::chrono::steady_clock::now() > deadline)
+      throw TransportError(str("receive timed out after ", timeout.count() / 1000.0, " s waiting for earlier ",
+                               "transfers into this worker (", what, ")"));
+  }
+}
+
+void GlooTransport::State::leave_gate() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++serving;
+  }
+  gate_cv.notify_all();
+}
+
 GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_(std::make_shared<State>()) {
   rendezvous_timeout_ = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(config.timeout_s, config.rendezvous_timeout_s) * 1000));
@@ -335,6 +356,18 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
       }
       auto data = torch::empty(dims, torch::TensorOptions().dtype(*dtype));
       std::vector<at::Tensor> dv{data};
+      int64_t ticket;
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        ticket = state->next_ticket++;
+      }
+      // Once in, the turn is given up whatever happens, so that later transfers are not held
+      // (a failed wait for the turn brings the worker down; abort() wakes the others).
+      state->enter_gate(ticket, what);
+      struct Turn {
+        State& s;
+        ~Turn() { s.leave_gate(); }
+      } turn{*state};
       auto dw = world->recv(dv, peer, gloo_tag(tag, true));
       {
         std::lock_guard<std::mutex> lock(state->mu);
@@ -426,6 +459,7 @@ void GlooTransport::abort(const std::string& why) {
     if (state_->abort_reason.empty()) state_->abort_reason = why;
     works.swap(state_->in_flight);
   }
+  state_->gate_cv.notify_all();
   // Ends the gloo waits of in-flight sends and receives (their helper threads then finish).
   for (auto& w : works) {
     try {

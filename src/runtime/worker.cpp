@@ -75,8 +75,29 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     }
   }
   int64_t offset = first_minibatch * s.microbatches;
-  for (const Action& a : s.actions[rank_]) {
+  const auto& list = s.actions[rank_];
+  // Receives are posted ahead of their place in the list, up to kReceivesAhead outstanding:
+  // gloo holds a payload at its sender until the receive is posted, so a receive posted only
+  // when reached (1F1B puts a gradient's receive after the next forward) delays a transfer that
+  // was ready long before, and receives posted together make their senders share the links.
+  size_t next_receive = 0;
+  int outstanding = 0;
+  auto post_ahead = [&] {
+    for (; next_receive < list.size() && outstanding < kReceivesAhead; ++next_receive)
+      if (list[next_receive].kind == ActionKind::kRecvActivation || list[next_receive].kind == ActionKind::kRecvGradient) {
+        post_receive(s, list[next_receive], offset);
+        ++outstanding;
+      }
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    post_ahead();
+    if (a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGradient) {
+      PT_CHECK(next_receive > i, "receive ", schedule::to_string(a), " was not posted ahead");
+      --outstanding;  // reached: its place in the window frees
+    }
     current_ = schedule::to_string(a);
+    waited_ms_ = 0;
     double t0 = wall_ms();
     execute(s, a, offset, first_minibatch);
     schedule::TraceEvent e;
@@ -84,7 +105,8 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     e.action.microbatch = static_cast<int>(a.kind == ActionKind::kAllReduce || a.kind == ActionKind::kStep
                                                ? (s.flush ? first_minibatch : a.microbatch)
                                                : a.microbatch + offset);
-    e.start_ms = t0 - origin_ms_;
+    // A compute starts when its input has arrived: the wait for it is the link's, not compute.
+    e.start_ms = t0 + waited_ms_ - origin_ms_;
     e.end_ms = wall_ms() - origin_ms_;
     if (a.kind == ActionKind::kForward) e.bytes = replica(a.stage)->activation_bytes(a.microbatch + offset);
     trace_.push_back(e);
@@ -92,6 +114,12 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   for (auto& p : sends_) p->wait();
   sends_.clear();
   current_.clear();
+}
+
+void Worker::post_receive(const schedule::Schedule& s, const Action& a, int64_t offset) {
+  int64_t mb = a.microbatch + offset;
+  int direction = a.kind == ActionKind::kRecvActivation ? kActivation : kGradient;
+  receives_[{direction, a.stage, mb}] = transport_.irecv(a.peer, tag(direction, a.stage, mb, s.num_stages));
 }
 
 void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offset, int64_t first_minibatch) {
@@ -109,7 +137,9 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       } else {
         auto it = receives_.find({kActivation, a.stage, mb});
         PT_CHECK(it != receives_.end(), "no receive posted for the input of ", schedule::to_string(a));
+        double w0 = wall_ms();
         input = it->second->wait();
+        waited_ms_ = wall_ms() - w0;
         receives_.erase(it);
       }
       bool last = a.stage == s.num_stages - 1;
@@ -132,17 +162,16 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       break;
     }
     case ActionKind::kRecvActivation:
-      receives_[{kActivation, a.stage, mb}] = transport_.irecv(a.peer, tag(kActivation, a.stage, mb, s.num_stages));
-      break;
     case ActionKind::kRecvGradient:
-      receives_[{kGradient, a.stage, mb}] = transport_.irecv(a.peer, tag(kGradient, a.stage, mb, s.num_stages));
-      break;
+      break;  // posted ahead (run)
     case ActionKind::kBackward: {
       torch::Tensor grad;
       if (a.stage != s.num_stages - 1) {
         auto it = receives_.find({kGradient, a.stage, mb});
         PT_CHECK(it != receives_.end(), "no receive posted for the gradient of ", schedule::to_string(a));
+        double w0 = wall_ms();
         grad = it->second->wait();
+        waited_ms_ = wall_ms() - w0;
         receives_.erase(it);
       }
       bool split = a.stage < static_cast<int>(s.split_backward.size()) && s.split_backward[a.stage];

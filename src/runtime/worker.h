@@ -57,6 +57,8 @@ class Worker {
  private:
   void setup(const schedule::Schedule& s);
   void execute(const schedule::Schedule& s, const schedule::Action& a, int64_t offset, int64_t first_minibatch);
+  void post_receive(const schedule::Schedule& s, const schedule::Action& a, int64_t offset);
+  static constexpr int kReceivesAhead = 8;  // receives posted ahead of their place in the list
   torch::Tensor batch_rows(const torch::Tensor& all, int64_t minibatch, int64_t micro, int microbatches);
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
 
@@ -71,6 +73,7 @@ class Worker {
   std::map<std::pair<int, int64_t>, torch::Tensor> input_grads_;      // (stage, mb) -> gradient to send
   std::map<std::tuple<int, int, int64_t>, std::shared_ptr<PendingTransfer>> receives_;  // (dir, stage, mb)
   std::vector<std::shared_ptr<PendingTransfer>> sends_;
+  double waited_ms_ = 0;  // the current action's wait for its received input (not in its trace time)
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;
   LossCallback on_loss_;
