@@ -25,7 +25,7 @@
 // replicas and the whole previous stage (for contiguous ranges that is the furthest pair), its
 // activations out the level holding its replicas and the next stage's first worker, and its
 // link time is the sum of the two (exact when both use one level). The planner ranks the
-// search's best plans by evaluate_plan and the simulator referees among them (sim/referee.h).
+// search's best plans by evaluate_plan and the simulator referees among them (apps/plan_referee.h).
 //
 // Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight,
 // each with its activations and its own weight version: (p−s)·(Act + P) bytes per worker.

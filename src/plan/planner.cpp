@@ -69,6 +69,43 @@ Searched run_search(const profile::Profile& profile, const Cluster& cluster, con
   return out;
 }
 
+// The exact cost model's predictions, in the plan.
+void predict(Plan& plan, const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  PlanEstimate e = evaluate_plan(plan, profile, cluster, options);
+  plan.pipeline_ms_per_minibatch = e.pipeline_ms_per_minibatch;
+  for (int s = 0; s < plan.num_stages(); ++s)
+    plan.stages[s].compute_ms = e.stages[s].compute_ms, plan.stages[s].comm_ms = e.stages[s].comm_ms,
+    plan.stages[s].time_ms = e.stages[s].time_ms;
+}
+
+// Worker orders the planner tries for a searched plan (the search numbers workers stage by
+// stage): as searched, reversed (the last stage first), and, on clusters of several levels,
+// spread (consecutive replicas in different units of the innermost level). Stage s takes the
+// next `replicas` entries of the order.
+std::vector<std::vector<int>> placements(const Cluster& cluster) {
+  int W = cluster.workers();
+  std::vector<int> order(W);
+  for (int w = 0; w < W; ++w) order[w] = w;
+  std::vector<std::vector<int>> out = {order};
+  std::reverse(order.begin(), order.end());
+  out.push_back(order);
+  int per = cluster.levels[0].fan_out, units = W / per;
+  if (cluster.levels.size() > 1 && per > 1) {
+    for (int i = 0; i < W; ++i) order[i] = (i % units) * per + i / units;
+    out.push_back(order);
+  }
+  return out;
+}
+
+Plan placed(Plan plan, const std::vector<int>& order) {
+  size_t next = 0;
+  for (auto& st : plan.stages) {
+    for (int& w : st.workers) w = order[next++];
+    std::sort(st.workers.begin(), st.workers.end());
+  }
+  return plan;
+}
+
 // The plan of a searched sequence of stages, with its predictions: the pipetrain model's exact
 // evaluation, or the search's own figures for PipeDream's.
 Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Searched& searched,
@@ -109,13 +146,7 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sea
   if (!space.note.empty()) plan.notes.push_back(space.note);
   if (r.data_parallel_ms == kInfinity) plan.notes.push_back("data parallelism does not fit the memory limit");
   check_plan_fits(plan, profile, "planner");
-  if (options.cost_model == CostModel::kPipetrain) {
-    PlanEstimate e = evaluate_plan(plan, profile, cluster, options);
-    plan.pipeline_ms_per_minibatch = e.pipeline_ms_per_minibatch;
-    for (int s = 0; s < plan.num_stages(); ++s)
-      plan.stages[s].compute_ms = e.stages[s].compute_ms, plan.stages[s].comm_ms = e.stages[s].comm_ms,
-      plan.stages[s].time_ms = e.stages[s].time_ms;
-  }
+  if (options.cost_model == CostModel::kPipetrain) predict(plan, profile, cluster, options);
   return plan;
 }
 
@@ -134,13 +165,29 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
     plans.push_back(to_plan(searched.result.stages, searched.result.pipeline_ms, searched, profile, cluster, options));
     return plans;
   }
+  // Each of the search's alternatives in the placement the exact model predicts fastest (ties
+  // keep the search's own numbering).
   for (const auto& alt : searched.result.alternatives) {
-    Plan p = to_plan(alt.stages, alt.pipeline_ms, searched, profile, cluster, options);
-    if (evaluate_plan(p, profile, cluster, options).fits_memory) plans.push_back(std::move(p));
+    Plan searched_plan = to_plan(alt.stages, alt.pipeline_ms, searched, profile, cluster, options);
+    Plan best;
+    for (const auto& order : placements(cluster)) {
+      Plan p = placed(searched_plan, order);
+      predict(p, profile, cluster, options);
+      if (!evaluate_plan(p, profile, cluster, options).fits_memory) continue;
+      if (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch) best = std::move(p);
+    }
+    if (!best.stages.empty()) plans.push_back(std::move(best));
   }
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
     return a.pipeline_ms_per_minibatch < b.pipeline_ms_per_minibatch;
   });
+  // The best `candidates`, and data parallelism (one stage) among them whenever it fits.
+  auto one_stage = std::find_if(plans.begin(), plans.end(), [](const Plan& p) { return p.num_stages() == 1; });
+  if (static_cast<int>(plans.size()) > options.candidates) {
+    if (one_stage != plans.end() && one_stage - plans.begin() >= options.candidates)
+      std::rotate(plans.begin() + options.candidates - 1, one_stage, one_stage + 1);
+    plans.resize(options.candidates);
+  }
   return plans;
 }
 

@@ -28,9 +28,11 @@ struct PlanOptions {
 // the exact evaluate_plan's.
 Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
 
-// Pipetrain model: the search's best plan for each choice of the first stage, at most
-// options.candidates of them, ranked by evaluate_plan (fastest first; each plan's predicted time
-// is that). The simulator referees among them (sim/referee.h). PipeDream model: make_plan's.
+// Pipetrain model: the search's best plan for each choice of the first stage, each in the
+// placement evaluate_plan predicts fastest of three (workers in stage order, reversed, and spread
+// over the innermost level's units), ranked by evaluate_plan (fastest first; each plan's predicted time is that), the best
+// options.candidates of them with data parallelism among them. The simulator referees among
+// them (apps/plan_referee.h). PipeDream model: make_plan's one plan.
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
 
 // Contiguous split of the layers (topological order) into `stages` single-replica stages

@@ -49,10 +49,20 @@ class Replay {
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()) {}
 
   std::vector<std::vector<TraceEvent>> run() {
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (int w = 0; w < s_.num_workers(); ++w)
-        while (pc_[w] < s_.actions[w].size() && step(w)) progress = true;
+    // In time order: each round runs the action that can start earliest (ties: the lowest
+    // worker), so transfers claim their links in the order they are posted, as on a real link,
+    // whatever the workers' numbering (replaying worker after worker made two mirror-image
+    // placements of one plan simulate 14% apart).
+    for (;;) {
+      int next = -1;
+      double next_start = 0;
+      for (int w = 0; w < s_.num_workers(); ++w) {
+        double start = 0;
+        if (pc_[w] < s_.actions[w].size() && startable(w, start) && (next < 0 || start < next_start))
+          next = w, next_start = start;
+      }
+      if (next < 0) break;
+      execute(next, next_start);
     }
     for (int w = 0; w < s_.num_workers(); ++w)
       PT_CHECK(pc_[w] == s_.actions[w].size(), "simulator stuck: worker ", w, " at step ", pc_[w], " (",
@@ -64,8 +74,9 @@ class Replay {
   }
 
  private:
-  using Key = std::tuple<int, int, int>;  // (kind, stage, mb)
-  static Key key(ActionKind k, int stage, int mb) { return {static_cast<int>(k), stage, mb}; }
+  // (worker, kind, stage, mb): a compute done on the worker, or data arrived at it.
+  using Key = std::tuple<int, int, int, int>;
+  static Key key(int w, ActionKind k, int stage, int mb) { return {w, static_cast<int>(k), stage, mb}; }
 
   bool known(const Key& k, double& at) const {
     auto it = ready_.find(k);
@@ -78,28 +89,44 @@ class Replay {
     events_[w].push_back({a, start, end, bytes});
   }
 
-  // Runs worker w's next action if it can; false when it must wait for another worker.
-  bool step(int w) {
+  // Whether worker w's next action can run now that what it waits for is known, and when.
+  bool startable(int w, double& start) const {
+    const Action& a = s_.actions[w][pc_[w]];
+    start = clock_[w];
+    switch (a.kind) {
+      case ActionKind::kForward:
+        // Input: F(stage-1) on this worker, or the activation arriving from another.
+        return a.stage == 0 || known(key(w, ActionKind::kRecvActivation, a.stage, a.microbatch), start) ||
+               known(key(w, ActionKind::kForward, a.stage - 1, a.microbatch), start);
+      case ActionKind::kBackward:
+        return a.stage + 1 == s_.num_stages || known(key(w, ActionKind::kRecvGradient, a.stage, a.microbatch), start) ||
+               known(key(w, ActionKind::kBackward, a.stage + 1, a.microbatch), start);
+      case ActionKind::kAllReduce:
+        // Every replica has reached this all-reduce.
+        for (int r : s_.stage_workers[a.stage]) {
+          if (pc_[r] >= s_.actions[r].size()) return false;
+          const Action& b = s_.actions[r][pc_[r]];
+          if (b.kind != ActionKind::kAllReduce || b.stage != a.stage || b.microbatch != a.microbatch) return false;
+          start = std::max(start, clock_[r]);
+        }
+        return true;
+      default:
+        return true;
+    }
+  }
+
+  // Runs worker w's next action from `start` (startable said it can).
+  void execute(int w, double start) {
     const Action& a = s_.actions[w][pc_[w]];
     const StageCost& c = costs_[a.stage];
-    double start = clock_[w];
     bool split = s_.split_backward[a.stage];
     switch (a.kind) {
-      case ActionKind::kForward: {
-        // Input: F(stage-1) on this worker, or the activation arriving from another.
-        if (a.stage > 0 && !known(key(ActionKind::kRecvActivation, a.stage, a.microbatch), start) &&
-            !known(key(ActionKind::kForward, a.stage - 1, a.microbatch), start))
-          return false;
+      case ActionKind::kForward:
         compute(w, a, start, c.forward_ms * scale_, static_cast<int64_t>(c.stash_bytes * scale_));
         break;
-      }
-      case ActionKind::kBackward: {
-        if (a.stage + 1 < s_.num_stages && !known(key(ActionKind::kRecvGradient, a.stage, a.microbatch), start) &&
-            !known(key(ActionKind::kBackward, a.stage + 1, a.microbatch), start))
-          return false;
+      case ActionKind::kBackward:
         compute(w, a, start, c.backward_ms * scale_ * (split ? profile::kInputGradientShare : 1.0), 0);
         break;
-      }
       case ActionKind::kBackwardWeight:
         compute(w, a, start, c.backward_ms * scale_ * (1 - profile::kInputGradientShare), 0);
         break;
@@ -107,16 +134,15 @@ class Replay {
       case ActionKind::kSendGradient: send(w, a, start); break;
       case ActionKind::kRecvActivation:
       case ActionKind::kRecvGradient: break;  // posted ahead; send() records the transfer
-      case ActionKind::kAllReduce: return allreduce(w, a);
+      case ActionKind::kAllReduce: allreduce(a, start); return;  // advances every replica
       case ActionKind::kStep: record(w, a, start, start, 0); break;
     }
     ++pc_[w];
-    return true;
   }
 
   void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
     clock_[w] = start + ms;
-    ready_[key(a.kind, a.stage, a.microbatch)] = clock_[w];
+    ready_[key(w, a.kind, a.stage, a.microbatch)] = clock_[w];
     record(w, a, start, clock_[w], bytes);
   }
 
@@ -130,19 +156,14 @@ class Replay {
     double start = earliest_free(ports, posted, ms), end = start + ms;
     reserve(ports, start, end);
     ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
-    ready_[key(recv, to_stage, a.microbatch)] = end;
+    ready_[key(a.peer, recv, to_stage, a.microbatch)] = end;
     record(w, a, start, end, bytes);
     Action r{a.peer, recv, to_stage, a.microbatch, s_.chunks > 1 ? s_.chunk_of(to_stage) : 0, w};
     record(a.peer, r, start, end, bytes);
   }
 
-  bool allreduce(int w, const Action& a) {
-    auto& arrived = collective_[{a.stage, a.microbatch}];
-    arrived[w] = clock_[w];
+  void allreduce(const Action& a, double start) {
     const auto& group = s_.stage_workers[a.stage];
-    if (arrived.size() < group.size()) return false;
-    double start = 0;
-    for (auto& [r, t] : arrived) start = std::max(start, t);
     // A ring keeps every replica's link busy both ways; it waits for transfers already on them.
     double ms = cluster_.ring_allreduce_ms(group, static_cast<double>(costs_[a.stage].parameter_bytes));
     std::vector<Port*> ports;
@@ -156,11 +177,8 @@ class Replay {
     for (int r : group) {
       record(r, s_.actions[r][pc_[r]], start, end, costs_[a.stage].parameter_bytes);
       clock_[r] = end;
-      if (r != w) ++pc_[r];
+      ++pc_[r];
     }
-    collective_.erase({a.stage, a.microbatch});
-    ++pc_[w];
-    return true;
   }
 
   const schedule::Schedule& s_;
@@ -172,7 +190,6 @@ class Replay {
   std::vector<std::vector<TraceEvent>> events_;
   std::map<Key, double> ready_;                      // compute done / data arrived, by key
   std::map<std::pair<int, int>, Port> egress_, ingress_;  // (worker, level) -> its link's use
-  std::map<std::pair<int, int>, std::map<int, double>> collective_;  // (stage, id) -> worker -> arrival
 };
 
 }  // namespace

@@ -5,8 +5,10 @@
 // The model, chosen to match how the runtime runs a schedule:
 //  - each worker runs its compute (F, B, W) one at a time in list order; F/B/W of a microbatch
 //    take the stage's profiled time x (microbatch size / batch size); a split backward (zb-h1)
-//    takes half the backward for B and half for W (the profile does not separate them; the
-//    zero-bubble paper assumes T_B ~ T_W);
+//    charges profile::kInputGradientShare of the backward to B and the rest to W;
+//  - actions run in time order: each round the action that can start earliest (its inputs
+//    known), ties to the lowest worker, so the result does not depend on how workers are
+//    numbered;
 //  - every worker has, per cluster level, a full-duplex link of that level's bandwidth (a NIC):
 //    one transfer at a time out of it and one into it. Without this, a stage receiving from
 //    many replicas at once took them all at full rate, and the simulator under-predicted the
@@ -14,11 +16,11 @@
 //  - a send starts when the worker reaches it (right after the compute that made its data)
 //    and both the sender's outgoing and the receiver's incoming link at the innermost level
 //    holding the two are free, and takes bytes / that level's bandwidth; it overlaps the
-//    sender's compute. A transfer fits into the earliest gap long enough on both links (the
-//    workers are replayed one after another, not in time order, so later-replayed transfers
-//    may precede earlier-replayed ones in time). Receives are posted ahead (the runtime's
-//    helper threads), so they cost nothing on the worker; the compute that needs the data
-//    waits for it;
+//    sender's compute. A transfer takes the earliest gap long enough on both links, in the order
+//    the sends are posted (the runtime's ingress gate serves a worker's incoming payloads in
+//    the order they are offered). Receives are posted ahead (the runtime posts them ahead of
+//    their place in the list), so they cost nothing on the worker; the compute that needs the
+//    data waits for it;
 //  - the link rules (levels, transfer time, ring all-reduce) are the cost engine's (cluster.h);
 //  - AllReduce starts when every replica reaches it and their links at the innermost level
 //    holding all replicas are free, and takes a ring all-reduce, 2 (n - 1) / n x parameter
