@@ -41,14 +41,19 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
 // The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
 // (emulated compute waits the profile's times x S).
 void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int64_t batch_size,
-                      const ModelFlags& model, const std::string& label) {
+                      const ModelFlags& model, const std::string& label, const std::string& schedule) {
   if (plan.pipeline_ms_per_minibatch <= 0 || r.steps <= 0) return;
   int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : batch_size;
   double scale = model.emulated() ? model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
   std::cout << (label.empty() ? "" : "[" + label + "] ") << "throughput: measured "
             << static_cast<int64_t>(r.samples_per_s) << " samples/s, planner predicted "
-            << static_cast<int64_t>(predicted) << " samples/s (ratio " << r.samples_per_s / predicted;
+            << static_cast<int64_t>(predicted) << " samples/s";
+  // The planner predicts (and its referee simulates) the schedule it names; another one runs
+  // the same stages with other bubbles.
+  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != schedule)
+    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << schedule;
+  std::cout << " (ratio " << r.samples_per_s / predicted;
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
               << " cores";
@@ -176,7 +181,7 @@ int run_train(TrainFlags& f) {
   if (gloo_worker) {
     return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, [&](const runtime::PipelineResult& r) {
       print_result(r.train, label);
-      print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
+      print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label, f.pipe.schedule);
     });
   }
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
@@ -190,7 +195,7 @@ int run_train(TrainFlags& f) {
   }
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
   print_result(r.train, label);
-  print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label);
+  print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label, f.pipe.schedule);
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
     std::cerr << "wrote " << f.trace_path << "\n";

@@ -77,6 +77,12 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
     throw UsageError(str("--timeout: must be in (0, 604800] seconds, got ", o.timeout_s));
   if (o.vertical_sync && o.schedule != "pipedream")
     throw UsageError(str("--vertical-sync: only the pipedream schedule keeps weight versions to sync, not ", o.schedule));
+  // Versions count a stage's steps; a replicated stage steps once per round, so its versions
+  // do not line up with the others' and the sync would ask for versions never stashed.
+  for (int st = 0; o.vertical_sync && st < plan.num_stages(); ++st)
+    if (plan.stages[st].replicas > 1)
+      throw UsageError(str("--vertical-sync: needs one replica per stage, but stage ", st, " of plan ", plan.shape(),
+                           " has ", plan.stages[st].replicas));
   if (o.schedule == "dp" && plan.num_stages() > 1)
     throw UsageError(str("--schedule dp: data parallelism runs one stage on every worker, but the plan has ",
                          plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));
