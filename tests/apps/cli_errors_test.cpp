@@ -105,6 +105,12 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   expect_rejected(kTrain + "--stages 2 --workers 2", 2, {"--stages and --workers"});
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --vertical-sync", 2, {"--vertical-sync", "1f1b"});
   expect_rejected(kTrain + "--plan " + plan2 + " --schedule dp", 2, {"--schedule dp", "the plan has 2 stages"});
+  // A replicated stage's versions do not line up with the others' (it used to stop on an
+  // internal check: "weight version 3 was not stashed").
+  std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
+      {"layers": [0, 1, 2], "replicas": 2}, {"layers": [3, 4], "replicas": 1}]})");
+  expect_rejected(kTrain + "--plan " + replicated + " --schedule pipedream --vertical-sync", 2,
+                  {"--vertical-sync: needs one replica per stage", "stage 0 of plan 2-1 has 2"});
   // Outputs are checked before training, and a write that fails is an error, not a cut file.
   for (std::string flag : {"--trace", "--metrics"}) {
     expect_rejected(kTrain + flag + " /nonexistent/dir/out", 2, {flag, "/nonexistent/dir", "not a directory"});
