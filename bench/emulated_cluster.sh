@@ -74,7 +74,7 @@ else
 fi
 config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in json.load(open('$out/plan.json'))['stages']))")
 # Asynchronous schedules run whole rounds of every stage's replicas (lcm of the counts): run at
-# least two rounds and 30 minibatches.
+# least six rounds (a steady state between warm-up and drain) and 30 minibatches.
 unit=$(python3 -c "import math; print(math.lcm(*[int(r) for r in '$config'.split('-')]))")
 # Data parallelism's profile: batch x workers per minibatch (times and activations x workers).
 python3 - "$profile" "$workers" "$out/dp_profile.json" <<'EOF'
@@ -94,7 +94,7 @@ printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" schedule config steps "me
   "steady meas." "steady sim"
 dp_rate=""
 : >"$out/rows.txt"
-echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms" >"$out/rows.csv"
+echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms,predicted_ms" >"$out/rows.csv"
 for kind in $schedules; do
   args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600)
   sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind")
@@ -110,7 +110,7 @@ for kind in $schedules; do
       prof=$profile
       args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
       sim_args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
-      [[ $n -gt 0 ]] || n=$(( (30 > 2 * unit ? 30 : 2 * unit) ))
+      [[ $n -gt 0 ]] || n=$(( (30 > 6 * unit ? 30 : 6 * unit) ))  # six rounds: a steady state
       [[ $kind != pipedream && $kind != 2bw ]] || n=$(( (n + unit - 1) / unit * unit ))
       cfg=$config ;;
   esac
@@ -148,10 +148,20 @@ EOF
   steady=$(sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p' "$out/$kind.trace.txt" | head -1)
   steady=$([[ -z $steady ]] || awk -v t="$steady" -v S="$S" 'BEGIN { printf "%.1f", t / S }')
   steady_sim=$("$bin" simulate "${sim_args[@]}" --minibatches "$minis" | sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p')
+  # The planner's prediction for its own schedule (pipedream) and for data parallelism (per
+  # minibatch of batch x workers); the other schedules it does not predict.
+  predicted_ms=$(python3 - "$out/plan.json" "$kind" "$workers" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1])).get("predicted", {})
+kind, w = sys.argv[2], int(sys.argv[3])
+v = p.get("pipeline_ms_per_minibatch") if kind == "pipedream" else (p.get("data_parallel_ms_per_minibatch", 0) * w if kind == "dp" else 0)
+print("%.1f" % v if v else "")
+EOF
+)
   printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate" \
     "${steady:-n/a}" "${steady_sim:-n/a}"
   echo "$kind $cfg $n $measured $sim $err $rate" >>"$out/rows.txt"
-  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg,$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim" >>"$out/rows.csv"
+  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg,$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim,$predicted_ms" >>"$out/rows.csv"
 done
 if [[ -n $dp_rate ]]; then
   awk -v d="$dp_rate" '$1 != "dp" { printf "speed-up of %s over dp: %.2fx\n", $1, $7 / d }' "$out/rows.txt"

@@ -304,7 +304,9 @@ def section_sim_error(runs, md):
         for r in run["rows"]:
             pts.append((float(r["sim_ms"]), float(r["measured_ms"]), r["schedule"]))
             lines.append(f"| {NAMES.get(r['model'], r['model'])} | {r['cluster']} | {r['gbps'].replace(' ', ', ')} | "
-                         f"{r['schedule']} | {r['config']} | {r['sim_ms']} | {r['measured_ms']} | {r['error_pct']}% |")
+                         f"{r['schedule']} | {r['config']} | {r.get('predicted_ms') or '-'} | {r['sim_ms']} | "
+                         f"{r['measured_ms']} | {r['error_pct']}% | {r.get('steady_sim_ms') or '-'} | "
+                         f"{r.get('steady_measured_ms') or '-'} |")
     if not pts:
         md.append("(not run)\n")
         return
@@ -315,8 +317,13 @@ def section_sim_error(runs, md):
               f"minibatches against the testbed's. Median absolute error {statistics.median(errs):.0%}, "
               f"largest {max(errs):.0%}; {sum(e <= 0.2 for e in errs)} of {len(errs)} rows within 20%.\n")
     md.append("![simulated vs measured](results/sim_vs_measured.svg)\n")
-    md.append("| model | cluster | Gbit/s | schedule | config | simulated ms | measured ms | error |")
-    md.append("|---|---|---|---|---|---|---|---|")
+    md.append("Predicted: the planner's steady-state time for its plan under pipedream (dp: its data-parallel "
+              "figure x workers); simulated and measured: whole runs over the same minibatches, warm-up included; "
+              "steady: the middle third of the minibatches in whole periods of the replica rounds (metrics.h), "
+              "simulated and measured from the workers' merged traces.\n")
+    md.append("| model | cluster | Gbit/s | schedule | config | predicted ms | simulated ms | measured ms | error | "
+              "steady sim ms | steady measured ms |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|")
     md.extend(lines)
     md.append("")
 
