@@ -413,7 +413,9 @@ def section_plan_speed(md):
               "of PipeDream's 13 published profiles (../shared/data/pipedream-profiles) and a cluster (4, 8, 16 "
               "workers flat at 10 Gbit/s, 4x4 at 100/10), under the default cost model (pt) and PipeDream's "
               "(pd, `--cost-model pipedream`), median of 5 runs. The front end links no LibTorch; "
-              "`pipetrain-torch --help` beside it shows what loading LibTorch costs a process.\n")
+              "`pipetrain-torch --help` beside it shows what loading LibTorch costs a process. Under the "
+              "default model `plan` also replays its 12 best candidates in the simulator (docs/planner.md), "
+              "which is most of its time.\n")
     md.append("```\n" + end.strip() + "\n```\n")
 
 
