@@ -20,6 +20,9 @@ struct Command {
   // Adds the subcommand's options to `sub` and returns the function that runs it; empty for a
   // hand-off.
   std::function<std::function<int()>(CLI::App& sub)> setup;
+  // A subcommand that is another program (export runs Python): given every argument after its
+  // name, unparsed, so that program's own --help and errors are the user's.
+  std::function<int(const std::vector<std::string>& args)> pass_through = {};
 };
 
 std::vector<Command>& registry();

@@ -66,8 +66,11 @@ std::string printable(const std::string& text) {
 int main(int argc, char** argv) {
   auto& commands = pt::app::registry();
   if (argc > 1)
-    for (const auto& c : commands)
-      if (!c.setup && c.name == argv[1]) return pt::app::hand_off(c.name, argv);
+    for (const auto& c : commands) {
+      if (c.name != argv[1]) continue;
+      if (c.pass_through) return c.pass_through(std::vector<std::string>(argv + 2, argv + argc));
+      if (!c.setup) return pt::app::hand_off(c.name, argv);
+    }
   CLI::App app{"pipetrain: pipeline-parallel DNN training (PipeDream, GPipe, 1F1B, 2BW, ...)", "pipetrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("pipetrain ") + pt::kPipetrainVersion);
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
   for (auto& c : commands) {
     CLI::App* sub = app.add_subcommand(c.name, c.description);
     if (c.setup) runners[sub] = c.setup(*sub);
+    if (c.pass_through) sub->allow_extras();
   }
   try {
     app.parse(argc, argv);

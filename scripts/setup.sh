@@ -7,6 +7,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
       googletest libgtest-dev zlib1g-dev dataset-fashion-mnist fortunes
       iproute2 openmpi-bin
+      # pipetrain export and the import tests run the user's side: PyTorch and torchvision for Python.
+      python3-torch python3-torchvision
       # Debian's LibTorch calls libblas.so.3; without this it is the reference BLAS and the
       # dense layers run ~3x slower. The pthread build, not the serial one: the serial build is
       # not safe to call from several threads at once (worker threads got wrong results), the

@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "model/own_data.h"
+#include "model/scripted_model.h"
 #include "profile/pipedream_graph.h"
 
 namespace pt::app {
@@ -10,15 +12,25 @@ namespace pt::app {
 void ModelFlags::add_to(CLI::App& app) {
   std::string names;
   for (const auto& n : model::model_names()) names += (names.empty() ? "" : ", ") + n;
-  app.add_option("--model", model, "Model: " + names)->capture_default_str();
+  app.add_option("--model", model, "Model: " + names + ", or a model file from `pipetrain export` (FILE.pt)")
+      ->capture_default_str();
+  app.add_option("--loss", loss,
+                 "Model files: cross-entropy, mse or lm (next-token cross-entropy); default the file's own "
+                 "loss method, else cross-entropy")
+      ->check(CLI::IsMember(model::loss_names()));
   app.add_option("--width", options.width, "Channel/hidden-size multiplier (vgg16, resnet*, lstm-lm, gpt)")
       ->capture_default_str();
   app.add_option("--image-size", options.image_size, "Square input size for vgg16/resnet* (default 224, or 28 on fashion-mnist)");
   app.add_option("--classes", options.classes, "Output classes (default from the data set)");
   app.add_option("--seq-len", options.seq_len, "Tokens per sample for lstm-lm/gpt");
   app.add_option("--depth", options.depth, "Transformer blocks (gpt) or LSTM layers (lstm-lm)");
-  app.add_option("--data", data, "Data: fashion-mnist, text, synthetic (default: the model's natural data)")
-      ->check(CLI::IsMember({"fashion-mnist", "text", "synthetic"}));
+  app.add_option("--data", data,
+                 "Data: fashion-mnist, text, synthetic (default: the model's natural data), or your own: FILE.pt "
+                 "(torch.save of {'x', 'y'[, 'x_test', 'y_test']}) or a DIR of such shards")
+      ->check([](const std::string& d) {
+        if (d == "fashion-mnist" || d == "text" || d == "synthetic" || model::is_own_data(d)) return std::string();
+        return "'" + d + "' is not fashion-mnist, text, synthetic or a data file (FILE.pt, DIR)";
+      });
   app.add_option("--data-dir", data_dir, "Directory of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
   app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
@@ -53,8 +65,13 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
     *data_out = profile::emulated_data(*m, synthetic_samples, seed + 1);
     return m;
   }
+  if (model::is_model_file(model)) return build_from_file(data_out);
+  if (!loss.empty()) throw UsageError(str("--loss: for model files; ", model, " has its own loss"));
   bool lm = model::is_language_model(model);
   std::string kind = data;
+  if (model::is_own_data(kind))
+    throw UsageError(str("--data: ", kind, " is your own data; it trains a model file (--model FILE.pt from "
+                         "`pipetrain export`), the zoo's models take fashion-mnist, text or synthetic"));
   if (kind.empty()) kind = lm ? "text" : (model == "mnist-cnn" ? "fashion-mnist" : "synthetic");
   if (lm && kind == "fashion-mnist")
     throw UsageError(str("--data: ", model, " is a language model; use --data text or synthetic"));
@@ -87,9 +104,39 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
   return m;
 }
 
+std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSplit* data_out) {
+  auto m = build_model_only();
+  std::string kind = data.empty() ? "synthetic" : data;
+  if (kind == "text") throw UsageError("--data text: for lstm-lm and gpt; a model file trains on FILE.pt or synthetic");
+  if (model::is_own_data(kind)) {
+    *data_out = model::load_own_data(kind, *m);
+  } else if (kind == "fashion-mnist") {
+    if (m->sample_shape() != std::vector<int64_t>{1, 28, 28} || m->integer_input())
+      throw UsageError(str("--data fashion-mnist: its images are float32 [N, 1, 28, 28]; ", model, " takes another input"));
+    *data_out = model::load_fashion_mnist(data_dir);
+  } else {
+    // Synthetic data of the model's input, its targets in the range of what it outputs.
+    torch::Tensor out;
+    {
+      torch::NoGradGuard no_grad;
+      m->train(false);
+      std::vector<int64_t> shape{1};
+      for (int64_t d : m->sample_shape()) shape.push_back(d);
+      out = m->forward(m->integer_input() ? torch::zeros(shape, torch::kInt64) : torch::zeros(shape));
+      m->train(true);
+    }
+    if (m->task() == model::Task::kRegression)
+      throw UsageError("--loss mse: synthetic data has class targets; give --data FILE.pt with float32 'y'");
+    *data_out = model::synthetic_data(*m, synthetic_samples, std::max<int64_t>(1, synthetic_samples / 8),
+                                      out.size(-1), seed + 1);
+  }
+  return m;
+}
+
 std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only() const {
   torch::manual_seed(seed);
   if (profile_) return profile::build_emulated_model(*profile_, emulation);
+  if (model::is_model_file(model)) return model::load_scripted_model(model, loss);
   return model::build_model(model, resolved_);
 }
 

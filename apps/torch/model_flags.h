@@ -15,7 +15,8 @@ namespace pt::app {
 struct ModelFlags {
   std::string model = "mnist-cnn";
   model::ModelOptions options;
-  std::string data;  // "" = the model's default: fashion-mnist, text or synthetic
+  std::string loss;  // model files only: "" = the file's loss method or cross-entropy
+  std::string data;  // "" = the model's default: fashion-mnist, text or synthetic; or FILE.pt, DIR
   std::string data_dir = model::kFashionMnistDir;
   std::string text = model::kDefaultTextFile;
   int64_t synthetic_samples = 2048;
@@ -40,6 +41,7 @@ struct ModelFlags {
   std::shared_ptr<model::LayeredModel> build_model_only() const;
 
  private:
+  std::shared_ptr<model::LayeredModel> build_from_file(model::DataSplit* data_out);
   model::ModelOptions resolved_;
   std::shared_ptr<const profile::Profile> profile_;  // emulated compute
 };

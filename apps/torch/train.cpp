@@ -225,6 +225,8 @@ Register reg({"train", kTrainDescription,
                  "Also measure test accuracy every N minibatches (pipelines drain there; for time-to-accuracy)");
   app.add_option("--metrics", t.metrics_path, "Write per-step metrics to this CSV file");
   app.add_flag("--quiet", t.quiet, "No progress output");
+  app.add_flag("--no-shuffle", [&t](int64_t) { t.shuffle = false; },
+               "Minibatches in the data's order (each epoch the same): to compare with another trainer");
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
   app.add_option("--schedule", f->pipe.schedule, "Pipeline schedule: " + kinds)

@@ -25,13 +25,19 @@ torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
 torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tensor& target) const {
   // Emulated compute: cheap, defined (zero) and differentiable, whatever the output's size.
   if (task_ == Task::kEmulated) return output.mean();
+  if (custom_loss_) return custom_loss_(output, target);
+  if (task_ == Task::kRegression) {
+    if (output.sizes() != target.sizes())
+      throw Error(pt::str("loss mse: the model's output is ", output.sizes(), " but the target is ", target.sizes()));
+    return torch::nn::functional::mse_loss(output, target);
+  }
   if (task_ == Task::kLanguageModel)
     return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}));
   return torch::nn::functional::cross_entropy(output, target);
 }
 
 int64_t LayeredModel::correct(const torch::Tensor& output, const torch::Tensor& target) const {
-  if (task_ == Task::kEmulated) return 0;  // nothing is learnt
+  if (!has_accuracy()) return 0;
   return output.argmax(-1).eq(target).sum().item<int64_t>();
 }
 

@@ -3,6 +3,7 @@
 // A residual block or a transformer block is one layer. Every zoo model is a chain: layer i
 // reads layer i-1's output (layer 0 reads the input batch); `inputs` records it explicitly so
 // profiles carry the graph.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,11 @@ enum class Task {
   kClassification,  // output [N, classes] logits, target [N] class ids
   kLanguageModel,   // output [N, T, vocab] logits, target [N, T] token ids
   kEmulated,        // emulated compute (emulated_layer.h): output zeros, loss their mean, no accuracy
+  kRegression,      // output and target of one shape, mean squared error, no accuracy
 };
+
+// A loss the model brings (an imported model file's own `loss` method): (output, target) -> scalar.
+using LossFunction = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
 
 struct Layer {
   std::string name;
@@ -27,6 +32,8 @@ class LayeredModel {
   LayeredModel(std::string name, Task task, std::vector<int64_t> sample_shape, bool integer_input);
 
   void add(std::string name, torch::nn::Sequential module);
+  // Replaces the task's loss (the accuracy still follows the task).
+  void set_loss(LossFunction loss) { custom_loss_ = std::move(loss); }
 
   const std::string& name() const { return name_; }
   Task task() const { return task_; }
@@ -40,9 +47,11 @@ class LayeredModel {
   // Runs layers [first, last) on x.
   torch::Tensor forward(torch::Tensor x, int first = 0, int last = -1);
   torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
-  // Number of correct predictions (classification: argmax; LM: per token).
+  // Number of correct predictions (classification: argmax; LM: per token; 0 when the task has
+  // no accuracy, has_accuracy() false).
   int64_t correct(const torch::Tensor& output, const torch::Tensor& target) const;
-  int64_t targets_per_sample() const;  // 1, or the sequence length for an LM
+  int64_t targets_per_sample() const;
+  bool has_accuracy() const { return task_ == Task::kClassification || task_ == Task::kLanguageModel; }  // 1, or the sequence length for an LM
 
   std::vector<torch::Tensor> parameters(int first = 0, int last = -1) const;
   std::vector<torch::Tensor> layer_parameters(int i) const;
@@ -55,6 +64,7 @@ class LayeredModel {
   std::vector<int64_t> sample_shape_;
   bool integer_input_;
   std::vector<Layer> layers_;
+  LossFunction custom_loss_;
 };
 
 }  // namespace pt::model

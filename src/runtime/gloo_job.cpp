@@ -94,7 +94,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     }
     transport->prepare_groups(groups);
 
-    WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
+    WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums, o.train.shuffle};
     check_resume_fits(job, o, *model);
     worker = std::make_unique<Worker>(config.rank, model, data, *transport, wo);
     Progress progress(job.first_step + job.steps, reports ? o.train.metrics_path : "", o.train.quiet || !reports);

@@ -96,7 +96,7 @@ schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o) {
 
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data) {
   JobLayout job;
-  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed);
+  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed, o.train.shuffle);
   job.per_epoch = sampler.batches_per_epoch();
   int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * job.per_epoch;
   job.sgd = o.train.sgd;
@@ -116,8 +116,9 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.resume_from = start.resume_from;
   job.resume_manifest = start.manifest;
   if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
-  job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step,
-                               o.checkpoint.dir.empty() ? 0 : std::max<int64_t>(o.checkpoint.every, 0),
+  // --checkpoint-every 0 with a directory: one checkpoint, at the end (every `total` steps).
+  int64_t every = o.checkpoint.dir.empty() ? 0 : o.checkpoint.every > 0 ? o.checkpoint.every : std::max<int64_t>(total, 1);
+  job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step, every,
                                o.train.evaluate ? o.train.eval_every : 0);
   for (const auto& seg : job.segments) job.steps += seg.minibatches;
   return job;
@@ -185,7 +186,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
   std::vector<std::unique_ptr<ThreadTransport>> transports;
   std::vector<std::unique_ptr<Worker>> workers;
-  WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums};
+  WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums, o.train.shuffle};
   for (int w = 0; w < n; ++w) {
     transports.push_back(std::make_unique<ThreadTransport>(hub, w));
     workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));

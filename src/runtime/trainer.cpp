@@ -29,6 +29,7 @@ double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test,
     total += target.numel();
   }
   model.train(true);
+  if (!model.has_accuracy() && model.task() != model::Task::kEmulated) return -1;  // mse: no accuracy
   return total ? static_cast<double>(correct) / total : 0;
 }
 
@@ -51,7 +52,7 @@ void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& o) {
   check_train_options(o, data);
-  model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed);
+  model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed, o.shuffle);
   int64_t per_epoch = sampler.batches_per_epoch();
   int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   torch::optim::SGD sgd(model.parameters(),

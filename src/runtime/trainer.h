@@ -16,6 +16,7 @@ struct TrainOptions {
   int64_t batch_size = 64;
   SgdOptions sgd;
   uint64_t seed = 0;
+  bool shuffle = true;  // false: minibatch k is samples [k*B, (k+1)*B) of every epoch (--no-shuffle)
   std::string metrics_path;   // per-step CSV; "" = none
   bool quiet = false;         // no progress output
   bool evaluate = true;       // test accuracy after each epoch and at the end

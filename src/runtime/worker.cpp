@@ -18,7 +18,7 @@ constexpr int kActivation = 0, kGradient = 1;
 Worker::Worker(int rank, std::shared_ptr<model::LayeredModel> model, const model::DataSplit& data,
                Transport& transport, const WorkerOptions& options)
     : rank_(rank), model_(std::move(model)), data_(data), transport_(transport), options_(options),
-      sampler_(data.train.size(), options.batch_size, options.seed) {}
+      sampler_(data.train.size(), options.batch_size, options.seed, options.shuffle) {}
 
 int64_t Worker::tag(int direction, int stage, int64_t mb, int stages) {
   return (mb * stages + stage) * 2 + direction;
@@ -243,6 +243,7 @@ double Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test,
     }
   }
   model_->train(true);
+  if (model_->task() == model::Task::kRegression) return -1;  // no accuracy
   return holds_last && total > 0 ? static_cast<double>(correct) / total : -1;
 }
 

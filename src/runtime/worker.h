@@ -24,6 +24,7 @@ struct WorkerOptions {
   uint64_t seed = 0;
   bool stash_weights = true;
   bool record_weight_sums = false;  // tests of weight stashing
+  bool shuffle = true;              // TrainOptions::shuffle
 };
 
 class Worker {

@@ -1,0 +1,492 @@
+"""pipetrain export: a user's PyTorch model as a TorchScript chain of layers pipetrain can cut between.
+
+Run by `pipetrain export` with Debian's python3-torch. The written file's top level holds one
+child per layer, run in order; each takes one tensor and returns one tensor. A boundary that
+carries several tensors (a residual stream beside an encoder's output) is packed by the layer
+before it into one flat tensor and unpacked by the layer after it, so the runtime and its
+transports move one tensor per microbatch and autograd flows through the packing.
+The layer names and the input's shape and dtype go into the file as `extra/pipetrain.json`.
+"""
+import argparse
+import collections
+import importlib
+import json
+import operator
+import os
+import sys
+import time
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp
+
+FORMAT = "pipetrain.model/1"
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32}
+
+
+class ExportError(Exception):
+    pass
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="pipetrain export", description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True,
+                   help="MODULE:CALLABLE returning an nn.Module (MODULE from PYTHONPATH or the current directory), "
+                        "or a TorchScript file whose children run in order")
+    p.add_argument("--input-shape", required=True, help="Example batch shape, batch first: 64,3,32,32")
+    p.add_argument("--input-dtype", default="float32", choices=sorted(DTYPES), help="Input dtype (int64: token ids)")
+    p.add_argument("--input-high", type=int, default=2, help="Integer inputs: example values in [0, HIGH)")
+    p.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for CALLABLE")
+    p.add_argument("--layers", type=int, default=0, help="Layers to cut the model into (0: its natural boundaries)")
+    p.add_argument("--max-boundary-tensors", type=int, default=4,
+                   help="Most tensors a cut may carry when --layers asks for more layers than single-tensor cuts give")
+    p.add_argument("--loss", default="", help="MODULE:CALLABLE returning an nn.Module loss(output, target), kept in the file")
+    p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before CALLABLE (its random weights)")
+    p.add_argument("-o", "--output", required=True, help="TorchScript file to write")
+    return p.parse_args(argv)
+
+
+def import_callable(spec, flag):
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ExportError(f"{flag}: expected MODULE:CALLABLE, got '{spec}'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # the user's module may raise anything while importing
+        raise ExportError(f"{flag}: cannot import '{module_name}' (PYTHONPATH={os.environ.get('PYTHONPATH', '')}): {e}")
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ExportError(f"{flag}: '{module_name}' has no '{attr}'")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ExportError(f"{flag}: '{spec}' is not callable")
+    return obj
+
+
+def example_input(shape, dtype, high, batch=None):
+    shape = list(shape)
+    if batch is not None:
+        shape[0] = batch
+    g = torch.Generator().manual_seed(1)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    return torch.randint(0, high, shape, generator=g, dtype=dtype)
+
+
+def time_call(fn, repeats=3):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# ---------------------------------------------------------------- cutting an fx graph into a chain
+
+class Graph:
+    """The traced model's nodes in order, with what each cut between two of them would carry."""
+
+    def __init__(self, gm, x, x_other):
+        self.gm = gm
+        nodes = list(gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        if len(placeholders) != 1:
+            raise ExportError(f"--model: forward takes {len(placeholders)} inputs; pipetrain feeds one tensor")
+        self.input = placeholders[0]
+        self.ops = [n for n in nodes if n.op in ("call_module", "call_function", "call_method")]
+        self.output = next(n for n in nodes if n.op == "output")
+        out = self.output.args[0]
+        if not isinstance(out, torch.fx.Node):
+            raise ExportError("--model: forward returns a tuple or a dict; pipetrain's last layer must return one tensor")
+        self.shapes = self._shapes(x)
+        self.other_shapes = self._shapes(x_other)
+        self.batch, self.batch_other = x.shape[0], x_other.shape[0]
+        self.index = {n: i for i, n in enumerate(self.ops)}
+        self.index[self.input] = -1
+        self.index[self.output] = len(self.ops)
+        self._last_use = {}
+        for n in [self.input] + self.ops:
+            users = [self.index.get(u, len(self.ops)) for u in n.users]
+            self._last_use[n] = max(users) if users else self.index[n]
+        self._forbidden = self._forbidden_spans()
+
+    def _shapes(self, x):
+        ShapeProp(self.gm).propagate(x)
+        shapes = {}
+        for n in self.gm.graph.nodes:
+            meta = n.meta.get("tensor_meta")
+            shapes[n] = (tuple(meta.shape), meta.dtype) if hasattr(meta, "shape") else None
+        return shapes
+
+    def _forbidden_spans(self):
+        """Index ranges no cut may fall inside: a module or attribute with state used on both sides
+        (tied weights), and a value modified in place after another node read it."""
+        spans = []
+        uses = collections.defaultdict(list)
+        for n in self.gm.graph.nodes:
+            if n.op in ("call_module", "get_attr"):
+                target = n.target
+                stateful = n.op == "get_attr" or any(True for _ in self.gm.get_submodule(target).parameters()) or \
+                    any(True for _ in self.gm.get_submodule(target).buffers())
+                if stateful:
+                    for u in ([n] if n.op == "call_module" else list(n.users)):
+                        uses[target].append(self.index.get(u, len(self.ops)))
+        for target, idx in uses.items():
+            if len(idx) > 1:
+                spans.append((min(idx), max(idx), f"'{target}' is used by nodes on both sides"))
+        for n in self.ops:
+            inplace = (n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__")) or \
+                n.kwargs.get("inplace", False) is True
+            if inplace and n.args and isinstance(n.args[0], torch.fx.Node):
+                src = n.args[0]
+                spans.append((self.index.get(src, -1), self.index[n], f"'{n.name}' modifies '{src.name}' in place"))
+        return spans
+
+    def live_after(self, i):
+        """Values defined at or before op i that a later node reads: what a cut after op i carries."""
+        return [n for n in [self.input] + self.ops[: i + 1] if self._last_use[n] > i]
+
+    def cut_problem(self, i):
+        """Why no cut may follow op i (None: it may)."""
+        for lo, hi, why in self._forbidden:
+            if lo <= i < hi:
+                return why
+        for v in self.live_after(i):
+            if self.shapes.get(v) is None:
+                return f"'{v.name}' is not a tensor"
+            if self.layout(v) is None:
+                return f"'{v.name}' does not scale with the batch in one dimension"
+        return None
+
+    def layout(self, v):
+        """(shape with -1 for the batch dimension, dtype), or None when no single dimension scales."""
+        (a, dtype), (b, _) = self.shapes[v], self.other_shapes[v]
+        if len(a) != len(b):
+            return None
+        diff = [d for d in range(len(a)) if a[d] != b[d]]
+        if not diff:
+            return list(a), dtype
+        if len(diff) == 1 and a[diff[0]] * self.batch_other == b[diff[0]] * self.batch:
+            shape = list(a)
+            shape[diff[0]] = -1
+            return shape, dtype
+        return None
+
+    def has_state(self, lo, hi):
+        for n in self.ops[lo:hi]:
+            if n.op == "call_module":
+                m = self.gm.get_submodule(n.target)
+                if any(True for _ in m.parameters()) or any(True for _ in m.buffers()):
+                    return True
+            if any(isinstance(a, torch.fx.Node) and a.op == "get_attr" for a in n.args):
+                return True
+        return False
+
+
+def node_times(gm, x):
+    """Seconds each op of gm takes on x (the best of a few runs): the cost the layer split balances."""
+    times = collections.defaultdict(lambda: float("inf"))
+
+    class Timed(torch.fx.Interpreter):
+        def run_node(self, n):
+            t0 = time.perf_counter()
+            out = super().run_node(n)
+            times[n] = min(times[n], time.perf_counter() - t0)
+            return out
+
+    with torch.no_grad():
+        for _ in range(3):
+            Timed(gm).run(x)
+    return times
+
+
+def choose_cuts(graph, times, layers, max_tensors):
+    """Cut positions (a cut after op i) giving the chain: every single-tensor cut, with layers that
+    hold no state joined to a neighbour; then, to reach --layers N, the costliest layer split at
+    its cheapest multi-tensor cut or the cheapest neighbouring pair joined."""
+    k = len(graph.ops)
+    allowed = {i: len(graph.live_after(i)) for i in range(k - 1) if graph.cut_problem(i) is None}
+    cuts = sorted(i for i, n in allowed.items() if n == 1)
+
+    def spans(cs):
+        bounds = [-1] + cs + [k - 1]
+        return [(bounds[j] + 1, bounds[j + 1] + 1) for j in range(len(bounds) - 1)]
+
+    def cost(lo, hi):
+        return sum(times[n] for n in graph.ops[lo:hi])
+
+    changed = True
+    while changed and cuts:  # stateless layers (an activation, a pooling) join their neighbour
+        changed = False
+        for j, (lo, hi) in enumerate(spans(cuts)):
+            if not graph.has_state(lo, hi):
+                cuts.pop(j - 1 if j > 0 else 0)
+                changed = True
+                break
+    if layers <= 0:
+        return cuts
+    while len(cuts) + 1 > layers:
+        sp = spans(cuts)
+        j = min(range(len(cuts)), key=lambda c: cost(*sp[c]) + cost(*sp[c + 1]))
+        cuts.pop(j)
+    while len(cuts) + 1 < layers:
+        best = None
+        for lo, hi in sorted(spans(cuts), key=lambda s: -cost(*s)):
+            inner = [i for i in range(lo, hi - 1) if i in allowed and allowed[i] <= max_tensors]
+            if inner:
+                half = cost(lo, hi) / 2
+                best = min(inner, key=lambda i: (allowed[i], abs(cost(lo, i + 1) - half)))
+                break
+        if best is None:
+            break
+        cuts = sorted(cuts + [best])
+    return cuts
+
+
+def build_layer(graph, lo, hi, inputs, outputs):
+    """A GraphModule running ops [lo, hi) on one tensor: the unpacked `inputs`, returning the
+    packed `outputs`."""
+    g = torch.fx.Graph()
+    env = {}
+    x = g.placeholder("x")
+    if len(inputs) == 1:
+        env[inputs[0]] = x
+    else:
+        for v, t in zip(inputs, unpack(g, x, [graph.layout(v) for v in inputs])):
+            env[v] = t
+
+    def arg(a):
+        if a not in env and a.op == "get_attr":
+            env[a] = g.node_copy(a)
+        return env[a]
+
+    for n in graph.ops[lo:hi]:
+        env[n] = g.node_copy(n, arg)
+    g.output(env[outputs[0]] if len(outputs) == 1 else pack(g, [env[v] for v in outputs],
+                                                            [graph.layout(v) for v in outputs]))
+    return torch.fx.GraphModule(graph.gm, g)
+
+
+def carrier_dtype(layouts):
+    floats = [d for _, d in layouts if d.is_floating_point]
+    return floats[0] if floats else torch.float32
+
+
+def pack(g, values, layouts):
+    dtype = carrier_dtype(layouts)
+    flat = []
+    for v, (_, d) in zip(values, layouts):
+        f = g.call_method("reshape", (v, -1))
+        flat.append(f if d == dtype else g.call_method("to", (f, dtype)))
+    return g.call_function(torch.cat, (flat, 0))
+
+
+def unpack(g, x, layouts):
+    """Inverse of pack: the batch is what the packed length leaves after the fixed-size parts."""
+    dtype = carrier_dtype(layouts)
+    per_sample, fixed = 0, 0
+    for shape, _ in layouts:
+        n = 1
+        for s in shape:
+            n *= abs(s)
+        if -1 in shape:
+            per_sample += n
+        else:
+            fixed += n
+    numel = g.call_method("numel", (x,))
+    batch = g.call_function(operator.floordiv, (g.call_function(operator.sub, (numel, fixed)), max(per_sample, 1)))
+    out, offset = [], 0
+    for shape, d in layouts:
+        n = 1
+        for s in shape:
+            n *= abs(s)
+        size = g.call_function(operator.mul, (batch, n)) if -1 in shape else n
+        part = g.call_method("narrow", (x, 0, offset, size))
+        part = g.call_method("reshape", (part, tuple(shape)))
+        out.append(part if d == dtype else g.call_method("to", (part, d)))
+        offset = g.call_function(operator.add, (offset, size)) if not isinstance(offset, int) or \
+            not isinstance(size, int) else offset + size
+    return out
+
+
+def layer_names(graph, spans):
+    """Each layer's modules' common path (layer1.0); where two layers share it, the range of
+    its children each holds (blocks.0.norm1..attn); with no common path, the owners joined
+    (layer4.1+avgpool)."""
+    def targets(lo, hi):
+        out = []
+        for n in graph.ops[lo:hi]:
+            out += [n.target] if n.op == "call_module" else \
+                [a.target for a in n.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
+        return out
+
+    prefixes = [".".join(os.path.commonprefix([t.split(".") for t in targets(*s)])) for s in spans]
+    names = []
+    for (lo, hi), prefix in zip(spans, prefixes):
+        ts = targets(lo, hi)
+        if prefix and prefixes.count(prefix) > 1:
+            inner = [t[len(prefix) + 1:].split(".")[0] for t in ts if t != prefix]
+            name = f"{prefix}.{inner[0]}..{inner[-1]}" if inner else prefix
+        elif prefix:
+            name = prefix
+        elif ts:
+            owners = list(dict.fromkeys(t.rsplit(".", 1)[0] for t in ts))
+            name = "+".join(owners) if len(owners) <= 3 else f"{owners[0]}+..+{owners[-1]}"
+        else:
+            name = graph.ops[lo].name
+        base, k = name, 2
+        while name in names:
+            name, k = f"{base}#{k}", k + 1
+        names.append(name)
+    return names
+
+
+def split_traced(model, x, x_other, layers, max_tensors):
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception as e:  # fx raises TraceError, TypeError, ... on what it cannot follow
+        raise ExportError(f"--model: torch.fx cannot trace {type(model).__name__}: {e}. Data-dependent control flow "
+                          "cannot be split; move it into a submodule (kept whole) or pass an nn.Sequential")
+    try:
+        graph = Graph(gm, x, x_other)
+    except ExportError:
+        raise
+    except Exception as e:
+        raise ExportError(f"--model: running {type(model).__name__} at batch {x.shape[0]} and {x_other.shape[0]} "
+                          f"failed: {e}. pipetrain splits minibatches into microbatches, so no layer may fix the batch size")
+    cuts = choose_cuts(graph, node_times(gm, x), layers, max_tensors)
+    bounds = [-1] + cuts + [len(graph.ops) - 1]
+    spans = [(bounds[j] + 1, bounds[j + 1] + 1) for j in range(len(bounds) - 1)]
+    modules, boundaries = [], []
+    for lo, hi in spans:
+        inputs = graph.live_after(lo - 1) if lo > 0 else [graph.input]
+        outputs = graph.live_after(hi - 1) if hi < len(graph.ops) else [graph.output.args[0]]
+        modules.append(build_layer(graph, lo, hi, inputs, outputs))
+        if hi < len(graph.ops):
+            boundaries.append(len(outputs))
+    return layer_names(graph, spans), modules, boundaries
+
+
+def split_sequential(model, x, layers):
+    # Each layer a Sequential keyed by the original children's names, so a parameter's path in
+    # the file is its path in the user's model (python/pipetrain/weights.py relies on it).
+    named = list(model.named_children())
+    if layers <= 0 or layers >= len(named):
+        groups = [[i] for i in range(len(named))]
+    else:
+        times = []
+        with torch.no_grad():
+            h = x
+            for _, c in named:
+                times.append(time_call(lambda: c(h)))
+                h = c(h)
+        groups = [[i] for i in range(len(named))]
+        while len(groups) > layers:
+            j = min(range(len(groups) - 1), key=lambda g: sum(times[i] for i in groups[g] + groups[g + 1]))
+            groups[j:j + 2] = [groups[j] + groups[j + 1]]
+    names = [named[g[0]][0] if len(g) == 1 else f"{named[g[0]][0]}..{named[g[-1]][0]}" for g in groups]
+    modules = [torch.nn.Sequential(collections.OrderedDict(named[i] for i in g)) for g in groups]
+    return names, modules, [1] * (len(groups) - 1)
+
+
+class LossHolder(torch.nn.Module):
+    """The chain's container when a loss is kept in the file: the layers are its children, the
+    loss a method pipetrain calls when present."""
+
+    def __init__(self, layers, loss):
+        super().__init__()
+        for name, m in layers.items():
+            self.add_module(name, m)
+        self._pipetrain_loss = loss
+
+    def forward(self, x):
+        return x  # unused: pipetrain runs the layers one by one
+
+    @torch.jit.export
+    def loss(self, output, target):
+        return self._pipetrain_loss(output, target)
+
+
+def export(args):
+    shape = [int(s) for s in args.input_shape.split(",") if s.strip()]
+    if not shape or any(s < 1 for s in shape):
+        raise ExportError(f"--input-shape: expected positive sizes, batch first (64,3,32,32), got '{args.input_shape}'")
+    try:
+        kwargs = json.loads(args.kwargs)
+    except json.JSONDecodeError as e:
+        raise ExportError(f"--kwargs: not JSON: {e}")
+    if not isinstance(kwargs, dict):
+        raise ExportError(f"--kwargs: expected a JSON object, got {args.kwargs}")
+    dtype = DTYPES[args.input_dtype]
+    torch.manual_seed(args.seed)
+    if os.path.isfile(args.model):
+        try:
+            model = torch.jit.load(args.model)
+        except Exception as e:
+            raise ExportError(f"--model: {args.model} is not a TorchScript file: {e}")
+        scripted_input = True
+    else:
+        model = import_callable(args.model, "--model")(**kwargs)
+        if not isinstance(model, torch.nn.Module):
+            raise ExportError(f"--model: {args.model} returned {type(model).__name__}, not an nn.Module")
+        scripted_input = False
+    x = example_input(shape, dtype, args.input_high)
+    x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
+    was_training = model.training
+    model.eval()  # analysis must not move BatchNorm's running statistics
+    if scripted_input or isinstance(model, torch.nn.Sequential):
+        names, modules, boundaries = split_sequential(model, x, args.layers)
+    else:
+        names, modules, boundaries = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
+    children = collections.OrderedDict((f"l{i}_" + "".join(c if c.isalnum() else "_" for c in n), m)
+                                       for i, (n, m) in enumerate(zip(names, modules)))
+    chain = torch.nn.Sequential(children)
+    if args.loss:
+        loss = import_callable(args.loss, "--loss")()
+        chain = LossHolder(children, loss)
+    with torch.no_grad():
+        expected = model(x)
+        h = x
+        for m in children.values():
+            h = m(h)
+    if not isinstance(expected, torch.Tensor) or h.shape != expected.shape or \
+            not torch.allclose(h, expected, rtol=1e-4, atol=1e-5):
+        raise ExportError("--model: the chain of layers does not compute what the model computes "
+                          f"(max difference {(h - expected).abs().max().item() if h.shape == expected.shape else 'shape'}); "
+                          "its forward may not be a chain of its children")
+    try:
+        scripted = torch.jit.script(chain)
+    except Exception as e:
+        raise ExportError(f"--model: TorchScript cannot compile the layers: {e}")
+    if was_training:
+        scripted.train()
+    meta = {"format": FORMAT, "source": args.model, "kwargs": kwargs, "layers": names,
+            "children": list(children.keys()), "boundary_tensors": boundaries,
+            "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
+            "loss": bool(args.loss)}
+    tmp = args.output + ".partial"
+    torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta)})
+    os.replace(tmp, args.output)
+    params = sum(p.numel() for p in scripted.parameters())
+    multi = sum(1 for b in boundaries if b > 1)
+    print(f"wrote {args.output}: {len(names)} layers, {params} parameters"
+          + (f", {multi} boundaries carrying several tensors" if multi else ""))
+    for n in names:
+        print(f"  {n}")
+
+
+def main(argv=None):
+    sys.path.insert(0, os.getcwd())  # MODULE from the current directory too, as `python -m` finds it
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    try:
+        export(args)
+    except ExportError as e:
+        print(f"pipetrain export: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

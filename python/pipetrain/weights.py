@@ -1,0 +1,85 @@
+"""A pipetrain checkpoint's weights as your model's state_dict.
+
+    python3 -m pipetrain.weights MODEL.pt CHECKPOINT_DIR -o state.pt   (PYTHONPATH=<pipetrain>/python)
+    model.load_state_dict(torch.load("state.pt"), strict=False)
+
+MODEL.pt is the file `pipetrain export` wrote: its layer k's parameters, in its own order, are
+param.0, param.1, ... of the checkpoint's layer-k.tensors, and their paths in the file are their
+paths in the model it was exported from. CHECKPOINT_DIR is a checkpoint (step-N) or the folder
+holding them (the newest complete one is read). Checkpoints hold the parameters, not buffers
+such as BatchNorm's running statistics: strict=False keeps the model's own.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import struct
+import sys
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32,
+          "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def read_tensor_file(path):
+    """A pipetrain.tensors/1 file (src/core/tensor_file.h) as {name: tensor}."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"PTTENSR1":
+        raise ValueError(f"{path}: not a pipetrain tensor file")
+    (header_len,) = struct.unpack("<Q", data[8:16])
+    header = json.loads(data[16:16 + header_len])
+    body = data[16 + header_len:]
+    out = {}
+    for t in header["tensors"]:
+        raw = bytearray(body[t["offset"]:t["offset"] + t["bytes"]])
+        out[t["name"]] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).reshape(t["shape"]).clone() \
+            if t["bytes"] else torch.empty(t["shape"], dtype=DTYPES[t["dtype"]])
+    return out
+
+
+def newest_checkpoint(path):
+    if os.path.exists(os.path.join(path, "manifest.json")):
+        return path
+    steps = [(int(m.group(1)), d) for d in os.listdir(path) if (m := re.fullmatch(r"step-(\d+)", d))
+             and os.path.exists(os.path.join(path, d, "manifest.json"))]
+    if not steps:
+        raise ValueError(f"{path}: no complete checkpoint (step-N/manifest.json)")
+    return os.path.join(path, max(steps)[1])
+
+
+def trained_state(model_file, checkpoint):
+    """{parameter path in the exported model: trained tensor}."""
+    extra = {"pipetrain.json": ""}
+    module = torch.jit.load(model_file, _extra_files=extra)
+    meta = json.loads(extra["pipetrain.json"])
+    ck = newest_checkpoint(checkpoint)
+    state = collections.OrderedDict()
+    for k, child in enumerate(meta["children"]):
+        names = [n for n, _ in getattr(module, child).named_parameters()]
+        tensors = read_tensor_file(os.path.join(ck, f"layer-{k}.tensors"))
+        for i, name in enumerate(names):
+            state[name] = tensors[f"param.{i}"]
+    return state
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m pipetrain.weights", description=__doc__.split("\n")[0])
+    p.add_argument("model", help="the model file `pipetrain export` wrote")
+    p.add_argument("checkpoint", help="a checkpoint directory (or the --checkpoint-dir holding several)")
+    p.add_argument("-o", "--output", required=True, help="state_dict file to write (torch.save)")
+    a = p.parse_args(argv)
+    try:
+        state = trained_state(a.model, a.checkpoint)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        print(f"pipetrain.weights: {e}", file=sys.stderr)
+        return 1
+    torch.save(state, a.output)
+    print(f"wrote {a.output}: {len(state)} tensors from {newest_checkpoint(a.checkpoint)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

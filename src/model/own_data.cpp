@@ -1,0 +1,158 @@
+#include "model/own_data.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json_doc.h"
+
+namespace pt::model {
+
+namespace {
+
+std::string shape_of(const torch::Tensor& t) {
+  std::ostringstream s;
+  s << t.sizes();
+  return s.str();
+}
+
+std::string dtype_of(const torch::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+
+using Shard = std::map<std::string, torch::Tensor>;
+
+Shard read_shard(const std::string& path) {
+  std::string bytes = read_regular_file(path, kMaxInputFileBytes);
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    throw FormatError(str(path, ": not a file torch.save wrote: ", e.what_without_backtrace()));
+  }
+  if (!value.isGenericDict())
+    throw FormatError(str(path, ": holds a ", value.tagKind(), "; expected a dict of tensors {'x': ..., 'y': ...}"));
+  Shard shard;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString()) throw FormatError(str(path, ": a key is a ", entry.key().tagKind(), ", not a string"));
+    std::string key = entry.key().toStringRef();
+    if (key != "x" && key != "y" && key != "x_test" && key != "y_test")
+      throw FormatError(str(path, ": unknown key '", key, "' (x, y, x_test, y_test)"));
+    if (!entry.value().isTensor()) throw FormatError(str(path, ": '", key, "' is a ", entry.value().tagKind(), ", not a tensor"));
+    shard[key] = entry.value().toTensor().contiguous();
+  }
+  for (const char* key : {"x", "y"})
+    if (!shard.count(key)) throw FormatError(str(path, ": no '", key, "' (a dict of tensors: x, y, optionally x_test, y_test)"));
+  if (shard.count("x_test") != shard.count("y_test"))
+    throw FormatError(str(path, ": '", shard.count("x_test") ? "x_test" : "y_test", "' without its partner"));
+  return shard;
+}
+
+std::vector<std::string> shard_files(const std::string& dir) {
+  std::vector<std::string> files;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0) files.push_back(dir + "/" + name);
+    }
+    ::closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw FormatError(str("--data: ", dir, " holds no *.pt shards"));
+  return files;
+}
+
+// What the model computes on two samples: the targets are checked against it.
+torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const std::string& source) {
+  torch::NoGradGuard no_grad;
+  model.train(false);
+  torch::Tensor out;
+  try {
+    out = model.forward(x.narrow(0, 0, std::min<int64_t>(2, x.size(0))));
+  } catch (const c10::Error& e) {
+    model.train(true);
+    throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", e.what_without_backtrace()));
+  }
+  model.train(true);
+  return out;
+}
+
+void check_pair(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
+                LayeredModel& model, const torch::Tensor& out, const std::string& source) {
+  torch::Dtype want = model.integer_input() ? torch::kInt64 : torch::kFloat32;
+  if (x.scalar_type() != want)
+    throw FormatError(str(source, ": '", xk, "' is ", dtype_of(x), "; ", model.name(), " takes ",
+                          c10::toString(want), model.integer_input() ? " token ids" : " (x.float())"));
+  std::vector<int64_t> sample(x.sizes().begin() + std::min<int64_t>(1, x.dim()), x.sizes().end());
+  if (x.dim() < 1 || sample != model.sample_shape()) {
+    std::ostringstream want_shape;
+    want_shape << "[N";
+    for (int64_t d : model.sample_shape()) want_shape << ", " << d;
+    throw FormatError(str(source, ": '", xk, "' has shape ", shape_of(x), "; ", model.name(), " takes ",
+                          want_shape.str(), "]"));
+  }
+  if (x.size(0) == 0) throw FormatError(str(source, ": '", xk, "' holds no samples"));
+  if (y.dim() < 1 || y.size(0) != x.size(0))
+    throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but '", xk, "' holds ", x.size(0), " samples"));
+  Task task = model.task();
+  if (task == Task::kRegression) {
+    if (y.scalar_type() != torch::kFloat32)
+      throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; --loss mse needs float32 targets"));
+    if (y.sizes().slice(1) != out.sizes().slice(1))
+      throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", shape_of(out)));
+    return;
+  }
+  if (y.scalar_type() != torch::kInt64)
+    throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; class ids are int64 (y.long())"));
+  bool lm = task == Task::kLanguageModel;
+  if (lm ? y.sizes() != x.sizes() : y.dim() != 1)
+    throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), "; ",
+                          lm ? "--loss lm needs one next token per input token, the shape of '" + xk + "'"
+                             : "cross-entropy needs one class id per sample, [N]"));
+  int64_t classes = out.size(-1);
+  int64_t lo = y.min().item<int64_t>(), hi = y.max().item<int64_t>();
+  if (lo < 0 || hi >= classes)
+    throw FormatError(str(source, ": '", yk, "' holds ", lo < 0 ? lo : hi, " but the model outputs ", classes,
+                          lm ? " token scores (ids 0.." : " classes (ids 0..", classes - 1, ")"));
+}
+
+}  // namespace
+
+bool is_own_data(const std::string& data) {
+  if (data == "fashion-mnist" || data == "text" || data == "synthetic") return false;
+  struct stat st;
+  return (data.size() > 3 && data.compare(data.size() - 3, 3, ".pt") == 0) || data.find('/') != std::string::npos ||
+         ::stat(data.c_str(), &st) == 0;
+}
+
+DataSplit load_own_data(const std::string& path, LayeredModel& model) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw UsageError(str("--data: ", path, " does not exist"));
+  std::vector<std::string> files = S_ISDIR(st.st_mode) ? shard_files(path) : std::vector<std::string>{path};
+  std::map<std::string, std::vector<torch::Tensor>> parts;
+  torch::Tensor out;
+  for (const auto& file : files) {
+    Shard s = read_shard(file);
+    if (!out.defined()) out = probe_output(model, s["x"], file);
+    check_pair(s["x"], s["y"], "x", "y", model, out, file);
+    if (s.count("x_test")) check_pair(s["x_test"], s["y_test"], "x_test", "y_test", model, out, file);
+    for (auto& [key, t] : s) parts[key].push_back(t);
+  }
+  DataSplit split;
+  split.name = "file:" + path;
+  split.train = {torch::cat(parts["x"]), torch::cat(parts["y"])};
+  if (parts.count("x_test")) {
+    split.test = {torch::cat(parts["x_test"]), torch::cat(parts["y_test"])};
+  } else {
+    int64_t n = split.train.size(), test_n = n / 10;
+    if (test_n < 1) throw FormatError(str(path, ": ", n, " samples and no x_test: too few to hold a tenth out for testing"));
+    split.test = {split.train.inputs.narrow(0, n - test_n, test_n), split.train.targets.narrow(0, n - test_n, test_n)};
+    split.train = {split.train.inputs.narrow(0, 0, n - test_n), split.train.targets.narrow(0, 0, n - test_n)};
+  }
+  if (model.task() == Task::kLanguageModel) split.vocab = out.size(-1);
+  else if (model.task() == Task::kClassification) split.classes = out.size(-1);
+  return split;
+}
+
+}  // namespace pt::model

@@ -1,0 +1,122 @@
+#include "model/scripted_model.h"
+
+#include <sys/stat.h>
+
+#include <torch/script.h>
+
+#include "core/error.h"
+#include "core/json_doc.h"
+
+namespace pt::model {
+
+namespace {
+
+// One layer of the file as a torch::nn::Module: the script module's parameters and buffers are
+// registered as this module's (the same tensors), so the optimizer, weight stashing and
+// checkpoints, which work on parameters(), update what the script module computes with.
+class ScriptedLayerImpl : public torch::nn::Module {
+ public:
+  explicit ScriptedLayerImpl(torch::jit::Module module) : module_(std::move(module)) {
+    for (const auto& p : module_.named_parameters(/*recurse=*/true))
+      register_parameter(escaped(p.name), p.value, p.value.requires_grad());
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(escaped(b.name), b.value);
+  }
+
+  torch::Tensor forward(torch::Tensor x) { return module_.forward({std::move(x)}).toTensor(); }
+
+  void train(bool on) override {
+    torch::nn::Module::train(on);
+    module_.train(on);
+  }
+
+  std::shared_ptr<torch::nn::Module> clone(const c10::optional<torch::Device>& device) const override {
+    auto copy = std::make_shared<ScriptedLayerImpl>(module_.deepcopy());
+    if (device) copy->to(*device);
+    return copy;
+  }
+
+ private:
+  // torch::nn::Module names may not hold dots.
+  static std::string escaped(std::string name) {
+    for (char& c : name)
+      if (c == '.') c = '_';
+    return name;
+  }
+  torch::jit::Module module_;
+};
+
+torch::Dtype input_dtype(const JsonField& f) {
+  std::string d = f.as_string();
+  if (d == "float32") return torch::kFloat32;
+  if (d == "int64") return torch::kInt64;
+  f.fail(str("'", d, "' is not an input dtype pipetrain trains on (float32, int64)"));
+}
+
+}  // namespace
+
+bool is_model_file(const std::string& model) {
+  return (model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0) || model.find('/') != std::string::npos;
+}
+
+std::vector<std::string> loss_names() { return {"cross-entropy", "mse", "lm"}; }
+
+std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const std::string& loss) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw UsageError(str("--model: ", path, " is not a file (a model file comes from `pipetrain export`)"));
+  torch::jit::ExtraFilesMap extra{{"pipetrain.json", ""}};
+  torch::jit::Module top;
+  try {
+    top = torch::jit::load(path, c10::nullopt, extra);
+  } catch (const c10::Error& e) {
+    throw FormatError(str(path, ": not a TorchScript file LibTorch can load: ", e.what_without_backtrace()));
+  }
+  if (extra["pipetrain.json"].empty())
+    throw FormatError(str(path, ": a TorchScript file without pipetrain.json: write it with `pipetrain export "
+                              "--model ", path, " --input-shape ...`, which checks it is a chain of layers"));
+  // Plain interpretation: the graph executor's autodiff and specialisations would train a
+  // different computation from the user's eager PyTorch (and re-optimise per shape).
+  torch::jit::setGraphExecutorOptimize(false);
+  std::string source = path + ": pipetrain.json";
+  json doc = parse_json(extra["pipetrain.json"], source);
+  JsonField meta(doc, source, "");
+  if (meta["format"].as_string() != "pipetrain.model/1")
+    meta["format"].fail(str("unknown format '", meta["format"].as_string(), "' (this pipetrain reads pipetrain.model/1)"));
+  JsonField input = meta["input"];
+  std::vector<int64_t> shape = input["shape"].as_int_list();
+  for (int64_t d : shape)
+    if (d < 1) input["shape"].fail(str("sizes must be positive, found ", d));
+  bool integer_input = input_dtype(input["dtype"]) == torch::kInt64;
+
+  Task task = Task::kClassification;
+  bool own_loss = top.find_method("loss").has_value();
+  if (loss == "mse") task = Task::kRegression;
+  else if (loss == "lm") task = Task::kLanguageModel;
+  else if (!loss.empty() && loss != "cross-entropy")
+    throw UsageError(str("--loss: unknown loss '", loss, "' (cross-entropy, mse, lm)"));
+  if (task == Task::kLanguageModel && !integer_input)
+    throw UsageError(str("--loss lm: ", path, " takes float32 inputs; a language model takes int64 token ids"));
+  auto model = std::make_shared<LayeredModel>(path, task, shape, integer_input);
+
+  JsonField layers = meta["layers"], children = meta["children"];
+  if (layers.size() == 0) layers.fail("a model needs at least one layer");
+  if (children.size() != layers.size())
+    children.fail(str("names ", children.size(), " children for ", layers.size(), " layers"));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::string child = children[i].as_string();
+    c10::optional<torch::jit::Module> found;
+    for (const auto& c : top.named_children())
+      if (c.name == child) found = c.value;
+    if (!found) children[i].fail(str("the file has no child module '", child, "'"));
+    torch::nn::Sequential seq;
+    seq->push_back(std::make_shared<ScriptedLayerImpl>(*found));
+    model->add(layers[i].as_string(), seq);
+  }
+  if (own_loss && loss.empty())
+    model->set_loss([top](const torch::Tensor& out, const torch::Tensor& target) mutable {
+      return top.run_method("loss", out, target).toTensor();
+    });
+  return model;
+}
+
+}  // namespace pt::model

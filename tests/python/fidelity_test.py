@@ -1,0 +1,160 @@
+"""Fidelity of imported models: a model exported from PyTorch and trained by pipetrain (one
+worker; 1F1B on 2 and 4 stages; threads and gloo) ends with the weights PyTorch's own SGD
+gives it, to 1e-5 relative.
+
+    /usr/bin/python3 tests/python/fidelity_test.py --pipetrain build/pipetrain
+
+The reference trains the model as its author would in PyTorch (eager, torch.optim.SGD),
+splitting each minibatch into the same microbatches as the pipeline (BatchNorm then sees the
+same samples) and summing their losses / M, which is what a synchronous pipeline computes.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from pipetrain.weights import trained_state  # noqa: E402
+import toy_models  # noqa: E402
+
+PIPETRAIN = None
+LR, MOMENTUM, BATCH, STEPS = 0.05, 0.9, 8, 3
+
+
+def run(args, **kw):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "..", "python")]))
+    r = subprocess.run(args, capture_output=True, text=True, env=env, **kw)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def reference(make_model, x, y, loss_fn, microbatches):
+    """Weights after STEPS of PyTorch SGD on minibatches [s*B, (s+1)*B), M microbatches each."""
+    torch.manual_seed(0)
+    model = make_model()
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    for s in range(STEPS):
+        xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
+        opt.zero_grad()
+        for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
+            (loss_fn(model(xm), ym) / microbatches).backward()
+        opt.step()
+    return {k: v.detach() for k, v in model.named_parameters()}
+
+
+def max_relative_error(got, want):
+    worst = 0.0
+    for name, w in want.items():
+        g = got[name]
+        assert g.shape == w.shape, f"{name}: {tuple(g.shape)} vs {tuple(w.shape)}"
+        worst = max(worst, ((g - w).abs().max() / w.abs().max().clamp_min(1e-12)).item())
+    return worst
+
+
+class Case:
+    def __init__(self, work, name, spec, kwargs, shape, dtype, make_model, x, y, loss_fn, loss_flag, layers=0):
+        self.work, self.name = work, name
+        self.model_file = os.path.join(work, name + ".pt")
+        self.data_file = os.path.join(work, name + "-data.pt")
+        args = [PIPETRAIN, "export", "--model", spec, "--kwargs", kwargs, "--input-shape", shape,
+                "--input-dtype", dtype, "-o", self.model_file]
+        if dtype == "int64":
+            args += ["--input-high", "32"]
+        if layers:
+            args += ["--layers", str(layers)]
+        self.export_log = run(args).stdout
+        torch.save({"x": x, "y": y, "x_test": x[:BATCH], "y_test": y[:BATCH]}, self.data_file)
+        self.make_model, self.x, self.y, self.loss_fn, self.loss_flag = make_model, x, y, loss_fn, loss_flag
+        self.initial = {k: v.detach().clone() for k, v in self._seeded().named_parameters()}
+        self.references = {}
+
+    def _seeded(self):
+        torch.manual_seed(0)
+        return self.make_model()
+
+    def want(self, microbatches):
+        if microbatches not in self.references:
+            self.references[microbatches] = reference(self.make_model, self.x, self.y, self.loss_fn, microbatches)
+        return self.references[microbatches]
+
+    def train(self, tag, extra):
+        ck = os.path.join(self.work, f"{self.name}-{tag}")
+        run([PIPETRAIN, "train", "--model", self.model_file, "--data", self.data_file, "--loss", self.loss_flag,
+             "--steps", str(STEPS), "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM),
+             "--no-shuffle", "--quiet", "--checkpoint-dir", ck, "--timeout", "60"] + extra)
+        return trained_state(self.model_file, ck)
+
+
+class Fidelity(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        work = cls.tmp.name
+        g = torch.Generator().manual_seed(7)
+        n = BATCH * STEPS
+        import torchvision
+        cls.resnet = Case(work, "resnet18", "torchvision.models:resnet18", '{"num_classes": 10}', f"{BATCH},3,32,32",
+                          "float32", lambda: torchvision.models.resnet18(num_classes=10),
+                          torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g),
+                          torch.nn.functional.cross_entropy, "cross-entropy")
+        tokens = torch.randint(0, 32, (n, 17), generator=g)
+        cls.lm = Case(work, "tiny-lm", "toy_models:tiny_lm", "{}", f"{BATCH},16", "int64", toy_models.tiny_lm,
+                      tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous(),
+                      lambda out, y: torch.nn.functional.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1)),
+                      "lm")
+        cls.encdec = Case(work, "encdec", "toy_models:encoder_decoder", "{}", f"{BATCH},12", "float32",
+                          toy_models.encoder_decoder, torch.randn(n, 12, generator=g),
+                          torch.randint(0, 5, (n,), generator=g), torch.nn.functional.cross_entropy,
+                          "cross-entropy", layers=6)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, case, tag, extra, microbatches):
+        got = case.train(tag, extra)
+        want = case.want(microbatches)
+        self.assertEqual(set(got), set(want), f"{case.name}: parameter names")
+        moved = max((want[k] - case.initial[k]).abs().max().item() for k in want)
+        self.assertGreater(moved, 1e-3, f"{case.name}: training did not move the weights ({moved})")
+        err = max_relative_error(got, want)
+        print(f"{case.name} {tag}: max relative error {err:.2e} (weights moved {moved:.2e})", file=sys.stderr)
+        self.assertLess(err, 1e-5, f"{case.name} {tag}")
+
+    def run_all(self, case):
+        self.check(case, "one-worker", [], 1)
+        for stages in (2, 4):
+            for transport in ("threads", "gloo"):
+                with self.subTest(stages=stages, transport=transport):
+                    self.check(case, f"1f1b-{stages}-{transport}",
+                               ["--schedule", "1f1b", "--stages", str(stages), "--microbatches", "2",
+                                "--transport", transport], 2)
+
+    def test_resnet18(self):
+        self.run_all(self.resnet)
+
+    def test_transformer_lm(self):
+        self.run_all(self.lm)
+
+    def test_boundary_of_two_tensors_trains_pipelined(self):
+        self.assertIn("2 boundaries carrying several tensors", self.encdec.export_log)
+        for transport in ("threads", "gloo"):
+            with self.subTest(transport=transport):
+                self.check(self.encdec, f"1f1b-6-{transport}",
+                           ["--schedule", "1f1b", "--stages", "6", "--microbatches", "2", "--transport", transport], 2)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--pipetrain", required=True)
+    a, rest = p.parse_known_args()
+    PIPETRAIN = os.path.abspath(a.pipetrain)
+    unittest.main(argv=[sys.argv[0]] + rest)

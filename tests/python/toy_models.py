@@ -1,0 +1,71 @@
+"""Models written here for the export and fidelity tests: a small transformer language model
+and an encoder-decoder whose decoder layers read the encoder's output (a boundary of two tensors)."""
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyLM(nn.Module):
+    """Token ids [N, T] -> logits [N, T, vocab]."""
+
+    def __init__(self, vocab=32, d=32, heads=2, depth=2, seq=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(depth))
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.pos
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.norm(x))
+
+
+class CrossBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.mix = nn.Linear(2 * d, d)
+
+    def forward(self, h, memory):
+        return h + torch.tanh(self.mix(torch.cat([h, memory], -1)))
+
+
+class EncoderDecoder(nn.Module):
+    """x [N, F] -> classes: every decoder layer reads the encoder's output beside its own input."""
+
+    def __init__(self, features=12, d=16, classes=5, depth=3):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(features, d), nn.Tanh(), nn.Linear(d, d))
+        self.start = nn.Linear(d, d)
+        self.decoder = nn.ModuleList(CrossBlock(d) for _ in range(depth))
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        memory = self.encoder(x)
+        h = self.start(memory)
+        for layer in self.decoder:
+            h = layer(h, memory)
+        return self.head(h)
+
+
+def tiny_lm(**kw):
+    return TinyLM(**kw)
+
+
+def encoder_decoder(**kw):
+    return EncoderDecoder(**kw)
