@@ -48,7 +48,8 @@ int inspect(const std::string& path) {
     }
     bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
     std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
-              << (momentum ? "momentum " : "no momentum yet ") << shapes << "\n";
+              << (momentum ? "momentum " : "no momentum yet ")
+              << (layer.buffers.empty() ? "" : std::to_string(layer.buffers.size()) + " buffers ") << shapes << "\n";
     params += n;
     bytes += f.bytes;
   }

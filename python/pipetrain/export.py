@@ -9,10 +9,13 @@ The layer names and the input's shape and dtype go into the file as `extra/pipet
 """
 import argparse
 import collections
+import contextlib
 import importlib
+import io
 import json
 import operator
 import os
+import re
 import sys
 import time
 
@@ -113,7 +116,16 @@ class Graph:
         self._forbidden = self._forbidden_spans()
 
     def _shapes(self, x):
-        ShapeProp(self.gm).propagate(x)
+        captured = io.StringIO()  # ShapeProp prints the failing op's traceback; the error says it
+        try:
+            with contextlib.redirect_stderr(captured):
+                ShapeProp(self.gm).propagate(x)
+        except Exception as e:
+            causes = [l for l in captured.getvalue().splitlines() if re.match(r"^\w+(Error|Exception): ", l)]
+            raise ExportError(f"--model: running it at batch {x.shape[0]} failed at "
+                              f"{str(e).splitlines()[0].replace('ShapeProp error for: ', '')}"
+                              f"{': ' + causes[-1] if causes else ''}. pipetrain splits minibatches into "
+                              "microbatches, so no layer may fix the batch size") from None
         shapes = {}
         for n in self.gm.graph.nodes:
             meta = n.meta.get("tensor_meta")

@@ -5,9 +5,9 @@
 
 MODEL.pt is the file `pipetrain export` wrote: its layer k's parameters, in its own order, are
 param.0, param.1, ... of the checkpoint's layer-k.tensors, and their paths in the file are their
-paths in the model it was exported from. CHECKPOINT_DIR is a checkpoint (step-N) or the folder
-holding them (the newest complete one is read). Checkpoints hold the parameters, not buffers
-such as BatchNorm's running statistics: strict=False keeps the model's own.
+paths in the model it was exported from; buffer.0, ... are its buffers (BatchNorm's running
+statistics). CHECKPOINT_DIR is a checkpoint (step-N) or the folder holding them (the newest
+complete one is read). strict=False: a model may hold tensors the export left out.
 """
 import argparse
 import collections
@@ -62,6 +62,9 @@ def trained_state(model_file, checkpoint):
         tensors = read_tensor_file(os.path.join(ck, f"layer-{k}.tensors"))
         for i, name in enumerate(names):
             state[name] = tensors[f"param.{i}"]
+        for i, (name, _) in enumerate(getattr(module, child).named_buffers()):
+            if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none
+                state[name] = tensors[f"buffer.{i}"]
     return state
 
 

@@ -29,7 +29,10 @@ Shard read_shard(const std::string& path) {
   try {
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
-    throw FormatError(str(path, ": not a file torch.save wrote: ", e.what_without_backtrace()));
+    // LibTorch 1.13's unpickler lacks SETITEM, which pickle uses for a dict of one entry.
+    bool one_entry = std::string(e.what_without_backtrace()).find("Unknown opcode") != std::string::npos;
+    throw FormatError(str(path, ": not a file torch.save wrote", one_entry ? " of a dict of two or more tensors" : "",
+                          " (torch.save({'x': ..., 'y': ...}, path)): ", e.what_without_backtrace()));
   }
   if (!value.isGenericDict())
     throw FormatError(str(path, ": holds a ", value.tagKind(), "; expected a dict of tensors {'x': ..., 'y': ...}"));
@@ -78,8 +81,8 @@ torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const st
   return out;
 }
 
-void check_pair(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
-                LayeredModel& model, const torch::Tensor& out, const std::string& source) {
+// The inputs against what the model takes (before any forward, which would fail inside a layer).
+void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredModel& model, const std::string& source) {
   torch::Dtype want = model.integer_input() ? torch::kInt64 : torch::kFloat32;
   if (x.scalar_type() != want)
     throw FormatError(str(source, ": '", xk, "' is ", dtype_of(x), "; ", model.name(), " takes ",
@@ -93,6 +96,11 @@ void check_pair(const torch::Tensor& x, const torch::Tensor& y, const std::strin
                           want_shape.str(), "]"));
   }
   if (x.size(0) == 0) throw FormatError(str(source, ": '", xk, "' holds no samples"));
+}
+
+// The targets against x and what the model outputs.
+void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
+                   const LayeredModel& model, const torch::Tensor& out, const std::string& source) {
   if (y.dim() < 1 || y.size(0) != x.size(0))
     throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but '", xk, "' holds ", x.size(0), " samples"));
   Task task = model.task();
@@ -134,9 +142,11 @@ DataSplit load_own_data(const std::string& path, LayeredModel& model) {
   torch::Tensor out;
   for (const auto& file : files) {
     Shard s = read_shard(file);
+    check_inputs(s["x"], "x", model, file);
+    if (s.count("x_test")) check_inputs(s["x_test"], "x_test", model, file);
     if (!out.defined()) out = probe_output(model, s["x"], file);
-    check_pair(s["x"], s["y"], "x", "y", model, out, file);
-    if (s.count("x_test")) check_pair(s["x_test"], s["y_test"], "x_test", "y_test", model, out, file);
+    check_targets(s["x"], s["y"], "x", "y", model, out, file);
+    if (s.count("x_test")) check_targets(s["x_test"], s["y_test"], "x_test", "y_test", model, out, file);
     for (auto& [key, t] : s) parts[key].push_back(t);
   }
   DataSplit split;

@@ -96,7 +96,8 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
     throw UsageError(str("--loss: unknown loss '", loss, "' (cross-entropy, mse, lm)"));
   if (task == Task::kLanguageModel && !integer_input)
     throw UsageError(str("--loss lm: ", path, " takes float32 inputs; a language model takes int64 token ids"));
-  auto model = std::make_shared<LayeredModel>(path, task, shape, integer_input);
+  // Named by the file's name, so a plan or checkpoint made with it follows the file around.
+  auto model = std::make_shared<LayeredModel>(path.substr(path.rfind('/') + 1), task, shape, integer_input);
 
   JsonField layers = meta["layers"], children = meta["children"];
   if (layers.size() == 0) layers.fail("a model needs at least one layer");

@@ -73,6 +73,7 @@ std::string layer_state_bytes(const LayerState& s) {
   for (const auto& p : s.params) f.params.push_back(to_record(p));
   for (const auto& m : s.momentum) f.momentum.push_back(m.defined() ? std::optional(to_record(m)) : std::nullopt);
   f.momentum.resize(f.params.size());
+  for (const auto& b : s.buffers) f.buffers.push_back(to_record(b));
   return layer_file_bytes(f);
 }
 
@@ -81,6 +82,7 @@ LayerState layer_state_from_bytes(const std::string& bytes, const std::string& s
   LayerState s;
   for (const auto& p : f.params) s.params.push_back(from_record(p));
   for (const auto& m : f.momentum) s.momentum.push_back(m ? from_record(*m) : torch::Tensor());
+  for (const auto& b : f.buffers) s.buffers.push_back(from_record(b));
   return s;
 }
 

@@ -7,6 +7,7 @@ namespace pt::runtime {
 namespace {
 constexpr const char* kParam = "param.";
 constexpr const char* kMomentum = "momentum.";
+constexpr const char* kBuffer = "buffer.";
 
 std::string name_of(const std::string& prefix, size_t k) { return prefix + std::to_string(k); }
 }  // namespace
@@ -24,6 +25,10 @@ std::string layer_file_bytes(const LayerFile& f) {
     all.push_back(*f.momentum[k]);
     all.back().name = name_of(kMomentum, k);
   }
+  for (size_t k = 0; k < f.buffers.size(); ++k) {
+    all.push_back(f.buffers[k]);
+    all.back().name = name_of(kBuffer, k);
+  }
   return tensor_file_bytes(all);
 }
 
@@ -34,7 +39,7 @@ LayerFile parse_layer_file(const std::string& bytes, const std::string& source) 
   for (; i < all.size() && all[i].name == name_of(kParam, f.params.size()); ++i) f.params.push_back(all[i]);
   f.momentum.resize(f.params.size());
   size_t next = 0;  // momentum buffers come in parameter order, each at most once
-  for (; i < all.size(); ++i) {
+  for (; i < all.size() && all[i].name.rfind(kBuffer, 0) != 0; ++i) {
     const TensorRecord& r = all[i];
     size_t k = next;
     while (k < f.params.size() && r.name != name_of(kMomentum, k)) ++k;
@@ -47,6 +52,12 @@ LayerFile parse_layer_file(const std::string& bytes, const std::string& source) 
                             p.dtype, " ", shape_text(p.shape)));
     f.momentum[k] = r;
     next = k + 1;
+  }
+  for (; i < all.size(); ++i) {
+    if (all[i].name != name_of(kBuffer, f.buffers.size()))
+      throw FormatError(str(source, ": tensor ", i, " is named '", all[i].name, "'; expected ",
+                            name_of(kBuffer, f.buffers.size()), " (buffers come last, numbered from 0)"));
+    f.buffers.push_back(all[i]);
   }
   return f;
 }

@@ -5,7 +5,9 @@
 //
 // Tensors are named "param.<k>" for the layer's k-th parameter, in the layer's parameter order,
 // then "momentum.<k>" for the momentum buffer of parameter k, of the same shape and dtype,
-// absent until that parameter's first optimizer step.
+// absent until that parameter's first optimizer step, then "buffer.<k>" for the layer's k-th
+// buffer (BatchNorm's running statistics), in the layer's buffer order (absent in checkpoints
+// written before buffers were kept: the model's own are used).
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@ namespace pt::runtime {
 struct LayerFile {
   std::vector<TensorRecord> params;
   std::vector<std::optional<TensorRecord>> momentum;  // [k]: parameter k's buffer, if any
+  std::vector<TensorRecord> buffers;
 };
 
 std::string layer_file_bytes(const LayerFile& f);

@@ -174,6 +174,7 @@ LayerState StageReplica::layer_state(int layer) const {
     const auto& m = sgd_.momentum()[i];
     s.momentum.push_back(m.defined() ? m.clone() : torch::Tensor());
   }
+  for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach().clone());
   return s;
 }
 
@@ -193,6 +194,17 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
                             " but the parameter's is ", p.sizes()));
     p.data().copy_(s.params[i]);
     sgd_.momentum()[offset + i] = s.momentum[i].defined() ? s.momentum[i].clone() : torch::Tensor();
+  }
+  auto buffers = model_->layer(layer).module->buffers();
+  if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay
+  if (s.buffers.size() != buffers.size())
+    throw ConfigError(str(source, ": holds ", s.buffers.size(), " buffers for layer ", layer, " ('",
+                          model_->layer(layer).name, "') but the model's layer has ", buffers.size()));
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!s.buffers[i].sizes().equals(buffers[i].sizes()) || s.buffers[i].scalar_type() != buffers[i].scalar_type())
+      throw ConfigError(pt::str(source, ": buffer ", i, " of layer ", layer, " ('", model_->layer(layer).name,
+                                "') has shape ", s.buffers[i].sizes(), " but the model's has ", buffers[i].sizes()));
+    buffers[i].copy_(s.buffers[i]);
   }
 }
 

@@ -19,6 +19,7 @@ namespace pt::runtime {
 struct LayerState {
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> momentum;
+  std::vector<torch::Tensor> buffers;  // the layer's buffers (BatchNorm's running statistics)
 };
 
 class StageReplica {

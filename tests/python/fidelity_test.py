@@ -47,7 +47,7 @@ def reference(make_model, x, y, loss_fn, microbatches):
         for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
             (loss_fn(model(xm), ym) / microbatches).backward()
         opt.step()
-    return {k: v.detach() for k, v in model.named_parameters()}
+    return {k: v.detach() for k, v in list(model.named_parameters()) + list(model.named_buffers())}
 
 
 def max_relative_error(got, want):
@@ -55,6 +55,7 @@ def max_relative_error(got, want):
     for name, w in want.items():
         g = got[name]
         assert g.shape == w.shape, f"{name}: {tuple(g.shape)} vs {tuple(w.shape)}"
+        g, w = g.double(), w.double()
         worst = max(worst, ((g - w).abs().max() / w.abs().max().clamp_min(1e-12)).item())
     return worst
 
@@ -73,7 +74,8 @@ class Case:
         self.export_log = run(args).stdout
         torch.save({"x": x, "y": y, "x_test": x[:BATCH], "y_test": y[:BATCH]}, self.data_file)
         self.make_model, self.x, self.y, self.loss_fn, self.loss_flag = make_model, x, y, loss_fn, loss_flag
-        self.initial = {k: v.detach().clone() for k, v in self._seeded().named_parameters()}
+        m = self._seeded()
+        self.initial = {k: v.detach().clone() for k, v in list(m.named_parameters()) + list(m.named_buffers())}
         self.references = {}
 
     def _seeded(self):
@@ -122,7 +124,7 @@ class Fidelity(unittest.TestCase):
     def check(self, case, tag, extra, microbatches):
         got = case.train(tag, extra)
         want = case.want(microbatches)
-        self.assertEqual(set(got), set(want), f"{case.name}: parameter names")
+        self.assertEqual(set(got), set(want), f"{case.name}: parameter and buffer names")
         moved = max((want[k] - case.initial[k]).abs().max().item() for k in want)
         self.assertGreater(moved, 1e-3, f"{case.name}: training did not move the weights ({moved})")
         err = max_relative_error(got, want)
@@ -144,12 +146,115 @@ class Fidelity(unittest.TestCase):
     def test_transformer_lm(self):
         self.run_all(self.lm)
 
+    def test_profile_plan_and_train_pipedream(self):
+        """The README's "bring your model": export, profile, plan, train the plan with pipedream."""
+        c = self.resnet
+        prof, plan = os.path.join(c.work, "r18-profile.json"), os.path.join(c.work, "r18-plan.json")
+        run([PIPETRAIN, "profile", "--model", c.model_file, "--batch-size", str(BATCH), "-o", prof])
+        run([PIPETRAIN, "plan", "--profile", prof, "--workers", "3", "--bandwidth-gbps", "1", "-o", plan])
+        for transport in ("threads", "gloo"):
+            with self.subTest(transport=transport):
+                r = run([PIPETRAIN, "train", "--model", c.model_file, "--data", c.data_file, "--plan", plan,
+                         "--schedule", "pipedream", "--steps", "6", "--batch-size", str(BATCH), "--transport", transport])
+                self.assertIn("test accuracy", r.stdout)
+
+    def test_loss_kept_in_the_file_and_data_in_shards(self):
+        c = self.encdec
+        model = os.path.join(c.work, "encdec-own-loss.pt")
+        run([PIPETRAIN, "export", "--model", "toy_models:encoder_decoder", "--input-shape", f"{BATCH},12",
+             "--loss", "toy_models:half_cross_entropy", "--layers", "6", "-o", model])
+        shards = os.path.join(c.work, "shards")
+        os.makedirs(shards)
+        half = BATCH * STEPS // 2  # the shards' concatenation, in name order, is the data set
+        torch.save({"x": c.x[:half], "y": c.y[:half], "x_test": c.x[:BATCH], "y_test": c.y[:BATCH]},
+                   os.path.join(shards, "a.pt"))
+        torch.save({"x": c.x[half:], "y": c.y[half:]}, os.path.join(shards, "b.pt"))
+        ck = os.path.join(c.work, "own-loss")
+        run([PIPETRAIN, "train", "--model", model, "--data", shards, "--steps", str(STEPS), "--batch-size", str(BATCH),
+             "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--checkpoint-dir", ck,
+             "--schedule", "1f1b", "--stages", "3", "--microbatches", "2"])
+        half_ce = lambda out, y: 0.5 * torch.nn.functional.cross_entropy(out, y)
+        want = reference(c.make_model, c.x, c.y, half_ce, 2)
+        err = max_relative_error(trained_state(model, ck), want)
+        self.assertLess(err, 1e-5)
+        # The full loss would have moved the weights twice as far: the file's loss was used.
+        self.assertGreater(max_relative_error(trained_state(model, ck), c.want(2)), 1e-3)
+
     def test_boundary_of_two_tensors_trains_pipelined(self):
         self.assertIn("2 boundaries carrying several tensors", self.encdec.export_log)
         for transport in ("threads", "gloo"):
             with self.subTest(transport=transport):
                 self.check(self.encdec, f"1f1b-6-{transport}",
                            ["--schedule", "1f1b", "--stages", "6", "--microbatches", "2", "--transport", transport], 2)
+
+
+def run_failing(args):
+    env = dict(os.environ, PYTHONPATH=HERE)
+    return subprocess.run(args, capture_output=True, text=True, env=env)
+
+
+class Errors(unittest.TestCase):
+    """A model or a data file that does not fit: a clear error before training, nothing written."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = os.path.join(cls.tmp.name, "ed.pt")
+        run([PIPETRAIN, "export", "--model", "toy_models:encoder_decoder", "--input-shape", "4,12", "-o", cls.model])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train_fails(self, data, *needles, extra=()):
+        path = os.path.join(self.tmp.name, "data.pt")
+        torch.save(data, path)
+        ck, metrics = os.path.join(self.tmp.name, "ck"), os.path.join(self.tmp.name, "m.csv")
+        r = run_failing([PIPETRAIN, "train", "--model", self.model, "--data", path, "--steps", "1", "--batch-size", "4",
+                         "--checkpoint-dir", ck, "--metrics", metrics, *extra])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        for n in needles:
+            self.assertIn(n, r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertFalse(os.path.exists(ck) or os.path.exists(metrics), "something was written")
+
+    def test_data_that_does_not_fit(self):
+        x, y = torch.randn(40, 12), torch.randint(0, 5, (40,))
+        self.train_fails({"x": torch.randn(40, 13), "y": y}, "data.pt", "'x' has shape [40, 13]", "takes [N, 12]")
+        self.train_fails({"x": x.double(), "y": y}, "'x' is Double", "takes Float")
+        self.train_fails({"x": x, "y": torch.randint(0, 9, (40,))}, "'y' holds 8", "outputs 5 classes")
+        self.train_fails({"x": x, "y": y[:30]}, "'y' has shape [30]", "40 samples")
+        self.train_fails({"x": x, "y": y.float()}, "'y' is Float", "int64")
+        self.train_fails({"x": x, "x_test": x}, "no 'y'")
+        self.train_fails({"x": x}, "a dict of two or more tensors")
+        self.train_fails({"x": x, "y": y, "labels": y}, "unknown key 'labels'")
+        self.train_fails([x, y], "expected a dict of tensors")
+        self.train_fails({"x": x, "y": y}, "--loss lm", "int64 token ids", extra=("--loss", "lm"))
+
+    def test_model_file_that_is_not_an_export(self):
+        plain = os.path.join(self.tmp.name, "plain.pt")
+        torch.jit.script(torch.nn.Linear(12, 5)).save(plain)
+        r = run_failing([PIPETRAIN, "train", "--model", plain, "--steps", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("without pipetrain.json", r.stderr)
+        self.assertIn("pipetrain export", r.stderr)
+        junk = os.path.join(self.tmp.name, "junk.pt")
+        with open(junk, "w") as f:
+            f.write("not a model")
+        r = run_failing([PIPETRAIN, "train", "--model", junk, "--steps", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("junk.pt: not a TorchScript file", r.stderr)
+
+    def test_what_export_cannot_split(self):
+        out = os.path.join(self.tmp.name, "x.pt")
+        for spec, needle in (("toy_models:branchy", "control flow"), ("toy_models:fixed_batch", "fix the batch size"),
+                             ("toy_models:nothing", "has no 'nothing'"), ("no_such_module:f", "cannot import")):
+            with self.subTest(spec=spec):
+                r = run_failing([PIPETRAIN, "export", "--model", spec, "--input-shape", "8,4", "-o", out])
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(needle, r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertFalse(os.path.exists(out))
 
 
 if __name__ == "__main__":

@@ -69,3 +69,47 @@ def tiny_lm(**kw):
 
 def encoder_decoder(**kw):
     return EncoderDecoder(**kw)
+
+
+class Branchy(nn.Module):
+    """Data-dependent control flow: torch.fx cannot follow it."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.sum() > 0:
+            h = h * 2
+        return self.b(h)
+
+
+class FixedBatch(nn.Module):
+    """Reshapes to a batch of 8 whatever it is given: microbatches would break it."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.b(self.a(x).reshape(8, 16))
+
+
+def branchy():
+    return Branchy()
+
+
+def fixed_batch():
+    return FixedBatch()
+
+
+class HalfCrossEntropy(nn.Module):
+    """A loss kept in the model file (`pipetrain export --loss`)."""
+
+    def forward(self, output, target):
+        return 0.5 * nn.functional.cross_entropy(output, target)
+
+
+def half_cross_entropy():
+    return HalfCrossEntropy()

@@ -72,6 +72,44 @@ TEST(Checkpoint, StopAndResumeEqualsUninterruptedExactly) {
   }
 }
 
+// BatchNorm's running statistics are part of what a checkpoint keeps: a resumed run ends with
+// the uninterrupted run's, not with statistics started again from their initial values.
+TEST(Checkpoint, KeepsBuffers) {
+  model::ModelOptions mo;
+  mo.width = 0.125;
+  mo.image_size = 16;
+  mo.channels = 1;
+  mo.classes = 10;
+  auto make = [mo] {
+    torch::manual_seed(5);
+    return model::build_model("resnet18", mo);
+  };
+  auto data = model::synthetic_data(*make(), 256, 64, 10, 11);
+  plan::Plan plan = plan::even_split(unit_profile(*make()), 2);
+  auto buffers = [](const std::string& checkpoint) {
+    std::vector<torch::Tensor> out;
+    for (const auto& f : read_verified_manifest(checkpoint).files) {
+      std::string path = checkpoint + "/" + f.name;
+      for (auto& b : layer_state_from_bytes(read_text_file(path), path).buffers) out.push_back(b);
+    }
+    return out;
+  };
+  TempDir full, parts;
+  train_pipeline(make, data, plan, options("1f1b", 6, full.path.string(), 2, false));
+  train_pipeline(make, data, plan, options("1f1b", 4, parts.path.string(), 2, false));
+  train_pipeline(make, data, plan, options("1f1b", 6, parts.path.string(), 2, true));
+  auto want = buffers(newest_checkpoint(full.path.string()));
+  ASSERT_FALSE(want.empty());
+  auto fresh = make();  // the statistics moved from their initial values
+  EXPECT_FALSE(bitwise_equal(want, [&] {
+    std::vector<torch::Tensor> out;
+    for (int i = 0; i < fresh->num_layers(); ++i)
+      for (auto& b : fresh->layer(i).module->buffers()) out.push_back(b);
+    return out;
+  }()));
+  EXPECT_TRUE(bitwise_equal(buffers(newest_checkpoint(parts.path.string())), want));
+}
+
 TEST(Checkpoint, ResumesIntoOtherPlans) {
   TempDir dir;
   std::string d = dir.path.string();
