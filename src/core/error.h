@@ -48,6 +48,10 @@ std::string str(const Args&... args) {
   return os.str();
 }
 
+// Writes `line` and a newline to stderr in one write(2), so that the lines of processes sharing
+// a terminal or a pipe (a job's workers and its launcher) do not interleave mid-line.
+void print_line_to_stderr(const std::string& line);
+
 }  // namespace pt
 
 #define PT_CHECK(cond, ...)                                                              \

@@ -8,20 +8,18 @@
 
 #include "runtime/gloo_transport.h"
 #include "runtime/pipeline_job.h"
+#include "runtime/worker_runner.h"
 
 namespace pt::runtime {
 
 // Runs worker config.rank. The result's trace holds world-size entries, only this worker's
 // filled; train.steps/final_loss/test_accuracy are meaningful on the reporting worker
 // (reporting_worker()). `worker_out`, when given, receives the worker (tests read its
-// replicas). Throws RuntimeFailure "worker <rank>: <action>: <cause>"; by then the transport is
+// replicas). Throws RuntimeFailure "worker <rank> at <action>: <cause>"; by then the transport is
 // aborted, so this process can exit without waiting for its peers.
 PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                                const PipelineOptions& options, const GlooConfig& config,
                                std::unique_ptr<Worker>* worker_out = nullptr);
-
-// The worker that holds the last stage's replica 0: it reports losses and test accuracy.
-int reporting_worker(const schedule::Schedule& s);
 
 // The CLI's gloo path for a process started as one worker (RANK or OMPI_COMM_WORLD_RANK set):
 // reads the environment, runs the worker, and on the reporting worker calls on_result; each

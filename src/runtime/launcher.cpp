@@ -144,7 +144,7 @@ int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, co
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (!ok && failed < 0) {
       failed = r;
-      std::cerr << "pipetrain: worker " << r << " " << describe(status) << "; stopping the other workers" << std::endl;
+      print_line_to_stderr(str("pipetrain: worker ", r, " ", describe(status), "; stopping the other workers"));
       for (int o = 0; o < world_size; ++o)
         if (running[o]) ::kill(pids[o], SIGTERM);
       // Escalate for workers that do not stop (stuck in a blocking call).
@@ -161,7 +161,7 @@ int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, co
             // consequence was reaped first.
             bool ours = WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
             if (!ours && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-              std::cerr << "pipetrain: worker " << q << " " << describe(status) << std::endl;
+              print_line_to_stderr(str("pipetrain: worker ", q, " ", describe(status)));
           }
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,7 +1,5 @@
 #include "runtime/pipeline_job.h"
 
-#include <mutex>
-#include <numeric>
 #include <thread>
 
 #include "core/error.h"
@@ -9,6 +7,7 @@
 #include "model/compute_threads.h"
 #include "runtime/progress.h"
 #include "runtime/thread_transport.h"
+#include "runtime/worker_runner.h"
 
 namespace pt::runtime {
 
@@ -163,6 +162,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
       it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
     worker.run(it->second, seg.first_minibatch);
     if (o.train.evaluate && seg.evaluate) {
+      transport.barrier();  // the segment's training is over on every worker
       double t0 = wall_ms();
       double acc = worker.evaluate(it->second, data.test);
       if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
@@ -176,7 +176,6 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   check_pipeline_options(o, plan, data);
   JobLayout job = layout_job(plan, o, data);
   const schedule::Schedule& probe = job.probe;
-  int64_t per_epoch = job.per_epoch;
   int n = probe.num_workers();
   // Each worker builds its own copy of the model from the seed, so its initial weights are
   // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
@@ -191,60 +190,25 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
     transports.push_back(std::make_unique<ThreadTransport>(hub, w));
     workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));
   }
-  int64_t steps_run = job.steps;
-  Progress progress(job.first_step + steps_run, o.train.metrics_path, o.train.quiet);
-  std::mutex mu;
-  std::map<int64_t, std::pair<double, int>> partial;  // minibatch -> (loss, microbatches seen)
-  int64_t done = 0;
-  double last_loss = 0;
-  std::vector<double> recent;
-  double start = wall_ms(), eval_ms = 0;
-  for (auto& wk : workers) {
-    wk->set_trace_origin(start);
-    wk->set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
-      std::lock_guard<std::mutex> lock(mu);
-      auto& p = partial[minibatch];
-      p.first += loss;
-      if (++p.second < probe.microbatches) return;
-      ++done;
-      last_loss = p.first;
-      recent.push_back(p.first);
-      partial.erase(minibatch);  // p dangles from here on: use last_loss
-      double secs = (wall_ms() - start - eval_ms) / 1000;
-      progress.step({job.first_step + done, minibatch / per_epoch, last_loss, done * o.train.batch_size / std::max(secs, 1e-9), -1,
-                     secs});
-    });
-  }
+  // Each worker runs as a thread; the first failure that is not another's abort is reported.
   std::vector<std::string> errors(n);
-  std::vector<char> consequence(n, 0);  // the worker stopped because another aborted the job
-  std::vector<double> accuracy(n, -1);
-  double final_accuracy = -1;
+  std::vector<char> consequence(n, 0);
+  std::vector<WorkerRun> runs(n);
+  double start = wall_ms();
   std::vector<std::thread> threads;
-  // Evaluations happen between segments, on every worker; worker 0 times them.
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       model::use_one_compute_thread();
       try {
-        run_worker_segments(*workers[w], *transports[w], job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (w == 0) eval_ms += ms;
-          if (acc >= 0) {
-            accuracy[w] = acc;
-            final_accuracy = acc;
-            progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, last_loss, 0, acc});
-          }
-        });
-      } catch (const std::exception& e) {
-        std::string action = workers[w]->current_action();
-        errors[w] = str("worker ", w, (action.empty() ? "" : " at " + action), ": ", e.what());
-        consequence[w] = dynamic_cast<const JobAborted*>(&e) != nullptr;
+        runs[w] = run_worker(*workers[w], *transports[w], job, plan, o, data, start);
+      } catch (const WorkerFailure& e) {
+        errors[w] = e.what();
+        consequence[w] = e.consequence;
         hub->abort(errors[w]);
       }
     });
   }
   for (auto& t : threads) t.join();
-  progress.finish();
-  // Report the root cause: the first error that is not another worker's abort.
   std::string first;
   for (size_t w = 0; w < errors.size(); ++w)
     if (!errors[w].empty() && !consequence[w] && first.empty()) first = errors[w];
@@ -255,18 +219,13 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   PipelineResult r;
   r.workers = n;
   r.stages = probe.num_stages;
-  r.train.steps = steps_run;
-  r.train.seconds = (wall_ms() - start - eval_ms) / 1000;
-  r.train.samples_per_s = steps_run * o.train.batch_size / std::max(r.train.seconds, 1e-9);
-  size_t k = std::min<size_t>(50, recent.size());
-  r.train.final_loss = k ? std::accumulate(recent.end() - k, recent.end(), 0.0) / k : 0;
-  r.train.test_accuracy = final_accuracy;
+  r.train = runs[reporting_worker(probe)].train;
   r.trace.source = o.trace_source;
   r.trace.schedule = o.schedule;
   r.trace.num_stages = probe.num_stages;
   r.trace.microbatches = probe.microbatches;
   r.trace.batch_size = o.train.batch_size;
-  for (auto& wk : workers) r.trace.workers.push_back(wk->trace());
+  for (auto& run : runs) r.trace.workers.push_back(std::move(run.trace));
   if (workers_out) *workers_out = std::move(workers);
   return r;
 }

@@ -227,7 +227,7 @@ void expect_worker0_ends(bool stop) {
   EXPECT_TRUE(ended) << "worker 0 still running 30 s after worker 1 was lost";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
   std::string err = read_file(dir / "worker0.err");
-  EXPECT_NE(err.find("pipetrain worker 0: "), std::string::npos) << err;
+  EXPECT_NE(err.find("pipetrain worker 0 at "), std::string::npos) << err;
   EXPECT_NE(err.find("worker 1"), std::string::npos) << err;  // names the lost peer
   fs::remove_all(dir);
 }

@@ -66,10 +66,14 @@ TEST(Simulator, ZeroBubbleH1IsAThirdOf1F1B) {
       auto fb = run("1f1b", straight_plan(p), prof, {m}, free_links(p));
       // ZB-H1's bubble (p-1)(F+B-W) over 1F1B's (p-1)(F+B+W), per worker busy 3m slots; with
       // m < p the first microbatch's F and B chains cannot be hidden.
-      if (m >= p) EXPECT_NEAR(zb.bubble_fraction, double(p - 1) / (3 * m + p - 1), 1e-9) << "p=" << p << " m=" << m;
+      if (m >= p) {
+        EXPECT_NEAR(zb.bubble_fraction, double(p - 1) / (3 * m + p - 1), 1e-9) << "p=" << p << " m=" << m;
+      }
       EXPECT_LT(zb.bubble_fraction, fb.bubble_fraction);
       EXPECT_NEAR(fb.bubble_fraction, double(3 * (p - 1)) / (3 * m + 3 * (p - 1)), 1e-9);
-      if (m >= 4 * p) EXPECT_NEAR(zb.bubble_fraction / fb.bubble_fraction, 1.0 / 3, 0.1);
+      if (m >= 4 * p) {
+        EXPECT_NEAR(zb.bubble_fraction / fb.bubble_fraction, 1.0 / 3, 0.1);
+      }
     }
 }
 

@@ -1,0 +1,107 @@
+#include "runtime/worker_runner.h"
+
+#include <numeric>
+
+#include "runtime/progress.h"
+
+namespace pt::runtime {
+
+int reporting_worker(const schedule::Schedule& s) { return s.stage_workers[s.num_stages - 1][0]; }
+
+namespace {
+
+// Minibatch losses on the reporting worker, from the microbatch losses it computes. With a
+// replicated last stage it sees only its share of a minibatch's microbatches (or only some
+// minibatches), so a minibatch's loss is the mean over the microbatches it saw, scaled to the
+// whole minibatch. Microbatches arrive in minibatch order, so a minibatch is complete when the
+// next one starts.
+class LossReport {
+ public:
+  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, int64_t first_step)
+      : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
+        first_step_(first_step), start_ms_(wall_ms()) {}
+
+  void add(int64_t minibatch, double loss) {
+    if (minibatch != current_) flush();
+    current_ = minibatch;
+    sum_ += loss;
+    ++seen_;
+  }
+  void flush() {
+    if (seen_ == 0) return;
+    double loss = sum_ * microbatches_ / seen_;
+    recent_.push_back(loss);
+    last_loss_ = loss;
+    double secs = train_seconds();
+    progress_.step({current_ + 1, current_ / per_epoch_, loss,
+                    (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs});
+    sum_ = 0;
+    seen_ = 0;
+  }
+  double final_loss() const {
+    size_t k = std::min<size_t>(50, recent_.size());
+    return k ? std::accumulate(recent_.end() - k, recent_.end(), 0.0) / k : 0;
+  }
+  double last_loss() const { return last_loss_; }
+  void add_eval_ms(double ms) { eval_ms_ += ms; }
+  double train_seconds() const { return (wall_ms() - start_ms_ - eval_ms_) / 1000; }
+
+ private:
+  Progress& progress_;
+  int64_t per_epoch_, batch_size_;
+  int microbatches_;
+  int64_t first_step_;
+  int64_t current_ = -1;
+  double start_ms_, sum_ = 0, last_loss_ = 0, eval_ms_ = 0;
+  int seen_ = 0;
+  std::vector<double> recent_;
+};
+
+}  // namespace
+
+WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
+                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms) {
+  const schedule::Schedule& probe = job.probe;
+  WorkerRun run;
+  run.reports = transport.rank() == reporting_worker(probe);
+  try {
+    // The job's time runs from when every worker is ready to when every worker is done (the
+    // reporter, the last stage, finishes before the first stage's last backward), without the
+    // evaluations (run_worker_segments times them from a barrier).
+    transport.barrier();
+    Progress progress(job.first_step + job.steps, run.reports ? o.train.metrics_path : "",
+                      o.train.quiet || !run.reports);
+    LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches, job.first_step);
+    if (run.reports)
+      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
+    worker.set_trace_origin(trace_origin_ms);
+    double accuracy = -1;
+    run_worker_segments(worker, transport, job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
+      losses.flush();
+      losses.add_eval_ms(ms);
+      if (acc >= 0) {
+        accuracy = acc;
+        progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, acc});
+      }
+    });
+    losses.flush();
+    transport.barrier();
+    progress.finish();
+    worker.set_loss_callback(nullptr);
+    if (run.reports) {
+      run.train.steps = job.steps;
+      run.train.seconds = losses.train_seconds();
+      run.train.samples_per_s = job.steps * o.train.batch_size / std::max(run.train.seconds, 1e-9);
+      run.train.final_loss = losses.final_loss();
+      run.train.test_accuracy = accuracy;
+    }
+    run.trace = worker.trace();
+    return run;
+  } catch (const std::exception& e) {
+    std::string action = worker.current_action();
+    throw WorkerFailure(str("worker ", transport.rank(), (action.empty() ? "" : " at " + action), ": ", e.what()),
+                        dynamic_cast<const JobAborted*>(&e) != nullptr);
+  }
+}
+
+}  // namespace pt::runtime
