@@ -78,9 +78,21 @@ struct SendTransfer : PendingTransfer {
   c10::intrusive_ptr<c10d::Work> header, data;
   std::string what;
   torch::Tensor wait() override {
-    state->wait_work(header, what);
+    if (header) state->wait_work(header, what);  // none for a known shape
     state->wait_work(data, what);
     return {};
+  }
+};
+
+// A payload whose shape both sides knew (irecv_known): its gloo receive was posted at once.
+struct KnownRecvTransfer : PendingTransfer {
+  std::shared_ptr<GlooTransport::State> state;
+  c10::intrusive_ptr<c10d::Work> data_work;
+  torch::Tensor data;
+  std::string what;
+  torch::Tensor wait() override {
+    state->wait_work(data_work, what);
+    return data;
   }
 };
 
@@ -309,6 +321,41 @@ std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, in
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->in_flight.insert(out->header);
   state_->in_flight.insert(out->data);
+  return out;
+}
+
+std::shared_ptr<PendingTransfer> GlooTransport::isend_known(const torch::Tensor& t, int peer, int64_t tag) {
+  state_->check_aborted();
+  auto out = std::make_shared<SendTransfer>();
+  out->state = state_;
+  out->what = peer_tag(config_.rank, peer, tag);
+  std::vector<at::Tensor> dv{t.detach().contiguous()};
+  try {
+    out->data = world_->send(dv, peer, gloo_tag(tag, true));
+  } catch (const c10::Error& e) {
+    throw TransportError(str("send failed (", out->what, "): ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw TransportError(str("send failed (", out->what, "): ", e.what()));
+  }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->in_flight.insert(out->data);
+  return out;
+}
+
+std::shared_ptr<PendingTransfer> GlooTransport::irecv_known(int peer, int64_t tag, const Known& k) {
+  state_->check_aborted();
+  auto out = std::make_shared<KnownRecvTransfer>();
+  out->state = state_;
+  out->what = peer_tag(config_.rank, peer, tag);
+  out->data = torch::empty(k.sizes, torch::TensorOptions().dtype(k.dtype));
+  std::vector<at::Tensor> dv{out->data};
+  try {
+    out->data_work = world_->recv(dv, peer, gloo_tag(tag, true));
+  } catch (const c10::Error& e) {
+    throw TransportError(str("receive failed (", out->what, "): ", e.what_without_backtrace()));
+  }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->in_flight.insert(out->data_work);
   return out;
 }
 

@@ -64,6 +64,10 @@ class GlooTransport : public Transport {
   int world_size() const override { return config_.world_size; }
   std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override;
+  // The payload alone, no header, no helper thread and no ingress gate: the receive is posted for
+  // the payload at once, so gloo moves it as soon as it is sent.
+  std::shared_ptr<PendingTransfer> isend_known(const torch::Tensor& t, int peer, int64_t tag) override;
+  std::shared_ptr<PendingTransfer> irecv_known(int peer, int64_t tag, const Known& k) override;
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override;
   void abort(const std::string& why) override;
 

@@ -161,6 +161,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     if (it == cache.end())
       it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
     worker.run(it->second, seg.first_minibatch);
+    if ((o.train.evaluate && seg.evaluate) || (checkpointer && seg.checkpoint)) worker.finish_sends();
     if (o.train.evaluate && seg.evaluate) {
       transport.barrier();  // the segment's training is over on every worker
       double t0 = wall_ms();
@@ -169,6 +170,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     }
     if (checkpointer && seg.checkpoint) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
   }
+  worker.finish_sends();
 }
 
 PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,

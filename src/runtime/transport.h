@@ -33,6 +33,17 @@ class Transport {
   // from the transfer itself. `t` must not be modified until the transfer completes.
   virtual std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) = 0;
   virtual std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) = 0;
+  // A transfer whose shape and dtype both sides know beforehand (a worker learns them from the
+  // first segment's transfers on the same channel): it may travel without a header, and its
+  // receive can be posted for the payload at once. Transports without headers keep the defaults.
+  struct Known {
+    std::vector<int64_t> sizes;
+    c10::ScalarType dtype;
+  };
+  virtual std::shared_ptr<PendingTransfer> isend_known(const torch::Tensor& t, int peer, int64_t tag) {
+    return isend(t, peer, tag);
+  }
+  virtual std::shared_ptr<PendingTransfer> irecv_known(int peer, int64_t tag, const Known&) { return irecv(peer, tag); }
   // Sums `tensors` in place over the workers of `group` (sorted worker ids, including rank()).
   virtual void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
   // Makes every current and future wait of every worker throw JobAborted, with `why`.

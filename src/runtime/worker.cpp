@@ -111,15 +111,52 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     if (a.kind == ActionKind::kForward) e.bytes = replica(a.stage)->activation_bytes(a.microbatch + offset);
     trace_.push_back(e);
   }
-  for (auto& p : sends_) p->wait();
+  for (auto& p : earlier_sends_) p->wait();
+  earlier_sends_ = std::move(sends_);
   sends_.clear();
   current_.clear();
+  known_.insert(learnt_.begin(), learnt_.end());
+  learnt_.clear();
+}
+
+void Worker::finish_sends() {
+  for (auto& p : earlier_sends_) p->wait();
+  earlier_sends_.clear();
 }
 
 void Worker::post_receive(const schedule::Schedule& s, const Action& a, int64_t offset) {
   int64_t mb = a.microbatch + offset;
   int direction = a.kind == ActionKind::kRecvActivation ? kActivation : kGradient;
-  receives_[{direction, a.stage, mb}] = transport_.irecv(a.peer, tag(direction, a.stage, mb, s.num_stages));
+  Channel channel{direction, a.stage, a.peer};
+  int64_t t = tag(direction, a.stage, mb, s.num_stages);
+  auto k = known_.find(channel);
+  receives_[{direction, a.stage, mb}] = {k != known_.end() ? transport_.irecv_known(a.peer, t, k->second)
+                                                           : transport_.irecv(a.peer, t),
+                                         channel};
+}
+
+torch::Tensor Worker::take_received(int direction, int stage, int64_t mb, const Action& a) {
+  auto it = receives_.find({direction, stage, mb});
+  PT_CHECK(it != receives_.end(), "no receive posted for ", schedule::to_string(a));
+  double w0 = wall_ms();
+  torch::Tensor t = it->second.transfer->wait();
+  waited_ms_ = wall_ms() - w0;
+  if (!known_.count(it->second.channel)) learnt_[it->second.channel] = {t.sizes().vec(), t.scalar_type()};
+  receives_.erase(it);
+  return t;
+}
+
+void Worker::send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag) {
+  Channel channel{direction, to_stage, peer};
+  auto k = known_.find(channel);
+  if (k == known_.end()) {
+    learnt_[channel] = {t.sizes().vec(), t.scalar_type()};
+    sends_.push_back(transport_.isend(t, peer, tag));
+    return;
+  }
+  PT_CHECK(t.sizes().vec() == k->second.sizes && t.scalar_type() == k->second.dtype, "worker ", rank_,
+           " sends a tensor of shape ", t.sizes(), " where this channel's earlier runs sent ", c10::IntArrayRef(k->second.sizes));
+  sends_.push_back(transport_.isend_known(t, peer, tag));
 }
 
 void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offset, int64_t first_minibatch) {
@@ -135,12 +172,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       if (a.stage == 0) {
         input = batch_rows(data_.train.inputs, minibatch, micro, m);
       } else {
-        auto it = receives_.find({kActivation, a.stage, mb});
-        PT_CHECK(it != receives_.end(), "no receive posted for the input of ", schedule::to_string(a));
-        double w0 = wall_ms();
-        input = it->second->wait();
-        waited_ms_ = wall_ms() - w0;
-        receives_.erase(it);
+        input = take_received(kActivation, a.stage, mb, a);
       }
       bool last = a.stage == s.num_stages - 1;
       torch::Tensor target = last ? batch_rows(data_.train.targets, minibatch, micro, m) : torch::Tensor();
@@ -157,7 +189,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       auto it = outputs_.find(key);
       PT_CHECK(it != outputs_.end(), "send of an activation not computed: ", schedule::to_string(a));
       // Transfers are tagged by the receiving stage: SA(s) feeds RA(s + 1), SG(s) feeds RG(s - 1).
-      sends_.push_back(transport_.isend(it->second, a.peer, tag(kActivation, a.stage + 1, mb, s.num_stages)));
+      send(it->second, kActivation, a.stage + 1, a.peer, tag(kActivation, a.stage + 1, mb, s.num_stages));
       outputs_.erase(it);
       break;
     }
@@ -167,12 +199,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
     case ActionKind::kBackward: {
       torch::Tensor grad;
       if (a.stage != s.num_stages - 1) {
-        auto it = receives_.find({kGradient, a.stage, mb});
-        PT_CHECK(it != receives_.end(), "no receive posted for the gradient of ", schedule::to_string(a));
-        double w0 = wall_ms();
-        grad = it->second->wait();
-        waited_ms_ = wall_ms() - w0;
-        receives_.erase(it);
+        grad = take_received(kGradient, a.stage, mb, a);
       }
       bool split = a.stage < static_cast<int>(s.split_backward.size()) && s.split_backward[a.stage];
       torch::Tensor ig = rep->backward(mb, grad, split);
@@ -182,7 +209,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
     case ActionKind::kSendGradient: {
       auto it = input_grads_.find(key);
       PT_CHECK(it != input_grads_.end(), "send of a gradient not computed: ", schedule::to_string(a));
-      sends_.push_back(transport_.isend(it->second, a.peer, tag(kGradient, a.stage - 1, mb, s.num_stages)));
+      send(it->second, kGradient, a.stage - 1, a.peer, tag(kGradient, a.stage - 1, mb, s.num_stages));
       input_grads_.erase(it);
       break;
     }

@@ -40,6 +40,8 @@ class Worker {
   // [first_minibatch, first_minibatch + schedule.minibatches); the schedule's microbatch k is
   // the global microbatch first_minibatch * microbatches + k.
   void run(const schedule::Schedule& schedule, int64_t first_minibatch);
+  // Waits for every send started so far: before an evaluation, a checkpoint, the job's end.
+  void finish_sends();
   // Test accuracy through the pipeline (replica 0 of every stage); every worker calls it.
   // Returns the accuracy on the worker that holds the last stage's replica 0, -1 elsewhere.
   double evaluate(const schedule::Schedule& schedule, const model::Dataset& test, int64_t batch = 1000);
@@ -59,6 +61,9 @@ class Worker {
   void setup(const schedule::Schedule& s);
   void execute(const schedule::Schedule& s, const schedule::Action& a, int64_t offset, int64_t first_minibatch);
   void post_receive(const schedule::Schedule& s, const schedule::Action& a, int64_t offset);
+  // Waits for the posted receive (direction, stage, mb), learning its channel's shape.
+  torch::Tensor take_received(int direction, int stage, int64_t mb, const schedule::Action& a);
+  void send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag);
   static constexpr int kReceivesAhead = 8;  // receives posted ahead of their place in the list
   torch::Tensor batch_rows(const torch::Tensor& all, int64_t minibatch, int64_t micro, int microbatches);
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
@@ -72,8 +77,22 @@ class Worker {
   std::map<int, std::unique_ptr<StageReplica>> replicas_;  // stage -> replica
   std::map<std::pair<int, int64_t>, torch::Tensor> outputs_;          // (stage, mb) -> activation to send
   std::map<std::pair<int, int64_t>, torch::Tensor> input_grads_;      // (stage, mb) -> gradient to send
-  std::map<std::tuple<int, int, int64_t>, std::shared_ptr<PendingTransfer>> receives_;  // (dir, stage, mb)
+  // A channel: (direction, the receiving stage, the peer). Transfers of the first run a channel
+  // is used in carry a header; from the next run on both ends know its shape (known_), so the
+  // payload travels alone (Transport::isend_known). Every minibatch has the batch's size, so a
+  // channel's shape does not change between runs (checked on sending).
+  using Channel = std::tuple<int, int, int>;
+  struct Posted {
+    std::shared_ptr<PendingTransfer> transfer;
+    Channel channel;
+  };
+  std::map<std::tuple<int, int, int64_t>, Posted> receives_;  // (dir, stage, mb)
+  std::map<Channel, Transport::Known> known_, learnt_;      // learnt_: this run's, known_ from the next
   std::vector<std::shared_ptr<PendingTransfer>> sends_;
+  // The previous run's sends: waited at the end of the next run, not of their own, so a worker
+  // posts the next minibatch's receives while its last send is still being taken (gloo hands a
+  // payload over only once the peer posts its receive).
+  std::vector<std::shared_ptr<PendingTransfer>> earlier_sends_;
   double waited_ms_ = 0;  // the current action's wait for its received input (not in its trace time)
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;
