@@ -9,5 +9,7 @@ bash scripts/build.sh
 mkdir -p out/bench
 build/bench/bench_plan_speed > out/bench/plan_speed.txt
 bench/real_cpu.sh
+bench/runtime_vs_peers.sh
+bench/imported_vs_zoo.sh
 bench/emulated_all.sh
 python3 bench/report.py

@@ -21,7 +21,7 @@ for ((i = 0; i < repeats; i++)); do
   zoo+=("$(rate mnist-cnn)")
   imported+=("$(rate "$dir/mnist-cnn.pt")")
 done
-python3 - "${zoo[*]}" "${imported[*]}" "$steps" <<'PY'
+python3 - "${zoo[*]}" "${imported[*]}" "$steps" <<'PY' | tee out/bench/imported.txt
 import statistics, sys
 zoo = [float(v) for v in sys.argv[1].split()]
 imp = [float(v) for v in sys.argv[2].split()]

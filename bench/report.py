@@ -419,6 +419,35 @@ def section_plan_speed(md):
     md.append("```\n" + end.strip() + "\n```\n")
 
 
+def section_text(md, title, filename, how):
+    """A benchmark's printed summary (out/bench/<filename>), under `how` it was measured."""
+    md.append(f"## {title}\n")
+    path = os.path.join(OUT, filename)
+    if not os.path.exists(path):
+        md.append(f"*{filename} was not written: its benchmark did not run.*\n")
+        return
+    md.append(how + "\n")
+    md.append("```\n" + open(path).read().strip() + "\n```\n")
+
+
+def section_peers(md):
+    section_text(md, "pipetrain against what users run instead: plain LibTorch, PyTorch DDP, GPipe (measured)",
+                 "peers.txt",
+                 "`bench/runtime_vs_peers.sh`: mnist-cnn on Fashion-MNIST, a minibatch of 64 per step in every run "
+                 "(data parallelism splits it over 2 workers, as DDP's global batch of 64 does), one compute thread "
+                 "per worker on this machine's 2 cores; rounds interleaved, medians. The peers are written here "
+                 "(`bench/python/peers.py`) on Debian's python3-torch and the same OpenBLAS: DDP over gloo with 2 "
+                 "processes, and a GPipe of 2 processes (conv | fc, 4 microbatches, point-to-point over gloo); the "
+                 "plain loop is `bench_trainer_overhead`'s LibTorch C++ loop. DDP's rate varies most from run to run.")
+
+
+def section_imported(md):
+    section_text(md, "An imported model against the same network in the zoo (measured)", "imported.txt",
+                 "`bench/imported_vs_zoo.sh`: mnist-cnn written in PyTorch (`bench/python/mnist_cnn.py`), exported "
+                 "with `pipetrain export` and trained from the file, beside `--model mnist-cnn`; one worker, "
+                 "Fashion-MNIST, batch 64, runs interleaved (docs/import.md).")
+
+
 def main():
     os.makedirs(PICS, exist_ok=True)
     runs = emulated_runs()
@@ -437,6 +466,8 @@ def main():
     section_efficiency(md)
     section_real_cpu(md)
     section_plan_speed(md)
+    section_peers(md)
+    section_imported(md)
     notes = os.path.join(DOCS, "results_notes.md")
     if os.path.exists(notes):
         md.append(open(notes).read())

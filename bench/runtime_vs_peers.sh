@@ -43,7 +43,7 @@ for ((r = 1; r <= rounds; r++)); do
     done
   done
 done
-/usr/bin/python3 - "$csv" <<'PY'
+/usr/bin/python3 - "$csv" <<'PY' | tee out/bench/peers.txt
 import csv, collections, statistics, sys
 runs = collections.defaultdict(list)
 for row in csv.DictReader(open(sys.argv[1])):
