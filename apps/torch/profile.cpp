@@ -28,7 +28,7 @@ int run_profile(ProfileFlags& f) {
   auto m = f.model.build(&data);
   if (f.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", f.batch_size, " is larger than the ", data.train.size(), " samples"));
-  auto batch = data.train.inputs.narrow(0, 0, f.batch_size);
+  auto batch = data.train.first_inputs(f.batch_size);
   auto p = profile::measure_profile(*m, batch, f.options);
   if (f.output.empty() || f.output == "-") {
     std::cout << profile::to_json(p).dump(1) << "\n";

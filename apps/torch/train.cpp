@@ -87,7 +87,7 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
   if (!f.profile_path.empty()) {
     prof = profile::read_any_profile(f.profile_path);
   } else {  // measure one here: a few forward/backward passes per layer
-    prof = profile::measure_profile(m, data.train.inputs.narrow(0, 0, std::min<int64_t>(f.pipe.train.batch_size, data.train.size())),
+    prof = profile::measure_profile(m, data.train.first_inputs(f.pipe.train.batch_size),
                                     {1, 3});
   }
   if (prof.num_layers() != m.num_layers())

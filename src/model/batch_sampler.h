@@ -1,6 +1,8 @@
 #pragma once
 // Which samples form each minibatch: a seeded shuffle per epoch (std::mt19937_64, so the
 // order does not depend on LibTorch's RNG and every runtime sees the same minibatches).
+// Samples kept on disk in shards (shard_store.h) are walked shard by shard: the shards in a
+// shuffled order, the samples shuffled within each, so a minibatch needs at most two shards.
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -10,8 +12,10 @@ namespace pt::model {
 
 class BatchSampler {
  public:
-  BatchSampler(int64_t samples, int64_t batch_size, uint64_t seed, bool shuffle = true)
-      : samples_(samples), batch_size_(batch_size), seed_(seed), shuffle_(shuffle) {}
+  BatchSampler(int64_t samples, int64_t batch_size, uint64_t seed, bool shuffle = true,
+               std::vector<int64_t> shard_sizes = {})
+      : samples_(samples), batch_size_(batch_size), seed_(seed), shuffle_(shuffle),
+        shard_sizes_(std::move(shard_sizes)) {}
 
   // Full minibatches per epoch (the last partial one is dropped, so every step has the same
   // size: pipeline microbatches then split evenly).
@@ -29,11 +33,21 @@ class BatchSampler {
   void reshuffle(int64_t epoch) {
     order_.resize(samples_);
     std::iota(order_.begin(), order_.end(), 0);
-    if (shuffle_) {
-      std::mt19937_64 rng(seed_ * 1000003u + static_cast<uint64_t>(epoch));
-      for (int64_t i = samples_ - 1; i > 0; --i) {
-        int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
-        std::swap(order_[i], order_[j]);
+    std::mt19937_64 rng(seed_ * 1000003u + static_cast<uint64_t>(epoch));
+    auto shuffle = [&](int64_t* first, int64_t n) {
+      for (int64_t i = n - 1; i > 0; --i) std::swap(first[i], first[rng() % static_cast<uint64_t>(i + 1)]);
+    };
+    if (shuffle_ && shard_sizes_.empty()) shuffle(order_.data(), samples_);
+    if (shuffle_ && !shard_sizes_.empty()) {
+      std::vector<int64_t> firsts{0}, shards(shard_sizes_.size());
+      for (int64_t n : shard_sizes_) firsts.push_back(firsts.back() + n);
+      std::iota(shards.begin(), shards.end(), 0);
+      shuffle(shards.data(), static_cast<int64_t>(shards.size()));
+      size_t at = 0;
+      for (int64_t k : shards) {
+        std::iota(order_.begin() + at, order_.begin() + at + shard_sizes_[k], firsts[k]);
+        shuffle(order_.data() + at, shard_sizes_[k]);
+        at += shard_sizes_[k];
       }
     }
     epoch_ = epoch;
@@ -42,6 +56,7 @@ class BatchSampler {
   int64_t samples_, batch_size_;
   uint64_t seed_;
   bool shuffle_;
+  std::vector<int64_t> shard_sizes_;
   int64_t epoch_ = -1;
   std::vector<int64_t> order_;
 };

@@ -55,6 +55,24 @@ Dataset load_idx_pair(const std::string& dir, const std::string& prefix) {
 
 }  // namespace
 
+torch::Tensor Dataset::gather_inputs(const std::vector<int64_t>& indices) const {
+  if (shards) return shards->gather(indices, false);
+  return inputs.index_select(0, torch::tensor(indices, torch::kInt64));
+}
+
+torch::Tensor Dataset::gather_targets(const std::vector<int64_t>& indices) const {
+  if (shards) return shards->gather(indices, true);
+  return targets.index_select(0, torch::tensor(indices, torch::kInt64));
+}
+
+torch::Tensor Dataset::first_inputs(int64_t n) const {
+  n = std::min(n, size());
+  if (!shards) return inputs.narrow(0, 0, n);
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = i;
+  return shards->gather(rows, false);
+}
+
 DataSplit load_fashion_mnist(const std::string& dir) {
   if (!exists(dir))
     throw Error(str("--data-dir: ", dir, " does not exist; install Fashion-MNIST with "

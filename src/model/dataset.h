@@ -6,13 +6,21 @@
 #include <torch/torch.h>
 
 #include "model/layered_model.h"
+#include "model/shard_store.h"
 
 namespace pt::model {
 
 struct Dataset {
-  torch::Tensor inputs;   // [N, ...] float images or int64 token ids
+  torch::Tensor inputs;   // [N, ...] float images or int64 token ids (undefined with `shards`)
   torch::Tensor targets;  // [N] class ids or [N, T] token ids
-  int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
+  std::shared_ptr<const ShardStore> shards = {};  // --data DIR: the samples stay on disk
+  int64_t size() const { return shards ? shards->size() : inputs.defined() ? inputs.size(0) : 0; }
+  // Rows of a minibatch, from memory or from the shards.
+  torch::Tensor gather_inputs(const std::vector<int64_t>& indices) const;
+  torch::Tensor gather_targets(const std::vector<int64_t>& indices) const;
+  torch::Tensor first_inputs(int64_t n) const;  // the first n samples' inputs (profiling)
+  // Samples per shard ({} in memory): the batch sampler walks shards one at a time.
+  std::vector<int64_t> shard_sizes() const { return shards ? shards->shard_sizes() : std::vector<int64_t>{}; }
 };
 
 struct DataSplit {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include <zlib.h>
+
 #include "core/error.h"
 #include "core/json_doc.h"
 
@@ -23,8 +25,7 @@ std::string dtype_of(const torch::Tensor& t) { return std::string(c10::toString(
 
 using Shard = std::map<std::string, torch::Tensor>;
 
-Shard read_shard(const std::string& path) {
-  std::string bytes = read_regular_file(path, kMaxInputFileBytes);
+Shard parse_shard(const std::string& bytes, const std::string& path) {
   c10::IValue value;
   try {
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
@@ -51,6 +52,8 @@ Shard read_shard(const std::string& path) {
     throw FormatError(str(path, ": '", shard.count("x_test") ? "x_test" : "y_test", "' without its partner"));
   return shard;
 }
+
+Shard read_shard(const std::string& path) { return parse_shard(read_regular_file(path, kMaxInputFileBytes), path); }
 
 std::vector<std::string> shard_files(const std::string& dir) {
   std::vector<std::string> files;
@@ -134,21 +137,77 @@ bool is_own_data(const std::string& data) {
          ::stat(data.c_str(), &st) == 0;
 }
 
+namespace {
+
+// Every check of one shard against the model; `out` is what the model outputs (probed once).
+void check_shard(const Shard& s, LayeredModel& model, torch::Tensor& out, const std::string& file) {
+  check_inputs(s.at("x"), "x", model, file);
+  if (s.count("x_test")) check_inputs(s.at("x_test"), "x_test", model, file);
+  if (!out.defined()) out = probe_output(model, s.at("x"), file);
+  check_targets(s.at("x"), s.at("y"), "x", "y", model, out, file);
+  if (s.count("x_test")) check_targets(s.at("x_test"), s.at("y_test"), "x_test", "y_test", model, out, file);
+}
+
+void set_sizes(DataSplit& split, const LayeredModel& model, const torch::Tensor& out) {
+  if (model.task() == Task::kLanguageModel) split.vocab = out.size(-1);
+  else if (model.task() == Task::kClassification) split.classes = out.size(-1);
+}
+
+// A directory of shards: each is read and checked once now, then only its size and CRC are
+// kept; training reads the shards again as minibatches need them (shard_store.h). The test set
+// (x_test, y_test of the shards that have them; without any, the last shard) is held in memory.
+DataSplit load_shards(const std::string& dir, LayeredModel& model) {
+  std::vector<std::string> files = shard_files(dir);
+  std::vector<int64_t> sizes;
+  std::vector<uint32_t> crcs;
+  std::vector<torch::Tensor> x_test, y_test;
+  torch::Tensor out;
+  for (const auto& file : files) {
+    std::string bytes = read_regular_file(file, kMaxInputFileBytes);
+    Shard s = parse_shard(bytes, file);
+    check_shard(s, model, out, file);
+    sizes.push_back(s["x"].size(0));
+    crcs.push_back(static_cast<uint32_t>(
+        ::crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()))));
+    if (s.count("x_test")) {
+      x_test.push_back(s["x_test"]);
+      y_test.push_back(s["y_test"]);
+    }
+  }
+  DataSplit split;
+  split.name = "shards:" + dir;
+  if (x_test.empty()) {
+    if (files.size() < 2)
+      throw FormatError(str(dir, ": one shard and no x_test: add x_test and y_test, or a second shard (the last one "
+                            "is held out for testing when no shard has x_test)"));
+    Shard last = read_shard(files.back());
+    split.test = {last["x"], last["y"]};
+    files.pop_back();
+    sizes.pop_back();
+    crcs.pop_back();
+  } else {
+    split.test = {torch::cat(x_test), torch::cat(y_test)};
+  }
+  auto load = [](const std::string& file) {
+    Shard s = read_shard(file);
+    return std::make_pair(s["x"], s["y"]);
+  };
+  split.train.shards = std::make_shared<ShardStore>(files, sizes, crcs, load);
+  set_sizes(split, model, out);
+  return split;
+}
+
+}  // namespace
+
 DataSplit load_own_data(const std::string& path, LayeredModel& model) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw UsageError(str("--data: ", path, " does not exist"));
-  std::vector<std::string> files = S_ISDIR(st.st_mode) ? shard_files(path) : std::vector<std::string>{path};
-  std::map<std::string, std::vector<torch::Tensor>> parts;
+  if (S_ISDIR(st.st_mode)) return load_shards(path, model);
+  Shard s = read_shard(path);
   torch::Tensor out;
-  for (const auto& file : files) {
-    Shard s = read_shard(file);
-    check_inputs(s["x"], "x", model, file);
-    if (s.count("x_test")) check_inputs(s["x_test"], "x_test", model, file);
-    if (!out.defined()) out = probe_output(model, s["x"], file);
-    check_targets(s["x"], s["y"], "x", "y", model, out, file);
-    if (s.count("x_test")) check_targets(s["x_test"], s["y_test"], "x_test", "y_test", model, out, file);
-    for (auto& [key, t] : s) parts[key].push_back(t);
-  }
+  check_shard(s, model, out, path);
+  std::map<std::string, std::vector<torch::Tensor>> parts;
+  for (auto& [key, t] : s) parts[key].push_back(t);
   DataSplit split;
   split.name = "file:" + path;
   split.train = {torch::cat(parts["x"]), torch::cat(parts["y"])};
@@ -160,8 +219,7 @@ DataSplit load_own_data(const std::string& path, LayeredModel& model) {
     split.test = {split.train.inputs.narrow(0, n - test_n, test_n), split.train.targets.narrow(0, n - test_n, test_n)};
     split.train = {split.train.inputs.narrow(0, 0, n - test_n), split.train.targets.narrow(0, 0, n - test_n)};
   }
-  if (model.task() == Task::kLanguageModel) split.vocab = out.size(-1);
-  else if (model.task() == Task::kClassification) split.classes = out.size(-1);
+  set_sizes(split, model, out);
   return split;
 }
 

@@ -1,9 +1,12 @@
 #pragma once
 // A user's own data (--data FILE.pt or --data DIR): dicts of tensors written by Python's
-// torch.save: "x" and "y", and optionally "x_test" and "y_test" (without them the last tenth of
-// x and y is held out as the test set). A DIR holds shards of such dicts (*.pt), concatenated in
-// name order. Everything is checked against the model before training: the key, the dtype and
-// the shape, and the targets against what the model outputs (class ids below its classes).
+// torch.save: "x" and "y", and optionally "x_test" and "y_test". A FILE is held in memory
+// (without x_test the last tenth of x and y is held out as the test set). A DIR holds shards of
+// such dicts (*.pt, in name order) that stay on disk: training reads them as it needs them, at
+// most two at a time (shard_store.h), so the data may be larger than memory; the test set is
+// the shards' x_test and y_test, or without any the last shard, in memory. Everything is
+// checked against the model before training: the key, the dtype and the shape, and the targets
+// against what the model outputs (class ids below its classes).
 #include <string>
 
 #include "model/dataset.h"

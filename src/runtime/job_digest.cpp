@@ -48,7 +48,8 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"data", json{{"name", data.name}, {"train", data.train.size()}, {"test", data.test.size()},
                             {"classes", data.classes}, {"vocab", data.vocab},
                             {"crc32", {tensor_crc(data.train.inputs), tensor_crc(data.train.targets),
-                                       tensor_crc(data.test.inputs), tensor_crc(data.test.targets)}}}
+                                       tensor_crc(data.test.inputs), tensor_crc(data.test.targets)}},
+                            {"shard_crc32", data.train.shards ? data.train.shards->crcs() : std::vector<uint32_t>{}}}
                            .dump()},
               {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
                                   {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}

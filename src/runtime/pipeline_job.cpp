@@ -89,13 +89,14 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
 
 schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o) {
   // Asynchronous schedules run many minibatches per repetition (see plan_segments).
-  bool async = o.schedule == "pipedream" || o.schedule == "2bw";
+  bool async = !schedule::schedule_flushes(o.schedule);
   return schedule_for(plan, o, async ? std::max<int>(1, schedule::default_minibatches(plan)) : 1);
 }
 
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data) {
   JobLayout job;
-  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed, o.train.shuffle);
+  model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed, o.train.shuffle,
+                              data.train.shard_sizes());
   job.per_epoch = sampler.batches_per_epoch();
   int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * job.per_epoch;
   job.sgd = o.train.sgd;

@@ -52,7 +52,7 @@ void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& o) {
   check_train_options(o, data);
-  model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed, o.shuffle);
+  model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed, o.shuffle, data.train.shard_sizes());
   int64_t per_epoch = sampler.batches_per_epoch();
   int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   torch::optim::SGD sgd(model.parameters(),
@@ -65,8 +65,8 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   for (int64_t step = 0; step < total; ++step) {
     double t0 = wall_ms();
     auto idx = sampler.batch(step);
-    auto x = gather(data.train.inputs, idx);
-    auto y = gather(data.train.targets, idx);
+    auto x = data.train.gather_inputs(idx);
+    auto y = data.train.gather_targets(idx);
     for (auto& group : sgd.param_groups()) {
       SgdOptions schedule = o.sgd;
       schedule.total_steps = total;

@@ -18,7 +18,7 @@ constexpr int kActivation = 0, kGradient = 1;
 Worker::Worker(int rank, std::shared_ptr<model::LayeredModel> model, const model::DataSplit& data,
                Transport& transport, const WorkerOptions& options)
     : rank_(rank), model_(std::move(model)), data_(data), transport_(transport), options_(options),
-      sampler_(data.train.size(), options.batch_size, options.seed, options.shuffle) {}
+      sampler_(data.train.size(), options.batch_size, options.seed, options.shuffle, data.train.shard_sizes()) {}
 
 int64_t Worker::tag(int direction, int stage, int64_t mb, int stages) {
   return (mb * stages + stage) * 2 + direction;
@@ -49,14 +49,14 @@ void Worker::setup(const schedule::Schedule& s) {
   }
 }
 
-torch::Tensor Worker::batch_rows(const torch::Tensor& all, int64_t minibatch, int64_t micro, int microbatches) {
+torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches) {
   if (minibatch != cached_minibatch_) {
     cached_indices_ = sampler_.batch(minibatch);
     cached_minibatch_ = minibatch;
   }
   int64_t size = options_.batch_size / microbatches;
   std::vector<int64_t> rows(cached_indices_.begin() + micro * size, cached_indices_.begin() + (micro + 1) * size);
-  return gather(all, rows);
+  return targets ? data_.train.gather_targets(rows) : data_.train.gather_inputs(rows);
 }
 
 void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
@@ -170,12 +170,12 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
     case ActionKind::kForward: {
       torch::Tensor input;
       if (a.stage == 0) {
-        input = batch_rows(data_.train.inputs, minibatch, micro, m);
+        input = batch_rows(false, minibatch, micro, m);
       } else {
         input = take_received(kActivation, a.stage, mb, a);
       }
       bool last = a.stage == s.num_stages - 1;
-      torch::Tensor target = last ? batch_rows(data_.train.targets, minibatch, micro, m) : torch::Tensor();
+      torch::Tensor target = last ? batch_rows(true, minibatch, micro, m) : torch::Tensor();
       int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch) : -1;
       torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version);
       if (last) {

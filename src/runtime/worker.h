@@ -65,7 +65,8 @@ class Worker {
   torch::Tensor take_received(int direction, int stage, int64_t mb, const schedule::Action& a);
   void send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag);
   static constexpr int kReceivesAhead = 8;  // receives posted ahead of their place in the list
-  torch::Tensor batch_rows(const torch::Tensor& all, int64_t minibatch, int64_t micro, int microbatches);
+  // Inputs (targets false) or targets of microbatch `micro` of `minibatch`.
+  torch::Tensor batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches);
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
 
   int rank_;

@@ -49,6 +49,8 @@ Schedule model_parallel(const plan::Plan& plan, int microbatches);
 
 // "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp".
 const std::vector<std::string>& schedule_kinds();
+// Whether a kind ends every minibatch with a flush (Schedule::flush); pipedream and 2bw do not.
+bool schedule_flushes(const std::string& kind);
 // Minibatches an asynchronous schedule covers by default: enough for a steady state between
 // warm-up and drain (4 x stages + 4, and at least six rounds of the replica counts' least common
 // multiple, the period of the steady state), a multiple of every stage's replica count.

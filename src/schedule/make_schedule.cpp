@@ -13,6 +13,8 @@ const std::vector<std::string>& schedule_kinds() {
   return kinds;
 }
 
+bool schedule_flushes(const std::string& kind) { return kind != "pipedream" && kind != "2bw"; }
+
 void check_schedule_options(const ScheduleOptions& o) {
   if (o.microbatches < 1 || o.microbatches > kMaxMicrobatches)
     throw UsageError(str("--microbatches: must be in 1..", kMaxMicrobatches, ", got ", o.microbatches));

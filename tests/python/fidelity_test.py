@@ -231,6 +231,18 @@ class Errors(unittest.TestCase):
         self.train_fails([x, y], "expected a dict of tensors")
         self.train_fails({"x": x, "y": y}, "--loss lm", "int64 token ids", extra=("--loss", "lm"))
 
+    def test_a_directory_of_one_shard_without_a_test_set(self):
+        shards = os.path.join(self.tmp.name, "one-shard")
+        os.makedirs(shards, exist_ok=True)
+        torch.save({"x": torch.randn(40, 12), "y": torch.randint(0, 5, (40,))}, os.path.join(shards, "a.pt"))
+        r = run_failing([PIPETRAIN, "train", "--model", self.model, "--data", shards, "--steps", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("one shard and no x_test", r.stderr)
+        # With a second shard, the last one is held out for testing.
+        torch.save({"x": torch.randn(8, 12), "y": torch.randint(0, 5, (8,))}, os.path.join(shards, "b.pt"))
+        r = run([PIPETRAIN, "train", "--model", self.model, "--data", shards, "--steps", "2", "--batch-size", "4"])
+        self.assertIn("40 training / 8 test samples", r.stderr)
+
     def test_model_file_that_is_not_an_export(self):
         plain = os.path.join(self.tmp.name, "plain.pt")
         torch.jit.script(torch.nn.Linear(12, 5)).save(plain)

@@ -40,6 +40,19 @@ void check(const std::string& kind, const plan::Plan& plan, ScheduleOptions o) {
   expect_each_once(s);
 }
 
+// The runtime sizes a job's segments from schedule_flushes(kind): it must say what the
+// generator builds.
+TEST(Generators, FlushesAsTheKindSays) {
+  for (const auto& kind : schedule_kinds()) {
+    SCOPED_TRACE(kind);
+    int chunks = kind == "interleaved" ? 2 : 1;
+    Schedule s = make_schedule(kind, straight_plan(kind == "interleaved" ? 4 : 2), {4, chunks, 0, false});
+    EXPECT_EQ(s.flush, schedule_flushes(kind));
+  }
+  EXPECT_FALSE(schedule_flushes("pipedream"));
+  EXPECT_TRUE(schedule_flushes("1f1b"));
+}
+
 TEST(Generators, SynchronousSweepValidates) {
   for (const char* kind : {"gpipe", "1f1b", "zb-h1", "mp"})
     for (int p = 1; p <= 8; ++p)
