@@ -51,20 +51,26 @@ void StageReplica::with_version(int64_t version, F&& f) {
   }
   auto it = versions_.find(version);
   PT_CHECK(it != versions_.end(), "weight version ", version, " was not stashed");
+  // The parameters are pointed at the stashed version's storage and back (set_data keeps
+  // each parameter's identity, autograd metadata and version counter): no copy, where copying
+  // the newest out, the stash in and the newest back cost three passes over the weights.
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> newest;
   for (size_t i = 0; i < params_.size(); ++i) {
-    newest.push_back(params_[i].data().clone());
-    params_[i].data().copy_(it->second[i]);
+    newest.push_back(params_[i].data());
+    params_[i].set_data(it->second[i]);
   }
+  auto restore = [&] {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(newest[i]);
+  };
   try {
     torch::AutoGradMode grad_on(true);
     f();
   } catch (...) {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].data().copy_(newest[i]);
+    restore();
     throw;
   }
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].data().copy_(newest[i]);
+  restore();
 }
 
 torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_grad, bool input_only) {

@@ -64,11 +64,13 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
   const schedule::Schedule& probe = job.probe;
   WorkerRun run;
   run.reports = transport.rank() == reporting_worker(probe);
+  std::string phase = "the start barrier";  // named in errors when no action is running
   try {
     // The job's time runs from when every worker is ready to when every worker is done (the
     // reporter, the last stage, finishes before the first stage's last backward), without the
     // evaluations (run_worker_segments times them from a barrier).
     transport.barrier();
+    phase = "training (between segments)";
     Progress progress(job.first_step + job.steps, run.reports ? o.train.metrics_path : "",
                       o.train.quiet || !run.reports);
     LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches, job.first_step);
@@ -85,6 +87,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
       }
     });
     losses.flush();
+    phase = "the end barrier";
     transport.barrier();
     progress.finish();
     worker.set_loss_callback(nullptr);
@@ -99,7 +102,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     return run;
   } catch (const std::exception& e) {
     std::string action = worker.current_action();
-    throw WorkerFailure(str("worker ", transport.rank(), (action.empty() ? "" : " at " + action), ": ", e.what()),
+    throw WorkerFailure(str("worker ", transport.rank(), " at ", action.empty() ? phase : action, ": ", e.what()),
                         dynamic_cast<const JobAborted*>(&e) != nullptr);
   }
 }
