@@ -1,5 +1,6 @@
 // pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
 // schedule (threads in this process, or one process per worker over gloo).
+#include <cmath>
 #include <iostream>
 #include <thread>
 
@@ -238,6 +239,14 @@ Register reg({"train", kTrainDescription,
   app.add_option("--profile", f->profile_path, "Profile for --stages, and the model of --compute emulated");
   app.add_option("--microbatches", f->pipe.microbatches, "Microbatches per minibatch")->capture_default_str();
   app.add_option("--chunks", f->pipe.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
+  app.add_option_function<double>(
+         "--bucket-mb",
+         [f](double mb) {
+           if (!(mb >= 0) || !std::isfinite(mb)) throw CLI::ValidationError("--bucket-mb", str("must be >= 0, got ", mb));
+           f->pipe.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
+         },
+         "Gradient all-reduce bucket, MiB: buckets are reduced during the backward as they fill (0: all at once, "
+         "after it; default 1)");
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
   app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();

@@ -37,7 +37,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     }
     transport->prepare_groups(groups);
 
-    WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums, o.train.shuffle};
+    WorkerOptions wo = worker_options(o, job.sgd);
     check_resume_fits(job, o, *model);
     worker = std::make_unique<Worker>(config.rank, model, data, *transport, wo);
     action = "training";

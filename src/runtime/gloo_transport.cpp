@@ -451,28 +451,14 @@ void GlooTransport::prepare_groups(const std::vector<std::vector<int>>& groups) 
     if (g.size() > 1 && std::find(g.begin(), g.end(), config_.rank) != g.end()) group_for(g);
 }
 
-void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
-  if (group.size() <= 1 || tensors.empty()) return;
-  state_->check_aborted();
-  auto& pg = group_for(group);
-  // c10d's vector form means one tensor per device, so the gradients travel as one flat tensor.
-  std::vector<torch::Tensor> flat_parts;
-  for (auto& t : tensors) flat_parts.push_back(t.detach().reshape(-1));
-  std::vector<at::Tensor> flat{torch::cat(flat_parts)};
-  std::string what = str("all-reduce of workers ", group.size(), " by worker ", config_.rank);
-  c10::intrusive_ptr<c10d::Work> w;
-  try {
-    w = pg.allreduce(flat);
-  } catch (const c10::Error& e) {
-    throw TransportError(str(what, ": ", e.what_without_backtrace()));
-  }
+void GlooTransport::State::wait_collective(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what) {
   // A collective cannot be aborted in c10d 1.13: wait in slices so abort() and the deadline
   // still end it for this worker.
-  auto deadline = std::chrono::steady_clock::now() + state_->timeout;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     try {
       w->wait(std::chrono::milliseconds(200));
-      break;
+      return;
     } catch (const std::exception&) {
       // The slice ran out ("Operation timed out!") or the collective failed. It may also have
       // completed, successfully, between the slice's end and this check: a second wait on a
@@ -480,7 +466,7 @@ void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std
       if (w->isCompleted()) {
         try {
           w->wait();
-          break;
+          return;
         } catch (const std::exception& e) {
           std::string msg = e.what();
           if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
@@ -488,13 +474,56 @@ void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std
         }
       }
     }
-    state_->check_aborted();
+    check_aborted();
     if (std::chrono::steady_clock::now() > deadline)
-      throw TransportError(str(what, " timed out after ", config_.timeout_s, " s"));
+      throw TransportError(str(what, " timed out after ", timeout.count() / 1000.0, " s"));
   }
+}
+
+namespace {
+// An all-reduce under way on gloo's collective thread.
+struct CollectiveTransfer : PendingTransfer {
+  std::shared_ptr<GlooTransport::State> state;
+  c10::intrusive_ptr<c10d::Work> work;
+  std::string what;
+  torch::Tensor wait() override {
+    state->wait_collective(work, what);
+    return {};
+  }
+};
+}  // namespace
+
+std::shared_ptr<PendingTransfer> GlooTransport::allreduce_start(torch::Tensor t, const std::vector<int>& group) {
+  auto out = std::make_shared<CollectiveTransfer>();
+  out->state = state_;
+  if (group.size() <= 1) return out;
+  PT_CHECK(t.is_contiguous(), "an all-reduce sums a contiguous tensor in place");
+  state_->check_aborted();
+  auto& pg = group_for(group);
+  out->what = str("all-reduce of workers ", group.size(), " by worker ", config_.rank);
+  std::vector<at::Tensor> one{t};
+  try {
+    out->work = pg.allreduce(one);
+  } catch (const c10::Error& e) {
+    throw TransportError(str(out->what, ": ", e.what_without_backtrace()));
+  }
+  return out;
+}
+
+void GlooTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+  if (group.size() <= 1 || tensors.empty()) return;
+  // c10d's vector form means one tensor per device: several tensors travel as one flat one.
+  if (tensors.size() == 1 && tensors[0].is_contiguous()) {
+    allreduce_start(tensors[0], group)->wait();
+    return;
+  }
+  std::vector<torch::Tensor> flat_parts;
+  for (auto& t : tensors) flat_parts.push_back(t.detach().reshape(-1));
+  torch::Tensor flat = torch::cat(flat_parts);
+  allreduce_start(flat, group)->wait();
   int64_t offset = 0;
   for (auto& t : tensors) {
-    t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+    t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
     offset += t.numel();
   }
 }

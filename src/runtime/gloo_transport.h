@@ -69,6 +69,8 @@ class GlooTransport : public Transport {
   std::shared_ptr<PendingTransfer> isend_known(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv_known(int peer, int64_t tag, const Known& k) override;
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override;
+  // Started on the group's gloo thread (one collective at a time, in the order started).
+  std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override;
 
   // After a failure: aborts, joins the helper threads and leaks the process groups, whose
@@ -96,6 +98,7 @@ class GlooTransport : public Transport {
     int64_t next_ticket = 0, serving = 0;
     void check_aborted();                       // throws TransportError when aborted
     void wait_work(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what);
+    void wait_collective(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what);
     void enter_gate(int64_t ticket, const std::string& what);  // waits its turn (deadline, abort)
     void leave_gate();
   };

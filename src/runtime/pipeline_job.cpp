@@ -11,6 +11,18 @@
 
 namespace pt::runtime {
 
+WorkerOptions worker_options(const PipelineOptions& o, const SgdOptions& sgd) {
+  WorkerOptions w;
+  w.batch_size = o.train.batch_size;
+  w.sgd = sgd;
+  w.seed = o.train.seed;
+  w.stash_weights = o.stash_weights;
+  w.record_weight_sums = o.record_weight_sums;
+  w.shuffle = o.train.shuffle;
+  w.bucket_bytes = o.bucket_bytes;
+  return w;
+}
+
 schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o, int minibatches) {
   schedule::ScheduleOptions so;
   so.microbatches = o.microbatches;
@@ -188,7 +200,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
   std::vector<std::unique_ptr<ThreadTransport>> transports;
   std::vector<std::unique_ptr<Worker>> workers;
-  WorkerOptions wo{o.train.batch_size, job.sgd, o.train.seed, o.stash_weights, o.record_weight_sums, o.train.shuffle};
+  WorkerOptions wo = worker_options(o, job.sgd);
   for (int w = 0; w < n; ++w) {
     transports.push_back(std::make_unique<ThreadTransport>(hub, w));
     workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));

@@ -28,7 +28,12 @@ struct PipelineOptions {
   std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated
   double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails
   CheckpointOptions checkpoint;
+  // Gradient all-reduce buckets (gradient_buckets.h, --bucket-mb); 0: one, after the backward.
+  int64_t bucket_bytes = WorkerOptions{}.bucket_bytes;
 };
+
+// What every worker of the job runs with (both transports).
+WorkerOptions worker_options(const PipelineOptions& o, const SgdOptions& sgd);
 
 struct PipelineResult {
   TrainResult train;

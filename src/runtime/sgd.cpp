@@ -15,26 +15,44 @@ double learning_rate(const SgdOptions& o, int64_t step) {
   return lr;
 }
 
-Sgd::Sgd(std::vector<torch::Tensor> params, const SgdOptions& options)
-    : params_(std::move(params)), momentum_(params_.size()), options_(options) {}
+Sgd::Sgd(FlatParameters& flat, const SgdOptions& options) : flat_(flat), options_(options) {
+  if (options_.momentum != 0)
+    for (const auto& g : flat_.grads()) momentum_.push_back(torch::zeros_like(g));
+}
 
 void Sgd::step(double grad_scale, int64_t minibatch) {
   torch::NoGradGuard no_grad;
   double lr = learning_rate(options_, minibatch);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i];
-    if (!p.grad().defined()) continue;
-    torch::Tensor w = p.data();
-    torch::Tensor d = grad_scale == 1.0 ? p.grad().clone() : p.grad() * grad_scale;
+  for (size_t b = 0; b < flat_.grads().size(); ++b) {
+    // d = g * scale + wd * w, formed in the gradient buffer, which is zeroed after.
+    torch::Tensor d = flat_.grads()[b], w = flat_.weights()[b];
+    if (grad_scale != 1.0) d.mul_(grad_scale);
     if (options_.weight_decay != 0) d.add_(w, options_.weight_decay);
     if (options_.momentum != 0) {
-      if (!momentum_[i].defined()) momentum_[i] = d.clone();
-      else momentum_[i].mul_(options_.momentum).add_(d);
-      d = momentum_[i];
+      momentum_[b].mul_(options_.momentum).add_(d);
+      w.add_(momentum_[b], -lr);
+    } else {
+      w.add_(d, -lr);
     }
-    w.add_(d, -lr);
-    p.mutable_grad().zero_();
+    d.zero_();
   }
+  has_momentum_ = options_.momentum != 0;
+}
+
+torch::Tensor Sgd::momentum(const FlatParameters::Slot& s) const {
+  if (!has_momentum_) return {};
+  return momentum_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()).clone();
+}
+
+void Sgd::set_momentum(const FlatParameters::Slot& s, const torch::Tensor& m) {
+  if (momentum_.empty()) return;  // plain SGD keeps none
+  torch::Tensor view = momentum_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
+  if (!m.defined()) {
+    view.zero_();
+    return;
+  }
+  view.copy_(m);
+  has_momentum_ = true;
 }
 
 }  // namespace pt::runtime

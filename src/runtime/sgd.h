@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include "runtime/flat_parameters.h"
+
 namespace pt::runtime {
 
 struct SgdOptions {
@@ -27,20 +29,24 @@ struct SgdOptions {
 // The learning rate of the step that applies minibatch `step` (0-based).
 double learning_rate(const SgdOptions& o, int64_t step);
 
+// Steps the flat buffers of a stage replica (flat_parameters.h) in place, a few whole-buffer
+// passes and no allocation. The momentum buffer starts at zero, which gives the first step
+// exactly torch's buf = d (0 * momentum + d == d).
 class Sgd {
  public:
-  Sgd(std::vector<torch::Tensor> params, const SgdOptions& options);
+  Sgd(FlatParameters& flat, const SgdOptions& options);
   // Applies the accumulated gradients (scaled by `grad_scale`) of minibatch `minibatch` (which
   // picks the learning rate, sgd.lr_schedule) and zeroes them.
   void step(double grad_scale, int64_t minibatch);
-  const std::vector<torch::Tensor>& params() const { return params_; }
-  // One buffer per parameter, undefined until its first step (checkpoints save and restore them).
-  std::vector<torch::Tensor>& momentum() { return momentum_; }
-  const std::vector<torch::Tensor>& momentum() const { return momentum_; }
+  // One parameter's momentum (a copy); undefined before the first step, as torch reports it.
+  torch::Tensor momentum(const FlatParameters::Slot& s) const;
+  // Loads one parameter's momentum (checkpoints); undefined means none yet (zeros).
+  void set_momentum(const FlatParameters::Slot& s, const torch::Tensor& m);
 
  private:
-  std::vector<torch::Tensor> params_;
-  std::vector<torch::Tensor> momentum_;
+  FlatParameters& flat_;
+  std::vector<torch::Tensor> momentum_;  // one per flat buffer
+  bool has_momentum_ = false;            // a step ran or a checkpoint loaded some
   SgdOptions options_;
 };
 

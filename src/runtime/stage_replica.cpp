@@ -8,8 +8,12 @@ StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first
                            const SgdOptions& sgd, bool stash_weights, int max_versions)
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
       max_versions_(max_versions),
-      params_(model_->parameters(first, last)), sgd_(params_, sgd) {
-  for (auto& p : params_) p.mutable_grad() = torch::zeros_like(p);
+      params_(model_->parameters(first, last)), flat_(std::make_unique<FlatParameters>(params_)), sgd_(*flat_, sgd) {
+  for (const auto& p : params_) {
+    size_t k = 0;
+    while (!flat_->slots()[k].param.is_same(p)) ++k;
+    slot_of_.push_back(k);
+  }
 }
 
 double StageReplica::weight_sum() const {
@@ -51,18 +55,10 @@ void StageReplica::with_version(int64_t version, F&& f) {
   }
   auto it = versions_.find(version);
   PT_CHECK(it != versions_.end(), "weight version ", version, " was not stashed");
-  // The parameters are pointed at the stashed version's storage and back (set_data keeps
-  // each parameter's identity, autograd metadata and version counter): no copy, where copying
-  // the newest out, the stash in and the newest back cost three passes over the weights.
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> newest;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    newest.push_back(params_[i].data());
-    params_[i].set_data(it->second[i]);
-  }
-  auto restore = [&] {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(newest[i]);
-  };
+  // The parameters are pointed at the stashed version's storage and back: no copy, where
+  // copying the newest out, the stash in and the newest back cost three passes over the weights.
+  flat_->point_at(it->second);
+  auto restore = [&] { flat_->point_at(flat_->weights()); };
   try {
     torch::AutoGradMode grad_on(true);
     f();
@@ -120,7 +116,10 @@ void StageReplica::release_version_if_unused(int64_t version) {
   if (version == version_ || history_ > 0) return;  // a history is pruned by step()
   for (const auto& [mb, f] : in_flight_)
     if (f.version == version) return;
-  versions_.erase(version);
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return;
+  spare_ = std::move(it->second);
+  versions_.erase(it);
 }
 
 void StageReplica::step(double grad_scale, int64_t minibatch) {
@@ -129,9 +128,8 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
     bool needed = history_ > 0;
     for (const auto& [mb, f] : in_flight_) needed |= f.version == version_;
     if (needed) {
-      std::vector<torch::Tensor> copy;
-      for (const auto& p : params_) copy.push_back(p.data().clone());
-      versions_[version_] = std::move(copy);
+      versions_[version_] = flat_->copy_weights(std::move(spare_));
+      spare_.clear();
       peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
   }
@@ -145,12 +143,6 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
         PT_CHECK(f.version != versions_.begin()->first, "weight version ", f.version, " dropped while in use");
       versions_.erase(versions_.begin());
     }
-}
-
-std::vector<torch::Tensor> StageReplica::gradients() {
-  std::vector<torch::Tensor> g;
-  for (auto& p : params_) g.push_back(p.mutable_grad());
-  return g;
 }
 
 int64_t StageReplica::activation_bytes(int64_t mb) const {
@@ -177,8 +169,7 @@ LayerState StageReplica::layer_state(int layer) const {
   LayerState s;
   for (size_t i = offset; i < offset + n; ++i) {
     s.params.push_back(params_[i].detach().clone());
-    const auto& m = sgd_.momentum()[i];
-    s.momentum.push_back(m.defined() ? m.clone() : torch::Tensor());
+    s.momentum.push_back(sgd_.momentum(flat_->slots()[slot_of_[i]]));
   }
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach().clone());
   return s;
@@ -199,7 +190,7 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
       throw ConfigError(pt::str(source, ": momentum ", i, " of layer ", layer, " has shape ", s.momentum[i].sizes(),
                             " but the parameter's is ", p.sizes()));
     p.data().copy_(s.params[i]);
-    sgd_.momentum()[offset + i] = s.momentum[i].defined() ? s.momentum[i].clone() : torch::Tensor();
+    sgd_.set_momentum(flat_->slots()[slot_of_[offset + i]], s.momentum[i]);
   }
   auto buffers = model_->layer(layer).module->buffers();
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "model/layered_model.h"
+#include "runtime/flat_parameters.h"
 #include "runtime/sgd.h"
 
 namespace pt::runtime {
@@ -57,7 +58,8 @@ class StageReplica {
   int first_layer() const { return first_; }
   int last_layer() const { return last_; }  // exclusive
 
-  std::vector<torch::Tensor> gradients();  // the accumulated .grad of every parameter
+  // The flat weight and gradient buffers (all-reduce buckets are ranges of the gradients).
+  FlatParameters& flat() { return *flat_; }
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   int64_t version() const { return version_; }
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
@@ -91,9 +93,12 @@ class StageReplica {
   bool stash_weights_;
   int max_versions_;
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<FlatParameters> flat_;
+  std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one)
   Sgd sgd_;
   int64_t version_ = 0;
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
+  std::vector<torch::Tensor> spare_;  // a released stash's buffers, reused by the next stash
   std::map<int64_t, InFlight> in_flight_;
   int64_t peak_versions_ = 0;
   int64_t history_ = 0;

@@ -1,5 +1,7 @@
 #include "runtime/thread_transport.h"
 
+#include <future>
+
 namespace pt::runtime {
 
 namespace {
@@ -98,6 +100,32 @@ std::shared_ptr<PendingTransfer> ThreadTransport::irecv(int peer, int64_t tag) {
 
 void ThreadTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
   hub_->allreduce_sum(rank_, tensors, group);
+}
+
+namespace {
+struct FutureTransfer : PendingTransfer {
+  std::shared_future<void> done;
+  torch::Tensor wait() override {
+    done.get();  // the hub's waits have the deadline and the abort
+    return {};
+  }
+};
+}  // namespace
+
+std::shared_ptr<PendingTransfer> ThreadTransport::allreduce_start(torch::Tensor t, const std::vector<int>& group) {
+  auto promise = std::make_shared<std::promise<void>>();
+  auto out = std::make_shared<FutureTransfer>();
+  out->done = promise->get_future().share();
+  comm_.post([hub = hub_, rank = rank_, t, group, promise] {
+    try {
+      std::vector<torch::Tensor> one{t};
+      hub->allreduce_sum(rank, one, group);
+      promise->set_value();
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return out;
 }
 
 }  // namespace pt::runtime

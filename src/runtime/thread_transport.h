@@ -6,6 +6,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "runtime/comm_thread.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
@@ -47,11 +48,14 @@ class ThreadTransport : public Transport {
   std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override;
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override;
+  // Runs on this worker's communication thread.
+  std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override { hub_->abort(why); }
 
  private:
   std::shared_ptr<ThreadHub> hub_;
   int rank_;
+  CommThread comm_;
 };
 
 }  // namespace pt::runtime

@@ -46,6 +46,10 @@ class Transport {
   virtual std::shared_ptr<PendingTransfer> irecv_known(int peer, int64_t tag, const Known&) { return irecv(peer, tag); }
   // Sums `tensors` in place over the workers of `group` (sorted worker ids, including rank()).
   virtual void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
+  // Starts summing the contiguous tensor `t` in place over `group`; wait() returns when done.
+  // A worker's all-reduces of one group complete in the order started, on every member alike,
+  // while the worker goes on computing (gradient buckets overlap the backward this way).
+  virtual std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) = 0;
   // Makes every current and future wait of every worker throw JobAborted, with `why`.
   virtual void abort(const std::string& why) = 0;
   // Returns once every worker of the job has called it (or throws, as the waits do). The

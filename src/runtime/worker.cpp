@@ -1,6 +1,7 @@
 #include "runtime/worker.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "runtime/progress.h"
@@ -44,6 +45,12 @@ void Worker::setup(const schedule::Schedule& s) {
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, options_.sgd,
                                                    options_.stash_weights && !s.flush, s.weight_versions[st]);
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
+    std::vector<int> group = ws;
+    std::sort(group.begin(), group.end());
+    if (group.size() > 1)
+      buckets_[st] = std::make_unique<GradientBuckets>(
+          replicas_[st]->flat(), options_.bucket_bytes > 0 ? options_.bucket_bytes : std::numeric_limits<int64_t>::max(),
+          transport_, group);
     // A minibatch's entry version is at most the stage-0 in-flight count behind the newest.
     if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
   }
@@ -76,6 +83,19 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   }
   int64_t offset = first_minibatch * s.microbatches;
   const auto& list = s.actions[rank_];
+  completes_gradients_.assign(list.size(), false);
+  if (options_.bucket_bytes > 0) {
+    std::map<int, size_t> last_gradient;  // stage -> its latest weight-gradient action so far
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      bool split = a.stage < static_cast<int>(s.split_backward.size()) && s.split_backward[a.stage];
+      if ((a.kind == ActionKind::kBackward && !split) || a.kind == ActionKind::kBackwardWeight) last_gradient[a.stage] = i;
+      if (a.kind == ActionKind::kAllReduce && last_gradient.count(a.stage)) {
+        completes_gradients_[last_gradient[a.stage]] = true;
+        last_gradient.erase(a.stage);
+      }
+    }
+  }
   // Receives are posted ahead of their place in the list, up to kReceivesAhead outstanding:
   // gloo holds a payload at its sender until the receive is posted, so a receive posted only
   // when reached (1F1B puts a gradient's receive after the next forward) delays a transfer that
@@ -99,6 +119,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     current_ = schedule::to_string(a);
     waited_ms_ = 0;
     double t0 = wall_ms();
+    if (completes_gradients_[i] && buckets_.count(a.stage)) buckets_[a.stage]->arm();
     execute(s, a, offset, first_minibatch);
     schedule::TraceEvent e;
     e.action = a;
@@ -217,10 +238,8 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       rep->backward_weight(mb);
       break;
     case ActionKind::kAllReduce: {
-      std::vector<int> group = s.stage_workers[a.stage];
-      std::sort(group.begin(), group.end());
-      auto grads = rep->gradients();
-      transport_.allreduce_sum(grads, group);
+      auto it = buckets_.find(a.stage);
+      if (it != buckets_.end()) it->second->finish();
       break;
     }
     case ActionKind::kStep:

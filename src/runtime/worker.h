@@ -11,6 +11,7 @@
 
 #include "model/batch_sampler.h"
 #include "model/dataset.h"
+#include "runtime/gradient_buckets.h"
 #include "runtime/stage_replica.h"
 #include "runtime/transport.h"
 #include "schedule/schedule.h"
@@ -25,6 +26,8 @@ struct WorkerOptions {
   bool stash_weights = true;
   bool record_weight_sums = false;  // tests of weight stashing
   bool shuffle = true;              // TrainOptions::shuffle
+  // All-reduce bucket size (gradient_buckets.h); 0: one bucket, reduced after the backward.
+  int64_t bucket_bytes = int64_t{1} << 20;
 };
 
 class Worker {
@@ -76,6 +79,11 @@ class Worker {
   WorkerOptions options_;
   model::BatchSampler sampler_;
   std::map<int, std::unique_ptr<StageReplica>> replicas_;  // stage -> replica
+  // Replicated stages' all-reduces (declared after replicas_: destroyed before the buffers).
+  std::map<int, std::unique_ptr<GradientBuckets>> buckets_;  // stage -> buckets
+  // The actions (indices into this worker's list) after which a stage's gradients are final
+  // until its all-reduce: the last full Backward or BackwardWeight before each AllReduce.
+  std::vector<bool> completes_gradients_;
   std::map<std::pair<int, int64_t>, torch::Tensor> outputs_;          // (stage, mb) -> activation to send
   std::map<std::pair<int, int64_t>, torch::Tensor> input_grads_;      // (stage, mb) -> gradient to send
   // A channel: (direction, the receiving stage, the peer). Transfers of the first run a channel

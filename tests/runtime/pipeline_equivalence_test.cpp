@@ -34,9 +34,10 @@ const Setup& setup() {
 }
 
 void expect_same_as_single_worker(const std::string& kind, const plan::Plan& plan, int microbatches, int chunks = 1,
-                                  double tolerance = 1e-5) {
+                                  double tolerance = 1e-5, int64_t bucket_bytes = WorkerOptions{}.bucket_bytes) {
   SCOPED_TRACE(kind + " stages " + std::to_string(plan.num_stages()) + " x" + std::to_string(plan.workers) +
-               " workers, microbatches " + std::to_string(microbatches) + ", chunks " + std::to_string(chunks));
+               " workers, microbatches " + std::to_string(microbatches) + ", chunks " + std::to_string(chunks) +
+               ", buckets of " + std::to_string(bucket_bytes) + " bytes");
   const Setup& s = setup();
   PipelineOptions o;
   o.schedule = kind;
@@ -44,6 +45,7 @@ void expect_same_as_single_worker(const std::string& kind, const plan::Plan& pla
   o.chunks = chunks;
   o.train = s.train;
   o.timeout_s = 20;
+  o.bucket_bytes = bucket_bytes;
   std::vector<std::unique_ptr<Worker>> workers;
   auto result = train_pipeline([] { return seeded_cnn(3); }, s.data, plan, o, &workers);
   EXPECT_EQ(result.train.steps, 3);
@@ -79,6 +81,22 @@ TEST(PipelineEquivalence, DataParallelMatchesSingleWorker) {
   auto model = seeded_cnn(3);
   for (int replicas : {2, 3, 4})
     for (int m : {4, 8}) expect_same_as_single_worker("dp", replicated_plan(*model, replicas), m);
+}
+
+// Gradients all-reduced in small buckets during the last backward (gradient_buckets.h), or in
+// one after it (0), sum to what one worker computes: data parallelism and a replicated stage
+// feeding an unreplicated one.
+TEST(PipelineEquivalence, BucketedAllReduceMatchesSingleWorker) {
+  auto model = seeded_cnn(3);
+  plan::Plan hybrid = plan::even_split(unit_profile(*model), 2);
+  hybrid.stages[0].replicas = 2;
+  hybrid.stages[0].workers = {0, 1};
+  hybrid.stages[1].workers = {2};
+  hybrid.workers = 3;
+  for (int64_t bucket : {int64_t{4} << 10, int64_t{0}}) {
+    for (int replicas : {2, 3}) expect_same_as_single_worker("dp", replicated_plan(*model, replicas), 4, 1, 1e-5, bucket);
+    for (const std::string kind : {"1f1b", "gpipe"}) expect_same_as_single_worker(kind, hybrid, 4, 1, 1e-5, bucket);
+  }
 }
 
 // PipeDream's replicated stage (docs/runtime.md): its r replicas take one minibatch each at the

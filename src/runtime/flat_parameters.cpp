@@ -1,0 +1,56 @@
+#include "runtime/flat_parameters.h"
+
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace pt::runtime {
+
+FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params) {
+  std::set<const c10::TensorImpl*> seen;
+  std::map<c10::ScalarType, size_t> buffer_of;
+  std::vector<int64_t> sizes;
+  for (const auto& p : params) {
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    PT_CHECK(p.layout() == torch::kStrided && p.device().is_cpu(), "parameter of shape ", p.sizes(),
+             " is not a dense CPU tensor");
+    auto [it, added] = buffer_of.emplace(p.scalar_type(), sizes.size());
+    if (added) sizes.push_back(0);
+    slots_.push_back({p, it->second, sizes[it->second], p.numel()});
+    sizes[it->second] += p.numel();
+  }
+  weights_.resize(sizes.size());
+  grads_.resize(sizes.size());
+  for (const auto& [dtype, b] : buffer_of) {
+    weights_[b] = torch::empty({sizes[b]}, torch::TensorOptions().dtype(dtype));
+    grads_[b] = torch::zeros({sizes[b]}, torch::TensorOptions().dtype(dtype));
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots_) {
+    torch::Tensor w = weights_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
+    w.copy_(s.param.detach());
+    s.param.set_data(w);
+    s.param.mutable_grad() = grads_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
+  }
+}
+
+std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tensor> reuse) const {
+  bool fits = reuse.size() == weights_.size();
+  for (size_t b = 0; fits && b < weights_.size(); ++b)
+    fits = reuse[b].numel() == weights_[b].numel() && reuse[b].scalar_type() == weights_[b].scalar_type();
+  if (!fits) {
+    reuse.clear();
+    for (const auto& w : weights_) reuse.push_back(torch::empty_like(w));
+  }
+  for (size_t b = 0; b < weights_.size(); ++b) reuse[b].copy_(weights_[b]);
+  return reuse;
+}
+
+void FlatParameters::point_at(const std::vector<torch::Tensor>& weights) {
+  PT_CHECK(weights.size() == weights_.size(), "a weight version of ", weights.size(), " buffers for ", weights_.size());
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots_) s.param.set_data(weights[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()));
+}
+
+}  // namespace pt::runtime

@@ -1,0 +1,43 @@
+#pragma once
+// A stage replica's parameters and their gradients in contiguous buffers (one per dtype, nearly
+// always one), each parameter and its .grad a view into them: the optimizer step is a few
+// passes over one tensor instead of a loop over many small ones, a weight stash is one copy,
+// and an all-reduce sums the gradient buffer in place, in buckets that are ranges of it.
+// The views survive backward passes because autograd accumulates into a defined .grad in place
+// (AccumulateGrad with grad mode off), as PyTorch DDP's gradient_as_bucket_view relies on.
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace pt::runtime {
+
+class FlatParameters {
+ public:
+  // Moves the values of `params` into the buffers and points each parameter (and a zeroed
+  // .grad) at its slice. A parameter listed twice (tied weights) gets one slice.
+  explicit FlatParameters(const std::vector<torch::Tensor>& params);
+
+  // Where one distinct parameter lives: buffer, first element, element count.
+  struct Slot {
+    torch::Tensor param;
+    size_t buffer = 0;
+    int64_t offset = 0, numel = 0;
+  };
+  const std::vector<Slot>& slots() const { return slots_; }
+  std::vector<torch::Tensor>& weights() { return weights_; }  // one flat tensor per buffer
+  std::vector<torch::Tensor>& grads() { return grads_; }
+
+  // A copy of the weights (a stashed version), written into `reuse` when it holds buffers of
+  // the right sizes (a released stash), so steady state allocates nothing.
+  std::vector<torch::Tensor> copy_weights(std::vector<torch::Tensor> reuse = {}) const;
+  // Points every parameter at `weights` (a copy_weights result, or weights() to go back):
+  // set_data keeps each parameter's identity, autograd metadata and version counter.
+  void point_at(const std::vector<torch::Tensor>& weights);
+
+ private:
+  std::vector<Slot> slots_;
+  std::vector<torch::Tensor> weights_, grads_;
+};
+
+}  // namespace pt::runtime

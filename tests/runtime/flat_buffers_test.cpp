@@ -1,0 +1,137 @@
+// Flat parameter and gradient buffers (runtime/flat_parameters.h), the SGD step on them and the
+// gradient buckets that all-reduce during the backward (runtime/gradient_buckets.h).
+#include <gtest/gtest.h>
+
+#include "pipeline_test_util.h"
+#include "runtime/gradient_buckets.h"
+#include "runtime/sgd.h"
+
+namespace pt::runtime {
+namespace {
+
+using namespace testing;
+
+torch::Tensor batch_loss(model::LayeredModel& m, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto x = torch::randn({8, 1, 28, 28});
+  auto y = torch::randint(0, 10, {8});
+  return m.loss(m.forward(x), y);
+}
+
+TEST(FlatParameters, ParametersAndGradientsAreViewsThatSurviveBackward) {
+  auto m = seeded_cnn(7);
+  auto before = m->parameters();
+  std::vector<torch::Tensor> values;
+  for (auto& p : before) values.push_back(p.detach().clone());
+  FlatParameters flat(m->parameters());
+  ASSERT_EQ(flat.weights().size(), 1u);  // one dtype: one buffer
+  auto params = m->parameters();
+  int64_t total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(params[i].detach(), values[i])) << "parameter " << i << " kept its value";
+    EXPECT_EQ(params[i].data_ptr<float>(), flat.weights()[0].data_ptr<float>() + total);
+    EXPECT_EQ(params[i].grad().data_ptr<float>(), flat.grads()[0].data_ptr<float>() + total);
+    total += params[i].numel();
+  }
+  EXPECT_EQ(flat.weights()[0].numel(), total);
+  for (uint64_t seed : {1, 2}) batch_loss(*m, seed).backward();  // accumulates twice
+  float* grads = flat.grads()[0].data_ptr<float>();
+  for (auto& p : params) {
+    EXPECT_EQ(p.grad().data_ptr<float>(), grads) << "autograd replaced a gradient view";
+    grads += p.numel();
+  }
+  EXPECT_GT(flat.grads()[0].abs().sum().item<double>(), 0);
+}
+
+TEST(FlatParameters, TiedWeightsShareOneSlot) {
+  auto a = torch::randn({3, 4}).requires_grad_(true);
+  auto b = torch::randn({4}).requires_grad_(true);
+  FlatParameters flat({a, b, a});
+  EXPECT_EQ(flat.slots().size(), 2u);
+  EXPECT_EQ(flat.weights()[0].numel(), 16);
+}
+
+TEST(FlatParameters, StashedVersionIsOneCopyAndPointingBackRestores) {
+  auto m = seeded_cnn(7);
+  FlatParameters flat(m->parameters());
+  auto stash = flat.copy_weights();
+  ASSERT_EQ(stash.size(), 1u);
+  EXPECT_NE(stash[0].data_ptr(), flat.weights()[0].data_ptr());
+  flat.weights()[0].add_(1.0);
+  flat.point_at(stash);
+  EXPECT_EQ(m->parameters()[0].data_ptr(), stash[0].data_ptr());
+  flat.point_at(flat.weights());
+  EXPECT_EQ(m->parameters()[0].data_ptr(), flat.weights()[0].data_ptr());
+  auto again = flat.copy_weights(stash);  // a released stash is reused, not reallocated
+  EXPECT_EQ(again[0].data_ptr(), stash[0].data_ptr());
+  EXPECT_TRUE(torch::equal(again[0], flat.weights()[0]));
+}
+
+// The fused step on the flat buffers gives torch::optim::SGD's weights bit for bit (momentum,
+// weight decay, several steps), the first step included (its momentum starts at zero here).
+TEST(Sgd, FlatStepIsTorchSgdExactly) {
+  auto ours = seeded_cnn(9), theirs = seeded_cnn(9);
+  FlatParameters flat(ours->parameters());
+  SgdOptions o{0.05, 0.9, 1e-3};
+  Sgd sgd(flat, o);
+  torch::optim::SGD reference(theirs->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+  for (uint64_t step = 0; step < 3; ++step) {
+    batch_loss(*ours, step).backward();
+    sgd.step(1.0, step);
+    reference.zero_grad();
+    batch_loss(*theirs, step).backward();
+    reference.step();
+  }
+  auto a = ours->parameters(), b = theirs->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].detach(), b[i].detach())) << "parameter " << i;
+  EXPECT_EQ(flat.grads()[0].abs().sum().item<double>(), 0) << "the step zeroes the gradients";
+}
+
+// A transport that records each all-reduce when it starts: the tensor then, and how many
+// were started. It sums nothing (one worker).
+struct RecordingTransport : Transport {
+  std::vector<torch::Tensor> started;  // copies at the moment each started
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::shared_ptr<PendingTransfer> isend(const torch::Tensor&, int, int64_t) override { return nullptr; }
+  std::shared_ptr<PendingTransfer> irecv(int, int64_t) override { return nullptr; }
+  void allreduce_sum(std::vector<torch::Tensor>&, const std::vector<int>&) override {}
+  std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>&) override {
+    started.push_back(t.clone());
+    struct Done : PendingTransfer {
+      torch::Tensor wait() override { return {}; }
+    };
+    return std::make_shared<Done>();
+  }
+  void abort(const std::string&) override {}
+};
+
+// Armed for the last of two accumulating backwards, every bucket starts inside that backward,
+// in order, and only once its gradients are final; an unarmed backward starts none.
+TEST(GradientBuckets, StartDuringTheBackwardOnceTheirGradientsAreFinal) {
+  auto m = seeded_cnn(11);
+  FlatParameters flat(m->parameters());
+  RecordingTransport t;
+  GradientBuckets buckets(flat, 16 << 10, t, {0, 1});
+  ASSERT_GE(buckets.buckets(), 3) << "mnist-cnn in 16 KiB buckets";
+  batch_loss(*m, 1).backward();
+  EXPECT_TRUE(t.started.empty()) << "not armed: the first microbatch's backward reduces nothing";
+  buckets.arm();
+  batch_loss(*m, 2).backward();
+  ASSERT_EQ(static_cast<int64_t>(t.started.size()), buckets.buckets()) << "all started before the backward returned";
+  // Bucket k covers the parameters from the end: its started copy is the final gradient there.
+  int64_t end = flat.grads()[0].numel();
+  for (const auto& s : t.started) {
+    int64_t n = s.numel();
+    EXPECT_TRUE(torch::equal(s, flat.grads()[0].narrow(0, end - n, n))) << "a bucket started before its gradients were final";
+    end -= n;
+  }
+  EXPECT_EQ(end, 0);
+  buckets.finish();
+  EXPECT_EQ(static_cast<int64_t>(t.started.size()), buckets.buckets()) << "finish starts nothing twice";
+  buckets.finish();  // an all-reduce without an armed backward starts every bucket
+  EXPECT_EQ(static_cast<int64_t>(t.started.size()), 2 * buckets.buckets());
+}
+
+}  // namespace
+}  // namespace pt::runtime
