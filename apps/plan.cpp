@@ -80,6 +80,9 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_option("--candidates", f->plan.candidates,
                  "How many of the search's best plans the simulator replays to choose among")
       ->capture_default_str();
+  app.add_option("--bucket-mb", f->plan.bucket_mb,
+                 "The all-reduce bucket train will use, MiB (0: all after the backward)")
+      ->capture_default_str();
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   app.add_option("-o,--output", f->output, "Write the plan JSON here");

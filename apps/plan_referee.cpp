@@ -42,7 +42,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     try {
       schedule::Schedule s = schedule::make_schedule(kind, p, {});
       Candidate c{p, plan::evaluate_plan(p, profile, cluster, options),
-                  metrics::compute_metrics(sim::simulate(s, profile, cluster)), ""};
+                  metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
       r.ranked.push_back(std::move(c));
     } catch (const ConfigError& e) {
       skipped += str("\n  ", p.shape(), ": ", e.what());

@@ -21,6 +21,7 @@ struct SimulateFlags {
   plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
   bool json = false, grid = false;
+  double bucket_mb = plan::Cluster::kDefaultBucketBytes / double(1 << 20);
 };
 
 int run_simulate(const SimulateFlags& f) {
@@ -39,7 +40,9 @@ int run_simulate(const SimulateFlags& f) {
   }
   schedule::Schedule s = schedule::make_schedule(f.kind, plan, f.options);
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
-  schedule::Trace trace = sim::simulate(s, prof, cluster);
+  sim::SimOptions sim_options;
+  sim_options.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20));
+  schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
   std::string title = str(f.kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
                           " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",
@@ -66,6 +69,10 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
   app.add_option("--schedule", f->kind, "Schedule kind: " + kinds)->capture_default_str();
   add_schedule_options(app, f->options);
+  app.add_option("--bucket-mb", f->bucket_mb,
+                 "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--svg", f->svg, "Write the timeline as SVG");
   app.add_option("--trace", f->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
   app.add_option("--save-trace", f->trace_out, "Write the trace (pipetrain.trace/1)");

@@ -6,7 +6,7 @@
 #   bench/emulated_cluster.sh [--model vgg16] [--cluster 4x4|1x4|flat4|flat8] [--gbps G[,G2]]
 #                             [--steps N] [--time-scale S] [--byte-scale B]
 #                             [--schedules "pipedream dp ..."] [--uplink per-worker|shared]
-#                             [--shape both|send] [--plan FILE]
+#                             [--shape both|send] [--plan FILE] [--bucket-mb M]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
@@ -18,6 +18,8 @@
 #   flat4: 4 workers, 10 Gbit/s;   flat8: 8 workers, 10 Gbit/s
 #   --gbps overrides the cluster's bandwidths (innermost first), e.g. for a bandwidth sweep.
 # --plan FILE runs that plan instead of the planner's (e.g. the paper's, to put beside it).
+# --bucket-mb M: the all-reduce bucket of train (which scales it by B) and of the simulator
+# (0: one all-reduce after the backward).
 # Each run writes its rows to out/bench/emulated_cluster/<run>/rows.csv (read by bench/report.py).
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
 # (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
@@ -27,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both gbps_set=""
-plan_in=""
+plan_in="" bucket=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --time-scale) S=$2; shift 2 ;;
     --byte-scale) B=$2; shift 2 ;;
     --schedules) schedules=$2; shift 2 ;;
+    --bucket-mb) bucket=(--bucket-mb "$2"); shift 2 ;;
     --uplink) uplink=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
     --plan) plan_in=$2; shift 2 ;;
@@ -96,8 +99,8 @@ dp_rate=""
 : >"$out/rows.txt"
 echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms,predicted_ms" >"$out/rows.csv"
 for kind in $schedules; do
-  args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600)
-  sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind")
+  args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600 "${bucket[@]}")
+  sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind" "${bucket[@]}")
   n=$steps
   case "$kind" in
     dp)

@@ -1,6 +1,5 @@
 // pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
 // schedule (threads in this process, or one process per worker over gloo).
-#include <cmath>
 #include <iostream>
 #include <thread>
 
@@ -27,6 +26,7 @@ struct TrainFlags {
   runtime::PipelineOptions pipe;
   std::string plan_path, profile_path, trace_path, transport = "threads";
   int stages = 0, workers = 0;
+  double bucket_mb = 25;  // PyTorch DDP's default bucket
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
   CLI::Option* steps_flag = nullptr;
 };
@@ -166,6 +166,8 @@ int run_train(TrainFlags& f) {
     else std::cerr << "note: " << plan_source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
                    << f.pipe.train.batch_size << ", so its predicted throughput does not apply\n";
   }
+  // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.
+  f.pipe.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20) * (f.model.emulated() ? f.model.emulation.byte_scale : 1));
   runtime::check_pipeline_options(f.pipe, plan, data);
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
@@ -239,14 +241,11 @@ Register reg({"train", kTrainDescription,
   app.add_option("--profile", f->profile_path, "Profile for --stages, and the model of --compute emulated");
   app.add_option("--microbatches", f->pipe.microbatches, "Microbatches per minibatch")->capture_default_str();
   app.add_option("--chunks", f->pipe.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
-  app.add_option_function<double>(
-         "--bucket-mb",
-         [f](double mb) {
-           if (!(mb >= 0) || !std::isfinite(mb)) throw CLI::ValidationError("--bucket-mb", str("must be >= 0, got ", mb));
-           f->pipe.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
-         },
-         "Gradient all-reduce bucket, MiB: buckets are reduced during the backward as they fill (0: all at once, "
-         "after it; default 1)");
+  app.add_option("--bucket-mb", f->bucket_mb,
+                 "Gradient all-reduce bucket, MiB: each is reduced during the backward once its gradients are final "
+                 "(0: all in one, after the backward; emulated runs scale it by --byte-scale)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
   app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();

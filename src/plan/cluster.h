@@ -35,6 +35,9 @@ struct Cluster {
   // Ring all-reduce of `bytes` among `group`: 2 (n - 1) / n x bytes over one link of the
   // group's level each way (0 for one worker).
   double ring_allreduce_ms(const std::vector<int>& group, double bytes) const;
+  // The runtime's gradient all-reduce bucket unless told otherwise (train --bucket-mb): PyTorch
+  // DDP's 25 MiB. Each bucket is reduced during the backward once its gradients are final.
+  static constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;
   double bandwidth_bytes_per_s(int a, int b) const;
   // Workers in one unit of level k's children (1 for k = 0): PipeDream's `w`.
   int workers_per_unit_below(int level) const;

@@ -47,6 +47,20 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
   return sums;
 }
 
+// What of a replicated stage's all-reduce remains after the backward of one minibatch, with
+// the runtime's buckets: each starts once the backward has produced it and the previous one is
+// done (gradient_buckets.h; the simulator replays the same on its links).
+double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& profile, const Cluster& cluster,
+                            int64_t bucket_bytes) {
+  const Stage& st = plan.stages[s];
+  if (st.replicas < 2) return 0;
+  double backward = 0, end = 0;
+  for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
+  for (const auto& b : profile::gradient_buckets(profile, st.layers, bucket_bytes))
+    end = std::max(end, b.ready_share * backward) + cluster.ring_allreduce_ms(st.workers, static_cast<double>(b.bytes));
+  return std::max(0.0, end - backward);
+}
+
 PlanEstimate finish(PlanEstimate out, const Cluster& cluster, const PlanOptions& options) {
   int64_t limit = memory_limit(cluster, options);
   out.bottleneck = 0;
@@ -119,7 +133,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     const Stage& st = plan.stages[s];
     StageEstimate e;
     e.compute_ms = sums.compute[s] / st.replicas;
-    e.allreduce_ms = cluster.ring_allreduce_ms(st.workers, sums.param[s]) / st.replicas;
+    e.allreduce_ms = exposed_allreduce_ms(plan, s, profile, cluster, options.bucket_bytes) / st.replicas;
     for (int w : st.workers) {
       for (int level = 0; level < levels; ++level) {
         double busiest = std::max(egress[w * levels + level], ingress[w * levels + level]);

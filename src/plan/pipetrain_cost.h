@@ -8,10 +8,12 @@
 //   link_ms      = the busiest link of its replicas: every worker has, per cluster level, a
 //                  full-duplex link; activations in and gradients out use one direction each
 //   allreduce_ms = ring all-reduce of its parameters among its replicas, once per round of n
-//                  minibatches, / n
+//                  minibatches, / n; evaluate_plan charges only what the backward does not
+//                  hide: the runtime reduces buckets as the backward completes them
+//                  (PlanOptions::bucket_bytes; profile::gradient_buckets)
 //   time_ms      = max(compute_ms, link_ms) + allreduce_ms
-//                  transfers run beside compute (DESIGN.md); the all-reduce sits between the
-//                  last backward and the Step in every schedule, so it does not overlap.
+//                  transfers run beside compute (DESIGN.md); the all-reduce's tail sits between
+//                  the last backward and the Step in every schedule.
 //                  evaluate_plan charges the previous stage's all-reduce where it is longer
 //                  than the stage's own (it stalls the stage: pipetrain_cost.cpp)
 // and the pipeline's time per minibatch is the largest time_ms.

@@ -1,5 +1,7 @@
 #include "plan/plan_command.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/plan_table.h"
@@ -23,6 +25,9 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   if (f.candidates < 1 || f.candidates > kMaxCandidates)
     throw UsageError(str("--candidates: must be in 1..", kMaxCandidates, ", got ", f.candidates));
   options.candidates = f.candidates;
+  if (!(f.bucket_mb >= 0) || !std::isfinite(f.bucket_mb))
+    throw UsageError(str("--bucket-mb: must be >= 0, got ", f.bucket_mb));
+  options.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20));
   PlanOutcome out;
   out.options = options;
   out.cluster = cluster_from_flags(f.cluster);

@@ -21,6 +21,7 @@ struct PlanFlags {
   bool straight = false;
   bool no_activation_transfer = false;
   int candidates = 12;           // --candidates: the search's best plans the simulator referees
+  double bucket_mb = Cluster::kDefaultBucketBytes / double(1 << 20);  // --bucket-mb, as train's
 };
 
 struct PlanOutcome {

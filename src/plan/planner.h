@@ -21,6 +21,10 @@ struct PlanOptions {
   bool straight = false;            // one worker per stage, no replication
   int64_t memory_bytes = 0;         // per worker; 0 = cluster's, or unlimited
   int candidates = 1;               // plan_candidates: how many of the search's best to rank
+  // The runtime's all-reduce buckets (train --bucket-mb): evaluate_plan charges what of a
+  // replicated stage's all-reduce its backward does not hide. The search's closed form charges
+  // it all after the backward.
+  int64_t bucket_bytes = Cluster::kDefaultBucketBytes;
 };
 
 // Finds the plan minimising the slowest stage's time. Throws ConfigError when no plan fits.
@@ -30,8 +34,9 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
 
 // Pipetrain model: the search's best plan for each choice of the first stage, each in the
 // placement evaluate_plan predicts fastest of three (workers in stage order, reversed, and spread
-// over the innermost level's units), ranked by evaluate_plan (fastest first; each plan's predicted time is that), the best
-// options.candidates of them with data parallelism among them. The simulator referees among
+// over the innermost level's units), ranked by evaluate_plan (fastest first; each plan's
+// predicted time is that): the search's best options.candidates, the best options.candidates
+// by evaluate_plan among four times as many, and data parallelism. The simulator referees among
 // them (apps/plan_referee.h). PipeDream model: make_plan's one plan.
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
 

@@ -120,6 +120,23 @@ double compute_backward_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].backward_ms;
 }
 
+std::vector<GradientBucket> gradient_buckets(const Profile& profile, const std::vector<int>& layers,
+                                             int64_t bucket_bytes) {
+  double backward = 0, done = 0;
+  for (int l : layers) backward += compute_backward_ms(profile, l);
+  std::vector<GradientBucket> out;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    done += compute_backward_ms(profile, *it);
+    int64_t bytes = profile.layers[*it].parameter_bytes;
+    if (bytes == 0) continue;
+    bool fits = !out.empty() && (bucket_bytes <= 0 || out.back().bytes + bytes <= bucket_bytes);
+    if (!fits) out.push_back({});
+    out.back().bytes += bytes;
+    out.back().ready_share = bucket_bytes > 0 && backward > 0 ? done / backward : 1;
+  }
+  return out;
+}
+
 std::vector<double> cut_bytes(const Profile& profile, const std::vector<int>& stage_of, int stages,
                               bool count_input_layers) {
   int n = profile.num_layers();

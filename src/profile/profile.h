@@ -47,6 +47,17 @@ double compute_backward_ms(const Profile& profile, int layer);
 // a schedule that runs them apart (zero bubble) charges this share of the backward to B and the
 // rest to W (the zero-bubble paper's T_B ~ T_W).
 inline constexpr double kInputGradientShare = 0.5;
+// Part of a stage's gradients that the runtime all-reduces as one bucket (gradient_buckets.h).
+struct GradientBucket {
+  double ready_share = 1;  // share of the stage's backward done when its gradients are final
+  int64_t bytes = 0;
+};
+// The buckets of the layers `layers` (a stage, in order): layers from the last to the first
+// (the backward's order), cut where a bucket would exceed bucket_bytes (a larger layer is a
+// bucket of its own), in the order they all-reduce. bucket_bytes <= 0: one bucket, ready at the
+// end of the backward.
+std::vector<GradientBucket> gradient_buckets(const Profile& profile, const std::vector<int>& layers,
+                                             int64_t bucket_bytes);
 // Bytes crossing each cut of a partition, per minibatch: out[s] = the activations of layers in
 // stages <= s read by a layer in a stage > s (a tensor skipping stages crosses every cut it
 // passes, once per cut). stage_of[l] is layer l's stage in 0..stages-1; out has `stages`

@@ -83,19 +83,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   }
   int64_t offset = first_minibatch * s.microbatches;
   const auto& list = s.actions[rank_];
-  completes_gradients_.assign(list.size(), false);
-  if (options_.bucket_bytes > 0) {
-    std::map<int, size_t> last_gradient;  // stage -> its latest weight-gradient action so far
-    for (size_t i = 0; i < list.size(); ++i) {
-      const Action& a = list[i];
-      bool split = a.stage < static_cast<int>(s.split_backward.size()) && s.split_backward[a.stage];
-      if ((a.kind == ActionKind::kBackward && !split) || a.kind == ActionKind::kBackwardWeight) last_gradient[a.stage] = i;
-      if (a.kind == ActionKind::kAllReduce && last_gradient.count(a.stage)) {
-        completes_gradients_[last_gradient[a.stage]] = true;
-        last_gradient.erase(a.stage);
-      }
-    }
-  }
+  completes_gradients_ = options_.bucket_bytes > 0 ? s.completes_gradients(rank_) : std::vector<bool>(list.size());
   // Receives are posted ahead of their place in the list, up to kReceivesAhead outstanding:
   // gloo holds a payload at its sender until the receive is posted, so a receive posted only
   // when reached (1F1B puts a gradient's receive after the next forward) delays a transfer that

@@ -11,6 +11,7 @@
 
 #include "model/batch_sampler.h"
 #include "model/dataset.h"
+#include "plan/cluster.h"
 #include "runtime/gradient_buckets.h"
 #include "runtime/stage_replica.h"
 #include "runtime/transport.h"
@@ -27,7 +28,7 @@ struct WorkerOptions {
   bool record_weight_sums = false;  // tests of weight stashing
   bool shuffle = true;              // TrainOptions::shuffle
   // All-reduce bucket size (gradient_buckets.h); 0: one bucket, reduced after the backward.
-  int64_t bucket_bytes = int64_t{1} << 20;
+  int64_t bucket_bytes = plan::Cluster::kDefaultBucketBytes;
 };
 
 class Worker {

@@ -1,6 +1,7 @@
 #include "schedule/schedule.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -19,6 +20,24 @@ int Schedule::chunk_of(int stage) const {
   for (int s = 0; s < stage; ++s)
     if (std::find(stage_workers[s].begin(), stage_workers[s].end(), w) != stage_workers[s].end()) ++chunk;
   return chunk;
+}
+
+std::vector<bool> Schedule::completes_gradients(int worker) const {
+  const auto& list = actions[worker];
+  std::vector<bool> out(list.size(), false);
+  std::map<int, size_t> last;  // stage -> its latest weight-gradient action so far
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    bool split = a.stage < static_cast<int>(split_backward.size()) && split_backward[a.stage];
+    if ((a.kind == ActionKind::kBackward && !split) || a.kind == ActionKind::kBackwardWeight) last[a.stage] = i;
+    if (a.kind == ActionKind::kAllReduce) {
+      auto it = last.find(a.stage);
+      if (it == last.end()) continue;
+      out[it->second] = true;
+      last.erase(it);
+    }
+  }
+  return out;
 }
 
 void Schedule::add(int worker, ActionKind kind, int stage, int mb, int peer) {

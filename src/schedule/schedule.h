@@ -48,6 +48,10 @@ struct Schedule {
   int total_microbatches() const { return microbatches * minibatches; }
   // Appends an action to its worker's list, filling `worker` and `chunk`.
   void add(int worker, ActionKind kind, int stage, int mb, int peer = -1);
+  // [i] -> whether worker's action i makes its stage's gradients final until the next AllReduce:
+  // the last full Backward or BackwardWeight before each AllReduce. Its gradient buckets may
+  // all-reduce while it runs (the runtime's gradient_buckets.h; the simulator models it).
+  std::vector<bool> completes_gradients(int worker) const;
 };
 
 inline constexpr int kScheduleVersion = 1;

@@ -44,9 +44,12 @@ void reserve(const std::vector<Port*>& ports, double start, double end) {
 
 class Replay {
  public:
-  Replay(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& c)
-      : s_(s), cluster_(c), costs_(stage_costs(s, p)), scale_(1.0 / s.microbatches),
-        pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()) {}
+  Replay(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& c, int64_t bucket_bytes)
+      : s_(s), cluster_(c), costs_(stage_costs(s, p, bucket_bytes)), scale_(1.0 / s.microbatches),
+        pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()) {
+    for (int w = 0; w < s.num_workers(); ++w)
+      completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
+  }
 
   std::vector<std::vector<TraceEvent>> run() {
     // In time order: each round runs the action that can start earliest (ties: the lowest
@@ -141,6 +144,12 @@ class Replay {
   }
 
   void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
+    if (completes_[w][pc_[w]] && s_.replicas(a.stage) > 1) {
+      // The backward completing the gradients: when each bucket's are final on this replica.
+      auto& ready = bucket_ready_[{a.stage, w}];
+      ready.clear();
+      for (const auto& b : costs_[a.stage].buckets) ready.push_back(start + ms * b.ready_share);
+    }
     clock_[w] = start + ms;
     ready_[key(w, a.kind, a.stage, a.microbatch)] = clock_[w];
     record(w, a, start, clock_[w], bytes);
@@ -165,16 +174,36 @@ class Replay {
   void allreduce(const Action& a, double start) {
     const auto& group = s_.stage_workers[a.stage];
     // A ring keeps every replica's link busy both ways; it waits for transfers already on them.
-    double ms = cluster_.ring_allreduce_ms(group, static_cast<double>(costs_[a.stage].parameter_bytes));
     std::vector<Port*> ports;
     if (group.size() > 1) {
       int level = cluster_.group_level(group);
       for (int r : group) ports.insert(ports.end(), {&egress_[{r, level}], &ingress_[{r, level}]});
     }
-    start = earliest_free(ports, start, ms);
-    double end = start + ms;
-    reserve(ports, start, end);
+    const auto& buckets = costs_[a.stage].buckets;
+    double end = 0;  // the previous bucket's end
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      double from = end;  // in order: after the previous bucket
+      bool early = true;  // every replica's completing backward made this bucket ready
+      for (int r : group) {
+        auto it = bucket_ready_.find({a.stage, r});
+        if (it == bucket_ready_.end()) early = false;
+        else from = std::max(from, it->second[k]);
+      }
+      if (!early) from = std::max(from, start);
+      // A ring is 2 (n - 1) steps of bytes / n on every link; each step takes the next gap
+      // that fits it, so the ring interleaves with the activations sharing those links.
+      int steps = std::max(1, 2 * (static_cast<int>(group.size()) - 1));
+      double ms = cluster_.ring_allreduce_ms(group, static_cast<double>(buckets[k].bytes)) / steps;
+      for (int i = 0; i < steps; ++i) {
+        from = earliest_free(ports, from, ms);
+        reserve(ports, from, from + ms);
+        from += ms;
+      }
+      end = from;
+    }
+    end = std::max(end, start);
     for (int r : group) {
+      bucket_ready_.erase({a.stage, r});
       record(r, s_.actions[r][pc_[r]], start, end, costs_[a.stage].parameter_bytes);
       clock_[r] = end;
       ++pc_[r];
@@ -190,11 +219,14 @@ class Replay {
   std::vector<std::vector<TraceEvent>> events_;
   std::map<Key, double> ready_;                      // compute done / data arrived, by key
   std::map<std::pair<int, int>, Port> egress_, ingress_;  // (worker, level) -> its link's use
+  std::vector<std::vector<bool>> completes_;              // [worker][i]: Schedule::completes_gradients
+  std::map<std::pair<int, int>, std::vector<double>> bucket_ready_;  // (stage, worker) -> per bucket
 };
 
 }  // namespace
 
-schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster) {
+schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
+                         const SimOptions& options) {
   if (cluster.workers() < s.num_workers())
     throw ConfigError(str("the ", s.kind, " schedule needs ", s.num_workers(), " workers but the cluster ",
                           cluster.describe(), " has ", cluster.workers()));
@@ -205,7 +237,7 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.microbatches = s.microbatches;
   t.batch_size = p.batch_size;
   for (const auto& c : stage_costs(s, p)) t.stage_parameter_bytes.push_back(c.parameter_bytes);
-  t.workers = Replay(s, p, cluster).run();
+  t.workers = Replay(s, p, cluster, options.bucket_bytes).run();
   return t;
 }
 

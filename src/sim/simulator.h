@@ -22,9 +22,13 @@
 //    their place in the list), so they cost nothing on the worker; the compute that needs the
 //    data waits for it;
 //  - the link rules (levels, transfer time, ring all-reduce) are the cost engine's (cluster.h);
-//  - AllReduce starts when every replica reaches it and their links at the innermost level
-//    holding all replicas are free, and takes a ring all-reduce, 2 (n - 1) / n x parameter
-//    bytes / that level's bandwidth, with those links busy both ways; the replicas wait for it;
+//  - an all-reduce is a ring all-reduce, 2 (n - 1) / n x bytes / the bandwidth of the innermost
+//    level holding all replicas, with those links busy both ways. With buckets (the runtime's
+//    default, gradient_buckets.h) the gradients are reduced bucket by bucket, each starting once
+//    every replica's last backward before the AllReduce has produced it (its share of the
+//    stage's backward time, layers taken from the last) and the previous bucket is done; the
+//    AllReduce action waits for the last. With bucket_bytes 0 it all starts when every replica
+//    reaches the AllReduce;
 //  - Step takes no time (optimizer cost is not profiled).
 #include "plan/cluster.h"
 #include "profile/profile.h"
@@ -35,6 +39,10 @@ namespace pt::sim {
 
 // Throws ConfigError when the cluster has fewer workers than the schedule or the layers do not
 // fit the profile.
-schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster);
+struct SimOptions {
+  int64_t bucket_bytes = plan::Cluster::kDefaultBucketBytes;  // all-reduce buckets, as train --bucket-mb
+};
+schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
+                         const SimOptions& options = {});
 
 }  // namespace pt::sim

@@ -4,7 +4,7 @@
 
 namespace pt::sim {
 
-std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::Profile& p) {
+std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::Profile& p, int64_t bucket_bytes) {
   std::vector<int> stage_of(p.num_layers(), -1);
   std::vector<StageCost> out(s.num_stages);
   for (int st = 0; st < s.num_stages; ++st)
@@ -22,7 +22,10 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
   for (int l = 0; l < p.num_layers(); ++l)
     if (stage_of[l] < 0) throw ConfigError(str("layer ", l, " (", p.layers[l].name, ") is in no stage of the schedule"));
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
-  for (int st = 0; st < s.num_stages; ++st) out[st].boundary_bytes = static_cast<int64_t>(cuts[st]);
+  for (int st = 0; st < s.num_stages; ++st) {
+    out[st].boundary_bytes = static_cast<int64_t>(cuts[st]);
+    out[st].buckets = profile::gradient_buckets(p, s.stage_layers[st], bucket_bytes);
+  }
   return out;
 }
 

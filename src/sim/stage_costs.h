@@ -16,11 +16,14 @@ struct StageCost {
   int64_t stash_bytes = 0;       // outputs of the stage's layers, kept for the backward
   int64_t boundary_bytes = 0;    // sent to stage s + 1 (and its gradient back)
   int64_t parameter_bytes = 0;
+  std::vector<profile::GradientBucket> buckets;  // profile::gradient_buckets
+
 };
 
 // Stage s's boundary carries every output of a layer in stages <= s read by a layer in a
 // stage > s (for a chain, the last layer's output; skip tensors ride through intermediate
 // stages). Throws ConfigError when the schedule's layers do not fit the profile.
-std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::Profile& p);
+// bucket_bytes 0: one bucket, ready at the end of the backward.
+std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::Profile& p, int64_t bucket_bytes = 0);
 
 }  // namespace pt::sim

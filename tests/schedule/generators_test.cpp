@@ -87,5 +87,40 @@ TEST(Generators, ReplicatedStagesValidate) {
   }
 }
 
+// completes_gradients marks, for each AllReduce, the last action of its worker that adds to the
+// stage's weight gradients before it (the runtime starts its gradient buckets there).
+void expect_one_completing_action_per_allreduce(const Schedule& s) {
+  for (int w = 0; w < s.num_workers(); ++w) {
+    auto marked = s.completes_gradients(w);
+    const auto& list = s.actions[w];
+    ASSERT_EQ(marked.size(), list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].kind != ActionKind::kAllReduce) continue;
+      int st = list[i].stage;
+      auto adds = [&](const Action& a) {
+        return a.stage == st && ((a.kind == ActionKind::kBackward && !s.split_backward[st]) ||
+                                 a.kind == ActionKind::kBackwardWeight);
+      };
+      size_t j = i;
+      while (j-- > 0 && !adds(list[j])) EXPECT_FALSE(marked[j]) << s.kind << " worker " << w << " action " << j;
+      ASSERT_LT(j, i) << s.kind << ": an AllReduce with no backward before it";
+      EXPECT_TRUE(marked[j]) << s.kind << " worker " << w << ": " << to_string(list[j]) << " before " << to_string(list[i]);
+    }
+    int allreduces = 0, marks = 0;
+    for (size_t i = 0; i < list.size(); ++i) allreduces += list[i].kind == ActionKind::kAllReduce, marks += marked[i];
+    EXPECT_EQ(marks, allreduces) << s.kind << " worker " << w;
+  }
+}
+
+TEST(Generators, EachAllReduceHasOneActionCompletingItsGradients) {
+  for (auto shape : std::vector<std::vector<int>>{{2, 1}, {1, 2}, {3, 1, 2}}) {
+    plan::Plan plan = plan_with_replicas(shape);
+    for (const char* kind : {"gpipe", "1f1b", "2bw"})
+      expect_one_completing_action_per_allreduce(make_schedule(kind, plan, {8, 1, 2, false}));
+    expect_one_completing_action_per_allreduce(make_schedule("pipedream", plan, {1, 1, default_minibatches(plan), false}));
+    expect_one_completing_action_per_allreduce(make_schedule("dp", plan, {plan.workers, 1, 0, false}));
+  }
+}
+
 }  // namespace
 }  // namespace pt::schedule
