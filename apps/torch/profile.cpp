@@ -47,6 +47,10 @@ Register reg({"profile", kProfileDescription,
               [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<ProfileFlags>();
   f->model.add_to(app);
+  f->model.add_emulation_to(app);
+  app.add_option("--profile", f->model.profile_path,
+                 "The profile --compute emulated emulates: measuring it gives the runtime's own work on this "
+                 "machine (optimizer step, gradient accumulation) on its bytes x --byte-scale");
   app.add_option("--batch-size", f->batch_size, "Minibatch size to profile")->capture_default_str();
   app.add_option("--warmup", f->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--repeats", f->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();

@@ -38,7 +38,8 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
   for (int s = 0; s < p; ++s)
     for (int l : plan.stages[s].layers) {
       if (is_outside_search(profile, l)) continue;
-      sums.compute[s] += profile::compute_forward_ms(profile, l) + profile::compute_backward_ms(profile, l);
+      sums.compute[s] += profile::compute_forward_ms(profile, l) + profile::compute_backward_ms(profile, l) +
+                         profile::compute_step_ms(profile, l);
       sums.act[s] += static_cast<double>(profile.layers[l].activation_bytes);
       sums.param[s] += static_cast<double>(profile.layers[l].parameter_bytes);
     }

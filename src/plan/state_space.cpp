@@ -191,7 +191,7 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   std::vector<double> compute(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);
   for (int v = 0; v < n; ++v) {
     for (int l : g.layers[v]) {
-      compute[v] += p.layers[l].forward_ms + p.layers[l].backward_ms;
+      compute[v] += p.layers[l].forward_ms + p.layers[l].backward_ms + p.layers[l].optimizer_ms;
       act[v] += static_cast<double>(p.layers[l].activation_bytes);
       param[v] += static_cast<double>(p.layers[l].parameter_bytes);
     }

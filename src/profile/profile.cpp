@@ -30,12 +30,14 @@ int64_t Profile::total_parameter_bytes() const {
 json to_json(const Profile& p) {
   json layers = json::array();
   for (const auto& l : p.layers) {
-    layers.push_back({{"name", l.name},
-                      {"forward_ms", l.forward_ms},
-                      {"backward_ms", l.backward_ms},
-                      {"activation_bytes", l.activation_bytes},
-                      {"parameter_bytes", l.parameter_bytes},
-                      {"inputs", l.inputs}});
+    json layer = {{"name", l.name},
+                  {"forward_ms", l.forward_ms},
+                  {"backward_ms", l.backward_ms},
+                  {"activation_bytes", l.activation_bytes},
+                  {"parameter_bytes", l.parameter_bytes},
+                  {"inputs", l.inputs}};
+    if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
+    layers.push_back(std::move(layer));
   }
   return {{"format", format_tag("profile", kProfileVersion)},
           {"model", p.model},
@@ -63,6 +65,9 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     l.backward_ms = check_layer_ms(f["backward_ms"].as_non_negative(), str(source, ": field '", f.path(), ".backward_ms'"));
     l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("optimizer_ms"))
+      l.optimizer_ms =
+          check_layer_ms(f["optimizer_ms"].as_non_negative(), str(source, ": field '", f.path(), ".optimizer_ms'"));
     if (f.has("inputs")) {
       JsonField in = f["inputs"];
       for (size_t k = 0; k < in.size(); ++k) {
@@ -118,6 +123,10 @@ double compute_forward_ms(const Profile& profile, int layer) {
 
 double compute_backward_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].backward_ms;
+}
+
+double compute_step_ms(const Profile& profile, int layer) {
+  return is_input_layer(profile, layer) ? 0 : profile.layers[layer].optimizer_ms;
 }
 
 std::vector<GradientBucket> gradient_buckets(const Profile& profile, const std::vector<int>& layers,

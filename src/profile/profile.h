@@ -16,6 +16,10 @@ struct Layer {
   int64_t activation_bytes = 0;  // this layer's output, whole minibatch
   int64_t parameter_bytes = 0;
   std::vector<int> inputs;       // indices of earlier layers whose outputs this layer reads
+  // The runtime's own work on the layer's weights once per minibatch, whatever the batch: its
+  // optimizer step and one copy of its weights (a stash). Measured by `pipetrain profile`;
+  // optional in the file (0: not measured, as in PipeDream's profiles).
+  double optimizer_ms = 0;
 };
 
 struct Profile {
@@ -43,6 +47,8 @@ bool is_detached_sink(const Profile& profile, int layer);
 // Compute: an Input layer loads data and costs no compute (PipeDream's optimizer leaves it out).
 double compute_forward_ms(const Profile& profile, int layer);
 double compute_backward_ms(const Profile& profile, int layer);
+// The layer's optimizer step and stash copy (Layer::optimizer_ms), charged at each Step.
+double compute_step_ms(const Profile& profile, int layer);
 // The profile does not separate a backward's input gradient (B) from its weight gradient (W);
 // a schedule that runs them apart (zero bubble) charges this share of the backward to B and the
 // rest to W (the zero-bubble paper's T_B ~ T_W).

@@ -4,6 +4,8 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "model/flat_parameters.h"
+#include "model/sgd.h"
 
 namespace pt::profile {
 
@@ -18,6 +20,27 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The runtime's own work on one layer's weights per minibatch (Layer::optimizer_ms): the SGD
+// step with momentum on flat buffers and one copy of the weights (a stash), as StageReplica
+// does them; on copies, so the model's weights stay as they are.
+double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerOptions& o) {
+  if (params.empty()) return 0;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(p.requires_grad()));
+  model::FlatParameters flat(copies);
+  model::Sgd sgd(flat, model::SgdOptions{});
+  std::vector<torch::Tensor> stash;
+  std::vector<double> times;
+  for (int r = 0; r < o.warmup + o.repeats; ++r) {
+    double t0 = now_ms();
+    stash = flat.copy_weights(std::move(stash));
+    sgd.step(1.0, r);
+    if (r >= o.warmup) times.push_back(now_ms() - t0);
+  }
+  return median(times);
 }
 
 }  // namespace
@@ -36,9 +59,11 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     if (i > 0 && input.is_floating_point()) input.requires_grad_(true);
     std::vector<double> fwd, bwd;
     torch::Tensor out;
+    // Gradients accumulate into a defined .grad, as in the runtime (its flat buffers): the
+    // backward's time includes adding them up.
+    for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::zeros_like(param);
     for (int r = 0; r < o.warmup + o.repeats; ++r) {
       if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
-      for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::Tensor();
       double t0 = now_ms();
       out = layer.module->forward(input);
       double t1 = now_ms();
@@ -57,6 +82,8 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.backward_ms = median(bwd);
     l.activation_bytes = out.numel() * static_cast<int64_t>(out.element_size());
     l.parameter_bytes = model.parameter_bytes(i);
+    l.optimizer_ms = measure_step_ms(layer.module->parameters(), o);
+    for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::Tensor();
     l.inputs = layer.inputs;
     p.layers.push_back(std::move(l));
     x = out.detach();

@@ -7,7 +7,7 @@
 
 namespace pt::runtime {
 
-GradientBuckets::GradientBuckets(FlatParameters& flat, int64_t bucket_bytes, Transport& transport,
+GradientBuckets::GradientBuckets(model::FlatParameters& flat, int64_t bucket_bytes, Transport& transport,
                                  std::vector<int> group)
     : flat_(flat), transport_(transport), group_(std::move(group)),
       self_(std::make_shared<GradientBuckets*>(this)) {

@@ -13,14 +13,14 @@
 
 #include <torch/torch.h>
 
-#include "runtime/flat_parameters.h"
+#include "model/flat_parameters.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
 
 class GradientBuckets {
  public:
-  GradientBuckets(FlatParameters& flat, int64_t bucket_bytes, Transport& transport, std::vector<int> group);
+  GradientBuckets(model::FlatParameters& flat, int64_t bucket_bytes, Transport& transport, std::vector<int> group);
   ~GradientBuckets();  // removes the hooks
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -41,7 +41,7 @@ class GradientBuckets {
   void accumulated(size_t bucket);  // a member's gradient is final for this backward
   void start_ready();               // starts full buckets, in order, from next_
 
-  FlatParameters& flat_;
+  model::FlatParameters& flat_;
   Transport& transport_;
   std::vector<int> group_;
   std::vector<Bucket> buckets_;

@@ -11,7 +11,7 @@
 
 namespace pt::runtime {
 
-WorkerOptions worker_options(const PipelineOptions& o, const SgdOptions& sgd) {
+WorkerOptions worker_options(const PipelineOptions& o, const model::SgdOptions& sgd) {
   WorkerOptions w;
   w.batch_size = o.train.batch_size;
   w.sgd = sgd;

@@ -5,10 +5,10 @@
 namespace pt::runtime {
 
 StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-                           const SgdOptions& sgd, bool stash_weights, int max_versions)
+                           const model::SgdOptions& sgd, bool stash_weights, int max_versions)
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
       max_versions_(max_versions),
-      params_(model_->parameters(first, last)), flat_(std::make_unique<FlatParameters>(params_)), sgd_(*flat_, sgd) {
+      params_(model_->parameters(first, last)), flat_(std::make_unique<model::FlatParameters>(params_)), sgd_(*flat_, sgd) {
   for (const auto& p : params_) {
     size_t k = 0;
     while (!flat_->slots()[k].param.is_same(p)) ++k;

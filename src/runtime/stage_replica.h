@@ -10,8 +10,8 @@
 #include <torch/torch.h>
 
 #include "model/layered_model.h"
-#include "runtime/flat_parameters.h"
-#include "runtime/sgd.h"
+#include "model/flat_parameters.h"
+#include "model/sgd.h"
 
 namespace pt::runtime {
 
@@ -29,7 +29,7 @@ class StageReplica {
   // With stash_weights, at most max_versions weight versions are alive at once (the stashed and
   // the newest: the schedule's weight_versions), unless keep_history asks for more.
   StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-               const SgdOptions& sgd, bool stash_weights, int max_versions);
+               const model::SgdOptions& sgd, bool stash_weights, int max_versions);
 
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
   // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
@@ -59,7 +59,7 @@ class StageReplica {
   int last_layer() const { return last_; }  // exclusive
 
   // The flat weight and gradient buffers (all-reduce buckets are ranges of the gradients).
-  FlatParameters& flat() { return *flat_; }
+  model::FlatParameters& flat() { return *flat_; }
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   int64_t version() const { return version_; }
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
@@ -93,9 +93,9 @@ class StageReplica {
   bool stash_weights_;
   int max_versions_;
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<FlatParameters> flat_;
+  std::unique_ptr<model::FlatParameters> flat_;
   std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one)
-  Sgd sgd_;
+  model::Sgd sgd_;
   int64_t version_ = 0;
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
   std::vector<torch::Tensor> spare_;  // a released stash's buffers, reused by the next stash

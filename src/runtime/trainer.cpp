@@ -68,9 +68,9 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     auto x = data.train.gather_inputs(idx);
     auto y = data.train.gather_targets(idx);
     for (auto& group : sgd.param_groups()) {
-      SgdOptions schedule = o.sgd;
+      model::SgdOptions schedule = o.sgd;
       schedule.total_steps = total;
-      static_cast<torch::optim::SGDOptions&>(group.options()).lr(learning_rate(schedule, step));
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(model::learning_rate(schedule, step));
     }
     sgd.zero_grad();
     auto loss = model.loss(model.forward(x), y);

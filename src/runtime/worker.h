@@ -22,7 +22,7 @@ namespace pt::runtime {
 
 struct WorkerOptions {
   int64_t batch_size = 64;
-  SgdOptions sgd;
+  model::SgdOptions sgd;
   uint64_t seed = 0;
   bool stash_weights = true;
   bool record_weight_sums = false;  // tests of weight stashing

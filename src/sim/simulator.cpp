@@ -138,7 +138,10 @@ class Replay {
       case ActionKind::kRecvActivation:
       case ActionKind::kRecvGradient: break;  // posted ahead; send() records the transfer
       case ActionKind::kAllReduce: allreduce(a, start); return;  // advances every replica
-      case ActionKind::kStep: record(w, a, start, start, 0); break;
+      case ActionKind::kStep:
+        clock_[w] = start + c.step_ms;
+        record(w, a, start, clock_[w], 0);
+        break;
     }
     ++pc_[w];
   }

@@ -16,6 +16,7 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
       const auto& layer = p.layers[l];
       out[st].forward_ms += profile::compute_forward_ms(p, l);
       out[st].backward_ms += profile::compute_backward_ms(p, l);
+      out[st].step_ms += profile::compute_step_ms(p, l);
       out[st].stash_bytes += layer.activation_bytes;
       out[st].parameter_bytes += layer.parameter_bytes;
     }

@@ -13,6 +13,7 @@ namespace pt::sim {
 struct StageCost {
   double forward_ms = 0;
   double backward_ms = 0;        // full backward (input + weight gradients)
+  double step_ms = 0;            // the optimizer step and stash copy, once per Step
   int64_t stash_bytes = 0;       // outputs of the stage's layers, kept for the backward
   int64_t boundary_bytes = 0;    // sent to stage s + 1 (and its gradient back)
   int64_t parameter_bytes = 0;

@@ -10,7 +10,7 @@ json good() {
   return json::parse(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 64,
     "device": "cpu", "layers": [
       {"name": "a", "forward_ms": 1.5, "backward_ms": 2.5, "activation_bytes": 100,
-       "parameter_bytes": 40, "inputs": []},
+       "parameter_bytes": 40, "inputs": [], "optimizer_ms": 0.25},
       {"name": "b", "forward_ms": 1, "backward_ms": 2, "activation_bytes": 10,
        "parameter_bytes": 0},
       {"name": "c", "forward_ms": 0, "backward_ms": 0, "activation_bytes": 10,
@@ -36,6 +36,9 @@ TEST(ProfileFormat, RoundTrips) {
   EXPECT_EQ(to_json(q), to_json(p));
   EXPECT_DOUBLE_EQ(p.total_compute_ms(), 7.0);
   EXPECT_EQ(p.total_parameter_bytes(), 40);
+  EXPECT_DOUBLE_EQ(p.layers[0].optimizer_ms, 0.25);
+  EXPECT_DOUBLE_EQ(p.layers[1].optimizer_ms, 0);  // optional: not measured
+  EXPECT_DOUBLE_EQ(compute_step_ms(p, 0), 0.25);
 }
 
 TEST(ProfileFormat, EachValidationError) {
@@ -63,6 +66,8 @@ TEST(ProfileFormat, EachValidationError) {
       {[](json& d) { d["layers"][1]["inputs"] = {-1}; },
        "p.json: field 'layers[1].inputs[0]' must name an earlier layer (0..0), got -1"},
       {[](json& d) { d["layers"][1]["inputs"] = 3; }, "p.json: field 'layers[1].inputs' must be a list, got 3"},
+      {[](json& d) { d["layers"][0]["optimizer_ms"] = -0.5; },
+       "p.json: field 'layers[0].optimizer_ms' must be >= 0, got -0.5"},
   };
   for (const auto& c : cases) {
     json d = good();

@@ -1,10 +1,10 @@
-// Flat parameter and gradient buffers (runtime/flat_parameters.h), the SGD step on them and the
+// Flat parameter and gradient buffers (model/flat_parameters.h), the SGD step on them and the
 // gradient buckets that all-reduce during the backward (runtime/gradient_buckets.h).
 #include <gtest/gtest.h>
 
 #include "pipeline_test_util.h"
 #include "runtime/gradient_buckets.h"
-#include "runtime/sgd.h"
+#include "model/sgd.h"
 
 namespace pt::runtime {
 namespace {
@@ -23,7 +23,7 @@ TEST(FlatParameters, ParametersAndGradientsAreViewsThatSurviveBackward) {
   auto before = m->parameters();
   std::vector<torch::Tensor> values;
   for (auto& p : before) values.push_back(p.detach().clone());
-  FlatParameters flat(m->parameters());
+  model::FlatParameters flat(m->parameters());
   ASSERT_EQ(flat.weights().size(), 1u);  // one dtype: one buffer
   auto params = m->parameters();
   int64_t total = 0;
@@ -46,14 +46,14 @@ TEST(FlatParameters, ParametersAndGradientsAreViewsThatSurviveBackward) {
 TEST(FlatParameters, TiedWeightsShareOneSlot) {
   auto a = torch::randn({3, 4}).requires_grad_(true);
   auto b = torch::randn({4}).requires_grad_(true);
-  FlatParameters flat({a, b, a});
+  model::FlatParameters flat({a, b, a});
   EXPECT_EQ(flat.slots().size(), 2u);
   EXPECT_EQ(flat.weights()[0].numel(), 16);
 }
 
 TEST(FlatParameters, StashedVersionIsOneCopyAndPointingBackRestores) {
   auto m = seeded_cnn(7);
-  FlatParameters flat(m->parameters());
+  model::FlatParameters flat(m->parameters());
   auto stash = flat.copy_weights();
   ASSERT_EQ(stash.size(), 1u);
   EXPECT_NE(stash[0].data_ptr(), flat.weights()[0].data_ptr());
@@ -71,9 +71,9 @@ TEST(FlatParameters, StashedVersionIsOneCopyAndPointingBackRestores) {
 // weight decay, several steps), the first step included (its momentum starts at zero here).
 TEST(Sgd, FlatStepIsTorchSgdExactly) {
   auto ours = seeded_cnn(9), theirs = seeded_cnn(9);
-  FlatParameters flat(ours->parameters());
-  SgdOptions o{0.05, 0.9, 1e-3};
-  Sgd sgd(flat, o);
+  model::FlatParameters flat(ours->parameters());
+  model::SgdOptions o{0.05, 0.9, 1e-3};
+  model::Sgd sgd(flat, o);
   torch::optim::SGD reference(theirs->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
   for (uint64_t step = 0; step < 3; ++step) {
     batch_loss(*ours, step).backward();
@@ -110,7 +110,7 @@ struct RecordingTransport : Transport {
 // in order, and only once its gradients are final; an unarmed backward starts none.
 TEST(GradientBuckets, StartDuringTheBackwardOnceTheirGradientsAreFinal) {
   auto m = seeded_cnn(11);
-  FlatParameters flat(m->parameters());
+  model::FlatParameters flat(m->parameters());
   RecordingTransport t;
   GradientBuckets buckets(flat, 16 << 10, t, {0, 1});
   ASSERT_GE(buckets.buckets(), 3) << "mnist-cnn in 16 KiB buckets";

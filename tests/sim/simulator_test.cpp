@@ -139,6 +139,19 @@ TEST(Simulator, DataParallelIsComputePlusRingAllReduce) {
   EXPECT_NEAR(costs[0].buckets.back().ready_share, 1.0, 1e-12);
 }
 
+// The runtime's own work (Layer::optimizer_ms) is charged at each Step: a 2-stage 1F1B pipeline
+// with 4 microbatches steps once per minibatch after its last backward; stage 0's is the last
+// backward of all, so the minibatch takes its step longer (stage 1's fits in stage 0's backward).
+TEST(Simulator, StepChargesTheOptimizer) {
+  auto prof = uniform_profile(2, 1.0, 2.0);
+  auto plan = straight_plan(2);
+  auto base = run("1f1b", plan, prof, {4}, free_links(2)).ms_per_minibatch;
+  prof.layers[0].optimizer_ms = 0.5;
+  prof.layers[1].optimizer_ms = 0.75;
+  auto charged = run("1f1b", plan, prof, {4}, free_links(2)).ms_per_minibatch;
+  EXPECT_NEAR(charged - base, 0.5, 1e-9);
+}
+
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
   // 2 stages on 2 servers joined at 1 Gbit/s: a 1.25 MB activation takes 10 ms at m = 1.
   plan::Cluster c;

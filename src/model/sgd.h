@@ -11,9 +11,9 @@
 
 #include <torch/torch.h>
 
-#include "runtime/flat_parameters.h"
+#include "model/flat_parameters.h"
 
-namespace pt::runtime {
+namespace pt::model {
 
 struct SgdOptions {
   double lr = 0.02;
@@ -50,4 +50,4 @@ class Sgd {
   SgdOptions options_;
 };
 
-}  // namespace pt::runtime
+}  // namespace pt::model

@@ -1,9 +1,9 @@
-#include "runtime/sgd.h"
+#include "model/sgd.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace pt::runtime {
+namespace pt::model {
 
 double learning_rate(const SgdOptions& o, int64_t step) {
   double lr = o.lr;
@@ -55,4 +55,4 @@ void Sgd::set_momentum(const FlatParameters::Slot& s, const torch::Tensor& m) {
   has_momentum_ = true;
 }
 
-}  // namespace pt::runtime
+}  // namespace pt::model

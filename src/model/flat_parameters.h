@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-namespace pt::runtime {
+namespace pt::model {
 
 class FlatParameters {
  public:
@@ -40,4 +40,4 @@ class FlatParameters {
   std::vector<torch::Tensor> weights_, grads_;
 };
 
-}  // namespace pt::runtime
+}  // namespace pt::model

@@ -1,11 +1,11 @@
-#include "runtime/flat_parameters.h"
+#include "model/flat_parameters.h"
 
 #include <map>
 #include <set>
 
 #include "core/error.h"
 
-namespace pt::runtime {
+namespace pt::model {
 
 FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params) {
   std::set<const c10::TensorImpl*> seen;
@@ -53,4 +53,4 @@ void FlatParameters::point_at(const std::vector<torch::Tensor>& weights) {
   for (auto& s : slots_) s.param.set_data(weights[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()));
 }
 
-}  // namespace pt::runtime
+}  // namespace pt::model
