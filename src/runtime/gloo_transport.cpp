@@ -96,13 +96,13 @@ struct KnownRecvTransfer : PendingTransfer {
   }
 };
 
-// Completed by a helper thread (GlooTransport::irecv); waited for with a deadline.
+// Completed by the peer's receiving thread (GlooTransport::irecv); waited for with a deadline.
 struct RecvTransfer : PendingTransfer {
   std::shared_ptr<GlooTransport::State> state;
   std::shared_future<torch::Tensor> result;
   std::string what;
   torch::Tensor wait() override {
-    // The helper's gloo waits have the same deadline; the margin lets its own, more precise
+    // The receiving thread's gloo waits have the same deadline; the margin lets its own, more precise
     // error arrive first. Polling keeps abort() prompt.
     auto deadline = std::chrono::steady_clock::now() + state->timeout + std::chrono::seconds(2);
     while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
@@ -274,28 +274,32 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> GlooTransport::group_for_init() {
 GlooTransport::~GlooTransport() {
   if (!world_) return;  // abandoned
   abort("transport closed");
-  reap_threads(true);
+  join_receivers();
 }
 
 void GlooTransport::abandon(const std::string& why) {
   abort(why);
-  reap_threads(true);
+  join_receivers();
   for (auto& [group, pg] : groups_) (void)pg.release();
   (void)world_.release();
   (void)store_.release();
   groups_.clear();
 }
 
-void GlooTransport::reap_threads(bool all) {
-  std::lock_guard<std::mutex> lock(threads_mu_);
-  for (auto it = threads_.begin(); it != threads_.end();) {
-    if (all || it->second->load()) {
-      it->first.join();
-      it = threads_.erase(it);
-    } else {
-      ++it;
-    }
+void GlooTransport::join_receivers() {
+  std::map<int, std::unique_ptr<CommThread>> receivers;
+  {
+    std::lock_guard<std::mutex> lock(receivers_mu_);
+    receivers.swap(receivers_);
   }
+  receivers.clear();  // each runs what is queued (failing at once: aborted) and joins
+}
+
+CommThread& GlooTransport::receiver_for(int peer) {
+  std::lock_guard<std::mutex> lock(receivers_mu_);
+  auto& r = receivers_[peer];
+  if (!r) r = std::make_unique<CommThread>();
+  return *r;
 }
 
 std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, int peer, int64_t tag) {
@@ -361,7 +365,6 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv_known(int peer, int64_t ta
 
 std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
   state_->check_aborted();
-  reap_threads(false);
   auto out = std::make_shared<RecvTransfer>();
   out->state = state_;
   out->what = peer_tag(config_.rank, peer, tag);
@@ -380,11 +383,10 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->in_flight.insert(hw);
   }
-  auto finished = std::make_shared<std::atomic<bool>>(false);
   auto state = state_;
   auto world = world_;
   std::string what = out->what;
-  std::thread helper([=] {
+  receiver_for(peer).post([=] {
     try {
       state->wait_work(hw, what);
       auto h = header.accessor<int64_t, 1>();
@@ -425,10 +427,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
     } catch (...) {
       promise->set_exception(std::current_exception());
     }
-    finished->store(true);
   });
-  std::lock_guard<std::mutex> lock(threads_mu_);
-  threads_.emplace_back(std::move(helper), finished);
   return out;
 }
 
@@ -536,7 +535,7 @@ void GlooTransport::abort(const std::string& why) {
     works.swap(state_->in_flight);
   }
   state_->gate_cv.notify_all();
-  // Ends the gloo waits of in-flight sends and receives (their helper threads then finish).
+  // Ends the gloo waits of in-flight sends and receives (the receiving threads' jobs then finish).
   for (auto& w : works) {
     try {
       w->abort();

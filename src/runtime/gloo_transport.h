@@ -8,12 +8,15 @@
 // tags (negative ones are evaluation) one-to-one onto gloo's non-negative 31-bit tag space:
 // g = 2t for t >= 0, -2t - 1 for t < 0. The receiver learns shape and dtype from the header.
 //
-// Overlap: isend posts both messages on gloo's device thread and returns; irecv starts a helper
-// thread that receives the header, allocates and receives the data, so a transfer proceeds
-// while the worker computes. Every wait has a deadline (timeout_s) and names the peer and tag.
+// Overlap: isend posts both messages on gloo's device thread and returns; irecv posts the
+// header's receive and queues the rest on the peer's receiving thread (one per peer, receives in
+// the order posted, which is the order the worker takes them): it waits for the header,
+// allocates and receives the data, so a transfer proceeds while the worker computes. Only a
+// channel's first transfers and evaluations take this path (isend_known/irecv_known after).
+// Every wait has a deadline (timeout_s) and names the peer and tag.
 //
 // Ingress order: gloo holds a payload at its sender until the receiver posts its receive, so
-// the helper posts data receives one at a time, first header first. Left to TCP, fifteen
+// the receiving threads post data receives one at a time, first header first. Left to TCP, fifteen
 // replicas sending to one worker at once share its link and all finish at the end of the burst;
 // one at a time, the first input arrives after 1/15 of it and compute overlaps the rest (VGG-16
 // 15-1 on the emulated 4x4 cluster: 45 ms per minibatch with TCP sharing, as the simulator's
@@ -30,6 +33,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/json_doc.h"
+#include "runtime/comm_thread.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
@@ -58,13 +62,13 @@ int gloo_tag(int64_t tag, bool data);
 class GlooTransport : public Transport {
  public:
   explicit GlooTransport(const GlooConfig& config);
-  ~GlooTransport() override;  // aborts transfers still in flight and joins their threads
+  ~GlooTransport() override;  // aborts transfers still in flight and joins the receiving threads
 
   int rank() const override { return config_.rank; }
   int world_size() const override { return config_.world_size; }
   std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override;
-  // The payload alone, no header, no helper thread and no ingress gate: the receive is posted for
+  // The payload alone, no header, no receiving thread and no ingress gate: the receive is posted for
   // the payload at once, so gloo moves it as soon as it is sent.
   std::shared_ptr<PendingTransfer> isend_known(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv_known(int peer, int64_t tag, const Known& k) override;
@@ -73,7 +77,7 @@ class GlooTransport : public Transport {
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override;
 
-  // After a failure: aborts, joins the helper threads and leaks the process groups, whose
+  // After a failure: aborts, joins the receiving threads and leaks the process groups, whose
   // destructors would wait for collectives a dead peer never finishes; the process then exits.
   void abandon(const std::string& why);
 
@@ -107,7 +111,9 @@ class GlooTransport : public Transport {
   c10d::ProcessGroupGloo& group_for(const std::vector<int>& group);
   c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const std::vector<int>& group);
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_for_init();
-  void reap_threads(bool all);
+  // The thread that completes receives from `peer` with headers, in the order posted.
+  CommThread& receiver_for(int peer);
+  void join_receivers();
 
   GlooConfig config_;
   std::chrono::milliseconds rendezvous_timeout_{0};
@@ -115,8 +121,8 @@ class GlooTransport : public Transport {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
   std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
-  std::mutex threads_mu_;
-  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> threads_;  // (thread, finished)
+  std::mutex receivers_mu_;
+  std::map<int, std::unique_ptr<CommThread>> receivers_;  // peer -> its receiving thread
 };
 
 }  // namespace pt::runtime
