@@ -17,7 +17,7 @@ namespace {
 // What both forms need: per stage its sums over the layers the search counts, and the bytes
 // across each cut.
 struct StageSums {
-  std::vector<double> compute, act, param;
+  std::vector<double> compute, backward, act, param;
   std::vector<double> cut;  // cut[s]: bytes from stage s to s + 1
 };
 
@@ -34,12 +34,13 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
   for (int s = 0; s < p; ++s)
     for (int l : plan.stages[s].layers) stage_of[l] = s;
   StageSums sums;
-  sums.compute.assign(p, 0), sums.act.assign(p, 0), sums.param.assign(p, 0);
+  sums.compute.assign(p, 0), sums.backward.assign(p, 0), sums.act.assign(p, 0), sums.param.assign(p, 0);
   for (int s = 0; s < p; ++s)
     for (int l : plan.stages[s].layers) {
       if (is_outside_search(profile, l)) continue;
       sums.compute[s] += profile::compute_forward_ms(profile, l) + profile::compute_backward_ms(profile, l) +
                          profile::compute_step_ms(profile, l);
+      sums.backward[s] += profile::compute_backward_ms(profile, l);
       sums.act[s] += static_cast<double>(profile.layers[l].activation_bytes);
       sums.param[s] += static_cast<double>(profile.layers[l].parameter_bytes);
     }
@@ -98,7 +99,8 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
     out.stages.push_back(pipetrain_stage(sums.compute[s], in, sums.cut[s], sums.param[s], sums.act[s], st.replicas,
                                          p - s,
                                          stage_links(cluster, st.replicas, level_in, level_out,
-                                                     cluster.group_level(st.workers))));
+                                                     cluster.group_level(st.workers)),
+                                         sums.backward[s], options.bucket_bytes));
   }
   return finish(out, cluster, options);
 }

@@ -8,9 +8,10 @@
 //   link_ms      = the busiest link of its replicas: every worker has, per cluster level, a
 //                  full-duplex link; activations in and gradients out use one direction each
 //   allreduce_ms = ring all-reduce of its parameters among its replicas, once per round of n
-//                  minibatches, / n; evaluate_plan charges only what the backward does not
-//                  hide: the runtime reduces buckets as the backward completes them
-//                  (PlanOptions::bucket_bytes; profile::gradient_buckets)
+//                  minibatches, / n; only what the backward does not hide is charged: the
+//                  runtime reduces buckets as the backward completes them (PlanOptions::
+//                  bucket_bytes; profile::gradient_buckets). evaluate_plan replays the buckets;
+//                  the closed form takes max(all-reduce - backward, the last bucket's share)
 //   time_ms      = max(compute_ms, link_ms) + allreduce_ms
 //                  transfers run beside compute (DESIGN.md); the all-reduce's tail sits between
 //                  the last backward and the Step in every schedule.
@@ -94,13 +95,21 @@ inline StageLinks stage_links(const Cluster& cluster, int replicas, int level_in
 
 // One stage's terms from its sums, shared by estimate_plan and the search (inline: the search
 // calls it in its innermost loop with links precomputed per first worker and replica count).
+// With all-reduce buckets (bucket_bytes > 0) the closed form charges of the all-reduce what the
+// backward (backward_ms, one replica's, per minibatch) cannot hide, and at least its share in
+// one bucket, the last, which is ready only when the backward ends (evaluate_plan replays the
+// buckets exactly).
 inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
-                                     double act_bytes, int replicas, int depth, const StageLinks& links) {
+                                     double act_bytes, int replicas, int depth, const StageLinks& links,
+                                     double backward_ms = 0, int64_t bucket_bytes = 0) {
   StageEstimate e;
   e.compute_ms = compute_ms / replicas;
   e.input_ms = in_bytes * links.in_ms_per_byte;
   e.output_ms = out_bytes * links.out_ms_per_byte;
   e.allreduce_ms = param_bytes * links.allreduce_ms_per_byte;
+  if (bucket_bytes > 0 && param_bytes > 0)
+    e.allreduce_ms = std::max(e.allreduce_ms - backward_ms / replicas,
+                              e.allreduce_ms * std::min(1.0, static_cast<double>(bucket_bytes) / param_bytes));
   e.link_ms = e.input_ms + e.output_ms;
   e.comm_ms = e.link_ms + e.allreduce_ms;
   e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;

@@ -67,7 +67,7 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
     return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k], s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
                            s.activation_bytes[j] - s.activation_bytes[k], n, depth,
-                           links_at(w, n, lam));
+                           links_at(w, n, lam), s.backward_ms[j] - s.backward_ms[k], options.bucket_bytes);
   };
   // The rest after a stage k→j on w..w+n-1 (g(all, W, ·, 0) sits at λ = 0).
   auto rest_at = [&](int q, int j, int w, int n) { return at(q, j, w + n, lam_after(w, n)); };

@@ -188,10 +188,11 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   PT_CHECK(states.back().count() == n, "the last state must hold every node");
 
   // Per node: sums, and the bytes it sends out of itself.
-  std::vector<double> compute(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);
+  std::vector<double> compute(n, 0), backward(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);
   for (int v = 0; v < n; ++v) {
     for (int l : g.layers[v]) {
       compute[v] += p.layers[l].forward_ms + p.layers[l].backward_ms + p.layers[l].optimizer_ms;
+      backward[v] += p.layers[l].backward_ms;
       act[v] += static_cast<double>(p.layers[l].activation_bytes);
       param[v] += static_cast<double>(p.layers[l].parameter_bytes);
     }
@@ -223,6 +224,7 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   int S = static_cast<int>(states.size());
   s.members = states;
   s.compute_ms.assign(S, 0);
+  s.backward_ms.assign(S, 0);
   s.activation_bytes.assign(S, 0);
   s.parameter_bytes.assign(S, 0);
   s.frontier_bytes.assign(S, 0);
@@ -233,6 +235,7 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
     for (int v = 0; v < n; ++v) {
       if (!d.has(v)) continue;
       s.compute_ms[i] += compute[v];
+      s.backward_ms[i] += backward[v];
       s.activation_bytes[i] += act[v];
       s.parameter_bytes[i] += param[v];
       bool maximal = true, leaves = false;

@@ -36,7 +36,8 @@ struct StateSpace {
   std::vector<int> attached;                   // __getitem__ sinks: with their producer, outside it
   std::vector<std::vector<int>> node_layers;   // profile layers of each search node
   std::vector<NodeSet> members;                // per state; state 0 = ∅, last = every node
-  std::vector<double> compute_ms;              // per state: Σ forward + backward of its layers
+  std::vector<double> compute_ms;              // per state: Σ forward + backward (+ optimizer) of its layers
+  std::vector<double> backward_ms;             // per state: Σ backward of its layers
   std::vector<double> activation_bytes;        // per state: Σ activation bytes
   std::vector<double> parameter_bytes;         // per state: Σ parameter bytes
   // Per state, bytes that cross a cut after it: activations of member layers read by a
