@@ -1,5 +1,6 @@
 // pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
 // schedule (threads in this process, or one process per worker over gloo).
+#include <algorithm>
 #include <iostream>
 #include <thread>
 
@@ -9,6 +10,7 @@
 #include "apps/command.h"
 #include "apps/torch/model_flags.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
@@ -17,6 +19,7 @@
 #include "runtime/pipeline_job.h"
 #include "runtime/trainer.h"
 #include "schedule/generators.h"
+#include "schedule/memory.h"
 
 namespace pt::app {
 namespace {
@@ -29,7 +32,29 @@ struct TrainFlags {
   double bucket_mb = 25;  // PyTorch DDP's default bucket
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
   CLI::Option* steps_flag = nullptr;
+  CLI::Option* schedule_flag = nullptr;  // given flags override the plan's settings
+  CLI::Option* microbatches_flag = nullptr;
+  CLI::Option* chunks_flag = nullptr;
+  bool recompute = false;
 };
+
+// The plan says how to run it (a planner's joint choice, or the user's): its schedule,
+// microbatches and chunks, unless the flags say otherwise; --recompute recomputes every stage.
+void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
+  if (!plan.schedule.empty()) {
+    const auto& kinds = schedule::schedule_kinds();
+    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end()) {
+      std::string known;
+      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
+      throw ConfigError(str(source, ": field 'schedule' is '", plan.schedule, "', not one of ", known));
+    }
+    if (f.schedule_flag->count() == 0) f.pipe.schedule = plan.schedule;
+  }
+  if (plan.microbatches > 0 && f.microbatches_flag->count() == 0) f.pipe.microbatches = plan.microbatches;
+  if (plan.chunks > 0 && f.chunks_flag->count() == 0) f.pipe.chunks = plan.chunks;
+  if (f.recompute)
+    for (auto& st : plan.stages) st.recompute = true;
+}
 
 // Every figure of an emulated run carries its label (docs/emulation.md).
 void print_result(const runtime::TrainResult& r, const std::string& label) {
@@ -37,6 +62,12 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, final loss " << r.final_loss << "\n";
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
+  if (!r.peak_memory_bytes.empty()) {
+    std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (measured):";
+    for (size_t w = 0; w < r.peak_memory_bytes.size(); ++w)
+      std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(r.peak_memory_bytes[w]));
+    std::cout << "\n";
+  }
 }
 
 // The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
@@ -59,6 +90,23 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int
     std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
               << " cores";
   std::cout << ")\n";
+}
+
+// The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
+// profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale.
+void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label) {
+  if (f.profile_path.empty()) return;
+  profile::Profile prof = profile::read_any_profile(f.profile_path);
+  double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
+  prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
+  schedule::MemoryOptions mo;
+  mo.momentum = f.pipe.train.sgd.momentum != 0;
+  if (f.transport == "threads") mo.receives_ahead = 0;  // a received tensor is the sender's
+  auto memory = schedule::memory_per_worker(runtime::schedule_for(plan, f.pipe, 0), prof, mo);  // 0: a steady state
+  std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (modelled):";
+  for (size_t w = 0; w < memory.size(); ++w)
+    std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(memory[w].total()) * scale);
+  std::cout << "\n";
 }
 
 // The plan to run: --plan FILE, an even split into --stages N by the profile, or (dp) one
@@ -132,9 +180,9 @@ int run_train(TrainFlags& f) {
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
-  if (!parallel && !ck.dir.empty()) {
-    // Checkpoints are a runtime feature: one worker runs as a one-stage pipeline (which
-    // computes what single-worker training does; tests/runtime checks it).
+  if (!parallel && (!ck.dir.empty() || f.recompute)) {
+    // Checkpoints and recomputation are runtime features: one worker runs as a one-stage
+    // pipeline (which computes what single-worker training does; tests/runtime checks it).
     f.pipe.schedule = "1f1b";
     f.pipe.microbatches = 1;
     f.workers = 1;
@@ -160,6 +208,7 @@ int run_train(TrainFlags& f) {
   plan::check_plan_fits(plan, profile::layer_graph(*m), plan_source);
   if (!plan.model.empty() && plan.model != m->name())
     throw ConfigError(str(plan_source, ": the plan is for model '", plan.model, "' but --model is '", m->name(), "'"));
+  follow_plan(f, plan, plan_source);
   if (plan.batch_size > 0 && plan.batch_size != f.pipe.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (f.batch_size_flag->count() == 0) f.pipe.train.batch_size = plan.batch_size;
@@ -184,6 +233,7 @@ int run_train(TrainFlags& f) {
   if (gloo_worker) {
     return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, [&](const runtime::PipelineResult& r) {
       print_result(r.train, label);
+      print_modelled_memory(f, plan, label);
       print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label, f.pipe.schedule);
     });
   }
@@ -198,6 +248,7 @@ int run_train(TrainFlags& f) {
   }
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
   print_result(r.train, label);
+  print_modelled_memory(f, plan, label);
   print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label, f.pipe.schedule);
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
@@ -232,15 +283,20 @@ Register reg({"train", kTrainDescription,
                "Minibatches in the data's order (each epoch the same): to compare with another trainer");
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
-  app.add_option("--schedule", f->pipe.schedule, "Pipeline schedule: " + kinds)
+  f->schedule_flag = app.add_option("--schedule", f->pipe.schedule, "Pipeline schedule: " + kinds + " (default: the plan's, or pipedream)")
       ->check(CLI::IsMember(schedule::schedule_kinds()));
   app.add_option("--plan", f->plan_path, "Plan file from `pipetrain plan`");
   app.add_option("--stages", f->stages, "Even split into this many stages (by --profile, or measured here)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--workers", f->workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));
   app.add_option("--profile", f->profile_path, "Profile for --stages, and the model of --compute emulated");
-  app.add_option("--microbatches", f->pipe.microbatches, "Microbatches per minibatch")->capture_default_str();
-  app.add_option("--chunks", f->pipe.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
+  f->microbatches_flag = app.add_option("--microbatches", f->pipe.microbatches, "Microbatches per minibatch (default: the plan's, or 4)")
+                             ->capture_default_str();
+  f->chunks_flag = app.add_option("--chunks", f->pipe.chunks, "Model chunks per worker (interleaved; default: the plan's, or 1)")
+                       ->capture_default_str();
+  app.add_flag("--recompute", f->recompute,
+               "Activation recomputation on every stage: a forward keeps only its input, the backward runs it again "
+               "(less memory, one more forward per microbatch; a plan may ask for it per stage)");
   app.add_option("--bucket-mb", f->bucket_mb,
                  "Gradient all-reduce bucket, MiB: each is reduced during the backward once its gradients are final "
                  "(0: all in one, after the backward; emulated runs scale it by --byte-scale)")

@@ -47,10 +47,16 @@ std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tenso
   return reuse;
 }
 
-void FlatParameters::point_at(const std::vector<torch::Tensor>& weights) {
-  PT_CHECK(weights.size() == weights_.size(), "a weight version of ", weights.size(), " buffers for ", weights_.size());
-  torch::NoGradGuard no_grad;
-  for (auto& s : slots_) s.param.set_data(weights[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()));
+void FlatParameters::swap_weights(std::vector<torch::Tensor>& other) {
+  PT_CHECK(other.size() == weights_.size(), "a weight version of ", other.size(), " buffers for ", weights_.size());
+  for (size_t b = 0; b < weights_.size(); ++b) {
+    c10::StorageImpl* mine = weights_[b].storage().unsafeGetStorageImpl();
+    c10::StorageImpl* theirs = other[b].storage().unsafeGetStorageImpl();
+    PT_CHECK(mine->nbytes() == theirs->nbytes() && weights_[b].storage_offset() == 0 && other[b].storage_offset() == 0,
+             "a weight version of another size");
+    c10::DataPtr taken = theirs->set_data_ptr(c10::DataPtr());
+    theirs->set_data_ptr(mine->set_data_ptr(std::move(taken)));
+  }
 }
 
 }  // namespace pt::model

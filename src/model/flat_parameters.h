@@ -31,9 +31,11 @@ class FlatParameters {
   // A copy of the weights (a stashed version), written into `reuse` when it holds buffers of
   // the right sizes (a released stash), so steady state allocates nothing.
   std::vector<torch::Tensor> copy_weights(std::vector<torch::Tensor> reuse = {}) const;
-  // Points every parameter at `weights` (a copy_weights result, or weights() to go back):
-  // set_data keeps each parameter's identity, autograd metadata and version counter.
-  void point_at(const std::vector<torch::Tensor>& weights);
+  // Exchanges the memory of the weight buffers with `other` (a copy_weights result): no copy,
+  // and every view of the buffers sees the other version, the parameters and what autograd
+  // saved of them alike (a Linear's backward reads the weight.t() its forward saved, a view of
+  // the buffer). Swapping again restores.
+  void swap_weights(std::vector<torch::Tensor>& other);
 
  private:
   std::vector<Slot> slots_;

@@ -56,6 +56,7 @@ json to_json(const Plan& p) {
                       {"compute_ms", st.compute_ms},
                       {"comm_ms", st.comm_ms}});
     if (st.time_ms > 0) stages.back()["time_ms"] = st.time_ms;
+    if (st.recompute) stages.back()["recompute"] = true;
   }
   json doc = {{"format", format_tag("plan", kPlanVersion)},
               {"workers", p.workers},
@@ -70,6 +71,9 @@ json to_json(const Plan& p) {
   if (!p.model.empty()) doc["model"] = p.model;
   if (p.batch_size > 0) doc["batch_size"] = p.batch_size;
   if (!p.cost_model.empty()) doc["cost_model"] = p.cost_model;
+  if (!p.schedule.empty()) doc["schedule"] = p.schedule;
+  if (p.microbatches > 0) doc["microbatches"] = p.microbatches;
+  if (p.chunks > 0) doc["chunks"] = p.chunks;
   return doc;
 }
 
@@ -82,6 +86,9 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   if (root.has("model")) p.model = root["model"].as_string();
   if (root.has("batch_size")) p.batch_size = root["batch_size"].as_int_at_least(1);
   if (root.has("cost_model")) p.cost_model = root["cost_model"].as_string();
+  if (root.has("schedule")) p.schedule = root["schedule"].as_string();
+  if (root.has("microbatches")) p.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMaxMicrobatches));
+  if (root.has("chunks")) p.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMaxChunks));
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");
   bool all_ids = true;
@@ -111,6 +118,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (f.has("compute_ms")) st.compute_ms = f["compute_ms"].as_non_negative();
     if (f.has("comm_ms")) st.comm_ms = f["comm_ms"].as_non_negative();
     if (f.has("time_ms")) st.time_ms = f["time_ms"].as_non_negative();
+    if (f.has("recompute")) st.recompute = f["recompute"].as_bool();
     p.stages.push_back(std::move(st));
   }
   // Checked before assign_workers, which would otherwise number every claimed replica.

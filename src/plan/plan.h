@@ -15,6 +15,9 @@ struct Stage {
   std::vector<int> layers;   // profile layer indices (a contiguous run for a chain)
   int replicas = 1;
   std::vector<int> workers;  // worker ids of the replicas, size == replicas
+  // Activation recomputation: the stage keeps only its input per microbatch in flight and runs
+  // its forward again inside the backward (train --recompute sets it on every stage).
+  bool recompute = false;
   // Predictions of the cost model that made the plan (0 when hand-written), per minibatch.
   double compute_ms = 0;     // forward + backward of one replica's share
   double comm_ms = 0;        // activation transfers + all-reduce attributed to the stage
@@ -28,6 +31,12 @@ struct Plan {
   std::string model;          // from the profile, when known
   int64_t batch_size = 0;     // the profile's batch size (minibatch) when known
   std::string cost_model;     // "pipetrain", "pipedream", "even", "hand"
+  // How to run it, when the planner chose (the joint search) or the user wrote it: a schedule
+  // kind, microbatches per minibatch and interleaved chunks ("" / 0: the train flags' defaults).
+  // `train --plan` follows them unless --schedule, --microbatches or --chunks override.
+  std::string schedule;
+  int microbatches = 0;
+  int chunks = 0;
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
   // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).
@@ -42,6 +51,9 @@ struct Plan {
 };
 
 inline constexpr int kPlanVersion = 1;
+// Bounds on a plan's microbatches and chunks (the schedule generators' too: generators.h).
+inline constexpr int kMaxMicrobatches = 4096;
+inline constexpr int kMaxChunks = 64;
 
 json to_json(const Plan& p);
 // Missing stage "workers" are filled in stage by stage. Checks ids are consistent.

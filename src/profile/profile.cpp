@@ -37,6 +37,8 @@ json to_json(const Profile& p) {
                   {"parameter_bytes", l.parameter_bytes},
                   {"inputs", l.inputs}};
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
+    if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
+    if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
     layers.push_back(std::move(layer));
   }
   return {{"format", format_tag("profile", kProfileVersion)},
@@ -68,6 +70,8 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     if (f.has("optimizer_ms"))
       l.optimizer_ms =
           check_layer_ms(f["optimizer_ms"].as_non_negative(), str(source, ": field '", f.path(), ".optimizer_ms'"));
+    if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("inputs")) {
       JsonField in = f["inputs"];
       for (size_t k = 0; k < in.size(); ++k) {
@@ -100,6 +104,8 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
     l.forward_ms *= f;
     l.backward_ms *= f;
     l.activation_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.activation_bytes) * f));
+    l.stash_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.stash_bytes) * f));
+    l.workspace_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.workspace_bytes) * f));
   }
   return out;
 }
@@ -123,6 +129,12 @@ double compute_forward_ms(const Profile& profile, int layer) {
 
 double compute_backward_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].backward_ms;
+}
+
+int64_t stash_bytes(const Profile& profile, int layer) {
+  if (is_input_layer(profile, layer)) return 0;
+  const Layer& l = profile.layers[layer];
+  return l.stash_bytes > 0 ? l.stash_bytes : l.activation_bytes;
 }
 
 double compute_step_ms(const Profile& profile, int layer) {

@@ -20,6 +20,14 @@ struct Layer {
   // optimizer step and one copy of its weights (a stash). Measured by `pipetrain profile`;
   // optional in the file (0: not measured, as in PipeDream's profiles).
   double optimizer_ms = 0;
+  // Bytes the layer's forward leaves alive until its backward (its output and what autograd
+  // saves), whole minibatch. Measured by `pipetrain profile`; optional (0: not measured, and
+  // stash_bytes() falls back to activation_bytes, PipeDream's assumption).
+  int64_t stash_bytes = 0;
+  // Bytes its forward or backward needs beyond the stash while it runs (scratch buffers, the
+  // gradients passing through), whole minibatch, besides one gradient of its parameters (the
+  // backward makes it before adding it in); measured, optional (0: not measured).
+  int64_t workspace_bytes = 0;
 };
 
 struct Profile {
@@ -49,6 +57,9 @@ double compute_forward_ms(const Profile& profile, int layer);
 double compute_backward_ms(const Profile& profile, int layer);
 // The layer's optimizer step and stash copy (Layer::optimizer_ms), charged at each Step.
 double compute_step_ms(const Profile& profile, int layer);
+// Bytes a forward of the layer keeps for its backward (Layer::stash_bytes, or its output when
+// not measured), whole minibatch; an Input layer keeps nothing. The memory model's rule.
+int64_t stash_bytes(const Profile& profile, int layer);
 // The profile does not separate a backward's input gradient (B) from its weight gradient (W);
 // a schedule that runs them apart (zero bubble) charges this share of the backward to B and the
 // rest to W (the zero-bubble paper's T_B ~ T_W).

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/flat_parameters.h"
+#include "model/memory_meter.h"
 #include "model/sgd.h"
 
 namespace pt::profile {
@@ -41,6 +42,33 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
     if (r >= o.warmup) times.push_back(now_ms() - t0);
   }
   return median(times);
+}
+
+// The layer's memory as the meter sees it allocated on this thread: what one forward leaves
+// alive for the backward (Layer::stash_bytes: its output and what autograd saves), and the most
+// its forward or backward holds beyond that while running (Layer::workspace_bytes: scratch
+// buffers, the input gradient). The parameters' gradients exist beforehand, as in the runtime.
+void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Tensor& input, Layer& l) {
+  model::install_memory_meter();
+  auto account = std::make_shared<model::MemoryAccount>();
+  torch::Tensor out;
+  {
+    model::ChargeTo charge(account);
+    out = model.layer(layer).module->forward(input);
+  }
+  l.stash_bytes = account->live();
+  int64_t workspace = account->peak() - l.stash_bytes;
+  if (out.requires_grad()) {
+    torch::Tensor grad = torch::ones_like(out);
+    account->reset_peak();
+    int64_t before = account->live();
+    {
+      model::ChargeTo charge(account);
+      out.backward(grad);
+    }
+    workspace = std::max(workspace, account->peak() - before);
+  }
+  l.workspace_bytes = std::max<int64_t>(0, workspace - model.parameter_bytes(layer));
 }
 
 }  // namespace
@@ -83,10 +111,15 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.activation_bytes = out.numel() * static_cast<int64_t>(out.element_size());
     l.parameter_bytes = model.parameter_bytes(i);
     l.optimizer_ms = measure_step_ms(layer.module->parameters(), o);
+    torch::Tensor next = out.detach();
+    out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
+    if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
+    measure_layer_memory(model, i, input, l);
+    if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
     for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::Tensor();
     l.inputs = layer.inputs;
     p.layers.push_back(std::move(l));
-    x = out.detach();
+    x = next;
   }
   return p;
 }

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "model/memory_meter.h"
 #include "model/batch_sampler.h"
 #include "model/compute_threads.h"
 #include "runtime/progress.h"
@@ -175,6 +176,9 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
       it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
     worker.run(it->second, seg.first_minibatch);
     if ((o.train.evaluate && seg.evaluate) || (checkpointer && seg.checkpoint)) worker.finish_sends();
+    // The measured peak memory is training's: evaluations (their own batch size) and
+    // checkpoints are not charged to the worker.
+    model::ChargeTo uncharged(nullptr);
     if (o.train.evaluate && seg.evaluate) {
       transport.barrier();  // the segment's training is over on every worker
       double t0 = wall_ms();

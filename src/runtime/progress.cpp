@@ -20,7 +20,7 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
   if (!metrics_path.empty()) {
     csv_ = std::fopen(metrics_path.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
-    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s\n") < 0)
+    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes\n") < 0)
       throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
   }
 }
@@ -40,8 +40,10 @@ void Progress::flush_pending() {
   const StepRecord& r = pending_;
   char acc[32] = "";  // empty when not evaluated at this step
   if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.6f", r.test_accuracy);
-  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f\n", (long long)r.step, (long long)r.epoch, r.loss,
-                   r.samples_per_s, acc, r.train_s) < 0 ||
+  char peak[32] = "";
+  if (r.peak_memory_bytes >= 0) std::snprintf(peak, sizeof peak, "%lld", (long long)r.peak_memory_bytes);
+  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
+                   r.samples_per_s, acc, r.train_s, peak) < 0 ||
       std::fflush(csv_) != 0)
     throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
 }

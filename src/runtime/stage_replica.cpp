@@ -5,9 +5,9 @@
 namespace pt::runtime {
 
 StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-                           const model::SgdOptions& sgd, bool stash_weights, int max_versions)
+                           const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute)
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
-      max_versions_(max_versions),
+      max_versions_(max_versions), recompute_(recompute),
       params_(model_->parameters(first, last)), flat_(std::make_unique<model::FlatParameters>(params_)), sgd_(*flat_, sgd) {
   for (const auto& p : params_) {
     size_t k = 0;
@@ -31,20 +31,48 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   f.input = input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
   torch::Tensor out;
-  with_version(f.version, [&] { out = model_->forward(f.input, first_, last_); });
-  if (is_last_) {
-    last_correct_ = model_->correct(out.detach(), target);
-    torch::Tensor loss = model_->loss(out, target);
-    last_loss_ = loss.item<double>();
-    out = loss * loss_scale;
+  with_version(f.version, [&] {
+    torch::AutoGradMode graph(!recompute_);
+    out = model_->forward(f.input, first_, last_);
+    if (is_last_) {
+      last_correct_ = model_->correct(out.detach(), target);
+      torch::Tensor loss = model_->loss(out, target);
+      last_loss_ = loss.item<double>();
+      out = loss * loss_scale;
+    }
+  });
+  f.output_sizes = out.sizes().vec();
+  if (recompute_) {
+    f.target = target;
+    f.loss_scale = loss_scale;
+  } else {
+    f.output = out;
   }
-  f.output = out;
   if (record_sums_) {
     with_version(f.version, [&] { weight_sums_[mb].first = weight_sum(); });
     used_versions_[mb] = f.version;
   }
   in_flight_[mb] = std::move(f);
   return out.detach();
+}
+
+std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFlight& f) {
+  // The first forward already updated the layers' buffers (BatchNorm's running statistics):
+  // the second updates copies, and the buffers get their own memory back once the backward
+  // is done (restoring them in place would change what the graph saved).
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
+  for (int l = first_; l < last_; ++l)
+    for (auto& b : model_->layer(l).module->buffers()) {
+      torch::Tensor own = b.data();
+      b.set_data(own.clone());
+      buffers.push_back({b, own});
+    }
+  torch::AutoGradMode graph(true);
+  torch::Tensor out = model_->forward(f.input, first_, last_);
+  if (is_last_) out = model_->loss(out, f.target) * f.loss_scale;
+  f.output = out;
+  f.target = torch::Tensor();
+  return buffers;
 }
 
 template <typename F>
@@ -55,10 +83,12 @@ void StageReplica::with_version(int64_t version, F&& f) {
   }
   auto it = versions_.find(version);
   PT_CHECK(it != versions_.end(), "weight version ", version, " was not stashed");
-  // The parameters are pointed at the stashed version's storage and back: no copy, where
-  // copying the newest out, the stash in and the newest back cost three passes over the weights.
-  flat_->point_at(it->second);
-  auto restore = [&] { flat_->point_at(flat_->weights()); };
+  // The weight buffers exchange their memory with the stash and back: no copy, where copying
+  // the newest out, the stash in and the newest back cost three passes over the weights. Every
+  // view of the buffers follows, what autograd saved included (set_data on the parameters alone
+  // left a Linear's saved weight.t() on the newest version).
+  flat_->swap_weights(it->second);
+  auto restore = [&] { flat_->swap_weights(it->second); };
   try {
     torch::AutoGradMode grad_on(true);
     f();
@@ -73,12 +103,14 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
   auto it = in_flight_.find(mb);
   PT_CHECK(it != in_flight_.end(), "backward of microbatch ", mb, " before its forward");
   InFlight& f = it->second;
-  f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad;
-  PT_CHECK(f.output_grad.sizes() == f.output.sizes(), "gradient shape ", f.output_grad.sizes(), " vs output ",
-           f.output.sizes());
+  PT_CHECK(is_last_ || output_grad.sizes() == c10::IntArrayRef(f.output_sizes), "gradient shape ", output_grad.sizes(),
+           " vs output ", c10::IntArrayRef(f.output_sizes));
   bool has_input_grad = f.input.requires_grad();
   torch::Tensor input_grad;
   with_version(f.version, [&] {
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
+    if (!f.output.defined()) buffers = rebuild(f);
+    f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad;
     if (record_sums_) weight_sums_[mb].second = weight_sum();
     if (input_only) {
       if (has_input_grad)
@@ -86,6 +118,7 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
     } else {
       torch::autograd::backward({f.output}, {f.output_grad});
     }
+    for (auto& [b, own] : buffers) b.set_data(own);
   });
   if (has_input_grad) input_grad = f.input.grad();
   if (!input_only) {
@@ -148,7 +181,8 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
 int64_t StageReplica::activation_bytes(int64_t mb) const {
   auto it = in_flight_.find(mb);
   if (it == in_flight_.end()) return 0;
-  return it->second.output.numel() * static_cast<int64_t>(it->second.output.element_size());
+  const torch::Tensor& kept = recompute_ ? it->second.input : it->second.output;
+  return kept.numel() * static_cast<int64_t>(kept.element_size());
 }
 
 }  // namespace pt::runtime

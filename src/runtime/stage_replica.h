@@ -28,8 +28,11 @@ class StageReplica {
   // `model` is this worker's own copy of the whole model; the replica keeps layers [first, last).
   // With stash_weights, at most max_versions weight versions are alive at once (the stashed and
   // the newest: the schedule's weight_versions), unless keep_history asks for more.
+  // With recompute, a forward keeps only its input (and, on the last stage, the target) and
+  // runs without building a graph; the backward runs the forward again first, with the weight
+  // version the first one used, so the gradients are those of the plain backward.
   StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-               const model::SgdOptions& sgd, bool stash_weights, int max_versions);
+               const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute = false);
 
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
   // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
@@ -75,10 +78,16 @@ class StageReplica {
  private:
   struct InFlight {
     torch::Tensor input;   // requires grad (all but the first stage)
-    torch::Tensor output;  // the stage output, or the loss on the last stage
+    torch::Tensor output;  // the stage output, or the loss on the last stage (recompute: from the backward)
     torch::Tensor output_grad;
+    std::vector<int64_t> output_sizes;
+    torch::Tensor target;  // recompute on the last stage: the loss is rebuilt in the backward
+    double loss_scale = 1;
     int64_t version = 0;
   };
+  // Recompute: runs f's forward again with gradients (its weight version must be in place).
+  // Returns the layers' buffers with their own data, to be given back after the backward.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> rebuild(InFlight& f);
   double weight_sum() const;
   size_t param_offset(int layer) const;  // index in params_ of the layer's first parameter
   // Runs f with the weights of `version` in place (restoring the newest after), so the
@@ -92,6 +101,7 @@ class StageReplica {
   bool is_last_;
   bool stash_weights_;
   int max_versions_;
+  bool recompute_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<model::FlatParameters> flat_;
   std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one)

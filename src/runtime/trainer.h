@@ -29,6 +29,9 @@ struct TrainResult {
   double samples_per_s = 0;
   double final_loss = 0;       // mean loss of the last 50 steps
   double test_accuracy = -1;   // -1 when not evaluated
+  // Measured peak of the tensor memory each worker's training allocated (model/memory_meter.h),
+  // by worker; empty when not measured.
+  std::vector<int64_t> peak_memory_bytes;
 };
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data,

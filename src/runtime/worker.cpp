@@ -43,7 +43,8 @@ void Worker::setup(const schedule::Schedule& s) {
                             model_->num_layers(), " layers of ", model_->name()));
     bool is_last = last == model_->num_layers();
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, options_.sgd,
-                                                   options_.stash_weights && !s.flush, s.weight_versions[st]);
+                                                   options_.stash_weights && !s.flush, s.weight_versions[st],
+                                                   s.recomputes(st));
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
     std::vector<int> group = ws;
     std::sort(group.begin(), group.end());
@@ -121,7 +122,8 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     trace_.push_back(e);
   }
   for (auto& p : earlier_sends_) p->wait();
-  earlier_sends_ = std::move(sends_);
+  earlier_sends_.clear();
+  for (auto& [peer, p] : sends_) earlier_sends_.push_back(std::move(p));
   sends_.clear();
   current_.clear();
   known_.insert(learnt_.begin(), learnt_.end());
@@ -149,6 +151,11 @@ torch::Tensor Worker::take_received(int direction, int stage, int64_t mb, const 
   PT_CHECK(it != receives_.end(), "no receive posted for ", schedule::to_string(a));
   double w0 = wall_ms();
   torch::Tensor t = it->second.transfer->wait();
+  // A peer sends in this run only once the previous run is over on every worker (a run ends
+  // drained), so the previous run's sends are done: waiting frees their tensors now rather
+  // than at the end of this run.
+  for (auto& p : earlier_sends_) p->wait();
+  earlier_sends_.clear();
   waited_ms_ = wall_ms() - w0;
   if (!known_.count(it->second.channel)) learnt_[it->second.channel] = {t.sizes().vec(), t.scalar_type()};
   receives_.erase(it);
@@ -160,12 +167,25 @@ void Worker::send(const torch::Tensor& t, int direction, int to_stage, int peer,
   auto k = known_.find(channel);
   if (k == known_.end()) {
     learnt_[channel] = {t.sizes().vec(), t.scalar_type()};
-    sends_.push_back(transport_.isend(t, peer, tag));
-    return;
+    sends_.push_back({peer, transport_.isend(t, peer, tag)});
+  } else {
+    PT_CHECK(t.sizes().vec() == k->second.sizes && t.scalar_type() == k->second.dtype, "worker ", rank_,
+             " sends a tensor of shape ", t.sizes(), " where this channel's earlier runs sent ",
+             c10::IntArrayRef(k->second.sizes));
+    sends_.push_back({peer, transport_.isend_known(t, peer, tag)});
   }
-  PT_CHECK(t.sizes().vec() == k->second.sizes && t.scalar_type() == k->second.dtype, "worker ", rank_,
-           " sends a tensor of shape ", t.sizes(), " where this channel's earlier runs sent ", c10::IntArrayRef(k->second.sizes));
-  sends_.push_back(transport_.isend_known(t, peer, tag));
+  // A send holds its tensor until waited for. Beyond kSendsAhead to one peer, the oldest is
+  // waited for: the peer posts its receives in order, kReceivesAhead ahead, so it has long
+  // been received; without this a run's sent tensors all lived to the end of the next run.
+  int to_peer = 0;
+  for (const auto& [p, _] : sends_) to_peer += p == peer;
+  if (to_peer > kSendsAhead)
+    for (auto it = sends_.begin(); it != sends_.end(); ++it)
+      if (it->first == peer) {
+        it->second->wait();
+        sends_.erase(it);
+        break;
+      }
 }
 
 void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offset, int64_t first_minibatch) {

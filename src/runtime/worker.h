@@ -69,6 +69,7 @@ class Worker {
   torch::Tensor take_received(int direction, int stage, int64_t mb, const schedule::Action& a);
   void send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag);
   static constexpr int kReceivesAhead = 8;  // receives posted ahead of their place in the list
+  static constexpr int kSendsAhead = 8;     // sends to one peer not yet waited for
   // Inputs (targets false) or targets of microbatch `micro` of `minibatch`.
   torch::Tensor batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches);
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
@@ -98,7 +99,7 @@ class Worker {
   };
   std::map<std::tuple<int, int, int64_t>, Posted> receives_;  // (dir, stage, mb)
   std::map<Channel, Transport::Known> known_, learnt_;      // learnt_: this run's, known_ from the next
-  std::vector<std::shared_ptr<PendingTransfer>> sends_;
+  std::vector<std::pair<int, std::shared_ptr<PendingTransfer>>> sends_;  // (peer, send) in order
   // The previous run's sends: waited at the end of the next run, not of their own, so a worker
   // posts the next minibatch's receives while its last send is still being taken (gloo hands a
   // payload over only once the peer posts its receive).

@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "model/memory_meter.h"
 #include "runtime/progress.h"
 
 namespace pt::runtime {
@@ -33,8 +34,10 @@ class LossReport {
     recent_.push_back(loss);
     last_loss_ = loss;
     double secs = train_seconds();
+    auto account = model::charged_account();
     progress_.step({current_ + 1, current_ / per_epoch_, loss,
-                    (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs});
+                    (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs,
+                    account ? account->peak() : -1});
     sum_ = 0;
     seen_ = 0;
   }
@@ -57,6 +60,18 @@ class LossReport {
   std::vector<double> recent_;
 };
 
+// Every worker's measured peak, on every worker (a sum of one-hot vectors).
+std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
+  std::vector<int> all(transport.world_size());
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<torch::Tensor> t{torch::zeros({transport.world_size()}, torch::kDouble)};
+  t[0][transport.rank()] = static_cast<double>(mine);
+  transport.allreduce_sum(t, all);
+  std::vector<int64_t> out;
+  for (int w = 0; w < transport.world_size(); ++w) out.push_back(static_cast<int64_t>(t[0][w].item<double>()));
+  return out;
+}
+
 }  // namespace
 
 WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
@@ -65,6 +80,10 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
   WorkerRun run;
   run.reports = transport.rank() == reporting_worker(probe);
   std::string phase = "the start barrier";  // named in errors when no action is running
+  // What this worker's training allocates is charged to it, wherever it is freed.
+  model::install_memory_meter();
+  auto memory = std::make_shared<model::MemoryAccount>();
+  model::ChargeTo charge(memory);
   try {
     // The job's time runs from when every worker is ready to when every worker is done (the
     // reporter, the last stage, finishes before the first stage's last backward), without the
@@ -88,7 +107,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     });
     losses.flush();
     phase = "the end barrier";
-    transport.barrier();
+    std::vector<int64_t> peaks = gather_peaks(transport, memory->peak());
     progress.finish();
     worker.set_loss_callback(nullptr);
     if (run.reports) {
@@ -97,6 +116,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
       run.train.samples_per_s = job.steps * o.train.batch_size / std::max(run.train.seconds, 1e-9);
       run.train.final_loss = losses.final_loss();
       run.train.test_accuracy = accuracy;
+      run.train.peak_memory_bytes = peaks;
     }
     run.trace = worker.trace();
     return run;

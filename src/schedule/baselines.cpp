@@ -25,8 +25,10 @@ Schedule data_parallel(const plan::Plan& plan, int microbatches) {
   plan::Plan whole;
   whole.workers = plan.workers;
   whole.stages.resize(1);
-  for (const auto& st : plan.stages)
+  for (const auto& st : plan.stages) {
     whole.stages[0].layers.insert(whole.stages[0].layers.end(), st.layers.begin(), st.layers.end());
+    whole.stages[0].recompute = whole.stages[0].recompute || st.recompute;
+  }
   std::sort(whole.stages[0].layers.begin(), whole.stages[0].layers.end());
   whole.stages[0].replicas = plan.workers;
   plan::assign_workers(whole);

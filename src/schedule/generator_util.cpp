@@ -19,6 +19,7 @@ Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatc
     PT_CHECK(!st.workers.empty(), "plan stage without workers");
     s.stage_workers.push_back(st.workers);
     s.stage_layers.push_back(st.layers);
+    s.recompute.push_back(st.recompute);
   }
   s.weight_versions.assign(s.num_stages, 1);
   s.split_backward.assign(s.num_stages, false);

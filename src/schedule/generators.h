@@ -24,8 +24,8 @@ struct ScheduleOptions {
 
 // Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has
 // millions of actions and takes minutes to build and validate, or an int overflows.
-inline constexpr int kMaxMicrobatches = 4096;
-inline constexpr int kMaxChunks = 64;
+inline constexpr int kMaxMicrobatches = plan::kMaxMicrobatches;
+inline constexpr int kMaxChunks = plan::kMaxChunks;
 inline constexpr int kMaxMinibatches = 4096;
 // Throws UsageError naming the flag (--microbatches, --chunks, --minibatches) and the value.
 void check_schedule_options(const ScheduleOptions& o);

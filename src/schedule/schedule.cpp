@@ -65,11 +65,13 @@ std::string to_text(const Schedule& s, bool compute_only) {
 
 json to_json(const Schedule& s) {
   json stages = json::array();
-  for (int st = 0; st < s.num_stages; ++st)
+  for (int st = 0; st < s.num_stages; ++st) {
     stages.push_back({{"workers", s.stage_workers[st]},
                       {"layers", s.stage_layers[st]},
                       {"weight_versions", s.weight_versions[st]},
                       {"split_backward", static_cast<bool>(s.split_backward[st])}});
+    if (s.recomputes(st)) stages.back()["recompute"] = true;
+  }
   json workers = json::array();
   for (const auto& list : s.actions) {
     json row = json::array();
@@ -115,6 +117,7 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
     s.stage_layers.push_back(ls);
     s.weight_versions.push_back(static_cast<int>(f["weight_versions"].as_int_at_least(1)));
     s.split_backward.push_back(f["split_backward"].as_bool());
+    s.recompute.push_back(f.has("recompute") && f["recompute"].as_bool());
   }
   s.actions.resize(n);
   for (int w = 0; w < n; ++w) {

@@ -36,10 +36,14 @@ struct Schedule {
   // buffer): the validator checks that the lists stay within it, the runtime that its stash does.
   std::vector<int> weight_versions;
   std::vector<bool> split_backward;             // [stage] -> B is input-gradient only, W follows
+  // [stage] -> activation recomputation (the plan stage's `recompute`): a forward keeps only its
+  // input, and the backward (B where split) runs the forward again first.
+  std::vector<bool> recompute;
   std::vector<std::vector<Action>> actions;     // [worker] -> ordered program
 
   int num_workers() const { return static_cast<int>(actions.size()); }
   int replicas(int stage) const { return static_cast<int>(stage_workers[stage].size()); }
+  bool recomputes(int stage) const { return stage < static_cast<int>(recompute.size()) && recompute[stage]; }
   // The worker that runs microbatch `mb` of `stage` (round-robin over the replicas).
   int worker_of(int stage, int mb) const;
   // Position of `stage` among the stages its workers hold (0 unless interleaved).

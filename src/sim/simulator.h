@@ -29,7 +29,9 @@
 //    stage's backward time, layers taken from the last) and the previous bucket is done; the
 //    AllReduce action waits for the last. With bucket_bytes 0 it all starts when every replica
 //    reaches the AllReduce;
-//  - Step takes no time (optimizer cost is not profiled).
+//  - a recomputing stage (Schedule::recompute) charges its forward again to the backward (to B
+//    where the backward is split), and stashes only its input;
+//  - Step takes the stage's optimizer step and stash copy (profile::compute_step_ms).
 #include "plan/cluster.h"
 #include "profile/profile.h"
 #include "schedule/schedule.h"

@@ -51,17 +51,23 @@ TEST(FlatParameters, TiedWeightsShareOneSlot) {
   EXPECT_EQ(flat.weights()[0].numel(), 16);
 }
 
-TEST(FlatParameters, StashedVersionIsOneCopyAndPointingBackRestores) {
+TEST(FlatParameters, StashedVersionIsOneCopyAndSwappingBackRestores) {
   auto m = seeded_cnn(7);
   model::FlatParameters flat(m->parameters());
   auto stash = flat.copy_weights();
   ASSERT_EQ(stash.size(), 1u);
   EXPECT_NE(stash[0].data_ptr(), flat.weights()[0].data_ptr());
+  auto newest = flat.weights()[0].clone();
   flat.weights()[0].add_(1.0);
-  flat.point_at(stash);
-  EXPECT_EQ(m->parameters()[0].data_ptr(), stash[0].data_ptr());
-  flat.point_at(flat.weights());
-  EXPECT_EQ(m->parameters()[0].data_ptr(), flat.weights()[0].data_ptr());
+  auto saved = m->parameters()[0].detach().flatten();  // a view, as autograd saves a Linear's weight.t()
+  flat.swap_weights(stash);
+  EXPECT_TRUE(torch::equal(flat.weights()[0], newest));  // the stashed version, in place
+  EXPECT_TRUE(torch::equal(saved, m->parameters()[0].detach().flatten()));  // seen through every view
+  EXPECT_TRUE(torch::equal(saved, newest.narrow(0, 0, saved.numel())));
+  EXPECT_TRUE(torch::equal(stash[0], newest + 1.0));
+  flat.swap_weights(stash);
+  EXPECT_TRUE(torch::equal(flat.weights()[0], newest + 1.0));
+  EXPECT_TRUE(torch::equal(stash[0], newest));
   auto again = flat.copy_weights(stash);  // a released stash is reused, not reallocated
   EXPECT_EQ(again[0].data_ptr(), stash[0].data_ptr());
   EXPECT_TRUE(torch::equal(again[0], flat.weights()[0]));

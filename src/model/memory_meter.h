@@ -1,0 +1,45 @@
+#pragma once
+// Measured memory: LibTorch's CPU allocator wrapped so that every allocation is charged to the
+// account of the thread that makes it (a worker, or the profiler) until it is freed, whichever
+// thread frees it. The runtime's peak memory per worker and the profiler's stash bytes per
+// layer are read from it; the memory model (schedule/memory.h) is checked against them.
+// Threads without an account allocate as before, uncharged.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace pt::model {
+
+class MemoryAccount {
+ public:
+  int64_t live() const { return live_.load(std::memory_order_relaxed); }
+  int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  void reset_peak() { peak_.store(live(), std::memory_order_relaxed); }
+  void add(int64_t bytes);
+  void sub(int64_t bytes) { live_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> live_{0}, peak_{0};
+};
+
+// Installs the counting allocator (once per process; later calls do nothing). Allocations made
+// before it are never charged.
+void install_memory_meter();
+
+// Charges the calling thread's allocations to `account` while the scope lives (nullptr: none).
+// Each allocation keeps its account alive until freed.
+class ChargeTo {
+ public:
+  explicit ChargeTo(std::shared_ptr<MemoryAccount> account);
+  ~ChargeTo();
+  ChargeTo(const ChargeTo&) = delete;
+  ChargeTo& operator=(const ChargeTo&) = delete;
+
+ private:
+  std::shared_ptr<MemoryAccount> previous_;
+};
+
+// The calling thread's account (nullptr when none).
+std::shared_ptr<MemoryAccount> charged_account();
+
+}  // namespace pt::model

@@ -1,0 +1,165 @@
+#include "schedule/memory.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "schedule/stash_tracker.h"
+
+namespace pt::schedule {
+
+std::vector<int> stage_of_layers(const Schedule& s, const profile::Profile& p) {
+  std::vector<int> stage_of(p.num_layers(), -1);
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int l : s.stage_layers[st]) {
+      if (l < 0 || l >= p.num_layers())
+        throw ConfigError(str("schedule stage ", st, " holds layer ", l, " but the profile of '", p.model, "' has ",
+                              p.num_layers(), " layers"));
+      stage_of[l] = st;
+    }
+  for (int l = 0; l < p.num_layers(); ++l)
+    if (stage_of[l] < 0) throw ConfigError(str("layer ", l, " (", p.layers[l].name, ") is in no stage of the schedule"));
+  return stage_of;
+}
+
+namespace {
+
+struct StageBytes {
+  double params = 0, stash = 0, input = 0, output = 0;  // whole minibatch of the profile
+  std::vector<int> layers;
+};
+
+std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p) {
+  std::vector<int> stage_of = stage_of_layers(s, p);
+  std::vector<StageBytes> out(s.num_stages);
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int l : s.stage_layers[st]) {
+      out[st].layers.push_back(l);
+      out[st].params += static_cast<double>(p.layers[l].parameter_bytes);
+      out[st].stash += static_cast<double>(profile::stash_bytes(p, l));
+    }
+  std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
+  for (int st = 0; st < s.num_stages; ++st) {
+    out[st].output = cuts[st];
+    out[st].input = st > 0 ? cuts[st - 1] : 0;
+  }
+  return out;
+}
+
+// What a forward or backward of one microbatch (`scale` of the profile's batch) holds beyond
+// its stash: layer l runs with the stashes of the layers before it (forward) or still to do
+// (backward) alive, those after it not yet made or already freed, plus its workspace and its
+// weight gradient before it is added in.
+double busy_bytes(const profile::Profile& p, const StageBytes& b, double scale) {
+  double most = 0, after = 0;  // after: stash of the layers after l
+  for (auto it = b.layers.rbegin(); it != b.layers.rend(); ++it) {
+    const auto& l = p.layers[*it];
+    most = std::max(most, static_cast<double>(l.workspace_bytes) * scale + static_cast<double>(l.parameter_bytes) - after);
+    after += static_cast<double>(profile::stash_bytes(p, *it)) * scale;
+  }
+  return most;
+}
+
+}  // namespace
+
+std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p, const MemoryOptions& options) {
+  std::vector<StageBytes> bytes = stage_bytes(s, p);
+  double scale = 1.0 / s.microbatches;  // a microbatch's share of the profile's minibatch
+  std::vector<double> busy(s.num_stages);
+  for (int st = 0; st < s.num_stages; ++st) busy[st] = busy_bytes(p, bytes[st], scale);
+  std::vector<WorkerMemory> out(s.num_workers());
+  for (int w = 0; w < s.num_workers(); ++w) {
+    const auto& list = s.actions[w];
+    WorkerMemory& m = out[w];
+    StashTracker versions;
+    std::map<int, bool> stages;  // the stages this worker holds
+    // Bytes held per (stage, microbatch) until its last backward, and the received gradients.
+    std::map<std::pair<int, int>, double> held, grads;
+    double now = 0, peak = 0;
+    int in_flight = 0;
+    auto at = [&](double v, int k) {
+      if (v > peak) peak = v, m.peak_in_flight = k;
+    };
+    // Receives posted ahead as the runtime posts them (Worker::run): a received tensor is held
+    // from its post.
+    size_t next_receive = 0;
+    int outstanding = 0;
+    auto post_ahead = [&] {
+      for (; next_receive < list.size() && outstanding < options.receives_ahead; ++next_receive) {
+        const Action& r = list[next_receive];
+        if (r.kind != ActionKind::kRecvActivation && r.kind != ActionKind::kRecvGradient) continue;
+        ++outstanding;
+        bool activation = r.kind == ActionKind::kRecvActivation;
+        double b = (activation ? bytes[r.stage].input : bytes[r.stage].output) * scale;
+        (activation ? held : grads)[{r.stage, r.microbatch}] += b;
+        now += b;
+      }
+    };
+    auto release = [&](int stage, int mb) {
+      auto key = std::make_pair(stage, mb);
+      now -= held[key] + grads[key];
+      held.erase(key);
+      grads.erase(key);
+      --in_flight;
+    };
+    for (const Action& a : list) {
+      post_ahead();
+      at(now, in_flight);
+      bool split = s.split_backward[a.stage];
+      versions.on(a, split);
+      stages[a.stage] = true;
+      const StageBytes& b = bytes[a.stage];
+      bool recompute = s.recomputes(a.stage);
+      switch (a.kind) {
+        case ActionKind::kRecvActivation:
+        case ActionKind::kRecvGradient:
+          if (outstanding > 0) --outstanding;  // reached: its place in the window frees
+          break;
+        case ActionKind::kForward: {
+          // Recomputing, it keeps only its input; within one process the output it sent stays
+          // its own, held by the receiver, until about its own backward.
+          double kept = recompute ? (options.receives_ahead == 0 ? b.output : 0) : b.stash;
+          held[{a.stage, a.microbatch}] += kept * scale;
+          now += kept * scale;
+          ++in_flight;
+          at(now + busy[a.stage], in_flight);
+          break;
+        }
+        case ActionKind::kBackward:
+          at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash * scale : 0), in_flight);
+          if (!split) release(a.stage, a.microbatch);
+          break;
+        case ActionKind::kBackwardWeight: release(a.stage, a.microbatch); break;
+        default: break;
+      }
+    }
+    for (const auto& [st, _] : stages) {
+      double params = bytes[st].params;
+      m.weights += static_cast<int64_t>(params * versions.weight_versions(st));
+      m.gradients += static_cast<int64_t>(params);
+      if (options.momentum) m.optimizer += static_cast<int64_t>(params);
+    }
+    m.activations = static_cast<int64_t>(peak);
+  }
+  return out;
+}
+
+int64_t peak_memory(const std::vector<WorkerMemory>& workers) {
+  int64_t most = 0;
+  for (const auto& m : workers) most = std::max(most, m.total());
+  return most;
+}
+
+std::string describe(const WorkerMemory& m) {
+  std::ostringstream os;
+  os << "weights " << human_bytes(static_cast<double>(m.weights)) << " + gradients "
+     << human_bytes(static_cast<double>(m.gradients)) << " + optimizer " << human_bytes(static_cast<double>(m.optimizer))
+     << " + activations " << human_bytes(static_cast<double>(m.activations)) << " (" << m.peak_in_flight
+     << " in flight) = " << human_bytes(static_cast<double>(m.total()));
+  return os.str();
+}
+
+}  // namespace pt::schedule

@@ -1,0 +1,61 @@
+#pragma once
+// The memory model (DESIGN.md, "One cost model"): what each worker holds when it runs its list
+// of actions as the runtime does, from a profile. The planner's joint search keeps plans under
+// a memory cap with it; `compare`, `plan --top` and `train` print it; tests check it against the
+// runtime's measured peak (model/memory_meter.h).
+//
+// Per worker, for each stage it holds (P = the stage's parameter bytes):
+//   weights      P x the weight versions alive at once along its list (StashTracker): 1 when
+//                flushing, a stash per version in flight for PipeDream, 2 for 2BW;
+//   gradients    P (one flat gradient buffer; autograd accumulates into it);
+//   optimizer    P for SGD's momentum (MemoryOptions::momentum);
+//   activations  the peak, along the list, of
+//                  - per microbatch in flight from its forward to its last backward (B, or W
+//                    where split): the stage's stash (profile::stash_bytes of its layers) and
+//                    its input (the bytes crossing into the stage), or its input alone with
+//                    recomputation (and, within one process, the output it sent);
+//                  - received tensors from when their receive is posted (the runtime posts up to
+//                    receives_ahead ahead of their place; a received activation is the input
+//                    above), a gradient until its backward ends (none between threads);
+//                  - while a forward or backward runs, the most one of its layers holds besides
+//                    the stash of the layers before it (forward; still to do, backward): its
+//                    workspace (profile Layer::workspace_bytes: scratch buffers, the gradients
+//                    passing through; at least the input gradient a backward makes) and its
+//                    weight gradient before it is added in (its parameter bytes, whatever the
+//                    batch); in a backward with recomputation, the stash its forward rebuilds.
+// A microbatch's bytes are the profile's x (microbatch size / the profile's batch size).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "profile/profile.h"
+#include "schedule/schedule.h"
+
+namespace pt::schedule {
+
+struct MemoryOptions {
+  bool momentum = true;    // SGD keeps one momentum buffer per parameter (train --momentum > 0)
+  // Receives the runtime posts ahead of their place (Worker::kReceivesAhead), each holding its
+  // buffer from then on: a transport between processes (gloo, or devices). 0: a transport within
+  // one process (threads), where a received tensor is the sender's and costs the receiver nothing.
+  int receives_ahead = 8;
+};
+
+struct WorkerMemory {
+  int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  int peak_in_flight = 0;  // microbatches stashed at the activation peak
+  int64_t total() const { return weights + gradients + optimizer + activations; }
+};
+
+// [layer] -> the stage holding it. Throws ConfigError when the schedule's layers do not fit the
+// profile (an index out of range, a layer in no stage).
+std::vector<int> stage_of_layers(const Schedule& s, const profile::Profile& p);
+
+std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p,
+                                            const MemoryOptions& options = {});
+// The largest total over the workers.
+int64_t peak_memory(const std::vector<WorkerMemory>& workers);
+// "weights 1.2 GiB + gradients ... = total" for reports.
+std::string describe(const WorkerMemory& m);
+
+}  // namespace pt::schedule
