@@ -3,18 +3,22 @@
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
 #include "apps/command.h"
+#include "apps/joint_plan.h"
 #include "apps/plan_referee.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
+#include "plan/pipetrain_cost.h"
 #include "plan/plan_command.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
+#include "schedule/memory.h"
 #include "sim/simulator.h"
 
 namespace pt::app {
@@ -24,6 +28,8 @@ struct CompareFlags {
   std::string profile;
   plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
+  std::string memory;
+  bool microbatches_given = false;
   bool json = false;
 };
 
@@ -31,6 +37,7 @@ struct Row {
   std::string kind, plan;
   metrics::Metrics m;
   std::string scaling;  // data parallelism only: "weak" (the baseline) or "strong"
+  int64_t peak_memory = 0;  // the memory model's, fullest worker
 };
 
 int run_compare(CompareFlags& f) {
@@ -38,39 +45,47 @@ int run_compare(CompareFlags& f) {
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(f.options);
-  // The plan `pipetrain plan` chooses where it finds one; an even split otherwise.
-  plan::Plan planned;
-  std::string plan_note;
-  try {
-    plan::PlanOptions po;
-    po.candidates = plan::PlanFlags{}.candidates;
-    planned = referee(plan::plan_candidates(prof, cluster, po), prof, cluster, po).ranked.front().plan;
-    plan_note = str("planner (", planned.cost_model, ", refereed by the simulator), shape ", planned.shape());
-  } catch (const std::exception& e) {
-    planned = straight_plan(prof, n);
-    plan_note = str("even split into ", planned.num_stages(), " stages (the planner failed: ", e.what(), ")");
-  }
-  plan::Plan straight = straight_plan(prof, n);
+  // Each schedule's own best configuration: the joint search (apps/joint_plan.h) pinned to it,
+  // so `plan --schedule auto` is never slower in simulation than the best row here.
+  plan::PlanOptions po;
+  po.candidates = plan::PlanFlags{}.candidates;
+  if (!f.memory.empty()) po.memory_bytes = parse_bytes(f.memory, "--memory");
+  JointOptions jo;
+  jo.memory_cap = plan::memory_limit(cluster, po);
+  po.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
+  if (f.microbatches_given) jo.microbatches = f.options.microbatches;
   std::vector<Row> rows;
+  std::string plan_note = "each schedule's best plan, microbatches and recomputation (the joint search)";
+  if (jo.memory_cap > 0) plan_note += str(" within ", human_bytes(static_cast<double>(jo.memory_cap)), " per worker");
+  for (const char* kind : {"pipedream", "2bw", "1f1b", "gpipe", "zb-h1", "interleaved", "mp"}) {
+    jo.schedules = {kind};
+    try {
+      JointResult best = joint_search(prof, cluster, po, jo);
+      const Configuration& c = chosen(best, jo, prof, cluster);
+      std::string label = c.plan.shape();
+      if (c.plan.chunks > 1) label += str(" x", c.plan.chunks);
+      if (c.plan.microbatches > 0) label += str(" m", c.plan.microbatches);
+      for (const auto& st : c.plan.stages)
+        if (st.recompute) {
+          label += " rc";
+          break;
+        }
+      rows.push_back({kind, label, c.simulated, "", c.peak_memory});
+    } catch (const ConfigError& e) {
+      std::cerr << "skipping " << kind << ": " << e.what() << "\n";
+    }
+  }
   auto add = [&](const std::string& kind, const plan::Plan& plan, const std::string& label, schedule::ScheduleOptions o,
                  const profile::Profile& costs, const std::string& name) {
-    o.chunks = kind == "interleaved" ? o.chunks : 1;
+    o.chunks = 1;
     try {
       auto s = schedule::make_schedule(kind, plan, o);
-      rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster)), ""});
+      rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster)), "",
+                      schedule::peak_memory(schedule::memory_per_worker(s, costs, jo.memory))});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }
   };
-  std::string planned_label = planned.shape();
-  for (const char* kind : {"gpipe", "1f1b", "2bw", "pipedream", "mp"})
-    add(kind, planned, planned_label, f.options, prof, kind);
-  // zb-h1 and interleaved need single-replica stages: an even split.
-  add("zb-h1", straight, straight.shape(), f.options, prof, "zb-h1");
-  // Interleaving needs workers x chunks stages of at least one layer each.
-  int v = f.options.chunks, p = std::min(n, prof.num_layers() / v);
-  if (p >= 1) add("interleaved", straight_plan(prof, p * v), str(p, "x", v, " chunks"), f.options, prof, "interleaved");
-  else std::cerr << "skipping interleaved: " << prof.num_layers() << " layers cannot make " << v << " chunks\n";
   // The baseline, as PipeDream measures it and users run it: every worker a minibatch of the
   // profile's batch (the global batch grows with the workers), simulated as one minibatch of
   // n x batch in n microbatches. Beside it, labelled, one minibatch split over the workers.
@@ -98,6 +113,7 @@ int run_compare(CompareFlags& f) {
       json j = metrics::to_json(r.m);
       j["row"] = r.kind;
       j["plan"] = r.plan;
+      j["modelled_peak_memory_bytes"] = r.peak_memory;
       if (!r.scaling.empty()) j["scaling"] = r.scaling;
       if (dp_rate > 0) j["speedup_over_dp"] = r.m.samples_per_s / dp_rate;
       out.push_back(j);
@@ -105,24 +121,26 @@ int run_compare(CompareFlags& f) {
     std::cout << json{{"format", format_tag("compare", 1)}, {"plan", plan_note}, {"rows", out}}.dump(1) << "\n";
     return 0;
   }
-  std::cout << prof.model << " (batch " << prof.batch_size << ") on " << cluster.describe() << ", " << f.options.microbatches
-            << " microbatches, simulated\nplan: " << plan_note << "\n\n";
-  std::cout << std::left << std::setw(12) << "schedule" << std::setw(14) << "plan" << std::right << std::setw(12)
+  std::cout << prof.model << " (batch " << prof.batch_size << ") on " << cluster.describe() << ", simulated\nplans: "
+            << plan_note << "\n\n";
+  std::cout << std::left << std::setw(12) << "schedule" << std::setw(24) << "plan" << std::right << std::setw(12)
             << "ms/minibatch" << std::setw(12) << "samples/s" << std::setw(10) << "vs dp" << std::setw(9) << "bubble"
             << std::setw(13) << "peak memory" << "\n";
   std::cout << std::fixed;
   for (const auto& r : rows) {
     std::ostringstream speedup;
     speedup << std::fixed << std::setprecision(2) << (dp_rate > 0 ? r.m.samples_per_s / dp_rate : 0) << "x";
-    std::cout << std::left << std::setw(12) << r.kind << std::setw(14) << r.plan << std::right << std::setw(12)
+    std::cout << std::left << std::setw(12) << r.kind << std::setw(24) << r.plan << std::right << std::setw(12)
               << std::setprecision(2) << r.m.ms_per_minibatch << std::setw(12) << std::setprecision(1)
               << r.m.samples_per_s << std::setw(10) << speedup.str() << std::setw(9) << std::setprecision(3)
-              << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.m.peak_memory_bytes()))
-              << "\n";
+              << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.peak_memory)) << "\n";
   }
-  std::cout << "\nasynchronous schedules (2bw, pipedream) are measured in the steady state; peak memory is stashed\n"
-               "activations plus weights x versions on the fullest worker. dp is the baseline: every worker a minibatch\n"
-               "of batch "
+  std::cout << "\nplan: the stages' replicas, x chunks, m microbatches per step, rc recomputation. A minibatch is a\n"
+               "step's batch (a pipeline copied r times steps on r x "
+            << prof.batch_size << "; pipedream on " << prof.batch_size
+            << " per replica); samples/s compare them. Asynchronous schedules (2bw, pipedream) are measured in the\n"
+               "steady state; peak memory is the memory model's, fullest worker. dp is the baseline: every worker a\n"
+               "minibatch of batch "
             << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
   return 0;
 }
@@ -135,6 +153,9 @@ Register reg({"compare", "Simulate every schedule and data parallelism side by s
   app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
   add_cluster_flags(app, f->cluster);
   add_schedule_options(app, f->options);
+  if (auto* m = app.get_option_no_throw("--microbatches"))
+    m->each([f](const std::string&) { f->microbatches_given = true; })->description("Pin each schedule's microbatches per step (default: searched)");
+  app.add_option("--memory", f->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
   app.add_flag("--json", f->json, "Print the table as JSON");
   return [f] { return run_compare(*f); };
 }});

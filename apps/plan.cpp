@@ -3,12 +3,15 @@
 // --json, and writes it with -o.
 #include <algorithm>
 #include <iostream>
+#include <sstream>
 
 #include "apps/command.h"
+#include "apps/joint_plan.h"
 #include "apps/plan_referee.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/json_doc.h"
+#include "core/units.h"
 #include "plan/plan_command.h"
 #include "plan/plan_table.h"
 
@@ -20,14 +23,84 @@ struct Flags {
   std::string output;
   bool json = false, explain = false;
   int top = 0;
+  std::string schedule = "pipedream", objective = "throughput";
+  int microbatches = 0;
+  CLI::Option *schedule_flag = nullptr, *microbatches_flag = nullptr, *objective_flag = nullptr;
 };
+
+// The joint search (apps/joint_plan.h) runs when asked for a schedule choice, microbatches or
+// an objective, or under a memory cap; without them `plan` plans for pipedream as before.
+bool joint_wanted(const Flags& f) {
+  return f.schedule_flag->count() > 0 || f.microbatches_flag->count() > 0 || f.objective_flag->count() > 0 ||
+         !f.plan.memory.empty();
+}
+
+int run_joint(Flags& f, plan::PlanOutcome& out) {
+  JointOptions jo;
+  if (f.schedule_flag->count() > 0 && f.schedule != "auto") jo.schedules = {f.schedule};
+  if (f.microbatches_flag->count() > 0 && (f.microbatches < 1 || f.microbatches > schedule::kMaxMicrobatches))
+    throw UsageError(str("--microbatches: must be in 1..", schedule::kMaxMicrobatches, ", got ", f.microbatches));
+  jo.microbatches = f.microbatches;
+  jo.objective = f.objective;
+  jo.memory_cap = out.memory_cap;
+  JointResult r = joint_search(out.profile, out.cluster, out.options, jo);
+  const Configuration& c = chosen(r, jo, out.profile, out.cluster);
+  out.plan = c.plan;
+  std::ostringstream summary;
+  summary << plan::format_plan_table(out.plan, out.profile, out.cluster) << "joint search (" << f.objective
+          << "): schedule " << c.plan.schedule;
+  if (c.plan.microbatches > 0) summary << ", " << c.plan.microbatches << " microbatches";
+  if (c.plan.chunks > 0) summary << ", " << c.plan.chunks << " chunks";
+  int recomputed = 0;
+  for (const auto& st : c.plan.stages) recomputed += st.recompute;
+  summary << ", recomputation on " << recomputed << " of " << c.plan.num_stages() << " stages, batch "
+          << c.plan.batch_size << " per step\n  simulated " << c.ms_per_sample << " ms per sample ("
+          << static_cast<int64_t>(1000.0 / c.ms_per_sample) << " samples/s), peak memory per worker "
+          << human_bytes(static_cast<double>(c.peak_memory));
+  if (jo.memory_cap > 0) summary << " (cap " << human_bytes(static_cast<double>(jo.memory_cap)) << ")";
+  summary << "\n";
+  if (c.staleness > 0)
+    summary << "  asynchronous: a stage's weights lag up to " << c.staleness
+            << " updates (--objective time-to-accuracy weighs it)\n";
+  out.table = summary.str();
+  out.json = to_json(out.plan).dump(1) + "\n";
+  std::string extra;
+  if (f.top > 0) extra += "\n" + format_configurations(r, f.top);
+  if (f.explain) {
+    extra += "\nmemory per worker (modelled):\n";
+    for (size_t w = 0; w < c.memory.size(); ++w)
+      extra += str("  w", w, ": ", schedule::describe(c.memory[w]), "\n");
+  }
+  if (!f.output.empty()) {
+    write_text_file_atomic(f.output, out.json);
+    std::cerr << "wrote " << f.output << "\n";
+  }
+  if (f.json) {
+    std::cout << out.json;
+    std::cerr << out.table << extra;
+  } else {
+    std::cout << out.table << extra;
+  }
+  return 0;
+}
 
 int run_plan(Flags& f) {
   if (f.top < 0 || f.top > plan::kMaxCandidates)
     throw UsageError(str("--top: must be in 1..", plan::kMaxCandidates, ", got ", f.top));
   // Every candidate --top lists is refereed.
   f.plan.candidates = std::max(f.plan.candidates, f.top);
+  f.plan.joint = joint_wanted(f);
   plan::PlanOutcome out = plan::run_plan_command(f.plan);
+  if (f.plan.joint || out.memory_cap > 0) {
+    if (out.options.cost_model != plan::CostModel::kPipetrain)
+      throw UsageError("--schedule, --microbatches, --objective and a memory cap use the joint search, which needs "
+                       "--cost-model pipetrain");
+    if (!f.plan.joint) {  // a cluster file's cap: search jointly too
+      f.plan.joint = true;
+      out = plan::run_plan_command(f.plan);
+    }
+    return run_joint(f, out);
+  }
   std::string extra;
   if (out.options.cost_model == plan::CostModel::kPipetrain) {
     Refereed r = referee(out.candidates, out.profile, out.cluster, out.options);
@@ -35,6 +108,7 @@ int run_plan(Flags& f) {
     out.plan = chosen.plan;
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
+    out.plan.schedule = r.schedule;  // what `train --plan` runs
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back(str("pipedream is asynchronous: the first stage's gradients use weights up to ",
@@ -85,6 +159,15 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
       ->capture_default_str();
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
+  std::string kinds;
+  for (const auto& k : schedule::schedule_kinds()) kinds += ", " + k;
+  f->schedule_flag = app.add_option("--schedule", f->schedule,
+                                    "Joint search over schedules (auto), or pinned to one: auto" + kinds +
+                                        " (default: pipedream's planner alone)");
+  f->microbatches_flag = app.add_option("--microbatches", f->microbatches,
+                                        "Joint search with the microbatches per step pinned");
+  f->objective_flag = app.add_option("--objective", f->objective,
+                                     "Joint search objective: throughput, or time-to-accuracy (staleness weighed)");
   app.add_option("-o,--output", f->output, "Write the plan JSON here");
   app.add_flag("--json", f->json, "Print the plan JSON on standard output (the table goes to standard error)");
   return [f] { return run_plan(*f); };

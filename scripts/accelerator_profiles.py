@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Accelerator-scale profiles (pipetrain.profile/1) of VGG-16, ResNet-50, GNMT-16 and an AWD LSTM
-language model at full size, from counted FLOPs and bytes at a stated accelerator's sustained
+"""Accelerator-scale profiles (pipetrain.profile/1) of VGG-16, ResNet-50, GNMT-16, an AWD LSTM
+language model and a GPT-like transformer at full size, from counted FLOPs and bytes at a stated accelerator's sustained
 rates (docs/emulation.md, "Accelerator-scale profiles").
 
-  scripts/accelerator_profiles.py --out data/profiles            # write the four profiles
+  scripts/accelerator_profiles.py --out data/profiles            # write the five profiles
   scripts/accelerator_profiles.py --compare ../shared/data/pipedream-profiles   # vs PipeDream's V100
 
 Cost model of one layer for a minibatch of N samples (fp32): its kernels run one after another,
@@ -39,9 +39,10 @@ class Builder:
         self.model, self.batch, self.layers = model, batch, []
 
     def add(self, name, fwd_flops, out_elems, params, in_elems, rate=DENSE_TFLOPS, inputs=None, first=False,
-            extra_elems=0):
+            extra_elems=0, stash_elems=None):
         """One layer; flops for the whole minibatch; elems per sample (extra_elems: element-wise
-        kernels' traffic); params in floats."""
+        kernels' traffic; stash_elems: what its forward keeps for the backward, when more than its
+        output); params in floats."""
         n = self.batch
         moved = (in_elems + out_elems + extra_elems) * n * F32 + params * F32
         fwd = fwd_flops / (rate * 1e9) + moved / (MEM_GBS * 1e6)
@@ -49,6 +50,8 @@ class Builder:
         bwd = bwd_factor * fwd_flops / (rate * 1e9) + 2 * moved / (MEM_GBS * 1e6)
         layer = {"name": name, "forward_ms": round(fwd, 4), "backward_ms": round(bwd, 4),
                  "activation_bytes": int(out_elems * n * F32), "parameter_bytes": int(params * F32)}
+        if stash_elems is not None:
+            layer["stash_bytes"] = int(stash_elems * n * F32)
         if inputs is not None:
             layer["inputs"] = inputs
         self.layers.append(layer)
@@ -163,9 +166,28 @@ def awd_lm(batch, seq=70, emb=400, hidden=1150, vocab=10000):
     return b.doc()
 
 
-MODELS = {"vgg16": (vgg16, 64), "resnet50": (resnet50, 128), "gnmt16": (gnmt16, 64), "awd-lm": (awd_lm, 80)}
+def gpt(batch, blocks=24, hidden=2048, seq=1024, heads=16, vocab=50257):
+    """A GPT-like decoder (GPT-3 XL's shape: 24 blocks, hidden 2048, sequence 1024, 16 heads;
+    GPT-2's vocabulary), fp32. A block's forward keeps, per sample, 17 s h + 2.5 a s^2 floats for
+    its backward (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+    Models", 2022: 34 s h + 5 a s^2 bytes in fp16 with 1-byte dropout masks), about 310 MB: the
+    activations, not the weights, fill a 16 GB device, which is what recomputation is for."""
+    b = Builder("gpt-2048", batch)
+    s, h, a = seq, hidden, heads
+    b.add("embed", 0, s * h, vocab * h + s * h, s, first=True)
+    for i in range(1, blocks + 1):
+        flops = (24 * s * h * h + 4 * s * s * h) * batch  # QKV, projection, MLP (4h); scores and context
+        b.add(f"block{i}", flops, s * h, 12 * h * h + 13 * h, s * h, extra_elems=16 * s * h + 2 * a * s * s,
+              stash_elems=17 * s * h + 2.5 * a * s * s)
+    b.add("head", 2 * s * h * vocab * batch, s * vocab, vocab * h + 2 * h, s * h, stash_elems=2 * s * vocab + s * h)
+    return b.doc()
+
+
+MODELS = {"vgg16": (vgg16, 64), "resnet50": (resnet50, 128), "gnmt16": (gnmt16, 64), "awd-lm": (awd_lm, 80),
+          "gpt-2048": (gpt, 16)}
 # Ours -> PipeDream's profile of the same network (None: PipeDream published none).
-PIPEDREAM = {"vgg16": "vgg16.json", "resnet50": "resnet50.json", "gnmt16": "gnmt_large.json", "awd-lm": None}
+PIPEDREAM = {"vgg16": "vgg16.json", "resnet50": "resnet50.json", "gnmt16": "gnmt_large.json", "awd-lm": None,
+             "gpt-2048": None}
 
 
 def totals(layers, batch, skip_input=False):

@@ -31,9 +31,12 @@ torch::Tensor virtual_zeros(at::IntArrayRef sizes) {
 struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                double forward_ms_per_sample, double backward_ms_per_sample, double b_share,
-                               int64_t out_floats) {
+                               int64_t out_floats, int64_t stash_floats) {
     int64_t rows = x.size(0);
     emulated_wait(forward_ms_per_sample * static_cast<double>(rows));
+    // Freed with the context: after the backward, or at once when no graph is built (a
+    // recomputing stage's first forward).
+    if (stash_floats > 0) ctx->saved_data["stash"] = torch::empty({rows, stash_floats});  // [rows, stash_floats]
     ctx->saved_data["backward_ms"] = backward_ms_per_sample * static_cast<double>(rows);
     ctx->saved_data["b_share"] = b_share;
     ctx->saved_data["x_needs_grad"] = x.requires_grad();
@@ -63,7 +66,8 @@ struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
     torch::Tensor gx, gw;
     if (want_x) gx = virtual_zeros(d["x_sizes"].toIntVector());           // [rows, in_floats]
     if (want_w) gw = virtual_zeros({d["weight_numel"].toInt()});           // [parameter_floats]
-    return {gx, gw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    d.erase("stash");
+    return {gx, gw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -83,7 +87,8 @@ EmulatedLayerImpl::EmulatedLayerImpl(EmulatedCost cost) : cost_(std::move(cost))
 
 torch::Tensor EmulatedLayerImpl::forward(torch::Tensor x) {
   return EmulatedCompute::apply(x, weight_, cost_.forward_ms_per_sample, cost_.backward_ms_per_sample,
-                                cost_.input_gradient_share, cost_.output_floats_per_sample);
+                                cost_.input_gradient_share, cost_.output_floats_per_sample,
+                                cost_.stash_floats_per_sample);
 }
 
 std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs) {

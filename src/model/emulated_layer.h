@@ -7,7 +7,8 @@
 //
 // Sizes and times are per sample, so a microbatch of r rows waits r x the per-sample time and
 // outputs r rows: the runtime splits minibatches along dim 0 and every slice is right.
-//   x [r, any] -> out [r, output_floats_per_sample] (float32 zeros); weight [parameter_floats]
+//   x [r, any] -> out [r, output_floats_per_sample] (float32 zeros); weight [parameter_floats];
+//   kept for the backward: [r, stash_floats_per_sample] (allocated, not written)
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,10 @@ struct EmulatedCost {
   double input_gradient_share = 0.5;  // of the backward, charged to the input gradient (B)
   int64_t output_floats_per_sample = 1;
   int64_t parameter_floats = 0;       // may be 0: the layer still holds an empty weight
+  // What its forward keeps for the backward (the profile's stash bytes): allocated, never
+  // written, held until the backward, so that measured memory follows the activations the
+  // accelerator would hold (the outputs themselves take no memory here).
+  int64_t stash_floats_per_sample = 0;
 };
 
 class EmulatedLayerImpl : public torch::nn::Module {

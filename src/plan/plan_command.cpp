@@ -1,10 +1,12 @@
 #include "plan/plan_command.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/plan_table.h"
+#include "plan/pipetrain_cost.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 
@@ -32,6 +34,8 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   out.options = options;
   out.cluster = cluster_from_flags(f.cluster);
   out.profile = profile::read_any_profile(f.profile);
+  out.memory_cap = memory_limit(out.cluster, options);
+  if (f.joint) out.options.memory_bytes = options.memory_bytes = std::numeric_limits<int64_t>::max();
   out.candidates = plan_candidates(out.profile, out.cluster, options);
   PT_CHECK(!out.candidates.empty(), "the planner returned no candidate");
   out.plan = out.candidates.front();

@@ -22,6 +22,9 @@ struct PlanFlags {
   bool no_activation_transfer = false;
   int candidates = 12;           // --candidates: the search's best plans the simulator referees
   double bucket_mb = Cluster::kDefaultBucketBytes / double(1 << 20);  // --bucket-mb, as train's
+  // The joint search (apps/joint_plan.h) keeps plans under the memory cap with the memory model:
+  // the candidates here are searched without it.
+  bool joint = false;
 };
 
 struct PlanOutcome {
@@ -30,6 +33,7 @@ struct PlanOutcome {
   PlanOptions options;
   Plan plan;                     // the best predicted (candidates[0])
   std::vector<Plan> candidates;  // plan_candidates: pipetrain model, best predicted first
+  int64_t memory_cap = 0;        // per worker: --memory, or the cluster's (0: none)
   std::string table;  // the readable form
   std::string json;   // the plan format of DESIGN.md
 };

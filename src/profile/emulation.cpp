@@ -31,6 +31,7 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
     c.input_gradient_share = kInputGradientShare;
     c.output_floats_per_sample = floats_per_sample(i + 1 == n ? static_cast<double>(l.activation_bytes) : crossing[i]);
     c.parameter_floats = std::llround(static_cast<double>(l.parameter_bytes) * o.byte_scale / 4);
+    c.stash_floats_per_sample = std::llround(static_cast<double>(stash_bytes(p, i)) * o.byte_scale / batch / 4);
     out.push_back(c);
   }
   return out;

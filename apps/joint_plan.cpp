@@ -1,0 +1,252 @@
+#include "apps/joint_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "schedule/generators.h"
+#include "sim/simulator.h"
+
+namespace pt::app {
+namespace {
+
+// The most microbatches per step searched (beyond, a step's bubble is already small).
+constexpr int kMostMicrobatches = 128;
+
+// One configuration to try: a plan (workers placed), how to run it, and the batch of one step.
+struct Trial {
+  std::string kind;
+  plan::Plan plan;
+  int microbatches = 1, chunks = 1;
+  int64_t batch = 1;
+  int minibatches = 0;  // asynchronous kinds: minibatches simulated (0: default_minibatches)
+};
+
+// d stages of the even split, r replicas each: stage-major placement puts a stage's replicas
+// side by side, pipeline-major a copy's stages.
+plan::Plan uniform_plan(const profile::Profile& p, int d, int r, bool stage_major) {
+  plan::Plan u = plan::even_split(p, d);
+  for (auto& st : u.stages) st.replicas = r;
+  if (stage_major) {
+    plan::assign_workers(u);
+    return u;
+  }
+  for (int s = 0; s < d; ++s) {
+    u.stages[s].workers.clear();
+    for (int k = 0; k < r; ++k) u.stages[s].workers.push_back(k * d + s);
+  }
+  u.workers = d * r;
+  return u;
+}
+
+std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster, const plan::PlanOptions& po,
+                          const JointOptions& o) {
+  int n = cluster.workers(), layers = p.num_layers();
+  int64_t B = p.batch_size;
+  auto wanted = [&](const std::string& kind) {
+    return o.schedules.empty() || std::find(o.schedules.begin(), o.schedules.end(), kind) != o.schedules.end();
+  };
+  // Microbatches per copy of the pipeline: 1, 2, 4, ... while a microbatch keeps whole samples.
+  auto per_copy = [&](int copies) {
+    std::vector<int> ms;
+    if (o.microbatches > 0) {
+      if (o.microbatches % copies == 0) ms.push_back(o.microbatches / copies);
+      return ms;
+    }
+    for (int m = 1; m <= 64 && m <= B && copies * m <= kMostMicrobatches; m *= 2)
+      if (B % m == 0) ms.push_back(m);
+    return ms;
+  };
+  std::vector<Trial> out;
+  for (int d = 1; d <= std::min(n, layers); ++d) {
+    if (n % d != 0) continue;
+    int r = n / d;
+    for (bool stage_major : {true, false}) {
+      // The same placement, or (one level) the same links.
+      if (!stage_major && (r == 1 || d == 1 || cluster.levels.size() < 2)) continue;
+      plan::Plan u = uniform_plan(p, d, r, stage_major);
+      if (d > 1) {
+        for (const char* kind : {"1f1b", "gpipe", "2bw"})
+          if (wanted(kind))
+            // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
+            // past the warm-up make its steady state (the default, sized for PipeDream's
+            // one-microbatch minibatches, simulates thousands of microbatches here).
+            for (int m : per_copy(r)) {
+              int enough = std::max(6, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
+              out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
+            }
+        if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
+      }
+      if (r == 1 && d > 1) {
+        if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
+        if (wanted("zb-h1"))
+          for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
+      }
+    }
+  }
+  if (wanted("interleaved"))
+    for (int v : {2, 4})
+      if (n * v <= layers && n > 1)
+        for (int m : per_copy(1))
+          if (m % n == 0) out.push_back({"interleaved", plan::even_split(p, n * v), m, v, B});
+  // PipeDream's baseline: every worker a minibatch of B, one step for all (weak scaling).
+  if (wanted("dp") && (o.microbatches == 0 || o.microbatches == n))
+    out.push_back({"dp", plan::data_parallel_plan(layers, n), n, 1, B * n});
+  if (wanted("pipedream"))
+    for (auto& c : plan::plan_candidates(p, cluster, po)) out.push_back({"pipedream", c, 1, 1, B});
+  return out;
+}
+
+// The stages held by workers whose modelled total is over the cap.
+std::vector<bool> stages_over(const schedule::Schedule& s, const std::vector<schedule::WorkerMemory>& m, int64_t cap) {
+  std::vector<bool> over(s.num_stages, false);
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int w : s.stage_workers[st]) over[st] = over[st] || m[w].total() > cap;
+  return over;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string recompute_text(const plan::Plan& p) {
+  int n = 0;
+  for (const auto& st : p.stages) n += st.recompute;
+  if (n == 0) return "none";
+  if (n == p.num_stages()) return "all";
+  std::string s;
+  for (int i = 0; i < p.num_stages(); ++i)
+    if (p.stages[i].recompute) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return "stages " + s;
+}
+
+}  // namespace
+
+JointResult joint_search(const profile::Profile& profile, const plan::Cluster& cluster, const plan::PlanOptions& po,
+                         const JointOptions& o) {
+  for (const auto& k : o.schedules) {
+    const auto& kinds = schedule::schedule_kinds();
+    if (std::find(kinds.begin(), kinds.end(), k) == kinds.end())
+      throw UsageError(str("--schedule: unknown schedule '", k, "'"));
+  }
+  if (o.objective != "throughput" && o.objective != "time-to-accuracy")
+    throw UsageError(str("--objective: must be throughput or time-to-accuracy, got '", o.objective, "'"));
+  JointResult r;
+  r.smallest_peak = std::numeric_limits<int64_t>::max();
+  for (Trial& t : trials(profile, cluster, po, o)) {
+    profile::Profile prof = profile::with_batch_size(profile, t.batch);
+    schedule::ScheduleOptions so;
+    so.microbatches = t.microbatches;
+    so.chunks = t.chunks;
+    so.minibatches = t.minibatches;
+    // Without recomputation; over the cap, with it where needed, then everywhere.
+    for (int mode = 0; mode < 3; ++mode) {
+      try {
+        schedule::Schedule s = schedule::make_schedule(t.kind, t.plan, so);
+        if (mode == 0) ++r.considered;
+        auto memory = schedule::memory_per_worker(s, prof, o.memory);
+        int64_t peak = schedule::peak_memory(memory);
+        r.smallest_peak = std::min(r.smallest_peak, peak);
+        if (o.memory_cap > 0 && peak > o.memory_cap) {
+          if (mode == 2) {
+            ++r.over_cap;
+            break;
+          }
+          std::vector<bool> over = stages_over(s, memory, o.memory_cap);
+          for (int st = 0; st < t.plan.num_stages(); ++st)
+            t.plan.stages[st].recompute = mode == 1 || over[st] || t.plan.stages[st].recompute;
+          continue;
+        }
+        Configuration c;
+        c.plan = t.plan;
+        c.simulated = metrics::compute_metrics(sim::simulate(s, prof, cluster, {po.bucket_bytes}));
+        c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(t.batch);
+        c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
+        c.objective_ms_per_sample =
+            c.ms_per_sample * (o.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0);
+        c.memory = memory;
+        c.peak_memory = peak;
+        plan::Plan& p = c.plan;
+        p.schedule = t.kind;
+        p.microbatches = t.kind == "pipedream" ? 0 : t.microbatches;
+        p.chunks = t.kind == "interleaved" ? t.chunks : 0;
+        p.batch_size = t.batch;
+        p.model = profile.model;
+        if (p.cost_model.empty() || p.cost_model == "even") p.cost_model = "pipetrain";
+        p.pipeline_ms_per_minibatch = c.simulated.ms_per_minibatch;
+        p.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
+        p.simulated_schedule = t.kind;
+        r.ranked.push_back(std::move(c));
+        break;
+      } catch (const ConfigError&) {
+        break;  // the kind cannot run this plan (e.g. fewer microbatches than replicas)
+      } catch (const std::exception& e) {
+        ++r.invalid;  // a generator's schedule the validator rejects: left out, and counted
+        break;
+      }
+    }
+  }
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Configuration& a, const Configuration& b) {
+    return a.objective_ms_per_sample < b.objective_ms_per_sample;
+  });
+  // The baseline every plan file records: data parallelism's time per minibatch of B.
+  double dp = 0;
+  for (const auto& c : r.ranked)
+    if (c.plan.schedule == "dp") dp = c.ms_per_sample * static_cast<double>(profile.batch_size);
+  if (r.ranked.empty()) return r;
+  const Configuration& best = r.ranked.front();
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    Configuration& c = r.ranked[i];
+    c.plan.data_parallel_ms_per_minibatch = dp;
+    if (i == 0) continue;
+    c.why_not = str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1), "% slower",
+                    o.objective == "time-to-accuracy" && c.staleness > 0 ? " (staleness weighed)" : "",
+                    "; bubble ", fixed(100 * c.simulated.bubble_fraction, 0), "%");
+  }
+  return r;
+}
+
+const Configuration& chosen(const JointResult& r, const JointOptions& o, const profile::Profile& profile,
+                           const plan::Cluster& cluster) {
+  if (r.considered == 0) {
+    std::string kinds;
+    for (const auto& k : o.schedules) kinds += (kinds.empty() ? "" : ", ") + k;
+    throw ConfigError(str("no configuration of ", kinds.empty() ? "any schedule" : kinds, " runs ", profile.num_layers(),
+                          " layers on ", cluster.workers(), " workers",
+                          o.microbatches > 0 ? str(" with ", o.microbatches, " microbatches") : ""));
+  }
+  if (r.ranked.empty())
+    throw ConfigError(str("no configuration fits ", human_bytes(static_cast<double>(o.memory_cap)),
+                          " per worker: the smallest of ", r.considered, " needs ",
+                          human_bytes(static_cast<double>(r.smallest_peak)), " (recomputing where that helps)"));
+  return r.ranked.front();
+}
+
+std::string format_configurations(const JointResult& r, int k) {
+  std::ostringstream os;
+  os << "configurations (" << r.considered << " built, " << r.over_cap << " over the memory cap";
+  if (r.invalid > 0) os << ", " << r.invalid << " rejected by the schedule validator";
+  os << "):\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-3s %-12s %-12s %6s %-10s %10s %12s %11s  %s\n", "#", "schedule", "plan", "micro",
+                "recompute", "ms/sample", "samples/s", "peak mem", "why not");
+  os << line;
+  for (int i = 0; i < std::min<int>(k, static_cast<int>(r.ranked.size())); ++i) {
+    const Configuration& c = r.ranked[i];
+    std::string shape = c.plan.shape() + (c.plan.chunks > 1 ? str(" x", c.plan.chunks) : "");
+    std::snprintf(line, sizeof line, "%-3d %-12s %-12s %6d %-10s %10.4f %12.1f %11s  %s\n", i + 1, c.plan.schedule.c_str(),
+                  shape.c_str(), c.plan.microbatches, recompute_text(c.plan).c_str(), c.ms_per_sample,
+                  1000.0 / c.ms_per_sample, human_bytes(static_cast<double>(c.peak_memory)).c_str(),
+                  i == 0 ? "chosen" : c.why_not.c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace pt::app

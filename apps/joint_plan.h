@@ -1,0 +1,77 @@
+#pragma once
+// The joint search (DESIGN.md, "One cost model, one referee"): partition, replication,
+// placement, schedule, microbatches and recomputation per stage, under a memory cap per worker,
+// every configuration replayed by the simulator and its memory from the memory model
+// (schedule/memory.h).
+//
+// Configurations, per schedule kind:
+//  - pipedream: the planner's candidates (plan_candidates), and uniform plans; each replica
+//    takes whole minibatches of the profile's batch B, so a sample costs ms per minibatch / B;
+//  - 1f1b, gpipe, 2bw, mp: uniform plans, d stages of n / d replicas each (a d-stage pipeline
+//    copied n / d times, Megatron's and DeepSpeed's hybrid), placed stage-major (a stage's
+//    replicas side by side: the all-reduce stays inside a server) or pipeline-major (a copy's
+//    stages side by side: activations stay inside); a step takes B per copy (B x n / d) in
+//    M = n / d x m microbatches, m = 1, 2, 4, ... while a microbatch keeps a sample;
+//  - zb-h1 and interleaved (2 or 4 chunks): single-replica stages on all n workers;
+//  - dp: every worker a minibatch of B (weak scaling, PipeDream's baseline), n microbatches.
+// Each is tried without recomputation and, when it does not fit the cap, with recomputation on
+// the stages of the workers over it, then on every stage. Configurations over the cap are never
+// chosen. The objective:
+//  - throughput: the simulated time per sample;
+//  - time-to-accuracy: asynchronous schedules pay for staleness, time per sample x (1 + 0.1 k)
+//    with k the most updates a stage's weights lag (weight versions kept - 1: PipeDream's
+//    first stage of p keeps p, 2BW 2). The 10% per update is this project's measurement on
+//    mnist-cnn (docs/results.md: pipedream 1-3, 3 updates stale, lost 3.6 points of accuracy
+//    in two epochs where 3-1, 1 update, lost 0.5), a rule of thumb, not a law.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "plan/cluster.h"
+#include "plan/plan.h"
+#include "plan/planner.h"
+#include "profile/profile.h"
+#include "schedule/memory.h"
+
+namespace pt::app {
+
+struct JointOptions {
+  std::vector<std::string> schedules;  // the kinds to consider (empty: every kind)
+  int microbatches = 0;                // --microbatches: pinned (0: searched)
+  std::string objective = "throughput";
+  int64_t memory_cap = 0;              // per worker (0: none)
+  schedule::MemoryOptions memory;      // as between processes (gloo) or devices
+};
+
+struct Configuration {
+  plan::Plan plan;                     // schedule, microbatches, chunks, recompute and batch set
+  metrics::Metrics simulated;
+  double ms_per_sample = 0;            // simulated
+  double objective_ms_per_sample = 0;  // what the search minimises
+  std::vector<schedule::WorkerMemory> memory;
+  int64_t peak_memory = 0;             // the fullest worker's, modelled
+  int staleness = 0;                   // updates a stage's weights lag at most
+  std::string why_not;                 // for all but the chosen
+};
+
+struct JointResult {
+  std::vector<Configuration> ranked;   // fitting configurations, best first
+  int considered = 0, over_cap = 0;    // configurations built, and those left out by the cap
+  int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
+  int64_t smallest_peak = 0;           // the least peak memory of any configuration
+};
+
+// Every configuration that fits, best first (none when nothing fits: see chosen).
+JointResult joint_search(const profile::Profile& profile, const plan::Cluster& cluster, const plan::PlanOptions& po,
+                         const JointOptions& options);
+// The best configuration; throws ConfigError when none runs or none fits the cap (naming the
+// least memory any needs, recomputing everywhere).
+const Configuration& chosen(const JointResult& r, const JointOptions& options, const profile::Profile& profile,
+                           const plan::Cluster& cluster);
+
+// `plan --top K` for the joint search: schedule, shape, microbatches, recomputation, time per
+// sample, peak memory, and why each lost.
+std::string format_configurations(const JointResult& r, int k);
+
+}  // namespace pt::app

@@ -1,0 +1,106 @@
+// The joint search (apps/joint_plan.h) on every model of data/profiles, on 4 and 8 workers and
+// the 4x4 cluster, with memory caps from none down to the least any configuration needs: the
+// choice is never slower in simulation than any schedule's own best (what `compare` prints,
+// the search pinned to that schedule), never over the cap in the memory model, and it uses
+// recomputation only when that is what fits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "apps/joint_plan.h"
+#include "core/error.h"
+#include "profile/profile.h"
+#include "pt_paths.h"
+#include "schedule/generators.h"
+
+namespace pt::app {
+namespace {
+
+const std::vector<std::string> kModels = {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"};
+
+profile::Profile load(const std::string& model) {
+  return profile::read_profile_json(std::string(PT_SOURCE_DIR) + "/data/profiles/" + model + ".json");
+}
+
+bool recomputes(const plan::Plan& p) {
+  return std::any_of(p.stages.begin(), p.stages.end(), [](const plan::Stage& s) { return s.recompute; });
+}
+
+void check_cluster(const plan::Cluster& cluster) {
+  for (const auto& model : kModels) {
+    profile::Profile prof = load(model);
+    plan::PlanOptions po;
+    po.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
+    JointOptions free;
+    JointResult unconstrained = joint_search(prof, cluster, po, free);
+    ASSERT_FALSE(unconstrained.ranked.empty()) << model;
+    // The least any configuration needs: what a search under a one-byte cap reports.
+    JointOptions tiny;
+    tiny.memory_cap = 1;
+    JointResult none_fits = joint_search(prof, cluster, po, tiny);
+    EXPECT_TRUE(none_fits.ranked.empty());
+    EXPECT_THROW(chosen(none_fits, tiny, prof, cluster), ConfigError);
+    int64_t least = none_fits.smallest_peak, generous = unconstrained.ranked.front().peak_memory;
+    ASSERT_GT(least, 0);
+    ASSERT_LE(least, generous);
+    for (int64_t cap : {int64_t{0}, generous / 2, (least / 100) * 102}) {
+      SCOPED_TRACE(model + " on " + cluster.describe() + ", cap " + std::to_string(cap));
+      JointOptions o;
+      o.memory_cap = cap;
+      JointResult r = joint_search(prof, cluster, po, o);
+      if (cap > 0 && cap < least) continue;
+      ASSERT_FALSE(r.ranked.empty());
+      const Configuration& best = chosen(r, o, prof, cluster);
+      if (cap > 0) EXPECT_LE(best.peak_memory, cap);
+      for (const auto& c : r.ranked) {
+        EXPECT_GE(c.ms_per_sample, best.ms_per_sample);
+        if (cap > 0) EXPECT_LE(c.peak_memory, cap) << c.plan.schedule << " " << c.plan.shape();
+        // Recomputation is only ever added to fit: the same configuration without it is over.
+        EXPECT_TRUE(cap > 0 || !recomputes(c.plan)) << c.plan.schedule << " " << c.plan.shape();
+      }
+      // No time per sample below the physical limit: every worker computing all the time.
+      double limit_ms = prof.total_compute_ms() / static_cast<double>(prof.batch_size) / cluster.workers();
+      EXPECT_GE(best.ms_per_sample, limit_ms * (1 - 1e-9));
+      for (const auto& kind : schedule::schedule_kinds()) {
+        JointOptions pinned = o;
+        pinned.schedules = {kind};
+        JointResult alone = joint_search(prof, cluster, po, pinned);
+        if (alone.ranked.empty()) continue;
+        EXPECT_LE(best.objective_ms_per_sample, alone.ranked.front().objective_ms_per_sample * (1 + 1e-12)) << kind;
+      }
+    }
+  }
+}
+
+TEST(JointPlan, NeverSlowerThanAnyScheduleAloneAndWithinTheCapOn4And8Workers) {
+  check_cluster(plan::Cluster::flat(4, 10));
+  check_cluster(plan::Cluster::flat(8, 10));
+}
+
+TEST(JointPlan, NeverSlowerThanAnyScheduleAloneAndWithinTheCapOnTheFourByFourCluster) {
+  check_cluster(plan::cluster_from_shorthand("4,4", "96,10"));
+}
+
+// The GPT-like profile (scripts/accelerator_profiles.py) on 8 V100-class workers: with
+// microbatches of two sequences, nothing fits 16 GB without recomputation, and the search
+// recomputes; with one-sequence microbatches some plans fit without it.
+TEST(JointPlan, TheGptLikeModelNeedsRecomputationToFitSixteenGigabytes) {
+  profile::Profile prof = load("gpt-2048");
+  plan::Cluster cluster = plan::Cluster::flat(8, 100);
+  plan::PlanOptions po;
+  po.memory_bytes = std::numeric_limits<int64_t>::max();
+  JointOptions o;
+  o.memory_cap = int64_t{16} << 30;
+  o.microbatches = 8;
+  JointResult r = joint_search(prof, cluster, po, o);
+  const Configuration& best = chosen(r, o, prof, cluster);
+  EXPECT_TRUE(recomputes(best.plan));
+  EXPECT_LE(best.peak_memory, o.memory_cap);
+  for (const auto& c : r.ranked) EXPECT_TRUE(recomputes(c.plan)) << c.plan.schedule << " " << c.plan.shape();
+  o.microbatches = 0;
+  JointResult free = joint_search(prof, cluster, po, o);
+  EXPECT_FALSE(recomputes(chosen(free, o, prof, cluster).plan));
+}
+
+}  // namespace
+}  // namespace pt::app
