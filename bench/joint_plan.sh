@@ -2,23 +2,27 @@
 # The joint search under memory caps (issue 13; apps/joint_plan.h): for each model of
 # data/profiles on 8 workers at 100 Gbit/s, `pipetrain plan --memory CAP` from no cap down to
 # the smallest any configuration fits, then the chosen plan trained with emulated compute
-# (threads, `train --plan`: its schedule, microbatches and recomputation) to measure its time per
-# sample and peak memory per worker. Prints a markdown table (docs/results.md, "Joint planning").
+# (`train --plan`: its schedule, microbatches and recomputation) to measure its time per sample
+# and peak memory per worker. Prints a markdown table (docs/results.md, "Joint planning").
 #
-#   bench/joint_plan.sh [--steps N] [--models "vgg16 gpt-2048 ..."]
+#   bench/joint_plan.sh [--steps N] [--models "vgg16 gpt-2048 ..."] [--threads]
 #
 # Emulated: compute waits the profile's V100-class times x S and tensors hold its bytes x B
-# (S and B per model below); figures are converted back to the emulated cluster's scale. On
-# threads the links are not shaped (the planner's 100 Gbit/s makes them a small part), so the
-# measured time is the compute side's; the memory is what the cap is about.
+# (S and B per model below); figures are converted back to the emulated cluster's scale. As root
+# it runs on the testbed (scripts/testbed.sh: a gloo process per network namespace, links shaped
+# to 100 Gbit/s x B / S); --threads (or not root) runs threads in one process, where links are
+# not shaped and a received tensor is the sender's (the memory model assumes processes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=16
+threads=0
+[[ $(id -u) -ne 0 ]] && threads=1
 models="vgg16 resnet50 gnmt16 awd-lm gpt-2048"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
+    --threads) threads=1; shift ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -67,8 +71,16 @@ print(f"{200.0 / ms:.6g} {20e6 / peak_b:.6g}")
 EOF
 )
     log=$out/$model-$cap.train.txt
-    "$bin" train --compute emulated --profile "$prof" --plan "$plan_file" --time-scale "$S" --byte-scale "$B" \
-      --steps "$steps" --quiet > "$log" 2>&1 || { echo "| $model | $cap_text | (train failed: $(tail -1 "$log")) |||||||||"; continue; }
+    train=(--compute emulated --profile "$prof" --plan "$plan_file" --time-scale "$S" --byte-scale "$B" --steps "$steps" --quiet)
+    if [[ $threads == 1 ]]; then
+      "$bin" train "${train[@]}" > "$log" 2>&1 || { echo "| $model | $cap_text | (train failed: $(tail -1 "$log")) |||||||||"; continue; }
+    else
+      # An interleaved plan lists workers x chunks stages, stage s on worker s mod workers.
+      workers=$(python3 -c "import json; p = json.load(open('$plan_file')); print(p['workers'] // p.get('chunks', 1))")
+      rate=$(python3 -c "print(max(1, int(100e3 * $B / $S)))")mbit
+      scripts/testbed.sh --workers "$workers" --rate "$rate" --out "$out/testbed-$model-$cap" -- "${train[@]}" > "$log" 2>&1 ||
+        { echo "| $model | $cap_text | (testbed failed: $(tail -1 "$log")) |||||||||"; continue; }
+    fi
     python3 - "$plan_file" "$out/$model-$cap.plan.txt" "$log" "$S" "$B" "$cap_text" "$model" "${args[*]}" <<'EOF'
 import json, re, sys
 plan = json.load(open(sys.argv[1])); text = open(sys.argv[2]).read(); log = open(sys.argv[3]).read()

@@ -1,8 +1,8 @@
-// The joint search (apps/joint_plan.h) on every model of data/profiles, on 4 and 8 workers and
-// the 4x4 cluster, with memory caps from none down to the least any configuration needs: the
-// choice is never slower in simulation than any schedule's own best (what `compare` prints,
-// the search pinned to that schedule), never over the cap in the memory model, and it uses
-// recomputation only when that is what fits.
+// The joint search (apps/joint_plan.h) on every model of data/profiles, on 4, 8 and 16 workers
+// (flat) and the 4x4 cluster, with memory caps from none down to the least any configuration
+// needs: the choice is never slower in simulation than any schedule's own best (what `compare`
+// prints, the search pinned to that schedule), never over the cap in the memory model, and it
+// uses recomputation only when that is what fits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,6 +79,10 @@ TEST(JointPlan, NeverSlowerThanAnyScheduleAloneAndWithinTheCapOn4And8Workers) {
 
 TEST(JointPlan, NeverSlowerThanAnyScheduleAloneAndWithinTheCapOnTheFourByFourCluster) {
   check_cluster(plan::cluster_from_shorthand("4,4", "96,10"));
+}
+
+TEST(JointPlan, NeverSlowerThanAnyScheduleAloneAndWithinTheCapOn16FlatWorkers) {
+  check_cluster(plan::Cluster::flat(16, 10));
 }
 
 // The GPT-like profile (scripts/accelerator_profiles.py) on 8 V100-class workers: with

@@ -31,9 +31,12 @@ namespace fs = std::filesystem;
 
 model::DataSplit small_data() { return model::synthetic_data(*seeded_cnn(3), 256, 64, 10, 11); }
 
+// "KIND+recompute": KIND with activation recomputation on every stage.
+std::string base_kind(const std::string& kind) { return kind.substr(0, kind.find('+')); }
+
 PipelineOptions options_for(const std::string& kind, int microbatches, int64_t steps) {
   PipelineOptions o;
-  o.schedule = kind;
+  o.schedule = base_kind(kind);
   o.microbatches = microbatches;
   o.train.steps = steps;
   o.train.batch_size = 32;
@@ -49,7 +52,9 @@ PipelineOptions options_for(const std::string& kind, int microbatches, int64_t s
 // "1f1b" / "gpipe": 2 stages; "dp": 2 replicas.
 plan::Plan plan_for(const std::string& kind) {
   auto m = seeded_cnn(3);
-  return kind == "dp" ? replicated_plan(*m, 2) : plan::even_split(unit_profile(*m), 2);
+  plan::Plan p = kind == "dp" ? replicated_plan(*m, 2) : plan::even_split(unit_profile(*m), 2);
+  for (auto& st : p.stages) st.recompute = kind.find("+recompute") != std::string::npos;
+  return p;
 }
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -128,7 +133,7 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   auto data = small_data();
   fs::path dir = fs::temp_directory_path() / ("pt_gloo_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const std::string kind : {"1f1b", "gpipe", "dp"}) {
+  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute"}) {
     SCOPED_TRACE(kind);
     plan::Plan plan = plan_for(kind);
     auto o = options_for(kind, 4, 3);
