@@ -12,6 +12,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "model/memory_meter.h"
 #include "runtime/job_digest.h"
 #include "runtime/job_store.h"
 
@@ -386,7 +387,9 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
   auto state = state_;
   auto world = world_;
   std::string what = out->what;
+  auto account = model::charged_account();  // the tensor it makes is the posting worker's
   receiver_for(peer).post([=] {
+    model::ChargeTo charge(account);
     try {
       state->wait_work(hw, what);
       auto h = header.accessor<int64_t, 1>();

@@ -125,6 +125,8 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   earlier_sends_.clear();
   for (auto& [peer, p] : sends_) earlier_sends_.push_back(std::move(p));
   sends_.clear();
+  for (auto& [t, p] : activation_sends_) earlier_sends_.push_back(std::move(p));  // none when drained
+  activation_sends_.clear();
   current_.clear();
   known_.insert(learnt_.begin(), learnt_.end());
   learnt_.clear();
@@ -165,18 +167,26 @@ torch::Tensor Worker::take_received(int direction, int stage, int64_t mb, const 
 void Worker::send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag) {
   Channel channel{direction, to_stage, peer};
   auto k = known_.find(channel);
+  std::shared_ptr<PendingTransfer> transfer;
   if (k == known_.end()) {
     learnt_[channel] = {t.sizes().vec(), t.scalar_type()};
-    sends_.push_back({peer, transport_.isend(t, peer, tag)});
+    transfer = transport_.isend(t, peer, tag);
   } else {
     PT_CHECK(t.sizes().vec() == k->second.sizes && t.scalar_type() == k->second.dtype, "worker ", rank_,
              " sends a tensor of shape ", t.sizes(), " where this channel's earlier runs sent ",
              c10::IntArrayRef(k->second.sizes));
-    sends_.push_back({peer, transport_.isend_known(t, peer, tag)});
+    transfer = transport_.isend_known(t, peer, tag);
   }
-  // A send holds its tensor until waited for. Beyond kSendsAhead to one peer, the oldest is
-  // waited for: the peer posts its receives in order, kReceivesAhead ahead, so it has long
-  // been received; without this a run's sent tensors all lived to the end of the next run.
+  // A send holds its tensor until waited for. An activation's is waited for at its backward
+  // (its gradient has come back, so it was received). Beyond kSendsAhead other sends to one
+  // peer, the oldest is waited for: the peer posts its receives in order, kReceivesAhead ahead,
+  // so it has long been received. Without this a run's sent tensors all lived to the end of the
+  // next run.
+  if (direction == kActivation) {
+    activation_sends_[tag] = std::move(transfer);
+    return;
+  }
+  sends_.push_back({peer, std::move(transfer)});
   int to_peer = 0;
   for (const auto& [p, _] : sends_) to_peer += p == peer;
   if (to_peer > kSendsAhead)
@@ -229,6 +239,12 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       torch::Tensor grad;
       if (a.stage != s.num_stages - 1) {
         grad = take_received(kGradient, a.stage, mb, a);
+      }
+      // Its gradient is here, so the activation it answers was received: that send is done.
+      auto sent = activation_sends_.find(tag(kActivation, a.stage + 1, mb, s.num_stages));
+      if (sent != activation_sends_.end()) {
+        sent->second->wait();
+        activation_sends_.erase(sent);
       }
       bool split = a.stage < static_cast<int>(s.split_backward.size()) && s.split_backward[a.stage];
       torch::Tensor ig = rep->backward(mb, grad, split);

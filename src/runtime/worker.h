@@ -100,6 +100,7 @@ class Worker {
   std::map<std::tuple<int, int, int64_t>, Posted> receives_;  // (dir, stage, mb)
   std::map<Channel, Transport::Known> known_, learnt_;      // learnt_: this run's, known_ from the next
   std::vector<std::pair<int, std::shared_ptr<PendingTransfer>>> sends_;  // (peer, send) in order
+  std::map<int64_t, std::shared_ptr<PendingTransfer>> activation_sends_;  // by tag, until its backward
   // The previous run's sends: waited at the end of the next run, not of their own, so a worker
   // posts the next minibatch's receives while its last send is still being taken (gloo hands a
   // payload over only once the peer posts its receive).

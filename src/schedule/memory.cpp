@@ -1,6 +1,7 @@
 #include "schedule/memory.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -80,13 +81,29 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     std::map<std::pair<int, int>, double> held, grads;
     double now = 0, peak = 0;
     int in_flight = 0;
+    bool measuring = true;
     auto at = [&](double v, int k) {
-      if (v > peak) peak = v, m.peak_in_flight = k;
+      if (measuring && v > peak) peak = v, m.peak_in_flight = k;
     };
     // Receives posted ahead as the runtime posts them (Worker::run): a received tensor is held
     // from its post.
     size_t next_receive = 0;
     int outstanding = 0;
+    // Gradient sends not yet waited for hold their input gradients (Worker::send): the last
+    // sends_ahead to each peer, and a run's last ones until the next run's first receive. (An
+    // activation's send is waited for at its backward: the output is in the stash until then.)
+    std::map<int, std::deque<double>> sending;
+    double earlier = 0;  // the previous run's
+    auto sent = [&](int peer, double bytes) {
+      if (options.sends_ahead <= 0) return;
+      auto& q = sending[peer];
+      q.push_back(bytes);
+      now += bytes;
+      if (static_cast<int>(q.size()) > options.sends_ahead) {
+        now -= q.front();
+        q.pop_front();
+      }
+    };
     auto post_ahead = [&] {
       for (; next_receive < list.size() && outstanding < options.receives_ahead; ++next_receive) {
         const Action& r = list[next_receive];
@@ -105,35 +122,50 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
       grads.erase(key);
       --in_flight;
     };
-    for (const Action& a : list) {
-      post_ahead();
-      at(now, in_flight);
-      bool split = s.split_backward[a.stage];
-      versions.on(a, split);
-      stages[a.stage] = true;
-      const StageBytes& b = bytes[a.stage];
-      bool recompute = s.recomputes(a.stage);
-      switch (a.kind) {
-        case ActionKind::kRecvActivation:
-        case ActionKind::kRecvGradient:
-          if (outstanding > 0) --outstanding;  // reached: its place in the window frees
-          break;
-        case ActionKind::kForward: {
-          // Recomputing, it keeps only its input; within one process the output it sent stays
-          // its own, held by the receiver, until about its own backward.
-          double kept = recompute ? (options.receives_ahead == 0 ? b.output : 0) : b.stash;
-          held[{a.stage, a.microbatch}] += kept * scale;
-          now += kept * scale;
-          ++in_flight;
-          at(now + busy[a.stage], in_flight);
-          break;
+    // A synchronous list is one minibatch, run again and again: a first pass leaves the sends
+    // a run ends with, and the second is measured.
+    for (int pass = s.flush ? 0 : 1; pass < 2; ++pass) {
+      measuring = pass == 1;
+      next_receive = 0;
+      outstanding = 0;
+      if (pass == 1)
+        for (auto& [peer, q] : sending) {
+          for (double b : q) earlier += b;
+          q.clear();
         }
-        case ActionKind::kBackward:
-          at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash * scale : 0), in_flight);
-          if (!split) release(a.stage, a.microbatch);
-          break;
-        case ActionKind::kBackwardWeight: release(a.stage, a.microbatch); break;
-        default: break;
+      for (const Action& a : list) {
+        post_ahead();
+        at(now, in_flight);
+        bool split = s.split_backward[a.stage];
+        if (measuring) versions.on(a, split);
+        stages[a.stage] = true;
+        const StageBytes& b = bytes[a.stage];
+        bool recompute = s.recomputes(a.stage);
+        switch (a.kind) {
+          case ActionKind::kRecvActivation:
+          case ActionKind::kRecvGradient:
+            if (outstanding > 0) --outstanding;  // reached: its place in the window frees
+            now -= earlier;                      // the previous run's sends are done
+            earlier = 0;
+            break;
+          case ActionKind::kSendGradient: sent(a.peer, b.input * scale); break;
+          case ActionKind::kForward: {
+            // Recomputing, it keeps only its input, and the output it sent until its backward
+            // (held by the send; within one process, by the receiver until about then).
+            double kept = recompute ? b.output : b.stash;
+            held[{a.stage, a.microbatch}] += kept * scale;
+            now += kept * scale;
+            ++in_flight;
+            at(now + busy[a.stage], in_flight);
+            break;
+          }
+          case ActionKind::kBackward:
+            at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash * scale : 0), in_flight);
+            if (!split) release(a.stage, a.microbatch);
+            break;
+          case ActionKind::kBackwardWeight: release(a.stage, a.microbatch); break;
+          default: break;
+        }
       }
     }
     for (const auto& [st, _] : stages) {

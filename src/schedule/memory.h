@@ -12,11 +12,13 @@
 //   activations  the peak, along the list, of
 //                  - per microbatch in flight from its forward to its last backward (B, or W
 //                    where split): the stage's stash (profile::stash_bytes of its layers) and
-//                    its input (the bytes crossing into the stage), or its input alone with
-//                    recomputation (and, within one process, the output it sent);
+//                    its input (the bytes crossing into the stage), or its input and the output
+//                    it sent (held by the send until the backward) with recomputation;
 //                  - received tensors from when their receive is posted (the runtime posts up to
 //                    receives_ahead ahead of their place; a received activation is the input
 //                    above), a gradient until its backward ends (none between threads);
+//                  - input gradients sent and not yet waited for (sends_ahead per peer, and a
+//                    run's last sends until the next run's first receive);
 //                  - while a forward or backward runs, the most one of its layers holds besides
 //                    the stash of the layers before it (forward; still to do, backward): its
 //                    workspace (profile Layer::workspace_bytes: scratch buffers, the gradients
@@ -39,6 +41,9 @@ struct MemoryOptions {
   // buffer from then on: a transport between processes (gloo, or devices). 0: a transport within
   // one process (threads), where a received tensor is the sender's and costs the receiver nothing.
   int receives_ahead = 8;
+  // Sends to one peer the runtime has not yet waited for (Worker::kSendsAhead), each holding its
+  // tensor (between processes; 0 within one process, where a send completes at once).
+  int sends_ahead = 8;
 };
 
 struct WorkerMemory {

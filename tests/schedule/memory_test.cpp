@@ -21,7 +21,7 @@ std::vector<WorkerMemory> memory(const std::string& kind, plan::Plan plan, int m
   ScheduleOptions o;
   o.microbatches = microbatches;
   MemoryOptions mo;
-  mo.receives_ahead = receives_ahead;
+  mo.receives_ahead = mo.sends_ahead = receives_ahead;
   return memory_per_worker(make_schedule(kind, plan, o), uniform_profile(plan.num_stages(), 1, 2, kAct, kParams), mo);
 }
 
@@ -53,13 +53,27 @@ TEST(MemoryModel, WeightVersionsFollowTheSchedule) {
 }
 
 TEST(MemoryModel, RecomputationKeepsOnlyInputsAndRebuildsOneMicrobatch) {
-  // Between processes (receives posted ahead hold their buffers): stage 1 of GPipe keeps 8
-  // received inputs of kAct / 8; recomputing, it rebuilds one stash during each backward.
-  auto plain = memory("gpipe", straight_plan(2), 8, false, 8);
-  auto again = memory("gpipe", straight_plan(2), 8, true, 8);
-  EXPECT_EQ(plain[1].activations, 8 * (kAct / 8) * 2 + kAct / 8);  // stash + input per microbatch, + input gradient
-  EXPECT_EQ(again[1].activations, 8 * (kAct / 8) + kAct / 8 + kAct / 8);
-  EXPECT_LT(again[0].total(), plain[0].total());
+  // Layers that keep 4x their output for the backward, GPipe on 2 stages of 8 microbatches,
+  // between processes (receives posted ahead hold their buffers): stage 1 keeps per microbatch
+  // its stash (500) and received input (125); recomputing, only the input, and during each
+  // backward it rebuilds one stash.
+  auto prof = uniform_profile(2, 1, 2, kAct, 0);
+  for (auto& l : prof.layers) l.stash_bytes = 4 * kAct;
+  ScheduleOptions o;
+  o.microbatches = 8;
+  MemoryOptions processes;
+  plan::Plan plan = straight_plan(2);
+  auto plain = memory_per_worker(make_schedule("gpipe", plan, o), prof, processes);
+  for (auto& st : plan.stages) st.recompute = true;
+  auto again = memory_per_worker(make_schedule("gpipe", plan, o), prof, processes);
+  EXPECT_EQ(plain[1].activations, 8 * (500 + 125) + 125);  // + the input gradient a backward makes
+  // Recomputing, its peak is at the run's start: the 8 inputs posted for, and the previous run's
+  // 8 input gradients sent, held until the first input arrives (Worker::take_received). A
+  // backward holds 8 x 125 + 125 + 500.
+  EXPECT_EQ(again[1].activations, 8 * 125 + 8 * 125);
+  // Stage 0 keeps the outputs it sent and the 8 gradients posted for, not 8 stashes.
+  EXPECT_EQ(plain[0].activations, 8 * 500 + 8 * 125);
+  EXPECT_EQ(again[0].activations, 8 * 125 + 8 * 125 + 500);
 }
 
 TEST(MemoryModel, NamesTheLayerOutsideTheSchedule) {
