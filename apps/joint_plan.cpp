@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
-#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -186,7 +185,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         break;
       } catch (const ConfigError&) {
         break;  // the kind cannot run this plan (e.g. fewer microbatches than replicas)
-      } catch (const std::exception& e) {
+      } catch (const std::exception&) {
         ++r.invalid;  // a generator's schedule the validator rejects: left out, and counted
         break;
       }
