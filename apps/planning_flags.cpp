@@ -17,7 +17,7 @@ void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {
   app.add_option("--microbatches", o.microbatches, "Microbatches per minibatch")->capture_default_str();
   app.add_option("--chunks", o.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
-  app.add_option("--minibatches", o.minibatches, "Minibatches an asynchronous schedule covers (0 = 4 x stages + 4)")
+  app.add_option("--minibatches", o.minibatches, "Minibatches an asynchronous schedule covers (0: enough for a steady state past warm-up and drain)")
       ->capture_default_str();
   app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: vertical sync of weight versions");
 }

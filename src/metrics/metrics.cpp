@@ -5,11 +5,11 @@
 #include <map>
 #include <numeric>
 #include <set>
-#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/units.h"
+#include "schedule/generators.h"
 #include "schedule/stash_tracker.h"
 
 namespace pt::metrics {
@@ -84,7 +84,13 @@ Metrics compute_metrics(const schedule::Trace& t) {
       if (e.action.kind == schedule::ActionKind::kForward) replicas[e.action.stage].insert(w);
   int period = 1;
   for (const auto& [stage, ws] : replicas) period = std::lcm(period, static_cast<int>(ws.size()));
-  int k = m.minibatches, a = k / 3, b = k - 1 - k / 3;
+  // An asynchronous pipeline's warm-up and drain each span about as many microbatches as it
+  // has workers; completions inside them come a backward apart, not a forward and a backward,
+  // so the window keeps clear of them. Without room for a whole period between them it takes the
+  // whole trace, which can only overstate the time per minibatch, never understate it.
+  int k = m.minibatches, mb = std::max(1, t.microbatches);
+  int edge = schedule::schedule_flushes(t.schedule) ? k / 3 : std::max(k / 3, (t.num_workers() + mb - 1) / mb);
+  int a = edge, b = k - 1 - edge;
   if (b - a >= period) b = a + (b - a) / period * period;
   else a = b;  // less than a period in the middle third: the whole trace, warm-up and all
   if (b > a) {
