@@ -52,14 +52,25 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
 // What of a replicated stage's all-reduce remains after the backward of one minibatch, with
 // the runtime's buckets: each starts once the backward has produced it and the previous one is
 // done (gradient_buckets.h; the simulator replays the same on its links).
+// `transfers_ms`: the stage's activation and gradient transfers per round on the links the ring
+// uses, summed over its replicas. A ring step waits for every link of the ring, so a transfer
+// on any of them stalls it; a transfer falls inside the ring as often as the ring fills the
+// round (its length over its length and the rest of the round: one replica's compute, or r
+// minibatches at the pipeline's pace if that is longer), so the ring stretches by that share of
+// the transfers. VGG-16 7-1 on 8 workers at 1 Gbit/s: the ring takes 808 ms of a
+// 1,282 ms round in simulation, and 7 activations of 51 ms each delay it.
 double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& profile, const Cluster& cluster,
-                            int64_t bucket_bytes) {
+                            int64_t bucket_bytes, double rest_ms, double transfers_ms) {
   const Stage& st = plan.stages[s];
   if (st.replicas < 2) return 0;
-  double backward = 0, end = 0;
+  double backward = 0, ring = 0, end = 0;
   for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
-  for (const auto& b : profile::gradient_buckets(profile, st.layers, bucket_bytes))
-    end = std::max(end, b.ready_share * backward) + cluster.ring_allreduce_ms(st.workers, static_cast<double>(b.bytes));
+  auto buckets = profile::gradient_buckets(profile, st.layers, bucket_bytes);
+  for (const auto& b : buckets) ring += cluster.ring_allreduce_ms(st.workers, static_cast<double>(b.bytes));
+  double stretch = ring > 0 ? 1 + transfers_ms / (ring + rest_ms) : 1;
+  for (const auto& b : buckets)
+    end = std::max(end, b.ready_share * backward) +
+          stretch * cluster.ring_allreduce_ms(st.workers, static_cast<double>(b.bytes));
   return std::max(0.0, end - backward);
 }
 
@@ -113,6 +124,9 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
   std::vector<double> egress(static_cast<size_t>(W) * levels, 0), ingress = egress;
   // The input/output shares of each worker's busiest direction, for the table.
   std::vector<double> in_ms(W, 0), out_ms(W, 0);
+  // trip_ms[s]: one minibatch's transfer across cut s, alone on the links, averaged over the
+  // replica pairs that carry it.
+  std::vector<double> trip_ms(p, 0);
   for (int s = 0; s + 1 < p; ++s) {
     const auto& from = plan.stages[s].workers;
     const auto& to = plan.stages[s + 1].workers;
@@ -129,6 +143,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       egress[a * levels + level] += bytes, ingress[b * levels + level] += bytes;
       egress[b * levels + level] += bytes, ingress[a * levels + level] += bytes;
       out_ms[a] += ms, in_ms[b] += ms;
+      trip_ms[s] += cluster.transfer_ms(level, sums.cut[s]) / static_cast<double>(cycle);
     }
   }
   PlanEstimate out;
@@ -136,7 +151,6 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     const Stage& st = plan.stages[s];
     StageEstimate e;
     e.compute_ms = sums.compute[s] / st.replicas;
-    e.allreduce_ms = exposed_allreduce_ms(plan, s, profile, cluster, options.bucket_bytes) / st.replicas;
     for (int w : st.workers) {
       for (int level = 0; level < levels; ++level) {
         double busiest = std::max(egress[w * levels + level], ingress[w * levels + level]);
@@ -146,23 +160,67 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       e.input_ms = std::max(e.input_ms, in_ms[w]);
       e.output_ms = std::max(e.output_ms, out_ms[w]);
     }
-    e.comm_ms = e.link_ms + e.allreduce_ms;
-    e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;
     e.stash_depth = p - s;
     e.memory_bytes = e.stash_depth * (sums.act[s] + sums.param[s]);
     out.stages.push_back(e);
   }
-  // A replicated stage's all-reduce holds every replica: no activations go out while it runs,
-  // so the next stage, which cannot run ahead of its inputs, stalls for it too (the simulator
-  // shows it: VGG-16 15-1 on 2x8 runs 18% slower than compute and links alone predict). The
-  // stage before keeps sending forwards into the receivers' queues, so it does not. A stage
-  // waits for the longer of its own and its predecessor's all-reduce.
-  std::vector<double> own(p);
-  for (int s = 0; s < p; ++s) own[s] = out.stages[s].allreduce_ms;
+  // The pipeline's pace without all-reduces: no round of r minibatches is shorter than r of it.
+  double pace = 0;
+  for (const auto& e : out.stages) pace = std::max({pace, e.compute_ms, e.link_ms});
+  for (int s = 0; s < p; ++s) {
+    const Stage& st = plan.stages[s];
+    StageEstimate& e = out.stages[s];
+    // Per round of r minibatches each replica's links carry r x their per-minibatch bytes. The
+    // neighbours' workers take them one at a time each, so at most as many run at once as the
+    // larger neighbour has replicas.
+    int ring_level = cluster.group_level(st.workers);
+    double ring_transfers = 0;
+    for (int w : st.workers)
+      ring_transfers += st.replicas * cluster.transfer_ms(ring_level, std::max(egress[w * levels + ring_level],
+                                                                               ingress[w * levels + ring_level]));
+    int side_by_side = 1;
+    for (int n : {s - 1, s + 1})
+      if (n >= 0 && n < p) side_by_side = std::max(side_by_side, std::min(st.replicas, plan.stages[n].replicas));
+    ring_transfers /= side_by_side;
+    e.allreduce_ms = exposed_allreduce_ms(plan, s, profile, cluster, options.bucket_bytes,
+                                          std::max(sums.compute[s], st.replicas * pace), ring_transfers) /
+                     st.replicas;
+    e.comm_ms = e.link_ms + e.allreduce_ms;
+    e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;
+  }
+  // Little's law: a replica of stage s holds at most NOAM minibatches in flight (the 1F1B
+  // warm-up, ceil(workers from s on / its replicas)), each for the time from its forward here to
+  // its backward here: the compute of every later stage and the transfers both ways. So the
+  // stage finishes at most NOAM x replicas minibatches per such latency. It binds where links are
+  // slow: ResNet-50 8-8 on 8x2 at 1 Gbit/s simulates at 79.4 ms per minibatch, which this gives,
+  // where compute and links alone give 51.8.
+  double latency = 0;
+  int downstream = 0;
+  for (int s = p - 1; s >= 0; --s) {
+    StageEstimate& e = out.stages[s];
+    int r = plan.stages[s].replicas;
+    latency += sums.compute[s] + (s + 1 < p ? 2 * trip_ms[s] : 0.0);
+    downstream += r;
+    int in_flight = std::max(1, (downstream + r - 1) / r) * r;
+    e.in_flight_ms = latency / in_flight;
+  }
+  // A replicated last stage's replicas all-reduce together once per round, holding one
+  // minibatch each, but a less replicated neighbour before it serves the round's minibatches one
+  // after another, so the last replica reaches the all-reduce (r - 1) spacings after the first
+  // and the others wait. The round lasts one replica's compute, its exposed all-reduce and those
+  // spacings: half the neighbour's compute per minibatch each, as it interleaves the next round's
+  // forwards with this round's backwards. Fitted to the simulator (a 1-r chain of F + B = 10 and
+  // 40 ms gives r x round = 40 + 5 (r - 1) for r = 2, 4; GNMT-16 1x12-4 on 4x4), not derived.
+  // Stages before a replicated one are not charged its all-reduce: their outputs queue at the
+  // replicas, and the pipeline's time is its slowest stage's, all-reduce included.
   for (int s = 0; s < p; ++s) {
     StageEstimate& e = out.stages[s];
-    e.neighbour_allreduce_ms = s > 0 ? own[s - 1] : 0.0;
-    e.time_ms = std::max(e.compute_ms, e.link_ms) + std::max(e.allreduce_ms, e.neighbour_allreduce_ms);
+    int r = plan.stages[s].replicas;
+    if (r > 1 && s + 1 == p) {
+      double spacing = s > 0 && plan.stages[s - 1].replicas < r ? out.stages[s - 1].compute_ms / 2 : 0.0;
+      e.round_ms = sums.compute[s] + e.allreduce_ms * r + (r - 1) * spacing;
+    }
+    e.time_ms = std::max({std::max(e.compute_ms, e.link_ms) + e.allreduce_ms, e.in_flight_ms, e.round_ms / r});
   }
   for (int w = 0; w < W; ++w)
     for (int level = 0; level < levels; ++level) {

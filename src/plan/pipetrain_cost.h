@@ -10,13 +10,15 @@
 //   allreduce_ms = ring all-reduce of its parameters among its replicas, once per round of n
 //                  minibatches, / n; only what the backward does not hide is charged: the
 //                  runtime reduces buckets as the backward completes them (PlanOptions::
-//                  bucket_bytes; profile::gradient_buckets). evaluate_plan replays the buckets;
-//                  the closed form takes max(all-reduce - backward, the last bucket's share)
-//   time_ms      = max(compute_ms, link_ms) + allreduce_ms
-//                  transfers run beside compute (DESIGN.md); the all-reduce's tail sits between
-//                  the last backward and the Step in every schedule.
-//                  evaluate_plan charges the previous stage's all-reduce where it is longer
-//                  than the stage's own (it stalls the stage: pipetrain_cost.cpp)
+//                  bucket_bytes; profile::gradient_buckets). evaluate_plan replays the buckets,
+//                  the ring slowed by the stage's own transfers on its links; the closed form
+//                  takes max(all-reduce - backward, the last bucket's share)
+//   time_ms      = max(compute_ms, link_ms) + allreduce_ms: transfers run beside compute
+//                  (DESIGN.md); the all-reduce's tail sits between the last backward and the
+//                  Step in every schedule. evaluate_plan also takes at least in_flight_ms, a
+//                  minibatch's round trip from this stage's forward to its backward over the
+//                  minibatches in flight, and a replicated last stage's round_ms / n, its
+//                  replicas waiting for each other (pipetrain_cost.cpp)
 // and the pipeline's time per minibatch is the largest time_ms.
 //
 // evaluate_plan is exact about links: each minibatch's transfer goes from the replica that ran
@@ -46,7 +48,8 @@ namespace pt::plan {
 struct StageEstimate {
   double compute_ms = 0, input_ms = 0, output_ms = 0, allreduce_ms = 0;
   double link_ms = 0;          // the busiest link direction of the stage's workers
-  double neighbour_allreduce_ms = 0;  // evaluate_plan: the previous stage's all-reduce
+  double in_flight_ms = 0;     // evaluate_plan: one minibatch's round trip / minibatches in flight
+  double round_ms = 0;         // evaluate_plan: a replicated stage's round, its replicas waiting for each other
   double comm_ms = 0;          // link_ms + allreduce_ms
   double time_ms = 0;
   int stash_depth = 0;         // minibatches in flight on each replica

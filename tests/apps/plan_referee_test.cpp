@@ -2,6 +2,8 @@
 // simulation, its prediction agrees with the simulator, and no figure beats the physical limit.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/json_doc.h"
 #include "profile/profile.h"
 #include "pt_paths.h"
@@ -10,6 +12,15 @@
 namespace pt {
 namespace {
 
+// `pipetrain plan --json` on a shorthand cluster.
+json plan_json(const std::string& profile_path, const std::string& workers, const std::string& gbps) {
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --profile " + profile_path +
+                                  " --workers " + workers + " --bandwidth-gbps " + gbps + " 2>/dev/null",
+                              false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.exit_code == 0 ? parse_json(r.output, "plan output") : json::object();
+}
+
 TEST(PlanReferee, Vgg16On4x4PredictsWhatTheSimulatorMeasures) {
   std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
   profile::Profile prof = profile::read_profile_json(path);
@@ -17,15 +28,12 @@ TEST(PlanReferee, Vgg16On4x4PredictsWhatTheSimulatorMeasures) {
     std::string workers, gbps;
     int n;
   };
-  // Within 10% on these; at 1 Gbit/s between servers the closed form is 13% off (docs/results.md).
   for (const Cluster& c : {Cluster{"4,4", "96,10", 16}, Cluster{"8", "10", 8}, Cluster{"2,8", "96,10", 16},
-                           Cluster{"8,2", "96,10", 16}, Cluster{"4,4", "96,25", 16}}) {
+                           Cluster{"8,2", "96,10", 16}, Cluster{"4,4", "96,25", 16}, Cluster{"4,4", "96,1", 16},
+                           Cluster{"8", "1", 8}}) {
     SCOPED_TRACE(c.workers + " at " + c.gbps);
-    auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --profile " + path +
-                                    " --workers " + c.workers + " --bandwidth-gbps " + c.gbps + " 2>/dev/null",
-                                false);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    json plan = parse_json(r.output, "plan output");
+    json plan;
+    ASSERT_NO_FATAL_FAILURE(plan = plan_json(path, c.workers, c.gbps));
     double predicted = plan["predicted"]["pipeline_ms_per_minibatch"].get<double>();
     double simulated = plan["predicted"]["simulated_ms_per_minibatch"].get<double>();
     double dp = plan["predicted"]["data_parallel_ms_per_minibatch"].get<double>();
@@ -36,6 +44,39 @@ TEST(PlanReferee, Vgg16On4x4PredictsWhatTheSimulatorMeasures) {
     EXPECT_NEAR(simulated / predicted, 1.0, 0.10) << "predicted " << predicted << " simulated " << simulated;
     EXPECT_LE(simulated, dp * (1 + 1e-9)) << "the chosen plan is slower than data parallelism";
   }
+}
+
+// Issue 12's second goal, on every profile of data/profiles and ten clusters (the clusters of
+// bench_plan_vs_enumerated): the chosen plan's prediction against its simulation. 48 of the 50
+// are within 10% (GNMT-16 1-5-1-1 and AWD-LM 7-1 on 8 workers at 1 Gbit/s are 15-17% slower in
+// simulation: docs/results.md); none is more than 20% off, and none beats the physical limit.
+TEST(PlanReferee, EveryProfileOnTenClustersPredictsTheSimulator) {
+  struct Cluster {
+    std::string workers, gbps;
+    int n;
+  };
+  int cases = 0, within_10 = 0;
+  for (const char* model : {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"}) {
+    std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/" + model + ".json";
+    profile::Profile prof = profile::read_profile_json(path);
+    for (const Cluster& c : {Cluster{"4,4", "96,10", 16}, Cluster{"4,4", "96,25", 16}, Cluster{"4,4", "96,1", 16},
+                             Cluster{"2,8", "96,10", 16}, Cluster{"2,8", "96,25", 16}, Cluster{"8,2", "96,10", 16},
+                             Cluster{"8,2", "96,1", 16}, Cluster{"8", "10", 8}, Cluster{"8", "1", 8},
+                             Cluster{"8", "25", 8}}) {
+      SCOPED_TRACE(std::string(model) + " on " + c.workers + " at " + c.gbps);
+      json plan;
+      ASSERT_NO_FATAL_FAILURE(plan = plan_json(path, c.workers, c.gbps));
+      double predicted = plan["predicted"]["pipeline_ms_per_minibatch"].get<double>();
+      double simulated = plan["predicted"]["simulated_ms_per_minibatch"].get<double>();
+      EXPECT_GE(simulated, prof.total_compute_ms() / c.n * (1 - 1e-9));
+      EXPECT_GE(predicted, prof.total_compute_ms() / c.n * (1 - 1e-9));
+      EXPECT_NEAR(simulated / predicted, 1.0, 0.20) << "predicted " << predicted << " simulated " << simulated;
+      ++cases;
+      if (std::abs(simulated / predicted - 1) <= 0.10) ++within_10;
+    }
+  }
+  EXPECT_EQ(cases, 50);
+  EXPECT_GE(within_10, 48);
 }
 
 TEST(PlanReferee, TopListsCandidatesFastestFirstAndSaysWhyEachLost) {
