@@ -79,6 +79,7 @@ config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in jso
 # Asynchronous schedules run whole rounds of every stage's replicas (lcm of the counts): run at
 # least six rounds (a steady state between warm-up and drain) and 30 minibatches.
 unit=$(python3 -c "import math; print(math.lcm(*[int(r) for r in '$config'.split('-')]))")
+plan_workers_n=$(python3 -c "print(sum(int(r) for r in '$config'.split('-')))")
 # Data parallelism's profile: batch x workers per minibatch (times and activations x workers).
 python3 - "$profile" "$workers" "$out/dp_profile.json" <<'EOF'
 import json, sys
@@ -113,7 +114,13 @@ for kind in $schedules; do
       prof=$profile
       args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
       sim_args+=(--profile "$prof" --plan "$out/plan.json" --microbatches "$workers")
-      [[ $n -gt 0 ]] || n=$(( (30 > 6 * unit ? 30 : 6 * unit) ))  # six rounds: a steady state
+      # Six rounds, and three times the plan's workers plus a round (warm-up and drain each span
+      # about as many minibatches as workers): a steady state between them, as the simulator's
+      # default_minibatches.
+      if [[ $n -eq 0 ]]; then
+        n=$(( 30 > 6 * unit ? 30 : 6 * unit ))
+        (( n >= 3 * (plan_workers_n + unit) )) || n=$(( 3 * (plan_workers_n + unit) ))
+      fi
       [[ $kind != pipedream && $kind != 2bw ]] || n=$(( (n + unit - 1) / unit * unit ))
       cfg=$config ;;
   esac
