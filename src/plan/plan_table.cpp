@@ -78,6 +78,15 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
        << "% from the prediction); " << fixed(single / plan.simulated_ms_per_minibatch, 2) << "x over one worker"
        << (dp > 0 ? str(", ", fixed(dp / plan.simulated_ms_per_minibatch, 2), "x over data parallelism") : std::string())
        << "\n";
+  // No plan beats every worker computing all the time: how close this one comes.
+  if (pipe > 0 && plan.workers > 0) {
+    double limit = single / plan.workers;
+    os << "compute limit (one worker's time / " << plan.workers << " workers): " << fixed(limit)
+       << " ms per minibatch; the plan reaches " << fixed(100 * limit / pipe, 1) << "% of it predicted";
+    if (plan.simulated_ms_per_minibatch > 0)
+      os << ", " << fixed(100 * limit / plan.simulated_ms_per_minibatch, 1) << "% simulated";
+    os << "\n";
+  }
   for (const auto& n : plan.notes) os << "note: " << n << "\n";
   return os.str();
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <regex>
 
 #include "core/json_doc.h"
 #include "profile/profile.h"
@@ -86,6 +87,15 @@ TEST(PlanReferee, TopListsCandidatesFastestFirstAndSaysWhyEachLost) {
                               false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("simulated ms per minibatch (pipedream, steady state)"), std::string::npos) << r.output;
+  // The compute limit, 352.799 ms / 16, and the plan's share of it: under 100%.
+  std::smatch limit;
+  ASSERT_TRUE(std::regex_search(r.output, limit,
+                                std::regex("compute limit \\(one worker's time / 16 workers\\): 22\\.050 ms per "
+                                           "minibatch; the plan reaches ([0-9.]+)% of it predicted, ([0-9.]+)% "
+                                           "simulated")))
+      << r.output;
+  EXPECT_LT(std::stod(limit[1]), 100.0);
+  EXPECT_LT(std::stod(limit[2]), 100.0);
   // The paper's 15-1 (fc6..fc8 on one worker): with the runtime's all-reduce buckets its larger
   // first stage's all-reduce hides behind the backward (without them, 15-1 @conv5_2 won).
   EXPECT_NE(r.output.find("1  15-1 @fc6"), std::string::npos) << r.output;
