@@ -189,8 +189,9 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;
   }
   // Little's law: a replica of stage s holds at most NOAM minibatches in flight (the 1F1B
-  // warm-up, ceil(workers from s on / its replicas)), each for the time from its forward here to
-  // its backward here: the compute of every later stage and the transfers both ways. So the
+  // warm-up, ceil(workers from s on / its replicas): the schedule's one_f_one_b_warmup, which
+  // this layer cannot call), each for the time from its forward here to its backward here: the
+  // compute of this stage and every later one and the transfers both ways. So the
   // stage finishes at most NOAM x replicas minibatches per such latency. It binds where links are
   // slow: ResNet-50 8-8 on 8x2 at 1 Gbit/s simulates at 79.4 ms per minibatch, which this gives,
   // where compute and links alone give 51.8.
