@@ -52,7 +52,7 @@ const std::vector<std::string>& schedule_kinds();
 // Whether a kind ends every minibatch with a flush (Schedule::flush); pipedream and 2bw do not.
 bool schedule_flushes(const std::string& kind);
 // Minibatches an asynchronous schedule covers by default: enough for a steady state between
-// warm-up and drain (4 x stages + 4; at least six rounds of the replica counts' least common
+// warm-up and drain (4 x stages + 4, and 48; at least six rounds of the replica counts' least common
 // multiple, the period of the steady state; three times the plan's workers plus one period, as
 // warm-up and drain each span about as many ids as workers), a multiple of every stage's replica
 // count.

@@ -227,6 +227,15 @@ TEST(Simulator, TraceRoundTripsThroughJson) {
 // worker computing all the time (total compute / workers), whatever the replication, the
 // cluster and the minibatch count (replicated stages finish minibatches in bursts, which once
 // let a window edge fall inside a burst and report a time below this limit).
+// A stage keeping 2 minibatches in flight over a slow link finishes them 20 and 40 ms apart by
+// turns (a 60 ms round trip: 4 + 20 + 4 + 6 + 20 + 6): it runs at 30 ms per minibatch, and a
+// window of a few gaps misread it (26.7 ms at the old default of 12 minibatches).
+TEST(Simulator, BurstyCompletionsReadAtTheirMeanRate) {
+  auto prof = uniform_profile(2, 4.0, 6.0, 25000000);  // 25 MB = 20 ms at 10 Gbit/s
+  auto m = run("pipedream", straight_plan(2), prof, {}, plan::Cluster::flat(2, 10));
+  EXPECT_NEAR(m.ms_per_minibatch, 30.0, 30.0 * 0.03);
+}
+
 TEST(Simulator, NoTimeBelowThePhysicalLimit) {
   std::vector<std::vector<int>> shapes = {{15, 1}, {13, 2, 1}, {5, 10, 1}, {3, 1},  {1, 3},
                                           {2, 2, 2, 2}, {7, 1}, {6}, {4, 4, 4, 4}, {8, 8}};
