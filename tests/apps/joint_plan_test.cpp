@@ -51,10 +51,14 @@ void check_cluster(const plan::Cluster& cluster) {
       if (cap > 0 && cap < least) continue;
       ASSERT_FALSE(r.ranked.empty());
       const Configuration& best = chosen(r, o, prof, cluster);
-      if (cap > 0) EXPECT_LE(best.peak_memory, cap);
+      if (cap > 0) {
+        EXPECT_LE(best.peak_memory, cap);
+      }
       for (const auto& c : r.ranked) {
         EXPECT_GE(c.ms_per_sample, best.ms_per_sample);
-        if (cap > 0) EXPECT_LE(c.peak_memory, cap) << c.plan.schedule << " " << c.plan.shape();
+        if (cap > 0) {
+          EXPECT_LE(c.peak_memory, cap) << c.plan.schedule << " " << c.plan.shape();
+        }
         // Recomputation is only ever added to fit: the same configuration without it is over.
         EXPECT_TRUE(cap > 0 || !recomputes(c.plan)) << c.plan.schedule << " " << c.plan.shape();
       }
