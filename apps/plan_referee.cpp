@@ -2,15 +2,23 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/plan_table.h"
+#include "plan/planner.h"
 #include "sim/simulator.h"
 
 namespace pt::app {
 namespace {
+
+// The referee's local search: rounds, neighbours replayed per round (the exact model's best),
+// and the simulated gain a neighbour needs to take over (below it is noise in the window).
+constexpr int kRefineRounds = 6;
+constexpr int kNeighboursReplayed = 8;
+constexpr double kBetterBy = 0.005;
 
 std::string fixed(double v, int digits = 2) {
   char buf[64];
@@ -38,17 +46,58 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   Refereed r;
   r.schedule = kind;
   std::string skipped;
-  for (const auto& p : candidates) {
+  std::set<std::string> seen;
+  // Index of the plan's candidate once replayed; -1 when seen before or unschedulable.
+  auto replay = [&](const plan::Plan& p) -> int {
+    if (!seen.insert(to_json(p).dump()).second) return -1;
     try {
       schedule::Schedule s = schedule::make_schedule(kind, p, {});
       Candidate c{p, plan::evaluate_plan(p, profile, cluster, options),
                   metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
       r.ranked.push_back(std::move(c));
+      return static_cast<int>(r.ranked.size()) - 1;
     } catch (const ConfigError& e) {
       skipped += str("\n  ", p.shape(), ": ", e.what());
+      return -1;
+    }
+  };
+  // A plan with fewer minibatches in flight than PipeDream's rule (plan.h, in_flight) is
+  // replayed with the rule's too: the estimate that lowered them ignores queueing.
+  auto replay_both = [&](const plan::Plan& p) {
+    int fewer = replay(p);
+    plan::Plan paper = p;
+    for (auto& st : paper.stages) st.in_flight = 0;
+    int rule = replay(paper);
+    if (fewer < 0 || rule < 0) return std::max(fewer, rule);
+    return r.ranked[rule].simulated.ms_per_minibatch < r.ranked[fewer].simulated.ms_per_minibatch ? rule : fewer;
+  };
+  for (const auto& p : candidates) replay_both(p);
+  if (r.ranked.empty()) throw ConfigError(str("no candidate plan can run the ", kind, " schedule:", skipped));
+  // Local search under the simulator: the search's closed form and the exact model each rank
+  // some plans wrongly, so the fastest simulated plan's neighbours (plan::neighbour_plans) that
+  // the exact model ranks best are replayed too, and a faster one starts the next round.
+  // GNMT-16 on flat 8 at 1 Gbit/s: 1-6-1, two moves from the search's 1-5-1-1, runs 11% faster.
+  if (options.cost_model == plan::CostModel::kPipetrain) {
+    auto faster = [](const Candidate& a, const Candidate& b) {
+      return a.simulated.ms_per_minibatch < b.simulated.ms_per_minibatch;
+    };
+    plan::Plan best = std::min_element(r.ranked.begin(), r.ranked.end(), faster)->plan;
+    for (int round = 0; round < kRefineRounds; ++round) {
+      double best_ms = std::min_element(r.ranked.begin(), r.ranked.end(), faster)->simulated.ms_per_minibatch;
+      int improved = -1, replayed = 0;
+      for (const auto& p : plan::neighbour_plans(best, profile, cluster, options)) {
+        if (replayed == kNeighboursReplayed) break;
+        int c = replay_both(p);
+        if (c < 0) continue;
+        ++replayed;
+        double ms = r.ranked[c].simulated.ms_per_minibatch;
+        if (ms < best_ms * (1 - kBetterBy) && (improved < 0 || ms < r.ranked[improved].simulated.ms_per_minibatch))
+          improved = c;
+      }
+      if (improved < 0) break;
+      best = r.ranked[improved].plan;
     }
   }
-  if (r.ranked.empty()) throw ConfigError(str("no candidate plan can run the ", kind, " schedule:", skipped));
   std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
     return a.simulated.ms_per_minibatch < b.simulated.ms_per_minibatch;
   });

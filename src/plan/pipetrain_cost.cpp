@@ -1,6 +1,7 @@
 #include "plan/pipetrain_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -160,8 +161,9 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       e.input_ms = std::max(e.input_ms, in_ms[w]);
       e.output_ms = std::max(e.output_ms, out_ms[w]);
     }
-    e.stash_depth = p - s;
+    e.stash_depth = in_flight(plan, s);
     e.memory_bytes = e.stash_depth * (sums.act[s] + sums.param[s]);
+    e.trip_out_ms = trip_ms[s];
     out.stages.push_back(e);
   }
   // The pipeline's pace without all-reduces: no round of r minibatches is shorter than r of it.
@@ -188,22 +190,17 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     e.comm_ms = e.link_ms + e.allreduce_ms;
     e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;
   }
-  // Little's law: a replica of stage s holds at most NOAM minibatches in flight (the 1F1B
-  // warm-up, ceil(workers from s on / its replicas): the schedule's one_f_one_b_warmup, which
-  // this layer cannot call), each for the time from its forward here to its backward here: the
+  // Little's law: a replica of stage s holds at most NOAM minibatches in flight (the pipedream
+  // schedule's warm-up, plan.h's in_flight), each for the time from its forward here to its backward here: the
   // compute of this stage and every later one and the transfers both ways. So the
   // stage finishes at most NOAM x replicas minibatches per such latency. It binds where links are
   // slow: ResNet-50 8-8 on 8x2 at 1 Gbit/s simulates at 79.4 ms per minibatch, which this gives,
   // where compute and links alone give 51.8.
   double latency = 0;
-  int downstream = 0;
   for (int s = p - 1; s >= 0; --s) {
     StageEstimate& e = out.stages[s];
-    int r = plan.stages[s].replicas;
     latency += sums.compute[s] + (s + 1 < p ? 2 * trip_ms[s] : 0.0);
-    downstream += r;
-    int in_flight = std::max(1, (downstream + r - 1) / r) * r;
-    e.in_flight_ms = latency / in_flight;
+    e.in_flight_ms = latency / (in_flight(plan, s) * plan.stages[s].replicas);
   }
   // A replicated last stage's replicas all-reduce together once per round, holding one
   // minibatch each, but a less replicated neighbour before it serves the round's minibatches one
@@ -220,6 +217,10 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     if (r > 1 && s + 1 == p) {
       double spacing = s > 0 && plan.stages[s - 1].replicas < r ? out.stages[s - 1].compute_ms / 2 : 0.0;
       e.round_ms = sums.compute[s] + e.allreduce_ms * r + (r - 1) * spacing;
+    } else if (r > 1 && s > 0 && plan.stages[s - 1].replicas < r && plan.stages[s + 1].replicas < r) {
+      double spacing = out.stages[s - 1].compute_ms / 2;
+      e.round_ms = sums.compute[s] + e.allreduce_ms * r + (r - 1) * spacing + 2 * trip_ms[s - 1] + 2 * trip_ms[s] +
+                   sums.compute[s + 1];
     }
     e.time_ms = std::max({std::max(e.compute_ms, e.link_ms) + e.allreduce_ms, e.in_flight_ms, e.round_ms / r});
   }
@@ -229,6 +230,46 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       if (eg > 0 || in > 0) out.links.push_back({w, level, eg, in, cluster.transfer_ms(level, std::max(eg, in))});
     }
   return finish(out, cluster, options);
+}
+
+void choose_in_flight(Plan& plan, const PlanEstimate& e, const profile::Profile& profile) {
+  // PipeDream's rule assumes every later stage busy all the time, so that a minibatch's round
+  // trip from stage s takes one pace per later worker. A later stage with slack returns the
+  // gradient sooner, and then 1F1B's order hurts: a replica holding a ready gradient waits for
+  // its next forward first (GNMT-16 1-6-1 on 8 workers at 1 Gbit/s: the middle replicas each
+  // wait 6 paces for their second forward, the first stage starves of gradients, and the
+  // pipeline runs 20% under its slowest stage; with one in flight in the middle, ...).
+  // From the last stage back: a replica needs its forward, the round trip below and its
+  // backward covered, one minibatch per r paces; its gradient then leaves after max(its
+  // forward + that round trip, the (n - 1) rounds its 1F1B order puts first) + its backward.
+  int p = plan.num_stages();
+  double pace = e.pipeline_ms_per_minibatch;
+  std::vector<int> replicas;
+  for (const auto& st : plan.stages) replicas.push_back(st.replicas);
+  double span_below = 0;  // from a minibatch's forward start to its gradient leaving, stage s + 1
+  int n_below = 0;
+  for (int s = p - 1; s >= 0; --s) {
+    const Stage& st = plan.stages[s];
+    int r = st.replicas;
+    double backward = 0;
+    for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
+    double both = e.stages[s].compute_ms * r, forward = std::max(0.0, both - backward);
+    double below = s + 1 < p ? 2 * e.stages[s].trip_out_ms + span_below : 0;
+    // A replicated stage admits a round's forwards only after the round n back all-reduced,
+    // which waits for that round's last minibatch, (r - 1) paces after its first.
+    double round = r > 1 ? (r - 1) * pace + r * e.stages[s].allreduce_ms : 0.0;
+    int n = std::max(1, static_cast<int>(std::ceil((both + below + round) / (r * pace) - 1e-9)));
+    // The next stage runs forward id k + (n_below - 1) x its replicas before backward k, and a
+    // replica here admits the forwards of its next round only after the round (n - 1) rounds
+    // back has all-reduced, that is after every backward of that round came back: so the
+    // (n - 1) rounds here must cover the next stage's lead, or the lists wait in a cycle.
+    if (s + 1 < p) n = std::max(n, ((n_below - 1) * replicas[s + 1] + r - 1) / r + 1);
+    int paper = paper_in_flight(replicas, s);
+    n = std::min(n, paper);
+    plan.stages[s].in_flight = n == paper ? 0 : n;  // 0: the plan file stays as PipeDream's rule writes it
+    span_below = std::max(forward + below, (n - 1) * r * pace) + backward;
+    n_below = n;
+  }
 }
 
 }  // namespace pt::plan

@@ -32,8 +32,9 @@
 // link time is the sum of the two (exact when both use one level). The planner ranks the
 // search's best plans by evaluate_plan and the simulator referees among them (apps/plan_referee.h).
 //
-// Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight,
-// each with its activations and its own weight version: (p−s)·(Act + P) bytes per worker.
+// Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight
+// in the closed form, NOAM (plan.h's in_flight) in evaluate_plan, each with its activations and
+// its own weight version: depth·(Act + P) bytes per worker.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -50,6 +51,8 @@ struct StageEstimate {
   double link_ms = 0;          // the busiest link direction of the stage's workers
   double in_flight_ms = 0;     // evaluate_plan: one minibatch's round trip / minibatches in flight
   double round_ms = 0;         // evaluate_plan: a replicated stage's round, its replicas waiting for each other
+  double trip_out_ms = 0;      // evaluate_plan: one minibatch's activations across the cut after this stage,
+                               // alone on the links, averaged over the replica pairs (its gradients take as long)
   double comm_ms = 0;          // link_ms + allreduce_ms
   double time_ms = 0;
   int stash_depth = 0;         // minibatches in flight on each replica
@@ -120,6 +123,12 @@ inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double 
   e.memory_bytes = depth * (act_bytes + param_bytes);
   return e;
 }
+
+// Sets each stage's in_flight (plan.h) from the plan's predicted times `e` (evaluate_plan with
+// PipeDream's rule): the fewest minibatches that cover a replica's round trip, its own forward
+// and backward and everything after it, at the pipeline's pace; never more than PipeDream's
+// rule, and enough that no stage waits for a forward its predecessor has not admitted.
+void choose_in_flight(Plan& plan, const PlanEstimate& e, const profile::Profile& profile);
 
 // Memory limit in force: options first, then the cluster's; 0 = unlimited.
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options);

@@ -29,6 +29,20 @@ std::string Plan::shape() const {
   return os.str();
 }
 
+int paper_in_flight(const std::vector<int>& replicas, int s) {
+  int downstream = 0;
+  for (size_t t = s; t < replicas.size(); ++t) downstream += replicas[t];
+  int r = replicas[s];
+  return std::max(1, (downstream + r - 1) / r);
+}
+
+int in_flight(const Plan& p, int s) {
+  if (p.stages[s].in_flight > 0) return p.stages[s].in_flight;
+  std::vector<int> replicas;
+  for (const auto& st : p.stages) replicas.push_back(st.replicas);
+  return paper_in_flight(replicas, s);
+}
+
 void assign_workers(Plan& p) {
   int next = 0;
   for (auto& st : p.stages) {
@@ -57,6 +71,7 @@ json to_json(const Plan& p) {
                       {"comm_ms", st.comm_ms}});
     if (st.time_ms > 0) stages.back()["time_ms"] = st.time_ms;
     if (st.recompute) stages.back()["recompute"] = true;
+    if (st.in_flight > 0) stages.back()["in_flight"] = st.in_flight;
   }
   json doc = {{"format", format_tag("plan", kPlanVersion)},
               {"workers", p.workers},
@@ -119,6 +134,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (f.has("comm_ms")) st.comm_ms = f["comm_ms"].as_non_negative();
     if (f.has("time_ms")) st.time_ms = f["time_ms"].as_non_negative();
     if (f.has("recompute")) st.recompute = f["recompute"].as_bool();
+    if (f.has("in_flight")) st.in_flight = static_cast<int>(f["in_flight"].as_int_in(1, kMaxMicrobatches));
     p.stages.push_back(std::move(st));
   }
   // Checked before assign_workers, which would otherwise number every claimed replica.

@@ -18,6 +18,11 @@ struct Stage {
   // Activation recomputation: the stage keeps only its input per microbatch in flight and runs
   // its forward again inside the backward (train --recompute sets it on every stage).
   bool recompute = false;
+  // PipeDream's NOAM for this plan: the minibatches a replica admits before its first backward
+  // (the pipedream schedule's warm-up and weight versions). 0: PipeDream's rule,
+  // paper_in_flight. The planner lowers it where the stages after this one return a gradient
+  // sooner (planner.h, choose_in_flight).
+  int in_flight = 0;
   // Predictions of the cost model that made the plan (0 when hand-written), per minibatch.
   double compute_ms = 0;     // forward + backward of one replica's share
   double comm_ms = 0;        // activation transfers + all-reduce attributed to the stage
@@ -67,6 +72,12 @@ void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::str
 
 // Data parallelism as a plan: one stage of all `layers` layers on `replicas` workers.
 Plan data_parallel_plan(int layers, int replicas);
+
+// PipeDream's NOAM (SOSP'19 §3.2): ceil(replicas of stages s.. / replicas of stage s), from
+// the replica counts of a plan's stages.
+int paper_in_flight(const std::vector<int>& replicas, int s);
+// Stage s's minibatches in flight under the pipedream schedule: its in_flight, or the paper's.
+int in_flight(const Plan& p, int s);
 
 // Assigns worker ids stage by stage (stage 0 gets 0..r0-1, ...) and sets p.workers.
 void assign_workers(Plan& p);

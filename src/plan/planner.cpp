@@ -71,9 +71,15 @@ Searched run_search(const profile::Profile& profile, const Cluster& cluster, con
   return out;
 }
 
-// The exact cost model's predictions, in the plan.
+// The exact cost model's predictions, in the plan, with the minibatches in flight the pipedream
+// schedule needs (choose_in_flight) where fewer than PipeDream's rule predict no slower.
 void predict(Plan& plan, const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  for (auto& st : plan.stages) st.in_flight = 0;
   PlanEstimate e = evaluate_plan(plan, profile, cluster, options);
+  Plan fewer = plan;
+  choose_in_flight(fewer, e, profile);
+  PlanEstimate f = evaluate_plan(fewer, profile, cluster, options);
+  if (f.pipeline_ms_per_minibatch <= e.pipeline_ms_per_minibatch * (1 + 1e-9)) plan = std::move(fewer), e = f;
   plan.pipeline_ms_per_minibatch = e.pipeline_ms_per_minibatch;
   // The baseline by the same exact rules (its all-reduce buckets overlapping its backward).
   if (plan.data_parallel_ms_per_minibatch > 0)
@@ -111,6 +117,20 @@ Plan placed(Plan plan, const std::vector<int>& order) {
     std::sort(st.workers.begin(), st.workers.end());
   }
   return plan;
+}
+
+// `plan` in the placement the exact model predicts fastest among those that fit the memory
+// (ties keep the first order), with its predictions; no stages when none fits.
+Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                 const PlanOptions& options) {
+  Plan best;
+  for (const auto& order : placements(cluster)) {
+    Plan p = placed(plan, order);
+    predict(p, profile, cluster, options);
+    if (!evaluate_plan(p, profile, cluster, options).fits_memory) continue;
+    if (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch) best = std::move(p);
+  }
+  return best;
 }
 
 // The plan of a searched sequence of stages, with its predictions: the pipetrain model's exact
@@ -189,14 +209,8 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
     // search's own numbering).
     int rank = 0;
     for (const auto& alt : searched.result.alternatives) {
-      Plan searched_plan = to_plan(alt.stages, alt.pipeline_ms, searched, profile, cluster, options);
-      Plan best;
-      for (const auto& order : placements(cluster)) {
-        Plan p = placed(searched_plan, order);
-        predict(p, profile, cluster, options);
-        if (!evaluate_plan(p, profile, cluster, options).fits_memory) continue;
-        if (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch) best = std::move(p);
-      }
+      Plan best = best_placed(to_plan(alt.stages, alt.pipeline_ms, searched, profile, cluster, options), profile,
+                              cluster, options);
       if (!best.stages.empty()) {
         std::string key = to_json(best).dump();
         auto it = seen.find(key);
@@ -224,6 +238,66 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
       kept.push_back(std::move(plans[order[k]]));
   plans = std::move(kept);
   return plans;
+}
+
+std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                                  const PlanOptions& options) {
+  std::vector<Plan> shapes;  // replicas and layers changed; workers assigned below
+  auto add = [&](Plan p) {
+    for (auto& st : p.stages) std::sort(st.layers.begin(), st.layers.end());
+    shapes.push_back(std::move(p));
+  };
+  int S = plan.num_stages();
+  for (int i = 0; i + 1 < S; ++i) {
+    const auto& a = plan.stages[i].layers;
+    const auto& b = plan.stages[i + 1].layers;
+    if (a.size() > 1) {  // a's last layer to b
+      Plan p = plan;
+      p.stages[i].layers.pop_back();
+      p.stages[i + 1].layers.push_back(a.back());
+      add(std::move(p));
+    }
+    if (b.size() > 1) {  // b's first layer to a
+      Plan p = plan;
+      p.stages[i + 1].layers.erase(p.stages[i + 1].layers.begin());
+      p.stages[i].layers.push_back(b.front());
+      add(std::move(p));
+    }
+    // Merged, then any one replica to any other stage (or none).
+    Plan m = plan;
+    m.stages[i].layers.insert(m.stages[i].layers.end(), b.begin(), b.end());
+    m.stages[i].replicas += plan.stages[i + 1].replicas;
+    m.stages.erase(m.stages.begin() + i + 1);
+    for (int to = 0; to < m.num_stages(); ++to) {
+      if (to == i) continue;
+      Plan p = m;
+      p.stages[i].replicas -= 1, p.stages[to].replicas += 1;
+      add(std::move(p));
+    }
+    add(std::move(m));
+  }
+  for (int from = 0; from < S; ++from)
+    for (int to = 0; to < S && plan.stages[from].replicas > 1; ++to)
+      if (to != from) {
+        Plan p = plan;
+        p.stages[from].replicas -= 1, p.stages[to].replicas += 1;
+        add(std::move(p));
+      }
+  std::vector<Plan> out;
+  for (Plan& shape : shapes) {
+    assign_workers(shape);
+    try {
+      check_plan_fits(shape, profile, "neighbour plan");
+    } catch (const ConfigError&) {
+      continue;  // a moved layer's input would come from a later stage
+    }
+    Plan best = best_placed(shape, profile, cluster, options);
+    if (!best.stages.empty()) out.push_back(std::move(best));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Plan& a, const Plan& b) {
+    return a.pipeline_ms_per_minibatch < b.pipeline_ms_per_minibatch;
+  });
+  return out;
 }
 
 }  // namespace pt::plan

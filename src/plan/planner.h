@@ -40,6 +40,14 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
 // them (apps/plan_referee.h). PipeDream model: make_plan's one plan.
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
 
+// The plans one step from `plan` (pipetrain model), for the referee's local search: a stage
+// boundary moved by one layer, one replica moved from a stage to another, or two neighbouring
+// stages merged (their replicas summed, one of them then moved to any other stage). Each in
+// the placement evaluate_plan predicts fastest (as plan_candidates), fastest predicted first;
+// plans that break the layer order or the memory limit are left out.
+std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                                  const PlanOptions& options);
+
 // Contiguous split of the layers (topological order) into `stages` single-replica stages
 // balancing forward+backward time (minimises the largest stage). Used by `--stages N`.
 Plan even_split(const profile::Profile& profile, int stages);

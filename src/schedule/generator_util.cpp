@@ -42,10 +42,9 @@ std::vector<int> items_of(const Schedule& s, int stage, int worker, int items) {
 }
 
 int one_f_one_b_warmup(const Schedule& s, int stage) {
-  int downstream = 0;
-  for (int t = stage; t < s.num_stages; ++t) downstream += s.replicas(t);
-  int r = s.replicas(stage);
-  return std::max(1, (downstream + r - 1) / r);
+  std::vector<int> replicas;
+  for (int st = 0; st < s.num_stages; ++st) replicas.push_back(s.replicas(st));
+  return plan::paper_in_flight(replicas, stage);
 }
 
 void append_flush(Schedule& s, int id) {

@@ -5,7 +5,8 @@
 // PipeDream (Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training",
 // SOSP 2019, §3.2-3.3). The unit is the minibatch (microbatches = 1). Stage i admits
 // NOAM = ceil(workers from stage i on / replicas of stage i) minibatches (for stage 0 that is
-// the paper's ceil(#workers / #replicas of the input stage)), then alternates one backward and
+// the paper's ceil(#workers / #replicas of the input stage); a plan's stage `in_flight`, which
+// the planner sets from the stages' times, replaces it), then alternates one backward and
 // one forward (1F1B); each stage steps after each of its own backwards, so every minibatch in
 // flight saw a different version (stage i keeps NOAM versions). Replicated stages take
 // minibatches round-robin (1F1B-RR: minibatch k on replica k % r) and, as PipeDream's runtime
@@ -64,14 +65,14 @@ Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync) 
   for (int st = 0; st < s.num_stages; ++st)
     for (int w : s.stage_workers[st]) {
       int r = s.replicas(st);
-      detail::append_1f1b(s, w, st, detail::items_of(s, st, w, minibatches), detail::one_f_one_b_warmup(s, st),
+      detail::append_1f1b(s, w, st, detail::items_of(s, st, w, minibatches), plan::in_flight(plan, st),
                           [&](int k) {
                             if (r > 1) s.add(w, ActionKind::kAllReduce, st, k / r);
                             s.add(w, ActionKind::kStep, st, k);
                           });
     }
   // Each of the NOAM minibatches in flight saw a different version (§3.3).
-  for (int st = 0; st < s.num_stages; ++st) s.weight_versions[st] = detail::one_f_one_b_warmup(s, st);
+  for (int st = 0; st < s.num_stages; ++st) s.weight_versions[st] = plan::in_flight(plan, st);
   return s;
 }
 
