@@ -112,7 +112,8 @@ int run_plan(Flags& f) {
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back(str("pipedream is asynchronous: the first stage's gradients use weights up to ",
-                                   out.plan.num_stages() - 1, " updates old, the last stage's none (weight stashing "
+                                   plan::in_flight(out.plan, 0) - 1, " updates old (one per minibatch it keeps in "
+                                   "flight after the first), the last stage's none (weight stashing "
                                    "keeps each minibatch's forward and backward consistent); 1f1b and gpipe run this "
                                    "plan synchronously"));
     if (out.plan.num_stages() > 1)

@@ -259,11 +259,7 @@ void choose_in_flight(Plan& plan, const PlanEstimate& e, const profile::Profile&
     // which waits for that round's last minibatch, (r - 1) paces after its first.
     double round = r > 1 ? (r - 1) * pace + r * e.stages[s].allreduce_ms : 0.0;
     int n = std::max(1, static_cast<int>(std::ceil((both + below + round) / (r * pace) - 1e-9)));
-    // The next stage runs forward id k + (n_below - 1) x its replicas before backward k, and a
-    // replica here admits the forwards of its next round only after the round (n - 1) rounds
-    // back has all-reduced, that is after every backward of that round came back: so the
-    // (n - 1) rounds here must cover the next stage's lead, or the lists wait in a cycle.
-    if (s + 1 < p) n = std::max(n, ((n_below - 1) * replicas[s + 1] + r - 1) / r + 1);
+    if (s + 1 < p) n = std::max(n, least_in_flight(replicas, s, n_below));
     int paper = paper_in_flight(replicas, s);
     n = std::min(n, paper);
     plan.stages[s].in_flight = n == paper ? 0 : n;  // 0: the plan file stays as PipeDream's rule writes it

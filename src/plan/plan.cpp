@@ -43,6 +43,11 @@ int in_flight(const Plan& p, int s) {
   return paper_in_flight(replicas, s);
 }
 
+int least_in_flight(const std::vector<int>& replicas, int s, int next) {
+  int r = replicas[s];
+  return ((next - 1) * replicas[s + 1] + r - 1) / r + 1;
+}
+
 void assign_workers(Plan& p) {
   int next = 0;
   for (auto& st : p.stages) {

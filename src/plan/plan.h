@@ -78,6 +78,11 @@ Plan data_parallel_plan(int layers, int replicas);
 int paper_in_flight(const std::vector<int>& replicas, int s);
 // Stage s's minibatches in flight under the pipedream schedule: its in_flight, or the paper's.
 int in_flight(const Plan& p, int s);
+// The fewest stage s (not the last) may admit when stage s + 1 admits `next`: that stage runs
+// forward k + (next - 1) x its replicas before backward k, and a replica of stage s admits a
+// round's forwards only after the round (in flight - 1) back has stepped, that is after every
+// backward of that round came back. Fewer, and the two stages' lists wait for each other.
+int least_in_flight(const std::vector<int>& replicas, int s, int next);
 
 // Assigns worker ids stage by stage (stage 0 gets 0..r0-1, ...) and sets p.workers.
 void assign_workers(Plan& p);

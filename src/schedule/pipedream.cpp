@@ -62,6 +62,15 @@ Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync) 
       throw ConfigError(str("pipedream: stage ", st, " has ", s.replicas(st), " replicas, which all-reduce ",
                             "every round of ", s.replicas(st), " minibatches, but ", minibatches,
                             " minibatches is not a multiple; use ", default_minibatches(plan)));
+  std::vector<int> replicas;
+  for (const auto& st : plan.stages) replicas.push_back(st.replicas);
+  for (int st = 0; st + 1 < s.num_stages; ++st) {
+    int least = plan::least_in_flight(replicas, st, plan::in_flight(plan, st + 1));
+    if (plan::in_flight(plan, st) < least)
+      throw ConfigError(str("pipedream: plan stage ", st, "'s in_flight ", plan::in_flight(plan, st), " is too few: ",
+                            "stage ", st + 1, " admits ", plan::in_flight(plan, st + 1), " per replica, so stage ",
+                            st, " needs at least ", least, " (plan.h, least_in_flight)"));
+  }
   for (int st = 0; st < s.num_stages; ++st)
     for (int w : s.stage_workers[st]) {
       int r = s.replicas(st);

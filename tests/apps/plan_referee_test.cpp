@@ -49,8 +49,9 @@ TEST(PlanReferee, Vgg16On4x4PredictsWhatTheSimulatorMeasures) {
 
 // Issue 12's second goal, on every profile of data/profiles and ten clusters (the clusters of
 // bench_plan_vs_enumerated): the chosen plan's prediction against its simulation. 48 of the 50
-// are within 10% (GNMT-16 1-5-1-1 and AWD-LM 7-1 on 8 workers at 1 Gbit/s are 15-17% slower in
-// simulation: docs/results.md); none is more than 20% off, and none beats the physical limit.
+// are within 10% (AWD-LM 7-1 on 8 workers at 1 Gbit/s is 17% slower in simulation, GNMT-16
+// 1x6-2-2-2-4 on 4x4 at 96/25 15% faster: docs/results.md); none is more than 20% off, and none
+// beats the physical limit.
 TEST(PlanReferee, EveryProfileOnTenClustersPredictsTheSimulator) {
   struct Cluster {
     std::string workers, gbps;

@@ -56,6 +56,14 @@ TEST(BadPlanFile, NamesFieldAndValue) {
             "p.json: field 'stages[0].workers' has worker id 7 which is out of range 0..1");
   EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "compute_ms": 1e999}]})"),
             "p.json: not valid JSON (number overflow parsing '1e999')");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "in_flight": 0}]})"),
+            "p.json: field 'stages[0].in_flight' must be in 1..4096, got 0");
+  EXPECT_EQ(plan_from_json(parse_json(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "in_flight": 3}]})",
+                                      "p.json"),
+                           "p.json")
+                .stages[0]
+                .in_flight,
+            3);
   EXPECT_EQ(plan_error(R"({"format": "pipetrain.plan/2"})"),
             "p.json: field 'format' is \"pipetrain.plan/2\", expected \"pipetrain.plan/1\"");
   EXPECT_EQ(plan_error(R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": )"),
