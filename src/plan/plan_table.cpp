@@ -87,6 +87,12 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
       os << ", " << fixed(100 * limit / plan.simulated_ms_per_minibatch, 1) << "% simulated";
     os << "\n";
   }
+  // All workers are used, so on slow links the best plan can lose to one worker alone.
+  double slowest = std::max(pipe, plan.simulated_ms_per_minibatch);
+  if (slowest > single * (1 + 1e-9))
+    os << "warning: this plan is slower than one worker (" << fixed(slowest) << " against " << fixed(single)
+       << " ms per minibatch): on this cluster its transfers and all-reduces cost more than splitting the model "
+          "saves; train on one worker, or on fewer workers with faster links\n";
   for (const auto& n : plan.notes) os << "note: " << n << "\n";
   return os.str();
 }
