@@ -2,6 +2,7 @@
 // cluster, its best candidates refereed by the simulator; prints a table, or the plan JSON with
 // --json, and writes it with -o.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -112,10 +113,32 @@ int run_plan(Flags& f) {
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back(str("pipedream is asynchronous: the first stage's gradients use weights up to ",
-                                   plan::in_flight(out.plan, 0) - 1, " updates old (one per minibatch it keeps in "
-                                   "flight after the first), the last stage's none (weight stashing "
+                                   plan::in_flight(out.plan, 0) - 1 + (out.plan.deferred_step && out.plan.stages[0].replicas > 1),
+                                   " updates old (one per minibatch it keeps in flight after the first, and one for a "
+                                   "deferred step), the last stage's none (weight stashing "
                                    "keeps each minibatch's forward and backward consistent); 1f1b and gpipe run this "
                                    "plan synchronously"));
+    if (out.plan.deferred_step) {
+      double plain = 0;  // the same plan stepping before its next forward, if replayed
+      auto same = [](const plan::Plan& a, const plan::Plan& b) {
+        if (a.num_stages() != b.num_stages()) return false;
+        for (int s = 0; s < a.num_stages(); ++s)
+          if (a.stages[s].layers != b.stages[s].layers || a.stages[s].workers != b.stages[s].workers ||
+              a.stages[s].in_flight != b.stages[s].in_flight)
+            return false;
+        return true;
+      };
+      for (const auto& c : r.ranked)
+        if (!c.plan.deferred_step && same(c.plan, out.plan))
+          plain = plain > 0 ? std::min(plain, c.simulated.ms_per_minibatch) : c.simulated.ms_per_minibatch;
+      out.plan.notes.push_back(str("deferred step: the replicated first stage steps after its next forward, which hides "
+                                   "the rest of its all-reduce",
+                                   plain > 0 ? str(" (", std::round(plain * 10) / 10, " -> ",
+                                                   std::round(chosen.simulated.ms_per_minibatch * 10) / 10,
+                                                   " ms per minibatch in simulation)")
+                                             : std::string(),
+                                   "; its weights lag one update more; --no-deferred-step plans without it"));
+    }
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "
                                "unreplicated (mnist-cnn, 2 epochs: one worker 89.5%; pipedream 3-1 88.8-89.0%, 1-3 "
@@ -158,6 +181,9 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_option("--bucket-mb", f->plan.bucket_mb,
                  "The all-reduce bucket train will use, MiB (0: all after the backward)")
       ->capture_default_str();
+  app.add_flag("--no-deferred-step", f->plan.no_deferred_step,
+               "Never defer a replicated first stage's step past its next forward (which hides its all-reduce "
+               "at the cost of one more update of staleness)");
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   std::string kinds;

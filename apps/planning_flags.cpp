@@ -20,6 +20,9 @@ void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {
   app.add_option("--minibatches", o.minibatches, "Minibatches an asynchronous schedule covers (0: enough for a steady state past warm-up and drain)")
       ->capture_default_str();
   app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: vertical sync of weight versions");
+  app.add_flag("--deferred-step", o.deferred_step,
+               "pipedream: a replicated first stage steps after its next forward, which hides its all-reduce's "
+               "tail (its weights lag one more update)");
 }
 
 plan::Plan straight_plan(const profile::Profile& p, int stages) {

@@ -161,7 +161,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       e.input_ms = std::max(e.input_ms, in_ms[w]);
       e.output_ms = std::max(e.output_ms, out_ms[w]);
     }
-    e.stash_depth = in_flight(plan, s);
+    e.stash_depth = in_flight(plan, s) + (plan.deferred_step && s == 0 && st.replicas > 1 ? 1 : 0);
     e.memory_bytes = e.stash_depth * (sums.act[s] + sums.param[s]);
     e.trip_out_ms = trip_ms[s];
     out.stages.push_back(e);
@@ -184,9 +184,11 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     for (int n : {s - 1, s + 1})
       if (n >= 0 && n < p) side_by_side = std::max(side_by_side, std::min(st.replicas, plan.stages[n].replicas));
     ring_transfers /= side_by_side;
-    e.allreduce_ms = exposed_allreduce_ms(plan, s, profile, cluster, options.bucket_bytes,
-                                          std::max(sums.compute[s], st.replicas * pace), ring_transfers) /
-                     st.replicas;
+    double exposed = exposed_allreduce_ms(plan, s, profile, cluster, options.bucket_bytes,
+                                          std::max(sums.compute[s], st.replicas * pace), ring_transfers);
+    // A deferred step waits for the all-reduce after the next forward, which hides that much.
+    if (plan.deferred_step && s == 0) exposed = std::max(0.0, exposed - (sums.compute[s] - sums.backward[s]));
+    e.allreduce_ms = exposed / st.replicas;
     e.comm_ms = e.link_ms + e.allreduce_ms;
     e.time_ms = std::max(e.compute_ms, e.link_ms) + e.allreduce_ms;
   }

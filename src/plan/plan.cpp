@@ -94,6 +94,7 @@ json to_json(const Plan& p) {
   if (!p.schedule.empty()) doc["schedule"] = p.schedule;
   if (p.microbatches > 0) doc["microbatches"] = p.microbatches;
   if (p.chunks > 0) doc["chunks"] = p.chunks;
+  if (p.deferred_step) doc["deferred_step"] = true;
   return doc;
 }
 
@@ -109,6 +110,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   if (root.has("schedule")) p.schedule = root["schedule"].as_string();
   if (root.has("microbatches")) p.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMaxMicrobatches));
   if (root.has("chunks")) p.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMaxChunks));
+  if (root.has("deferred_step")) p.deferred_step = root["deferred_step"].as_bool();
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");
   bool all_ids = true;

@@ -42,6 +42,10 @@ struct Plan {
   std::string schedule;
   int microbatches = 0;
   int chunks = 0;
+  // pipedream: a replicated first stage steps after its next forward instead of before it, so
+  // the tail of its all-reduce overlaps that forward; its weights lag one more update
+  // (simulate --deferred-step sets it too).
+  bool deferred_step = false;
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
   // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).

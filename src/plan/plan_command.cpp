@@ -30,6 +30,7 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   if (!(f.bucket_mb >= 0) || !std::isfinite(f.bucket_mb))
     throw UsageError(str("--bucket-mb: must be >= 0, got ", f.bucket_mb));
   options.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20));
+  options.deferred_step = !f.no_deferred_step;
   PlanOutcome out;
   out.options = options;
   out.cluster = cluster_from_flags(f.cluster);

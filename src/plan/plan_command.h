@@ -22,6 +22,7 @@ struct PlanFlags {
   bool no_activation_transfer = false;
   int candidates = 12;           // --candidates: the search's best plans the simulator referees
   double bucket_mb = Cluster::kDefaultBucketBytes / double(1 << 20);  // --bucket-mb, as train's
+  bool no_deferred_step = false;  // --no-deferred-step
   // The joint search (apps/joint_plan.h) keeps plans under the memory cap with the memory model:
   // the candidates here are searched without it.
   bool joint = false;

@@ -25,6 +25,9 @@ struct PlanOptions {
   // replicated stage's all-reduce its backward does not hide. The search's closed form charges
   // it all after the backward.
   int64_t bucket_bytes = Cluster::kDefaultBucketBytes;
+  // The referee may replay pipelines with a replicated first stage with its step deferred
+  // (plan.h, deferred_step): faster where the all-reduce shows, one more update of staleness.
+  bool deferred_step = true;
 };
 
 // Finds the plan minimising the slowest stage's time. Throws ConfigError when no plan fits.

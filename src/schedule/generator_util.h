@@ -22,17 +22,19 @@ std::vector<int> items_of(const Schedule& s, int stage, int worker, int items);
 int one_f_one_b_warmup(const Schedule& s, int stage);
 
 // Appends, for `worker`, warm-up forwards then one backward / one forward, then the rest of
-// the backwards. `after_backward(k)` runs after each B (to add AllReduce/Step).
+// the backwards. `after_backward(k)` runs after each B (to add AllReduce/Step), or, with
+// `after_next_forward`, after the forward that follows that B.
 template <typename AfterBackward>
 void append_1f1b(Schedule& s, int worker, int stage, const std::vector<int>& items, int warmup,
-                 AfterBackward after_backward) {
+                 AfterBackward after_backward, bool after_next_forward = false) {
   int n = static_cast<int>(items.size());
   if (warmup > n) warmup = n;
   for (int i = 0; i < warmup; ++i) s.add(worker, ActionKind::kForward, stage, items[i]);
   for (int i = 0; i < n; ++i) {
     s.add(worker, ActionKind::kBackward, stage, items[i]);
-    after_backward(items[i]);
+    if (!after_next_forward) after_backward(items[i]);
     if (i + warmup < n) s.add(worker, ActionKind::kForward, stage, items[i + warmup]);
+    if (after_next_forward) after_backward(items[i]);
   }
 }
 

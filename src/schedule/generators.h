@@ -20,6 +20,7 @@ struct ScheduleOptions {
   int chunks = 1;              // interleaved: model chunks per worker (the plan has p * chunks stages)
   int minibatches = 0;         // pipedream / 2bw: minibatches covered; 0 = default_minibatches
   bool vertical_sync = false;  // pipedream
+  bool deferred_step = false;  // pipedream: as the plan's deferred_step (plan.h), whichever says so
 };
 
 // Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has
@@ -35,7 +36,7 @@ Schedule gpipe(const plan::Plan& plan, int microbatches);
 // PipeDream-Flush / DAPPLE (Narayanan et al., ICML 2021; Fan et al., PPoPP 2021).
 Schedule one_f_one_b(const plan::Plan& plan, int microbatches);
 // PipeDream (Narayanan et al., SOSP 2019): asynchronous 1F1B-RR with weight stashing.
-Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync);
+Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync, bool deferred_step = false);
 // PipeDream-2BW (Narayanan et al., ICML 2021): 1F1B without flush, double-buffered weights.
 Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches);
 // Interleaved 1F1B (Narayanan et al., SC 2021): plan of p * chunks stages on p workers.

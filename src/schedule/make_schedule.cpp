@@ -30,7 +30,7 @@ Schedule generate(const std::string& kind, const plan::Plan& plan, const Schedul
     throw UsageError(str("--chunks ", o.chunks, " applies to --schedule interleaved only, not '", kind, "'"));
   if (kind == "gpipe") return gpipe(plan, o.microbatches);
   if (kind == "1f1b") return one_f_one_b(plan, o.microbatches);
-  if (kind == "pipedream") return pipedream(plan, minibatches, o.vertical_sync);
+  if (kind == "pipedream") return pipedream(plan, minibatches, o.vertical_sync, o.deferred_step || plan.deferred_step);
   if (kind == "2bw") return two_bw(plan, o.microbatches, minibatches);
   if (kind == "interleaved") return interleaved(plan, o.microbatches, o.chunks);
   if (kind == "zb-h1") return zb_h1(plan, o.microbatches);

@@ -3,6 +3,9 @@
 // stashing off the same check fails, so the test can tell.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "pipeline_test_util.h"
 
 namespace pt::runtime {
@@ -119,6 +122,58 @@ int stages_disagreeing(bool vertical_sync) {
 TEST(VerticalSync, EveryStageUsesTheEntryVersion) {
   EXPECT_EQ(stages_disagreeing(true), 0);
   EXPECT_GT(stages_disagreeing(false), 20);
+}
+
+}  // namespace
+}  // namespace pt::runtime
+
+namespace pt::runtime {
+namespace {
+
+using namespace testing;
+
+// A deferred step (plan.h, deferred_step): a replicated first stage steps after its next
+// forward. That forward runs on the version before the step, one update behind the plain
+// schedule's, and weight stashing still gives every backward its own forward's weights.
+std::map<int64_t, int64_t> first_stage_versions(bool deferred) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  PipelineOptions o;
+  o.schedule = "pipedream";
+  o.train.steps = 24;
+  o.train.batch_size = 16;
+  o.train.sgd = {0.05, 0.9, 0};
+  o.train.quiet = true;
+  o.train.evaluate = false;
+  o.record_weight_sums = true;
+  o.timeout_s = 20;
+  auto plan = plan::even_split(unit_profile(*m), 2);
+  plan.stages[0].replicas = 3;
+  plan::assign_workers(plan);
+  plan.deferred_step = deferred;
+  std::vector<std::unique_ptr<Worker>> workers;
+  train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
+  std::map<int64_t, int64_t> used;
+  for (int w = 0; w < 4; ++w) {
+    int st = w < 3 ? 0 : 1;
+    StageReplica* rep = workers[w]->replica(st);
+    EXPECT_EQ(rep->version(), st == 0 ? 8 : 24);  // stage 0 steps once per round of 3
+    for (const auto& [mb, sums] : rep->weight_sums()) EXPECT_EQ(sums.first, sums.second) << "worker " << w << " minibatch " << mb;
+    if (st == 0)
+      for (const auto& [mb, v] : rep->used_versions()) used[mb] = v;
+  }
+  return used;
+}
+
+TEST(WeightStashing, DeferredStepRunsTheNextForwardOneVersionBehind) {
+  auto plain = first_stage_versions(false);
+  auto deferred = first_stage_versions(true);
+  ASSERT_EQ(plain.size(), 24u);
+  ASSERT_EQ(deferred.size(), 24u);
+  // Rounds 0 and 1 enter before any step; from round 2 on each forward follows one step less.
+  for (int64_t mb = 0; mb < 24; ++mb)
+    EXPECT_EQ(deferred.at(mb), std::max<int64_t>(0, plain.at(mb) - 1)) << "minibatch " << mb;
+  EXPECT_GT(plain.at(23), 0);
 }
 
 }  // namespace
