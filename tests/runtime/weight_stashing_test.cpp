@@ -19,9 +19,9 @@ struct Outcome {
   int64_t max_versions = 0;
 };
 
-Outcome run_pipedream(bool stash, int stages) {
-  auto m = seeded_cnn(4);
-  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+// 24 pipedream minibatches of 16 with momentum, recording each backward's and its forward's
+// weights.
+PipelineOptions recorded_pipedream() {
   PipelineOptions o;
   o.schedule = "pipedream";
   o.train.steps = 24;
@@ -29,9 +29,16 @@ Outcome run_pipedream(bool stash, int stages) {
   o.train.sgd = {0.05, 0.9, 0};
   o.train.quiet = true;
   o.train.evaluate = false;
-  o.stash_weights = stash;
   o.record_weight_sums = true;
   o.timeout_s = 20;
+  return o;
+}
+
+Outcome run_pipedream(bool stash, int stages) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  PipelineOptions o = recorded_pipedream();
+  o.stash_weights = stash;
   auto plan = plan::even_split(unit_profile(*m), stages);
   std::vector<std::unique_ptr<Worker>> workers;
   train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
@@ -138,15 +145,7 @@ using namespace testing;
 std::map<int64_t, int64_t> first_stage_versions(bool deferred) {
   auto m = seeded_cnn(4);
   auto data = model::synthetic_data(*m, 512, 32, 10, 5);
-  PipelineOptions o;
-  o.schedule = "pipedream";
-  o.train.steps = 24;
-  o.train.batch_size = 16;
-  o.train.sgd = {0.05, 0.9, 0};
-  o.train.quiet = true;
-  o.train.evaluate = false;
-  o.record_weight_sums = true;
-  o.timeout_s = 20;
+  PipelineOptions o = recorded_pipedream();
   auto plan = plan::even_split(unit_profile(*m), 2);
   plan.stages[0].replicas = 3;
   plan::assign_workers(plan);
