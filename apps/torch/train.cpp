@@ -36,10 +36,12 @@ struct TrainFlags {
   CLI::Option* microbatches_flag = nullptr;
   CLI::Option* chunks_flag = nullptr;
   bool recompute = false;
+  int deferred_step = -1;  // --deferred-step 1, --no-deferred-step 0, else the plan's
 };
 
 // The plan says how to run it (a planner's joint choice, or the user's): its schedule,
-// microbatches and chunks, unless the flags say otherwise; --recompute recomputes every stage.
+// microbatches, chunks and deferred step, unless the flags say otherwise; --recompute recomputes
+// every stage.
 void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
   if (!plan.schedule.empty()) {
     const auto& kinds = schedule::schedule_kinds();
@@ -54,6 +56,9 @@ void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
   if (plan.chunks > 0 && f.chunks_flag->count() == 0) f.pipe.chunks = plan.chunks;
   if (f.recompute)
     for (auto& st : plan.stages) st.recompute = true;
+  if (f.deferred_step >= 0) plan.deferred_step = f.deferred_step == 1;
+  if (f.deferred_step == 1 && f.pipe.schedule != "pipedream")
+    throw UsageError(str("--deferred-step: only the pipedream schedule defers a step, not ", f.pipe.schedule));
 }
 
 // Every figure of an emulated run carries its label (docs/emulation.md).
@@ -303,6 +308,11 @@ Register reg({"train", kTrainDescription,
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
+  app.add_flag_callback("--deferred-step", [f] { f->deferred_step = 1; },
+                        "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's "
+                        "tail (its weights lag one more update); default: the plan's deferred_step");
+  app.add_flag_callback("--no-deferred-step", [f] { f->deferred_step = 0; },
+                        "pipedream: step before the next forward even where the plan defers it");
   app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
   app.add_option("--trace", f->trace_path, "Write what ran as a pipetrain trace (JSON)");

@@ -253,3 +253,40 @@ TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
 
 }  // namespace
 }  // namespace pt::runtime
+
+namespace pt::runtime {
+namespace {
+
+// train follows a plan's deferred_step unless --deferred-step / --no-deferred-step say
+// otherwise: the replicated first stage's AllReduce comes after the next forward, or before it.
+TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
+  TempDir tmp("deferred");
+  fs::path plan = tmp.path / "plan.json", log = tmp.path / "log";
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 4, "deferred_step": true, "stages": [
+      {"layers": [0, 1], "replicas": 3}, {"layers": [2, 3, 4], "replicas": 1}]})";
+  // Worker 0's first actions, as its trace recorded them.
+  auto first_actions = [&](const std::vector<std::string>& extra) {
+    fs::path trace = tmp.path / "trace.json";
+    std::vector<std::string> args = {"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", plan.string(),
+                                     "--steps", "12", "--trace", trace.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run(args, log), 0) << slurp(log);
+    std::string out;
+    json doc = parse_json(slurp(trace), "trace");
+    const json& w0 = doc["workers"][0];
+    for (size_t i = 0; i < 12 && i < w0.size(); ++i) out += w0[i]["action"].get<std::string>() + " ";
+    return out;
+  };
+  EXPECT_NE(first_actions({}).find("0B0 0F6 0SA6>3 0RG3<3 0AR0 0ST0"), std::string::npos);
+  EXPECT_NE(first_actions({"--no-deferred-step"}).find("0B0 0AR0 0RG3<3 0ST0 0F6"), std::string::npos);
+  EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", plan.string(), "--schedule",
+                 "1f1b", "--deferred-step", "--steps", "4"},
+                log),
+            2);
+  EXPECT_NE(slurp(log).find("--deferred-step: only the pipedream schedule defers a step, not 1f1b"),
+            std::string::npos)
+      << slurp(log);
+}
+
+}  // namespace
+}  // namespace pt::runtime
