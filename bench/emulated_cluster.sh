@@ -156,7 +156,7 @@ EOF
   # Steady state (metrics.h: the middle third of the minibatches, whole periods of the replica
   # rounds), measured from the workers' merged trace and simulated over the same minibatches.
   steady=$(sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p' "$out/$kind.trace.txt" | head -1)
-  steady=$([[ -z $steady ]] || awk -v t="$steady" -v S="$S" 'BEGIN { printf "%.1f", t / S }')
+  steady=$([[ -z $steady ]] || awk -v t="$steady" -v S="$S" 'BEGIN { printf "%.2f", t / S }')
   steady_sim=$("$bin" simulate "${sim_args[@]}" --minibatches "$minis" | sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p')
   # The planner's prediction for its own schedule (pipedream) and for data parallelism (per
   # minibatch of batch x workers); the other schedules it does not predict.

@@ -52,7 +52,11 @@ std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, cons
 
 // Sleeps `ms` on this thread. Sleeps overshoot by tens of microseconds; the overshoot is carried
 // (per thread) and taken off the next waits, so a stage of many short layers still waits the
-// sum of their times instead of the sum plus one overshoot per layer.
-void emulated_wait(double ms);
+// sum of their times instead of the sum plus one overshoot per layer. With continues_previous
+// (the layer before ran in the same forward or backward pass), the host's time since the last
+// wait is taken off too, as an accelerator's asynchronous launches hide it; the sum of the
+// waits is kept either way, so a pass never takes less than its profiled time (less at most
+// the 1 ms carry).
+void emulated_wait(double ms, bool continues_previous = false);
 
 }  // namespace pt::model
