@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "apps/plan_referee.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "schedule/generators.h"
@@ -95,8 +96,18 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
   // PipeDream's baseline: every worker a minibatch of B, one step for all (weak scaling).
   if (wanted("dp") && (o.microbatches == 0 || o.microbatches == n))
     out.push_back({"dp", plan::data_parallel_plan(layers, n), n, 1, B * n});
-  if (wanted("pipedream"))
-    for (auto& c : plan::plan_candidates(p, cluster, po)) out.push_back({"pipedream", c, 1, 1, B});
+  if (wanted("pipedream")) {
+    // What `plan` itself chooses among and from: the search's candidates refereed, with their
+    // local search and in-flight and deferred-step variants. A deferred variant the referee
+    // turned down (gaining under what pays for its staleness) stays out.
+    try {
+      Refereed rf = referee(plan::plan_candidates(p, cluster, po), p, cluster, po);
+      for (size_t i = 0; i < rf.ranked.size(); ++i)
+        if (i == 0 || !rf.ranked[i].plan.deferred_step) out.push_back({"pipedream", rf.ranked[i].plan, 1, 1, B});
+    } catch (const ConfigError&) {
+      // no candidate schedules under pipedream: the uniform plans above remain
+    }
+  }
   return out;
 }
 

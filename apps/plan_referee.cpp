@@ -132,7 +132,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     c.why_not = slower < 0 ? str("deferred step gains ", fixed(-100 * slower, 1), "%, under the ",
                                  fixed(100 * kDeferredStepGain, 0), "% that pays for its staleness")
                            : str(fixed(100 * slower, 1), "% slower in simulation; ", limit_of(c.predicted, cluster));
-    if (c.plan.deferred_step && slower >= 0) c.why_not += " (deferred step)";
+    if (c.plan.deferred_step && slower >= 0)
+      c.why_not += str(" (deferred step: ranked ", fixed(100 * kDeferredStepGain, 0), "% slower for its staleness)");
   }
   return r;
 }
@@ -140,7 +141,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
 std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
   std::ostringstream os;
   os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
-     << " schedule (fastest simulated first):\n";
+     << " schedule (best first: the simulated time, a deferred step's raised " << fixed(100 * kDeferredStepGain, 0)
+     << "% for its staleness):\n";
   char line[512];
   std::snprintf(line, sizeof line, "%4s  %-30s  %12s  %12s  %11s  %s\n", "rank", "shape @ first layers", "predicted_ms", "simulated_ms",
                 "peak_memory", "why not chosen");

@@ -73,7 +73,7 @@ if [[ -n $plan_in ]]; then
   cp "$plan_in" "$out/plan.json"
   : >"$out/plan.txt"
 else
-  "$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" -o "$out/plan.json" >"$out/plan.txt"
+  "$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" "${bucket[@]}" -o "$out/plan.json" >"$out/plan.txt"
 fi
 config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in json.load(open('$out/plan.json'))['stages']))")
 # Asynchronous schedules run whole rounds of every stage's replicas (lcm of the counts): run at
@@ -108,7 +108,7 @@ for kind in $schedules; do
       prof=$out/dp_profile.json
       args+=(--profile "$prof" --workers "$workers" --microbatches "$workers")
       sim_args+=(--profile "$prof" --microbatches "$workers")  # dp: every worker holds every layer
-      [[ $n -gt 0 ]] || n=4
+      [[ $n -gt 0 ]] || n=9  # a steady third of 3 steps
       cfg=$workers ;;
     *)
       prof=$profile
