@@ -139,6 +139,20 @@ int run_plan(Flags& f) {
                                              : std::string(),
                                    "; its weights lag one update more; --no-deferred-step plans without it"));
     }
+    if (out.plan.workers < out.cluster.workers()) {
+      double all = 0;  // the best plan on every worker, as replayed
+      for (const auto& c : r.ranked)
+        if (c.plan.workers == out.cluster.workers()) {
+          all = c.simulated.ms_per_minibatch;
+          break;
+        }
+      out.plan.notes.push_back(str("fewer workers: the plan uses ", out.plan.workers, " of the cluster's ",
+                                   out.cluster.workers(), "; on these links every plan on more is slower",
+                                   all > 0 ? str(" (the best on all ", out.cluster.workers(), ": ",
+                                                 std::round(all * 10) / 10, " ms per minibatch in simulation)")
+                                           : std::string(),
+                                   "; --all-workers plans on all of them"));
+    }
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "
                                "unreplicated (mnist-cnn, 2 epochs: one worker 89.5%; pipedream 3-1 88.8-89.0%, 1-3 "
@@ -184,6 +198,9 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_flag("--no-deferred-step", f->plan.no_deferred_step,
                "Never defer a replicated first stage's step past its next forward (which hides its all-reduce "
                "at the cost of one more update of staleness)");
+  app.add_flag("--all-workers", f->plan.all_workers,
+               "Use every worker of the cluster, as PipeDream's optimizer does, even where a plan on fewer of them "
+               "(the rest idle) is faster");
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   std::string kinds;

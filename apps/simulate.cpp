@@ -36,7 +36,9 @@ int run_simulate(const SimulateFlags& f) {
     // Without a plan: an even split, one stage per worker (per chunk for interleaved).
     int stages = f.kind == "interleaved" ? cluster.workers() * f.options.chunks : cluster.workers();
     plan = straight_plan(prof, stages);
-    std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
+    // Data parallelism makes its own one-stage plan from the workers (make_schedule).
+    if (f.kind != "dp")
+      std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
   schedule::Schedule s = schedule::make_schedule(f.kind, plan, f.options);
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");

@@ -31,6 +31,7 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
     throw UsageError(str("--bucket-mb: must be >= 0, got ", f.bucket_mb));
   options.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20));
   options.deferred_step = !f.no_deferred_step;
+  options.fewer_workers = !f.all_workers;
   PlanOutcome out;
   out.options = options;
   out.cluster = cluster_from_flags(f.cluster);

@@ -42,7 +42,8 @@ std::string fixed(double v, int digits = 3) {
 
 std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster) {
   std::ostringstream os;
-  os << "plan for '" << plan.model << "' (batch " << plan.batch_size << ") on " << plan.workers << " workers, "
+  os << "plan for '" << plan.model << "' (batch " << plan.batch_size << ") on "
+     << (plan.workers < cluster.workers() ? std::to_string(plan.workers) + " of " : "") << cluster.workers() << " workers, "
      << cluster.describe() << ", cost model " << plan.cost_model << ": " << plan.num_stages() << " stages, shape "
      << plan.shape() << "\n";
   char line[512];
@@ -79,9 +80,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
        << (dp > 0 ? str(", ", fixed(dp / plan.simulated_ms_per_minibatch, 2), "x over data parallelism") : std::string())
        << "\n";
   // No plan beats every worker computing all the time: how close this one comes.
-  if (pipe > 0 && plan.workers > 0) {
-    double limit = single / plan.workers;
-    os << "compute limit (one worker's time / " << plan.workers << " workers): " << fixed(limit)
+  if (pipe > 0 && cluster.workers() > 0) {
+    double limit = single / cluster.workers();
+    os << "compute limit (one worker's time / " << cluster.workers() << " workers): " << fixed(limit)
        << " ms per minibatch; the plan reaches " << fixed(100 * limit / pipe, 1) << "% of it predicted";
     if (plan.simulated_ms_per_minibatch > 0)
       os << ", " << fixed(100 * limit / plan.simulated_ms_per_minibatch, 1) << "% simulated";

@@ -124,7 +124,9 @@ Plan placed(Plan plan, const std::vector<int>& order) {
 Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                  const PlanOptions& options) {
   Plan best;
-  for (const auto& order : placements(cluster)) {
+  for (auto order : placements(cluster)) {
+    // A plan on fewer workers (smaller_clusters) takes ids 0..k-1, which are that smaller cluster.
+    order.erase(std::remove_if(order.begin(), order.end(), [&](int w) { return w >= plan.workers; }), order.end());
     Plan p = placed(plan, order);
     predict(p, profile, cluster, options);
     if (!evaluate_plan(p, profile, cluster, options).fits_memory) continue;
@@ -237,7 +239,43 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
         plans[order[k]].num_stages() == 1)
       kept.push_back(std::move(plans[order[k]]));
   plans = std::move(kept);
+  // The best plan of each smaller cluster, on this one: the referee weighs leaving workers idle
+  // (AWD-LM on 8 workers at 1 Gbit/s: every plan on all 8 is slower than one worker alone).
+  if (options.fewer_workers) {
+    PlanOptions one = options;
+    one.fewer_workers = false;
+    one.candidates = 1;
+    for (const Cluster& sub : smaller_clusters(cluster)) {
+      std::vector<Plan> best;
+      try {
+        best = plan_candidates(profile, sub, one);
+      } catch (const ConfigError&) {
+        continue;  // no plan fits that few workers' memory
+      }
+      Plan p = best_placed(best.front(), profile, cluster, options);
+      if (!p.stages.empty()) plans.push_back(std::move(p));
+    }
+    std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+      return a.pipeline_ms_per_minibatch < b.pipeline_ms_per_minibatch;
+    });
+  }
   return plans;
+}
+
+std::vector<Cluster> smaller_clusters(const Cluster& cluster) {
+  std::vector<Cluster> out;
+  Cluster unit = cluster;
+  while (!unit.levels.empty()) {
+    for (int k = unit.levels.back().fan_out - 1; k >= 1; --k) {
+      Cluster c = unit;
+      c.levels.back().fan_out = k;
+      if (k == 1 && c.levels.size() > 1) c.levels.pop_back();  // one unit: the level below's cluster
+      out.push_back(c);
+    }
+    if (unit.levels.size() == 1) break;
+    unit.levels.pop_back();  // one unit of the outermost level, already listed (k = 1)
+  }
+  return out;
 }
 
 std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,

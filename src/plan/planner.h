@@ -28,6 +28,9 @@ struct PlanOptions {
   // The referee may replay pipelines with a replicated first stage with its step deferred
   // (plan.h, deferred_step): faster where the all-reduce shows, one more update of staleness.
   bool deferred_step = true;
+  // plan_candidates adds the best plan of each smaller cluster (plan --all-workers: not): on
+  // slow links a plan on fewer workers, the rest idle, can beat every plan on all of them.
+  bool fewer_workers = true;
 };
 
 // Finds the plan minimising the slowest stage's time. Throws ConfigError when no plan fits.
@@ -40,8 +43,14 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
 // over the innermost level's units), ranked by evaluate_plan (fastest first; each plan's
 // predicted time is that): the search's best options.candidates, the best options.candidates
 // by evaluate_plan among four times as many, and data parallelism. The simulator referees among
-// them (apps/plan_referee.h). PipeDream model: make_plan's one plan.
+// them (apps/plan_referee.h). With options.fewer_workers, also the best of each cluster
+// smaller_clusters gives, placed on this one. PipeDream model: make_plan's one plan.
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
+
+// The clusters of fewer workers inside `cluster`, each numbered from worker 0 as in it: fewer
+// units at the outermost level (4x4: 4x3, 4x2), then one such unit and fewer inside it (4, 3,
+// 2, 1). Empty for one worker.
+std::vector<Cluster> smaller_clusters(const Cluster& cluster);
 
 // The plans one step from `plan` (pipetrain model), for the referee's local search: a stage
 // boundary moved by one layer, one replica moved from a stage to another, or two neighbouring

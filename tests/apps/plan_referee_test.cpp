@@ -48,16 +48,15 @@ TEST(PlanReferee, Vgg16On4x4PredictsWhatTheSimulatorMeasures) {
 }
 
 // Issue 12's second goal, on every profile of data/profiles and ten clusters (the clusters of
-// bench_plan_vs_enumerated): the chosen plan's prediction against its simulation. 48 of the 50
-// are within 10% (AWD-LM 7-1 on 8 workers at 1 Gbit/s is 17% slower in simulation, GNMT-16
-// 1x6-2-2-2-4 on 4x4 at 96/25 15% faster: docs/results.md); none is more than 20% off, and none
+// bench_plan_vs_enumerated): the chosen plan's prediction within 10% of its simulation in all
+// 50 (the widest: GNMT-16 1x6-2-2-2-4 on 4x4 at 96/25, 9.4% faster in simulation), and none
 // beats the physical limit.
 TEST(PlanReferee, EveryProfileOnTenClustersPredictsTheSimulator) {
   struct Cluster {
     std::string workers, gbps;
     int n;
   };
-  int cases = 0, within_10 = 0;
+  int cases = 0;
   for (const char* model : {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"}) {
     std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/" + model + ".json";
     profile::Profile prof = profile::read_profile_json(path);
@@ -72,13 +71,11 @@ TEST(PlanReferee, EveryProfileOnTenClustersPredictsTheSimulator) {
       double simulated = plan["predicted"]["simulated_ms_per_minibatch"].get<double>();
       EXPECT_GE(simulated, prof.total_compute_ms() / c.n * (1 - 1e-9));
       EXPECT_GE(predicted, prof.total_compute_ms() / c.n * (1 - 1e-9));
-      EXPECT_NEAR(simulated / predicted, 1.0, 0.20) << "predicted " << predicted << " simulated " << simulated;
+      EXPECT_NEAR(simulated / predicted, 1.0, 0.10) << "predicted " << predicted << " simulated " << simulated;
       ++cases;
-      if (std::abs(simulated / predicted - 1) <= 0.10) ++within_10;
     }
   }
   EXPECT_EQ(cases, 50);
-  EXPECT_GE(within_10, 48);
 }
 
 TEST(PlanReferee, TopListsCandidatesFastestFirstAndSaysWhyEachLost) {
@@ -116,19 +113,44 @@ TEST(PlanReferee, TopListsCandidatesFastestFirstAndSaysWhyEachLost) {
 // All workers are used, so on slow links the chosen plan can lose to one worker alone: AWD-LM on
 // 8 workers at 1 Gbit/s (7-1, 103 ms per minibatch in simulation against 88.5 on one worker).
 // `plan` says so; where the plan is faster (VGG-16 on 4x4), it says nothing.
-TEST(PlanReferee, SaysWhenThePlanIsSlowerThanOneWorker) {
-  auto run = [](const std::string& model, const std::string& workers, const std::string& gbps) {
+// AWD-LM on 8 workers at 1 Gbit/s: every plan on all 8 simulates slower than one worker alone.
+// The planner then leaves workers idle and says so; with --all-workers (PipeDream's optimizer's
+// way) it plans on all 8 and warns that one worker would be faster.
+TEST(PlanReferee, LeavesWorkersIdleWhereUsingThemIsSlower) {
+  auto run = [](const std::string& model, const std::string& workers, const std::string& gbps,
+                const std::string& flags) {
     return testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SOURCE_DIR +
                                   "/data/profiles/" + model + ".json --workers " + workers + " --bandwidth-gbps " +
-                                  gbps + " 2>&1",
+                                  gbps + " " + flags + " 2>&1",
                               false);
   };
-  auto slow = run("awd-lm", "8", "1");
-  ASSERT_EQ(slow.exit_code, 0) << slow.output;
-  EXPECT_NE(slow.output.find("warning: this plan is slower than one worker"), std::string::npos) << slow.output;
-  auto fast = run("vgg16", "4,4", "96,10");
+  auto all = run("awd-lm", "8", "1", "--all-workers");
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  EXPECT_NE(all.output.find("warning: this plan is slower than one worker"), std::string::npos) << all.output;
+  EXPECT_EQ(all.output.find("note: fewer workers"), std::string::npos) << all.output;
+
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/awd-lm.json";
+  profile::Profile prof = profile::read_profile_json(path);
+  json fewer;
+  ASSERT_NO_FATAL_FAILURE(fewer = plan_json(path, "8", "1"));
+  int used = fewer.value("workers", 0);
+  EXPECT_GE(used, 1);
+  EXPECT_LT(used, 8);
+  double simulated = fewer["predicted"].value("simulated_ms_per_minibatch", 0.0);
+  EXPECT_GT(simulated, 0);
+  EXPECT_LE(simulated, prof.total_compute_ms() * (1 + 1e-9));  // never slower than one worker
+  auto text = run("awd-lm", "8", "1", "");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("on " + std::to_string(used) + " of 8 workers"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("note: fewer workers: the plan uses " + std::to_string(used) + " of the cluster's 8"),
+            std::string::npos)
+      << text.output;
+  EXPECT_EQ(text.output.find("slower than one worker"), std::string::npos) << text.output;
+
+  auto fast = run("vgg16", "4,4", "96,10", "");
   ASSERT_EQ(fast.exit_code, 0) << fast.output;
   EXPECT_EQ(fast.output.find("slower than one worker"), std::string::npos) << fast.output;
+  EXPECT_EQ(fast.output.find("note: fewer workers"), std::string::npos) << fast.output;
 }
 
 // Issue 12's headline case in simulation: VGG-16 on 4x4 (96/10 Gbit/s). The paper's 15-1 loses

@@ -87,9 +87,9 @@ TEST(CostEngine, CandidatesAreRankedByTheExactModel) {
   o.candidates = 6;
   auto plans = plan_candidates(p, c, o);
   ASSERT_GE(plans.size(), 2u);
-  // The exact model's best 6, each search's best 6 (with buckets hidden and not), and data
-  // parallelism.
-  EXPECT_LE(plans.size(), 3u * 6 + 1);
+  // The exact model's best 6, each search's best 6 (with buckets hidden and not), data
+  // parallelism, and the best of each smaller cluster.
+  EXPECT_LE(plans.size(), 3u * 6 + 1 + smaller_clusters(c).size());
   for (size_t i = 0; i < plans.size(); ++i) {
     EXPECT_NEAR(evaluate_plan(plans[i], p, c, o).pipeline_ms_per_minibatch, plans[i].pipeline_ms_per_minibatch, 1e-9);
     if (i > 0) {
@@ -97,6 +97,23 @@ TEST(CostEngine, CandidatesAreRankedByTheExactModel) {
     }
     EXPECT_GE(plans[i].pipeline_ms_per_minibatch, p.total_compute_ms() / 16 * (1 - 1e-12));
   }
+}
+
+TEST(CostEngine, SmallerClustersKeepTheLinksOfTheWorkersTheyHold) {
+  std::vector<std::string> got;
+  std::vector<int> workers;
+  for (const Cluster& s : smaller_clusters(four_by_four())) got.push_back(s.describe()), workers.push_back(s.workers());
+  EXPECT_EQ(workers, (std::vector<int>{12, 8, 4, 3, 2, 1}));
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_EQ(got[0], cluster_from_shorthand("4,3", "100,10").describe());
+  EXPECT_EQ(got[2], "4 (server 100 Gbps)");  // one server: its own level and links
+  EXPECT_EQ(smaller_clusters(Cluster::flat(8, 1)).size(), 7u);
+  EXPECT_TRUE(smaller_clusters(Cluster::flat(1, 1)).empty());
+  // Each is numbered as the cluster: two workers talk over the same level in both.
+  Cluster c = four_by_four(), s = smaller_clusters(c)[1];
+  for (int a = 0; a < s.workers(); ++a)
+    for (int b = 0; b < s.workers(); ++b)
+      if (a != b) EXPECT_EQ(c.transfer_ms(c.level_between(a, b), 1e6), s.transfer_ms(s.level_between(a, b), 1e6));
 }
 
 }  // namespace
