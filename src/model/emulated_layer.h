@@ -54,9 +54,10 @@ std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, cons
 // (per thread) and taken off the next waits, so a stage of many short layers still waits the
 // sum of their times instead of the sum plus one overshoot per layer. With continues_previous
 // (the layer before ran in the same forward or backward pass), the host's time since the last
-// wait is taken off too, as an accelerator's asynchronous launches hide it; the sum of the
-// waits is kept either way, so a pass never takes less than its profiled time (less at most
-// the 1 ms carry).
+// wait is taken off too, and a wake-up of any length late is paid back over the rest of the
+// pass, as an accelerator's asynchronous launches hide both; the sum of the waits is kept
+// either way, so a pass never takes less than its profiled time (less at most the 1 ms carried
+// into it from the pass before).
 void emulated_wait(double ms, bool continues_previous = false);
 
 }  // namespace pt::model
