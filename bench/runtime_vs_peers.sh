@@ -25,6 +25,10 @@ echo "round,run,samples_per_s" >"$csv"
 rate() {  # samples/s from pipetrain's "steps N, T s, X samples/s" line
   sed -n 's/^steps [0-9]*, [0-9.e+-]* s, \([0-9.]*\) samples\/s.*/\1/p'
 }
+# The peers get the host allocator settings pipetrain and the plain loop set for themselves
+# (src/model/host_allocator.h): without them PyTorch here gives its activations back to the
+# kernel every step and runs at a third of its speed, which would measure this VM, not a runtime.
+peer() { GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456 /usr/bin/python3 bench/python/peers.py "$@"; }
 train() { build/pipetrain train --model mnist-cnn --batch-size 64 --steps "$steps" --quiet "$@" 2>&1 | rate; }
 for ((r = 1; r <= rounds; r++)); do
   line=$(build/bench/bench_trainer_overhead "$steps" 1 | tail -1)
@@ -32,11 +36,11 @@ for ((r = 1; r <= rounds; r++)); do
   ours=$(sed -n 's/.*pipetrain \([0-9.]*\) steps\/s.*/\1/p' <<<"$line")
   echo "$r,plain-libtorch,$(awk -v s="$plain" 'BEGIN { print s * 64 }')" >>"$csv"
   echo "$r,pipetrain-one-worker,$(awk -v s="$ours" 'BEGIN { print s * 64 }')" >>"$csv"
-  echo "$r,ddp-gloo-2,$(/usr/bin/python3 bench/python/peers.py ddp --workers 2 --batch 32 --steps "$steps" | sed 's/samples\/s //')" >>"$csv"
+  echo "$r,ddp-gloo-2,$(peer ddp --workers 2 --batch 32 --steps "$steps" | sed 's/samples\/s //')" >>"$csv"
   for t in threads gloo; do
     echo "$r,pipetrain-dp-2-$t,$(train --schedule dp --workers 2 --microbatches 2 --transport $t)" >>"$csv"
   done
-  echo "$r,gpipe-python-2x4,$(/usr/bin/python3 bench/python/peers.py gpipe --microbatches 4 --batch 64 --steps "$steps" | sed 's/samples\/s //')" >>"$csv"
+  echo "$r,gpipe-python-2x4,$(peer gpipe --microbatches 4 --batch 64 --steps "$steps" | sed 's/samples\/s //')" >>"$csv"
   for s in gpipe 1f1b pipedream; do
     for t in threads gloo; do
       echo "$r,pipetrain-$s-2x4-$t,$(train --plan "$plan" --schedule $s --microbatches 4 --transport $t)" >>"$csv"
