@@ -62,31 +62,42 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     return ms;
   };
   std::vector<Trial> out;
-  for (int d = 1; d <= std::min(n, layers); ++d) {
-    if (n % d != 0) continue;
-    int r = n / d;
-    for (bool stage_major : {true, false}) {
-      // The same placement, or (one level) the same links.
-      if (!stage_major && (r == 1 || d == 1 || cluster.levels.size() < 2)) continue;
-      plan::Plan u = uniform_plan(p, d, r, stage_major);
-      if (d > 1) {
-        for (const char* kind : {"1f1b", "gpipe", "2bw"})
-          if (wanted(kind))
-            // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
-            // past the warm-up make its steady state (the default, sized for PipeDream's
-            // one-microbatch minibatches, simulates thousands of microbatches here).
-            for (int m : per_copy(r)) {
-              int enough = std::max(6, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
-              out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
-            }
-        if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
-      }
-      if (r == 1 && d > 1) {
-        if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
-        if (wanted("zb-h1"))
-          for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
+  // The uniform plans on every worker, and (fewer_workers) on each smaller cluster's: its
+  // workers are ids 0..k-1 of this one, with the same links.
+  std::vector<plan::Cluster> clusters{cluster};
+  if (po.fewer_workers)
+    for (const plan::Cluster& sub : plan::smaller_clusters(cluster)) clusters.push_back(sub);
+  for (const plan::Cluster& c : clusters) {
+    int w = c.workers();
+    for (int d = 1; d <= std::min(w, layers); ++d) {
+      if (w % d != 0) continue;
+      int r = w / d;
+      for (bool stage_major : {true, false}) {
+        // The same placement, or (one level) the same links.
+        if (!stage_major && (r == 1 || d == 1 || c.levels.size() < 2)) continue;
+        plan::Plan u = uniform_plan(p, d, r, stage_major);
+        if (d > 1) {
+          for (const char* kind : {"1f1b", "gpipe", "2bw"})
+            if (wanted(kind))
+              // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
+              // past the warm-up make its steady state (the default, sized for PipeDream's
+              // one-microbatch minibatches, simulates thousands of microbatches here).
+              for (int m : per_copy(r)) {
+                int enough = std::max(6, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
+                out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
+              }
+          if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
+        }
+        if (r == 1 && d > 1) {
+          if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
+          if (wanted("zb-h1"))
+            for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
+        }
       }
     }
+    // Data parallelism on fewer workers: where the all-reduce outweighs their compute.
+    if (w < n && w > 1 && wanted("dp") && (o.microbatches == 0 || o.microbatches == w))
+      out.push_back({"dp", plan::data_parallel_plan(layers, w), w, 1, B * w});
   }
   if (wanted("interleaved"))
     for (int v : {2, 4})
@@ -178,8 +189,9 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.simulated = metrics::compute_metrics(sim::simulate(s, prof, cluster, {po.bucket_bytes}));
         c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(t.batch);
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
-        c.objective_ms_per_sample =
-            c.ms_per_sample * (o.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0);
+        c.objective_ms_per_sample = c.ms_per_sample *
+                                    (o.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0) *
+                                    idle_workers_factor(t.plan, cluster);
         c.memory = memory;
         c.peak_memory = peak;
         plan::Plan& p = c.plan;
@@ -208,7 +220,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   // The baseline every plan file records: data parallelism's time per minibatch of B.
   double dp = 0;
   for (const auto& c : r.ranked)
-    if (c.plan.schedule == "dp") dp = c.ms_per_sample * static_cast<double>(profile.batch_size);
+    if (c.plan.schedule == "dp" && c.plan.workers == cluster.workers())
+      dp = c.ms_per_sample * static_cast<double>(profile.batch_size);
   if (r.ranked.empty()) return r;
   const Configuration& best = r.ranked.front();
   for (size_t i = 0; i < r.ranked.size(); ++i) {
@@ -217,6 +230,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     if (i == 0) continue;
     c.why_not = str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1), "% slower",
                     o.objective == "time-to-accuracy" && c.staleness > 0 ? " (staleness weighed)" : "",
+                    c.plan.workers < cluster.workers() ? str(" (on ", c.plan.workers, " workers: weighed)") : "",
                     "; bubble ", fixed(100 * c.simulated.bubble_fraction, 0), "%");
   }
   return r;

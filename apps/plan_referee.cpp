@@ -50,6 +50,10 @@ std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster) 
 
 }  // namespace
 
+double idle_workers_factor(const plan::Plan& plan, const plan::Cluster& cluster) {
+  return plan.workers < cluster.workers() ? 1 + kFewerWorkersGain : 1;
+}
+
 Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
                  const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind) {
   Refereed r;
@@ -61,7 +65,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // Likewise a plan that leaves workers idle.
   auto score = [&](const Candidate& c) {
     return c.simulated.ms_per_minibatch * (c.plan.deferred_step ? 1 + kDeferredStepGain : 1) *
-           (c.plan.workers < cluster.workers() ? 1 + kFewerWorkersGain : 1);
+           idle_workers_factor(c.plan, cluster);
   };
   // Index of the plan's candidate once replayed; -1 when seen before or unschedulable.
   auto replay = [&](const plan::Plan& p) -> int {

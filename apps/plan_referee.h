@@ -28,6 +28,11 @@ struct Refereed {
   std::vector<Candidate> ranked;
 };
 
+// What a plan's simulated time is multiplied by before it is ranked against plans on every
+// worker: 1.03 when it leaves workers idle (a gain inside the simulator's error is no reason to
+// idle them: plan_referee.cpp), else 1. The joint search ranks by it too.
+double idle_workers_factor(const plan::Plan& plan, const plan::Cluster& cluster);
+
 // Simulates each plan under `kind` (default minibatches: a steady state of whole rounds).
 // Throws ConfigError when no candidate can be scheduled.
 Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,

@@ -61,12 +61,19 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                   fixed(st.comm_ms).c_str());
     os << line;
   }
+  // One worker's time and data parallelism's are per minibatch of the profile's batch; a joint
+  // search's step may take several (a pipeline copied r times takes r): compare like with like.
+  double per_step = plan.batch_size > 0 && profile.batch_size > 0
+                        ? static_cast<double>(plan.batch_size) / static_cast<double>(profile.batch_size)
+                        : 1.0;
   double single = 0;
   for (int l = 0; l < profile.num_layers(); ++l)
     if (!is_outside_search(profile, l)) single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
-  double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch;
+  single *= per_step;
+  double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
   os << "bottleneck: stage " << bottleneck << "\n";
-  os << "predicted ms per minibatch: pipeline " << fixed(pipe) << ", data parallel "
+  os << "predicted ms per minibatch" << (per_step != 1.0 ? str(" of ", plan.batch_size) : std::string()) << ": pipeline "
+     << fixed(pipe) << ", data parallel "
      << (dp > 0 ? fixed(dp) : std::string("(does not fit)")) << ", one worker " << fixed(single) << "\n";
   if (pipe > 0) {
     os << "speed-up: " << fixed(single / pipe, 2) << "x over one worker";
