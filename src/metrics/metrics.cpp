@@ -48,6 +48,18 @@ void memory_of(const schedule::Trace& t, const std::vector<TraceEvent>& events, 
       out.weight_bytes += t.stage_parameter_bytes[s] * tracker.weight_versions(s);
   out.peak_memory_bytes = out.peak_activation_bytes + out.weight_bytes;
 }
+// The most minibatches between their first compute's start and their last compute's end at
+// one time.
+int most_in_flight(const std::map<int, double>& begun, const std::map<int, double>& done) {
+  std::vector<std::pair<double, int>> edges;  // (time, +1 begins / -1 ends); ends first at a tie
+  for (const auto& [id, t] : begun) edges.emplace_back(t, 1);
+  for (const auto& [id, t] : done) edges.emplace_back(t, -1);
+  std::sort(edges.begin(), edges.end());
+  int now = 0, most = 0;
+  for (const auto& [t, d] : edges) most = std::max(most, now += d);
+  return most;
+}
+
 }  // namespace
 
 int64_t Metrics::peak_memory_bytes() const {
@@ -60,13 +72,16 @@ Metrics compute_metrics(const schedule::Trace& t) {
   Metrics m;
   m.schedule = t.schedule;
   m.source = t.source;
-  // done[k]: end of minibatch k's last compute.
-  std::map<int, double> done;
+  // done[k]: end of minibatch k's last compute; begun[k]: start of its first.
+  std::map<int, double> done, begun;
   for (const auto& list : t.workers)
     for (const auto& e : list)
       if (is_compute(e.action.kind)) {
-        double& d = done[e.action.microbatch / t.microbatches];
+        int id = e.action.microbatch / t.microbatches;
+        double& d = done[id];
         d = std::max(d, e.end_ms);
+        auto [it, fresh] = begun.emplace(id, e.start_ms);
+        if (!fresh) it->second = std::min(it->second, e.start_ms);
       }
   if (done.empty()) throw ConfigError(str("trace of '", t.schedule, "' has no compute events"));
   m.minibatches = static_cast<int>(done.size());
@@ -84,16 +99,21 @@ Metrics compute_metrics(const schedule::Trace& t) {
       if (e.action.kind == schedule::ActionKind::kForward) replicas[e.action.stage].insert(w);
   int period = 1;
   for (const auto& [stage, ws] : replicas) period = std::lcm(period, static_cast<int>(ws.size()));
-  // An asynchronous pipeline's warm-up and drain each span about as many microbatches as it
-  // has workers; completions inside them come a backward apart, not a forward and a backward,
-  // so the window keeps clear of them. Without room for a whole period between them it takes the
-  // whole trace, which can only overstate the time per minibatch, never understate it.
+  // An asynchronous pipeline's warm-up and drain each span as many minibatches as it holds in
+  // flight at once (about one per worker, more where a plan raises a stage's in_flight: VGG-16
+  // 15-1 with 5 per replica holds 75); completions inside them come a backward apart, not a
+  // forward and a backward, so the window keeps clear of them. Without room for a whole period
+  // between them it takes the whole trace, which can only overstate the time per minibatch,
+  // never understate it.
   int k = m.minibatches, mb = std::max(1, t.microbatches);
-  int edge = schedule::schedule_flushes(t.schedule) ? k / 3 : std::max(k / 3, (t.num_workers() + mb - 1) / mb);
+  int edge = schedule::schedule_flushes(t.schedule)
+                 ? k / 3
+                 : std::max({k / 3, (t.num_workers() + mb - 1) / mb, most_in_flight(begun, done)});
   int a = edge, b = k - 1 - edge;
   if (b - a >= period) b = a + (b - a) / period * period;
   else a = b;  // less than a period in the middle third: the whole trace, warm-up and all
-  if (b > a) {
+  m.steady = b > a;
+  if (m.steady) {
     m.window_start_ms = finished[a];
     m.window_end_ms = finished[b];
     m.ms_per_minibatch = (finished[b] - finished[a]) / (b - a);
@@ -142,6 +162,7 @@ json to_json(const Metrics& m) {
           {"schedule", m.schedule},
           {"source", m.source},
           {"minibatches", m.minibatches},
+          {"steady", m.steady},
           {"window_ms", {m.window_start_ms, m.window_end_ms}},
           {"ms_per_minibatch", m.ms_per_minibatch},
           {"samples_per_s", m.samples_per_s},
@@ -156,7 +177,8 @@ std::string format_metrics(const Metrics& m) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(3);
   os << "schedule " << m.schedule << " (" << m.source << ", " << m.minibatches << " minibatch"
-     << (m.minibatches > 1 ? "es, steady state" : "") << ")\n";
+     << (m.steady ? "es, steady state" : m.minibatches > 1 ? "es, whole run: too few for a steady state" : "")
+     << ")\n";
   os << "time per minibatch  " << m.ms_per_minibatch << " ms\n";
   os << "throughput          " << std::setprecision(1) << m.samples_per_s << " samples/s\n";
   os << "bubble fraction     " << std::setprecision(3) << m.bubble_fraction << "\n";

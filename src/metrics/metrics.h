@@ -6,8 +6,8 @@
 // A trace of K >= 2 minibatches (asynchronous schedules, or a runtime repeating a synchronous
 // one) measures the steady state: with done(k) the end of the k-th minibatch to finish (its
 // last compute; replicated stages finish them out of order), the window is
-// [done(e), done(K-1-e)] with e = K/3 (asynchronous schedules: at least workers / microbatches,
-// the minibatches that warm-up and drain each span), shortened to whole periods of the steady state (the least
+// [done(e), done(K-1-e)] with e = K/3 (asynchronous schedules: at least workers / microbatches
+// and the most minibatches in flight at once, which warm-up and drain each span), shortened to whole periods of the steady state (the least
 // common multiple of the stages' replica counts), and the time per minibatch its length over
 // the minibatches finished in it, which leaves warm-up and drain out. A trace too short for a
 // whole period there is measured whole (an upper bound: warm-up and drain included).
@@ -43,6 +43,7 @@ struct Metrics {
   std::string schedule;
   std::string source;
   int minibatches = 1;           // minibatches in the trace
+  bool steady = false;           // the window is a steady state (not the whole trace)
   double window_start_ms = 0;
   double window_end_ms = 0;
   double ms_per_minibatch = 0;

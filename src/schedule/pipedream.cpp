@@ -54,6 +54,8 @@ int default_minibatches(const plan::Plan& plan) {
   // minibatches: 58 ms per minibatch where stage 0's compute alone needs 87).
   int workers = 0;
   for (const auto& st : plan.stages) workers += st.replicas;
+  // A plan that sets stage 0's in_flight above that holds more at once: 15 replicas x 5 span 75.
+  if (!plan.stages.empty()) workers = std::max(workers, plan.stages[0].replicas * plan.stages[0].in_flight);
   // And at least 48: a replica with q in flight finishes them in bursts (a 1-1 pipeline with 2
   // in flight finishes minibatches 20 and 40 ms apart by turns), which a window of a few gaps
   // misreads (3 gaps: 26.7 ms where it runs at 30); 16 gaps keep that under 2%.

@@ -74,6 +74,30 @@ TEST(Metrics, AsynchronousSteadyStateWindow) {
   EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 3);
   EXPECT_DOUBLE_EQ(m.bubble_fraction, 0);
   EXPECT_EQ(m.workers[0].weight_versions, 1);
+  EXPECT_TRUE(m.steady);
+}
+
+TEST(Metrics, AWindowNeverFallsInsideAWarmUpOrDrainOfManyInFlight) {
+  // One worker keeps 8 of 12 minibatches in flight: eight forwards, then backward and forward
+  // by turns, then eight backwards back to back. The middle third (completions 4..7) lies in
+  // the drain, 2 ms apart, though each minibatch costs 3 ms of compute: the window must clear
+  // the 8 in flight, and with no whole steady state left the time is the whole run's.
+  Trace t;
+  t.schedule = "pipedream";
+  t.batch_size = 10;
+  t.workers.resize(1);
+  double now = 0;
+  auto run = [&](const std::string& a, double ms) {
+    t.workers[0].push_back({parse_action(a, 0), now, now + ms, 0});
+    now += ms;
+  };
+  for (int k = 0; k < 8; ++k) run("0F" + std::to_string(k), 1);
+  for (int k = 0; k < 4; ++k) run("0B" + std::to_string(k), 2), run("0F" + std::to_string(k + 8), 1);
+  for (int k = 4; k < 12; ++k) run("0B" + std::to_string(k), 2);
+  Metrics m = compute_metrics(t);
+  EXPECT_FALSE(m.steady);
+  EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 3);  // 36 ms over 12: the one worker's compute per minibatch
+  EXPECT_NE(format_metrics(m).find("whole run: too few for a steady state"), std::string::npos);
 }
 
 TEST(Timeline, AsciiGridOnTheTimeAxis) {
