@@ -325,7 +325,7 @@ def section_schedules(runs, md):
             md.append("| stage | replicas | compute | all-reduce | idle (waiting for data) |")
             md.append("|---|---|---|---|---|")
             for st, (sc, sa, n) in s.items():
-                md.append(f"| {st} | {n} | {sc:.0%} | {sa:.0%} | {1 - sc - sa:.0%} |")
+                md.append(f"| {st} | {n} | {sc:.0%} | {sa:.0%} | {max(0.0, 1 - sc - sa):.0%} |")
             md.append("")
 
 
