@@ -48,6 +48,7 @@ void memory_of(const schedule::Trace& t, const std::vector<TraceEvent>& events, 
       out.weight_bytes += t.stage_parameter_bytes[s] * tracker.weight_versions(s);
   out.peak_memory_bytes = out.peak_activation_bytes + out.weight_bytes;
 }
+
 // The most minibatches between their first compute's start and their last compute's end at
 // one time.
 int most_in_flight(const std::map<int, double>& begun, const std::map<int, double>& done) {

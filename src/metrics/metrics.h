@@ -7,10 +7,11 @@
 // one) measures the steady state: with done(k) the end of the k-th minibatch to finish (its
 // last compute; replicated stages finish them out of order), the window is
 // [done(e), done(K-1-e)] with e = K/3 (asynchronous schedules: at least workers / microbatches
-// and the most minibatches in flight at once, which warm-up and drain each span), shortened to whole periods of the steady state (the least
-// common multiple of the stages' replica counts), and the time per minibatch its length over
-// the minibatches finished in it, which leaves warm-up and drain out. A trace too short for a
-// whole period there is measured whole (an upper bound: warm-up and drain included).
+// and the most minibatches in flight at once, which warm-up and drain each span), shortened to
+// whole periods of the steady state (the least common multiple of the stages' replica counts),
+// and the time per minibatch its length over the minibatches finished in it, which leaves
+// warm-up and drain out. A trace too short for a whole period there is measured whole (an upper
+// bound: warm-up and drain included; `steady` is false).
 // Bubble fraction of a worker: the part of the window in which it runs no compute (F, B, W);
 // all-reduce waits count as bubble. Memory: peak stashed activation bytes plus parameter bytes
 // x weight versions of its stages (gradients and optimizer state are not counted).
