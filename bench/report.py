@@ -77,12 +77,13 @@ CLUSTER_WORKERS = {"4x4": 16, "1x4": 4, "flat4": 4, "flat8": 8, "2x8": 16, "8x2"
 
 def limit_share(r):
     """The row's steady throughput as a share of the physical limit: every worker of the cluster
-    computing all the time, one worker's forward and backward of a sample (data/profiles) split
-    among them. Over 1 it cannot be true (the emulated compute is a wait of at least the
+    computing all the time, one worker's forward and backward of a sample and its share of an
+    optimizer step (data/profiles, a step per minibatch) split among them. Over 1 it cannot be true (the emulated compute is a wait of at least the
     profile's time), so it is a defect of the emulation or the metrics; None if unknown."""
     try:
         prof = json.load(open(os.path.join(ROOT, "data", "profiles", r["model"] + ".json")))
-        ms_per_sample = sum(l["forward_ms"] + l["backward_ms"] for l in prof["layers"]) / prof["batch_size"]
+        ms_per_sample = sum(l["forward_ms"] + l["backward_ms"] + l.get("optimizer_ms", 0)
+                            for l in prof["layers"]) / prof["batch_size"]
         workers = CLUSTER_WORKERS.get(r["cluster"]) or int(r["cluster"].lstrip("flat"))
         samples = prof["batch_size"] * (int(r["config"]) if r["schedule"] == "dp" else 1)
         return samples / float(r["steady_measured_ms"]) / (workers / ms_per_sample)

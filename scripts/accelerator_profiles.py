@@ -15,6 +15,11 @@ Cost model of one layer for a minibatch of N samples (fp32): its kernels run one
   DENSE_TFLOPS for other convolutions and dense layers, RNN_TFLOPS for LSTM layers (their
   per-time-step matrix products are small); bytes = the layer's input, output, weights, and the
   traffic of its element-wise kernels (ReLU, pooling, batch norm, residual add) at MEM_GBS.
+  optimizer_ms = 8 x parameter bytes / memory bandwidth, once per step: what pipetrain's runtime
+                 does to a stage's weights at each step (`pipetrain profile` times the same on the
+                 CPU): SGD with momentum reads weights, gradients and momentum and writes weights,
+                 momentum and zeroed gradients (6 passes), and weight stashing copies the weights
+                 (read, write: 2).
 The rates are a V100-class GPU's sustained fp32 figures, chosen once and stated here; the
 --compare output shows how the result stands against PipeDream's measured V100 profiles.
 Layers are the zoo's cuttable layers (src/model): a conv with its ReLU (and pool), a residual
@@ -32,6 +37,7 @@ DENSE_TFLOPS = 12.0
 RNN_TFLOPS = 9.0
 MEM_GBS = 750.0
 F32 = 4
+STEP_PASSES = 8  # passes over a layer's parameters per step: see optimizer_ms above
 
 
 class Builder:
@@ -50,6 +56,8 @@ class Builder:
         bwd = bwd_factor * fwd_flops / (rate * 1e9) + 2 * moved / (MEM_GBS * 1e6)
         layer = {"name": name, "forward_ms": round(fwd, 4), "backward_ms": round(bwd, 4),
                  "activation_bytes": int(out_elems * n * F32), "parameter_bytes": int(params * F32)}
+        if params > 0:
+            layer["optimizer_ms"] = round(STEP_PASSES * params * F32 / (MEM_GBS * 1e6), 4)
         if stash_elems is not None:
             layer["stash_bytes"] = int(stash_elems * n * F32)
         if inputs is not None:

@@ -25,6 +25,7 @@ struct EmulatedCost {
   double forward_ms_per_sample = 0;   // the wait of one sample's forward (time scale applied)
   double backward_ms_per_sample = 0;  // of its full backward (input and weight gradients)
   double input_gradient_share = 0.5;  // of the backward, charged to the input gradient (B)
+  double step_ms = 0;                 // its optimizer step and stash copy, once per step (scaled)
   int64_t output_floats_per_sample = 1;
   int64_t parameter_floats = 0;       // may be 0: the layer still holds an empty weight
   // What its forward keeps for the backward (the profile's stash bytes): allocated, never
@@ -47,7 +48,8 @@ TORCH_MODULE(EmulatedLayer);
 
 // A chain of emulated layers, one per cost, with Task::kEmulated (loss = mean of the output,
 // which is zero) and a one-float input per sample (stage 0 reads its input from memory, so the
-// input's size crosses no link).
+// input's size crosses no link). A step of layers [first, last) takes the sum of their step_ms:
+// the model waits for what the host's step did not take (LayeredModel::device_step).
 std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs);
 
 // Sleeps `ms` on this thread. Sleeps overshoot by tens of microseconds; the overshoot is carried

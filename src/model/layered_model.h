@@ -34,6 +34,15 @@ class LayeredModel {
   void add(std::string name, torch::nn::Sequential module);
   // Replaces the task's loss (the accuracy still follows the task).
   void set_loss(LossFunction loss) { custom_loss_ = std::move(loss); }
+  // The device's share of an optimizer step. An emulated model (emulated_layer.h) stands for an
+  // accelerator whose step over layers [first, last) takes the profile's time, which the host's
+  // step on the emulated weights does not: after stepping, a stage calls device_step with the
+  // host's own time, and the model waits for the rest. Real models do nothing.
+  using DeviceStep = std::function<void(int first, int last, double host_ms)>;
+  void set_device_step(DeviceStep d) { device_step_ = std::move(d); }
+  void device_step(int first, int last, double host_ms) const {
+    if (device_step_) device_step_(first, last, host_ms);
+  }
 
   const std::string& name() const { return name_; }
   Task task() const { return task_; }
@@ -65,6 +74,7 @@ class LayeredModel {
   bool integer_input_;
   std::vector<Layer> layers_;
   LossFunction custom_loss_;
+  DeviceStep device_step_;
 };
 
 }  // namespace pt::model

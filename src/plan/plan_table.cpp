@@ -66,10 +66,14 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   double per_step = plan.batch_size > 0 && profile.batch_size > 0
                         ? static_cast<double>(plan.batch_size) / static_cast<double>(profile.batch_size)
                         : 1.0;
-  double single = 0;
+  // One worker computes every minibatch of a step and steps every layer once.
+  double single = 0, step = 0;
   for (int l = 0; l < profile.num_layers(); ++l)
-    if (!is_outside_search(profile, l)) single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
-  single *= per_step;
+    if (!is_outside_search(profile, l)) {
+      single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
+      step += profile::compute_step_ms(profile, l);
+    }
+  single = single * per_step + step;
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
   os << "bottleneck: stage " << bottleneck << "\n";
   os << "predicted ms per minibatch" << (per_step != 1.0 ? str(" of ", plan.batch_size) : std::string()) << ": pipeline "

@@ -29,6 +29,7 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
     c.forward_ms_per_sample = compute_forward_ms(p, i) * o.time_scale / batch;
     c.backward_ms_per_sample = compute_backward_ms(p, i) * o.time_scale / batch;
     c.input_gradient_share = kInputGradientShare;
+    c.step_ms = compute_step_ms(p, i) * o.time_scale;
     c.output_floats_per_sample = floats_per_sample(i + 1 == n ? static_cast<double>(l.activation_bytes) : crossing[i]);
     c.parameter_floats = std::llround(static_cast<double>(l.parameter_bytes) * o.byte_scale / 4);
     c.stash_floats_per_sample = std::llround(static_cast<double>(stash_bytes(p, i)) * o.byte_scale / batch / 4);

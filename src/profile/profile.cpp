@@ -21,6 +21,12 @@ double Profile::total_compute_ms() const {
   return t;
 }
 
+double Profile::total_step_ms() const {
+  double t = 0;
+  for (const auto& l : layers) t += l.optimizer_ms;
+  return t;
+}
+
 int64_t Profile::total_parameter_bytes() const {
   int64_t b = 0;
   for (const auto& l : layers) b += l.parameter_bytes;

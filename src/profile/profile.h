@@ -40,6 +40,7 @@ struct Profile {
   // True when every layer reads exactly the previous one (layer 0 reads nothing).
   bool is_chain() const;
   double total_compute_ms() const;   // sum of forward + backward
+  double total_step_ms() const;      // sum of optimizer_ms: one step of every layer
   int64_t total_parameter_bytes() const;
 };
 

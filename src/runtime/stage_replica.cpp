@@ -1,5 +1,7 @@
 #include "runtime/stage_replica.h"
 
+#include <chrono>
+
 #include "core/error.h"
 
 namespace pt::runtime {
@@ -156,6 +158,7 @@ void StageReplica::release_version_if_unused(int64_t version) {
 }
 
 void StageReplica::step(double grad_scale, int64_t minibatch) {
+  auto t0 = std::chrono::steady_clock::now();
   // Microbatches in flight keep the version their forward used: stash it before updating.
   if (stash_weights_) {
     bool needed = history_ > 0;
@@ -167,6 +170,8 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
     }
   }
   sgd_.step(grad_scale, minibatch);
+  model_->device_step(first_, last_,
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   ++version_;
   PT_CHECK(history_ > 0 || static_cast<int64_t>(versions_.size()) + 1 <= max_versions_, versions_.size() + 1,
            " weight versions alive, more than the schedule's budget of ", max_versions_);

@@ -75,7 +75,9 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     sgd.zero_grad();
     auto loss = model.loss(model.forward(x), y);
     loss.backward();
+    double step_t0 = wall_ms();
     sgd.step();
+    model.device_step(0, model.num_layers(), wall_ms() - step_t0);
     double loss_value = loss.item<double>();
     train_ms += wall_ms() - t0;
     recent.push_back(loss_value);

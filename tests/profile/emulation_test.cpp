@@ -17,6 +17,10 @@ TEST(Emulation, CostsArePerSampleAndScaled) {
   EXPECT_DOUBLE_EQ(costs[0].backward_ms_per_sample, 16 * 2.0 / 8);
   EXPECT_EQ(costs[1].output_floats_per_sample, 500);  // 1000 floats x byte scale 0.5
   EXPECT_EQ(costs[2].parameter_floats, 40000 * 3 / 4 / 2);
+  EXPECT_EQ(costs[2].step_ms, 0);  // the profile measured no optimizer step
+  profile::Profile p = chain_profile();
+  p.layers[2].optimizer_ms = 1.5;
+  EXPECT_DOUBLE_EQ(emulated_costs(p, {2.0, 0.5})[2].step_ms, 1.5 * 2.0);  // per step, not per sample
   EXPECT_THROW(emulated_costs(chain_profile(), {0, 1}), ConfigError);
   EXPECT_THROW(emulated_costs(chain_profile(), {1, -1}), ConfigError);
 }
@@ -32,6 +36,8 @@ TEST(Emulation, DagCutsCarryEveryLiveOutputAndInputsCostNothing) {
               {"c", 2, 2, 16, 0, {1, 2}}};
   auto c = emulated_costs(p, {});
   EXPECT_EQ(c[0].forward_ms_per_sample, 0);  // data loading, left out as the planner does
+  p.layers[0].optimizer_ms = 3;
+  EXPECT_EQ(emulated_costs(p, {})[0].step_ms, 0);
   EXPECT_EQ(c[0].output_floats_per_sample, 1);
   EXPECT_EQ(c[1].output_floats_per_sample, 10);         // a: 80 B / 2 samples / 4 B
   EXPECT_EQ(c[2].output_floats_per_sample, 100 + 10);   // b and the skip from a

@@ -32,6 +32,8 @@ EmulatedRun run_emulated(const std::string& kind, const plan::Plan& plan, int mi
   EmulationOptions e{2.0, 1.0};  // every wait doubled: the scale must be applied
   profile::Profile prof = chain_profile();
   prof.batch_size = 8;
+  // Each step waits 4 ms per layer held: a stage that skipped it would finish 15-30% early.
+  for (auto& l : prof.layers) l.optimizer_ms = 4;
   auto model = build_emulated_model(prof, e);
   model::DataSplit data = emulated_data(*model, 64, 1);
   PipelineOptions o;
@@ -48,6 +50,7 @@ EmulatedRun run_emulated(const std::string& kind, const plan::Plan& plan, int mi
   for (auto& l : scaled.layers) {
     l.forward_ms *= e.time_scale;
     l.backward_ms *= e.time_scale;
+    l.optimizer_ms *= e.time_scale;
   }
   EmulatedRun r;
   JobLayout job = layout_job(plan, o, data);
@@ -90,6 +93,28 @@ TEST(Emulation, EveryScheduleTakesThePredictedTimeWithAnIdleCpu) {
     EXPECT_LT(measured_ms, 1.6 * r.predicted_ms + 30);
     EXPECT_LT(r.cpu_s * 1000, 0.5 * measured_ms);
   }
+}
+
+TEST(Emulation, AStepWaitsTheProfiledTimeLessTheHostsOwnWork) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  profile::Profile prof = chain_profile();
+  for (int i = 0; i < 4; ++i) prof.layers[i].optimizer_ms = 5.0 * (i + 1);
+  auto model = build_emulated_model(prof, {2.0, 1.0});
+  auto timed = [&](int first, int last, double host_ms) {
+    model::emulated_wait(0.0);  // no carry from earlier waits
+    Clock::time_point t0 = Clock::now();
+    model->device_step(first, last, host_ms);
+    return ms_since(t0);
+  };
+  double both = timed(1, 3, 0), hidden = timed(1, 3, 20), all_host = timed(1, 3, 100);
+  std::cout << "[ emulated ] step of layers 1-2 (50 ms scaled): host 0 ms -> " << both << " ms, host 20 -> " << hidden
+            << ", host 100 -> " << all_host << "\n";
+  EXPECT_GE(both, 49.0);        // (10 + 15) x time scale 2
+  EXPECT_LT(both, 50.0 + 15);   // late wake-ups only
+  EXPECT_GE(hidden, 29.0);      // the host's 20 ms were the device's
+  EXPECT_LT(hidden, 30.0 + 15);
+  EXPECT_LT(all_host, 10.0);    // a host slower than the device waits nothing more
 }
 
 TEST(Emulation, HostWorkInsideAPassIsHiddenButNeverMakesItFaster) {
