@@ -153,6 +153,21 @@ int run_plan(Flags& f) {
                                            : std::string(),
                                    "; --all-workers plans on all of them"));
     }
+    // A baseline a user can have: data parallelism all-reducing inside servers first, then across.
+    if (out.cluster.allreduce == plan::Cluster::Allreduce::kRing && out.plan.data_parallel_ms_per_minibatch > 0) {
+      plan::Cluster hier = out.cluster;
+      hier.allreduce = plan::Cluster::Allreduce::kHierarchical;
+      double dp = plan::evaluate_plan(plan::data_parallel_plan(out.profile.num_layers(), hier.workers()), out.profile,
+                                      hier, out.options)
+                      .pipeline_ms_per_minibatch;
+      if (dp < out.plan.data_parallel_ms_per_minibatch * 0.99)
+        out.plan.notes.push_back(str("data parallelism with --allreduce hierarchical (inside each server, then across "
+                                     "servers a shard each; train runs it with --cluster FILE --allreduce hierarchical) "
+                                     "takes ", std::round(dp * 1000) / 1000, " ms per minibatch, not ",
+                                     std::round(out.plan.data_parallel_ms_per_minibatch * 1000) / 1000,
+                                     ": this plan is ", std::round(dp / chosen.simulated.ms_per_minibatch * 100) / 100,
+                                     "x over it in simulation; --allreduce hierarchical plans for it"));
+    }
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "
                                "unreplicated (mnist-cnn, 2 epochs: one worker 89.5%; pipedream 3-1 88.8-89.0%, 1-3 "

@@ -12,6 +12,9 @@ void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
   app.add_option("--workers", f.workers, "Shorthand cluster: workers per level, innermost first (e.g. 4 or 4,4)");
   app.add_option("--bandwidth-gbps", f.bandwidth_gbps,
                  "Shorthand cluster: Gbit/s per level, innermost first (e.g. 1 or 80,10)");
+  app.add_option("--allreduce", f.allreduce,
+                 "How replicas all-reduce: ring (one ring over the group) or hierarchical (inside each server, then "
+                 "across servers a shard each, then gathered; where faster)");
 }
 
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {

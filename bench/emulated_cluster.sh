@@ -7,6 +7,7 @@
 #                             [--steps N] [--time-scale S] [--byte-scale B]
 #                             [--schedules "pipedream dp ..."] [--uplink per-worker|shared]
 #                             [--shape both|send] [--plan FILE] [--bucket-mb M]
+#                             [--allreduce ring|hierarchical]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
@@ -20,6 +21,8 @@
 # --plan FILE runs that plan instead of the planner's (e.g. the paper's, to put beside it).
 # --bucket-mb M: the all-reduce bucket of train (which scales it by B) and of the simulator
 # (0: one all-reduce after the backward).
+# --allreduce hierarchical: the planner, the simulator and the workers all-reduce inside each
+# server, then across servers a shard each (Cluster::allreduce_units); default ring.
 # Each run writes its rows to out/bench/emulated_cluster/<run>/rows.csv (read by bench/report.py).
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
 # (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
@@ -29,7 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both gbps_set=""
-plan_in="" bucket=()
+plan_in="" bucket=() allreduce=ring
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -43,7 +46,8 @@ while [[ $# -gt 0 ]]; do
     --uplink) uplink=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
     --plan) plan_in=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --allreduce) allreduce=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -60,8 +64,17 @@ case "$cluster" in
   *) echo "unknown --cluster $cluster" >&2; exit 2 ;;
 esac
 [[ -z $gbps_set ]] || gbps=$gbps_set
-out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape$([[ -z $plan_in ]] || echo "-plan-$(basename "$plan_in" .json)")
+[[ $allreduce == ring || $allreduce == hierarchical ]] || { echo "--allreduce: ring or hierarchical, got '$allreduce'" >&2; exit 2; }
+out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape$([[ -z $plan_in ]] || echo "-plan-$(basename "$plan_in" .json)")$([[ $allreduce == ring ]] || echo "-$allreduce")$([[ $S == 2 ]] || echo "-s$S")
 mkdir -p "$out"
+# The cluster as the workers read it (which share a server, how they all-reduce).
+python3 - "$plan_workers" "$gbps" "$allreduce" "$out/cluster.json" <<'EOF'
+import json, sys
+fans, gbps = sys.argv[1].split(","), sys.argv[2].split(",")
+doc = {"format": "pipetrain.cluster/1", "allreduce": sys.argv[3],
+       "levels": [{"fan_out": int(f), "bandwidth_gbps": float(g)} for f, g in zip(fans, gbps)]}
+json.dump(doc, open(sys.argv[4], "w"))
+EOF
 # Emulated link rates in Mbit/s: bandwidth x B / S.
 rate_of() { awk -v g="$1" -v b="$B" -v s="$S" 'BEGIN { printf "%dmbit", g * 1000 * b / s }'; }
 IFS=, read -r -a bw <<<"$gbps"
@@ -73,7 +86,7 @@ if [[ -n $plan_in ]]; then
   cp "$plan_in" "$out/plan.json"
   : >"$out/plan.txt"
 else
-  "$bin" plan --profile "$profile" --workers "$plan_workers" --bandwidth-gbps "$gbps" "${bucket[@]}" -o "$out/plan.json" >"$out/plan.txt"
+  "$bin" plan --profile "$profile" --cluster "$out/cluster.json" "${bucket[@]}" -o "$out/plan.json" >"$out/plan.txt"
 fi
 config=$(python3 -c "import json; print('-'.join(str(s['replicas']) for s in json.load(open('$out/plan.json'))['stages']))")
 # Asynchronous schedules run whole rounds of every stage's replicas (lcm of the counts): run at
@@ -100,8 +113,9 @@ dp_rate=""
 : >"$out/rows.txt"
 echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms,predicted_ms" >"$out/rows.csv"
 for kind in $schedules; do
-  args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600 "${bucket[@]}")
-  sim_args=(--workers "$plan_workers" --bandwidth-gbps "$gbps" --schedule "$kind" "${bucket[@]}")
+  args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600 "${bucket[@]}"
+        --cluster "$PWD/$out/cluster.json")
+  sim_args=(--cluster "$out/cluster.json" --schedule "$kind" "${bucket[@]}")
   n=$steps
   case "$kind" in
     dp)
@@ -171,7 +185,7 @@ EOF
   printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate" \
     "${steady:-n/a}" "${steady_sim:-n/a}"
   echo "$kind $cfg $n $measured $sim $err $rate" >>"$out/rows.txt"
-  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg,$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim,$predicted_ms" >>"$out/rows.csv"
+  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg$([[ $allreduce == ring ]] || echo " $allreduce"),$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim,$predicted_ms" >>"$out/rows.csv"
 done
 if [[ -n $dp_rate ]]; then
   awk -v d="$dp_rate" '$1 != "dp" { printf "speed-up of %s over dp: %.2fx\n", $1, $7 / d }' "$out/rows.txt"

@@ -104,10 +104,19 @@ int main(int argc, char** argv) {
     std::string workers, gbps;
   };
   // Arguments (optional) pick models by name: all of data/profiles otherwise. --chosen-only
-  // skips the enumeration (the planner's prediction against the simulation only).
-  std::vector<std::string> models = {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"};
-  bool chosen_only = argc > 1 && std::string(argv[1]) == "--chosen-only";
-  if (argc > 1 + chosen_only) models.assign(argv + 1 + chosen_only, argv + argc);
+  // skips the enumeration (the planner's prediction against the simulation only);
+  // --allreduce hierarchical plans and replays every cluster with it (flat ones are left out:
+  // nothing changes there).
+  std::vector<std::string> models = {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"}, named;
+  bool chosen_only = false;
+  auto allreduce = plan::Cluster::Allreduce::kRing;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--chosen-only") chosen_only = true;
+    else if (a == "--allreduce" && i + 1 < argc) allreduce = plan::parse_allreduce(argv[++i], "--allreduce");
+    else named.push_back(a);
+  }
+  if (!named.empty()) models = named;
   std::vector<ClusterCase> clusters = {{"4,4", "96,10"}, {"4,4", "96,25"}, {"4,4", "96,1"}, {"2,8", "96,10"},
                                        {"2,8", "96,25"},  {"8,2", "96,10"}, {"8,2", "96,1"},  {"8", "10"},
                                        {"8", "1"},        {"8", "25"}};
@@ -119,6 +128,8 @@ int main(int argc, char** argv) {
     int L = prof.num_layers();
     for (const auto& cc : clusters) {
       plan::Cluster c = plan::cluster_from_shorthand(cc.workers, cc.gbps);
+      c.allreduce = allreduce;
+      if (allreduce != plan::Cluster::Allreduce::kRing && c.levels.size() < 2) continue;
       int W = c.workers();
       plan::PlanOptions o;
       o.candidates = plan::PlanFlags{}.candidates;

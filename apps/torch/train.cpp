@@ -29,6 +29,7 @@ struct TrainFlags {
   ModelFlags model;
   runtime::PipelineOptions pipe;
   std::string plan_path, profile_path, trace_path, transport = "threads";
+  std::string cluster_path, allreduce;  // --cluster, --allreduce
   int stages = 0, workers = 0;
   double bucket_mb = 25;  // PyTorch DDP's default bucket
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
@@ -224,6 +225,14 @@ int run_train(TrainFlags& f) {
   }
   // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.
   f.pipe.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20) * (f.model.emulated() ? f.model.emulation.byte_scale : 1));
+  if (!f.allreduce.empty() && f.cluster_path.empty())
+    throw UsageError(str("--allreduce ", f.allreduce, " needs --cluster FILE: which workers share a server"));
+  if (!f.cluster_path.empty()) {
+    f.pipe.cluster = plan::cluster_from_flags({f.cluster_path, "", "", f.allreduce});
+    if (f.pipe.cluster.workers() < plan.workers)
+      throw ConfigError(str(f.cluster_path, ": the cluster has ", f.pipe.cluster.workers(), " workers but ", plan_source,
+                            " uses ", plan.workers));
+  }
   runtime::check_pipeline_options(f.pipe, plan, data);
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
@@ -315,6 +324,12 @@ Register reg({"train", kTrainDescription,
                         "tail (its weights lag one more update); default: the plan's deferred_step");
   app.add_flag_callback("--no-deferred-step", [f] { f->deferred_step = 0; },
                         "pipedream: step before the next forward even where the plan defers it");
+  app.add_option("--cluster", f->cluster_path,
+                 "Cluster file (pipetrain.cluster/1): which workers share a server, for --allreduce hierarchical");
+  app.add_option("--allreduce", f->allreduce,
+                 "gloo: ring (one ring over a stage's replicas) or hierarchical (inside each server, then across "
+                 "servers a shard each; where the cluster makes it faster); default: the cluster file's")
+      ->check(CLI::IsMember({"ring", "hierarchical"}));
   app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
   app.add_option("--trace", f->trace_path, "Write what ran as a pipetrain trace (JSON)");

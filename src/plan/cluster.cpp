@@ -1,6 +1,7 @@
 #include "plan/cluster.h"
 
 #include <algorithm>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -43,9 +44,66 @@ double Cluster::transfer_ms(int level, double bytes) const {
   return level < 0 ? 0 : bytes / levels[level].bandwidth_bytes_per_s() * 1e3;
 }
 
-double Cluster::ring_allreduce_ms(const std::vector<int>& group, double bytes) const {
-  double n = static_cast<double>(group.size());
-  return n < 2 ? 0 : transfer_ms(group_level(group), 2.0 * (n - 1) / n * bytes);
+namespace {
+AllreducePhase ring_phase(int level, double n, double bytes) {
+  return {level, 2.0 * (n - 1) / n * bytes, 2 * (static_cast<int>(n) - 1)};
+}
+// The three phases of a hierarchical all-reduce of m units of k members, inside units at `inner`.
+std::vector<AllreducePhase> hierarchical_phases(int inner, int level, double k, double m, double bytes) {
+  return {ring_phase(inner, k, bytes), ring_phase(level, m, bytes / k),
+          {inner, (k - 1) / k * bytes, static_cast<int>(k) - 1}};
+}
+double phases_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
+  double ms = 0;
+  for (const auto& p : phases) ms += c.transfer_ms(p.level, p.bytes);
+  return ms;
+}
+int units_level(const Cluster& c, const std::vector<std::vector<int>>& units) {
+  int inner = -1;
+  for (const auto& u : units) inner = std::max(inner, c.group_level(u));
+  return inner;
+}
+}  // namespace
+
+std::vector<std::vector<int>> Cluster::allreduce_units(const std::vector<int>& unsorted) const {
+  if (allreduce != Allreduce::kHierarchical || unsorted.size() < 4) return {};
+  std::vector<int> group = unsorted;
+  std::sort(group.begin(), group.end());
+  int level = group_level(group);
+  if (level < 1) return {};
+  int per_unit = workers_per_unit_below(level);
+  std::vector<std::vector<int>> units;
+  for (int w : group) {
+    if (units.empty() || units.back().front() / per_unit != w / per_unit) units.emplace_back();
+    units.back().push_back(w);
+  }
+  for (const auto& u : units)
+    if (u.size() != units.front().size() || u.size() < 2) return {};
+  // Only where it is faster than the ring (with an inner level as slow as the outer, it is not).
+  double k = static_cast<double>(units.front().size()), m = static_cast<double>(units.size());
+  double hier = phases_ms(*this, hierarchical_phases(units_level(*this, units), level, k, m, 1.0));
+  double ring = transfer_ms(level, ring_phase(level, static_cast<double>(group.size()), 1.0).bytes);
+  return hier < ring ? units : std::vector<std::vector<int>>{};
+}
+
+std::vector<AllreducePhase> Cluster::allreduce_phases(const std::vector<int>& group, double bytes) const {
+  if (group.size() < 2) return {};
+  auto units = allreduce_units(group);
+  if (units.empty()) return {ring_phase(group_level(group), static_cast<double>(group.size()), bytes)};
+  return hierarchical_phases(units_level(*this, units), group_level(group), static_cast<double>(units.front().size()),
+                             static_cast<double>(units.size()), bytes);
+}
+
+double Cluster::allreduce_ms(const std::vector<int>& group, double bytes) const {
+  return phases_ms(*this, allreduce_phases(group, bytes));
+}
+
+double Cluster::range_allreduce_ms(int lo, int hi, double bytes) const {
+  if (allreduce == Allreduce::kRing)  // without building the group: the search asks for every range
+    return hi > lo ? transfer_ms(range_level(lo, hi), ring_phase(-1, hi - lo + 1, bytes).bytes) : 0;
+  std::vector<int> group(hi - lo + 1);
+  std::iota(group.begin(), group.end(), lo);
+  return allreduce_ms(group, bytes);
 }
 
 double Cluster::bandwidth_bytes_per_s(int a, int b) const {
@@ -58,6 +116,7 @@ std::string Cluster::describe() const {
   os << " (";
   for (size_t k = 0; k < levels.size(); ++k)
     os << (k ? ", " : "") << levels[k].name << " " << levels[k].bandwidth_gbps << " Gbps";
+  if (allreduce == Allreduce::kHierarchical) os << ", hierarchical all-reduce";
   os << ")";
   return os.str();
 }
@@ -75,6 +134,7 @@ json to_json(const Cluster& c) {
     levels.push_back({{"name", l.name}, {"fan_out", l.fan_out}, {"bandwidth_gbps", l.bandwidth_gbps}});
   json doc = {{"format", format_tag("cluster", kClusterVersion)}, {"levels", levels}};
   if (c.memory_bytes_per_worker > 0) doc["memory_bytes_per_worker"] = c.memory_bytes_per_worker;
+  if (c.allreduce != Cluster::Allreduce::kRing) doc["allreduce"] = allreduce_name(c.allreduce);
   return doc;
 }
 
@@ -104,6 +164,12 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   }
   if (root.has("memory_bytes_per_worker"))
     c.memory_bytes_per_worker = root["memory_bytes_per_worker"].as_int_at_least(0);
+  if (root.has("allreduce")) {
+    JsonField f = root["allreduce"];
+    std::string name = f.as_string();
+    if (name != "ring" && name != "hierarchical") f.fail(str("must be \"ring\" or \"hierarchical\", got \"", name, "\""));
+    c.allreduce = parse_allreduce(name, source);
+  }
   check_cluster(c, source);
   return c;
 }
@@ -135,11 +201,21 @@ Cluster cluster_from_flags(const ClusterFlags& f) {
   bool shorthand = !f.workers.empty() || !f.bandwidth_gbps.empty();
   if (!f.file.empty() && shorthand)
     throw UsageError(str("--cluster '", f.file, "' and --workers/--bandwidth-gbps both describe the cluster; give one"));
-  if (!f.file.empty()) return read_cluster(f.file);
-  if (!shorthand) throw UsageError("no cluster: give --cluster FILE or --workers N[,N...] --bandwidth-gbps G[,G...]");
-  if (f.workers.empty()) throw UsageError(str("--bandwidth-gbps '", f.bandwidth_gbps, "' needs --workers"));
-  if (f.bandwidth_gbps.empty()) throw UsageError(str("--workers '", f.workers, "' needs --bandwidth-gbps"));
-  return cluster_from_shorthand(f.workers, f.bandwidth_gbps);
+  if (f.file.empty() && !shorthand)
+    throw UsageError("no cluster: give --cluster FILE or --workers N[,N...] --bandwidth-gbps G[,G...]");
+  if (shorthand && f.workers.empty()) throw UsageError(str("--bandwidth-gbps '", f.bandwidth_gbps, "' needs --workers"));
+  if (shorthand && f.bandwidth_gbps.empty()) throw UsageError(str("--workers '", f.workers, "' needs --bandwidth-gbps"));
+  Cluster c = shorthand ? cluster_from_shorthand(f.workers, f.bandwidth_gbps) : read_cluster(f.file);
+  if (!f.allreduce.empty()) c.allreduce = parse_allreduce(f.allreduce, "--allreduce");
+  return c;
 }
+
+Cluster::Allreduce parse_allreduce(const std::string& name, const std::string& where) {
+  if (name == "ring") return Cluster::Allreduce::kRing;
+  if (name == "hierarchical") return Cluster::Allreduce::kHierarchical;
+  throw UsageError(str(where, ": must be ring or hierarchical, got '", name, "'"));
+}
+
+const char* allreduce_name(Cluster::Allreduce a) { return a == Cluster::Allreduce::kHierarchical ? "hierarchical" : "ring"; }
 
 }  // namespace pt::plan

@@ -18,9 +18,24 @@ struct Level {
   double bandwidth_bytes_per_s() const { return bandwidth_gbps * kBytesPerSecPerGbps; }
 };
 
+// One phase of an all-reduce: `bytes` over every member's link of `level`, each way, in `steps`
+// equal steps that wait for each other (a ring's).
+struct AllreducePhase {
+  int level = -1;
+  double bytes = 0;
+  int steps = 1;
+};
+
 struct Cluster {
   std::vector<Level> levels;             // innermost first
   int64_t memory_bytes_per_worker = 0;   // 0 = unlimited
+  // How a group all-reduces (cluster field "allreduce", flag --allreduce): kRing, one ring over
+  // every member; kHierarchical, where a group has k > 1 members in each of m > 1 units of the
+  // level below its own and that is faster: an all-reduce inside each unit, then member i of
+  // every unit all-reduces the i-th of k shards with its m counterparts, then each unit gathers
+  // the shards (the runtime runs exactly these three collectives).
+  enum class Allreduce { kRing, kHierarchical };
+  Allreduce allreduce = Allreduce::kRing;
 
   int workers() const;
   // Index of the innermost level that contains both workers (a != b).
@@ -32,16 +47,23 @@ struct Cluster {
   int range_level(int lo, int hi) const;  // the group lo..hi (units are ranges of ids)
   // Time of `bytes` over one link of `level` (0 for level -1).
   double transfer_ms(int level, double bytes) const;
-  // Ring all-reduce of `bytes` among `group`: 2 (n - 1) / n x bytes over one link of the
-  // group's level each way (0 for one worker).
-  double ring_allreduce_ms(const std::vector<int>& group, double bytes) const;
+  // The units a hierarchical all-reduce of `group` (sorted) splits it into, each unit's members
+  // in order; empty when the group all-reduces as one ring.
+  std::vector<std::vector<int>> allreduce_units(const std::vector<int>& group) const;
+  // The phases of an all-reduce of `bytes` among `group`: a ring's one, 2 (n - 1) / n x bytes on
+  // the group's level in 2 (n - 1) steps; a hierarchical one's three, 2 (k - 1) / k x bytes inside
+  // the units, 2 (m - 1) / m x bytes / k on the group's level, (k - 1) / k x bytes inside the
+  // units. Empty for fewer than two workers.
+  std::vector<AllreducePhase> allreduce_phases(const std::vector<int>& group, double bytes) const;
+  double allreduce_ms(const std::vector<int>& group, double bytes) const;  // its phases, one after another
+  double range_allreduce_ms(int lo, int hi, double bytes) const;           // the group lo..hi
   // The runtime's gradient all-reduce bucket unless told otherwise (train --bucket-mb): PyTorch
   // DDP's 25 MiB. Each bucket is reduced during the backward once its gradients are final.
   static constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;
   double bandwidth_bytes_per_s(int a, int b) const;
   // Workers in one unit of level k's children (1 for k = 0): PipeDream's `w`.
   int workers_per_unit_below(int level) const;
-  std::string describe() const;  // "4x4 (server 96 Gbps, network 10 Gbps)"
+  std::string describe() const;  // "4x4 (server 96 Gbps, network 10 Gbps)", ", hierarchical all-reduce" when so
 
   static Cluster flat(int workers, double bandwidth_gbps, int64_t memory_bytes = 0);
 };
@@ -68,8 +90,12 @@ struct ClusterFlags {
   std::string file;            // --cluster FILE
   std::string workers;         // --workers 4 or 4,4
   std::string bandwidth_gbps;  // --bandwidth-gbps 1 or 80,10
+  std::string allreduce;       // --allreduce ring|hierarchical (over the file's, when both)
 };
 // Throws UsageError naming the flags when neither form, both, or half the shorthand is given.
 Cluster cluster_from_flags(const ClusterFlags& f);
+// "ring" or "hierarchical"; UsageError/FormatError naming `where` and the value otherwise.
+Cluster::Allreduce parse_allreduce(const std::string& name, const std::string& where);
+const char* allreduce_name(Cluster::Allreduce a);
 
 }  // namespace pt::plan

@@ -67,11 +67,11 @@ double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& pro
   double backward = 0, ring = 0, end = 0;
   for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
   auto buckets = profile::gradient_buckets(profile, st.layers, bucket_bytes);
-  for (const auto& b : buckets) ring += cluster.ring_allreduce_ms(st.workers, static_cast<double>(b.bytes));
+  for (const auto& b : buckets) ring += cluster.allreduce_ms(st.workers, static_cast<double>(b.bytes));
   double stretch = ring > 0 ? 1 + transfers_ms / (ring + rest_ms) : 1;
   for (const auto& b : buckets)
     end = std::max(end, b.ready_share * backward) +
-          stretch * cluster.ring_allreduce_ms(st.workers, static_cast<double>(b.bytes));
+          stretch * cluster.allreduce_ms(st.workers, static_cast<double>(b.bytes));
   return std::max(0.0, end - backward);
 }
 
@@ -110,8 +110,7 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
     double in = s > 0 ? sums.cut[s - 1] : 0;
     out.stages.push_back(pipetrain_stage(sums.compute[s], in, sums.cut[s], sums.param[s], sums.act[s], st.replicas,
                                          p - s,
-                                         stage_links(cluster, st.replicas, level_in, level_out,
-                                                     cluster.group_level(st.workers)),
+                                         stage_links(cluster, st.replicas, level_in, level_out, cluster.allreduce_ms(st.workers, 1.0)),
                                          sums.backward[s], options.bucket_bytes));
   }
   return finish(out, cluster, options);

@@ -85,17 +85,19 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
                            const PlanOptions& options);
 
 // Milliseconds per byte of a stage's transfers on the cluster levels their links cross
-// (level < 0: the transfer is absent), for a stage of `replicas` replicas: the /n of amortising
-// over the replicas and the ring all-reduce's 2(n-1)/n are in them.
+// (level < 0: the transfer is absent), for a stage of `replicas` replicas whose all-reduce of
+// one byte takes `allreduce_ms_of_byte` (Cluster::allreduce_ms): the /n of amortising over the
+// replicas is in them.
 struct StageLinks {
   double in_ms_per_byte = 0, out_ms_per_byte = 0, allreduce_ms_per_byte = 0;
 };
-inline StageLinks stage_links(const Cluster& cluster, int replicas, int level_in, int level_out, int level_ar) {
+inline StageLinks stage_links(const Cluster& cluster, int replicas, int level_in, int level_out,
+                              double allreduce_ms_of_byte) {
   StageLinks l;
   double n = replicas;
   l.in_ms_per_byte = cluster.transfer_ms(level_in, 1.0) / n;
   l.out_ms_per_byte = cluster.transfer_ms(level_out, 1.0) / n;
-  if (replicas > 1) l.allreduce_ms_per_byte = cluster.transfer_ms(level_ar, 2.0 * (n - 1) / n) / n;
+  l.allreduce_ms_per_byte = allreduce_ms_of_byte / n;
   return l;
 }
 

@@ -42,10 +42,12 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
     return links[(static_cast<size_t>(w) * (W + 1) + n) * Lv + lam];
   };
   for (int w = 0; w < W; ++w)
-    for (int n = 1; w + n <= W; ++n)
+    for (int n = 1; w + n <= W; ++n) {
+      double allreduce = cluster.range_allreduce_ms(w, w + n - 1, 1.0);
       for (int lam = w > 0 ? 1 : 0; lam < (w > 0 ? Lv : 1); ++lam)
         links_at(w, n, lam) = stage_links(cluster, n, w > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
-                                          reach(w, w + n), reach(w, w + n - 1));
+                                          reach(w, w + n), allreduce);
+    }
   // λ' of the stage after one on w..w+n-1.
   auto lam_after = [&](int w, int n) { return w + n < W ? cluster.range_level(w, w + n) + 1 : 0; };
 

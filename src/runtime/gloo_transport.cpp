@@ -276,11 +276,13 @@ GlooTransport::~GlooTransport() {
   if (!world_) return;  // abandoned
   abort("transport closed");
   join_receivers();
+  join_collective_threads();
 }
 
 void GlooTransport::abandon(const std::string& why) {
   abort(why);
   join_receivers();
+  join_collective_threads();
   for (auto& [group, pg] : groups_) (void)pg.release();
   (void)world_.release();
   (void)store_.release();
@@ -294,6 +296,15 @@ void GlooTransport::join_receivers() {
     receivers.swap(receivers_);
   }
   receivers.clear();  // each runs what is queued (failing at once: aborted) and joins
+}
+
+void GlooTransport::join_collective_threads() {
+  std::map<std::vector<int>, std::unique_ptr<CommThread>> threads;
+  {
+    std::lock_guard<std::mutex> lock(collectives_mu_);
+    threads.swap(collectives_);
+  }
+  threads.clear();
 }
 
 CommThread& GlooTransport::receiver_for(int peer) {
@@ -435,6 +446,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
 }
 
 c10d::ProcessGroupGloo& GlooTransport::group_for(const std::vector<int>& group) {
+  std::lock_guard<std::mutex> lock(groups_mu_);  // the collective threads look groups up too
   auto it = groups_.find(group);
   if (it == groups_.end()) {
     try {
@@ -449,8 +461,27 @@ c10d::ProcessGroupGloo& GlooTransport::group_for(const std::vector<int>& group) 
 }
 
 void GlooTransport::prepare_groups(const std::vector<std::vector<int>>& groups) {
-  for (const auto& g : groups)
-    if (g.size() > 1 && std::find(g.begin(), g.end(), config_.rank) != g.end()) group_for(g);
+  auto mine = [&](const std::vector<int>& g) {
+    return g.size() > 1 && std::find(g.begin(), g.end(), config_.rank) != g.end();
+  };
+  for (const auto& g : groups) {
+    if (!mine(g)) continue;
+    group_for(g);
+    for (const auto& sub : subgroups(g))
+      if (mine(sub)) group_for(sub);
+  }
+}
+
+std::vector<std::vector<int>> GlooTransport::subgroups(const std::vector<int>& group) const {
+  if (config_.cluster.levels.empty() || config_.cluster.workers() < config_.world_size) return {};
+  auto units = config_.cluster.allreduce_units(group);
+  if (units.empty()) return {};
+  std::vector<std::vector<int>> out = units;
+  for (size_t i = 0; i < units.front().size(); ++i) {
+    out.emplace_back();
+    for (const auto& u : units) out.back().push_back(u[i]);
+  }
+  return out;
 }
 
 void GlooTransport::State::wait_collective(const c10::intrusive_ptr<c10d::Work>& w, const std::string& what) {
@@ -493,7 +524,59 @@ struct CollectiveTransfer : PendingTransfer {
     return {};
   }
 };
+
+// A hierarchical all-reduce under way on its group's collective thread.
+struct ChainedTransfer : PendingTransfer {
+  std::future<void> done;
+  torch::Tensor wait() override {
+    done.get();
+    return {};
+  }
+};
 }  // namespace
+
+void GlooTransport::hierarchical_allreduce(torch::Tensor t, const std::vector<std::vector<int>>& units) {
+  size_t u = 0, i = 0;  // this worker's unit and place in it
+  for (; u < units.size(); ++u) {
+    auto it = std::find(units[u].begin(), units[u].end(), config_.rank);
+    if (it != units[u].end()) {
+      i = static_cast<size_t>(it - units[u].begin());
+      break;
+    }
+  }
+  PT_CHECK(u < units.size(), "worker ", config_.rank, " is in no unit of its all-reduce");
+  const auto& unit = units[u];
+  std::vector<int> shard_group;
+  for (const auto& v : units) shard_group.push_back(v[i]);
+  auto run = [&](c10d::ProcessGroupGloo& pg, auto&& start, const std::string& what) {
+    c10::intrusive_ptr<c10d::Work> w;
+    try {
+      w = start(pg);
+    } catch (const c10::Error& e) {
+      throw TransportError(str(what, ": ", e.what_without_backtrace()));
+    }
+    state_->wait_collective(w, what);
+  };
+  std::string who = str(" of workers ", unit.size() * units.size(), " by worker ", config_.rank);
+  torch::Tensor flat = t.view(-1);
+  int64_t k = static_cast<int64_t>(unit.size()), n = flat.numel(), shard = (n + k - 1) / k;
+  auto part = [&](int64_t j) { return flat.narrow(0, std::min(n, j * shard), std::clamp(n - j * shard, int64_t{0}, shard)); };
+  std::vector<at::Tensor> all{flat};
+  run(group_for(unit), [&](auto& pg) { return pg.allreduce(all); }, "all-reduce inside the server" + who);
+  std::vector<at::Tensor> mine{part(static_cast<int64_t>(i))};
+  if (mine[0].numel() > 0)
+    run(group_for(shard_group), [&](auto& pg) { return pg.allreduce(mine); }, "all-reduce across servers" + who);
+  // Gloo gathers equal sizes: the last shard travels padded.
+  std::vector<at::Tensor> in{torch::zeros({shard}, flat.options())};
+  in[0].narrow(0, 0, mine[0].numel()).copy_(mine[0]);
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  for (int64_t j = 0; j < k; ++j) gathered[0].push_back(torch::empty({shard}, flat.options()));
+  run(group_for(unit), [&](auto& pg) { return pg.allgather(gathered, in); }, "all-gather inside the server" + who);
+  for (int64_t j = 0; j < k; ++j) {
+    torch::Tensor dst = part(j);
+    if (j != static_cast<int64_t>(i) && dst.numel() > 0) dst.copy_(gathered[0][j].narrow(0, 0, dst.numel()));
+  }
+}
 
 std::shared_ptr<PendingTransfer> GlooTransport::allreduce_start(torch::Tensor t, const std::vector<int>& group) {
   auto out = std::make_shared<CollectiveTransfer>();
@@ -501,6 +584,28 @@ std::shared_ptr<PendingTransfer> GlooTransport::allreduce_start(torch::Tensor t,
   if (group.size() <= 1) return out;
   PT_CHECK(t.is_contiguous(), "an all-reduce sums a contiguous tensor in place");
   state_->check_aborted();
+  if (auto subs = subgroups(group); !subs.empty()) {
+    auto units = config_.cluster.allreduce_units(group);
+    auto chained = std::make_shared<ChainedTransfer>();
+    auto promise = std::make_shared<std::promise<void>>();
+    chained->done = promise->get_future();
+    CommThread* thread;
+    {
+      std::lock_guard<std::mutex> lock(collectives_mu_);
+      auto& slot = collectives_[group];
+      if (!slot) slot = std::make_unique<CommThread>();
+      thread = slot.get();
+    }
+    thread->post([this, t, units, promise] {
+      try {
+        hierarchical_allreduce(t, units);
+        promise->set_value();
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    return chained;
+  }
   auto& pg = group_for(group);
   out->what = str("all-reduce of workers ", group.size(), " by worker ", config_.rank);
   std::vector<at::Tensor> one{t};

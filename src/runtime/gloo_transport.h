@@ -33,6 +33,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/json_doc.h"
+#include "plan/cluster.h"
 #include "runtime/comm_thread.h"
 #include "runtime/transport.h"
 
@@ -46,6 +47,7 @@ struct GlooConfig {
   double timeout_s = 30;              // longest wait for a transfer or an all-reduce
   double rendezvous_timeout_s = 300;  // longest wait for every worker to start (loading data)
   std::string secret;                 // the job's (job_store.h); every worker has the same
+  plan::Cluster cluster;              // its allreduce_units split an all-reduce; no levels: one ring
 };
 
 // From RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, our launcher) or, when RANK is not set,
@@ -73,7 +75,10 @@ class GlooTransport : public Transport {
   std::shared_ptr<PendingTransfer> isend_known(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv_known(int peer, int64_t tag, const Known& k) override;
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override;
-  // Started on the group's gloo thread (one collective at a time, in the order started).
+  // Started on the group's gloo thread (one collective at a time, in the order started). Where
+  // the cluster splits the group into units (hierarchical), on the group's collective thread:
+  // an all-reduce inside this worker's unit, one of its shard with the members at the same
+  // place in the other units, and an all-gather of the shards inside the unit.
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override;
 
@@ -81,7 +86,8 @@ class GlooTransport : public Transport {
   // destructors would wait for collectives a dead peer never finishes; the process then exits.
   void abandon(const std::string& why);
 
-  // Creates the process groups of these worker groups now (each sorted, containing rank());
+  // Creates the process groups of these worker groups now (each sorted, containing rank()), and
+  // of the units and shard groups a hierarchical all-reduce of each uses;
   // they are otherwise created on first use. Only members take part, so it need not be collective.
   // Every worker publishes `digest` (job_digest.h) through the rendezvous store and compares
   // all of them with worker 0's: ConfigError naming the first field that differs, its values
@@ -109,6 +115,11 @@ class GlooTransport : public Transport {
 
  private:
   c10d::ProcessGroupGloo& group_for(const std::vector<int>& group);
+  // The groups a hierarchical all-reduce of `group` uses, in the order every member creates
+  // them: each unit, then the shard groups (member i of every unit); empty for one ring.
+  std::vector<std::vector<int>> subgroups(const std::vector<int>& group) const;
+  void hierarchical_allreduce(torch::Tensor t, const std::vector<std::vector<int>>& units);
+  void join_collective_threads();
   c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const std::vector<int>& group);
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_for_init();
   // The thread that completes receives from `peer` with headers, in the order posted.
@@ -120,9 +131,12 @@ class GlooTransport : public Transport {
   std::shared_ptr<State> state_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
+  std::mutex groups_mu_;
   std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
   std::mutex receivers_mu_;
   std::map<int, std::unique_ptr<CommThread>> receivers_;  // peer -> its receiving thread
+  std::mutex collectives_mu_;
+  std::map<std::vector<int>, std::unique_ptr<CommThread>> collectives_;  // group -> its hierarchical all-reduces
 };
 
 }  // namespace pt::runtime

@@ -54,7 +54,9 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
                                   {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}
                                  .dump()},
-              {"timeout_s", o.timeout_s}};
+              {"timeout_s", o.timeout_s},
+              {"bucket_bytes", o.bucket_bytes},
+              {"cluster", o.cluster.levels.empty() ? std::string() : plan::to_json(o.cluster).dump()}};
 }
 
 std::vector<std::string> differences(const json& a, const json& b) {

@@ -30,6 +30,9 @@ struct PipelineOptions {
   CheckpointOptions checkpoint;
   // Gradient all-reduce buckets (gradient_buckets.h, --bucket-mb); 0: one, after the backward.
   int64_t bucket_bytes = WorkerOptions{}.bucket_bytes;
+  // Where the workers are (train --cluster): with a hierarchical all-reduce the gloo transport
+  // all-reduces a group that spans servers as Cluster::allreduce_units says. No levels: one ring.
+  plan::Cluster cluster;
 };
 
 // What every worker of the job runs with (both transports).

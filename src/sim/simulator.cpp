@@ -179,12 +179,12 @@ class Replay {
 
   void allreduce(const Action& a, double start) {
     const auto& group = s_.stage_workers[a.stage];
-    // A ring keeps every replica's link busy both ways; it waits for transfers already on them.
-    std::vector<Port*> ports;
-    if (group.size() > 1) {
-      int level = cluster_.group_level(group);
-      for (int r : group) ports.insert(ports.end(), {&egress_[{r, level}], &ingress_[{r, level}]});
-    }
+    // Each phase keeps every replica's link of its level busy both ways (a ring's, or the three
+    // of a hierarchical all-reduce); it waits for transfers already on them.
+    auto phases = cluster_.allreduce_phases(group, 1.0);
+    std::vector<std::vector<Port*>> ports(phases.size());
+    for (size_t p = 0; p < phases.size(); ++p)
+      for (int r : group) ports[p].insert(ports[p].end(), {&egress_[{r, phases[p].level}], &ingress_[{r, phases[p].level}]});
     const auto& buckets = costs_[a.stage].buckets;
     double end = 0;  // the previous bucket's end
     for (size_t k = 0; k < buckets.size(); ++k) {
@@ -196,14 +196,16 @@ class Replay {
         else from = std::max(from, it->second[k]);
       }
       if (!early) from = std::max(from, start);
-      // A ring is 2 (n - 1) steps of bytes / n on every link; each step takes the next gap
-      // that fits it, so the ring interleaves with the activations sharing those links.
-      int steps = std::max(1, 2 * (static_cast<int>(group.size()) - 1));
-      double ms = cluster_.ring_allreduce_ms(group, static_cast<double>(buckets[k].bytes)) / steps;
-      for (int i = 0; i < steps; ++i) {
-        from = earliest_free(ports, from, ms);
-        reserve(ports, from, from + ms);
-        from += ms;
+      // A phase is `steps` equal steps on every link; each step takes the next gap that fits
+      // it, so the phase interleaves with the activations sharing those links.
+      for (size_t p = 0; p < phases.size(); ++p) {
+        double ms = cluster_.transfer_ms(phases[p].level, phases[p].bytes * static_cast<double>(buckets[k].bytes)) /
+                    phases[p].steps;
+        for (int i = 0; i < phases[p].steps; ++i) {
+          from = earliest_free(ports[p], from, ms);
+          reserve(ports[p], from, from + ms);
+          from += ms;
+        }
       }
       end = from;
     }

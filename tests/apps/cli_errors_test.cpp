@@ -105,6 +105,11 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   expect_rejected(kTrain + "--stages 2 --workers 2", 2, {"--stages and --workers"});
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --vertical-sync", 2, {"--vertical-sync", "1f1b"});
   expect_rejected(kTrain + "--plan " + plan2 + " --schedule dp", 2, {"--schedule dp", "the plan has 2 stages"});
+  // A hierarchical all-reduce needs to know which workers share a server, and enough of them.
+  expect_rejected(kTrain + "--stages 2 --allreduce hierarchical", 2, {"--allreduce hierarchical needs --cluster FILE"});
+  std::string one = write("one_worker.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 1, "bandwidth_gbps": 10}]})");
+  expect_rejected(kTrain + "--plan " + plan2 + " --cluster " + one, 1, {one, "has 1 workers but", "uses 2"});
+  expect_rejected(kTrain + "--stages 2 --cluster " + one + " --allreduce tree", 105, {"--allreduce", "tree"});  // CLI11
   // A replicated stage's versions do not line up with the others' (it used to stop on an
   // internal check: "weight version 3 was not stashed").
   std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [

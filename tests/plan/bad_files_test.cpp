@@ -94,6 +94,14 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   EXPECT_EQ(cluster_error(head + R"([]})"), "c.json: field 'levels' must list at least one level");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "memory_bytes_per_worker": -1})"),
             "c.json: field 'memory_bytes_per_worker' must be >= 0, got -1");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "allreduce": "tree"})"),
+            "c.json: field 'allreduce' must be \"ring\" or \"hierarchical\", got \"tree\"");
+  // And a good one round-trips.
+  Cluster c = cluster_from_json(parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "allreduce": "hierarchical"})",
+                                           "c.json"),
+                                "c.json");
+  EXPECT_EQ(c.allreduce, Cluster::Allreduce::kHierarchical);
+  EXPECT_EQ(cluster_from_json(to_json(c), "again").allreduce, Cluster::Allreduce::kHierarchical);
 }
 
 TEST(BadClusterShorthand, NamesFlagAndValue) {

@@ -35,8 +35,40 @@ TEST(CostEngine, GroupLevelIsTheInnermostLevelHoldingEveryone) {
   EXPECT_EQ(c.range_level(12, 15), 0);
   EXPECT_EQ(c.range_level(11, 12), 1);
   EXPECT_DOUBLE_EQ(c.transfer_ms(1, 1.25e6), 1.0);  // 10 Gbit/s = 1.25 MB per ms
-  EXPECT_DOUBLE_EQ(c.ring_allreduce_ms({0, 4}, 1.25e6), 1.0);
-  EXPECT_DOUBLE_EQ(c.ring_allreduce_ms({0, 1, 2, 3}, 1.25e7), 2.0 * 3 / 4 * 1.25e7 / 1.25e10 * 1e3);  // 100 Gbit/s
+  EXPECT_DOUBLE_EQ(c.allreduce_ms({0, 4}, 1.25e6), 1.0);
+  EXPECT_DOUBLE_EQ(c.allreduce_ms({0, 1, 2, 3}, 1.25e7), 2.0 * 3 / 4 * 1.25e7 / 1.25e10 * 1e3);  // 100 Gbit/s
+}
+
+TEST(CostEngine, HierarchicalAllreduceGoesAcrossServersAShardEach) {
+  Cluster c = four_by_four();
+  std::vector<int> all(16);
+  for (int w = 0; w < 16; ++w) all[w] = w;
+  double ring = 2.0 * 15 / 16 * 1.25e7 / 1.25e9 * 1e3;  // every byte crosses at 10 Gbit/s
+  EXPECT_DOUBLE_EQ(c.allreduce_ms(all, 1.25e7), ring);
+  EXPECT_TRUE(c.allreduce_units(all).empty());
+  c.allreduce = Cluster::Allreduce::kHierarchical;
+  // 4 units of 4: all-reduce inside (2 x 3/4) and gather (3/4) at 100 Gbit/s, a quarter of the
+  // bytes across 4 servers (2 x 3/4) at 10.
+  double inside = (2.0 * 3 / 4 + 3.0 / 4) * 1.25e7 / 1.25e10 * 1e3, across = 2.0 * 3 / 4 * 1.25e7 / 4 / 1.25e9 * 1e3;
+  EXPECT_DOUBLE_EQ(c.allreduce_ms(all, 1.25e7), inside + across);
+  EXPECT_LT(c.allreduce_ms(all, 1.25e7), ring / 3);
+  auto phases = c.allreduce_phases(all, 1.0);
+  ASSERT_EQ(phases.size(), 3u);
+  EXPECT_EQ(phases[0].level, 0);
+  EXPECT_EQ(phases[1].level, 1);
+  EXPECT_EQ(phases[1].steps, 6);
+  EXPECT_EQ(phases[2].steps, 3);
+  EXPECT_EQ(c.allreduce_units({8, 0, 1, 9}), (std::vector<std::vector<int>>{{0, 1}, {8, 9}}));
+  EXPECT_DOUBLE_EQ(c.range_allreduce_ms(0, 15, 1.25e7), inside + across);
+  // Where it does not apply, the ring: uneven units, one member per unit, one server.
+  for (std::vector<int> g : {std::vector<int>{0, 1, 2, 4, 5}, {0, 4, 8, 12}, {0, 1, 2, 3}}) {
+    EXPECT_TRUE(c.allreduce_units(g).empty());
+    EXPECT_EQ(c.allreduce_phases(g, 1.0).size(), 1u);
+  }
+  // Nor where the server is no faster than the network: the ring moves fewer bytes then.
+  Cluster even = cluster_from_shorthand("2,2", "10,10");
+  even.allreduce = Cluster::Allreduce::kHierarchical;
+  EXPECT_TRUE(even.allreduce_units({0, 1, 2, 3}).empty());
 }
 
 TEST(CostEngine, ReceiverFromReplicasAcrossServersUsesTheNetworkLink) {

@@ -34,9 +34,17 @@ model::DataSplit small_data() { return model::synthetic_data(*seeded_cnn(3), 256
 // "KIND+recompute": KIND with activation recomputation on every stage.
 std::string base_kind(const std::string& kind) { return kind.substr(0, kind.find('+')); }
 
+// Two servers of two workers, whose all-reduces go inside each server, then across.
+plan::Cluster two_by_two_hierarchical() {
+  plan::Cluster c = plan::cluster_from_shorthand("2,2", "96,10");
+  c.allreduce = plan::Cluster::Allreduce::kHierarchical;
+  return c;
+}
+
 PipelineOptions options_for(const std::string& kind, int microbatches, int64_t steps) {
   PipelineOptions o;
-  o.schedule = base_kind(kind);
+  o.schedule = base_kind(kind) == "dp4" ? "dp" : base_kind(kind);
+  if (kind.find("+hierarchical") != std::string::npos) o.cluster = two_by_two_hierarchical();
   o.microbatches = microbatches;
   o.train.steps = steps;
   o.train.batch_size = 32;
@@ -49,10 +57,13 @@ PipelineOptions options_for(const std::string& kind, int microbatches, int64_t s
   return o;
 }
 
-// "1f1b" / "gpipe": 2 stages; "dp": 2 replicas.
+// "1f1b" / "gpipe": 2 stages; "dp": 2 replicas; "dp4": 4.
 plan::Plan plan_for(const std::string& kind) {
   auto m = seeded_cnn(3);
-  plan::Plan p = kind == "dp" ? replicated_plan(*m, 2) : plan::even_split(unit_profile(*m), 2);
+  std::string base = base_kind(kind);
+  plan::Plan p = base == "dp"    ? replicated_plan(*m, 2)
+                 : base == "dp4" ? replicated_plan(*m, 4)
+                                 : plan::even_split(unit_profile(*m), 2);
   for (auto& st : p.stages) st.recompute = kind.find("+recompute") != std::string::npos;
   return p;
 }
@@ -74,7 +85,21 @@ TEST(GlooWorkerChild, Run) {
   auto data = small_data();
   plan::Plan plan = plan_for(kind);
   int code = 0;
-  if (mode == "weights") {
+  if (mode == "allreduce") {
+    // 11 numbers (shards of 6 and 5) from each of 4 workers on 2x2, all-reduced hierarchically.
+    GlooConfig config = gloo_config_from_env();
+    config.cluster = two_by_two_hierarchical();
+    GlooTransport t(config);
+    t.prepare_groups({{0, 1, 2, 3}});
+    torch::Tensor x = torch::arange(11, torch::kFloat) + 100.0 * config.rank;
+    t.allreduce_start(x, {0, 1, 2, 3})->wait();
+    torch::Tensor want = torch::arange(11, torch::kFloat) * 4 + 100.0 * (0 + 1 + 2 + 3);
+    if (!torch::equal(x, want)) {
+      std::cerr << "worker " << config.rank << " summed " << x << " not " << want << std::endl;
+      code = 1;
+    }
+    t.barrier();
+  } else if (mode == "weights") {
     auto o = options_for(kind, 4, 3);
     std::unique_ptr<Worker> worker;
     try {
@@ -133,7 +158,7 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   auto data = small_data();
   fs::path dir = fs::temp_directory_path() / ("pt_gloo_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute"}) {
+  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical"}) {
     SCOPED_TRACE(kind);
     plan::Plan plan = plan_for(kind);
     auto o = options_for(kind, 4, 3);
@@ -158,6 +183,14 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
     EXPECT_LE(max_relative_error(gloo, threads), 1e-5);
   }
   fs::remove_all(dir);
+}
+
+TEST(GlooJob, HierarchicalAllreduceSumsShardsAcrossServers) {
+  ASSERT_EQ(two_by_two_hierarchical().allreduce_units({0, 1, 2, 3}).size(), 2u);  // the split is taken
+  ::setenv("PT_GLOO_TEST_MODE", "allreduce", 1);
+  int rc = launch_gloo_workers(4, child_argv());
+  ::unsetenv("PT_GLOO_TEST_MODE");
+  EXPECT_EQ(rc, 0);
 }
 
 // Spawns world_size workers directly (not through the launcher), stderr to files.

@@ -122,7 +122,7 @@ TEST(Simulator, DataParallelIsComputePlusRingAllReduce) {
   double allreduce = 2.0 * 3 / 4 * 8e6 / (1 * 1.25e8) * 1e3;            // ring over the 1 Gbit/s level
   EXPECT_NEAR(r.ms_per_minibatch, compute + allreduce, 1e-9);
   EXPECT_EQ(r.allreduce_bytes, 8000000);
-  EXPECT_NEAR(c.ring_allreduce_ms({0, 1}, 8000000), 2.0 / 2 * 8e6 / 1.25e9 * 1e3, 1e-12);
+  EXPECT_NEAR(c.allreduce_ms({0, 1}, 8000000), 2.0 / 2 * 8e6 / 1.25e9 * 1e3, 1e-12);
 
   // Buckets (the runtime's gradient_buckets.h). The default holds all 8 MB in one: the ring
   // starts after the backward, as above. With 1 MB each layer's gradients are reduced once the
@@ -137,6 +137,23 @@ TEST(Simulator, DataParallelIsComputePlusRingAllReduce) {
   ASSERT_EQ(costs[0].buckets.size(), 8u);
   EXPECT_NEAR(costs[0].buckets.front().ready_share, 1.0 / 8, 1e-12);
   EXPECT_NEAR(costs[0].buckets.back().ready_share, 1.0, 1e-12);
+}
+
+TEST(Simulator, HierarchicalAllReduceTakesItsThreePhases) {
+  // The cluster above with a hierarchical all-reduce: 2(1/2) x 8 MB inside a server at 10
+  // Gbit/s, a shard of 4 MB across at 1, then the gather (1/2 x 8 MB) inside.
+  plan::Cluster c;
+  c.levels = {{"server", 2, 10}, {"network", 2, 1}};
+  c.allreduce = plan::Cluster::Allreduce::kHierarchical;
+  auto prof = uniform_profile(8, 1.0, 2.0, 0, 1000000);
+  plan::Plan plan = plan::even_split(prof, 1);
+  plan.stages[0].replicas = 4;
+  plan::assign_workers(plan);
+  auto r = run("dp", plan, prof, {8}, c);
+  double inside = (1.0 + 0.5) * 8e6 / 1.25e9 * 1e3, across = 1.0 * 4e6 / 1.25e8 * 1e3;
+  EXPECT_NEAR(r.ms_per_minibatch, 2 * (8 * 3.0) / 8 + inside + across, 1e-9);
+  EXPECT_NEAR(inside + across, c.allreduce_ms({0, 1, 2, 3}, 8e6), 1e-9);
+  EXPECT_LT(inside + across, 2.0 * 3 / 4 * 8e6 / (1 * 1.25e8) * 1e3 * 0.6);  // the ring's 48 ms
 }
 
 // The runtime's own work (Layer::optimizer_ms) is charged at each Step: a 2-stage 1F1B pipeline
