@@ -5,6 +5,7 @@ are small hand-made SVGs. A section whose benchmark did not run says so instead 
 import csv
 import datetime
 import glob
+import re
 import html
 import json
 import math
@@ -40,9 +41,18 @@ def emulated_runs():
     for path in sorted(glob.glob(os.path.join(OUT, "emulated_cluster", "*", "rows.csv"))):
         rows = read_csv(path)
         if rows:
+            name = os.path.basename(os.path.dirname(path))
+            scale = re.search(r"-s([0-9.]+)$", name)
             runs.append({"dir": os.path.dirname(path), "rows": rows, "gbps": rows[0]["gbps"],
-                         "model": rows[0]["model"], "cluster": rows[0]["cluster"]})
+                         "model": rows[0]["model"], "cluster": rows[0]["cluster"],
+                         "hierarchical": "-hierarchical" in name, "time_scale": float(scale.group(1)) if scale else 2.0,
+                         "own_plan": "-plan-" in name})
     return runs
+
+
+def workers_of(r):
+    """A row's data-parallel worker count: its config, "16" or "16 hierarchical"."""
+    return int(r["config"].split()[0])
 
 
 def row(run, schedule):
@@ -61,15 +71,17 @@ def steady_speedup(run, schedule="pipedream"):
     steady time is per step of one minibatch per worker."""
     a, d = row(run, schedule), row(run, "dp")
     try:
-        return float(d["steady_measured_ms"]) / int(d["config"]) / float(a["steady_measured_ms"])
+        return float(d["steady_measured_ms"]) / workers_of(d) / float(a["steady_measured_ms"])
     except (TypeError, KeyError, ValueError, ZeroDivisionError):
         return None
 
 
 def default_run(runs, model, cluster):
-    """The run at the cluster's own bandwidth (not a sweep point)."""
+    """The run at the cluster's own bandwidth (not a sweep point), with the planner's plan, a ring
+    all-reduce and the default time scale."""
     own = {"4x4": "96 10", "1x4": "96", "flat4": "10", "flat8": "10"}.get(cluster)
-    return next((r for r in runs if r["model"] == model and r["cluster"] == cluster and r["gbps"] == own), None)
+    return next((r for r in runs if r["model"] == model and r["cluster"] == cluster and r["gbps"] == own
+                 and not r["hierarchical"] and r["time_scale"] == 2.0 and not r["own_plan"]), None)
 
 
 CLUSTER_WORKERS = {"4x4": 16, "1x4": 4, "flat4": 4, "flat8": 8, "2x8": 16, "8x2": 16}
@@ -85,7 +97,7 @@ def limit_share(r):
         ms_per_sample = sum(l["forward_ms"] + l["backward_ms"] + l.get("optimizer_ms", 0)
                             for l in prof["layers"]) / prof["batch_size"]
         workers = CLUSTER_WORKERS.get(r["cluster"]) or int(r["cluster"].lstrip("flat"))
-        samples = prof["batch_size"] * (int(r["config"]) if r["schedule"] == "dp" else 1)
+        samples = prof["batch_size"] * (workers_of(r) if r["schedule"] == "dp" else 1)
         return samples / float(r["steady_measured_ms"]) / (workers / ms_per_sample)
     except (OSError, KeyError, ValueError, ZeroDivisionError):
         return None
@@ -295,6 +307,39 @@ def section_table1(runs, md):
               "the steady state leaves them out, as a long training run does (metrics.h).\n")
 
 
+def section_hierarchical(runs, md):
+    """Data parallelism all-reducing hierarchically beside the ring, at one time scale."""
+    md.append("## Data parallelism with a hierarchical all-reduce (emulated)\n")
+    lines = []
+    for h in (r for r in runs if r["hierarchical"]):
+        ring = next((r for r in runs if not r["hierarchical"] and not r["own_plan"] and r["model"] == h["model"]
+                     and r["cluster"] == h["cluster"] and r["gbps"] == h["gbps"] and r["time_scale"] == h["time_scale"]
+                     and row(r, "dp")), None)
+        pd, dh, dr = row(h, "pipedream"), row(h, "dp"), row(ring, "dp") if ring else None
+        if not (pd and dh and dr):
+            continue
+        per = lambda d, key: float(d[key]) / workers_of(d)
+        lines.append(f"| {NAMES.get(h['model'], h['model'])} | {h['cluster']} | {h['gbps'].replace(' ', ', ')} | "
+                     f"{h['time_scale']:g} | {pd['config'].split()[0]} | {float(pd['steady_measured_ms']):.2f} | "
+                     f"{per(dr, 'steady_measured_ms'):.2f} | {per(dh, 'steady_measured_ms'):.2f} | "
+                     f"{per(dr, 'steady_measured_ms') / float(pd['steady_measured_ms']):.2f}x | "
+                     f"{per(dh, 'steady_measured_ms') / float(pd['steady_measured_ms']):.2f}x | "
+                     f"{per(dr, 'steady_sim_ms') / float(pd['steady_sim_ms']):.2f}x | "
+                     f"{per(dh, 'steady_sim_ms') / float(pd['steady_sim_ms']):.2f}x |")
+    if not lines:
+        md.append("(not run)\n")
+        return
+    md.append("Steady-state ms per minibatch of the profile's batch (data parallelism: its time per step "
+              "over its workers), and PipeDream's speed-up over each data parallelism, measured and "
+              "simulated. The workers, the planner and the simulator all-reduce inside each server, then "
+              "a shard each across servers (docs/planner.md).\n")
+    md.append("| model | cluster | Gbit/s | time x | pipedream plan | pipedream ms | dp ring ms | dp hierarchical ms | "
+              "over ring dp | over hierarchical dp | simulated, over ring | simulated, over hierarchical |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    md.extend(lines)
+    md.append("")
+
+
 def section_schedules(runs, md):
     run = default_run(runs, "vgg16", "4x4")
     md.append("## Every schedule on the emulated 4x4 cluster: VGG-16 (emulated)\n")
@@ -348,7 +393,8 @@ def section_sim_error(runs, md):
             if spread is not None:
                 spreads.append(spread)
             lines.append(f"| {NAMES.get(r['model'], r['model'])} | {r['cluster']} | {r['gbps'].replace(' ', ', ')} | "
-                         f"{r['schedule']} | {r['config']} | {r.get('predicted_ms') or '-'} | {r['sim_ms']} | "
+                         f"{r['schedule']} | {r['config']}{'' if run['time_scale'] == 2 else ', time x %g' % run['time_scale']} | "
+                         f"{r.get('predicted_ms') or '-'} | {r['sim_ms']} | "
                          f"{r['measured_ms']} | {r['error_pct']}% | {r.get('steady_sim_ms') or '-'} | "
                          f"{r.get('steady_measured_ms') or '-'} | {('%.1f%%' % (100 * spread)) if spread is not None else '-'} | "
                          f"{('%.1f%%' % (100 * share)) if share is not None else '-'} |")
@@ -523,6 +569,7 @@ def main():
           "by S before it is shown: the figures are those of the emulated cluster. Figures marked *measured* "
           "are real LibTorch training on this machine's CPU.\n"]
     section_table1(runs, md)
+    section_hierarchical(runs, md)
     section_schedules(runs, md)
     impossible = section_sim_error(runs, md)
     section_sweep(runs, md)
