@@ -46,12 +46,20 @@ double Cluster::transfer_ms(int level, double bytes) const {
 
 namespace {
 AllreducePhase ring_phase(int level, double n, double bytes) {
-  return {level, 2.0 * (n - 1) / n * bytes, 2 * (static_cast<int>(n) - 1)};
+  return {level, 2.0 * (n - 1) / n * bytes, 2 * (static_cast<int>(n) - 1), {}};
 }
-// The three phases of a hierarchical all-reduce of m units of k members, inside units at `inner`.
-std::vector<AllreducePhase> hierarchical_phases(int inner, int level, double k, double m, double bytes) {
-  return {ring_phase(inner, k, bytes), ring_phase(level, m, bytes / k),
-          {inner, (k - 1) / k * bytes, static_cast<int>(k) - 1}};
+// The three phases of a hierarchical all-reduce of m units of k members, inside units at `inner`:
+// each unit's ring, the k shard rings (member i of every unit), each unit's gather.
+std::vector<AllreducePhase> hierarchical_phases(int inner, int level, double k, double m, double bytes,
+                                                const std::vector<std::vector<int>>& units = {}) {
+  std::vector<AllreducePhase> out = {ring_phase(inner, k, bytes), ring_phase(level, m, bytes / k),
+                                     {inner, (k - 1) / k * bytes, static_cast<int>(k) - 1, {}}};
+  out[0].rings = out[2].rings = units;
+  for (size_t i = 0; !units.empty() && i < units.front().size(); ++i) {
+    out[1].rings.emplace_back();
+    for (const auto& u : units) out[1].rings.back().push_back(u[i]);
+  }
+  return out;
 }
 double phases_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
   double ms = 0;
@@ -89,9 +97,13 @@ std::vector<std::vector<int>> Cluster::allreduce_units(const std::vector<int>& u
 std::vector<AllreducePhase> Cluster::allreduce_phases(const std::vector<int>& group, double bytes) const {
   if (group.size() < 2) return {};
   auto units = allreduce_units(group);
-  if (units.empty()) return {ring_phase(group_level(group), static_cast<double>(group.size()), bytes)};
+  if (units.empty()) {
+    AllreducePhase ring = ring_phase(group_level(group), static_cast<double>(group.size()), bytes);
+    ring.rings = {group};
+    return {ring};
+  }
   return hierarchical_phases(units_level(*this, units), group_level(group), static_cast<double>(units.front().size()),
-                             static_cast<double>(units.size()), bytes);
+                             static_cast<double>(units.size()), bytes, units);
 }
 
 double Cluster::allreduce_ms(const std::vector<int>& group, double bytes) const {

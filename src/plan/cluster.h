@@ -19,11 +19,12 @@ struct Level {
 };
 
 // One phase of an all-reduce: `bytes` over every member's link of `level`, each way, in `steps`
-// equal steps that wait for each other (a ring's).
+// equal steps, in rings that run side by side (each step of a ring waits for the one before).
 struct AllreducePhase {
   int level = -1;
   double bytes = 0;
   int steps = 1;
+  std::vector<std::vector<int>> rings;  // one (the group) for a ring; the units, or the shard groups
 };
 
 struct Cluster {

@@ -179,12 +179,17 @@ class Replay {
 
   void allreduce(const Action& a, double start) {
     const auto& group = s_.stage_workers[a.stage];
-    // Each phase keeps every replica's link of its level busy both ways (a ring's, or the three
-    // of a hierarchical all-reduce); it waits for transfers already on them.
+    // Each phase keeps its rings' links of its level busy both ways (one ring over the group, or
+    // a hierarchical all-reduce's rings inside the units, then across them): a ring's step waits
+    // for transfers already on its links; rings of a phase run side by side; a phase starts when
+    // the one before has ended everywhere (each ring's members take part in every ring of the next).
     auto phases = cluster_.allreduce_phases(group, 1.0);
-    std::vector<std::vector<Port*>> ports(phases.size());
+    std::vector<std::vector<std::vector<Port*>>> ports(phases.size());
     for (size_t p = 0; p < phases.size(); ++p)
-      for (int r : group) ports[p].insert(ports[p].end(), {&egress_[{r, phases[p].level}], &ingress_[{r, phases[p].level}]});
+      for (const auto& ring : phases[p].rings) {
+        ports[p].emplace_back();
+        for (int r : ring) ports[p].back().insert(ports[p].back().end(), {&egress_[{r, phases[p].level}], &ingress_[{r, phases[p].level}]});
+      }
     const auto& buckets = costs_[a.stage].buckets;
     double end = 0;  // the previous bucket's end
     for (size_t k = 0; k < buckets.size(); ++k) {
@@ -196,16 +201,22 @@ class Replay {
         else from = std::max(from, it->second[k]);
       }
       if (!early) from = std::max(from, start);
-      // A phase is `steps` equal steps on every link; each step takes the next gap that fits
-      // it, so the phase interleaves with the activations sharing those links.
+      // A ring's phase is `steps` equal steps on its links; each step takes the next gap that fits
+      // it, so the ring interleaves with the activations sharing those links.
       for (size_t p = 0; p < phases.size(); ++p) {
         double ms = cluster_.transfer_ms(phases[p].level, phases[p].bytes * static_cast<double>(buckets[k].bytes)) /
                     phases[p].steps;
-        for (int i = 0; i < phases[p].steps; ++i) {
-          from = earliest_free(ports[p], from, ms);
-          reserve(ports[p], from, from + ms);
-          from += ms;
+        double phase_end = from;
+        for (auto& ring_ports : ports[p]) {
+          double t = from;
+          for (int i = 0; i < phases[p].steps; ++i) {
+            t = earliest_free(ring_ports, t, ms);
+            reserve(ring_ports, t, t + ms);
+            t += ms;
+          }
+          phase_end = std::max(phase_end, t);
         }
+        from = phase_end;
       }
       end = from;
     }
