@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "apps/plan_referee.h"
 #include "core/error.h"
@@ -109,6 +110,39 @@ TEST(PlanReferee, TooFewInFlightIsNamed) {
   }
   p.stages[0].in_flight = 2;
   EXPECT_EQ(schedule::make_schedule("pipedream", p, {}).weight_versions[0], 2);
+}
+
+}  // namespace
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// A plan whose replica counts repeat only every lcm minibatches is not replayed past a period
+// of 240: 11, 13 and 17 replicas would need 14,586 minibatches (on 256 workers such plans ran
+// `plan` out of memory). The referee ranks the others, and says why when none is left.
+TEST(PlanReferee, SkipsPlansTooLongToReplay) {
+  profile::Profile prof = load("gnmt16");
+  plan::Cluster cluster = plan::cluster_from_shorthand("41", "10");
+  plan::PlanOptions o;
+  o.deferred_step = false;
+  plan::Plan long_period = chain_plan({4, 10}, {11, 13, 17}, prof.num_layers());
+  plan::Plan short_period = chain_plan({4, 10}, {10, 10, 20}, prof.num_layers());
+  auto r = app::referee({long_period, short_period}, prof, cluster, o);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) {  // the short one and its neighbours (the local search)
+    int64_t lcm = 1;
+    for (const auto& st : c.plan.stages) lcm = std::lcm(lcm, static_cast<int64_t>(st.replicas));
+    EXPECT_LE(lcm, 240) << c.plan.shape();
+  }
+  try {
+    app::referee({long_period}, prof, cluster, o);
+    ADD_FAILURE() << "a plan too long to replay was replayed";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("11-13-17: its replica counts repeat only every 240+ minibatches"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
