@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help); a bad flag exits 2 like every usage error.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   std::string name = "pipetrain";
   try {

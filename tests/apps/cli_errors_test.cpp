@@ -59,7 +59,7 @@ TEST(CliErrors, MicrobatchCounts) {
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 1000000", 2, {"--microbatches", "got 1000000"});
   expect_rejected(kTrain + "--stages 2 --schedule gpipe --microbatches 3", 2, {"--microbatches: 3 does not divide --batch-size 16"});
   // Too large for an int: CLI11 rejects it while parsing (exit code 104, ConversionError).
-  expect_rejected(kTrain + "--stages 2 --microbatches 99999999999", 104, {"--microbatches", "99999999999"});
+  expect_rejected(kTrain + "--stages 2 --microbatches 99999999999", 2, {"--microbatches", "99999999999"});
   std::string profile = write("p.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 8, "layers": [
       {"name": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1},
       {"name": "b", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1, "parameter_bytes": 1}]})");
@@ -74,8 +74,8 @@ TEST(CliErrors, StagesChunksAndWorkers) {
   expect_rejected(kTrain + "--stages 9 --schedule 1f1b", 2, {"--stages", "9 stages", "mnist-cnn"});
   expect_rejected(kTrain + "--stages 3 --schedule interleaved --chunks 2", 2, {"--stages 3 x --chunks 2 = 6", "mnist-cnn"});
   expect_rejected(kTrain + "--stages 2 --schedule interleaved --chunks 0", 2, {"--chunks", "got 0"});
-  expect_rejected(kTrain + "--stages 0", 105, {"--stages", "0"});  // CLI11 range check
-  expect_rejected(kTrain + "--schedule dp --workers -2", 105, {"--workers", "-2"});
+  expect_rejected(kTrain + "--stages 0", 2, {"--stages", "0"});  // CLI11 range check
+  expect_rejected(kTrain + "--schedule dp --workers -2", 2, {"--workers", "-2"});
   expect_rejected("plan --profile x.json --workers 0 --bandwidth-gbps 1", 2, {"--workers", "got 0"});
   expect_rejected("plan --profile x.json --workers 4 --bandwidth-gbps -1", 2, {"--bandwidth-gbps", "got -1"});
 }
@@ -109,7 +109,7 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   expect_rejected(kTrain + "--stages 2 --allreduce hierarchical", 2, {"--allreduce hierarchical needs --cluster FILE"});
   std::string one = write("one_worker.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 1, "bandwidth_gbps": 10}]})");
   expect_rejected(kTrain + "--plan " + plan2 + " --cluster " + one, 1, {one, "has 1 workers but", "uses 2"});
-  expect_rejected(kTrain + "--stages 2 --cluster " + one + " --allreduce tree", 105, {"--allreduce", "tree"});  // CLI11
+  expect_rejected(kTrain + "--stages 2 --cluster " + one + " --allreduce tree", 2, {"--allreduce", "tree"});  // CLI11
   // A replicated stage's versions do not line up with the others' (it used to stop on an
   // internal check: "weight version 3 was not stashed").
   std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
