@@ -234,6 +234,7 @@ int run_train(TrainFlags& f) {
                             " uses ", plan.workers));
   }
   runtime::check_pipeline_options(f.pipe, plan, data);
+  runtime::check_ties(*m, plan, f.pipe);
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
     runtime::CheckpointStart start = runtime::start_checkpoints(ck);

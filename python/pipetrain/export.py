@@ -10,14 +10,18 @@ The layer names and the input's shape and dtype go into the file as `extra/pipet
 import argparse
 import collections
 import contextlib
+import dis
 import importlib
+import inspect
 import io
 import json
+import linecache
 import operator
 import os
 import re
 import sys
 import time
+import traceback
 
 import torch
 import torch.fx
@@ -86,6 +90,135 @@ def time_call(fn, repeats=3):
     return best
 
 
+# ---------------------------------------------------------------- tracing the code people write
+
+def _proxy_iter(self):
+    """Proxy.__iter__ for Python 3.11: `B, T, C = x.shape`, `q, k, v = t.split(d, 2)` and
+    `out, (h, c) = lstm(x)` unpack a traced value into getitem nodes. torch 1.13 finds the
+    unpacking instruction at index f_lasti // 2, which Python 3.11's inline caches broke; the
+    instruction's byte offset still finds it."""
+    frame = inspect.currentframe().f_back
+    for inst in dis.get_instructions(frame.f_code):
+        if inst.offset == frame.f_lasti:
+            if inst.opname == "UNPACK_SEQUENCE":
+                return (self[i] for i in range(inst.argval))
+            break
+    return self.tracer.iter(self)
+
+
+# Tensor factories that take sizes (`torch.arange(T)` with T = x.size(1)): their arguments are
+# plain numbers to the C++ argument parser, so a traced size never reaches __torch_function__.
+FACTORIES = ("arange", "ones", "zeros", "full", "empty", "rand", "randn", "eye", "linspace", "tril_indices",
+             "triu_indices")
+
+
+def _has_proxy(a):
+    if isinstance(a, torch.fx.Proxy):
+        return True
+    if isinstance(a, (list, tuple)):
+        return any(_has_proxy(x) for x in a)
+    if isinstance(a, dict):
+        return any(_has_proxy(x) for x in a.values())
+    return False
+
+
+@contextlib.contextmanager
+def traceable():
+    """While tracing: unpacking of traced values, and factories called with traced sizes
+    recorded as graph nodes."""
+    saved_iter = torch.fx.proxy.Proxy.__iter__
+    saved = {name: getattr(torch, name) for name in FACTORIES}
+
+    def recording(fn):
+        def call(*args, **kwargs):
+            if _has_proxy(args) or _has_proxy(kwargs):
+                return _tracer_of(args, kwargs).create_proxy("call_function", fn, args, kwargs)
+            return fn(*args, **kwargs)
+        return call
+
+    torch.fx.proxy.Proxy.__iter__ = _proxy_iter
+    for name, fn in saved.items():
+        setattr(torch, name, recording(fn))
+    try:
+        yield
+    finally:
+        torch.fx.proxy.Proxy.__iter__ = saved_iter
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+
+
+def _tracer_of(args, kwargs):
+    found = []
+    torch.fx.node.map_aggregate((args, kwargs), lambda x: found.append(x) if isinstance(x, torch.fx.Proxy) else None)
+    return found[0].tracer
+
+
+def _user_line(tb):
+    """'file:line: code' of the innermost frame of the user's code in a traceback."""
+    torch_dir = os.path.dirname(torch.__file__)
+    here = os.path.abspath(__file__)
+    where = None
+    for frame, line in traceback.walk_tb(tb):
+        f = frame.f_code.co_filename
+        if not f.startswith(torch_dir) and os.path.abspath(f) != here and not f.startswith("<"):
+            where = (f, line)
+    if where is None:
+        return None
+    src = linecache.getline(where[0], where[1]).strip()
+    return f"{os.path.relpath(where[0]) if not where[0].startswith('/usr') else where[0]}:{where[1]}: {src}"
+
+
+class ChainTracer(torch.fx.Tracer):
+    """torch.fx's tracer that keeps `leaves` (module paths) whole, as it keeps torch.nn's own
+    layers, and notes which module it was inside when tracing failed."""
+
+    def __init__(self, leaves):
+        super().__init__()
+        self.leaves = leaves
+        self.stack = []
+        self.failed_in = None
+
+    def is_leaf_module(self, m, path):
+        return path in self.leaves or super().is_leaf_module(m, path)
+
+    def call_module(self, m, forward, args, kwargs):
+        path = self.path_of_module(m)
+        self.stack.append(path)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            if self.failed_in is None:
+                self.failed_in = list(self.stack)
+            raise
+        finally:
+            self.stack.pop()
+
+
+def trace(model):
+    """A GraphModule of `model`. Where tracing fails inside a submodule (a branch on a tensor's
+    value), that submodule becomes one operation, kept whole, and tracing starts again; a failure
+    in the model's own forward is reported with the user's line."""
+    leaves = set()
+    while True:
+        tracer = ChainTracer(leaves)
+        try:
+            with traceable():
+                graph = tracer.trace(model)
+            return torch.fx.GraphModule(tracer.root, graph, type(model).__name__), sorted(leaves)
+        except Exception as e:  # fx raises TraceError, TypeError, ... on what it cannot follow
+            inner = [p for p in (tracer.failed_in or []) if p]
+            if inner and inner[-1] not in leaves:
+                leaves.add(inner[-1])
+                continue
+            where = _user_line(e.__traceback__)
+            what = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ExportError(
+                f"--model: torch.fx cannot follow {type(model).__name__}.forward"
+                f"{' at ' + where if where else ''} ({what}). Code that branches or loops on a tensor's value "
+                "cannot be cut: move it into a submodule (pipetrain keeps a submodule it cannot trace whole, "
+                "as one operation) or into a module-level function decorated with @torch.fx.wrap") from None
+
+
 # ---------------------------------------------------------------- cutting an fx graph into a chain
 
 class Graph:
@@ -140,7 +273,8 @@ class Graph:
         for n in self.gm.graph.nodes:
             if n.op in ("call_module", "get_attr"):
                 target = n.target
-                stateful = n.op == "get_attr" or any(True for _ in self.gm.get_submodule(target).parameters()) or \
+                stateful = self.is_state(n) if n.op == "get_attr" else \
+                    any(True for _ in self.gm.get_submodule(target).parameters()) or \
                     any(True for _ in self.gm.get_submodule(target).buffers())
                 if stateful:
                     for u in ([n] if n.op == "call_module" else list(n.users)):
@@ -155,6 +289,15 @@ class Graph:
                 src = n.args[0]
                 spans.append((self.index.get(src, -1), self.index[n], f"'{n.name}' modifies '{src.name}' in place"))
         return spans
+
+    def is_state(self, n):
+        """A get_attr of a parameter or a buffer (not a constant the tracer made of a tensor
+        computed without the input, which any layer may hold a copy of)."""
+        if re.fullmatch(r"_tensor_constant\d+", n.target):  # fx's name for them (Tracer.create_arg)
+            return False
+        owner, _, name = n.target.rpartition(".")
+        m = self.gm.get_submodule(owner) if owner else self.gm
+        return name in m._parameters or name in m._buffers
 
     def live_after(self, i):
         """Values defined at or before op i that a later node reads: what a cut after op i carries."""
@@ -171,6 +314,10 @@ class Graph:
             if self.layout(v) is None:
                 return f"'{v.name}' does not scale with the batch in one dimension"
         return None
+
+    def carried(self, i):
+        """How many values a cut after op i carries that scale with the batch (at least 1)."""
+        return max(1, sum(1 for v in self.live_after(i) if -1 in self.layout(v)[0]))
 
     def layout(self, v):
         """(shape with -1 for the batch dimension, dtype), or None when no single dimension scales."""
@@ -192,7 +339,7 @@ class Graph:
                 m = self.gm.get_submodule(n.target)
                 if any(True for _ in m.parameters()) or any(True for _ in m.buffers()):
                     return True
-            if any(isinstance(a, torch.fx.Node) and a.op == "get_attr" for a in n.args):
+            if any(isinstance(a, torch.fx.Node) and a.op == "get_attr" and self.is_state(a) for a in n.args):
                 return True
         return False
 
@@ -219,7 +366,10 @@ def choose_cuts(graph, times, layers, max_tensors):
     hold no state joined to a neighbour; then, to reach --layers N, the costliest layer split at
     its cheapest multi-tensor cut or the cheapest neighbouring pair joined."""
     k = len(graph.ops)
-    allowed = {i: len(graph.live_after(i)) for i in range(k - 1) if graph.cut_problem(i) is None}
+    # A cut's count is of the values that scale with the batch: a mask or a rotary table built
+    # from the sequence length rides along (packed) without making every block boundary a
+    # several-tensor cut.
+    allowed = {i: graph.carried(i) for i in range(k - 1) if graph.cut_problem(i) is None}
     cuts = sorted(i for i, n in allowed.items() if n == 1)
 
     def spans(cs):
@@ -331,7 +481,7 @@ def layer_names(graph, spans):
         out = []
         for n in graph.ops[lo:hi]:
             out += [n.target] if n.op == "call_module" else \
-                [a.target for a in n.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
+                [a.target for a in n.args if isinstance(a, torch.fx.Node) and a.op == "get_attr" and graph.is_state(a)]
         return out
 
     prefixes = [".".join(os.path.commonprefix([t.split(".") for t in targets(*s)])) for s in spans]
@@ -356,11 +506,9 @@ def layer_names(graph, spans):
 
 
 def split_traced(model, x, x_other, layers, max_tensors):
-    try:
-        gm = torch.fx.symbolic_trace(model)
-    except Exception as e:  # fx raises TraceError, TypeError, ... on what it cannot follow
-        raise ExportError(f"--model: torch.fx cannot trace {type(model).__name__}: {e}. Data-dependent control flow "
-                          "cannot be split; move it into a submodule (kept whole) or pass an nn.Sequential")
+    gm, leaves = trace(model)
+    if leaves:
+        print(f"kept whole (torch.fx cannot follow their forward): {', '.join(leaves)}")
     try:
         graph = Graph(gm, x, x_other)
     except ExportError:
@@ -401,6 +549,18 @@ def split_sequential(model, x, layers):
     names = [named[g[0]][0] if len(g) == 1 else f"{named[g[0]][0]}..{named[g[-1]][0]}" for g in groups]
     modules = [torch.nn.Sequential(collections.OrderedDict(named[i] for i in g)) for g in groups]
     return names, modules, [1] * (len(groups) - 1)
+
+
+def tie_groups(layers):
+    """Parameters held by two or more layers, by identity (tied input and output embeddings):
+    [[{"layer": i, "parameter": path}, ...], ...]. pipetrain keeps such a group one parameter
+    (src/runtime/tied_gradients.h); this record is for the user and the checks."""
+    owners = collections.defaultdict(list)
+    for i, m in enumerate(layers):
+        for path, p in m.named_parameters():
+            if not owners[id(p)] or owners[id(p)][-1]["layer"] != i:
+                owners[id(p)].append({"layer": i, "parameter": path})
+    return [g for g in owners.values() if len(g) > 1]
 
 
 class LossHolder(torch.nn.Module):
@@ -454,6 +614,7 @@ def export(args):
         names, modules, boundaries = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
     children = collections.OrderedDict((f"l{i}_" + "".join(c if c.isalnum() else "_" for c in n), m)
                                        for i, (n, m) in enumerate(zip(names, modules)))
+    ties = tie_groups(list(children.values()))
     chain = torch.nn.Sequential(children)
     if args.loss:
         loss = import_callable(args.loss, "--loss")()
@@ -477,7 +638,7 @@ def export(args):
     meta = {"format": FORMAT, "source": args.model, "kwargs": kwargs, "layers": names,
             "children": list(children.keys()), "boundary_tensors": boundaries,
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
-            "loss": bool(args.loss)}
+            "loss": bool(args.loss), "ties": ties}
     tmp = args.output + ".partial"
     torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta)})
     os.replace(tmp, args.output)
@@ -487,6 +648,9 @@ def export(args):
           + (f", {multi} boundaries carrying several tensors" if multi else ""))
     for n in names:
         print(f"  {n}")
+    for g in ties:
+        print("tied (one parameter; its gradients are summed across stages): " +
+              " = ".join(f"{m['parameter']} (layer {m['layer']}, '{names[m['layer']]}')" for m in g))
 
 
 def main(argv=None):

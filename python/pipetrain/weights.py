@@ -63,8 +63,18 @@ def trained_state(model_file, checkpoint):
         for i, name in enumerate(names):
             state[name] = tensors[f"param.{i}"]
         for i, (name, _) in enumerate(getattr(module, child).named_buffers()):
+            if re.fullmatch(r"(.*\.)?_tensor_constant\d+", name):
+                continue  # a constant torch.fx made of a tensor built in forward: not the model's state
             if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none
                 state[name] = tensors[f"buffer.{i}"]
+    for group in meta.get("ties", []):
+        # One parameter held by several layers: each stage's copy took the same steps.
+        first = state[group[0]["parameter"]]
+        for m in group[1:]:
+            if not torch.equal(state[m["parameter"]], first):
+                diff = (state[m["parameter"]] - first).abs().max().item()
+                raise ValueError(f"{ck}: the tied copies {group[0]['parameter']} (layer {group[0]['layer']}) and "
+                                 f"{m['parameter']} (layer {m['layer']}) differ by up to {diff:.3g}")
     return state
 
 

@@ -38,7 +38,10 @@ torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tenso
 
 int64_t LayeredModel::correct(const torch::Tensor& output, const torch::Tensor& target) const {
   if (!has_accuracy()) return 0;
-  return output.argmax(-1).eq(target).sum().item<int64_t>();
+  // Classes lie along dimension 1 for cross-entropy ([N, C, H, W] per pixel), the last for an LM.
+  int64_t dim = task_ == Task::kClassification ? 1 : -1;
+  if (output.dim() < 2 || output.argmax(dim).sizes() != target.sizes()) return 0;
+  return output.argmax(dim).eq(target).sum().item<int64_t>();
 }
 
 int64_t LayeredModel::targets_per_sample() const {
@@ -61,6 +64,58 @@ int64_t LayeredModel::parameter_bytes(int i) const {
   int64_t bytes = 0;
   for (const auto& p : layer_parameters(i)) bytes += p.numel() * static_cast<int64_t>(p.element_size());
   return bytes;
+}
+
+std::vector<int> TieGroup::layers() const {
+  std::vector<int> out;
+  for (const auto& m : members) out.push_back(m.layer);
+  return out;
+}
+
+std::vector<TieGroup> LayeredModel::tie_groups() const {
+  // Keyed by the tensor's own storage and view: a parameter's TensorImpl may differ between two
+  // registrations of it (a TorchScript module hands out new handles), its memory does not.
+  struct Seen {
+    const char* lo;
+    const char* hi;
+    std::vector<int64_t> sizes, strides;
+    TieMember first;
+  };
+  std::vector<Seen> seen;
+  std::vector<TieGroup> groups;
+  std::vector<int> group_of;  // seen index -> group index, -1: none yet
+  for (int l = 0; l < num_layers(); ++l) {
+    auto params = layer_parameters(l);
+    for (int k = 0; k < static_cast<int>(params.size()); ++k) {
+      const auto& p = params[k];
+      if (p.numel() == 0) continue;
+      const char* lo = static_cast<const char*>(p.data_ptr());
+      const char* hi = lo + p.numel() * p.element_size();
+      bool matched = false;
+      for (size_t s = 0; s < seen.size() && !matched; ++s) {
+        const char *slo = seen[s].lo, *shi = seen[s].hi;
+        if (hi <= slo || shi <= lo) continue;  // disjoint
+        if (lo != slo || p.sizes().vec() != seen[s].sizes || p.strides().vec() != seen[s].strides)
+          throw FormatError(str(name_, ": parameter ", k, " of layer ", l, " ('", layers_[l].name,
+                                "') overlaps parameter ", seen[s].first.param, " of layer ", seen[s].first.layer,
+                                " ('", layers_[seen[s].first.layer].name,
+                                "') without being the same tensor: pipetrain ties whole parameters only"));
+        matched = true;
+        if (seen[s].first.layer == l) break;  // used twice inside one layer: one parameter
+        if (group_of[s] < 0) {
+          group_of[s] = static_cast<int>(groups.size());
+          groups.push_back({{seen[s].first}, p.numel() * static_cast<int64_t>(p.element_size())});
+        }
+        auto& members = groups[group_of[s]].members;
+        if (members.back().layer != l) members.push_back({l, k});
+      }
+      if (!matched) {
+        seen.push_back({lo, hi, p.sizes().vec(), p.strides().vec(), {l, k}});
+        group_of.push_back(-1);
+      }
+    }
+  }
+  return groups;
 }
 
 void LayeredModel::train(bool on) {

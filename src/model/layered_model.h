@@ -12,7 +12,7 @@
 namespace pt::model {
 
 enum class Task {
-  kClassification,  // output [N, classes] logits, target [N] class ids
+  kClassification,  // output [N, classes, d...] logits, target [N, d...] class ids (d: pixels, tokens)
   kLanguageModel,   // output [N, T, vocab] logits, target [N, T] token ids
   kEmulated,        // emulated compute (emulated_layer.h): output zeros, loss their mean, no accuracy
   kRegression,      // output and target of one shape, mean squared error, no accuracy
@@ -20,6 +20,18 @@ enum class Task {
 
 // A loss the model brings (an imported model file's own `loss` method): (output, target) -> scalar.
 using LossFunction = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
+
+// A parameter that two or more layers share (tied input and output embeddings, a shared block):
+// one tensor, found by identity. `param` indexes LayeredModel::layer_parameters(layer).
+struct TieMember {
+  int layer = 0;
+  int param = 0;
+};
+struct TieGroup {
+  std::vector<TieMember> members;  // in layer order, one per layer that holds it
+  int64_t bytes = 0;               // the parameter's size
+  std::vector<int> layers() const;
+};
 
 struct Layer {
   std::string name;
@@ -34,6 +46,7 @@ class LayeredModel {
   void add(std::string name, torch::nn::Sequential module);
   // Replaces the task's loss (the accuracy still follows the task).
   void set_loss(LossFunction loss) { custom_loss_ = std::move(loss); }
+  bool has_own_loss() const { return static_cast<bool>(custom_loss_); }
   // The device's share of an optimizer step. An emulated model (emulated_layer.h) stands for an
   // accelerator whose step over layers [first, last) takes the profile's time, which the host's
   // step on the emulated weights does not: after stepping, a stage calls device_step with the
@@ -65,6 +78,9 @@ class LayeredModel {
   std::vector<torch::Tensor> parameters(int first = 0, int last = -1) const;
   std::vector<torch::Tensor> layer_parameters(int i) const;
   int64_t parameter_bytes(int i) const;
+  // Parameters held by more than one layer, by tensor identity (DESIGN.md, "Parameters shared
+  // between layers"). FormatError when two layers' parameters overlap without being one tensor.
+  std::vector<TieGroup> tie_groups() const;
   void train(bool on = true);
 
  private:

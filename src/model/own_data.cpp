@@ -69,6 +69,15 @@ std::vector<std::string> shard_files(const std::string& dir) {
   return files;
 }
 
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// "H, W" of [N, C, H, W] from dimension `from` on.
+std::string dims_after(const torch::Tensor& t, int64_t from) {
+  std::string out;
+  for (int64_t d = from; d < t.dim(); ++d) out += str(d > from ? ", " : "", t.size(d));
+  return out;
+}
+
 // What the model computes on two samples: the targets are checked against it.
 torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const std::string& source) {
   torch::NoGradGuard no_grad;
@@ -114,14 +123,30 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
       throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", shape_of(out)));
     return;
   }
+  if (model.has_own_loss()) {
+    // The file's own loss decides what targets fit: it runs on the probe's output and the
+    // first targets, and its error is the data's.
+    try {
+      torch::NoGradGuard no_grad;
+      model.loss(out, y.narrow(0, 0, out.size(0)));
+    } catch (const std::exception& e) {
+      throw FormatError(str(source, ": the model file's own loss refuses '", yk, "' (", shape_of(y), ", ", dtype_of(y),
+                            ") against the output ", shape_of(out), ": ", first_line(e.what())));
+    }
+    return;
+  }
   if (y.scalar_type() != torch::kInt64)
     throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; class ids are int64 (y.long())"));
   bool lm = task == Task::kLanguageModel;
-  if (lm ? y.sizes() != x.sizes() : y.dim() != 1)
+  // Cross-entropy as PyTorch's: output [N, C, d1..dk] and class ids [N, d1..dk] (one per pixel
+  // or token; k = 0 for a class per sample).
+  bool fits = lm ? y.sizes() == x.sizes() : out.dim() >= 2 && y.sizes().slice(1) == out.sizes().slice(2);
+  if (!fits)
     throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), "; ",
                           lm ? "--loss lm needs one next token per input token, the shape of '" + xk + "'"
-                             : "cross-entropy needs one class id per sample, [N]"));
-  int64_t classes = out.size(-1);
+                             : str("the model outputs ", shape_of(out), ", so cross-entropy needs class ids of shape [N",
+                                   out.dim() > 2 ? ", " : "", dims_after(out, 2), "]")));
+  int64_t classes = lm ? out.size(-1) : out.size(1);
   int64_t lo = y.min().item<int64_t>(), hi = y.max().item<int64_t>();
   if (lo < 0 || hi >= classes)
     throw FormatError(str(source, ": '", yk, "' holds ", lo < 0 ? lo : hi, " but the model outputs ", classes,
@@ -150,7 +175,7 @@ void check_shard(const Shard& s, LayeredModel& model, torch::Tensor& out, const 
 
 void set_sizes(DataSplit& split, const LayeredModel& model, const torch::Tensor& out) {
   if (model.task() == Task::kLanguageModel) split.vocab = out.size(-1);
-  else if (model.task() == Task::kClassification) split.classes = out.size(-1);
+  else if (model.task() == Task::kClassification) split.classes = out.size(1);
 }
 
 // A directory of shards: each is read and checked once now, then only its size and CRC are

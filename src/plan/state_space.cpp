@@ -186,6 +186,25 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   std::stable_sort(states.begin(), states.end(),
                    [](const NodeSet& a, const NodeSet& b) { return a.count() < b.count(); });
   PT_CHECK(states.back().count() == n, "the last state must hold every node");
+  // A tie group (profile.h) stays in one stage: no state may hold some of its nodes but not all.
+  // (The runtime can sum a tie's gradients across stages under a synchronous schedule, but the
+  // cost engine does not price that exchange yet, so the planner does not choose it.)
+  size_t before_ties = states.size();
+  for (const auto& tie : p.ties) {
+    std::vector<int> nodes;
+    for (int l : tie.layers)
+      if (l < L && group_of[l] >= 0) nodes.push_back(group_of[l]);
+    states.erase(std::remove_if(states.begin(), states.end(),
+                                [&](const NodeSet& st) {
+                                  int in = 0;
+                                  for (int v : nodes) in += st.has(v);
+                                  return in > 0 && in < static_cast<int>(nodes.size());
+                                }),
+                 states.end());
+  }
+  if (states.size() < before_ties)
+    s.note += str(s.note.empty() ? "" : "; ", "layers that share a parameter stay in one stage (",
+                  p.ties.size(), " tie group", p.ties.size() > 1 ? "s" : "", ")");
 
   // Per node: sums, and the bytes it sends out of itself.
   std::vector<double> compute(n, 0), backward(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);

@@ -47,11 +47,17 @@ json to_json(const Profile& p) {
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
     layers.push_back(std::move(layer));
   }
-  return {{"format", format_tag("profile", kProfileVersion)},
-          {"model", p.model},
-          {"batch_size", p.batch_size},
-          {"device", p.device},
-          {"layers", layers}};
+  json out = {{"format", format_tag("profile", kProfileVersion)},
+              {"model", p.model},
+              {"batch_size", p.batch_size},
+              {"device", p.device},
+              {"layers", layers}};
+  if (!p.ties.empty()) {
+    json ties = json::array();
+    for (const auto& t : p.ties) ties.push_back({{"layers", t.layers}, {"bytes", t.bytes}});
+    out["ties"] = ties;
+  }
+  return out;
 }
 
 Profile profile_from_json(const json& doc, const std::string& source) {
@@ -91,6 +97,22 @@ Profile profile_from_json(const json& doc, const std::string& source) {
       l.inputs.push_back(static_cast<int>(i) - 1);
     }
     p.layers.push_back(std::move(l));
+  }
+  if (root.has("ties")) {
+    JsonField ties = root["ties"];
+    for (size_t t = 0; t < ties.size(); ++t) {
+      Tie tie;
+      JsonField tl = ties[t]["layers"];
+      if (tl.size() < 2) tl.fail(str("a tie joins two or more layers, got ", tl.size()));
+      for (size_t k = 0; k < tl.size(); ++k) {
+        int64_t l = tl[k].as_int();
+        if (l < 0 || l >= static_cast<int64_t>(n) || (k > 0 && l <= tie.layers.back()))
+          tl[k].fail(str("must name layers in ascending order within 0..", n - 1, ", got ", l));
+        tie.layers.push_back(static_cast<int>(l));
+      }
+      tie.bytes = ties[t]["bytes"].as_int_in(0, kMaxLayerBytes);
+      p.ties.push_back(std::move(tie));
+    }
   }
   return p;
 }

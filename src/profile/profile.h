@@ -30,11 +30,19 @@ struct Layer {
   int64_t workspace_bytes = 0;
 };
 
+// A parameter shared by several layers (tied input and output embeddings), found by identity
+// when the model is exported or built (model/layered_model.h). Optional in the file.
+struct Tie {
+  std::vector<int> layers;  // ascending, two or more
+  int64_t bytes = 0;        // the parameter's size (each layer's parameter_bytes counts it)
+};
+
 struct Profile {
   std::string model;
   int64_t batch_size = 1;
   std::string device = "cpu";
   std::vector<Layer> layers;
+  std::vector<Tie> ties;
 
   int num_layers() const { return static_cast<int>(layers.size()); }
   // True when every layer reads exactly the previous one (layer 0 reads nothing).

@@ -71,6 +71,12 @@ void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Te
   l.workspace_bytes = std::max<int64_t>(0, workspace - model.parameter_bytes(layer));
 }
 
+std::vector<Tie> ties_of(const model::LayeredModel& model) {
+  std::vector<Tie> out;
+  for (const auto& g : model.tie_groups()) out.push_back({g.layers(), g.bytes});
+  return out;
+}
+
 }  // namespace
 
 Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, const ProfilerOptions& o) {
@@ -121,6 +127,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     p.layers.push_back(std::move(l));
     x = next;
   }
+  p.ties = ties_of(model);
   return p;
 }
 
@@ -133,6 +140,7 @@ Profile layer_graph(const model::LayeredModel& model) {
     l.inputs = model.layer(i).inputs;
     p.layers.push_back(std::move(l));
   }
+  p.ties = ties_of(model);
   return p;
 }
 

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "runtime/job_digest.h"
+#include "runtime/tied_gradients.h"
 #include "runtime/worker_runner.h"
 
 namespace pt::runtime {
@@ -16,6 +17,9 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
   std::unique_ptr<Worker> worker;
   try {
     check_pipeline_options(o, plan, data);
+    action = "building the model";
+    auto model = factory();
+    check_ties(*model, plan, o);  // before the layout starts the checkpoints
     JobLayout job = layout_job(plan, o, data);
     const schedule::Schedule& probe = job.probe;
     if (probe.num_workers() != config.world_size)
@@ -26,8 +30,6 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     c.cluster = o.cluster;
     action = "rendezvous";
     transport = std::make_unique<GlooTransport>(c);
-    action = "building the model";
-    auto model = factory();
     action = "checking that the workers agree";
     transport->check_agreement(job_digest(plan, o, *model, data));
     action = "creating all-reduce groups";
@@ -36,6 +38,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
       std::sort(g.begin(), g.end());
       groups.push_back(g);
     }
+    for (auto& g : TiedGradients::worker_groups(model->tie_groups(), probe)) groups.push_back(g);
     transport->prepare_groups(groups);
 
     WorkerOptions wo = worker_options(o, job.sgd);

@@ -8,6 +8,7 @@
 #include "model/compute_threads.h"
 #include "runtime/progress.h"
 #include "runtime/thread_transport.h"
+#include "runtime/tied_gradients.h"
 #include "runtime/worker_runner.h"
 
 namespace pt::runtime {
@@ -137,6 +138,13 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   return job;
 }
 
+void check_ties(const model::LayeredModel& m, const plan::Plan& plan, const PipelineOptions& o) {
+  auto ties = m.tie_groups();
+  if (ties.empty()) return;
+  schedule::Schedule probe = job_probe(plan, o);
+  for (int w = 0; w < probe.num_workers(); ++w) TiedGradients(ties, m, probe, w);
+}
+
 void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const model::LayeredModel& m) {
   if (job.resume_from.empty()) return;
   check_checkpoint_fits(job.resume_manifest, job.resume_from, m.name(), m.num_layers(), o.train.batch_size,
@@ -193,13 +201,14 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
 PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                               const PipelineOptions& o, std::vector<std::unique_ptr<Worker>>* workers_out) {
   check_pipeline_options(o, plan, data);
-  JobLayout job = layout_job(plan, o, data);
-  const schedule::Schedule& probe = job.probe;
-  int n = probe.num_workers();
+  int n = job_probe(plan, o).num_workers();
   // Each worker builds its own copy of the model from the seed, so its initial weights are
   // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
   std::vector<std::shared_ptr<model::LayeredModel>> models;
   for (int w = 0; w < n; ++w) models.push_back(factory());
+  check_ties(*models[0], plan, o);  // before the layout starts the checkpoints
+  JobLayout job = layout_job(plan, o, data);
+  const schedule::Schedule& probe = job.probe;
   check_resume_fits(job, o, *models[0]);
   auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
   std::vector<std::unique_ptr<ThreadTransport>> transports;

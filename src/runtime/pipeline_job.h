@@ -91,6 +91,10 @@ using EvaluatedCallback = std::function<void(const Segment&, double accuracy, do
 void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
                          const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
 
+// Before anything is written: ConfigError where the schedule would train a parameter that the
+// model's layers share (tied_gradients.h) wrong.
+void check_ties(const model::LayeredModel& m, const plan::Plan& plan, const PipelineOptions& o);
+
 // Before any worker starts: a resumed checkpoint must be of this model, batch size and seed.
 void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const model::LayeredModel& m);
 

@@ -32,6 +32,8 @@ StageReplica* Worker::replica(int stage) {
 
 void Worker::setup(const schedule::Schedule& s) {
   if (!replicas_.empty()) return;
+  // Before the replicas move the parameters into their flat buffers: ties are found by memory.
+  tied_ = std::make_unique<TiedGradients>(model_->tie_groups(), *model_, s, rank_);
   for (int st = 0; st < s.num_stages; ++st) {
     const auto& ws = s.stage_workers[st];
     if (std::find(ws.begin(), ws.end(), rank_) == ws.end()) continue;
@@ -109,6 +111,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     waited_ms_ = 0;
     double t0 = wall_ms();
     if (completes_gradients_[i] && buckets_.count(a.stage)) buckets_[a.stage]->arm();
+    if (i == tied_->exchange_before() && tied_->active()) tied_->exchange(transport_, *model_);
     execute(s, a, offset, first_minibatch);
     schedule::TraceEvent e;
     e.action = a;

@@ -14,6 +14,7 @@
 #include "plan/cluster.h"
 #include "runtime/gradient_buckets.h"
 #include "runtime/stage_replica.h"
+#include "runtime/tied_gradients.h"
 #include "runtime/transport.h"
 #include "schedule/schedule.h"
 #include "schedule/trace.h"
@@ -83,6 +84,7 @@ class Worker {
   std::map<int, std::unique_ptr<StageReplica>> replicas_;  // stage -> replica
   // Replicated stages' all-reduces (declared after replicas_: destroyed before the buffers).
   std::map<int, std::unique_ptr<GradientBuckets>> buckets_;  // stage -> buckets
+  std::unique_ptr<TiedGradients> tied_;  // parameters shared with other stages' layers
   // The actions (indices into this worker's list) after which a stage's gradients are final
   // until its all-reduce: the last full Backward or BackwardWeight before each AllReduce.
   std::vector<bool> completes_gradients_;

@@ -47,7 +47,8 @@ def reference(make_model, x, y, loss_fn, microbatches):
         for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
             (loss_fn(model(xm), ym) / microbatches).backward()
         opt.step()
-    return {k: v.detach() for k, v in list(model.named_parameters()) + list(model.named_buffers())}
+    # state_dict names a tied parameter under each of its paths, as the checkpoint holds it.
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def max_relative_error(got, want):
@@ -75,7 +76,7 @@ class Case:
         torch.save({"x": x, "y": y, "x_test": x[:BATCH], "y_test": y[:BATCH]}, self.data_file)
         self.make_model, self.x, self.y, self.loss_fn, self.loss_flag = make_model, x, y, loss_fn, loss_flag
         m = self._seeded()
-        self.initial = {k: v.detach().clone() for k, v in list(m.named_parameters()) + list(m.named_buffers())}
+        self.initial = {k: v.detach().clone() for k, v in m.state_dict().items()}
         self.references = {}
 
     def _seeded(self):
@@ -125,7 +126,7 @@ class Fidelity(unittest.TestCase):
         got = case.train(tag, extra)
         want = case.want(microbatches)
         self.assertEqual(set(got), set(want), f"{case.name}: parameter and buffer names")
-        moved = max((want[k] - case.initial[k]).abs().max().item() for k in want)
+        moved = max((want[k] - case.initial[k]).abs().max().item() for k in want if want[k].is_floating_point())
         self.assertGreater(moved, 1e-3, f"{case.name}: training did not move the weights ({moved})")
         err = max_relative_error(got, want)
         print(f"{case.name} {tag}: max relative error {err:.2e} (weights moved {moved:.2e})", file=sys.stderr)

@@ -1,0 +1,113 @@
+#include "runtime/tied_gradients.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+
+namespace pt::runtime {
+
+namespace {
+
+// The stage holding each member's layer.
+std::vector<int> member_stages(const model::TieGroup& g, const schedule::Schedule& s) {
+  std::vector<int> out;
+  for (const auto& m : g.members) {
+    int found = -1;
+    for (int st = 0; st < s.num_stages && found < 0; ++st)
+      if (std::count(s.stage_layers[st].begin(), s.stage_layers[st].end(), m.layer)) found = st;
+    PT_CHECK(found >= 0, "layer ", m.layer, " is in no stage");
+    out.push_back(found);
+  }
+  return out;
+}
+
+std::string describe(const model::TieGroup& g, const model::LayeredModel& model, const std::vector<int>& stages) {
+  std::string out;
+  for (size_t i = 0; i < g.members.size(); ++i)
+    out += str(i ? ", " : "", "layer ", g.members[i].layer, " ('", model.layer(g.members[i].layer).name, "') on stage ",
+               stages[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> TiedGradients::worker_groups(const std::vector<model::TieGroup>& ties,
+                                                           const schedule::Schedule& s) {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : ties) {
+    auto stages = member_stages(g, s);
+    std::set<int> distinct(stages.begin(), stages.end()), workers;
+    if (distinct.size() < 2) continue;
+    for (int st : distinct) workers.insert(s.stage_workers[st].begin(), s.stage_workers[st].end());
+    out.emplace_back(workers.begin(), workers.end());
+  }
+  return out;
+}
+
+TiedGradients::TiedGradients(const std::vector<model::TieGroup>& ties, const model::LayeredModel& model,
+                             const schedule::Schedule& s, int rank) {
+  const auto& list = s.actions.at(rank);
+  first_step_ = list.size();
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].kind == schedule::ActionKind::kStep) {
+      first_step_ = i;
+      break;
+    }
+  for (const auto& g : ties) {
+    auto stages = member_stages(g, s);
+    std::set<int> distinct(stages.begin(), stages.end());
+    if (distinct.size() < 2) continue;
+    if (!s.flush || s.vertical_sync)
+      throw ConfigError(str(model.name(), ": a parameter of ", g.bytes, " bytes is shared by ",
+                            describe(g, model, stages), ", and the ", s.kind,
+                            " schedule steps each stage at its own time on its own weight version, so the copies would "
+                            "train apart. Use a synchronous schedule (1f1b, gpipe, interleaved, zb-h1), whose stages "
+                            "sum the copies' gradients, or a plan that keeps these layers in one stage"));
+    std::set<int> workers;
+    int here = -1, replicas = 1;
+    for (int st : distinct) {
+      const auto& ws = s.stage_workers[st];
+      workers.insert(ws.begin(), ws.end());
+      if (std::count(ws.begin(), ws.end(), rank)) {
+        if (here >= 0)
+          throw ConfigError(str(model.name(), ": worker ", rank, " would hold stages ", here, " and ", st,
+                                ", which share a parameter (", describe(g, model, stages),
+                                "); pipetrain keeps one copy of a tied parameter per worker: use another placement "
+                                "(fewer chunks, more workers) or keep these layers in one stage"));
+        here = st;
+        replicas = static_cast<int>(ws.size());
+      }
+    }
+    if (here < 0) continue;
+    // The exchange runs before this worker's first step; a replicated stage's gradients are its
+    // replicas' sum only after its all-reduce.
+    if (replicas > 1) {
+      bool reduced = false;
+      for (size_t i = 0; i < first_step_; ++i)
+        reduced |= list[i].kind == schedule::ActionKind::kAllReduce && list[i].stage == here;
+      if (!reduced)
+        throw ConfigError(str(model.name(), ": worker ", rank, " would step before stage ", here,
+                              "'s all-reduce, and that stage holds a tied parameter (", describe(g, model, stages),
+                              "); keep these layers in one stage or use one replica per stage"));
+    }
+    size_t k = 0;
+    while (stages[k] != here) ++k;
+    mine_.push_back({std::vector<int>(workers.begin(), workers.end()), g.members[k], replicas});
+  }
+}
+
+void TiedGradients::exchange(Transport& transport, model::LayeredModel& model) {
+  torch::NoGradGuard no_grad;
+  // Every worker runs its groups in tie-group order, so the collectives of groups that share
+  // workers meet in the same order on each of them.
+  for (auto& m : mine_) {
+    torch::Tensor grad = model.layer_parameters(m.member.layer).at(m.member.param).mutable_grad();
+    PT_CHECK(grad.defined(), "tied parameter of layer ", m.member.layer, " has no gradient buffer");
+    std::vector<torch::Tensor> sum{m.replicas > 1 ? grad / m.replicas : grad.clone()};
+    transport.allreduce_sum(sum, m.workers);
+    grad.copy_(sum[0]);
+  }
+}
+
+}  // namespace pt::runtime
