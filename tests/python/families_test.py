@@ -107,6 +107,38 @@ class Families(unittest.TestCase):
                 self.assertFalse(os.path.exists(ck))
 
 
+class Export(unittest.TestCase):
+    """What export keeps whole, and what it refuses: the error names the user's line and gives
+    advice that works."""
+
+    def export(self, spec, out, shape="8,4"):
+        return fid.run_failing([fid.PIPETRAIN, "export", "--model", spec, "--input-shape", shape, "-o", out])
+
+    def test_a_branch_at_the_top_is_named_with_its_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = self.export("toy_models:branchy", os.path.join(d, "b.pt"))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("toy_models.py:", r.stderr)
+            self.assertIn("if h.sum() > 0:", r.stderr)
+            self.assertIn("into a submodule", r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+
+    def test_the_advice_followed_exports_and_trains_as_pytorch(self):
+        with tempfile.TemporaryDirectory() as d:
+            g = torch.Generator().manual_seed(3)
+            case = fid.Case(d, "gated", "family_models:branch_in_child", "{}", f"{B},4", "float32",
+                            fm.branch_in_child, torch.randn(N, 4, generator=g), torch.randint(0, 2, (N,), generator=g),
+                            ce, "cross-entropy")
+            self.assertIn("kept whole (torch.fx cannot follow their forward): gate", case.export_log)
+            fid.Fidelity.check(self, case, "1f1b-3", ["--schedule", "1f1b", "--stages", "3", "--microbatches", "2"], 2)
+
+    def test_a_dict_output_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = self.export("family_models:returns_dict", os.path.join(d, "r.pt"))
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("returns a tuple or a dict", r.stderr)
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--pipetrain", required=True)

@@ -1,0 +1,99 @@
+// Layers that share a parameter (profile.h, Tie): the profile file carries them, and every
+// plan the planner makes keeps each tie group inside one stage (state_space.h).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "plan/planner.h"
+#include "plan/state_space.h"
+#include "profile/profile.h"
+
+namespace pt::plan {
+namespace {
+
+profile::Profile chain(int layers) {
+  profile::Profile p;
+  p.model = "tied-lm";
+  p.batch_size = 8;
+  for (int l = 0; l < layers; ++l) {
+    profile::Layer x;
+    x.name = "l" + std::to_string(l);
+    x.forward_ms = 1;
+    x.backward_ms = 2;
+    x.activation_bytes = 1000;
+    x.parameter_bytes = 4000;
+    if (l > 0) x.inputs = {l - 1};
+    p.layers.push_back(x);
+  }
+  return p;
+}
+
+int stage_of(const Plan& plan, int layer) {
+  for (int st = 0; st < plan.num_stages(); ++st)
+    for (int l : plan.stages[st].layers)
+      if (l == layer) return st;
+  return -1;
+}
+
+TEST(Ties, RoundTripThroughTheProfileFile) {
+  auto p = chain(6);
+  p.ties = {{{0, 5}, 4000}, {{2, 3}, 100}};
+  auto back = profile::profile_from_json(profile::to_json(p), "p.json");
+  ASSERT_EQ(back.ties.size(), 2u);
+  EXPECT_EQ(back.ties[0].layers, (std::vector<int>{0, 5}));
+  EXPECT_EQ(back.ties[0].bytes, 4000);
+  EXPECT_EQ(back.ties[1].layers, (std::vector<int>{2, 3}));
+  // Without ties, no field (older readers and files stay as they were).
+  EXPECT_FALSE(profile::to_json(chain(3)).contains("ties"));
+}
+
+TEST(Ties, BadTiesNameTheFieldAndValue) {
+  auto doc = profile::to_json(chain(4));
+  auto fails = [&](json ties) {
+    doc["ties"] = ties;
+    try {
+      profile::profile_from_json(doc, "p.json");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(fails(json::array({{{"layers", {0, 9}}, {"bytes", 4}}})).find("0..3, got 9"), std::string::npos);
+  EXPECT_NE(fails(json::array({{{"layers", {2, 1}}, {"bytes", 4}}})).find("ascending"), std::string::npos);
+  EXPECT_NE(fails(json::array({{{"layers", {2}}, {"bytes", 4}}})).find("two or more layers"), std::string::npos);
+  EXPECT_NE(fails(json::array({{{"layers", {0, 1}}}})).find("bytes"), std::string::npos);
+}
+
+TEST(Ties, EveryPlanKeepsATieGroupInOneStage) {
+  for (int layers : {4, 8, 12})
+    for (auto tie : std::vector<std::vector<int>>{{0, layers - 1}, {1, 2}, {1, layers / 2}, {0, 2, layers - 2}})
+      for (int workers : {2, 4, 8}) {
+        for (CostModel cm : {CostModel::kPipetrain, CostModel::kPipedream}) {
+          auto p = chain(layers);
+          p.ties = {{tie, 4000}};
+          PlanOptions o;
+          o.cost_model = cm;
+          o.candidates = 4;
+          SCOPED_TRACE(testing::Message() << layers << " layers, tie " << tie.front() << ".." << tie.back() << ", "
+                                          << workers << " workers, model " << static_cast<int>(cm));
+          for (const Plan& plan : plan_candidates(p, Cluster::flat(workers, 1), o)) {
+            int st = stage_of(plan, tie.front());
+            for (int l : tie) EXPECT_EQ(stage_of(plan, l), st) << plan.shape();
+          }
+          // Without the tie the same search splits the chain (so the check above can fail).
+          p.ties.clear();
+          if (tie == std::vector<int>{0, layers - 1} && workers == 2 && cm == CostModel::kPipedream)
+            EXPECT_GT(make_plan(p, Cluster::flat(workers, 1000), o).num_stages(), 1);
+        }
+      }
+}
+
+TEST(Ties, StateSpaceSaysWhyItHoldsLayersTogether) {
+  auto p = chain(5);
+  p.ties = {{{0, 4}, 4000}};
+  StateSpace s = build_state_space(p, 1000);
+  EXPECT_EQ(s.num_states(), 2);  // ∅ and every layer
+  EXPECT_NE(s.note.find("share a parameter"), std::string::npos) << s.note;
+}
+
+}  // namespace
+}  // namespace pt::plan
