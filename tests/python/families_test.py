@@ -93,6 +93,21 @@ class Families(unittest.TestCase):
     def test_densenet_concatenation(self):
         self.family("densenet", 2)
 
+    def test_depthwise_and_batchnorm_over_microbatches_is_bit_exact(self):
+        """torchvision's mobilenet_v2 (the issue's drifting model) is bit-exact on microbatches once
+        the reference runs on one thread as the workers do; dropout off (LibTorch and PyTorch draw
+        other masks)."""
+        import torchvision
+        g = torch.Generator().manual_seed(7)
+        case = fid.Case(self.tmp.name, "mnv2", "torchvision.models:mobilenet_v2",
+                        '{"num_classes": 10, "dropout": 0.0}', f"{B},3,32,32", "float32",
+                        lambda: torchvision.models.mobilenet_v2(num_classes=10, dropout=0.0),
+                        torch.randn(N, 3, 32, 32, generator=g), torch.randint(0, 10, (N,), generator=g), ce,
+                        "cross-entropy")
+        for tag, extra in (("1f1b-1", ["--stages", "1"]), ("gpipe-2", ["--stages", "2"])):
+            got = case.train(tag, ["--schedule", tag.split("-")[0], "--microbatches", "2"] + extra)
+            self.assertEqual(fid.max_relative_error(got, case.want(2)), 0.0, tag)
+
     def test_split_tie_refused_where_copies_would_drift(self):
         case = self.cases["gpt"]
         for schedule in ("pipedream", "2bw"):

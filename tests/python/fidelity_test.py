@@ -36,7 +36,11 @@ def run(args, **kw):
 
 
 def reference(make_model, x, y, loss_fn, microbatches):
-    """Weights after STEPS of PyTorch SGD on minibatches [s*B, (s+1)*B), M microbatches each."""
+    """Weights after STEPS of PyTorch SGD on minibatches [s*B, (s+1)*B), M microbatches each.
+    On one thread, as each pipetrain worker computes: PyTorch's multithreaded kernels sum in
+    another order (mobilenet_v2, 2 microbatches: 4.7e-3 apart after one step on 2 threads, 0 on
+    one; BatchNorm over few values per channel magnifies rounding)."""
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     model = make_model()
     model.train()
