@@ -320,6 +320,9 @@ Register reg({"train", kTrainDescription,
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
+  app.add_flag("--no-weight-prediction", [f](int64_t) { f->pipe.weight_prediction = false; },
+               "pipedream: run each minibatch on the newest weights (the paper's stashing alone) instead of "
+               "weights predicted as far ahead as its gradient's step");
   app.add_flag_callback("--deferred-step", [f] { f->deferred_step = 1; },
                         "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's "
                         "tail (its weights lag one more update); default: the plan's deferred_step");

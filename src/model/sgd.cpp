@@ -39,6 +39,13 @@ void Sgd::step(double grad_scale, int64_t minibatch) {
   has_momentum_ = options_.momentum != 0;
 }
 
+void Sgd::predict(std::vector<torch::Tensor>& weights, int64_t steps, int64_t minibatch) const {
+  if (momentum_.empty() || !has_momentum_ || steps <= 0) return;
+  torch::NoGradGuard no_grad;
+  double lr = learning_rate(options_, minibatch);
+  for (size_t b = 0; b < weights.size(); ++b) weights[b].add_(momentum_[b], -lr * static_cast<double>(steps));
+}
+
 torch::Tensor Sgd::momentum(const FlatParameters::Slot& s) const {
   if (!has_momentum_) return {};
   return momentum_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()).clone();

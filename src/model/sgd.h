@@ -38,6 +38,13 @@ class Sgd {
   // Applies the accumulated gradients (scaled by `grad_scale`) of minibatch `minibatch` (which
   // picks the learning rate, sgd.lr_schedule) and zeroes them.
   void step(double grad_scale, int64_t minibatch);
+  // Weight prediction (SpecTrain, Chen et al. 2018, §4.2): where the gradient computed on
+  // `weights` (a copy of the flat weights, flat_parameters.h) will be applied `steps` steps from
+  // now, moves the copy to where those steps will likely have taken the weights, w - steps * lr
+  // * buf: momentum's velocity is the best estimate of the coming updates. The learning rate is
+  // that of the step `minibatch`. No-op without momentum (no velocity to follow).
+  void predict(std::vector<torch::Tensor>& weights, int64_t steps, int64_t minibatch) const;
+  bool predicts() const { return options_.momentum != 0; }
   // One parameter's momentum (a copy); undefined before the first step, as torch reports it.
   torch::Tensor momentum(const FlatParameters::Slot& s) const;
   // Loads one parameter's momentum (checkpoints); undefined means none yet (zeros).

@@ -35,6 +35,7 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"microbatches", o.microbatches},
               {"chunks", o.chunks},
               {"vertical_sync", o.vertical_sync},
+              {"weight_prediction", o.weight_prediction},
               {"model", model.name()},
               {"layers", shapes_of(model)},
               {"seed", t.seed},

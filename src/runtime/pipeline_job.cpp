@@ -19,6 +19,7 @@ WorkerOptions worker_options(const PipelineOptions& o, const model::SgdOptions& 
   w.sgd = sgd;
   w.seed = o.train.seed;
   w.stash_weights = o.stash_weights;
+  w.weight_prediction = o.weight_prediction;
   w.record_weight_sums = o.record_weight_sums;
   w.shuffle = o.train.shuffle;
   w.bucket_bytes = o.bucket_bytes;

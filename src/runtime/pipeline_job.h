@@ -24,6 +24,7 @@ struct PipelineOptions {
   bool vertical_sync = false; // pipedream
   TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)
+  bool weight_prediction = true;  // pipedream (WorkerOptions::weight_prediction)
   bool record_weight_sums = false;
   std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated
   double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails

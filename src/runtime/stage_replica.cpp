@@ -25,15 +25,24 @@ double StageReplica::weight_sum() const {
 }
 
 torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target,
-                                    double loss_scale, int64_t version) {
+                                    double loss_scale, int64_t version, int64_t predict_steps) {
   PT_CHECK(!in_flight_.count(mb), "microbatch ", mb, " is already in flight");
   InFlight f;
   f.version = version >= 0 ? version : version_;
   PT_CHECK(f.version <= version_, "forward asks for weight version ", f.version, " but the newest is ", version_);
+  if (predict_steps > 0 && stash_weights_ && sgd_.predicts() && version < 0) {
+    std::vector<torch::Tensor> reuse;
+    if (!spare_predicted_.empty()) {
+      reuse = std::move(spare_predicted_.back());
+      spare_predicted_.pop_back();
+    }
+    f.predicted = flat_->copy_weights(std::move(reuse));
+    sgd_.predict(f.predicted, predict_steps, version_);
+  }
   f.input = input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
   torch::Tensor out;
-  with_version(f.version, [&] {
+  with_weights(f, [&] {
     torch::AutoGradMode graph(!recompute_);
     out = model_->forward(f.input, first_, last_);
     if (is_last_) {
@@ -51,7 +60,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     f.output = out;
   }
   if (record_sums_) {
-    with_version(f.version, [&] { weight_sums_[mb].first = weight_sum(); });
+    with_weights(f, [&] { weight_sums_[mb].first = weight_sum(); });
     used_versions_[mb] = f.version;
   }
   in_flight_[mb] = std::move(f);
@@ -75,6 +84,23 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFli
   f.output = out;
   f.target = torch::Tensor();
   return buffers;
+}
+
+template <typename F>
+void StageReplica::with_weights(InFlight& mb, F&& f) {
+  if (mb.predicted.empty()) {
+    with_version(mb.version, std::forward<F>(f));
+    return;
+  }
+  flat_->swap_weights(mb.predicted);
+  try {
+    torch::AutoGradMode grad_on(true);
+    f();
+  } catch (...) {
+    flat_->swap_weights(mb.predicted);
+    throw;
+  }
+  flat_->swap_weights(mb.predicted);
 }
 
 template <typename F>
@@ -109,7 +135,7 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
            " vs output ", c10::IntArrayRef(f.output_sizes));
   bool has_input_grad = f.input.requires_grad();
   torch::Tensor input_grad;
-  with_version(f.version, [&] {
+  with_weights(f, [&] {
     std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
     if (!f.output.defined()) buffers = rebuild(f);
     f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad;
@@ -123,11 +149,7 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
     for (auto& [b, own] : buffers) b.set_data(own);
   });
   if (has_input_grad) input_grad = f.input.grad();
-  if (!input_only) {
-    int64_t v = f.version;
-    in_flight_.erase(it);
-    release_version_if_unused(v);
-  }
+  if (!input_only) finish(it);
   return input_grad;
 }
 
@@ -139,10 +161,15 @@ void StageReplica::backward_weight(int64_t mb) {
   std::vector<torch::Tensor> trainable;
   for (auto& p : params_)
     if (p.requires_grad()) trainable.push_back(p);
-  with_version(f.version, [&] {
+  with_weights(f, [&] {
     if (!trainable.empty()) torch::autograd::backward({f.output}, {f.output_grad}, false, false, trainable);
   });
-  int64_t v = f.version;
+  finish(it);
+}
+
+void StageReplica::finish(std::map<int64_t, InFlight>::iterator it) {
+  int64_t v = it->second.version;
+  if (!it->second.predicted.empty()) spare_predicted_.push_back(std::move(it->second.predicted));
   in_flight_.erase(it);
   release_version_if_unused(v);
 }
@@ -150,7 +177,7 @@ void StageReplica::backward_weight(int64_t mb) {
 void StageReplica::release_version_if_unused(int64_t version) {
   if (version == version_ || history_ > 0) return;  // a history is pruned by step()
   for (const auto& [mb, f] : in_flight_)
-    if (f.version == version) return;
+    if (f.version == version && f.predicted.empty()) return;
   auto it = versions_.find(version);
   if (it == versions_.end()) return;
   spare_ = std::move(it->second);
@@ -162,7 +189,7 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
   // Microbatches in flight keep the version their forward used: stash it before updating.
   if (stash_weights_) {
     bool needed = history_ > 0;
-    for (const auto& [mb, f] : in_flight_) needed |= f.version == version_;
+    for (const auto& [mb, f] : in_flight_) needed |= f.version == version_ && f.predicted.empty();
     if (needed) {
       versions_[version_] = flat_->copy_weights(std::move(spare_));
       spare_.clear();

@@ -39,8 +39,11 @@ class StageReplica {
   // (the loss on the last stage).
   // `version` >= 0 (vertical sync) runs the forward with that older weight version instead
   // of the newest; the replica must have been told to keep a history (keep_history).
+  // `predict_steps` > 0 (weight prediction, asynchronous schedules): the gradient of this
+  // microbatch will be applied that many steps from now, so its forward and backward run on
+  // weights predicted that far ahead (Sgd::predict), held for it alone, instead of the newest.
   torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale,
-                        int64_t version = -1);
+                        int64_t version = -1, int64_t predict_steps = 0);
   // Backward of `mb` from the output gradient (ignored on the last stage, which starts from its
   // loss). input_only: only the input gradient (zero-bubble B; W follows). Returns the input
   // gradient (undefined on the first stage).
@@ -84,6 +87,7 @@ class StageReplica {
     torch::Tensor target;  // recompute on the last stage: the loss is rebuilt in the backward
     double loss_scale = 1;
     int64_t version = 0;
+    std::vector<torch::Tensor> predicted;  // its own predicted weights (weight prediction), else empty
   };
   // Recompute: runs f's forward again with gradients (its weight version must be in place).
   // Returns the layers' buffers with their own data, to be given back after the backward.
@@ -94,7 +98,11 @@ class StageReplica {
   // backward sees exactly the values its forward graph used.
   template <typename F>
   void with_version(int64_t version, F&& f);
+  // Runs f with the weights f's microbatch uses: its predicted ones, or its version.
+  template <typename F>
+  void with_weights(InFlight& mb, F&& f);
   void release_version_if_unused(int64_t version);
+  void finish(std::map<int64_t, InFlight>::iterator it);  // a microbatch's backward is complete
 
   std::shared_ptr<model::LayeredModel> model_;
   int first_, last_;
@@ -109,6 +117,7 @@ class StageReplica {
   int64_t version_ = 0;
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
   std::vector<torch::Tensor> spare_;  // a released stash's buffers, reused by the next stash
+  std::vector<std::vector<torch::Tensor>> spare_predicted_;  // released predictions, reused
   std::map<int64_t, InFlight> in_flight_;
   int64_t peak_versions_ = 0;
   int64_t history_ = 0;

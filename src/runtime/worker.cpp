@@ -86,6 +86,19 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   }
   int64_t offset = first_minibatch * s.microbatches;
   const auto& list = s.actions[rank_];
+  predict_steps_.clear();
+  if (options_.weight_prediction && s.kind == "pipedream" && !s.vertical_sync) {
+    std::map<std::pair<int, int>, int64_t> steps_at_forward;
+    std::map<int, int64_t> stage_steps;  // this worker's Steps so far, per stage
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::kStep) ++stage_steps[a.stage];
+      if (a.kind == ActionKind::kForward) steps_at_forward[{a.stage, a.microbatch}] = stage_steps[a.stage];
+      if (a.kind == ActionKind::kBackward) {
+        auto it = steps_at_forward.find({a.stage, a.microbatch});
+        if (it != steps_at_forward.end()) predict_steps_[it->first] = stage_steps[a.stage] - it->second;
+      }
+    }
+  }
   completes_gradients_ = options_.bucket_bytes > 0 ? s.completes_gradients(rank_) : std::vector<bool>(list.size());
   // Receives are posted ahead of their place in the list, up to kReceivesAhead outstanding:
   // gloo holds a payload at its sender until the receive is posted, so a receive posted only
@@ -219,7 +232,9 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       bool last = a.stage == s.num_stages - 1;
       torch::Tensor target = last ? batch_rows(true, minibatch, micro, m) : torch::Tensor();
       int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch) : -1;
-      torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version);
+      auto ahead = predict_steps_.find({a.stage, a.microbatch});
+      torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version,
+                                       ahead == predict_steps_.end() ? 0 : ahead->second);
       if (last) {
         if (on_loss_) on_loss_(minibatch, rep->last_loss() / m, rep->last_correct(), target.numel());
       } else {

@@ -26,6 +26,9 @@ struct WorkerOptions {
   model::SgdOptions sgd;
   uint64_t seed = 0;
   bool stash_weights = true;
+  // pipedream: each minibatch's forward and backward run on weights predicted as far ahead as
+  // its gradient's step (StageReplica::forward, predict_steps); false: the newest, as the paper.
+  bool weight_prediction = true;
   bool record_weight_sums = false;  // tests of weight stashing
   bool shuffle = true;              // TrainOptions::shuffle
   // All-reduce bucket size (gradient_buckets.h); 0: one bucket, reduced after the backward.
@@ -117,6 +120,9 @@ class Worker {
   // Vertical sync: the weight version stage 0 had when each microbatch of the running
   // schedule entered (the count of stage-0 Steps before its forward), plus the base version.
   std::map<int64_t, int64_t> entry_version_;
+  // Weight prediction: (stage, microbatch of the running schedule) -> the stage's steps between
+  // its forward and its backward, read from this worker's list.
+  std::map<std::pair<int, int>, int64_t> predict_steps_;
   int64_t base_version_ = 0;
 };
 

@@ -93,6 +93,29 @@ TEST(Sgd, FlatStepIsTorchSgdExactly) {
   EXPECT_EQ(flat.grads()[0].abs().sum().item<double>(), 0) << "the step zeroes the gradients";
 }
 
+// Weight prediction (SpecTrain): a copy of the weights moved `steps` updates along momentum's
+// velocity, w - steps * lr * buf, at the learning rate of the given step; the weights stay.
+TEST(Sgd, PredictionFollowsTheVelocity) {
+  auto m = seeded_cnn(9);
+  model::FlatParameters flat(m->parameters());
+  model::SgdOptions o{0.05, 0.9, 0};
+  o.warmup_steps = 10;  // the rate of step 4 is 0.05 * 5 / 10
+  model::Sgd sgd(flat, o);
+  auto before = flat.copy_weights();
+  auto unmoved = flat.copy_weights();
+  sgd.predict(unmoved, 3, 4);  // no velocity before the first step
+  EXPECT_TRUE(torch::equal(unmoved[0], before[0]));
+  batch_loss(*m, 0).backward();
+  sgd.step(1.0, 0);
+  // After one step buf = g and w = w0 - lr0 * g: the velocity is (w0 - w) / lr0.
+  torch::Tensor velocity = (before[0] - flat.weights()[0]) / model::learning_rate(o, 0);
+  auto now = flat.copy_weights();
+  auto predicted = flat.copy_weights();
+  sgd.predict(predicted, 3, 4);
+  EXPECT_TRUE(torch::allclose(predicted[0], now[0] - 3 * 0.025 * velocity, 1e-5, 1e-7));
+  EXPECT_TRUE(torch::equal(flat.weights()[0], now[0])) << "prediction moves the copy only";
+}
+
 // A transport that records each all-reduce when it starts: the tensor then, and how many
 // were started. It sums nothing (one worker).
 struct RecordingTransport : Transport {

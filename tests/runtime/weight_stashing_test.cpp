@@ -34,11 +34,12 @@ PipelineOptions recorded_pipedream() {
   return o;
 }
 
-Outcome run_pipedream(bool stash, int stages) {
+Outcome run_pipedream(bool stash, int stages, bool predict = false) {
   auto m = seeded_cnn(4);
   auto data = model::synthetic_data(*m, 512, 32, 10, 5);
   PipelineOptions o = recorded_pipedream();
   o.stash_weights = stash;
+  o.weight_prediction = predict;
   auto plan = plan::even_split(unit_profile(*m), stages);
   std::vector<std::unique_ptr<Worker>> workers;
   train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
@@ -63,6 +64,34 @@ TEST(WeightStashing, EachBackwardUsesItsForwardsWeights) {
   EXPECT_GT(without.mismatches, 24);
 }
 
+// With weight prediction, a minibatch's forward and backward run on its own predicted weights:
+// the same for both, and on stages with minibatches in flight not the newest (so they differ
+// from stashing alone's).
+TEST(WeightPrediction, EachBackwardUsesItsForwardsPredictedWeights) {
+  Outcome predicted = run_pipedream(true, 4, true);
+  EXPECT_EQ(predicted.checked, 4 * 24);
+  EXPECT_EQ(predicted.mismatches, 0);
+}
+
+TEST(WeightPrediction, PredictsAsFarAsTheStepsBetweenForwardAndBackward) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  auto plan = plan::even_split(unit_profile(*m), 4);
+  std::map<bool, std::vector<std::map<int64_t, std::pair<double, double>>>> sums;
+  for (bool predict : {false, true}) {
+    PipelineOptions o = recorded_pipedream();
+    o.weight_prediction = predict;
+    std::vector<std::unique_ptr<Worker>> workers;
+    train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
+    for (int st = 0; st < 4; ++st) sums[predict].push_back(workers[st]->replica(st)->weight_sums());
+    for (int st = 0; st < 4; ++st) EXPECT_EQ(workers[st]->replica(st)->stash_size(), 0);
+  }
+  // Stage 0 keeps 4 in flight, each predicted 3 steps ahead: the runs agree until its first
+  // step gives it a velocity, and differ from then on.
+  for (int64_t mb = 0; mb < 4; ++mb) EXPECT_EQ(sums[false][0].at(mb).first, sums[true][0].at(mb).first) << mb;
+  for (int64_t mb = 5; mb < 20; ++mb) EXPECT_NE(sums[false][0].at(mb).first, sums[true][0].at(mb).first) << mb;
+}
+
 // Stashing keeps only what is needed: at most the stage's in-flight count of old versions.
 TEST(WeightStashing, VersionsAreReleased) {
   auto m = seeded_cnn(4);
@@ -74,6 +103,7 @@ TEST(WeightStashing, VersionsAreReleased) {
   o.train.quiet = true;
   o.train.evaluate = false;
   o.timeout_s = 20;
+  o.weight_prediction = false;  // the paper's versions (a prediction is each minibatch's own copy)
   std::vector<std::unique_ptr<Worker>> workers;
   auto plan = plan::even_split(unit_profile(*m), 3);
   train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
