@@ -235,6 +235,9 @@ int run_train(TrainFlags& f) {
   }
   runtime::check_pipeline_options(f.pipe, plan, data);
   runtime::check_ties(*m, plan, f.pipe);
+  if (f.pipe.deferred_batch_norm && m->defer_batch_norm(0, m->num_layers(), 1) == 0)
+    throw UsageError(str("--deferred-batch-norm: ", m->name(), " has no BatchNorm pipetrain can defer (`pipetrain "
+                         "export` writes them in place of nn.BatchNorm; the zoo's models have none)"));
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
     runtime::CheckpointStart start = runtime::start_checkpoints(ck);
@@ -323,6 +326,14 @@ Register reg({"train", kTrainDescription,
   app.add_flag("--no-weight-prediction", [f](int64_t) { f->pipe.weight_prediction = false; },
                "pipedream: run each minibatch on the newest weights (the paper's stashing alone) instead of "
                "weights predicted as far ahead as its gradient's step");
+  app.add_flag("--deferred-batch-norm", f->pipe.deferred_batch_norm,
+               "BatchNorm's running statistics of the whole minibatch, not of each microbatch (models from "
+               "pipetrain export)");
+  app.add_option("--stale-warmup", f->pipe.stale_warmup,
+                 "pipedream: a stage whose gradients lag s steps warms its learning rate up over this many "
+                 "minibatches times s (0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
+      ->capture_default_str();
   app.add_flag_callback("--deferred-step", [f] { f->deferred_step = 1; },
                         "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's "
                         "tail (its weights lag one more update); default: the plan's deferred_step");

@@ -27,6 +27,11 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
+try:
+    from pipetrain.batch_norm import DeferrableBatchNorm, make_deferrable
+except ImportError:  # run as a script from python/pipetrain
+    from batch_norm import DeferrableBatchNorm, make_deferrable
+
 FORMAT = "pipetrain.model/1"
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32}
 
@@ -179,7 +184,7 @@ class ChainTracer(torch.fx.Tracer):
         self.failed_in = None
 
     def is_leaf_module(self, m, path):
-        return path in self.leaves or super().is_leaf_module(m, path)
+        return path in self.leaves or isinstance(m, DeferrableBatchNorm) or super().is_leaf_module(m, path)
 
     def call_module(self, m, forward, args, kwargs):
         path = self.path_of_module(m)
@@ -604,6 +609,7 @@ def export(args):
         if not isinstance(model, torch.nn.Module):
             raise ExportError(f"--model: {args.model} returned {type(model).__name__}, not an nn.Module")
         scripted_input = False
+    deferrable = 0 if scripted_input else make_deferrable(model)  # same math until train defers it
     x = example_input(shape, dtype, args.input_high)
     x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
     was_training = model.training
@@ -638,7 +644,7 @@ def export(args):
     meta = {"format": FORMAT, "source": args.model, "kwargs": kwargs, "layers": names,
             "children": list(children.keys()), "boundary_tensors": boundaries,
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
-            "loss": bool(args.loss), "ties": ties}
+            "loss": bool(args.loss), "ties": ties, "deferrable_batch_norms": deferrable}
     tmp = args.output + ".partial"
     torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta)})
     os.replace(tmp, args.output)

@@ -63,8 +63,8 @@ def trained_state(model_file, checkpoint):
         for i, name in enumerate(names):
             state[name] = tensors[f"param.{i}"]
         for i, (name, _) in enumerate(getattr(module, child).named_buffers()):
-            if re.fullmatch(r"(.*\.)?_tensor_constant\d+", name):
-                continue  # a constant torch.fx made of a tensor built in forward: not the model's state
+            if re.fullmatch(r"(.*\.)?(_tensor_constant\d+|pt_[a-z_]+)", name):
+                continue  # a constant torch.fx made in forward, or deferred BatchNorm's sums: not the model's
             if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none
                 state[name] = tensors[f"buffer.{i}"]
     for group in meta.get("ties", []):

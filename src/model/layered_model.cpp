@@ -118,6 +118,21 @@ std::vector<TieGroup> LayeredModel::tie_groups() const {
   return groups;
 }
 
+int64_t LayeredModel::defer_batch_norm(int first, int last, int64_t microbatches) {
+  static const std::string kFlag = "pt_microbatches";
+  torch::NoGradGuard no_grad;
+  int64_t found = 0;
+  for (int l = first; l < last; ++l)
+    for (auto& b : layers_.at(l).module->named_buffers()) {
+      const std::string& name = b.key();
+      if (name.size() >= kFlag.size() && name.compare(name.size() - kFlag.size(), kFlag.size(), kFlag) == 0) {
+        b.value().fill_(microbatches);
+        ++found;
+      }
+    }
+  return found;
+}
+
 void LayeredModel::train(bool on) {
   for (auto& l : layers_) l.module->train(on);
 }

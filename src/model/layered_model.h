@@ -81,6 +81,10 @@ class LayeredModel {
   // Parameters held by more than one layer, by tensor identity (DESIGN.md, "Parameters shared
   // between layers"). FormatError when two layers' parameters overlap without being one tensor.
   std::vector<TieGroup> tie_groups() const;
+  // Deferred BatchNorm (python/pipetrain/batch_norm.py, which `pipetrain export` puts in place of
+  // nn.BatchNorm): its running statistics then follow `microbatches` forwards at once (1: each
+  // forward, nn.BatchNorm's own). Sets every one in layers [first, last); returns how many.
+  int64_t defer_batch_norm(int first, int last, int64_t microbatches);
   void train(bool on = true);
 
  private:

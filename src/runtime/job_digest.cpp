@@ -36,6 +36,8 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"chunks", o.chunks},
               {"vertical_sync", o.vertical_sync},
               {"weight_prediction", o.weight_prediction},
+              {"stale_warmup", o.stale_warmup},
+              {"deferred_batch_norm", o.deferred_batch_norm},
               {"model", model.name()},
               {"layers", shapes_of(model)},
               {"seed", t.seed},

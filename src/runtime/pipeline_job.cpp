@@ -20,6 +20,8 @@ WorkerOptions worker_options(const PipelineOptions& o, const model::SgdOptions& 
   w.seed = o.train.seed;
   w.stash_weights = o.stash_weights;
   w.weight_prediction = o.weight_prediction;
+  w.stale_warmup = o.stale_warmup;
+  w.deferred_batch_norm = o.deferred_batch_norm;
   w.record_weight_sums = o.record_weight_sums;
   w.shuffle = o.train.shuffle;
   w.bucket_bytes = o.bucket_bytes;

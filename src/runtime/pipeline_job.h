@@ -25,6 +25,8 @@ struct PipelineOptions {
   TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)
   bool weight_prediction = true;  // pipedream (WorkerOptions::weight_prediction)
+  int64_t stale_warmup = WorkerOptions{}.stale_warmup;  // pipedream (WorkerOptions::stale_warmup)
+  bool deferred_batch_norm = false;  // WorkerOptions::deferred_batch_norm
   bool record_weight_sums = false;
   std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated
   double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails

@@ -44,10 +44,19 @@ void Worker::setup(const schedule::Schedule& s) {
       throw ConfigError(str("stage ", st, " holds layers ", first, "..", layers.back(), " which are not a contiguous run of the ",
                             model_->num_layers(), " layers of ", model_->name()));
     bool is_last = last == model_->num_layers();
-    replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, options_.sgd,
+    model::SgdOptions sgd = options_.sgd;
+    if (s.kind == "pipedream" && !s.flush)  // the stage's versions in flight, less the newest: its delay
+      sgd.warmup_steps = std::max<int64_t>(sgd.warmup_steps, options_.stale_warmup * (s.weight_versions[st] - 1));
+    replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, sgd,
                                                    options_.stash_weights && !s.flush, s.weight_versions[st],
                                                    s.recomputes(st));
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
+    if (options_.deferred_batch_norm) {  // the forwards this replica runs of one minibatch
+      int64_t forwards = 0;
+      for (const Action& a : s.actions[rank_])
+        forwards += a.kind == ActionKind::kForward && a.stage == st && a.microbatch / s.microbatches == 0;
+      model_->defer_batch_norm(first, last, std::max<int64_t>(forwards, 1));
+    }
     std::vector<int> group = ws;
     std::sort(group.begin(), group.end());
     if (group.size() > 1)

@@ -29,6 +29,13 @@ struct WorkerOptions {
   // pipedream: each minibatch's forward and backward run on weights predicted as far ahead as
   // its gradient's step (StageReplica::forward, predict_steps); false: the newest, as the paper.
   bool weight_prediction = true;
+  // pipedream: a stage whose gradients lag s steps warms its learning rate up linearly over
+  // stale_warmup * s minibatches (unless the run's own warm-up is longer); 0: off. Early
+  // training, where the gradients change fastest, is where stale ones hurt most (PipeMare,
+  // Yang et al. 2021, reschedules the rate by delay for that reason).
+  int64_t stale_warmup = 100;
+  // BatchNorm's running statistics over the whole minibatch (LayeredModel::defer_batch_norm).
+  bool deferred_batch_norm = false;
   bool record_weight_sums = false;  // tests of weight stashing
   bool shuffle = true;              // TrainOptions::shuffle
   // All-reduce bucket size (gradient_buckets.h); 0: one bucket, reduced after the backward.

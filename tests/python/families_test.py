@@ -30,6 +30,40 @@ def lm_loss(out, y):
     return torch.nn.functional.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1))
 
 
+def deferred_reference(case, microbatches):
+    """Eager PyTorch with torchgpipe's deferred BatchNorm: gradients from the microbatches; each
+    BatchNorm's running statistics updated once per minibatch, from the inputs it saw over all
+    the minibatch's microbatches (torch.var_mean of them together), its per-microbatch updates
+    undone."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = case.make_model()
+    model.train()
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    seen = {m: [] for m in bns}
+    for m in bns:
+        m.register_forward_pre_hook(lambda mod, inp: seen[mod].append(inp[0].detach()))
+    opt = torch.optim.SGD(model.parameters(), lr=fid.LR, momentum=fid.MOMENTUM)
+    for s in range(fid.STEPS):
+        xb, yb = case.x[s * B:(s + 1) * B], case.y[s * B:(s + 1) * B]
+        buffers = {k: v.clone() for k, v in model.named_buffers()}
+        opt.zero_grad()
+        for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
+            (case.loss_fn(model(xm), ym) / microbatches).backward()
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
+            for m in bns:
+                x = torch.cat(seen[m]).double()
+                var, mean = torch.var_mean(x, dim=[0] + list(range(2, x.dim())), unbiased=True)
+                m.num_batches_tracked.add_(1)
+                m.running_mean.mul_(1 - m.momentum).add_(mean.float(), alpha=m.momentum)
+                m.running_var.mul_(1 - m.momentum).add_(var.float(), alpha=m.momentum)
+                seen[m].clear()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 class Families(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -107,6 +141,31 @@ class Families(unittest.TestCase):
         for tag, extra in (("1f1b-1", ["--stages", "1"]), ("gpipe-2", ["--stages", "2"])):
             got = case.train(tag, ["--schedule", tag.split("-")[0], "--microbatches", "2"] + extra)
             self.assertEqual(fid.max_relative_error(got, case.want(2)), 0.0, tag)
+
+    def test_deferred_batch_norm_keeps_statistics_of_the_whole_minibatch(self):
+        """--deferred-batch-norm (torchgpipe's meaning): the gradients are the microbatches' as
+        before, the running statistics those of training on whole minibatches."""
+        case = self.cases["resnet"]
+        for tag, extra in (("deferred-1f1b-2-threads", []), ("deferred-gpipe-3-gloo", ["--transport", "gloo"])):
+            stages = tag.split("-")[2]
+            got = case.train(tag, ["--schedule", tag.split("-")[1], "--stages", stages, "--microbatches", "2",
+                                   "--deferred-batch-norm"] + extra)
+            micro, whole = case.want(2), deferred_reference(case, 2)
+            stats = [k for k in micro if "running_" in k]
+            self.assertTrue(stats)
+            params = [k for k in micro if k not in stats and micro[k].is_floating_point()]
+            self.assertLess(max(fid.max_relative_error({k: got[k]}, {k: micro[k]}) for k in params), 1e-5, tag)
+            self.assertLess(max(fid.max_relative_error({k: got[k]}, {k: whole[k]}) for k in stats), 1e-5, tag)
+            # and not the per-microbatch statistics, which the plain run keeps
+            self.assertGreater(max(fid.max_relative_error({k: got[k]}, {k: micro[k]}) for k in stats), 1e-4, tag)
+            for k in (k for k in micro if "num_batches_tracked" in k):
+                self.assertEqual(got[k].item(), whole[k].item(), k)
+
+    def test_deferred_batch_norm_needs_a_deferrable_model(self):
+        r = fid.run_failing([fid.PIPETRAIN, "train", "--model", "resnet18", "--stages", "2", "--schedule", "1f1b",
+                             "--steps", "1", "--deferred-batch-norm"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no BatchNorm pipetrain can defer", r.stderr)
 
     def test_split_tie_refused_where_copies_would_drift(self):
         case = self.cases["gpt"]
