@@ -67,7 +67,8 @@ void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
 void print_result(const runtime::TrainResult& r, const std::string& label) {
   if (!label.empty()) std::cout << "[" << label << "] ";
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, final loss " << r.final_loss << "\n";
+            << " samples/s, final loss " << r.final_loss << " (mean of the last " << std::min<int64_t>(50, r.steps)
+            << " steps)\n";
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
   if (!r.peak_memory_bytes.empty()) {
     std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (measured):";

@@ -41,7 +41,15 @@ class ExportError(Exception):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="pipetrain export", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="pipetrain export", description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="What torch.fx follows: tuple unpacking (B, T, C = x.shape; q, k, v = t.split(C, 2); "
+               "out, (h, c) = lstm(x)),\nsizes read in forward and tensors built from them (torch.arange(T), "
+               "torch.ones(T, T)).\nA submodule whose forward branches on a tensor's value is kept whole as one "
+               "layer.\nRefused, with the line named: such a branch in the model's own forward (move it into a "
+               "submodule\nor a @torch.fx.wrap function), a fixed batch size, several inputs, a tuple or dict "
+               "output.\nTied parameters are recorded and stay one parameter. docs/import.md has the table.")
     p.add_argument("--model", required=True,
                    help="MODULE:CALLABLE returning an nn.Module (MODULE from PYTHONPATH or the current directory), "
                         "or a TorchScript file whose children run in order")

@@ -25,7 +25,8 @@ double StageReplica::weight_sum() const {
 }
 
 torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target,
-                                    double loss_scale, int64_t version, int64_t predict_steps) {
+                                    double loss_scale, int64_t version, int64_t predict_steps,
+                                    int64_t minibatch) {
   PT_CHECK(!in_flight_.count(mb), "microbatch ", mb, " is already in flight");
   InFlight f;
   f.version = version >= 0 ? version : version_;
@@ -37,7 +38,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
       spare_predicted_.pop_back();
     }
     f.predicted = flat_->copy_weights(std::move(reuse));
-    sgd_.predict(f.predicted, predict_steps, version_);
+    sgd_.predict(f.predicted, predict_steps, minibatch);
   }
   f.input = input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);

@@ -41,9 +41,11 @@ class StageReplica {
   // of the newest; the replica must have been told to keep a history (keep_history).
   // `predict_steps` > 0 (weight prediction, asynchronous schedules): the gradient of this
   // microbatch will be applied that many steps from now, so its forward and backward run on
-  // weights predicted that far ahead (Sgd::predict), held for it alone, instead of the newest.
+  // weights predicted that far ahead (Sgd::predict, at the rate of step `minibatch`, the
+  // microbatch's global minibatch, so a resumed run predicts as the uninterrupted one), held for
+  // it alone, instead of the newest.
   torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale,
-                        int64_t version = -1, int64_t predict_steps = 0);
+                        int64_t version = -1, int64_t predict_steps = 0, int64_t minibatch = 0);
   // Backward of `mb` from the output gradient (ignored on the last stage, which starts from its
   // loss). input_only: only the input gradient (zero-bubble B; W follows). Returns the input
   // gradient (undefined on the first stage).

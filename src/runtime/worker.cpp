@@ -243,7 +243,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch) : -1;
       auto ahead = predict_steps_.find({a.stage, a.microbatch});
       torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version,
-                                       ahead == predict_steps_.end() ? 0 : ahead->second);
+                                       ahead == predict_steps_.end() ? 0 : ahead->second, minibatch);
       if (last) {
         if (on_loss_) on_loss_(minibatch, rep->last_loss() / m, rep->last_correct(), target.numel());
       } else {
