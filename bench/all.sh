@@ -11,5 +11,7 @@ build/bench/bench_plan_speed > out/bench/plan_speed.txt
 bench/real_cpu.sh
 bench/runtime_vs_peers.sh
 bench/imported_vs_zoo.sh
+/usr/bin/python3 bench/python/families_throughput.py --pipetrain build/pipetrain | tee out/bench/families.txt
+bench/async_accuracy.sh
 bench/emulated_all.sh
 python3 bench/report.py

@@ -557,6 +557,27 @@ def section_imported(md):
                  "Fashion-MNIST, batch 64, runs interleaved (docs/import.md).")
 
 
+def section_families(md):
+    section_text(md, "Model families as people write them (measured)", "families.txt",
+                 "`bench/python/families_throughput.py`: the models of `tests/python/family_models.py` (each "
+                 "small: widths 8-32), exported as written, trained for 40 steps of batch 32 by eager PyTorch "
+                 "(torch.optim.SGD, on 1 and on all threads), by pipetrain on one worker and by pipetrain's 1F1B on "
+                 "2 stages with 4 microbatches (a thread per stage); runs interleaved, medians. Their weights agree "
+                 "with eager PyTorch to 1e-5 (`family_fidelity`, docs/import.md). Models this small gain nothing "
+                 "from a pipeline on 2 cores: a microbatch of 8 token sequences is a few hundred microseconds of "
+                 "compute, which the per-microbatch work of the runtime (transfers, autograd's graph per "
+                 "microbatch) matches.")
+
+
+def section_async_accuracy(md):
+    section_text(md, "Asynchronous training reaches one worker's accuracy (measured)", "async_accuracy.txt",
+                 "`bench/async_accuracy.sh`: pipedream on 4 stages (`train --stages 4 --schedule pipedream`) "
+                 "with the paper's weight stashing alone (`--no-weight-prediction --stale-warmup 0`) and with "
+                 "pipetrain's defaults: each minibatch runs on weights predicted as many steps ahead as its "
+                 "gradient is applied (SpecTrain), and a stage whose gradients lag s steps warms its learning rate "
+                 "up over 100 s minibatches (docs/runtime.md).")
+
+
 def main():
     os.makedirs(PICS, exist_ok=True)
     runs = emulated_runs()
@@ -578,6 +599,8 @@ def main():
     section_plan_speed(md)
     section_peers(md)
     section_imported(md)
+    section_families(md)
+    section_async_accuracy(md)
     notes = os.path.join(DOCS, "results_notes.md")
     if os.path.exists(notes):
         md.append(open(notes).read())

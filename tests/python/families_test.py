@@ -7,6 +7,7 @@ cannot do that refuse it.
     /usr/bin/python3 tests/python/families_test.py --pipetrain build/pipetrain
 """
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -111,6 +112,21 @@ class Families(unittest.TestCase):
         self.check("gpt", "1f1b-4-gloo", ["--schedule", "1f1b", "--stages", "4", "--microbatches", "2",
                                           "--transport", "gloo"], 2)
         self.check("gpt", "zb-h1-3-threads", ["--schedule", "zb-h1", "--stages", "3", "--microbatches", "2"], 2)
+
+    def test_gpt_tie_on_a_replicated_stage_and_interleaved(self):
+        """A tie whose embedding stage has 2 replicas (each adds half its all-reduced gradient to
+        the exchange), and interleaved 1F1B's chunks (the tie on workers 0 and 1)."""
+        case = self.cases["gpt"]
+        plan = os.path.join(self.tmp.name, "gpt-2-1.json")
+        with open(plan, "w") as f:
+            json.dump({"format": "pipetrain.plan/1", "workers": 3,
+                       "stages": [{"layers": [0, 1, 2, 3, 4], "replicas": 2}, {"layers": [5, 6, 7, 8], "replicas": 1}]},
+                      f)
+        for transport in ("threads", "gloo"):
+            self.check("gpt", f"1f1b-2x1-{transport}", ["--plan", plan, "--schedule", "1f1b", "--microbatches", "2",
+                                                        "--transport", transport], 2)
+        self.check("gpt", "interleaved-2x2", ["--schedule", "interleaved", "--stages", "2", "--chunks", "2",
+                                              "--microbatches", "2"], 2)
 
     def test_lstm_classifier(self):
         self.family("lstm", 3)

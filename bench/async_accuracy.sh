@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Asynchronous accuracy (issue 31): mnist-cnn on Fashion-MNIST, 2 epochs at the CLI's defaults,
+# one worker against pipedream on 4 stages with the paper's weight stashing alone and with
+# pipetrain's defaults (weight prediction, stale stages' warm-up); seeds 1..SEEDS, then means.
+# The runs are deterministic; about 35 s each on 2 cores.
+#   bench/async_accuracy.sh [SEEDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seeds=${1:-3}
+mkdir -p out/bench
+acc() {  # test accuracy (%) of one run
+  build/pipetrain train --model mnist-cnn --epochs 2 --quiet "$@" 2>&1 | sed -n 's/^test accuracy \([0-9.]*\)%$/\1/p'
+}
+rows=()
+for ((s = 1; s <= seeds; s++)); do
+  one=$(acc --seed "$s")
+  plain=$(acc --seed "$s" --stages 4 --schedule pipedream --no-weight-prediction --stale-warmup 0)
+  ours=$(acc --seed "$s" --stages 4 --schedule pipedream)
+  rows+=("$s $one $plain $ours")
+done
+python3 - "${rows[@]}" <<'PY' | tee out/bench/async_accuracy.txt
+import statistics, sys
+rows = [r.split() for r in sys.argv[1:]]
+print("== test accuracy after 2 epochs, mnist-cnn on Fashion-MNIST, batch 64, lr 0.02, momentum 0.9 ==")
+print(f"{'seed':>4} {'one worker':>11} {'pd4 stashing':>13} {'pd4 default':>12}")
+for s, one, plain, ours in rows:
+    print(f"{s:>4} {float(one):10.2f}% {float(plain):12.2f}% {float(ours):11.2f}%")
+m = [statistics.mean(float(r[i]) for r in rows) for i in (1, 2, 3)]
+print(f"mean {m[0]:10.2f}% {m[1]:12.2f}% {m[2]:11.2f}%")
+print(f"pipedream on 4 stages, points below one worker: stashing alone {m[0] - m[1]:.2f}, "
+      f"with weight prediction and the stale stages' warm-up {m[0] - m[2]:.2f}")
+PY
