@@ -45,8 +45,12 @@ void Worker::setup(const schedule::Schedule& s) {
                             model_->num_layers(), " layers of ", model_->name()));
     bool is_last = last == model_->num_layers();
     model::SgdOptions sgd = options_.sgd;
-    if (s.kind == "pipedream" && !s.flush)  // the stage's versions in flight, less the newest: its delay
-      sgd.warmup_steps = std::max<int64_t>(sgd.warmup_steps, options_.stale_warmup * (s.weight_versions[st] - 1));
+    if (s.kind == "pipedream" && !s.flush) {
+      // The stage's delay: its versions in flight less the newest; under vertical sync every
+      // stage runs on the version stage 0 had, so stage 0's delay.
+      int64_t delay = s.weight_versions[s.vertical_sync ? 0 : st] - 1;
+      sgd.warmup_steps = std::max<int64_t>(sgd.warmup_steps, options_.stale_warmup * delay);
+    }
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, sgd,
                                                    options_.stash_weights && !s.flush, s.weight_versions[st],
                                                    s.recomputes(st));
