@@ -32,6 +32,7 @@ Plan even_split(const profile::Profile& profile, int stages) {
       }
   Plan p;
   p.model = profile.model;
+  for (const auto& t : profile.ties) p.ties.push_back(t.layers);
   p.batch_size = profile.batch_size;
   p.cost_model = "even";
   p.stages.resize(stages);

@@ -89,6 +89,7 @@ json to_json(const Plan& p) {
     doc["predicted"]["simulated_schedule"] = p.simulated_schedule;
   }
   if (!p.model.empty()) doc["model"] = p.model;
+  if (!p.ties.empty()) doc["ties"] = p.ties;
   if (p.batch_size > 0) doc["batch_size"] = p.batch_size;
   if (!p.cost_model.empty()) doc["cost_model"] = p.cost_model;
   if (!p.schedule.empty()) doc["schedule"] = p.schedule;
@@ -105,6 +106,18 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
   p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
   if (root.has("model")) p.model = root["model"].as_string();
+  if (root.has("ties"))
+    for (size_t t = 0; t < root["ties"].size(); ++t) {
+      JsonField tie = root["ties"][t];
+      std::vector<int> layers;
+      for (int64_t l : tie.as_int_list()) {
+        if (l < 0 || l > std::numeric_limits<int>::max() || (!layers.empty() && l <= layers.back()))
+          tie.fail(str("must list layer indices in ascending order, got ", l));
+        layers.push_back(static_cast<int>(l));
+      }
+      if (layers.size() < 2) tie.fail(str("a tie joins two or more layers, got ", layers.size()));
+      p.ties.push_back(std::move(layers));
+    }
   if (root.has("batch_size")) p.batch_size = root["batch_size"].as_int_at_least(1);
   if (root.has("cost_model")) p.cost_model = root["cost_model"].as_string();
   if (root.has("schedule")) p.schedule = root["schedule"].as_string();
@@ -188,6 +201,21 @@ void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::str
                               ") is in both stage ", stage_of[l], " and stage ", s));
       stage_of[l] = s;
     }
+  if (!p.ties.empty()) {
+    std::vector<std::vector<int>> model_ties;
+    for (const auto& t : prof.ties) model_ties.push_back(t.layers);
+    auto text = [](const std::vector<std::vector<int>>& ties) {
+      std::string out;
+      for (const auto& t : ties) {
+        out += out.empty() ? "" : ", ";
+        for (size_t i = 0; i < t.size(); ++i) out += str(i ? "=" : "", t[i]);
+      }
+      return out.empty() ? std::string("none") : out;
+    };
+    if (p.ties != model_ties)
+      throw ConfigError(str(plan_source, ": the plan was made for layers sharing parameters ", text(p.ties),
+                            " but in '", prof.model, "' the layers sharing parameters are ", text(model_ties)));
+  }
   for (int l = 0; l < n; ++l) {
     if (stage_of[l] == -1)
       throw ConfigError(str(plan_source, ": layer ", l, " (", prof.layers[l].name, ") is in no stage"));

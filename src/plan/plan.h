@@ -34,6 +34,9 @@ struct Plan {
   int workers = 1;
   std::vector<Stage> stages;
   std::string model;          // from the profile, when known
+  // Layers that share a parameter (the profile's ties, profile.h), when known: check_plan_fits
+  // holds them against the model's own, so a plan made for another model's ties is refused.
+  std::vector<std::vector<int>> ties;
   int64_t batch_size = 0;     // the profile's batch size (minibatch) when known
   std::string cost_model;     // "pipetrain", "pipedream", "even", "hand"
   // How to run it, when the planner chose (the joint search) or the user wrote it: a schedule

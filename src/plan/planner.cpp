@@ -143,6 +143,7 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sea
   const SearchResult& r = searched.result;
   Plan plan;
   plan.model = profile.model;
+  for (const auto& t : profile.ties) plan.ties.push_back(t.layers);
   plan.batch_size = profile.batch_size;
   plan.cost_model = name_of(options.cost_model);
   plan.workers = cluster.workers();

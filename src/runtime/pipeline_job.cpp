@@ -128,6 +128,13 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
           throw ConfigError(str(o.schedule, ": worker ", w, " would run both stage ", st, " and stage ", st + 1,
                                 ", and a worker does not send to itself; with --chunks ", o.chunks,
                                 " use at least 2 workers (--stages 2 or more)"));
+  // Before anything is written: an asynchronous plan's replicas take minibatches in rounds, and
+  // an epoch's minibatches that fill no round are skipped, which can leave nothing to train.
+  if (total > 0 && plan_segments(job.probe, plan, job.per_epoch, total).empty())
+    throw ConfigError(str(o.schedule, ": nothing would train: the replicas of plan ", plan.shape(),
+                          " take minibatches in rounds, and an epoch of ", job.per_epoch, " minibatch",
+                          job.per_epoch == 1 ? "" : "es", " of ", o.train.batch_size,
+                          " holds no whole round; give more data, a smaller --batch-size or a synchronous schedule"));
   CheckpointStart start = start_checkpoints(o.checkpoint);
   job.run_id = start.run_id;
   job.resume_from = start.resume_from;

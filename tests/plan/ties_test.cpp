@@ -87,6 +87,36 @@ TEST(Ties, EveryPlanKeepsATieGroupInOneStage) {
       }
 }
 
+TEST(Ties, PlansCarryThemAndAreHeldToTheModels) {
+  auto p = chain(6);
+  p.ties = {{{0, 5}, 4000}};
+  Plan planned = make_plan(p, Cluster::flat(2, 10), PlanOptions{});
+  EXPECT_EQ(planned.ties, (std::vector<std::vector<int>>{{0, 5}}));
+  EXPECT_EQ(even_split(p, 3).ties, planned.ties);
+  Plan back = plan_from_json(to_json(planned), "plan.json");
+  EXPECT_EQ(back.ties, planned.ties);
+  check_plan_fits(back, p, "plan.json");  // the same model: fine
+  auto other = chain(6);
+  other.ties = {{{0, 4}, 4000}};
+  try {
+    check_plan_fits(back, other, "plan.json");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("made for layers sharing parameters 0=5 but in 'tied-lm' the layers "
+                                         "sharing parameters are 0=4"),
+              std::string::npos)
+        << e.what();
+  }
+  auto doc = to_json(planned);
+  doc["ties"] = json::array({json::array({3, 1})});
+  try {
+    plan_from_json(doc, "plan.json");
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("ascending"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Ties, StateSpaceSaysWhyItHoldsLayersTogether) {
   auto p = chain(5);
   p.ties = {{{0, 4}, 4000}};

@@ -43,3 +43,31 @@ TEST(Segments, SynchronousEvaluatesOnMultiplesOfTheStep) {
 
 }  // namespace
 }  // namespace pt::runtime
+
+namespace pt::runtime {
+namespace {
+
+// An epoch too short for one round of a replicated stage: refused before anything is written,
+// where it ran zero steps and exited 0.
+TEST(Segments, NothingToTrainIsRefused) {
+  auto m = testing::seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 24, 8, 10, 5);  // 3 minibatches of 8 per epoch
+  plan::Plan p = plan::data_parallel_plan(m->num_layers(), 4);
+  PipelineOptions o;
+  o.schedule = "pipedream";
+  o.train.batch_size = 8;
+  o.train.steps = 4;
+  o.train.quiet = true;
+  try {
+    layout_job(p, o, data);
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing would train"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("an epoch of 3 minibatches of 8"), std::string::npos) << e.what();
+  }
+  o.schedule = "1f1b";  // synchronous: a minibatch at a time
+  EXPECT_EQ(layout_job(p, o, data).steps, 4);
+}
+
+}  // namespace
+}  // namespace pt::runtime
