@@ -22,7 +22,7 @@ class TiedGradients {
  public:
   // ConfigError naming the layers, the stages and the schedule when `s` would train a tie group
   // of `ties` wrong: split across stages by an asynchronous schedule, held twice by one worker,
-  // or exchanged on a worker before its replicated stage's all-reduce. `model_name` for errors.
+  // or exchanged on a worker before its replicated stage's all-reduce (layer names from `model`).
   TiedGradients(const std::vector<model::TieGroup>& ties, const model::LayeredModel& model,
                 const schedule::Schedule& s, int rank);
 

@@ -100,18 +100,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   int64_t offset = first_minibatch * s.microbatches;
   const auto& list = s.actions[rank_];
   predict_steps_.clear();
-  if (options_.weight_prediction && s.kind == "pipedream" && !s.vertical_sync) {
-    std::map<std::pair<int, int>, int64_t> steps_at_forward;
-    std::map<int, int64_t> stage_steps;  // this worker's Steps so far, per stage
-    for (const Action& a : list) {
-      if (a.kind == ActionKind::kStep) ++stage_steps[a.stage];
-      if (a.kind == ActionKind::kForward) steps_at_forward[{a.stage, a.microbatch}] = stage_steps[a.stage];
-      if (a.kind == ActionKind::kBackward) {
-        auto it = steps_at_forward.find({a.stage, a.microbatch});
-        if (it != steps_at_forward.end()) predict_steps_[it->first] = stage_steps[a.stage] - it->second;
-      }
-    }
-  }
+  if (options_.weight_prediction && s.predicts_weights()) predict_steps_ = s.steps_in_flight(rank_);
   completes_gradients_ = options_.bucket_bytes > 0 ? s.completes_gradients(rank_) : std::vector<bool>(list.size());
   // Receives are posted ahead of their place in the list, up to kReceivesAhead outstanding:
   // gloo holds a payload at its sender until the receive is posted, so a receive posted only

@@ -129,7 +129,7 @@ class Worker {
   std::map<int64_t, int64_t> entry_version_;
   // Weight prediction: (stage, microbatch of the running schedule) -> the stage's steps between
   // its forward and its backward, read from this worker's list.
-  std::map<std::pair<int, int>, int64_t> predict_steps_;
+  std::map<std::pair<int, int>, int> predict_steps_;
   int64_t base_version_ = 0;
 };
 

@@ -76,6 +76,9 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     const auto& list = s.actions[w];
     WorkerMemory& m = out[w];
     StashTracker versions;
+    if (options.weight_prediction && options.momentum && s.predicts_weights())
+      for (const auto& [key, steps] : s.steps_in_flight(w))
+        if (steps > 0) versions.predicted(key.first, key.second);
     std::map<int, bool> stages;  // the stages this worker holds
     // Bytes held per (stage, microbatch) until its last backward, and the received gradients.
     std::map<std::pair<int, int>, double> held, grads;

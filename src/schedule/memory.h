@@ -44,6 +44,9 @@ struct MemoryOptions {
   // Sends to one peer the runtime has not yet waited for (Worker::kSendsAhead), each holding its
   // tensor (between processes; 0 within one process, where a send completes at once).
   int sends_ahead = 8;
+  // pipedream: the runtime's weight prediction (Worker's weight_prediction) gives each
+  // microbatch whose gradient is applied after later steps a weight copy of its own.
+  bool weight_prediction = true;
 };
 
 struct WorkerMemory {

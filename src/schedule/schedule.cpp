@@ -22,6 +22,20 @@ int Schedule::chunk_of(int stage) const {
   return chunk;
 }
 
+std::map<std::pair<int, int>, int> Schedule::steps_in_flight(int worker) const {
+  std::map<std::pair<int, int>, int> at_forward, out;
+  std::map<int, int> steps;  // this worker's Steps so far, per stage
+  for (const Action& a : actions[worker]) {
+    if (a.kind == ActionKind::kStep) ++steps[a.stage];
+    if (a.kind == ActionKind::kForward) at_forward[{a.stage, a.microbatch}] = steps[a.stage];
+    if (a.kind == ActionKind::kBackward) {
+      auto it = at_forward.find({a.stage, a.microbatch});
+      if (it != at_forward.end()) out[it->first] = steps[a.stage] - it->second;
+    }
+  }
+  return out;
+}
+
 std::vector<bool> Schedule::completes_gradients(int worker) const {
   const auto& list = actions[worker];
   std::vector<bool> out(list.size(), false);

@@ -12,7 +12,9 @@
 //
 // Microbatch compute time = profile time x (microbatch size / profile batch size): a microbatch
 // holds batch_size / microbatches samples (linear scaling; the simulator's assumption).
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/json_doc.h"
@@ -56,6 +58,13 @@ struct Schedule {
   // the last full Backward or BackwardWeight before each AllReduce. Its gradient buckets may
   // all-reduce while it runs (the runtime's gradient_buckets.h; the simulator models it).
   std::vector<bool> completes_gradients(int worker) const;
+  // (stage, microbatch) -> how many Steps of its stage the worker takes between the microbatch's
+  // Forward and its Backward: how many updates its gradient is applied after its forward ran
+  // (what weight prediction predicts across; the runtime and the memory model both read it).
+  std::map<std::pair<int, int>, int> steps_in_flight(int worker) const;
+  // Whether the runtime predicts weights for this schedule (Worker's weight_prediction on):
+  // pipedream without vertical sync.
+  bool predicts_weights() const { return kind == "pipedream" && !flush && !vertical_sync; }
 };
 
 inline constexpr int kScheduleVersion = 1;

@@ -22,7 +22,8 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
     ++st.steps;
   }
   std::set<int> versions = {st.steps};
-  for (const auto& [mb, entry] : st.in_flight) versions.insert(entry.first);
+  for (const auto& [mb, entry] : st.in_flight)
+    versions.insert(predicted_.count({a.stage, mb}) ? -1 - mb : entry.first);  // a copy of its own
   st.peak_versions = std::max(st.peak_versions, static_cast<int>(versions.size()));
 }
 

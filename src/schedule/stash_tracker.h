@@ -9,6 +9,7 @@
 // keeps one per minibatch in flight; 2BW two.
 #include <cstdint>
 #include <map>
+#include <set>
 
 #include "schedule/action.h"
 
@@ -22,7 +23,10 @@ class StashTracker {
 
   int peak_stash() const { return peak_stash_; }
   int64_t peak_bytes() const { return peak_bytes_; }
-  int weight_versions(int stage) const;  // most versions alive at once on `stage` (>= 1)
+  // A microbatch whose forward ran on weights of its own (weight prediction) holds its own copy
+  // until its backward, besides the newest: call before its Forward.
+  void predicted(int stage, int mb) { predicted_.insert({stage, mb}); }
+  int weight_versions(int stage) const;  // most weight copies alive at once on `stage` (>= 1)
   int max_weight_versions() const;
 
  private:
@@ -32,6 +36,7 @@ class StashTracker {
     int peak_versions = 1;
   };
   std::map<int, StageState> stages_;
+  std::set<std::pair<int, int>> predicted_;
   int stash_ = 0, peak_stash_ = 0;
   int64_t bytes_ = 0, peak_bytes_ = 0;
 };

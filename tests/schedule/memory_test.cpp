@@ -47,9 +47,22 @@ TEST(MemoryModel, GPipeStashesEveryMicrobatch1F1BOnlyThoseInFlight) {
 TEST(MemoryModel, WeightVersionsFollowTheSchedule) {
   auto pd = memory("pipedream", straight_plan(4), 1);
   auto bw = memory("2bw", straight_plan(4), 4);
-  EXPECT_EQ(pd[0].weights, 4 * kParams);  // a version per minibatch in flight
+  // With weight prediction (the runtime's default) each of the 4 minibatches in flight on stage
+  // 0 runs on a copy of its own, besides the newest; stage 2's one in flight too; the last
+  // stage's gradients apply before any later step, so it runs on the newest.
+  EXPECT_EQ(pd[0].weights, 5 * kParams);
+  EXPECT_EQ(pd[2].weights, 3 * kParams);
   EXPECT_EQ(pd[3].weights, kParams);
   EXPECT_EQ(bw[0].weights, 2 * kParams);  // double buffered
+  // Stashing alone: a version per minibatch in flight, the newest among them.
+  ScheduleOptions o;
+  MemoryOptions stash_only;
+  stash_only.weight_prediction = false;
+  stash_only.receives_ahead = stash_only.sends_ahead = 0;
+  auto plain = memory_per_worker(make_schedule("pipedream", straight_plan(4), o),
+                                 uniform_profile(4, 1, 2, kAct, kParams), stash_only);
+  EXPECT_EQ(plain[0].weights, 4 * kParams);
+  EXPECT_EQ(plain[3].weights, kParams);
 }
 
 TEST(MemoryModel, RecomputationKeepsOnlyInputsAndRebuildsOneMicrobatch) {
