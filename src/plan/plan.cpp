@@ -201,7 +201,8 @@ void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::str
                               ") is in both stage ", stage_of[l], " and stage ", s));
       stage_of[l] = s;
     }
-  if (!p.ties.empty()) {
+  // A model without ties (an emulated one, built from a profile) trains any plan right.
+  if (!p.ties.empty() && !prof.ties.empty()) {
     std::vector<std::vector<int>> model_ties;
     for (const auto& t : prof.ties) model_ties.push_back(t.layers);
     auto text = [](const std::vector<std::vector<int>>& ties) {

@@ -35,7 +35,8 @@ struct Plan {
   std::vector<Stage> stages;
   std::string model;          // from the profile, when known
   // Layers that share a parameter (the profile's ties, profile.h), when known: check_plan_fits
-  // holds them against the model's own, so a plan made for another model's ties is refused.
+  // holds them against a model's own, so a plan made for other ties is refused. (The runtime
+  // goes by the model's ties whatever the plan says: tied_gradients.h.)
   std::vector<std::vector<int>> ties;
   int64_t batch_size = 0;     // the profile's batch size (minibatch) when known
   std::string cost_model;     // "pipetrain", "pipedream", "even", "hand"

@@ -45,8 +45,13 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"epochs", t.epochs},
               {"steps", t.steps},
               {"eval_every", t.eval_every},
+              {"evaluate", t.evaluate},
+              {"shuffle", t.shuffle},  // ranks that sampled different minibatches trained garbage, exit 0
+              {"task", static_cast<int>(model.task())},
+              {"stash_weights", o.stash_weights},
               {"sgd", json{{"lr", t.sgd.lr}, {"momentum", t.sgd.momentum}, {"weight_decay", t.sgd.weight_decay},
-                           {"lr_schedule", t.sgd.lr_schedule}, {"warmup_steps", t.sgd.warmup_steps}}
+                           {"lr_schedule", t.sgd.lr_schedule}, {"warmup_steps", t.sgd.warmup_steps},
+                           {"total_steps", t.sgd.total_steps}}
                           .dump()},
               {"data", json{{"name", data.name}, {"train", data.train.size()}, {"test", data.test.size()},
                             {"classes", data.classes}, {"vocab", data.vocab},

@@ -187,7 +187,8 @@ TEST(TrainCli, GlooWorkersThatDisagreeStop) {
     std::string field;
   };
   for (const Case& c : {Case{{"--seed", "7"}, "'seed'"}, Case{{"--plan", plan3}, "'plan'"},
-                        Case{{"--lr", "0.5"}, "'sgd'"}}) {
+                        Case{{"--lr", "0.5"}, "'sgd'"}, Case{{"--no-shuffle"}, "'shuffle'"},
+                        Case{{"--no-weight-prediction"}, "'weight_prediction'"}}) {
     SCOPED_TRACE(c.field);
     std::string port = std::to_string(free_tcp_port());
     std::vector<pid_t> pids;
