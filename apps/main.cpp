@@ -15,11 +15,6 @@
 #include "core/version.h"
 
 namespace pt::app {
-std::vector<Command>& registry() {
-  static std::vector<Command> commands;
-  return commands;
-}
-
 namespace {
 
 // The directory of this executable (pipetrain-torch is installed beside it).

@@ -2,6 +2,7 @@
 // schedule (threads in this process, or one process per worker over gloo).
 #include <algorithm>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include <torch/torch.h>
@@ -9,6 +10,7 @@
 #include "model/compute_threads.h"
 #include "model/host_allocator.h"
 #include "apps/command.h"
+#include "apps/flag_digest.h"
 #include "apps/torch/model_flags.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -16,6 +18,8 @@
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
 #include "runtime/gloo_job.h"
+#include "runtime/gloo_transport.h"
+#include "runtime/job_digest.h"
 #include "runtime/launcher.h"
 #include "runtime/pipeline_job.h"
 #include "runtime/trainer.h"
@@ -39,7 +43,14 @@ struct TrainFlags {
   CLI::Option* chunks_flag = nullptr;
   bool recompute = false;
   int deferred_step = -1;  // --deferred-step 1, --no-deferred-step 0, else the plan's
+  bool print_job = false;  // --print-job
 };
+
+// Options that may differ between the workers of one job: where each writes its own outputs,
+// how much it says, how long it waits. Every other option is compared at rendezvous.
+const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout", "--print-job"};
+// Options that name a file, which workers compare by its contents (flag_digest.h).
+const std::set<std::string> kFileFlags = {"--model", "--data", "--text", "--plan", "--profile", "--cluster"};
 
 // The plan says how to run it (a planner's joint choice, or the user's): its schedule,
 // microbatches, chunks and deferred step, unless the flags say otherwise; --recompute recomputes
@@ -208,6 +219,9 @@ int run_train(TrainFlags& f) {
   // worker runs the same one even when it was measured rather than read from a file.
   std::string launched_plan = runtime::launched_plan_path();
   bool gloo_worker = f.transport == "gloo" && runtime::launched_as_gloo_worker();
+  if (f.transport == "threads" && runtime::launched_as_gloo_worker() && runtime::gloo_world_size_in_env() > 1)
+    throw UsageError("this process is one worker of a job of several (RANK and WORLD_SIZE, as torchrun and mpirun set "
+                     "them), but --transport threads trains alone, in one process: give --transport gloo");
   if (gloo_worker && launched_plan.empty() && f.plan_path.empty() && f.profile_path.empty() && f.pipe.schedule != "dp")
     throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
                      "computes the same plan (a profile measured by each worker could differ)");
@@ -239,6 +253,10 @@ int run_train(TrainFlags& f) {
   if (f.pipe.deferred_batch_norm && m->defer_batch_norm(0, m->num_layers(), 1) == 0)
     throw UsageError(str("--deferred-batch-norm: ", m->name(), " has no BatchNorm pipetrain can defer (`pipetrain "
                          "export` writes them in place of nn.BatchNorm; the zoo's models have none)"));
+  if (f.print_job) {  // what the workers compare at rendezvous, to compare by hand
+    std::cout << runtime::job_digest(plan, f.pipe, *m, data).dump(1) << "\n";
+    return 0;
+  }
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
     runtime::CheckpointStart start = runtime::start_checkpoints(ck);
@@ -357,7 +375,13 @@ Register reg({"train", kTrainDescription,
                "A fresh run may replace the checkpoints of an earlier run in --checkpoint-dir");
   app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  return [f] { return run_train(*f); };
+  app.add_flag("--print-job", f->print_job,
+               "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "
+               "files' digests, every flag) and exit without training");
+  return [f, &app] {
+    f->pipe.command_line = flag_digest(app, kPerWorkerFlags, kFileFlags);
+    return run_train(*f);
+  };
 }});
 
 }  // namespace

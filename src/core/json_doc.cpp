@@ -48,6 +48,26 @@ std::string brief(const json& value) {
   return s;
 }
 
+std::vector<JsonDifference> json_differences(const json& a, const json& b, const std::string& path) {
+  std::vector<JsonDifference> out;
+  auto append = [&out](std::vector<JsonDifference> more) { out.insert(out.end(), more.begin(), more.end()); };
+  if (a.is_object() && b.is_object()) {
+    auto member = [&path](const std::string& key) { return path.empty() ? key : path + "." + key; };
+    for (const auto& [key, value] : a.items())
+      if (!b.contains(key)) out.push_back({member(key), brief(value), "nothing"});
+      else append(json_differences(value, b[key], member(key)));
+    for (const auto& [key, value] : b.items())
+      if (!a.contains(key)) out.push_back({member(key), "nothing", brief(value)});
+    return out;
+  }
+  if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (size_t i = 0; i < a.size(); ++i) append(json_differences(a[i], b[i], str(path, "[", i, "]")));
+    return out;
+  }
+  if (a != b) out.push_back({path, brief(a), brief(b)});
+  return out;
+}
+
 void JsonField::fail(const std::string& what) const {
   throw FormatError(str(source_, ": field '", path_, "' ", what));
 }

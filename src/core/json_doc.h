@@ -75,4 +75,13 @@ std::string format_tag(const std::string& kind, int version);
 // Short form of a value for error messages (long values are cut).
 std::string brief(const json& value);
 
+// Where two JSON values differ, at the innermost level: the path of each differing value
+// ("sgd.momentum", "plan.stages[1].workers") with both sides' brief() forms ("nothing" where a
+// side lacks it). Empty when they are equal.
+struct JsonDifference {
+  std::string path;
+  std::string a, b;
+};
+std::vector<JsonDifference> json_differences(const json& a, const json& b, const std::string& path = "");
+
 }  // namespace pt

@@ -1,5 +1,12 @@
 #include "core/sha256.h"
 
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+
 namespace pt {
 
 namespace {
@@ -40,19 +47,56 @@ void compress(uint32_t h[8], const uint8_t* block) {
 
 }  // namespace
 
-Digest256 sha256(const std::string& data) {
-  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::update(const char* data, size_t n) {
+  total_ += n;
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(data);
+  while (n > 0) {
+    if (filled_ == 0 && n >= 64) {  // whole blocks straight from the input
+      compress(h_, p);
+      p += 64, n -= 64;
+      continue;
+    }
+    size_t take = std::min(n, 64 - filled_);
+    std::memcpy(block_ + filled_, p, take);
+    filled_ += take, p += take, n -= take;
+    if (filled_ == 64) compress(h_, block_), filled_ = 0;
+  }
+}
+
+Digest256 Sha256::finish() {
   // §5.1.1: a 1 bit, zeros, then the length in bits as 64 bits, to a multiple of 64 bytes.
-  std::string m = data;
-  uint64_t bits = static_cast<uint64_t>(data.size()) * 8;
-  m.push_back(static_cast<char>(0x80));
-  while (m.size() % 64 != 56) m.push_back('\0');
-  for (int i = 7; i >= 0; --i) m.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
-  for (size_t off = 0; off < m.size(); off += 64) compress(h, reinterpret_cast<const uint8_t*>(m.data() + off));
+  uint64_t bits = total_ * 8;
+  const char one = static_cast<char>(0x80), zero = 0;
+  update(&one, 1);
+  while (filled_ != 56) update(&zero, 1);
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((bits >> (8 * (7 - i))) & 0xff);
+  update(length, 8);
   Digest256 out;
   for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<uint8_t>(h[i] >> (24 - 8 * j));
+    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<uint8_t>(h_[i] >> (24 - 8 * j));
   return out;
+}
+
+Digest256 sha256(const std::string& data) {
+  Sha256 s;
+  s.update(data.data(), data.size());
+  return s.finish();
+}
+
+Digest256 sha256_of_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str(path, ": cannot open file"));
+  Sha256 s;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    s.update(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) throw Error(str(path, ": read failed"));
+  return s.finish();
 }
 
 Digest256 hmac_sha256(const std::string& key, const std::string& message) {

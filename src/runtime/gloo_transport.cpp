@@ -13,7 +13,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "model/memory_meter.h"
-#include "runtime/job_digest.h"
 #include "runtime/job_store.h"
 
 namespace pt::runtime {
@@ -118,6 +117,11 @@ struct RecvTransfer : PendingTransfer {
 }  // namespace
 
 bool gloo_rank_in_env() { return env("RANK") || env("OMPI_COMM_WORLD_RANK"); }
+
+int gloo_world_size_in_env() {
+  const char* size = env("RANK") ? env("WORLD_SIZE") : env("OMPI_COMM_WORLD_SIZE");
+  return size ? std::atoi(size) : 0;
+}
 
 GlooConfig gloo_config_from_env() {
   GlooConfig c;
@@ -240,13 +244,11 @@ void GlooTransport::check_agreement(const json& digest) {
     all[r] = parse_json(std::string(bytes.begin(), bytes.end()), str("worker ", r, "'s job description"));
   }
   for (int r = 1; r < config_.world_size; ++r) {
-    std::vector<std::string> fields = differences(all[0], all[r]);
+    std::vector<JsonDifference> fields = json_differences(all[0], all[r]);
     if (fields.empty()) continue;
     std::string what;
-    for (const auto& f : fields) {
-      auto value = [&](int w) { return all[w].contains(f) ? brief(all[w][f]) : std::string("nothing"); };
-      what += str(what.empty() ? "" : "; ", "'", f, "': worker 0 has ", value(0), ", worker ", r, " has ", value(r));
-    }
+    for (const auto& f : fields)
+      what += str(what.empty() ? "" : "; ", "'", f.path, "': worker 0 has ", f.a, ", worker ", r, " has ", f.b);
     throw ConfigError(str("the workers disagree (", what, "); every worker of a job must be started with the same ",
                           "plan, flags and data"));
   }

@@ -57,6 +57,9 @@ struct GlooConfig {
 GlooConfig gloo_config_from_env();
 // True when this process was started as one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK).
 bool gloo_rank_in_env();
+// The job's size as WORLD_SIZE (or OMPI_COMM_WORLD_SIZE) says, before any other check; 0 when
+// neither is set to a number.
+int gloo_world_size_in_env();
 
 // Gloo tag of a worker tag (see the file comment); TransportError when out of range.
 int gloo_tag(int64_t tag, bool data);
@@ -89,9 +92,10 @@ class GlooTransport : public Transport {
   // Creates the process groups of these worker groups now (each sorted, containing rank()), and
   // of the units and shard groups a hierarchical all-reduce of each uses;
   // they are otherwise created on first use. Only members take part, so it need not be collective.
-  // Every worker publishes `digest` (job_digest.h) through the rendezvous store and compares
-  // all of them with worker 0's: ConfigError naming the first field that differs, its values
-  // and the workers, raised on every worker alike, before anything trains.
+  // Every worker publishes `digest` (any JSON the caller builds: the job's, job_digest.h) through
+  // the rendezvous store and compares all of them with worker 0's: ConfigError naming each
+  // innermost field that differs, both values and the workers, raised on every worker alike,
+  // before anything trains.
   void check_agreement(const json& digest);
   void prepare_groups(const std::vector<std::vector<int>>& groups);
 

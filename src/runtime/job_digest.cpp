@@ -30,7 +30,7 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
                 const model::DataSplit& data) {
   const TrainOptions& t = o.train;
   return json{{"version", kPipetrainVersion},
-              {"plan", plan::to_json(plan).dump()},
+              {"plan", plan::to_json(plan)},
               {"schedule", o.schedule},
               {"microbatches", o.microbatches},
               {"chunks", o.chunks},
@@ -51,29 +51,19 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"stash_weights", o.stash_weights},
               {"sgd", json{{"lr", t.sgd.lr}, {"momentum", t.sgd.momentum}, {"weight_decay", t.sgd.weight_decay},
                            {"lr_schedule", t.sgd.lr_schedule}, {"warmup_steps", t.sgd.warmup_steps},
-                           {"total_steps", t.sgd.total_steps}}
-                          .dump()},
+                           {"total_steps", t.sgd.total_steps}}},
               {"data", json{{"name", data.name}, {"train", data.train.size()}, {"test", data.test.size()},
                             {"classes", data.classes}, {"vocab", data.vocab},
                             {"crc32", {tensor_crc(data.train.inputs), tensor_crc(data.train.targets),
                                        tensor_crc(data.test.inputs), tensor_crc(data.test.targets)}},
-                            {"shard_crc32", data.train.shards ? data.train.shards->crcs() : std::vector<uint32_t>{}}}
-                           .dump()},
+                            {"shard_crc32", data.train.shards ? data.train.shards->crcs() : std::vector<uint32_t>{}}}},
               {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
-                                  {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}
-                                 .dump()},
-              {"timeout_s", o.timeout_s},
+                                  {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}},
               {"bucket_bytes", o.bucket_bytes},
-              {"cluster", o.cluster.levels.empty() ? std::string() : plan::to_json(o.cluster).dump()}};
-}
-
-std::vector<std::string> differences(const json& a, const json& b) {
-  std::vector<std::string> out;
-  for (const auto& [key, value] : a.items())
-    if (!b.contains(key) || b[key] != value) out.push_back(key);
-  for (const auto& [key, value] : b.items())
-    if (!a.contains(key)) out.push_back(key);
-  return out;
+              {"cluster", o.cluster.levels.empty() ? json() : plan::to_json(o.cluster)},
+              // Every flag of the command line, as the command read it (apps/flag_digest.h): a
+              // setting missing above still stops a job whose workers were given different ones.
+              {"flags", o.command_line}};
 }
 
 }  // namespace pt::runtime

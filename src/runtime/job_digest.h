@@ -13,11 +13,9 @@
 
 namespace pt::runtime {
 
-// A flat object: field name -> a JSON value (compared as text).
+// An object of the job's settings (nested where they are: sgd, data, plan, flags), which the
+// workers compare with json_differences.
 json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::LayeredModel& model,
                 const model::DataSplit& data);
-
-// The fields (in name order) where `b` differs from `a`; empty when they agree.
-std::vector<std::string> differences(const json& a, const json& b);
 
 }  // namespace pt::runtime

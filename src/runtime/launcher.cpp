@@ -28,7 +28,10 @@
 namespace pt::runtime {
 
 namespace {
-// Set by launch_gloo_job for its workers: the plan file every worker runs.
+// Set by launch_gloo_job for its workers: "<launcher pid>:<plan file>", the plan every worker
+// runs. The pid binds it to the process that set it: a value left in a shell or set by hand is
+// refused, not followed (a plain run would take its plan over --stages; each worker of a
+// torchrun job would train alone).
 constexpr const char* kLaunchPlanVar = "PIPETRAIN_LAUNCH_PLAN";
 }  // namespace
 
@@ -36,7 +39,17 @@ bool launched_as_gloo_worker() { return gloo_rank_in_env(); }
 
 std::string launched_plan_path() {
   const char* p = std::getenv(kLaunchPlanVar);
-  return p ? p : "";
+  if (!p) return "";
+  std::string value = p;
+  size_t colon = value.find(':');
+  std::string pid = value.substr(0, colon == std::string::npos ? 0 : colon);
+  bool from_parent = colon != std::string::npos && !pid.empty() &&
+                     pid.find_first_not_of("0123456789") == std::string::npos && pid.size() < 10 &&
+                     std::stol(pid) == static_cast<long>(::getppid());
+  if (!from_parent || !launched_as_gloo_worker())
+    throw UsageError(str(kLaunchPlanVar, " is set (to '", value, "'), but this process was not started by `pipetrain ",
+                         "train --transport gloo`, which sets it for the workers it starts: unset it"));
+  return value.substr(colon + 1);
 }
 
 int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path) {
@@ -54,8 +67,8 @@ int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path) {
     off += static_cast<size_t>(n);
   }
   // Each worker opens its inherited descriptor by path, which starts reading at 0.
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
-  ::setenv(kLaunchPlanVar, path.c_str(), 1);
+  std::string value = std::to_string(::getpid()) + ":/proc/self/fd/" + std::to_string(fd);
+  ::setenv(kLaunchPlanVar, value.c_str(), 1);
   int rc = launch_gloo_workers(plan.workers, self_argv(), trace_path);
   ::unsetenv(kLaunchPlanVar);
   ::close(fd);

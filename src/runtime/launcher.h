@@ -13,7 +13,9 @@ namespace pt::runtime {
 // True when this process is one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK is set).
 bool launched_as_gloo_worker();
 
-// The plan file of the launch_gloo_job that started this worker, or "" when none did.
+// The plan file of the launch_gloo_job that started this worker, or "" when none did. A
+// launch plan this process did not get from its launcher (set by hand, inherited from a shell,
+// or in a process that is no worker) is a UsageError, not a plan to follow.
 std::string launched_plan_path();
 
 // `pipetrain train --transport gloo` on this host: hands `plan` to every worker (an in-memory

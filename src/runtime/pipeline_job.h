@@ -36,6 +36,10 @@ struct PipelineOptions {
   // Where the workers are (train --cluster): with a hierarchical all-reduce the gloo transport
   // all-reduces a group that spans servers as Cluster::allreduce_units says. No levels: one ring.
   plan::Cluster cluster;
+  // The command line as every worker must have it (apps/flag_digest.h: flag -> value, files by
+  // their contents, per-worker outputs left out), compared at rendezvous with the rest of the
+  // job's digest (job_digest.h).
+  json command_line = json::object();
 };
 
 // What every worker of the job runs with (both transports).

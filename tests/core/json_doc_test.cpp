@@ -32,6 +32,33 @@ TEST(JsonDoc, NamesFileFieldAndValue) {
   EXPECT_EQ(error_of([&] { root["a"]["b"][3]; }), "f.json: field 'a.b' has no element 3 (size 3)");
 }
 
+// A difference deep in a value is named where it is, with both values (not a cut-off dump of
+// the whole).
+TEST(JsonDoc, DifferencesNameTheInnermostField) {
+  json a = {{"sgd", {{"lr", 0.1}, {"momentum", 0.9}}}, {"plan", {{"stages", {{{"workers", {0}}}, {{"workers", {1}}}}}}},
+            {"seed", 1}};
+  json b = a;
+  EXPECT_TRUE(json_differences(a, b).empty());
+  b["sgd"]["momentum"] = 0;
+  b["plan"]["stages"][1]["workers"][0] = 2;
+  b.erase("seed");
+  b["extra"] = "x";
+  auto d = json_differences(a, b);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].path, "plan.stages[1].workers[0]");
+  EXPECT_EQ(d[0].a, "1");
+  EXPECT_EQ(d[0].b, "2");
+  EXPECT_EQ(d[1].path, "seed");
+  EXPECT_EQ(d[1].b, "nothing");
+  EXPECT_EQ(d[2].path, "sgd.momentum");
+  EXPECT_EQ(d[2].a, "0.9");
+  EXPECT_EQ(d[2].b, "0");
+  EXPECT_EQ(d[3].path, "extra");
+  EXPECT_EQ(d[3].a, "nothing");
+  // Arrays of different lengths differ as a whole.
+  EXPECT_EQ(json_differences(json{{"x", {1, 2}}}, json{{"x", {1}}})[0].path, "x");
+}
+
 TEST(JsonDoc, FormatTag) {
   json doc = json::parse(R"({"format": "pipetrain.plan/1"})");
   JsonField root(doc, "p.json", "");

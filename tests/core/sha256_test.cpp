@@ -4,6 +4,11 @@
 
 #include "core/sha256.h"
 
+#include <algorithm>
+#include <fstream>
+
+#include "core/error.h"
+
 namespace pt {
 namespace {
 
@@ -14,6 +19,21 @@ TEST(Sha256, Fips180Vectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(to_hex(sha256(std::string(1000000, 'a'))),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Pieces of any size (a file read in chunks) give the digest of the whole.
+TEST(Sha256, PiecesAndFilesGiveTheWholesDigest) {
+  std::string data(200003, 'x');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7919 % 251);
+  for (size_t piece : {size_t(1), size_t(63), size_t(64), size_t(65), size_t(4096)}) {
+    Sha256 s;
+    for (size_t off = 0; off < data.size(); off += piece) s.update(data.data() + off, std::min(piece, data.size() - off));
+    EXPECT_EQ(to_hex(s.finish()), to_hex(sha256(data))) << piece;
+  }
+  std::string path = testing::TempDir() + "/sha256_test.bin";
+  std::ofstream(path, std::ios::binary) << data;
+  EXPECT_EQ(to_hex(sha256_of_file(path)), to_hex(sha256(data)));
+  EXPECT_THROW(sha256_of_file(path + ".missing"), Error);
 }
 
 TEST(HmacSha256, Rfc4231Vectors) {

@@ -1,0 +1,219 @@
+// Agreement by construction (issue 35): every option of `pipetrain train` reaches the job digest
+// that a job's workers compare at rendezvous, or is one of the few listed as per-worker. A new
+// option fails this test until it is given an entry below (its value reaches the digest) or
+// is listed as per-worker in train.cpp: a flag cannot be forgotten the way --no-shuffle was.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "../runtime/pipeline_test_util.h"
+#include "apps/command.h"
+#include "core/json_doc.h"
+#include "plan/plan.h"
+#include "pt_paths.h"
+#include "profile/profile.h"
+
+namespace pt::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The profile fixes the plan's figures (a profile measured per run would differ in them).
+std::vector<std::string> kBase;
+
+struct TrainRun {
+  json digest;
+  std::string error;
+};
+
+// `pipetrain train <args> --print-job`, in this process: the digest it prints, or its error.
+TrainRun run_train(const std::vector<std::string>& args, std::vector<std::string>* options = nullptr) {
+  const Command* train = nullptr;
+  for (const auto& c : registry())
+    if (c.name == "train") train = &c;
+  EXPECT_NE(train, nullptr);
+  CLI::App app{"test"};
+  auto runner = train->setup(app);
+  if (options)
+    for (const CLI::Option* o : app.get_options()) options->push_back(o->get_name());
+  std::vector<std::string> argv = {"pipetrain-train"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  TrainRun r;
+  testing::internal::CaptureStdout();
+  try {
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
+    runner();
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  std::cout.flush();
+  std::string out = testing::internal::GetCapturedStdout();
+  if (r.error.empty()) r.digest = parse_json(out, "--print-job");
+  return r;
+}
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more,
+                              const std::vector<std::string>& drop = {}) {
+  for (const auto& d : drop) {  // a flag and its value
+    auto it = std::find(args.begin(), args.end(), d);
+    if (it != args.end()) args.erase(it, it + 2);
+  }
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
+  fs::path tmp = fs::temp_directory_path() / ("pt_train_flags_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  auto m = runtime::testing::seeded_cnn(1);
+  profile::Profile prof = runtime::testing::unit_profile(*m);
+  std::string plan_file = (tmp / "plan.json").string(), prof_file = (tmp / "prof.json").string();
+  std::string cluster_file = (tmp / "cluster.json").string(), text_file = (tmp / "text.txt").string();
+  plan::write_plan(plan::even_split(prof, 2), plan_file);
+  profile::write_profile(prof, prof_file);
+  kBase = {"--data", "synthetic", "--synthetic-samples", "256", "--steps", "2", "--stages", "2", "--schedule", "1f1b",
+           "--profile", prof_file, "--print-job"};
+  profile::Profile slower = prof;
+  for (auto& l : slower.layers) l.forward_ms *= 2;
+  std::string slower_file = (tmp / "slower.json").string();
+  profile::write_profile(slower, slower_file);
+  std::ofstream(cluster_file) << R"({"format": "pipetrain.cluster/1", "levels": [{"name": "server", "fan_out": 2, "bandwidth_gbps": 10}]})";
+  std::ofstream(text_file) << std::string(2000, 'a') << "\n";
+  // A model file (the only kind --loss and --deferred-batch-norm apply to), exported by Python's pipetrain export.
+  std::ofstream(tmp / "tiny.py") << "import torch.nn as nn\n"
+                                    "def mlp():\n    return nn.Sequential(nn.Flatten(), nn.Linear(784, 16), "
+                                    "nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))\n";
+  std::string model_file = (tmp / "tiny.pt").string();
+  std::string export_cmd = "cd " + tmp.string() + " && " + std::string(PT_BINARY_DIR) +
+                           "/pipetrain export --model tiny:mlp --input-shape 4,1,28,28 -o " + model_file +
+                           " > export.log 2>&1";
+  bool have_model_file = std::system(export_cmd.c_str()) == 0;
+
+  // An option -> the arguments that give it another value than kBase has (and the base flags
+  // they replace). Any run must still reach --print-job.
+  struct Change {
+    std::vector<std::string> args;
+    std::vector<std::string> drop = {};
+  };
+  const std::map<std::string, Change> changes = {
+      {"--allreduce", {{"--cluster", cluster_file, "--allreduce", "ring"}}},
+      {"--batch-size", {{"--batch-size", "32"}}},
+      {"--bucket-mb", {{"--bucket-mb", "1"}}},
+      {"--byte-scale", {{"--byte-scale", "2"}}},
+      {"--checkpoint-dir", {{"--checkpoint-dir", (tmp / "ck").string()}}},
+      {"--checkpoint-every", {{"--checkpoint-every", "5", "--checkpoint-dir", (tmp / "ck").string()}}},
+      {"--chunks", {{"--chunks", "2"}}},
+      {"--classes", {{"--classes", "5"}}},
+      {"--cluster", {{"--cluster", cluster_file}}},
+      {"--compute", {{"--compute", "emulated"}}},
+      {"--data", {{"--data", "text", "--model", "lstm-lm", "--text", text_file, "--seq-len", "4"}, {"--data", "--profile"}}},
+      {"--data-dir", {{"--data-dir", tmp.string()}}},
+      {"--deferred-batch-norm", {{"--model", model_file, "--deferred-batch-norm"}, {"--profile"}}},
+      {"--deferred-step", {{"--deferred-step", "--schedule", "pipedream"}, {"--schedule"}}},
+      {"--depth", {{"--depth", "3"}}},
+      {"--epochs", {{"--epochs", "3"}}},
+      {"--eval-every", {{"--eval-every", "1"}}},
+      {"--image-size", {{"--image-size", "32"}}},
+      {"--loss", {{"--model", model_file, "--loss", "cross-entropy"}, {"--profile"}}},
+      {"--lr", {{"--lr", "0.5"}}},
+      {"--lr-schedule", {{"--lr-schedule", "cosine"}}},
+      {"--microbatches", {{"--microbatches", "2"}}},
+      {"--model", {{"--model", "lstm-lm", "--seq-len", "4"}, {"--profile"}}},
+      {"--momentum", {{"--momentum", "0"}}},
+      {"--no-deferred-step", {{"--no-deferred-step"}}},
+      {"--no-shuffle", {{"--no-shuffle"}}},
+      {"--no-weight-prediction", {{"--no-weight-prediction"}}},
+      {"--overwrite", {{"--overwrite", "--checkpoint-dir", (tmp / "ck").string()}}},
+      {"--plan", {{"--plan", plan_file}, {"--stages"}}},
+      {"--profile", {{"--profile", slower_file}, {"--profile"}}},
+      {"--recompute", {{"--recompute"}}},
+      {"--resume", {{"--resume", "--checkpoint-dir", (tmp / "ck").string()}}},
+      {"--schedule", {{"--schedule", "gpipe"}, {"--schedule"}}},
+      {"--seed", {{"--seed", "7"}}},
+      {"--seq-len", {{"--seq-len", "16"}}},
+      {"--stages", {{"--stages", "3"}, {"--stages"}}},
+      {"--stale-warmup", {{"--stale-warmup", "5"}}},
+      {"--steps", {{"--steps", "3"}, {"--steps"}}},
+      {"--synthetic-samples", {{"--synthetic-samples", "512"}, {"--synthetic-samples"}}},
+      {"--text", {{"--text", text_file}}},
+      {"--time-scale", {{"--time-scale", "2"}}},
+      {"--transport", {{"--transport", "gloo"}}},
+      {"--vertical-sync", {{"--vertical-sync", "--schedule", "pipedream"}, {"--schedule"}}},
+      {"--warmup-steps", {{"--warmup-steps", "3"}}},
+      {"--weight-decay", {{"--weight-decay", "0.001"}}},
+      {"--width", {{"--width", "2"}}},
+      {"--workers", {{"--workers", "2", "--schedule", "dp"}, {"--stages", "--schedule"}}},
+  };
+  // What may differ per worker, given any value: the digest stays the same.
+  const std::map<std::string, std::vector<std::string>> per_worker = {
+      {"--metrics", {"--metrics", (tmp / "m.csv").string()}},
+      {"--trace", {"--trace", (tmp / "t.json").string()}},
+      {"--quiet", {"--quiet"}},
+      {"--timeout", {"--timeout", "5"}},
+      {"--print-job", {}},
+      {"--help", {}}};
+
+  std::vector<std::string> options;
+  TrainRun base = run_train(kBase, &options);
+  ASSERT_EQ(base.error, "");
+  EXPECT_GT(options.size(), 40u);
+  for (const auto& name : options) {
+    SCOPED_TRACE(name);
+    if (auto pw = per_worker.find(name); pw != per_worker.end()) {
+      if (pw->second.empty()) continue;
+      TrainRun r = run_train(with(kBase, pw->second));
+      ASSERT_EQ(r.error, "");
+      EXPECT_TRUE(json_differences(base.digest, r.digest).empty()) << r.digest.dump();
+      continue;
+    }
+    if ((name == "--loss" || name == "--deferred-batch-norm") && !have_model_file) {
+      ADD_FAILURE() << "`pipetrain export` failed (python3-torch installed?): " << export_cmd;
+      continue;
+    }
+    auto c = changes.find(name);
+    ASSERT_NE(c, changes.end()) << "a new option of train: add it to `changes` here (its value must reach the job "
+                                   "digest) or, if workers may differ in it, to kPerWorkerFlags in apps/torch/train.cpp";
+    TrainRun r = run_train(with(kBase, c->second.args, c->second.drop));
+    ASSERT_EQ(r.error, "");
+    bool named = false;
+    for (const auto& d : json_differences(base.digest, r.digest)) named |= d.path == "flags." + name;
+    EXPECT_TRUE(named) << r.digest["flags"].dump();
+  }
+  fs::remove_all(tmp);
+}
+
+// A file flag compares the file's contents, not its path: the same plan at two paths agrees,
+// another plan at the same path does not.
+TEST(TrainFlags, FilesCompareByContents) {
+  fs::path tmp = fs::temp_directory_path() / ("pt_train_files_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  auto prof = runtime::testing::unit_profile(*runtime::testing::seeded_cnn(1));
+  std::string a = (tmp / "a.json").string(), b = (tmp / "b.json").string();
+  plan::write_plan(plan::even_split(prof, 2), a);
+  plan::write_plan(plan::even_split(prof, 2), b);
+  auto args = [](const std::string& plan) {
+    return std::vector<std::string>{"--data", "synthetic", "--synthetic-samples", "256", "--steps", "2",
+                                    "--schedule", "1f1b", "--plan", plan, "--print-job"};
+  };
+  TrainRun ra = run_train(args(a)), rb = run_train(args(b));
+  ASSERT_EQ(ra.error, "");
+  ASSERT_EQ(rb.error, "");
+  EXPECT_TRUE(json_differences(ra.digest, rb.digest).empty());
+  plan::Plan other = plan::even_split(prof, 2);
+  std::swap(other.stages[0].workers, other.stages[1].workers);
+  plan::write_plan(other, b);
+  rb = run_train(args(b));
+  ASSERT_EQ(rb.error, "");
+  bool named = false;
+  for (const auto& d : json_differences(ra.digest, rb.digest)) named |= d.path == "flags.--plan";
+  EXPECT_TRUE(named);
+  fs::remove_all(tmp);
+}
+
+}  // namespace
+}  // namespace pt::app
