@@ -260,6 +260,7 @@ int run_train(TrainFlags& f) {
   if (!ck.dir.empty() && launched_plan.empty() && !runtime::launched_as_gloo_worker()) {
     // Checked here too, before any worker starts, so a bad folder is named once.
     runtime::CheckpointStart start = runtime::start_checkpoints(ck);
+    runtime::CheckpointLock{ck.dir};  // in use by another run: said now, before any worker starts
     const auto& cm = start.manifest;
     if (ck.resume && start.resume_from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
     if (!start.resume_from.empty())

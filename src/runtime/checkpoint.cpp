@@ -22,6 +22,45 @@ namespace {
 std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".tensors"; }
 std::string temp_dir_name(int64_t step) { return ".tmp-" + checkpoint_dir_name(step); }
 
+// A file pipetrain writes into a temporary checkpoint folder: a layer file, the manifest, or a
+// half-written one of either (write_text_file_atomic's NAME.tmp.PID).
+bool written_by_checkpoints(const std::string& name) {
+  std::string base = name.substr(0, name.find(".tmp."));
+  auto ends_with = [&base](const std::string& tail) {
+    return base.size() > tail.size() && base.compare(base.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return base == "manifest.json" || (base.rfind("layer-", 0) == 0 && ends_with(".tensors"));
+}
+
+// Removes what an interrupted run left in a temporary checkpoint folder: pipetrain's own files,
+// then the folder once empty. Anything else (a user's file) stays, and so does the folder; its
+// first such entry is returned ("" when the folder is gone).
+std::string remove_temp_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return "";
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return dir.string();
+  std::string foreign;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (fs::is_regular_file(e.symlink_status()) && written_by_checkpoints(e.path().filename().string()))
+      fs::remove(e.path());
+    else if (foreign.empty())
+      foreign = e.path().string();
+  }
+  if (foreign.empty()) fs::remove(dir);
+  return foreign;
+}
+
+// A complete checkpoint: a folder with a manifest that parses (its files are verified when read).
+bool is_checkpoint(const fs::path& dir) {
+  try {
+    manifest_from_json(read_regular_file((dir / "manifest.json").string(), int64_t(1) << 24),
+                       (dir / "manifest.json").string());
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 // A rename is durable only once its directory is synced.
 void fsync_dir(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -99,7 +138,10 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   transport.barrier();  // every worker has drained and stepped up to `step`
   if (leader) {
     fs::create_directories(root);
-    fs::remove_all(tmp);  // left by an interrupted run
+    std::string foreign = remove_temp_checkpoint(tmp);  // left by an interrupted run
+    if (!foreign.empty())
+      throw RuntimeFailure(str("checkpoint at step ", step, ": '", foreign, "' is in the way and pipetrain did not ",
+                               "write it; move it out of ", root.string()));
     fs::create_directories(tmp);
   }
   transport.barrier();
@@ -127,6 +169,11 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   // passing it again) is moved aside first, since rename cannot replace a full directory.
   fs::path final_dir = root / checkpoint_dir_name(step);
   if (fs::exists(final_dir)) {
+    // Only a checkpoint is replaced: a folder of that name pipetrain did not write stays.
+    if (!is_checkpoint(final_dir))
+      throw RuntimeFailure(str("checkpoint at step ", step, ": '", final_dir.string(), "' exists and is not a ",
+                               "checkpoint (no manifest.json that reads); move it away. This step's checkpoint is "
+                               "left complete in '", tmp.string(), "'"));
     fs::path old = root / (".old-" + checkpoint_dir_name(step));
     fs::remove_all(old);
     fs::rename(final_dir, old);
@@ -141,7 +188,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   std::vector<std::pair<int64_t, fs::path>> mine;
   for (const auto& e : fs::directory_iterator(root)) {
     std::string name = e.path().filename().string();
-    if (name.rfind(".tmp-", 0) == 0 && checkpoint_step_of(name.substr(5)) <= step) fs::remove_all(e.path());
+    if (name.rfind(".tmp-", 0) == 0 && checkpoint_step_of(name.substr(5)) <= step) remove_temp_checkpoint(e.path());
     int64_t s = checkpoint_step_of(name);
     if (s < 0 || e.path() == final_dir) continue;
     std::string run;

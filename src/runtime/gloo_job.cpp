@@ -20,7 +20,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     action = "building the model";
     auto model = factory();
     check_ties(*model, plan, o);  // before the layout starts the checkpoints
-    JobLayout job = layout_job(plan, o, data);
+    JobLayout job = layout_job(plan, o, data, config.rank == 0);
     const schedule::Schedule& probe = job.probe;
     if (probe.num_workers() != config.world_size)
       throw ConfigError(str("the plan needs ", probe.num_workers(), " workers but the gloo job has ", config.world_size,

@@ -110,7 +110,7 @@ schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o) {
   return schedule_for(plan, o, async ? std::max<int>(1, schedule::default_minibatches(plan)) : 1);
 }
 
-JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data) {
+JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data, bool leads) {
   JobLayout job;
   model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed, o.train.shuffle,
                               data.train.shard_sizes());
@@ -136,6 +136,7 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
                           job.per_epoch == 1 ? "" : "es", " of ", o.train.batch_size,
                           " holds no whole round; give more data, a smaller --batch-size or a synchronous schedule"));
   CheckpointStart start = start_checkpoints(o.checkpoint);
+  if (leads && !o.checkpoint.dir.empty()) job.lock = std::make_shared<CheckpointLock>(o.checkpoint.dir);
   job.run_id = start.run_id;
   job.resume_from = start.resume_from;
   job.resume_manifest = start.manifest;

@@ -10,6 +10,7 @@
 #include "model/dataset.h"
 #include "plan/plan.h"
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_lock.h"
 #include "runtime/trainer.h"
 #include "runtime/worker.h"
 #include "schedule/generators.h"
@@ -83,9 +84,13 @@ struct JobLayout {
   std::string run_id;        // written into this run's checkpoints (start_checkpoints)
   std::string resume_from;   // the verified checkpoint resumed (empty: none)
   CheckpointManifest resume_manifest;
+  std::shared_ptr<CheckpointLock> lock;  // the checkpoint folder's, held by the leading process
 };
 // Also starts the run's checkpoints (start_checkpoints): call it once per worker process.
-JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data);
+// `leads`: this process leads the job's checkpoints (worker 0's), and holds the folder's lock
+// (checkpoint_lock.h) for as long as the layout lives.
+JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data,
+                     bool leads = true);
 // The schedule of a typical segment (JobLayout::probe), without the rest of the layout.
 schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o);
 

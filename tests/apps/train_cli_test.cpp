@@ -248,6 +248,31 @@ TEST(TrainCli, LaunchStateFromTheEnvironmentIsRefused) {
   ::unsetenv("WORLD_SIZE");
 }
 
+// Two runs at once into one folder (issue 35): the second is refused, naming the first one's
+// pid, while the first (a gloo job, whose worker 0 holds the lock) trains on to the end.
+TEST(TrainCli, SecondRunIntoAFolderInUseIsRefused) {
+  TempDir tmp("folder_in_use");
+  std::string ck = (tmp.path / "ck").string();
+  std::vector<std::string> common = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "32",
+                                     "--stages", "2", "--schedule", "1f1b", "--quiet", "--checkpoint-dir", ck};
+  std::vector<std::string> first = common;
+  first.insert(first.end(), {"--steps", "200", "--checkpoint-every", "2", "--transport", "gloo"});
+  pid_t a = start(first, tmp.path / "first.log");
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (newest_checkpoint(ck).empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(newest_checkpoint(ck).empty()) << slurp(tmp.path / "first.log");
+  std::vector<std::string> second = common;
+  second.insert(second.end(), {"--steps", "4", "--overwrite"});
+  fs::path log = tmp.path / "second.log";
+  EXPECT_NE(run(second, log), 0);
+  EXPECT_NE(slurp(log).find("is in use by another run (pid "), std::string::npos) << slurp(log);
+  int status = 0;
+  ::waitpid(a, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(tmp.path / "first.log");
+  EXPECT_EQ(read_verified_manifest(newest_checkpoint(ck)).step, 200);
+}
+
 TEST(TrainCli, CheckpointFlagErrors) {
   TempDir tmp("flags");
   fs::path log = tmp.path / "log";

@@ -1,6 +1,7 @@
 // Checkpoints: a stopped and resumed synchronous run ends with exactly the weights of an
 // uninterrupted one; a checkpoint resumes into another plan (4 stages -> 2 stages -> 1 worker);
 // interrupted writes leave the previous checkpoint loadable; bad checkpoints are named.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 
 #include "core/json_doc.h"
 #include "pipeline_test_util.h"
+#include "runtime/checkpoint_lock.h"
 
 namespace pt::runtime {
 namespace {
@@ -315,6 +317,63 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   }
   EXPECT_EQ(checkpoint_step_of(checkpoint_dir_name(123)), 123);
   EXPECT_EQ(checkpoint_step_of("step-12x"), -1);
+}
+
+}  // namespace
+}  // namespace pt::runtime
+
+namespace pt::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One run per folder (issue 35): while a run holds a folder, a second one is refused before it
+// trains, naming the holder's pid and host; once the first ends, the folder is free again.
+TEST(Checkpoint, OneRunPerFolder) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  {
+    CheckpointLock first(d);
+    try {
+      run(stages(2), options("1f1b", 2, d, 2, false));
+      ADD_FAILURE() << "a second run was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is in use by another run (pid " + std::to_string(::getpid()) + " on host "));
+    }
+    EXPECT_EQ(newest_checkpoint(d), "");  // it wrote nothing
+  }
+  run(stages(2), options("1f1b", 2, d, 2, false));
+  EXPECT_NE(newest_checkpoint(d), "");
+}
+
+// Cleanup removes only what pipetrain wrote: a user's file in a temporary checkpoint folder
+// stays (the checkpoint of that step is refused, naming it), and a folder named like a
+// checkpoint that is not one is not replaced.
+TEST(Checkpoint, CleanupRemovesOnlyWhatPipetrainWrote) {
+  TempDir dir;
+  fs::path d = dir.path;
+  fs::create_directories(d / (".tmp-" + checkpoint_dir_name(2)));
+  std::ofstream(d / (".tmp-" + checkpoint_dir_name(2)) / "notes.txt") << "mine";
+  std::ofstream(d / (".tmp-" + checkpoint_dir_name(2)) / "layer-0.tensors") << "half written";
+  try {
+    run(stages(2), options("1f1b", 2, d.string(), 2, false));
+    ADD_FAILURE() << "the checkpoint wrote over a user's file";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("notes.txt' is in the way and pipetrain did not write it"));
+  }
+  EXPECT_TRUE(fs::exists(d / (".tmp-" + checkpoint_dir_name(2)) / "notes.txt"));
+  EXPECT_FALSE(fs::exists(d / (".tmp-" + checkpoint_dir_name(2)) / "layer-0.tensors"));
+  fs::remove_all(d / (".tmp-" + checkpoint_dir_name(2)));
+
+  fs::create_directories(d / checkpoint_dir_name(2));  // empty: not a checkpoint
+  try {
+    run(stages(2), options("1f1b", 2, d.string(), 2, false));
+    ADD_FAILURE() << "a folder that is not a checkpoint was replaced";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("exists and is not a checkpoint"));
+  }
+  EXPECT_TRUE(fs::is_directory(d / checkpoint_dir_name(2)));
+  EXPECT_TRUE(fs::is_empty(d / checkpoint_dir_name(2)));
 }
 
 }  // namespace
