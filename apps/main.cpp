@@ -12,6 +12,7 @@
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "core/version.h"
 
 namespace pt::app {
@@ -72,10 +73,17 @@ int main(int argc, char** argv) {
   std::sort(commands.begin(), commands.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   std::map<CLI::App*, std::function<int()>> runners;
+  std::vector<std::string> max_input;  // --max-input, on every command that reads files
   for (auto& c : commands) {
     CLI::App* sub = app.add_subcommand(c.name, c.description);
     if (c.setup) runners[sub] = c.setup(*sub);
-    if (c.pass_through) sub->allow_extras();
+    if (c.pass_through) {
+      sub->allow_extras();
+      continue;
+    }
+    sub->add_option("--max-input", max_input,
+                    "KIND=SIZE: read input files of KIND up to SIZE (caps: " + pt::input_limits_text() + ")");
+    for (CLI::App* nested : sub->get_subcommands({})) nested->fallthrough();
   }
   try {
     app.parse(argc, argv);
@@ -85,6 +93,7 @@ int main(int argc, char** argv) {
   }
   std::string name = "pipetrain";
   try {
+    for (const auto& spec : max_input) pt::set_input_limit(spec);
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) {
         name += " " + sub->get_name();

@@ -36,6 +36,33 @@ bool joint_wanted(const Flags& f) {
          !f.plan.memory.empty();
 }
 
+// The plan to a file, and the table (or JSON) with `extra` below it.
+int emit(const Flags& f, const plan::PlanOutcome& out, const std::string& extra) {
+  if (!f.output.empty()) {
+    write_text_file_atomic(f.output, out.json);
+    std::cerr << "wrote " << f.output << "\n";
+  }
+  if (f.json) {
+    std::cout << out.json;
+    std::cerr << out.table << extra;
+  } else {
+    std::cout << out.table << extra;
+  }
+  return 0;
+}
+
+// No candidate can be replayed (hundreds of workers: replica counts whose rounds run to
+// thousands of minibatches): the search's best by its prediction, and a note that says so.
+int print_unsimulated(const Flags& f, plan::PlanOutcome& out, const Refereed& r) {
+  out.plan = out.candidates.front();
+  out.plan.notes.push_back(str("not simulated: the replica counts of all ", r.unschedulable.size(),
+                               " candidates repeat only every 240 or more minibatches, too long to replay; this plan "
+                               "is the search's best by its prediction alone"));
+  out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
+  out.json = to_json(out.plan).dump(1) + "\n";
+  return emit(f, out, "");
+}
+
 int run_joint(Flags& f, plan::PlanOutcome& out) {
   JointOptions jo;
   if (f.schedule_flag->count() > 0 && f.schedule != "auto") jo.schedules = {f.schedule};
@@ -72,17 +99,7 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
     for (size_t w = 0; w < c.memory.size(); ++w)
       extra += str("  w", w, ": ", schedule::describe(c.memory[w]), "\n");
   }
-  if (!f.output.empty()) {
-    write_text_file_atomic(f.output, out.json);
-    std::cerr << "wrote " << f.output << "\n";
-  }
-  if (f.json) {
-    std::cout << out.json;
-    std::cerr << out.table << extra;
-  } else {
-    std::cout << out.table << extra;
-  }
-  return 0;
+  return emit(f, out, extra);
 }
 
 int run_plan(Flags& f) {
@@ -105,11 +122,26 @@ int run_plan(Flags& f) {
   std::string extra;
   if (out.options.cost_model == plan::CostModel::kPipetrain) {
     Refereed r = referee(out.candidates, out.profile, out.cluster, out.options);
+    if (r.ranked.empty()) return print_unsimulated(f, out, r);
     const Candidate& chosen = r.ranked.front();
     out.plan = chosen.plan;
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
+    // A candidate the simulator could not replay is not chosen; where it predicts faster than
+    // the choice, the plan says so rather than hide it.
+    for (const auto& p : r.unschedulable)
+      if (p.pipeline_ms_per_minibatch > 0 && p.pipeline_ms_per_minibatch < chosen.simulated.ms_per_minibatch * 0.98) {
+        out.plan.notes.push_back(str("not simulated: ", p.shape(), " predicts ", std::round(p.pipeline_ms_per_minibatch * 1000) / 1000,
+                                     " ms per minibatch, faster than this plan, but its replica counts repeat only "
+                                     "every 240 or more minibatches, too long to replay; this plan is the fastest "
+                                     "simulated"));
+        break;
+      }
+    if (r.unreplayed > 0)
+      out.plan.notes.push_back(str("time limit: ", r.unreplayed, " candidate plans were not simulated after ",
+                                   out.options.time_limit_s, " s (--time-limit); the plan is the best of the ",
+                                   r.ranked.size(), " that were"));
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back(str("pipedream is asynchronous: the first stage's gradients use weights up to ",
@@ -147,7 +179,7 @@ int run_plan(Flags& f) {
           break;
         }
       out.plan.notes.push_back(str("fewer workers: the plan uses ", out.plan.workers, " of the cluster's ",
-                                   out.cluster.workers(), "; on these links every plan on more is slower",
+                                   out.cluster.workers(), "; on these links every simulated plan on more is slower",
                                    all > 0 ? str(" (the best on all ", out.cluster.workers(), ": ",
                                                  std::round(all * 10) / 10, " ms per minibatch in simulation)")
                                            : std::string(),
@@ -180,17 +212,7 @@ int run_plan(Flags& f) {
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "
                      "--cost-model pipedream gives PipeDream's one plan");
   }
-  if (!f.output.empty()) {
-    write_text_file_atomic(f.output, out.json);
-    std::cerr << "wrote " << f.output << "\n";
-  }
-  if (f.json) {
-    std::cout << out.json;
-    std::cerr << out.table << extra;
-  } else {
-    std::cout << out.table << extra;
-  }
-  return 0;
+  return emit(f, out, extra);
 }
 
 Register reg({"plan", "Split a profiled model into replicated pipeline stages for a cluster (PipeDream's planner)",
@@ -216,6 +238,11 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_flag("--all-workers", f->plan.all_workers,
                "Use every worker of the cluster, as PipeDream's optimizer does, even where a plan on fewer of them "
                "(the rest idle) is faster");
+  app.add_option("--time-limit", f->plan.time_limit_s,
+                 "Seconds the simulator may spend refereeing candidates; past it, the best of those replayed is "
+                 "chosen and a note says so (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   std::string kinds;

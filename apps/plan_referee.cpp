@@ -1,5 +1,8 @@
 #include "apps/plan_referee.h"
 
+#include <chrono>
+#include <iostream>
+
 #include <algorithm>
 #include <numeric>
 #include <cmath>
@@ -146,12 +149,29 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     return c.simulated.ms_per_minibatch * (c.plan.deferred_step ? 1 + kDeferredStepGain : 1) *
            idle_workers_factor(c.plan, cluster) * (models_disagree(c) ? 1 + kDisagreeGain : 1);
   };
-  // Index of the plan's candidate once replayed; -1 when seen before or unschedulable.
+  // A large cluster's replays take long: a progress line every few seconds, and none after
+  // the time limit (the search's best is always replayed).
+  auto started = std::chrono::steady_clock::now();
+  double last_progress = 0;
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  // Index of the plan's candidate once replayed; -1 when seen before, unschedulable or past the
+  // time limit.
   auto replay = [&](const plan::Plan& p) -> int {
     if (!seen.insert(identity(p)).second) return -1;
+    double t = elapsed();
+    if (options.time_limit_s > 0 && t > options.time_limit_s && !r.ranked.empty()) {
+      ++r.unreplayed;
+      return -1;
+    }
+    if (t > last_progress + 3) {
+      std::cerr << "plan: " << r.ranked.size() << " plans replayed in the simulator (" << static_cast<int>(t)
+                << " s; --time-limit " << options.time_limit_s << ")\n";
+      last_progress = t;
+    }
     if (replay_period(p) == 0) {
       skipped += str("\n  ", p.shape(), ": its replica counts repeat only every ", kMaxReplayPeriod,
                      "+ minibatches (their lcm), too long to replay");
+      r.unschedulable.push_back(p);
       return -1;
     }
     try {
@@ -195,7 +215,11 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     return best;
   };
   for (const auto& p : candidates) replay_both(p);
-  if (r.ranked.empty()) throw ConfigError(str("no candidate plan can run the ", kind, " schedule:", skipped));
+  // Plans too long to replay are the caller's to rank by prediction (plan.cpp); only when none
+  // was even that is there nothing to plan.
+  if (r.ranked.empty() && r.unschedulable.empty())
+    throw ConfigError(str("no candidate plan can run the ", kind, " schedule:", skipped));
+  if (r.ranked.empty()) return r;
   // Local search under the simulator: the search's closed form and the exact model each rank
   // some plans wrongly, so the fastest simulated plan's neighbours (plan::neighbour_plans) that
   // the exact model ranks best are replayed too, and a faster one starts the next round.

@@ -26,6 +26,8 @@ struct Refereed {
   // Fastest simulated first (a deferred step counted 3% slower: plan_referee.cpp); ranked[0] is
   // the choice.
   std::vector<Candidate> ranked;
+  int unreplayed = 0;  // plans left out at options.time_limit_s
+  std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
 };
 
 // What a plan's simulated time is multiplied by before it is ranked against plans on every

@@ -48,7 +48,8 @@ struct TrainFlags {
 
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
-const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout", "--print-job"};
+const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout", "--print-job",
+                                               "--max-input"};
 // Options that name a file, which workers compare by its contents (flag_digest.h).
 const std::set<std::string> kFileFlags = {"--model", "--data", "--text", "--plan", "--profile", "--cluster"};
 

@@ -1,6 +1,8 @@
 #include "core/tensor_file.h"
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <map>
 
 #include "core/error.h"
@@ -69,19 +71,24 @@ std::string tensor_file_bytes(const std::vector<TensorRecord>& tensors) {
   return out;
 }
 
-std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std::string& source) {
+namespace {
+
+// The records of a tensor file of `file_bytes` bytes, from `bytes`, which hold at least its
+// prefix and header (the whole file when `with_data`).
+std::vector<TensorRecord> parse_records(const std::string& bytes, uint64_t file_bytes, const std::string& source,
+                                        bool with_data) {
   if (bytes.size() < kPrefixBytes || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0)
     throw FormatError(str(source, ": not a pipetrain tensor file (it does not start with '", kMagic, "')"));
   uint64_t header_bytes = read_u64_le(bytes.data() + kMagicBytes);
-  if (header_bytes > static_cast<uint64_t>(kMaxTensorHeaderBytes) || header_bytes > bytes.size() - kPrefixBytes)
-    throw FormatError(str(source, ": header length ", header_bytes, " runs past the file's ", bytes.size(),
-                          " bytes"));
+  if (header_bytes > static_cast<uint64_t>(kMaxTensorHeaderBytes) || header_bytes > file_bytes - kPrefixBytes ||
+      header_bytes > bytes.size() - kPrefixBytes)
+    throw FormatError(str(source, ": header length ", header_bytes, " runs past the file's ", file_bytes, " bytes"));
   json doc = parse_json(bytes.substr(kPrefixBytes, header_bytes), source);
   JsonField root(doc, source, "");
   expect_format(root, kKind, kVersion);
   JsonField list = root["tensors"];
   const int64_t data_start = static_cast<int64_t>(kPrefixBytes + header_bytes);
-  const int64_t data_bytes = static_cast<int64_t>(bytes.size()) - data_start;
+  const int64_t data_bytes = static_cast<int64_t>(file_bytes) - data_start;
   std::vector<TensorRecord> out;
   int64_t offset = 0;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -108,7 +115,7 @@ std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std:
     if (n != expected) t["bytes"].fail(str("must be ", expected, " for dtype ", r.dtype, " and its shape"));
     if (n > data_bytes - offset)
       t["bytes"].fail(str("runs past the end of the file (", data_bytes - offset, " bytes left)"));
-    r.data = bytes.substr(static_cast<size_t>(data_start + offset), static_cast<size_t>(n));
+    if (with_data) r.data = bytes.substr(static_cast<size_t>(data_start + offset), static_cast<size_t>(n));
     offset += n;
     out.push_back(std::move(r));
   }
@@ -116,6 +123,29 @@ std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std:
     throw FormatError(str(source, ": ", data_bytes - offset, " bytes after the last tensor (the header lists ",
                           offset, " of ", data_bytes, ")"));
   return out;
+}
+
+}  // namespace
+
+std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std::string& source) {
+  return parse_records(bytes, bytes.size(), source, true);
+}
+
+std::vector<TensorRecord> read_tensor_file_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw FormatError(str(path, ": cannot open file"));
+  auto file_bytes = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  std::string head(static_cast<size_t>(std::min<uint64_t>(file_bytes, kPrefixBytes)), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (head.size() == kPrefixBytes && std::memcmp(head.data(), kMagic, kMagicBytes) == 0) {
+    // The header, up to its cap; parse_records names a length past the file or the cap.
+    uint64_t header_bytes = std::min<uint64_t>(read_u64_le(head.data() + kMagicBytes),
+                                               std::min<uint64_t>(kMaxTensorHeaderBytes, file_bytes - kPrefixBytes));
+    head.resize(kPrefixBytes + header_bytes);
+    in.read(head.data() + kPrefixBytes, static_cast<std::streamsize>(header_bytes));
+  }
+  return parse_records(head, file_bytes, path, false);
 }
 
 }  // namespace pt

@@ -39,5 +39,8 @@ inline constexpr int64_t kMaxTensorHeaderBytes = int64_t(1) << 24;
 std::string tensor_file_bytes(const std::vector<TensorRecord>& tensors);
 // Parses and checks a whole file's bytes; FormatError names `source`, the tensor and the field.
 std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std::string& source);
+// The records of a tensor file with their names, dtypes and shapes but no data, checked against
+// the file's size: reads the header only (checkpoint inspect of a layer of gigabytes).
+std::vector<TensorRecord> read_tensor_file_header(const std::string& path);
 
 }  // namespace pt

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "core/json_doc.h"
 #include "model/idx_reader.h"
 #include "model/zoo.h"
@@ -122,7 +123,7 @@ DataSplit load_text(const std::string& path, int64_t seq_len) {
     throw Error(str("--text: ", path, " does not exist", path == kDefaultTextFile
                     ? "; install it with `apt-get install fortunes` or give --text FILE" : ""));
   if (seq_len < 1 || seq_len > kMaxSeqLen) throw UsageError(str("--seq-len: must be in 1..", kMaxSeqLen, ", got ", seq_len));
-  std::string text = read_text_file(path);
+  std::string text = read_input(path, InputKind::data);
   int64_t windows = static_cast<int64_t>(text.size()) / (seq_len + 1);
   if (windows < 10)
     throw FormatError(str(path, ": ", text.size(), " bytes is too short for ", seq_len,

@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "core/json_doc.h"
 
 namespace pt::model {
@@ -53,7 +54,10 @@ Shard parse_shard(const std::string& bytes, const std::string& path) {
   return shard;
 }
 
-Shard read_shard(const std::string& path) { return parse_shard(read_regular_file(path, kMaxInputFileBytes), path); }
+Shard read_shard(const std::string& path) {
+  check_input_size(path, InputKind::data);
+  return parse_shard(read_regular_file(path, input_limit(InputKind::data)), path);
+}
 
 std::vector<std::string> shard_files(const std::string& dir) {
   std::vector<std::string> files;
@@ -188,7 +192,8 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
   std::vector<torch::Tensor> x_test, y_test;
   torch::Tensor out;
   for (const auto& file : files) {
-    std::string bytes = read_regular_file(file, kMaxInputFileBytes);
+    check_input_size(file, InputKind::data);
+    std::string bytes = read_regular_file(file, input_limit(InputKind::data));
     Shard s = parse_shard(bytes, file);
     check_shard(s, model, out, file);
     sizes.push_back(s["x"].size(0));

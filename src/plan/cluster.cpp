@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "core/units.h"
 
 namespace pt::plan {
@@ -186,7 +187,9 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   return c;
 }
 
-Cluster read_cluster(const std::string& path) { return cluster_from_json(read_json_file(path), path); }
+Cluster read_cluster(const std::string& path) {
+  return cluster_from_json(parse_json(read_input(path, InputKind::cluster), path), path);
+}
 
 Cluster cluster_from_shorthand(const std::string& workers, const std::string& bandwidth_gbps,
                                int64_t memory_bytes) {

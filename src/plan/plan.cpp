@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "plan/cluster.h"
 
 namespace pt::plan {
@@ -182,7 +183,9 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   return p;
 }
 
-Plan read_plan(const std::string& path) { return plan_from_json(read_json_file(path), path); }
+Plan read_plan(const std::string& path) {
+  return plan_from_json(parse_json(read_input(path, InputKind::plan), path), path);
+}
 
 void write_plan(const Plan& p, const std::string& path) {
   write_text_file_atomic(path, to_json(p).dump(1) + "\n");

@@ -24,6 +24,7 @@ struct PlanFlags {
   double bucket_mb = Cluster::kDefaultBucketBytes / double(1 << 20);  // --bucket-mb, as train's
   bool no_deferred_step = false;  // --no-deferred-step
   bool all_workers = false;       // --all-workers: no plan that leaves workers idle
+  double time_limit_s = PlanOptions{}.time_limit_s;  // --time-limit
   // The joint search (apps/joint_plan.h) keeps plans under the memory cap with the memory model:
   // the candidates here are searched without it.
   bool joint = false;

@@ -31,6 +31,9 @@ struct PlanOptions {
   // plan_candidates adds the best plan of each smaller cluster (plan --all-workers: not): on
   // slow links a plan on fewer workers, the rest idle, can beat every plan on all of them.
   bool fewer_workers = true;
+  // The most seconds the simulator referees candidates (plan --time-limit): past it no further
+  // plan is replayed (at least one is) and the plan says so in a note. 0: no limit.
+  double time_limit_s = 30;
 };
 
 // Finds the plan minimising the slowest stage's time. Throws ConfigError when no plan fits.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 
 namespace pt::profile {
 namespace {
@@ -264,7 +265,7 @@ Profile parse_any_profile(const std::string& text, const std::string& source) {
 }
 
 Profile read_any_profile(const std::string& path) {
-  std::string text = read_text_file(path, kMaxJsonFileBytes);
+  std::string text = read_input(path, InputKind::profile);
   Profile p = parse_any_profile(text, path);
   if (is_json_text(text)) return p;
   // profiles/<model>/graph.txt: the folder names the model.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 
 namespace pt::profile {
 
@@ -117,7 +118,9 @@ Profile profile_from_json(const json& doc, const std::string& source) {
   return p;
 }
 
-Profile read_profile_json(const std::string& path) { return profile_from_json(read_json_file(path), path); }
+Profile read_profile_json(const std::string& path) {
+  return profile_from_json(parse_json(read_input(path, InputKind::profile), path), path);
+}
 
 void write_profile(const Profile& p, const std::string& path) {
   write_text_file_atomic(path, to_json(p).dump(1) + "\n");

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "core/json_doc.h"
 #include "runtime/layer_file.h"
 
@@ -53,7 +54,7 @@ std::string remove_temp_checkpoint(const fs::path& dir) {
 // A complete checkpoint: a folder with a manifest that parses (its files are verified when read).
 bool is_checkpoint(const fs::path& dir) {
   try {
-    manifest_from_json(read_regular_file((dir / "manifest.json").string(), int64_t(1) << 24),
+    manifest_from_json(read_regular_file((dir / "manifest.json").string(), input_limit(InputKind::manifest)),
                        (dir / "manifest.json").string());
     return true;
   } catch (const Error&) {
@@ -193,7 +194,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
     if (s < 0 || e.path() == final_dir) continue;
     std::string run;
     try {
-      run = manifest_from_json(read_regular_file((e.path() / "manifest.json").string(), int64_t(1) << 24),
+      run = manifest_from_json(read_regular_file((e.path() / "manifest.json").string(), input_limit(InputKind::manifest)),
                                (e.path() / "manifest.json").string()).run_id;
     } catch (const Error&) {
       continue;  // not a checkpoint this run can claim: left alone

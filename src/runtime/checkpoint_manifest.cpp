@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <vector>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 #include "core/json_doc.h"
 
 namespace pt::runtime {
@@ -19,8 +22,6 @@ constexpr const char* kKind = "checkpoint";
 // Version 1 stored layers as TorchScript archives (torch::save), which can run code when
 // loaded; version 2 stores tensor files (layer_file.h), which are data only.
 constexpr int kVersion = 2;
-// A manifest lists one small entry per layer: far below this.
-constexpr int64_t kMaxManifestBytes = int64_t(1) << 24;
 constexpr const char* kPrefix = "step-";
 }  // namespace
 
@@ -97,6 +98,19 @@ std::string new_run_id() {
   return buf;
 }
 
+uint32_t crc32_of_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(str(path, ": cannot open file"));
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(in.gcount()));
+  }
+  if (in.bad()) throw FormatError(str(path, ": read failed"));
+  return static_cast<uint32_t>(crc);
+}
+
 uint32_t crc32_of(const std::string& bytes) {
   uLong crc = ::crc32(0L, Z_NULL, 0);
   const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
@@ -143,9 +157,10 @@ std::string newest_checkpoint(const std::string& dir) {
 
 namespace {
 // read_regular_file with its error as a FormatError (checkpoint errors are format errors).
-std::string read_checked(const std::string& path, int64_t max_bytes) {
+std::string read_checked(const std::string& path, InputKind kind) {
   try {
-    return read_regular_file(path, max_bytes);
+    check_input_size(path, kind);
+    return read_regular_file(path, input_limit(kind));
   } catch (const FormatError&) {
     throw;
   } catch (const Error& e) {
@@ -157,7 +172,7 @@ std::string read_checked(const std::string& path, int64_t max_bytes) {
 CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
   std::string path = (fs::path(checkpoint) / "manifest.json").string();
   if (!fs::exists(path)) throw FormatError(str(checkpoint, ": not a checkpoint (no manifest.json)"));
-  CheckpointManifest m = manifest_from_json(read_checked(path, kMaxManifestBytes), path);
+  CheckpointManifest m = manifest_from_json(read_checked(path, InputKind::manifest), path);
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
     std::error_code ec;
@@ -169,8 +184,8 @@ CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
     if (size != f.bytes)
       throw FormatError(str(file, ": ", size < 0 ? std::string("not a regular file") : str(size, " bytes"),
                             " but the manifest says a file of ", f.bytes, " bytes (truncated?)"));
-    std::string bytes = read_checked(file, f.bytes);
-    uint32_t crc = crc32_of(bytes);
+    if (f.bytes > input_limit(InputKind::layer_file)) check_input_size(file, InputKind::layer_file);
+    uint32_t crc = crc32_of_file(file);  // read in pieces: verifying holds no file in memory
     if (crc != f.crc32) throw FormatError(str(file, ": checksum ", crc, " does not match the manifest's ", f.crc32));
   }
   return m;

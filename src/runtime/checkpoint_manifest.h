@@ -42,6 +42,8 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
 
 // CRC-32 (zlib's) of a byte string.
 uint32_t crc32_of(const std::string& bytes);
+// The CRC-32 of a file's bytes, read in pieces.
+uint32_t crc32_of_file(const std::string& path);
 
 // The name of the directory of step N ("step-00000120"), and the step of such a name (-1 when
 // the name is not one).

@@ -32,8 +32,9 @@ std::string layer_file_bytes(const LayerFile& f) {
   return tensor_file_bytes(all);
 }
 
-LayerFile parse_layer_file(const std::string& bytes, const std::string& source) {
-  std::vector<TensorRecord> all = parse_tensor_file(bytes, source);
+namespace {
+
+LayerFile layer_file_of(const std::vector<TensorRecord>& all, const std::string& source) {
   LayerFile f;
   size_t i = 0;
   for (; i < all.size() && all[i].name == name_of(kParam, f.params.size()); ++i) f.params.push_back(all[i]);
@@ -61,5 +62,13 @@ LayerFile parse_layer_file(const std::string& bytes, const std::string& source) 
   }
   return f;
 }
+
+}  // namespace
+
+LayerFile parse_layer_file(const std::string& bytes, const std::string& source) {
+  return layer_file_of(parse_tensor_file(bytes, source), source);
+}
+
+LayerFile read_layer_file_header(const std::string& path) { return layer_file_of(read_tensor_file_header(path), path); }
 
 }  // namespace pt::runtime

@@ -25,5 +25,7 @@ struct LayerFile {
 std::string layer_file_bytes(const LayerFile& f);
 // Parses and checks the naming rules above; FormatError names `source` and the tensor.
 LayerFile parse_layer_file(const std::string& bytes, const std::string& source);
+// The same, checked against the file's size, from its header only: the records hold no data.
+LayerFile read_layer_file_header(const std::string& path);
 
 }  // namespace pt::runtime

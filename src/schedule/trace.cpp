@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/input_limits.h"
 
 namespace pt::schedule {
 
@@ -82,7 +83,9 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   return t;
 }
 
-Trace read_trace(const std::string& path) { return trace_from_json(read_json_file(path), path); }
+Trace read_trace(const std::string& path) {
+  return trace_from_json(parse_json(read_input(path, InputKind::trace), path), path);
+}
 
 void write_trace(const Trace& t, const std::string& path) { write_text_file_atomic(path, to_json(t).dump() + "\n"); }
 

@@ -203,3 +203,22 @@ TEST(PlanReferee, DeferredStepReachesTheComputeBoundOnVgg16) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// Clusters of hundreds of workers (issue 35): where no candidate's replica counts repeat soon
+// enough to replay, plan still answers, with the search's best by prediction and a note that
+// says it was not simulated, instead of "no candidate plan can run".
+TEST(PlanReferee, LargeClusterWithoutReplayablePlansStillPlans) {
+  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json";
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --all-workers --profile " + path +
+                                  " --workers 256 --bandwidth-gbps 10 2>&1",
+                              false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on 256 workers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("note: not simulated: the replica counts of all"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace pt

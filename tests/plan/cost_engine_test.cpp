@@ -141,6 +141,15 @@ TEST(CostEngine, SmallerClustersKeepTheLinksOfTheWorkersTheyHold) {
   EXPECT_EQ(got[2], "4 (server 100 Gbps)");  // one server: its own level and links
   EXPECT_EQ(smaller_clusters(Cluster::flat(8, 1)).size(), 7u);
   EXPECT_TRUE(smaller_clusters(Cluster::flat(1, 1)).empty());
+  // Past 32 units a level tries the 8 counts just below its own and sixteenths of it: a
+  // cluster of 1,024 searches 23 smaller ones, not 1,023 (issue 35: plan --workers 1024 ran
+  // past two minutes).
+  std::vector<int> sizes;
+  for (const Cluster& s : smaller_clusters(Cluster::flat(1024, 1))) sizes.push_back(s.workers());
+  EXPECT_EQ(sizes.size(), 24u);
+  EXPECT_EQ(sizes.front(), 1023);
+  EXPECT_EQ(sizes[8], 960);  // 1024 x 15/16
+  EXPECT_EQ(sizes.back(), 1);
   // Each is numbered as the cluster: two workers talk over the same level in both.
   Cluster c = four_by_four(), s = smaller_clusters(c)[1];
   for (int a = 0; a < s.workers(); ++a)
