@@ -5,6 +5,8 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +176,62 @@ TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
   expect_rejected("train --steps 1 --data-dir " + data.string(), 1,
                   {(data / "train-images-idx3-ubyte").string(), "bad IDX magic number"});
   expect_rejected("train --steps 1 --data-dir /nonexistent/fmnist", 1, {"--data-dir", "/nonexistent/fmnist"});
+}
+
+// The most memory `pipetrain args` held (KiB), with its exit code: the process is exec'd in
+// place of the shell, so the child's rusage is pipetrain's own.
+std::pair<int, long> exit_and_peak_kib(const std::string& args) {
+  std::string cmd = "exec " + std::string(PT_BINARY_DIR) + "/pipetrain " + args + " > /dev/null 2>&1";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage use {};
+  ::wait4(pid, &status, 0, &use);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, use.ru_maxrss};
+}
+
+// Bounded reads (issue 35): no input file, whatever its size or whatever a manifest claims,
+// makes a command hold more than its kind's cap plus a fixed margin; the error names the file,
+// the cap and the flag that raises it.
+TEST(CliErrors, ReadsAreBoundedByKind) {
+  expect_rejected(kTrain + "--plan /dev/zero", 1, {"/dev/zero", "16.0 MiB pipetrain reads from a plan file",
+                                                    "--max-input plan=SIZE"});
+  EXPECT_LT(exit_and_peak_kib(kTrain + "--plan /dev/zero").second, 400 * 1024);  // LibTorch alone: ~200 MiB
+  fs::path big = scratch() / "big_profile.json";
+  std::ofstream(big).close();
+  fs::resize_file(big, int64_t(17) << 20);  // sparse: its size is what is checked
+  expect_rejected("plan --profile " + big.string() + " --workers 2 --bandwidth-gbps 1", 1,
+                  {big.string(), "17.0 MiB, more than the 16.0 MiB pipetrain reads from a profile file"});
+  expect_rejected("plan --max-input profile=32MB --profile " + big.string() + " --workers 2 --bandwidth-gbps 1", 1,
+                  {big.string(), "line 1"});  // raised: read, and found to be no profile
+  expect_rejected("plan --max-input profiles=1GB --profile " + big.string(), 2, {"--max-input 'profiles=1GB'", "KIND=SIZE"});
+
+  // A checkpoint whose manifest lists a layer file of 1 GiB (sparse): verified in pieces, never
+  // held whole; over a lowered cap, refused before it is read.
+  fs::path ck = scratch() / "ck";
+  auto r = pipetrain(kTrain + "--checkpoint-dir " + ck.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::path step;
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.path().filename().string().rfind("step-", 0) == 0) step = e.path();
+  ASSERT_FALSE(step.empty());
+  std::ifstream in(step / "manifest.json");
+  std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto at = manifest.rfind("\"bytes\"", manifest.find("layer-0.tensors"));  // keys are in name order
+  ASSERT_NE(at, std::string::npos) << manifest;
+  auto end = manifest.find_first_of(",}", at);
+  manifest.replace(at, end - at, "\"bytes\":1073741824");
+  std::ofstream(step / "manifest.json", std::ios::trunc) << manifest;
+  fs::resize_file(step / "layer-0.tensors", int64_t(1) << 30);
+  auto [code, peak] = exit_and_peak_kib("checkpoint inspect " + step.string());
+  EXPECT_EQ(code, 1);
+  EXPECT_LT(peak, 64 * 1024);  // the front end, without LibTorch, and no file in memory
+  expect_rejected("checkpoint inspect " + step.string(), 1, {"layer-0.tensors: checksum"});
+  expect_rejected("checkpoint --max-input layer-file=1MB inspect " + step.string(), 1,
+                  {"layer-0.tensors", "more than the 1.0 MiB pipetrain reads from a layer-file file"});
 }
 
 }  // namespace

@@ -156,7 +156,8 @@ TEST(BadProfileFile, LimitsAreNamed) {
   EXPECT_EQ(profile_error(many + "]}", "many.json"),
             "many.json: field 'layers': 100001 layers, more than the 100000 pipetrain accepts");
   EXPECT_EQ(error_of([] { profile::read_any_profile("/dev/zero"); }),
-            "/dev/zero: more than the 268435456 bytes pipetrain reads from one file");
+            "/dev/zero: more than the 16.0 MiB pipetrain reads from a profile file (raise it with --max-input "
+            "profile=SIZE)");
   profile::Profile two;
   two.model = "two";
   two.layers = {{"a", 1, 1, 1, 1, {}}, {"b", 1, 1, 1, 1, {0}}};
