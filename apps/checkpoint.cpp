@@ -29,9 +29,12 @@ int inspect(const std::string& path) {
     std::cout << "\nnewest: " << checkpoint << "\n";
   }
   runtime::CheckpointManifest m = runtime::read_verified_manifest(checkpoint);
-  std::cout << "model " << m.model << " (" << m.layers << " layers), step " << m.step << ", batch size " << m.batch_size
+  // The manifest's text is the file's, not ours: shown with its control characters escaped.
+  std::cout << "model " << printable(m.model) << (m.model_sha256.empty() ? "" : " (model file sha256 " + m.model_sha256 + ")")
+            << " (" << m.layers << " layers), step " << m.step << ", batch size " << m.batch_size
             << ", seed " << m.seed << "\n"
-            << "written by schedule " << m.schedule << " on plan " << m.plan << " (" << m.workers << " workers)\n"
+            << "written by schedule " << printable(m.schedule) << " on plan " << printable(m.plan) << " (" << m.workers
+            << " workers)\n"
             << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay << "\n"
             << "files verified (sizes and CRC-32):\n";
   int64_t params = 0, bytes = 0;

@@ -40,22 +40,6 @@ int hand_off(const std::string& name, char** argv) {
   return 1;
 }
 
-// An error message as it may be shown on a terminal: control characters a file or a flag
-// carried into it (an escape sequence, a carriage return) are written as \xNN.
-std::string printable(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 }  // namespace pt::app
 
@@ -101,10 +85,10 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const pt::UsageError& e) {
-    std::cerr << name << ": error: " << pt::app::printable(e.what()) << "\n";
+    std::cerr << name << ": error: " << pt::printable(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << name << ": error: " << pt::app::printable(e.what()) << "\n";
+    std::cerr << name << ": error: " << pt::printable(e.what()) << "\n";
     return 1;
   }
   return 0;

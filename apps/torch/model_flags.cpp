@@ -1,5 +1,7 @@
 #include "apps/torch/model_flags.h"
 
+#include <iostream>
+
 #include <torch/torch.h>
 
 #include "core/error.h"
@@ -106,6 +108,8 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSplit* data_out) {
   auto m = build_model_only();
+  std::cerr << "model file " << model << ": sha256 " << m->file_sha256()
+            << " (a model file is code, run as PyTorch runs it: docs/runtime.md, what pipetrain trusts)\n";
   std::string kind = data.empty() ? "synthetic" : data;
   if (kind == "text") throw UsageError("--data text: for lstm-lm and gpt; a model file trains on FILE.pt or synthetic");
   if (model::is_own_data(kind)) {

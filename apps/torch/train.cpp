@@ -1,6 +1,7 @@
 // pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
 // schedule (threads in this process, or one process per worker over gloo).
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -48,8 +49,8 @@ struct TrainFlags {
 
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
-const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout", "--print-job",
-                                               "--max-input"};
+const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout",
+                                               "--rendezvous-timeout", "--print-job", "--max-input"};
 // Options that name a file, which workers compare by its contents (flag_digest.h).
 const std::set<std::string> kFileFlags = {"--model", "--data", "--text", "--plan", "--profile", "--cluster"};
 
@@ -75,7 +76,8 @@ void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
     throw UsageError(str("--deferred-step: only the pipedream schedule defers a step, not ", f.pipe.schedule));
 }
 
-// Every figure of an emulated run carries its label (docs/emulation.md).
+// Every figure of an emulated run carries its label (docs/emulation.md). A run whose loss ended
+// NaN or infinite trained nothing usable: it fails (after printing), not exit 0.
 void print_result(const runtime::TrainResult& r, const std::string& label) {
   if (!label.empty()) std::cout << "[" << label << "] ";
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
@@ -88,6 +90,9 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
       std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(r.peak_memory_bytes[w]));
     std::cout << "\n";
   }
+  if (r.steps > 0 && !std::isfinite(r.final_loss))
+    throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
+                             "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more --warmup-steps"));
 }
 
 // The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
@@ -201,9 +206,10 @@ int run_train(TrainFlags& f) {
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
-  if (!parallel && (!ck.dir.empty() || f.recompute)) {
-    // Checkpoints and recomputation are runtime features: one worker runs as a one-stage
-    // pipeline (which computes what single-worker training does; tests/runtime checks it).
+  if (!parallel && (!ck.dir.empty() || f.recompute || !f.trace_path.empty())) {
+    // Checkpoints, recomputation and traces are runtime features: one worker runs as a
+    // one-stage pipeline (which computes what single-worker training does; tests/runtime
+    // checks it).
     f.pipe.schedule = "1f1b";
     f.pipe.microbatches = 1;
     f.workers = 1;
@@ -267,6 +273,10 @@ int run_train(TrainFlags& f) {
     if (!start.resume_from.empty())
       std::cerr << "resuming from " << start.resume_from << " (step " << cm.step << ", written by " << cm.schedule
                 << " on plan " << cm.plan << ")\n";
+    if (!cm.model_sha256.empty() && cm.model_sha256 != m->file_sha256())
+      std::cerr << "note: " << start.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
+                << ", not this one (" << m->file_sha256() << "): its weights load if the layers' shapes match, but "
+                << "the code that computes with them has changed\n";
   }
   ModelFlags model_flags = f.model;
   // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
@@ -376,6 +386,9 @@ Register reg({"train", kTrainDescription,
   app.add_flag("--overwrite", f->pipe.checkpoint.overwrite,
                "A fresh run may replace the checkpoints of an earlier run in --checkpoint-dir");
   app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--rendezvous-timeout", f->pipe.rendezvous_timeout_s,
+                 "gloo: seconds a worker waits for every other to start (it names the missing ones every 10 s)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--print-job", f->print_job,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "

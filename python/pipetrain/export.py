@@ -13,6 +13,7 @@ import contextlib
 import dis
 import importlib
 import inspect
+import hashlib
 import io
 import json
 import linecache
@@ -656,10 +657,18 @@ def export(args):
     tmp = args.output + ".partial"
     torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta)})
     os.replace(tmp, args.output)
+    # A model file is code (docs/runtime.md): its digest, beside it in sha256sum's format, is
+    # what train and profile check and print, and what checkpoints record.
+    with open(args.output, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(args.output + ".sha256.partial", "w") as f:
+        f.write(f"{digest}  {os.path.basename(args.output)}\n")
+    os.replace(args.output + ".sha256.partial", args.output + ".sha256")
     params = sum(p.numel() for p in scripted.parameters())
     multi = sum(1 for b in boundaries if b > 1)
     print(f"wrote {args.output}: {len(names)} layers, {params} parameters"
           + (f", {multi} boundaries carrying several tensors" if multi else ""))
+    print(f"sha256 {digest} (in {args.output}.sha256)")
     for n in names:
         print(f"  {n}")
     for g in ties:

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 namespace pt {
 
 void print_line_to_stderr(const std::string& line) {
@@ -11,6 +13,20 @@ void print_line_to_stderr(const std::string& line) {
     if (n <= 0) return;
     done += static_cast<size_t>(n);
   }
+}
+
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 }  // namespace pt

@@ -52,6 +52,10 @@ std::string str(const Args&... args) {
 // a terminal or a pipe (a job's workers and its launcher) do not interleave mid-line.
 void print_line_to_stderr(const std::string& line);
 
+// Text as it may be shown on a terminal: control characters that a file or a flag carried into
+// it (an escape sequence, a carriage return) are written as \xNN.
+std::string printable(const std::string& text);
+
 }  // namespace pt
 
 #define PT_CHECK(cond, ...)                                                              \

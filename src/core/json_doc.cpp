@@ -199,8 +199,23 @@ std::string read_regular_file(const std::string& path, int64_t max_bytes) {
   return read_text_file(path, max_bytes);
 }
 
-void check_output_path(const std::string& path, const std::string& flag) {
-  if (path.empty()) return;
+std::string output_target(const std::string& path) {
+  std::string target = path;
+  struct stat st;
+  for (int hops = 0; hops < 16 && ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+    char buf[4096];
+    ssize_t n = ::readlink(target.c_str(), buf, sizeof buf - 1);
+    if (n <= 0) break;
+    std::string link(buf, static_cast<size_t>(n));
+    size_t slash = target.find_last_of('/');
+    target = link[0] == '/' || slash == std::string::npos ? link : target.substr(0, slash + 1) + link;
+  }
+  return target;
+}
+
+void check_output_path(const std::string& given, const std::string& flag) {
+  if (given.empty()) return;
+  std::string path = output_target(given);  // a link is followed, dangling or not
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw UsageError(str(flag, ": '", path, "' is a directory"));
@@ -247,14 +262,7 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
     return;
   }
   // A link to a regular file: its target is replaced, so the link stays a link.
-  std::string target = path;
-  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    char* real = ::realpath(path.c_str(), nullptr);
-    if (real) {
-      target = real;
-      std::free(real);
-    }
-  }
+  std::string target = output_target(path);
   std::string tmp = target + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(str(path, ": cannot write file (", std::strerror(errno), ")"));

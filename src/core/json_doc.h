@@ -50,8 +50,12 @@ class JsonField {
 // Parses text as JSON; a syntax error names the source and the byte offset.
 json parse_json(const std::string& text, const std::string& source);
 json read_json_file(const std::string& path);
+// Where writing `path` writes: `path`, or the file a symbolic link at it names, followed however
+// many links deep (up to 16) and whether or not that file exists yet. Outputs follow links: a
+// link stays a link and its target is written (created if missing).
+std::string output_target(const std::string& path);
 // Writes a regular file atomically (temp file + rename) so a crash never leaves half a file; a
-// link to one replaces its target and stays a link. A device, a FIFO or a socket is written
+// link (even a dangling one) has its target written and stays a link. A device, a FIFO or a socket is written
 // through, never replaced (`-o /dev/stdout` works; /dev/null stays a device).
 void write_text_file_atomic(const std::string& path, const std::string& text);
 // The most bytes read from one file: any pipetrain artifact (JSON), and any other input.

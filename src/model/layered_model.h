@@ -58,6 +58,9 @@ class LayeredModel {
   }
 
   const std::string& name() const { return name_; }
+  // A model file's SHA-256 (scripted_model.h): the code this model runs; "" for the zoo's.
+  const std::string& file_sha256() const { return file_sha256_; }
+  void set_file_sha256(std::string digest) { file_sha256_ = std::move(digest); }
   Task task() const { return task_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const Layer& layer(int i) const { return layers_[i]; }
@@ -89,6 +92,7 @@ class LayeredModel {
 
  private:
   std::string name_;
+  std::string file_sha256_;
   Task task_;
   std::vector<int64_t> sample_shape_;
   bool integer_input_;

@@ -2,10 +2,13 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
+
 #include <torch/script.h>
 
 #include "core/error.h"
 #include "core/json_doc.h"
+#include "core/sha256.h"
 
 namespace pt::model {
 
@@ -64,6 +67,17 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw UsageError(str("--model: ", path, " is not a file (a model file comes from `pipetrain export`)"));
+  // A model file is code (docs/runtime.md, "What pipetrain trusts"): its digest is printed and
+  // kept in checkpoints, and checked against the one `pipetrain export` wrote beside it.
+  std::string digest = to_hex(sha256_of_file(path));
+  if (std::ifstream recorded{path + ".sha256"}) {
+    std::string expected;
+    recorded >> expected;
+    if (expected != digest)
+      throw ConfigError(str(path, ": its SHA-256 is ", digest, " but ", path, ".sha256 (written by pipetrain export) ",
+                            "says ", expected.substr(0, 64), ": the file changed since it was exported; export it again, ",
+                            "or remove the .sha256 file if the change is yours"));
+  }
   torch::jit::ExtraFilesMap extra{{"pipetrain.json", ""}};
   torch::jit::Module top;
   try {
@@ -98,6 +112,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
     throw UsageError(str("--loss lm: ", path, " takes float32 inputs; a language model takes int64 token ids"));
   // Named by the file's name, so a plan or checkpoint made with it follows the file around.
   auto model = std::make_shared<LayeredModel>(path.substr(path.rfind('/') + 1), task, shape, integer_input);
+  model->set_file_sha256(digest);
 
   JsonField layers = meta["layers"], children = meta["children"];
   if (layers.size() == 0) layers.fail("a model needs at least one layer");

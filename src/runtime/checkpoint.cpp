@@ -215,7 +215,18 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std:
     for (int layer : probe.stage_layers[st]) {
       const auto& f = manifest.files.at(layer);
       std::string path = (fs::path(checkpoint) / f.name).string();
-      rep->load_layer_state(layer, layer_state_from_bytes(read_regular_file(path, f.bytes), path), path);
+      LayerState state = layer_state_from_bytes(read_regular_file(path, f.bytes), path);
+      // A diverged run's weights would train on as NaN and end "final loss nan", exit 0.
+      auto finite = [&path](const std::vector<torch::Tensor>& ts, const char* kind) {
+        for (size_t k = 0; k < ts.size(); ++k)
+          if (ts[k].defined() && ts[k].is_floating_point() && !torch::isfinite(ts[k]).all().item<bool>())
+            throw FormatError(str(path, ": ", kind, ".", k, " holds NaN or infinite values (a checkpoint of a run that "
+                                  "diverged); resume an earlier checkpoint or start afresh"));
+      };
+      finite(state.params, "param");
+      finite(state.momentum, "momentum");
+      finite(state.buffers, "buffer");
+      rep->load_layer_state(layer, std::move(state), path);
     }
   }
 }

@@ -32,6 +32,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   json doc = {{"format", format_tag(kKind, kVersion)},
               {"run_id", m.run_id},
               {"model", m.model},
+              {"model_sha256", m.model_sha256},
               {"layers", m.layers},
               {"step", m.step},
               {"batch_size", m.batch_size},
@@ -59,6 +60,12 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
       m.run_id.find_first_not_of("0123456789abcdef") != std::string::npos)
     root["run_id"].fail("must be 1 to 64 lowercase hexadecimal digits");
   m.model = root["model"].as_string();
+  if (root.has("model_sha256")) {  // written since issue 35
+    m.model_sha256 = root["model_sha256"].as_string();
+    if (!m.model_sha256.empty() &&
+        (m.model_sha256.size() != 64 || m.model_sha256.find_first_not_of("0123456789abcdef") != std::string::npos))
+      root["model_sha256"].fail("must be 64 lowercase hexadecimal digits, or empty");
+  }
   m.layers = static_cast<int>(root["layers"].as_int_in(1, 100000));
   m.step = root["step"].as_int_at_least(0);
   m.batch_size = root["batch_size"].as_int_at_least(1);

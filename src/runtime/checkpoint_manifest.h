@@ -23,6 +23,7 @@ struct CheckpointFile {
 struct CheckpointManifest {
   std::string run_id;           // the run that wrote it (a fresh run draws one; --resume keeps it)
   std::string model;            // model name, e.g. "mnist-cnn"
+  std::string model_sha256;     // a model file's SHA-256 (the code it was trained by); "" for the zoo's
   int layers = 0;               // model layer count
   int64_t step = 0;             // minibatches completed; training resumes at this minibatch
   int64_t batch_size = 0;

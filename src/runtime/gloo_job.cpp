@@ -27,6 +27,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
                             " (WORLD_SIZE)"));
     GlooConfig c = config;
     c.timeout_s = o.timeout_s;
+    c.rendezvous_timeout_s = o.rendezvous_timeout_s;
     c.cluster = o.cluster;
     action = "rendezvous";
     transport = std::make_unique<GlooTransport>(c);

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <future>
 #include <optional>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -226,11 +228,43 @@ GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_
     // Worker 0 serves the rendezvous on the job's address; everyone proves the job's secret.
     store_ = c10::make_intrusive<JobStore>(config.master_addr, config.master_port, config.rank == 0, config.secret,
                                            rendezvous);
+    join_all();
     world_ = group_for_init();
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw TransportError(str("worker ", config.rank, " of ", config.world_size, ": rendezvous at ", config.master_addr,
                              ":", config.master_port, " failed: ", msg));
+  }
+}
+
+void GlooTransport::join_all() {
+  auto key = [](int r) { return "pipetrain/joined/" + std::to_string(r); };
+  store_->set(key(config_.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> all;
+  for (int r = 0; r < config_.world_size; ++r) all.push_back(key(r));
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now(), next_note = start + std::chrono::seconds(10);
+  auto missing = [&] {
+    std::string out;
+    int n = 0;
+    for (int r = 0; r < config_.world_size; ++r)
+      if (!store_->check({key(r)})) out += str(n++ ? ", " : "", r);
+    return str(n == 1 ? "worker " : "workers ", out, " of ", config_.world_size);
+  };
+  while (!store_->check(all)) {
+    auto now = Clock::now();
+    auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+    if (now - start > rendezvous_timeout_)
+      throw TransportError(str("worker ", config_.rank, ": ", missing(), " never joined the rendezvous at ",
+                               config_.master_addr, ":", config_.master_port, " within ", waited,
+                               " s; did they start, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?"));
+    if (now >= next_note) {  // a worker that never started is named while the others wait
+      print_line_to_stderr(str("pipetrain worker ", config_.rank, ": waiting for ", missing(), " to join the rendezvous at ",
+                               config_.master_addr, ":", config_.master_port, " (", waited, " s of ",
+                               std::chrono::duration_cast<std::chrono::seconds>(rendezvous_timeout_).count(), ")"));
+      next_note += std::chrono::seconds(10);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 

@@ -97,6 +97,9 @@ class GlooTransport : public Transport {
   // innermost field that differs, both values and the workers, raised on every worker alike,
   // before anything trains.
   void check_agreement(const json& digest);
+  // Every worker announces itself at rendezvous and waits for the others; every 10 s it names
+  // the workers still missing, and after the rendezvous timeout fails naming them.
+  void join_all();
   void prepare_groups(const std::vector<std::vector<int>>& groups);
 
   // Shared by the transfers: abort state, in-flight gloo work, the deadline.

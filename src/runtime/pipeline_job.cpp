@@ -168,6 +168,7 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
   CheckpointManifest d;
   d.run_id = job.run_id;
   d.model = m.name();
+  d.model_sha256 = m.file_sha256();
   d.layers = m.num_layers();
   d.batch_size = o.train.batch_size;
   d.seed = o.train.seed;

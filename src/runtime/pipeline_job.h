@@ -31,6 +31,7 @@ struct PipelineOptions {
   bool record_weight_sums = false;
   std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated
   double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails
+  double rendezvous_timeout_s = 300;  // gloo: longest wait for every worker to start (GlooConfig)
   CheckpointOptions checkpoint;
   // Gradient all-reduce buckets (gradient_buckets.h, --bucket-mb); 0: one, after the backward.
   int64_t bucket_bytes = WorkerOptions{}.bucket_bytes;

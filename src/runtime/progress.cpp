@@ -1,11 +1,15 @@
 #include "runtime/progress.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/json_doc.h"
 
 namespace pt::runtime {
 
@@ -18,20 +22,48 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     : total_(total_steps), tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), csv_path_(metrics_path),
       start_ms_(wall_ms()) {
   if (!metrics_path.empty()) {
-    csv_ = std::fopen(metrics_path.c_str(), "w");
-    if (!csv_) throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
-    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes\n") < 0)
-      throw UsageError(str("--metrics: cannot write '", metrics_path, "'"));
+    struct stat st;
+    bool through = ::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    csv_path_ = output_target(metrics_path);  // a link stays a link (json_doc.h)
+    csv_partial_ = through ? "" : csv_path_ + ".partial";
+    csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
+    if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
+    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes\n") < 0 ||
+        std::fflush(csv_) != 0)
+      write_failed();
   }
 }
 
 Progress::~Progress() {
   try {
     flush_pending();
+    close_csv();
   } catch (const Error&) {
     // finish() reports write errors; a Progress torn down by another error keeps that one.
   }
-  if (csv_) std::fclose(csv_);
+}
+
+void Progress::write_failed() {
+  int err = errno;
+  std::fclose(csv_);
+  csv_ = nullptr;
+  if (!csv_partial_.empty()) std::remove(csv_partial_.c_str());
+  throw RuntimeFailure(str("--metrics: writing '", csv_partial_.empty() ? csv_path_ : csv_partial_, "' failed (",
+                           std::strerror(err), "); ", csv_partial_.empty() ? "" : "it is removed and '" + csv_path_ +
+                           "' left as it was; ", "the run stops here"));
+}
+
+void Progress::close_csv() {
+  if (!csv_) return;
+  if (std::fflush(csv_) != 0) write_failed();
+  int rc = std::fclose(csv_);
+  csv_ = nullptr;
+  if (rc != 0) {
+    if (!csv_partial_.empty()) std::remove(csv_partial_.c_str());
+    throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
+  }
+  if (!csv_partial_.empty() && std::rename(csv_partial_.c_str(), csv_path_.c_str()) != 0)
+    throw RuntimeFailure(str("--metrics: cannot move '", csv_partial_, "' to '", csv_path_, "' (", std::strerror(errno), ")"));
 }
 
 void Progress::flush_pending() {
@@ -45,7 +77,7 @@ void Progress::flush_pending() {
   if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
                    r.samples_per_s, acc, r.train_s, peak) < 0 ||
       std::fflush(csv_) != 0)
-    throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
+    write_failed();
 }
 
 void Progress::step(const StepRecord& r) {
@@ -85,11 +117,7 @@ void Progress::evaluated(const StepRecord& r) {
 
 void Progress::finish() {
   flush_pending();
-  if (csv_) {
-    int rc = std::fclose(csv_);
-    csv_ = nullptr;
-    if (rc != 0) throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
-  }
+  close_csv();
   if (tty_ && !quiet_) std::fprintf(stderr, "\n");
 }
 

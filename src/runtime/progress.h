@@ -21,8 +21,11 @@ struct StepRecord {
 class Progress {
  public:
   // total_steps for the ETA; metrics_path "" = no CSV. One CSV row per step; the test
-  // accuracy goes on the row of the step after which it was measured. Rows are flushed as
-  // they complete, so a killed run keeps what it measured.
+  // accuracy goes on the row of the step after which it was measured. Rows go to
+  // metrics_path + ".partial", flushed as they complete (a killed run keeps what it measured
+  // there), which replaces metrics_path when the run ends, or fails (its rows up to there). A
+  // write that fails (a full disk) removes the partial file and leaves an earlier metrics_path
+  // as it was. A device or a FIFO (/dev/stdout) is written through.
   Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false);
   ~Progress();
 
@@ -32,6 +35,8 @@ class Progress {
 
  private:
   void flush_pending();
+  void write_failed();   // throws, after removing the partial file
+  void close_csv();      // closes and moves the partial file into place
   StepRecord pending_;  // the last step's row, written when the next step starts (or at finish)
   bool has_pending_ = false;
   int64_t total_;
@@ -39,6 +44,7 @@ class Progress {
   bool quiet_;
   FILE* csv_ = nullptr;
   std::string csv_path_;
+  std::string csv_partial_;  // where rows go ("" when written through)
   double start_ms_;
   double last_print_ms_ = 0;
 };

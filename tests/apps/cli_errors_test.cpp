@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -232,6 +233,71 @@ TEST(CliErrors, ReadsAreBoundedByKind) {
   expect_rejected("checkpoint inspect " + step.string(), 1, {"layer-0.tensors: checksum"});
   expect_rejected("checkpoint --max-input layer-file=1MB inspect " + step.string(), 1,
                   {"layer-0.tensors", "more than the 1.0 MiB pipetrain reads from a layer-file file"});
+}
+
+}  // namespace
+
+namespace {
+
+// The low items of issue 35's hostile pass, each now a clear error or a working feature.
+TEST(CliErrors, HostilePassLowItems) {
+  // --trace on one worker writes the trace (it runs as a one-stage pipeline).
+  std::string trace = (scratch() / "one.json").string();
+  auto r = pipetrain(kTrain + "--trace " + trace);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(trace)) << r.output;
+  // A run that diverges fails, after printing, rather than exit 0 with "final loss nan".
+  expect_rejected(kTrainBase + "--batch-size 16 --steps 8 --lr 1e8", 1, {"training diverged: the loss is"});
+  // --metrics whose writes fail (a file size limit standing in for a full disk): the run
+  // stops naming the file, and an earlier metrics file is left as it was.
+  std::string metrics = (scratch() / "m.csv").string();
+  std::ofstream(metrics) << "an earlier run's rows\n";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim {4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    std::string cmd = std::string(PT_BINARY_DIR) + "/pipetrain " + kTrainBase +
+                      "--batch-size 4 --steps 200 --metrics " + metrics + " > " + (scratch() / "fsize.log").string() +
+                      " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::ifstream log(scratch() / "fsize.log");
+  std::string out((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << out;
+  EXPECT_NE(out.find("--metrics: writing '" + metrics + ".partial' failed"), std::string::npos) << out;
+  std::ifstream kept(metrics);
+  std::string first;
+  std::getline(kept, first);
+  EXPECT_EQ(first, "an earlier run's rows");
+  EXPECT_FALSE(fs::exists(metrics + ".partial"));
+  // checkpoint inspect shows a manifest's text with its control characters escaped.
+  std::string ck = (scratch() / "esc-ck").string();
+  ASSERT_EQ(pipetrain(kTrain + "--checkpoint-dir " + ck).exit_code, 0);
+  fs::path manifest;
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.path().filename().string().rfind("step-", 0) == 0) manifest = e.path() / "manifest.json";
+  std::ifstream min(manifest);
+  std::string text((std::istreambuf_iterator<char>(min)), std::istreambuf_iterator<char>());
+  text.replace(text.find("\"mnist-cnn\""), 11, "\"evil\\u001b[2Jcnn\"");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  auto shown = pipetrain("checkpoint inspect " + ck);
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_EQ(shown.output.find('\x1b'), std::string::npos);
+  EXPECT_NE(shown.output.find("model evil\\x1b[2Jcnn"), std::string::npos) << shown.output;
+  // A worker that never starts is named by the one that waits for it.
+  std::string port = std::to_string(29000 + ::getpid() % 2000), prof = (scratch() / "cnn.json").string();
+  ASSERT_EQ(pipetrain("profile --data synthetic --synthetic-samples 64 -o " + prof).exit_code, 0);
+  auto w = pt::testing::shell_run("env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+                                  " PIPETRAIN_JOB_SECRET=0123456789abcdefgh " + std::string(PT_BINARY_DIR) +
+                                  "/pipetrain " + kTrain + "--stages 2 --schedule 1f1b --transport gloo "
+                                  "--rendezvous-timeout 2 --timeout 2 --profile " + prof);
+  EXPECT_EQ(w.exit_code, 1) << w.output;
+  EXPECT_NE(w.output.find("worker 1 of 2 never joined the rendezvous at 127.0.0.1:" + port), std::string::npos)
+      << w.output;
 }
 
 }  // namespace

@@ -155,6 +155,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--trace", {"--trace", (tmp / "t.json").string()}},
       {"--quiet", {"--quiet"}},
       {"--timeout", {"--timeout", "5"}},
+      {"--rendezvous-timeout", {"--rendezvous-timeout", "5"}},
       {"--print-job", {}},
       {"--help", {}}};
 

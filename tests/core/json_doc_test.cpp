@@ -101,6 +101,17 @@ TEST(WriteFile, ReplacesOnlyRegularFiles) {
   write_text_file_atomic(link, "two");
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_EQ(read_text_file(file), "two");
+  // One rule for links (issue 35): followed, dangling or not. A dangling link's target is
+  // created and the link stays a link; check_output_path looks where the link points.
+  std::string dangling = (dir / "dangling.json").string(), target = (dir / "sub" / "made.json").string();
+  fs::create_symlink("sub/made.json", dangling);
+  EXPECT_THROW(check_output_path(dangling, "--out"), UsageError);  // sub/ does not exist yet
+  fs::create_directories(dir / "sub");
+  check_output_path(dangling, "--out");
+  write_text_file_atomic(dangling, "three");
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_text_file(target), "three");
+  EXPECT_EQ(output_target(dangling), (dir / "sub/made.json").string());
 
   std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

@@ -9,6 +9,7 @@ splitting each minibatch into the same microbatches as the pipeline (BatchNorm t
 same samples) and summing their losses / M, which is what a synchronous pipeline computes.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -261,6 +262,30 @@ class Errors(unittest.TestCase):
         r = run_failing([PIPETRAIN, "train", "--model", junk, "--steps", "1"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("junk.pt: not a TorchScript file", r.stderr)
+
+    def test_model_file_digest(self):
+        """A model file is code (docs/runtime.md): export writes its SHA-256 beside it, train
+        prints it, a checkpoint records it, and a file changed since export is refused."""
+        import hashlib
+        import shutil
+        with open(self.model, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        with open(self.model + ".sha256") as f:
+            self.assertEqual(f.read(), f"{digest}  ed.pt\n")
+        ck = os.path.join(self.tmp.name, "digest-ck")
+        r = run([PIPETRAIN, "train", "--model", self.model, "--steps", "2", "--batch-size", "4", "--checkpoint-dir", ck])
+        self.assertIn(f"model file {self.model}: sha256 {digest}", r.stderr)
+        step = sorted(d for d in os.listdir(ck) if d.startswith("step-"))[-1]
+        with open(os.path.join(ck, step, "manifest.json")) as f:
+            self.assertEqual(json.load(f)["model_sha256"], digest)
+        changed = os.path.join(self.tmp.name, "changed.pt")
+        shutil.copy(self.model, changed)
+        shutil.copy(self.model + ".sha256", changed + ".sha256")
+        with open(changed, "ab") as f:
+            f.write(b"\0")
+        r = run_failing([PIPETRAIN, "train", "--model", changed, "--steps", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("the file changed since it was exported", r.stderr)
 
     def test_what_export_cannot_split(self):
         out = os.path.join(self.tmp.name, "x.pt")

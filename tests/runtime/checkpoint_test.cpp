@@ -378,3 +378,33 @@ TEST(Checkpoint, CleanupRemovesOnlyWhatPipetrainWrote) {
 
 }  // namespace
 }  // namespace pt::runtime
+
+namespace pt::runtime {
+namespace {
+
+// A checkpoint of a diverged run (NaN weights) is refused on resume, naming the file and the
+// tensor, instead of training on to "final loss nan" and exit 0 (issue 35).
+TEST(Checkpoint, NonFiniteWeightsAreRefused) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 2, d, 2, false));
+  std::string ck = newest_checkpoint(d);
+  CheckpointManifest m = read_verified_manifest(ck);
+  std::string layer0 = (fs::path(ck) / m.files[0].name).string();
+  LayerState s = layer_state_from_bytes(read_text_file(layer0), layer0);
+  s.params[1][0] = std::numeric_limits<float>::quiet_NaN();
+  std::string bytes = layer_state_bytes(s);
+  write_text_file_atomic(layer0, bytes);
+  m.files[0].bytes = static_cast<int64_t>(bytes.size());
+  m.files[0].crc32 = crc32_of(bytes);
+  write_text_file_atomic((fs::path(ck) / "manifest.json").string(), manifest_to_json(m));
+  try {
+    run(stages(2), options("1f1b", 4, d, 2, true));
+    ADD_FAILURE() << "NaN weights were resumed";
+  } catch (const Error& e) {  // the worker's FormatError, as the job reports it
+    EXPECT_THAT(e.what(), HasSubstr(m.files[0].name + ": param.1 holds NaN or infinite values"));
+  }
+}
+
+}  // namespace
+}  // namespace pt::runtime
