@@ -22,7 +22,8 @@ json value_of(const std::string& text) {
 
 }  // namespace
 
-json flag_digest(const CLI::App& app, const std::set<std::string>& per_worker, const std::set<std::string>& files) {
+json flag_digest(const CLI::App& app, const std::set<std::string>& per_worker, const std::set<std::string>& files,
+                 const std::set<std::string>& read) {
   json out = json::object();
   for (const CLI::Option* opt : app.get_options()) {
     std::string name = opt->get_name();
@@ -32,13 +33,17 @@ json flag_digest(const CLI::App& app, const std::set<std::string>& per_worker, c
       continue;
     }
     std::vector<std::string> given = opt->results();
+    struct stat st;
+    if (given.size() == 1 && read.count(name) && ::stat(given[0].c_str(), &st) == 0) {
+      out[name] = "a path: by what is read from it";
+      continue;
+    }
     if (given.empty()) {
       out[name] = opt->get_default_str().empty() ? json() : value_of(opt->get_default_str());
       continue;
     }
     json values = json::array();
     for (const auto& v : given) {
-      struct stat st;
       if (files.count(name) && ::stat(v.c_str(), &st) == 0 && S_ISREG(st.st_mode))
         values.push_back("sha256:" + to_hex(sha256_of_file(v)));
       else

@@ -108,6 +108,8 @@ int run_plan(Flags& f) {
   // Every candidate --top lists is refereed.
   f.plan.candidates = std::max(f.plan.candidates, f.top);
   f.plan.joint = joint_wanted(f);
+  // A search of many workers takes seconds: a line every few, on stderr.
+  f.plan.progress = [](const std::string& line) { std::cerr << "plan: " << line << "\n"; };
   plan::PlanOutcome out = plan::run_plan_command(f.plan);
   if (f.plan.joint || out.memory_cap > 0) {
     if (out.options.cost_model != plan::CostModel::kPipetrain)

@@ -163,9 +163,9 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       ++r.unreplayed;
       return -1;
     }
-    if (t > last_progress + 3) {
-      std::cerr << "plan: " << r.ranked.size() << " plans replayed in the simulator (" << static_cast<int>(t)
-                << " s; --time-limit " << options.time_limit_s << ")\n";
+    if (t > last_progress + 3 && options.progress) {
+      options.progress(str(r.ranked.size(), " plans replayed in the simulator (", static_cast<int>(t), " s; --time-limit ",
+                           options.time_limit_s, ")"));
       last_progress = t;
     }
     if (replay_period(p) == 0) {

@@ -51,8 +51,10 @@ struct TrainFlags {
 // how much it says, how long it waits. Every other option is compared at rendezvous.
 const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout",
                                                "--rendezvous-timeout", "--print-job", "--max-input"};
-// Options that name a file, which workers compare by its contents (flag_digest.h).
-const std::set<std::string> kFileFlags = {"--model", "--data", "--text", "--plan", "--profile", "--cluster"};
+// Options that name a file, which workers compare by its contents (flag_digest.h), and those
+// that name the data, whose tensors the job digest compares (data.crc32, data.shard_crc32).
+const std::set<std::string> kFileFlags = {"--model", "--plan", "--profile", "--cluster"};
+const std::set<std::string> kDataFlags = {"--data", "--data-dir", "--text"};
 
 // The plan says how to run it (a planner's joint choice, or the user's): its schedule,
 // microbatches, chunks and deferred step, unless the flags say otherwise; --recompute recomputes
@@ -394,7 +396,7 @@ Register reg({"train", kTrainDescription,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "
                "files' digests, every flag) and exit without training");
   return [f, &app] {
-    f->pipe.command_line = flag_digest(app, kPerWorkerFlags, kFileFlags);
+    f->pipe.command_line = flag_digest(app, kPerWorkerFlags, kFileFlags, kDataFlags);
     return run_train(*f);
   };
 }});

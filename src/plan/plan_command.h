@@ -1,6 +1,7 @@
 #pragma once
 // `pipetrain plan` without the command-line parser: flags in, plan and its two printed forms
 // out, so every bad input is testable without building the CLI.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct PlanFlags {
   bool no_deferred_step = false;  // --no-deferred-step
   bool all_workers = false;       // --all-workers: no plan that leaves workers idle
   double time_limit_s = PlanOptions{}.time_limit_s;  // --time-limit
+  std::function<void(const std::string&)> progress;  // PlanOptions::progress
   // The joint search (apps/joint_plan.h) keeps plans under the memory cap with the memory model:
   // the candidates here are searched without it.
   bool joint = false;

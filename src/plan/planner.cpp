@@ -1,6 +1,7 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
@@ -248,7 +249,16 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
     PlanOptions one = options;
     one.fewer_workers = false;
     one.candidates = 1;
-    for (const Cluster& sub : smaller_clusters(cluster)) {
+    std::vector<Cluster> subs = smaller_clusters(cluster);
+    auto started = std::chrono::steady_clock::now();
+    double said = 0;
+    for (size_t i = 0; i < subs.size(); ++i) {
+      const Cluster& sub = subs[i];
+      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (options.progress && t > said + 3) {
+        options.progress(str("searched ", i, " of ", subs.size(), " smaller clusters (", static_cast<int>(t), " s)"));
+        said = t;
+      }
       std::vector<Plan> best;
       try {
         best = plan_candidates(profile, sub, one);

@@ -2,6 +2,7 @@
 // The planner: PipeDream's dynamic program over stage boundaries and replication, for a
 // hierarchical cluster (SOSP'19 §3.1), with two cost models (see PlanOptions).
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "plan/cluster.h"
@@ -34,6 +35,8 @@ struct PlanOptions {
   // The most seconds the simulator referees candidates (plan --time-limit): past it no further
   // plan is replayed (at least one is) and the plan says so in a note. 0: no limit.
   double time_limit_s = 30;
+  // Told what the planner is doing on a long search (a line every few seconds); may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 // Finds the plan minimising the slowest stage's time. Throws ConfigError when no plan fits.

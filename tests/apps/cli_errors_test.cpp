@@ -125,11 +125,13 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
     expect_rejected(kTrain + flag + " " + scratch().string(), 2, {flag, "is a directory"});
   }
   expect_rejected(kTrain + "--metrics /dev/full", 1, {"--metrics: writing '/dev/full' failed"});
-  // A plan handed over in the launcher's variable is checked like any other.
+  // A plan handed over in the launcher's variable is checked like any other. The variable
+  // names its launcher's pid: here the shell's ($$), which the trailing command keeps as the
+  // parent (a shell runs its last command in its own place).
   std::string bad = write("launched.json", R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [
       {"layers": [0, 1, 2], "replicas": 1}]})");
-  expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=1 PIPETRAIN_LAUNCH_PLAN=" + bad + " " + PT_BINARY_DIR +
-                      "/pipetrain " + kTrain + "--schedule 1f1b --transport gloo",
+  expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=1 PIPETRAIN_LAUNCH_PLAN=$$:" + bad + " " + PT_BINARY_DIR +
+                      "/pipetrain " + kTrain + "--schedule 1f1b --transport gloo 2>&1; exit $?",
                   1, {bad, "is in no stage"});
   // An address that does not resolve fails at once instead of retrying for minutes.
   expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid " +
