@@ -222,3 +222,27 @@ TEST(PlanReferee, LargeClusterWithoutReplayablePlansStillPlans) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// PipeDream's optimizer under a memory cap (issue 32's regression): --cost-model pipedream
+// --memory plans again, and the cap binds as in PipeDream's reference: VGG-16 on 4 workers is
+// 3-1 with 16 GB each, and data parallelism (whose stash the reference counts as 0) with 8 GB.
+TEST(PlanReferee, PipedreamModelPlansUnderAMemoryCap) {
+  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json";
+  std::string base = std::string(PT_BINARY_DIR) + "/pipetrain plan --cost-model pipedream --profile " + path +
+                     " --workers 4 --bandwidth-gbps 10";
+  auto roomy = testing::shell_run(base + " --memory 16GB");
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
+  EXPECT_NE(roomy.output.find("cost model pipedream: 2 stages, shape 3-1"), std::string::npos) << roomy.output;
+  auto tight = testing::shell_run(base + " --memory 8GB");
+  ASSERT_EQ(tight.exit_code, 0) << tight.output;
+  EXPECT_NE(tight.output.find("cost model pipedream: 1 stages, shape 4"), std::string::npos) << tight.output;
+  auto joint = testing::shell_run(base + " --schedule auto");
+  EXPECT_EQ(joint.exit_code, 2) << joint.output;
+  EXPECT_NE(joint.output.find("needs --cost-model pipetrain"), std::string::npos) << joint.output;
+}
+
+}  // namespace
+}  // namespace pt
