@@ -94,7 +94,8 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
   }
   if (r.steps > 0 && !std::isfinite(r.final_loss))
     throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
-                             "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more --warmup-steps"));
+                             "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more "
+                             "--warmup-steps"));
 }
 
 // The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
