@@ -10,6 +10,8 @@
 // It is solved from the last state backwards, so each stage knows its depth. Lower bounds
 // (a stage is never faster than its compute C/n) prune most of the (j, n) pairs. Every choice
 // of the first stage keeps its best continuation: those are the alternatives the planner ranks.
+// The first stage may also start at any worker w > 0 (λ = 0: nothing before it): that plans the
+// smaller cluster of workers w..W-1 in the same tables (SearchResult::suffixes).
 #include <algorithm>
 
 #include "core/error.h"
@@ -33,7 +35,12 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
     for (int k : s.strict_subsets[j]) supersets[k].push_back(j);
   // λ takes Lv values: level index + 1, 0 meaning no previous stage (w = 0).
   const int Lv = static_cast<int>(cluster.levels.size()) + 1;
-  auto reach = [&](int lo, int hi) { return hi < W ? cluster.range_level(lo, hi) : -1; };
+  // range_level(w, w + n) for every w, n: looked up in the inner loop, where computing it is
+  // most of the search's time on a 16-worker cluster.
+  std::vector<int> level_to(static_cast<size_t>(W) * (W + 1), -1);
+  for (int w = 0; w < W; ++w)
+    for (int n = 1; w + n < W; ++n) level_to[static_cast<size_t>(w) * (W + 1) + n] = cluster.range_level(w, w + n);
+  auto reach = [&](int lo, int hi) { return hi < W ? level_to[static_cast<size_t>(lo) * (W + 1) + (hi - lo)] : -1; };
   // The links of a stage on workers w..w+n-1 after λ, per (w, n, λ): it has a previous stage
   // when w > 0 and a next one when w + n < W (the search numbers workers stage by stage). Looked
   // up in the inner loop; a first stage's input and a last stage's output carry 0 bytes.
@@ -44,12 +51,12 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   for (int w = 0; w < W; ++w)
     for (int n = 1; w + n <= W; ++n) {
       double allreduce = cluster.range_allreduce_ms(w, w + n - 1, 1.0);
-      for (int lam = w > 0 ? 1 : 0; lam < (w > 0 ? Lv : 1); ++lam)
-        links_at(w, n, lam) = stage_links(cluster, n, w > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
+      for (int lam = 0; lam < (w > 0 ? Lv : 1); ++lam)
+        links_at(w, n, lam) = stage_links(cluster, n, lam > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
                                           reach(w, w + n), allreduce);
     }
   // λ' of the stage after one on w..w+n-1.
-  auto lam_after = [&](int w, int n) { return w + n < W ? cluster.range_level(w, w + n) + 1 : 0; };
+  auto lam_after = [&](int w, int n) { return w + n < W ? reach(w, w + n) + 1 : 0; };
 
   auto at = [&](int q, int k, int w, int lam) {
     return ((static_cast<size_t>(q) * S + k) * (W + 1) + w) * Lv + lam;
@@ -76,20 +83,22 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   // The first stage's every choice (j, n) with its value, per q: the alternatives.
   struct Root {
     double t;
-    int q, j, n;
+    int q, j, n, w;  // w: the first worker (0 unless a smaller cluster's)
   };
   std::vector<Root> roots;
 
   for (int k = S - 2; k >= 0; --k)
     for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w) {  // a later state needs an earlier stage
+      // State 0 after worker 0 is only a smaller cluster's first stage (nothing before it).
+      if (k == 0 && w > 0 && !options.fewer_workers) continue;
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
         double best_any = kInfinity;
-        for (int lam = w > 0 ? 1 : 0; lam < (w > 0 ? Lv : 1); ++lam) {
-          bool root = k == 0 && w == 0;
+        for (int lam = k == 0 ? 0 : 1; lam < (k == 0 ? 1 : Lv); ++lam) {
+          bool root = k == 0;
           double best = kInfinity;
           int best_j = -1, best_n = 0;
           auto offer = [&](double t, int j, int n) {
-            if (root && t < kInfinity) roots.push_back({t, q, j, n});
+            if (root && t < kInfinity) roots.push_back({t, q, j, n, w});
             // Ties go to the one-stage option, then the smaller state index, then the most
             // replicas: the choice does not depend on the order the supersets are visited in.
             bool one_stage = best_j == last && best_n == W - w;
@@ -136,7 +145,7 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   // A plan from its first stage's choice, following each state's best continuation.
   auto unfold = [&](const Root& root) {
     std::vector<SearchStage> stages;
-    int k = 0, w = 0, q = root.q, j = root.j, n = root.n, lam = 0;
+    int k = 0, w = root.w, q = root.q, j = root.j, n = root.n, lam = 0;
     for (;;) {
       SearchStage st;
       st.from = k, st.to = j;
@@ -157,31 +166,51 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
       st.compute_ms = e.compute_ms, st.comm_ms = e.comm_ms;
       lam_i = lam_after(first, size);
     }
+    for (auto& st : stages)
+      for (int& x : st.workers) x -= root.w;  // a smaller cluster's ids start at 0
     return stages;
   };
 
   SearchResult r;
   // Best first: by value, then as the ties above (one-stage, smaller state, more replicas).
   std::stable_sort(roots.begin(), roots.end(), [&](const Root& a, const Root& b) {
+    if (a.w != b.w) return a.w < b.w;
     if (a.t != b.t) return a.t < b.t;
-    bool ao = a.j == last && a.n == W, bo = b.j == last && b.n == W;
+    bool ao = a.j == last && a.n == W - a.w, bo = b.j == last && b.n == W - b.w;
     if (ao != bo) return ao;
     if (a.j != b.j) return a.j < b.j;
     return a.n > b.n;
   });
-  if (!roots.empty()) r.pipeline_ms = roots.front().t;
-  StageEstimate dp = stage(0, last, 0, W, 0, 1);
-  bool dp_fits = mem <= 0 || dp.memory_bytes <= static_cast<double>(mem);
-  r.data_parallel_ms = dp_fits ? dp.time_ms : kInfinity;
-  // The best `candidates` first stages, and data parallelism (one stage on every worker) among
-  // them whenever it fits, so that the referee always weighs the baseline too.
-  int one_stage = -1;
-  for (size_t i = 0; i < roots.size(); ++i)
-    if (roots[i].j == last && roots[i].n == W) one_stage = static_cast<int>(i);
-  for (size_t i = 0; i < roots.size() && static_cast<int>(i) < options.candidates; ++i) {
-    bool last_slot = static_cast<int>(i) + 1 == options.candidates && i > 0;
-    const Root& pick = last_slot && one_stage > static_cast<int>(i) ? roots[one_stage] : roots[i];
-    r.alternatives.push_back({pick.t, unfold(pick)});
+  // The best `candidates` first stages of the plans from worker w on, and data parallelism (one
+  // stage on all of them) among them whenever it fits, so that the referee always weighs the
+  // baseline too.
+  auto pick = [&](int w, size_t from, size_t to, std::vector<SearchAlternative>& out) {
+    int one_stage = -1;
+    for (size_t i = from; i < to; ++i)
+      if (roots[i].j == last && roots[i].n == W - w) one_stage = static_cast<int>(i - from);
+    for (size_t i = 0; from + i < to && static_cast<int>(i) < options.candidates; ++i) {
+      bool last_slot = static_cast<int>(i) + 1 == options.candidates && i > 0;
+      const Root& chosen = last_slot && one_stage > static_cast<int>(i) ? roots[from + one_stage] : roots[from + i];
+      out.push_back({chosen.t, unfold(chosen)});
+    }
+  };
+  auto data_parallel = [&](int w) {
+    StageEstimate dp = stage(0, last, w, W - w, 0, 1);
+    return mem <= 0 || dp.memory_bytes <= static_cast<double>(mem) ? dp.time_ms : kInfinity;
+  };
+  r.data_parallel_ms = data_parallel(0);
+  if (options.fewer_workers) r.suffixes.resize(W);
+  for (size_t from = 0, to; from < roots.size(); from = to) {
+    int w = roots[from].w;
+    for (to = from; to < roots.size() && roots[to].w == w; ++to) {
+    }
+    if (w == 0) {
+      r.pipeline_ms = roots[from].t;
+      pick(0, from, to, r.alternatives);
+    } else {
+      r.suffixes[w].data_parallel_ms = data_parallel(w);
+      pick(w, from, to, r.suffixes[w].alternatives);
+    }
   }
   if (!r.alternatives.empty()) r.stages = r.alternatives.front().stages;
   return r;

@@ -1,7 +1,6 @@
 #include "plan/planner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
@@ -140,10 +139,9 @@ Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluste
 
 // The plan of a searched sequence of stages, with its predictions: the pipetrain model's exact
 // evaluation, or the search's own figures for PipeDream's.
-Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Searched& searched,
-             const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
-  const StateSpace& space = searched.space;
-  const SearchResult& r = searched.result;
+Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const StateSpace& space,
+             double data_parallel_ms, const profile::Profile& profile, const Cluster& cluster,
+             const PlanOptions& options) {
   Plan plan;
   plan.model = profile.model;
   for (const auto& t : profile.ties) plan.ties.push_back(t.layers);
@@ -175,9 +173,9 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sea
   }
   plan.pipeline_ms_per_minibatch = search_ms;
   // Data parallelism may not fit the memory limit (pipetrain model); 0 then means "not possible".
-  plan.data_parallel_ms_per_minibatch = r.data_parallel_ms == kInfinity ? 0 : r.data_parallel_ms;
+  plan.data_parallel_ms_per_minibatch = data_parallel_ms == kInfinity ? 0 : data_parallel_ms;
   if (!space.note.empty()) plan.notes.push_back(space.note);
-  if (r.data_parallel_ms == kInfinity) plan.notes.push_back("data parallelism does not fit the memory limit");
+  if (data_parallel_ms == kInfinity) plan.notes.push_back("data parallelism does not fit the memory limit");
   check_plan_fits(plan, profile, "planner");
   if (options.cost_model == CostModel::kPipetrain) predict(plan, profile, cluster, options);
   return plan;
@@ -187,7 +185,8 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sea
 
 Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   Searched searched = run_search(profile, cluster, options);
-  return to_plan(searched.result.stages, searched.result.pipeline_ms, searched, profile, cluster, options);
+  return to_plan(searched.result.stages, searched.result.pipeline_ms, searched.space, searched.result.data_parallel_ms,
+                 profile, cluster, options);
 }
 
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
@@ -202,21 +201,25 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   wider.candidates = 4 * options.candidates;
   if (options.cost_model == CostModel::kPipedream) {
     Searched searched = run_search(profile, cluster, wider);
-    return {to_plan(searched.result.stages, searched.result.pipeline_ms, searched, profile, cluster, options)};
+    return {to_plan(searched.result.stages, searched.result.pipeline_ms, searched.space,
+                    searched.result.data_parallel_ms, profile, cluster, options)};
   }
   std::vector<Plan> plans;
   std::vector<int> search_rank;  // the better of its ranks in the two searches
   std::map<std::string, size_t> seen;
+  std::vector<Searched> searches;
   for (int64_t bucket_bytes : {options.bucket_bytes, int64_t{0}}) {
     PlanOptions bound = wider;
     bound.bucket_bytes = bucket_bytes;
-    Searched searched = run_search(profile, cluster, bound);
+    searches.push_back(run_search(profile, cluster, bound));
+    const Searched& searched = searches.back();
     // Each alternative in the placement the exact model predicts fastest (ties keep the
     // search's own numbering).
     int rank = 0;
     for (const auto& alt : searched.result.alternatives) {
-      Plan best = best_placed(to_plan(alt.stages, alt.pipeline_ms, searched, profile, cluster, options), profile,
-                              cluster, options);
+      Plan best = best_placed(to_plan(alt.stages, alt.pipeline_ms, searched.space, searched.result.data_parallel_ms,
+                                      profile, cluster, options),
+                              profile, cluster, options);
       if (!best.stages.empty()) {
         std::string key = to_json(best).dump();
         auto it = seen.find(key);
@@ -245,27 +248,29 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   plans = std::move(kept);
   // The best plan of each smaller cluster, on this one: the referee weighs leaving workers idle
   // (AWD-LM on 8 workers at 1 Gbit/s: every plan on all 8 is slower than one worker alone).
+  // Each is a suffix of this cluster's workers, which the searches above planned too
+  // (SearchResult::suffixes); as for this cluster, the best by the exact model of each bound's
+  // best few.
   if (options.fewer_workers) {
     PlanOptions one = options;
     one.fewer_workers = false;
     one.candidates = 1;
-    std::vector<Cluster> subs = smaller_clusters(cluster);
-    auto started = std::chrono::steady_clock::now();
-    double said = 0;
-    for (size_t i = 0; i < subs.size(); ++i) {
-      const Cluster& sub = subs[i];
-      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      if (options.progress && t > said + 3) {
-        options.progress(str("searched ", i, " of ", subs.size(), " smaller clusters (", static_cast<int>(t), " s)"));
-        said = t;
+    for (const Cluster& sub : smaller_clusters(cluster)) {
+      int w = cluster.workers() - sub.workers();
+      Plan best;
+      for (const Searched& searched : searches) {
+        const SearchResult::Suffix& suffix = searched.result.suffixes.at(w);
+        for (size_t i = 0; i < suffix.alternatives.size() && i < static_cast<size_t>(4 * one.candidates); ++i) {
+          const SearchAlternative& alt = suffix.alternatives[i];
+          Plan p = best_placed(to_plan(alt.stages, alt.pipeline_ms, searched.space, suffix.data_parallel_ms, profile,
+                                       sub, one),
+                               profile, sub, one);
+          if (!p.stages.empty() && (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch))
+            best = std::move(p);
+        }
       }
-      std::vector<Plan> best;
-      try {
-        best = plan_candidates(profile, sub, one);
-      } catch (const ConfigError&) {
-        continue;  // no plan fits that few workers' memory
-      }
-      Plan p = best_placed(best.front(), profile, cluster, options);
+      if (best.stages.empty()) continue;  // no plan fits that few workers' memory
+      Plan p = best_placed(best, profile, cluster, options);
       if (!p.stages.empty()) plans.push_back(std::move(p));
     }
     std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {

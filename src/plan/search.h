@@ -29,6 +29,14 @@ struct SearchResult {
   // Pipetrain model: the best plan for each choice of the first stage, best first, at most
   // PlanOptions::candidates of them (the first is `stages`).
   std::vector<SearchAlternative> alternatives;
+  // Pipetrain model with PlanOptions::fewer_workers: [w] the same for workers w..W-1 alone,
+  // renumbered from 0. Every cluster smaller_clusters lists is such a suffix (its units are the
+  // last ones of each level), so one search plans them all.
+  struct Suffix {
+    double data_parallel_ms = kInfinity;
+    std::vector<SearchAlternative> alternatives;
+  };
+  std::vector<Suffix> suffixes;
 };
 
 // Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker, level

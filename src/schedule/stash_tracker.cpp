@@ -9,22 +9,34 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
   StageState& st = stages_[a.stage];
   bool last_backward = a.kind == ActionKind::kBackwardWeight || (a.kind == ActionKind::kBackward && !split);
   if (a.kind == ActionKind::kForward) {
-    st.in_flight[a.microbatch] = {st.steps, bytes};
+    bool own = predicted_.count({a.stage, a.microbatch}) > 0;
+    auto [it, fresh] = st.in_flight.insert({a.microbatch, {st.steps, bytes, own}});
+    if (!fresh) forget(st, it->second), it->second = {st.steps, bytes, own};
+    own ? ++st.own_copies : ++st.shared[st.steps];
     peak_stash_ = std::max(peak_stash_, ++stash_);
     peak_bytes_ = std::max(peak_bytes_, bytes_ += bytes);
   } else if (last_backward) {
     auto it = st.in_flight.find(a.microbatch);
     if (it == st.in_flight.end()) return;
     --stash_;
-    bytes_ -= it->second.second;
+    bytes_ -= it->second.bytes;
+    forget(st, it->second);
     st.in_flight.erase(it);
   } else if (a.kind == ActionKind::kStep) {
     ++st.steps;
   }
-  std::set<int> versions = {st.steps};
-  for (const auto& [mb, entry] : st.in_flight)
-    versions.insert(predicted_.count({a.stage, mb}) ? -1 - mb : entry.first);  // a copy of its own
-  st.peak_versions = std::max(st.peak_versions, static_cast<int>(versions.size()));
+  // The versions alive: the current one, those in-flight microbatches share, and own copies.
+  int versions = static_cast<int>(st.shared.size()) + (st.shared.count(st.steps) ? 0 : 1) + st.own_copies;
+  st.peak_versions = std::max(st.peak_versions, versions);
+}
+
+void StashTracker::forget(StageState& st, const InFlight& f) {
+  if (f.own_copy) {
+    --st.own_copies;
+    return;
+  }
+  auto it = st.shared.find(f.version);
+  if (--it->second == 0) st.shared.erase(it);
 }
 
 int StashTracker::weight_versions(int stage) const {

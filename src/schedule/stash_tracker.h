@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "schedule/action.h"
 
@@ -30,11 +31,19 @@ class StashTracker {
   int max_weight_versions() const;
 
  private:
+  struct InFlight {
+    int version;
+    int64_t bytes;
+    bool own_copy;  // predicted: its weights are a copy of their own
+  };
   struct StageState {
     int steps = 0;
-    std::map<int, std::pair<int, int64_t>> in_flight;  // mb -> (version, bytes)
+    std::map<int, InFlight> in_flight;  // by microbatch
+    std::map<int, int> shared;          // version -> in-flight microbatches on it (no copy of their own)
+    int own_copies = 0;
     int peak_versions = 1;
   };
+  static void forget(StageState& st, const InFlight& f);  // f leaves the stage's in-flight set
   std::map<int, StageState> stages_;
   std::set<std::pair<int, int>> predicted_;
   int stash_ = 0, peak_stash_ = 0;

@@ -1,8 +1,6 @@
 #include "schedule/validate.h"
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <tuple>
 
 #include "schedule/stash_tracker.h"
@@ -10,8 +8,23 @@
 namespace pt::schedule {
 
 namespace {
-using Key = std::tuple<int, int, int>;  // (kind, stage, microbatch)
-Key key(ActionKind k, int stage, int mb) { return {static_cast<int>(k), stage, mb}; }
+
+// A table over (kind, stage, microbatch) of a schedule's compute and point-to-point actions, whose
+// microbatches check_placement has bounded: flat, as the planner validates hundreds of schedules.
+template <typename T>
+class ActionTable {
+ public:
+  ActionTable(const Schedule& s, T empty)
+      : stages_(s.num_stages), microbatches_(s.total_microbatches()),
+        cells_(static_cast<size_t>(kNumActionKinds) * stages_ * microbatches_, empty) {}
+  T& operator()(ActionKind k, int stage, int mb) {
+    return cells_[(static_cast<size_t>(k) * stages_ + stage) * microbatches_ + mb];
+  }
+
+ private:
+  int stages_, microbatches_;
+  std::vector<T> cells_;
+};
 
 [[noreturn]] void fail(const Schedule& s, const std::vector<std::pair<int, int>>& at, const std::string& why) {
   std::string where;
@@ -60,19 +73,20 @@ void check_placement(const Schedule& s) {
 
 // Check 2: every microbatch forwarded, backwarded (and W'd where split) exactly once per stage.
 void check_coverage(const Schedule& s) {
-  std::map<Key, std::pair<int, int>> seen;
+  ActionTable<std::pair<int, int>> seen(s, {-1, -1});  // where each ran
   for (int w = 0; w < s.num_workers(); ++w)
     for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
       const Action& a = s.actions[w][i];
       if (!is_compute(a.kind)) continue;
-      auto [it, fresh] = seen.emplace(key(a.kind, a.stage, a.microbatch), std::make_pair(w, i));
-      if (!fresh) fail(s, {{w, i}, it->second}, "runs twice");
+      auto& at = seen(a.kind, a.stage, a.microbatch);
+      if (at.first >= 0) fail(s, {{w, i}, at}, "runs twice");
+      at = {w, i};
     }
   for (int st = 0; st < s.num_stages; ++st)
     for (int k = 0; k < s.total_microbatches(); ++k)
       for (ActionKind kind : {ActionKind::kForward, ActionKind::kBackward, ActionKind::kBackwardWeight}) {
         if (kind == ActionKind::kBackwardWeight && !s.split_backward[st]) continue;
-        if (!seen.count(key(kind, st, k)))
+        if (seen(kind, st, k).first < 0)
           fail(s, {}, str("stage ", st, " never runs ", kind_name(kind), " of microbatch ", k, " (expected ",
                           st, kind_code(kind), k, " on worker ", s.worker_of(st, k), ")"));
       }
@@ -80,12 +94,12 @@ void check_coverage(const Schedule& s) {
 
 // Check 3: data dependencies within each worker's order.
 void check_order(const Schedule& s) {
+  ActionTable<int> done(s, -1);  // the worker that has run it
   for (int w = 0; w < s.num_workers(); ++w) {
-    std::set<Key> done;
     for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
       const Action& a = s.actions[w][i];
       auto need = [&](ActionKind k, int stage, const char* why) {
-        if (!done.count(key(k, stage, a.microbatch)))
+        if (done(k, stage, a.microbatch) != w)
           fail(s, {{w, i}}, str("runs before ", stage, kind_code(k), a.microbatch, " (", why, ")"));
       };
       // The input of stage s comes by RA, or from F(s-1) when the same worker runs stage s-1.
@@ -107,7 +121,7 @@ void check_order(const Schedule& s) {
         case ActionKind::kSendGradient: need(ActionKind::kBackward, a.stage, "the gradient it sends"); break;
         default: break;
       }
-      done.insert(key(a.kind, a.stage, a.microbatch));
+      if (is_compute(a.kind) || is_p2p(a.kind)) done(a.kind, a.stage, a.microbatch) = w;
     }
   }
 }
@@ -123,22 +137,32 @@ std::tuple<bool, int, int, int, int> transfer_of(const Action& a) {
   return {act, producer, a.microbatch, from, to};
 }
 
-// Check 4: sends and receives pair up one to one.
+// Check 4: sends and receives pair up one to one. A transfer is (direction, producing stage,
+// microbatch): check_placement has tied its two workers to them.
 void check_matching(const Schedule& s) {
-  std::map<std::tuple<bool, int, int, int, int>, std::vector<std::pair<int, int>>> sends, recvs;
+  ActionTable<std::pair<int, int>> sent(s, {-1, -1}), received(s, {-1, -1});  // where, by transfer
+  auto cell = [&](const Action& a) -> std::pair<int, int>& {
+    auto [act, producer, mb, from, to] = transfer_of(a);
+    auto& table = is_send(a.kind) ? sent : received;
+    return table(act ? ActionKind::kSendActivation : ActionKind::kSendGradient, producer, mb);
+  };
   for (int w = 0; w < s.num_workers(); ++w)
     for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
       const Action& a = s.actions[w][i];
-      if (is_p2p(a.kind)) (is_send(a.kind) ? sends : recvs)[transfer_of(a)].push_back({w, i});
+      if (!is_p2p(a.kind)) continue;
+      auto& at = cell(a);
+      if (at.first >= 0) fail(s, {at, {w, i}}, is_send(a.kind) ? "is sent twice" : "is received twice");
+      at = {w, i};
     }
-  for (auto& [t, at] : sends) {
-    if (at.size() > 1) fail(s, at, "is sent twice");
-    if (!recvs.count(t)) fail(s, at, "no worker receives it");
-  }
-  for (auto& [t, at] : recvs) {
-    if (at.size() > 1) fail(s, at, "is received twice");
-    if (!sends.count(t)) fail(s, at, "no worker sends it");
-  }
+  for (int w = 0; w < s.num_workers(); ++w)
+    for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+      const Action& a = s.actions[w][i];
+      if (!is_p2p(a.kind)) continue;
+      auto [act, producer, mb, from, to] = transfer_of(a);
+      auto& other = (is_send(a.kind) ? received : sent)(act ? ActionKind::kSendActivation : ActionKind::kSendGradient,
+                                                         producer, mb);
+      if (other.first < 0) fail(s, {{w, i}}, is_send(a.kind) ? "no worker receives it" : "no worker sends it");
+    }
 }
 
 // Check 5: replay with rendezvous sends and collective all-reduces.

@@ -1,8 +1,6 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
-#include <map>
-#include <tuple>
 
 #include "core/error.h"
 #include "sim/stage_costs.h"
@@ -15,8 +13,9 @@ using schedule::TraceEvent;
 
 namespace {
 
-// One direction of a worker's link at one level: the busy intervals, start -> end, disjoint.
-using Port = std::map<double, double>;
+// One direction of a worker's link at one level: its busy intervals (start, end), disjoint and
+// sorted by start. Transfers are mostly booked after every earlier one, so inserting is cheap.
+using Port = std::vector<std::pair<double, double>>;
 
 // The earliest t >= from at which [t, t + ms) is free on every port.
 double earliest_free(const std::vector<Port*>& ports, double from, double ms) {
@@ -24,7 +23,8 @@ double earliest_free(const std::vector<Port*>& ports, double from, double ms) {
   for (bool moved = true; moved;) {
     moved = false;
     for (Port* p : ports) {
-      auto next = p->upper_bound(t);
+      auto next = std::upper_bound(p->begin(), p->end(), t,
+                                   [](double v, const std::pair<double, double>& iv) { return v < iv.first; });
       if (next != p->begin() && std::prev(next)->second > t) {
         t = std::prev(next)->second;  // inside a busy interval: wait for its end
         moved = true;
@@ -38,17 +38,33 @@ double earliest_free(const std::vector<Port*>& ports, double from, double ms) {
 }
 
 void reserve(const std::vector<Port*>& ports, double start, double end) {
-  if (end > start)
-    for (Port* p : ports) (*p)[start] = end;
+  if (end <= start) return;
+  for (Port* p : ports) {
+    auto at = std::upper_bound(p->begin(), p->end(), start,
+                               [](double v, const std::pair<double, double>& iv) { return v < iv.first; });
+    p->insert(at, {start, end});
+  }
 }
+
+// What a worker's action waits for, by kind: a compute done on the worker, or data arrived at it.
+enum Slot { kForwardDone, kBackwardDone, kActivationIn, kGradientIn, kSlots };
 
 class Replay {
  public:
   Replay(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& c, int64_t bucket_bytes)
       : s_(s), cluster_(c), costs_(stage_costs(s, p, bucket_bytes)), scale_(1.0 / s.microbatches),
-        pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()) {
-    for (int w = 0; w < s.num_workers(); ++w)
+        pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
+        pending_buckets_(s.num_workers()) {
+    for (int w = 0; w < s.num_workers(); ++w) {
       completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
+      events_[w].reserve(s.actions[w].size() + s.actions[w].size() / 2);
+      for (const Action& a : s.actions[w]) microbatches_ = std::max(microbatches_, a.microbatch + 1);
+    }
+    ready_.assign(static_cast<size_t>(kSlots) * s.num_stages * microbatches_, {-1, 0.0});
+    int L = static_cast<int>(c.levels.size());
+    for (int k = 0; k < L; ++k) unit_.push_back(c.workers_per_unit_below(k + 1));
+    egress_.resize(static_cast<size_t>(s.num_workers()) * L);
+    ingress_.resize(egress_.size());
   }
 
   std::vector<std::vector<TraceEvent>> run() {
@@ -77,16 +93,24 @@ class Replay {
   }
 
  private:
-  // (worker, kind, stage, mb): a compute done on the worker, or data arrived at it.
-  using Key = std::tuple<int, int, int, int>;
-  static Key key(int w, ActionKind k, int stage, int mb) { return {w, static_cast<int>(k), stage, mb}; }
-
-  bool known(const Key& k, double& at) const {
-    auto it = ready_.find(k);
-    if (it == ready_.end()) return false;
-    at = std::max(at, it->second);
+  // The worker that recorded (slot, stage, mb) and when; worker -1: not yet.
+  std::pair<int, double>& ready(Slot slot, int stage, int mb) {
+    return ready_[(static_cast<size_t>(slot) * s_.num_stages + stage) * microbatches_ + mb];
+  }
+  bool known(int w, Slot slot, int stage, int mb, double& at) const {
+    const auto& r = const_cast<Replay*>(this)->ready(slot, stage, mb);
+    if (r.first != w) return false;
+    at = std::max(at, r.second);
     return true;
   }
+
+  int level_between(int a, int b) const {
+    for (size_t k = 0; k < unit_.size(); ++k)
+      if (a / unit_[k] == b / unit_[k]) return static_cast<int>(k);
+    return cluster_.level_between(a, b);  // names the bad pair
+  }
+  Port* egress(int w, int level) { return &egress_[static_cast<size_t>(w) * unit_.size() + level]; }
+  Port* ingress(int w, int level) { return &ingress_[static_cast<size_t>(w) * unit_.size() + level]; }
 
   void record(int w, const Action& a, double start, double end, int64_t bytes) {
     events_[w].push_back({a, start, end, bytes});
@@ -99,11 +123,11 @@ class Replay {
     switch (a.kind) {
       case ActionKind::kForward:
         // Input: F(stage-1) on this worker, or the activation arriving from another.
-        return a.stage == 0 || known(key(w, ActionKind::kRecvActivation, a.stage, a.microbatch), start) ||
-               known(key(w, ActionKind::kForward, a.stage - 1, a.microbatch), start);
+        return a.stage == 0 || known(w, kActivationIn, a.stage, a.microbatch, start) ||
+               known(w, kForwardDone, a.stage - 1, a.microbatch, start);
       case ActionKind::kBackward:
-        return a.stage + 1 == s_.num_stages || known(key(w, ActionKind::kRecvGradient, a.stage, a.microbatch), start) ||
-               known(key(w, ActionKind::kBackward, a.stage + 1, a.microbatch), start);
+        return a.stage + 1 == s_.num_stages || known(w, kGradientIn, a.stage, a.microbatch, start) ||
+               known(w, kBackwardDone, a.stage + 1, a.microbatch, start);
       case ActionKind::kAllReduce:
         // Every replica has reached this all-reduce.
         for (int r : s_.stage_workers[a.stage]) {
@@ -149,15 +173,24 @@ class Replay {
     ++pc_[w];
   }
 
+  // The bucket times of (stage, worker)'s completing backward; nullptr when none is pending.
+  std::vector<double>* pending(int stage, int w) {
+    for (auto& [st, times] : pending_buckets_[w])
+      if (st == stage) return &times;
+    return nullptr;
+  }
+
   void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
     if (completes_[w][pc_[w]] && s_.replicas(a.stage) > 1) {
       // The backward completing the gradients: when each bucket's are final on this replica.
-      auto& ready = bucket_ready_[{a.stage, w}];
-      ready.clear();
-      for (const auto& b : costs_[a.stage].buckets) ready.push_back(start + ms * b.ready_share);
+      std::vector<double>* ready = pending(a.stage, w);
+      if (!ready) ready = &pending_buckets_[w].emplace_back(a.stage, std::vector<double>()).second;
+      ready->clear();
+      for (const auto& b : costs_[a.stage].buckets) ready->push_back(start + ms * b.ready_share);
     }
     clock_[w] = start + ms;
-    ready_[key(w, a.kind, a.stage, a.microbatch)] = clock_[w];
+    if (a.kind == ActionKind::kForward) ready(kForwardDone, a.stage, a.microbatch) = {w, clock_[w]};
+    if (a.kind == ActionKind::kBackward) ready(kBackwardDone, a.stage, a.microbatch) = {w, clock_[w]};
     record(w, a, start, clock_[w], bytes);
   }
 
@@ -165,14 +198,14 @@ class Replay {
     bool act = a.kind == ActionKind::kSendActivation;
     int to_stage = act ? a.stage + 1 : a.stage - 1;
     int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
-    int level = cluster_.level_between(w, a.peer);
-    std::vector<Port*> ports = {&egress_[{w, level}], &ingress_[{a.peer, level}]};
+    int level = level_between(w, a.peer);
+    std::vector<Port*> ports = {egress(w, level), ingress(a.peer, level)};
     double ms = cluster_.transfer_ms(level, static_cast<double>(bytes));
     double start = earliest_free(ports, posted, ms), end = start + ms;
     reserve(ports, start, end);
-    ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
-    ready_[key(a.peer, recv, to_stage, a.microbatch)] = end;
+    ready(act ? kActivationIn : kGradientIn, to_stage, a.microbatch) = {a.peer, end};
     record(w, a, start, end, bytes);
+    ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
     Action r{a.peer, recv, to_stage, a.microbatch, s_.chunks > 1 ? s_.chunk_of(to_stage) : 0, w};
     record(a.peer, r, start, end, bytes);
   }
@@ -188,7 +221,7 @@ class Replay {
     for (size_t p = 0; p < phases.size(); ++p)
       for (const auto& ring : phases[p].rings) {
         ports[p].emplace_back();
-        for (int r : ring) ports[p].back().insert(ports[p].back().end(), {&egress_[{r, phases[p].level}], &ingress_[{r, phases[p].level}]});
+        for (int r : ring) ports[p].back().insert(ports[p].back().end(), {egress(r, phases[p].level), ingress(r, phases[p].level)});
       }
     const auto& buckets = costs_[a.stage].buckets;
     double end = 0;  // the previous bucket's end
@@ -196,9 +229,8 @@ class Replay {
       double from = end;  // in order: after the previous bucket
       bool early = true;  // every replica's completing backward made this bucket ready
       for (int r : group) {
-        auto it = bucket_ready_.find({a.stage, r});
-        if (it == bucket_ready_.end()) early = false;
-        else from = std::max(from, it->second[k]);
+        if (const std::vector<double>* ready = pending(a.stage, r)) from = std::max(from, (*ready)[k]);
+        else early = false;
       }
       if (!early) from = std::max(from, start);
       // A ring's phase is `steps` equal steps on its links; each step takes the next gap that fits
@@ -222,7 +254,8 @@ class Replay {
     }
     end = std::max(end, start);
     for (int r : group) {
-      bucket_ready_.erase({a.stage, r});
+      auto& list = pending_buckets_[r];
+      list.erase(std::remove_if(list.begin(), list.end(), [&](const auto& e) { return e.first == a.stage; }), list.end());
       record(r, s_.actions[r][pc_[r]], start, end, costs_[a.stage].parameter_bytes);
       clock_[r] = end;
       ++pc_[r];
@@ -236,10 +269,13 @@ class Replay {
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<std::vector<TraceEvent>> events_;
-  std::map<Key, double> ready_;                      // compute done / data arrived, by key
-  std::map<std::pair<int, int>, Port> egress_, ingress_;  // (worker, level) -> its link's use
-  std::vector<std::vector<bool>> completes_;              // [worker][i]: Schedule::completes_gradients
-  std::map<std::pair<int, int>, std::vector<double>> bucket_ready_;  // (stage, worker) -> per bucket
+  int microbatches_ = 0;                                   // the largest microbatch index + 1
+  std::vector<std::pair<int, double>> ready_;              // [slot][stage][mb] -> (worker, time)
+  std::vector<int> unit_;                                  // [level] -> workers per unit of it
+  std::vector<Port> egress_, ingress_;                     // [worker][level] -> its link's use
+  std::vector<std::vector<bool>> completes_;               // [worker][i]: Schedule::completes_gradients
+  // [worker] -> (stage, bucket ready times) of completing backwards whose all-reduce is to come.
+  std::vector<std::vector<std::pair<int, std::vector<double>>>> pending_buckets_;
 };
 
 }  // namespace
