@@ -7,11 +7,13 @@
 #include <numeric>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/units.h"
+#include "plan/physical_limit.h"
 #include "plan/plan_table.h"
 #include "plan/planner.h"
 #include "sim/simulator.h"
@@ -37,13 +39,6 @@ constexpr double kFewerWorkersGain = 0.03;
 // simulated time went (the planner's predictions are held to 10% of the simulation for the plan
 // it picks; a losing candidate can be anywhere).
 constexpr double kBeyondPrediction = 0.05;
-// The simulated gain a plan whose prediction misses its simulation by more than kDisagree needs
-// over one the two models agree on: where they disagree, neither is sure, and the testbed has
-// sided with neither (VGG-16 15-1 @conv5_3 on 4x4: predicted 22.5, simulated 31.4, measured
-// 22.9-25.0). GNMT-16 on flat 8 at 25 Gbit/s: 1-1-1-1-4 predicts 68.6 and simulates 0.15%
-// faster than a 7-stage plan both put at 55.8-57.1.
-constexpr double kDisagree = 0.10;
-constexpr double kDisagreeGain = 0.02;
 // The longest period (the lcm of the stages' replica counts, in minibatches) a replay covers:
 // the replay runs six or more periods, so a plan of 11, 13 and 17 replicas would need 14,586
 // minibatches. GNMT-16 on 8x32 workers ran out of 24 GB replaying such plans; with the cap it
@@ -58,11 +53,6 @@ int64_t replay_period(const plan::Plan& p) {
     if (lcm > kMaxReplayPeriod) return 0;
   }
   return lcm;
-}
-
-bool models_disagree(const Candidate& c) {
-  double predicted = c.predicted.pipeline_ms_per_minibatch;
-  return predicted > 0 && std::abs(c.simulated.ms_per_minibatch / predicted - 1) > kDisagree;
 }
 
 std::string fixed(double v, int digits = 2) {
@@ -143,19 +133,22 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   std::string skipped;
   std::set<std::string> seen;
   // What the referee minimises: the simulated time, a deferred step's raised by the gain it
-  // must buy to pay for its update of staleness.
-  // Likewise a plan that leaves workers idle, and one whose two estimates disagree.
+  // must buy to pay for its update of staleness, likewise a plan that leaves workers idle.
   auto score = [&](const Candidate& c) {
     return c.simulated.ms_per_minibatch * (c.plan.deferred_step ? 1 + kDeferredStepGain : 1) *
-           idle_workers_factor(c.plan, cluster) * (models_disagree(c) ? 1 + kDisagreeGain : 1);
+           idle_workers_factor(c.plan, cluster);
   };
   // A large cluster's replays take long: a progress line every few seconds, and none after
   // the time limit (the search's best is always replayed).
   auto started = std::chrono::steady_clock::now();
   double last_progress = 0;
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  // The best score replayed so far: a plan whose physical limit (physical_limit.h, never above
+  // its simulated time) scores above it cannot win and is not replayed.
+  double best_score = std::numeric_limits<double>::infinity();
   // Index of the plan's candidate once replayed; -1 when seen before, unschedulable or past the
-  // time limit.
+  // time limit, kOverLimit when its physical limit rules it out.
+  constexpr int kOverLimit = -2;
   auto replay = [&](const plan::Plan& p) -> int {
     if (!seen.insert(identity(p)).second) return -1;
     double t = elapsed();
@@ -175,8 +168,15 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       return -1;
     }
     try {
+      plan::PlanEstimate predicted = plan::evaluate_plan(p, profile, cluster, options);
+      Candidate bound{p, predicted, {}, ""};
+      bound.simulated.ms_per_minibatch = plan::physical_limit(p, predicted, profile, cluster).ms();
+      if (score(bound) > best_score) {
+        ++r.over_limit;
+        return kOverLimit;
+      }
       schedule::Schedule s = schedule::make_schedule(kind, p, {});
-      Candidate c{p, plan::evaluate_plan(p, profile, cluster, options),
+      Candidate c{p, std::move(predicted),
                   metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
       // The plan's own figures as the exact model gives them for this variant.
       c.plan.pipeline_ms_per_minibatch = c.predicted.pipeline_ms_per_minibatch;
@@ -184,6 +184,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
         c.plan.stages[st].compute_ms = c.predicted.stages[st].compute_ms,
         c.plan.stages[st].comm_ms = c.predicted.stages[st].comm_ms,
         c.plan.stages[st].time_ms = c.predicted.stages[st].time_ms;
+      best_score = std::min(best_score, score(c));
       r.ranked.push_back(std::move(c));
       return static_cast<int>(r.ranked.size()) - 1;
     } catch (const ConfigError& e) {
@@ -210,6 +211,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     int best = -1;
     for (const auto& v : variants) {
       int c = replay(v);
+      if (c == kOverLimit && best == -1) best = kOverLimit;
       if (c >= 0 && (best < 0 || score(r.ranked[c]) < score(r.ranked[best]))) best = c;
     }
     return best;
@@ -233,6 +235,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       for (const auto& p : plan::neighbour_plans(best, profile, cluster, options)) {
         if (replayed == kNeighboursReplayed) break;
         int c = replay_both(p);
+        if (c == kOverLimit) ++replayed;  // weighed, and cannot win
         if (c < 0) continue;
         ++replayed;
         double ms = score(r.ranked[c]);
@@ -248,8 +251,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   for (size_t i = 1; i < r.ranked.size(); ++i) {
     Candidate& c = r.ranked[i];
     double slower = c.simulated.ms_per_minibatch / best - 1;
-    c.why_not = slower < 0 ? str("gains ", fixed(-100 * slower, 1), "%, under what its deferred step, idle "
-                                 "workers or disagreeing estimates must buy")
+    c.why_not = slower < 0 ? str("gains ", fixed(-100 * slower, 1), "%, under what its deferred step or idle "
+                                 "workers must buy")
                            : str(fixed(100 * slower, 1), "% slower in simulation; ", limit_of(c.predicted, cluster));
     if (slower >= 0) c.why_not += beyond_prediction(c);
     if (c.plan.deferred_step && slower >= 0)
@@ -257,9 +260,6 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     if (c.plan.workers < cluster.workers())
       c.why_not += str(" (on ", c.plan.workers, " of ", cluster.workers(), " workers: ranked ",
                        fixed(100 * kFewerWorkersGain, 0), "% slower)");
-    if (models_disagree(c))
-      c.why_not += str(" (prediction and simulation ", fixed(100 * kDisagree, 0), "%+ apart: ranked ",
-                       fixed(100 * kDisagreeGain, 0), "% slower)");
   }
   return r;
 }
@@ -268,9 +268,7 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
   std::ostringstream os;
   os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
      << " schedule (best first: the simulated time, a deferred step's raised " << fixed(100 * kDeferredStepGain, 0)
-     << "% for its staleness, a plan on fewer workers' " << fixed(100 * kFewerWorkersGain, 0)
-     << "%, a plan whose prediction misses its simulation by over " << fixed(100 * kDisagree, 0) << "% "
-     << fixed(100 * kDisagreeGain, 0) << "%):\n";
+     << "% for its staleness, a plan on fewer workers' " << fixed(100 * kFewerWorkersGain, 0) << "%):\n";
   char line[512];
   std::snprintf(line, sizeof line, "%4s  %-30s  %-14s  %12s  %12s  %11s  %s\n", "rank", "shape @ first layers", "variant",
                 "predicted_ms", "simulated_ms", "peak_memory", "why not chosen");

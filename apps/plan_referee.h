@@ -27,6 +27,7 @@ struct Refereed {
   // the choice.
   std::vector<Candidate> ranked;
   int unreplayed = 0;  // plans left out at options.time_limit_s
+  int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
   std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
 };
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <tuple>
 
 #include "core/error.h"
@@ -22,15 +21,22 @@ double unit_cost(const Schedule& s, const Action& a) {
   }
 }
 
-using Key = std::tuple<int, int, int>;  // (kind, stage, microbatch) of a compute or collective
-
 // Start and finish times of every action of a compute-only schedule on the unit clock, with free
 // transfers. Actions that can never run keep kNever.
 struct UnitReplay {
   std::vector<std::vector<double>> start, finish;
-  std::map<Key, double> done;  // finish time of F/B by (kind, stage, mb)
+  // Finish time of F (even index) and B (odd) by stage and microbatch; kNever for none. A
+  // microbatch outside the schedule's range (the validator names it later) is never done.
+  std::vector<double> done_;
+  int stages_, microbatches_;
+  double done(ActionKind k, int stage, int mb) const {
+    if (mb < 0 || mb >= microbatches_ || stage < 0 || stage >= stages_) return kNever;
+    return done_[(static_cast<size_t>(stage) * microbatches_ + mb) * 2 + (k == ActionKind::kBackward)];
+  }
 
-  explicit UnitReplay(const Schedule& s) {
+  explicit UnitReplay(const Schedule& s)
+      : done_(static_cast<size_t>(s.num_stages) * s.total_microbatches() * 2, kNever), stages_(s.num_stages),
+        microbatches_(s.total_microbatches()) {
     int n = s.num_workers();
     start.resize(n);
     finish.resize(n);
@@ -40,10 +46,6 @@ struct UnitReplay {
     }
     std::vector<size_t> pc(n, 0);
     std::vector<double> clock(n, 0);
-    auto finished = [&](ActionKind k, int stage, int mb) {
-      auto it = done.find({static_cast<int>(k), stage, mb});
-      return it == done.end() ? kNever : it->second;
-    };
     for (bool progress = true; progress;) {
       progress = false;
       for (int w = 0; w < n; ++w) {
@@ -51,9 +53,9 @@ struct UnitReplay {
           const Action& a = s.actions[w][pc[w]];
           double ready = clock[w];
           if (a.kind == ActionKind::kForward && a.stage > 0)
-            ready = std::max(ready, finished(ActionKind::kForward, a.stage - 1, a.microbatch));
+            ready = std::max(ready, done(ActionKind::kForward, a.stage - 1, a.microbatch));
           if (a.kind == ActionKind::kBackward && a.stage + 1 < s.num_stages)
-            ready = std::max(ready, finished(ActionKind::kBackward, a.stage + 1, a.microbatch));
+            ready = std::max(ready, done(ActionKind::kBackward, a.stage + 1, a.microbatch));
           if (a.kind == ActionKind::kAllReduce) {
             // A collective starts when every replica has reached it.
             for (int r : s.stage_workers[a.stage]) {
@@ -74,8 +76,10 @@ struct UnitReplay {
           if (ready == kNever) break;
           start[w][pc[w]] = ready;
           finish[w][pc[w]] = clock[w] = ready + unit_cost(s, a);
-          if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward)
-            done[{static_cast<int>(a.kind), a.stage, a.microbatch}] = clock[w];
+          if ((a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) && a.microbatch >= 0 &&
+              a.microbatch < microbatches_ && a.stage >= 0 && a.stage < stages_)
+            done_[(static_cast<size_t>(a.stage) * microbatches_ + a.microbatch) * 2 +
+                  (a.kind == ActionKind::kBackward)] = clock[w];
           ++pc[w];
           progress = true;
         }
@@ -111,16 +115,12 @@ Schedule insert_comm(const Schedule& compute_only) {
     merged[v].push_back({time, 0, pair_id, b});
     ++pair_id;
   };
-  auto done_at = [&](ActionKind k, int stage, int mb) {
-    auto it = replay.done.find({static_cast<int>(k), stage, mb});
-    return it == replay.done.end() ? kNever : it->second;
-  };
   for (int mb = 0; mb < s.total_microbatches(); ++mb)
     for (int st = 0; st + 1 < s.num_stages; ++st) {
       add_pair(ActionKind::kSendActivation, ActionKind::kRecvActivation, st, st + 1, mb,
-               done_at(ActionKind::kForward, st, mb));
+               replay.done(ActionKind::kForward, st, mb));
       add_pair(ActionKind::kSendGradient, ActionKind::kRecvGradient, st + 1, st, mb,
-               done_at(ActionKind::kBackward, st + 1, mb));
+               replay.done(ActionKind::kBackward, st + 1, mb));
     }
   for (int w = 0; w < s.num_workers(); ++w) {
     auto& list = merged[w];
