@@ -33,10 +33,11 @@ int Cluster::level_between(int a, int b) const {
 }
 
 int Cluster::group_level(const std::vector<int>& group) const {
-  int level = -1;
-  for (int w : group)
-    if (w != group.front()) level = std::max(level, level_between(group.front(), w));
-  return level;
+  // Units are ranges of ids, so a unit holds the whole group when it holds the least and the
+  // greatest member.
+  if (group.empty()) return -1;
+  auto [lo, hi] = std::minmax_element(group.begin(), group.end());
+  return *lo == *hi ? -1 : level_between(*lo, *hi);
 }
 
 int Cluster::range_level(int lo, int hi) const { return lo == hi ? -1 : level_between(lo, hi); }

@@ -67,11 +67,11 @@ double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& pro
   double backward = 0, ring = 0, end = 0;
   for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
   auto buckets = profile::gradient_buckets(profile, st.layers, bucket_bytes);
-  for (const auto& b : buckets) ring += cluster.allreduce_ms(st.workers, static_cast<double>(b.bytes));
+  double per_byte = cluster.allreduce_ms(st.workers, 1.0);  // an all-reduce's time is linear in its bytes
+  for (const auto& b : buckets) ring += per_byte * static_cast<double>(b.bytes);
   double stretch = ring > 0 ? 1 + transfers_ms / (ring + rest_ms) : 1;
   for (const auto& b : buckets)
-    end = std::max(end, b.ready_share * backward) +
-          stretch * cluster.allreduce_ms(st.workers, static_cast<double>(b.bytes));
+    end = std::max(end, b.ready_share * backward) + stretch * per_byte * static_cast<double>(b.bytes);
   return std::max(0.0, end - backward);
 }
 

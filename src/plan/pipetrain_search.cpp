@@ -87,10 +87,14 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   };
   std::vector<Root> roots;
 
+  // The first workers of the smaller clusters planned here (SearchResult::suffixes).
+  std::vector<char> suffix_start(W, 0);
+  if (options.fewer_workers)
+    for (const Cluster& sub : smaller_clusters(cluster)) suffix_start[W - sub.workers()] = 1;
   for (int k = S - 2; k >= 0; --k)
     for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w) {  // a later state needs an earlier stage
       // State 0 after worker 0 is only a smaller cluster's first stage (nothing before it).
-      if (k == 0 && w > 0 && !options.fewer_workers) continue;
+      if (k == 0 && w > 0 && !suffix_start[w]) continue;
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
         double best_any = kInfinity;
         for (int lam = k == 0 ? 0 : 1; lam < (k == 0 ? 1 : Lv); ++lam) {

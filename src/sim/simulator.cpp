@@ -1,6 +1,9 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
+#include <tuple>
 
 #include "core/error.h"
 #include "sim/stage_costs.h"
@@ -54,7 +57,7 @@ class Replay {
   Replay(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& c, int64_t bucket_bytes)
       : s_(s), cluster_(c), costs_(stage_costs(s, p, bucket_bytes)), scale_(1.0 / s.microbatches),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
-        pending_buckets_(s.num_workers()) {
+        version_(s.num_workers(), 0), pending_buckets_(s.num_workers()) {
     for (int w = 0; w < s.num_workers(); ++w) {
       completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
       events_[w].reserve(s.actions[w].size() + s.actions[w].size() / 2);
@@ -72,16 +75,30 @@ class Replay {
     // worker), so transfers claim their links in the order they are posted, as on a real link,
     // whatever the workers' numbering (replaying worker after worker made two mirror-image
     // placements of one plan simulate 14% apart).
-    for (;;) {
-      int next = -1;
-      double next_start = 0;
-      for (int w = 0; w < s_.num_workers(); ++w) {
-        double start = 0;
-        if (pc_[w] < s_.actions[w].size() && startable(w, start) && (next < 0 || start < next_start))
-          next = w, next_start = start;
+    //
+    // The startable actions wait in a heap by (start, worker). Once an action can start, its
+    // start is fixed until its worker moves on (what it waits for is written once), so the heap
+    // pops what a scan of every worker would pick, in O(log W) rather than O(W) per action. An
+    // all-reduce waits as one entry under its group's lowest worker, which a scan would pick.
+    for (int w = 0; w < s_.num_workers(); ++w) consider(w);
+    while (!heap_.empty()) {
+      auto [start, w, version] = heap_.top();
+      heap_.pop();
+      if (version != version_[w]) continue;  // the worker has moved on since
+      const Action& a = s_.actions[w][pc_[w]];
+      bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
+      int peer = a.peer;
+      if (a.kind == ActionKind::kAllReduce) {
+        auto group = s_.stage_workers[a.stage];
+        execute(w, start);
+        for (int r : group) ++version_[r];
+        for (int r : group) consider(r);
+        continue;
       }
-      if (next < 0) break;
-      execute(next, next_start);
+      execute(w, start);
+      ++version_[w];
+      consider(w);
+      if (send) consider(peer);  // its data has arrived
     }
     for (int w = 0; w < s_.num_workers(); ++w)
       PT_CHECK(pc_[w] == s_.actions[w].size(), "simulator stuck: worker ", w, " at step ", pc_[w], " (",
@@ -114,6 +131,21 @@ class Replay {
 
   void record(int w, const Action& a, double start, double end, int64_t bytes) {
     events_[w].push_back({a, start, end, bytes});
+  }
+
+  // Queues worker w's next action if it can start (an all-reduce under its group's lowest worker).
+  void consider(int w) {
+    if (pc_[w] >= s_.actions[w].size()) return;
+    double start = 0;
+    if (!startable(w, start)) return;
+    const Action& a = s_.actions[w][pc_[w]];
+    if (a.kind == ActionKind::kAllReduce) {
+      const auto& group = s_.stage_workers[a.stage];
+      int lead = *std::min_element(group.begin(), group.end());
+      heap_.push({start, lead, version_[lead]});
+    } else {
+      heap_.push({start, w, version_[w]});
+    }
   }
 
   // Whether worker w's next action can run now that what it waits for is known, and when.
@@ -269,6 +301,11 @@ class Replay {
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<std::vector<TraceEvent>> events_;
+  // Startable actions: (start, worker, the worker's version when queued), earliest first, ties
+  // to the lowest worker; version_[w] counts w's moves, so an entry queued before one is stale.
+  using Entry = std::tuple<double, int, int64_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
+  std::vector<int64_t> version_;
   int microbatches_ = 0;                                   // the largest microbatch index + 1
   std::vector<std::pair<int, double>> ready_;              // [slot][stage][mb] -> (worker, time)
   std::vector<int> unit_;                                  // [level] -> workers per unit of it
