@@ -13,6 +13,7 @@
 #include "apps/command.h"
 #include "apps/flag_digest.h"
 #include "apps/torch/model_flags.h"
+#include "apps/torch/run_prediction.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/planner.h"
@@ -98,25 +99,37 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
                              "--warmup-steps"));
 }
 
-// The measured-vs-predicted line: the plan predicts ms per minibatch of the profile's batch size
-// (emulated compute waits the profile's times x S).
-void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, int64_t batch_size,
-                      const ModelFlags& model, const std::string& label, const std::string& schedule) {
-  if (plan.pipeline_ms_per_minibatch <= 0 || r.steps <= 0) return;
-  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : batch_size;
-  double scale = model.emulated() ? model.emulation.time_scale : 1.0;
+// The measured-vs-predicted line. With --profile on the threads transport: the simulator's
+// figure for this very run on this machine (run_prediction.h). Otherwise the plan's own
+// prediction, in ms per minibatch of the profile's batch size (emulated compute waits the
+// profile's times x S), for the schedule and cluster it was made for.
+void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, const TrainFlags& f,
+                      const std::string& label) {
+  if (r.steps <= 0) return;
+  std::string prefix = label.empty() ? "" : "[" + label + "] ";
+  auto rate = [&](double ms) { return static_cast<int64_t>(f.pipe.train.batch_size * 1000.0 / ms); };
+  if (!f.profile_path.empty() && f.transport == "threads" && !f.model.emulated()) {
+    RunPrediction p = predict_threads_run(plan, f.pipe, profile::read_any_profile(f.profile_path),
+                                          static_cast<int>(std::thread::hardware_concurrency()));
+    std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
+              << rate(p.ms()) << " samples/s for this run (" << p.describe(f.pipe, plan) << "; ratio "
+              << r.samples_per_s / (f.pipe.train.batch_size * 1000.0 / p.ms()) << ")\n";
+    return;
+  }
+  if (plan.pipeline_ms_per_minibatch <= 0) return;
+  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : f.pipe.train.batch_size;
+  double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
-  std::cout << (label.empty() ? "" : "[" + label + "] ") << "throughput: measured "
-            << static_cast<int64_t>(r.samples_per_s) << " samples/s, planner predicted "
-            << static_cast<int64_t>(predicted) << " samples/s";
+  std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
+            << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
   // The planner predicts (and its referee simulates) the schedule it names; another one runs
   // the same stages with other bubbles.
-  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != schedule)
-    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << schedule;
+  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != f.pipe.schedule)
+    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << f.pipe.schedule;
   std::cout << " (ratio " << r.samples_per_s / predicted;
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
-              << " cores";
+              << " cores; --profile P predicts this run";
   std::cout << ")\n";
 }
 
@@ -288,7 +301,7 @@ int run_train(TrainFlags& f) {
     return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, [&](const runtime::PipelineResult& r) {
       print_result(r.train, label);
       print_modelled_memory(f, plan, label);
-      print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label, f.pipe.schedule);
+      print_throughput(r.train, plan, f, label);
     });
   }
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
@@ -303,7 +316,7 @@ int run_train(TrainFlags& f) {
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
   print_result(r.train, label);
   print_modelled_memory(f, plan, label);
-  print_throughput(r.train, plan, f.pipe.train.batch_size, f.model, label, f.pipe.schedule);
+  print_throughput(r.train, plan, f, label);
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
     std::cerr << "wrote " << f.trace_path << "\n";

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -341,6 +342,37 @@ TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
   EXPECT_NE(slurp(log).find("--deferred-step: only the pipedream schedule defers a step, not 1f1b"),
             std::string::npos)
       << slurp(log);
+}
+
+
+// With --profile, train prints the simulator's figure for the run it made (the schedule and
+// microbatches it ran, threads handing tensors over in memory, the machine's cores), and never
+// above what the cores can compute.
+TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
+  TempDir tmp("predicted");
+  fs::path profile = tmp.path / "profile.json", plan = tmp.path / "plan.json", log = tmp.path / "log";
+  ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--batch-size", "64", "-o", profile.string()}, log), 0) << slurp(log);
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 4, "schedule": "pipedream", "stages": [
+      {"layers": [0, 1], "replicas": 3}, {"layers": [2, 3, 4], "replicas": 1}],
+      "predicted": {"pipeline_ms_per_minibatch": 5.0, "simulated_schedule": "pipedream"}})";
+  ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", plan.string(), "--schedule", "1f1b",
+                 "--microbatches", "4", "--steps", "30", "--profile", profile.string()},
+                log),
+            0)
+      << slurp(log);
+  std::string out = slurp(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(simulated (\d+) samples/s for this run \(1f1b, 4 microbatches, 4 )"
+                                                   R"(workers on threads, transfers in memory)")))
+      << out;
+  // The machine's limit: every core computing one worker's rate (the profile's one-worker time).
+  json p = parse_json(slurp(profile), "profile");
+  double one_worker_ms = 0;
+  for (const auto& l : p["layers"])
+    one_worker_ms += l["forward_ms"].get<double>() + l["backward_ms"].get<double>() + l.value("optimizer_ms", 0.0);
+  int cores = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_LE(std::stod(m[1]), std::min(cores, 4) * 64 * 1000.0 / one_worker_ms * 1.001) << out;
+  EXPECT_EQ(out.find("planner predicted"), std::string::npos) << out;  // not the plan's pipedream figure
 }
 
 }  // namespace
