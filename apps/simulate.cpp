@@ -33,8 +33,11 @@ int run_simulate(const SimulateFlags& f) {
     plan = plan::read_plan(f.plan);
     plan::check_plan_fits(plan, prof, f.plan);
   } else {
-    // Without a plan: an even split, one stage per worker (per chunk for interleaved).
-    int stages = f.kind == "interleaved" ? cluster.workers() * f.options.chunks : cluster.workers();
+    // Without a plan: an even split, one stage per worker (per chunk for interleaved, two for
+    // zb-v's V).
+    int stages = f.kind == "interleaved" ? cluster.workers() * f.options.chunks
+                 : schedule::is_v_schedule(f.kind) ? 2 * cluster.workers()
+                                         : cluster.workers();
     plan = straight_plan(prof, stages);
     // Data parallelism makes its own one-stage plan from the workers (make_schedule).
     if (f.kind != "dp")

@@ -173,6 +173,12 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
                            " model chunks, but ", m.name(), " has ", m.num_layers(), " layers"));
     stages *= f.pipe.chunks;
   }
+  if (schedule::is_v_schedule(f.pipe.schedule)) {  // two chunks per worker, in a V
+    if (2 * stages > m.num_layers())
+      throw UsageError(str("--stages ", stages, " with --schedule ", f.pipe.schedule, " = ", 2 * stages,
+                           " model chunks (two per worker), but ", m.name(), " has ", m.num_layers(), " layers"));
+    stages *= 2;
+  }
   profile::Profile prof;
   if (!f.profile_path.empty()) {
     prof = profile::read_any_profile(f.profile_path);
@@ -309,7 +315,9 @@ int run_train(TrainFlags& f) {
             << f.pipe.microbatches << " microbatches, transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
   if (f.transport == "gloo") {  // one process per worker on this host, each this binary again
-    int rc = runtime::launch_gloo_job(plan, f.trace_path);
+    // As many workers as the schedule places stages on (interleaved and the V schedules put
+    // several of the plan's stages on one).
+    int rc = runtime::launch_gloo_job(plan, runtime::schedule_for(plan, f.pipe, 1).num_workers(), f.trace_path);
     if (rc == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
     return rc;
   }

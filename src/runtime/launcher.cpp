@@ -52,7 +52,7 @@ std::string launched_plan_path() {
   return value.substr(colon + 1);
 }
 
-int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path) {
+int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path) {
   // The plan lives in an anonymous in-memory file that the workers inherit: nothing is left
   // behind when the launcher is killed, whatever the signal.
   std::string text = plan::to_json(plan).dump(1) + "\n";
@@ -69,7 +69,7 @@ int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path) {
   // Each worker opens its inherited descriptor by path, which starts reading at 0.
   std::string value = std::to_string(::getpid()) + ":/proc/self/fd/" + std::to_string(fd);
   ::setenv(kLaunchPlanVar, value.c_str(), 1);
-  int rc = launch_gloo_workers(plan.workers, self_argv(), trace_path);
+  int rc = launch_gloo_workers(workers, self_argv(), trace_path);
   ::unsetenv(kLaunchPlanVar);
   ::close(fd);
   return rc;

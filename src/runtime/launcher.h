@@ -20,9 +20,10 @@ std::string launched_plan_path();
 
 // `pipetrain train --transport gloo` on this host: hands `plan` to every worker (an in-memory
 // file they inherit, at launched_plan_path), so that all run the same one even when it was
-// measured rather than read from a file, and runs this process's command line as plan.workers
-// workers (launch_gloo_workers). Leaves no file behind. Returns 0 when all succeed.
-int launch_gloo_job(const plan::Plan& plan, const std::string& trace_path);
+// measured rather than read from a file, and runs this process's command line as `workers`
+// workers (launch_gloo_workers): the schedule's, which may place several of the plan's stages on
+// one. Leaves no file behind. Returns 0 when all succeed.
+int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path);
 
 // This process's command line, from /proc/self/cmdline (the launcher re-runs it per worker).
 std::vector<std::string> self_argv();

@@ -119,15 +119,6 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.sgd = o.train.sgd;
   job.sgd.total_steps = total;
   job.probe = job_probe(plan, o);
-  // Workers hand activations to each other through the transport; a worker holding two
-  // consecutive stages (interleaving on one worker) would have to hand them to itself.
-  for (int st = 0; st + 1 < job.probe.num_stages; ++st)
-    for (int w : job.probe.stage_workers[st])
-      for (int next : job.probe.stage_workers[st + 1])
-        if (w == next)
-          throw ConfigError(str(o.schedule, ": worker ", w, " would run both stage ", st, " and stage ", st + 1,
-                                ", and a worker does not send to itself; with --chunks ", o.chunks,
-                                " use at least 2 workers (--stages 2 or more)"));
   // Before anything is written: an asynchronous plan's replicas take minibatches in rounds, and
   // an epoch's minibatches that fill no round are skipped, which can leave nothing to train.
   if (total > 0 && plan_segments(job.probe, plan, job.per_epoch, total).empty())

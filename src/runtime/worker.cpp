@@ -228,6 +228,13 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       torch::Tensor input;
       if (a.stage == 0) {
         input = batch_rows(false, minibatch, micro, m);
+      } else if (s.worker_of(a.stage - 1, a.microbatch) == rank_) {
+        // The stage before is this worker's too (a V's middle, interleaved on one worker): its
+        // output is here, and no transfer was scheduled.
+        auto it = outputs_.find({a.stage - 1, mb});
+        PT_CHECK(it != outputs_.end(), "forward before its input on the same worker: ", schedule::to_string(a));
+        input = it->second;
+        outputs_.erase(it);
       } else {
         input = take_received(kActivation, a.stage, mb, a);
       }
@@ -257,7 +264,12 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       break;  // posted ahead (run)
     case ActionKind::kBackward: {
       torch::Tensor grad;
-      if (a.stage != s.num_stages - 1) {
+      if (a.stage != s.num_stages - 1 && s.worker_of(a.stage + 1, a.microbatch) == rank_) {
+        auto it = input_grads_.find({a.stage + 1, mb});  // the stage after is this worker's too
+        PT_CHECK(it != input_grads_.end(), "backward before its gradient on the same worker: ", schedule::to_string(a));
+        grad = it->second;
+        input_grads_.erase(it);
+      } else if (a.stage != s.num_stages - 1) {
         grad = take_received(kGradient, a.stage, mb, a);
       }
       // Its gradient is here, so the activation it answers was received: that send is done.

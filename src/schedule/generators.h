@@ -43,12 +43,19 @@ Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches);
 Schedule interleaved(const plan::Plan& plan, int microbatches, int chunks);
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
 Schedule zb_h1(const plan::Plan& plan, int microbatches);
+// The V schedules, a plan of 2p single-replica stages on p workers in a V: "zb-v" (Qi et al.,
+// ICLR 2024, §6), "v-half" and "v-min" (Qi et al., NeurIPS 2024), by the chunk-microbatches a
+// worker may hold between F and W (v_schedule_limit).
+Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind = "zb-v");
+int v_schedule_limit(const std::string& kind, int workers);
+// Whether `kind` places two chunks per worker in a V (a plan of 2 x workers stages).
+inline bool is_v_schedule(const std::string& kind) { return kind == "zb-v" || kind == "v-half" || kind == "v-min"; }
 // Data parallelism: every one of plan.workers workers holds all the layers.
 Schedule data_parallel(const plan::Plan& plan, int microbatches);
 // Plain model parallelism: the plan's stages, one microbatch in flight.
 Schedule model_parallel(const plan::Plan& plan, int microbatches);
 
-// "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp".
+// "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "zb-v", "v-half", "v-min", "dp", "mp".
 const std::vector<std::string>& schedule_kinds();
 // Whether a kind ends every minibatch with a flush (Schedule::flush); pipedream and 2bw do not.
 bool schedule_flushes(const std::string& kind);

@@ -77,6 +77,16 @@ TEST(PipelineEquivalence, InterleavedMatchesSingleWorker) {
   for (int m : {2, 4}) expect_same_as_single_worker("interleaved", plan::even_split(prof, 4), m, 2);
 }
 
+// The V schedules: two chunks per worker, the middle worker handing its first chunk's output
+// (and its second chunk's input gradient) to itself; B and W split as in zb-h1.
+TEST(PipelineEquivalence, VSchedulesMatchSingleWorker) {
+  auto model = seeded_cnn(3);
+  auto prof = unit_profile(*model);
+  for (const std::string kind : {"zb-v", "v-half", "v-min"})
+    for (int stages : {2, 4})
+      for (int m : {1, 4}) expect_same_as_single_worker(kind, plan::even_split(prof, stages), m);
+}
+
 TEST(PipelineEquivalence, DataParallelMatchesSingleWorker) {
   auto model = seeded_cnn(3);
   for (int replicas : {2, 3, 4})
