@@ -10,6 +10,7 @@
 #include "metrics/timeline.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
+#include "schedule/schedule_file.h"
 #include "schedule/validate.h"
 #include "sim/simulator.h"
 
@@ -17,7 +18,8 @@ namespace pt::app {
 namespace {
 
 struct SimulateFlags {
-  std::string profile, plan, kind = "1f1b", svg, chrome, trace_out, schedule_out;
+  std::string profile, plan, kind = "1f1b", svg, chrome, trace_out, schedule_out, schedule_file;
+  CLI::Option* kind_flag = nullptr;
   plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
   bool json = false, grid = false;
@@ -29,9 +31,25 @@ int run_simulate(const SimulateFlags& f) {
   auto prof = profile::read_profile_json(f.profile);
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   plan::Plan plan;
+  schedule::Schedule file;  // --schedule-file, as read
+  if (!f.schedule_file.empty()) {
+    if (f.kind_flag->count() > 0) throw UsageError("--schedule and --schedule-file: give one of them");
+    file = schedule::read_schedule_file(f.schedule_file);
+  }
   if (!f.plan.empty()) {
     plan = plan::read_plan(f.plan);
     plan::check_plan_fits(plan, prof, f.plan);
+  } else if (!f.schedule_file.empty()) {
+    // Without a plan: the file's stages, an even split into them for a CSV, which names no layers.
+    plan = file.stage_layers.empty() ? straight_plan(prof, file.num_stages) : plan::Plan{};
+    for (int st = 0; st < file.num_stages && !file.stage_layers.empty(); ++st) {
+      plan::Stage stage;
+      stage.layers = file.stage_layers[st];
+      stage.replicas = static_cast<int>(file.stage_workers[st].size());
+      plan.stages.push_back(stage);
+    }
+    if (!file.stage_layers.empty()) plan::assign_workers(plan);
+    plan::check_plan_fits(plan, prof, f.schedule_file);
   } else {
     // Without a plan: an even split, one stage per worker (per chunk for interleaved, two for
     // zb-v's V).
@@ -43,13 +61,15 @@ int run_simulate(const SimulateFlags& f) {
     if (f.kind != "dp")
       std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
-  schedule::Schedule s = schedule::make_schedule(f.kind, plan, f.options);
+  schedule::Schedule s = f.schedule_file.empty() ? schedule::make_schedule(f.kind, plan, f.options)
+                                                 : schedule::bind_schedule(std::move(file), plan, f.schedule_file);
+  std::string kind = f.schedule_file.empty() ? f.kind : f.schedule_file;
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   sim::SimOptions sim_options;
   sim_options.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20));
   schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
-  std::string title = str(f.kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
+  std::string title = str(kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
                           " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",
                           prof.model, " batch ", prof.batch_size, ")");
   if (!f.svg.empty()) write_text_file_atomic(f.svg, metrics::timeline_svg(trace, title));
@@ -72,7 +92,10 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   add_cluster_flags(app, f->cluster);
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
-  app.add_option("--schedule", f->kind, "Schedule kind: " + kinds)->capture_default_str();
+  f->kind_flag = app.add_option("--schedule", f->kind, "Schedule kind: " + kinds)->capture_default_str();
+  app.add_option("--schedule-file", f->schedule_file,
+                 "Replay this schedule: pipetrain's JSON (--emit-schedule) or a CSV of torch.distributed.pipelining "
+                 "actions per rank (2F0, 1I3, 1W3; its stages are --plan's, or an even split)");
   add_schedule_options(app, f->options);
   app.add_option("--bucket-mb", f->bucket_mb,
                  "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it)")
@@ -81,7 +104,8 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   app.add_option("--svg", f->svg, "Write the timeline as SVG");
   app.add_option("--trace", f->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
   app.add_option("--save-trace", f->trace_out, "Write the trace (pipetrain.trace/1)");
-  app.add_option("--save-schedule", f->schedule_out, "Write the schedule (pipetrain.schedule/1)");
+  app.add_option("--emit-schedule,--save-schedule", f->schedule_out,
+                 "Write the schedule (pipetrain.schedule/1), which --schedule-file reads back");
   app.add_flag("--json", f->json, "Print the metrics as JSON");
   app.add_flag("--grid", f->grid, "Print the ASCII timeline and each worker's order");
   return [f] { return run_simulate(*f); };

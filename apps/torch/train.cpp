@@ -27,6 +27,7 @@
 #include "runtime/trainer.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
+#include "schedule/schedule_file.h"
 
 namespace pt::app {
 namespace {
@@ -36,6 +37,7 @@ struct TrainFlags {
   runtime::PipelineOptions pipe;
   std::string plan_path, profile_path, trace_path, transport = "threads";
   std::string cluster_path, allreduce;  // --cluster, --allreduce
+  std::string schedule_file;            // --schedule-file
   int stages = 0, workers = 0;
   double bucket_mb = 25;  // PyTorch DDP's default bucket
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
@@ -54,7 +56,7 @@ const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet"
                                                "--rendezvous-timeout", "--print-job", "--max-input"};
 // Options that name a file, which workers compare by its contents (flag_digest.h), and those
 // that name the data, whose tensors the job digest compares (data.crc32, data.shard_crc32).
-const std::set<std::string> kFileFlags = {"--model", "--plan", "--profile", "--cluster"};
+const std::set<std::string> kFileFlags = {"--model", "--plan", "--profile", "--cluster", "--schedule-file"};
 const std::set<std::string> kDataFlags = {"--data", "--data-dir", "--text"};
 
 // The plan says how to run it (a planner's joint choice, or the user's): its schedule,
@@ -68,7 +70,7 @@ void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
       for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
       throw ConfigError(str(source, ": field 'schedule' is '", plan.schedule, "', not one of ", known));
     }
-    if (f.schedule_flag->count() == 0) f.pipe.schedule = plan.schedule;
+    if (f.schedule_flag->count() == 0 && f.schedule_file.empty()) f.pipe.schedule = plan.schedule;
   }
   if (plan.microbatches > 0 && f.microbatches_flag->count() == 0) f.pipe.microbatches = plan.microbatches;
   if (plan.chunks > 0 && f.chunks_flag->count() == 0) f.pipe.chunks = plan.chunks;
@@ -150,9 +152,41 @@ void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const st
   std::cout << "\n";
 }
 
-// The plan to run: --plan FILE, an even split into --stages N by the profile, or (dp) one
-// stage replicated over --workers.
+// --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the
+// runtime runs its one minibatch again and again, so it must flush.
+void use_schedule_file(TrainFlags& f, const plan::Plan& plan) {
+  schedule::Schedule file = schedule::read_schedule_file(f.schedule_file);
+  if (!file.flush)
+    throw UsageError(str("--schedule-file ", f.schedule_file, ": its schedule (", file.kind, ") does not flush; train "
+                         "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));
+  auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(file), plan, f.schedule_file));
+  f.pipe.microbatches = s->microbatches;
+  f.pipe.chunks = s->chunks;
+  f.pipe.schedule_file = s;
+}
+
+// The plan of a JSON schedule file without --plan or --stages: its stages, as many replicas as
+// workers each.
+plan::Plan plan_of_schedule_file(const std::string& path) {
+  schedule::Schedule file = schedule::read_schedule_file(path);
+  if (file.stage_layers.empty())
+    throw UsageError(str("--schedule-file ", path, ": a CSV names no layers; give --plan P or --stages N (N = its ",
+                         file.num_stages, " stages)"));
+  plan::Plan p;
+  for (int st = 0; st < file.num_stages; ++st) {
+    plan::Stage stage;
+    stage.layers = file.stage_layers[st];
+    stage.replicas = static_cast<int>(file.stage_workers[st].size());
+    p.stages.push_back(stage);
+  }
+  plan::assign_workers(p);
+  return p;
+}
+
+// The plan to run: --plan FILE, an even split into --stages N by the profile, (dp) one stage
+// replicated over --workers, or a JSON --schedule-file's stages.
 plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSplit& data) {
+  if (!f.schedule_file.empty() && f.plan_path.empty() && f.stages == 0) return plan_of_schedule_file(f.schedule_file);
   if (!f.plan_path.empty()) {
     if (f.stages > 0) throw UsageError("--plan and --stages: give one of them");
     if (f.workers > 0) throw UsageError("--plan and --workers: the plan fixes the workers; give one of them");
@@ -227,6 +261,11 @@ int run_train(TrainFlags& f) {
   if (ck.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", ck.every));
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
+  if (!f.schedule_file.empty()) {
+    if (f.schedule_flag->count() > 0)
+      throw UsageError(str("--schedule ", f.pipe.schedule, " and --schedule-file: give one of them"));
+    f.pipe.schedule = "file";
+  }
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
   if (!parallel && (!ck.dir.empty() || f.recompute || !f.trace_path.empty())) {
     // Checkpoints, recomputation and traces are runtime features: one worker runs as a
@@ -261,6 +300,7 @@ int run_train(TrainFlags& f) {
   if (!plan.model.empty() && plan.model != m->name())
     throw ConfigError(str(plan_source, ": the plan is for model '", plan.model, "' but --model is '", m->name(), "'"));
   follow_plan(f, plan, plan_source);
+  if (!f.schedule_file.empty()) use_schedule_file(f, plan);
   if (plan.batch_size > 0 && plan.batch_size != f.pipe.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (f.batch_size_flag->count() == 0) f.pipe.train.batch_size = plan.batch_size;
@@ -361,6 +401,10 @@ Register reg({"train", kTrainDescription,
   f->schedule_flag = app.add_option("--schedule", f->pipe.schedule, "Pipeline schedule: " + kinds + " (default: the plan's, or pipedream)")
       ->check(CLI::IsMember(schedule::schedule_kinds()));
   app.add_option("--plan", f->plan_path, "Plan file from `pipetrain plan`");
+  app.add_option("--schedule-file", f->schedule_file,
+                 "Run this schedule (synchronous): pipetrain's JSON (simulate --emit-schedule) or a CSV of "
+                 "torch.distributed.pipelining actions per rank (2F0, 1I3, 1W3); its stages are the plan's "
+                 "(--plan, --stages, or a JSON file's own)");
   app.add_option("--stages", f->stages, "Even split into this many stages (by --profile, or measured here)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--workers", f->workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));

@@ -26,6 +26,7 @@ Limit g_limits[] = {
     {InputKind::manifest, "manifest", int64_t(16) << 20},
     {InputKind::layer_file, "layer-file", int64_t(4) << 30},
     {InputKind::data, "data", int64_t(4) << 30},
+    {InputKind::schedule, "schedule", int64_t(64) << 20},
 };
 
 Limit& limit_of(InputKind kind) {

@@ -9,7 +9,7 @@
 
 namespace pt {
 
-enum class InputKind { plan, profile, cluster, trace, manifest, layer_file, data };
+enum class InputKind { plan, profile, cluster, trace, manifest, layer_file, data, schedule };
 
 // The cap of a kind, and its name on the command line ("plan", "layer-file", ...).
 int64_t input_limit(InputKind kind);

@@ -29,6 +29,7 @@ WorkerOptions worker_options(const PipelineOptions& o, const model::SgdOptions& 
 }
 
 schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o, int minibatches) {
+  if (o.schedule_file) return *o.schedule_file;  // one minibatch, repeated (it flushes)
   schedule::ScheduleOptions so;
   so.microbatches = o.microbatches;
   so.chunks = o.chunks;

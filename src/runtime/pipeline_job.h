@@ -20,6 +20,9 @@ namespace pt::runtime {
 
 struct PipelineOptions {
   std::string schedule = "pipedream";
+  // train --schedule-file: the schedule to run, bound to the plan and validated
+  // (schedule_file.h); it replaces the generator of `schedule` (then "file").
+  std::shared_ptr<const schedule::Schedule> schedule_file;
   int microbatches = 4;       // per minibatch (synchronous schedules, 2bw)
   int chunks = 1;             // interleaved
   bool vertical_sync = false; // pipedream

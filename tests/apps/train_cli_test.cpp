@@ -315,6 +315,33 @@ namespace {
 
 // train follows a plan's deferred_step unless --deferred-step / --no-deferred-step say
 // otherwise: the replicated first stage's AllReduce comes after the next forward, or before it.
+// train --schedule-file: a CSV that runs a backward before its forward stops with the
+// validator's error naming the file, the worker and the step, before any worker starts (no
+// hang); a sound one trains.
+TEST(TrainCli, ScheduleFileIsValidatedBeforeItRuns) {
+  TempDir tmp("schedule_file");
+  fs::path good = tmp.path / "good.csv", broken = tmp.path / "broken.csv", log = tmp.path / "log";
+  std::ofstream(good) << "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+  std::ofstream(broken) << "0B0,0F0,0F1,0B1\n1F0,1B0,1F1,1B1\n";
+  for (const char* transport : {"threads", "gloo"}) {
+    SCOPED_TRACE(transport);
+    EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule-file",
+                   broken.string(), "--steps", "4", "--transport", transport},
+                  log),
+              1);
+    EXPECT_NE(slurp(log).find(broken.string() + ": file schedule is invalid: worker 0, step 0, action 0B0: runs before 0F0 on its worker"),
+              std::string::npos)
+        << slurp(log);
+    EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule-file",
+                   good.string(), "--steps", "4", "--transport", transport},
+                  log),
+              0)
+        << slurp(log);
+    EXPECT_NE(slurp(log).find("with file, plan 1-1 (2 workers, 2 stages), 2 microbatches"), std::string::npos)
+        << slurp(log);
+  }
+}
+
 TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
   TempDir tmp("deferred");
   fs::path plan = tmp.path / "plan.json", log = tmp.path / "log";

@@ -84,6 +84,8 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
   profile::write_profile(slower, slower_file);
   std::ofstream(cluster_file) << R"({"format": "pipetrain.cluster/1", "levels": [{"name": "server", "fan_out": 2, "bandwidth_gbps": 10}]})";
   std::ofstream(text_file) << std::string(2000, 'a') << "\n";
+  std::string schedule_file = (tmp / "gpipe.csv").string();  // 2 stages, as kBase's --stages 2
+  std::ofstream(schedule_file) << "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n";
   // A model file (the only kind --loss and --deferred-batch-norm apply to), exported by Python's pipetrain export.
   std::ofstream(tmp / "tiny.py") << "import torch.nn as nn\n"
                                     "def mlp():\n    return nn.Sequential(nn.Flatten(), nn.Linear(784, 16), "
@@ -134,6 +136,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--recompute", {{"--recompute"}}},
       {"--resume", {{"--resume", "--checkpoint-dir", (tmp / "ck").string()}}},
       {"--schedule", {{"--schedule", "gpipe"}, {"--schedule"}}},
+      {"--schedule-file", {{"--schedule-file", schedule_file}, {"--schedule"}}},
       {"--seed", {{"--seed", "7"}}},
       {"--seq-len", {{"--seq-len", "16"}}},
       {"--stages", {{"--stages", "3"}, {"--stages"}}},

@@ -1,13 +1,19 @@
 // Every synchronous schedule computes the same weights as single-worker training on the same
 // minibatches (relative error <= 1e-5), for 2, 3 and 4 stages and several microbatch counts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+
+#include "core/json_doc.h"
 #include "pipeline_test_util.h"
+#include "schedule/schedule_file.h"
 
 namespace pt::runtime {
 namespace {
 
 using namespace testing;
+namespace fs = std::filesystem;
 
 struct Setup {
   model::DataSplit data;
@@ -85,6 +91,48 @@ TEST(PipelineEquivalence, VSchedulesMatchSingleWorker) {
   for (const std::string kind : {"zb-v", "v-half", "v-min"})
     for (int stages : {2, 4})
       for (int m : {1, 4}) expect_same_as_single_worker(kind, plan::even_split(prof, stages), m);
+}
+
+// train --schedule-file: each built-in synchronous schedule, written out (simulate
+// --emit-schedule's JSON) and as torch.distributed.pipelining's CSV of actions, read back and run
+// in place of its generator, trains to the built-in's weights (the same actions in the same
+// order: bitwise).
+TEST(PipelineEquivalence, ScheduleFilesTrainToTheBuiltInsWeights) {
+  auto model = seeded_cnn(3);
+  auto prof = unit_profile(*model);
+  const auto& s = setup();
+  fs::path dir = fs::temp_directory_path() / ("pt_schedule_files_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Case {
+    std::string kind;
+    int stages, microbatches, chunks;
+  };
+  for (const Case& c : {Case{"1f1b", 3, 4, 1}, Case{"gpipe", 2, 2, 1}, Case{"zb-h1", 3, 4, 1},
+                        Case{"interleaved", 4, 2, 2}, Case{"zb-v", 4, 4, 1}}) {
+    SCOPED_TRACE(c.kind);
+    plan::Plan plan = plan::even_split(prof, c.stages);
+    PipelineOptions o;
+    o.schedule = c.kind;
+    o.microbatches = c.microbatches;
+    o.chunks = c.chunks;
+    o.train = s.train;
+    o.timeout_s = 20;
+    std::vector<std::unique_ptr<Worker>> builtin;
+    train_pipeline([] { return seeded_cnn(3); }, s.data, plan, o, &builtin);
+    schedule::Schedule sched = schedule_for(plan, o, 1);
+    auto expected = pipeline_weights(sched, builtin);
+    std::string json_file = (dir / (c.kind + ".json")).string();
+    write_text_file_atomic(json_file, schedule::to_json(sched).dump(1));
+    PipelineOptions f = o;
+    f.schedule = "file";
+    f.schedule_file = std::make_shared<const schedule::Schedule>(
+        schedule::bind_schedule(schedule::read_schedule_file(json_file), plan, json_file));
+    std::vector<std::unique_ptr<Worker>> from_file;
+    auto result = train_pipeline([] { return seeded_cnn(3); }, s.data, plan, f, &from_file);
+    EXPECT_EQ(result.train.steps, 3);
+    EXPECT_EQ(max_relative_error(pipeline_weights(sched, from_file), expected), 0.0);
+  }
+  fs::remove_all(dir);
 }
 
 TEST(PipelineEquivalence, DataParallelMatchesSingleWorker) {

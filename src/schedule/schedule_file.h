@@ -1,0 +1,27 @@
+#pragma once
+// A schedule as data from the user (`simulate` and `train --schedule-file FILE`): pipetrain's
+// own JSON (pipetrain.schedule/1, what `simulate --emit-schedule` writes), or a CSV in
+// torch.distributed.pipelining's action notation, one row per rank (the file torchtitan reads):
+// "2F0" forward of stage 2 on microbatch 0, "2B0" its whole backward, "2I0" and "2W0" the input
+// and the weight gradient apart (zero bubble); empty cells are idle slots, and send, receive,
+// unshard and reshard cells are left out (the comm pass puts the transfers in, comm_pass.h).
+// The CSV names no layers: the plan gives each stage's; which rank runs a stage is its placement.
+// Either way the schedule passes the validator before anything runs, so a file that would
+// deadlock or leave a microbatch unfinished gets its error (worker, step, action, the grid).
+#include <string>
+
+#include "plan/plan.h"
+#include "schedule/schedule.h"
+
+namespace pt::schedule {
+
+// The file as read: its actions and placement; stage_layers empty for a CSV.
+Schedule read_schedule_file(const std::string& path);
+
+// The file's schedule on `plan` (whose stages must be the file's, and for a JSON file hold the
+// same layers), with its transfers and a Step per stage after the last action, validated.
+// ConfigError naming the file and the field or value that does not fit; InvalidSchedule (with
+// the file's name) when it cannot run.
+Schedule bind_schedule(Schedule file, const plan::Plan& plan, const std::string& path);
+
+}  // namespace pt::schedule
