@@ -92,6 +92,11 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
           if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
           if (wanted("zb-h1"))
             for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
+          // The V schedules: two chunks per worker, 2d stages of the even split in a V.
+          if (2 * d <= layers)
+            for (const char* kind : {"zb-v", "v-half", "v-min"})
+              if (wanted(kind))
+                for (int m : per_copy(1)) out.push_back({kind, plan::even_split(p, 2 * d), m, 1, B});
         }
       }
     }

@@ -179,7 +179,15 @@ TEST(JointPlan, TheGptLikeModelNeedsRecomputationToFitSixteenGigabytes) {
   const Configuration& best = chosen(r, o, prof, cluster);
   EXPECT_TRUE(recomputes(best.plan));
   EXPECT_LE(best.peak_memory, o.memory_cap);
-  for (const auto& c : r.ranked) EXPECT_TRUE(recomputes(c.plan)) << c.plan.schedule << " " << c.plan.shape();
+  // Every configuration that fits recomputes, but the V schedules that bound their memory:
+  // v-half fits 16 GiB without, where 1F1B needs it.
+  bool v_half_fits = false;
+  for (const auto& c : r.ranked) {
+    bool bounded = c.plan.schedule == "v-half" || c.plan.schedule == "v-min";
+    if (!bounded) EXPECT_TRUE(recomputes(c.plan)) << c.plan.schedule << " " << c.plan.shape();
+    v_half_fits = v_half_fits || (c.plan.schedule == "v-half" && !recomputes(c.plan));
+  }
+  EXPECT_TRUE(v_half_fits);
   o.microbatches = 0;
   JointResult free = joint_search(prof, cluster, po, o);
   EXPECT_FALSE(recomputes(chosen(free, o, prof, cluster).plan));
