@@ -48,16 +48,8 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     action = "training";
     // Absolute steady-clock times: the launcher aligns the workers' traces.
     WorkerRun run = run_worker(*worker, *transport, job, plan, o, data, 0);
-    PipelineResult r;
-    r.workers = probe.num_workers();
-    r.stages = probe.num_stages;
+    PipelineResult r = result_header(probe, o);
     r.train = run.train;
-    r.trace.source = o.trace_source;
-    r.trace.schedule = o.schedule;
-    r.trace.num_stages = probe.num_stages;
-    r.trace.microbatches = probe.microbatches;
-    r.trace.batch_size = o.train.batch_size;
-    r.trace.workers.resize(probe.num_workers());
     r.trace.workers[config.rank] = std::move(run.trace);
     // Wait for every worker before tearing down the connections a peer may still be reading.
     action = "finishing";
@@ -82,7 +74,7 @@ int train_with_gloo(const ModelFactory& factory, const model::DataSplit& data, c
     rank = config.rank;
     PipelineResult r = run_gloo_worker(factory, data, plan, options, config);
     if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
-    if (rank == reporting_worker(job_probe(plan, options)) && on_result) on_result(r);
+    if (rank == r.reporting && on_result) on_result(r);
     return 0;
   } catch (const std::exception& e) {
     print_line_to_stderr(str("pipetrain ", rank < 0 ? "worker: " : "", e.what()));

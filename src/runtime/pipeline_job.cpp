@@ -105,6 +105,20 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
                          plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));
 }
 
+PipelineResult result_header(const schedule::Schedule& probe, const PipelineOptions& o) {
+  PipelineResult r;
+  r.workers = probe.num_workers();
+  r.stages = probe.num_stages;
+  r.reporting = reporting_worker(probe);
+  r.trace.source = o.trace_source;
+  r.trace.schedule = o.schedule;
+  r.trace.num_stages = probe.num_stages;
+  r.trace.microbatches = probe.microbatches;
+  r.trace.batch_size = o.train.batch_size;
+  r.trace.workers.resize(probe.num_workers());
+  return r;
+}
+
 schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o) {
   // Asynchronous schedules run many minibatches per repetition (see plan_segments).
   bool async = !schedule::schedule_flushes(o.schedule);
@@ -248,16 +262,9 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
     if (first.empty() && !e.empty()) first = e;
   if (!first.empty()) throw RuntimeFailure("pipeline failed: " + first);
 
-  PipelineResult r;
-  r.workers = n;
-  r.stages = probe.num_stages;
-  r.train = runs[reporting_worker(probe)].train;
-  r.trace.source = o.trace_source;
-  r.trace.schedule = o.schedule;
-  r.trace.num_stages = probe.num_stages;
-  r.trace.microbatches = probe.microbatches;
-  r.trace.batch_size = o.train.batch_size;
-  for (auto& run : runs) r.trace.workers.push_back(std::move(run.trace));
+  PipelineResult r = result_header(probe, o);
+  r.train = runs[r.reporting].train;
+  for (int w = 0; w < n; ++w) r.trace.workers[w] = std::move(runs[w].trace);
   if (workers_out) *workers_out = std::move(workers);
   return r;
 }

@@ -55,6 +55,7 @@ struct PipelineResult {
   schedule::Trace trace;      // what ran ("measured")
   int workers = 0;
   int stages = 0;
+  int reporting = 0;          // the worker whose TrainResult is the job's (reporting_worker)
 };
 
 using ModelFactory = std::function<std::shared_ptr<model::LayeredModel>()>;
@@ -95,6 +96,9 @@ struct JobLayout {
 // (checkpoint_lock.h) for as long as the layout lives.
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data,
                      bool leads = true);
+// A job's result before its workers report: its shape and the trace's header, one (empty)
+// event list per worker; both transports fill in the rest.
+PipelineResult result_header(const schedule::Schedule& probe, const PipelineOptions& o);
 // The schedule of a typical segment (JobLayout::probe), without the rest of the layout.
 schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o);
 
