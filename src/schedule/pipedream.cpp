@@ -116,10 +116,14 @@ Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches) {
         s.add(w, ActionKind::kStep, st, k / microbatches);
       });
     }
-  // The microbatches in flight span at most ceil(warm-up / m) + 1 minibatches, one version each:
-  // 2 when m covers the warm-up (m >= p on a straight pipeline), 2BW's double buffer.
-  for (int st = 0; st < s.num_stages; ++st)
-    s.weight_versions[st] = 1 + (detail::one_f_one_b_warmup(s, st) + microbatches - 1) / microbatches;
+  // A replica's microbatches in flight span at most ceil(warm-up / its microbatches of one
+  // minibatch) + 1 minibatches, one version each: 2 when they cover the warm-up (m >= p on a
+  // straight pipeline), 2BW's double buffer. A replica of r runs m / r of a minibatch's m
+  // (2-2-2-2 with m = 2 keeps 4 versions on stage 0's replicas, where m alone would allow 3).
+  for (int st = 0; st < s.num_stages; ++st) {
+    int own = std::max(1, microbatches / s.replicas(st));
+    s.weight_versions[st] = 1 + (detail::one_f_one_b_warmup(s, st) + own - 1) / own;
+  }
   return s;
 }
 

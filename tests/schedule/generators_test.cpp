@@ -122,5 +122,24 @@ TEST(Generators, EachAllReduceHasOneActionCompletingItsGradients) {
   }
 }
 
+// 2BW on replicated stages: a replica runs m / r of a minibatch's microbatches, so its
+// in-flight ones span more minibatches than m alone says; the declared versions cover them
+// (2-2-2-2 with m = 2 and 4 kept 4 and 3 versions against 3 and 2 declared, and the joint
+// planner's validator rejected both).
+TEST(Generators, TwoBwOnReplicatedStagesDeclaresTheVersionsItKeeps) {
+  for (auto shape : std::vector<std::vector<int>>{{2, 2, 2, 2}, {2, 1}, {3, 1}, {1, 2, 4}})
+    for (int m : {1, 2, 3, 4, 8, 16}) {
+      plan::Plan plan = plan_with_replicas(shape);
+      Schedule s;
+      try {
+        s = make_schedule("2bw", plan, {m, 1, 4, false});
+      } catch (const ConfigError&) {
+        continue;  // fewer microbatches than some stage's replicas
+      } catch (const InvalidSchedule& e) {
+        ADD_FAILURE() << plan.shape() << " m=" << m << ": " << e.what();
+      }
+    }
+}
+
 }  // namespace
 }  // namespace pt::schedule
