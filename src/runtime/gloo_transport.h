@@ -1,7 +1,10 @@
 #pragma once
 // The `gloo` transport (DESIGN.md, "Runtime"): one process per worker, tensors over TCP through
 // LibTorch's c10d ProcessGroupGloo, rendezvous through pipetrain's JobStore served by rank 0
-// (job_store.h: the job's address only, the job's secret proven both ways).
+// (job_store.h: the job's address only, the job's secret proven both ways). Three files by
+// concern: gloo_environment.cpp (which worker of which job, from the environment),
+// gloo_transport.cpp (rendezvous, agreement, point-to-point), gloo_collectives.cpp (groups and
+// all-reduces, ring and hierarchical).
 //
 // Wire format of one transfer: a fixed-size int64 header [dtype, ndim, dims...] under gloo tag
 // 2g, then the contiguous data under tag 2g + 1, where g = zigzag(tag) maps the worker's int64
@@ -60,6 +63,10 @@ bool gloo_rank_in_env();
 // The job's size as WORLD_SIZE (or OMPI_COMM_WORLD_SIZE) says, before any other check; 0 when
 // neither is set to a number.
 int gloo_world_size_in_env();
+
+// This host's address on the route to the master (gloo's devices bind to it, so peers on other
+// hosts reach this one); the master's own when the route cannot be found.
+std::string local_address_towards(const std::string& master, int port);
 
 // Gloo tag of a worker tag (see the file comment); TransportError when out of range.
 int gloo_tag(int64_t tag, bool data);
