@@ -12,6 +12,7 @@
 #include "model/zoo.h"
 #include "plan/planner.h"
 #include "runtime/pipeline_job.h"
+#include "runtime/threads_job.h"
 #include "runtime/trainer.h"
 
 using namespace pt;

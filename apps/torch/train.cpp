@@ -23,6 +23,7 @@
 #include "runtime/gloo_transport.h"
 #include "runtime/job_digest.h"
 #include "runtime/launcher.h"
+#include "runtime/threads_job.h"
 #include "runtime/pipeline_job.h"
 #include "runtime/trainer.h"
 #include "schedule/generators.h"

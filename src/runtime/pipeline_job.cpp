@@ -1,15 +1,8 @@
 #include "runtime/pipeline_job.h"
 
-#include <thread>
-
 #include "core/error.h"
-#include "model/memory_meter.h"
 #include "model/batch_sampler.h"
-#include "model/compute_threads.h"
-#include "runtime/progress.h"
-#include "runtime/thread_transport.h"
 #include "runtime/tied_gradients.h"
-#include "runtime/worker_runner.h"
 
 namespace pt::runtime {
 
@@ -105,6 +98,8 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
                          plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));
 }
 
+int reporting_worker(const schedule::Schedule& s) { return s.stage_workers[s.num_stages - 1][0]; }
+
 PipelineResult result_header(const schedule::Schedule& probe, const PipelineOptions& o) {
   PipelineResult r;
   r.workers = probe.num_workers();
@@ -166,107 +161,6 @@ void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const mod
   if (job.resume_from.empty()) return;
   check_checkpoint_fits(job.resume_manifest, job.resume_from, m.name(), m.num_layers(), o.train.batch_size,
                         o.train.seed);
-}
-
-namespace {
-CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
-                                   const model::LayeredModel& m) {
-  CheckpointManifest d;
-  d.run_id = job.run_id;
-  d.model = m.name();
-  d.model_sha256 = m.file_sha256();
-  d.layers = m.num_layers();
-  d.batch_size = o.train.batch_size;
-  d.seed = o.train.seed;
-  d.schedule = o.schedule;
-  d.plan = plan.shape();
-  d.workers = job.probe.num_workers();
-  d.lr = o.train.sgd.lr;
-  d.momentum = o.train.sgd.momentum;
-  d.weight_decay = o.train.sgd.weight_decay;
-  return d;
-}
-}  // namespace
-
-void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated) {
-  worker.prepare(job.probe);
-  if (!job.resume_from.empty()) load_checkpoint(worker, job.probe, job.resume_from, job.resume_manifest);
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (!o.checkpoint.dir.empty())
-    checkpointer = std::make_unique<Checkpointer>(o.checkpoint, job_description(job, plan, o, worker.model()), job.probe);
-  std::map<int, schedule::Schedule> cache;  // segment length -> schedule
-  for (const auto& seg : job.segments) {
-    auto it = cache.find(seg.minibatches);
-    if (it == cache.end())
-      it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
-    worker.run(it->second, seg.first_minibatch);
-    if ((o.train.evaluate && seg.evaluate) || (checkpointer && seg.checkpoint)) worker.finish_sends();
-    // The measured peak memory is training's: evaluations (their own batch size) and
-    // checkpoints are not charged to the worker.
-    model::ChargeTo uncharged(nullptr);
-    if (o.train.evaluate && seg.evaluate) {
-      transport.barrier();  // the segment's training is over on every worker
-      double t0 = wall_ms();
-      double acc = worker.evaluate(it->second, data.test);
-      if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
-    }
-    if (checkpointer && seg.checkpoint) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
-  }
-  worker.finish_sends();
-}
-
-PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
-                              const PipelineOptions& o, std::vector<std::unique_ptr<Worker>>* workers_out) {
-  check_pipeline_options(o, plan, data);
-  int n = job_probe(plan, o).num_workers();
-  // Each worker builds its own copy of the model from the seed, so its initial weights are
-  // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
-  std::vector<std::shared_ptr<model::LayeredModel>> models;
-  for (int w = 0; w < n; ++w) models.push_back(factory());
-  check_ties(*models[0], plan, o);  // before the layout starts the checkpoints
-  JobLayout job = layout_job(plan, o, data);
-  const schedule::Schedule& probe = job.probe;
-  check_resume_fits(job, o, *models[0]);
-  auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
-  std::vector<std::unique_ptr<ThreadTransport>> transports;
-  std::vector<std::unique_ptr<Worker>> workers;
-  WorkerOptions wo = worker_options(o, job.sgd);
-  for (int w = 0; w < n; ++w) {
-    transports.push_back(std::make_unique<ThreadTransport>(hub, w));
-    workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));
-  }
-  // Each worker runs as a thread; the first failure that is not another's abort is reported.
-  std::vector<std::string> errors(n);
-  std::vector<char> consequence(n, 0);
-  std::vector<WorkerRun> runs(n);
-  double start = wall_ms();
-  std::vector<std::thread> threads;
-  for (int w = 0; w < n; ++w) {
-    threads.emplace_back([&, w] {
-      model::use_one_compute_thread();
-      try {
-        runs[w] = run_worker(*workers[w], *transports[w], job, plan, o, data, start);
-      } catch (const WorkerFailure& e) {
-        errors[w] = e.what();
-        consequence[w] = e.consequence;
-        hub->abort(errors[w]);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::string first;
-  for (size_t w = 0; w < errors.size(); ++w)
-    if (!errors[w].empty() && !consequence[w] && first.empty()) first = errors[w];
-  for (const auto& e : errors)
-    if (first.empty() && !e.empty()) first = e;
-  if (!first.empty()) throw RuntimeFailure("pipeline failed: " + first);
-
-  PipelineResult r = result_header(probe, o);
-  r.train = runs[r.reporting].train;
-  for (int w = 0; w < n; ++w) r.trace.workers[w] = std::move(runs[w].trace);
-  if (workers_out) *workers_out = std::move(workers);
-  return r;
 }
 
 }  // namespace pt::runtime

@@ -1,7 +1,8 @@
 #pragma once
-// Pipeline-parallel training: a plan and a schedule kind run for real on workers that talk
-// through a Transport. train_pipeline runs every worker as a thread of this process (the
-// `threads` transport); run_worker_segments is the per-worker loop both transports share.
+// A pipeline job's layout, which both transports share: its options, the schedule of each
+// segment, the segments (training, evaluations, checkpoints) and the checks made before any
+// worker starts. Below it, worker_runner.h runs one worker's share; above that, threads_job.h
+// starts every worker as a thread of this process and gloo_job.h one per process.
 #include <functional>
 #include <memory>
 #include <string>
@@ -96,20 +97,14 @@ struct JobLayout {
 // (checkpoint_lock.h) for as long as the layout lives.
 JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const model::DataSplit& data,
                      bool leads = true);
+// The worker that holds the last stage's replica 0: it reports losses and test accuracy.
+int reporting_worker(const schedule::Schedule& s);
+
 // A job's result before its workers report: its shape and the trace's header, one (empty)
 // event list per worker; both transports fill in the rest.
 PipelineResult result_header(const schedule::Schedule& probe, const PipelineOptions& o);
 // The schedule of a typical segment (JobLayout::probe), without the rest of the layout.
 schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o);
-
-// The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
-// (when o.train.evaluate), the test-set evaluation through the pipeline, after which
-// `on_evaluated(segment, accuracy, ms)` is called (accuracy < 0 on workers without the last stage).
-// With o.checkpoint.dir set, the workers write a checkpoint after the segments that call for
-// one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
-using EvaluatedCallback = std::function<void(const Segment&, double accuracy, double ms)>;
-void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
 
 // Before anything is written: ConfigError where the schedule would train a parameter that the
 // model's layers share (tied_gradients.h) wrong.
@@ -123,12 +118,5 @@ schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o
 
 // Checks options against the plan and data; UsageError names the flag.
 void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, const model::DataSplit& data);
-
-// All workers as threads of this process. `workers_out`, when given, receives the workers
-// (tests inspect their replicas). Throws RuntimeFailure naming the worker, the action and the
-// cause of the first failure.
-PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
-                              const PipelineOptions& options,
-                              std::vector<std::unique_ptr<Worker>>* workers_out = nullptr);
 
 }  // namespace pt::runtime

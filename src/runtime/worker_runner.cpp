@@ -3,11 +3,10 @@
 #include <numeric>
 
 #include "model/memory_meter.h"
+#include "runtime/checkpoint.h"
 #include "runtime/progress.h"
 
 namespace pt::runtime {
-
-int reporting_worker(const schedule::Schedule& s) { return s.stage_workers[s.num_stages - 1][0]; }
 
 namespace {
 
@@ -73,6 +72,55 @@ std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
 }
 
 }  // namespace
+
+namespace {
+CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
+                                   const model::LayeredModel& m) {
+  CheckpointManifest d;
+  d.run_id = job.run_id;
+  d.model = m.name();
+  d.model_sha256 = m.file_sha256();
+  d.layers = m.num_layers();
+  d.batch_size = o.train.batch_size;
+  d.seed = o.train.seed;
+  d.schedule = o.schedule;
+  d.plan = plan.shape();
+  d.workers = job.probe.num_workers();
+  d.lr = o.train.sgd.lr;
+  d.momentum = o.train.sgd.momentum;
+  d.weight_decay = o.train.sgd.weight_decay;
+  return d;
+}
+}  // namespace
+
+void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
+                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated) {
+  worker.prepare(job.probe);
+  if (!job.resume_from.empty()) load_checkpoint(worker, job.probe, job.resume_from, job.resume_manifest);
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (!o.checkpoint.dir.empty())
+    checkpointer = std::make_unique<Checkpointer>(o.checkpoint, job_description(job, plan, o, worker.model()), job.probe);
+  std::map<int, schedule::Schedule> cache;  // segment length -> schedule
+  for (const auto& seg : job.segments) {
+    auto it = cache.find(seg.minibatches);
+    if (it == cache.end())
+      it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
+    worker.run(it->second, seg.first_minibatch);
+    if ((o.train.evaluate && seg.evaluate) || (checkpointer && seg.checkpoint)) worker.finish_sends();
+    // The measured peak memory is training's: evaluations (their own batch size) and
+    // checkpoints are not charged to the worker.
+    model::ChargeTo uncharged(nullptr);
+    if (o.train.evaluate && seg.evaluate) {
+      transport.barrier();  // the segment's training is over on every worker
+      double t0 = wall_ms();
+      double acc = worker.evaluate(it->second, data.test);
+      if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
+    }
+    if (checkpointer && seg.checkpoint) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
+  }
+  worker.finish_sends();
+}
+
 
 WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
                      const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms) {

@@ -1,6 +1,6 @@
 #pragma once
 // The one place a worker's job is run, whatever the transport: threads start one worker per
-// thread of this process (pipeline_job.h), gloo one per process (gloo_job.h); they differ only
+// thread of this process (threads_job.h), gloo one per process (gloo_job.h); they differ only
 // in how workers start and how tensors move. Here: the segments (training, test evaluations,
 // checkpoints), the losses, progress and result on the reporting worker, and the error that
 // names the worker and what it was doing.
@@ -9,9 +9,6 @@
 #include "runtime/pipeline_job.h"
 
 namespace pt::runtime {
-
-// The worker that holds the last stage's replica 0: it reports losses and test accuracy.
-int reporting_worker(const schedule::Schedule& s);
 
 // A worker's failure: "worker <rank> at <action>: <cause>". `consequence`: it stopped because
 // another worker aborted the job (JobAborted), so it is not the root cause.
@@ -25,6 +22,15 @@ struct WorkerRun {
   TrainResult train;     // steps, seconds and samples/s (evaluations excluded), final loss, test accuracy
   std::vector<schedule::TraceEvent> trace;
 };
+
+// The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
+// (when o.train.evaluate), the test-set evaluation through the pipeline, after which
+// `on_evaluated(segment, accuracy, ms)` is called (accuracy < 0 on workers without the last stage).
+// With o.checkpoint.dir set, the workers write a checkpoint after the segments that call for
+// one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
+using EvaluatedCallback = std::function<void(const Segment&, double accuracy, double ms)>;
+void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
+                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
 
 // Runs worker.rank()'s share of the job; trace times are relative to trace_origin_ms (wall_ms()).
 // Throws WorkerFailure; the caller aborts the transport so that the other workers stop.

@@ -11,6 +11,7 @@
 #include "plan/planner.h"
 #include "profile/emulation.h"
 #include "runtime/pipeline_job.h"
+#include "runtime/threads_job.h"
 #include "sim/simulator.h"
 #include "tests/profile/chain_profile.h"
 

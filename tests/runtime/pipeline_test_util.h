@@ -8,6 +8,7 @@
 #include "model/zoo.h"
 #include "plan/planner.h"
 #include "runtime/pipeline_job.h"
+#include "runtime/threads_job.h"
 
 namespace pt::runtime::testing {
 
