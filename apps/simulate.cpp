@@ -41,14 +41,8 @@ int run_simulate(const SimulateFlags& f) {
     plan::check_plan_fits(plan, prof, f.plan);
   } else if (!f.schedule_file.empty()) {
     // Without a plan: the file's stages, an even split into them for a CSV, which names no layers.
-    plan = file.stage_layers.empty() ? straight_plan(prof, file.num_stages) : plan::Plan{};
-    for (int st = 0; st < file.num_stages && !file.stage_layers.empty(); ++st) {
-      plan::Stage stage;
-      stage.layers = file.stage_layers[st];
-      stage.replicas = static_cast<int>(file.stage_workers[st].size());
-      plan.stages.push_back(stage);
-    }
-    if (!file.stage_layers.empty()) plan::assign_workers(plan);
+    plan = file.stage_layers.empty() ? straight_plan(prof, file.num_stages)
+                                     : schedule::plan_of_schedule_file(file, f.schedule_file, "--plan");
     plan::check_plan_fits(plan, prof, f.schedule_file);
   } else {
     // Without a plan: an even split, one stage per worker (per chunk for interleaved, two for

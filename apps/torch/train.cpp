@@ -166,28 +166,12 @@ void use_schedule_file(TrainFlags& f, const plan::Plan& plan) {
   f.pipe.schedule_file = s;
 }
 
-// The plan of a JSON schedule file without --plan or --stages: its stages, as many replicas as
-// workers each.
-plan::Plan plan_of_schedule_file(const std::string& path) {
-  schedule::Schedule file = schedule::read_schedule_file(path);
-  if (file.stage_layers.empty())
-    throw UsageError(str("--schedule-file ", path, ": a CSV names no layers; give --plan P or --stages N (N = its ",
-                         file.num_stages, " stages)"));
-  plan::Plan p;
-  for (int st = 0; st < file.num_stages; ++st) {
-    plan::Stage stage;
-    stage.layers = file.stage_layers[st];
-    stage.replicas = static_cast<int>(file.stage_workers[st].size());
-    p.stages.push_back(stage);
-  }
-  plan::assign_workers(p);
-  return p;
-}
-
 // The plan to run: --plan FILE, an even split into --stages N by the profile, (dp) one stage
 // replicated over --workers, or a JSON --schedule-file's stages.
 plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSplit& data) {
-  if (!f.schedule_file.empty() && f.plan_path.empty() && f.stages == 0) return plan_of_schedule_file(f.schedule_file);
+  if (!f.schedule_file.empty() && f.plan_path.empty() && f.stages == 0)
+    return schedule::plan_of_schedule_file(schedule::read_schedule_file(f.schedule_file), f.schedule_file,
+                                           "--plan P or --stages N");
   if (!f.plan_path.empty()) {
     if (f.stages > 0) throw UsageError("--plan and --stages: give one of them");
     if (f.workers > 0) throw UsageError("--plan and --workers: the plan fixes the workers; give one of them");

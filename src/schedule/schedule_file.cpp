@@ -142,6 +142,20 @@ Schedule read_schedule_file(const std::string& path) {
   return schedule_from_csv(text, path);
 }
 
+plan::Plan plan_of_schedule_file(const Schedule& file, const std::string& path, const std::string& flag) {
+  if (file.stage_layers.empty())
+    throw ConfigError(str(path, ": a CSV names no layers; give ", flag, " (its ", file.num_stages, " stages)"));
+  plan::Plan p;
+  for (int st = 0; st < file.num_stages; ++st) {
+    plan::Stage stage;
+    stage.layers = file.stage_layers[st];
+    stage.replicas = static_cast<int>(file.stage_workers[st].size());
+    p.stages.push_back(stage);
+  }
+  plan::assign_workers(p);
+  return p;
+}
+
 Schedule bind_schedule(Schedule s, const plan::Plan& plan, const std::string& path) {
   if (s.num_stages != plan.num_stages())
     throw ConfigError(str(path, ": the schedule has ", s.num_stages, " stages but the plan has ", plan.num_stages()));

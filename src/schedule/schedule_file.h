@@ -18,6 +18,10 @@ namespace pt::schedule {
 // The file as read: its actions and placement; stage_layers empty for a CSV.
 Schedule read_schedule_file(const std::string& path);
 
+// The plan a JSON file's stages make (their layers, as many replicas as workers each);
+// ConfigError for a CSV, which names no layers (`flag` names what gives them instead).
+plan::Plan plan_of_schedule_file(const Schedule& file, const std::string& path, const std::string& flag);
+
 // The file's schedule on `plan` (whose stages must be the file's, and for a JSON file hold the
 // same layers), with its transfers and a Step per stage after the last action, validated.
 // ConfigError naming the file and the field or value that does not fit; InvalidSchedule (with
