@@ -335,14 +335,15 @@ int run_train(TrainFlags& f) {
       print_throughput(r.train, plan, f, label);
     });
   }
+  // As many workers as the schedule places stages on (interleaved and the V schedules put
+  // several of the plan's stages on one).
+  int workers = runtime::job_probe(plan, f.pipe).num_workers();
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
-            << plan.shape() << " (" << plan.workers << " workers, " << plan.num_stages() << " stages), "
+            << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages() << " stages), "
             << f.pipe.microbatches << " microbatches, transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
   if (f.transport == "gloo") {  // one process per worker on this host, each this binary again
-    // As many workers as the schedule places stages on (interleaved and the V schedules put
-    // several of the plan's stages on one).
-    int rc = runtime::launch_gloo_job(plan, runtime::schedule_for(plan, f.pipe, 1).num_workers(), f.trace_path);
+    int rc = runtime::launch_gloo_job(plan, workers, f.trace_path);
     if (rc == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
     return rc;
   }

@@ -361,6 +361,13 @@ TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
     return out;
   };
   EXPECT_NE(first_actions({}).find("0B0 0F6 0SA6>3 0RG3<3 0AR0 0ST0"), std::string::npos);
+  // The launcher starts the schedule's workers, which it counts with the asynchronous schedule's
+  // own minibatches (one would not be a whole round of stage 0's 3 replicas).
+  EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", plan.string(), "--steps", "6",
+                 "--transport", "gloo"},
+                log),
+            0)
+      << slurp(log);
   EXPECT_NE(first_actions({"--no-deferred-step"}).find("0B0 0AR0 0RG3<3 0ST0 0F6"), std::string::npos);
   EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", plan.string(), "--schedule",
                  "1f1b", "--deferred-step", "--steps", "4"},
