@@ -171,6 +171,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     so.microbatches = t.microbatches;
     so.chunks = t.chunks;
     so.minibatches = t.minibatches;
+    if (schedule::is_v_schedule(t.kind)) so.v_budget = schedule::v_budget_from_profile(t.kind, t.plan, prof);
     // Without recomputation; over the cap, with it where needed, then everywhere.
     for (int mode = 0; mode < 3; ++mode) {
       try {

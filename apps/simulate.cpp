@@ -55,7 +55,9 @@ int run_simulate(const SimulateFlags& f) {
     if (f.kind != "dp")
       std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
-  schedule::Schedule s = f.schedule_file.empty() ? schedule::make_schedule(f.kind, plan, f.options)
+  schedule::ScheduleOptions options = f.options;
+  if (schedule::is_v_schedule(f.kind)) options.v_budget = schedule::v_budget_from_profile(f.kind, plan, prof);
+  schedule::Schedule s = f.schedule_file.empty() ? schedule::make_schedule(f.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, f.schedule_file);
   std::string kind = f.schedule_file.empty() ? f.kind : f.schedule_file;
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");

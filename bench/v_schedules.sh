@@ -2,9 +2,9 @@
 # The V schedules against 1F1B and ZB-H1 (emulated compute, threads): 16 identical layers of
 # 20 ms forward and 40 ms backward per minibatch of 64, 4 workers (1F1B and ZB-H1: 4 stages of 4
 # layers; the V schedules: 8 chunks of 2), 8 microbatches, 12 steps, three runs each; beside the
-# simulator's time for the same schedule and its modelled peak activations, and the GPT-like
-# profile (data/profiles/gpt-2048) on 8 workers in the simulator alone (links of 1000 Gbit/s). build/pipetrain and
-# build/pipetrain-torch built; about two minutes.
+# simulator's time for the same schedule and its modelled peak activations. Then the GPT-like
+# profile (below). build/pipetrain and build/pipetrain-torch built; about two minutes, and five
+# more as root (the testbed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=out/bench/v_schedules
@@ -16,8 +16,9 @@ layers = [{"name": f"l{i}", "forward_ms": 20, "backward_ms": 40, "activation_byt
 json.dump({"format": "pipetrain.profile/1", "model": "uniform16", "batch_size": 64, "device": "emulated",
            "layers": layers}, open(sys.argv[1], "w"))
 PY
-sim() {  # profile workers schedule microbatches -> "ms bubble peak_activation_MiB"
-  build/pipetrain simulate --profile "$1" --workers "$2" --bandwidth-gbps 1000 --schedule "$3" --microbatches "$4" \
+sim() {  # profile cluster-flags schedule microbatches -> "ms bubble peak_activation_MiB"
+  # shellcheck disable=SC2086
+  build/pipetrain simulate --profile "$1" $2 --schedule "$3" --microbatches "$4" \
     2>/dev/null | awk '/time per minibatch/{t=$4} /bubble fraction/{b=$3}
       /^ +[0-9]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+ (GiB|MiB|KiB)/{v=$5; if($6=="GiB") v*=1024; if($6=="KiB") v/=1024; if(v>m) m=v}
       END{printf "%.1f %.3f %.1f", t, b, m}'
@@ -26,7 +27,7 @@ echo "== uniform 16 layers, 4 workers, 8 microbatches: emulated compute on threa
 printf "%-8s %10s %8s %12s %14s %14s %10s\n" schedule sim_ms bubble peak_act_MiB measured_ms spread vs_1f1b
 base=""
 for s in 1f1b zb-h1 zb-v v-half v-min; do
-  read -r sms bubble peak <<<"$(sim "$dir/uniform16.json" 4 "$s" 8)"
+  read -r sms bubble peak <<<"$(sim "$dir/uniform16.json" "--workers 4 --bandwidth-gbps 1000" "$s" 8)"
   runs=()
   for r in 1 2 3; do
     secs=$(build/pipetrain train --compute emulated --profile "$dir/uniform16.json" --stages 4 --schedule "$s" \
@@ -39,11 +40,38 @@ for s in 1f1b zb-h1 zb-v v-half v-min; do
   printf "%-8s %10s %8s %12s %14s %14s %10s\n" "$s" "$sms" "$bubble" "$peak" "$med" "$spread" \
     "$(awk -v b="$base" -v m="$med" 'BEGIN{printf "%.2fx", b / m}')"
 done
-echo "== gpt-2048 (data/profiles), 8 workers, 16 microbatches, 1000 Gbit/s links: simulated =="
-printf "%-8s %10s %8s %12s %10s\n" schedule sim_ms bubble peak_act_MiB vs_1f1b
+# The GPT-like profile on 8 workers of a 100 Gbit/s network: simulated, and (as root) measured on
+# the namespace testbed (scripts/testbed.sh: 8 gloo workers, links shaped to 100 Gbit/s x 0.01,
+# emulated compute at the profile's times and 1% of its bytes), steady state of the workers'
+# merged trace, 6 minibatches, median of 3 runs.
+python3 - "$dir/cluster8.json" <<'PY'
+import json, sys
+json.dump({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 8, "bandwidth_gbps": 100}]}, open(sys.argv[1], "w"))
+PY
+testbed=0; [[ $(id -u) -eq 0 ]] && testbed=1
+echo "== gpt-2048 (data/profiles), 8 workers, 16 microbatches, 100 Gbit/s: simulated$([[ $testbed == 1 ]] && echo ", measured on the testbed (3 runs)") =="
+printf "%-8s %10s %8s %12s %10s %12s %14s %8s\n" schedule sim_ms bubble peak_act_MiB vs_1f1b measured_ms spread error
 base=""
 for s in 1f1b zb-h1 zb-v v-half v-min; do
-  read -r sms bubble peak <<<"$(sim data/profiles/gpt-2048.json 8 "$s" 16)"
+  read -r sms bubble peak <<<"$(sim data/profiles/gpt-2048.json "--cluster $dir/cluster8.json" "$s" 16)"
   [ -z "$base" ] && base=$sms
-  printf "%-8s %10s %8s %12s %10s\n" "$s" "$sms" "$bubble" "$peak" "$(awk -v b="$base" -v m="$sms" 'BEGIN{printf "%.2fx", b / m}')"
+  med=n/a spread=n/a err=n/a
+  if [[ $testbed == 1 ]]; then
+    runs=()
+    for r in 1 2 3; do
+      rm -f "$dir/$s.trace.json"*
+      scripts/testbed.sh --workers 8 --rate 1000mbit --out "$dir/$s-$r" -- --compute emulated --time-scale 1 \
+        --byte-scale 0.01 --profile data/profiles/gpt-2048.json --stages 8 --schedule "$s" --microbatches 16 --steps 6 \
+        --quiet --cluster "$PWD/$dir/cluster8.json" --trace "$PWD/$dir/$s.trace.json" >"$dir/$s-$r.log" 2>&1 || {
+        echo "$s: run $r failed (see $dir/$s-$r.log)"; continue; }
+      runs+=("$(build/pipetrain trace "$dir/$s.trace.json" --merge 8 2>/dev/null | awk '/time per minibatch/{print $4}')")
+    done
+    if [[ ${#runs[@]} -gt 0 ]]; then
+      med=$(printf "%s\n" "${runs[@]}" | sort -g | awk '{v[NR]=$1} END{printf "%.1f", v[int((NR+1)/2)]}')
+      spread=$(printf "%s\n" "${runs[@]}" | sort -g | awk 'NR==1{a=$1} {b=$1} END{printf "%.1f-%.1f", a, b}')
+      err=$(awk -v m="$med" -v s="$sms" 'BEGIN{printf "%+.1f%%", (m - s) / s * 100}')
+    fi
+  fi
+  printf "%-8s %10s %8s %12s %10s %12s %14s %8s\n" "$s" "$sms" "$bubble" "$peak" \
+    "$(awk -v b="$base" -v m="$sms" 'BEGIN{printf "%.2fx", b / m}')" "$med" "$spread" "$err"
 done

@@ -13,9 +13,11 @@
 namespace pt::app {
 
 struct RunPrediction {
-  double simulated_ms = 0;   // per minibatch: the schedule on one core per worker, free transfers
+  double simulated_ms = 0;   // per minibatch: the schedule on one core per worker (links: in memory, or the cluster's)
   double cores_ms = 0;       // per minibatch: all the compute over the host's cores (0: cores >= workers)
   int cores = 0;
+  int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
+  bool on_cluster = false;   // links of the job's --cluster, not memory
   double ms() const { return simulated_ms > cores_ms ? simulated_ms : cores_ms; }
   std::string describe(const runtime::PipelineOptions& o, const plan::Plan& plan) const;  // "1f1b, 4 microbatches; ..."
 };
@@ -23,5 +25,9 @@ struct RunPrediction {
 // ConfigError when the profile does not fit the plan.
 RunPrediction predict_threads_run(const plan::Plan& plan, const runtime::PipelineOptions& o,
                                   const profile::Profile& profile, int cores);
+// Emulated compute waits the profile's times x time_scale, so the host's cores are no limit; its
+// links are the job's cluster (o.cluster, as the testbed shapes them) or, without one, memory.
+RunPrediction predict_emulated_run(const plan::Plan& plan, const runtime::PipelineOptions& o,
+                                   const profile::Profile& profile, double time_scale);
 
 }  // namespace pt::app

@@ -102,8 +102,9 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
                              "--warmup-steps"));
 }
 
-// The measured-vs-predicted line. With --profile on the threads transport: the simulator's
-// figure for this very run on this machine (run_prediction.h). Otherwise the plan's own
+// The measured-vs-predicted line. With --profile on the threads transport, or with emulated
+// compute: the simulator's figure for this very run on this machine or its --cluster
+// (run_prediction.h). Otherwise the plan's own
 // prediction, in ms per minibatch of the profile's batch size (emulated compute waits the
 // profile's times x S), for the schedule and cluster it was made for.
 void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, const TrainFlags& f,
@@ -111,9 +112,11 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, con
   if (r.steps <= 0) return;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
   auto rate = [&](double ms) { return static_cast<int64_t>(f.pipe.train.batch_size * 1000.0 / ms); };
-  if (!f.profile_path.empty() && f.transport == "threads" && !f.model.emulated()) {
-    RunPrediction p = predict_threads_run(plan, f.pipe, profile::read_any_profile(f.profile_path),
-                                          static_cast<int>(std::thread::hardware_concurrency()));
+  if (!f.profile_path.empty() && (f.transport == "threads" || f.model.emulated())) {
+    profile::Profile prof = profile::read_any_profile(f.profile_path);
+    RunPrediction p = f.model.emulated()
+                          ? predict_emulated_run(plan, f.pipe, prof, f.model.emulation.time_scale)
+                          : predict_threads_run(plan, f.pipe, prof, static_cast<int>(std::thread::hardware_concurrency()));
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(f.pipe, plan) << "; ratio "
               << r.samples_per_s / (f.pipe.train.batch_size * 1000.0 / p.ms()) << ")\n";
@@ -286,6 +289,9 @@ int run_train(TrainFlags& f) {
     throw ConfigError(str(plan_source, ": the plan is for model '", plan.model, "' but --model is '", m->name(), "'"));
   follow_plan(f, plan, plan_source);
   if (!f.schedule_file.empty()) use_schedule_file(f, plan);
+  // A V schedule weighs its chunks by the profile's bytes, as simulate and the planner do.
+  if (schedule::is_v_schedule(f.pipe.schedule) && f.schedule_file.empty() && !f.profile_path.empty())
+    f.pipe.v_budget = schedule::v_budget_from_profile(f.pipe.schedule, plan, profile::read_any_profile(f.profile_path));
   if (plan.batch_size > 0 && plan.batch_size != f.pipe.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (f.batch_size_flag->count() == 0) f.pipe.train.batch_size = plan.batch_size;
@@ -298,9 +304,11 @@ int run_train(TrainFlags& f) {
     throw UsageError(str("--allreduce ", f.allreduce, " needs --cluster FILE: which workers share a server"));
   if (!f.cluster_path.empty()) {
     f.pipe.cluster = plan::cluster_from_flags({f.cluster_path, "", "", f.allreduce});
-    if (f.pipe.cluster.workers() < plan.workers)
+    // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
+    int uses = runtime::job_probe(plan, f.pipe).num_workers();
+    if (f.pipe.cluster.workers() < uses)
       throw ConfigError(str(f.cluster_path, ": the cluster has ", f.pipe.cluster.workers(), " workers but ", plan_source,
-                            " uses ", plan.workers));
+                            " under ", f.pipe.schedule, " uses ", uses));
   }
   runtime::check_pipeline_options(f.pipe, plan, data);
   runtime::check_ties(*m, plan, f.pipe);

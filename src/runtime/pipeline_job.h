@@ -10,6 +10,7 @@
 
 #include "model/dataset.h"
 #include "plan/plan.h"
+#include "schedule/generators.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_lock.h"
 #include "runtime/trainer.h"
@@ -26,6 +27,7 @@ struct PipelineOptions {
   std::shared_ptr<const schedule::Schedule> schedule_file;
   int microbatches = 4;       // per minibatch (synchronous schedules, 2bw)
   int chunks = 1;             // interleaved
+  schedule::VBudget v_budget; // zb-v, v-half, v-min: their memory budget (generators.h)
   bool vertical_sync = false; // pipedream
   TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)

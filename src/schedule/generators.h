@@ -15,12 +15,22 @@
 
 namespace pt::schedule {
 
+// The V schedules' memory budget, in any unit: what each stage holds per microbatch from its F
+// to its W, and what each worker may hold at once. Empty: every chunk holds 1, and the budget is
+// the kind's count of chunk-microbatches (v_schedule_limit).
+struct VBudget {
+  std::vector<double> stage_held;  // [stage]
+  double per_worker = 0;
+  bool operator==(const VBudget& o) const { return stage_held == o.stage_held && per_worker == o.per_worker; }
+};
+
 struct ScheduleOptions {
   int microbatches = 4;        // per minibatch (ignored by pipedream, whose unit is the minibatch)
   int chunks = 1;              // interleaved: model chunks per worker (the plan has p * chunks stages)
   int minibatches = 0;         // pipedream / 2bw: minibatches covered; 0 = default_minibatches
   bool vertical_sync = false;  // pipedream
   bool deferred_step = false;  // pipedream: as the plan's deferred_step (plan.h), whichever says so
+  VBudget v_budget{};          // zb-v, v-half, v-min
 };
 
 // Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has
@@ -46,8 +56,14 @@ Schedule zb_h1(const plan::Plan& plan, int microbatches);
 // The V schedules, a plan of 2p single-replica stages on p workers in a V: "zb-v" (Qi et al.,
 // ICLR 2024, §6), "v-half" and "v-min" (Qi et al., NeurIPS 2024), by the chunk-microbatches a
 // worker may hold between F and W (v_schedule_limit).
-Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind = "zb-v");
+Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind = "zb-v",
+              const VBudget& budget = {});
 int v_schedule_limit(const std::string& kind, int workers);
+// The budget in bytes from a profile: each stage's stash (profile::stash_bytes of its layers) and,
+// per worker, what 1F1B's busiest worker stashes on the profile's even split into the V's p
+// workers, times the kind's share (v_schedule_limit / 2p: zb-v 1F1B's peak, v-half (p + 2) / 2p).
+// Chunks of unequal bytes then hold 1F1B's peak, where counting them would not.
+VBudget v_budget_from_profile(const std::string& kind, const plan::Plan& plan, const profile::Profile& profile);
 // Whether `kind` places two chunks per worker in a V (a plan of 2 x workers stages).
 inline bool is_v_schedule(const std::string& kind) { return kind == "zb-v" || kind == "v-half" || kind == "v-min"; }
 // Data parallelism: every one of plan.workers workers holds all the layers.

@@ -34,7 +34,7 @@ Schedule generate(const std::string& kind, const plan::Plan& plan, const Schedul
   if (kind == "2bw") return two_bw(plan, o.microbatches, minibatches);
   if (kind == "interleaved") return interleaved(plan, o.microbatches, o.chunks);
   if (kind == "zb-h1") return zb_h1(plan, o.microbatches);
-  if (is_v_schedule(kind)) return zb_v(plan, o.microbatches, kind);
+  if (is_v_schedule(kind)) return zb_v(plan, o.microbatches, kind, o.v_budget);
   if (kind == "dp") return data_parallel(plan, o.microbatches);
   if (kind == "mp") return model_parallel(plan, o.microbatches);
   std::ostringstream known;

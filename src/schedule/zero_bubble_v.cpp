@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "schedule/generator_util.h"
+#include "plan/planner.h"
 #include "schedule/generators.h"
 
 namespace pt::schedule {
@@ -41,7 +42,7 @@ struct VWorker {
   int next_f[2] = {0, 0};     // [chunk] -> its next forward's microbatch
   int next_b[2] = {0, 0};     // [chunk] -> its next backward's microbatch
   std::deque<std::pair<int, int>> pending_w;  // (stage, mb) whose B ran, oldest first
-  int held = 0;               // chunk-microbatches between F and W
+  double held = 0;            // what its chunk-microbatches between F and W hold (VBudget's unit)
 };
 
 }  // namespace
@@ -52,7 +53,23 @@ int v_schedule_limit(const std::string& kind, int p) {
   return 2 * p;                                       // zb-v: p of them, 1F1B's first stage
 }
 
-Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind) {
+VBudget v_budget_from_profile(const std::string& kind, const plan::Plan& plan, const profile::Profile& profile) {
+  auto stash = [&](const std::vector<int>& layers) {
+    double b = 0;
+    for (int l : layers) b += static_cast<double>(profile::stash_bytes(profile, l));
+    return b;
+  };
+  VBudget out;
+  for (const auto& st : plan.stages) out.stage_held.push_back(stash(st.layers));
+  const int p = std::max(1, plan.num_stages() / 2);
+  plan::Plan straight = plan::even_split(profile, std::min(p, profile.num_layers()));
+  double one_f_one_b = 0;  // 1F1B's stage s stashes p - s microbatches at its peak
+  for (int st = 0; st < straight.num_stages(); ++st) one_f_one_b = std::max(one_f_one_b, (p - st) * stash(straight.stages[st].layers));
+  out.per_worker = one_f_one_b * v_schedule_limit(kind, p) / (2.0 * p);
+  return out;
+}
+
+Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind, const VBudget& budget) {
   int stages = plan.num_stages();
   if (stages < 2 || stages % 2 != 0)
     throw ConfigError(str(kind, ": the plan has ", stages, " stages; ", kind, " needs two per worker (2 x workers "
@@ -74,7 +91,18 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind)
   auto done_by = [](int at, int t) { return at != kNotYet && at <= t; };
   std::vector<VWorker> workers(p);
   for (int w = 0; w < p; ++w) workers[w].chunk_stage[0] = w, workers[w].chunk_stage[1] = stages - 1 - w;
-  const int limit = std::max(2, v_schedule_limit(kind, p));
+  // What an F of each stage adds, and each worker's budget: at least a microbatch through both of
+  // its chunks, so that the V always moves.
+  const bool weighed = !budget.stage_held.empty();
+  if (weighed && static_cast<int>(budget.stage_held.size()) != stages)
+    throw InternalError(str(kind, ": a budget for ", budget.stage_held.size(), " stages, the plan has ", stages));
+  std::vector<double> adds(stages, 1.0);
+  if (weighed) adds = budget.stage_held;
+  std::vector<double> limit(p);
+  for (int w = 0; w < p; ++w) {
+    double both = adds[w] + adds[stages - 1 - w];
+    limit[w] = std::max(both, weighed ? budget.per_worker : v_schedule_limit(kind, p)) * (1 + 1e-9);
+  }
   int remaining = 3 * stages * m;  // F, B and W of every chunk and microbatch
   for (int t = 0; remaining > 0; ++t) {
     bool any = false;
@@ -99,14 +127,15 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind)
       // 2. A ready F within the memory limit, the later chunk first. The first chunk leaves
       // the later one a place: a microbatch that reaches it always gets through, and its W
       // frees the place (with every place taken by first-chunk forwards, nothing would move).
-      if (v.held < limit) {
+      {
         for (int c : {1, 0}) {
           int st = v.chunk_stage[c], k = v.next_f[c];
           if (k >= m || (st > 0 && !done_by(f_done[st - 1][k], t))) continue;
-          if (c == 0 && v.held + 1 >= limit) continue;
+          if (v.held + adds[st] > limit[w]) continue;
+          if (c == 0 && v.held + adds[st] + adds[v.chunk_stage[1]] > limit[w]) continue;
           s.add(w, ActionKind::kForward, st, k);
           f_done[st][k] = t + 1;
-          ++v.next_f[c], ++v.held;
+          ++v.next_f[c], v.held += adds[st];
           --remaining, any = true;
           best = c;
           break;
@@ -118,7 +147,7 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind)
         auto [st, k] = v.pending_w.front();
         v.pending_w.pop_front();
         s.add(w, ActionKind::kBackwardWeight, st, k);
-        --v.held;
+        v.held -= adds[st];
         --remaining, any = true;
       }
     }

@@ -65,8 +65,9 @@ TEST(PlanReferee, LocalSearchReachesWhatTheSearchMisses) {
   EXPECT_LE(chosen, best_enumerated * 1.05) << r.ranked.front().plan.shape();
   EXPECT_LT(chosen, best_offered * 0.95) << "the search's own best: " << best_offered;
   for (size_t i = 1; i < r.ranked.size(); ++i)
-    if (!r.ranked[i].plan.deferred_step)
+    if (!r.ranked[i].plan.deferred_step) {
       EXPECT_LE(chosen, r.ranked[i].simulated.ms_per_minibatch) << "the referee's first is not its fastest";
+    }
 }
 
 // VGG-16 on 4x4 at 96/1 Gbit/s: the chosen plan's later stages have slack, so some stage keeps

@@ -410,4 +410,30 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
 }
 
 }  // namespace
+// A V schedule puts two stages on each worker: the job's cluster needs the schedule's workers,
+// not the plan's stages, and the throughput line simulates the run on that cluster (emulated
+// compute waits the profile's times, so the run cannot beat its simulation by much).
+TEST(TrainCli, EmulatedVRunIsPredictedOnItsOwnWorkers) {
+  TempDir tmp("vrun");
+  fs::path profile = tmp.path / "profile.json", cluster = tmp.path / "cluster.json", log = tmp.path / "log";
+  std::ofstream(profile) << R"({"format": "pipetrain.profile/1", "model": "four", "batch_size": 8, "layers": [
+      {"name": "a", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096},
+      {"name": "b", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096},
+      {"name": "c", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096},
+      {"name": "d", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096}]})";
+  std::ofstream(cluster) << R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 10}]})";
+  ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--schedule", "zb-v",
+                 "--microbatches", "4", "--steps", "6", "--cluster", cluster.string()},
+                log),
+            0)
+      << slurp(log);
+  std::string out = slurp(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(simulated \d+ samples/s for this run \(zb-v, 4 microbatches, 2 )"
+                                                   R"(workers on the job's --cluster; ratio ([0-9.e+-]+)\))")))
+      << out;
+  EXPECT_LT(std::stod(m[1]), 1.1) << out;
+  EXPECT_GT(std::stod(m[1]), 0.3) << out;
+}
+
 }  // namespace pt::runtime

@@ -50,11 +50,36 @@ struct Outcome {
 Outcome simulate_kind(const std::string& kind, const profile::Profile& prof, int workers, int m) {
   int stages = is_v_schedule(kind) ? 2 * workers : workers;
   plan::Plan plan = plan::even_split(prof, stages);
-  auto t = sim::simulate(make_schedule(kind, plan, {m}), prof, plan::Cluster::flat(workers, 100));
+  ScheduleOptions o{m};
+  if (is_v_schedule(kind)) o.v_budget = v_budget_from_profile(kind, plan, prof);  // as simulate and train do
+  auto t = sim::simulate(make_schedule(kind, plan, o), prof, plan::Cluster::flat(workers, 100));
   auto metrics = metrics::compute_metrics(t);
   Outcome r{metrics.ms_per_minibatch, 0};
   for (const auto& w : metrics.workers) r.peak_activations = std::max(r.peak_activations, w.peak_activation_bytes);
   return r;
+}
+
+TEST(VSchedules, ByteBudgetBoundsWhatEachWorkerHolds) {
+  // Chunks of unequal bytes: along each worker's list, what its chunk-microbatches between F and
+  // W hold never exceeds its budget (or, where less, both its chunks' one microbatch).
+  const std::vector<double> held = {1, 3, 1, 2, 2, 1, 3, 1};
+  for (const char* kind : {"zb-v", "v-half", "v-min"})
+    for (double budget : {4.0, 6.0, 11.0})
+      for (int m : {1, 4, 8, 13}) {
+        SCOPED_TRACE(std::string(kind) + " budget=" + std::to_string(budget) + " m=" + std::to_string(m));
+        Schedule s;
+        ASSERT_NO_THROW(s = make_schedule(kind, straight_plan(8), {m, 1, 0, false, false, {held, budget}}));
+        for (int w = 0; w < 4; ++w) {
+          double now = 0, peak = 0;
+          for (const Action& a : s.actions[w]) {
+            if (a.kind == ActionKind::kForward) now += held[a.stage];
+            if (a.kind == ActionKind::kBackwardWeight) now -= held[a.stage];
+            peak = std::max(peak, now);
+          }
+          EXPECT_LE(peak, std::max(budget, held[w] + held[7 - w]) + 1e-9) << "worker " << w;
+          EXPECT_NEAR(now, 0, 1e-9);
+        }
+      }
 }
 
 TEST(VSchedules, UniformModelZbVBeats1F1BAtItsMemoryAndVHalfHalvesIt) {
@@ -71,16 +96,16 @@ TEST(VSchedules, UniformModelZbVBeats1F1BAtItsMemoryAndVHalfHalvesIt) {
   EXPECT_LT(h.ms, n.ms);
 }
 
-TEST(VSchedules, GptProfileZbVFasterThan1F1B) {
-  // data/profiles/gpt-2048 on 8 workers, 16 microbatches. An even split balances time, not
-  // activations, so its heaviest chunks meet on the V's middle worker and zb-v holds more there
-  // than 1F1B's first stage (docs/results.md); v-half holds less.
+TEST(VSchedules, GptProfileZbVFasterThan1F1BAtItsMemory) {
+  // data/profiles/gpt-2048 on 8 workers, 16 microbatches (issue 34's setting). The even split's
+  // chunks differ in bytes (one or two blocks, the head), so the budget weighs them: counted,
+  // the workers holding two two-block chunks stashed 9.2 GiB where 1F1B's first stage holds 7.0.
   profile::Profile prof = profile::read_profile_json(std::string(PT_SOURCE_DIR) + "/data/profiles/gpt-2048.json");
   Outcome f = simulate_kind("1f1b", prof, 8, 16), z = simulate_kind("zb-v", prof, 8, 16),
       h = simulate_kind("v-half", prof, 8, 16);
   EXPECT_GE(f.ms / z.ms, 1.15) << "zb-v " << z.ms << " ms, 1f1b " << f.ms;
-  EXPECT_LT(h.ms, f.ms);
-  EXPECT_LT(h.peak_activations, f.peak_activations);
+  EXPECT_LE(z.peak_activations, f.peak_activations);
+  EXPECT_LE(h.peak_activations, 0.65 * static_cast<double>(f.peak_activations));
 }
 
 }  // namespace
