@@ -57,7 +57,7 @@ int run_compare(CompareFlags& f) {
   std::vector<Row> rows;
   std::string plan_note = "each schedule's best plan, microbatches and recomputation (the joint search)";
   if (jo.memory_cap > 0) plan_note += str(" within ", human_bytes(static_cast<double>(jo.memory_cap)), " per worker");
-  for (const char* kind : {"pipedream", "2bw", "1f1b", "gpipe", "zb-h1", "zb-v", "v-half", "v-min", "interleaved", "mp"}) {
+  for (const char* kind : {"pipedream", "2bw", "1f1b", "gpipe", "zb-h1", "zb-v", "v-half", "v-min", "dualpipev", "interleaved", "interleaved-zb", "mp"}) {
     jo.schedules = {kind};
     try {
       JointResult best = joint_search(prof, cluster, po, jo);

@@ -94,9 +94,11 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
             for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
           // The V schedules: two chunks per worker, 2d stages of the even split in a V.
           if (2 * d <= layers)
-            for (const char* kind : {"zb-v", "v-half", "v-min"})
+            for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
               if (wanted(kind))
-                for (int m : per_copy(1)) out.push_back({kind, plan::even_split(p, 2 * d), m, 1, B});
+                for (int m : per_copy(1))
+                  if (m >= 2 * d || kind != std::string("dualpipev"))  // dualpipev: 2 x workers or more
+                    out.push_back({kind, plan::even_split(p, 2 * d), m, 1, B});
         }
       }
     }
@@ -104,11 +106,14 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     if (w < n && w > 1 && wanted("dp") && (o.microbatches == 0 || o.microbatches == w))
       out.push_back({"dp", plan::data_parallel_plan(layers, w), w, 1, B * w});
   }
-  if (wanted("interleaved"))
-    for (int v : {2, 4})
-      if (n * v <= layers && n > 1)
-        for (int m : per_copy(1))
-          if (m % n == 0) out.push_back({"interleaved", plan::even_split(p, n * v), m, v, B});
+  for (const char* kind : {"interleaved", "interleaved-zb"})
+    if (wanted(kind))
+      for (int v : {2, 4})
+        if (n * v <= layers && n > 1)
+          for (int m : per_copy(1))
+            // interleaved: Megatron's groups of n microbatches
+            if (m % n == 0 || kind != std::string("interleaved"))
+              out.push_back({kind, plan::even_split(p, n * v), m, v, B});
   // PipeDream's baseline: every worker a minibatch of B, one step for all (weak scaling).
   if (wanted("dp") && (o.microbatches == 0 || o.microbatches == n))
     out.push_back({"dp", plan::data_parallel_plan(layers, n), n, 1, B * n});
@@ -171,7 +176,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     so.microbatches = t.microbatches;
     so.chunks = t.chunks;
     so.minibatches = t.minibatches;
-    if (schedule::is_v_schedule(t.kind)) so.v_budget = schedule::v_budget_from_profile(t.kind, t.plan, prof);
+    if (schedule::takes_activation_budget(t.kind))
+      so.activation_budget = schedule::activation_budget_from_profile(t.kind, t.plan, prof);
     // Without recomputation; over the cap, with it where needed, then everywhere.
     for (int mode = 0; mode < 3; ++mode) {
       try {
@@ -203,7 +209,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         plan::Plan& p = c.plan;
         p.schedule = t.kind;
         p.microbatches = t.kind == "pipedream" ? 0 : t.microbatches;
-        p.chunks = t.kind == "interleaved" ? t.chunks : 0;
+        p.chunks = schedule::is_interleaved(t.kind) ? t.chunks : 0;
         p.batch_size = t.batch;
         p.model = profile.model;
         if (p.cost_model.empty() || p.cost_model == "even") p.cost_model = "pipetrain";

@@ -47,7 +47,7 @@ int run_simulate(const SimulateFlags& f) {
   } else {
     // Without a plan: an even split, one stage per worker (per chunk for interleaved, two for
     // zb-v's V).
-    int stages = f.kind == "interleaved" ? cluster.workers() * f.options.chunks
+    int stages = schedule::is_interleaved(f.kind) ? cluster.workers() * f.options.chunks
                  : schedule::is_v_schedule(f.kind) ? 2 * cluster.workers()
                                          : cluster.workers();
     plan = straight_plan(prof, stages);
@@ -56,7 +56,8 @@ int run_simulate(const SimulateFlags& f) {
       std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
   schedule::ScheduleOptions options = f.options;
-  if (schedule::is_v_schedule(f.kind)) options.v_budget = schedule::v_budget_from_profile(f.kind, plan, prof);
+  if (schedule::takes_activation_budget(f.kind))
+    options.activation_budget = schedule::activation_budget_from_profile(f.kind, plan, prof);
   schedule::Schedule s = f.schedule_file.empty() ? schedule::make_schedule(f.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, f.schedule_file);
   std::string kind = f.schedule_file.empty() ? f.kind : f.schedule_file;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The V schedules against 1F1B and ZB-H1 (emulated compute, threads): 16 identical layers of
-# 20 ms forward and 40 ms backward per minibatch of 64, 4 workers (1F1B and ZB-H1: 4 stages of 4
-# layers; the V schedules: 8 chunks of 2), 8 microbatches, 12 steps, three runs each; beside the
+# The V schedules (zb-v, v-half, v-min, dualpipev) and interleaved zero bubble against 1F1B and
+# ZB-H1 (emulated compute, threads): 16 identical layers of 20 ms forward and 40 ms backward per
+# minibatch of 64, 4 workers (1F1B and ZB-H1: 4 stages of 4 layers; the V and interleaved
+# schedules: 8 chunks of 2), 8 microbatches, 12 steps, three runs each; beside the
 # simulator's time for the same schedule and its modelled peak activations. Then the GPT-like
 # profile (below). build/pipetrain and build/pipetrain-torch built; about two minutes, and five
 # more as root (the testbed).
@@ -16,9 +17,10 @@ layers = [{"name": f"l{i}", "forward_ms": 20, "backward_ms": 40, "activation_byt
 json.dump({"format": "pipetrain.profile/1", "model": "uniform16", "batch_size": 64, "device": "emulated",
            "layers": layers}, open(sys.argv[1], "w"))
 PY
+chunks() { case "$1" in interleaved*) echo "--chunks 2" ;; esac; }  # the interleaved kinds: 2 per worker
 sim() {  # profile cluster-flags schedule microbatches -> "ms bubble peak_activation_MiB"
   # shellcheck disable=SC2086
-  build/pipetrain simulate --profile "$1" $2 --schedule "$3" --microbatches "$4" \
+  build/pipetrain simulate --profile "$1" $2 --schedule "$3" $(chunks "$3") --microbatches "$4" \
     2>/dev/null | awk '/time per minibatch/{t=$4} /bubble fraction/{b=$3}
       /^ +[0-9]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+ (GiB|MiB|KiB)/{v=$5; if($6=="GiB") v*=1024; if($6=="KiB") v/=1024; if(v>m) m=v}
       END{printf "%.1f %.3f %.1f", t, b, m}'
@@ -26,11 +28,12 @@ sim() {  # profile cluster-flags schedule microbatches -> "ms bubble peak_activa
 echo "== uniform 16 layers, 4 workers, 8 microbatches: emulated compute on threads (3 runs) vs simulated =="
 printf "%-8s %10s %8s %12s %14s %14s %10s\n" schedule sim_ms bubble peak_act_MiB measured_ms spread vs_1f1b
 base=""
-for s in 1f1b zb-h1 zb-v v-half v-min; do
+for s in 1f1b zb-h1 zb-v v-half v-min dualpipev interleaved-zb; do
   read -r sms bubble peak <<<"$(sim "$dir/uniform16.json" "--workers 4 --bandwidth-gbps 1000" "$s" 8)"
   runs=()
   for r in 1 2 3; do
-    secs=$(build/pipetrain train --compute emulated --profile "$dir/uniform16.json" --stages 4 --schedule "$s" \
+    # shellcheck disable=SC2046
+    secs=$(build/pipetrain train --compute emulated --profile "$dir/uniform16.json" --stages 4 --schedule "$s" $(chunks "$s") \
              --microbatches 8 --steps 12 --quiet 2>&1 | sed -n 's/.*steps 12, \([0-9.]*\) s,.*/\1/p')
     runs+=("$(awk -v s="$secs" 'BEGIN{printf "%.1f", s * 1000 / 12}')")
   done
@@ -52,7 +55,7 @@ testbed=0; [[ $(id -u) -eq 0 ]] && testbed=1
 echo "== gpt-2048 (data/profiles), 8 workers, 16 microbatches, 100 Gbit/s: simulated$([[ $testbed == 1 ]] && echo ", measured on the testbed (3 runs)") =="
 printf "%-8s %10s %8s %12s %10s %12s %14s %8s\n" schedule sim_ms bubble peak_act_MiB vs_1f1b measured_ms spread error
 base=""
-for s in 1f1b zb-h1 zb-v v-half v-min; do
+for s in 1f1b zb-h1 zb-v v-half v-min dualpipev interleaved interleaved-zb; do
   read -r sms bubble peak <<<"$(sim data/profiles/gpt-2048.json "--cluster $dir/cluster8.json" "$s" 16)"
   [ -z "$base" ] && base=$sms
   med=n/a spread=n/a err=n/a
@@ -61,7 +64,7 @@ for s in 1f1b zb-h1 zb-v v-half v-min; do
     for r in 1 2 3; do
       rm -f "$dir/$s.trace.json"*
       scripts/testbed.sh --workers 8 --rate 1000mbit --out "$dir/$s-$r" -- --compute emulated --time-scale 1 \
-        --byte-scale 0.01 --profile data/profiles/gpt-2048.json --stages 8 --schedule "$s" --microbatches 16 --steps 6 \
+        --byte-scale 0.01 --profile data/profiles/gpt-2048.json --stages 8 --schedule "$s" $(chunks "$s") --microbatches 16 --steps 6 \
         --quiet --cluster "$PWD/$dir/cluster8.json" --trace "$PWD/$dir/$s.trace.json" >"$dir/$s-$r.log" 2>&1 || {
         echo "$s: run $r failed (see $dir/$s-$r.log)"; continue; }
       runs+=("$(build/pipetrain trace "$dir/$s.trace.json" --merge 8 2>/dev/null | awk '/time per minibatch/{print $4}')")

@@ -52,7 +52,7 @@ RunPrediction predict_emulated_run(const plan::Plan& plan, const runtime::Pipeli
 std::string RunPrediction::describe(const runtime::PipelineOptions& o, const plan::Plan& plan) const {
   std::string s = o.schedule;
   if (o.schedule != "pipedream") s += str(", ", o.microbatches, " microbatches");
-  if (o.schedule == "interleaved") s += str(", ", o.chunks, " chunks");
+  if (schedule::is_interleaved(o.schedule)) s += str(", ", o.chunks, " chunks");
   s += str(", ", workers, on_cluster ? " workers on the job's --cluster" : " workers on threads, transfers in memory");
   auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
   if (cores_ms > simulated_ms)

@@ -186,7 +186,7 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
     return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
   }
   int stages = f.stages > 0 ? f.stages : 2;
-  if (f.pipe.schedule == "interleaved") {
+  if (schedule::is_interleaved(f.pipe.schedule)) {
     // Checked before it multiplies --stages, so that the error names --chunks.
     if (f.pipe.chunks < 1 || f.pipe.chunks > schedule::kMaxChunks)
       throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", f.pipe.chunks));
@@ -289,9 +289,10 @@ int run_train(TrainFlags& f) {
     throw ConfigError(str(plan_source, ": the plan is for model '", plan.model, "' but --model is '", m->name(), "'"));
   follow_plan(f, plan, plan_source);
   if (!f.schedule_file.empty()) use_schedule_file(f, plan);
-  // A V schedule weighs its chunks by the profile's bytes, as simulate and the planner do.
-  if (schedule::is_v_schedule(f.pipe.schedule) && f.schedule_file.empty() && !f.profile_path.empty())
-    f.pipe.v_budget = schedule::v_budget_from_profile(f.pipe.schedule, plan, profile::read_any_profile(f.profile_path));
+  // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
+  if (schedule::takes_activation_budget(f.pipe.schedule) && f.schedule_file.empty() && !f.profile_path.empty())
+    f.pipe.activation_budget =
+        schedule::activation_budget_from_profile(f.pipe.schedule, plan, profile::read_any_profile(f.profile_path));
   if (plan.batch_size > 0 && plan.batch_size != f.pipe.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (f.batch_size_flag->count() == 0) f.pipe.train.batch_size = plan.batch_size;

@@ -28,7 +28,7 @@ schedule::Schedule schedule_for(const plan::Plan& plan, const PipelineOptions& o
   so.chunks = o.chunks;
   so.minibatches = minibatches;
   so.vertical_sync = o.vertical_sync;
-  so.v_budget = o.v_budget;
+  so.activation_budget = o.activation_budget;
   return schedule::make_schedule(o.schedule, plan, so);
 }
 

@@ -27,7 +27,7 @@ struct PipelineOptions {
   std::shared_ptr<const schedule::Schedule> schedule_file;
   int microbatches = 4;       // per minibatch (synchronous schedules, 2bw)
   int chunks = 1;             // interleaved
-  schedule::VBudget v_budget; // zb-v, v-half, v-min: their memory budget (generators.h)
+  schedule::ActivationBudget activation_budget;  // zb-h1 and the V schedules (generators.h)
   bool vertical_sync = false; // pipedream
   TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)

@@ -27,6 +27,24 @@ Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatc
   return s;
 }
 
+Schedule v_skeleton(const plan::Plan& plan, const std::string& kind, int microbatches) {
+  int stages = plan.num_stages();
+  if (stages < 2 || stages % 2 != 0)
+    throw ConfigError(str(kind, ": the plan has ", stages, " stages; ", kind, " needs two per worker (2 x workers "
+                          "stages, placed in a V)"));
+  for (int st = 0; st < stages; ++st)
+    if (plan.stages[st].replicas != 1)
+      throw ConfigError(str(kind, ": stage ", st, " has ", plan.stages[st].replicas, " replicas; ", kind,
+                            " needs single-replica stages"));
+  plan::Plan placed = plan;
+  placed.workers = stages / 2;
+  for (int st = 0; st < stages; ++st) placed.stages[st].workers = {std::min(st, stages - 1 - st)};
+  Schedule s = skeleton(placed, kind, microbatches, 1);
+  s.chunks = 2;
+  s.split_backward.assign(stages, true);
+  return s;
+}
+
 void require_work_per_replica(const Schedule& s, int items) {
   for (int st = 0; st < s.num_stages; ++st)
     if (s.replicas(st) > items)

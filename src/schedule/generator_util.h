@@ -11,6 +11,11 @@ namespace pt::schedule::detail {
 // A schedule with the plan's stages and placement and empty action lists.
 Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatches, int minibatches);
 
+// The V placement (zb-v, v-half, v-min, dualpipev): 2p single-replica stages on p workers, worker
+// w holding stage w and stage 2p - 1 - w; two chunks, every backward split. ConfigError for a plan
+// of an odd number of stages or with replicas.
+Schedule v_skeleton(const plan::Plan& plan, const std::string& kind, int microbatches);
+
 // Throws ConfigError unless every replica of every stage gets at least one of `items`.
 void require_work_per_replica(const Schedule& s, int items);
 

@@ -15,13 +15,14 @@
 
 namespace pt::schedule {
 
-// The V schedules' memory budget, in any unit: what each stage holds per microbatch from its F
-// to its W, and what each worker may hold at once. Empty: every chunk holds 1, and the budget is
-// the kind's count of chunk-microbatches (v_schedule_limit).
-struct VBudget {
+// The zero-bubble schedules' activation budget (zb-h1 and the budgeted V schedules), in any
+// unit: what each stage stashes per microbatch from its F to its W, and what a worker may hold at
+// once. Empty: every stage holds 1 and the kind's own count applies (zb-h1: p microbatches per
+// stage; the V schedules: v_schedule_limit chunk-microbatches).
+struct ActivationBudget {
   std::vector<double> stage_held;  // [stage]
   double per_worker = 0;
-  bool operator==(const VBudget& o) const { return stage_held == o.stage_held && per_worker == o.per_worker; }
+  bool operator==(const ActivationBudget& o) const { return stage_held == o.stage_held && per_worker == o.per_worker; }
 };
 
 struct ScheduleOptions {
@@ -30,7 +31,7 @@ struct ScheduleOptions {
   int minibatches = 0;         // pipedream / 2bw: minibatches covered; 0 = default_minibatches
   bool vertical_sync = false;  // pipedream
   bool deferred_step = false;  // pipedream: as the plan's deferred_step (plan.h), whichever says so
-  VBudget v_budget{};          // zb-v, v-half, v-min
+  ActivationBudget activation_budget{};  // zb-h1, zb-v, v-half, v-min (takes_activation_budget)
 };
 
 // Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has
@@ -51,27 +52,47 @@ Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync, 
 Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches);
 // Interleaved 1F1B (Narayanan et al., SC 2021): plan of p * chunks stages on p workers.
 Schedule interleaved(const plan::Plan& plan, int microbatches, int chunks);
+// Interleaved zero bubble (interleaved 1F1B's placement, B and W split as in zero bubble): a plan
+// of p * chunks stages on p workers, at most interleaved_zero_bubble_limit chunk-microbatches
+// between F and W on a worker.
+Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int chunks);
+int interleaved_zero_bubble_limit(int workers, int chunks);
+// Whether `kind` loops p * chunks stages over p workers (--chunks).
+inline bool is_interleaved(const std::string& kind) { return kind == "interleaved" || kind == "interleaved-zb"; }
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
-Schedule zb_h1(const plan::Plan& plan, int microbatches);
+// Under a budget, stage i defers its W's by fewer than i backwards where its bytes would exceed it.
+Schedule zb_h1(const plan::Plan& plan, int microbatches, const ActivationBudget& budget = {});
 // The V schedules, a plan of 2p single-replica stages on p workers in a V: "zb-v" (Qi et al.,
 // ICLR 2024, §6), "v-half" and "v-min" (Qi et al., NeurIPS 2024), by the chunk-microbatches a
 // worker may hold between F and W (v_schedule_limit).
 Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind = "zb-v",
-              const VBudget& budget = {});
+              const ActivationBudget& budget = {});
 int v_schedule_limit(const std::string& kind, int workers);
 // The budget in bytes from a profile: each stage's stash (profile::stash_bytes of its layers) and,
-// per worker, what 1F1B's busiest worker stashes on the profile's even split into the V's p
-// workers, times the kind's share (v_schedule_limit / 2p: zb-v 1F1B's peak, v-half (p + 2) / 2p).
-// Chunks of unequal bytes then hold 1F1B's peak, where counting them would not.
-VBudget v_budget_from_profile(const std::string& kind, const plan::Plan& plan, const profile::Profile& profile);
+// per worker, what 1F1B's busiest worker stashes on the profile's even split into the schedule's
+// workers (p; a V's 2p stages sit on p), times the kind's share (v_schedule_limit / 2p for the V
+// schedules: zb-v 1F1B's peak, v-half (p + 2) / 2p; zb-h1 1F1B's peak). Stages of unequal bytes
+// then hold 1F1B's peak, where counting microbatches would not.
+ActivationBudget activation_budget_from_profile(const std::string& kind, const plan::Plan& plan,
+                                                const profile::Profile& profile);
+// DualPipeV (DeepSeek-V3 report, §3.2.1; the V form of DualPipe): the V placement, pairs of a
+// forward and a backward of the two chunks in its steady state; microbatches >= 2 x workers.
+Schedule dualpipe_v(const plan::Plan& plan, int microbatches);
 // Whether `kind` places two chunks per worker in a V (a plan of 2 x workers stages).
-inline bool is_v_schedule(const std::string& kind) { return kind == "zb-v" || kind == "v-half" || kind == "v-min"; }
+inline bool is_v_schedule(const std::string& kind) {
+  return kind == "zb-v" || kind == "v-half" || kind == "v-min" || kind == "dualpipev";
+}
+// Whether a kind's order follows an ActivationBudget (dualpipev's phases fix its own).
+inline bool takes_activation_budget(const std::string& kind) {
+  return kind == "zb-h1" || (is_v_schedule(kind) && kind != "dualpipev");
+}
 // Data parallelism: every one of plan.workers workers holds all the layers.
 Schedule data_parallel(const plan::Plan& plan, int microbatches);
 // Plain model parallelism: the plan's stages, one microbatch in flight.
 Schedule model_parallel(const plan::Plan& plan, int microbatches);
 
-// "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "zb-v", "v-half", "v-min", "dp", "mp".
+// "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "interleaved-zb", "zb-h1", "zb-v",
+// "v-half", "v-min", "dualpipev", "dp", "mp".
 const std::vector<std::string>& schedule_kinds();
 // Whether a kind ends every minibatch with a flush (Schedule::flush); pipedream and 2bw do not.
 bool schedule_flushes(const std::string& kind);

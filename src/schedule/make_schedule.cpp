@@ -9,7 +9,7 @@
 namespace pt::schedule {
 
 const std::vector<std::string>& schedule_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "zb-v", "v-half", "v-min", "dp", "mp"};
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "pipedream", "2bw", "interleaved", "interleaved-zb", "zb-h1", "zb-v", "v-half", "v-min", "dualpipev", "dp", "mp"};
   return kinds;
 }
 
@@ -26,15 +26,18 @@ void check_schedule_options(const ScheduleOptions& o) {
 Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& o) {
   check_schedule_options(o);
   int minibatches = o.minibatches > 0 ? o.minibatches : default_minibatches(plan);
-  if (kind != "interleaved" && o.chunks != 1)
-    throw UsageError(str("--chunks ", o.chunks, " applies to --schedule interleaved only, not '", kind, "'"));
+  if (!is_interleaved(kind) && o.chunks != 1)
+    throw UsageError(str("--chunks ", o.chunks, " applies to --schedule interleaved and interleaved-zb only, not '",
+                         kind, "'"));
   if (kind == "gpipe") return gpipe(plan, o.microbatches);
   if (kind == "1f1b") return one_f_one_b(plan, o.microbatches);
   if (kind == "pipedream") return pipedream(plan, minibatches, o.vertical_sync, o.deferred_step || plan.deferred_step);
   if (kind == "2bw") return two_bw(plan, o.microbatches, minibatches);
   if (kind == "interleaved") return interleaved(plan, o.microbatches, o.chunks);
-  if (kind == "zb-h1") return zb_h1(plan, o.microbatches);
-  if (is_v_schedule(kind)) return zb_v(plan, o.microbatches, kind, o.v_budget);
+  if (kind == "interleaved-zb") return interleaved_zero_bubble(plan, o.microbatches, o.chunks);
+  if (kind == "zb-h1") return zb_h1(plan, o.microbatches, o.activation_budget);
+  if (kind == "dualpipev") return dualpipe_v(plan, o.microbatches);
+  if (is_v_schedule(kind)) return zb_v(plan, o.microbatches, kind, o.activation_budget);
   if (kind == "dp") return data_parallel(plan, o.microbatches);
   if (kind == "mp") return model_parallel(plan, o.microbatches);
   std::ostringstream known;

@@ -23,7 +23,7 @@
 namespace pt::schedule {
 
 struct Schedule {
-  std::string kind;            // "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "zb-h1", "dp", "mp"
+  std::string kind;            // a generator's (schedule_kinds(), generators.h), or a file's
   int num_stages = 1;
   int microbatches = 1;        // per minibatch (m); pipedream uses 1: its unit is the minibatch
   int minibatches = 1;         // covered by the lists (1 for synchronous schedules)

@@ -63,7 +63,8 @@ plan::Plan plan_for(const std::string& kind) {
   std::string base = base_kind(kind);
   plan::Plan p = base == "dp"    ? replicated_plan(*m, 2)
                  : base == "dp4" ? replicated_plan(*m, 4)
-                 : base == "zb-v" ? plan::even_split(unit_profile(*m), 4)  // 2 workers, a chunk pair each
+                 : base == "zb-v" || base == "dualpipev"
+                     ? plan::even_split(unit_profile(*m), 4)  // 2 workers, a chunk pair each
                                   : plan::even_split(unit_profile(*m), 2);
   for (auto& st : p.stages) st.recompute = kind.find("+recompute") != std::string::npos;
   return p;
@@ -159,7 +160,7 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   auto data = small_data();
   fs::path dir = fs::temp_directory_path() / ("pt_gloo_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical", "zb-v"}) {
+  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical", "zb-v", "dualpipev"}) {
     SCOPED_TRACE(kind);
     plan::Plan plan = plan_for(kind);
     auto o = options_for(kind, 4, 3);

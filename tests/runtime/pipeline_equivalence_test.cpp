@@ -81,6 +81,8 @@ TEST(PipelineEquivalence, InterleavedMatchesSingleWorker) {
   auto model = seeded_cnn(3);
   auto prof = unit_profile(*model);
   for (int m : {2, 4}) expect_same_as_single_worker("interleaved", plan::even_split(prof, 4), m, 2);
+  // interleaved-zb: the same placement, B and W split, any number of microbatches.
+  for (int m : {1, 8}) expect_same_as_single_worker("interleaved-zb", plan::even_split(prof, 4), m, 2);
 }
 
 // The V schedules: two chunks per worker, the middle worker handing its first chunk's output
@@ -88,9 +90,11 @@ TEST(PipelineEquivalence, InterleavedMatchesSingleWorker) {
 TEST(PipelineEquivalence, VSchedulesMatchSingleWorker) {
   auto model = seeded_cnn(3);
   auto prof = unit_profile(*model);
-  for (const std::string kind : {"zb-v", "v-half", "v-min"})
+  for (const std::string kind : {"zb-v", "v-half", "v-min", "dualpipev"})
     for (int stages : {2, 4})
-      for (int m : {1, 4}) expect_same_as_single_worker(kind, plan::even_split(prof, stages), m);
+      for (int m : {1, 4})
+        if (kind != "dualpipev" || m >= stages)  // dualpipev: at least 2 x workers microbatches
+          expect_same_as_single_worker(kind, plan::even_split(prof, stages), m);
 }
 
 // train --schedule-file: each built-in synchronous schedule, written out (simulate
@@ -108,7 +112,8 @@ TEST(PipelineEquivalence, ScheduleFilesTrainToTheBuiltInsWeights) {
     int stages, microbatches, chunks;
   };
   for (const Case& c : {Case{"1f1b", 3, 4, 1}, Case{"gpipe", 2, 2, 1}, Case{"zb-h1", 3, 4, 1},
-                        Case{"interleaved", 4, 2, 2}, Case{"zb-v", 4, 4, 1}}) {
+                        Case{"interleaved", 4, 2, 2}, Case{"interleaved-zb", 4, 8, 2}, Case{"zb-v", 4, 4, 1},
+                        Case{"dualpipev", 4, 8, 1}}) {
     SCOPED_TRACE(c.kind);
     plan::Plan plan = plan::even_split(prof, c.stages);
     PipelineOptions o;
