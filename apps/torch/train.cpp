@@ -60,6 +60,31 @@ const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet"
 const std::set<std::string> kFileFlags = {"--model", "--plan", "--profile", "--cluster", "--schedule-file"};
 const std::set<std::string> kDataFlags = {"--data", "--data-dir", "--text"};
 
+// Flags that go together, or not at all: checked in one place, before anything runs.
+struct FlagRule {
+  const char* flag;
+  const char* other;
+  bool needs;       // `flag` needs `other`; otherwise they exclude each other
+  const char* why;  // after "FLAG: " (needs) or "FLAG and OTHER: " (excludes)
+};
+const FlagRule kFlagRules[] = {
+    {"--plan", "--stages", false, "give one of them"},
+    {"--plan", "--workers", false, "the plan fixes the workers; give one of them"},
+    {"--stages", "--workers", false, "--workers is data parallelism's (or one worker's); give one of them"},
+    {"--schedule", "--schedule-file", false, "give one of them"},
+    {"--resume", "--checkpoint-dir", true, "give --checkpoint-dir D, where the checkpoints are"},
+    {"--overwrite", "--checkpoint-dir", true, "give --checkpoint-dir D, the folder to take over"},
+    {"--allreduce", "--cluster", true, "give --cluster FILE: which workers share a server"},
+};
+
+void check_flag_rules(const CLI::App& app) {
+  auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
+  for (const FlagRule& r : kFlagRules) {
+    if (!given(r.flag) || given(r.other) == r.needs) continue;  // needs and has, or excludes and has not
+    throw UsageError(r.needs ? str(r.flag, ": ", r.why) : str(r.flag, " and ", r.other, ": ", r.why));
+  }
+}
+
 // The plan says how to run it (a planner's joint choice, or the user's): its schedule,
 // microbatches, chunks and deferred step, unless the flags say otherwise; --recompute recomputes
 // every stage.
@@ -176,12 +201,8 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
     return schedule::plan_of_schedule_file(schedule::read_schedule_file(f.schedule_file), f.schedule_file,
                                            "--plan P or --stages N");
   if (!f.plan_path.empty()) {
-    if (f.stages > 0) throw UsageError("--plan and --stages: give one of them");
-    if (f.workers > 0) throw UsageError("--plan and --workers: the plan fixes the workers; give one of them");
     return plan::read_plan(f.plan_path);
   }
-  if (f.workers > 0 && f.stages > 0)
-    throw UsageError("--stages and --workers: --workers is data parallelism's (or one worker's); give one of them");
   if (f.pipe.schedule == "dp" || (f.workers == 1 && f.stages == 0)) {
     return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
   }
@@ -244,16 +265,10 @@ int run_train(TrainFlags& f) {
   auto m = f.model.build(&data);
   f.pipe.train.seed = f.model.seed;
   auto& ck = f.pipe.checkpoint;
-  if (ck.resume && ck.dir.empty()) throw UsageError("--resume: give --checkpoint-dir D, where the checkpoints are");
-  if (ck.overwrite && ck.dir.empty()) throw UsageError("--overwrite: give --checkpoint-dir D, the folder to take over");
   if (ck.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", ck.every));
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
-  if (!f.schedule_file.empty()) {
-    if (f.schedule_flag->count() > 0)
-      throw UsageError(str("--schedule ", f.pipe.schedule, " and --schedule-file: give one of them"));
-    f.pipe.schedule = "file";
-  }
+  if (!f.schedule_file.empty()) f.pipe.schedule = "file";
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
   if (!parallel && (!ck.dir.empty() || f.recompute || !f.trace_path.empty())) {
     // Checkpoints, recomputation and traces are runtime features: one worker runs as a
@@ -301,8 +316,6 @@ int run_train(TrainFlags& f) {
   }
   // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.
   f.pipe.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20) * (f.model.emulated() ? f.model.emulation.byte_scale : 1));
-  if (!f.allreduce.empty() && f.cluster_path.empty())
-    throw UsageError(str("--allreduce ", f.allreduce, " needs --cluster FILE: which workers share a server"));
   if (!f.cluster_path.empty()) {
     f.pipe.cluster = plan::cluster_from_flags({f.cluster_path, "", "", f.allreduce});
     // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
@@ -457,6 +470,7 @@ Register reg({"train", kTrainDescription,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "
                "files' digests, every flag) and exit without training");
   return [f, &app] {
+    check_flag_rules(app);
     f->pipe.command_line = flag_digest(app, kPerWorkerFlags, kFileFlags, kDataFlags);
     return run_train(*f);
   };

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "runtime/gloo_transport.h"
-#include "runtime/job_store.h"
+#include "runtime/job_secret.h"
 
 namespace pt::runtime {
 

@@ -53,13 +53,4 @@ class JobStore : public c10d::Store {
   std::mutex mu_;                    // one request at a time on the connection
 };
 
-// The job's secret: PIPETRAIN_JOB_SECRET, or the first line of the file PIPETRAIN_JOB_SECRET_FILE
-// (at least 16 characters either way). ConfigError naming both variables when neither is set:
-// the launcher sets one for its workers; under mpirun or torchrun, give every worker the same.
-std::string job_secret_from_env();
-// A fresh secret: 32 random bytes in hexadecimal (the launcher's).
-std::string new_job_secret();
-inline constexpr const char* kJobSecretVar = "PIPETRAIN_JOB_SECRET";
-inline constexpr const char* kJobSecretFileVar = "PIPETRAIN_JOB_SECRET_FILE";
-
 }  // namespace pt::runtime

@@ -22,7 +22,7 @@
 
 #include "core/error.h"
 #include "runtime/gloo_transport.h"
-#include "runtime/job_store.h"
+#include "runtime/job_secret.h"
 #include "schedule/trace.h"
 
 namespace pt::runtime {

@@ -45,6 +45,25 @@ Schedule v_skeleton(const plan::Plan& plan, const std::string& kind, int microba
   return s;
 }
 
+Schedule looped_skeleton(const plan::Plan& plan, const std::string& kind, int microbatches, int chunks) {
+  if (chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", chunks));
+  int stages = plan.num_stages();
+  if (stages % chunks != 0)
+    throw ConfigError(str(kind, ": the plan has ", stages, " stages, not a multiple of --chunks ", chunks,
+                          " (it needs workers x chunks stages)"));
+  for (int st = 0; st < stages; ++st)
+    if (plan.stages[st].replicas != 1)
+      throw ConfigError(str(kind, ": stage ", st, " has ", plan.stages[st].replicas,
+                            " replicas; interleaving needs single-replica stages"));
+  int p = stages / chunks;
+  plan::Plan placed = plan;
+  placed.workers = p;
+  for (int st = 0; st < stages; ++st) placed.stages[st].workers = {st % p};
+  Schedule s = skeleton(placed, kind, microbatches, 1);
+  s.chunks = chunks;
+  return s;
+}
+
 void require_work_per_replica(const Schedule& s, int items) {
   for (int st = 0; st < s.num_stages; ++st)
     if (s.replicas(st) > items)

@@ -16,6 +16,11 @@ Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatc
 // of an odd number of stages or with replicas.
 Schedule v_skeleton(const plan::Plan& plan, const std::string& kind, int microbatches);
 
+// The looped placement (interleaved, interleaved-zb): p x chunks single-replica stages on p
+// workers, stage s on worker s % p. UsageError for chunks < 1, ConfigError for a plan that does
+// not suit.
+Schedule looped_skeleton(const plan::Plan& plan, const std::string& kind, int microbatches, int chunks);
+
 // Throws ConfigError unless every replica of every stage gets at least one of `items`.
 void require_work_per_replica(const Schedule& s, int items);
 

@@ -35,21 +35,8 @@ std::vector<std::pair<int, int>> chunk_order(int p, int v, int m, bool forward) 
 }  // namespace
 
 Schedule interleaved(const plan::Plan& plan, int microbatches, int chunks) {
-  if (chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", chunks));
-  int stages = plan.num_stages();
-  if (stages % chunks != 0)
-    throw ConfigError(str("interleaved: the plan has ", stages, " stages, not a multiple of --chunks ", chunks,
-                          " (it needs workers x chunks stages)"));
-  for (int st = 0; st < stages; ++st)
-    if (plan.stages[st].replicas != 1)
-      throw ConfigError(str("interleaved: stage ", st, " has ", plan.stages[st].replicas,
-                            " replicas; interleaving needs single-replica stages"));
-  int p = stages / chunks;
-  plan::Plan placed = plan;
-  placed.workers = p;
-  for (int st = 0; st < stages; ++st) placed.stages[st].workers = {st % p};
-  Schedule s = detail::skeleton(placed, "interleaved", microbatches, 1);
-  s.chunks = chunks;
+  Schedule s = detail::looped_skeleton(plan, "interleaved", microbatches, chunks);
+  const int p = s.num_workers();
   int total = chunks * microbatches;
   auto fwd = chunk_order(p, chunks, microbatches, true);
   auto bwd = chunk_order(p, chunks, microbatches, false);

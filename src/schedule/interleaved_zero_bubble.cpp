@@ -20,21 +20,8 @@ namespace pt::schedule {
 int interleaved_zero_bubble_limit(int workers, int chunks) { return std::max(chunks, (chunks + 1) * workers - 1); }
 
 Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int chunks) {
-  if (chunks < 1) throw UsageError(str("--chunks: must be >= 1, got ", chunks));
-  const int stages = plan.num_stages();
-  if (stages % chunks != 0)
-    throw ConfigError(str("interleaved-zb: the plan has ", stages, " stages, not a multiple of --chunks ", chunks,
-                          " (it needs workers x chunks stages)"));
-  for (int st = 0; st < stages; ++st)
-    if (plan.stages[st].replicas != 1)
-      throw ConfigError(str("interleaved-zb: stage ", st, " has ", plan.stages[st].replicas,
-                            " replicas; interleaving needs single-replica stages"));
-  const int p = stages / chunks;
-  plan::Plan placed = plan;
-  placed.workers = p;
-  for (int st = 0; st < stages; ++st) placed.stages[st].workers = {st % p};
-  Schedule s = detail::skeleton(placed, "interleaved-zb", microbatches, 1);
-  s.chunks = chunks;
+  Schedule s = detail::looped_skeleton(plan, "interleaved-zb", microbatches, chunks);
+  const int stages = s.num_stages, p = s.num_workers();
   s.split_backward.assign(stages, true);
   detail::ChunkBudget b;
   b.adds.assign(stages, 1.0);

@@ -107,10 +107,16 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   expect_rejected(kTrain + "--schedule interleaved --stages 1 --chunks 2", 0, {"steps 1,"});
   expect_rejected(kTrain + "--plan " + plan2 + " --workers 2", 2, {"--plan and --workers"});
   expect_rejected(kTrain + "--stages 2 --workers 2", 2, {"--stages and --workers"});
+  // Every rule of train's table (kFlagRules), each refused before anything runs.
+  expect_rejected(kTrain + "--plan " + plan2 + " --stages 2", 2, {"--plan and --stages: give one of them"});
+  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --schedule-file " + plan2, 2,
+                  {"--schedule and --schedule-file: give one of them"});
+  expect_rejected(kTrain + "--stages 2 --overwrite", 2, {"--overwrite: give --checkpoint-dir D"});
+  expect_rejected(kTrain + "--stages 2 --resume", 2, {"--resume: give --checkpoint-dir D"});
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --vertical-sync", 2, {"--vertical-sync", "1f1b"});
   expect_rejected(kTrain + "--plan " + plan2 + " --schedule dp", 2, {"--schedule dp", "the plan has 2 stages"});
   // A hierarchical all-reduce needs to know which workers share a server, and enough of them.
-  expect_rejected(kTrain + "--stages 2 --allreduce hierarchical", 2, {"--allreduce hierarchical needs --cluster FILE"});
+  expect_rejected(kTrain + "--stages 2 --allreduce hierarchical", 2, {"--allreduce: give --cluster FILE"});
   std::string one = write("one_worker.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 1, "bandwidth_gbps": 10}]})");
   expect_rejected(kTrain + "--plan " + plan2 + " --cluster " + one, 1, {one, "has 1 workers but", "uses 2"});
   expect_rejected(kTrain + "--stages 2 --cluster " + one + " --allreduce tree", 2, {"--allreduce", "tree"});  // CLI11

@@ -18,7 +18,7 @@
 #include "../runtime/pipeline_test_util.h"
 #include "core/json_doc.h"
 #include "pt_paths.h"
-#include "runtime/job_store.h"
+#include "runtime/job_secret.h"
 #include "runtime/launcher.h"
 
 namespace pt::runtime {

@@ -20,7 +20,7 @@
 #include "model/compute_threads.h"
 #include "pipeline_test_util.h"
 #include "runtime/gloo_job.h"
-#include "runtime/job_store.h"
+#include "runtime/job_secret.h"
 #include "runtime/launcher.h"
 
 namespace pt::runtime {
@@ -46,6 +46,7 @@ PipelineOptions options_for(const std::string& kind, int microbatches, int64_t s
   o.schedule = base_kind(kind) == "dp4" ? "dp" : base_kind(kind);
   if (kind.find("+hierarchical") != std::string::npos) o.cluster = two_by_two_hierarchical();
   o.microbatches = microbatches;
+  if (base_kind(kind) == "interleaved-zb") o.chunks = 2;
   o.train.steps = steps;
   o.train.batch_size = 32;
   o.train.sgd = {0.05, 0.9, 1e-4};
@@ -63,8 +64,8 @@ plan::Plan plan_for(const std::string& kind) {
   std::string base = base_kind(kind);
   plan::Plan p = base == "dp"    ? replicated_plan(*m, 2)
                  : base == "dp4" ? replicated_plan(*m, 4)
-                 : base == "zb-v" || base == "dualpipev"
-                     ? plan::even_split(unit_profile(*m), 4)  // 2 workers, a chunk pair each
+                 : base == "zb-v" || base == "dualpipev" || base == "interleaved-zb"
+                     ? plan::even_split(unit_profile(*m), 4)  // 2 workers, two chunks each
                                   : plan::even_split(unit_profile(*m), 2);
   for (auto& st : p.stages) st.recompute = kind.find("+recompute") != std::string::npos;
   return p;
@@ -160,7 +161,8 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   auto data = small_data();
   fs::path dir = fs::temp_directory_path() / ("pt_gloo_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical", "zb-v", "dualpipev"}) {
+  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical", "zb-v", "dualpipev",
+                                   "interleaved-zb"}) {
     SCOPED_TRACE(kind);
     plan::Plan plan = plan_for(kind);
     auto o = options_for(kind, 4, 3);
