@@ -13,7 +13,9 @@
 #include "apps/command.h"
 #include "apps/flag_digest.h"
 #include "apps/torch/model_flags.h"
-#include "apps/torch/run_prediction.h"
+#include "apps/torch/train_flags.h"
+#include "apps/torch/train_plan.h"
+#include "apps/torch/train_report.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/planner.h"
@@ -32,24 +34,6 @@
 
 namespace pt::app {
 namespace {
-
-struct TrainFlags {
-  ModelFlags model;
-  runtime::PipelineOptions pipe;
-  std::string plan_path, profile_path, trace_path, transport = "threads";
-  std::string cluster_path, allreduce;  // --cluster, --allreduce
-  std::string schedule_file;            // --schedule-file
-  int stages = 0, workers = 0;
-  double bucket_mb = 25;  // PyTorch DDP's default bucket
-  CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
-  CLI::Option* steps_flag = nullptr;
-  CLI::Option* schedule_flag = nullptr;  // given flags override the plan's settings
-  CLI::Option* microbatches_flag = nullptr;
-  CLI::Option* chunks_flag = nullptr;
-  bool recompute = false;
-  int deferred_step = -1;  // --deferred-step 1, --no-deferred-step 0, else the plan's
-  bool print_job = false;  // --print-job
-};
 
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
@@ -83,156 +67,6 @@ void check_flag_rules(const CLI::App& app) {
     if (!given(r.flag) || given(r.other) == r.needs) continue;  // needs and has, or excludes and has not
     throw UsageError(r.needs ? str(r.flag, ": ", r.why) : str(r.flag, " and ", r.other, ": ", r.why));
   }
-}
-
-// The plan says how to run it (a planner's joint choice, or the user's): its schedule,
-// microbatches, chunks and deferred step, unless the flags say otherwise; --recompute recomputes
-// every stage.
-void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
-  if (!plan.schedule.empty()) {
-    const auto& kinds = schedule::schedule_kinds();
-    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end()) {
-      std::string known;
-      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
-      throw ConfigError(str(source, ": field 'schedule' is '", plan.schedule, "', not one of ", known));
-    }
-    if (f.schedule_flag->count() == 0 && f.schedule_file.empty()) f.pipe.schedule = plan.schedule;
-  }
-  if (plan.microbatches > 0 && f.microbatches_flag->count() == 0) f.pipe.microbatches = plan.microbatches;
-  if (plan.chunks > 0 && f.chunks_flag->count() == 0) f.pipe.chunks = plan.chunks;
-  if (f.recompute)
-    for (auto& st : plan.stages) st.recompute = true;
-  if (f.deferred_step >= 0) plan.deferred_step = f.deferred_step == 1;
-  if (f.deferred_step == 1 && f.pipe.schedule != "pipedream")
-    throw UsageError(str("--deferred-step: only the pipedream schedule defers a step, not ", f.pipe.schedule));
-}
-
-// Every figure of an emulated run carries its label (docs/emulation.md). A run whose loss ended
-// NaN or infinite trained nothing usable: it fails (after printing), not exit 0.
-void print_result(const runtime::TrainResult& r, const std::string& label) {
-  if (!label.empty()) std::cout << "[" << label << "] ";
-  std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, final loss " << r.final_loss << " (mean of the last " << std::min<int64_t>(50, r.steps)
-            << " steps)\n";
-  if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
-  if (!r.peak_memory_bytes.empty()) {
-    std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (measured):";
-    for (size_t w = 0; w < r.peak_memory_bytes.size(); ++w)
-      std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(r.peak_memory_bytes[w]));
-    std::cout << "\n";
-  }
-  if (r.steps > 0 && !std::isfinite(r.final_loss))
-    throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
-                             "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more "
-                             "--warmup-steps"));
-}
-
-// The measured-vs-predicted line. With --profile on the threads transport, or with emulated
-// compute: the simulator's figure for this very run on this machine or its --cluster
-// (run_prediction.h). Otherwise the plan's own
-// prediction, in ms per minibatch of the profile's batch size (emulated compute waits the
-// profile's times x S), for the schedule and cluster it was made for.
-void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, const TrainFlags& f,
-                      const std::string& label) {
-  if (r.steps <= 0) return;
-  std::string prefix = label.empty() ? "" : "[" + label + "] ";
-  auto rate = [&](double ms) { return static_cast<int64_t>(f.pipe.train.batch_size * 1000.0 / ms); };
-  if (!f.profile_path.empty() && (f.transport == "threads" || f.model.emulated())) {
-    profile::Profile prof = profile::read_any_profile(f.profile_path);
-    RunPrediction p = f.model.emulated()
-                          ? predict_emulated_run(plan, f.pipe, prof, f.model.emulation.time_scale)
-                          : predict_threads_run(plan, f.pipe, prof, static_cast<int>(std::thread::hardware_concurrency()));
-    std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
-              << rate(p.ms()) << " samples/s for this run (" << p.describe(f.pipe, plan) << "; ratio "
-              << r.samples_per_s / (f.pipe.train.batch_size * 1000.0 / p.ms()) << ")\n";
-    return;
-  }
-  if (plan.pipeline_ms_per_minibatch <= 0) return;
-  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : f.pipe.train.batch_size;
-  double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
-  double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
-  std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
-  // The planner predicts (and its referee simulates) the schedule it names; another one runs
-  // the same stages with other bubbles.
-  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != f.pipe.schedule)
-    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << f.pipe.schedule;
-  std::cout << " (ratio " << r.samples_per_s / predicted;
-  if (label.empty())
-    std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
-              << " cores; --profile P predicts this run";
-  std::cout << ")\n";
-}
-
-// The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
-// profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale.
-void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label) {
-  if (f.profile_path.empty()) return;
-  profile::Profile prof = profile::read_any_profile(f.profile_path);
-  double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
-  prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
-  schedule::MemoryOptions mo;
-  mo.momentum = f.pipe.train.sgd.momentum != 0;
-  if (f.transport == "threads") mo.receives_ahead = mo.sends_ahead = 0;  // a received tensor is the sender's
-  auto memory = schedule::memory_per_worker(runtime::schedule_for(plan, f.pipe, 0), prof, mo);  // 0: a steady state
-  std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (modelled):";
-  for (size_t w = 0; w < memory.size(); ++w)
-    std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(memory[w].total()) * scale);
-  std::cout << "\n";
-}
-
-// --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the
-// runtime runs its one minibatch again and again, so it must flush.
-void use_schedule_file(TrainFlags& f, const plan::Plan& plan) {
-  schedule::Schedule file = schedule::read_schedule_file(f.schedule_file);
-  if (!file.flush)
-    throw UsageError(str("--schedule-file ", f.schedule_file, ": its schedule (", file.kind, ") does not flush; train "
-                         "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));
-  auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(file), plan, f.schedule_file));
-  f.pipe.microbatches = s->microbatches;
-  f.pipe.chunks = s->chunks;
-  f.pipe.schedule_file = s;
-}
-
-// The plan to run: --plan FILE, an even split into --stages N by the profile, (dp) one stage
-// replicated over --workers, or a JSON --schedule-file's stages.
-plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSplit& data) {
-  if (!f.schedule_file.empty() && f.plan_path.empty() && f.stages == 0)
-    return schedule::plan_of_schedule_file(schedule::read_schedule_file(f.schedule_file), f.schedule_file,
-                                           "--plan P or --stages N");
-  if (!f.plan_path.empty()) {
-    return plan::read_plan(f.plan_path);
-  }
-  if (f.pipe.schedule == "dp" || (f.workers == 1 && f.stages == 0)) {
-    return plan::data_parallel_plan(m.num_layers(), f.workers > 0 ? f.workers : 2);
-  }
-  int stages = f.stages > 0 ? f.stages : 2;
-  if (schedule::is_interleaved(f.pipe.schedule)) {
-    // Checked before it multiplies --stages, so that the error names --chunks.
-    if (f.pipe.chunks < 1 || f.pipe.chunks > schedule::kMaxChunks)
-      throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", f.pipe.chunks));
-    if (stages * f.pipe.chunks > m.num_layers())
-      throw UsageError(str("--stages ", stages, " x --chunks ", f.pipe.chunks, " = ", stages * f.pipe.chunks,
-                           " model chunks, but ", m.name(), " has ", m.num_layers(), " layers"));
-    stages *= f.pipe.chunks;
-  }
-  if (schedule::is_v_schedule(f.pipe.schedule)) {  // two chunks per worker, in a V
-    if (2 * stages > m.num_layers())
-      throw UsageError(str("--stages ", stages, " with --schedule ", f.pipe.schedule, " = ", 2 * stages,
-                           " model chunks (two per worker), but ", m.name(), " has ", m.num_layers(), " layers"));
-    stages *= 2;
-  }
-  profile::Profile prof;
-  if (!f.profile_path.empty()) {
-    prof = profile::read_any_profile(f.profile_path);
-  } else {  // measure one here: a few forward/backward passes per layer
-    prof = profile::measure_profile(m, data.train.first_inputs(f.pipe.train.batch_size),
-                                    {1, 3});
-  }
-  if (prof.num_layers() != m.num_layers())
-    throw ConfigError(str("--profile: ", f.profile_path, " has ", prof.num_layers(), " layers but ", m.name(), " has ",
-                          m.num_layers()));
-  return plan::even_split(prof, stages);
 }
 
 // Emulated compute: the profile fixes the batch size (unless given), the synthetic data covers

@@ -1,0 +1,81 @@
+#include "apps/torch/train_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "apps/torch/run_prediction.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "profile/pipedream_graph.h"
+#include "schedule/memory.h"
+
+namespace pt::app {
+
+void print_result(const runtime::TrainResult& r, const std::string& label) {
+  if (!label.empty()) std::cout << "[" << label << "] ";
+  std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
+            << " samples/s, final loss " << r.final_loss << " (mean of the last " << std::min<int64_t>(50, r.steps)
+            << " steps)\n";
+  if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
+  if (!r.peak_memory_bytes.empty()) {
+    std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (measured):";
+    for (size_t w = 0; w < r.peak_memory_bytes.size(); ++w)
+      std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(r.peak_memory_bytes[w]));
+    std::cout << "\n";
+  }
+  if (r.steps > 0 && !std::isfinite(r.final_loss))
+    throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
+                             "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more "
+                             "--warmup-steps"));
+}
+
+void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, const TrainFlags& f,
+                      const std::string& label) {
+  if (r.steps <= 0) return;
+  std::string prefix = label.empty() ? "" : "[" + label + "] ";
+  auto rate = [&](double ms) { return static_cast<int64_t>(f.pipe.train.batch_size * 1000.0 / ms); };
+  if (!f.profile_path.empty() && (f.transport == "threads" || f.model.emulated())) {
+    profile::Profile prof = profile::read_any_profile(f.profile_path);
+    RunPrediction p = f.model.emulated()
+                          ? predict_emulated_run(plan, f.pipe, prof, f.model.emulation.time_scale)
+                          : predict_threads_run(plan, f.pipe, prof, static_cast<int>(std::thread::hardware_concurrency()));
+    std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
+              << rate(p.ms()) << " samples/s for this run (" << p.describe(f.pipe, plan) << "; ratio "
+              << r.samples_per_s / (f.pipe.train.batch_size * 1000.0 / p.ms()) << ")\n";
+    return;
+  }
+  if (plan.pipeline_ms_per_minibatch <= 0) return;
+  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : f.pipe.train.batch_size;
+  double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
+  double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
+  std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
+            << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
+  // The planner predicts (and its referee simulates) the schedule it names; another one runs
+  // the same stages with other bubbles.
+  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != f.pipe.schedule)
+    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << f.pipe.schedule;
+  std::cout << " (ratio " << r.samples_per_s / predicted;
+  if (label.empty())
+    std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
+              << " cores; --profile P predicts this run";
+  std::cout << ")\n";
+}
+
+void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label) {
+  if (f.profile_path.empty()) return;
+  profile::Profile prof = profile::read_any_profile(f.profile_path);
+  double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
+  prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
+  schedule::MemoryOptions mo;
+  mo.momentum = f.pipe.train.sgd.momentum != 0;
+  if (f.transport == "threads") mo.receives_ahead = mo.sends_ahead = 0;  // a received tensor is the sender's
+  auto memory = schedule::memory_per_worker(runtime::schedule_for(plan, f.pipe, 0), prof, mo);  // 0: a steady state
+  std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (modelled):";
+  for (size_t w = 0; w < memory.size(); ++w)
+    std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(memory[w].total()) * scale);
+  std::cout << "\n";
+}
+
+}  // namespace pt::app

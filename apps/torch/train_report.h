@@ -1,0 +1,28 @@
+#pragma once
+// `pipetrain train`'s report of a run: its result, its throughput beside the simulator's or the
+// plan's prediction, and the memory model's figure beside the measured one.
+#include <string>
+
+#include "apps/torch/train_flags.h"
+#include "plan/plan.h"
+#include "runtime/trainer.h"
+
+namespace pt::app {
+
+// Every figure of an emulated run carries its label (docs/emulation.md). A run whose loss ended
+// NaN or infinite trained nothing usable: it fails (after printing), not exit 0.
+void print_result(const runtime::TrainResult& r, const std::string& label);
+
+// The measured-vs-predicted line. With --profile on the threads transport, or with emulated
+// compute: the simulator's figure for this very run on this machine or its --cluster
+// (run_prediction.h). Otherwise the plan's own
+// prediction, in ms per minibatch of the profile's batch size (emulated compute waits the
+// profile's times x S), for the schedule and cluster it was made for.
+void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, const TrainFlags& f,
+                      const std::string& label);
+
+// The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
+// profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale.
+void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label);
+
+}  // namespace pt::app
