@@ -92,13 +92,20 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
           if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
           if (wanted("zb-h1"))
             for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
-          // The V schedules: two chunks per worker, 2d stages of the even split in a V.
-          if (2 * d <= layers)
-            for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
-              if (wanted(kind))
-                for (int m : per_copy(1))
-                  if (m >= 2 * d || kind != std::string("dualpipev"))  // dualpipev: 2 x workers or more
-                    out.push_back({kind, plan::even_split(p, 2 * d), m, 1, B});
+          // The V schedules, two chunks per worker in a V: the even split into 2d chunks, and the
+          // V split where it differs (planner.h: the simulator tells which runs faster).
+          std::vector<plan::Plan> v_splits;
+          if (2 * d <= layers) {
+            v_splits = {plan::even_split(p, 2 * d), plan::v_split(p, d)};
+            bool same = true;
+            for (int c = 0; c < 2 * d; ++c) same = same && v_splits[0].stages[c].layers == v_splits[1].stages[c].layers;
+            if (same) v_splits.pop_back();
+          }
+          for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
+            if (wanted(kind))
+              for (int m : per_copy(1))
+                if (m >= 2 * d || kind != std::string("dualpipev"))  // dualpipev: 2 x workers or more
+                  for (const plan::Plan& v : v_splits) out.push_back({kind, v, m, 1, B});
         }
       }
     }

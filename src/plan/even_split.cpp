@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "plan/planner.h"
@@ -45,6 +46,56 @@ Plan even_split(const profile::Profile& profile, int stages) {
   assign_workers(p);
   p.pipeline_ms_per_minibatch = best[stages][n];
   p.data_parallel_ms_per_minibatch = prefix[n];
+  return p;
+}
+
+Plan v_split(const profile::Profile& profile, int workers) {
+  const int chunks = 2 * workers, n = profile.num_layers();
+  Plan p = even_split(profile, chunks);  // checks the counts; its layers are replaced below
+  if (workers < 2) return p;
+  std::vector<double> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + profile.layers[i].forward_ms + profile.layers[i].backward_ms;
+  // Start from cuts at equal shares of the time (each chunk at least one layer): unlike the even
+  // split, which lowers the largest chunk first, this spreads the heavier and lighter chunks
+  // along the V, and the search below keeps them spread.
+  std::vector<int> cut(chunks + 1, 0);
+  cut[chunks] = n;
+  for (int c = 1; c < chunks; ++c) {
+    double share = prefix[n] * c / chunks;
+    int at = static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), share) - prefix.begin());
+    if (at > 0 && share - prefix[at - 1] < prefix[at] - share) --at;  // the nearer cut
+    cut[c] = std::clamp(at, cut[c - 1] + 1, n - (chunks - c));
+  }
+  auto score = [&](const std::vector<int>& b) {
+    double most = 0, squares = 0;
+    for (int w = 0; w < workers; ++w) {
+      int far = chunks - 1 - w;
+      double t = prefix[b[w + 1]] - prefix[b[w]] + prefix[b[far + 1]] - prefix[b[far]];
+      most = std::max(most, t), squares += t * t;
+    }
+    return std::make_pair(most, squares);
+  };
+  // Each move lowers the score strictly, so the search ends; a layer per move bounds it too.
+  auto best = score(cut);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int c = 1; c < chunks; ++c)
+      for (int d : {-1, 1}) {
+        std::vector<int> next = cut;
+        next[c] += d;
+        if (next[c] <= next[c - 1] || next[c] >= next[c + 1]) continue;
+        auto s = score(next);
+        if (s.first < best.first - 1e-9 || (s.first <= best.first + 1e-9 && s.second < best.second * (1 - 1e-12))) {
+          best = s, cut = next, moved = true;
+        }
+      }
+  }
+  for (int c = 0; c < chunks; ++c) {
+    p.stages[c].layers.clear();
+    for (int l = cut[c]; l < cut[c + 1]; ++l) p.stages[c].layers.push_back(l);
+    p.stages[c].compute_ms = prefix[cut[c + 1]] - prefix[cut[c]];
+  }
+  p.pipeline_ms_per_minibatch = best.first;  // the busiest worker's pair
   return p;
 }
 

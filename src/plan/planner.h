@@ -69,5 +69,12 @@ std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& prof
 // Contiguous split of the layers (topological order) into `stages` single-replica stages
 // balancing forward+backward time (minimises the largest stage). Used by `--stages N`.
 Plan even_split(const profile::Profile& profile, int stages);
+// A split for the V schedules (zb-v, v-half, v-min, dualpipev), beside the even one: 2 x
+// `workers` contiguous chunks, worker w holding chunk w and chunk 2 workers - 1 - w. From cuts at
+// equal shares of the time, chunk boundaries move a layer at a time while that lowers the busiest
+// worker's pair (then the sum of the squares of every worker's). Which of the two runs faster
+// depends on where the heavier chunks fall along the V, which only the simulator tells: the joint
+// planner tries both.
+Plan v_split(const profile::Profile& profile, int workers);
 
 }  // namespace pt::plan

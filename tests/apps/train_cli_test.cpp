@@ -257,7 +257,8 @@ TEST(TrainCli, SecondRunIntoAFolderInUseIsRefused) {
   std::vector<std::string> common = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "32",
                                      "--stages", "2", "--schedule", "1f1b", "--quiet", "--checkpoint-dir", ck};
   std::vector<std::string> first = common;
-  first.insert(first.end(), {"--steps", "200", "--checkpoint-every", "2", "--transport", "gloo"});
+  // Long enough to be running when the second starts (about 0.3 s a step with its checkpoints).
+  first.insert(first.end(), {"--steps", "60", "--checkpoint-every", "2", "--transport", "gloo"});
   pid_t a = start(first, tmp.path / "first.log");
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (newest_checkpoint(ck).empty() && Clock::now() < deadline)
@@ -271,7 +272,7 @@ TEST(TrainCli, SecondRunIntoAFolderInUseIsRefused) {
   int status = 0;
   ::waitpid(a, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(tmp.path / "first.log");
-  EXPECT_EQ(read_verified_manifest(newest_checkpoint(ck)).step, 200);
+  EXPECT_EQ(read_verified_manifest(newest_checkpoint(ck)).step, 60);
 }
 
 TEST(TrainCli, CheckpointFlagErrors) {

@@ -154,7 +154,9 @@ TEST(CostEngine, SmallerClustersKeepTheLinksOfTheWorkersTheyHold) {
   Cluster c = four_by_four(), s = smaller_clusters(c)[1];
   for (int a = 0; a < s.workers(); ++a)
     for (int b = 0; b < s.workers(); ++b)
-      if (a != b) EXPECT_EQ(c.transfer_ms(c.level_between(a, b), 1e6), s.transfer_ms(s.level_between(a, b), 1e6));
+      if (a != b) {
+        EXPECT_EQ(c.transfer_ms(c.level_between(a, b), 1e6), s.transfer_ms(s.level_between(a, b), 1e6));
+      }
 }
 
 }  // namespace

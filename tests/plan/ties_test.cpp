@@ -81,8 +81,9 @@ TEST(Ties, EveryPlanKeepsATieGroupInOneStage) {
           }
           // Without the tie the same search splits the chain (so the check above can fail).
           p.ties.clear();
-          if (tie == std::vector<int>{0, layers - 1} && workers == 2 && cm == CostModel::kPipedream)
+          if (tie == std::vector<int>{0, layers - 1} && workers == 2 && cm == CostModel::kPipedream) {
             EXPECT_GT(make_plan(p, Cluster::flat(workers, 1000), o).num_stages(), 1);
+          }
         }
       }
 }

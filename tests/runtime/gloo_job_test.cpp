@@ -22,6 +22,7 @@
 #include "runtime/gloo_job.h"
 #include "runtime/job_secret.h"
 #include "runtime/launcher.h"
+#include "schedule/generators.h"
 
 namespace pt::runtime {
 namespace {
@@ -64,7 +65,7 @@ plan::Plan plan_for(const std::string& kind) {
   std::string base = base_kind(kind);
   plan::Plan p = base == "dp"    ? replicated_plan(*m, 2)
                  : base == "dp4" ? replicated_plan(*m, 4)
-                 : base == "zb-v" || base == "dualpipev" || base == "interleaved-zb"
+                 : schedule::is_v_schedule(base) || base == "interleaved-zb"
                      ? plan::even_split(unit_profile(*m), 4)  // 2 workers, two chunks each
                                   : plan::even_split(unit_profile(*m), 2);
   for (auto& st : p.stages) st.recompute = kind.find("+recompute") != std::string::npos;
@@ -161,8 +162,8 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   auto data = small_data();
   fs::path dir = fs::temp_directory_path() / ("pt_gloo_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical", "zb-v", "dualpipev",
-                                   "interleaved-zb"}) {
+  for (const std::string kind : {"1f1b", "gpipe", "dp", "1f1b+recompute", "dp4+hierarchical", "zb-v", "v-half",
+                                   "v-min", "dualpipev", "interleaved-zb"}) {
     SCOPED_TRACE(kind);
     plan::Plan plan = plan_for(kind);
     auto o = options_for(kind, 4, 3);
@@ -235,6 +236,8 @@ void expect_worker0_ends(bool stop) {
   ::setenv("PT_GLOO_TEST_MODE", "long", 1);
   ::setenv("PT_GLOO_TEST_KIND", "1f1b", 1);
   fs::path metrics = dir / "metrics.csv";  // written by worker 1, which reports
+  // While a run goes on its rows are in metrics.csv.partial (moved into place at the end).
+  fs::path rows = dir / "metrics.csv.partial";
   ::setenv("PT_GLOO_TEST_METRICS", metrics.c_str(), 1);
   auto pids = spawn_workers(2, dir);
   ::unsetenv("PT_GLOO_TEST_MODE");
@@ -242,12 +245,13 @@ void expect_worker0_ends(bool stop) {
   // Lose worker 1 once training is under way (a few steps reported), not during start-up.
   auto started = std::chrono::steady_clock::now();
   auto lines = [&] {
-    std::string text = read_file(metrics);
+    std::string text = read_file(rows);
     return std::count(text.begin(), text.end(), '\n');
   };
   while (lines() < 5 &&
          std::chrono::steady_clock::now() - started < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(lines(), 5) << "no steps reported in 60 s (" << rows << ")";
   ASSERT_EQ(::waitpid(pids[1], nullptr, WNOHANG), 0) << "worker 1 ended before it was lost";
   ::kill(pids[1], stop ? SIGSTOP : SIGKILL);
   auto lost = std::chrono::steady_clock::now();

@@ -63,6 +63,51 @@ TEST(DualPipeV, ValidForEveryShapeAndRefusesTooFewMicrobatches) {
   EXPECT_THROW(make_schedule("dualpipev", straight_plan(8), {7}), ConfigError);  // 4 workers need 8
 }
 
+// The busiest worker's pair of chunks under the V placement.
+double busiest_pair(const plan::Plan& plan, const profile::Profile& prof) {
+  int chunks = plan.num_stages();
+  std::vector<double> t(chunks, 0);
+  for (int c = 0; c < chunks; ++c)
+    for (int l : plan.stages[c].layers) t[c] += prof.layers[l].forward_ms + prof.layers[l].backward_ms;
+  double most = 0;
+  for (int w = 0; w < chunks / 2; ++w) most = std::max(most, t[w] + t[chunks - 1 - w]);
+  return most;
+}
+
+TEST(VSplit, BalancesEachWorkersPairNotEachChunk) {
+  profile::Profile gpt = profile::read_profile_json(std::string(PT_SOURCE_DIR) + "/data/profiles/gpt-2048.json");
+  for (int workers : {2, 4, 8, 12}) {
+    SCOPED_TRACE("workers=" + std::to_string(workers));
+    plan::Plan v = plan::v_split(gpt, workers), even = plan::even_split(gpt, 2 * workers);
+    ASSERT_EQ(v.num_stages(), 2 * workers);
+    int next = 0;  // contiguous chunks covering every layer in order
+    for (const auto& st : v.stages) {
+      ASSERT_FALSE(st.layers.empty());
+      for (int l : st.layers) EXPECT_EQ(l, next++);
+    }
+    EXPECT_EQ(next, gpt.num_layers());
+    EXPECT_LE(busiest_pair(v, gpt), busiest_pair(even, gpt) + 1e-9);
+  }
+  // Identical layers: the even split's chunks.
+  profile::Profile same = testing::uniform_profile(32, 10, 20, 8 << 20, 4 << 20, 16);
+  for (int workers : {2, 4, 8}) {
+    plan::Plan v = plan::v_split(same, workers), even = plan::even_split(same, 2 * workers);
+    for (int c = 0; c < 2 * workers; ++c) EXPECT_EQ(v.stages[c].layers, even.stages[c].layers);
+  }
+  // gpt-2048 on 8 workers: the V split spreads the one- and two-block chunks along the V, where
+  // the even split puts the one-block chunks in its first half; v-half then runs faster than
+  // 1F1B (the joint planner tries both splits and the simulator chooses).
+  auto ms = [&](const std::string& kind, const plan::Plan& plan) {
+    ScheduleOptions o{16};
+    if (takes_activation_budget(kind)) o.activation_budget = activation_budget_from_profile(kind, plan, gpt);
+    return metrics::compute_metrics(sim::simulate(make_schedule(kind, plan, o), gpt, plan::Cluster::flat(8, 100)))
+        .ms_per_minibatch;
+  };
+  double one_f_one_b = ms("1f1b", plan::even_split(gpt, 8)), v_half = ms("v-half", plan::v_split(gpt, 8));
+  EXPECT_LT(v_half, one_f_one_b) << "v-half on the V split " << v_half << " ms, 1f1b " << one_f_one_b;
+  EXPECT_LT(v_half, ms("v-half", plan::even_split(gpt, 16)));
+}
+
 struct Outcome {
   double ms = 0;
   int64_t peak_activations = 0;  // the largest of any worker's modelled activation bytes
