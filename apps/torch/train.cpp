@@ -139,9 +139,14 @@ int run_train(TrainFlags& f) {
   follow_plan(f, plan, plan_source);
   if (!f.schedule_file.empty()) use_schedule_file(f, plan);
   // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
-  if (schedule::takes_activation_budget(f.pipe.schedule) && f.schedule_file.empty() && !f.profile_path.empty())
-    f.pipe.activation_budget =
-        schedule::activation_budget_from_profile(f.pipe.schedule, plan, profile::read_any_profile(f.profile_path));
+  if (schedule::takes_activation_budget(f.pipe.schedule) && f.schedule_file.empty()) {
+    if (!f.profile_path.empty())
+      f.pipe.activation_budget =
+          schedule::activation_budget_from_profile(f.pipe.schedule, plan, profile::read_any_profile(f.profile_path));
+    else if (!f.plan_path.empty())  // a planner's plan was simulated with the weighed order
+      std::cerr << "note: " << f.pipe.schedule << " without --profile counts microbatches for its memory budget; "
+                << "`plan` and `simulate` weigh them by the profile's bytes (give the profile for their order)\n";
+  }
   if (plan.batch_size > 0 && plan.batch_size != f.pipe.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (f.batch_size_flag->count() == 0) f.pipe.train.batch_size = plan.batch_size;

@@ -22,7 +22,6 @@ namespace pt::schedule {
 struct ActivationBudget {
   std::vector<double> stage_held;  // [stage]
   double per_worker = 0;
-  bool operator==(const ActivationBudget& o) const { return stage_held == o.stage_held && per_worker == o.per_worker; }
 };
 
 struct ScheduleOptions {
