@@ -1,6 +1,7 @@
 #include "apps/joint_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -208,9 +209,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.simulated = metrics::compute_metrics(sim::simulate(s, prof, cluster, {po.bucket_bytes}));
         c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(t.batch);
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
-        c.objective_ms_per_sample = c.ms_per_sample *
-                                    (o.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0) *
-                                    idle_workers_factor(t.plan, cluster);
+        c.objective_ms_per_sample =
+            c.ms_per_sample * (o.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0);
         c.memory = memory;
         c.peak_memory = peak;
         plan::Plan& p = c.plan;
@@ -233,8 +233,11 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
       }
     }
   }
+  // Nothing is added to a configuration's time; at an equal objective, more workers first.
   std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Configuration& a, const Configuration& b) {
-    return a.objective_ms_per_sample < b.objective_ms_per_sample;
+    double ta = a.objective_ms_per_sample, tb = b.objective_ms_per_sample;
+    if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
+    return a.plan.workers > b.plan.workers;
   });
   // The baseline every plan file records: data parallelism's time per minibatch of B.
   double dp = 0;
@@ -249,7 +252,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     if (i == 0) continue;
     c.why_not = str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1), "% slower",
                     o.objective == "time-to-accuracy" && c.staleness > 0 ? " (staleness weighed)" : "",
-                    c.plan.workers < cluster.workers() ? str(" (on ", c.plan.workers, " workers: weighed)") : "",
+                    c.plan.workers < cluster.workers() ? str(" (on ", c.plan.workers, " workers)") : "",
                     "; bubble ", fixed(100 * c.simulated.bubble_fraction, 0), "%");
   }
   return r;

@@ -3,6 +3,7 @@
 // --json, and writes it with -o.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -35,6 +36,12 @@ bool joint_wanted(const Flags& f) {
   // A memory cap is joint under the pipetrain model; PipeDream's optimizer has its own.
   return f.schedule_flag->count() > 0 || f.microbatches_flag->count() > 0 || f.objective_flag->count() > 0 ||
          (!f.plan.memory.empty() && f.plan.cost_model == "pipetrain");
+}
+
+std::string fixed2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
 }
 
 // The plan to a file, and the table (or JSON) with `extra` below it.
@@ -131,6 +138,9 @@ int run_plan(Flags& f) {
     if (r.ranked.empty()) return print_unsimulated(f, out, r);
     const Candidate& chosen = r.ranked.front();
     out.plan = chosen.plan;
+    // The plan's predicted time is its simulated steady state, the quantity it was ranked by.
+    out.plan.pipeline_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
+    out.plan.data_parallel_ms_per_minibatch = r.data_parallel_ms;
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
@@ -195,16 +205,14 @@ int run_plan(Flags& f) {
     if (out.cluster.allreduce == plan::Cluster::Allreduce::kRing && out.plan.data_parallel_ms_per_minibatch > 0) {
       plan::Cluster hier = out.cluster;
       hier.allreduce = plan::Cluster::Allreduce::kHierarchical;
-      double dp = plan::evaluate_plan(plan::data_parallel_plan(out.profile.num_layers(), hier.workers()), out.profile,
-                                      hier, out.options)
-                      .pipeline_ms_per_minibatch;
-      if (dp < out.plan.data_parallel_ms_per_minibatch * 0.99)
+      double dp = simulate_data_parallel(out.profile, hier, out.options, r.schedule);
+      if (dp > 0 && dp < out.plan.data_parallel_ms_per_minibatch * 0.99)
         out.plan.notes.push_back(str("data parallelism with --allreduce hierarchical (inside each server, then across "
                                      "servers a shard each; train runs it with --cluster FILE --allreduce hierarchical) "
-                                     "takes ", std::round(dp * 1000) / 1000, " ms per minibatch, not ",
+                                     "takes ", std::round(dp * 1000) / 1000, " ms per minibatch in simulation, not ",
                                      std::round(out.plan.data_parallel_ms_per_minibatch * 1000) / 1000,
-                                     ": this plan is ", std::round(dp / chosen.simulated.ms_per_minibatch * 100) / 100,
-                                     "x over it in simulation; --allreduce hierarchical plans for it"));
+                                     ": this plan is ", fixed2(dp / chosen.simulated.ms_per_minibatch),
+                                     "x over it; --allreduce hierarchical plans for it"));
     }
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "

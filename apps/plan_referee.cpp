@@ -21,24 +21,12 @@
 namespace pt::app {
 namespace {
 
-// The referee's local search: rounds, neighbours replayed per round (the exact model's best),
-// and the simulated gain a neighbour needs to take over (below it is noise in the window).
+// The referee's local search: rounds, and neighbours replayed per round (the exact model's best).
 constexpr int kRefineRounds = 6;
 constexpr int kNeighboursReplayed = 8;
-constexpr double kBetterBy = 0.005;
-// The simulated gain a deferred step (plan.h) needs over the same plan without it, to pay for its
-// update of staleness (VGG-16 15-1 on 4x4: 8%; where the ring binds, as 7-1 on flat 8 at 1 Gbit/s,
-// 0.5%).
-constexpr double kDeferredStepGain = 0.03;
-// The simulated gain a plan on fewer workers than the cluster has (planner.h, fewer_workers)
-// needs over the best on all of them: idle workers are the user's to spend, and a gain inside
-// the simulator's own error is no reason to idle them (GNMT-16 on 4x4 at 96/1: 4-4 on 8 workers
-// simulates 0.8% faster than 4-4-4-4 on 16).
-constexpr double kFewerWorkersGain = 0.03;
-// How far a candidate may simulate over its own prediction before `plan --top` says where the
-// simulated time went (the planner's predictions are held to 10% of the simulation for the plan
-// it picks; a losing candidate can be anywhere).
-constexpr double kBeyondPrediction = 0.05;
+// How far a candidate may simulate over the search's estimate before `plan --top` says where the
+// simulated time went (the estimate only proposes candidates; the simulation ranks them).
+constexpr double kBeyondEstimate = 0.05;
 // The longest period (the lcm of the stages' replica counts, in minibatches) a replay covers:
 // the replay runs six or more periods, so a plan of 11, 13 and 17 replicas would need 14,586
 // minibatches. GNMT-16 on 8x32 workers ran out of 24 GB replaying such plans; with the cap it
@@ -74,19 +62,19 @@ std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster) 
   return str("stage ", e.bottleneck, ": ", what);
 }
 
-// Where a candidate simulates well over its own prediction, the closed form's bottleneck does
+// Where a candidate simulates well over the search's estimate, the closed form's bottleneck does
 // not say why it lost (VGG-16 15-1 @conv5_3 on 4x4: "compute 22.50 ms" for a plan simulated at
 // 28.9): say how much of the steady state that stage's workers sat idle in the simulation.
-std::string beyond_prediction(const Candidate& c) {
-  double over = c.simulated.ms_per_minibatch / c.predicted.pipeline_ms_per_minibatch - 1;
-  if (!(over > kBeyondPrediction)) return "";
-  int b = c.predicted.bottleneck;
+std::string beyond_estimate(const Candidate& c) {
+  double over = c.simulated.ms_per_minibatch / c.estimate.pipeline_ms_per_minibatch - 1;
+  if (!(over > kBeyondEstimate)) return "";
+  int b = c.estimate.bottleneck;
   double idle = 0;
   int n = 0;
   for (int w : c.plan.stages[b].workers)
     if (w >= 0 && w < static_cast<int>(c.simulated.workers.size())) idle += c.simulated.workers[w].bubble_fraction, ++n;
   if (n == 0) return "";
-  return str("; simulated ", fixed(100 * over, 1), "% over its prediction: stage ", b, "'s workers idle ",
+  return str("; simulated ", fixed(100 * over, 1), "% over the search's estimate: stage ", b, "'s workers idle ",
              fixed(100 * idle / n, 0), "% of the steady state, waiting for data or an all-reduce");
 }
 
@@ -122,8 +110,24 @@ std::string variant(const plan::Plan& p) {
 
 }  // namespace
 
-double idle_workers_factor(const plan::Plan& plan, const plan::Cluster& cluster) {
-  return plan.workers < cluster.workers() ? 1 + kFewerWorkersGain : 1;
+double simulate_data_parallel(const profile::Profile& profile, const plan::Cluster& cluster,
+                       const plan::PlanOptions& options, const std::string& kind) {
+  plan::Plan dp = plan::data_parallel_plan(profile.num_layers(), cluster.workers());
+  if (replay_period(dp) == 0) return 0;
+  try {
+    if (!plan::evaluate_plan(dp, profile, cluster, options).fits_memory) return 0;
+    schedule::Schedule s = schedule::make_schedule(kind, dp, {});
+    return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})).ms_per_minibatch;
+  } catch (const ConfigError&) {
+    return 0;
+  }
+}
+
+bool ranks_before(const Candidate& a, const Candidate& b) {
+  double ta = a.simulated.ms_per_minibatch, tb = b.simulated.ms_per_minibatch;
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
+  if (a.plan.workers != b.plan.workers) return a.plan.workers > b.plan.workers;
+  return !a.plan.deferred_step && b.plan.deferred_step;
 }
 
 Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
@@ -132,12 +136,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   r.schedule = kind;
   std::string skipped;
   std::set<std::string> seen;
-  // What the referee minimises: the simulated time, a deferred step's raised by the gain it
-  // must buy to pay for its update of staleness, likewise a plan that leaves workers idle.
-  auto score = [&](const Candidate& c) {
-    return c.simulated.ms_per_minibatch * (c.plan.deferred_step ? 1 + kDeferredStepGain : 1) *
-           idle_workers_factor(c.plan, cluster);
-  };
+  // What the referee minimises: the simulated time, nothing added (DESIGN.md).
+  auto score = [](const Candidate& c) { return c.simulated.ms_per_minibatch; };
   // A large cluster's replays take long: a progress line every few seconds, and none after
   // the time limit (the search's best is always replayed).
   auto started = std::chrono::steady_clock::now();
@@ -168,22 +168,22 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       return -1;
     }
     try {
-      plan::PlanEstimate predicted = plan::evaluate_plan(p, profile, cluster, options);
-      Candidate bound{p, predicted, {}, ""};
-      bound.simulated.ms_per_minibatch = plan::physical_limit(p, predicted, profile, cluster).ms();
-      if (score(bound) > best_score) {
+      plan::PlanEstimate estimate = plan::evaluate_plan(p, profile, cluster, options);
+      if (plan::physical_limit(p, estimate, profile, cluster).ms() > best_score) {
         ++r.over_limit;
         return kOverLimit;
       }
       schedule::Schedule s = schedule::make_schedule(kind, p, {});
-      Candidate c{p, std::move(predicted),
+      Candidate c{p, std::move(estimate),
                   metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
-      // The plan's own figures as the exact model gives them for this variant.
-      c.plan.pipeline_ms_per_minibatch = c.predicted.pipeline_ms_per_minibatch;
+      // The plan's time is its steady state; its stages' figures are the cost engine's.
+      c.plan.pipeline_ms_per_minibatch = c.simulated.ms_per_minibatch;
+      c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
+      c.plan.simulated_schedule = kind;
       for (int st = 0; st < c.plan.num_stages(); ++st)
-        c.plan.stages[st].compute_ms = c.predicted.stages[st].compute_ms,
-        c.plan.stages[st].comm_ms = c.predicted.stages[st].comm_ms,
-        c.plan.stages[st].time_ms = c.predicted.stages[st].time_ms;
+        c.plan.stages[st].compute_ms = c.estimate.stages[st].compute_ms,
+        c.plan.stages[st].comm_ms = c.estimate.stages[st].comm_ms,
+        c.plan.stages[st].time_ms = c.estimate.stages[st].time_ms;
       best_score = std::min(best_score, score(c));
       r.ranked.push_back(std::move(c));
       return static_cast<int>(r.ranked.size()) - 1;
@@ -212,11 +212,14 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     for (const auto& v : variants) {
       int c = replay(v);
       if (c == kOverLimit && best == -1) best = kOverLimit;
-      if (c >= 0 && (best < 0 || score(r.ranked[c]) < score(r.ranked[best]))) best = c;
+      if (c >= 0 && (best < 0 || ranks_before(r.ranked[c], r.ranked[best]))) best = c;
     }
     return best;
   };
   for (const auto& p : candidates) replay_both(p);
+  for (const auto& c : r.ranked)
+    if (c.plan.num_stages() == 1 && c.plan.workers == cluster.workers()) r.data_parallel_ms = c.simulated.ms_per_minibatch;
+  if (r.data_parallel_ms == 0) r.data_parallel_ms = simulate_data_parallel(profile, cluster, options, kind);
   // Plans too long to replay are the caller's to rank by prediction (plan.cpp); only when none
   // was even that is there nothing to plan.
   if (r.ranked.empty() && r.unschedulable.empty())
@@ -227,10 +230,9 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // the exact model ranks best are replayed too, and a faster one starts the next round.
   // GNMT-16 on flat 8 at 1 Gbit/s: 1-6-1, two moves from the search's 1-5-1-1, runs 11% faster.
   if (options.cost_model == plan::CostModel::kPipetrain) {
-    auto faster = [&](const Candidate& a, const Candidate& b) { return score(a) < score(b); };
-    plan::Plan best = std::min_element(r.ranked.begin(), r.ranked.end(), faster)->plan;
+    plan::Plan best = std::min_element(r.ranked.begin(), r.ranked.end(), ranks_before)->plan;
     for (int round = 0; round < kRefineRounds; ++round) {
-      double best_ms = score(*std::min_element(r.ranked.begin(), r.ranked.end(), faster));
+      double best_ms = score(*std::min_element(r.ranked.begin(), r.ranked.end(), ranks_before));
       int improved = -1, replayed = 0;
       for (const auto& p : plan::neighbour_plans(best, profile, cluster, options)) {
         if (replayed == kNeighboursReplayed) break;
@@ -239,27 +241,26 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
         if (c < 0) continue;
         ++replayed;
         double ms = score(r.ranked[c]);
-        if (ms < best_ms * (1 - kBetterBy) && (improved < 0 || ms < score(r.ranked[improved]))) improved = c;
+        if (ms < best_ms && (improved < 0 || ms < score(r.ranked[improved]))) improved = c;
       }
       if (improved < 0) break;
       best = r.ranked[improved].plan;
     }
   }
-  std::stable_sort(r.ranked.begin(), r.ranked.end(),
-                   [&](const Candidate& a, const Candidate& b) { return score(a) < score(b); });
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), ranks_before);
   double best = r.ranked.front().simulated.ms_per_minibatch;
   for (size_t i = 1; i < r.ranked.size(); ++i) {
     Candidate& c = r.ranked[i];
     double slower = c.simulated.ms_per_minibatch / best - 1;
-    c.why_not = slower < 0 ? str("gains ", fixed(-100 * slower, 1), "%, under what its deferred step or idle "
-                                 "workers must buy")
-                           : str(fixed(100 * slower, 1), "% slower in simulation; ", limit_of(c.predicted, cluster));
-    if (slower >= 0) c.why_not += beyond_prediction(c);
-    if (c.plan.deferred_step && slower >= 0)
-      c.why_not += str(" (deferred step: ranked ", fixed(100 * kDeferredStepGain, 0), "% slower for its staleness)");
-    if (c.plan.workers < cluster.workers())
-      c.why_not += str(" (on ", c.plan.workers, " of ", cluster.workers(), " workers: ranked ",
-                       fixed(100 * kFewerWorkersGain, 0), "% slower)");
+    if (slower * 1e9 >= 1) {
+      c.why_not = str(fixed(100 * slower, 1), "% slower in simulation; ", limit_of(c.estimate, cluster)) +
+                  beyond_estimate(c);
+    } else {
+      const plan::Plan& first = r.ranked.front().plan;
+      c.why_not = c.plan.workers < first.workers ? "as fast, on fewer workers"
+                  : c.plan.deferred_step && !first.deferred_step ? "as fast, with a deferred step"
+                                                                  : "as fast; an equal plan was found first";
+    }
   }
   return r;
 }
@@ -267,11 +268,10 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
 std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
   std::ostringstream os;
   os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
-     << " schedule (best first: the simulated time, a deferred step's raised " << fixed(100 * kDeferredStepGain, 0)
-     << "% for its staleness, a plan on fewer workers' " << fixed(100 * kFewerWorkersGain, 0) << "%):\n";
+     << " schedule (fastest simulated first; at equal time, more workers and no deferred step first):\n";
   char line[512];
   std::snprintf(line, sizeof line, "%4s  %-30s  %-14s  %12s  %12s  %11s  %s\n", "rank", "shape @ first layers", "variant",
-                "predicted_ms", "simulated_ms", "peak_memory", "why not chosen");
+                "estimate_ms", "simulated_ms", "peak_memory", "why not chosen");
   os << line;
   for (int i = 0; i < std::min<int>(k, static_cast<int>(r.ranked.size())); ++i) {
     const Candidate& c = r.ranked[i];
@@ -281,7 +281,7 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
       shape += (s == 1 ? " @" : ",") + profile.layers[c.plan.stages[s].layers.front()].name;
     if (shape.size() > 30) shape = shape.substr(0, 27) + "...";
     std::snprintf(line, sizeof line, "%4d  %-30s  %-14s  %12s  %12s  %11s  %s\n", i + 1, shape.c_str(),
-                  variant(c.plan).c_str(), fixed(c.predicted.pipeline_ms_per_minibatch, 3).c_str(),
+                  variant(c.plan).c_str(), fixed(c.estimate.pipeline_ms_per_minibatch, 3).c_str(),
                   fixed(c.simulated.ms_per_minibatch, 3).c_str(),
                   human_bytes(static_cast<double>(c.simulated.peak_memory_bytes())).c_str(),
                   i == 0 ? "chosen" : c.why_not.c_str());
@@ -292,7 +292,7 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
 
 std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster) {
   std::ostringstream os;
-  const plan::PlanEstimate& e = c.predicted;
+  const plan::PlanEstimate& e = c.estimate;
   os << "per stage, per minibatch of " << profile.batch_size << " (exact cost model; replicas take minibatches "
      << "round-robin):\n";
   char line[512];

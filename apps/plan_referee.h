@@ -16,25 +16,32 @@ namespace pt::app {
 
 struct Candidate {
   plan::Plan plan;
-  plan::PlanEstimate predicted;   // evaluate_plan
+  plan::PlanEstimate estimate;    // evaluate_plan: the search's closed form, which proposes candidates
   metrics::Metrics simulated;     // steady state under `schedule`
   std::string why_not;            // for every candidate but the chosen one
 };
 
 struct Refereed {
   std::string schedule;            // the schedule the candidates were replayed under
-  // Fastest simulated first (a deferred step counted 3% slower: plan_referee.cpp); ranked[0] is
-  // the choice.
+  // Fastest simulated first (ranks_before); ranked[0] is the choice.
   std::vector<Candidate> ranked;
   int unreplayed = 0;  // plans left out at options.time_limit_s
   int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
   std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
+  // Data parallelism on every worker, replayed like the candidates: the baseline a plan file
+  // records (0 where it does not fit the memory or cannot be replayed).
+  double data_parallel_ms = 0;
 };
 
-// What a plan's simulated time is multiplied by before it is ranked against plans on every
-// worker: 1.03 when it leaves workers idle (a gain inside the simulator's error is no reason to
-// idle them: plan_referee.cpp), else 1. The joint search ranks by it too.
-double idle_workers_factor(const plan::Plan& plan, const plan::Cluster& cluster);
+// Whether replayed plan a ranks before b: the faster in simulation, nothing added to either's
+// time; at equal time the one on more workers, then the one without a deferred step (its weights
+// lag one update less).
+bool ranks_before(const Candidate& a, const Candidate& b);
+
+// Data parallelism on every worker of `cluster` under `kind`, simulated: ms per minibatch, or 0
+// where it does not fit the memory or cannot be replayed.
+double simulate_data_parallel(const profile::Profile& profile, const plan::Cluster& cluster,
+                              const plan::PlanOptions& options, const std::string& kind = "pipedream");
 
 // Simulates each plan under `kind` (default minibatches: a steady state of whole rounds).
 // Throws ConfigError when no candidate can be scheduled.

@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       double chosen_ms = chosen.simulated.ms_per_minibatch;
       std::printf("%-9s %-10s %-30s %10.2f %10.2f %-40s %+7.1f%% %+7.1f%% %7d\n", model.c_str(),
                   (cc.workers + "@" + cc.gbps).c_str(), shape.c_str(), chosen_ms, best.ms, best.what.substr(0, 40).c_str(),
-                  100 * (chosen_ms / best.ms - 1), 100 * (chosen_ms / chosen.predicted.pipeline_ms_per_minibatch - 1),
+                  100 * (chosen_ms / best.ms - 1), 100 * (chosen_ms / chosen.estimate.pipeline_ms_per_minibatch - 1),
                   best.tried);
     }
   }

@@ -1,6 +1,7 @@
 #include "plan/plan_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -76,28 +77,27 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   single = single * per_step + step;
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
   os << "bottleneck: stage " << bottleneck << "\n";
-  os << "predicted ms per minibatch" << (per_step != 1.0 ? str(" of ", plan.batch_size) : std::string()) << ": pipeline "
-     << fixed(pipe) << ", data parallel "
-     << (dp > 0 ? fixed(dp) : std::string("(does not fit)")) << ", one worker " << fixed(single) << "\n";
+  // A refereed plan's prediction is its simulated steady state (DESIGN.md: one timing model);
+  // PipeDream's optimizer's is its own formula.
+  bool simulated = plan.simulated_ms_per_minibatch > 0;
+  os << "predicted ms per minibatch" << (per_step != 1.0 ? str(" of ", plan.batch_size) : std::string())
+     << (simulated ? str(" (the simulator's steady state, ", plan.simulated_schedule, ")") : std::string())
+     << ": pipeline " << fixed(pipe) << ", data parallel " << (dp > 0 ? fixed(dp) : std::string("(does not fit)"))
+     << ", one worker " << fixed(single) << "\n";
   if (pipe > 0) {
     os << "speed-up: " << fixed(single / pipe, 2) << "x over one worker";
     if (dp > 0) os << ", " << fixed(dp / pipe, 2) << "x over data parallelism";
     os << "\n";
   }
-  if (plan.simulated_ms_per_minibatch > 0)
+  if (simulated && std::abs(plan.simulated_ms_per_minibatch / pipe - 1) > 1e-9)
     os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): "
        << fixed(plan.simulated_ms_per_minibatch) << " (" << fixed(100 * (plan.simulated_ms_per_minibatch / pipe - 1), 1)
-       << "% from the prediction); " << fixed(single / plan.simulated_ms_per_minibatch, 2) << "x over one worker"
-       << (dp > 0 ? str(", ", fixed(dp / plan.simulated_ms_per_minibatch, 2), "x over data parallelism") : std::string())
-       << "\n";
+       << "% from the prediction)\n";
   // No plan beats every worker computing all the time: how close this one comes.
   if (pipe > 0 && cluster.workers() > 0) {
     double limit = single / cluster.workers();
     os << "compute limit (one worker's time / " << cluster.workers() << " workers): " << fixed(limit)
-       << " ms per minibatch; the plan reaches " << fixed(100 * limit / pipe, 1) << "% of it predicted";
-    if (plan.simulated_ms_per_minibatch > 0)
-      os << ", " << fixed(100 * limit / plan.simulated_ms_per_minibatch, 1) << "% simulated";
-    os << "\n";
+       << " ms per minibatch; the plan reaches " << fixed(100 * limit / pipe, 1) << "% of it\n";
   }
   // All workers are used, so on slow links the best plan can lose to one worker alone.
   double slowest = std::max(pipe, plan.simulated_ms_per_minibatch);

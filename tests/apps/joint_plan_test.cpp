@@ -61,9 +61,8 @@ void check_cluster(const plan::Cluster& cluster, bool fewer_workers = true) {
         EXPECT_LE(best.peak_memory, cap);
       }
       for (const auto& c : r.ranked) {
-        // Fastest first, a configuration that idles workers weighed as the search weighs it.
-        EXPECT_GE(c.ms_per_sample * idle_workers_factor(c.plan, cluster),
-                  best.ms_per_sample * idle_workers_factor(best.plan, cluster) * (1 - 1e-12));
+        // Fastest first: nothing is added to any configuration's simulated time.
+        EXPECT_GE(c.ms_per_sample, best.ms_per_sample * (1 - 1e-12));
         if (cap > 0) {
           EXPECT_LE(c.peak_memory, cap) << c.plan.schedule << " " << c.plan.shape();
         }
@@ -141,7 +140,7 @@ TEST(JointPlan, SynchronousSchedulesMayIdleWorkersAndTheTableComparesLikeWithLik
   JointResult all = joint_search(prof, cluster, po, o);
   for (const auto& c : all.ranked) {
     EXPECT_EQ(c.plan.workers, 16) << c.plan.shape();
-    EXPECT_GT(c.ms_per_sample, fewer.ms_per_sample * 1.03) << c.plan.shape();
+    EXPECT_GT(c.ms_per_sample, fewer.ms_per_sample) << c.plan.shape();
   }
 
   auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SOURCE_DIR +
@@ -151,7 +150,7 @@ TEST(JointPlan, SynchronousSchedulesMayIdleWorkersAndTheTableComparesLikeWithLik
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("on ([0-9]+) of 16 workers"))) << r.output;
   EXPECT_EQ(std::stoi(m[1]), fewer.plan.workers);
   ASSERT_TRUE(std::regex_search(r.output, m,
-                                std::regex("predicted ms per minibatch of ([0-9]+): pipeline ([0-9.]+), data parallel "
+                                std::regex("predicted ms per minibatch of ([0-9]+) \\(the simulator's steady state, 1f1b\\): pipeline ([0-9.]+), data parallel "
                                            "[^,]+, one worker ([0-9.]+)")))
       << r.output;
   double samples = std::stod(m[1]), one_worker = std::stod(m[3]);
@@ -161,7 +160,7 @@ TEST(JointPlan, SynchronousSchedulesMayIdleWorkersAndTheTableComparesLikeWithLik
   EXPECT_NEAR(one_worker, expected, 1e-3 * one_worker);
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("speed-up: ([0-9.]+)x over one worker"))) << r.output;
   EXPECT_NEAR(std::stod(m[1]), expected / samples / fewer.ms_per_sample, 0.01);
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("the plan reaches ([0-9.]+)% of it predicted"))) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("the plan reaches ([0-9.]+)% of it\n"))) << r.output;
   EXPECT_LT(std::stod(m[1]), 100.0);
   EXPECT_EQ(r.output.find("slower than one worker"), std::string::npos) << r.output;
 }
