@@ -147,7 +147,7 @@ int run_plan(Flags& f) {
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)
-      if (p.pipeline_ms_per_minibatch > 0 && p.pipeline_ms_per_minibatch < chosen.simulated.ms_per_minibatch * 0.98) {
+      if (p.pipeline_ms_per_minibatch > 0 && p.pipeline_ms_per_minibatch < chosen.simulated.ms_per_minibatch) {
         out.plan.notes.push_back(str("not simulated: ", p.shape(), " predicts ", std::round(p.pipeline_ms_per_minibatch * 1000) / 1000,
                                      " ms per minibatch, faster than this plan, but its replica counts repeat only "
                                      "every 240 or more minibatches, too long to replay; this plan is the fastest "
@@ -206,7 +206,7 @@ int run_plan(Flags& f) {
       plan::Cluster hier = out.cluster;
       hier.allreduce = plan::Cluster::Allreduce::kHierarchical;
       double dp = simulate_data_parallel(out.profile, hier, out.options, r.schedule);
-      if (dp > 0 && dp < out.plan.data_parallel_ms_per_minibatch * 0.99)
+      if (dp > 0 && dp < out.plan.data_parallel_ms_per_minibatch)
         out.plan.notes.push_back(str("data parallelism with --allreduce hierarchical (inside each server, then across "
                                      "servers a shard each; train runs it with --cluster FILE --allreduce hierarchical) "
                                      "takes ", std::round(dp * 1000) / 1000, " ms per minibatch in simulation, not ",

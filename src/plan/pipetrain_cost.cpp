@@ -203,38 +203,28 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     latency += sums.compute[s] + (s + 1 < p ? 2 * trip_ms[s] : 0.0);
     e.in_flight_ms = latency / (in_flight(plan, s) * plan.stages[s].replicas);
   }
-  // A replicated last stage's replicas all-reduce together once per round, holding one
-  // minibatch each, but a less replicated neighbour before it serves the round's minibatches one
-  // after another, so the last replica reaches the all-reduce (r - 1) spacings after the first
-  // and the others wait. The round lasts one replica's compute, its exposed all-reduce and those
-  // spacings: half the neighbour's compute per minibatch each, as it interleaves the next round's
-  // forwards with this round's backwards. Fitted to the simulator (a 1-r chain of F + B = 10 and
-  // 40 ms gives r x round = 40 + 5 (r - 1) for r = 2, 4; GNMT-16 1x12-4 on 4x4), not derived.
-  // Stages before a replicated one are not charged its all-reduce: their outputs queue at the
-  // replicas, and the pipeline's time is its slowest stage's, all-reduce included.
-  // With m neighbour replicas the round's minibatches come m at a time: ceil(r / m) - 1
-  // spacings, each half of one neighbour replica's compute (GNMT-16 1x6-2-2-2-4 on 4x4 at 96/25:
-  // three spacings of a quarter charged the 4 classifier replicas 15% more than they take).
+  // A replicated stage's replicas all-reduce together once per round, holding one minibatch
+  // each, but a less replicated neighbour before it hands the round's minibatches out m at a
+  // time, and a replica of it cannot send two minibatches closer than its forward: the last
+  // replica reaches the all-reduce at least (ceil(r / m) - 1) such forwards after the first, and
+  // the others wait. The neighbour goes on computing while the replicas all-reduce, so at best
+  // those spacings pass inside the all-reduce: a round lasts at least one replica's compute, its
+  // all-reduce and what of the spacings the all-reduce does not cover. (Derived, not fitted: the
+  // estimate only proposes candidates, which the simulator ranks; DESIGN.md.)
   auto spacings_ms = [&](int s, int r) {
     int m = plan.stages[s - 1].replicas;
-    return ((r + m - 1) / m - 1) * sums.compute[s - 1] / 2;
+    return ((r + m - 1) / m - 1) * (sums.compute[s - 1] - sums.backward[s - 1]);
   };
   for (int s = 0; s < p; ++s) {
     StageEstimate& e = out.stages[s];
     int r = plan.stages[s].replicas;
-    if (r > 1 && s + 1 == p) {
-      // The neighbour goes on computing while the replicas all-reduce, so part of the next
-      // round's spacings pass inside this round's all-reduce: half of it, fitted as above
-      // (GNMT-16 1-1-1-1-4 on flat 8 at 25 Gbit/s: 86 ms of spacings and a 132 ms all-reduce
-      // simulate at the neighbour's 57.1 ms per minibatch, where charging them in full gave
-      // 68.6; 2-1-1-1-1-1-1-8 on 2x8 at 96/25: 100 ms and 160 ms, 32.2 ms simulated, 39.6).
-      double spacing = s > 0 && plan.stages[s - 1].replicas < r
-                           ? std::max(0.0, spacings_ms(s, r) - e.allreduce_ms * r / 2)
-                           : 0.0;
+    if (r > 1 && s > 0 && plan.stages[s - 1].replicas < r) {
+      double spacing = std::max(0.0, spacings_ms(s, r) - e.allreduce_ms * r);
       e.round_ms = sums.compute[s] + e.allreduce_ms * r + spacing;
-    } else if (r > 1 && s > 0 && plan.stages[s - 1].replicas < r && plan.stages[s + 1].replicas < r) {
-      e.round_ms = sums.compute[s] + e.allreduce_ms * r + spacings_ms(s, r) + 2 * trip_ms[s - 1] + 2 * trip_ms[s] +
-                   sums.compute[s + 1];
+      // Between less replicated neighbours the round's last minibatch also makes the round
+      // trip to the next stage before its backward here.
+      if (s + 1 < p && plan.stages[s + 1].replicas < r)
+        e.round_ms += 2 * trip_ms[s - 1] + 2 * trip_ms[s] + sums.compute[s + 1];
     }
     e.time_ms = std::max({std::max(e.compute_ms, e.link_ms) + e.allreduce_ms, e.in_flight_ms, e.round_ms / r});
   }

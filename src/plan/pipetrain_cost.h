@@ -17,20 +17,22 @@
 //                  (DESIGN.md); the all-reduce's tail sits between the last backward and the
 //                  Step in every schedule. evaluate_plan also takes at least in_flight_ms, a
 //                  minibatch's round trip from this stage's forward to its backward over the
-//                  minibatches in flight, and a replicated last stage's round_ms / n, its
+//                  minibatches in flight, and a replicated stage's round_ms / n, its
 //                  replicas waiting for each other (pipetrain_cost.cpp)
 // and the pipeline's time per minibatch is the largest time_ms.
 //
 // evaluate_plan is exact about links: each minibatch's transfer goes from the replica that ran
 // it to the replica that runs it next (cluster.h, replica_for) over the innermost level holding
-// the two, and loads that level's link of both workers. It is the prediction `plan` prints.
+// the two, and loads that level's link of both workers. It proposes and explains candidates;
+// the time `plan` prints is the chosen plan's simulated steady state (one timing model).
 //
 // estimate_plan is the closed form the search minimises exactly (a dynamic program cannot see
 // which replica pairs talk): a stage's activations in cross the innermost level holding its
 // replicas and the whole previous stage (for contiguous ranges that is the furthest pair), its
 // activations out the level holding its replicas and the next stage's first worker, and its
-// link time is the sum of the two (exact when both use one level). The planner ranks the
-// search's best plans by evaluate_plan and the simulator referees among them (apps/plan_referee.h).
+// link time is the sum of the two (exact when both use one level). The search's best plans,
+// and their neighbours that evaluate_plan ranks best, are replayed, and the simulator's steady
+// state alone ranks them (apps/plan_referee.h).
 //
 // Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight
 // in the closed form, NOAM (plan.h's in_flight) in evaluate_plan, each with its activations and
