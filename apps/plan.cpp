@@ -27,7 +27,7 @@ struct Flags {
   int top = 0;
   std::string schedule = "pipedream", objective = "throughput";
   int microbatches = 0;
-  CLI::Option *schedule_flag = nullptr, *microbatches_flag = nullptr, *objective_flag = nullptr;
+  CLI::Option *schedule_flag = nullptr, *microbatches_flag = nullptr, *objective_flag = nullptr, *bucket_flag = nullptr;
 };
 
 // The joint search (apps/joint_plan.h) runs when asked for a schedule choice, microbatches or
@@ -69,6 +69,25 @@ int print_unsimulated(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
   out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
   out.json = to_json(out.plan).dump(1) + "\n";
   return emit(f, out, "");
+}
+
+// Where the chosen plan's replicas all-reduce, the bucket it runs fastest with (unless --bucket-mb
+// says), its time with it, and a note naming the other buckets' times.
+void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::string& kind) {
+  bool replicated = false;
+  for (const auto& st : out.plan.stages) replicated = replicated || st.replicas > 1;
+  if (!replicated) return;
+  if (f.bucket_flag->count() > 0) {
+    out.plan.bucket_mb = f.plan.bucket_mb;
+    return;
+  }
+  BucketChoice b = choose_bucket(out.plan, out.profile, out.cluster, out.options, kind);
+  out.plan.bucket_mb = b.bucket_mb;
+  out.plan.pipeline_ms_per_minibatch = out.plan.simulated_ms_per_minibatch = b.ms_per_minibatch;
+  std::string tried;
+  for (const auto& [mb, ms] : b.tried) tried += str(tried.empty() ? "" : ", ", mb, " MiB ", std::round(ms * 1000) / 1000);
+  out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB, the fastest in simulation (ms per minibatch: ",
+                               tried, "); train --plan uses it unless --bucket-mb says"));
 }
 
 int run_joint(Flags& f, plan::PlanOutcome& out) {
@@ -144,6 +163,7 @@ int run_plan(Flags& f) {
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
+    choose_plan_bucket(f, out, r.schedule);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)
@@ -243,9 +263,11 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_option("--candidates", f->plan.candidates,
                  "How many of the search's best plans the simulator replays to choose among")
       ->capture_default_str();
-  app.add_option("--bucket-mb", f->plan.bucket_mb,
-                 "The all-reduce bucket train will use, MiB (0: all after the backward)")
-      ->capture_default_str();
+  f->bucket_flag = app.add_option("--bucket-mb", f->plan.bucket_mb,
+                                  "The all-reduce bucket train will use, MiB (0: all after the backward; default: the "
+                                  "planner tries 0, 1, 4, 25 and 100 for the chosen plan and keeps the fastest, 25 "
+                                  "unless another is faster)")
+                       ->capture_default_str();
   app.add_flag("--no-deferred-step", f->plan.no_deferred_step,
                "Never defer a replicated first stage's step past its next forward (which hides its all-reduce "
                "at the cost of one more update of staleness)");

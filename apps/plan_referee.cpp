@@ -123,6 +123,22 @@ double simulate_data_parallel(const profile::Profile& profile, const plan::Clust
   }
 }
 
+BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
+                           const plan::PlanOptions& options, const std::string& kind) {
+  schedule::Schedule s = schedule::make_schedule(kind, plan, {});
+  BucketChoice choice;
+  std::vector<double> sizes{static_cast<double>(options.bucket_bytes) / (1 << 20)};
+  for (double mb : kBucketChoicesMb)
+    if (std::abs(mb - sizes.front()) > 1e-9) sizes.push_back(mb);
+  for (double mb : sizes) {
+    auto bytes = static_cast<int64_t>(mb * (1 << 20));
+    double ms = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes})).ms_per_minibatch;
+    choice.tried.push_back({mb, ms});
+    if (choice.tried.size() == 1 || ms < choice.ms_per_minibatch * (1 - 1e-9)) choice.bucket_mb = mb, choice.ms_per_minibatch = ms;
+  }
+  return choice;
+}
+
 bool ranks_before(const Candidate& a, const Candidate& b) {
   double ta = a.simulated.ms_per_minibatch, tb = b.simulated.ms_per_minibatch;
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;

@@ -33,6 +33,18 @@ struct Refereed {
   double data_parallel_ms = 0;
 };
 
+// The all-reduce bucket a plan runs fastest with (issue 33: each bucket's ring pays its steps'
+// latency, and a smaller one starts during the backward): the plan simulated with each of
+// kBucketChoicesMb and the options' own bucket; the options' unless another is faster.
+struct BucketChoice {
+  double bucket_mb = 0;
+  double ms_per_minibatch = 0;
+  std::vector<std::pair<double, double>> tried;  // (MiB, simulated ms per minibatch), the options' first
+};
+inline constexpr double kBucketChoicesMb[] = {0, 1, 4, 25, 100};
+BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
+                           const plan::PlanOptions& options, const std::string& kind);
+
 // Whether replayed plan a ranks before b: the faster in simulation, nothing added to either's
 // time; at equal time the one on more workers, then the one without a deferred step (its weights
 // lag one update less).

@@ -15,6 +15,9 @@ void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
   app.add_option("--allreduce", f.allreduce,
                  "How replicas all-reduce: ring (one ring over the group) or hierarchical (inside each server, then "
                  "across servers a shard each, then gathered; where faster)");
+  app.add_option("--latency-us", f.latency_us,
+                 "Microseconds each message costs besides its bytes, per level, innermost first (e.g. 5 or 5,30; "
+                 "a ring step is a message; default: the cluster file's, or 0)");
 }
 
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {

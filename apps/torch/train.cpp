@@ -153,10 +153,12 @@ int run_train(TrainFlags& f) {
     else std::cerr << "note: " << plan_source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
                    << f.pipe.train.batch_size << ", so its predicted throughput does not apply\n";
   }
+  // The plan's bucket, where the planner chose one, unless --bucket-mb says.
+  if (plan.bucket_mb >= 0 && f.bucket_flag->count() == 0) f.bucket_mb = plan.bucket_mb;
   // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.
   f.pipe.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20) * (f.model.emulated() ? f.model.emulation.byte_scale : 1));
   if (!f.cluster_path.empty()) {
-    f.pipe.cluster = plan::cluster_from_flags({f.cluster_path, "", "", f.allreduce});
+    f.pipe.cluster = plan::cluster_from_flags({f.cluster_path, "", "", f.allreduce, ""});
     // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
     int uses = runtime::job_probe(plan, f.pipe).num_workers();
     if (f.pipe.cluster.workers() < uses)
@@ -263,11 +265,12 @@ Register reg({"train", kTrainDescription,
   app.add_flag("--recompute", f->recompute,
                "Activation recomputation on every stage: a forward keeps only its input, the backward runs it again "
                "(less memory, one more forward per microbatch; a plan may ask for it per stage)");
-  app.add_option("--bucket-mb", f->bucket_mb,
-                 "Gradient all-reduce bucket, MiB: each is reduced during the backward once its gradients are final "
-                 "(0: all in one, after the backward; emulated runs scale it by --byte-scale)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  f->bucket_flag = app.add_option("--bucket-mb", f->bucket_mb,
+                                  "Gradient all-reduce bucket, MiB: each is reduced during the backward once its "
+                                  "gradients are final (0: all in one, after the backward; emulated runs scale it by "
+                                  "--byte-scale; default: the plan's bucket_mb, else 25)")
+                       ->check(CLI::NonNegativeNumber)
+                       ->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
   app.add_flag("--no-weight-prediction", [f](int64_t) { f->pipe.weight_prediction = false; },
                "pipedream: run each minibatch on the newest weights (the paper's stashing alone) instead of "

@@ -23,6 +23,7 @@ struct TrainFlags {
   CLI::Option* schedule_flag = nullptr;  // given flags override the plan's settings
   CLI::Option* microbatches_flag = nullptr;
   CLI::Option* chunks_flag = nullptr;
+  CLI::Option* bucket_flag = nullptr;  // a given --bucket-mb overrides the plan's bucket_mb
   bool recompute = false;
   int deferred_step = -1;  // --deferred-step 1, --no-deferred-step 0, else the plan's
   bool print_job = false;  // --print-job

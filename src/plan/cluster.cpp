@@ -46,6 +46,8 @@ double Cluster::transfer_ms(int level, double bytes) const {
   return level < 0 ? 0 : bytes / levels[level].bandwidth_bytes_per_s() * 1e3;
 }
 
+double Cluster::message_ms(int level, double bytes) const { return latency_ms(level) + transfer_ms(level, bytes); }
+
 namespace {
 AllreducePhase ring_phase(int level, double n, double bytes) {
   return {level, 2.0 * (n - 1) / n * bytes, 2 * (static_cast<int>(n) - 1), {}};
@@ -63,9 +65,15 @@ std::vector<AllreducePhase> hierarchical_phases(int inner, int level, double k, 
   }
   return out;
 }
+// The phases' time at the links' rates, latency left out.
 double phases_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
   double ms = 0;
   for (const auto& p : phases) ms += c.transfer_ms(p.level, p.bytes);
+  return ms;
+}
+double phases_latency_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
+  double ms = 0;
+  for (const auto& p : phases) ms += p.steps * c.latency_ms(p.level);
   return ms;
 }
 int units_level(const Cluster& c, const std::vector<std::vector<int>>& units) {
@@ -109,7 +117,16 @@ std::vector<AllreducePhase> Cluster::allreduce_phases(const std::vector<int>& gr
 }
 
 double Cluster::allreduce_ms(const std::vector<int>& group, double bytes) const {
-  return phases_ms(*this, allreduce_phases(group, bytes));
+  auto phases = allreduce_phases(group, bytes);
+  return phases_latency_ms(*this, phases) + phases_ms(*this, phases);
+}
+
+double Cluster::allreduce_latency_ms(const std::vector<int>& group) const {
+  return phases_latency_ms(*this, allreduce_phases(group, 0));
+}
+
+double Cluster::allreduce_ms_per_byte(const std::vector<int>& group) const {
+  return phases_ms(*this, allreduce_phases(group, 1.0));
 }
 
 double Cluster::range_allreduce_ms(int lo, int hi, double bytes) const {
@@ -129,7 +146,10 @@ std::string Cluster::describe() const {
   for (size_t k = 0; k < levels.size(); ++k) os << (k ? "x" : "") << levels[k].fan_out;
   os << " (";
   for (size_t k = 0; k < levels.size(); ++k)
+  {
     os << (k ? ", " : "") << levels[k].name << " " << levels[k].bandwidth_gbps << " Gbps";
+    if (levels[k].latency_us > 0) os << " " << levels[k].latency_us << " us";
+  }
   if (allreduce == Allreduce::kHierarchical) os << ", hierarchical all-reduce";
   os << ")";
   return os.str();
@@ -145,7 +165,11 @@ Cluster Cluster::flat(int workers, double bandwidth_gbps, int64_t memory_bytes) 
 json to_json(const Cluster& c) {
   json levels = json::array();
   for (const auto& l : c.levels)
-    levels.push_back({{"name", l.name}, {"fan_out", l.fan_out}, {"bandwidth_gbps", l.bandwidth_gbps}});
+  {
+    json level = {{"name", l.name}, {"fan_out", l.fan_out}, {"bandwidth_gbps", l.bandwidth_gbps}};
+    if (l.latency_us > 0) level["latency_us"] = l.latency_us;
+    levels.push_back(level);
+  }
   json doc = {{"format", format_tag("cluster", kClusterVersion)}, {"levels", levels}};
   if (c.memory_bytes_per_worker > 0) doc["memory_bytes_per_worker"] = c.memory_bytes_per_worker;
   if (c.allreduce != Cluster::Allreduce::kRing) doc["allreduce"] = allreduce_name(c.allreduce);
@@ -174,6 +198,11 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     l.fan_out = static_cast<int>(f["fan_out"].as_int_in(1, kMaxWorkers));
     l.bandwidth_gbps = f["bandwidth_gbps"].as_number();
     if (l.bandwidth_gbps <= 0) f["bandwidth_gbps"].fail(str("must be > 0, got ", l.bandwidth_gbps));
+    if (f.has("latency_us")) {
+      l.latency_us = f["latency_us"].as_number();
+      if (!(l.latency_us >= 0 && l.latency_us <= 1e7))
+        f["latency_us"].fail(str("must be in 0..1e7 microseconds, got ", l.latency_us));
+    }
     c.levels.push_back(l);
   }
   if (root.has("memory_bytes_per_worker"))
@@ -223,6 +252,17 @@ Cluster cluster_from_flags(const ClusterFlags& f) {
   if (shorthand && f.bandwidth_gbps.empty()) throw UsageError(str("--workers '", f.workers, "' needs --bandwidth-gbps"));
   Cluster c = shorthand ? cluster_from_shorthand(f.workers, f.bandwidth_gbps) : read_cluster(f.file);
   if (!f.allreduce.empty()) c.allreduce = parse_allreduce(f.allreduce, "--allreduce");
+  if (!f.latency_us.empty()) {
+    auto us = parse_double_list(f.latency_us, "--latency-us");
+    if (us.size() != c.levels.size())
+      throw UsageError(str("--latency-us '", f.latency_us, "' has ", us.size(), " levels but the cluster has ",
+                           c.levels.size()));
+    for (size_t k = 0; k < us.size(); ++k) {
+      if (!(us[k] >= 0 && us[k] <= 1e7))
+        throw UsageError(str("--latency-us: level ", k, " must be in 0..1e7 microseconds, got ", us[k]));
+      c.levels[k].latency_us = us[k];
+    }
+  }
   return c;
 }
 

@@ -15,6 +15,10 @@ struct Level {
   std::string name;
   int fan_out = 1;             // units of the level below grouped at this level
   double bandwidth_gbps = 0;   // between units of the level below (1 Gbps = 1.25e8 B/s)
+  // What each message costs besides its bytes (an alpha-beta model: a transfer is one message, a
+  // ring step is one): the transport's and the kernel's work per message, as `calibrate`
+  // measures it. 0 for a typed cluster unless given.
+  double latency_us = 0;
   double bandwidth_bytes_per_s() const { return bandwidth_gbps * kBytesPerSecPerGbps; }
 };
 
@@ -46,8 +50,12 @@ struct Cluster {
   // holding all of it. -1 for fewer than two distinct workers (no link used).
   int group_level(const std::vector<int>& group) const;
   int range_level(int lo, int hi) const;  // the group lo..hi (units are ranges of ids)
-  // Time of `bytes` over one link of `level` (0 for level -1).
+  // Time of `bytes` over one link of `level` at its rate, latency left out (0 for level -1):
+  // what bytes summed over many messages cost.
   double transfer_ms(int level, double bytes) const;
+  // One message of `bytes` over one link of `level`: its latency and its bytes (0 for level -1).
+  double message_ms(int level, double bytes) const;
+  double latency_ms(int level) const { return level < 0 ? 0 : levels[level].latency_us * 1e-3; }
   // The units a hierarchical all-reduce of `group` (sorted) splits it into, each unit's members
   // in order; empty when the group all-reduces as one ring.
   std::vector<std::vector<int>> allreduce_units(const std::vector<int>& group) const;
@@ -56,8 +64,12 @@ struct Cluster {
   // the units, 2 (m - 1) / m x bytes / k on the group's level, (k - 1) / k x bytes inside the
   // units. Empty for fewer than two workers.
   std::vector<AllreducePhase> allreduce_phases(const std::vector<int>& group, double bytes) const;
-  double allreduce_ms(const std::vector<int>& group, double bytes) const;  // its phases, one after another
-  double range_allreduce_ms(int lo, int hi, double bytes) const;           // the group lo..hi
+  // Its phases one after another, each step one message: latency x steps + bytes at the rates.
+  double allreduce_ms(const std::vector<int>& group, double bytes) const;
+  // The same in two parts: the latencies of its steps, and its time per byte without them.
+  double allreduce_latency_ms(const std::vector<int>& group) const;
+  double allreduce_ms_per_byte(const std::vector<int>& group) const;
+  double range_allreduce_ms(int lo, int hi, double bytes) const;  // the group lo..hi, latency left out
   // The runtime's gradient all-reduce bucket unless told otherwise (train --bucket-mb): PyTorch
   // DDP's 25 MiB. Each bucket is reduced during the backward once its gradients are final.
   static constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;
@@ -92,6 +104,7 @@ struct ClusterFlags {
   std::string workers;         // --workers 4 or 4,4
   std::string bandwidth_gbps;  // --bandwidth-gbps 1 or 80,10
   std::string allreduce;       // --allreduce ring|hierarchical (over the file's, when both)
+  std::string latency_us;      // --latency-us 5 or 5,20: per message, per level (over the file's, when both)
 };
 // Throws UsageError naming the flags when neither form, both, or half the shorthand is given.
 Cluster cluster_from_flags(const ClusterFlags& f);

@@ -67,11 +67,12 @@ double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& pro
   double backward = 0, ring = 0, end = 0;
   for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
   auto buckets = profile::gradient_buckets(profile, st.layers, bucket_bytes);
-  double per_byte = cluster.allreduce_ms(st.workers, 1.0);  // an all-reduce's time is linear in its bytes
-  for (const auto& b : buckets) ring += per_byte * static_cast<double>(b.bytes);
+  // Each bucket is an all-reduce of its own: its steps' latencies and its bytes at the rates.
+  double per_byte = cluster.allreduce_ms_per_byte(st.workers), latency = cluster.allreduce_latency_ms(st.workers);
+  auto bucket_ms = [&](const profile::GradientBucket& b) { return latency + per_byte * static_cast<double>(b.bytes); };
+  for (const auto& b : buckets) ring += bucket_ms(b);
   double stretch = ring > 0 ? 1 + transfers_ms / (ring + rest_ms) : 1;
-  for (const auto& b : buckets)
-    end = std::max(end, b.ready_share * backward) + stretch * per_byte * static_cast<double>(b.bytes);
+  for (const auto& b : buckets) end = std::max(end, b.ready_share * backward) + stretch * bucket_ms(b);
   return std::max(0.0, end - backward);
 }
 
@@ -110,7 +111,7 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
     double in = s > 0 ? sums.cut[s - 1] : 0;
     out.stages.push_back(pipetrain_stage(sums.compute[s], in, sums.cut[s], sums.param[s], sums.act[s], st.replicas,
                                          p - s,
-                                         stage_links(cluster, st.replicas, level_in, level_out, cluster.allreduce_ms(st.workers, 1.0)),
+                                         stage_links(cluster, st.replicas, level_in, level_out, cluster.allreduce_ms_per_byte(st.workers)),
                                          sums.backward[s], options.bucket_bytes));
   }
   return finish(out, cluster, options);
@@ -122,6 +123,14 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
   int p = plan.num_stages(), W = cluster.workers(), levels = static_cast<int>(cluster.levels.size());
   // Bytes per minibatch through each worker's link per level: [worker * levels + level].
   std::vector<double> egress(static_cast<size_t>(W) * levels, 0), ingress = egress;
+  // Messages per minibatch the same way (each pays the level's latency).
+  std::vector<double> egress_messages = egress, ingress_messages = egress;
+  // The busier direction of a worker's link at a level, per minibatch.
+  auto busy_ms = [&](int w, int level) {
+    size_t i = static_cast<size_t>(w) * levels + level;
+    return std::max(cluster.transfer_ms(level, egress[i]) + egress_messages[i] * cluster.latency_ms(level),
+                    cluster.transfer_ms(level, ingress[i]) + ingress_messages[i] * cluster.latency_ms(level));
+  };
   // The input/output shares of each worker's busiest direction, for the table.
   std::vector<double> in_ms(W, 0), out_ms(W, 0);
   // trip_ms[s]: one minibatch's transfer across cut s, alone on the links, averaged over the
@@ -138,12 +147,15 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
       int a = from[replica_for(k, m)], b = to[replica_for(k, n)];
       if (a == b) continue;
       int level = cluster.level_between(a, b);
-      double ms = cluster.transfer_ms(level, bytes);
+      double share = 1.0 / static_cast<double>(cycle);
+      double ms = cluster.transfer_ms(level, bytes) + share * cluster.latency_ms(level);
       // Activations a -> b, their gradients b -> a.
       egress[a * levels + level] += bytes, ingress[b * levels + level] += bytes;
       egress[b * levels + level] += bytes, ingress[a * levels + level] += bytes;
+      egress_messages[a * levels + level] += share, ingress_messages[b * levels + level] += share;
+      egress_messages[b * levels + level] += share, ingress_messages[a * levels + level] += share;
       out_ms[a] += ms, in_ms[b] += ms;
-      trip_ms[s] += cluster.transfer_ms(level, sums.cut[s]) / static_cast<double>(cycle);
+      trip_ms[s] += cluster.message_ms(level, sums.cut[s]) * share;
     }
   }
   PlanEstimate out;
@@ -153,8 +165,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     e.compute_ms = sums.compute[s] / st.replicas;
     for (int w : st.workers) {
       for (int level = 0; level < levels; ++level) {
-        double busiest = std::max(egress[w * levels + level], ingress[w * levels + level]);
-        double ms = cluster.transfer_ms(level, busiest);
+        double ms = busy_ms(w, level);
         if (ms > e.link_ms) e.link_ms = ms, e.busiest_worker = w, e.busiest_level = level;
       }
       e.input_ms = std::max(e.input_ms, in_ms[w]);
@@ -177,8 +188,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
     int ring_level = cluster.group_level(st.workers);
     double ring_transfers = 0;
     for (int w : st.workers)
-      ring_transfers += st.replicas * cluster.transfer_ms(ring_level, std::max(egress[w * levels + ring_level],
-                                                                               ingress[w * levels + ring_level]));
+      ring_transfers += ring_level < 0 ? 0.0 : st.replicas * busy_ms(w, ring_level);
     int side_by_side = 1;
     for (int n : {s - 1, s + 1})
       if (n >= 0 && n < p) side_by_side = std::max(side_by_side, std::min(st.replicas, plan.stages[n].replicas));
@@ -230,8 +240,9 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
   }
   for (int w = 0; w < W; ++w)
     for (int level = 0; level < levels; ++level) {
-      double eg = egress[w * levels + level], in = ingress[w * levels + level];
-      if (eg > 0 || in > 0) out.links.push_back({w, level, eg, in, cluster.transfer_ms(level, std::max(eg, in))});
+      size_t i = static_cast<size_t>(w) * levels + level;
+      if (egress[i] > 0 || ingress[i] > 0 || egress_messages[i] > 0 || ingress_messages[i] > 0)
+        out.links.push_back({w, level, egress[i], ingress[i], busy_ms(w, level), egress_messages[i], ingress_messages[i]});
     }
   return finish(out, cluster, options);
 }

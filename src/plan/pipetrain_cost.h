@@ -67,7 +67,8 @@ struct StageEstimate {
 struct LinkUse {
   int worker = 0, level = 0;
   double egress_bytes = 0, ingress_bytes = 0;
-  double busy_ms = 0;  // the busier direction
+  double busy_ms = 0;  // the busier direction, its messages' latency included
+  double egress_messages = 0, ingress_messages = 0;
 };
 
 struct PlanEstimate {

@@ -97,6 +97,7 @@ json to_json(const Plan& p) {
   if (p.microbatches > 0) doc["microbatches"] = p.microbatches;
   if (p.chunks > 0) doc["chunks"] = p.chunks;
   if (p.deferred_step) doc["deferred_step"] = true;
+  if (p.bucket_mb >= 0) doc["bucket_mb"] = p.bucket_mb;
   return doc;
 }
 
@@ -125,6 +126,10 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   if (root.has("microbatches")) p.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMaxMicrobatches));
   if (root.has("chunks")) p.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMaxChunks));
   if (root.has("deferred_step")) p.deferred_step = root["deferred_step"].as_bool();
+  if (root.has("bucket_mb")) {
+    p.bucket_mb = root["bucket_mb"].as_non_negative();
+    if (p.bucket_mb > kMaxBucketMb) root["bucket_mb"].fail(str("must be at most ", kMaxBucketMb, " MiB, got ", p.bucket_mb));
+  }
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");
   bool all_ids = true;

@@ -50,6 +50,10 @@ struct Plan {
   // the tail of its all-reduce overlaps that forward; its weights lag one more update
   // (simulate --deferred-step sets it too).
   bool deferred_step = false;
+  // The gradient all-reduce bucket, MiB, the plan was timed with (the planner chooses it where
+  // replicas all-reduce; 0: one bucket after the backward; -1: not set, train's --bucket-mb).
+  // `train --plan` follows it unless --bucket-mb overrides.
+  double bucket_mb = -1;
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
   // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).
@@ -67,6 +71,7 @@ inline constexpr int kPlanVersion = 1;
 // Bounds on a plan's microbatches and chunks (the schedule generators' too: generators.h).
 inline constexpr int kMaxMicrobatches = 4096;
 inline constexpr int kMaxChunks = 64;
+inline constexpr double kMaxBucketMb = 1 << 20;  // a plan's bucket_mb, MiB
 
 json to_json(const Plan& p);
 // Missing stage "workers" are filled in stage by stage. Checks ids are consistent.

@@ -232,7 +232,7 @@ class Replay {
     int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
     int level = level_between(w, a.peer);
     std::vector<Port*> ports = {egress(w, level), ingress(a.peer, level)};
-    double ms = cluster_.transfer_ms(level, static_cast<double>(bytes));
+    double ms = cluster_.message_ms(level, static_cast<double>(bytes));
     double start = earliest_free(ports, posted, ms), end = start + ms;
     reserve(ports, start, end);
     ready(act ? kActivationIn : kGradientIn, to_stage, a.microbatch) = {a.peer, end};
@@ -265,11 +265,11 @@ class Replay {
         else early = false;
       }
       if (!early) from = std::max(from, start);
-      // A ring's phase is `steps` equal steps on its links; each step takes the next gap that fits
-      // it, so the ring interleaves with the activations sharing those links.
+      // A ring's phase is `steps` equal steps on its links, each one message; each step takes
+      // the next gap that fits it, so the ring interleaves with the activations sharing those links.
       for (size_t p = 0; p < phases.size(); ++p) {
-        double ms = cluster_.transfer_ms(phases[p].level, phases[p].bytes * static_cast<double>(buckets[k].bytes)) /
-                    phases[p].steps;
+        double ms = cluster_.message_ms(phases[p].level, phases[p].bytes * static_cast<double>(buckets[k].bytes) /
+                                                             phases[p].steps);
         double phase_end = from;
         for (auto& ring_ports : ports[p]) {
           double t = from;

@@ -102,6 +102,20 @@ TEST(BadClusterFile, NamesFieldAndValue) {
                                 "c.json");
   EXPECT_EQ(c.allreduce, Cluster::Allreduce::kHierarchical);
   EXPECT_EQ(cluster_from_json(to_json(c), "again").allreduce, Cluster::Allreduce::kHierarchical);
+  // A latency per message (issue 33): bounded, named, and round-tripped.
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1, "latency_us": -3}]})"),
+            "c.json: field 'levels[0].latency_us' must be in 0..1e7 microseconds, got -3");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1, "latency_us": "fast"}]})").rfind(
+                "c.json: field 'levels[0].latency_us'", 0),
+            0u);
+  Cluster timed = cluster_from_json(
+      parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 96, "latency_us": 12.5}, {"fan_out": 2, "bandwidth_gbps": 10}]})",
+                 "c.json"),
+      "c.json");
+  Cluster again = cluster_from_json(to_json(timed), "again");
+  EXPECT_EQ(again.levels[0].latency_us, 12.5);
+  EXPECT_EQ(again.levels[1].latency_us, 0);
+  EXPECT_NE(again.describe().find("96 Gbps 12.5 us"), std::string::npos) << again.describe();
 }
 
 TEST(BadClusterShorthand, NamesFlagAndValue) {
@@ -112,6 +126,11 @@ TEST(BadClusterShorthand, NamesFlagAndValue) {
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "0"); }), "--bandwidth-gbps: level 0 must be > 0, got 0");
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4,4", "1"); }),
             "--workers '4,4' has 2 levels but --bandwidth-gbps '1' has 1");
+  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4,4", "96,10", "", "5"}); }),
+            "--latency-us '5' has 1 levels but the cluster has 2");
+  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4", "10", "", "-1"}); }),
+            "--latency-us: level 0 must be in 0..1e7 microseconds, got -1");
+  EXPECT_EQ(cluster_from_flags({"", "4,4", "96,10", "", "5,40"}).levels[1].latency_us, 40);
 }
 
 TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {

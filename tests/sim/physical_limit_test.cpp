@@ -24,14 +24,17 @@ TEST(PhysicalLimit, NeverAboveTheSimulatedTimeAndPrunesMostCandidates) {
   struct Shape {
     std::vector<int> fan_out;
     std::vector<double> gbps;
+    std::vector<double> latency_us = {};  // per message (issue 33), 0 where absent
   };
   int plans = 0, above_best = 0;
   for (const auto& path : paths) {
     profile::Profile prof = profile::read_any_profile(path);
-    for (const Shape& shape : {Shape{{8}, {1}}, Shape{{16}, {10}}, Shape{{4, 4}, {96, 10}}, Shape{{2, 8}, {96, 25}}}) {
+    for (const Shape& shape : {Shape{{8}, {1}}, Shape{{16}, {10}}, Shape{{4, 4}, {96, 10}}, Shape{{2, 8}, {96, 25}},
+                               Shape{{4, 4}, {96, 10}, {20, 300}}, Shape{{8}, {10}, {2000}}}) {
       plan::Cluster cluster;
       for (size_t k = 0; k < shape.fan_out.size(); ++k)
-        cluster.levels.push_back({"level" + std::to_string(k), shape.fan_out[k], shape.gbps[k]});
+        cluster.levels.push_back({"level" + std::to_string(k), shape.fan_out[k], shape.gbps[k],
+                                  k < shape.latency_us.size() ? shape.latency_us[k] : 0.0});
       plan::PlanOptions options;
       options.candidates = 8;
       double best = 1e300;

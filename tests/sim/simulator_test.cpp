@@ -299,3 +299,46 @@ TEST(Simulator, NoTimeBelowThePhysicalLimit) {
 
 }  // namespace
 }  // namespace pt::sim
+
+namespace pt::sim {
+namespace {
+
+// A latency per message (issue 33; Level::latency_us, measured by `calibrate`): a transfer pays
+// it once, a ring all-reduce once per step, and each bucket is a ring of its own, so smaller
+// buckets pay it more often. The cost engine charges the same (Cluster::allreduce_ms).
+TEST(Simulator, EveryMessagePaysItsLevelsLatency) {
+  // The 2-stage transfer above with 2 ms per message: each way 2 + 10 ms.
+  plan::Cluster c;
+  c.levels = {{"server", 1, 100}, {"network", 2, 1, 2000}};
+  auto prof = uniform_profile(2, 1.0, 1.0, 1250000);
+  auto m = metrics::compute_metrics(simulate(make_schedule("gpipe", straight_plan(2), {1}), prof, c));
+  EXPECT_NEAR(m.ms_per_minibatch, 28.0, 1e-9);
+  EXPECT_NEAR(c.message_ms(1, 1250000), 12.0, 1e-12);
+  EXPECT_NEAR(c.transfer_ms(1, 1250000), 10.0, 1e-12);
+
+  // Data parallelism on 4 workers of one 1 Gbit/s level at 0.5 ms per message: the ring's
+  // 2 (n - 1) = 6 steps per bucket. One bucket of 8 MB: 6 x 0.5 ms more than without latency;
+  // eight of 1 MB: 48 steps, 24 ms of latency, which the backward no longer hides.
+  auto flat = plan::Cluster::flat(4, 1);
+  auto slow = flat;
+  slow.levels[0].latency_us = 500;
+  auto dp_prof = uniform_profile(8, 1.0, 2.0, 0, 1000000);
+  plan::Plan dp = plan::even_split(dp_prof, 1);
+  dp.stages[0].replicas = 4;
+  plan::assign_workers(dp);
+  auto s = make_schedule("dp", dp, {8});
+  double one = metrics::compute_metrics(simulate(s, dp_prof, flat, {0})).ms_per_minibatch;
+  double one_slow = metrics::compute_metrics(simulate(s, dp_prof, slow, {0})).ms_per_minibatch;
+  EXPECT_NEAR(one_slow - one, 6 * 0.5, 1e-9);
+  EXPECT_NEAR(slow.allreduce_ms({0, 1, 2, 3}, 8e6) - flat.allreduce_ms({0, 1, 2, 3}, 8e6), 3.0, 1e-12);
+  EXPECT_NEAR(slow.allreduce_latency_ms({0, 1, 2, 3}), 3.0, 1e-12);
+  EXPECT_NEAR(slow.allreduce_ms_per_byte({0, 1, 2, 3}), flat.allreduce_ms_per_byte({0, 1, 2, 3}), 1e-18);
+  double eight = metrics::compute_metrics(simulate(s, dp_prof, flat, {1000000})).ms_per_minibatch;
+  double eight_slow = metrics::compute_metrics(simulate(s, dp_prof, slow, {1000000})).ms_per_minibatch;
+  EXPECT_LT(eight, one);          // without latency, buckets overlap the ring with the backward
+  EXPECT_GT(eight_slow, one_slow);  // at 0.5 ms a message, 48 steps cost more than that gains
+  EXPECT_NEAR(eight_slow - eight, 48 * 0.5, 1e-9);
+}
+
+}  // namespace
+}  // namespace pt::sim
