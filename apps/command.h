@@ -36,6 +36,8 @@ inline constexpr const char* kTrainDescription =
     "Train a model: one worker, or pipeline-parallel with --plan/--stages and --schedule";
 inline constexpr const char* kProfileDescription =
     "Measure per-layer forward/backward time, activation and parameter bytes";
+inline constexpr const char* kCalibrateDescription =
+    "Measure the cluster's latency per message and rate per level over the job's transport; write a cluster file";
 inline constexpr const char* kTorchExecutable = "pipetrain-torch";
 
 }  // namespace pt::app

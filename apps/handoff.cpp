@@ -5,5 +5,6 @@ namespace pt::app {
 namespace {
 Register train({"train", kTrainDescription, nullptr});
 Register profile({"profile", kProfileDescription, nullptr});
+Register calibrate({"calibrate", kCalibrateDescription, nullptr});
 }  // namespace
 }  // namespace pt::app

@@ -173,6 +173,7 @@ json to_json(const Cluster& c) {
   json doc = {{"format", format_tag("cluster", kClusterVersion)}, {"levels", levels}};
   if (c.memory_bytes_per_worker > 0) doc["memory_bytes_per_worker"] = c.memory_bytes_per_worker;
   if (c.allreduce != Cluster::Allreduce::kRing) doc["allreduce"] = allreduce_name(c.allreduce);
+  if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
 }
 
@@ -212,6 +213,11 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     std::string name = f.as_string();
     if (name != "ring" && name != "hierarchical") f.fail(str("must be \"ring\" or \"hierarchical\", got \"", name, "\""));
     c.allreduce = parse_allreduce(name, source);
+  }
+  if (root.has("calibration")) {
+    const json& record = doc["calibration"];
+    if (!record.is_object()) root["calibration"].fail("must be an object (what `pipetrain calibrate` measured)");
+    c.calibration = record;
   }
   check_cluster(c, source);
   return c;

@@ -41,6 +41,10 @@ struct Cluster {
   // the shards (the runtime runs exactly these three collectives).
   enum class Allreduce { kRing, kHierarchical };
   Allreduce allreduce = Allreduce::kRing;
+  // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
+  // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
+  // file as written; the cost engine reads only the levels.
+  json calibration;
 
   int workers() const;
   // Index of the innermost level that contains both workers (a != b).

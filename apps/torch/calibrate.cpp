@@ -1,0 +1,150 @@
+// pipetrain calibrate: measures the cluster over the job's own transport (issue 33) and writes
+// a cluster file whose levels carry the measured latency per message and rate, with how they
+// were measured (plan/link_fit.h). Started like train: --transport threads in this process,
+// --transport gloo as one local process per worker, or as one worker under torchrun, mpirun or
+// scripts/testbed.sh (RANK/WORLD_SIZE set).
+#include <csignal>
+#include <ctime>
+#include <iostream>
+#include <thread>
+
+#include "apps/command.h"
+#include "core/error.h"
+#include "core/json_doc.h"
+#include "model/compute_threads.h"
+#include "plan/link_fit.h"
+#include "runtime/calibration.h"
+#include "runtime/gloo_transport.h"
+#include "runtime/launcher.h"
+#include "runtime/thread_transport.h"
+
+namespace pt::app {
+namespace {
+
+struct CalibrateFlags {
+  std::string workers, output, transport = "threads";
+  double max_mb = 64;
+  double timeout_s = 60;
+};
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// The cluster's shape: the fan-outs of --workers; their rates are what gets measured.
+plan::Cluster shape_of(const CalibrateFlags& f) {
+  auto fan = parse_int_list(f.workers, "--workers");
+  std::string ones;
+  for (size_t k = 0; k < fan.size(); ++k) ones += k ? ",1" : "1";
+  plan::Cluster c = plan::cluster_from_shorthand(f.workers, ones);
+  for (size_t k = 0; k < c.levels.size(); ++k)
+    if (c.levels[k].fan_out < 2)
+      throw UsageError(str("--workers '", f.workers, "': level ", k, " has fan-out ", c.levels[k].fan_out,
+                           ", so no two workers talk over it to be measured"));
+  if (c.workers() < 2) throw UsageError(str("--workers '", f.workers, "': calibrating needs at least 2 workers"));
+  return c;
+}
+
+runtime::CalibrationOptions options_of(const CalibrateFlags& f) {
+  runtime::CalibrationOptions o;
+  for (int64_t s : runtime::default_calibration_sizes())
+    if (static_cast<double>(s) <= f.max_mb * (1 << 20)) o.sizes.push_back(s);
+  if (o.sizes.size() < 2) throw UsageError(str("--max-mb: ", f.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
+  o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
+  return o;
+}
+
+// Worker 0's result: the fits, the all-reduces against the fitted model, the file.
+int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::Measured m) {
+  plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, {}, f.transport, now_utc());
+  for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
+  fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, f.transport, now_utc());
+  std::string text = to_json(fitted).dump(1) + "\n";
+  if (f.output.empty() || f.output == "-") std::cout << text;
+  else write_text_file_atomic(f.output, text), std::cerr << "wrote " << f.output << "\n";
+  for (const auto& l : m.levels)
+    std::cerr << "level " << l.level << " (" << shape.levels[l.level].name << ", workers " << l.a << "-" << l.b
+              << "): latency " << l.fit.latency_us << " us, " << l.fit.bandwidth_gbps << " Gbit/s, fit within "
+              << 100 * l.fit.max_error << "% of every point\n";
+  for (const auto& a : m.allreduces)
+    std::cerr << "all-reduce of " << human_bytes(a.bytes) << " over " << a.group.size() << " workers: measured "
+              << a.measured_ms << " ms, the fitted model " << a.modelled_ms << " ms ("
+              << 100 * (a.modelled_ms / a.measured_ms - 1) << "%)\n";
+  return 0;
+}
+
+int run_threads(const CalibrateFlags& f, const plan::Cluster& shape) {
+  auto hub = std::make_shared<runtime::ThreadHub>(shape.workers(), f.timeout_s);
+  std::vector<runtime::Measured> results(shape.workers());
+  std::vector<std::string> errors(shape.workers());
+  std::vector<std::thread> threads;
+  auto options = options_of(f);
+  for (int r = 0; r < shape.workers(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        runtime::ThreadTransport t(hub, r);
+        results[r] = runtime::measure_cluster(t, shape, options);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        hub->abort(str("worker ", r, ": ", e.what()));
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < shape.workers(); ++r)
+    if (!errors[r].empty() && errors[r].find("aborted") == std::string::npos)
+      throw RuntimeFailure(str("calibrate: worker ", r, ": ", errors[r]));
+  for (const auto& e : errors)
+    if (!e.empty()) throw RuntimeFailure(str("calibrate: ", e));
+  return write_result(f, shape, results[0]);
+}
+
+int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
+  std::signal(SIGPIPE, SIG_IGN);
+  runtime::GlooConfig config = runtime::gloo_config_from_env();
+  if (config.world_size != shape.workers())
+    throw ConfigError(str("--workers '", f.workers, "' has ", shape.workers(), " workers but the gloo job has ",
+                          config.world_size, " (WORLD_SIZE)"));
+  config.timeout_s = f.timeout_s;
+  std::unique_ptr<runtime::GlooTransport> t;
+  try {
+    t = std::make_unique<runtime::GlooTransport>(config);
+    auto options = options_of(f);
+    if (config.rank != 0) options.progress = nullptr;
+    runtime::Measured m = runtime::measure_cluster(*t, shape, options);
+    return config.rank == 0 ? write_result(f, shape, m) : 0;
+  } catch (const std::exception& e) {
+    if (t) t->abandon(e.what());
+    throw RuntimeFailure(str("calibrate: worker ", config.rank, ": ", e.what()));
+  }
+}
+
+int run_calibrate(const CalibrateFlags& f) {
+  model::use_one_compute_thread();
+  if (f.transport != "threads" && f.transport != "gloo")
+    throw UsageError(str("--transport: must be threads or gloo, got '", f.transport, "'"));
+  if (!(f.timeout_s > 0)) throw UsageError(str("--timeout: must be > 0 seconds, got ", f.timeout_s));
+  plan::Cluster shape = shape_of(f);
+  if (f.transport == "threads") return run_threads(f, shape);
+  if (runtime::launched_as_gloo_worker()) return run_gloo_worker(f, shape);
+  return runtime::launch_gloo_workers(shape.workers(), runtime::self_argv());
+}
+
+Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::function<int()> {
+  auto f = std::make_shared<CalibrateFlags>();
+  app.add_option("--workers", f->workers, "The cluster's shape: workers per level, innermost first (e.g. 4 or 4,4)")
+      ->required();
+  app.add_option("--transport", f->transport,
+                 "threads (one process: tensors handed over in memory) or gloo (one process per worker, TCP; "
+                 "under torchrun, mpirun or scripts/testbed.sh, one worker)")
+      ->capture_default_str();
+  app.add_option("--max-mb", f->max_mb, "Largest message, MiB (sizes 1 KiB x 4^k up to it)")->capture_default_str();
+  app.add_option("--timeout", f->timeout_s, "Longest wait for one message or all-reduce, seconds")->capture_default_str();
+  app.add_option("-o,--output", f->output, "Write the cluster file here (default: standard output)");
+  return [f] { return run_calibrate(*f); };
+}});
+
+}  // namespace
+}  // namespace pt::app

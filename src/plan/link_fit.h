@@ -1,0 +1,58 @@
+#pragma once
+// What `pipetrain calibrate` makes of its measurements (issue 33): an alpha-beta fit of one
+// message's time against its bytes per cluster level, and the cluster file that carries the
+// fits and how they were obtained. Torch-free: the measuring is runtime/calibration.h's.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "plan/cluster.h"
+
+namespace pt::plan {
+
+// One size's one-way time of a message: the median over its repetitions.
+struct LinkPoint {
+  double bytes = 0;
+  double ms = 0;
+};
+
+// t(bytes) = latency + bytes / bandwidth.
+struct AlphaBeta {
+  double latency_us = 0;
+  double bandwidth_gbps = 0;
+  double max_error = 0;  // the largest |fit - measured| / measured over the points
+  double ms(double bytes) const;
+};
+
+// Least squares on the relative error (each point weighted 1 / t^2, so a 1 KiB message counts as
+// much as a 64 MiB one). A negative latency is fitted again as 0; where the time does not grow
+// with the bytes (threads hand tensors over in memory), the bandwidth is kUnmeasurableGbps.
+// ConfigError for fewer than two distinct sizes or a time that is not positive.
+AlphaBeta fit_alpha_beta(const std::vector<LinkPoint>& points);
+inline constexpr double kUnmeasurableGbps = 1e6;
+
+// A level's measurements: the pair of workers that talked over it and what they measured.
+struct LevelCalibration {
+  int level = 0;
+  int a = 0, b = 0;
+  std::vector<LinkPoint> points;
+  AlphaBeta fit;
+};
+
+// An all-reduce measured against what the fitted cluster predicts for it (Cluster::allreduce_ms).
+struct AllreduceCheck {
+  std::vector<int> group;
+  double bytes = 0;
+  double measured_ms = 0;
+  double modelled_ms = 0;
+};
+
+// `shape`'s levels with each measured level's latency and bandwidth set from its fit; the
+// calibration record (when, over which transport, every point, fit and check) in
+// Cluster::calibration. ConfigError when a level of fan-out > 1 has no fit.
+Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibration>& levels,
+                           const std::vector<AllreduceCheck>& checks, const std::string& transport,
+                           const std::string& when);
+
+}  // namespace pt::plan

@@ -1,0 +1,111 @@
+#include "runtime/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/units.h"
+
+namespace pt::runtime {
+
+std::vector<int64_t> default_calibration_sizes() {
+  std::vector<int64_t> sizes;
+  for (int64_t s = 1 << 10; s <= (int64_t{64} << 20); s *= 4) sizes.push_back(s);
+  return sizes;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Repetitions of a size: about bytes_per_size in all, at least 3 and at most 30.
+int repetitions(int64_t bytes, const CalibrationOptions& o) {
+  return static_cast<int>(std::clamp<int64_t>(o.bytes_per_size / std::max<int64_t>(bytes, 1), 3, 30));
+}
+
+// Ping-pong between a and b; half the round trip's median on a, per size (b returns nothing).
+std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const CalibrationOptions& o, int64_t tag) {
+  std::vector<plan::LinkPoint> points;
+  int me = t.rank(), peer = me == a ? b : a;
+  for (int64_t bytes : o.sizes) {
+    Transport::Known known{{bytes / 4}, torch::kFloat32};
+    torch::Tensor message = torch::zeros({bytes / 4});
+    std::vector<double> trips;
+    int reps = repetitions(bytes, o);
+    for (int i = -1; i < reps; ++i) {  // the first goes untimed: channels open, buffers warm
+      auto start = Clock::now();
+      if (me == a) {
+        t.isend_known(message, peer, tag)->wait();
+        t.irecv_known(peer, tag + 1, known)->wait();
+      } else {
+        t.irecv_known(peer, tag, known)->wait();
+        t.isend_known(message, peer, tag + 1)->wait();
+      }
+      if (i >= 0) trips.push_back(ms_since(start));
+    }
+    if (me == a) points.push_back({static_cast<double>(bytes), median(trips) / 2});
+    if (me == 0 && o.progress)
+      o.progress(str("workers ", a, "-", b, ": ", human_bytes(static_cast<double>(bytes)), " in ",
+                     me == a ? median(trips) / 2 : 0.0, " ms one way (", reps, " round trips)"));
+    tag += 2;
+  }
+  return points;
+}
+
+}  // namespace
+
+Measured measure_cluster(Transport& t, const plan::Cluster& shape, const CalibrationOptions& options) {
+  CalibrationOptions o = options;
+  if (o.sizes.empty()) o.sizes = default_calibration_sizes();
+  for (auto& s : o.sizes) s = std::max<int64_t>(4, s / 4 * 4);  // whole floats
+  Measured out;
+  int64_t tag = 1 << 20;  // clear of anything a job sends
+  t.barrier();
+  for (int level = 0; level < static_cast<int>(shape.levels.size()); ++level) {
+    if (shape.levels[level].fan_out < 2) continue;
+    int a = 0, b = shape.workers_per_unit_below(level);  // the first workers of two units of the level below
+    if (t.rank() == a || t.rank() == b) {
+      auto points = ping_pong(t, a, b, o, tag);
+      if (t.rank() == 0) {
+        plan::LevelCalibration lc{level, a, b, points, {}};
+        lc.fit = plan::fit_alpha_beta(points);
+        out.levels.push_back(lc);
+      }
+    }
+    tag += 2 * static_cast<int64_t>(o.sizes.size());
+    t.barrier();
+  }
+  // All-reduces: every worker, and (with several levels) the first unit of the innermost level.
+  std::vector<std::vector<int>> groups;
+  std::vector<int> all(t.world_size());
+  for (int r = 0; r < t.world_size(); ++r) all[r] = r;
+  if (all.size() > 1) groups.push_back(all);
+  if (shape.levels.size() > 1 && shape.levels[0].fan_out > 1 && shape.levels[0].fan_out < t.world_size()) {
+    std::vector<int> unit(shape.levels[0].fan_out);
+    for (int r = 0; r < shape.levels[0].fan_out; ++r) unit[r] = r;
+    groups.push_back(unit);
+  }
+  for (const auto& group : groups) {
+    bool member = std::find(group.begin(), group.end(), t.rank()) != group.end();
+    for (int64_t bytes : {int64_t{1} << 20, int64_t{16} << 20}) {
+      std::vector<double> times;
+      for (int i = -1; i < 5 && member; ++i) {
+        std::vector<torch::Tensor> v{torch::ones({bytes / 4})};
+        auto start = Clock::now();
+        t.allreduce_sum(v, group);
+        if (i >= 0) times.push_back(ms_since(start));
+      }
+      if (t.rank() == 0) out.allreduces.push_back({group, static_cast<double>(bytes), median(times), 0});
+      t.barrier();
+    }
+  }
+  return out;
+}
+
+}  // namespace pt::runtime

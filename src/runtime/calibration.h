@@ -1,0 +1,35 @@
+#pragma once
+// `pipetrain calibrate` over a job's own transport (issue 33): every worker of the job calls
+// measure_cluster with its transport; per cluster level one pair of workers that talks over it
+// (worker 0 and the first worker of the next unit) times messages to and fro over sizes from
+// 1 KiB up, while the others wait at a barrier; then groups all-reduce. The fit and the file
+// are plan/link_fit.h's.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/link_fit.h"
+#include "runtime/transport.h"
+
+namespace pt::runtime {
+
+struct CalibrationOptions {
+  std::vector<int64_t> sizes;            // message sizes, bytes (default: 1 KiB .. 64 MiB, x4)
+  int64_t bytes_per_size = 64 << 20;     // a size repeats about this many bytes' worth, 3..30 times
+  std::function<void(const std::string&)> progress;  // worker 0's lines while it runs
+};
+std::vector<int64_t> default_calibration_sizes();
+
+struct Measured {
+  std::vector<plan::LevelCalibration> levels;  // points, each fitted
+  std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
+};
+
+// Runs on every worker of the job with the same `shape` (its levels' fan-outs; their rates are
+// what is measured) and options; returns the measurements on worker 0 (the others: empty). Each
+// point is the median over its repetitions of half a round trip. Throws what the transport throws.
+Measured measure_cluster(Transport& t, const plan::Cluster& shape, const CalibrationOptions& options);
+
+}  // namespace pt::runtime

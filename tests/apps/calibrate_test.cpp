@@ -1,0 +1,91 @@
+// `pipetrain calibrate` end to end (issue 33): on threads and on gloo processes it writes a
+// cluster file whose levels carry a fitted latency and rate and the record of what was
+// measured; plan and simulate take it; bad shapes are refused by name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/json_doc.h"
+#include "plan/cluster.h"
+#include "pt_paths.h"
+#include "tests/apps/shell_run.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBinary = std::string(PT_BINARY_DIR) + "/pipetrain";
+
+std::string temp_file(const std::string& name) {
+  return (fs::temp_directory_path() / ("pt_calibrate_" + name + "_" + std::to_string(::getpid()) + ".json")).string();
+}
+
+// The file's levels and record: every measured level has its points, a positive rate, a
+// latency >= 0 and the fit's error; what plan::read_cluster reads back is what was written.
+plan::Cluster check_file(const std::string& path, const std::string& transport, size_t levels, size_t points) {
+  plan::Cluster c = plan::read_cluster(path);
+  EXPECT_EQ(c.levels.size(), levels);
+  EXPECT_EQ(c.calibration["transport"], transport);
+  EXPECT_EQ(c.calibration["levels"].size(), levels);
+  for (size_t k = 0; k < c.levels.size(); ++k) {
+    SCOPED_TRACE("level " + std::to_string(k));
+    EXPECT_GT(c.levels[k].bandwidth_gbps, 0);
+    EXPECT_GE(c.levels[k].latency_us, 0);
+    const json& rec = c.calibration["levels"][k];
+    EXPECT_EQ(rec["points_bytes_ms"].size(), points);
+    EXPECT_EQ(rec["latency_us"].get<double>(), c.levels[k].latency_us);
+    EXPECT_GE(rec["max_error"].get<double>(), 0);
+    for (const auto& p : rec["points_bytes_ms"]) EXPECT_GT(p[1].get<double>(), 0);
+  }
+  EXPECT_FALSE(c.calibration["allreduce"].empty());
+  return c;
+}
+
+TEST(Calibrate, ThreadsWriteAClusterFileThatPlanTakes) {
+  std::string out = temp_file("threads");
+  auto r = testing::shell_run(kBinary + " calibrate --workers 2 --transport threads --max-mb 1 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("calibrate: workers 0-1: 1.0 MiB"), std::string::npos) << r.output;
+  plan::Cluster c = check_file(out, "threads", 1, 6);  // 1 KiB .. 1 MiB, x4
+  auto plan = testing::shell_run(kBinary + " plan --profile " + PT_SOURCE_DIR + "/data/profiles/vgg16.json --cluster " + out);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  fs::remove(out);
+}
+
+TEST(Calibrate, GlooProcessesMeasureEachLevel) {
+  std::string out = temp_file("gloo");
+  auto r = testing::shell_run(kBinary + " calibrate --workers 2,2 --transport gloo --max-mb 4 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  plan::Cluster c = check_file(out, "gloo", 2, 7);  // 1 KiB .. 4 MiB
+  // Over TCP on one host a message costs something and its bytes take time.
+  for (const auto& rec : c.calibration["levels"]) {
+    EXPECT_GT(rec["latency_us"].get<double>(), 0);
+    const json& p = rec["points_bytes_ms"];
+    EXPECT_GT(p.back()[1].get<double>(), p.front()[1].get<double>()) << p.dump();
+  }
+  EXPECT_EQ(c.calibration["levels"][1]["workers"], json::array({0, 2}));  // across the inner units
+  auto sim = testing::shell_run(kBinary + " simulate --profile " + PT_SOURCE_DIR +
+                                "/data/profiles/vgg16.json --schedule 1f1b --cluster " + out);
+  EXPECT_EQ(sim.exit_code, 0) << sim.output;
+  fs::remove(out);
+}
+
+TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
+  auto one = testing::shell_run(kBinary + " calibrate --workers 1");
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(one.output.find("level 0 has fan-out 1"), std::string::npos) << one.output;
+  auto inner = testing::shell_run(kBinary + " calibrate --workers 4,1");
+  EXPECT_NE(inner.exit_code, 0);
+  EXPECT_NE(inner.output.find("--workers '4,1': level 1 has fan-out 1"), std::string::npos) << inner.output;
+  auto transport = testing::shell_run(kBinary + " calibrate --workers 2 --transport tcp");
+  EXPECT_NE(transport.exit_code, 0);
+  EXPECT_NE(transport.output.find("--transport: must be threads or gloo, got 'tcp'"), std::string::npos)
+      << transport.output;
+  auto small = testing::shell_run(kBinary + " calibrate --workers 2 --max-mb 0.001");
+  EXPECT_NE(small.exit_code, 0);
+  EXPECT_NE(small.output.find("--max-mb"), std::string::npos) << small.output;
+}
+
+}  // namespace
+}  // namespace pt
