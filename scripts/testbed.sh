@@ -3,7 +3,7 @@
 # per worker, links shaped with tc tbf, one `pipetrain train --transport gloo` worker per
 # namespace (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Needs root and iproute2.
 #
-#   scripts/testbed.sh [options] -- TRAIN_ARGS...
+#   scripts/testbed.sh [options] -- ARGS...     (ARGS go to `pipetrain COMMAND --transport gloo`)
 #     --workers N            namespaces = workers (default 2)
 #     --rate R               one level: every worker's link (tc rate, e.g. 1gbit, 500mbit)
 #     --servers G            two levels: G servers of N/G workers; --rate is then the link of each
@@ -21,6 +21,8 @@
 #     --out DIR              per-worker logs go to DIR/worker<r>.log (default out/testbed)
 #     --bin PATH             pipetrain binary (default build/pipetrain)
 #     --timeout S            stop the workers after S seconds (default 600)
+#     --command C            train (default) or calibrate: measure the links the workers see
+#                            (e.g. -- --workers 2,2 -o out/testbed/cluster.json)
 #   Example: scripts/testbed.sh --workers 4 --rate 1gbit -- --compute emulated \
 #              --profile data/profiles/vgg16.json --stages 4 --schedule 1f1b --steps 10
 #
@@ -38,6 +40,7 @@
 set -euo pipefail
 
 workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared shape_dirs=both out=out/testbed bin=build/pipetrain timeout_s=600
+command=train
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
+    --command) command=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "testbed: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -61,6 +65,7 @@ die() { echo "testbed: $*" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
 [[ -x $bin ]] || die "no pipetrain binary at '$bin' (--bin)"
 [[ $workers -ge 1 && $workers -le 64 ]] || die "--workers: must be in 1..64, got $workers"
+[[ $command == train || $command == calibrate ]] || die "--command: train or calibrate, got '$command'"
 [[ $shape_dirs == both || $shape_dirs == send ]] || die "--shape: both or send, got '$shape_dirs'"
 [[ $uplink == shared || $uplink == per-worker ]] || die "--uplink: shared or per-worker, got '$uplink'"
 if [[ $servers -gt 0 ]]; then
@@ -178,7 +183,7 @@ secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 for (( r = 0; r < workers; r++ )); do
   ip netns exec "${prefix}n$r" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
     PIPETRAIN_JOB_SECRET="$secret" \
-    timeout "$timeout_s" "$bin" train --transport gloo "${train_args[@]}" >"$out/worker$r.log" 2>&1 &
+    timeout "$timeout_s" "$bin" "$command" --transport gloo "${train_args[@]}" >"$out/worker$r.log" 2>&1 &
   pids+=($!)
 done
 
@@ -200,5 +205,5 @@ while (( running > 0 )); do
 done
 pids=()
 # The reporting worker prints the result lines (steps, throughput); show them.
-grep -h -E '^\[emulated|^steps|^throughput' "$out"/worker*.log || true
+grep -h -E '^\[emulated|^steps|^throughput|^level|^all-reduce|^wrote' "$out"/worker*.log || true
 exit $status

@@ -15,38 +15,56 @@ double AlphaBeta::ms(double bytes) const {
 
 namespace {
 
-// Weighted least squares of t = a + c x, weights w; {a, c}.
-std::pair<double, double> weighted_line(const std::vector<LinkPoint>& p, bool through_zero) {
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const auto& q : p) {
-    double w = 1 / (q.ms * q.ms);
-    sw += w, sx += w * q.bytes, sy += w * q.ms, sxx += w * q.bytes * q.bytes, sxy += w * q.bytes * q.ms;
-  }
-  if (through_zero) return {0.0, sxy / sxx};
-  double det = sw * sxx - sx * sx;
-  return {(sy * sxx - sx * sxy) / det, (sw * sxy - sx * sy) / det};
+// Least squares of t = a + c x over the points; {a, c}.
+std::pair<double, double> line(const std::vector<LinkPoint>& p) {
+  double n = static_cast<double>(p.size()), sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& q : p) sx += q.bytes, sy += q.ms, sxx += q.bytes * q.bytes, sxy += q.bytes * q.ms;
+  double det = n * sxx - sx * sx;
+  return {(sy * sxx - sx * sxy) / det, (n * sxy - sx * sy) / det};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
 
-AlphaBeta fit_alpha_beta(const std::vector<LinkPoint>& points) {
+AlphaBeta fit_alpha_beta(const std::vector<LinkPoint>& unsorted) {
+  std::vector<LinkPoint> points = unsorted;
   std::set<double> sizes;
   for (const auto& p : points) {
     if (!(p.ms > 0) || !std::isfinite(p.ms)) throw ConfigError(str("link fit: a time of ", p.ms, " ms for ", p.bytes, " bytes"));
     sizes.insert(p.bytes);
   }
   if (sizes.size() < 2) throw ConfigError("link fit: needs times for at least two message sizes");
-  auto [a, c] = weighted_line(points, false);
-  if (a < 0) std::tie(a, c) = weighted_line(points, true);
-  AlphaBeta fit;
-  fit.latency_us = a * 1e3;
-  // c: ms per byte. Where the time does not grow with the bytes, no rate can be measured.
-  fit.bandwidth_gbps = c > 0 ? std::min(kUnmeasurableGbps, 1e3 / c / kBytesPerSecPerGbps) : kUnmeasurableGbps;
-  if (c <= 0) {  // the latency alone: the weighted mean time
-    double sw = 0, sy = 0;
-    for (const auto& q : points) sw += 1 / (q.ms * q.ms), sy += 1 / q.ms;
-    fit.latency_us = sy / sw * 1e3;
+  std::sort(points.begin(), points.end(), [](const LinkPoint& a, const LinkPoint& b) { return a.bytes < b.bytes; });
+  // The rate from the large messages (within 256x of the largest; at least the two largest
+  // sizes): a shaper's burst (tc tbf) or a cache lets small ones through faster than the rate
+  // that large transfers, the ones a plan's time is made of, get.
+  double largest = points.back().bytes;
+  std::vector<LinkPoint> large;
+  for (const auto& p : points)
+    if (p.bytes * 256 >= largest) large.push_back(p);
+  std::set<double> large_sizes;
+  for (const auto& p : large) large_sizes.insert(p.bytes);
+  if (large_sizes.size() < 2) {
+    large.clear();
+    for (const auto& p : points)
+      if (p.bytes >= *std::next(sizes.rbegin())) large.push_back(p);
   }
+  double c = line(large).second;  // ms per byte
+  AlphaBeta fit;
+  fit.bandwidth_gbps = c > 0 ? std::min(kUnmeasurableGbps, 1e3 / c / kBytesPerSecPerGbps) : kUnmeasurableGbps;
+  double per_byte = 1e3 / (fit.bandwidth_gbps * kBytesPerSecPerGbps);
+  // The latency from the small messages (the three smallest sizes): what their bytes at that
+  // rate leave of their time.
+  std::vector<double> rest;
+  double third = *std::next(sizes.begin(), std::min<size_t>(2, sizes.size() - 1));
+  for (const auto& p : points)
+    if (p.bytes <= third) rest.push_back(p.ms - p.bytes * per_byte);
+  fit.latency_us = std::max(0.0, median(rest)) * 1e3;
   for (const auto& p : points) fit.max_error = std::max(fit.max_error, std::abs(fit.ms(p.bytes) - p.ms) / p.ms);
   return fit;
 }

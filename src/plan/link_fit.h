@@ -25,10 +25,13 @@ struct AlphaBeta {
   double ms(double bytes) const;
 };
 
-// Least squares on the relative error (each point weighted 1 / t^2, so a 1 KiB message counts as
-// much as a 64 MiB one). A negative latency is fitted again as 0; where the time does not grow
-// with the bytes (threads hand tensors over in memory), the bandwidth is kUnmeasurableGbps.
-// ConfigError for fewer than two distinct sizes or a time that is not positive.
+// The rate from the large messages (least squares over the sizes within 256x of the largest),
+// the latency from the small ones (the median, over the three smallest sizes, of what the bytes
+// at that rate leave of the time; never below 0): a link's burst allowance or a cache makes
+// small messages faster than the rate large ones get, which a single line through all sizes
+// would average away. Where the time does not grow with the bytes (threads hand tensors over in
+// memory), the bandwidth is kUnmeasurableGbps. ConfigError for fewer than two distinct sizes or
+// a time that is not positive.
 AlphaBeta fit_alpha_beta(const std::vector<LinkPoint>& points);
 inline constexpr double kUnmeasurableGbps = 1e6;
 

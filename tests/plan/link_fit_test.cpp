@@ -39,7 +39,7 @@ TEST(LinkFit, FlatTimesAreALatencyAndNoRate) {
   AlphaBeta f = fit_alpha_beta(flat);
   EXPECT_EQ(f.bandwidth_gbps, kUnmeasurableGbps);
   EXPECT_NEAR(f.latency_us, 10, 1);
-  // A line through negative time at zero bytes is fitted again through the origin.
+  // A latency that would come out negative is 0.
   AlphaBeta steep = fit_alpha_beta({{1024, 0.001}, {1 << 20, 10.0}, {4 << 20, 41.0}});
   EXPECT_EQ(steep.latency_us, 0);
   EXPECT_GT(steep.bandwidth_gbps, 0);
