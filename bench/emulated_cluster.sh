@@ -7,7 +7,7 @@
 #                             [--steps N] [--time-scale S] [--byte-scale B]
 #                             [--schedules "pipedream dp ..."] [--uplink per-worker|shared]
 #                             [--shape both|send] [--plan FILE] [--bucket-mb M]
-#                             [--allreduce ring|hierarchical]
+#                             [--allreduce ring|hierarchical] [--calibrate]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
@@ -23,6 +23,9 @@
 # (0: one all-reduce after the backward).
 # --allreduce hierarchical: the planner, the simulator and the workers all-reduce inside each
 # server, then across servers a shard each (Cluster::allreduce_units); default ring.
+# --calibrate: `pipetrain calibrate` on the testbed first (issue 33); its levels, brought back to
+# the emulated cluster (rate x S / B, latency per message / S), replace the typed bandwidths for
+# the planner and the simulator (the links stay shaped to the typed rates).
 # Each run writes its rows to out/bench/emulated_cluster/<run>/rows.csv (read by bench/report.py).
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
 # (data/profiles), and times are converted back to the emulated cluster (/ S) before printing.
@@ -32,7 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both gbps_set=""
-plan_in="" bucket=() allreduce=ring
+plan_in="" bucket=() allreduce=ring calibrate=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -47,6 +50,7 @@ while [[ $# -gt 0 ]]; do
     --shape) shape=$2; shift 2 ;;
     --plan) plan_in=$2; shift 2 ;;
     --allreduce) allreduce=$2; shift 2 ;;
+    --calibrate) calibrate=1; shift ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -65,7 +69,7 @@ case "$cluster" in
 esac
 [[ -z $gbps_set ]] || gbps=$gbps_set
 [[ $allreduce == ring || $allreduce == hierarchical ]] || { echo "--allreduce: ring or hierarchical, got '$allreduce'" >&2; exit 2; }
-out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape$([[ -z $plan_in ]] || echo "-plan-$(basename "$plan_in" .json)")$([[ $allreduce == ring ]] || echo "-$allreduce")$([[ $S == 2 ]] || echo "-s$S")
+out=out/bench/emulated_cluster/$model-$cluster-${gbps//,/-}g$([[ $cluster != 4x4 ]] || echo "-$uplink")-shape-$shape$([[ -z $plan_in ]] || echo "-plan-$(basename "$plan_in" .json)")$([[ $allreduce == ring ]] || echo "-$allreduce")$([[ $S == 2 ]] || echo "-s$S")$([[ $calibrate == 0 ]] || echo "-calibrated")
 mkdir -p "$out"
 # The cluster as the workers read it (which share a server, how they all-reduce).
 python3 - "$plan_workers" "$gbps" "$allreduce" "$out/cluster.json" <<'EOF'
@@ -81,6 +85,21 @@ IFS=, read -r -a bw <<<"$gbps"
 if [[ ${#bw[@]} -eq 2 ]]; then testbed+=(--rate "$(rate_of "${bw[0]}")" --uplink-rate "$(rate_of "${bw[1]}")")
 else testbed+=(--rate "$(rate_of "${bw[0]}")"); fi
 batch=$(python3 -c "import json; print(json.load(open('$profile'))['batch_size'])")
+if [[ $calibrate == 1 ]]; then
+  scripts/testbed.sh "${testbed[@]}" --command calibrate --out "$out/calibrate" -- --workers "$plan_workers" --max-mb 16 \
+    -o "$PWD/$out/testbed_cluster.json" >"$out/calibrate.log" 2>&1 || { cat "$out/calibrate.log"; exit 1; }
+  grep -E '^level|^all-reduce' "$out/calibrate.log"
+  python3 - "$out/testbed_cluster.json" "$S" "$B" "$allreduce" "$out/cluster.json" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1])); S, B = float(sys.argv[2]), float(sys.argv[3])
+for l in doc["levels"]:  # what the emulated cluster's bytes and times see
+    l["bandwidth_gbps"] *= S / B
+    l["latency_us"] = l.get("latency_us", 0) / S
+doc["allreduce"] = sys.argv[4]
+doc["calibration"]["emulated"] = {"time_scale": S, "byte_scale": B}
+json.dump(doc, open(sys.argv[5], "w"))
+EOF
+fi
 
 if [[ -n $plan_in ]]; then
   cp "$plan_in" "$out/plan.json"
