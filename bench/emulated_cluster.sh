@@ -7,7 +7,7 @@
 #                             [--steps N] [--time-scale S] [--byte-scale B]
 #                             [--schedules "pipedream dp ..."] [--uplink per-worker|shared]
 #                             [--shape both|send] [--plan FILE] [--bucket-mb M]
-#                             [--allreduce ring|hierarchical] [--calibrate]
+#                             [--allreduce ring|hierarchical] [--calibrate] [--repeat N]
 #
 # Clusters (bandwidths of the emulated cluster; the links are shaped to bandwidth x B / S):
 #   4x4:   4 servers of 4 workers, 96 Gbit/s within a server, 10 Gbit/s between servers; each
@@ -23,6 +23,8 @@
 # (0: one all-reduce after the backward).
 # --allreduce hierarchical: the planner, the simulator and the workers all-reduce inside each
 # server, then across servers a shard each (Cluster::allreduce_units); default ring.
+# --repeat N: each row runs N times (default 3); the measured figures are the medians, and the
+# steady state's spread (min-max) is printed and kept, flagged where it exceeds 10% (issue 33).
 # --calibrate: `pipetrain calibrate` on the testbed first (issue 33); its levels, brought back to
 # the emulated cluster (rate x S / B, latency per message / S), replace the typed bandwidths for
 # the planner and the simulator (the links stay shaped to the typed rates).
@@ -35,7 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=vgg16 cluster=4x4 steps=0 S=2 B=0.02 schedules="pipedream dp 1f1b gpipe 2bw" uplink=per-worker shape=both gbps_set=""
-plan_in="" bucket=() allreduce=ring calibrate=0
+plan_in="" bucket=() allreduce=ring calibrate=0 repeat=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -51,6 +53,7 @@ while [[ $# -gt 0 ]]; do
     --plan) plan_in=$2; shift 2 ;;
     --allreduce) allreduce=$2; shift 2 ;;
     --calibrate) calibrate=1; shift ;;
+    --repeat) repeat=$2; shift 2 ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -126,11 +129,11 @@ echo "== emulated cluster: $model on $cluster ($gbps Gbit/s$two_level, links sha
 predicted=$(sed -n 's/^speed-up: .*, \([0-9.]*\)x over data parallelism.*/\1/p' "$out/plan.txt" | head -1)
 if [[ -n $plan_in ]]; then echo "plan: $config from $plan_in"
 else echo "planner: $config (pipetrain cost model), predicts ${predicted}x over data parallelism"; fi
-printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s" \
-  "steady meas." "steady sim"
+printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s  %s\n" schedule config steps "measured ms/mb" "sim ms/mb" "error %" "samples/s" \
+  "steady meas." "steady sim" "(medians of --repeat runs)"
 dp_rate=""
 : >"$out/rows.txt"
-echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms,predicted_ms" >"$out/rows.csv"
+echo "model,cluster,gbps,uplink,shape,link_rate,schedule,config,steps,measured_ms,sim_ms,error_pct,samples_per_s,planner_speedup,steady_measured_ms,steady_sim_ms,predicted_ms,runs,steady_spread" >"$out/rows.csv"
 for kind in $schedules; do
   args=(--compute emulated --time-scale "$S" --byte-scale "$B" --schedule "$kind" --quiet --timeout 600 "${bucket[@]}"
         --cluster "$PWD/$out/cluster.json")
@@ -158,24 +161,35 @@ for kind in $schedules; do
       cfg=$config ;;
   esac
   args+=(--steps "$n" --trace "$PWD/$out/$kind.trace.json")
-  rm -f "$out/$kind.trace.json"*
-  if ! scripts/testbed.sh "${testbed[@]}" --out "$out/$kind" -- "${args[@]}" >"$out/$kind.log" 2>&1; then
-    echo "$kind: failed (see $out/$kind.log)"; continue
-  fi
-  # The steps that ran: asynchronous schedules run whole rounds of every stage's replicas.
-  n=$(sed -n 's/.*steps \([0-9]*\), [0-9.e+-]* s,.*/\1/p' "$out/$kind.log" | head -1)
-  secs=$(sed -n 's/.*steps [0-9]*, \([0-9.e+-]*\) s,.*/\1/p' "$out/$kind.log" | head -1)
-  if [[ -z $n || $n -eq 0 ]]; then echo "$kind: ran no minibatch (see $out/$kind.log)"; continue; fi
-  measured=$(awk -v s="$secs" -v n="$n" -v S="$S" 'BEGIN { printf "%.1f", s * 1000 / n / S }')
+  # The row --repeat times: each run's whole time per minibatch and steady state (the workers'
+  # merged trace: the middle third of the minibatches, whole periods of the replica rounds); the
+  # last run's trace and log stay.
+  totals=() steadies=() ran=0
+  for (( run = 1; run <= repeat; run++ )); do
+    rm -f "$out/$kind.trace.json"*
+    if ! scripts/testbed.sh "${testbed[@]}" --out "$out/$kind" -- "${args[@]}" >"$out/$kind.log" 2>&1; then
+      echo "$kind: run $run failed (see $out/$kind.log)"; continue
+    fi
+    # The steps that ran: asynchronous schedules run whole rounds of every stage's replicas.
+    ran=$(sed -n 's/.*steps \([0-9]*\), [0-9.e+-]* s,.*/\1/p' "$out/$kind.log" | head -1)
+    secs=$(sed -n 's/.*steps [0-9]*, \([0-9.e+-]*\) s,.*/\1/p' "$out/$kind.log" | head -1)
+    [[ -n $ran && $ran -gt 0 ]] || { echo "$kind: run $run ran no minibatch (see $out/$kind.log)"; ran=0; continue; }
+    totals+=("$(awk -v s="$secs" -v n="$ran" -v S="$S" 'BEGIN { printf "%.3f", s * 1000 / n / S }')")
+    "$bin" trace "$out/$kind.trace.json" --merge "$workers" --svg "$out/$kind.svg" \
+      --title "$kind $cfg on emulated $cluster ($gbps Gbit/s), measured (emulated compute)" >"$out/$kind.trace.txt" 2>&1 ||
+      echo "$kind: no measured timeline (see $out/$kind.trace.txt)"
+    t=$(sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p' "$out/$kind.trace.txt" | head -1)
+    [[ -z $t ]] || steadies+=("$(awk -v t="$t" -v S="$S" 'BEGIN { printf "%.3f", t / S }')")
+  done
+  [[ ${#totals[@]} -gt 0 ]] || continue
+  n=$ran
+  med() { printf "%s\n" "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+  measured=$(awk -v m="$(med "${totals[@]}")" 'BEGIN { printf "%.1f", m }')
   # The simulator over the same minibatches: one repeated minibatch for flush schedules, all n for
   # the asynchronous ones; its total time / n.
   minis=1; [[ $kind == pipedream || $kind == 2bw ]] && minis=$n
   "$bin" simulate "${sim_args[@]}" --minibatches "$minis" --save-trace "$out/$kind.sim.json" \
     --svg "$out/$kind.sim.svg" >/dev/null
-  # The workers' own traces, joined: the measured timeline beside the simulated one.
-  "$bin" trace "$out/$kind.trace.json" --merge "$workers" --svg "$out/$kind.svg" \
-    --title "$kind $cfg on emulated $cluster ($gbps Gbit/s), measured (emulated compute)" >"$out/$kind.trace.txt" 2>&1 ||
-    echo "$kind: no measured timeline (see $out/$kind.trace.txt)"
   sim=$(python3 - "$out/$kind.sim.json" "$minis" <<'EOF'
 import json, sys
 t = json.load(open(sys.argv[1])); ev = [e for w in t["workers"] for e in w]
@@ -187,9 +201,14 @@ EOF
   err=$(awk -v m="$measured" -v s="$sim" 'BEGIN { printf "%+.1f", (m - s) / s * 100 }')
   [[ $kind == dp ]] && dp_rate=$rate
   # Steady state (metrics.h: the middle third of the minibatches, whole periods of the replica
-  # rounds), measured from the workers' merged trace and simulated over the same minibatches.
-  steady=$(sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p' "$out/$kind.trace.txt" | head -1)
-  steady=$([[ -z $steady ]] || awk -v t="$steady" -v S="$S" 'BEGIN { printf "%.2f", t / S }')
+  # rounds): the median of the runs' merged traces, and their spread; simulated over the same
+  # minibatches.
+  steady="" spread=""
+  if [[ ${#steadies[@]} -gt 0 ]]; then
+    steady=$(awk -v m="$(med "${steadies[@]}")" 'BEGIN { printf "%.2f", m }')
+    lo=$(printf "%s\n" "${steadies[@]}" | sort -g | head -1) hi=$(printf "%s\n" "${steadies[@]}" | sort -g | tail -1)
+    spread=$(awk -v l="$lo" -v h="$hi" -v m="$steady" 'BEGIN { printf "%.2f-%.2f (%.1f%%%s)", l, h, (h - l) / m * 100, ((h - l) / m > 0.10) ? "; over 10%" : "" }')
+  fi
   steady_sim=$("$bin" simulate "${sim_args[@]}" --minibatches "$minis" | sed -n 's/^time per minibatch *\([0-9.]*\) ms.*/\1/p')
   # The planner's prediction for its own schedule (pipedream) and for data parallelism (per
   # minibatch of batch x workers); the other schedules it does not predict.
@@ -201,10 +220,10 @@ v = p.get("pipeline_ms_per_minibatch") if kind == "pipedream" else (p.get("data_
 print("%.1f" % v if v else "")
 EOF
 )
-  printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate" \
-    "${steady:-n/a}" "${steady_sim:-n/a}"
+  printf "%-10s %-8s %6s %14s %14s %9s %12s %13s %13s  %s\n" "$kind" "$cfg" "$n" "$measured" "$sim" "$err" "$rate" \
+    "${steady:-n/a}" "${steady_sim:-n/a}" "${#steadies[@]} runs, spread ${spread:-n/a}"
   echo "$kind $cfg $n $measured $sim $err $rate" >>"$out/rows.txt"
-  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg$([[ $allreduce == ring ]] || echo " $allreduce"),$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim,$predicted_ms" >>"$out/rows.csv"
+  echo "$model,$cluster,${gbps//,/ },$([[ $cluster == 4x4 ]] && echo "$uplink"),$shape,$(rate_of "${bw[-1]}"),$kind,$cfg$([[ $allreduce == ring ]] || echo " $allreduce"),$n,$measured,$sim,$err,$rate,$predicted,$steady,$steady_sim,$predicted_ms,${#steadies[@]},${spread:-}" >>"$out/rows.csv"
 done
 if [[ -n $dp_rate ]]; then
   awk -v d="$dp_rate" '$1 != "dp" { printf "speed-up of %s over dp: %.2fx\n", $1, $7 / d }' "$out/rows.txt"
