@@ -415,8 +415,8 @@ def section_sim_error(runs, md):
               "figure x workers); simulated and measured: whole runs over the same minibatches, warm-up included; "
               "steady: the middle third of the minibatches in whole periods of the replica rounds (metrics.h), "
               "simulated and measured from the workers' merged traces; spread: the largest of the steady three over the "
-              "least. The planner predicts pipedream and dp in closed form; it plans the other schedules by "
-              "simulation (plan --schedule), so for them the simulation is its prediction.\n")
+              "least. Since issue 32 the planner's prediction is its simulation of the plan (earlier rows "
+              "of pipedream and dp were its closed form).\n")
     md.append("Of the limit: the measured steady throughput as a share of the physical limit, every worker of the "
               "cluster computing all the time (one worker's forward and backward per sample, from data/profiles, "
               "over the cluster's workers). It cannot pass 100%; the report says so if a row does.\n")
