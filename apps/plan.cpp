@@ -245,6 +245,15 @@ int run_plan(Flags& f) {
   } else if (f.top > 0 || f.explain) {
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "
                      "--cost-model pipedream gives PipeDream's one plan");
+  } else {
+    // PipeDream's optimizer keeps its own prediction; the simulator says what the plan runs at.
+    double simulated = simulate_plan(out.plan, out.profile, out.cluster, out.options);
+    if (simulated > 0) {
+      out.plan.simulated_ms_per_minibatch = simulated;
+      out.plan.simulated_schedule = "pipedream";
+      out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
+      out.json = to_json(out.plan).dump(1) + "\n";
+    }
   }
   return emit(f, out, extra);
 }

@@ -110,17 +110,26 @@ std::string variant(const plan::Plan& p) {
 
 }  // namespace
 
-double simulate_data_parallel(const profile::Profile& profile, const plan::Cluster& cluster,
-                       const plan::PlanOptions& options, const std::string& kind) {
-  plan::Plan dp = plan::data_parallel_plan(profile.num_layers(), cluster.workers());
-  if (replay_period(dp) == 0) return 0;
+double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
+                     const plan::PlanOptions& options, const std::string& kind) {
+  if (replay_period(plan) == 0) return 0;
   try {
-    if (!plan::evaluate_plan(dp, profile, cluster, options).fits_memory) return 0;
-    schedule::Schedule s = schedule::make_schedule(kind, dp, {});
+    schedule::Schedule s = schedule::make_schedule(kind, plan, {});
     return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})).ms_per_minibatch;
   } catch (const ConfigError&) {
     return 0;
   }
+}
+
+double simulate_data_parallel(const profile::Profile& profile, const plan::Cluster& cluster,
+                              const plan::PlanOptions& options, const std::string& kind) {
+  plan::Plan dp = plan::data_parallel_plan(profile.num_layers(), cluster.workers());
+  try {
+    if (!plan::evaluate_plan(dp, profile, cluster, options).fits_memory) return 0;
+  } catch (const ConfigError&) {
+    return 0;
+  }
+  return simulate_plan(dp, profile, cluster, options, kind);
 }
 
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,

@@ -50,6 +50,11 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
 // lag one update less).
 bool ranks_before(const Candidate& a, const Candidate& b);
 
+// `plan` under `kind`, simulated: ms per minibatch in the steady state, or 0 where its replica
+// counts repeat too rarely to replay or the kind cannot run it.
+double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
+                     const plan::PlanOptions& options, const std::string& kind = "pipedream");
+
 // Data parallelism on every worker of `cluster` under `kind`, simulated: ms per minibatch, or 0
 // where it does not fit the memory or cannot be replayed.
 double simulate_data_parallel(const profile::Profile& profile, const plan::Cluster& cluster,

@@ -78,8 +78,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
   os << "bottleneck: stage " << bottleneck << "\n";
   // A refereed plan's prediction is its simulated steady state (DESIGN.md: one timing model);
-  // PipeDream's optimizer's is its own formula.
-  bool simulated = plan.simulated_ms_per_minibatch > 0;
+  // PipeDream's optimizer's is its own formula, and the simulation follows on a line of its own.
+  bool simulated = plan.simulated_ms_per_minibatch > 0 && pipe > 0 &&
+                   std::abs(plan.simulated_ms_per_minibatch / pipe - 1) <= 1e-9;
   os << "predicted ms per minibatch" << (per_step != 1.0 ? str(" of ", plan.batch_size) : std::string())
      << (simulated ? str(" (the simulator's steady state, ", plan.simulated_schedule, ")") : std::string())
      << ": pipeline " << fixed(pipe) << ", data parallel " << (dp > 0 ? fixed(dp) : std::string("(does not fit)"))
@@ -89,7 +90,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
     if (dp > 0) os << ", " << fixed(dp / pipe, 2) << "x over data parallelism";
     os << "\n";
   }
-  if (simulated && std::abs(plan.simulated_ms_per_minibatch / pipe - 1) > 1e-9)
+  if (plan.simulated_ms_per_minibatch > 0 && !simulated)
     os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): "
        << fixed(plan.simulated_ms_per_minibatch) << " (" << fixed(100 * (plan.simulated_ms_per_minibatch / pipe - 1), 1)
        << "% from the prediction)\n";

@@ -243,6 +243,16 @@ TEST(PlanReferee, PipedreamModelPlansUnderAMemoryCap) {
   auto roomy = testing::shell_run(base + " --memory 16GB");
   ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
   EXPECT_NE(roomy.output.find("cost model pipedream: 2 stages, shape 3-1"), std::string::npos) << roomy.output;
+  // PipeDream's prediction stays PipeDream's; the simulator's time for the plan is beside it.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(roomy.output, m, std::regex("predicted ms per minibatch: pipeline ([0-9.]+)")))
+      << roomy.output;
+  double predicted = std::stod(m[1]);
+  ASSERT_TRUE(std::regex_search(roomy.output, m,
+                                std::regex("simulated ms per minibatch \\(pipedream, steady state\\): ([0-9.]+) "
+                                           "\\(([-+0-9.]+)% from the prediction\\)")))
+      << roomy.output;
+  EXPECT_NEAR(std::stod(m[2]), 100 * (std::stod(m[1]) / predicted - 1), 0.1);
   auto tight = testing::shell_run(base + " --memory 8GB");
   ASSERT_EQ(tight.exit_code, 0) << tight.output;
   EXPECT_NE(tight.output.find("cost model pipedream: 1 stages, shape 4"), std::string::npos) << tight.output;
