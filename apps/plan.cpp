@@ -72,13 +72,17 @@ int print_unsimulated(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
 }
 
 // Where the chosen plan's replicas all-reduce, the bucket it runs fastest with (unless --bucket-mb
-// says), its time with it, and a note naming the other buckets' times.
-void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::string& kind) {
+// says, or the referee ran out of --time-limit), its time with it, and a note naming the other
+// buckets' times.
+void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::string& kind, bool out_of_time) {
   bool replicated = false;
   for (const auto& st : out.plan.stages) replicated = replicated || st.replicas > 1;
   if (!replicated) return;
-  if (f.bucket_flag->count() > 0) {
+  if (f.bucket_flag->count() > 0 || out_of_time) {
     out.plan.bucket_mb = f.plan.bucket_mb;
+    if (out_of_time)
+      out.plan.notes.push_back(str("all-reduce bucket ", f.plan.bucket_mb, " MiB: --time-limit left no time to "
+                                   "simulate the others"));
     return;
   }
   BucketChoice b = choose_bucket(out.plan, out.profile, out.cluster, out.options, kind);
@@ -163,7 +167,7 @@ int run_plan(Flags& f) {
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
-    choose_plan_bucket(f, out, r.schedule);
+    choose_plan_bucket(f, out, r.schedule, r.unreplayed > 0);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)

@@ -30,6 +30,7 @@ int repetitions(int64_t bytes, const CalibrationOptions& o) {
 }
 
 // Ping-pong between a and b; half the round trip's median on a, per size (b returns nothing).
+// Only worker a times, and prints progress where it has a callback (worker 0's).
 std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const CalibrationOptions& o, int64_t tag) {
   std::vector<plan::LinkPoint> points;
   int me = t.rank(), peer = me == a ? b : a;
@@ -49,10 +50,12 @@ std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const Calibra
       }
       if (i >= 0) trips.push_back(ms_since(start));
     }
-    if (me == a) points.push_back({static_cast<double>(bytes), median(trips) / 2});
-    if (me == 0 && o.progress)
-      o.progress(str("workers ", a, "-", b, ": ", human_bytes(static_cast<double>(bytes)), " in ",
-                     me == a ? median(trips) / 2 : 0.0, " ms one way (", reps, " round trips)"));
+    if (me == a) {
+      points.push_back({static_cast<double>(bytes), median(trips) / 2});
+      if (o.progress)
+        o.progress(str("workers ", a, "-", b, ": ", human_bytes(static_cast<double>(bytes)), " in ",
+                       points.back().ms, " ms one way (", reps, " round trips)"));
+    }
     tag += 2;
   }
   return points;

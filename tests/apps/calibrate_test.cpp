@@ -8,6 +8,7 @@
 
 #include "core/json_doc.h"
 #include "plan/cluster.h"
+#include "plan/link_fit.h"
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
 
@@ -58,11 +59,17 @@ TEST(Calibrate, GlooProcessesMeasureEachLevel) {
   auto r = testing::shell_run(kBinary + " calibrate --workers 2,2 --transport gloo --max-mb 4 -o " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   plan::Cluster c = check_file(out, "gloo", 2, 7);  // 1 KiB .. 4 MiB
-  // Over TCP on one host a message costs something and its bytes take time.
-  for (const auto& rec : c.calibration["levels"]) {
-    EXPECT_GT(rec["latency_us"].get<double>(), 0);
-    const json& p = rec["points_bytes_ms"];
-    EXPECT_GT(p.back()[1].get<double>(), p.front()[1].get<double>()) << p.dump();
+  // What the fit reads off loopback depends on the load beside it (under ctest -j 2 a 1 KiB
+  // round trip on these 2 cores took 4 ms, longer than 4 MiB's); the fit itself is tested in
+  // LinkFit.*, and against tc-shaped links in testbed_smoke. Here: each level's fit is the
+  // one plan::fit_alpha_beta makes of the points the file records.
+  for (size_t k = 0; k < c.levels.size(); ++k) {
+    const json& rec = c.calibration["levels"][k];
+    std::vector<plan::LinkPoint> points;
+    for (const auto& p : rec["points_bytes_ms"]) points.push_back({p[0].get<double>(), p[1].get<double>()});
+    plan::AlphaBeta fit = plan::fit_alpha_beta(points);
+    EXPECT_NEAR(fit.latency_us, c.levels[k].latency_us, 1e-9 * (1 + fit.latency_us));
+    EXPECT_NEAR(fit.bandwidth_gbps, c.levels[k].bandwidth_gbps, 1e-9 * fit.bandwidth_gbps);
   }
   EXPECT_EQ(c.calibration["levels"][1]["workers"], json::array({0, 2}));  // across the inner units
   auto sim = testing::shell_run(kBinary + " simulate --profile " + PT_SOURCE_DIR +
