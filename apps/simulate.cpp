@@ -20,6 +20,7 @@ namespace {
 struct SimulateFlags {
   std::string profile, plan, kind = "1f1b", svg, chrome, trace_out, schedule_out, schedule_file;
   CLI::Option* kind_flag = nullptr;
+  CLI::Option* bucket_flag = nullptr;  // a given --bucket-mb overrides the plan's bucket_mb
   plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
   bool json = false, grid = false;
@@ -63,7 +64,9 @@ int run_simulate(const SimulateFlags& f) {
   std::string kind = f.schedule_file.empty() ? f.kind : f.schedule_file;
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   sim::SimOptions sim_options;
-  sim_options.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20));
+  // The plan's bucket, where the planner chose one (as train --plan takes it), unless --bucket-mb says.
+  double bucket_mb = plan.bucket_mb >= 0 && f.bucket_flag->count() == 0 ? plan.bucket_mb : f.bucket_mb;
+  sim_options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
   schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
   std::string title = str(kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
@@ -94,8 +97,9 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
                  "Replay this schedule: pipetrain's JSON (--emit-schedule) or a CSV of torch.distributed.pipelining "
                  "actions per rank (2F0, 1I3, 1W3; its stages are --plan's, or an even split)");
   add_schedule_options(app, f->options);
-  app.add_option("--bucket-mb", f->bucket_mb,
-                 "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it)")
+  f->bucket_flag = app.add_option("--bucket-mb", f->bucket_mb,
+                                  "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it; "
+                                  "default: the plan's bucket_mb, else 25)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--svg", f->svg, "Write the timeline as SVG");

@@ -329,3 +329,38 @@ TEST(PlanReferee, ChoosesTheBucketTheLatencyFavours) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// One timing model end to end (issue 32): what `plan` predicts for its plan is what `simulate`
+// gives the plan file, the bucket and deferred step the plan names included, on typed clusters
+// and one with a latency per message.
+TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
+  struct Case {
+    std::string model, cluster;
+  };
+  std::string file = ::testing::TempDir() + "predicted_plan.json";
+  for (const Case& c : {Case{"vgg16", "--workers 4,4 --bandwidth-gbps 96,10"},
+                        Case{"vgg16", "--workers 4,4 --bandwidth-gbps 96,10 --no-deferred-step"},
+                        Case{"resnet50", "--workers 8 --bandwidth-gbps 1 --latency-us 200"},
+                        Case{"gnmt16", "--workers 2,8 --bandwidth-gbps 96,25"}}) {
+    SCOPED_TRACE(c.model + " " + c.cluster);
+    std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/" + c.model + ".json";
+    auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --profile " + path + " " +
+                                          c.cluster + " -o " + file + " 2>/dev/null",
+                                      false);
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+    double predicted = parse_json(planned.output, "plan")["predicted"]["pipeline_ms_per_minibatch"].get<double>();
+    std::string cluster = c.cluster.substr(0, c.cluster.find(" --no-deferred-step"));
+    auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " +
+                                  file + " --schedule pipedream " + cluster);
+    ASSERT_EQ(sim.exit_code, 0) << sim.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
+    EXPECT_NEAR(std::stod(m[1]) / predicted, 1.0, 0.01) << sim.output;
+  }
+}
+
+}  // namespace
+}  // namespace pt
