@@ -4,6 +4,7 @@
 // --transport gloo as one local process per worker, or as one worker under torchrun, mpirun or
 // scripts/testbed.sh (RANK/WORLD_SIZE set).
 #include <csignal>
+#include <filesystem>
 #include <ctime>
 #include <iostream>
 #include <thread>
@@ -127,6 +128,12 @@ int run_calibrate(const CalibrateFlags& f) {
     throw UsageError(str("--transport: must be threads or gloo, got '", f.transport, "'"));
   if (!(f.timeout_s > 0)) throw UsageError(str("--timeout: must be > 0 seconds, got ", f.timeout_s));
   plan::Cluster shape = shape_of(f);
+  // The file's folder before the measuring, not after it.
+  if (!f.output.empty() && f.output != "-") {
+    std::filesystem::path dir = std::filesystem::absolute(f.output).parent_path();
+    if (!std::filesystem::is_directory(dir))
+      throw UsageError(str("-o '", f.output, "': no folder ", dir.string(), " to write the cluster file in"));
+  }
   if (f.transport == "threads") return run_threads(f, shape);
   if (runtime::launched_as_gloo_worker()) return run_gloo_worker(f, shape);
   return runtime::launch_gloo_workers(shape.workers(), runtime::self_argv());

@@ -89,6 +89,11 @@ TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
   EXPECT_NE(transport.exit_code, 0);
   EXPECT_NE(transport.output.find("--transport: must be threads or gloo, got 'tcp'"), std::string::npos)
       << transport.output;
+  // A folder that is not there is named before anything is measured.
+  auto nowhere = testing::shell_run(kBinary + " calibrate --workers 2 -o /nonexistent-pt/cluster.json");
+  EXPECT_NE(nowhere.exit_code, 0);
+  EXPECT_NE(nowhere.output.find("no folder /nonexistent-pt"), std::string::npos) << nowhere.output;
+  EXPECT_EQ(nowhere.output.find("calibrate: workers"), std::string::npos) << nowhere.output;
   auto small = testing::shell_run(kBinary + " calibrate --workers 2 --max-mb 0.001");
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE(small.output.find("--max-mb"), std::string::npos) << small.output;
