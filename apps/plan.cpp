@@ -183,11 +183,13 @@ int run_plan(Flags& f) {
                                    out.options.time_limit_s, " s (--time-limit); the plan is the best of the ",
                                    r.ranked.size(), " that were"));
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
+    bool deferred = out.plan.deferred_step && out.plan.stages[0].replicas > 1;
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back(str("pipedream is asynchronous: the first stage's gradients use weights up to ",
-                                   plan::in_flight(out.plan, 0) - 1 + (out.plan.deferred_step && out.plan.stages[0].replicas > 1),
-                                   " updates old (one per minibatch it keeps in flight after the first, and one for a "
-                                   "deferred step), the last stage's none (weight stashing "
+                                   plan::in_flight(out.plan, 0) - 1 + (deferred ? 1 : 0),
+                                   " updates old (one per minibatch it keeps in flight after the first",
+                                   deferred ? ", and one for the deferred step" : "",
+                                   "), the last stage's none (weight stashing "
                                    "keeps each minibatch's forward and backward consistent); 1f1b and gpipe run this "
                                    "plan synchronously"));
     if (out.plan.deferred_step) {
