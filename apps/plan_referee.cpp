@@ -16,6 +16,7 @@
 #include "plan/physical_limit.h"
 #include "plan/plan_table.h"
 #include "plan/planner.h"
+#include "schedule/validate.h"
 #include "sim/simulator.h"
 
 namespace pt::app {
@@ -114,7 +115,7 @@ double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, co
                      const plan::PlanOptions& options, const std::string& kind) {
   if (replay_period(plan) == 0) return 0;
   try {
-    schedule::Schedule s = schedule::make_schedule(kind, plan, {});
+    schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
     return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})).ms_per_minibatch;
   } catch (const ConfigError&) {
     return 0;
@@ -134,7 +135,7 @@ double simulate_data_parallel(const profile::Profile& profile, const plan::Clust
 
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
                            const plan::PlanOptions& options, const std::string& kind) {
-  schedule::Schedule s = schedule::make_schedule(kind, plan, {});
+  schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
   BucketChoice choice;
   std::vector<double> sizes{static_cast<double>(options.bucket_bytes) / (1 << 20)};
   for (double mb : kBucketChoicesMb)
@@ -174,13 +175,14 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // Index of the plan's candidate once replayed; -1 when seen before, unschedulable or past the
   // time limit, kOverLimit when its physical limit rules it out.
   constexpr int kOverLimit = -2;
+  auto out_of_time = [&] { return options.time_limit_s > 0 && elapsed() > options.time_limit_s && !r.ranked.empty(); };
   auto replay = [&](const plan::Plan& p) -> int {
     if (!seen.insert(identity(p)).second) return -1;
-    double t = elapsed();
-    if (options.time_limit_s > 0 && t > options.time_limit_s && !r.ranked.empty()) {
+    if (out_of_time()) {
       ++r.unreplayed;
       return -1;
     }
+    double t = elapsed();
     if (t > last_progress + 3 && options.progress) {
       options.progress(str(r.ranked.size(), " plans replayed in the simulator (", static_cast<int>(t), " s; --time-limit ",
                            options.time_limit_s, ")"));
@@ -198,7 +200,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
         ++r.over_limit;
         return kOverLimit;
       }
-      schedule::Schedule s = schedule::make_schedule(kind, p, {});
+      schedule::Schedule s = schedule::make_unvalidated_schedule(kind, p, {});
       Candidate c{p, std::move(estimate),
                   metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
       // The plan's time is its steady state; its stages' figures are the cost engine's.
@@ -262,11 +264,12 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // 96/10: 12.8 ms per minibatch on 16 workers with 12 candidates, 12.6 on 12 with 1). GNMT-16 on
   // flat 8 at 1 Gbit/s: 1-6-1, two moves from the search's 1-5-1-1, runs 11% faster.
   auto climb = [&](int from) {
-    for (int round = 0; round < kRefineRounds && from >= 0; ++round) {
+    // Past the time limit nothing more is replayed: no neighbours are made to be counted out.
+    for (int round = 0; round < kRefineRounds && from >= 0 && !out_of_time(); ++round) {
       plan::Plan at = r.ranked[from].plan;
       int improved = -1, replayed = 0;
       for (const auto& p : plan::neighbour_plans(at, profile, cluster, options)) {
-        if (replayed == kNeighboursReplayed) break;
+        if (replayed == kNeighboursReplayed || out_of_time()) break;
         int c = replay_both(p);
         if (c == kOverLimit) ++replayed;  // weighed, and cannot win
         if (c < 0) continue;
@@ -288,6 +291,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     if (other >= 0 && other != searchs_best) climb(other);
   }
   std::stable_sort(r.ranked.begin(), r.ranked.end(), ranks_before);
+  // The replays skip validation (make_unvalidated_schedule); the choice's schedule is checked.
+  schedule::validate(schedule::make_unvalidated_schedule(kind, r.ranked.front().plan, {}));
   double best = r.ranked.front().simulated.ms_per_minibatch;
   for (size_t i = 1; i < r.ranked.size(); ++i) {
     Candidate& c = r.ranked[i];

@@ -36,9 +36,10 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
     for (int l : plan.stages[s].layers) stage_of[l] = s;
   StageSums sums;
   sums.compute.assign(p, 0), sums.backward.assign(p, 0), sums.act.assign(p, 0), sums.param.assign(p, 0);
+  std::vector<char> outside = outside_search(profile);
   for (int s = 0; s < p; ++s)
     for (int l : plan.stages[s].layers) {
-      if (is_outside_search(profile, l)) continue;
+      if (outside[l]) continue;
       sums.compute[s] += profile::compute_forward_ms(profile, l) + profile::compute_backward_ms(profile, l) +
                          profile::compute_step_ms(profile, l);
       sums.backward[s] += profile::compute_backward_ms(profile, l);

@@ -129,6 +129,18 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
             // The last stage takes every worker left; any other leaves one for the rest.
             int n_max = options.straight ? 1 : j == last ? W - w : W - w - 1;
             int n_min = j == last ? W - w : 1;
+            // The rest's bound suffix(j, w + n) grows with n (fewer workers after): skip at once
+            // the replica counts that leave the rest no chance (on 1,024 workers, most of them).
+            if (!root && n_max > n_min) {
+              size_t row = sat(Q ? q - 1 : 0, j, 0);
+              int lo = n_min, hi = n_max;  // the largest n with suffix <= bound is in [lo - 1, hi]
+              while (lo <= hi) {
+                int mid = lo + (hi - lo) / 2;
+                if (suffix[row + w + mid] > bound) hi = mid - 1;
+                else lo = mid + 1;
+              }
+              n_max = hi;
+            }
             for (int n = n_max; n >= n_min; --n) {
               bound = root ? kInfinity : best;
               if (compute / n > bound) break;

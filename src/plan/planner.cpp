@@ -74,8 +74,9 @@ Searched run_search(const profile::Profile& profile, const Cluster& cluster, con
 }
 
 // The exact cost model's predictions, in the plan, with the minibatches in flight the pipedream
-// schedule needs (choose_in_flight) where fewer than PipeDream's rule predict no slower.
-void predict(Plan& plan, const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+// schedule needs (choose_in_flight) where fewer than PipeDream's rule predict no slower; returns
+// the estimate they come from.
+PlanEstimate predict(Plan& plan, const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   for (auto& st : plan.stages) st.in_flight = 0;
   PlanEstimate e = evaluate_plan(plan, profile, cluster, options);
   Plan fewer = plan;
@@ -83,14 +84,18 @@ void predict(Plan& plan, const profile::Profile& profile, const Cluster& cluster
   PlanEstimate f = evaluate_plan(fewer, profile, cluster, options);
   if (f.pipeline_ms_per_minibatch <= e.pipeline_ms_per_minibatch * (1 + 1e-9)) plan = std::move(fewer), e = f;
   plan.pipeline_ms_per_minibatch = e.pipeline_ms_per_minibatch;
-  // The baseline by the same exact rules (its all-reduce buckets overlapping its backward).
-  if (plan.data_parallel_ms_per_minibatch > 0)
-    plan.data_parallel_ms_per_minibatch =
-        evaluate_plan(data_parallel_plan(profile.num_layers(), cluster.workers()), profile, cluster, options)
-            .pipeline_ms_per_minibatch;
   for (int s = 0; s < plan.num_stages(); ++s)
     plan.stages[s].compute_ms = e.stages[s].compute_ms, plan.stages[s].comm_ms = e.stages[s].comm_ms,
     plan.stages[s].time_ms = e.stages[s].time_ms;
+  return e;
+}
+
+// Data parallelism on every worker of `cluster` by the exact rules (its all-reduce buckets
+// overlapping its backward): the baseline a pipetrain plan records, 0 where it does not fit.
+// Computed once per cluster, not per candidate: it is the same for all of them.
+double exact_data_parallel_ms(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  PlanEstimate e = evaluate_plan(data_parallel_plan(profile.num_layers(), cluster.workers()), profile, cluster, options);
+  return e.fits_memory ? e.pipeline_ms_per_minibatch : 0;
 }
 
 // Worker orders the planner tries for a searched plan (the search numbers workers stage by
@@ -130,8 +135,7 @@ Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluste
     // A plan on fewer workers (smaller_clusters) takes ids 0..k-1, which are that smaller cluster.
     order.erase(std::remove_if(order.begin(), order.end(), [&](int w) { return w >= plan.workers; }), order.end());
     Plan p = placed(plan, order);
-    predict(p, profile, cluster, options);
-    if (!evaluate_plan(p, profile, cluster, options).fits_memory) continue;
+    if (!predict(p, profile, cluster, options).fits_memory) continue;
     if (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch) best = std::move(p);
   }
   return best;
@@ -177,7 +181,6 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sta
   if (!space.note.empty()) plan.notes.push_back(space.note);
   if (data_parallel_ms == kInfinity) plan.notes.push_back("data parallelism does not fit the memory limit");
   check_plan_fits(plan, profile, "planner");
-  if (options.cost_model == CostModel::kPipetrain) predict(plan, profile, cluster, options);
   return plan;
 }
 
@@ -185,8 +188,14 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sta
 
 Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   Searched searched = run_search(profile, cluster, options);
-  return to_plan(searched.result.stages, searched.result.pipeline_ms, searched.space, searched.result.data_parallel_ms,
-                 profile, cluster, options);
+  Plan plan = to_plan(searched.result.stages, searched.result.pipeline_ms, searched.space,
+                      searched.result.data_parallel_ms, profile, cluster, options);
+  if (options.cost_model == CostModel::kPipetrain) {
+    predict(plan, profile, cluster, options);
+    if (plan.data_parallel_ms_per_minibatch > 0)
+      plan.data_parallel_ms_per_minibatch = exact_data_parallel_ms(profile, cluster, options);
+  }
+  return plan;
 }
 
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
@@ -205,6 +214,12 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
                     searched.result.data_parallel_ms, profile, cluster, options)};
   }
   std::vector<Plan> plans;
+  const double data_parallel_ms = exact_data_parallel_ms(profile, cluster, options);
+  // The search's baseline, where it found data parallelism possible, by the exact rules.
+  auto with_baseline = [&](Plan p) {
+    if (p.data_parallel_ms_per_minibatch > 0) p.data_parallel_ms_per_minibatch = data_parallel_ms;
+    return p;
+  };
   std::vector<int> search_rank;  // the better of its ranks in the two searches
   std::map<std::string, size_t> seen;
   std::vector<Searched> searches;
@@ -217,9 +232,9 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
     // search's own numbering).
     int rank = 0;
     for (const auto& alt : searched.result.alternatives) {
-      Plan best = best_placed(to_plan(alt.stages, alt.pipeline_ms, searched.space, searched.result.data_parallel_ms,
-                                      profile, cluster, options),
-                              profile, cluster, options);
+      Plan best = with_baseline(best_placed(to_plan(alt.stages, alt.pipeline_ms, searched.space,
+                                                    searched.result.data_parallel_ms, profile, cluster, options),
+                                            profile, cluster, options));
       if (!best.stages.empty()) {
         std::string key = to_json(best).dump();
         auto it = seen.find(key);
@@ -270,7 +285,7 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
         }
       }
       if (best.stages.empty()) continue;  // no plan fits that few workers' memory
-      Plan p = best_placed(best, profile, cluster, options);
+      Plan p = with_baseline(best_placed(best, profile, cluster, options));
       if (!p.stages.empty()) plans.push_back(std::move(p));
     }
     std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {

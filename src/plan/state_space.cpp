@@ -97,13 +97,20 @@ bool enumerate_states(const NodeGraph& g, int max_states, size_t max_pairs, std:
 
 }  // namespace
 
+std::vector<char> outside_search(const profile::Profile& profile) {
+  std::vector<char> out = profile::detached_sinks(profile);
+  for (int l = 0; l < profile.num_layers(); ++l) out[l] = out[l] || profile::is_input_layer(profile, l);
+  return out;
+}
+
 StateSpace build_state_space(const profile::Profile& p, int max_states, size_t max_pairs) {
   int L = p.num_layers();
   StateSpace s;
   std::vector<int> planned;
+  std::vector<char> detached = profile::detached_sinks(p);
   for (int l = 0; l < L; ++l) {
     if (profile::is_input_layer(p, l)) s.pinned_first.push_back(l);
-    else if (profile::is_detached_sink(p, l)) s.attached.push_back(l);
+    else if (detached[l]) s.attached.push_back(l);
     else planned.push_back(l);
   }
   if (planned.empty())

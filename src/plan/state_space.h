@@ -65,5 +65,7 @@ StateSpace build_state_space(const profile::Profile& profile, int max_states,
 inline bool is_outside_search(const profile::Profile& profile, int layer) {
   return profile::is_input_layer(profile, layer) || profile::is_detached_sink(profile, layer);
 }
+// is_outside_search of every layer, in one pass.
+std::vector<char> outside_search(const profile::Profile& profile);
 
 }  // namespace pt::plan

@@ -154,6 +154,17 @@ bool is_detached_sink(const Profile& profile, int layer) {
   return true;
 }
 
+std::vector<char> detached_sinks(const Profile& profile) {
+  int L = profile.num_layers();
+  std::vector<char> read(L, 0), out(L, 0);
+  for (int r = 0; r < L; ++r)
+    for (int in : profile.layers[r].inputs)
+      if (in >= 0 && in < r) read[in] = 1;
+  for (int l = 0; l < L; ++l)
+    out[l] = !read[l] && !profile.layers[l].inputs.empty() && profile.layers[l].name.rfind("__getitem__", 0) == 0;
+  return out;
+}
+
 double compute_forward_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].forward_ms;
 }

@@ -58,6 +58,9 @@ bool is_input_layer(const Profile& profile, int layer);
 // True for a sink named "__getitem__..." (an unused output of a tuple-returning layer), which
 // PipeDream's optimizer removes; placed with the layer it reads.
 bool is_detached_sink(const Profile& profile, int layer);
+// is_detached_sink of every layer at once, in one pass over the edges (the planner asks it of
+// every layer of every plan it weighs: one layer at a time, GNMT's cost grew with its square).
+std::vector<char> detached_sinks(const Profile& profile);
 
 // The cost engine's per-layer rules (DESIGN.md, "One cost model"), for the planner, the
 // simulator and emulation alike.

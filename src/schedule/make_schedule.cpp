@@ -46,9 +46,13 @@ Schedule generate(const std::string& kind, const plan::Plan& plan, const Schedul
 }
 
 Schedule make_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options) {
-  Schedule s = insert_comm(generate(kind, plan, options));
+  Schedule s = make_unvalidated_schedule(kind, plan, options);
   validate(s);
   return s;
+}
+
+Schedule make_unvalidated_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options) {
+  return insert_comm(generate(kind, plan, options));
 }
 
 }  // namespace pt::schedule

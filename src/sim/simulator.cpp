@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <tuple>
 
@@ -81,10 +82,11 @@ class Replay {
     // pops what a scan of every worker would pick, in O(log W) rather than O(W) per action. An
     // all-reduce waits as one entry under its group's lowest worker, which a scan would pick.
     for (int w = 0; w < s_.num_workers(); ++w) consider(w);
-    while (!heap_.empty()) {
+    for (int64_t pops = 0; !heap_.empty(); ++pops) {
       auto [start, w, version] = heap_.top();
       heap_.pop();
       if (version != version_[w]) continue;  // the worker has moved on since
+      if (pops % kForgetEvery == 0) forget_past();
       const Action& a = s_.actions[w][pc_[w]];
       bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
       int peer = a.peer;
@@ -292,6 +294,26 @@ class Replay {
       clock_[r] = end;
       ++pc_[r];
     }
+  }
+
+  // Drops the link intervals that end before any booking still to come can start: the links of
+  // a plan on hundreds of workers held tens of thousands each, and booking among them took
+  // nearly all of a replay's time. A booking starts no earlier than its worker's clock, or than
+  // a pending bucket's ready time (buckets of a finished backward wait for their all-reduce).
+  static constexpr int64_t kForgetEvery = 4096;
+  void forget_past() {
+    double floor = std::numeric_limits<double>::infinity();
+    for (int w = 0; w < s_.num_workers(); ++w) {
+      if (pc_[w] < s_.actions[w].size()) floor = std::min(floor, clock_[w]);
+      for (const auto& [stage, times] : pending_buckets_[w])
+        for (double t : times) floor = std::min(floor, t);
+    }
+    for (auto* ports : {&egress_, &ingress_})
+      for (Port& p : *ports) {
+        auto keep = std::lower_bound(p.begin(), p.end(), floor,
+                                     [](const std::pair<double, double>& iv, double v) { return iv.second <= v; });
+        p.erase(p.begin(), keep);
+      }
   }
 
   const schedule::Schedule& s_;
