@@ -50,14 +50,14 @@ double Cluster::message_ms(int level, double bytes) const { return latency_ms(le
 
 namespace {
 AllreducePhase ring_phase(int level, double n, double bytes) {
-  return {level, 2.0 * (n - 1) / n * bytes, 2 * (static_cast<int>(n) - 1), {}};
+  return {level, 2.0 * (n - 1) / n * bytes, 2 * (static_cast<int>(n) - 1), (n - 1) / n * bytes, {}};
 }
 // The three phases of a hierarchical all-reduce of m units of k members, inside units at `inner`:
 // each unit's ring, the k shard rings (member i of every unit), each unit's gather.
 std::vector<AllreducePhase> hierarchical_phases(int inner, int level, double k, double m, double bytes,
                                                 const std::vector<std::vector<int>>& units = {}) {
   std::vector<AllreducePhase> out = {ring_phase(inner, k, bytes), ring_phase(level, m, bytes / k),
-                                     {inner, (k - 1) / k * bytes, static_cast<int>(k) - 1, {}}};
+                                     {inner, (k - 1) / k * bytes, static_cast<int>(k) - 1, 0, {}}};
   out[0].rings = out[2].rings = units;
   for (size_t i = 0; !units.empty() && i < units.front().size(); ++i) {
     out[1].rings.emplace_back();
@@ -65,15 +65,15 @@ std::vector<AllreducePhase> hierarchical_phases(int inner, int level, double k, 
   }
   return out;
 }
-// The phases' time at the links' rates, latency left out.
+// The phases' time at the links' rates and the host's summing, latency left out.
 double phases_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
   double ms = 0;
-  for (const auto& p : phases) ms += c.transfer_ms(p.level, p.bytes);
+  for (const auto& p : phases) ms += c.transfer_ms(p.level, p.bytes) + c.reduce_ms(p.reduced_bytes);
   return ms;
 }
 double phases_latency_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
   double ms = 0;
-  for (const auto& p : phases) ms += p.steps * c.latency_ms(p.level);
+  for (const auto& p : phases) ms += p.steps * c.step_ms(p.level);
   return ms;
 }
 int units_level(const Cluster& c, const std::vector<std::vector<int>>& units) {
@@ -130,11 +130,14 @@ double Cluster::allreduce_ms_per_byte(const std::vector<int>& group) const {
 }
 
 double Cluster::range_allreduce_ms(int lo, int hi, double bytes) const {
-  if (allreduce == Allreduce::kRing)  // without building the group: the search asks for every range
-    return hi > lo ? transfer_ms(range_level(lo, hi), ring_phase(-1, hi - lo + 1, bytes).bytes) : 0;
+  if (allreduce == Allreduce::kRing) {  // without building the group: the search asks for every range
+    if (hi <= lo) return 0;
+    AllreducePhase ring = ring_phase(-1, hi - lo + 1, bytes);
+    return transfer_ms(range_level(lo, hi), ring.bytes) + reduce_ms(ring.reduced_bytes);
+  }
   std::vector<int> group(hi - lo + 1);
   std::iota(group.begin(), group.end(), lo);
-  return allreduce_ms(group, bytes);
+  return phases_ms(*this, allreduce_phases(group, bytes));  // latency left out, as the ring's
 }
 
 double Cluster::bandwidth_bytes_per_s(int a, int b) const {
@@ -173,6 +176,8 @@ json to_json(const Cluster& c) {
   json doc = {{"format", format_tag("cluster", kClusterVersion)}, {"levels", levels}};
   if (c.memory_bytes_per_worker > 0) doc["memory_bytes_per_worker"] = c.memory_bytes_per_worker;
   if (c.allreduce != Cluster::Allreduce::kRing) doc["allreduce"] = allreduce_name(c.allreduce);
+  if (c.reduce_us_per_mib > 0) doc["reduce_us_per_mib"] = c.reduce_us_per_mib;
+  if (c.allreduce_step_us > 0) doc["allreduce_step_us"] = c.allreduce_step_us;
   if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
 }
@@ -213,6 +218,16 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     std::string name = f.as_string();
     if (name != "ring" && name != "hierarchical") f.fail(str("must be \"ring\" or \"hierarchical\", got \"", name, "\""));
     c.allreduce = parse_allreduce(name, source);
+  }
+  if (root.has("reduce_us_per_mib")) {
+    c.reduce_us_per_mib = root["reduce_us_per_mib"].as_number();
+    if (!(c.reduce_us_per_mib >= 0 && c.reduce_us_per_mib <= 1e7))
+      root["reduce_us_per_mib"].fail(str("must be in 0..1e7 microseconds per MiB, got ", c.reduce_us_per_mib));
+  }
+  if (root.has("allreduce_step_us")) {
+    c.allreduce_step_us = root["allreduce_step_us"].as_number();
+    if (!(c.allreduce_step_us >= 0 && c.allreduce_step_us <= 1e7))
+      root["allreduce_step_us"].fail(str("must be in 0..1e7 microseconds, got ", c.allreduce_step_us));
   }
   if (root.has("calibration")) {
     const json& record = doc["calibration"];

@@ -28,6 +28,7 @@ struct AllreducePhase {
   int level = -1;
   double bytes = 0;
   int steps = 1;
+  double reduced_bytes = 0;  // what each member sums into its own in the phase (its reduce-scatter)
   std::vector<std::vector<int>> rings;  // one (the group) for a ring; the units, or the shard groups
 };
 
@@ -41,6 +42,18 @@ struct Cluster {
   // the shards (the runtime runs exactly these three collectives).
   enum class Allreduce { kRing, kHierarchical };
   Allreduce allreduce = Allreduce::kRing;
+  // The host's time to sum received gradient bytes into its own, per MiB (cluster field
+  // "reduce_us_per_mib"; `pipetrain calibrate` measures it from its all-reduces): a ring's
+  // reduce-scatter adds (n - 1) / n of the bytes on every member, between its messages. 0 for a
+  // typed cluster: free, as before.
+  double reduce_us_per_mib = 0;
+  double reduce_ms(double bytes) const { return bytes / (1 << 20) * reduce_us_per_mib * 1e-3; }
+  // What each step of an all-reduce's rings costs the host besides its message's latency
+  // (cluster field "allreduce_step_us"; calibrate measures it with reduce_us_per_mib): with every
+  // member sending, receiving and summing at once, a step waits for all of them to be scheduled.
+  // 1 MiB over 4 gloo processes on 2 cores: 7-15 ms measured, 2.4 from the links and the summing.
+  double allreduce_step_us = 0;
+  double step_ms(int level) const { return latency_ms(level) + allreduce_step_us * 1e-3; }
   // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
   // file as written; the cost engine reads only the levels.
@@ -68,7 +81,8 @@ struct Cluster {
   // the units, 2 (m - 1) / m x bytes / k on the group's level, (k - 1) / k x bytes inside the
   // units. Empty for fewer than two workers.
   std::vector<AllreducePhase> allreduce_phases(const std::vector<int>& group, double bytes) const;
-  // Its phases one after another, each step one message: latency x steps + bytes at the rates.
+  // Its phases one after another, each step one message: latency x steps + bytes at the rates
+  // + the bytes each member reduces (reduce_ms).
   double allreduce_ms(const std::vector<int>& group, double bytes) const;
   // The same in two parts: the latencies of its steps, and its time per byte without them.
   double allreduce_latency_ms(const std::vector<int>& group) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -92,14 +93,50 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
                                 {"max_error", it->fit.max_error},
                                 {"points_bytes_ms", points}});
   }
+  HostFit host = fit_allreduce_host(c, checks);
+  c.reduce_us_per_mib = host.reduce_us_per_mib, c.allreduce_step_us = host.step_us;
+  record["reduce_us_per_mib"] = c.reduce_us_per_mib;
+  record["allreduce_step_us"] = c.allreduce_step_us;
   for (const auto& a : checks)
     record["allreduce"].push_back({{"group", a.group},
                                    {"bytes", a.bytes},
                                    {"measured_ms", a.measured_ms},
-                                   {"modelled_ms", a.modelled_ms},
-                                   {"error", a.modelled_ms / a.measured_ms - 1}});
+                                   {"modelled_ms", c.allreduce_ms(a.group, a.bytes)},
+                                   {"error", c.allreduce_ms(a.group, a.bytes) / a.measured_ms - 1}});
   c.calibration = record;
   return c;
+}
+
+HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceCheck>& checks) {
+  Cluster bare = links;
+  bare.reduce_us_per_mib = bare.allreduce_step_us = 0;
+  // excess_i = a x steps_i + b x reduced_i, least squares with a, b >= 0 (ms per step, ms per byte).
+  std::vector<double> steps, reduced, excess;
+  for (const auto& a : checks) {
+    double n = 0, r = 0;
+    for (const auto& phase : bare.allreduce_phases(a.group, a.bytes)) n += phase.steps, r += phase.reduced_bytes;
+    steps.push_back(n), reduced.push_back(r), excess.push_back(a.measured_ms - bare.allreduce_ms(a.group, a.bytes));
+  }
+  auto dot = [](const std::vector<double>& u, const std::vector<double>& v) {
+    double s = 0;
+    for (size_t i = 0; i < u.size(); ++i) s += u[i] * v[i];
+    return s;
+  };
+  double ss = dot(steps, steps), rr = dot(reduced, reduced), sr = dot(steps, reduced);
+  double se = dot(steps, excess), re = dot(reduced, excess);
+  double a = 0, b = 0, det = ss * rr - sr * sr;
+  if (det > 1e-12 * ss * rr) a = (se * rr - re * sr) / det, b = (re * ss - se * sr) / det;
+  if (!(a >= 0 && b >= 0)) {  // one term alone, whichever leaves the smaller residual
+    double a_only = ss > 0 ? std::max(0.0, se / ss) : 0, b_only = rr > 0 ? std::max(0.0, re / rr) : 0;
+    auto residual = [&](double x, double y) {
+      double r = 0;
+      for (size_t i = 0; i < excess.size(); ++i) r += std::pow(excess[i] - x * steps[i] - y * reduced[i], 2);
+      return r;
+    };
+    if (residual(a_only, 0) <= residual(0, b_only)) a = a_only, b = 0;
+    else a = 0, b = b_only;
+  }
+  return {b * (1 << 20) * 1e3, a * 1e3};  // ms per byte -> us per MiB; ms -> us
 }
 
 }  // namespace pt::plan

@@ -267,11 +267,13 @@ class Replay {
         else early = false;
       }
       if (!early) from = std::max(from, start);
-      // A ring's phase is `steps` equal steps on its links, each one message; each step takes
+      // A ring's phase is `steps` equal steps on its links, each one message and its share of
+      // the summing (which holds the ring's links: the next step waits for it); each step takes
       // the next gap that fits it, so the ring interleaves with the activations sharing those links.
       for (size_t p = 0; p < phases.size(); ++p) {
-        double ms = cluster_.message_ms(phases[p].level, phases[p].bytes * static_cast<double>(buckets[k].bytes) /
-                                                             phases[p].steps);
+        double share = static_cast<double>(buckets[k].bytes) / phases[p].steps;
+        double ms = cluster_.step_ms(phases[p].level) + cluster_.transfer_ms(phases[p].level, phases[p].bytes * share) +
+                    cluster_.reduce_ms(phases[p].reduced_bytes * share);
         double phase_end = from;
         for (auto& ring_ports : ports[p]) {
           double t = from;

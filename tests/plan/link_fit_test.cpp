@@ -83,5 +83,51 @@ TEST(LinkFit, CalibratedClusterRoundTripsWithItsRecord) {
   }
 }
 
+TEST(LinkFit, TheSummingIsWhatTheAllReducesTookBeyondTheLinks) {
+  // All-reduces timed on a cluster that sums at 800 us per MiB and spends 300 us of host time per
+  // ring step: the fit from the links alone recovers both, whatever the groups and sizes; the
+  // calibrated cluster then models each check.
+  Cluster truth = cluster_from_shorthand("2,2", "40,2");
+  truth.levels[0].latency_us = 20, truth.levels[1].latency_us = 200;
+  truth.reduce_us_per_mib = 800, truth.allreduce_step_us = 300;
+  std::vector<AllreduceCheck> checks;
+  for (std::vector<int> g : {std::vector<int>{0, 1, 2, 3}, std::vector<int>{0, 1}})
+    for (double bytes : {1 << 20, 16 << 20}) checks.push_back({g, bytes, truth.allreduce_ms(g, bytes), 0});
+  Cluster links = truth;
+  links.reduce_us_per_mib = links.allreduce_step_us = 0;
+  EXPECT_NEAR(fit_allreduce_host(links, checks).reduce_us_per_mib, 800, 1e-6);
+  EXPECT_NEAR(fit_allreduce_host(links, checks).step_us, 300, 1e-6);
+  // Measured no slower than the links: no host term, and never a negative one.
+  std::vector<AllreduceCheck> fast = checks;
+  for (auto& a : fast) a.measured_ms = links.allreduce_ms(a.group, a.bytes) * 0.9;
+  EXPECT_EQ(fit_allreduce_host(links, fast).reduce_us_per_mib, 0);
+  EXPECT_EQ(fit_allreduce_host(links, fast).step_us, 0);
+  // Summing alone (no step cost): the steps' term stays 0 rather than going negative.
+  Cluster summing = links;
+  summing.reduce_us_per_mib = 500;
+  std::vector<AllreduceCheck> only = checks;
+  for (auto& a : only) a.measured_ms = summing.allreduce_ms(a.group, a.bytes);
+  EXPECT_NEAR(fit_allreduce_host(links, only).reduce_us_per_mib, 500, 1e-6);
+  EXPECT_NEAR(fit_allreduce_host(links, only).step_us, 0, 1e-6);
+  LevelCalibration inner{0, 0, 1, points_of(20, 40, 0, 1), {}}, outer{1, 0, 2, points_of(200, 2, 0, 1), {}};
+  inner.fit = fit_alpha_beta(inner.points);
+  outer.fit = fit_alpha_beta(outer.points);
+  Cluster c = calibrated_cluster(cluster_from_shorthand("2,2", "1,1"), {inner, outer}, checks, "gloo", "now");
+  EXPECT_NEAR(c.reduce_us_per_mib, 800, 1e-3);
+  EXPECT_NEAR(c.allreduce_step_us, 300, 1e-3);
+  for (const auto& rec : c.calibration["allreduce"]) EXPECT_LT(std::abs(rec["error"].get<double>()), 1e-6) << rec;
+  Cluster again = cluster_from_json(parse_json(to_json(c).dump(), "c.json"), "c.json");
+  EXPECT_EQ(again.reduce_us_per_mib, c.reduce_us_per_mib);
+  EXPECT_EQ(again.allreduce_step_us, c.allreduce_step_us);
+  try {
+    cluster_from_json(parse_json(R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 1}],
+                                     "reduce_us_per_mib": -1})", "c.json"), "c.json");
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.json: field 'reduce_us_per_mib' must be in 0..1e7"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace pt::plan
