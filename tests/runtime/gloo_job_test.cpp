@@ -123,6 +123,8 @@ TEST(GlooWorkerChild, Run) {
   } else {
     auto o = options_for(kind, 2, 100000);
     o.train.metrics_path = env_or("PT_GLOO_TEST_METRICS", "");  // the test watches it for progress
+    // A stopped peer is noticed only at the timeout: a shorter one keeps that test short.
+    o.timeout_s = std::atof(env_or("PT_GLOO_TEST_TIMEOUT", std::to_string(o.timeout_s)).c_str());
     int die = std::atoi(env_or("PT_GLOO_TEST_DIE", "-1").c_str());
     if (die == gloo_config_from_env().rank)
       std::thread([] {
@@ -239,9 +241,11 @@ void expect_worker0_ends(bool stop) {
   // While a run goes on its rows are in metrics.csv.partial (moved into place at the end).
   fs::path rows = dir / "metrics.csv.partial";
   ::setenv("PT_GLOO_TEST_METRICS", metrics.c_str(), 1);
+  ::setenv("PT_GLOO_TEST_TIMEOUT", "8", 1);  // a stopped worker is found at the timeout, not before
   auto pids = spawn_workers(2, dir);
   ::unsetenv("PT_GLOO_TEST_MODE");
   ::unsetenv("PT_GLOO_TEST_METRICS");
+  ::unsetenv("PT_GLOO_TEST_TIMEOUT");
   // Lose worker 1 once training is under way (a few steps reported), not during start-up.
   auto started = std::chrono::steady_clock::now();
   auto lines = [&] {
