@@ -306,6 +306,14 @@ namespace {
 // A latency per message (issue 33; Level::latency_us, measured by `calibrate`): a transfer pays
 // it once, a ring all-reduce once per step, and each bucket is a ring of its own, so smaller
 // buckets pay it more often. The cost engine charges the same (Cluster::allreduce_ms).
+// The profile's layers as one stage on 4 replicas, under the dp schedule (8 microbatches).
+schedule::Schedule data_parallel_on_four(const profile::Profile& prof) {
+  plan::Plan dp = plan::even_split(prof, 1);
+  dp.stages[0].replicas = 4;
+  plan::assign_workers(dp);
+  return make_schedule("dp", dp, {8});
+}
+
 TEST(Simulator, EveryMessagePaysItsLevelsLatency) {
   // The 2-stage transfer above with 2 ms per message: each way 2 + 10 ms.
   plan::Cluster c;
@@ -323,10 +331,7 @@ TEST(Simulator, EveryMessagePaysItsLevelsLatency) {
   auto slow = flat;
   slow.levels[0].latency_us = 500;
   auto dp_prof = uniform_profile(8, 1.0, 2.0, 0, 1000000);
-  plan::Plan dp = plan::even_split(dp_prof, 1);
-  dp.stages[0].replicas = 4;
-  plan::assign_workers(dp);
-  auto s = make_schedule("dp", dp, {8});
+  auto s = data_parallel_on_four(dp_prof);
   double one = metrics::compute_metrics(simulate(s, dp_prof, flat, {0})).ms_per_minibatch;
   double one_slow = metrics::compute_metrics(simulate(s, dp_prof, slow, {0})).ms_per_minibatch;
   EXPECT_NEAR(one_slow - one, 6 * 0.5, 1e-9);
@@ -348,10 +353,7 @@ TEST(Simulator, EveryMemberPaysTheSummingOfWhatItReduces) {
   auto summing = flat;
   summing.reduce_us_per_mib = 1000;
   auto prof = uniform_profile(8, 1.0, 2.0, 0, 1000000);
-  plan::Plan dp = plan::even_split(prof, 1);
-  dp.stages[0].replicas = 4;
-  plan::assign_workers(dp);
-  auto s = make_schedule("dp", dp, {8});
+  auto s = data_parallel_on_four(prof);
   double bare = metrics::compute_metrics(simulate(s, prof, flat, {0})).ms_per_minibatch;
   double summed = metrics::compute_metrics(simulate(s, prof, summing, {0})).ms_per_minibatch;
   double expected = 6e6 / (1 << 20) * 1.0;
