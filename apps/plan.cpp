@@ -167,7 +167,7 @@ int run_plan(Flags& f) {
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
-    choose_plan_bucket(f, out, r.schedule, r.unreplayed > 0);
+    choose_plan_bucket(f, out, r.schedule, r.timed_out);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)
@@ -178,10 +178,11 @@ int run_plan(Flags& f) {
                                      "simulated"));
         break;
       }
-    if (r.unreplayed > 0)
-      out.plan.notes.push_back(str("time limit: ", r.unreplayed, " candidate plans were not simulated after ",
-                                   out.options.time_limit_s, " s (--time-limit); the plan is the best of the ",
-                                   r.ranked.size(), " that were"));
+    if (r.timed_out)
+      out.plan.notes.push_back(str("time limit: the simulator stopped refereeing after ", out.options.time_limit_s,
+                                   " s (--time-limit), ", r.unreplayed,
+                                   " candidate plans and the rest of the local search not simulated; the plan is the "
+                                   "best of the ", r.ranked.size(), " that were"));
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
     bool deferred = out.plan.deferred_step && out.plan.stages[0].replicas > 1;
     if (out.plan.num_stages() > 1)

@@ -240,7 +240,11 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // Index of the plan's candidate once replayed; -1 when seen before, unschedulable or past the
   // time limit, kOverLimit when its physical limit rules it out.
   constexpr int kOverLimit = -2;
-  auto out_of_time = [&] { return options.time_limit_s > 0 && elapsed() > options.time_limit_s && !r.ranked.empty(); };
+  auto out_of_time = [&] {
+    bool out = options.time_limit_s > 0 && elapsed() > options.time_limit_s && !r.ranked.empty();
+    r.timed_out = r.timed_out || out;
+    return out;
+  };
   // Replays run ahead on the machine's other cores (prefetch below), by the plan's identity.
   std::map<std::string, Ahead> ahead;
   auto replay = [&](const plan::Plan& p) -> int {

@@ -26,6 +26,7 @@ struct Refereed {
   // Fastest simulated first (ranks_before); ranked[0] is the choice.
   std::vector<Candidate> ranked;
   int unreplayed = 0;  // plans left out at options.time_limit_s
+  bool timed_out = false;  // the time limit stopped the referee (its local search too)
   int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
   std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
   // Data parallelism on every worker, replayed like the candidates: the baseline a plan file

@@ -362,6 +362,29 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
   }
 }
 
+// Past --time-limit the referee replays nothing more (the first candidate always), stops its
+// local search, keeps the 25 MiB bucket, and the plan says so; with time, none of these notes.
+TEST(PlanReferee, TheTimeLimitStopsTheRefereeAndThePlanSaysSo) {
+  std::string file = ::testing::TempDir() + "time_limited_plan.json";
+  std::string base = std::string(PT_BINARY_DIR) + "/pipetrain plan -o " + file + " --profile " + PT_SOURCE_DIR +
+                     "/data/profiles/gnmt16.json --workers 4,4 --bandwidth-gbps 96,10";
+  auto cut = testing::shell_run(base + " --time-limit 0.000001");
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  EXPECT_NE(cut.output.find("time limit: the simulator stopped refereeing after 1e-06 s (--time-limit)"),
+            std::string::npos) << cut.output;
+  EXPECT_NE(cut.output.find("the plan is the best of the 1 that were"), std::string::npos) << cut.output;
+  EXPECT_NE(cut.output.find("--time-limit left no time"), std::string::npos) << cut.output;
+  json doc = parse_json(read_text_file(file), file);
+  EXPECT_EQ(doc["bucket_mb"].get<double>(), 25.0);
+  auto full = testing::shell_run(base);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_EQ(full.output.find("time limit"), std::string::npos) << full.output;
+  // The cut plan is a real candidate, never faster than the one refereed in full.
+  json whole = parse_json(read_text_file(file), file);
+  EXPECT_GE(doc["predicted"]["pipeline_ms_per_minibatch"].get<double>(),
+            whole["predicted"]["pipeline_ms_per_minibatch"].get<double>() * (1 - 1e-9));
+}
+
 // The referee replays candidates on several threads (plan --threads, default the machine's
 // cores): each replay is its own and the referee takes them in its own order, so the plan file
 // is the same, byte for byte, on one thread and on four, including --top's ranking.
