@@ -290,11 +290,6 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   app.add_flag("--all-workers", f->plan.all_workers,
                "Use every worker of the cluster, as PipeDream's optimizer does, even where a plan on fewer of them "
                "(the rest idle) is faster");
-  app.add_option("--threads", f->plan.threads,
-                 "Threads the simulator replays candidates on (0: the machine's cores, at most 8); the plan is the "
-                 "same on any number")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
   app.add_option("--time-limit", f->plan.time_limit_s,
                  "Seconds the simulator may spend refereeing candidates; past it, the best of those replayed is "
                  "chosen and a note says so (0: no limit)")

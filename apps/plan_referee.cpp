@@ -1,12 +1,7 @@
 #include "apps/plan_referee.h"
 
-#include <atomic>
 #include <chrono>
-#include <functional>
 #include <iostream>
-#include <map>
-#include <optional>
-#include <thread>
 
 #include <algorithm>
 #include <numeric>
@@ -30,8 +25,6 @@ namespace {
 // The referee's local search: rounds, and neighbours replayed per round (the exact model's best).
 constexpr int kRefineRounds = 6;
 constexpr int kNeighboursReplayed = 8;
-// Replays run side by side on up to this many of the machine's cores.
-constexpr int kReplayThreads = 8;
 // How far a candidate may simulate over the search's estimate before `plan --top` says where the
 // simulated time went (the estimate only proposes candidates; the simulation ranks them).
 constexpr double kBeyondEstimate = 0.05;
@@ -116,61 +109,6 @@ std::string variant(const plan::Plan& p) {
   return out.empty() ? "-" : out;
 }
 
-// The variants the referee replays of a plan, the fastest standing for it: with fewer minibatches
-// in flight than PipeDream's rule (plan.h, in_flight) and with the rule (the estimate that
-// lowered them ignores queueing); where a pipeline's first stage is replicated, with its step
-// deferred too (plan.h, deferred_step), unless options forbid.
-std::vector<plan::Plan> variants_of(plan::Plan p, const plan::PlanOptions& options) {
-  p.deferred_step = false;  // a neighbour inherits it; here it is a variant of its own
-  std::vector<plan::Plan> variants{p};
-  plan::Plan paper = p;
-  for (auto& st : paper.stages) st.in_flight = 0;
-  variants.push_back(paper);
-  if (options.deferred_step && p.stages[0].replicas > 1 && p.num_stages() > 1)
-    for (size_t i = 0, n = variants.size(); i < n; ++i) {
-      plan::Plan d = variants[i];
-      d.deferred_step = true;
-      variants.push_back(d);
-    }
-  return variants;
-}
-
-// A replay run ahead of its turn: its metrics, or the ConfigError that refused it, or another error.
-struct Ahead {
-  metrics::Metrics simulated;
-  std::string refused;
-  std::exception_ptr failed;
-};
-
-int replay_threads(const plan::PlanOptions& o) {
-  return o.threads > 0 ? o.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kReplayThreads);
-}
-
-// Runs jobs[0..n) on up to `threads` threads (each job its own replay: the results do not depend
-// on how they are spread). A job not started by `deadline` (steady clock) is left undone. The
-// first job's error that escapes is rethrown here, once every thread has stopped.
-void run_parallel(size_t n, int threads, std::chrono::steady_clock::time_point deadline,
-                  const std::function<void(size_t)>& job) {
-  std::atomic<size_t> next{0};
-  std::vector<std::exception_ptr> errors(n);
-  auto work = [&] {
-    for (size_t i; (i = next++) < n;) {
-      if (std::chrono::steady_clock::now() >= deadline) continue;
-      try {
-        job(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads && static_cast<size_t>(t) < n; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
 }  // namespace
 
 double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
@@ -202,14 +140,11 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
   std::vector<double> sizes{static_cast<double>(options.bucket_bytes) / (1 << 20)};
   for (double mb : kBucketChoicesMb)
     if (std::abs(mb - sizes.front()) > 1e-9) sizes.push_back(mb);
-  std::vector<double> ms(sizes.size());
-  run_parallel(sizes.size(), replay_threads(options), std::chrono::steady_clock::time_point::max(), [&](size_t i) {
-    auto bytes = static_cast<int64_t>(sizes[i] * (1 << 20));
-    ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes})).ms_per_minibatch;
-  });
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    choice.tried.push_back({sizes[i], ms[i]});
-    if (i == 0 || ms[i] < choice.ms_per_minibatch * (1 - 1e-9)) choice.bucket_mb = sizes[i], choice.ms_per_minibatch = ms[i];
+  for (double mb : sizes) {
+    auto bytes = static_cast<int64_t>(mb * (1 << 20));
+    double ms = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes})).ms_per_minibatch;
+    choice.tried.push_back({mb, ms});
+    if (choice.tried.size() == 1 || ms < choice.ms_per_minibatch * (1 - 1e-9)) choice.bucket_mb = mb, choice.ms_per_minibatch = ms;
   }
   return choice;
 }
@@ -245,11 +180,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     r.timed_out = r.timed_out || out;
     return out;
   };
-  // Replays run ahead on the machine's other cores (prefetch below), by the plan's identity.
-  std::map<std::string, Ahead> ahead;
   auto replay = [&](const plan::Plan& p) -> int {
-    std::string key = identity(p);
-    if (!seen.insert(key).second) return -1;
+    if (!seen.insert(identity(p)).second) return -1;
     if (out_of_time()) {
       ++r.unreplayed;
       return -1;
@@ -272,17 +204,9 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
         ++r.over_limit;
         return kOverLimit;
       }
-      metrics::Metrics simulated;
-      if (auto it = ahead.find(key); it != ahead.end()) {
-        if (it->second.failed) std::rethrow_exception(it->second.failed);
-        if (!it->second.refused.empty()) throw ConfigError(it->second.refused);
-        simulated = std::move(it->second.simulated);
-        ahead.erase(it);
-      } else {
-        schedule::Schedule s = schedule::make_unvalidated_schedule(kind, p, {});
-        simulated = metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes}));
-      }
-      Candidate c{p, std::move(estimate), std::move(simulated), ""};
+      schedule::Schedule s = schedule::make_unvalidated_schedule(kind, p, {});
+      Candidate c{p, std::move(estimate),
+                  metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
       // The plan's time is its steady state; its stages' figures are the cost engine's.
       c.plan.pipeline_ms_per_minibatch = c.simulated.ms_per_minibatch;
       c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
@@ -299,58 +223,31 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       return -1;
     }
   };
-  // Each plan is replayed in its variants (variants_of), the fastest standing for it.
-  auto replay_both = [&](const plan::Plan& p) {
+  // Each plan is replayed in its variants, the fastest standing for it: with fewer minibatches
+  // in flight than PipeDream's rule (plan.h, in_flight) and with the rule (the estimate that
+  // lowered them ignores queueing); where a pipeline's first stage is replicated, with its step
+  // deferred too (plan.h, deferred_step), unless options forbid.
+  auto replay_both = [&](plan::Plan p) {
+    p.deferred_step = false;  // a neighbour inherits it; here it is a variant of its own
+    std::vector<plan::Plan> variants{p};
+    plan::Plan paper = p;
+    for (auto& st : paper.stages) st.in_flight = 0;
+    variants.push_back(paper);
+    if (options.deferred_step && p.stages[0].replicas > 1 && p.num_stages() > 1)
+      for (size_t i = 0, n = variants.size(); i < n; ++i) {
+        plan::Plan d = variants[i];
+        d.deferred_step = true;
+        variants.push_back(d);
+      }
     int best = -1;
-    for (const auto& v : variants_of(p, options)) {
+    for (const auto& v : variants) {
       int c = replay(v);
       if (c == kOverLimit && best == -1) best = kOverLimit;
       if (c >= 0 && (best < 0 || ranks_before(r.ranked[c], r.ranked[best]))) best = c;
     }
     return best;
   };
-  // The variants of `plans` that replay() will meet, replayed ahead side by side: those not seen
-  // and not ruled out by their physical limit against the best so far (some that replay() would
-  // then rule out against a better best are replayed for nothing). replay() takes their results
-  // in its own order, so the choice is the one a single thread makes.
-  const int threads = replay_threads(options);
-  auto prefetch = [&](const std::vector<plan::Plan>& plans) {
-    if (threads < 2) return;
-    std::vector<std::pair<std::string, plan::Plan>> todo;
-    std::set<std::string> queued;
-    for (const auto& p : plans)
-      for (auto& v : variants_of(p, options)) {
-        std::string key = identity(v);
-        if (seen.count(key) || ahead.count(key) || !queued.insert(key).second || replay_period(v) == 0) continue;
-        try {
-          if (plan::physical_limit(v, plan::evaluate_plan(v, profile, cluster, options), profile, cluster).ms() > best_score)
-            continue;
-        } catch (const ConfigError&) {
-          continue;  // replay() names it
-        }
-        todo.emplace_back(std::move(key), std::move(v));
-      }
-    std::vector<std::optional<Ahead>> done(todo.size());
-    auto deadline = options.time_limit_s > 0 ? started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                              std::chrono::duration<double>(options.time_limit_s))
-                                             : std::chrono::steady_clock::time_point::max();
-    run_parallel(todo.size(), threads, deadline, [&](size_t i) {
-      Ahead a;
-      try {
-        schedule::Schedule s = schedule::make_unvalidated_schedule(kind, todo[i].second, {});
-        a.simulated = metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes}));
-      } catch (const ConfigError& e) {
-        a.refused = e.what();
-      } catch (...) {
-        a.failed = std::current_exception();
-      }
-      done[i] = std::move(a);
-    });
-    for (size_t i = 0; i < todo.size(); ++i)
-      if (done[i]) ahead.emplace(std::move(todo[i].first), std::move(*done[i]));
-  };
   int searchs_best = -1;  // the replayed index of the search's first candidate
-  prefetch(candidates);
   for (const auto& p : candidates) {
     int c = replay_both(p);
     if (&p == &candidates.front()) searchs_best = c;
@@ -375,9 +272,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
     for (int round = 0; round < kRefineRounds && from >= 0 && !out_of_time(); ++round) {
       plan::Plan at = r.ranked[from].plan;
       int improved = -1, replayed = 0;
-      std::vector<plan::Plan> neighbours = plan::neighbour_plans(at, profile, cluster, options);
-      prefetch({neighbours.begin(), neighbours.begin() + std::min<size_t>(neighbours.size(), kNeighboursReplayed)});
-      for (const auto& p : neighbours) {
+      for (const auto& p : plan::neighbour_plans(at, profile, cluster, options)) {
         if (replayed == kNeighboursReplayed || out_of_time()) break;
         int c = replay_both(p);
         if (c == kOverLimit) ++replayed;  // weighed, and cannot win

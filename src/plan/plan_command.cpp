@@ -28,7 +28,6 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
     throw UsageError(str("--candidates: must be in 1..", kMaxCandidates, ", got ", f.candidates));
   options.candidates = f.candidates;
   options.time_limit_s = f.time_limit_s;
-  options.threads = f.threads;
   options.progress = f.progress;
   if (!(f.bucket_mb >= 0) || !std::isfinite(f.bucket_mb))
     throw UsageError(str("--bucket-mb: must be >= 0, got ", f.bucket_mb));

@@ -26,7 +26,6 @@ struct PlanFlags {
   bool no_deferred_step = false;  // --no-deferred-step
   bool all_workers = false;       // --all-workers: no plan that leaves workers idle
   double time_limit_s = PlanOptions{}.time_limit_s;  // --time-limit
-  int threads = 0;                                     // --threads
   std::function<void(const std::string&)> progress;  // PlanOptions::progress
   // The joint search (apps/joint_plan.h) keeps plans under the memory cap with the memory model:
   // the candidates here are searched without it.

@@ -35,9 +35,6 @@ struct PlanOptions {
   // The most seconds the simulator referees candidates (plan --time-limit): past it no further
   // plan is replayed (at least one is) and the plan says so in a note. 0: no limit.
   double time_limit_s = 30;
-  // Threads the referee replays candidates on (plan --threads); 0: the machine's cores, at most
-  // 8. The choice is the same on any number (each replay is its own; they are taken in order).
-  int threads = 0;
   // Told what the planner is doing on a long search (a line every few seconds); may be empty.
   std::function<void(const std::string&)> progress;
 };

@@ -385,27 +385,5 @@ TEST(PlanReferee, TheTimeLimitStopsTheRefereeAndThePlanSaysSo) {
             whole["predicted"]["pipeline_ms_per_minibatch"].get<double>() * (1 - 1e-9));
 }
 
-// The referee replays candidates on several threads (plan --threads, default the machine's
-// cores): each replay is its own and the referee takes them in its own order, so the plan file
-// is the same, byte for byte, on one thread and on four, including --top's ranking.
-TEST(PlanReferee, ThePlanIsTheSameOnAnyNumberOfThreads) {
-  const std::string ours = std::string(PT_SOURCE_DIR) + "/data/profiles/", shared = std::string(PT_SHARED_DIR) +
-                                                                                "/data/pipedream-profiles/";
-  for (const std::string& args : {ours + "gnmt16.json --workers 4,4 --bandwidth-gbps 96,10",
-                                  ours + "vgg16.json --workers 8 --bandwidth-gbps 1 --latency-us 50",
-                                  shared + "resnet50.json --workers 16 --bandwidth-gbps 10"}) {
-    SCOPED_TRACE(args);
-    auto run = [&](int threads) {
-      auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --top 20 --threads " +
-                                  std::to_string(threads) + " --profile " + args);
-      EXPECT_EQ(r.exit_code, 0) << r.output;
-      return r.output;
-    };
-    std::string one = run(1), four = run(4);
-    EXPECT_NE(one.find("\"stages\""), std::string::npos) << one;
-    EXPECT_EQ(one, four);
-  }
-}
-
 }  // namespace
 }  // namespace pt
