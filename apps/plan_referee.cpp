@@ -16,6 +16,7 @@
 #include "plan/physical_limit.h"
 #include "plan/plan_table.h"
 #include "plan/planner.h"
+#include "schedule/memory.h"
 #include "schedule/validate.h"
 #include "sim/simulator.h"
 
@@ -107,6 +108,13 @@ std::string variant(const plan::Plan& p) {
   if (any) out += str(out.empty() ? "" : " ", "f", flight);
   if (!in_order) out += str(out.empty() ? "" : " ", "p");
   return out.empty() ? "-" : out;
+}
+
+// Each worker's memory under `kind` by the memory model (schedule/memory.h): what train checks
+// and prints, compare ranks by and the joint search caps, so `plan` shows the same figure.
+std::vector<schedule::WorkerMemory> modelled_memory(const plan::Plan& p, const profile::Profile& profile,
+                                                    const std::string& kind) {
+  return schedule::memory_per_worker(schedule::make_unvalidated_schedule(kind, p, {}), profile);
 }
 
 }  // namespace
@@ -317,7 +325,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
 std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
   std::ostringstream os;
   os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
-     << " schedule (fastest simulated first; at equal time, more workers and no deferred step first):\n";
+     << " schedule (fastest simulated first; at equal time, more workers and no deferred step first; peak memory "
+        "per worker by the memory model, as train checks it):\n";
   char line[512];
   std::snprintf(line, sizeof line, "%4s  %-30s  %-14s  %12s  %12s  %11s  %s\n", "rank", "shape @ first layers", "variant",
                 "estimate_ms", "simulated_ms", "peak_memory", "why not chosen");
@@ -332,7 +341,8 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
     std::snprintf(line, sizeof line, "%4d  %-30s  %-14s  %12s  %12s  %11s  %s\n", i + 1, shape.c_str(),
                   variant(c.plan).c_str(), fixed(c.estimate.pipeline_ms_per_minibatch, 3).c_str(),
                   fixed(c.simulated.ms_per_minibatch, 3).c_str(),
-                  human_bytes(static_cast<double>(c.simulated.peak_memory_bytes())).c_str(),
+                  human_bytes(static_cast<double>(schedule::peak_memory(modelled_memory(c.plan, profile, r.schedule))))
+                      .c_str(),
                   i == 0 ? "chosen" : c.why_not.c_str());
     os << line;
   }
@@ -343,19 +353,23 @@ std::string format_explain(const Candidate& c, const profile::Profile& profile, 
   std::ostringstream os;
   const plan::PlanEstimate& e = c.estimate;
   os << "per stage, per minibatch of " << profile.batch_size << " (exact cost model; replicas take minibatches "
-     << "round-robin):\n";
+     << "round-robin; memory: its busiest worker's, by the memory model, as train checks it):\n";
+  auto memory = modelled_memory(c.plan, profile, c.simulated.schedule);
   char line[512];
   std::snprintf(line, sizeof line, "%5s  %8s  %-12s  %10s  %10s  %12s  %10s  %12s\n", "stage", "replicas", "workers",
                 "compute_ms", "link_ms", "allreduce_ms", "time_ms", "memory");
   os << line;
   for (int s = 0; s < c.plan.num_stages(); ++s) {
     const auto& st = e.stages[s];
+    int64_t worker_memory = 0;
+    for (int w : c.plan.stages[s].workers)
+      if (w >= 0 && w < static_cast<int>(memory.size())) worker_memory = std::max(worker_memory, memory[w].total());
     std::string ids = plan::format_id_ranges(c.plan.stages[s].workers);
     if (ids.size() > 12) ids = ids.substr(0, 9) + "...";
     std::snprintf(line, sizeof line, "%5d  %8d  %-12s  %10s  %10s  %12s  %10s  %12s\n", s,
                   c.plan.stages[s].replicas, ids.c_str(), fixed(st.compute_ms, 3).c_str(), fixed(st.link_ms, 3).c_str(),
                   fixed(st.allreduce_ms, 3).c_str(), fixed(st.time_ms, 3).c_str(),
-                  human_bytes(st.memory_bytes).c_str());
+                  human_bytes(static_cast<double>(worker_memory)).c_str());
     os << line;
   }
   os << "bottleneck: " << limit_of(e, cluster) << "\n";
