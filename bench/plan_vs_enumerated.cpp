@@ -106,13 +106,15 @@ int main(int argc, char** argv) {
   // Arguments (optional) pick models by name: all of data/profiles otherwise. --chosen-only
   // skips the enumeration (the planner's prediction against the simulation only);
   // --allreduce hierarchical plans and replays every cluster with it (flat ones are left out:
-  // nothing changes there).
+  // nothing changes there); --candidates N sets plan's --candidates (default its default).
   std::vector<std::string> models = {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"}, named;
   bool chosen_only = false;
+  int candidates = plan::PlanFlags{}.candidates;
   auto allreduce = plan::Cluster::Allreduce::kRing;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--chosen-only") chosen_only = true;
+    else if (a == "--candidates" && i + 1 < argc) candidates = std::stoi(argv[++i]);
     else if (a == "--allreduce" && i + 1 < argc) allreduce = plan::parse_allreduce(argv[++i], "--allreduce");
     else named.push_back(a);
   }
@@ -132,7 +134,7 @@ int main(int argc, char** argv) {
       if (allreduce != plan::Cluster::Allreduce::kRing && c.levels.size() < 2) continue;
       int W = c.workers();
       plan::PlanOptions o;
-      o.candidates = plan::PlanFlags{}.candidates;
+      o.candidates = candidates;
       auto r = app::referee(plan::plan_candidates(prof, c, o), prof, c, o);
       const auto& chosen = r.ranked.front();
       Best best;
