@@ -10,6 +10,7 @@
 #include "metrics/timeline.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
+#include "schedule/memory.h"
 #include "schedule/schedule_file.h"
 #include "schedule/validate.h"
 #include "sim/simulator.h"
@@ -75,11 +76,19 @@ int run_simulate(const SimulateFlags& f) {
   if (!f.svg.empty()) write_text_file_atomic(f.svg, metrics::timeline_svg(trace, title));
   if (!f.chrome.empty()) write_text_file_atomic(f.chrome, metrics::chrome_trace(trace).dump() + "\n");
   if (!f.trace_out.empty()) schedule::write_trace(trace, f.trace_out);
+  // Memory by the memory model (schedule/memory.h), the figure train checks and plan, compare and
+  // the joint search use; the metrics' own is the trace's stashes and weight versions only.
+  auto memory = schedule::memory_per_worker(s, prof);
   if (f.json) {
-    std::cout << metrics::to_json(m).dump(1) << "\n";
+    json doc = metrics::to_json(m);
+    doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);
+    std::cout << doc.dump(1) << "\n";
     return 0;
   }
   std::cout << title << "\n" << metrics::format_metrics(m);
+  std::cout << "memory per worker by the memory model (weights, gradients, momentum, activations; what train checks): "
+               "peak "
+            << human_bytes(static_cast<double>(schedule::peak_memory(memory))) << "\n";
   if (f.grid) std::cout << "\n" << metrics::time_grid(trace) << "\nper-worker order:\n" << schedule::format_grid(s, {}, true);
   return 0;
 }

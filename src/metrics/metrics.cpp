@@ -192,7 +192,7 @@ std::string format_metrics(const Metrics& m) {
   os << "time per minibatch  " << m.ms_per_minibatch << " ms\n";
   os << "throughput          " << std::setprecision(1) << m.samples_per_s << " samples/s\n";
   os << "bubble fraction     " << std::setprecision(3) << m.bubble_fraction << "\n";
-  os << "peak memory         " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
+  os << "peak stash+weights  " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
   if (m.allreduce_bytes) os << "all-reduced         " << human_bytes(static_cast<double>(m.allreduce_bytes)) << "\n";
   os << "worker  bubble  stash  versions  activations  weights\n";
   for (size_t w = 0; w < m.workers.size(); ++w) {

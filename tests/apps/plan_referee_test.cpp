@@ -8,7 +8,11 @@
 #include <sstream>
 
 #include "core/json_doc.h"
+#include "core/units.h"
+#include "plan/plan.h"
 #include "profile/profile.h"
+#include "schedule/generators.h"
+#include "schedule/memory.h"
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
 
@@ -360,6 +364,30 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
     ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
     EXPECT_NEAR(std::stod(m[1]) / predicted, 1.0, 0.01) << sim.output;
   }
+}
+
+// plan --top, plan --explain and simulate print the memory model's figure (schedule/memory.h),
+// the one train checks: for the chosen plan, the same bytes as the model computes here.
+TEST(PlanReferee, PlanAndSimulateShowTheMemoryModelsPeak) {
+  std::string file = ::testing::TempDir() + "memory_plan.json";
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  std::string cluster = " --workers 4,4 --bandwidth-gbps 96,10";
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path + cluster +
+                                    " --top 1 --explain -o " + file);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  plan::Plan p = plan::read_plan(file);
+  auto prof = profile::read_profile_json(path);
+  auto memory = schedule::memory_per_worker(schedule::make_schedule("pipedream", p, {}), prof);
+  int64_t peak = schedule::peak_memory(memory);
+  EXPECT_NE(planned.output.find("  " + human_bytes(static_cast<double>(peak)) + "  chosen"), std::string::npos)
+      << human_bytes(static_cast<double>(peak)) << "\n" << planned.output;
+  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --json --schedule pipedream --profile " +
+                                    path + cluster + " --plan " + file,
+                                false);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_EQ(parse_json(sim.output, "simulate")["memory_model_peak_bytes"].get<int64_t>(), peak);
+  // More than the trace's stashes and weight versions alone: gradients, momentum, buffers.
+  EXPECT_GT(peak, parse_json(sim.output, "simulate")["peak_memory_bytes"].get<int64_t>());
 }
 
 // Past --time-limit the referee replays nothing more (the first candidate always), stops its
