@@ -4,6 +4,10 @@
 
 #include "core/error.h"
 #include "schedule/generators.h"
+#include "plan/pipetrain_cost.h"
+#include "plan/planner.h"
+#include "profile/profile.h"
+#include "pt_paths.h"
 #include "schedule/memory.h"
 #include "test_plans.h"
 #include "uniform_profile.h"
@@ -92,6 +96,33 @@ TEST(MemoryModel, RecomputationKeepsOnlyInputsAndRebuildsOneMicrobatch) {
 TEST(MemoryModel, NamesTheLayerOutsideTheSchedule) {
   Schedule s = make_schedule("1f1b", straight_plan(2), {});
   EXPECT_THROW(memory_per_worker(s, uniform_profile(3, 1, 1)), ConfigError);
+}
+
+// The planner's closed form (evaluate_plan: the stash depth x (activations + parameters) per
+// worker) never exceeds the memory model on the plans it proposes, so a cap that prunes by it
+// never drops a plan the model would let through (issue 32: one memory model; the closed form a
+// bound). Every candidate of every profile of data/profiles on three clusters, under pipedream.
+TEST(MemoryModel, ThePlannersClosedFormIsALowerBound) {
+  int checked = 0;
+  for (const char* model : {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"}) {
+    auto prof = profile::read_profile_json(std::string(PT_SOURCE_DIR) + "/data/profiles/" + model + ".json");
+    for (auto [workers, gbps] : {std::pair{"4,4", "96,10"}, std::pair{"8", "1"}, std::pair{"2,8", "96,25"}}) {
+      plan::Cluster c = plan::cluster_from_shorthand(workers, gbps);
+      plan::PlanOptions o;
+      o.candidates = 12;
+      for (const plan::Plan& p : plan::plan_candidates(prof, c, o)) {
+        auto e = plan::evaluate_plan(p, prof, c, o);
+        auto mem = memory_per_worker(make_schedule("pipedream", p, {}), prof);
+        for (int s = 0; s < p.num_stages(); ++s)
+          for (int w : p.stages[s].workers) {
+            EXPECT_LE(e.stages[s].memory_bytes, static_cast<double>(mem[w].total()))
+                << model << " on " << workers << ": " << p.shape() << " stage " << s << " worker " << w;
+            ++checked;
+          }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
 }
 
 }  // namespace
