@@ -175,7 +175,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // A large cluster's replays take long: a progress line every few seconds, and none after
   // the time limit (the search's best is always replayed).
   auto started = std::chrono::steady_clock::now();
-  double last_progress = 0;
+  double next_progress = 1;  // the first line after a second, then every 3
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
   // The best score replayed so far: a plan whose physical limit (physical_limit.h, never above
   // its simulated time) scores above it cannot win and is not replayed.
@@ -195,10 +195,10 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       return -1;
     }
     double t = elapsed();
-    if (t > last_progress + 3 && options.progress) {
+    if (t > next_progress && options.progress) {
       options.progress(str(r.ranked.size(), " plans replayed in the simulator (", static_cast<int>(t), " s; --time-limit ",
                            options.time_limit_s, ")"));
-      last_progress = t;
+      next_progress = t + 3;
     }
     if (replay_period(p) == 0) {
       skipped += str("\n  ", p.shape(), ": its replica counts repeat only every ", kMaxReplayPeriod,

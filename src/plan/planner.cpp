@@ -1,6 +1,8 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -25,6 +27,9 @@ constexpr int kMaxStatesHierarchicalCompat = 600;
 constexpr int kMaxPlanWorkers = 1024;
 // The pipetrain search visits about pairs × W² (state pair, first worker, replicas) triples.
 constexpr double kPipetrainWork = 6e7;
+// From this many workers plan_candidates says before each search that it is searching: the search
+// then visits up to 1,000 state pairs x W² (kPipetrainWork's floor), about a second's work.
+constexpr int kAnnounceSearchWorkers = 512;
 
 const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedream" : "pipetrain"; }
 
@@ -226,7 +231,18 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   for (int64_t bucket_bytes : {options.bucket_bytes, int64_t{0}}) {
     PlanOptions bound = wider;
     bound.bucket_bytes = bucket_bytes;
+    // A search on many hundreds of workers takes seconds (1,024: about 3 s each): say so first.
+    bool announce = options.progress && cluster.workers() >= kAnnounceSearchWorkers;
+    auto started = std::chrono::steady_clock::now();
+    if (announce)
+      options.progress(str("searching splits of ", profile.num_layers(), " layers over ", cluster.workers(),
+                           " workers, ", bucket_bytes > 0 ? "all-reduce after each bucket" : "all-reduce after the backward",
+                           " (", searches.size() + 1, " of ", options.bucket_bytes > 0 ? 2 : 1, ")"));
     searches.push_back(run_search(profile, cluster, bound));
+    if (announce)
+      options.progress(str("searched ", searches.back().space.num_states(), " states in ",
+                           std::round(10 * std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) / 10,
+                           " s"));
     const Searched& searched = searches.back();
     // Each alternative in the placement the exact model predicts fastest (ties keep the
     // search's own numbering).

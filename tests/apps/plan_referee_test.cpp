@@ -229,6 +229,17 @@ TEST(PlanReferee, LargeClusterWithoutReplayablePlansStillPlans) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("on 256 workers"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("note: not simulated: the replica counts of all"), std::string::npos) << r.output;
+  // A search of a tenth of a second is not announced; from 512 workers (about a second each) it is,
+  // and its time given, on stderr.
+  EXPECT_EQ(r.output.find("plan: search"), std::string::npos) << r.output;
+  auto big = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --all-workers --profile " + path +
+                                    " --workers 512 --bandwidth-gbps 10 2>&1",
+                                false);
+  ASSERT_EQ(big.exit_code, 0) << big.output;
+  EXPECT_NE(big.output.find("plan: searching splits of 41 layers over 512 workers, all-reduce after each bucket (1 of 2)"),
+            std::string::npos) << big.output;
+  EXPECT_NE(big.output.find("(2 of 2)"), std::string::npos) << big.output;
+  EXPECT_TRUE(std::regex_search(big.output, std::regex("plan: searched 41 states in [0-9.]+ s"))) << big.output;
 }
 
 }  // namespace
