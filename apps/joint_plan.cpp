@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "schedule/generators.h"
+#include "schedule/validate.h"
 #include "sim/simulator.h"
 
 namespace pt::app {
@@ -178,6 +179,10 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     throw UsageError(str("--objective: must be throughput or time-to-accuracy, got '", o.objective, "'"));
   JointResult r;
   r.smallest_peak = std::numeric_limits<int64_t>::max();
+  // Schedules are built unvalidated, as the referee's replays are (the tests validate every
+  // generator on every shape): only one that could be the choice, as good as the best so far, is
+  // validated. Validating each was a fifth of the search.
+  double best_objective = std::numeric_limits<double>::infinity();
   for (Trial& t : trials(profile, cluster, po, o)) {
     profile::Profile prof = profile::with_batch_size(profile, t.batch);
     schedule::ScheduleOptions so;
@@ -189,7 +194,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     // Without recomputation; over the cap, with it where needed, then everywhere.
     for (int mode = 0; mode < 3; ++mode) {
       try {
-        schedule::Schedule s = schedule::make_schedule(t.kind, t.plan, so);
+        schedule::Schedule s = schedule::make_unvalidated_schedule(t.kind, t.plan, so);
         if (mode == 0) ++r.considered;
         auto memory = schedule::memory_per_worker(s, prof, o.memory);
         int64_t peak = schedule::peak_memory(memory);
@@ -211,6 +216,10 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
         c.objective_ms_per_sample =
             c.ms_per_sample * (o.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0);
+        if (c.objective_ms_per_sample <= best_objective * (1 + 1e-9)) {
+          schedule::validate(s);
+          best_objective = std::min(best_objective, c.objective_ms_per_sample);
+        }
         c.memory = memory;
         c.peak_memory = peak;
         plan::Plan& p = c.plan;
