@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <future>
 #include <map>
 #include <set>
 #include <string>
@@ -227,23 +228,32 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   };
   std::vector<int> search_rank;  // the better of its ranks in the two searches
   std::map<std::string, size_t> seen;
-  std::vector<Searched> searches;
-  for (int64_t bucket_bytes : {options.bucket_bytes, int64_t{0}}) {
+  // The two bounds' searches run side by side: they share nothing, and on hundreds of workers
+  // each takes seconds (1,024: about 3 s each). With no bucket the bounds are one search.
+  std::vector<int64_t> bounds{options.bucket_bytes};
+  if (options.bucket_bytes > 0) bounds.push_back(0);
+  auto search_bound = [&](int64_t bucket_bytes) {
     PlanOptions bound = wider;
     bound.bucket_bytes = bucket_bytes;
-    // A search on many hundreds of workers takes seconds (1,024: about 3 s each): say so first.
-    bool announce = options.progress && cluster.workers() >= kAnnounceSearchWorkers;
-    auto started = std::chrono::steady_clock::now();
-    if (announce)
-      options.progress(str("searching splits of ", profile.num_layers(), " layers over ", cluster.workers(),
-                           " workers, ", bucket_bytes > 0 ? "all-reduce after each bucket" : "all-reduce after the backward",
-                           " (", searches.size() + 1, " of ", options.bucket_bytes > 0 ? 2 : 1, ")"));
-    searches.push_back(run_search(profile, cluster, bound));
-    if (announce)
-      options.progress(str("searched ", searches.back().space.num_states(), " states in ",
-                           std::round(10 * std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) / 10,
-                           " s"));
-    const Searched& searched = searches.back();
+    return run_search(profile, cluster, bound);
+  };
+  bool announce = options.progress && cluster.workers() >= kAnnounceSearchWorkers;
+  auto started = std::chrono::steady_clock::now();
+  if (announce)
+    options.progress(str("searching splits of ", profile.num_layers(), " layers over ", cluster.workers(), " workers (",
+                         bounds.size() == 2 ? "all-reduce after each bucket, and after the backward, side by side"
+                                            : "all-reduce after the backward",
+                         ")"));
+  std::future<Searched> second;
+  if (bounds.size() == 2) second = std::async(std::launch::async, search_bound, bounds[1]);
+  std::vector<Searched> searches;
+  searches.push_back(search_bound(bounds[0]));
+  if (second.valid()) searches.push_back(second.get());
+  if (announce)
+    options.progress(str("searched ", searches.front().space.num_states(), " states in ",
+                         std::round(10 * std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) / 10,
+                         " s"));
+  for (const Searched& searched : searches) {
     // Each alternative in the placement the exact model predicts fastest (ties keep the
     // search's own numbering).
     int rank = 0;
@@ -263,7 +273,6 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
       }
       ++rank;
     }
-    if (options.bucket_bytes <= 0) break;  // one bound: the same search twice
   }
   std::vector<size_t> order(plans.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
