@@ -2,6 +2,7 @@
 // cluster, its best candidates refereed by the simulator; prints a table, or the plan JSON with
 // --json, and writes it with -o.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -167,7 +168,9 @@ int run_plan(Flags& f) {
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
-    choose_plan_bucket(f, out, r.schedule, r.timed_out);
+    bool out_of_time = r.timed_out || (out.options.time_limit_s > 0 &&
+                                        out.options.seconds_planning(std::chrono::steady_clock::now()) > out.options.time_limit_s);
+    choose_plan_bucket(f, out, r.schedule, out_of_time);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)
@@ -179,8 +182,8 @@ int run_plan(Flags& f) {
         break;
       }
     if (r.timed_out)
-      out.plan.notes.push_back(str("time limit: the simulator stopped refereeing after ", out.options.time_limit_s,
-                                   " s (--time-limit), ", r.unreplayed,
+      out.plan.notes.push_back(str("time limit: the simulator stopped refereeing at ", out.options.time_limit_s,
+                                   " s of planning (--time-limit), ", r.unreplayed,
                                    " candidate plans and the rest of the local search not simulated; the plan is the "
                                    "best of the ", r.ranked.size(), " that were"));
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
@@ -291,8 +294,9 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
                "Use every worker of the cluster, as PipeDream's optimizer does, even where a plan on fewer of them "
                "(the rest idle) is faster");
   app.add_option("--time-limit", f->plan.time_limit_s,
-                 "Seconds the simulator may spend refereeing candidates; past it, the best of those replayed is "
-                 "chosen and a note says so (0: no limit)")
+                 "Seconds planning may take: past them the simulator replays no further candidate or bucket size "
+                 "and the best of those replayed is chosen, with a note saying so (the search itself always "
+                 "completes; 0: no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");

@@ -176,7 +176,7 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
   // the time limit (the search's best is always replayed).
   auto started = std::chrono::steady_clock::now();
   double next_progress = 1;  // the first line after a second, then every 3
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  auto elapsed = [&] { return options.seconds_planning(started); };
   // The best score replayed so far: a plan whose physical limit (physical_limit.h, never above
   // its simulated time) scores above it cannot win and is not replayed.
   double best_score = std::numeric_limits<double>::infinity();

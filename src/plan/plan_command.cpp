@@ -1,5 +1,6 @@
 #include "plan/plan_command.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -15,6 +16,7 @@ namespace pt::plan {
 PlanOutcome run_plan_command(const PlanFlags& f) {
   if (f.profile.empty()) throw UsageError("--profile: a profile file is required");
   PlanOptions options;
+  options.started = std::chrono::steady_clock::now();  // --time-limit counts the whole command
   if (f.cost_model == "pipetrain") options.cost_model = CostModel::kPipetrain;
   else if (f.cost_model == "pipedream") options.cost_model = CostModel::kPipedream;
   else throw UsageError(str("--cost-model: unknown cost model '", f.cost_model, "' (use pipetrain or pipedream)"));

@@ -1,6 +1,7 @@
 #pragma once
 // The planner: PipeDream's dynamic program over stage boundaries and replication, for a
 // hierarchical cluster (SOSP'19 §3.1), with two cost models (see PlanOptions).
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,9 +33,18 @@ struct PlanOptions {
   // plan_candidates adds the best plan of each smaller cluster (plan --all-workers: not): on
   // slow links a plan on fewer workers, the rest idle, can beat every plan on all of them.
   bool fewer_workers = true;
-  // The most seconds the simulator referees candidates (plan --time-limit): past it no further
-  // plan is replayed (at least one is) and the plan says so in a note. 0: no limit.
-  double time_limit_s = 30;
+  // The most seconds planning takes, counted from `started` (plan --time-limit): past them the
+  // simulator replays no further candidate (at least one is) and no other all-reduce bucket, and
+  // the plan says so in a note. The search itself always completes. 0: no limit.
+  double time_limit_s = 8;
+  // When planning began (`pipetrain plan` sets it as it starts); unset, the referee counts from
+  // its own start.
+  std::chrono::steady_clock::time_point started{};
+  // Seconds since `started`, or since `from` where it is unset.
+  double seconds_planning(std::chrono::steady_clock::time_point from) const {
+    auto t0 = started == std::chrono::steady_clock::time_point{} ? from : started;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   // Told what the planner is doing on a long search (a line every few seconds); may be empty.
   std::function<void(const std::string&)> progress;
 };

@@ -409,7 +409,7 @@ TEST(PlanReferee, TheTimeLimitStopsTheRefereeAndThePlanSaysSo) {
                      "/data/profiles/gnmt16.json --workers 4,4 --bandwidth-gbps 96,10";
   auto cut = testing::shell_run(base + " --time-limit 0.000001");
   ASSERT_EQ(cut.exit_code, 0) << cut.output;
-  EXPECT_NE(cut.output.find("time limit: the simulator stopped refereeing after 1e-06 s (--time-limit)"),
+  EXPECT_NE(cut.output.find("time limit: the simulator stopped refereeing at 1e-06 s of planning (--time-limit)"),
             std::string::npos) << cut.output;
   EXPECT_NE(cut.output.find("the plan is the best of the 1 that were"), std::string::npos) << cut.output;
   EXPECT_NE(cut.output.find("--time-limit left no time"), std::string::npos) << cut.output;
