@@ -124,7 +124,7 @@ double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, co
   if (replay_period(plan) == 0) return 0;
   try {
     schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
-    return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})).ms_per_minibatch;
+    return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes}), metrics::Detail::kTiming).ms_per_minibatch;
   } catch (const ConfigError&) {
     return 0;
   }
@@ -150,7 +150,7 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
     if (std::abs(mb - sizes.front()) > 1e-9) sizes.push_back(mb);
   for (double mb : sizes) {
     auto bytes = static_cast<int64_t>(mb * (1 << 20));
-    double ms = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes})).ms_per_minibatch;
+    double ms = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes}), metrics::Detail::kTiming).ms_per_minibatch;
     choice.tried.push_back({mb, ms});
     if (choice.tried.size() == 1 || ms < choice.ms_per_minibatch * (1 - 1e-9)) choice.bucket_mb = mb, choice.ms_per_minibatch = ms;
   }
@@ -214,7 +214,8 @@ Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profi
       }
       schedule::Schedule s = schedule::make_unvalidated_schedule(kind, p, {});
       Candidate c{p, std::move(estimate),
-                  metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes})), ""};
+                  metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes}), metrics::Detail::kTiming),
+                  ""};
       // The plan's time is its steady state; its stages' figures are the cost engine's.
       c.plan.pipeline_ms_per_minibatch = c.simulated.ms_per_minibatch;
       c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;

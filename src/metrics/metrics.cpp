@@ -68,7 +68,7 @@ int64_t Metrics::peak_memory_bytes() const {
   return m;
 }
 
-Metrics compute_metrics(const schedule::Trace& t) {
+Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   Metrics m;
   m.schedule = t.schedule;
   m.source = t.source;
@@ -139,13 +139,14 @@ Metrics compute_metrics(const schedule::Trace& t) {
     WorkerMetrics wm;
     for (const auto& e : t.workers[w]) {
       if (is_compute(e.action.kind)) wm.busy_ms += overlap(e, m.window_start_ms, m.window_end_ms);
-      if (is_send(e.action.kind)) links[{w, e.action.peer}] += e.bytes;
+      if (detail == Detail::kAll && is_send(e.action.kind)) links[{w, e.action.peer}] += e.bytes;
     }
     wm.bubble_fraction = window > 0 ? 1.0 - wm.busy_ms / window : 0;
-    memory_of(t, t.workers[w], wm);
+    if (detail == Detail::kAll) memory_of(t, t.workers[w], wm);
     m.bubble_fraction += wm.bubble_fraction / t.num_workers();
     m.workers.push_back(wm);
   }
+  if (detail == Detail::kTiming) return m;
   // All-reduce bytes: one per (stage, id) collective.
   std::set<std::pair<int, int>> seen;
   for (const auto& list : t.workers)

@@ -56,7 +56,10 @@ struct Metrics {
   int64_t peak_memory_bytes() const;  // max over workers
 };
 
-Metrics compute_metrics(const schedule::Trace& t);
+// kTiming leaves out memory, link bytes and all-reduce bytes (zero in the result): the planner
+// ranks hundreds of replays by their time alone, and memory from the memory model.
+enum class Detail { kAll, kTiming };
+Metrics compute_metrics(const schedule::Trace& t, Detail detail = Detail::kAll);
 
 json to_json(const Metrics& m);
 // A human-readable report: totals, then one line per worker, then the links.

@@ -102,9 +102,11 @@ Schedule insert_comm(const Schedule& compute_only) {
     list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_p2p(a.kind); }), list.end());
   UnitReplay replay(s);
   std::vector<std::vector<Entry>> merged(s.num_workers());
-  for (int w = 0; w < s.num_workers(); ++w)
+  for (int w = 0; w < s.num_workers(); ++w) {
+    merged[w].reserve(3 * s.actions[w].size());  // about a send or a receive per compute, and room
     for (size_t i = 0; i < s.actions[w].size(); ++i)
       merged[w].push_back({replay.start[w][i], 1, static_cast<long>(i), s.actions[w][i]});
+  }
   long pair_id = 0;
   auto add_pair = [&](ActionKind send, ActionKind recv, int from_stage, int to_stage, int mb, double time) {
     int u = s.worker_of(from_stage, mb), v = s.worker_of(to_stage, mb);
@@ -129,6 +131,7 @@ Schedule insert_comm(const Schedule& compute_only) {
       return std::tie(x.time, x.cls, x.order) < std::tie(y.time, y.cls, y.order);
     });
     s.actions[w].clear();
+    s.actions[w].reserve(list.size());
     for (const auto& e : list) s.actions[w].push_back(e.action);
   }
   return s;

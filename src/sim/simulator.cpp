@@ -78,6 +78,8 @@ class Replay {
     for (int k = 0; k < L; ++k) unit_.push_back(c.workers_per_unit_below(k + 1));
     egress_.resize(static_cast<size_t>(s.num_workers()) * L);
     ingress_.resize(egress_.size());
+    for (auto* ports : {&egress_, &ingress_})  // room for a few rounds' bookings before any growth
+      for (Port& p : *ports) p.reserve(64);
   }
 
   std::vector<std::vector<TraceEvent>> run() {
