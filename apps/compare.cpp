@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "apps/command.h"
-#include "apps/joint_plan.h"
-#include "apps/plan_referee.h"
+#include "referee/joint_search.h"
+#include "referee/referee.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -23,6 +23,8 @@
 
 namespace pt::app {
 namespace {
+
+using namespace referee;  // the referee and the joint search (src/referee)
 
 struct CompareFlags {
   std::string profile;
@@ -45,7 +47,7 @@ int run_compare(CompareFlags& f) {
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(f.options);
-  // Each schedule's own best configuration: the joint search (apps/joint_plan.h) pinned to it,
+  // Each schedule's own best configuration: the joint search (src/referee/joint_search.h) pinned to it,
   // so `plan --schedule auto` is never slower in simulation than the best row here.
   plan::PlanOptions po;
   po.candidates = plan::PlanFlags{}.candidates;

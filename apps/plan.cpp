@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "apps/command.h"
-#include "apps/joint_plan.h"
-#include "apps/plan_referee.h"
+#include "referee/joint_search.h"
+#include "referee/referee.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/json_doc.h"
@@ -20,6 +20,8 @@
 
 namespace pt::app {
 namespace {
+
+using namespace referee;  // the referee and the joint search (src/referee)
 
 struct Flags {
   plan::PlanFlags plan;
@@ -31,7 +33,7 @@ struct Flags {
   CLI::Option *schedule_flag = nullptr, *microbatches_flag = nullptr, *objective_flag = nullptr, *bucket_flag = nullptr;
 };
 
-// The joint search (apps/joint_plan.h) runs when asked for a schedule choice, microbatches or
+// The joint search (src/referee/joint_search.h) runs when asked for a schedule choice, microbatches or
 // an objective, or under a memory cap; without them `plan` plans for pipedream as before.
 bool joint_wanted(const Flags& f) {
   // A memory cap is joint under the pipetrain model; PipeDream's optimizer has its own.
@@ -158,7 +160,7 @@ int run_plan(Flags& f) {
   }
   std::string extra;
   if (out.options.cost_model == plan::CostModel::kPipetrain) {
-    Refereed r = referee(out.candidates, out.profile, out.cluster, out.options);
+    Refereed r = choose(out.candidates, out.profile, out.cluster, out.options);
     if (r.ranked.empty()) return print_unsimulated(f, out, r);
     const Candidate& chosen = r.ranked.front();
     out.plan = chosen.plan;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The joint search under memory caps (issue 13; apps/joint_plan.h): for each model of
+# The joint search under memory caps (issue 13; src/referee/joint_search.h): for each model of
 # data/profiles on 8 workers at 100 Gbit/s, `pipetrain plan --memory CAP` from no cap down to
 # 5% above the least any configuration needs, then the chosen plan trained with emulated compute
 # (`train --plan`: its schedule, microbatches and recomputation) to measure its time per sample

@@ -13,7 +13,7 @@
 #include <numeric>
 #include <random>
 
-#include "apps/plan_referee.h"
+#include "referee/referee.h"
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "plan/plan_command.h"
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       int W = c.workers();
       plan::PlanOptions o;
       o.candidates = candidates;
-      auto r = app::referee(plan::plan_candidates(prof, c, o), prof, c, o);
+      auto r = referee::choose(plan::plan_candidates(prof, c, o), prof, c, o);
       const auto& chosen = r.ranked.front();
       Best best;
       if (chosen_only) best.ms = chosen.simulated.ms_per_minibatch, best.what = "(not enumerated)";

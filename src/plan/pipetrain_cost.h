@@ -32,7 +32,7 @@
 // activations out the level holding its replicas and the next stage's first worker, and its
 // link time is the sum of the two (exact when both use one level). The search's best plans,
 // and their neighbours that evaluate_plan ranks best, are replayed, and the simulator's steady
-// state alone ranks them (apps/plan_referee.h).
+// state alone ranks them (src/referee/referee.h).
 //
 // Memory (1F1B / PipeDream weight stashing): stage s of p holds up to p−s minibatches in flight
 // in the closed form, NOAM (plan.h's in_flight) in evaluate_plan, each with its activations and

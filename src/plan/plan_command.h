@@ -27,7 +27,7 @@ struct PlanFlags {
   bool all_workers = false;       // --all-workers: no plan that leaves workers idle
   double time_limit_s = PlanOptions{}.time_limit_s;  // --time-limit
   std::function<void(const std::string&)> progress;  // PlanOptions::progress
-  // The joint search (apps/joint_plan.h) keeps plans under the memory cap with the memory model:
+  // The joint search (src/referee/joint_search.h) keeps plans under the memory cap with the memory model:
   // the candidates here are searched without it.
   bool joint = false;
 };

@@ -23,8 +23,7 @@ namespace {
 // (a, b), cubic in the states, hence its smaller bound.
 constexpr int kMaxStates = 2500;
 constexpr int kMaxStatesHierarchicalCompat = 600;
-// The pipetrain search visits about pairs × W² (state pair, first worker, replicas) triples;
-// its tables hold W² links.
+// The pipetrain search's tables hold W² links per level.
 constexpr int kMaxPlanWorkers = 1024;
 // The pipetrain search visits about pairs × W² (state pair, first worker, replicas) triples.
 constexpr double kPipetrainWork = 6e7;

@@ -59,7 +59,7 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
 // over the innermost level's units), ranked by evaluate_plan (fastest first; each plan's
 // predicted time is that): the search's best options.candidates, the best options.candidates
 // by evaluate_plan among four times as many, and data parallelism. The simulator referees among
-// them (apps/plan_referee.h). With options.fewer_workers, also the best of each cluster
+// them (src/referee/referee.h). With options.fewer_workers, also the best of each cluster
 // smaller_clusters gives, placed on this one. PipeDream model: make_plan's one plan.
 std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options);
 

@@ -38,7 +38,7 @@
 #include "profile/profile.h"
 #include "schedule/memory.h"
 
-namespace pt::app {
+namespace pt::referee {
 
 struct JointOptions {
   std::vector<std::string> schedules;  // the kinds to consider (empty: every kind)
@@ -78,4 +78,4 @@ const Configuration& chosen(const JointResult& r, const JointOptions& options, c
 // sample, peak memory, and why each lost.
 std::string format_configurations(const JointResult& r, int k);
 
-}  // namespace pt::app
+}  // namespace pt::referee

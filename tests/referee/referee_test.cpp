@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "apps/plan_referee.h"
+#include "referee/referee.h"
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "plan/planner.h"
@@ -60,7 +60,7 @@ TEST(PlanReferee, LocalSearchReachesWhatTheSearchMisses) {
   auto candidates = plan::plan_candidates(prof, cluster, o);
   double best_offered = std::numeric_limits<double>::infinity();
   for (const auto& p : candidates) best_offered = std::min(best_offered, simulated_ms(p, prof, cluster, o));
-  app::Refereed r = app::referee(candidates, prof, cluster, o);
+  referee::Refereed r = referee::choose(candidates, prof, cluster, o);
   double chosen = r.ranked.front().simulated.ms_per_minibatch;
   EXPECT_LE(chosen, best_enumerated * 1.05) << r.ranked.front().plan.shape();
   EXPECT_LT(chosen, best_offered * 0.95) << "the search's own best: " << best_offered;
@@ -78,7 +78,7 @@ TEST(PlanReferee, FewerInFlightWhereLaterStagesHaveSlack) {
   plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,1");
   plan::PlanOptions o;
   o.candidates = 12;
-  app::Refereed r = app::referee(plan::plan_candidates(prof, cluster, o), prof, cluster, o);
+  referee::Refereed r = referee::choose(plan::plan_candidates(prof, cluster, o), prof, cluster, o);
   const plan::Plan& chosen = r.ranked.front().plan;
   std::vector<int> replicas;
   for (const auto& st : chosen.stages) replicas.push_back(st.replicas);
@@ -131,7 +131,7 @@ TEST(PlanReferee, SkipsPlansTooLongToReplay) {
   o.deferred_step = false;
   plan::Plan long_period = chain_plan({4, 10}, {11, 13, 17}, prof.num_layers());
   plan::Plan short_period = chain_plan({4, 10}, {10, 10, 20}, prof.num_layers());
-  auto r = app::referee({long_period, short_period}, prof, cluster, o);
+  auto r = referee::choose({long_period, short_period}, prof, cluster, o);
   ASSERT_FALSE(r.ranked.empty());
   for (const auto& c : r.ranked) {  // the short one and its neighbours (the local search)
     int64_t lcm = 1;
@@ -139,7 +139,7 @@ TEST(PlanReferee, SkipsPlansTooLongToReplay) {
     EXPECT_LE(lcm, 240) << c.plan.shape();
   }
   // Alone, it is not replayed: the referee hands it back for plan to rank by its prediction.
-  auto alone = app::referee({long_period}, prof, cluster, o);
+  auto alone = referee::choose({long_period}, prof, cluster, o);
   EXPECT_TRUE(alone.ranked.empty());
   ASSERT_EQ(alone.unschedulable.size(), 1u);
   EXPECT_EQ(alone.unschedulable[0].shape(), "11-13-17");

@@ -1,4 +1,4 @@
-#include "apps/plan_referee.h"
+#include "referee/referee.h"
 
 #include <chrono>
 #include <iostream>
@@ -20,7 +20,7 @@
 #include "schedule/validate.h"
 #include "sim/simulator.h"
 
-namespace pt::app {
+namespace pt::referee {
 namespace {
 
 // The referee's local search: rounds, and neighbours replayed per round (the exact model's best).
@@ -164,8 +164,8 @@ bool ranks_before(const Candidate& a, const Candidate& b) {
   return !a.plan.deferred_step && b.plan.deferred_step;
 }
 
-Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
-                 const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind) {
+Refereed choose(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
+                const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind) {
   Refereed r;
   r.schedule = kind;
   std::string skipped;
@@ -391,4 +391,4 @@ std::string format_explain(const Candidate& c, const profile::Profile& profile, 
   return os.str();
 }
 
-}  // namespace pt::app
+}  // namespace pt::referee

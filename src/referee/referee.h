@@ -12,7 +12,7 @@
 #include "profile/profile.h"
 #include "schedule/generators.h"
 
-namespace pt::app {
+namespace pt::referee {
 
 struct Candidate {
   plan::Plan plan;
@@ -61,10 +61,10 @@ double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, co
 double simulate_data_parallel(const profile::Profile& profile, const plan::Cluster& cluster,
                               const plan::PlanOptions& options, const std::string& kind = "pipedream");
 
-// Simulates each plan under `kind` (default minibatches: a steady state of whole rounds).
-// Throws ConfigError when no candidate can be scheduled.
-Refereed referee(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
-                 const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind = "pipedream");
+// The referee's choice: simulates each plan under `kind` (default minibatches: a steady state of
+// whole rounds) and climbs from the fastest. Throws ConfigError when no candidate can be scheduled.
+Refereed choose(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
+                const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind = "pipedream");
 
 // `plan --top K`: one row per candidate with predicted and simulated time, peak memory, and why
 // it lost.
@@ -73,4 +73,4 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
 // `plan --explain`: the chosen plan's per-stage compute, transfers per link, all-reduce, memory.
 std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster);
 
-}  // namespace pt::app
+}  // namespace pt::referee

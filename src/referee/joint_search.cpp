@@ -1,4 +1,4 @@
-#include "apps/joint_plan.h"
+#include "referee/joint_search.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,14 +6,14 @@
 #include <limits>
 #include <sstream>
 
-#include "apps/plan_referee.h"
+#include "referee/referee.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "schedule/generators.h"
 #include "schedule/validate.h"
 #include "sim/simulator.h"
 
-namespace pt::app {
+namespace pt::referee {
 namespace {
 
 // The most microbatches per step searched (beyond, a step's bubble is already small).
@@ -131,7 +131,7 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     // local search and in-flight and deferred-step variants. A deferred variant the referee
     // turned down (gaining under what pays for its staleness) stays out.
     try {
-      Refereed rf = referee(plan::plan_candidates(p, cluster, po), p, cluster, po);
+      Refereed rf = choose(plan::plan_candidates(p, cluster, po), p, cluster, po);
       for (size_t i = 0; i < rf.ranked.size(); ++i)
         if (i == 0 || !rf.ranked[i].plan.deferred_step) out.push_back({"pipedream", rf.ranked[i].plan, 1, 1, B});
     } catch (const ConfigError&) {
@@ -304,4 +304,4 @@ std::string format_configurations(const JointResult& r, int k) {
   return os.str();
 }
 
-}  // namespace pt::app
+}  // namespace pt::referee

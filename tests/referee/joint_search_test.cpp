@@ -1,4 +1,4 @@
-// The joint search (apps/joint_plan.h) on every model of data/profiles, on 4, 8 and 16 workers
+// The joint search (src/referee/joint_search.h) on every model of data/profiles, on 4, 8 and 16 workers
 // (flat) and the 4x4 cluster, with memory caps from none down to the least any configuration
 // needs: the choice is never slower in simulation than any schedule's own best (what `compare`
 // prints, the search pinned to that schedule), never over the cap in the memory model, and it
@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <regex>
 
-#include "apps/joint_plan.h"
-#include "apps/plan_referee.h"
+#include "referee/joint_search.h"
+#include "referee/referee.h"
 #include "core/error.h"
 #include "plan/plan_command.h"
 #include "profile/profile.h"
@@ -17,7 +17,7 @@
 #include "tests/apps/shell_run.h"
 #include "schedule/generators.h"
 
-namespace pt::app {
+namespace pt::referee {
 namespace {
 
 const std::vector<std::string> kModels = {"vgg16", "resnet50", "gnmt16", "awd-lm", "gpt-2048"};
@@ -108,7 +108,7 @@ TEST(JointPlan, PipedreamChoosesWhatThePlannerChooses) {
   plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,10");
   plan::PlanOptions po;
   po.candidates = plan::PlanFlags{}.candidates;  // as `plan` and `compare` search
-  Refereed rf = referee(plan::plan_candidates(prof, cluster, po), prof, cluster, po);
+  Refereed rf = choose(plan::plan_candidates(prof, cluster, po), prof, cluster, po);
   JointOptions o;
   o.schedules = {"pipedream"};
   JointResult r = joint_search(prof, cluster, po, o);
@@ -195,4 +195,4 @@ TEST(JointPlan, TheGptLikeModelNeedsRecomputationToFitSixteenGigabytes) {
 }
 
 }  // namespace
-}  // namespace pt::app
+}  // namespace pt::referee
