@@ -317,7 +317,7 @@ class Replay {
   // a pending bucket's ready time (buckets of a finished backward wait for their all-reduce).
   // Also once that many intervals were booked since: a data-parallel replay on hundreds of
   // workers pops few actions but books every ring step on every member's links (ResNet-50's
-  // 1 MiB buckets on 192 workers: 15 million intervals a round, 1.3 GB before this).
+  // 1 MiB buckets on 192 workers: millions of intervals a round, 1.3 GB before this).
   static constexpr int64_t kForgetEvery = 4096;
   static constexpr int64_t kForgetBooked = 1 << 20;
   int64_t booked_ = 0;  // intervals booked since the last forget_past
