@@ -10,15 +10,14 @@ function(pt_torch_target target)
   endif()
 endfunction()
 
-# pt_test(NAME LABEL [TORCH_PARTS] [SERIAL] SOURCES... [LIBS ...]): a GoogleTest executable
-# registered with CTest; SERIAL: its tests run alone (wall-clock timings, which a third job on
-# 2 cores would disturb; scripts/test.sh runs 3 at once). A test the torch-free build builds too (scripts/test_torch_free.sh) is also labelled
+# pt_test(NAME LABEL [TORCH_PARTS] SOURCES... [LIBS ...]): a GoogleTest executable registered
+# with CTest. A test the torch-free build builds too (scripts/test_torch_free.sh) is also labelled
 # torch_free: scripts/test.sh runs it there and leaves it out of the full build's run, where the
 # same code would run a second time (about 110 s of the suite on 2 cores). A folder sets
 # PT_TORCH_HALF where its LibTorch-only tests begin; TORCH_PARTS marks a test that the LibTorch
 # build compiles with more in it.
 function(pt_test name label)
-  cmake_parse_arguments(T "TORCH_PARTS;SERIAL" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "TORCH_PARTS" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_BINARY_DIR}/generated ${PROJECT_SOURCE_DIR})
@@ -28,11 +27,7 @@ function(pt_test name label)
   if(label STREQUAL "slow")
     set(cost 300)
   endif()
-  set(serial FALSE)
-  if(T_SERIAL)
-    set(serial TRUE)
-  endif()
-  gtest_discover_tests(${name} PROPERTIES LABELS ${label} COST ${cost} RUN_SERIAL ${serial} DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(${name} PROPERTIES LABELS ${label} COST ${cost} DISCOVERY_TIMEOUT 60)
   if(NOT PT_TORCH_HALF AND NOT T_TORCH_PARTS)
     # The second label is set by a file ctest reads after the discovered tests (whose names are
     # in ${name}_TESTS): a list does not pass through the discovery's PROPERTIES.

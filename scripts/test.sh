@@ -3,11 +3,10 @@
 # planning half alone without LibTorch (scripts/test_torch_free.sh, build-notorch/), then the
 # whole project (build/), less the tests labelled torch_free: those are the very tests the first
 # half ran (cmake/pipetrain.cmake), built from the same sources. Extra arguments go to ctest,
-# e.g. scripts/test.sh -L unit. Three tests at once on 2 cores: many wait on processes,
-# sockets or timeouts (4m34s against 4m50s at two); the wall-clock timing tests run alone.
+# e.g. scripts/test.sh -L unit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/test_torch_free.sh "$@"
 bash scripts/build.sh
 cd build
-ctest --output-on-failure -j 3 -LE torch_free "$@"
+ctest --output-on-failure -j 2 -LE torch_free "$@"
