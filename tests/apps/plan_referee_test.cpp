@@ -320,7 +320,9 @@ TEST(PlanReferee, ChoosesTheBucketTheLatencyFavours) {
     ASSERT_EQ(tried.size(), 5u);
     for (const auto& [mb, t] : tried) {
       EXPECT_GE(t, ms * (1 - 1e-4)) << mb << " MiB";
-      if (mb == bucket) EXPECT_NEAR(t, ms, 1e-3);
+      if (mb == bucket) {
+        EXPECT_NEAR(t, ms, 1e-3);
+      }
     }
   }
   EXPECT_EQ(plan_with("--latency-us 200 --bucket-mb 4").value("bucket_mb", -1.0), 4.0);
