@@ -196,8 +196,9 @@ Refereed choose(const std::vector<plan::Plan>& candidates, const profile::Profil
     }
     double t = elapsed();
     if (t > next_progress && options.progress) {
-      options.progress(str(r.ranked.size(), " plans replayed in the simulator (", static_cast<int>(t), " s; --time-limit ",
-                           options.time_limit_s, ")"));
+      options.progress(str(r.ranked.empty() ? std::string("replaying candidates in the simulator")
+                                            : str(r.ranked.size(), " plans replayed in the simulator"),
+                           " (", static_cast<int>(t), " s of planning; --time-limit ", options.time_limit_s, ")"));
       next_progress = t + 3;
     }
     if (replay_period(p) == 0) {
