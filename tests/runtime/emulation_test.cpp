@@ -103,7 +103,7 @@ TEST(Emulation, AStepWaitsTheProfiledTimeLessTheHostsOwnWork) {
   for (int i = 0; i < 4; ++i) prof.layers[i].optimizer_ms = 5.0 * (i + 1);
   auto model = build_emulated_model(prof, {2.0, 1.0});
   auto timed = [&](int first, int last, double host_ms) {
-    model::emulated_wait(0.0);  // no carry from earlier waits
+    model::emulated_wait(0.0);  // at most 1 ms carried in from earlier waits
     Clock::time_point t0 = Clock::now();
     model->device_step(first, last, host_ms);
     return ms_since(t0);
@@ -138,7 +138,7 @@ TEST(Emulation, HostWorkInsideAPassIsHiddenButNeverMakesItFaster) {
   double unchained = pass_ms(false), chained = pass_ms(true);
   std::cout << "[ emulated ] 20 x 2 ms: chained " << chained << " ms, unchained " << unchained << " ms\n";
   EXPECT_GE(chained, 39.0);               // the device time is kept (less at most the 1 ms carry)
-  EXPECT_GE(unchained, 40.0 + 19 * 0.4);  // every gap is paid
+  EXPECT_GE(unchained, 40.0 + 19 * 0.4 - 1.0);  // every gap is paid (less the carry in: CI saw 47.59)
   EXPECT_LT(chained, unchained - 3.8);    // at least half the host's work hidden
 }
 
@@ -155,13 +155,13 @@ TEST(Emulation, AHostDescheduledInsideAPassCostsNoDeviceTimeButOneBetweenPassesD
     }
     return ms_since(t0);
   };
-  model::emulated_wait(0.0);  // no carry from an earlier test
+  model::emulated_wait(0.0);  // at most 1 ms carried in from an earlier test
   double chained = pass_ms(true);
   model::emulated_wait(0.0);
   double unchained = pass_ms(false);
   std::cout << "[ emulated ] 10 x 3 ms, 8 ms stall: chained " << chained << " ms, unchained " << unchained << " ms\n";
   EXPECT_GE(chained, 30.0 - 1.0);     // never under the device time (less the carry in)
-  EXPECT_GE(unchained, 30.0 + 8.0);   // every gap is paid between actions
+  EXPECT_GE(unchained, 30.0 + 8.0 - 1.0);  // every gap is paid between actions (less the carry in: CI saw 37.93)
   EXPECT_LT(chained, unchained - 6);  // the stall is hidden inside the pass
 }
 
