@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -35,6 +36,10 @@ int hand_off(const std::string& name, char** argv) {
               << "built without it (cmake -DPT_WITH_TORCH=OFF); build with -DPT_WITH_TORCH=ON (scripts/build.sh)\n";
     return 1;
   }
+  // Every LibTorch command runs one compute thread per worker (DESIGN.md), but OpenBLAS starts a
+  // thread per core as it loads, before main can say so, and spins them: about 0.1 s of CPU per
+  // start here, on every worker process. A user's own setting stands.
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   ::execv(exe.c_str(), argv);
   std::cerr << "pipetrain " << name << ": cannot run " << exe << ": " << std::strerror(errno) << "\n";
   return 1;

@@ -10,7 +10,7 @@ namespace {
 
 using pt::testing::chain_profile;
 
-TEST(Emulation, CostsArePerSampleAndScaled) {
+TEST(EmulatedCosts, CostsArePerSampleAndScaled) {
   auto costs = emulated_costs(chain_profile(), {2.0, 0.5});
   ASSERT_EQ(costs.size(), 4u);
   EXPECT_DOUBLE_EQ(costs[0].forward_ms_per_sample, 8 * 2.0 / 8);
@@ -25,7 +25,7 @@ TEST(Emulation, CostsArePerSampleAndScaled) {
   EXPECT_THROW(emulated_costs(chain_profile(), {1, -1}), ConfigError);
 }
 
-TEST(Emulation, DagCutsCarryEveryLiveOutputAndInputsCostNothing) {
+TEST(EmulatedCosts, DagCutsCarryEveryLiveOutputAndInputsCostNothing) {
   // Input -> a -> b -> c, with a skip a -> c: the cut after b carries a's and b's outputs.
   profile::Profile p;
   p.model = "dag";

@@ -45,7 +45,7 @@ plan::Plan chain_plan(const std::vector<int>& cuts, const std::vector<int>& repl
 // minibatch in simulation); every 1-6-1 split, replayed here, includes one 11% faster. The
 // referee's local search reaches it: within 5% of the best of them, and faster than every
 // candidate the search offered.
-TEST(PlanReferee, LocalSearchReachesWhatTheSearchMisses) {
+TEST(Referee, LocalSearchReachesWhatTheSearchMisses) {
   profile::Profile prof = load("gnmt16");
   plan::Cluster cluster = plan::cluster_from_shorthand("8", "1");
   plan::PlanOptions o;
@@ -73,7 +73,7 @@ TEST(PlanReferee, LocalSearchReachesWhatTheSearchMisses) {
 // VGG-16 on 4x4 at 96/1 Gbit/s: the chosen plan's later stages have slack, so some stage keeps
 // fewer minibatches in flight than PipeDream's rule. That is both what its schedule runs (weight
 // versions) and faster in simulation than the same plan under the rule.
-TEST(PlanReferee, FewerInFlightWhereLaterStagesHaveSlack) {
+TEST(Referee, FewerInFlightWhereLaterStagesHaveSlack) {
   profile::Profile prof = load("vgg16");
   plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,1");
   plan::PlanOptions o;
@@ -99,7 +99,7 @@ TEST(PlanReferee, FewerInFlightWhereLaterStagesHaveSlack) {
 
 // A hand-written plan whose stage admits too few for the next one gets a clear error, not a
 // schedule whose lists wait for each other.
-TEST(PlanReferee, TooFewInFlightIsNamed) {
+TEST(Referee, TooFewInFlightIsNamed) {
   plan::Plan p = chain_plan({1, 2}, {1, 1, 1}, 3);
   p.stages[0].in_flight = 1;
   try {
@@ -124,7 +124,7 @@ namespace {
 // A plan whose replica counts repeat only every lcm minibatches is not replayed past a period
 // of 240: 11, 13 and 17 replicas would need 14,586 minibatches (on 256 workers such plans ran
 // `plan` out of memory). The referee ranks the others, and says why when none is left.
-TEST(PlanReferee, SkipsPlansTooLongToReplay) {
+TEST(Referee, SkipsPlansTooLongToReplay) {
   profile::Profile prof = load("gnmt16");
   plan::Cluster cluster = plan::cluster_from_shorthand("41", "10");
   plan::PlanOptions o;

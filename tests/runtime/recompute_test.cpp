@@ -121,7 +121,7 @@ TEST(Recompute, LowersTheMeasuredPeakOfTheStagesThatStash) {
 // The memory model against the runtime's measured peak per worker (threads: a received tensor
 // is the sender's), from a measured profile of each zoo model: 2 stages, four schedules, with
 // and without recomputation, every worker within 10%.
-TEST(MemoryModel, MatchesTheMeasuredPeakOnZooModels) {
+TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
   struct Case {
     std::string name;
     std::function<std::shared_ptr<model::LayeredModel>()> build;

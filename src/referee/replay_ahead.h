@@ -1,0 +1,44 @@
+#pragma once
+// A plan's replay, worked out ahead of its turn on the machine's other cores. The referee weighs
+// candidates one at a time, and whether it replays one depends on the best time so far; but a
+// plan's estimate and simulation depend on the plan alone, so they can be computed side by side
+// beforehand and taken in the referee's own order: the same choice as replaying one at a time.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "plan/cluster.h"
+#include "plan/pipetrain_cost.h"
+#include "plan/plan.h"
+#include "profile/profile.h"
+
+namespace pt::referee {
+
+struct ReplayContext {
+  const profile::Profile& profile;
+  const plan::Cluster& cluster;
+  const plan::PlanOptions& options;
+  const std::string& kind;  // the schedule replayed
+};
+
+struct Replay {
+  explicit Replay(plan::Plan p) : plan(std::move(p)) {}
+  plan::Plan plan;
+  std::optional<plan::PlanEstimate> estimate;  // evaluate_plan, once estimated
+  double limit_ms = 0;                         // physical_limit, with the estimate
+  std::optional<metrics::Metrics> simulated;   // the steady state's timing, once simulated
+  std::string error;                           // why the estimate or the simulation was refused
+};
+
+// Each step is done once: again, it does nothing. A refusal (ConfigError) leaves its optional
+// empty and says why in `error`; simulate estimates first.
+void estimate(Replay& r, const ReplayContext& c);
+void simulate(Replay& r, const ReplayContext& c);
+
+// Estimates every replay and simulates those whose physical limit is not above `best_ms` (the
+// others the referee would not replay), spread over the machine's cores.
+void work_ahead(const std::vector<Replay*>& replays, const ReplayContext& c, double best_ms);
+
+}  // namespace pt::referee
