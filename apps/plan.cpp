@@ -227,7 +227,7 @@ int run_plan(Flags& f) {
           break;
         }
       out.plan.notes.push_back(str("fewer workers: the plan uses ", out.plan.workers, " of the cluster's ",
-                                   out.cluster.workers(), "; on these links every simulated plan on more is slower",
+                                   out.cluster.workers(), "; on these links no simulated plan on more is faster",
                                    all > 0 ? str(" (the best on all ", out.cluster.workers(), ": ",
                                                  std::round(all * 10) / 10, " ms per minibatch in simulation)")
                                            : std::string(),

@@ -242,11 +242,12 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
       }
     }
   }
-  // Nothing is added to a configuration's time; at an equal objective, more workers first.
+  // Nothing is added to a configuration's time; at an equal objective, fewer workers first (the
+  // same throughput for less hardware), as the referee ranks (ranks_before).
   std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Configuration& a, const Configuration& b) {
     double ta = a.objective_ms_per_sample, tb = b.objective_ms_per_sample;
     if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
-    return a.plan.workers > b.plan.workers;
+    return a.plan.workers < b.plan.workers;
   });
   // The baseline every plan file records: data parallelism's time per minibatch of B.
   double dp = 0;

@@ -16,7 +16,7 @@
 //  - dp: every worker a minibatch of B (weak scaling, PipeDream's baseline), n microbatches.
 // Unless --all-workers (PlanOptions::fewer_workers), the uniform plans, zb-h1 and dp are also
 // tried on each smaller cluster (plan::smaller_clusters: ids 0..k-1), as pipedream's candidates
-// are; at an equal objective the one on more workers ranks first. The data-parallel baseline
+// are; at an equal objective the one on fewer workers ranks first. The data-parallel baseline
 // stays the one on all n.
 // Each is tried without recomputation and, when it does not fit the cap, with recomputation on
 // the stages of the workers over it, then on every stage. Configurations over the cap are never

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "plan/planner.h"
+#include "profile/pipedream_graph.h"
 #include "profile/profile.h"
 #include "pt_paths.h"
 #include "schedule/generators.h"
@@ -68,6 +70,27 @@ TEST(Referee, LocalSearchReachesWhatTheSearchMisses) {
     if (!r.ranked[i].plan.deferred_step) {
       EXPECT_LE(chosen, r.ranked[i].simulated.ms_per_minibatch) << "the referee's first is not its fastest";
     }
+}
+
+// At an equal simulated time the plan on fewer workers is chosen. PipeDream's GNMT profile on 8
+// workers at 10 Gbit/s: 2-1-1-1-1-1-1, whose first stage (the input layers) computes nothing on 2
+// replicas, simulates exactly as fast as 1-1-1-1-1-1 on 6; the referee chose the former.
+TEST(Referee, AtEqualTimeFewerWorkersAreChosen) {
+  profile::Profile prof =
+      profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/gnmt.json");
+  plan::Cluster cluster = plan::cluster_from_shorthand("8", "10");
+  plan::PlanOptions o;
+  referee::Refereed r = referee::choose(plan::plan_candidates(prof, cluster, o), prof, cluster, o);
+  const referee::Candidate& first = r.ranked.front();
+  bool equal_on_more = false;
+  for (const auto& c : r.ranked) {
+    double t = c.simulated.ms_per_minibatch, best = first.simulated.ms_per_minibatch;
+    EXPECT_GE(t, best * (1 - 1e-9));
+    if (std::abs(t - best) <= 1e-9 * best && c.plan.workers > first.plan.workers) equal_on_more = true;
+  }
+  EXPECT_TRUE(equal_on_more) << "no plan on more workers ties the choice: the case no longer tests the order";
+  EXPECT_EQ(first.plan.shape(), "1-1-1-1-1-1");
+  for (int s = 0; s < first.plan.num_stages(); ++s) EXPECT_GT(first.estimate.stages[s].compute_ms, 0) << "stage " << s;
 }
 
 // VGG-16 on 4x4 at 96/1 Gbit/s: the chosen plan's later stages have slack, so some stage keeps
