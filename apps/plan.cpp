@@ -92,9 +92,17 @@ void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::strin
   out.plan.bucket_mb = b.bucket_mb;
   out.plan.pipeline_ms_per_minibatch = out.plan.simulated_ms_per_minibatch = b.ms_per_minibatch;
   std::string tried;
-  for (const auto& [mb, ms] : b.tried) tried += str(tried.empty() ? "" : ", ", mb, " MiB ", std::round(ms * 1000) / 1000);
-  out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB, the fastest in simulation (ms per minibatch: ",
-                               tried, "); train --plan uses it unless --bucket-mb says"));
+  bool all_equal = true;  // e.g. replicas of layers without weights: nothing to all-reduce
+  for (const auto& [mb, ms] : b.tried) {
+    tried += str(tried.empty() ? "" : ", ", mb, " MiB ", std::round(ms * 1000) / 1000);
+    all_equal = all_equal && std::abs(ms - b.ms_per_minibatch) <= 1e-9 * b.ms_per_minibatch;
+  }
+  if (all_equal && b.tried.size() > 1)
+    out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB: every size tried simulates the same (",
+                                 std::round(b.ms_per_minibatch * 1000) / 1000, " ms per minibatch)"));
+  else
+    out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB, the fastest in simulation (ms per minibatch: ",
+                                 tried, "); train --plan uses it unless --bucket-mb says"));
 }
 
 int run_joint(Flags& f, plan::PlanOutcome& out) {
