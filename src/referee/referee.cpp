@@ -196,7 +196,7 @@ class Referee {
  public:
   Referee(const profile::Profile& profile, const plan::Cluster& cluster, const plan::PlanOptions& options,
           const std::string& kind)
-      : context_{profile, cluster, options, kind}, started_(std::chrono::steady_clock::now()) {
+      : context_{profile, cluster, options, kind, memo_}, started_(std::chrono::steady_clock::now()) {
     r_.schedule = kind;
   }
 
@@ -216,6 +216,7 @@ class Referee {
   void climb(int from);
   void explain_losers();
 
+  SimulationMemo memo_;  // before context_, which refers to it
   ReplayContext context_;
   std::chrono::steady_clock::time_point started_;
   Refereed r_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <thread>
 
@@ -9,8 +10,73 @@
 #include "plan/physical_limit.h"
 #include "schedule/generators.h"
 #include "sim/simulator.h"
+#include "sim/stage_costs.h"
 
 namespace pt::referee {
+
+namespace {
+
+// Two 64-bit running hashes of the words fed to it, with different multipliers and seeds.
+class Fingerprint {
+ public:
+  template <class T>
+  void add(const T& v) {
+    uint64_t x = 0;
+    static_assert(sizeof(T) <= sizeof x);
+    std::memcpy(&x, &v, sizeof v);
+    a_ = (a_ ^ x) * 0x9E3779B97F4A7C15ull;
+    a_ ^= a_ >> 29;
+    b_ = (b_ + x) * 0xC2B2AE3D27D4EB4Full;
+    b_ ^= b_ >> 32;
+  }
+  SimulationMemo::Key key() const { return {a_, b_}; }
+
+ private:
+  uint64_t a_ = 0x243F6A8885A308D3ull, b_ = 0x13198A2E03707344ull;
+};
+
+// Everything sim::simulate and the metrics of its timing read of the schedule and the costs;
+// the profile (but its batch size), the cluster and the bucket are the same for one referee.
+SimulationMemo::Key fingerprint(const schedule::Schedule& s, const std::vector<sim::StageCost>& costs) {
+  Fingerprint f;
+  for (char ch : s.kind) f.add(ch);
+  for (int v : {s.num_stages, s.microbatches, s.minibatches, s.chunks}) f.add(v);
+  for (const auto& workers : s.stage_workers) {
+    f.add(workers.size());
+    for (int w : workers) f.add(w);
+  }
+  for (const auto* flags : {&s.split_backward, &s.recompute}) {
+    f.add(flags->size());
+    for (bool b : *flags) f.add(b);
+  }
+  for (const auto& list : s.actions) {
+    f.add(list.size());
+    for (const auto& a : list)
+      for (int v : {a.worker, static_cast<int>(a.kind), a.stage, a.microbatch, a.chunk, a.peer}) f.add(v);
+  }
+  for (const auto& c : costs) {
+    for (double v : {c.forward_ms, c.backward_ms, c.step_ms}) f.add(v);
+    for (int64_t v : {c.stash_bytes, c.boundary_bytes, c.input_bytes, c.parameter_bytes}) f.add(v);
+    f.add(c.buckets.size());
+    for (const auto& b : c.buckets) f.add(b.ready_share), f.add(b.bytes);
+  }
+  return f.key();
+}
+
+}  // namespace
+
+bool SimulationMemo::find(const Key& k, metrics::Metrics& out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = done_.find(k);
+  if (it == done_.end()) return false;
+  out = it->second;
+  return true;
+}
+
+void SimulationMemo::add(const Key& k, const metrics::Metrics& m) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  done_.emplace(k, m);
+}
 
 void estimate(Replay& r, const ReplayContext& c) {
   if (r.estimate || !r.error.empty()) return;
@@ -29,8 +95,15 @@ void simulate(Replay& r, const ReplayContext& c) {
   try {
     // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
     schedule::Schedule s = schedule::make_unvalidated_schedule(c.kind, r.plan, {});
-    r.simulated = metrics::compute_metrics(sim::simulate(s, c.profile, c.cluster, {c.options.bucket_bytes}),
-                                           metrics::Detail::kTiming);
+    std::vector<sim::StageCost> costs = sim::stage_costs(s, c.profile, c.options.bucket_bytes);
+    SimulationMemo::Key key = fingerprint(s, costs);
+    metrics::Metrics m;
+    if (!c.memo.find(key, m)) {
+      m = metrics::compute_metrics(sim::simulate(s, c.profile, c.cluster, {c.options.bucket_bytes}, costs),
+                                   metrics::Detail::kTiming);
+      c.memo.add(key, m);
+    }
+    r.simulated = std::move(m);
   } catch (const ConfigError& e) {
     r.error = e.what();
   }

@@ -64,8 +64,8 @@ enum Slot { kForwardDone, kBackwardDone, kActivationIn, kGradientIn, kSlots };
 
 class Replay {
  public:
-  Replay(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& c, int64_t bucket_bytes)
-      : s_(s), cluster_(c), costs_(stage_costs(s, p, bucket_bytes)), scale_(1.0 / s.microbatches),
+  Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes)
+      : s_(s), cluster_(c), costs_(costs), scale_(1.0 / s.microbatches),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
         version_(s.num_workers(), 0), pending_buckets_(s.num_workers()) {
     for (int w = 0; w < s.num_workers(); ++w) {
@@ -339,7 +339,7 @@ class Replay {
 
   const schedule::Schedule& s_;
   const plan::Cluster& cluster_;
-  std::vector<StageCost> costs_;
+  const std::vector<StageCost>& costs_;
   double scale_;
   std::vector<size_t> pc_;
   std::vector<double> clock_;
@@ -362,6 +362,11 @@ class Replay {
 
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
                          const SimOptions& options) {
+  return simulate(s, p, cluster, options, stage_costs(s, p, options.bucket_bytes));
+}
+
+schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
+                         const SimOptions& options, const std::vector<StageCost>& costs) {
   if (cluster.workers() < s.num_workers())
     throw ConfigError(str("the ", s.kind, " schedule needs ", s.num_workers(), " workers but the cluster ",
                           cluster.describe(), " has ", cluster.workers()));
@@ -371,8 +376,8 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.num_stages = s.num_stages;
   t.microbatches = s.microbatches;
   t.batch_size = p.batch_size;
-  for (const auto& c : stage_costs(s, p)) t.stage_parameter_bytes.push_back(c.parameter_bytes);
-  t.workers = Replay(s, p, cluster, options.bucket_bytes).run();
+  for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
+  t.workers = Replay(s, costs, cluster, options.bucket_bytes).run();
   return t;
 }
 

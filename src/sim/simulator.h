@@ -38,6 +38,7 @@
 #include "profile/profile.h"
 #include "schedule/schedule.h"
 #include "schedule/trace.h"
+#include "sim/stage_costs.h"
 
 namespace pt::sim {
 
@@ -48,5 +49,9 @@ struct SimOptions {
 };
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
                          const SimOptions& options = {});
+// The same with the stages' costs given: stage_costs(s, p, options.bucket_bytes), all the replay
+// reads of the profile besides its batch size.
+schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
+                         const SimOptions& options, const std::vector<StageCost>& costs);
 
 }  // namespace pt::sim
