@@ -40,4 +40,10 @@ inline constexpr const char* kCalibrateDescription =
     "Measure the cluster's latency per message and rate per level over the job's transport; write a cluster file";
 inline constexpr const char* kTorchExecutable = "pipetrain-torch";
 
+// Checks of numeric flags that refuse NaN and infinity, which CLI11's PositiveNumber and
+// NonNegativeNumber let through (NaN compares false to everything): `train --timeout nan`
+// disabled the timeout, `--bucket-mb nan` became an undefined byte count.
+CLI::Validator finite_positive();
+CLI::Validator finite_non_negative();
+
 }  // namespace pt::app

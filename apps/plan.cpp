@@ -146,9 +146,9 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
 
 int run_plan(Flags& f) {
   if (f.top < 0 || f.top > plan::kMaxCandidates)
-    throw UsageError(str("--top: must be in 1..", plan::kMaxCandidates, ", got ", f.top));
-  // Every candidate --top lists is refereed.
-  f.plan.candidates = std::max(f.plan.candidates, f.top);
+    throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", f.top));
+  // Every candidate --top lists is refereed (a bad --candidates is left for its own message).
+  if (f.plan.candidates >= 1 && f.top > f.plan.candidates) f.plan.candidates = f.top;
   f.plan.joint = joint_wanted(f);
   // A search of many workers takes seconds: a line every few, on stderr.
   f.plan.progress = [](const std::string& line) { std::cerr << "plan: " << line << "\n"; };
@@ -307,7 +307,6 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
                  "Seconds planning may take: past them the simulator replays no further candidate or bucket size "
                  "and the best of those replayed is chosen, with a note saying so (the search itself always "
                  "completes; 0: no limit)")
-      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");

@@ -109,7 +109,7 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   f->bucket_flag = app.add_option("--bucket-mb", f->bucket_mb,
                                   "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it; "
                                   "default: the plan's bucket_mb, else 25)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finite_non_negative())
       ->capture_default_str();
   app.add_option("--svg", f->svg, "Write the timeline as SVG");
   app.add_option("--trace", f->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "apps/command.h"
 #include "core/error.h"
 #include "model/own_data.h"
 #include "model/scripted_model.h"
@@ -46,10 +47,10 @@ void ModelFlags::add_emulation_to(CLI::App& app) {
                  "and moves its profiled bytes (docs/emulation.md)")
       ->check(CLI::IsMember({"real", "emulated"}))->capture_default_str();
   app.add_option("--time-scale", emulation.time_scale, "Emulated compute: profiled times x this")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(finite_positive())->capture_default_str();
   app.add_option("--byte-scale", emulation.byte_scale,
                  "Emulated compute: activation and parameter bytes x this (links shaped to bandwidth x B / S)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(finite_positive())->capture_default_str();
 }
 
 const profile::Profile& ModelFlags::emulated_profile() {

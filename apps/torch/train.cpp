@@ -271,7 +271,7 @@ Register reg({"train", kTrainDescription,
                                   "Gradient all-reduce bucket, MiB: each is reduced during the backward once its "
                                   "gradients are final (0: all in one, after the backward; emulated runs scale it by "
                                   "--byte-scale; default: the plan's bucket_mb, else 25)")
-                       ->check(CLI::NonNegativeNumber)
+                       ->check(finite_non_negative())
                        ->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
   app.add_flag("--no-weight-prediction", [f](int64_t) { f->pipe.weight_prediction = false; },
@@ -306,10 +306,10 @@ Register reg({"train", kTrainDescription,
   app.add_flag("--overwrite", f->pipe.checkpoint.overwrite,
                "A fresh run may replace the checkpoints of an earlier run in --checkpoint-dir");
   app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(finite_positive())->capture_default_str();
   app.add_option("--rendezvous-timeout", f->pipe.rendezvous_timeout_s,
                  "gloo: seconds a worker waits for every other to start (it names the missing ones every 10 s)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(finite_positive())->capture_default_str();
   app.add_flag("--print-job", f->print_job,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "
                "files' digests, every flag) and exit without training");

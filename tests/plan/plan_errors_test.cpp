@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/error.h"
 #include "plan/plan_command.h"
@@ -84,6 +86,11 @@ TEST(PlanErrors, FlagsNameThemselvesAndTheirValue) {
   f.cluster.workers.clear();
   f.cluster.bandwidth_gbps.clear();
   expect_error(f, "usage", {"--cluster", "--workers"});
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    f = good();
+    f.time_limit_s = bad;  // NaN was taken as no limit
+    expect_error(f, "usage", {"--time-limit", "must be seconds >= 0", str(bad)});
+  }
 }
 
 TEST(PlanErrors, BadFilesNameTheFileAndField) {
