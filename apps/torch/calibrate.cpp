@@ -128,7 +128,6 @@ int run_calibrate(const CalibrateFlags& f) {
   model::use_one_compute_thread();
   if (f.transport != "threads" && f.transport != "gloo")
     throw UsageError(str("--transport: must be threads or gloo, got '", f.transport, "'"));
-  if (!(f.timeout_s > 0)) throw UsageError(str("--timeout: must be > 0 seconds, got ", f.timeout_s));
   plan::Cluster shape = shape_of(f);
   // The file's folder before the measuring, not after it.
   if (!f.output.empty() && f.output != "-") {
@@ -149,8 +148,10 @@ Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::func
                  "threads (one process: tensors handed over in memory) or gloo (one process per worker, TCP; "
                  "under torchrun, mpirun or scripts/testbed.sh, one worker)")
       ->capture_default_str();
-  app.add_option("--max-mb", f->max_mb, "Largest message, MiB (sizes 1 KiB x 4^k up to it)")->capture_default_str();
-  app.add_option("--timeout", f->timeout_s, "Longest wait for one message or all-reduce, seconds")->capture_default_str();
+  app.add_option("--max-mb", f->max_mb, "Largest message, MiB (sizes 1 KiB x 4^k up to it)")
+      ->check(finite_positive())->capture_default_str();
+  app.add_option("--timeout", f->timeout_s, "Longest wait for one message or all-reduce, seconds")
+      ->check(finite_positive())->capture_default_str();
   app.add_option("-o,--output", f->output, "Write the cluster file here (default: standard output)");
   return [f] { return run_calibrate(*f); };
 }});

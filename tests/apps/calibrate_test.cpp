@@ -97,6 +97,9 @@ TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
   auto small = testing::shell_run(kBinary + " calibrate --workers 2 --max-mb 0.001");
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE(small.output.find("--max-mb"), std::string::npos) << small.output;
+  auto forever = testing::shell_run(kBinary + " calibrate --workers 2 --timeout inf");
+  EXPECT_EQ(forever.exit_code, 2);
+  EXPECT_NE(forever.output.find("--timeout: must be a finite number > 0, got 'inf'"), std::string::npos) << forever.output;
 }
 
 }  // namespace
