@@ -56,11 +56,11 @@ void expect_rejected(const std::string& args, int exit_code, const std::vector<s
 const std::string kTrainBase = "train --data synthetic --synthetic-samples 64 --quiet ";
 const std::string kTrain = kTrainBase + "--batch-size 16 --steps 1 ";
 
+// Train's values are checked one by one in process (TrainFlags.BadValuesNameFlagAndValue); here
+// one of each way a refusal reaches the exit code: train's own check, CLI11's conversion and range
+// checks, and a check on the built model.
 TEST(CliErrors, MicrobatchCounts) {
-  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 0", 2, {"--microbatches", "got 0"});
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches -3", 2, {"--microbatches", "got -3"});
-  expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches 1000000", 2, {"--microbatches", "got 1000000"});
-  expect_rejected(kTrain + "--stages 2 --schedule gpipe --microbatches 3", 2, {"--microbatches: 3 does not divide --batch-size 16"});
   // Too large for an int: CLI11 rejects it while parsing (exit code 104, ConversionError).
   expect_rejected(kTrain + "--stages 2 --microbatches 99999999999", 2, {"--microbatches", "99999999999"});
   std::string profile = write("p.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 8, "layers": [
@@ -75,10 +75,7 @@ TEST(CliErrors, MicrobatchCounts) {
 
 TEST(CliErrors, StagesChunksAndWorkers) {
   expect_rejected(kTrain + "--stages 9 --schedule 1f1b", 2, {"--stages", "9 stages", "mnist-cnn"});
-  expect_rejected(kTrain + "--stages 3 --schedule interleaved --chunks 2", 2, {"--stages 3 x --chunks 2 = 6", "mnist-cnn"});
-  expect_rejected(kTrain + "--stages 2 --schedule interleaved --chunks 0", 2, {"--chunks", "got 0"});
   expect_rejected(kTrain + "--stages 0", 2, {"--stages", "0"});  // CLI11 range check
-  expect_rejected(kTrain + "--schedule dp --workers -2", 2, {"--workers", "-2"});
   expect_rejected("plan --profile x.json --workers 0 --bandwidth-gbps 1", 2, {"--workers", "got 0"});
   expect_rejected("plan --profile x.json --workers 4 --bandwidth-gbps -1", 2, {"--bandwidth-gbps", "got -1"});
   // --top raises --candidates to list them all, but not a bad value into a good one (it said "got 0").
@@ -89,18 +86,10 @@ TEST(CliErrors, StagesChunksAndWorkers) {
 
 TEST(CliErrors, TrainingValues) {
   expect_rejected(kTrainBase + "--steps 1 --batch-size 0", 2, {"--batch-size: must be >= 1, got 0"});
-  expect_rejected(kTrainBase + "--steps 1 --batch-size -16", 2, {"--batch-size: must be >= 1, got -16"});
-  expect_rejected(kTrainBase + "--steps 1 --batch-size 1000000", 2, {"--batch-size: 1000000 is larger than the 64 training samples"});
-  expect_rejected(kTrainBase + "--batch-size 16 --steps -1", 2, {"--steps: must be >= 1, got -1"});
-  expect_rejected(kTrain + "--lr -0.5", 2, {"--lr: must be finite and > 0, got -0.5"});
-  // NaN passed CLI11's number checks: a timeout of NaN never fired (the other flags and values:
-  // TrainFlags.NonFiniteNumbersAreRefused, in process).
+  // NaN passed CLI11's number checks: a timeout of NaN never fired.
   expect_rejected(kTrain + "--timeout nan", 2, {"--timeout: must be a finite number > 0, got 'nan'"});
   expect_rejected("train --data synthetic --synthetic-samples 1000000000 --model vgg16", 2,
                   {"--synthetic-samples: 1000000000 training"});
-  expect_rejected("train --data synthetic --model vgg16 --image-size 100000", 2, {"--image-size: must be in 0..4096, got 100000"});
-  expect_rejected("train --model gpt --seq-len 1000000", 2, {"--seq-len: must be in 0..65536, got 1000000"});
-  expect_rejected("train --model gpt --seq-len -5", 2, {"--seq-len", "got -5"});
 }
 
 // Issue 17, item 8: each of these used to train something else, fail late, or hang.
