@@ -235,6 +235,59 @@ TEST(TrainFlags, BadValuesNameFlagAndValue) {
   }
 }
 
+// Issue 17, item 8: each of these used to train something else, fail late, or hang; each is
+// refused before anything runs (CliErrors.EveryCombinationWorksOrIsRefused runs the rest through
+// the binary).
+TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
+  fs::path tmp = fs::temp_directory_path() / ("pt_train_rules_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream((tmp / name).string()) << text;
+    return (tmp / name).string();
+  };
+  std::string plan2 = write("two_stages.json", R"({"format": "pipetrain.plan/1", "workers": 2, "stages": [
+      {"layers": [0, 1, 2], "replicas": 1}, {"layers": [3, 4], "replicas": 1}]})");
+  std::string one = write("one_worker.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 1, "bandwidth_gbps": 10}]})");
+  // A replicated stage's versions do not line up with the others' (it used to stop on an
+  // internal check: "weight version 3 was not stashed").
+  std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
+      {"layers": [0, 1, 2], "replicas": 2}, {"layers": [3, 4], "replicas": 1}]})");
+  const std::vector<std::string> base = {"--data", "synthetic", "--synthetic-samples", "64", "--quiet"};
+  const std::vector<std::string> one_step = {"--batch-size", "16", "--steps", "1"};
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> words;
+  };
+  const std::vector<Case> cases = {
+      {{"--stages", "2", "--timeout", "1e10"}, {"--timeout: must be in (0, 604800] seconds, got 1e+10"}},
+      {{"--lr", "inf"}, {"--lr: must be finite and > 0, got inf"}},
+      {{"--plan", plan2, "--workers", "2"}, {"--plan and --workers"}},
+      {{"--stages", "2", "--workers", "2"}, {"--stages and --workers"}},
+      {{"--stages", "2", "--schedule", "1f1b", "--schedule-file", plan2}, {"--schedule and --schedule-file: give one of them"}},
+      {{"--stages", "2", "--overwrite"}, {"--overwrite: give --checkpoint-dir D"}},
+      {{"--stages", "2", "--resume"}, {"--resume: give --checkpoint-dir D"}},
+      {{"--stages", "2", "--schedule", "1f1b", "--vertical-sync"}, {"--vertical-sync", "1f1b"}},
+      {{"--plan", plan2, "--schedule", "dp"}, {"--schedule dp", "the plan has 2 stages"}},
+      // A hierarchical all-reduce needs to know which workers share a server, and enough of them.
+      {{"--stages", "2", "--allreduce", "hierarchical"}, {"--allreduce: give --cluster FILE"}},
+      {{"--stages", "2", "--cluster", one, "--allreduce", "tree"}, {"--allreduce", "tree"}},
+      {{"--plan", replicated, "--schedule", "pipedream", "--vertical-sync"},
+       {"--vertical-sync: needs one replica per stage", "stage 0 of plan 2-1 has 2"}},
+      // Outputs are checked before training.
+      {{"--trace", "/nonexistent/dir/out"}, {"--trace", "/nonexistent/dir", "not a directory"}},
+      {{"--trace", tmp.string()}, {"--trace", "is a directory"}},
+      {{"--metrics", "/nonexistent/dir/out"}, {"--metrics", "/nonexistent/dir", "not a directory"}},
+      {{"--metrics", tmp.string()}, {"--metrics", "is a directory"}},
+  };
+  for (const auto& c : cases) {
+    TrainRun r = run_train(with(with(base, one_step), c.args));
+    for (const auto& w : c.words) EXPECT_NE(r.error.find(w), std::string::npos) << "missing '" << w << "' in: " << r.error;
+  }
+  TrainRun r = run_train(with(base, {"--batch-size", "16", "--steps", "0"}));
+  EXPECT_NE(r.error.find("--steps: must be >= 1, got 0"), std::string::npos) << r.error;
+  fs::remove_all(tmp);
+}
+
 // Numbers CLI11's own checks let through (NaN compares false to everything) are refused as the
 // flags are parsed, naming flag and value: `--timeout nan` never timed out. In this process; one
 // goes through the binary in CliErrors.TrainingValues.
