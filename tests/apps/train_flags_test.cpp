@@ -278,6 +278,9 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--trace", tmp.string()}, {"--trace", "is a directory"}},
       {{"--metrics", "/nonexistent/dir/out"}, {"--metrics", "/nonexistent/dir", "not a directory"}},
       {{"--metrics", tmp.string()}, {"--metrics", "is a directory"}},
+      {{"--checkpoint-dir", tmp.string(), "--checkpoint-every", "-3"}, {"--checkpoint-every: must be >= 0, got -3"}},
+      {{"--plan", replicated, "--schedule", "1f1b", "--deferred-step"},
+       {"--deferred-step: only the pipedream schedule defers a step, not 1f1b"}},
   };
   for (const auto& c : cases) {
     TrainRun r = run_train(with(with(base, one_step), c.args));
