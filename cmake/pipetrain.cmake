@@ -26,11 +26,15 @@ function(pt_test name label)
   if(NOT PT_TORCH_HALF AND NOT T_TORCH_PARTS)
     list(APPEND labels torch_free)
   endif()
-  # A fresh build has no ctest timings yet: the slow tests (minutes) start first, so that the
-  # rest fill the other slot beside them (scripts/test.sh runs -j 2).
+  # A fresh build has no ctest timings yet: the slow tests (minutes) start first, then the
+  # integration suites (up to a minute each), so that the quick unit suites fill the slots at the
+  # end (scripts/test.sh runs -j 2). In that order a clean clone's run ended with the integration
+  # suites, TrainCli's minute alone on one core.
   set(cost 1)
   if(label STREQUAL "slow")
     set(cost 300)
+  elseif(label STREQUAL "integration")
+    set(cost 30)
   endif()
   string(REPLACE ";" "|" labels "${labels}")
   set(suites ${CMAKE_CURRENT_BINARY_DIR}/${name}_suites.cmake)
