@@ -10,7 +10,7 @@ function(pt_torch_target target)
   endif()
 endfunction()
 
-# pt_test(NAME LABEL [TORCH_PARTS] [COST N] SOURCES... [LIBS ...]): a GoogleTest executable registered
+# pt_test(NAME LABEL [TORCH_PARTS] SOURCES... [LIBS ...]): a GoogleTest executable registered
 # with CTest, one test per suite (cmake/gtest_suites.cmake): a process per test paid 0.45 s of
 # CPU loading LibTorch each, a sixth of the suite's CPU on this machine's 2 cores. A test the
 # torch-free build builds too (scripts/test_torch_free.sh) is also labelled torch_free:
@@ -18,7 +18,7 @@ endfunction()
 # would run a second time. A folder sets PT_TORCH_HALF where its LibTorch-only tests begin;
 # TORCH_PARTS marks a test that the LibTorch build compiles with more in it.
 function(pt_test name label)
-  cmake_parse_arguments(T "TORCH_PARTS" "COST" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "TORCH_PARTS" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_BINARY_DIR}/generated ${PROJECT_SOURCE_DIR})
@@ -35,9 +35,6 @@ function(pt_test name label)
     set(cost 300)
   elseif(label STREQUAL "integration")
     set(cost 30)
-  endif()
-  if(T_COST)  # a suite of a minute or more, to start before the other integration suites
-    set(cost ${T_COST})
   endif()
   string(REPLACE ";" "|" labels "${labels}")
   set(suites ${CMAKE_CURRENT_BINARY_DIR}/${name}_suites.cmake)
