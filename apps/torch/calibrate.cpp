@@ -137,7 +137,8 @@ int run_calibrate(const CalibrateFlags& f) {
   }
   if (f.transport == "threads") return run_threads(f, shape);
   if (runtime::launched_as_gloo_worker()) return run_gloo_worker(f, shape);
-  return runtime::launch_gloo_workers(shape.workers(), runtime::self_argv());
+  runtime::Launch launch = runtime::fork_gloo_workers(shape.workers(), runtime::self_argv());
+  return launch.worker ? run_gloo_worker(f, shape) : launch.status;
 }
 
 Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::function<int()> {

@@ -193,13 +193,12 @@ int run_train(TrainFlags& f) {
   ModelFlags model_flags = f.model;
   // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
   auto factory = [model_flags] { return model_flags.build_model_only(); };
-  if (gloo_worker) {
-    return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, [&](const runtime::PipelineResult& r) {
-      print_result(r.train, label);
-      print_modelled_memory(f, plan, label);
-      print_throughput(r.train, plan, f, label);
-    });
-  }
+  auto report = [&](const runtime::PipelineResult& r) {
+    print_result(r.train, label);
+    print_modelled_memory(f, plan, label);
+    print_throughput(r.train, plan, f, label);
+  };
+  if (gloo_worker) return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, report);
   // As many workers as the schedule places stages on (interleaved and the V schedules put
   // several of the plan's stages on one).
   int workers = runtime::job_probe(plan, f.pipe).num_workers();
@@ -207,15 +206,14 @@ int run_train(TrainFlags& f) {
             << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages() << " stages), "
             << f.pipe.microbatches << " microbatches, transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
-  if (f.transport == "gloo") {  // one process per worker on this host, each this binary again
-    int rc = runtime::launch_gloo_job(plan, workers, f.trace_path);
-    if (rc == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
-    return rc;
+  if (f.transport == "gloo") {  // one process per worker on this host: forks of this one, or this binary again
+    runtime::Launch launch = runtime::fork_gloo_job(plan, workers, f.trace_path);
+    if (launch.worker) return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, report);
+    if (launch.status == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
+    return launch.status;
   }
   auto r = runtime::train_pipeline(factory, data, plan, f.pipe);
-  print_result(r.train, label);
-  print_modelled_memory(f, plan, label);
-  print_throughput(r.train, plan, f, label);
+  report(r);
   if (!f.trace_path.empty()) {
     schedule::write_trace(r.trace, f.trace_path);
     std::cerr << "wrote " << f.trace_path << "\n";

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -33,6 +34,16 @@ namespace {
 // refused, not followed (a plain run would take its plan over --stages; each worker of a
 // torchrun job would train alone).
 constexpr const char* kLaunchPlanVar = "PIPETRAIN_LAUNCH_PLAN";
+
+// Whether this process runs one thread, and so may fork (/proc/self/task lists its threads).
+bool single_threaded() {
+  std::error_code ec;
+  int threads = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++threads;
+  return !ec && threads == 1;
+}
 }  // namespace
 
 bool launched_as_gloo_worker() { return gloo_rank_in_env(); }
@@ -75,6 +86,12 @@ int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trac
   return rc;
 }
 
+Launch fork_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path) {
+  if (!single_threaded()) return {false, launch_gloo_job(plan, workers, trace_path)};
+  // One thread: no other can start one before the fork, so the workers are forks.
+  return fork_gloo_workers(workers, self_argv(), trace_path);
+}
+
 std::vector<std::string> self_argv() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> out;
@@ -108,13 +125,16 @@ std::string describe(int status) {
   return "stopped";
 }
 
-pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int port, const std::string& secret) {
+// Starts worker `rank`: `argv` again, or where argv is null a fork of this process that returns
+// 0 here with the worker's environment set (the parent gets the child's pid either way).
+pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, int port, const std::string& secret) {
   std::vector<std::string> env_strings = {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
                                           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
                                           std::string(kJobSecretVar) + "=" + secret};
-  // Built before fork: after it only async-signal-safe calls may run in the child.
+  // Built before fork: after it only async-signal-safe calls may run in an exec'ing child.
   std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  if (argv)
+    for (const auto& a : *argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
@@ -123,6 +143,13 @@ pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int 
     // A worker must not outlive its launcher (killed, or interrupted with Ctrl-C).
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(1);
+    if (!argv) {  // one thread, forked: the worker's part runs on in this process
+      for (auto& e : env_strings) {
+        size_t eq = e.find('=');
+        ::setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1);
+      }
+      return 0;
+    }
     for (auto& e : env_strings) ::putenv(const_cast<char*>(e.c_str()));
     ::execv("/proc/self/exe", args.data());
     ::_exit(127);
@@ -130,16 +157,19 @@ pid_t spawn(const std::vector<std::string>& argv, int rank, int world_size, int 
   return pid;
 }
 
-}  // namespace
-
-int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path,
-                        double grace_s) {
+// launch_gloo_workers, or where argv is null fork_gloo_workers' forks.
+Launch run_workers(int world_size, const std::vector<std::string>* argv, const std::string& trace_path, double grace_s) {
   if (world_size < 1) throw UsageError(str("launcher: world size must be >= 1, got ", world_size));
   int port = free_tcp_port();
   // A secret of this job's own, which its workers prove to each other at rendezvous.
   std::string secret = new_job_secret();
   std::vector<pid_t> pids;
-  for (int r = 0; r < world_size; ++r) pids.push_back(spawn(argv, r, world_size, port, secret));
+  // What is buffered now would be written again by every forked worker.
+  std::cout.flush(), std::cerr.flush(), std::fflush(nullptr);
+  for (int r = 0; r < world_size; ++r) {
+    pids.push_back(spawn(argv, r, world_size, port, secret));
+    if (pids.back() == 0) return {true, 0};
+  }
   std::vector<bool> running(world_size, true);
   int left = world_size;
   int failed = -1;
@@ -184,9 +214,21 @@ int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, co
         if (running[o]) ::kill(pids[o], SIGKILL);
     }
   }
-  if (failed >= 0) return 1;
+  if (failed >= 0) return {false, 1};
   if (!trace_path.empty()) schedule::merge_worker_traces(world_size, trace_path);
-  return 0;
+  return {false, 0};
+}
+
+}  // namespace
+
+int launch_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path,
+                        double grace_s) {
+  return run_workers(world_size, &argv, trace_path, grace_s).status;
+}
+
+Launch fork_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path,
+                         double grace_s) {
+  return run_workers(world_size, single_threaded() ? nullptr : &argv, trace_path, grace_s);
 }
 
 

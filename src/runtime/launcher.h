@@ -25,11 +25,31 @@ std::string launched_plan_path();
 // one. Leaves no file behind. Returns 0 when all succeed.
 int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path);
 
+// Where this process runs as a gloo job's launcher or becomes one of its workers.
+struct Launch {
+  bool worker = false;  // this process is a worker forked by the launcher: run the worker's part
+  int status = 0;       // the launcher's: 0 when every worker succeeded (launch_gloo_workers)
+};
+
+// As launch_gloo_job, but the workers are forks of this process, which has set up the command
+// already (LibTorch, the data, the model and the plan): each returns here as a worker, with
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and the job secret set, to run the worker's part.
+// That saves each worker about half a second of CPU here, mostly loading LibTorch again. A
+// process of several threads cannot fork safely (a lock another thread holds stays locked in
+// the child; LibTorch's thread pools do not survive fork): it starts its command line again
+// (launch_gloo_job), and its workers take the worker's part there.
+Launch fork_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path);
+
 // This process's command line, from /proc/self/cmdline (the launcher re-runs it per worker).
 std::vector<std::string> self_argv();
 
 // A TCP port free on 127.0.0.1 now (for the rendezvous).
 int free_tcp_port();
+
+// As launch_gloo_workers, with workers forked from this process where it runs one thread
+// (fork_gloo_job), else `argv` again.
+Launch fork_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path = "",
+                         double grace_s = 3);
 
 // Runs `argv` (argv[0] ignored: /proc/self/exe runs) as world_size workers on this host.
 // Returns 0 when all succeed. When a worker exits non-zero or dies by a signal, prints

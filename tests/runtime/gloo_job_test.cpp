@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -300,6 +301,57 @@ TEST(GlooJob, LauncherStopsTheJobWhenAWorkerDies) {
   EXPECT_NE(rc, 0);
   EXPECT_LT(secs, 32);
   EXPECT_NE(err.find("pipetrain: worker 0 was killed by signal 9"), std::string::npos) << err;
+}
+
+// fork_gloo_workers from a process of one thread: each worker is a fork that returns to the
+// caller with its rank's environment (the test's fork writes it down and leaves); the launcher
+// waits for them and stops the job at the first failure as it does for exec'd workers.
+std::string forked_env_file(const fs::path& dir) { return (dir / env_or("RANK", "none")).string(); }
+
+TEST(ForkedWorkers, ReturnToTheCallerWithTheirEnvironment) {
+  fs::path dir = fs::temp_directory_path() / ("pt_forked_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  Launch l = fork_gloo_workers(3, child_argv());
+  if (l.worker) {
+    std::ofstream(forked_env_file(dir)) << env_or("WORLD_SIZE", "") << " " << env_or("MASTER_ADDR", "") << " "
+                                        << !env_or("MASTER_PORT", "").empty() << " "
+                                        << !env_or(kJobSecretVar, "").empty();
+    ::_exit(0);
+  }
+  EXPECT_EQ(l.status, 0);
+  for (const char* rank : {"0", "1", "2"}) {
+    std::ifstream in(dir / rank);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "3 127.0.0.1 1 1") << "rank " << rank;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ForkedWorkers, AFailedOneStopsTheOthers) {
+  auto t0 = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStderr();
+  Launch l = fork_gloo_workers(2, child_argv(), "", 1);
+  if (l.worker) {
+    if (env_or("RANK", "") == "1") ::_exit(3);
+    ::sleep(60);  // stopped by the launcher long before
+    ::_exit(0);
+  }
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(l.status, 1);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20);
+  EXPECT_NE(err.find("pipetrain: worker 1 exited with status 3; stopping the other workers"), std::string::npos) << err;
+}
+
+// With a second thread running the launcher cannot fork safely: its workers run the command
+// line again (here GlooWorkerChild, which does nothing without PT_GLOO_TEST_MODE).
+TEST(ForkedWorkers, ALauncherOfSeveralThreadsStartsItsCommandAgain) {
+  std::promise<void> stop;
+  std::thread other([f = stop.get_future()]() mutable { f.wait(); });
+  Launch l = fork_gloo_workers(2, child_argv());
+  if (l.worker) ::_exit(9);  // a fork: the test fails on the status
+  stop.set_value();
+  other.join();
+  EXPECT_EQ(l.status, 0);
 }
 
 TEST(GlooConfig, BadEnvironmentNamesTheVariable) {
