@@ -30,8 +30,8 @@ int run_profile(ProfileFlags& f) {
   auto m = f.model.build(&data);
   if (f.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", f.batch_size, " is larger than the ", data.train.size(), " samples"));
-  auto batch = data.train.first_inputs(f.batch_size);
-  auto p = profile::measure_profile(*m, batch, f.options);
+  auto p = profile::measure_profile(*m, data.train.first_inputs(f.batch_size), f.options,
+                                    data.train.first_targets(f.batch_size));
   if (f.output.empty() || f.output == "-") {
     std::cout << profile::to_json(p).dump(1) << "\n";
   } else {

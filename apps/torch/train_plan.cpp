@@ -41,8 +41,8 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
   if (!f.profile_path.empty()) {
     prof = profile::read_any_profile(f.profile_path);
   } else {  // measure one here: a few forward/backward passes per layer
-    prof = profile::measure_profile(m, data.train.first_inputs(f.pipe.train.batch_size),
-                                    {1, 3});
+    int64_t batch = f.pipe.train.batch_size;
+    prof = profile::measure_profile(m, data.train.first_inputs(batch), {1, 3}, data.train.first_targets(batch));
   }
   if (prof.num_layers() != m.num_layers())
     throw ConfigError(str("--profile: ", f.profile_path, " has ", prof.num_layers(), " layers but ", m.name(), " has ",

@@ -66,12 +66,22 @@ torch::Tensor Dataset::gather_targets(const std::vector<int64_t>& indices) const
   return targets.index_select(0, torch::tensor(indices, torch::kInt64));
 }
 
-torch::Tensor Dataset::first_inputs(int64_t n) const {
-  n = std::min(n, size());
-  if (!shards) return inputs.narrow(0, 0, n);
+namespace {
+std::vector<int64_t> first_rows(int64_t n) {
   std::vector<int64_t> rows(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = i;
-  return shards->gather(rows, false);
+  return rows;
+}
+}  // namespace
+
+torch::Tensor Dataset::first_inputs(int64_t n) const {
+  n = std::min(n, size());
+  return shards ? shards->gather(first_rows(n), false) : inputs.narrow(0, 0, n);
+}
+
+torch::Tensor Dataset::first_targets(int64_t n) const {
+  n = std::min(n, size());
+  return shards ? shards->gather(first_rows(n), true) : targets.narrow(0, 0, n);
 }
 
 DataSplit load_fashion_mnist(const std::string& dir) {

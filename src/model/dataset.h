@@ -18,7 +18,8 @@ struct Dataset {
   // Rows of a minibatch, from memory or from the shards.
   torch::Tensor gather_inputs(const std::vector<int64_t>& indices) const;
   torch::Tensor gather_targets(const std::vector<int64_t>& indices) const;
-  torch::Tensor first_inputs(int64_t n) const;  // the first n samples' inputs (profiling)
+  torch::Tensor first_inputs(int64_t n) const;   // the first n samples' inputs (profiling)
+  torch::Tensor first_targets(int64_t n) const;  // and their targets
   // Samples per shard ({} in memory): the batch sampler walks shards one at a time.
   std::vector<int64_t> shard_sizes() const { return shards ? shards->shard_sizes() : std::vector<int64_t>{}; }
 };

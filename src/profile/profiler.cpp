@@ -44,17 +44,28 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
   return median(times);
 }
 
+// The layer's forward into `out`; where `targets` is defined (the last layer), the model's loss
+// after it too, as the last stage computes it. Returns what the backward starts from.
+torch::Tensor forward(model::LayeredModel& model, int layer, const torch::Tensor& input, const torch::Tensor& targets,
+                      torch::Tensor& out) {
+  out = model.layer(layer).module->forward(input);
+  return targets.defined() ? model.loss(out, targets) : out;
+}
+
 // The layer's memory as the meter sees it allocated on this thread: what one forward leaves
 // alive for the backward (Layer::stash_bytes: its output and what autograd saves), and the most
 // its forward or backward holds beyond that while running (Layer::workspace_bytes: scratch
 // buffers, the input gradient). The parameters' gradients exist beforehand, as in the runtime.
-void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Tensor& input, Layer& l) {
+// With `targets`, the loss's share too (measure_profile).
+void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Tensor& input,
+                          const torch::Tensor& targets, Layer& l) {
   model::install_memory_meter();
   auto account = std::make_shared<model::MemoryAccount>();
   torch::Tensor out;
   {
     model::ChargeTo charge(account);
-    out = model.layer(layer).module->forward(input);
+    torch::Tensor output;
+    out = forward(model, layer, input, targets, output);
   }
   l.stash_bytes = account->live();
   int64_t workspace = account->peak() - l.stash_bytes;
@@ -79,7 +90,8 @@ std::vector<Tie> ties_of(const model::LayeredModel& model) {
 
 }  // namespace
 
-Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, const ProfilerOptions& o) {
+Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, const ProfilerOptions& o,
+                        const torch::Tensor& targets) {
   PT_CHECK(o.repeats >= 1 && o.warmup >= 0);
   Profile p;
   p.model = model.name();
@@ -92,18 +104,20 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     torch::Tensor input = x.detach();
     if (i > 0 && input.is_floating_point()) input.requires_grad_(true);
     std::vector<double> fwd, bwd;
-    torch::Tensor out;
+    torch::Tensor out, top;  // the layer's output; what the backward starts from
+    // The last stage computes the loss after the last layer: its time and memory are the layer's.
+    torch::Tensor loss_targets = i + 1 == model.num_layers() ? targets : torch::Tensor();
     // Gradients accumulate into a defined .grad, as in the runtime (its flat buffers): the
     // backward's time includes adding them up.
     for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::zeros_like(param);
     for (int r = 0; r < o.warmup + o.repeats; ++r) {
       if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
       double t0 = now_ms();
-      out = layer.module->forward(input);
+      top = forward(model, i, input, loss_targets, out);
       double t1 = now_ms();
-      auto grad = torch::ones_like(out);
+      auto grad = torch::ones_like(top);
       double t2 = now_ms();
-      if (out.requires_grad()) out.backward(grad);
+      if (top.requires_grad()) top.backward(grad);
       double t3 = now_ms();
       if (r >= o.warmup) {
         fwd.push_back(t1 - t0);
@@ -118,9 +132,9 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.parameter_bytes = model.parameter_bytes(i);
     l.optimizer_ms = measure_step_ms(layer.module->parameters(), o);
     torch::Tensor next = out.detach();
-    out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
+    out = top = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
-    measure_layer_memory(model, i, input, l);
+    measure_layer_memory(model, i, input, loss_targets, l);
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
     for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::Tensor();
     l.inputs = layer.inputs;

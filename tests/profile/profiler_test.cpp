@@ -45,5 +45,30 @@ TEST(Profiler, MnistCnnExactBytes) {
   EXPECT_EQ(to_json(profile_from_json(to_json(p), "x")), to_json(p));
 }
 
+// With the batch's targets the last layer is measured as the last stage runs it, the loss after
+// it: a language model's cross-entropy holds the gradients of its logits in the backward. The
+// other layers' figures are the same either way.
+TEST(Profiler, TheLastLayerHoldsTheLossWithTargets) {
+  model::ModelOptions o;
+  o.width = 0.25, o.vocab = 64, o.seq_len = 32, o.depth = 2;
+  torch::manual_seed(3);
+  auto m = model::build_gpt(o);
+  torch::Tensor tokens = torch::randint(0, 64, {8, 32}, torch::kLong);
+  Profile plain = measure_profile(*m, tokens, {0, 1});
+  Profile with_loss = measure_profile(*m, tokens, {0, 1}, torch::randint(0, 64, {8, 32}, torch::kLong));
+  int last = m->num_layers() - 1;
+  for (int i = 0; i < last; ++i) {
+    EXPECT_EQ(with_loss.layers[i].stash_bytes, plain.layers[i].stash_bytes) << i;
+    EXPECT_EQ(with_loss.layers[i].workspace_bytes, plain.layers[i].workspace_bytes) << i;
+  }
+  int64_t logits = 8 * 32 * 64 * 4;
+  EXPECT_EQ(with_loss.layers[last].activation_bytes, logits);
+  // The log-probabilities stand in for the logits, which nothing keeps once the loss is taken.
+  EXPECT_NEAR(with_loss.layers[last].stash_bytes, plain.layers[last].stash_bytes, 64);
+  // The backward starts at the loss and makes the logits' gradient on the way (a gradient
+  // handed in, as without targets, was not the layer's to hold).
+  EXPECT_GE(with_loss.layers[last].workspace_bytes, plain.layers[last].workspace_bytes + logits);
+}
+
 }  // namespace
 }  // namespace pt::profile

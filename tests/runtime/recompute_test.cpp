@@ -146,7 +146,7 @@ TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
   for (const auto& c : models) {
     auto m = c.build();
     auto data = model::synthetic_data(*m, 256, 32, m->name() == "gpt" ? 64 : 10, 11);
-    auto prof = profile::measure_profile(*m, data.train.first_inputs(32), {1, 2});
+    auto prof = profile::measure_profile(*m, data.train.first_inputs(32), {1, 2}, data.train.first_targets(32));
     for (const std::string kind : {"gpipe", "1f1b", "2bw", "pipedream"})
       for (bool recompute : {false, true}) {
         SCOPED_TRACE(c.name + " " + kind + (recompute ? " recompute" : ""));
