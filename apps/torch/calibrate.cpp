@@ -60,7 +60,7 @@ runtime::CalibrationOptions options_of(const CalibrateFlags& f) {
 
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
 int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::Measured m) {
-  plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, f.transport, now_utc());
+  plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
   if (f.output.empty() || f.output == "-") std::cout << text;
@@ -72,6 +72,8 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::M
   std::cerr << "all-reduce host terms (fitted to the " << m.allreduces.size() << " all-reduces below): summing "
             << fitted.reduce_us_per_mib << " us per MiB reduced, " << fitted.allreduce_step_us
             << " us per ring step besides its message's latency\n";
+  std::cerr << "the host's time per action (a forward, a backward, a step) besides its compute: " << fitted.action_us
+            << " us\n";
   for (const auto& a : m.allreduces)
     std::cerr << "all-reduce of " << human_bytes(a.bytes) << " over " << a.group.size() << " workers: measured "
               << a.measured_ms << " ms, the fitted model " << a.modelled_ms << " ms ("

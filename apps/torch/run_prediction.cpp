@@ -17,8 +17,10 @@ RunPrediction simulate_run(const plan::Plan& plan, const runtime::PipelineOption
   schedule::Schedule s = runtime::schedule_for(plan, o, 0);
   r.workers = s.num_workers();
   r.on_cluster = cluster != nullptr;
-  // A tensor handed to another thread costs no link time.
+  // A tensor handed to another thread costs no link time; the host's time per action is the
+  // job's --cluster's (calibrate measures it on threads), where it gave one.
   plan::Cluster links = cluster ? *cluster : plan::Cluster::flat(r.workers, std::numeric_limits<double>::infinity());
+  if (!cluster) links.action_us = o.cluster.action_us;
   r.simulated_ms = metrics::compute_metrics(sim::simulate(s, p, links, {o.bucket_bytes})).ms_per_minibatch;
   return r;
 }

@@ -178,6 +178,7 @@ json to_json(const Cluster& c) {
   if (c.allreduce != Cluster::Allreduce::kRing) doc["allreduce"] = allreduce_name(c.allreduce);
   if (c.reduce_us_per_mib > 0) doc["reduce_us_per_mib"] = c.reduce_us_per_mib;
   if (c.allreduce_step_us > 0) doc["allreduce_step_us"] = c.allreduce_step_us;
+  if (c.action_us > 0) doc["action_us"] = c.action_us;
   if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
 }
@@ -219,16 +220,16 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     if (name != "ring" && name != "hierarchical") f.fail(str("must be \"ring\" or \"hierarchical\", got \"", name, "\""));
     c.allreduce = parse_allreduce(name, source);
   }
-  if (root.has("reduce_us_per_mib")) {
-    c.reduce_us_per_mib = root["reduce_us_per_mib"].as_number();
-    if (!(c.reduce_us_per_mib >= 0 && c.reduce_us_per_mib <= 1e7))
-      root["reduce_us_per_mib"].fail(str("must be in 0..1e7 microseconds per MiB, got ", c.reduce_us_per_mib));
-  }
-  if (root.has("allreduce_step_us")) {
-    c.allreduce_step_us = root["allreduce_step_us"].as_number();
-    if (!(c.allreduce_step_us >= 0 && c.allreduce_step_us <= 1e7))
-      root["allreduce_step_us"].fail(str("must be in 0..1e7 microseconds, got ", c.allreduce_step_us));
-  }
+  // The host's terms: optional, 0 when absent.
+  auto host_term = [&root](const char* field, const char* unit) {
+    if (!root.has(field)) return 0.0;
+    double v = root[field].as_number();
+    if (!(v >= 0 && v <= 1e7)) root[field].fail(str("must be in 0..1e7 ", unit, ", got ", v));
+    return v;
+  };
+  c.reduce_us_per_mib = host_term("reduce_us_per_mib", "microseconds per MiB");
+  c.allreduce_step_us = host_term("allreduce_step_us", "microseconds");
+  c.action_us = host_term("action_us", "microseconds");
   if (root.has("calibration")) {
     const json& record = doc["calibration"];
     if (!record.is_object()) root["calibration"].fail("must be an object (what `pipetrain calibrate` measured)");

@@ -54,6 +54,12 @@ struct Cluster {
   // 1 MiB over 4 gloo processes on 2 cores: 7-15 ms measured, 2.4 from the links and the summing.
   double allreduce_step_us = 0;
   double step_ms(int level) const { return latency_ms(level) + allreduce_step_us * 1e-3; }
+  // The host's time per action a worker runs (a forward, a backward, a step) besides its
+  // layers' compute: the runtime's dispatch, its stash and weight-version bookkeeping, the
+  // loss's host side (cluster field "action_us"; calibrate measures it on a pipeline of layers
+  // that compute nothing). 0 for a typed cluster.
+  double action_us = 0;
+  double action_ms() const { return action_us * 1e-3; }
   // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
   // file as written; the cost engine reads only the levels.

@@ -71,7 +71,7 @@ AlphaBeta fit_alpha_beta(const std::vector<LinkPoint>& unsorted) {
 }
 
 Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibration>& levels,
-                           const std::vector<AllreduceCheck>& checks, const std::string& transport,
+                           const std::vector<AllreduceCheck>& checks, double action_us, const std::string& transport,
                            const std::string& when) {
   Cluster c = shape;
   json record = {{"when", when}, {"transport", transport}, {"levels", json::array()}, {"allreduce", json::array()}};
@@ -97,6 +97,8 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
   c.reduce_us_per_mib = host.reduce_us_per_mib, c.allreduce_step_us = host.step_us;
   record["reduce_us_per_mib"] = c.reduce_us_per_mib;
   record["allreduce_step_us"] = c.allreduce_step_us;
+  c.action_us = action_us;
+  record["action_us"] = action_us;
   for (const auto& a : checks)
     record["allreduce"].push_back({{"group", a.group},
                                    {"bytes", a.bytes},

@@ -67,8 +67,9 @@ HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceChec
 // host's terms from the all-reduces (fit_allreduce_host) (each check's modelled_ms in the record is the
 // calibrated cluster's); the calibration record (when, over which transport, every point, fit
 // and check) in Cluster::calibration. ConfigError when a level of fan-out > 1 has no fit.
+// `action_us`: the host's time per action, as measured (Cluster::action_us).
 Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibration>& levels,
-                           const std::vector<AllreduceCheck>& checks, const std::string& transport,
+                           const std::vector<AllreduceCheck>& checks, double action_us, const std::string& transport,
                            const std::string& when);
 
 }  // namespace pt::plan

@@ -87,6 +87,10 @@ PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, co
 PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options);
 
+// The host's time per minibatch for a stage's actions under the pipedream schedule (a forward,
+// a backward and a step, each Cluster::action_us), charged with its compute.
+inline double host_ms_per_minibatch(const Cluster& c) { return 3 * c.action_ms(); }
+
 // Milliseconds per byte of a stage's transfers on the cluster levels their links cross
 // (level < 0: the transfer is absent), for a stage of `replicas` replicas whose all-reduce of
 // one byte takes `allreduce_ms_of_byte` (Cluster::allreduce_ms): the /n of amortising over the

@@ -72,8 +72,9 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
     for (int w = W; w >= 0; --w)
       suffix[sat(q, last, w)] = std::min(g[at(q, last, w, 0)], w < W ? suffix[sat(q, last, w + 1)] : kInfinity);
 
+  const double host_ms = host_ms_per_minibatch(cluster);
   auto stage = [&](int k, int j, int w, int n, int lam, int depth) {
-    return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k], s.frontier_bytes[k],
+    return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k] + host_ms, s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
                            s.activation_bytes[j] - s.activation_bytes[k], n, depth,
                            links_at(w, n, lam), s.backward_ms[j] - s.backward_ms[k], options.bucket_bytes);

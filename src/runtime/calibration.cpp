@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/error.h"
 #include "core/units.h"
+#include "model/emulated_layer.h"
+#include "runtime/threads_job.h"
 
 namespace pt::runtime {
 
@@ -108,7 +111,36 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
       t.barrier();
     }
   }
+  if (t.rank() == 0) {
+    out.action_us = measure_action_us();
+    if (o.progress) o.progress(str("the host's time per action: ", out.action_us, " us"));
+  }
   return out;
+}
+
+double measure_action_us(int steps, int microbatches) {
+  std::vector<model::EmulatedCost> layers(2);
+  layers[0].name = "first", layers[1].name = "second";  // no time, one float out per sample
+  auto build = [&] { return model::build_emulated_model("host", layers); };
+  model::DataSplit data = model::synthetic_data(*build(), int64_t{steps} * microbatches, 1, 1, 1);
+  plan::Plan one;
+  one.workers = 1;
+  one.stages.push_back({{0, 1}, 1, {0}});
+  PipelineOptions o;
+  o.schedule = "1f1b";
+  o.microbatches = microbatches;
+  o.train.batch_size = microbatches;
+  o.train.steps = steps;
+  o.train.quiet = true;
+  o.train.evaluate = false;
+  std::vector<double> runs;
+  for (int r = 0; r < 3; ++r) {
+    PipelineResult ran = train_pipeline(build, data, one, o);
+    const auto& events = ran.trace.workers.at(0);
+    PT_CHECK(!events.empty(), "the host's pipeline ran no action");
+    runs.push_back(1e3 * (events.back().end_ms - events.front().start_ms) / static_cast<double>(events.size()));
+  }
+  return median(runs);
 }
 
 }  // namespace pt::runtime

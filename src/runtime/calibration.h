@@ -25,11 +25,19 @@ std::vector<int64_t> default_calibration_sizes();
 struct Measured {
   std::vector<plan::LevelCalibration> levels;  // points, each fitted
   std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
+  double action_us = 0;  // measure_action_us, on worker 0
 };
+
+// The host's time per action of a worker (a forward, a backward or a step), compute aside
+// (plan::Cluster::action_us): a one-stage pipeline of two layers that compute nothing
+// (model/emulated_layer.h), trained on threads for `steps` minibatches of `microbatches`
+// microbatches, the span of its trace over the actions in it, median of 3 runs.
+double measure_action_us(int steps = 30, int microbatches = 8);
 
 // Runs on every worker of the job with the same `shape` (its levels' fan-outs; their rates are
 // what is measured) and options; returns the measurements on worker 0 (the others: empty). Each
-// point is the median over its repetitions of half a round trip. Throws what the transport throws.
+// point is the median over its repetitions of half a round trip. Worker 0 measures the host's
+// time per action last, alone. Throws what the transport throws.
 Measured measure_cluster(Transport& t, const plan::Cluster& shape, const CalibrationOptions& options);
 
 }  // namespace pt::runtime

@@ -211,7 +211,7 @@ class Replay {
       case ActionKind::kRecvGradient: break;  // posted ahead; send() records the transfer
       case ActionKind::kAllReduce: allreduce(a, start); return;  // advances every replica
       case ActionKind::kStep:
-        clock_[w] = start + c.step_ms;
+        clock_[w] = start + cluster_.action_ms() + c.step_ms;
         record(w, a, start, clock_[w], 0);
         break;
     }
@@ -225,7 +225,10 @@ class Replay {
     return nullptr;
   }
 
+  // The host's time per action (Cluster::action_us) comes first, then the layers' compute.
   void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
+    double begin = start;
+    start += cluster_.action_ms();
     if (completes_[w][pc_[w]] && s_.replicas(a.stage) > 1) {
       // The backward completing the gradients: when each bucket's are final on this replica.
       std::vector<double>* ready = pending(a.stage, w);
@@ -236,7 +239,7 @@ class Replay {
     clock_[w] = start + ms;
     if (a.kind == ActionKind::kForward) ready(kForwardDone, a.stage, a.microbatch) = {w, clock_[w]};
     if (a.kind == ActionKind::kBackward) ready(kBackwardDone, a.stage, a.microbatch) = {w, clock_[w]};
-    record(w, a, start, clock_[w], bytes);
+    record(w, a, begin, clock_[w], bytes);
   }
 
   void send(int w, const Action& a, double posted) {

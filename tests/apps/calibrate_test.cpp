@@ -1,6 +1,6 @@
 // `pipetrain calibrate` end to end (issue 33): on threads and on gloo processes it writes a
-// cluster file whose levels carry a fitted latency and rate and the record of what was
-// measured; plan and simulate take it; bad shapes are refused by name.
+// cluster file whose levels carry a fitted latency and rate, the host's time per action, and
+// the record of what was measured; plan and simulate take it; bad shapes are refused by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -40,6 +40,11 @@ plan::Cluster check_file(const std::string& path, const std::string& transport, 
     for (const auto& p : rec["points_bytes_ms"]) EXPECT_GT(p[1].get<double>(), 0);
   }
   EXPECT_FALSE(c.calibration["allreduce"].empty());
+  // The host's time per action: measured (a pipeline of layers that compute nothing runs some
+  // microseconds per action here), and recorded with the rest.
+  EXPECT_GT(c.action_us, 0);
+  EXPECT_LT(c.action_us, 100000);
+  EXPECT_EQ(c.calibration["action_us"].get<double>(), c.action_us);
   return c;
 }
 

@@ -61,18 +61,21 @@ TEST(LinkFit, CalibratedClusterRoundTripsWithItsRecord) {
   LevelCalibration inner{0, 0, 1, points_of(20, 40, 0, 1), {}}, outer{1, 0, 2, points_of(200, 2, 0, 1), {}};
   inner.fit = fit_alpha_beta(inner.points);
   outer.fit = fit_alpha_beta(outer.points);
-  Cluster c = calibrated_cluster(shape, {inner, outer}, {{{0, 1, 2, 3}, 1 << 20, 12.0, 11.0}}, "gloo", "2026-11-26T02:00:00Z");
+  Cluster c = calibrated_cluster(shape, {inner, outer}, {{{0, 1, 2, 3}, 1 << 20, 12.0, 11.0}}, 35.5, "gloo",
+                                 "2026-11-26T02:00:00Z");
   EXPECT_NEAR(c.levels[0].bandwidth_gbps, 40, 1e-6);
   EXPECT_NEAR(c.levels[1].latency_us, 200, 1e-6);
   Cluster again = cluster_from_json(parse_json(to_json(c).dump(), "c.json"), "c.json");
   EXPECT_EQ(again.levels[1].latency_us, c.levels[1].latency_us);
   EXPECT_EQ(again.levels[0].bandwidth_gbps, c.levels[0].bandwidth_gbps);
+  EXPECT_EQ(again.action_us, 35.5);
+  EXPECT_EQ(again.calibration["action_us"], 35.5);
   EXPECT_EQ(again.calibration["transport"], "gloo");
   EXPECT_EQ(again.calibration["levels"].size(), 2u);
   EXPECT_EQ(again.calibration["allreduce"][0]["measured_ms"], 12.0);
   EXPECT_EQ(to_json(again), to_json(c));
   // A level that talks but was not measured is not guessed.
-  EXPECT_THROW(calibrated_cluster(shape, {inner}, {}, "gloo", "now"), ConfigError);
+  EXPECT_THROW(calibrated_cluster(shape, {inner}, {}, 0, "gloo", "now"), ConfigError);
   // A record that is not an object is named.
   try {
     cluster_from_json(parse_json(R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 1}],
@@ -112,21 +115,24 @@ TEST(LinkFit, TheSummingIsWhatTheAllReducesTookBeyondTheLinks) {
   LevelCalibration inner{0, 0, 1, points_of(20, 40, 0, 1), {}}, outer{1, 0, 2, points_of(200, 2, 0, 1), {}};
   inner.fit = fit_alpha_beta(inner.points);
   outer.fit = fit_alpha_beta(outer.points);
-  Cluster c = calibrated_cluster(cluster_from_shorthand("2,2", "1,1"), {inner, outer}, checks, "gloo", "now");
+  Cluster c = calibrated_cluster(cluster_from_shorthand("2,2", "1,1"), {inner, outer}, checks, 0, "gloo", "now");
   EXPECT_NEAR(c.reduce_us_per_mib, 800, 1e-3);
   EXPECT_NEAR(c.allreduce_step_us, 300, 1e-3);
   for (const auto& rec : c.calibration["allreduce"]) EXPECT_LT(std::abs(rec["error"].get<double>()), 1e-6) << rec;
   Cluster again = cluster_from_json(parse_json(to_json(c).dump(), "c.json"), "c.json");
   EXPECT_EQ(again.reduce_us_per_mib, c.reduce_us_per_mib);
   EXPECT_EQ(again.allreduce_step_us, c.allreduce_step_us);
-  try {
-    cluster_from_json(parse_json(R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 1}],
-                                     "reduce_us_per_mib": -1})", "c.json"), "c.json");
-    FAIL();
-  } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("c.json: field 'reduce_us_per_mib' must be in 0..1e7"), std::string::npos)
-        << e.what();
-  }
+  for (const char* field : {"reduce_us_per_mib", "allreduce_step_us", "action_us"})
+    for (const char* bad : {"-1", "1e8"}) {
+      try {
+        cluster_from_json(parse_json(str(R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 1}], ")",
+                                         field, "\": ", bad, "}"), "c.json"), "c.json");
+        ADD_FAILURE() << field << " " << bad;
+      } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find(str("c.json: field '", field, "' must be in 0..1e7")), std::string::npos)
+            << e.what();
+      }
+    }
 }
 
 }  // namespace

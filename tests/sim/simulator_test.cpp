@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "metrics/metrics.h"
+#include "plan/pipetrain_cost.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
 #include "sim/simulator.h"
@@ -167,6 +168,25 @@ TEST(Simulator, StepChargesTheOptimizer) {
   prof.layers[1].optimizer_ms = 0.75;
   auto charged = run("1f1b", plan, prof, {4}, free_links(2)).ms_per_minibatch;
   EXPECT_NEAR(charged - base, 0.5, 1e-9);
+}
+
+// The host's time per action (Cluster::action_us, measured by `calibrate`): every forward,
+// backward and step of a worker's list pays it once. 1F1B over p = 2 stages of m = 4
+// microbatches takes (m + p - 1) forwards and as many backwards one after another, and a step,
+// per minibatch; the pipedream schedule's steady state a forward, a backward and a step. The
+// planner charges the same (plan::host_ms_per_minibatch), so its estimate moves by as much.
+TEST(Simulator, EveryActionPaysTheHostsTime) {
+  auto prof = uniform_profile(2, 1.0, 2.0);
+  auto plan = straight_plan(2);
+  for (const auto& [kind, actions] : std::vector<std::pair<std::string, int>>{{"1f1b", 2 * (4 + 2 - 1) + 1}, {"pipedream", 3}}) {
+    plan::Cluster c = free_links(2);
+    double base = run(kind, plan, prof, {4}, c).ms_per_minibatch;
+    double estimate = plan::evaluate_plan(plan, prof, c, {}).pipeline_ms_per_minibatch;
+    c.action_us = 250;
+    EXPECT_NEAR(run(kind, plan, prof, {4}, c).ms_per_minibatch - base, actions * 0.25, 1e-9) << kind;
+    if (kind == "pipedream")
+      EXPECT_NEAR(plan::evaluate_plan(plan, prof, c, {}).pipeline_ms_per_minibatch - estimate, 0.75, 1e-9);
+  }
 }
 
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
