@@ -18,6 +18,9 @@ void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
   app.add_option("--latency-us", f.latency_us,
                  "Microseconds each message costs besides its bytes, per level, innermost first (e.g. 5 or 5,30; "
                  "a ring step is a message; default: the cluster file's, or 0)");
+  app.add_option("--action-us", f.action_us,
+                 "Microseconds of the host's time each forward, backward and step costs besides its compute "
+                 "(default: the cluster file's, as `pipetrain calibrate` measures it, or 0)");
 }
 
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {

@@ -154,6 +154,7 @@ std::string Cluster::describe() const {
     if (levels[k].latency_us > 0) os << " " << levels[k].latency_us << " us";
   }
   if (allreduce == Allreduce::kHierarchical) os << ", hierarchical all-reduce";
+  if (action_us > 0) os << ", " << action_us << " us per action";
   os << ")";
   return os.str();
 }
@@ -284,6 +285,12 @@ Cluster cluster_from_flags(const ClusterFlags& f) {
         throw UsageError(str("--latency-us: level ", k, " must be in 0..1e7 microseconds, got ", us[k]));
       c.levels[k].latency_us = us[k];
     }
+  }
+  if (!f.action_us.empty()) {
+    auto us = parse_double_list(f.action_us, "--action-us");
+    if (us.size() != 1 || !(us[0] >= 0 && us[0] <= 1e7))
+      throw UsageError(str("--action-us: must be one number in 0..1e7 microseconds, got '", f.action_us, "'"));
+    c.action_us = us[0];
   }
   return c;
 }

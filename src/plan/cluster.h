@@ -129,6 +129,7 @@ struct ClusterFlags {
   std::string bandwidth_gbps;  // --bandwidth-gbps 1 or 80,10
   std::string allreduce;       // --allreduce ring|hierarchical (over the file's, when both)
   std::string latency_us;      // --latency-us 5 or 5,20: per message, per level (over the file's, when both)
+  std::string action_us;       // --action-us 20: the host's time per action (over the file's, when both)
 };
 // Throws UsageError naming the flags when neither form, both, or half the shorthand is given.
 Cluster cluster_from_flags(const ClusterFlags& f);

@@ -131,6 +131,15 @@ TEST(BadClusterShorthand, NamesFlagAndValue) {
   EXPECT_EQ(error_of([] { cluster_from_flags({"", "4", "10", "", "-1"}); }),
             "--latency-us: level 0 must be in 0..1e7 microseconds, got -1");
   EXPECT_EQ(cluster_from_flags({"", "4,4", "96,10", "", "5,40"}).levels[1].latency_us, 40);
+  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4", "10", "", "", "nan"}); }),
+            "--action-us: 'nan' in 'nan' is not a number");
+  for (const char* bad : {"-1", "1e8", "5,5"})
+    EXPECT_EQ(error_of([bad] { cluster_from_flags({"", "4", "10", "", "", bad}); }),
+              str("--action-us: must be one number in 0..1e7 microseconds, got '", bad, "'"))
+        << bad;
+  Cluster host = cluster_from_flags({"", "4", "10", "", "", "25"});
+  EXPECT_EQ(host.action_us, 25);
+  EXPECT_NE(host.describe().find("25 us per action"), std::string::npos) << host.describe();
 }
 
 TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
