@@ -12,7 +12,7 @@ namespace pt::app {
 namespace {
 
 RunPrediction simulate_run(const plan::Plan& plan, const runtime::PipelineOptions& o, const profile::Profile& p,
-                           const plan::Cluster* cluster) {
+                           const plan::Cluster* cluster, int cores = 0) {
   RunPrediction r;
   schedule::Schedule s = runtime::schedule_for(plan, o, 0);
   r.workers = s.num_workers();
@@ -21,7 +21,13 @@ RunPrediction simulate_run(const plan::Plan& plan, const runtime::PipelineOption
   // job's --cluster's (calibrate measures it on threads), where it gave one.
   plan::Cluster links = cluster ? *cluster : plan::Cluster::flat(r.workers, std::numeric_limits<double>::infinity());
   if (!cluster) links.action_us = o.cluster.action_us;
-  r.simulated_ms = metrics::compute_metrics(sim::simulate(s, p, links, {o.bucket_bytes})).ms_per_minibatch;
+  auto replay = [&](int on_cores) {
+    sim::SimOptions so{o.bucket_bytes};
+    so.cores = on_cores;
+    return metrics::compute_metrics(sim::simulate(s, p, links, so)).ms_per_minibatch;
+  };
+  r.simulated_ms = replay(0);
+  if (cores > 0 && cores < r.workers) r.core_each_ms = r.simulated_ms, r.simulated_ms = replay(cores), r.cores = cores;
   return r;
 }
 
@@ -30,16 +36,7 @@ RunPrediction simulate_run(const plan::Plan& plan, const runtime::PipelineOption
 RunPrediction predict_threads_run(const plan::Plan& plan, const runtime::PipelineOptions& o,
                                   const profile::Profile& profile, int cores) {
   plan::check_plan_fits(plan, profile, "plan");
-  profile::Profile p = profile::with_batch_size(profile, o.train.batch_size);
-  RunPrediction r = simulate_run(plan, o, p, nullptr);
-  r.cores = cores;
-  if (cores > 0 && cores < r.workers) {
-    double compute = 0;  // one minibatch's forward, backward and optimizer steps
-    for (int l = 0; l < p.num_layers(); ++l)
-      compute += profile::compute_forward_ms(p, l) + profile::compute_backward_ms(p, l) + profile::compute_step_ms(p, l);
-    r.cores_ms = compute / cores;
-  }
-  return r;
+  return simulate_run(plan, o, profile::with_batch_size(profile, o.train.batch_size), nullptr, cores);
 }
 
 RunPrediction predict_emulated_run(const plan::Plan& plan, const runtime::PipelineOptions& o,
@@ -57,9 +54,8 @@ std::string RunPrediction::describe(const runtime::PipelineOptions& o, const pla
   if (schedule::is_interleaved(o.schedule)) s += str(", ", o.chunks, " chunks");
   s += str(", ", workers, on_cluster ? " workers on the job's --cluster" : " workers on threads, transfers in memory");
   auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
-  if (cores_ms > simulated_ms)
-    s += str(": ", rate(simulated_ms), " samples/s with a core each, but this machine's ", cores, " cores compute at most ",
-             rate(cores_ms));
+  if (core_each_ms > 0)
+    s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");
   return s;
 }
 

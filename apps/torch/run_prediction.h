@@ -13,12 +13,15 @@
 namespace pt::app {
 
 struct RunPrediction {
-  double simulated_ms = 0;   // per minibatch: the schedule on one core per worker (links: in memory, or the cluster's)
-  double cores_ms = 0;       // per minibatch: all the compute over the host's cores (0: cores >= workers)
+  // Per minibatch: the schedule with the workers' computes on the host's cores, each on the one
+  // free first (sim::SimOptions::cores), where they are fewer than the workers; else one each
+  // (links: in memory, or the cluster's).
+  double simulated_ms = 0;
+  double core_each_ms = 0;   // per minibatch: one core per worker (0: simulated_ms is that)
   int cores = 0;
   int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
   bool on_cluster = false;   // links of the job's --cluster, not memory
-  double ms() const { return simulated_ms > cores_ms ? simulated_ms : cores_ms; }
+  double ms() const { return simulated_ms; }
   std::string describe(const runtime::PipelineOptions& o, const plan::Plan& plan) const;  // "1f1b, 4 microbatches; ..."
 };
 

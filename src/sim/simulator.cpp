@@ -64,8 +64,9 @@ enum Slot { kForwardDone, kBackwardDone, kActivationIn, kGradientIn, kSlots };
 
 class Replay {
  public:
-  Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes)
-      : s_(s), cluster_(c), costs_(costs), scale_(1.0 / s.microbatches),
+  Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes,
+         int cores)
+      : s_(s), cluster_(c), costs_(costs), scale_(1.0 / s.microbatches), core_free_(std::max(cores, 0), 0.0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
         version_(s.num_workers(), 0), pending_buckets_(s.num_workers()) {
     for (int w = 0; w < s.num_workers(); ++w) {
@@ -211,7 +212,7 @@ class Replay {
       case ActionKind::kRecvGradient: break;  // posted ahead; send() records the transfer
       case ActionKind::kAllReduce: allreduce(a, start); return;  // advances every replica
       case ActionKind::kStep:
-        clock_[w] = start + cluster_.action_ms() + c.step_ms;
+        clock_[w] = claim_core(start, cluster_.action_ms() + c.step_ms) + cluster_.action_ms() + c.step_ms;
         record(w, a, start, clock_[w], 0);
         break;
     }
@@ -225,10 +226,20 @@ class Replay {
     return nullptr;
   }
 
+  // When work of `ms` ready at `start` begins: where the workers share cores, on the core free
+  // first, which it holds until its end.
+  double claim_core(double start, double ms) {
+    if (core_free_.empty()) return start;
+    auto core = std::min_element(core_free_.begin(), core_free_.end());
+    start = std::max(start, *core);
+    *core = start + ms;
+    return start;
+  }
+
   // The host's time per action (Cluster::action_us) comes first, then the layers' compute.
   void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
     double begin = start;
-    start += cluster_.action_ms();
+    start = claim_core(start, cluster_.action_ms() + ms) + cluster_.action_ms();
     if (completes_[w][pc_[w]] && s_.replicas(a.stage) > 1) {
       // The backward completing the gradients: when each bucket's are final on this replica.
       std::vector<double>* ready = pending(a.stage, w);
@@ -344,6 +355,7 @@ class Replay {
   const plan::Cluster& cluster_;
   const std::vector<StageCost>& costs_;
   double scale_;
+  std::vector<double> core_free_;  // [core] -> when it is next free (SimOptions::cores; none: unlimited)
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<std::vector<TraceEvent>> events_;
@@ -380,7 +392,7 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.microbatches = s.microbatches;
   t.batch_size = p.batch_size;
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
-  t.workers = Replay(s, costs, cluster, options.bucket_bytes).run();
+  t.workers = Replay(s, costs, cluster, options.bucket_bytes, options.cores).run();
   return t;
 }
 

@@ -46,6 +46,9 @@ namespace pt::sim {
 // fit the profile.
 struct SimOptions {
   int64_t bucket_bytes = plan::Cluster::kDefaultBucketBytes;  // all-reduce buckets, as train --bucket-mb
+  // > 0: the workers' computes share this many cores (the threads of one machine), each compute
+  // on the core free first, in the order they become ready; 0: a device per worker.
+  int cores = 0;
 };
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
                          const SimOptions& options = {});
