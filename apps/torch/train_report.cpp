@@ -70,7 +70,7 @@ void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const st
   prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
   schedule::MemoryOptions mo;
   mo.momentum = f.pipe.train.sgd.momentum != 0;
-  if (f.transport == "threads") mo.receives_ahead = mo.sends_ahead = 0;  // a received tensor is the sender's
+  if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto memory = schedule::memory_per_worker(runtime::schedule_for(plan, f.pipe, 0), prof, mo);  // 0: a steady state
   std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (modelled):";
   for (size_t w = 0; w < memory.size(); ++w)

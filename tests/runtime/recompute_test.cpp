@@ -157,7 +157,7 @@ TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
         o.train.steps = 8;
         Trained r = train(c.build, data, plan, o, recompute);
         schedule::MemoryOptions mo;
-        mo.receives_ahead = mo.sends_ahead = 0;  // threads
+        mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;  // threads
         auto modelled = schedule::memory_per_worker(schedule_for(plan, o, 0), prof, mo);
         ASSERT_EQ(r.peaks.size(), modelled.size());
         for (size_t w = 0; w < modelled.size(); ++w) {
