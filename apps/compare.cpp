@@ -11,6 +11,7 @@
 #include "referee/joint_search.h"
 #include "referee/referee.h"
 #include "apps/planning_flags.h"
+#include "profile/pipedream_graph.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
@@ -43,7 +44,7 @@ struct Row {
 };
 
 int run_compare(CompareFlags& f) {
-  auto prof = profile::read_profile_json(f.profile);
+  auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(f.options);
@@ -152,7 +153,7 @@ Register reg({"compare", "Simulate every schedule and data parallelism side by s
   auto f = std::make_shared<CompareFlags>();
   f->options.microbatches = 8;
   f->options.chunks = 2;
-  app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
+  app.add_option("--profile", f->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
   add_cluster_flags(app, f->cluster);
   add_schedule_options(app, f->options);
   if (auto* m = app.get_option_no_throw("--microbatches"))

@@ -9,6 +9,7 @@
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
 #include "plan/planner.h"
+#include "profile/pipedream_graph.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
@@ -30,7 +31,7 @@ struct SimulateFlags {
 
 int run_simulate(const SimulateFlags& f) {
   schedule::check_schedule_options(f.options);  // before --chunks multiplies the workers
-  auto prof = profile::read_profile_json(f.profile);
+  auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   plan::Plan plan;
   schedule::Schedule file;  // --schedule-file, as read
@@ -96,7 +97,7 @@ int run_simulate(const SimulateFlags& f) {
 Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time, bubbles, memory, pictures",
               [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<SimulateFlags>();
-  app.add_option("--profile", f->profile, "Profile file (pipetrain.profile/1)")->required();
+  app.add_option("--profile", f->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
   app.add_option("--plan", f->plan, "Plan file (pipetrain.plan/1); default: even split over the workers");
   add_cluster_flags(app, f->cluster);
   std::string kinds;
