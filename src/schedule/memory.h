@@ -52,8 +52,8 @@ struct MemoryOptions {
 // Within one process (the threads transport) a send completes at once, but the gradient sent
 // stays the sender's until the receiver's backward has used it: about one per peer in a steady
 // 1F1B. Measured with the last layer alone on the last stage (MeasuredMemory's models, every
-// schedule but GPipe): within 10% with one, 14-33% under with none; GPipe's backwards, one
-// after another, leave more (22% under with one).
+// schedule but GPipe): within 10% with one, 12-31% under with none; GPipe's backwards, one
+// after another, leave more (17-22% under with one).
 inline constexpr int kThreadsSendsAhead = 1;
 
 struct WorkerMemory {
