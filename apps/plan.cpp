@@ -76,8 +76,9 @@ int print_unsimulated(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
 
 // Where the chosen plan's replicas all-reduce, the bucket it runs fastest with (unless --bucket-mb
 // says, or the referee ran out of --time-limit), its time with it, and a note naming the other
-// buckets' times.
-void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::string& kind, bool out_of_time) {
+// buckets' times. own_ms: the plan's replayed time with the options' own bucket.
+void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::string& kind, bool out_of_time,
+                        double own_ms) {
   bool replicated = false;
   for (const auto& st : out.plan.stages) replicated = replicated || st.replicas > 1;
   if (!replicated) return;
@@ -88,7 +89,7 @@ void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::strin
                                    "simulate the others"));
     return;
   }
-  BucketChoice b = choose_bucket(out.plan, out.profile, out.cluster, out.options, kind);
+  BucketChoice b = choose_bucket(out.plan, out.profile, out.cluster, out.options, kind, own_ms);
   out.plan.bucket_mb = b.bucket_mb;
   out.plan.pipeline_ms_per_minibatch = out.plan.simulated_ms_per_minibatch = b.ms_per_minibatch;
   std::string tried;
@@ -180,7 +181,7 @@ int run_plan(Flags& f) {
     out.plan.schedule = r.schedule;  // what `train --plan` runs
     bool out_of_time = r.timed_out || (out.options.time_limit_s > 0 &&
                                         out.options.seconds_planning(std::chrono::steady_clock::now()) > out.options.time_limit_s);
-    choose_plan_bucket(f, out, r.schedule, out_of_time);
+    choose_plan_bucket(f, out, r.schedule, out_of_time, chosen.simulated.ms_per_minibatch);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)

@@ -1,5 +1,6 @@
 // pipetrain simulate: one schedule of one plan on a virtual clock; prints the metrics and
 // optionally draws the timeline.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -22,6 +23,7 @@ namespace {
 struct SimulateFlags {
   std::string profile, plan, kind = "1f1b", svg, chrome, trace_out, schedule_out, schedule_file;
   CLI::Option* kind_flag = nullptr;
+  CLI::Option *microbatches_flag = nullptr, *chunks_flag = nullptr;
   CLI::Option* bucket_flag = nullptr;  // a given --bucket-mb overrides the plan's bucket_mb
   plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
@@ -29,7 +31,22 @@ struct SimulateFlags {
   double bucket_mb = plan::Cluster::kDefaultBucketBytes / double(1 << 20);
 };
 
-int run_simulate(const SimulateFlags& f) {
+// What a plan file says of how it runs (schedule, microbatches, chunks), where the flags do not:
+// the run its prediction and `train --plan` are for. Before, simulate ran 1f1b with 4 microbatches
+// whatever the plan said, and printed another time than the plan's.
+void follow_plan(SimulateFlags& f, const plan::Plan& plan) {
+  if (!plan.schedule.empty() && f.kind_flag->count() == 0 && f.schedule_file.empty()) {
+    const auto& kinds = schedule::schedule_kinds();
+    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end())
+      throw ConfigError(str(f.plan, ": field 'schedule' is '", plan.schedule, "', not a schedule kind"));
+    f.kind = plan.schedule;
+    std::cerr << "schedule " << f.kind << ": the plan's (--schedule runs another)\n";
+  }
+  if (plan.microbatches > 0 && f.microbatches_flag->count() == 0) f.options.microbatches = plan.microbatches;
+  if (plan.chunks > 0 && f.chunks_flag->count() == 0) f.options.chunks = plan.chunks;
+}
+
+int run_simulate(SimulateFlags f) {
   schedule::check_schedule_options(f.options);  // before --chunks multiplies the workers
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
@@ -42,6 +59,14 @@ int run_simulate(const SimulateFlags& f) {
   if (!f.plan.empty()) {
     plan = plan::read_plan(f.plan);
     plan::check_plan_fits(plan, prof, f.plan);
+    follow_plan(f, plan);
+    schedule::check_schedule_options(f.options);
+    // A plan for another batch per step (the joint search's): the profile scaled to it, as the
+    // planner simulated it and train runs it.
+    if (plan.batch_size > 0 && plan.batch_size != prof.batch_size) {
+      std::cerr << "profile scaled from batch " << prof.batch_size << " to the plan's " << plan.batch_size << "\n";
+      prof = profile::with_batch_size(prof, plan.batch_size);
+    }
   } else if (!f.schedule_file.empty()) {
     // Without a plan: the file's stages, an even split into them for a CSV, which names no layers.
     plan = file.stage_layers.empty() ? straight_plan(prof, file.num_stages)
@@ -102,11 +127,14 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   add_cluster_flags(app, f->cluster);
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
-  f->kind_flag = app.add_option("--schedule", f->kind, "Schedule kind: " + kinds)->capture_default_str();
+  f->kind_flag = app.add_option("--schedule", f->kind, "Schedule kind: " + kinds + " (default: the plan's, or 1f1b)")
+                    ->capture_default_str();
   app.add_option("--schedule-file", f->schedule_file,
                  "Replay this schedule: pipetrain's JSON (--emit-schedule) or a CSV of torch.distributed.pipelining "
                  "actions per rank (2F0, 1I3, 1W3; its stages are --plan's, or an even split)");
   add_schedule_options(app, f->options);
+  f->microbatches_flag = app.get_option("--microbatches");
+  f->chunks_flag = app.get_option("--chunks");
   f->bucket_flag = app.add_option("--bucket-mb", f->bucket_mb,
                                   "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it; "
                                   "default: the plan's bucket_mb, else 25)")

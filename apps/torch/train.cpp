@@ -163,7 +163,10 @@ int run_train(TrainFlags& f) {
   // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.
   f.pipe.bucket_bytes = static_cast<int64_t>(f.bucket_mb * (1 << 20) * (f.model.emulated() ? f.model.emulation.byte_scale : 1));
   if (!f.cluster_path.empty()) {
-    f.pipe.cluster = plan::cluster_from_flags({f.cluster_path, "", "", f.allreduce, ""});
+    plan::ClusterFlags cluster_flags;
+    cluster_flags.file = f.cluster_path;
+    cluster_flags.allreduce = f.allreduce;
+    f.pipe.cluster = plan::cluster_from_flags(cluster_flags);
     // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
     int uses = runtime::job_probe(plan, f.pipe).num_workers();
     if (f.pipe.cluster.workers() < uses)

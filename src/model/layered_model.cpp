@@ -1,5 +1,7 @@
 #include "model/layered_model.h"
 
+#include <set>
+
 #include "core/error.h"
 
 namespace pt::model {
@@ -50,6 +52,14 @@ int64_t LayeredModel::targets_per_sample() const {
 
 std::vector<torch::Tensor> LayeredModel::layer_parameters(int i) const {
   return layers_.at(i).module->parameters();
+}
+
+std::vector<torch::Tensor> LayeredModel::unique_parameters() const {
+  std::vector<torch::Tensor> out;
+  std::set<const c10::TensorImpl*> seen;
+  for (auto& p : parameters())
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  return out;
 }
 
 std::vector<torch::Tensor> LayeredModel::parameters(int first, int last) const {

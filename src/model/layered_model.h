@@ -78,7 +78,12 @@ class LayeredModel {
   int64_t targets_per_sample() const;
   bool has_accuracy() const { return task_ == Task::kClassification || task_ == Task::kLanguageModel; }  // 1, or the sequence length for an LM
 
+  // Each layer's parameters in layer order: a tied tensor once per layer holding it (per-layer
+  // offsets index this list; FlatParameters keeps one slot for it).
   std::vector<torch::Tensor> parameters(int first = 0, int last = -1) const;
+  // Every tensor once (a tie at its first layer): what an optimizer steps. Given the list above,
+  // torch::optim::SGD updated a tied weight twice per step, once per layer holding it.
+  std::vector<torch::Tensor> unique_parameters() const;
   std::vector<torch::Tensor> layer_parameters(int i) const;
   int64_t parameter_bytes(int i) const;
   // Parameters held by more than one layer, by tensor identity (DESIGN.md, "Parameters shared

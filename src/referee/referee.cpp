@@ -1,7 +1,10 @@
 #include "referee/referee.h"
 
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <iostream>
+#include <thread>
 
 #include <algorithm>
 #include <numeric>
@@ -166,17 +169,29 @@ double simulate_data_parallel(const profile::Profile& profile, const plan::Clust
 }
 
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
-                           const plan::PlanOptions& options, const std::string& kind) {
+                           const plan::PlanOptions& options, const std::string& kind, double own_ms) {
   schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
-  BucketChoice choice;
   std::vector<double> sizes{static_cast<double>(options.bucket_bytes) / (1 << 20)};
   for (double mb : kBucketChoicesMb)
     if (std::abs(mb - sizes.front()) > 1e-9) sizes.push_back(mb);
-  for (double mb : sizes) {
-    auto bytes = static_cast<int64_t>(mb * (1 << 20));
-    double ms = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes}), metrics::Detail::kTiming).ms_per_minibatch;
-    choice.tried.push_back({mb, ms});
-    if (choice.tried.size() == 1 || ms < choice.ms_per_minibatch * (1 - 1e-9)) choice.bucket_mb = mb, choice.ms_per_minibatch = ms;
+  std::vector<double> ms(sizes.size(), own_ms);
+  auto simulate_size = [&](size_t i) {
+    auto bytes = static_cast<int64_t>(sizes[i] * (1 << 20));
+    ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes}), metrics::Detail::kTiming).ms_per_minibatch;
+  };
+  std::atomic<size_t> next{own_ms > 0 ? 1u : 0u};
+  auto work = [&] {
+    for (size_t i; (i = next++) < sizes.size();) simulate_size(i);
+  };
+  std::vector<std::future<void>> others;
+  int threads = std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), static_cast<int>(sizes.size()));
+  for (int t = 1; t < threads; ++t) others.push_back(std::async(std::launch::async, work));
+  work();
+  for (auto& f : others) f.get();
+  BucketChoice choice;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    choice.tried.push_back({sizes[i], ms[i]});
+    if (i == 0 || ms[i] < choice.ms_per_minibatch * (1 - 1e-9)) choice.bucket_mb = sizes[i], choice.ms_per_minibatch = ms[i];
   }
   return choice;
 }

@@ -36,7 +36,9 @@ struct Refereed {
 
 // The all-reduce bucket a plan runs fastest with (issue 33: each bucket's ring pays its steps'
 // latency, and a smaller one starts during the backward): the plan simulated with each of
-// kBucketChoicesMb and the options' own bucket; the options' unless another is faster.
+// kBucketChoicesMb and the options' own bucket; the options' unless another is faster. The sizes
+// are simulated side by side on the machine's cores; `own_ms`, where the caller has the plan's
+// time with the options' own bucket already (the referee's replay of it), is taken for that one.
 struct BucketChoice {
   double bucket_mb = 0;
   double ms_per_minibatch = 0;
@@ -44,7 +46,7 @@ struct BucketChoice {
 };
 inline constexpr double kBucketChoicesMb[] = {0, 1, 4, 25, 100};
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
-                           const plan::PlanOptions& options, const std::string& kind);
+                           const plan::PlanOptions& options, const std::string& kind, double own_ms = 0);
 
 // Whether replayed plan a ranks before b: the faster in simulation, nothing added to either's
 // time; at equal time the one on fewer workers (the same throughput for less hardware: GNMT-16

@@ -55,7 +55,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed, o.shuffle, data.train.shard_sizes());
   int64_t per_epoch = sampler.batches_per_epoch();
   int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
-  torch::optim::SGD sgd(model.parameters(),
+  torch::optim::SGD sgd(model.unique_parameters(),
                         torch::optim::SGDOptions(o.sgd.lr).momentum(o.sgd.momentum).weight_decay(o.sgd.weight_decay));
   Progress progress(total, o.metrics_path, o.quiet);
   model.train(true);

@@ -401,13 +401,37 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     double predicted = parse_json(planned.output, "plan")["predicted"]["pipeline_ms_per_minibatch"].get<double>();
     std::string cluster = c.cluster.substr(0, c.cluster.find(" --no-deferred-step"));
+    // No --schedule: simulate runs the plan's (pipedream), as train --plan does.
     auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " +
-                                  file + " --schedule pipedream " + cluster);
+                                  file + " " + cluster);
     ASSERT_EQ(sim.exit_code, 0) << sim.output;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
     EXPECT_NEAR(std::stod(m[1]) / predicted, 1.0, 0.01) << sim.output;
   }
+}
+
+// A joint plan names its schedule, microbatches and a batch per step other than the profile's
+// (GPT-2048 under a 16 GB cap: 1f1b, 32 microbatches, batch 32 from a profile at 16); simulate
+// of the file runs that, as train --plan does, and gives the plan's time.
+TEST(PlanReferee, SimulateOfAJointPlanFileRunsItsScheduleAndBatch) {
+  std::string file = ::testing::TempDir() + "joint_sim_plan.json";
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/gpt-2048.json";
+  std::string cluster = " --workers 8 --bandwidth-gbps 10";
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path + cluster +
+                                    " --schedule 1f1b --memory 16GB -o " + file);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  plan::Plan p = plan::read_plan(file);
+  ASSERT_EQ(p.schedule, "1f1b");
+  ASSERT_GT(p.microbatches, 4);
+  ASSERT_NE(p.batch_size, profile::read_profile_json(path).batch_size);
+  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + cluster +
+                                " --plan " + file);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
+  EXPECT_NEAR(std::stod(m[1]) / p.pipeline_ms_per_minibatch, 1.0, 0.01) << sim.output;
+  EXPECT_NE(sim.output.find("1f1b on 8"), std::string::npos) << sim.output;
 }
 
 // plan --top, plan --explain and simulate print the memory model's figure (schedule/memory.h),

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "core/error.h"
 #include "core/json_doc.h"
 #include "pipeline_test_util.h"
 #include "schedule/schedule_file.h"
@@ -65,6 +66,62 @@ TEST(PipelineEquivalence, FlushSchedulesMatchSingleWorker) {
   for (const std::string kind : {"gpipe", "1f1b", "zb-h1", "mp"})
     for (int stages : {2, 3, 4})
       for (int m : {1, 2, 4}) expect_same_as_single_worker(kind, plan::even_split(prof, stages), m);
+}
+
+// A weight two layers share (tied embeddings, as a small MLP): x -> tanh(x W) -> linear ->
+// tanh(. W) -> head.
+struct TiedMatMul : torch::nn::Module {
+  explicit TiedMatMul(torch::Tensor weight) : w(register_parameter("w", weight)) {}
+  torch::Tensor forward(torch::Tensor x) { return torch::tanh(x.matmul(w)); }
+  torch::Tensor w;
+};
+
+std::shared_ptr<model::LayeredModel> tied_mlp() {
+  torch::manual_seed(5);
+  torch::Tensor w = torch::randn({8, 8}) * 0.3;
+  auto m = std::make_shared<model::LayeredModel>("tied-mlp", model::Task::kClassification, std::vector<int64_t>{8}, false);
+  auto one = [](std::shared_ptr<TiedMatMul> layer) {
+    torch::nn::Sequential seq;
+    seq->push_back(layer);
+    return seq;
+  };
+  m->add("in", one(std::make_shared<TiedMatMul>(w)));
+  m->add("mid", torch::nn::Sequential(torch::nn::Linear(8, 8)));
+  m->add("out", one(std::make_shared<TiedMatMul>(w)));
+  m->add("head", torch::nn::Sequential(torch::nn::Linear(8, 10)));
+  return m;
+}
+
+// Single-worker training steps a tied weight once per minibatch, as every pipeline does (it
+// stepped it once per layer holding it, with the momentum of both: wrong weights, exit 0).
+TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
+  auto data = model::synthetic_data(*tied_mlp(), 128, 32, 10, 4);
+  TrainOptions t;
+  t.steps = 4;
+  t.batch_size = 16;
+  t.sgd = {0.1, 0.9, 1e-3};
+  t.seed = 2;
+  t.quiet = true;
+  t.evaluate = false;
+  auto single = tied_mlp();
+  ASSERT_EQ(single->tie_groups().size(), 1u);
+  train_single_worker(*single, data, t);
+  std::vector<torch::Tensor> reference;
+  for (auto& p : single->parameters()) reference.push_back(p.detach().clone());
+  for (int stages : {1, 3}) {  // 3: the tie split across stages, its copies exchanging gradients
+    SCOPED_TRACE(str(stages, " stages"));
+    profile::Profile prof = unit_profile(*single);
+    plan::Plan plan = plan::even_split(prof, stages);
+    for (const auto& g : single->tie_groups()) plan.ties.push_back(g.layers());
+    PipelineOptions o;
+    o.schedule = "1f1b";
+    o.microbatches = 2;
+    o.train = t;
+    o.timeout_s = 20;
+    std::vector<std::unique_ptr<Worker>> workers;
+    train_pipeline(tied_mlp, data, plan, o, &workers);
+    EXPECT_LE(max_relative_error(pipeline_weights(schedule_for(plan, o, 1), workers), reference), 1e-5);
+  }
 }
 
 // `train --checkpoint-dir` on one worker runs a one-stage pipeline (apps/torch/train.cpp): it
