@@ -35,6 +35,8 @@ std::string now_utc() {
   return buf;
 }
 
+constexpr int kMaxLocalWorkers = 256;
+
 // The cluster's shape: the fan-outs of --workers; their rates are what gets measured.
 plan::Cluster shape_of(const CalibrateFlags& f) {
   auto fan = parse_int_list(f.workers, "--workers");
@@ -131,6 +133,12 @@ int run_calibrate(const CalibrateFlags& f) {
   if (f.transport != "threads" && f.transport != "gloo")
     throw UsageError(str("--transport: must be threads or gloo, got '", f.transport, "'"));
   plan::Cluster shape = shape_of(f);
+  // One thread, or one process of this machine, per worker (gloo started by mpirun or torchrun
+  // spreads them over machines): 100,000 threads aborted the process.
+  if (!runtime::launched_as_gloo_worker() && shape.workers() > kMaxLocalWorkers)
+    throw UsageError(str("--workers '", f.workers, "': ", shape.workers(), " workers on this machine (a ",
+                         f.transport == "threads" ? "thread" : "process", " each); at most ", kMaxLocalWorkers,
+                         " here, or start the gloo workers across machines with mpirun or torchrun"));
   // The file's folder before the measuring, not after it.
   if (!f.output.empty() && f.output != "-") {
     std::filesystem::path dir = std::filesystem::absolute(f.output).parent_path();

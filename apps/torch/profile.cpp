@@ -30,8 +30,18 @@ int run_profile(ProfileFlags& f) {
   auto m = f.model.build(&data);
   if (f.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", f.batch_size, " is larger than the ", data.train.size(), " samples"));
-  auto p = profile::measure_profile(*m, data.train.first_inputs(f.batch_size), f.options,
-                                    data.train.first_targets(f.batch_size));
+  profile::Profile p;
+  try {
+    p = profile::measure_profile(*m, data.train.first_inputs(f.batch_size), f.options,
+                                 data.train.first_targets(f.batch_size));
+  } catch (const c10::Error& e) {  // LibTorch's own words, without its C++ stack
+    std::string why = e.what_without_backtrace();
+    throw ConfigError(str("profiling ", m->name(), " on ", data.name, " failed: ", why.substr(0, why.find('\n')),
+                          why.find("target") != std::string::npos
+                              ? " (the loss takes the model's output and the targets: a language model's export "
+                                "needs --loss lm)"
+                              : ""));
+  }
   if (f.output.empty() || f.output == "-") {
     std::cout << profile::to_json(p).dump(1) << "\n";
   } else {

@@ -210,6 +210,48 @@ int check_deadlock(const Schedule& s) {
   if (!stuck.empty()) fail(s, stuck, str("deadlock with blocking sends and receives:", what));
   return rounds;
 }
+// Check 7 (synchronous schedules): each worker steps each of its stages once per minibatch,
+// after that minibatch's backwards on it (and its all-reduce where replicated) and before its
+// next forward there. A schedule file without a step, with two, or with one before its
+// backwards trained and exited 0: a stage that never learns, or learns twice.
+void check_steps(const Schedule& s) {
+  if (!s.flush) return;  // the asynchronous generators step per round (pipedream.cpp)
+  for (int w = 0; w < s.num_workers(); ++w)
+    for (int st = 0; st < s.num_stages; ++st) {
+      if (!holds(s, w, st)) continue;
+      for (int k = 0; k < s.minibatches; ++k) {
+        int step = -1, reduced = -1, last_backward = -1, first_forward_after = -1;
+        for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
+          const Action& a = s.actions[w][i];
+          if (a.stage != st) continue;
+          bool mine = a.microbatch / s.microbatches == k;
+          if (a.kind == ActionKind::kStep && a.microbatch == k) {
+            if (step >= 0) fail(s, {{w, i}, {w, step}}, str("stage ", st, " steps twice for minibatch ", k));
+            step = i;
+          } else if (a.kind == ActionKind::kAllReduce && a.microbatch == k) {
+            reduced = i;
+          } else if (mine && (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight)) {
+            last_backward = i;
+          } else if (mine && a.kind == ActionKind::kForward && step >= 0 && first_forward_after < 0) {
+            first_forward_after = i;
+          }
+        }
+        if (step < 0)
+          fail(s, {}, str("worker ", w, " never steps stage ", st, " for minibatch ", k, " (expected ", st, "ST", k,
+                          " after its backwards): a synchronous schedule steps each stage once per minibatch"));
+        if (last_backward > step)
+          fail(s, {{w, step}, {w, last_backward}}, str("stage ", st, " steps before its backward of minibatch ", k,
+                                                       " ends: that gradient would be left out"));
+        if (first_forward_after >= 0)
+          fail(s, {{w, first_forward_after}, {w, step}},
+               str("a forward of minibatch ", k, " runs after its step: on other weights than the rest"));
+        if (s.replicas(st) > 1 && !(reduced >= 0 && reduced < step))
+          fail(s, {{w, step}}, str("stage ", st, " has ", s.replicas(st), " replicas but steps without all-reducing "
+                                   "minibatch ", k, "'s gradients first"));
+      }
+    }
+}
+
 // Check 6: weight versions alive on each replica within the stage's declared budget.
 void check_stash_budget(const Schedule& s) {
   PT_CHECK(static_cast<int>(s.weight_versions.size()) == s.num_stages, "weight_versions sized ",
@@ -245,6 +287,7 @@ ValidationReport validate(const Schedule& s) {
   check_matching(s);
   ValidationReport r;
   r.steps = check_deadlock(s);
+  check_steps(s);
   check_stash_budget(s);
   r.workers = stash_counts(s);
   return r;

@@ -99,6 +99,11 @@ TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
   EXPECT_NE(nowhere.exit_code, 0);
   EXPECT_NE(nowhere.output.find("no folder /nonexistent-pt"), std::string::npos) << nowhere.output;
   EXPECT_EQ(nowhere.output.find("calibrate: workers"), std::string::npos) << nowhere.output;
+  // A thread each: 100,000 of them aborted the process.
+  auto many = testing::shell_run(kBinary + " calibrate --workers 100000 --max-mb 0.01");
+  EXPECT_EQ(many.exit_code, 2);
+  EXPECT_NE(many.output.find("100000 workers on this machine (a thread each); at most 256"), std::string::npos)
+      << many.output;
   auto small = testing::shell_run(kBinary + " calibrate --workers 2 --max-mb 0.001");
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE(small.output.find("--max-mb"), std::string::npos) << small.output;

@@ -51,6 +51,35 @@ TEST(Validate, MissingMicrobatch) {
   expect_has(error_of(insert_comm(s)), "stage 0 never runs forward of microbatch 1");
 }
 
+// A synchronous schedule steps each stage once per minibatch, after its backwards: a file
+// without the step, with two, or with it first trained wrong weights and exited 0.
+TEST(Validate, EachStageStepsOnceAfterItsBackwards) {
+  auto is_step = [](const Action& a) { return a.kind == ActionKind::kStep; };
+  Schedule base = make_schedule("1f1b", straight_plan(2), {4});
+  ASSERT_EQ(error_of(base), "");
+  Schedule none = base;
+  none.actions[0].erase(std::find_if(none.actions[0].begin(), none.actions[0].end(), is_step));
+  expect_has(error_of(none), "worker 0 never steps stage 0 for minibatch 0");
+  Schedule twice = base;
+  twice.actions[0].push_back(*std::find_if(twice.actions[0].begin(), twice.actions[0].end(), is_step));
+  expect_has(error_of(twice), "stage 0 steps twice for minibatch 0");
+  Schedule first = base;
+  auto& w0 = first.actions[0];
+  Action step = *std::find_if(w0.begin(), w0.end(), is_step);
+  w0.erase(std::find_if(w0.begin(), w0.end(), is_step));
+  w0.insert(w0.begin(), step);
+  std::string e = error_of(first);
+  expect_has(e, "action 0ST0");
+  expect_has(e, "stage 0 steps before its backward of minibatch 0 ends");
+  // A replicated stage all-reduces before it steps.
+  plan::Plan dp = plan::data_parallel_plan(4, 2);
+  Schedule reduced = make_schedule("dp", dp, {2});
+  ASSERT_EQ(error_of(reduced), "");
+  auto& r0 = reduced.actions[0];
+  r0.erase(std::find_if(r0.begin(), r0.end(), [](const Action& a) { return a.kind == ActionKind::kAllReduce; }));
+  EXPECT_NE(error_of(reduced), "");
+}
+
 TEST(Validate, CrossingSendsDeadlock) {
   // Two workers each send first and receive second: fine with buffered sends, a deadlock when
   // sends block.
