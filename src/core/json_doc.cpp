@@ -1,5 +1,6 @@
 #include "core/json_doc.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -70,6 +71,40 @@ std::vector<JsonDifference> json_differences(const json& a, const json& b, const
 
 void JsonField::fail(const std::string& what) const {
   throw FormatError(str(source_, ": field '", path_, "' ", what));
+}
+
+namespace {
+// Edits (insert, delete, replace) from a to b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+void JsonField::only_fields(const std::vector<std::string>& known) const {
+  expect_object();
+  for (const auto& [key, value] : value_->items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string nearest;  // within a third of the name's edits ("latency_usec": latency_us)
+    size_t best = std::max<size_t>(2, key.size() / 3) + 1;
+    for (const auto& k : known)
+      if (size_t d = edit_distance(key, k); d < best) best = d, nearest = k;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    std::string where = path_.empty() ? "the top level" : str("'", path_, "'");
+    throw FormatError(str(source_, ": unknown field '", printable(key), "' in ", where,
+                          nearest.empty() ? str(" (known: ", list, ")") : str("; did you mean '", nearest, "'?")));
+  }
 }
 
 void JsonField::expect_object() const {

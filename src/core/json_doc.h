@@ -39,6 +39,9 @@ class JsonField {
   std::vector<int64_t> as_int_list() const;
 
   [[noreturn]] void fail(const std::string& what) const;
+  // An object whose every member is one of `known`: a misspelled optional field ("latency_usec")
+  // is an error naming it and the nearest known one, not a default silently taken.
+  void only_fields(const std::vector<std::string>& known) const;
 
  private:
   void expect_object() const;

@@ -196,11 +196,14 @@ void check_cluster(const Cluster& c, const std::string& source) {
 Cluster cluster_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "cluster", kClusterVersion);
+  root.only_fields({"format", "levels", "memory_bytes_per_worker", "allreduce", "reduce_us_per_mib", "allreduce_step_us",
+                    "action_us", "calibration"});
   Cluster c;
   JsonField levels = root["levels"];
   if (levels.size() == 0) levels.fail("must list at least one level");
   for (size_t i = 0; i < levels.size(); ++i) {
     JsonField f = levels[i];
+    f.only_fields({"name", "fan_out", "bandwidth_gbps", "latency_us"});
     Level l;
     l.name = f.has("name") ? f["name"].as_string() : str("level", i);
     l.fan_out = static_cast<int>(f["fan_out"].as_int_in(1, kMaxWorkers));

@@ -104,6 +104,8 @@ json to_json(const Plan& p) {
 Plan plan_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "plan", kPlanVersion);
+  root.only_fields({"format", "workers", "stages", "predicted", "model", "ties", "batch_size", "cost_model", "schedule",
+                    "microbatches", "chunks", "deferred_step", "bucket_mb"});
   Plan p;
   // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
   p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
@@ -136,6 +138,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   int64_t replicas = 0;
   for (size_t s = 0; s < stages.size(); ++s) {
     JsonField f = stages[s];
+    f.only_fields({"layers", "replicas", "workers", "compute_ms", "comm_ms", "time_ms", "recompute", "in_flight"});
     Stage st;
     for (int64_t l : f["layers"].as_int_list()) {
       if (l < 0) f["layers"].fail(str("has a negative layer index ", l));
@@ -176,6 +179,8 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   p.workers = declared;
   if (root.has("predicted")) {
     JsonField pred = root["predicted"];
+    pred.only_fields({"pipeline_ms_per_minibatch", "data_parallel_ms_per_minibatch", "simulated_ms_per_minibatch",
+                      "simulated_schedule"});
     if (pred.has("pipeline_ms_per_minibatch"))
       p.pipeline_ms_per_minibatch = pred["pipeline_ms_per_minibatch"].as_non_negative();
     if (pred.has("data_parallel_ms_per_minibatch"))

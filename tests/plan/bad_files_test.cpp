@@ -64,6 +64,15 @@ TEST(BadPlanFile, NamesFieldAndValue) {
                 .stages[0]
                 .in_flight,
             3);
+  // A misspelled optional field is named with the field it was likely meant to be, not ignored
+  // (a "shedule" ran the default schedule, a "recomputed" stage stored every activation).
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "shedule": "gpipe", "stages": [{"layers": [0], "replicas": 1}]})"),
+            "p.json: unknown field 'shedule' in the top level; did you mean 'schedule'?");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "recomputed": true}]})"),
+            "p.json: unknown field 'recomputed' in 'stages[0]'; did you mean 'recompute'?");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "zzz": 1, "stages": [{"layers": [0], "replicas": 1}]})")
+                .rfind("p.json: unknown field 'zzz' in the top level (known: format, workers, stages", 0),
+            0u);
   EXPECT_EQ(plan_error(R"({"format": "pipetrain.plan/2"})"),
             "p.json: field 'format' is \"pipetrain.plan/2\", expected \"pipetrain.plan/1\"");
   EXPECT_EQ(plan_error(R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": )"),
@@ -113,6 +122,11 @@ TEST(BadClusterFile, NamesFieldAndValue) {
                  "c.json"),
       "c.json");
   Cluster again = cluster_from_json(to_json(timed), "again");
+  // A typo is not a latency of 0.
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1, "latency_usec": 500}]})"),
+            "c.json: unknown field 'latency_usec' in 'levels[0]'; did you mean 'latency_us'?");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "action_usec": 20})"),
+            "c.json: unknown field 'action_usec' in the top level; did you mean 'action_us'?");
   EXPECT_EQ(again.levels[0].latency_us, 12.5);
   EXPECT_EQ(again.levels[1].latency_us, 0);
   EXPECT_NE(again.describe().find("96 Gbps 12.5 us"), std::string::npos) << again.describe();
@@ -126,11 +140,11 @@ TEST(BadClusterShorthand, NamesFlagAndValue) {
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "0"); }), "--bandwidth-gbps: level 0 must be > 0, got 0");
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4,4", "1"); }),
             "--workers '4,4' has 2 levels but --bandwidth-gbps '1' has 1");
-  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4,4", "96,10", "", "5"}); }),
+  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4,4", "96,10", "", "5", ""}); }),
             "--latency-us '5' has 1 levels but the cluster has 2");
-  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4", "10", "", "-1"}); }),
+  EXPECT_EQ(error_of([] { cluster_from_flags({"", "4", "10", "", "-1", ""}); }),
             "--latency-us: level 0 must be in 0..1e7 microseconds, got -1");
-  EXPECT_EQ(cluster_from_flags({"", "4,4", "96,10", "", "5,40"}).levels[1].latency_us, 40);
+  EXPECT_EQ(cluster_from_flags({"", "4,4", "96,10", "", "5,40", ""}).levels[1].latency_us, 40);
   EXPECT_EQ(error_of([] { cluster_from_flags({"", "4", "10", "", "", "nan"}); }),
             "--action-us: 'nan' in 'nan' is not a number");
   for (const char* bad : {"-1", "1e8", "5,5"})

@@ -184,8 +184,9 @@ TEST(Simulator, EveryActionPaysTheHostsTime) {
     double estimate = plan::evaluate_plan(plan, prof, c, {}).pipeline_ms_per_minibatch;
     c.action_us = 250;
     EXPECT_NEAR(run(kind, plan, prof, {4}, c).ms_per_minibatch - base, actions * 0.25, 1e-9) << kind;
-    if (kind == "pipedream")
+    if (kind == "pipedream") {
       EXPECT_NEAR(plan::evaluate_plan(plan, prof, c, {}).pipeline_ms_per_minibatch - estimate, 0.75, 1e-9);
+    }
   }
 }
 
