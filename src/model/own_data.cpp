@@ -114,6 +114,34 @@ void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredMo
   if (x.size(0) == 0) throw FormatError(str(source, ": '", xk, "' holds no samples"));
 }
 
+// The last line of an error (a TorchScript traceback ends with the cause).
+std::string last_line(const std::string& s) {
+  size_t end = s.find_last_not_of(" \n");
+  if (end == std::string::npos) return s;
+  size_t start = s.rfind('\n', end);
+  return s.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+// Token ids against what the model takes: the sample holding the largest id is run through it.
+// An id beyond an embedding's rows failed only when its minibatch came, after hours of training
+// or at the final evaluation, in a traceback naming neither the file nor the id.
+void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::string& xk, const std::string& source) {
+  if (!model.integer_input()) return;
+  int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
+  if (lo < 0) throw FormatError(str(source, ": '", xk, "' holds token id ", lo, "; ids are >= 0"));
+  int64_t row = x.eq(hi).reshape({x.size(0), -1}).any(1).to(torch::kInt64).argmax().item<int64_t>();
+  torch::NoGradGuard no_grad;
+  model.train(false);
+  try {
+    model.forward(x.narrow(0, row, 1));
+  } catch (const std::exception& e) {
+    model.train(true);
+    throw FormatError(str(source, ": '", xk, "' holds token id ", hi, " (sample ", row, "), which the model refuses: ",
+                          last_line(e.what()), " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
+  }
+  model.train(true);
+}
+
 // The targets against x and what the model outputs.
 void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
                    const LayeredModel& model, const torch::Tensor& out, const std::string& source) {
@@ -172,6 +200,8 @@ namespace {
 void check_shard(const Shard& s, LayeredModel& model, torch::Tensor& out, const std::string& file) {
   check_inputs(s.at("x"), "x", model, file);
   if (s.count("x_test")) check_inputs(s.at("x_test"), "x_test", model, file);
+  check_token_ids(model, s.at("x"), "x", file);
+  if (s.count("x_test")) check_token_ids(model, s.at("x_test"), "x_test", file);
   if (!out.defined()) out = probe_output(model, s.at("x"), file);
   check_targets(s.at("x"), s.at("y"), "x", "y", model, out, file);
   if (s.count("x_test")) check_targets(s.at("x_test"), s.at("y_test"), "x_test", "y_test", model, out, file);

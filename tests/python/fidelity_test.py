@@ -152,6 +152,23 @@ class Fidelity(unittest.TestCase):
     def test_transformer_lm(self):
         self.run_all(self.lm)
 
+    def test_token_ids_beyond_the_vocabulary(self):
+        """An id past the embedding's rows is named before training (it failed at its minibatch, or
+        at the final evaluation, in a TorchScript traceback, and no checkpoint was written)."""
+        c = self.lm
+        for key in ("x", "x_test"):
+            data = {"x": c.x.clone(), "y": c.y, "x_test": c.x[:BATCH].clone(), "y_test": c.y[:BATCH]}
+            data[key][3, 5] = 40  # the vocabulary is 32
+            path = os.path.join(self.tmp.name, f"bad-ids-{key}.pt")
+            torch.save(data, path)
+            ck = os.path.join(self.tmp.name, f"bad-ids-{key}")
+            r = run_failing([PIPETRAIN, "train", "--model", c.model_file, "--data", path, "--loss", "lm", "--steps", "1",
+                             "--batch-size", str(BATCH), "--checkpoint-dir", ck])
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"'{key}' holds token id 40 (sample 3)", r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+            self.assertFalse(os.path.exists(ck), "a checkpoint folder was made")
+
     def test_profile_plan_and_train_pipedream(self):
         """The README's "bring your model": export, profile, plan, train the plan with pipedream."""
         c = self.resnet
