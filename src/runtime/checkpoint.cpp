@@ -232,7 +232,7 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std:
 }
 
 void check_checkpoint_fits(const CheckpointManifest& m, const std::string& checkpoint, const std::string& model,
-                           int layers, int64_t batch_size, uint64_t seed) {
+                           int layers, int64_t batch_size, uint64_t seed, bool shuffle) {
   std::string where = (fs::path(checkpoint) / "manifest.json").string();
   if (m.model != model)
     throw ConfigError(str(where, ": the checkpoint is of model '", m.model, "' but this job trains '", model, "'"));
@@ -243,6 +243,9 @@ void check_checkpoint_fits(const CheckpointManifest& m, const std::string& check
                           " (the data position depends on it)"));
   if (m.seed != seed)
     throw ConfigError(str(where, ": seed is ", m.seed, " but --seed is ", seed, " (the data order depends on it)"));
+  if (m.shuffle != shuffle)
+    throw ConfigError(str(where, ": the run ", m.shuffle ? "shuffled" : "did not shuffle (--no-shuffle)", " but this one ",
+                          shuffle ? "shuffles" : "does not (--no-shuffle)", " (the data order depends on it)"));
 }
 
 CheckpointStart start_checkpoints(const CheckpointOptions& options) {

@@ -72,7 +72,7 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std:
 // the seed (which together define the data position). ConfigError names the manifest, the
 // field and both values.
 void check_checkpoint_fits(const CheckpointManifest& m, const std::string& checkpoint, const std::string& model,
-                           int layers, int64_t batch_size, uint64_t seed);
+                           int layers, int64_t batch_size, uint64_t seed, bool shuffle);
 
 
 

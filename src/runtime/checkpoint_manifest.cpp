@@ -37,6 +37,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
               {"step", m.step},
               {"batch_size", m.batch_size},
               {"seed", m.seed},
+              {"shuffle", m.shuffle},
               {"schedule", m.schedule},
               {"plan", m.plan},
               {"workers", m.workers},
@@ -70,6 +71,7 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   m.step = root["step"].as_int_at_least(0);
   m.batch_size = root["batch_size"].as_int_at_least(1);
   m.seed = static_cast<uint64_t>(root["seed"].as_int_at_least(0));
+  if (root.has("shuffle")) m.shuffle = root["shuffle"].as_bool();
   m.schedule = root["schedule"].as_string();
   m.plan = root["plan"].as_string();
   m.workers = static_cast<int>(root["workers"].as_int_in(1, 1 << 20));

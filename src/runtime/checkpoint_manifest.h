@@ -28,6 +28,7 @@ struct CheckpointManifest {
   int64_t step = 0;             // minibatches completed; training resumes at this minibatch
   int64_t batch_size = 0;
   uint64_t seed = 0;            // data order is a function of (seed, epoch): no other RNG state
+  bool shuffle = true;          // and of whether it shuffles (--no-shuffle; absent in older files: true)
   std::string schedule;         // what wrote it (informative: any plan may resume it)
   std::string plan;             // plan shape, e.g. "2-1-1"
   int workers = 0;

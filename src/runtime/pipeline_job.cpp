@@ -143,6 +143,10 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.resume_from = start.resume_from;
   job.resume_manifest = start.manifest;
   if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
+  // A finished run resumed trains nothing: said, rather than "steps 0, final loss 0".
+  if (!job.resume_from.empty() && job.first_step >= total)
+    throw ConfigError(str(job.resume_from, ": the checkpoint is at step ", job.first_step, ", and this run ends at step ",
+                          total, ": nothing to train (give more --steps or --epochs to go on)"));
   // --checkpoint-every 0 with a directory: one checkpoint, at the end (every `total` steps).
   int64_t every = o.checkpoint.dir.empty() ? 0 : o.checkpoint.every > 0 ? o.checkpoint.every : std::max<int64_t>(total, 1);
   job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step, every,
@@ -161,7 +165,7 @@ void check_ties(const model::LayeredModel& m, const plan::Plan& plan, const Pipe
 void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const model::LayeredModel& m) {
   if (job.resume_from.empty()) return;
   check_checkpoint_fits(job.resume_manifest, job.resume_from, m.name(), m.num_layers(), o.train.batch_size,
-                        o.train.seed);
+                        o.train.seed, o.train.shuffle);
 }
 
 }  // namespace pt::runtime

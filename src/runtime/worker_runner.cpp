@@ -83,6 +83,7 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
   d.layers = m.num_layers();
   d.batch_size = o.train.batch_size;
   d.seed = o.train.seed;
+  d.shuffle = o.train.shuffle;
   d.schedule = o.schedule;
   d.plan = plan.shape();
   d.workers = job.probe.num_workers();

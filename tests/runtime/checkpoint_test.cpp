@@ -187,6 +187,12 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   expect_resume_error(d, "pipetrain.checkpoint/7");
   edit("\"batch_size\": 32", "\"batch_size\": 64");
   expect_resume_error(d, "batch_size is 64 but --batch-size is 32");
+  // The data order depends on shuffling too: a resume that changed it went on silently.
+  edit("\"shuffle\": true", "\"shuffle\": false");
+  expect_resume_error(d, "the run did not shuffle (--no-shuffle) but this one shuffles");
+  // A finished run resumed: said, not "steps 0, final loss 0".
+  edit("\"step\": 2", "\"step\": 600");
+  expect_resume_error(d, "the checkpoint is at step 600, and this run ends at step 4: nothing to train");
   fs::remove(ck / "manifest.json");  // no manifest: not a complete checkpoint, so none to resume
   EXPECT_EQ(newest_checkpoint(d), "");
 }
