@@ -11,6 +11,7 @@ complete one is read). strict=False: a model may hold tensors the export left ou
 """
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -56,6 +57,21 @@ def trained_state(model_file, checkpoint):
     module = torch.jit.load(model_file, _extra_files=extra)
     meta = json.loads(extra["pipetrain.json"])
     ck = newest_checkpoint(checkpoint)
+    # The checkpoint's model before its layers: another model of the same family (fewer blocks)
+    # read layer by layer failed later, on a tie, with a misleading message.
+    with open(os.path.join(ck, "manifest.json")) as f:
+        manifest = json.load(f)
+    children = len(meta["children"])
+    if manifest.get("layers") != children:
+        raise ValueError(f"{ck}: the checkpoint holds {manifest.get('layers')} layers of '{manifest.get('model')}', but "
+                         f"{model_file} has {children}: not the model it was trained from")
+    digest = manifest.get("model_sha256", "")
+    if digest:
+        with open(model_file, "rb") as f:
+            mine = hashlib.sha256(f.read()).hexdigest()
+        if mine != digest:
+            raise ValueError(f"{ck}: trained from a model file of sha256 {digest[:12]}..., but {model_file} has "
+                             f"{mine[:12]}...: not the model it was trained from")
     state = collections.OrderedDict()
     for k, child in enumerate(meta["children"]):
         names = [n for n, _ in getattr(module, child).named_parameters()]
@@ -84,6 +100,10 @@ def main(argv=None):
     p.add_argument("checkpoint", help="a checkpoint directory (or the --checkpoint-dir holding several)")
     p.add_argument("-o", "--output", required=True, help="state_dict file to write (torch.save)")
     a = p.parse_args(argv)
+    folder = os.path.dirname(os.path.abspath(a.output))
+    if not os.path.isdir(folder):
+        print(f"pipetrain.weights: -o {a.output}: no folder {folder} to write it in", file=sys.stderr)
+        return 1
     try:
         state = trained_state(a.model, a.checkpoint)
     except (OSError, ValueError, KeyError, RuntimeError) as e:

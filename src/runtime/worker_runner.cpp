@@ -1,5 +1,7 @@
 #include "runtime/worker_runner.h"
 
+#include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "model/memory_meter.h"
@@ -10,35 +12,30 @@ namespace pt::runtime {
 
 namespace {
 
-// Minibatch losses on the reporting worker, from the microbatch losses it computes. With a
-// replicated last stage it sees only its share of a minibatch's microbatches (or only some
-// minibatches), so a minibatch's loss is the mean over the microbatches it saw, scaled to the
-// whole minibatch. Microbatches arrive in minibatch order, so a minibatch is complete when the
-// next one starts.
+// Minibatch losses on the reporting worker (the last stage's replica 0), from the microbatch
+// losses it computes and, with a replicated last stage, those its other replicas send it after
+// each segment (gathered: it sees only its share of a minibatch's microbatches, or of the
+// minibatches, and reported that share scaled to the minibatch until 2026-11-26). A minibatch's
+// loss is the mean over its microbatches, scaled to the whole minibatch. The reporter's own
+// microbatches arrive in minibatch order, so ungathered a minibatch is complete when the next
+// one starts; gathered, at the segment's end.
 class LossReport {
  public:
-  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, int64_t first_step)
+  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, int64_t first_step,
+             bool gathered)
       : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
-        first_step_(first_step), start_ms_(wall_ms()) {}
+        first_step_(first_step), gathered_(gathered), start_ms_(wall_ms()) {}
 
   void add(int64_t minibatch, double loss) {
-    if (minibatch != current_) flush();
-    current_ = minibatch;
-    sum_ += loss;
-    ++seen_;
+    if (!gathered_) {
+      while (!pending_.empty() && pending_.begin()->first < minibatch) report(pending_.begin());
+    }
+    auto& [sum, seen] = pending_[minibatch];
+    sum += loss;
+    ++seen;
   }
   void flush() {
-    if (seen_ == 0) return;
-    double loss = sum_ * microbatches_ / seen_;
-    recent_.push_back(loss);
-    last_loss_ = loss;
-    double secs = train_seconds();
-    auto account = model::charged_account();
-    progress_.step({current_ + 1, current_ / per_epoch_, loss,
-                    (current_ + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs,
-                    account ? account->peak() : -1});
-    sum_ = 0;
-    seen_ = 0;
+    while (!pending_.empty()) report(pending_.begin());
   }
   double final_loss() const {
     size_t k = std::min<size_t>(50, recent_.size());
@@ -49,15 +46,33 @@ class LossReport {
   double train_seconds() const { return (wall_ms() - start_ms_ - eval_ms_) / 1000; }
 
  private:
+  using Pending = std::map<int64_t, std::pair<double, int>>;  // minibatch -> (loss sum, microbatches)
+  void report(Pending::iterator it) {
+    int64_t minibatch = it->first;
+    double loss = it->second.first * microbatches_ / it->second.second;
+    pending_.erase(it);
+    recent_.push_back(loss);
+    last_loss_ = loss;
+    double secs = train_seconds();
+    auto account = model::charged_account();
+    progress_.step({minibatch + 1, minibatch / per_epoch_, loss,
+                    (minibatch + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs,
+                    account ? account->peak() : -1});
+  }
+
   Progress& progress_;
   int64_t per_epoch_, batch_size_;
   int microbatches_;
   int64_t first_step_;
-  int64_t current_ = -1;
-  double start_ms_, sum_ = 0, last_loss_ = 0, eval_ms_ = 0;
-  int seen_ = 0;
+  bool gathered_;
+  Pending pending_;
+  double start_ms_, last_loss_ = 0, eval_ms_ = 0;
   std::vector<double> recent_;
 };
+
+// The tag of a segment's losses sent to the reporter: negative, below the evaluations' (which
+// count down from -1 by test batches x stages), and apart from every training tag (>= 0).
+int64_t loss_tag(int64_t segment) { return -(int64_t{1} << 28) - segment % (int64_t{1} << 20); }
 
 // Every worker's measured peak, on every worker (a sum of one-hot vectors).
 std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
@@ -95,7 +110,8 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
 }  // namespace
 
 void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated) {
+                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
+                         const TrainedCallback& trained) {
   worker.prepare(job.probe);
   if (!job.resume_from.empty()) load_checkpoint(worker, job.probe, job.resume_from, job.resume_manifest);
   std::unique_ptr<Checkpointer> checkpointer;
@@ -107,6 +123,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     if (it == cache.end())
       it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
     worker.run(it->second, seg.first_minibatch);
+    if (trained) trained(seg);
     if ((o.train.evaluate && seg.evaluate) || (checkpointer && seg.checkpoint)) worker.finish_sends();
     // The measured peak memory is training's: evaluations (their own batch size) and
     // checkpoints are not charged to the worker.
@@ -141,19 +158,50 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     phase = "training (between segments)";
     Progress progress(job.first_step + job.steps, run.reports ? o.train.metrics_path : "",
                       o.train.quiet || !run.reports);
-    LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches, job.first_step);
+    // A replicated last stage's replicas each compute part of the losses; the others send theirs
+    // to the reporter after each segment.
+    const std::vector<int>& last = probe.stage_workers.back();
+    bool gathered = last.size() > 1;
+    bool sends_losses = gathered && !run.reports && std::count(last.begin(), last.end(), transport.rank()) > 0;
+    LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches, job.first_step, gathered);
+    std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss) pairs, to send
     if (run.reports)
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
+    if (sends_losses)
+      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
+        mine.push_back(static_cast<double>(minibatch));
+        mine.push_back(loss);
+      });
+    int64_t segment = 0;
+    auto gather_losses = [&](const Segment&) {
+      int64_t tag = loss_tag(segment++);
+      if (sends_losses) {
+        mine[0] = static_cast<double>((mine.size() - 1) / 2);
+        transport.isend(torch::tensor(mine, torch::kDouble), last.front(), tag)->wait();
+        mine.assign(1, 0);
+      } else if (run.reports && gathered) {
+        for (size_t r = 1; r < last.size(); ++r) {
+          torch::Tensor pairs = transport.irecv(last[r], tag)->wait();
+          auto a = pairs.accessor<double, 1>();
+          PT_CHECK(pairs.size(0) == 1 + 2 * static_cast<int64_t>(a[0]), "worker ", last[r], " sent a malformed loss list");
+          for (int64_t i = 1; i + 1 < pairs.size(0); i += 2) losses.add(static_cast<int64_t>(a[i]), a[i + 1]);
+        }
+        losses.flush();
+      }
+    };
     worker.set_trace_origin(trace_origin_ms);
     double accuracy = -1;
-    run_worker_segments(worker, transport, job, plan, o, data, [&](const Segment& seg, double acc, double ms) {
-      losses.flush();
-      losses.add_eval_ms(ms);
-      if (acc >= 0) {
-        accuracy = acc;
-        progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, acc});
-      }
-    });
+    run_worker_segments(
+        worker, transport, job, plan, o, data,
+        [&](const Segment& seg, double acc, double ms) {
+          losses.flush();
+          losses.add_eval_ms(ms);
+          if (acc >= 0) {
+            accuracy = acc;
+            progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, acc});
+          }
+        },
+        gather_losses);
     losses.flush();
     phase = "the end barrier";
     std::vector<int64_t> peaks = gather_peaks(transport, memory->peak());

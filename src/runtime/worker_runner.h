@@ -28,9 +28,13 @@ struct WorkerRun {
 // `on_evaluated(segment, accuracy, ms)` is called (accuracy < 0 on workers without the last stage).
 // With o.checkpoint.dir set, the workers write a checkpoint after the segments that call for
 // one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
+// `trained(segment)`, where given, is called on every worker after each segment's training,
+// before its evaluation or checkpoint.
 using EvaluatedCallback = std::function<void(const Segment&, double accuracy, double ms)>;
+using TrainedCallback = std::function<void(const Segment&)>;
 void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated);
+                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
+                         const TrainedCallback& trained = nullptr);
 
 // Runs worker.rank()'s share of the job; trace times are relative to trace_origin_ms (wall_ms()).
 // Throws WorkerFailure; the caller aborts the transport so that the other workers stop.

@@ -169,6 +169,18 @@ class Fidelity(unittest.TestCase):
             self.assertNotIn("Traceback", r.stderr)
             self.assertFalse(os.path.exists(ck), "a checkpoint folder was made")
 
+    def test_weights_of_another_model_are_refused(self):
+        """Read back with another model's file, a checkpoint names both layer counts (it failed
+        later, on a tie or a shape)."""
+        c = self.lm
+        ck = os.path.join(self.tmp.name, "lm-one-step")
+        run([PIPETRAIN, "train", "--model", c.model_file, "--data", c.data_file, "--loss", "lm", "--steps", "1",
+             "--batch-size", str(BATCH), "--quiet", "--checkpoint-dir", ck])
+        with self.assertRaises(ValueError) as e:
+            trained_state(self.encdec.model_file, ck)
+        self.assertIn("not the model it was trained from", str(e.exception))
+        self.assertIn("embed.weight", trained_state(c.model_file, ck))  # its own model reads back
+
     def test_profile_plan_and_train_pipedream(self):
         """The README's "bring your model": export, profile, plan, train the plan with pipedream."""
         c = self.resnet
