@@ -18,8 +18,7 @@ PhysicalLimit physical_limit(const Plan& plan, const PlanEstimate& exact, const 
     bytes[{l.worker, l.level}] = {l.egress_bytes, l.ingress_bytes, l.egress_messages, l.ingress_messages};
   for (const auto& st : plan.stages) {
     if (st.replicas < 2) continue;
-    double parameters = 0;
-    for (int l : st.layers) parameters += static_cast<double>(profile.layers[l].parameter_bytes);
+    auto parameters = static_cast<double>(profile::parameter_bytes(profile, st.layers));
     // Every phase moves its bytes each way over each ring member's link of its level, in at
     // least `steps` messages (one bucket; more buckets only add messages).
     for (const auto& phase : cluster.allreduce_phases(st.workers, parameters))

@@ -46,7 +46,10 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
       sums.act[s] += static_cast<double>(profile.layers[l].activation_bytes);
       sums.param[s] += static_cast<double>(profile.layers[l].parameter_bytes);
     }
-  for (int s = 0; s < p; ++s) sums.compute[s] += host_ms_per_minibatch(cluster);
+  for (int s = 0; s < p; ++s) {
+    sums.compute[s] += host_ms_per_minibatch(cluster);
+    sums.param[s] -= static_cast<double>(profile::tied_duplicate_bytes(profile, plan.stages[s].layers));
+  }
   // The exact form counts every tensor that crosses; the search does not track Input layers.
   sums.cut = profile::cut_bytes(profile, stage_of, p, exact);
   return sums;

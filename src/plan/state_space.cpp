@@ -215,12 +215,13 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
 
   // Per node: sums, and the bytes it sends out of itself.
   std::vector<double> compute(n, 0), backward(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);
+  std::vector<int64_t> own = profile::own_parameter_bytes(p);  // a tie once: states hold it whole
   for (int v = 0; v < n; ++v) {
     for (int l : g.layers[v]) {
       compute[v] += p.layers[l].forward_ms + p.layers[l].backward_ms + p.layers[l].optimizer_ms;
       backward[v] += p.layers[l].backward_ms;
       act[v] += static_cast<double>(p.layers[l].activation_bytes);
-      param[v] += static_cast<double>(p.layers[l].parameter_bytes);
+      param[v] += static_cast<double>(own[l]);
     }
   }
   std::vector<char> read_outside(L, 0);

@@ -30,7 +30,7 @@ double Profile::total_step_ms() const {
 
 int64_t Profile::total_parameter_bytes() const {
   int64_t b = 0;
-  for (const auto& l : layers) b += l.parameter_bytes;
+  for (int64_t own : own_parameter_bytes(*this)) b += own;
   return b;
 }
 
@@ -183,6 +183,30 @@ double compute_step_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].optimizer_ms;
 }
 
+int64_t tied_duplicate_bytes(const Profile& profile, const std::vector<int>& layers) {
+  int64_t twice = 0;
+  for (const auto& t : profile.ties) {
+    int64_t in = 0;
+    for (int l : t.layers) in += std::count(layers.begin(), layers.end(), l);
+    if (in > 1) twice += (in - 1) * t.bytes;
+  }
+  return twice;
+}
+
+int64_t parameter_bytes(const Profile& profile, const std::vector<int>& layers) {
+  int64_t b = 0;
+  for (int l : layers) b += profile.layers[l].parameter_bytes;
+  return b - tied_duplicate_bytes(profile, layers);
+}
+
+std::vector<int64_t> own_parameter_bytes(const Profile& profile) {
+  std::vector<int64_t> own(profile.layers.size());
+  for (size_t l = 0; l < own.size(); ++l) own[l] = profile.layers[l].parameter_bytes;
+  for (const auto& t : profile.ties)
+    for (size_t i = 1; i < t.layers.size(); ++i) own[t.layers[i]] -= t.bytes;
+  return own;
+}
+
 std::vector<GradientBucket> gradient_buckets(const Profile& profile, const std::vector<int>& layers,
                                              int64_t bucket_bytes) {
   double backward = 0, done = 0;
@@ -191,6 +215,11 @@ std::vector<GradientBucket> gradient_buckets(const Profile& profile, const std::
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     done += compute_backward_ms(profile, *it);
     int64_t bytes = profile.layers[*it].parameter_bytes;
+    // A tied tensor is one gradient, final at the backward of its first holder here.
+    for (const auto& t : profile.ties)
+      if (std::find(t.layers.begin(), t.layers.end(), *it) != t.layers.end() &&
+          std::any_of(it + 1, layers.rend(), [&](int l) { return std::count(t.layers.begin(), t.layers.end(), l) > 0; }))
+        bytes -= t.bytes;
     if (bytes == 0) continue;
     bool fits = !out.empty() && (bucket_bytes <= 0 || out.back().bytes + bytes <= bucket_bytes);
     if (!fits) out.push_back({});

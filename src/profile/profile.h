@@ -49,7 +49,7 @@ struct Profile {
   bool is_chain() const;
   double total_compute_ms() const;   // sum of forward + backward
   double total_step_ms() const;      // sum of optimizer_ms: one step of every layer
-  int64_t total_parameter_bytes() const;
+  int64_t total_parameter_bytes() const;  // a tied tensor once (parameter_bytes below)
 };
 
 // True for a layer that only feeds data in, which PipeDream's optimizer leaves out of every
@@ -72,6 +72,15 @@ double compute_step_ms(const Profile& profile, int layer);
 // Bytes a forward of the layer keeps for its backward (Layer::stash_bytes, or its output when
 // not measured), whole minibatch; an Input layer keeps nothing. The memory model's rule.
 int64_t stash_bytes(const Profile& profile, int layer);
+// Bytes of the parameters `layers` hold, a tied tensor once however many of them hold it (each
+// tied layer's parameter_bytes counts it; the runtime keeps one copy, one gradient, one momentum).
+// Summing layers counted a GPT's tied embedding twice in a stage's memory and all-reduce.
+int64_t parameter_bytes(const Profile& profile, const std::vector<int>& layers);
+// What `layers` count twice or more of the ties: the sum of their parameter_bytes less the above.
+int64_t tied_duplicate_bytes(const Profile& profile, const std::vector<int>& layers);
+// Per layer, the parameter bytes it adds to the layers before it: a tie's later members less the
+// tie. Sums over sets that hold each tie whole or not at all (the planner's states) are exact.
+std::vector<int64_t> own_parameter_bytes(const Profile& profile);
 // The profile does not separate a backward's input gradient (B) from its weight gradient (W);
 // a schedule that runs them apart (zero bubble) charges this share of the backward to B and the
 // rest to W (the zero-bubble paper's T_B ~ T_W).

@@ -39,9 +39,10 @@ std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p
   for (int st = 0; st < s.num_stages; ++st)
     for (int l : s.stage_layers[st]) {
       out[st].layers.push_back(l);
-      out[st].params += static_cast<double>(p.layers[l].parameter_bytes);
       out[st].stash += static_cast<double>(profile::stash_bytes(p, l));
     }
+  for (int st = 0; st < s.num_stages; ++st)
+    out[st].params = static_cast<double>(profile::parameter_bytes(p, s.stage_layers[st]));
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
   for (int st = 0; st < s.num_stages; ++st) {
     out[st].output = cuts[st];

@@ -10,13 +10,12 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
   std::vector<StageCost> out(s.num_stages);
   for (int st = 0; st < s.num_stages; ++st)
     for (int l : s.stage_layers[st]) {
-      const auto& layer = p.layers[l];
       out[st].forward_ms += profile::compute_forward_ms(p, l);
       out[st].backward_ms += profile::compute_backward_ms(p, l);
       out[st].step_ms += profile::compute_step_ms(p, l);
       out[st].stash_bytes += profile::stash_bytes(p, l);
-      out[st].parameter_bytes += layer.parameter_bytes;
     }
+  for (int st = 0; st < s.num_stages; ++st) out[st].parameter_bytes = profile::parameter_bytes(p, s.stage_layers[st]);
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
   for (int st = 0; st < s.num_stages; ++st) {
     out[st].boundary_bytes = static_cast<int64_t>(cuts[st]);

@@ -46,6 +46,31 @@ TEST(Ties, RoundTripThroughTheProfileFile) {
   EXPECT_FALSE(profile::to_json(chain(3)).contains("ties"));
 }
 
+// A tied tensor is one parameter, one gradient and one momentum in the runtime: a stage holding
+// two of its layers counts it once (it counted a GPT's tied embedding twice, in memory and in
+// the all-reduce); a stage holding one of them holds it whole.
+TEST(Ties, ATiedTensorCountsOnceInWhatAStageHolds) {
+  auto p = chain(6);
+  p.ties = {{{0, 5}, 4000}};
+  std::vector<int> all{0, 1, 2, 3, 4, 5};
+  EXPECT_EQ(profile::parameter_bytes(p, all), 5 * 4000);
+  EXPECT_EQ(profile::tied_duplicate_bytes(p, all), 4000);
+  EXPECT_EQ(profile::parameter_bytes(p, {4, 5}), 2 * 4000);
+  EXPECT_EQ(p.total_parameter_bytes(), 5 * 4000);
+  // Its gradient is final at the backward of its first holder: in the last bucket, once.
+  auto one = profile::gradient_buckets(p, all, 0);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].bytes, 5 * 4000);
+  auto small = profile::gradient_buckets(p, all, 4000);
+  int64_t total = 0;
+  for (const auto& b : small) total += b.bytes;
+  EXPECT_EQ(total, 5 * 4000);
+  EXPECT_EQ(small.size(), 5u);  // layer 5 adds nothing: its tensor is layer 0's
+  // The planner's states hold a tie whole, and count it once.
+  StateSpace space = build_state_space(p, 2500, 1000000);
+  EXPECT_EQ(space.parameter_bytes[space.last()], 5 * 4000.0);
+}
+
 TEST(Ties, BadTiesNameTheFieldAndValue) {
   auto doc = profile::to_json(chain(4));
   auto fails = [&](json ties) {
