@@ -176,6 +176,17 @@ int run_plan(Flags& f) {
     // The plan's predicted time is its simulated steady state, the quantity it was ranked by.
     out.plan.pipeline_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.data_parallel_ms_per_minibatch = r.data_parallel_ms;
+    // Data parallelism on hundreds of workers repeats too rarely to replay: its prediction,
+    // said so (the table printed "does not fit" where no memory cap was given).
+    for (const auto& p : r.unschedulable)
+      if (r.data_parallel_ms == 0 && p.num_stages() == 1 && p.workers == out.cluster.workers() &&
+          p.pipeline_ms_per_minibatch > 0) {
+        out.plan.data_parallel_ms_per_minibatch = p.pipeline_ms_per_minibatch;
+        out.plan.notes.push_back(str("data parallelism's ", std::round(p.pipeline_ms_per_minibatch * 1000) / 1000,
+                                     " ms per minibatch is the search's prediction, not simulated: its ", p.workers,
+                                     " replicas repeat only every ", p.workers, " minibatches, too long to replay"));
+        break;
+      }
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
     out.plan.schedule = r.schedule;  // what `train --plan` runs
@@ -261,8 +272,14 @@ int run_plan(Flags& f) {
                                "85.9%); 1f1b on this plan computes one worker's gradients");
     out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
     out.json = to_json(out.plan).dump(1) + "\n";
-    if (f.top > 0) extra += "\n" + format_top(r, out.profile, f.top);
-    if (f.explain) extra += "\n" + format_explain(chosen, out.profile, out.cluster);
+    // The candidates were ranked with the options' bucket; the chosen plan then got its own.
+    std::string bucket_note =
+        out.plan.bucket_mb >= 0 && std::abs(out.plan.simulated_ms_per_minibatch - chosen.simulated.ms_per_minibatch) > 1e-9
+            ? str("(ranked with the ", f.plan.bucket_mb, " MiB bucket; the chosen plan with its ", out.plan.bucket_mb,
+                  " MiB bucket: ", std::round(out.plan.simulated_ms_per_minibatch * 1000) / 1000, " ms per minibatch)\n")
+            : std::string();
+    if (f.top > 0) extra += "\n" + format_top(r, out.profile, f.top) + bucket_note;
+    if (f.explain) extra += "\n" + format_explain(chosen, out.profile, out.cluster) + bucket_note;
   } else if (f.top > 0 || f.explain) {
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "
                      "--cost-model pipedream gives PipeDream's one plan");

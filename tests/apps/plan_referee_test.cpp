@@ -434,6 +434,23 @@ TEST(PlanReferee, SimulateOfAJointPlanFileRunsItsScheduleAndBatch) {
   EXPECT_NE(sim.output.find("1f1b on 8"), std::string::npos) << sim.output;
 }
 
+// Data parallelism on 256 workers repeats every 256 minibatches, too long to replay: the plan
+// gives its prediction and says so, not "does not fit" (no memory cap was given). And where the
+// chosen plan gets another bucket than it was ranked with, --explain says both.
+TEST(PlanReferee, UnreplayableDataParallelismIsPredictedNotCalledTooBig) {
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SOURCE_DIR +
+                              "/data/profiles/awd-lm.json --workers 256 --bandwidth-gbps 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("does not fit"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is the search's prediction, not simulated: its 256 replicas"), std::string::npos) << r.output;
+  auto e = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SHARED_DIR +
+                              "/data/pipedream-profiles/resnet50.json --workers 8 --bandwidth-gbps 10 --explain");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("(ranked with the 25 MiB bucket; the chosen plan with its 4 MiB bucket: 55.524"),
+            std::string::npos)
+      << e.output;
+}
+
 // plan --top, plan --explain and simulate print the memory model's figure (schedule/memory.h),
 // the one train checks: for the chosen plan, the same bytes as the model computes here.
 TEST(PlanReferee, PlanAndSimulateShowTheMemoryModelsPeak) {
