@@ -254,6 +254,9 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   for (const auto& c : r.ranked)
     if (c.plan.schedule == "dp" && c.plan.workers == cluster.workers())
       dp = c.ms_per_sample * static_cast<double>(profile.batch_size);
+  // A search pinned to another schedule weighed no data parallelism: without a memory cap it is
+  // replayed here as `plan` without the joint search replays it (the table said "does not fit").
+  if (dp == 0 && o.memory_cap == 0) dp = simulate_data_parallel(profile, cluster, po, "pipedream");
   if (r.ranked.empty()) return r;
   const Configuration& best = r.ranked.front();
   for (size_t i = 0; i < r.ranked.size(); ++i) {

@@ -451,6 +451,22 @@ TEST(PlanReferee, UnreplayableDataParallelismIsPredictedNotCalledTooBig) {
       << e.output;
 }
 
+// A joint search pinned to one schedule weighs no data parallelism, but without a memory cap
+// the plan still records its time, the same as `plan` without the joint search (the table said
+// "does not fit" and the file 0).
+TEST(PlanReferee, APinnedScheduleStillRecordsDataParallelism) {
+  std::string base = std::string(PT_BINARY_DIR) + "/pipetrain plan --json --profile " + PT_SOURCE_DIR +
+                     "/data/profiles/vgg16.json --workers 4 --bandwidth-gbps 10";
+  auto plain = testing::shell_run(base + " 2>/dev/null", false);
+  auto pinned = testing::shell_run(base + " --schedule pipedream 2>/dev/null", false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
+  double want = parse_json(plain.output, "plan")["predicted"]["data_parallel_ms_per_minibatch"].get<double>();
+  ASSERT_GT(want, 0);
+  EXPECT_NEAR(parse_json(pinned.output, "plan")["predicted"]["data_parallel_ms_per_minibatch"].get<double>(), want,
+              1e-9 * want);
+}
+
 // plan --top, plan --explain and simulate print the memory model's figure (schedule/memory.h),
 // the one train checks: for the chosen plan, the same bytes as the model computes here.
 TEST(PlanReferee, PlanAndSimulateShowTheMemoryModelsPeak) {
