@@ -38,15 +38,18 @@ int inspect(const std::string& path) {
             << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay << "\n"
             << "files verified (sizes and CRC-32):\n";
   int64_t params = 0, bytes = 0;
+  std::vector<std::vector<int64_t>> numels;  // per layer, per parameter
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
     runtime::LayerFile layer = runtime::read_layer_file_header(file);  // its bytes were verified above
     int64_t n = 0;
     std::string shapes;
+    numels.emplace_back();
     for (const auto& p : layer.params) {
       int64_t numel = 1;
       for (int64_t d : p.shape) numel *= d;
       n += numel;
+      numels.back().push_back(numel);
       shapes += (shapes.empty() ? "" : " ") + shape_text(p.shape);
     }
     bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
@@ -56,7 +59,19 @@ int inspect(const std::string& path) {
     params += n;
     bytes += f.bytes;
   }
-  std::cout << "total " << params << " parameters, " << bytes << " bytes\n";
+  // Each layer's file holds its copy of a tied parameter: the model has it once.
+  int64_t copies = 0;
+  for (size_t g = 0; g < m.ties.size(); ++g)
+    for (size_t k = 0; k < m.ties[g].size(); ++k) {
+      auto [layer, param] = m.ties[g][k];
+      if (param >= static_cast<int>(numels[layer].size()))
+        throw FormatError(str(checkpoint, "/manifest.json: field 'ties[", g, "][", k, "]': layer ", layer, "'s file holds ",
+                              numels[layer].size(), " parameters, not a parameter ", param));
+      if (k > 0) copies += numels[layer][param];
+    }
+  std::cout << "total " << params - copies << " parameters";
+  if (copies > 0) std::cout << " (" << m.ties.size() << " tied, counted once; the layer files hold " << params << ")";
+  std::cout << ", " << bytes << " bytes\n";
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // pipetrain compare: every schedule and data parallelism on one profile and cluster, side by
 // side, on the simulator.
 #include <algorithm>
+#include <chrono>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -60,7 +61,17 @@ int run_compare(CompareFlags& f) {
   std::vector<Row> rows;
   std::string plan_note = "each schedule's best plan, microbatches and recomputation (the joint search)";
   if (jo.memory_cap > 0) plan_note += str(" within ", human_bytes(static_cast<double>(jo.memory_cap)), " per worker");
-  for (const char* kind : {"pipedream", "2bw", "1f1b", "gpipe", "zb-h1", "zb-v", "v-half", "v-min", "dualpipev", "interleaved", "interleaved-zb", "mp"}) {
+  const std::vector<std::string> kinds{"pipedream", "2bw", "1f1b", "gpipe", "zb-h1", "zb-v", "v-half", "v-min",
+                                      "dualpipev", "interleaved", "interleaved-zb", "mp"};
+  // Each row is a joint search of its own: on hundreds of workers they take minutes together,
+  // so past a second a line says which row is being searched.
+  auto started = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const std::string& kind = kinds[i];
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (s > 1)
+      std::cerr << "compare: searching " << kind << "'s best (" << i + 1 << " of " << kinds.size() << " schedules, "
+                << static_cast<int>(s) << " s so far)\n";
     jo.schedules = {kind};
     try {
       JointResult best = joint_search(prof, cluster, po, jo);
@@ -157,7 +168,10 @@ Register reg({"compare", "Simulate every schedule and data parallelism side by s
   add_cluster_flags(app, f->cluster);
   add_schedule_options(app, f->options);
   if (auto* m = app.get_option_no_throw("--microbatches"))
-    m->each([f](const std::string&) { f->microbatches_given = true; })->description("Pin each schedule's microbatches per step (default: searched)");
+    // The 8 set above is only dp-split's floor: the option's shown default is the search.
+    m->each([f](const std::string&) { f->microbatches_given = true; })
+        ->description("Pin each schedule's microbatches per step (default: searched)")
+        ->default_str("");
   app.add_option("--memory", f->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
   app.add_flag("--json", f->json, "Print the table as JSON");
   return [f] { return run_compare(*f); };

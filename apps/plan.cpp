@@ -11,6 +11,7 @@
 #include "apps/command.h"
 #include "referee/joint_search.h"
 #include "referee/referee.h"
+#include "referee/replay_ahead.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "core/json_doc.h"
@@ -189,6 +190,11 @@ int run_plan(Flags& f) {
       }
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
+    if (steady_state_in_closed_form(out.plan, r.schedule))
+      out.plan.notes.push_back(str("data parallelism on ", out.plan.workers, " workers: its steady state is the cost "
+                                   "engine's closed form, which for data parallelism is the simulator's figure exactly "
+                                   "(its replicas are alike); a replay of its round of ", out.plan.workers,
+                                   " minibatches would take minutes"));
     out.plan.schedule = r.schedule;  // what `train --plan` runs
     bool out_of_time = r.timed_out || (out.options.time_limit_s > 0 &&
                                         out.options.seconds_planning(std::chrono::steady_clock::now()) > out.options.time_limit_s);

@@ -1,6 +1,8 @@
 #include "metrics/metrics.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <iomanip>
 #include <map>
 #include <numeric>
@@ -60,6 +62,21 @@ int most_in_flight(const std::vector<double>& begun, const std::vector<double>& 
   return most;
 }
 
+// The fewest gaps c (up to kMostGapCycle) after which the gaps between finished[a..b] repeat,
+// seen at least twice over; 1 where none does (the window is not yet periodic, or is too short
+// to tell).
+constexpr int kMostGapCycle = 4;
+int gap_cycle(const std::vector<double>& finished, int a, int b) {
+  auto gap = [&](int i) { return finished[i + 1] - finished[i]; };
+  for (int c = 1; c <= kMostGapCycle && 2 * c <= b - a; ++c) {
+    bool repeats = true;
+    for (int i = a; i + c < b && repeats; ++i)
+      repeats = std::abs(gap(i) - gap(i + c)) <= 1e-6 * std::max({1.0, gap(i), gap(i + c)});
+    if (repeats) return c;
+  }
+  return 1;
+}
+
 }  // namespace
 
 int64_t Metrics::peak_memory_bytes() const {
@@ -97,18 +114,36 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   // between two minibatch ids would count a replica's whole round as one minibatch's time.
   std::vector<double> finished = done;
   std::sort(finished.begin(), finished.end());
-  // Replicated stages make the steady state periodic in the least common multiple of their
-  // replica counts (each replica all-reduces once per round): a window of whole periods counts
-  // each part of a round once, where an edge inside a round would count part of it.
-  std::map<int, int> replicas;  // stage -> workers running its forwards
-  for (int w = 0; w < t.num_workers(); ++w) {
-    std::set<int> stages;
+  // Replicated stages that take whole minibatches in turn (pipedream) make the steady state
+  // periodic in the least common multiple of their replica counts (each replica all-reduces
+  // once per round): a window of whole periods counts each part of a round once, where an edge
+  // inside a round would count part of it. Replicas that split each minibatch's microbatches
+  // (2bw, 1f1b, dp) all-reduce every minibatch: their round is one minibatch. Counting those as
+  // rounds of r sent a joint search's short 2bw replays to the whole trace, warm-up and all
+  // (ResNet-50 on 4x4: 334.6 ms per minibatch where the steady state is 317.7).
+  // (stage, minibatch, worker) of every forward, sorted and unique: one array, as for the spans.
+  std::vector<std::array<int, 3>> forwards;
+  for (int w = 0; w < t.num_workers(); ++w)
     for (const auto& e : t.workers[w])
-      if (e.action.kind == schedule::ActionKind::kForward) stages.insert(e.action.stage);
-    for (int s : stages) ++replicas[s];
-  }
+      if (e.action.kind == schedule::ActionKind::kForward)
+        forwards.push_back({e.action.stage, e.action.microbatch / std::max(1, t.microbatches), w});
+  std::sort(forwards.begin(), forwards.end());
+  forwards.erase(std::unique(forwards.begin(), forwards.end()), forwards.end());
   int period = 1;
-  for (const auto& [stage, n] : replicas) period = std::lcm(period, n);
+  for (size_t i = 0; i < forwards.size();) {  // one stage at a time
+    std::set<int> workers;
+    int sharing = 0;  // the most workers one minibatch's forwards ran on
+    size_t j = i;
+    for (; j < forwards.size() && forwards[j][0] == forwards[i][0];) {
+      size_t k = j;
+      for (; k < forwards.size() && forwards[k][0] == forwards[j][0] && forwards[k][1] == forwards[j][1]; ++k)
+        workers.insert(forwards[k][2]);
+      sharing = std::max(sharing, static_cast<int>(k - j));
+      j = k;
+    }
+    period = std::lcm(period, (static_cast<int>(workers.size()) + sharing - 1) / sharing);
+    i = j;
+  }
   // An asynchronous pipeline's warm-up and drain each span as many minibatches as it holds in
   // flight at once (about one per worker, more where a plan raises a stage's in_flight: VGG-16
   // 15-1 with 5 per replica holds 75); completions inside them come a backward apart, not a
@@ -120,6 +155,12 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
                  ? k / 3
                  : std::max({k / 3, (t.num_workers() + mb - 1) / mb, most_in_flight(begun, done)});
   int a = edge, b = k - 1 - edge;
+  // The steady state can repeat in more minibatches than the rounds above: PipeDream-2BW's
+  // double buffering alternates two gaps (ResNet-50 8-8 on 4x4: 233.7 and 253.5 ms), so a
+  // window of an odd count of them is off by half their difference over the count (6
+  // minibatches: 233.7 where it runs at 243.6). Where the window's gaps repeat every c of them,
+  // it is cut to whole repeats too.
+  if (b - a >= period) period = std::lcm(period, gap_cycle(finished, a, b));
   if (b - a >= period) b = a + (b - a) / period * period;
   else a = b;  // less than a period in the middle third: the whole trace, warm-up and all
   m.steady = b > a;
@@ -138,7 +179,8 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   for (int w = 0; w < t.num_workers(); ++w) {
     WorkerMetrics wm;
     for (const auto& e : t.workers[w]) {
-      if (is_compute(e.action.kind)) wm.busy_ms += overlap(e, m.window_start_ms, m.window_end_ms);
+      if (is_compute(e.action.kind) || e.action.kind == ActionKind::kStep)
+        wm.busy_ms += overlap(e, m.window_start_ms, m.window_end_ms);
       if (detail == Detail::kAll && is_send(e.action.kind)) links[{w, e.action.peer}] += e.bytes;
     }
     wm.bubble_fraction = window > 0 ? 1.0 - wm.busy_ms / window : 0;

@@ -8,12 +8,13 @@
 // last compute; replicated stages finish them out of order), the window is
 // [done(e), done(K-1-e)] with e = K/3 (asynchronous schedules: at least workers / microbatches
 // and the most minibatches in flight at once, which warm-up and drain each span), shortened to
-// whole periods of the steady state (the least common multiple of the stages' replica counts),
+// whole periods of the steady state (the least common multiple of the replica counts of the
+// stages whose replicas take whole minibatches in turn; 1 where they split each minibatch),
 // and the time per minibatch its length over the minibatches finished in it, which leaves
 // warm-up and drain out. A trace too short for a whole period there is measured whole (an upper
 // bound: warm-up and drain included; `steady` is false).
-// Bubble fraction of a worker: the part of the window in which it runs no compute (F, B, W);
-// all-reduce waits count as bubble. Memory: peak stashed activation bytes plus parameter bytes
+// Bubble fraction of a worker: the part of the window in which it runs no compute (F, B, W)
+// and no optimizer step (ST: work, not a wait); all-reduce waits count as bubble. Memory: peak stashed activation bytes plus parameter bytes
 // x weight versions of its stages (gradients and optimizer state are not counted).
 #include <cstdint>
 #include <string>
@@ -25,7 +26,7 @@
 namespace pt::metrics {
 
 struct WorkerMetrics {
-  double busy_ms = 0;            // compute within the window
+  double busy_ms = 0;            // compute and optimizer steps within the window
   double bubble_fraction = 0;
   int peak_stash = 0;            // microbatches stashed at once
   int64_t peak_activation_bytes = 0;

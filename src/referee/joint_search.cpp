@@ -82,10 +82,12 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
           for (const char* kind : {"1f1b", "gpipe", "2bw"})
             if (wanted(kind))
               // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
-              // past the warm-up make its steady state (the default, sized for PipeDream's
-              // one-microbatch minibatches, simulates thousands of microbatches here).
+              // dozen past the warm-up make its steady state (the default, sized for PipeDream's
+              // one-microbatch minibatches, simulates thousands of microbatches here). Its double
+              // buffering can alternate two gaps between minibatches: the middle third (metrics.h)
+              // needs several to see them repeat; 6 minibatches measured one gap, 0.6-5% under.
               for (int m : per_copy(r)) {
-                int enough = std::max(6, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
+                int enough = std::max(24, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
                 out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
               }
           if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});

@@ -40,22 +40,6 @@ constexpr double kAheadAfterS = 3e-4;  // the mean simulation in turn above whic
 // How far a candidate may simulate over the search's estimate before `plan --top` says where the
 // simulated time went (the estimate only proposes candidates; the simulation ranks them).
 constexpr double kBeyondEstimate = 0.05;
-// The longest period (the lcm of the stages' replica counts, in minibatches) a replay covers:
-// the replay runs six or more periods, so a plan of 11, 13 and 17 replicas would need 14,586
-// minibatches. GNMT-16 on 8x32 workers ran out of 24 GB replaying such plans; with the cap it
-// plans in 55 s and 63 MB.
-constexpr int64_t kMaxReplayPeriod = 240;
-
-// The plan's period, or 0 when it is longer than kMaxReplayPeriod.
-int64_t replay_period(const plan::Plan& p) {
-  int64_t lcm = 1;
-  for (const auto& st : p.stages) {
-    lcm = std::lcm(lcm, static_cast<int64_t>(st.replicas));
-    if (lcm > kMaxReplayPeriod) return 0;
-  }
-  return lcm;
-}
-
 std::string fixed(double v, int digits = 2) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -148,8 +132,9 @@ std::vector<schedule::WorkerMemory> modelled_memory(const plan::Plan& p, const p
 
 double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
                      const plan::PlanOptions& options, const std::string& kind) {
-  if (replay_period(plan) == 0) return 0;
+  if (replay_period(plan) == 0 && !steady_state_in_closed_form(plan, kind)) return 0;
   try {
+    if (steady_state_in_closed_form(plan, kind)) return plan::evaluate_plan(plan, profile, cluster, options).pipeline_ms_per_minibatch;
     schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
     return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes}), metrics::Detail::kTiming).ms_per_minibatch;
   } catch (const ConfigError&) {
@@ -177,6 +162,12 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
   std::vector<double> ms(sizes.size(), own_ms);
   auto simulate_size = [&](size_t i) {
     auto bytes = static_cast<int64_t>(sizes[i] * (1 << 20));
+    if (steady_state_in_closed_form(plan, kind)) {
+      plan::PlanOptions o = options;
+      o.bucket_bytes = bytes;
+      ms[i] = plan::evaluate_plan(plan, profile, cluster, o).pipeline_ms_per_minibatch;
+      return;
+    }
     ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes}), metrics::Detail::kTiming).ms_per_minibatch;
   };
   std::atomic<size_t> next{own_ms > 0 ? 1u : 0u};
@@ -311,7 +302,8 @@ void Referee::work_ahead(const std::vector<plan::Plan>& plans) {
   for (const auto& p : plans)
     for (auto& v : variants_of(p, options())) {
       std::string key = identity(v);
-      if (seen_.count(key) || ahead_.count(key) || replay_period(v) == 0) continue;
+      if (seen_.count(key) || ahead_.count(key) || (replay_period(v) == 0 && !steady_state_in_closed_form(v, context_.kind)))
+        continue;
       todo.push_back(&ahead_.emplace(key, Replay(v)).first->second);
     }
   referee::work_ahead(todo, context_, best_ms_);
@@ -325,7 +317,7 @@ int Referee::replay(const plan::Plan& p) {
     return kNotReplayed;
   }
   progress();
-  if (replay_period(p) == 0) {
+  if (replay_period(p) == 0 && !steady_state_in_closed_form(p, context_.kind)) {
     skipped_ += str("\n  ", p.shape(), ": its replica counts repeat only every ", kMaxReplayPeriod,
                     "+ minibatches (their lcm), too long to replay");
     r_.unschedulable.push_back(p);

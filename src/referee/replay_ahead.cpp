@@ -4,9 +4,11 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <numeric>
 #include <thread>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "plan/physical_limit.h"
 #include "schedule/generators.h"
 #include "sim/simulator.h"
@@ -65,6 +67,31 @@ SimulationMemo::Key fingerprint(const schedule::Schedule& s, const std::vector<s
 
 }  // namespace
 
+int64_t replay_period(const plan::Plan& p) {
+  int64_t lcm = 1;
+  for (const auto& st : p.stages) {
+    lcm = std::lcm(lcm, static_cast<int64_t>(st.replicas));
+    if (lcm > kMaxReplayPeriod) return 0;
+  }
+  return lcm;
+}
+
+bool steady_state_in_closed_form(const plan::Plan& p, const std::string& kind) {
+  return replay_period(p) == 0 && p.num_stages() == 1 && kind == "pipedream";
+}
+
+metrics::Metrics closed_form_metrics(const plan::PlanEstimate& e, const plan::Plan& p, const profile::Profile& profile,
+                                     const std::string& kind) {
+  metrics::Metrics m;
+  m.schedule = kind;
+  m.source = str("closed form (data parallelism on ", p.workers, " workers)");
+  m.steady = true;
+  m.minibatches = 0;
+  m.ms_per_minibatch = e.pipeline_ms_per_minibatch;
+  if (m.ms_per_minibatch > 0) m.samples_per_s = static_cast<double>(profile.batch_size) / m.ms_per_minibatch * 1e3;
+  return m;
+}
+
 bool SimulationMemo::find(const Key& k, metrics::Metrics& out) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = done_.find(k);
@@ -92,6 +119,10 @@ void estimate(Replay& r, const ReplayContext& c) {
 void simulate(Replay& r, const ReplayContext& c) {
   estimate(r, c);
   if (!r.estimate || r.simulated || !r.error.empty()) return;
+  if (steady_state_in_closed_form(r.plan, c.kind)) {
+    r.simulated = closed_form_metrics(*r.estimate, r.plan, c.profile, c.kind);
+    return;
+  }
   try {
     // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
     schedule::Schedule s = schedule::make_unvalidated_schedule(c.kind, r.plan, {});

@@ -51,8 +51,26 @@ struct Replay {
   std::string error;                           // why the estimate or the simulation was refused
 };
 
+// The longest period (the lcm of the stages' replica counts, in minibatches) a replay covers:
+// the replay runs six or more periods, so a plan of 11, 13 and 17 replicas would need 14,586
+// minibatches. GNMT-16 on 8x32 workers ran out of 24 GB replaying such plans; with the cap it
+// plans in 55 s and 63 MB.
+inline constexpr int64_t kMaxReplayPeriod = 240;
+// The plan's period, or 0 when it is longer than kMaxReplayPeriod.
+int64_t replay_period(const plan::Plan& p);
+// Whether a plan too long to replay has its steady state all the same: data parallelism under
+// the pipedream schedule (replicas taking minibatches in turn), whose replicas are alike and
+// exchange nothing but their all-reduce, so the closed form (evaluate_plan) is its replay's
+// figure exactly (tests/referee: Referee.DataParallelismsClosedFormIsItsReplay). On 1,024
+// workers a replay of its round books every ring step of every bucket on every member's links.
+bool steady_state_in_closed_form(const plan::Plan& p, const std::string& kind);
+// Its figures as a replay's (ms per minibatch and throughput; no per-worker detail).
+metrics::Metrics closed_form_metrics(const plan::PlanEstimate& e, const plan::Plan& p, const profile::Profile& profile,
+                                     const std::string& kind);
+
 // Each step is done once: again, it does nothing. A refusal (ConfigError) leaves its optional
-// empty and says why in `error`; simulate estimates first.
+// empty and says why in `error`; simulate estimates first, and takes the closed form where
+// steady_state_in_closed_form.
 void estimate(Replay& r, const ReplayContext& c);
 void simulate(Replay& r, const ReplayContext& c);
 

@@ -43,6 +43,15 @@ std::string manifest_to_json(const CheckpointManifest& m) {
               {"workers", m.workers},
               {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay}}},
               {"files", files}};
+  if (!m.ties.empty()) {
+    json ties = json::array();
+    for (const auto& group : m.ties) {
+      json members = json::array();
+      for (const auto& [layer, param] : group) members.push_back(json::array({layer, param}));
+      ties.push_back(members);
+    }
+    doc["ties"] = ties;
+  }
   return doc.dump(2) + "\n";
 }
 
@@ -95,6 +104,21 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     cf.bytes = f["bytes"].as_int_at_least(0);
     cf.crc32 = static_cast<uint32_t>(f["crc32"].as_int_in(0, 0xffffffffLL));
     m.files.push_back(cf);
+  }
+  if (root.has("ties")) {  // written since the tied-parameter count of checkpoint inspect
+    JsonField ties = root["ties"];
+    for (size_t g = 0; g < ties.size(); ++g) {
+      JsonField group = ties[g];
+      if (group.size() < 2) group.fail("must list two or more [layer, parameter] pairs");
+      std::vector<std::pair<int, int>> members;
+      for (size_t k = 0; k < group.size(); ++k) {
+        JsonField pair = group[k];
+        if (pair.size() != 2) pair.fail("must be [layer, parameter]");
+        members.emplace_back(static_cast<int>(pair[size_t{0}].as_int_in(0, m.layers - 1)),
+                             static_cast<int>(pair[size_t{1}].as_int_in(0, 1 << 20)));
+      }
+      m.ties.push_back(std::move(members));
+    }
   }
   return m;
 }

@@ -9,6 +9,7 @@
 // Reading one never runs code; version 1 (TorchScript layer files) is refused with a message.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pt::runtime {
@@ -34,6 +35,10 @@ struct CheckpointManifest {
   int workers = 0;
   double lr = 0, momentum = 0, weight_decay = 0;
   std::vector<CheckpointFile> files;  // one per layer, in layer order
+  // Parameters shared between layers (model::TieGroup): each group's (layer, parameter index)
+  // pairs. Every layer's file holds its copy, so readers count a group once (absent in older
+  // files: none known).
+  std::vector<std::vector<std::pair<int, int>>> ties;
 };
 
 std::string manifest_to_json(const CheckpointManifest& m);

@@ -105,6 +105,11 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
   d.lr = o.train.sgd.lr;
   d.momentum = o.train.sgd.momentum;
   d.weight_decay = o.train.sgd.weight_decay;
+  for (const auto& group : m.tie_groups()) {
+    std::vector<std::pair<int, int>> members;
+    for (const auto& member : group.members) members.emplace_back(member.layer, member.param);
+    d.ties.push_back(std::move(members));
+  }
   return d;
 }
 }  // namespace

@@ -37,6 +37,42 @@ Trace two_stage_trace() {
   return t;
 }
 
+// One worker finishing minibatches 1 ms and 3 ms apart by turns (PipeDream-2BW's double
+// buffering alternates two gaps so): the steady state is 2 ms per minibatch, and a window of an
+// odd count of gaps would say 1.8 or 2.2. The window is cut to whole repeats of the gaps.
+TEST(Metrics, AlternatingGapsAreMeasuredOverWholeRepeats) {
+  for (int k : {15, 16, 17, 18}) {
+    Trace t;
+    t.source = "simulated";
+    t.schedule = "2bw";
+    t.num_stages = 1;
+    t.microbatches = 1;
+    t.batch_size = 8;
+    t.workers.resize(1);
+    double at = 0;
+    for (int i = 0; i < k; ++i) {
+      double len = i % 2 == 0 ? 1 : 3;
+      t.workers[0].push_back({parse_action(("0F" + std::to_string(i)).c_str(), 0), at, at + len / 2, 0});
+      t.workers[0].push_back({parse_action(("0B" + std::to_string(i)).c_str(), 0), at + len / 2, at + len, 0});
+      at += len;
+    }
+    Metrics m = compute_metrics(t);
+    EXPECT_TRUE(m.steady) << k;
+    EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 2.0) << k << " minibatches";
+  }
+}
+
+// The optimizer step is work, not a wait: a worker that computes 6 ms of 11 and steps for 2
+// idles 3.
+TEST(Metrics, AStepIsNotABubble) {
+  Trace t = two_stage_trace();
+  t.workers[1].back() = {parse_action("1ST0", 1), 8, 10, 0};
+  Metrics m = compute_metrics(t);
+  ASSERT_DOUBLE_EQ(m.ms_per_minibatch, 11);
+  EXPECT_DOUBLE_EQ(m.workers[1].busy_ms, 8);
+  EXPECT_DOUBLE_EQ(m.workers[1].bubble_fraction, 3 / 11.0);
+}
+
 TEST(Metrics, FromAMeasuredTrace) {
   Metrics m = compute_metrics(two_stage_trace());
   EXPECT_EQ(m.source, "measured");
