@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "apps/command.h"
@@ -18,6 +19,7 @@
 #include "core/units.h"
 #include "plan/plan_command.h"
 #include "plan/plan_table.h"
+#include "schedule/generators.h"
 
 namespace pt::app {
 namespace {
@@ -107,6 +109,25 @@ void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::strin
                                  tried, "); train --plan uses it unless --bucket-mb says"));
 }
 
+// The plan as its schedule runs it, for the table: interleaved and V schedules run several of
+// its stages on one worker, where the file numbers a worker per stage (a zb-v plan of 4 stages
+// on 2 workers read "on 4 workers", stage 3 on worker 3).
+plan::Plan as_run(const plan::Plan& p) {
+  if (!schedule::is_interleaved(p.schedule) && !schedule::is_v_schedule(p.schedule)) return p;
+  schedule::ScheduleOptions so;
+  so.microbatches = std::max(1, p.microbatches);
+  so.chunks = std::max(1, p.chunks);
+  schedule::Schedule s = schedule::make_unvalidated_schedule(p.schedule, p, so);
+  plan::Plan shown = p;
+  std::set<int> used;
+  for (int st = 0; st < p.num_stages(); ++st) {
+    shown.stages[st].workers = s.stage_workers[st];
+    used.insert(s.stage_workers[st].begin(), s.stage_workers[st].end());
+  }
+  shown.workers = static_cast<int>(used.size());
+  return shown;
+}
+
 int run_joint(Flags& f, plan::PlanOutcome& out) {
   JointOptions jo;
   if (f.schedule_flag->count() > 0 && f.schedule != "auto") jo.schedules = {f.schedule};
@@ -119,7 +140,7 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
   const Configuration& c = chosen(r, jo, out.profile, out.cluster);
   out.plan = c.plan;
   std::ostringstream summary;
-  summary << plan::format_plan_table(out.plan, out.profile, out.cluster) << "joint search (" << f.objective
+  summary << plan::format_plan_table(as_run(out.plan), out.profile, out.cluster) << "joint search (" << f.objective
           << "): schedule " << c.plan.schedule;
   if (c.plan.microbatches > 0) summary << ", " << c.plan.microbatches << " microbatches";
   if (c.plan.chunks > 0) summary << ", " << c.plan.chunks << " chunks";

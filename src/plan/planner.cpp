@@ -60,7 +60,8 @@ struct Searched {
   SearchResult result;
 };
 
-Searched run_search(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+// The search, or no plan (result.pipeline_ms kInfinity) where none fits; flags and cluster checked.
+Searched search_if_any(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   if (cluster.levels.empty()) throw ConfigError("cluster has no levels");
   if (cluster.workers() > kMaxPlanWorkers)
     throw ConfigError(str("the cluster ", cluster.describe(), " has ", cluster.workers(), " workers; the planner handles at ",
@@ -72,9 +73,13 @@ Searched run_search(const profile::Profile& profile, const Cluster& cluster, con
   size_t max_pairs = compat ? static_cast<size_t>(-1)
                             : static_cast<size_t>(std::max(1000.0, kPipetrainWork / (static_cast<double>(W) * W)));
   Searched out{build_state_space(profile, max_states, max_pairs), {}};
-  if (options.straight && W > static_cast<int>(out.space.node_layers.size()))
-    explain_no_plan(profile, cluster, options, out.space);
+  if (options.straight && W > static_cast<int>(out.space.node_layers.size())) return out;
   out.result = compat ? search_pipedream(out.space, cluster, options) : search_pipetrain(out.space, cluster, options);
+  return out;
+}
+
+Searched run_search(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+  Searched out = search_if_any(profile, cluster, options);
   if (out.result.pipeline_ms == kInfinity) explain_no_plan(profile, cluster, options, out.space);
   return out;
 }
@@ -251,13 +256,13 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   // 65.8 ms per minibatch, where the straight 1-1-1-1-1-1-1-1 runs at 57.1), and no move of
   // the local search splits a replicated stage in two.
   std::optional<Searched> straight;
-  if (!options.straight && cluster.workers() > 1) try {
-      PlanOptions one_each = wider;
-      one_each.straight = true;
-      straight = run_search(profile, cluster, one_each);
-    } catch (const ConfigError&) {
-      // more workers than layers to split: no straight plan
-    }
+  if (!options.straight && cluster.workers() > 1) {
+    PlanOptions one_each = wider;
+    one_each.straight = true;
+    Searched found = search_if_any(profile, cluster, one_each);
+    // None where the layers are fewer than the workers or a tie holds them together.
+    if (found.result.pipeline_ms < kInfinity) straight = std::move(found);
+  }
   std::vector<Searched> searches;
   searches.push_back(search_bound(bounds[0]));
   if (second.valid()) searches.push_back(second.get());

@@ -46,16 +46,27 @@ std::string fixed(double v, int digits = 2) {
   return buf;
 }
 
-// What limits a plan's slowest stage, in words.
+// What limits a plan's slowest stage, in words: the term of its time_ms that sets it
+// (pipetrain_cost.cpp). GNMT-16 --straight on 8 said "stage 4: compute 41.26 ms" of a stage at
+// 58.16, set by its round trip over the minibatches it keeps in flight.
 std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster) {
   const plan::StageEstimate& s = e.stages[e.bottleneck];
+  double busy = std::max(s.compute_ms, s.link_ms) + s.allreduce_ms;
   std::string what;
-  if (s.link_ms > s.compute_ms)
-    what = str("link of worker ", s.busiest_worker, " at level ", cluster.levels[s.busiest_level].name, " ",
-               fixed(s.link_ms), " ms");
-  else
-    what = str("compute ", fixed(s.compute_ms), " ms");
-  if (s.allreduce_ms > 0) what += str(" + all-reduce ", fixed(s.allreduce_ms), " ms");
+  if (s.in_flight_ms > busy * (1 + 1e-9) && s.in_flight_ms >= s.time_ms * (1 - 1e-9)) {
+    what = str("the round trip from its forward to its backward over the minibatches it keeps in flight, ",
+               fixed(s.in_flight_ms), " ms a minibatch");
+  } else if (s.round_ms > 0 && busy < s.time_ms * (1 - 1e-9)) {
+    what = str("its replicas' round ", fixed(s.round_ms), " ms (all-reduce and the previous stage's spacing), ",
+               fixed(s.time_ms), " ms a minibatch");
+  } else {
+    if (s.link_ms > s.compute_ms)
+      what = str("link of worker ", s.busiest_worker, " at level ", cluster.levels[s.busiest_level].name, " ",
+                 fixed(s.link_ms), " ms");
+    else
+      what = str("compute ", fixed(s.compute_ms), " ms");
+    if (s.allreduce_ms > 0) what += str(" + all-reduce ", fixed(s.allreduce_ms), " ms");
+  }
   return str("stage ", e.bottleneck, ": ", what);
 }
 

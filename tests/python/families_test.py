@@ -112,6 +112,11 @@ class Families(unittest.TestCase):
         self.check("gpt", "1f1b-4-gloo", ["--schedule", "1f1b", "--stages", "4", "--microbatches", "2",
                                           "--transport", "gloo"], 2)
         self.check("gpt", "zb-h1-3-threads", ["--schedule", "zb-h1", "--stages", "3", "--microbatches", "2"], 2)
+        # Each layer's file holds its copy of the tie; checkpoint inspect counts it once, as
+        # PyTorch lists the model's parameters (it counted both copies).
+        shown = fid.run([fid.PIPETRAIN, "checkpoint", "inspect", os.path.join(case.work, "gpt-1f1b-4-gloo")]).stdout
+        want = sum(p.numel() for p in case.make_model().parameters())
+        self.assertIn(f"total {want} parameters (1 tied, counted once;", shown)
 
     def test_gpt_tie_on_a_replicated_stage_and_interleaved(self):
         """A tie whose embedding stage has 2 replicas (each adds half its all-reduced gradient to
