@@ -42,7 +42,19 @@ struct Row {
   metrics::Metrics m;
   std::string scaling;  // data parallelism only: "weak" (the baseline) or "strong"
   int64_t peak_memory = 0;  // the memory model's, fullest worker
+  std::string cell;  // `plan` as the table shows it (short_shape); empty: `plan`
 };
+
+// The plan's shape for a table cell: PipeDream's notation, or where that runs long (zb-h1 on 16
+// workers: 31 characters, past the column) its stage count and replicas.
+std::string short_shape(const plan::Plan& p) {
+  std::string shape = p.shape();
+  if (shape.size() <= 14) return shape;
+  bool uniform = true;
+  for (const auto& st : p.stages) uniform = uniform && st.replicas == p.stages[0].replicas;
+  if (uniform) return str(p.num_stages(), " stages x", p.stages[0].replicas);
+  return str(shape.substr(0, 8), ".. (", p.num_stages(), ")");
+}
 
 int run_compare(CompareFlags& f) {
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
@@ -76,15 +88,15 @@ int run_compare(CompareFlags& f) {
     try {
       JointResult best = joint_search(prof, cluster, po, jo);
       const Configuration& c = chosen(best, jo, prof, cluster);
-      std::string label = c.plan.shape();
-      if (c.plan.chunks > 1) label += str(" x", c.plan.chunks);
-      if (c.plan.microbatches > 0) label += str(" m", c.plan.microbatches);
+      std::string how;
+      if (c.plan.chunks > 1) how += str(" x", c.plan.chunks);
+      if (c.plan.microbatches > 0) how += str(" m", c.plan.microbatches);
       for (const auto& st : c.plan.stages)
         if (st.recompute) {
-          label += " rc";
+          how += " rc";
           break;
         }
-      rows.push_back({kind, label, c.simulated, "", c.peak_memory});
+      rows.push_back({kind, c.plan.shape() + how, c.simulated, "", c.peak_memory, short_shape(c.plan) + how});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << kind << ": " << e.what() << "\n";
     }
@@ -95,7 +107,7 @@ int run_compare(CompareFlags& f) {
     try {
       auto s = schedule::make_schedule(kind, plan, o);
       rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster)), "",
-                      schedule::peak_memory(schedule::memory_per_worker(s, costs, jo.memory))});
+                      schedule::peak_memory(schedule::memory_per_worker(s, costs, jo.memory)), ""});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }
@@ -137,14 +149,14 @@ int run_compare(CompareFlags& f) {
   }
   std::cout << prof.model << " (batch " << prof.batch_size << ") on " << cluster.describe() << ", simulated\nplans: "
             << plan_note << "\n\n";
-  std::cout << std::left << std::setw(12) << "schedule" << std::setw(24) << "plan" << std::right << std::setw(12)
+  std::cout << std::left << std::setw(15) << "schedule" << std::setw(24) << "plan" << std::right << std::setw(12)
             << "ms/minibatch" << std::setw(12) << "samples/s" << std::setw(10) << "vs dp" << std::setw(9) << "bubble"
             << std::setw(13) << "peak memory" << "\n";
   std::cout << std::fixed;
   for (const auto& r : rows) {
     std::ostringstream speedup;
     speedup << std::fixed << std::setprecision(2) << (dp_rate > 0 ? r.m.samples_per_s / dp_rate : 0) << "x";
-    std::cout << std::left << std::setw(12) << r.kind << std::setw(24) << r.plan << std::right << std::setw(12)
+    std::cout << std::left << std::setw(15) << r.kind << std::setw(24) << (r.cell.empty() ? r.plan : r.cell) << std::right << std::setw(12)
               << std::setprecision(2) << r.m.ms_per_minibatch << std::setw(12) << std::setprecision(1)
               << r.m.samples_per_s << std::setw(10) << speedup.str() << std::setw(9) << std::setprecision(3)
               << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.peak_memory)) << "\n";

@@ -122,7 +122,8 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
           for (int j : supersets[k]) {
             double compute = s.compute_ms[j] - s.compute_ms[k];
             bound = root ? kInfinity : best;
-            if (compute / (W - w) > bound) break;  // and so for every later superset
+            // On at most W - w replicas (one, --straight): no faster than compute / that.
+            if (compute / (options.straight ? 1 : W - w) > bound) break;  // and so for every later superset
             double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
                                  s.parameter_bytes[k];
             if (Q && q * state_bytes > static_cast<double>(mem)) continue;

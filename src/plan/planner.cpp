@@ -255,32 +255,34 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   // replicated plans that simulate slower (GNMT-16 on 8 workers at 10 Gbit/s: 3-1-1-1-1-1 at
   // 65.8 ms per minibatch, where the straight 1-1-1-1-1-1-1-1 runs at 57.1), and no move of
   // the local search splits a replicated stage in two.
-  std::optional<Searched> straight;
-  if (!options.straight && cluster.workers() > 1) {
-    PlanOptions one_each = wider;
-    one_each.straight = true;
-    Searched found = search_if_any(profile, cluster, one_each);
-    // None where the layers are fewer than the workers or a tie holds them together.
-    if (found.result.pipeline_ms < kInfinity) straight = std::move(found);
-  }
   std::vector<Searched> searches;
   searches.push_back(search_bound(bounds[0]));
+  std::optional<SearchResult> straight;
+  if (!options.straight && cluster.workers() > 1 &&
+      cluster.workers() <= static_cast<int>(searches.front().space.node_layers.size())) {
+    // On the first bound's states (building them again took as long as the search).
+    PlanOptions one_each = wider;
+    one_each.straight = true;
+    one_each.fewer_workers = false;  // no suffixes: the smaller clusters' plans come from the bounds
+    straight = search_pipetrain(searches.front().space, cluster, one_each);
+    // None where a tie or the memory holds the layers together.
+    if (straight->pipeline_ms == kInfinity) straight.reset();
+  }
   if (second.valid()) searches.push_back(second.get());
   if (announce)
     options.progress(str("searched ", searches.front().space.num_states(), " states in ",
                          std::round(10 * std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) / 10,
                          " s"));
-  std::vector<const Searched*> all;
-  for (const Searched& searched : searches) all.push_back(&searched);
-  if (straight) all.push_back(&*straight);
-  for (const Searched* each : all) {
-    const Searched& searched = *each;
+  std::vector<std::pair<const StateSpace*, const SearchResult*>> all;
+  for (const Searched& searched : searches) all.emplace_back(&searched.space, &searched.result);
+  if (straight) all.emplace_back(&searches.front().space, &*straight);
+  for (const auto& [space, result] : all) {
     // Each alternative in the placement the exact model predicts fastest (ties keep the
     // search's own numbering).
     int rank = 0;
-    for (const auto& alt : searched.result.alternatives) {
-      Plan best = with_baseline(best_placed(to_plan(alt.stages, alt.pipeline_ms, searched.space,
-                                                    searched.result.data_parallel_ms, profile, cluster, options),
+    for (const auto& alt : result->alternatives) {
+      Plan best = with_baseline(best_placed(to_plan(alt.stages, alt.pipeline_ms, *space,
+                                                    result->data_parallel_ms, profile, cluster, options),
                                             profile, cluster, options));
       if (!best.stages.empty()) {
         std::string key = to_json(best).dump();
