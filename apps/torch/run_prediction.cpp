@@ -36,7 +36,13 @@ RunPrediction simulate_run(const plan::Plan& plan, const runtime::PipelineOption
 RunPrediction predict_threads_run(const plan::Plan& plan, const runtime::PipelineOptions& o,
                                   const profile::Profile& profile, int cores) {
   plan::check_plan_fits(plan, profile, "plan");
-  return simulate_run(plan, o, profile::with_batch_size(profile, o.train.batch_size), nullptr, cores);
+  // A cluster calibrated on threads (calibrate --workers N) measured this very hand-over: its
+  // latency, rate and all-reduce terms; otherwise tensors cross for free.
+  bool on_threads = o.cluster.calibration.is_object() && o.cluster.calibration.value("transport", "") == "threads";
+  const plan::Cluster* measured = !o.cluster.levels.empty() && on_threads ? &o.cluster : nullptr;
+  RunPrediction r = simulate_run(plan, o, profile::with_batch_size(profile, o.train.batch_size), measured, cores);
+  r.calibrated_threads = measured != nullptr;
+  return r;
 }
 
 RunPrediction predict_emulated_run(const plan::Plan& plan, const runtime::PipelineOptions& o,
@@ -52,7 +58,10 @@ std::string RunPrediction::describe(const runtime::PipelineOptions& o, const pla
   std::string s = o.schedule;
   if (o.schedule != "pipedream") s += str(", ", o.microbatches, " microbatches");
   if (schedule::is_interleaved(o.schedule)) s += str(", ", o.chunks, " chunks");
-  s += str(", ", workers, on_cluster ? " workers on the job's --cluster" : " workers on threads, transfers in memory");
+  s += str(", ", workers,
+           calibrated_threads ? " workers on threads, their hand-over as calibrated (--cluster)"
+           : on_cluster       ? " workers on the job's --cluster"
+                              : " workers on threads, transfers in memory");
   auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
     s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");
