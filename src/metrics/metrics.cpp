@@ -160,7 +160,10 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   // window of an odd count of them is off by half their difference over the count (6
   // minibatches: 233.7 where it runs at 243.6). Where the window's gaps repeat every c of them,
   // it is cut to whole repeats too.
-  if (b - a >= period) period = std::lcm(period, gap_cycle(finished, a, b));
+  if (b - a >= period) {
+    int repeats = std::lcm(period, gap_cycle(finished, a, b));
+    if (repeats <= b - a) period = repeats;  // else the rounds alone, as before
+  }
   if (b - a >= period) b = a + (b - a) / period * period;
   else a = b;  // less than a period in the middle third: the whole trace, warm-up and all
   m.steady = b > a;
