@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -90,25 +91,41 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   m.schedule = t.schedule;
   m.source = t.source;
   // Per minibatch id, in id order: begun, the start of its first compute; done, the end of its
-  // last. From one sorted array (the planner computes these for hundreds of replays, where maps
-  // took a tenth of its time).
-  struct Span {
-    int id;
-    double start, end;
-    bool operator<(const Span& o) const { return id < o.id; }
-  };
-  std::vector<Span> spans;
+  // last. Indexed by id (the planner computes these for hundreds of replays, where maps took a
+  // tenth of its time); ids with no compute are left out.
+  const int per = std::max(1, t.microbatches);
+  int ids = 0;
+  size_t computes = 0;
   for (const auto& list : t.workers)
     for (const auto& e : list)
-      if (is_compute(e.action.kind)) spans.push_back({e.action.microbatch / std::max(1, t.microbatches), e.start_ms, e.end_ms});
-  if (spans.empty()) throw ConfigError(str("trace of '", t.schedule, "' has no compute events"));
-  std::sort(spans.begin(), spans.end());
-  std::vector<double> done, begun;
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (i == 0 || spans[i].id != spans[i - 1].id) done.push_back(0), begun.push_back(spans[i].start);
-    done.back() = std::max(done.back(), spans[i].end);
-    begun.back() = std::min(begun.back(), spans[i].start);
+      if (is_compute(e.action.kind)) ids = std::max(ids, e.action.microbatch / per + 1), ++computes;
+  if (ids == 0) throw ConfigError(str("trace of '", t.schedule, "' has no compute events"));
+  // A trace read from a file may skip ids (up to 10^9): then its own ids, in order, index them.
+  std::vector<int> sparse;
+  if (static_cast<size_t>(ids) > computes) {
+    for (const auto& list : t.workers)
+      for (const auto& e : list)
+        if (is_compute(e.action.kind)) sparse.push_back(e.action.microbatch / per);
+    std::sort(sparse.begin(), sparse.end());
+    sparse.erase(std::unique(sparse.begin(), sparse.end()), sparse.end());
+    ids = static_cast<int>(sparse.size());
   }
+  auto index_of = [&](int id) {
+    return sparse.empty() ? id : static_cast<int>(std::lower_bound(sparse.begin(), sparse.end(), id) - sparse.begin());
+  };
+  const double none = std::numeric_limits<double>::infinity();
+  std::vector<double> done(ids, -none), begun(ids, none);
+  for (const auto& list : t.workers)
+    for (const auto& e : list)
+      if (is_compute(e.action.kind)) {
+        int id = index_of(e.action.microbatch / per);
+        done[id] = std::max(done[id], e.end_ms);
+        begun[id] = std::min(begun[id], e.start_ms);
+      }
+  size_t kept = 0;
+  for (int id = 0; id < ids; ++id)
+    if (begun[id] != none) done[kept] = done[id], begun[kept] = begun[id], ++kept;
+  done.resize(kept), begun.resize(kept);
   m.minibatches = static_cast<int>(done.size());
   // Completions in time order: replicated stages finish minibatches out of order, and the gap
   // between two minibatch ids would count a replica's whole round as one minibatch's time.

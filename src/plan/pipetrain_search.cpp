@@ -13,6 +13,7 @@
 // The first stage may also start at any worker w > 0 (λ = 0: nothing before it): that plans the
 // smaller cluster of workers w..W-1 in the same tables (SearchResult::suffixes).
 #include <algorithm>
+#include <queue>
 
 #include "core/error.h"
 #include "plan/pipetrain_cost.h"
@@ -92,10 +93,13 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
   std::vector<char> suffix_start(W, 0);
   if (options.fewer_workers)
     for (const Cluster& sub : smaller_clusters(cluster)) suffix_start[W - sub.workers()] = 1;
+  // The `candidates` best times of the first stages offered from worker w so far (max first).
+  std::priority_queue<double> root_times;
   for (int k = S - 2; k >= 0; --k)
     for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w) {  // a later state needs an earlier stage
       // State 0 after worker 0 is only a smaller cluster's first stage (nothing before it).
       if (k == 0 && w > 0 && !suffix_start[w]) continue;
+      root_times = {};
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
         double best_any = kInfinity;
         for (int lam = k == 0 ? 0 : 1; lam < (k == 0 ? 1 : Lv); ++lam) {
@@ -103,7 +107,11 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
           double best = kInfinity;
           int best_j = -1, best_n = 0;
           auto offer = [&](double t, int j, int n) {
-            if (root && t < kInfinity) roots.push_back({t, q, j, n, w});
+            if (root && t < kInfinity) {
+              roots.push_back({t, q, j, n, w});
+              root_times.push(t);
+              if (static_cast<int>(root_times.size()) > options.candidates) root_times.pop();
+            }
             // Ties go to the one-stage option, then the smaller state index, then the most
             // replicas: the choice does not depend on the order the supersets are visited in.
             bool one_stage = best_j == last && best_n == W - w;
@@ -117,11 +125,16 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
                            s.parameter_bytes[k];
             if (q <= 1 && (!Q || bytes <= static_cast<double>(mem))) offer(stage(k, last, w, W - w, lam, 1).time_ms, last, W - w);
           }
-          // The root keeps every first stage's best (no pruning by the best so far).
-          double bound = root ? kInfinity : best;
+          // The root keeps every first stage's best that can be among the `candidates` best
+          // from worker w: a choice no faster than that many already offered cannot (ties are kept).
+          auto bound_now = [&] {
+            if (!root) return best;
+            return static_cast<int>(root_times.size()) == options.candidates ? root_times.top() : kInfinity;
+          };
+          double bound = bound_now();
           for (int j : supersets[k]) {
             double compute = s.compute_ms[j] - s.compute_ms[k];
-            bound = root ? kInfinity : best;
+            bound = bound_now();
             // On at most W - w replicas (one, --straight): no faster than compute / that.
             if (compute / (options.straight ? 1 : W - w) > bound) break;  // and so for every later superset
             double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
@@ -133,7 +146,7 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
             int n_min = j == last ? W - w : 1;
             // The rest's bound suffix(j, w + n) grows with n (fewer workers after): skip at once
             // the replica counts that leave the rest no chance (on 1,024 workers, most of them).
-            if (!root && n_max > n_min) {
+            if (n_max > n_min) {
               size_t row = sat(Q ? q - 1 : 0, j, 0);
               int lo = n_min, hi = n_max;  // the largest n with suffix <= bound is in [lo - 1, hi]
               while (lo <= hi) {
@@ -144,7 +157,7 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
               n_max = hi;
             }
             for (int n = n_max; n >= n_min; --n) {
-              bound = root ? kInfinity : best;
+              bound = bound_now();
               if (compute / n > bound) break;
               double rest = g[rest_at(Q ? q - 1 : 0, j, w, n)];
               if (rest > bound) continue;

@@ -30,18 +30,22 @@ std::string Plan::shape() const {
   return os.str();
 }
 
+namespace {
+// PipeDream's NOAM from the workers of stage s and the stages after it and s's replicas.
+int noam(int downstream, int r) { return std::max(1, (downstream + r - 1) / r); }
+}  // namespace
+
 int paper_in_flight(const std::vector<int>& replicas, int s) {
   int downstream = 0;
   for (size_t t = s; t < replicas.size(); ++t) downstream += replicas[t];
-  int r = replicas[s];
-  return std::max(1, (downstream + r - 1) / r);
+  return noam(downstream, replicas[s]);
 }
 
 int in_flight(const Plan& p, int s) {
   if (p.stages[s].in_flight > 0) return p.stages[s].in_flight;
-  std::vector<int> replicas;
-  for (const auto& st : p.stages) replicas.push_back(st.replicas);
-  return paper_in_flight(replicas, s);
+  int downstream = 0;  // called per stage of every plan evaluated: no copy of the counts
+  for (size_t t = s; t < p.stages.size(); ++t) downstream += p.stages[t].replicas;
+  return noam(downstream, p.stages[s].replicas);
 }
 
 int least_in_flight(const std::vector<int>& replicas, int s, int next) {

@@ -110,7 +110,7 @@ double exact_data_parallel_ms(const profile::Profile& profile, const Cluster& cl
 }
 
 // Worker orders the planner tries for a searched plan (the search numbers workers stage by
-// stage): as searched, reversed (the last stage first), and, on clusters of several levels,
+// stage): as searched and, on clusters of several levels, reversed (the last stage first) and
 // spread (consecutive replicas in different units of the innermost level). Stage s takes the
 // next `replicas` entries of the order.
 std::vector<std::vector<int>> placements(const Cluster& cluster) {
@@ -118,10 +118,12 @@ std::vector<std::vector<int>> placements(const Cluster& cluster) {
   std::vector<int> order(W);
   for (int w = 0; w < W; ++w) order[w] = w;
   std::vector<std::vector<int>> out = {order};
+  // On one level every worker's links are alike: any order predicts the same.
+  if (cluster.levels.size() == 1) return out;
   std::reverse(order.begin(), order.end());
   out.push_back(order);
   int per = cluster.levels[0].fan_out, units = W / per;
-  if (cluster.levels.size() > 1 && per > 1) {
+  if (per > 1) {
     for (int i = 0; i < W; ++i) order[i] = (i % units) * per + i / units;
     out.push_back(order);
   }

@@ -21,10 +21,10 @@ double unit_cost(const Schedule& s, const Action& a) {
   }
 }
 
-// Start and finish times of every action of a compute-only schedule on the unit clock, with free
+// Start times of every action of a compute-only schedule on the unit clock, with free
 // transfers. Actions that can never run keep kNever.
 struct UnitReplay {
-  std::vector<std::vector<double>> start, finish;
+  std::vector<std::vector<double>> start;
   // Finish time of F (even index) and B (odd) by stage and microbatch; kNever for none. A
   // microbatch outside the schedule's range (the validator names it later) is never done.
   std::vector<double> done_;
@@ -39,11 +39,7 @@ struct UnitReplay {
         microbatches_(s.total_microbatches()) {
     int n = s.num_workers();
     start.resize(n);
-    finish.resize(n);
-    for (int w = 0; w < n; ++w) {
-      start[w].assign(s.actions[w].size(), kNever);
-      finish[w].assign(s.actions[w].size(), kNever);
-    }
+    for (int w = 0; w < n; ++w) start[w].assign(s.actions[w].size(), kNever);
     std::vector<size_t> pc(n, 0);
     std::vector<double> clock(n, 0);
     for (bool progress = true; progress;) {
@@ -67,7 +63,7 @@ struct UnitReplay {
             if (ready == kNever) break;
             for (int r : s.stage_workers[a.stage]) {
               start[r][pc[r]] = ready;
-              finish[r][pc[r]] = clock[r] = ready + unit_cost(s, a);
+              clock[r] = ready + unit_cost(s, a);
               ++pc[r];
             }
             progress = true;
@@ -75,7 +71,7 @@ struct UnitReplay {
           }
           if (ready == kNever) break;
           start[w][pc[w]] = ready;
-          finish[w][pc[w]] = clock[w] = ready + unit_cost(s, a);
+          clock[w] = ready + unit_cost(s, a);
           if ((a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) && a.microbatch >= 0 &&
               a.microbatch < microbatches_ && a.stage >= 0 && a.stage < stages_)
             done_[(static_cast<size_t>(a.stage) * microbatches_ + a.microbatch) * 2 +
@@ -88,33 +84,28 @@ struct UnitReplay {
   }
 };
 
-struct Entry {
+// A transfer on one worker's list: the time its data is ready on the unit clock and its place
+// in the one global order of pairs.
+struct Transfer {
   double time;
-  int cls;   // 0: transfer, 1: the worker's own action (transfers first at equal times)
-  long order;  // transfers: global pair id; own actions: position in the list
+  long pair;
   Action action;
 };
 }  // namespace
 
-Schedule insert_comm(const Schedule& compute_only) {
-  Schedule s = compute_only;
+Schedule insert_comm(Schedule s) {
   for (auto& list : s.actions)
     list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_p2p(a.kind); }), list.end());
   UnitReplay replay(s);
-  std::vector<std::vector<Entry>> merged(s.num_workers());
-  for (int w = 0; w < s.num_workers(); ++w) {
-    merged[w].reserve(3 * s.actions[w].size());  // about a send or a receive per compute, and room
-    for (size_t i = 0; i < s.actions[w].size(); ++i)
-      merged[w].push_back({replay.start[w][i], 1, static_cast<long>(i), s.actions[w][i]});
-  }
+  std::vector<std::vector<Transfer>> transfers(s.num_workers());
   long pair_id = 0;
   auto add_pair = [&](ActionKind send, ActionKind recv, int from_stage, int to_stage, int mb, double time) {
     int u = s.worker_of(from_stage, mb), v = s.worker_of(to_stage, mb);
     if (u == v) return;  // same worker: the data is already there
     Action a{u, send, from_stage, mb, s.chunks > 1 ? s.chunk_of(from_stage) : 0, v};
     Action b{v, recv, to_stage, mb, s.chunks > 1 ? s.chunk_of(to_stage) : 0, u};
-    merged[u].push_back({time, 0, pair_id, a});
-    merged[v].push_back({time, 0, pair_id, b});
+    transfers[u].push_back({time, pair_id, a});
+    transfers[v].push_back({time, pair_id, b});
     ++pair_id;
   };
   for (int mb = 0; mb < s.total_microbatches(); ++mb)
@@ -124,15 +115,23 @@ Schedule insert_comm(const Schedule& compute_only) {
       add_pair(ActionKind::kSendGradient, ActionKind::kRecvGradient, st + 1, st, mb,
                replay.done(ActionKind::kBackward, st + 1, mb));
     }
+  // A worker's own actions start in list order on the unit clock (each after the one before;
+  // those that never run, kNever, are the tail), so the merge needs only the transfers sorted.
   for (int w = 0; w < s.num_workers(); ++w) {
-    auto& list = merged[w];
-    // Unreplayable actions (time kNever) keep their relative order after everything else.
-    std::stable_sort(list.begin(), list.end(), [](const Entry& x, const Entry& y) {
-      return std::tie(x.time, x.cls, x.order) < std::tie(y.time, y.cls, y.order);
-    });
-    s.actions[w].clear();
-    s.actions[w].reserve(list.size());
-    for (const auto& e : list) s.actions[w].push_back(e.action);
+    auto& mine = transfers[w];
+    std::sort(mine.begin(), mine.end(),
+              [](const Transfer& x, const Transfer& y) { return std::tie(x.time, x.pair) < std::tie(y.time, y.pair); });
+    const std::vector<Action>& own = s.actions[w];
+    const std::vector<double>& start = replay.start[w];
+    std::vector<Action> merged;
+    merged.reserve(own.size() + mine.size());
+    size_t i = 0, j = 0;
+    while (i < own.size() || j < mine.size()) {
+      // Transfers first at equal times; unreplayable actions keep their order after everything.
+      if (j < mine.size() && (i == own.size() || mine[j].time <= start[i])) merged.push_back(mine[j++].action);
+      else merged.push_back(own[i++]);
+    }
+    s.actions[w] = std::move(merged);
   }
   return s;
 }

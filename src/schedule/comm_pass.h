@@ -19,6 +19,6 @@
 namespace pt::schedule {
 
 // Returns `compute_only` with the sends and receives added (existing p2p actions are dropped).
-Schedule insert_comm(const Schedule& compute_only);
+Schedule insert_comm(Schedule compute_only);
 
 }  // namespace pt::schedule

@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <queue>
@@ -21,8 +22,12 @@ namespace {
 // sorted by start. Transfers are mostly booked after every earlier one, so inserting is cheap.
 using Port = std::vector<std::pair<double, double>>;
 
+// A few ports booked together (a transfer's two, a ring's): pointers into Replay's tables.
+using Ports = std::vector<Port*>;
+
 // The earliest t >= from at which [t, t + ms) is free on every port.
-double earliest_free(const std::vector<Port*>& ports, double from, double ms) {
+template <class PortList>
+double earliest_free(const PortList& ports, double from, double ms) {
   // Most bookings come after everything already booked on their ports (a ring's next step):
   // then `from` is free without a search.
   bool after_all = true;
@@ -46,7 +51,8 @@ double earliest_free(const std::vector<Port*>& ports, double from, double ms) {
   return t;
 }
 
-void reserve(const std::vector<Port*>& ports, double start, double end) {
+template <class PortList>
+void reserve(const PortList& ports, double start, double end) {
   if (end <= start) return;
   for (Port* p : ports) {
     if (p->empty() || p->back().first < start) {  // the common case: after every interval
@@ -68,7 +74,7 @@ class Replay {
          int cores)
       : s_(s), cluster_(c), costs_(costs), scale_(1.0 / s.microbatches), core_free_(std::max(cores, 0), 0.0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
-        version_(s.num_workers(), 0), pending_buckets_(s.num_workers()) {
+        version_(s.num_workers(), 0), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
     for (int w = 0; w < s.num_workers(); ++w) {
       completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
       events_[w].reserve(s.actions[w].size() + s.actions[w].size() / 2);
@@ -258,7 +264,7 @@ class Replay {
     int to_stage = act ? a.stage + 1 : a.stage - 1;
     int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
     int level = level_between(w, a.peer);
-    std::vector<Port*> ports = {egress(w, level), ingress(a.peer, level)};
+    std::array<Port*, 2> ports = {egress(w, level), ingress(a.peer, level)};
     double ms = cluster_.message_ms(level, static_cast<double>(bytes));
     double start = earliest_free(ports, posted, ms), end = start + ms;
     reserve(ports, start, end);
@@ -270,19 +276,33 @@ class Replay {
     record(a.peer, r, start, end, bytes);
   }
 
+  // A stage's all-reduce phases and, per phase, each ring's ports: the same at every round.
+  struct RingPlan {
+    std::vector<plan::AllreducePhase> phases;
+    std::vector<std::vector<Ports>> ports;  // [phase][ring]
+  };
+  const RingPlan& ring_plan(int stage) {
+    RingPlan& rp = ring_plans_[stage];
+    if (!rp.phases.empty()) return rp;
+    rp.phases = cluster_.allreduce_phases(s_.stage_workers[stage], 1.0);
+    rp.ports.resize(rp.phases.size());
+    for (size_t p = 0; p < rp.phases.size(); ++p)
+      for (const auto& ring : rp.phases[p].rings) {
+        rp.ports[p].emplace_back();
+        for (int r : ring) rp.ports[p].back().insert(rp.ports[p].back().end(), {egress(r, rp.phases[p].level), ingress(r, rp.phases[p].level)});
+      }
+    return rp;
+  }
+
   void allreduce(const Action& a, double start) {
     const auto& group = s_.stage_workers[a.stage];
     // Each phase keeps its rings' links of its level busy both ways (one ring over the group, or
     // a hierarchical all-reduce's rings inside the units, then across them): a ring's step waits
     // for transfers already on its links; rings of a phase run side by side; a phase starts when
     // the one before has ended everywhere (each ring's members take part in every ring of the next).
-    auto phases = cluster_.allreduce_phases(group, 1.0);
-    std::vector<std::vector<std::vector<Port*>>> ports(phases.size());
-    for (size_t p = 0; p < phases.size(); ++p)
-      for (const auto& ring : phases[p].rings) {
-        ports[p].emplace_back();
-        for (int r : ring) ports[p].back().insert(ports[p].back().end(), {egress(r, phases[p].level), ingress(r, phases[p].level)});
-      }
+    const RingPlan& rp = ring_plan(a.stage);
+    const auto& phases = rp.phases;
+    const auto& ports = rp.ports;
     const auto& buckets = costs_[a.stage].buckets;
     double end = 0;  // the previous bucket's end
     for (size_t k = 0; k < buckets.size(); ++k) {
@@ -301,7 +321,7 @@ class Replay {
         double ms = cluster_.step_ms(phases[p].level) + cluster_.transfer_ms(phases[p].level, phases[p].bytes * share) +
                     cluster_.reduce_ms(phases[p].reduced_bytes * share);
         double phase_end = from;
-        for (auto& ring_ports : ports[p]) {
+        for (const auto& ring_ports : ports[p]) {
           double t = from;
           for (int i = 0; i < phases[p].steps; ++i) {
             t = earliest_free(ring_ports, t, ms);
@@ -371,6 +391,7 @@ class Replay {
   std::vector<std::vector<bool>> completes_;               // [worker][i]: Schedule::completes_gradients
   // [worker] -> (stage, bucket ready times) of completing backwards whose all-reduce is to come.
   std::vector<std::vector<std::pair<int, std::vector<double>>>> pending_buckets_;
+  std::vector<RingPlan> ring_plans_;  // [stage], made at its first all-reduce
 };
 
 }  // namespace

@@ -37,23 +37,33 @@ Trace two_stage_trace() {
   return t;
 }
 
+// One worker of one stage, its events to add: a minibatch is a forward and a backward.
+Trace one_worker_trace(const char* schedule, const char* source) {
+  Trace t;
+  t.source = source;
+  t.schedule = schedule;
+  t.num_stages = 1;
+  t.microbatches = 1;
+  t.batch_size = 8;
+  t.workers.resize(1);
+  return t;
+}
+
+void add_minibatch(Trace& t, const std::string& id, double start, double forward_ms, double backward_ms) {
+  t.workers[0].push_back({parse_action("0F" + id, 0), start, start + forward_ms, 0});
+  t.workers[0].push_back({parse_action("0B" + id, 0), start + forward_ms, start + forward_ms + backward_ms, 0});
+}
+
 // One worker finishing minibatches 1 ms and 3 ms apart by turns (PipeDream-2BW's double
 // buffering alternates two gaps so): the steady state is 2 ms per minibatch, and a window of an
 // odd count of gaps would say 1.8 or 2.2. The window is cut to whole repeats of the gaps.
 TEST(Metrics, AlternatingGapsAreMeasuredOverWholeRepeats) {
   for (int k : {15, 16, 17, 18}) {
-    Trace t;
-    t.source = "simulated";
-    t.schedule = "2bw";
-    t.num_stages = 1;
-    t.microbatches = 1;
-    t.batch_size = 8;
-    t.workers.resize(1);
+    Trace t = one_worker_trace("2bw", "simulated");
     double at = 0;
     for (int i = 0; i < k; ++i) {
       double len = i % 2 == 0 ? 1 : 3;
-      t.workers[0].push_back({parse_action(("0F" + std::to_string(i)).c_str(), 0), at, at + len / 2, 0});
-      t.workers[0].push_back({parse_action(("0B" + std::to_string(i)).c_str(), 0), at + len / 2, at + len, 0});
+      add_minibatch(t, std::to_string(i), at, len / 2, len / 2);
       at += len;
     }
     Metrics m = compute_metrics(t);
@@ -92,6 +102,20 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_EQ(m.links[0].to, 1);
   EXPECT_EQ(m.links[0].bytes, 100);
   EXPECT_EQ(to_json(m)["peak_memory_bytes"], 3100);
+}
+
+// A trace read from a file may number its minibatches with gaps, up to 10^9: each id present
+// counts once, in id order, and none sizes an array by its value.
+TEST(Metrics, MinibatchIdsWithGapsCountEachOnce) {
+  Trace t = one_worker_trace("pipedream", "measured");
+  double at = 0;
+  for (const char* id : {"0", "7", "999999999"}) {
+    add_minibatch(t, id, at, 1, 2);
+    at += 3;
+  }
+  Metrics m = compute_metrics(t);
+  EXPECT_EQ(m.minibatches, 3);
+  EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 3);
 }
 
 TEST(Metrics, AsynchronousSteadyStateWindow) {
