@@ -529,8 +529,11 @@ std::string format_explain(const Candidate& c, const profile::Profile& profile, 
       os << line;
     }
   }
-  os << "simulated (" << c.simulated.schedule << ", " << c.simulated.minibatches << " minibatches, steady state): "
-     << fixed(c.simulated.ms_per_minibatch, 3) << " ms per minibatch, predicted " << fixed(e.pipeline_ms_per_minibatch, 3)
+  if (c.simulated.minibatches == 0)  // steady_state_in_closed_form: data parallelism, not replayed
+    os << "steady state (" << c.simulated.schedule << ", data parallelism's closed form, the simulator's figure exactly): ";
+  else
+    os << "simulated (" << c.simulated.schedule << ", " << c.simulated.minibatches << " minibatches, steady state): ";
+  os << fixed(c.simulated.ms_per_minibatch, 3) << " ms per minibatch, predicted " << fixed(e.pipeline_ms_per_minibatch, 3)
      << " ms (" << fixed(100 * (c.simulated.ms_per_minibatch / e.pipeline_ms_per_minibatch - 1), 1) << "%)\n";
   return os.str();
 }

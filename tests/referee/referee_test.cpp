@@ -192,8 +192,8 @@ TEST(Referee, SkipsPlansTooLongToReplay) {
 
 // Data parallelism's replicas are alike and exchange nothing but their all-reduce, so its steady
 // state is the closed form's (evaluate_plan: the backward, what of the bucketed all-reduce it
-// does not hide, the step) exactly. On hundreds of workers, where a replay would take minutes,
-// the referee ranks it by that figure (referee.h); here each replay it stands for agrees.
+// does not hide, the step) exactly. The referee ranks it by that figure at any size (on hundreds
+// of workers a replay would take minutes); here the simulator replays what it stands for.
 TEST(Referee, DataParallelismsClosedFormIsItsReplay) {
   struct Case {
     const char* model;
@@ -201,6 +201,7 @@ TEST(Referee, DataParallelismsClosedFormIsItsReplay) {
     const char* gbps;
     bool hierarchical;
     double latency_us, step_us;
+    double action_us = 0, reduce_us_per_mib = 0;
   };
   for (const Case& k : std::vector<Case>{{"vgg16", "4", "10", false, 0, 0},
                                          {"resnet50", "4,4", "96,10", false, 0, 0},
@@ -208,18 +209,22 @@ TEST(Referee, DataParallelismsClosedFormIsItsReplay) {
                                          {"gnmt16", "8,8", "100,25", false, 5, 2},
                                          {"gnmt16", "8,8", "100,25", true, 5, 2},
                                          {"gpt-2048", "8,6", "100,25", false, 0, 0},
-                                         {"awd-lm", "7", "1", false, 20, 0}}) {
+                                         {"awd-lm", "7", "1", false, 20, 0},
+                                         {"resnet50", "2,4", "25,1", true, 12, 7, 30, 80}}) {
     profile::Profile prof = load(k.model);
     plan::Cluster cluster = plan::cluster_from_shorthand(k.workers, k.gbps);
     if (k.hierarchical) cluster.allreduce = plan::Cluster::Allreduce::kHierarchical;
     for (auto& level : cluster.levels) level.latency_us = k.latency_us;
     cluster.allreduce_step_us = k.step_us;
+    cluster.action_us = k.action_us;
+    cluster.reduce_us_per_mib = k.reduce_us_per_mib;
     for (int64_t bucket : {int64_t{0}, int64_t{1} << 20, plan::Cluster::kDefaultBucketBytes}) {
       plan::PlanOptions o;
       o.bucket_bytes = bucket;
       plan::Plan dp = plan::data_parallel_plan(prof.num_layers(), cluster.workers());
       double closed = plan::evaluate_plan(dp, prof, cluster, o).pipeline_ms_per_minibatch;
-      double replayed = referee::simulate_plan(dp, prof, cluster, o, "pipedream");
+      schedule::Schedule s = schedule::make_schedule("pipedream", dp, {});
+      double replayed = metrics::compute_metrics(sim::simulate(s, prof, cluster, {bucket})).ms_per_minibatch;
       ASSERT_GT(replayed, 0) << k.model << " on " << k.workers;
       EXPECT_NEAR(closed / replayed, 1.0, 1e-9) << k.model << " on " << k.workers << (k.hierarchical ? " hierarchical" : "")
                                                 << ", bucket " << bucket << ": closed form " << closed << " ms, replay "
