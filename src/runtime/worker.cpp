@@ -110,7 +110,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   int outstanding = 0;
   auto post_ahead = [&] {
     for (; next_receive < list.size() && outstanding < kReceivesAhead; ++next_receive)
-      if (list[next_receive].kind == ActionKind::kRecvActivation || list[next_receive].kind == ActionKind::kRecvGradient) {
+      if (is_recv(list[next_receive].kind)) {
         post_receive(s, list[next_receive], offset);
         ++outstanding;
       }
@@ -118,7 +118,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   for (size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
     post_ahead();
-    if (a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGradient) {
+    if (is_recv(a.kind)) {
       PT_CHECK(next_receive > i, "receive ", schedule::to_string(a), " was not posted ahead");
       --outstanding;  // reached: its place in the window frees
     }

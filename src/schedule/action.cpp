@@ -44,6 +44,7 @@ bool is_p2p(ActionKind k) {
          k == ActionKind::kSendGradient || k == ActionKind::kRecvGradient;
 }
 bool is_send(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kSendGradient; }
+bool is_recv(ActionKind k) { return k == ActionKind::kRecvActivation || k == ActionKind::kRecvGradient; }
 
 std::string to_string(const Action& a) {
   std::string s = str(a.stage, kind_code(a.kind), a.microbatch);

@@ -72,6 +72,7 @@ const char* kind_name(ActionKind k);
 bool is_compute(ActionKind k);  // F, B, W
 bool is_p2p(ActionKind k);      // SA, RA, SG, RG
 bool is_send(ActionKind k);     // SA, SG
+bool is_recv(ActionKind k);     // RA, RG
 
 std::string to_string(const Action& a);
 // Parses the text form for worker `worker` (chunk 0). Throws FormatError naming `text`.
