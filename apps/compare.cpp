@@ -57,6 +57,7 @@ std::string short_shape(const plan::Plan& p) {
 }
 
 int run_compare(CompareFlags& f) {
+  keep_freed_memory();
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();

@@ -168,6 +168,7 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
 }
 
 int run_plan(Flags& f) {
+  keep_freed_memory();
   if (f.top < 0 || f.top > plan::kMaxCandidates)
     throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", f.top));
   // Every candidate --top lists is refereed (a bad --candidates is left for its own message).
