@@ -1,7 +1,5 @@
 #include "apps/command.h"
 
-#include <malloc.h>
-
 #include <cmath>
 #include <exception>
 
@@ -36,11 +34,5 @@ CLI::Validator finite_at_least(bool zero_allowed) {
 
 CLI::Validator finite_positive() { return finite_at_least(false); }
 CLI::Validator finite_non_negative() { return finite_at_least(true); }
-
-void keep_freed_memory() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // large blocks from the heap too, reused once freed
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and the heap's top not given back
-  mallopt(M_TOP_PAD, 64 << 20);        // grown in large steps (address space; pages as touched)
-}
 
 }  // namespace pt::app

@@ -46,11 +46,4 @@ inline constexpr const char* kTorchExecutable = "pipetrain-torch";
 CLI::Validator finite_positive();
 CLI::Validator finite_non_negative();
 
-// For the commands that replay plans in the simulator (plan, simulate, compare): the heap keeps
-// what is freed rather than handing it back to the kernel. Each replay allocates and frees a few
-// MB (action lists, link bookings, traces); handed back and faulted in again, a fifth of `plan`'s
-// time went to the kernel. Over the 52 default-model cases of bench/plan_speed, the median of 3
-// paired passes: 3.54 -> 3.24 s (kernel 0.86 -> 0.57 s), the same plans.
-void keep_freed_memory();
-
 }  // namespace pt::app

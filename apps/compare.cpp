@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "apps/command.h"
+#include "core/host_allocator.h"
 #include "referee/joint_search.h"
 #include "referee/referee.h"
 #include "apps/planning_flags.h"
@@ -57,7 +58,7 @@ std::string short_shape(const plan::Plan& p) {
 }
 
 int run_compare(CompareFlags& f) {
-  keep_freed_memory();
+  keep_freed_host_memory();
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();

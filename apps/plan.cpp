@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "apps/command.h"
+#include "core/host_allocator.h"
 #include "referee/joint_search.h"
 #include "referee/referee.h"
 #include "referee/replay_ahead.h"
@@ -168,7 +169,7 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
 }
 
 int run_plan(Flags& f) {
-  keep_freed_memory();
+  keep_freed_host_memory();
   if (f.top < 0 || f.top > plan::kMaxCandidates)
     throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", f.top));
   // Every candidate --top lists is refereed (a bad --candidates is left for its own message).

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "apps/command.h"
+#include "core/host_allocator.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
 #include "metrics/metrics.h"
@@ -47,7 +48,7 @@ void follow_plan(SimulateFlags& f, const plan::Plan& plan) {
 }
 
 int run_simulate(SimulateFlags f) {
-  keep_freed_memory();
+  keep_freed_host_memory();
   schedule::check_schedule_options(f.options);  // before --chunks multiplies the workers
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);

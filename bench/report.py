@@ -546,7 +546,7 @@ def section_peers(md):
                  "(`bench/python/peers.py`) on Debian's python3-torch and the same OpenBLAS: DDP over gloo with 2 "
                  "processes, and a GPipe of 2 processes (conv | fc, 4 microbatches, point-to-point over gloo); the "
                  "plain loop is `bench_trainer_overhead`'s LibTorch C++ loop. Every process keeps freed blocks under "
-                 "32 MiB mapped (src/model/host_allocator.h; the peers through GLIBC_TUNABLES): without that, "
+                 "32 MiB mapped (src/core/host_allocator.h; the peers through GLIBC_TUNABLES): without that, "
                  "PyTorch here returned its activations to the kernel every step and ran at a third of its speed.")
 
 

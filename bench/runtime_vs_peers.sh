@@ -26,7 +26,7 @@ rate() {  # samples/s from pipetrain's "steps N, T s, X samples/s" line
   sed -n 's/^steps [0-9]*, [0-9.e+-]* s, \([0-9.]*\) samples\/s.*/\1/p'
 }
 # The peers get the host allocator settings pipetrain and the plain loop set for themselves
-# (src/model/host_allocator.h): without them PyTorch here gives its activations back to the
+# (src/core/host_allocator.h): without them PyTorch here gives its activations back to the
 # kernel every step and runs at a third of its speed, which would measure this VM, not a runtime.
 peer() { GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456 /usr/bin/python3 bench/python/peers.py "$@"; }
 train() { build/pipetrain train --model mnist-cnn --batch-size 64 --steps "$steps" --quiet "$@" 2>&1 | rate; }

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "model/compute_threads.h"
-#include "model/host_allocator.h"
+#include "core/host_allocator.h"
 #include "model/batch_sampler.h"
 #include "model/dataset.h"
 #include "model/zoo.h"
@@ -38,7 +38,7 @@ double plain_libtorch_steps_per_s(const pt::model::DataSplit& data, int64_t step
 
 int main(int argc, char** argv) {
   pt::model::use_one_compute_thread();
-  pt::model::keep_freed_host_memory();
+  pt::keep_freed_host_memory();
   int64_t steps = argc > 1 ? std::atoll(argv[1]) : 300, batch = 64;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
   auto data = pt::model::load_fashion_mnist(pt::model::kFashionMnistDir);

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "model/compute_threads.h"
-#include "model/host_allocator.h"
+#include "core/host_allocator.h"
 #include "apps/command.h"
 #include "apps/torch/model_flags.h"
 #include "core/error.h"
@@ -22,7 +22,7 @@ struct ProfileFlags {
 
 int run_profile(ProfileFlags& f) {
   model::use_one_compute_thread();
-  model::keep_freed_host_memory();
+  keep_freed_host_memory();
   if (f.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", f.batch_size));
   if (f.model.data.empty() && f.model.model != "mnist-cnn" && !model::is_language_model(f.model.model))
     f.model.synthetic_samples = std::max(f.model.synthetic_samples, f.batch_size);

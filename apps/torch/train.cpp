@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "model/compute_threads.h"
-#include "model/host_allocator.h"
+#include "core/host_allocator.h"
 #include "apps/command.h"
 #include "apps/flag_digest.h"
 #include "apps/torch/model_flags.h"
@@ -83,7 +83,7 @@ void prepare_emulation(TrainFlags& f) {
 
 int run_train(TrainFlags& f) {
   model::use_one_compute_thread();  // one compute thread per worker (DESIGN.md)
-  model::keep_freed_host_memory();
+  keep_freed_host_memory();
   std::string label;
   if (f.model.emulated()) {
     prepare_emulation(f);

@@ -1,8 +1,8 @@
-#include "model/host_allocator.h"
+#include "core/host_allocator.h"
 
 #include <malloc.h>
 
-namespace pt::model {
+namespace pt {
 
 namespace {
 constexpr int kMmapThreshold = 32 << 20;
@@ -14,4 +14,4 @@ void keep_freed_host_memory() {
   (void)done;
 }
 
-}  // namespace pt::model
+}  // namespace pt
