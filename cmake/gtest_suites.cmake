@@ -1,6 +1,7 @@
 # Run after a test executable is built (pt_test, pipetrain.cmake): lists its GoogleTest suites and
 # writes one CTest test per suite, `SUITE` running `--gtest_filter=SUITE.*`, into OUT.
-# Inputs: EXE, OUT, LABELS (a ;-list, passed with | between), COST, DIR (working directory),
+# Inputs: EXE, OUT, LABELS (a ;-list, passed with | between), COST, SERIAL (1: each suite runs
+# alone, RUN_SERIAL), DIR (working directory),
 # CLAIMS (a folder where each suite's executable is noted: CTest would run a suite name that two
 # executables hold as two tests of one name).
 execute_process(COMMAND "${EXE}" --gtest_list_tests OUTPUT_VARIABLE listing RESULT_VARIABLE rc TIMEOUT 60)
@@ -32,6 +33,9 @@ foreach(line IN LISTS lines)
     string(APPEND text "add_test([=[${suite}]=] [==[${EXE}]==] [=[--gtest_filter=${suite}.*]=])\n"
            "set_tests_properties([=[${suite}]=] PROPERTIES LABELS [=[${LABELS}]=] COST ${COST} "
            "WORKING_DIRECTORY [==[${DIR}]==] ENVIRONMENT OPENBLAS_NUM_THREADS=1)\n")
+    if(SERIAL)
+      string(APPEND text "set_tests_properties([=[${suite}]=] PROPERTIES RUN_SERIAL TRUE)\n")
+    endif()
   endif()
 endforeach()
 file(WRITE "${OUT}" "${text}")
