@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Every emulated-cluster figure of docs/results.md (root; build/pipetrain built; about 20
-# minutes). Each block prints its own table; outputs under out/bench/ for bench/report.py.
+# Every emulated-cluster figure of docs/results.md (root; build/pipetrain built; about an hour:
+# each row runs 3 times). Each block first calibrates the testbed (`pipetrain calibrate`, issue
+# 33) and plans and simulates on what it measured; --typed plans on the typed bandwidths instead.
+# Each block prints its own table; outputs under out/bench/ for bench/report.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-b=bench/emulated_cluster.sh
+b="bench/emulated_cluster.sh --calibrate"
+[[ ${1:-} != --typed ]] || b=bench/emulated_cluster.sh
 rm -rf out/bench/emulated_cluster
 
 # PipeDream's Table 1 settings: Cluster A is 4 V100s a server over PCIe (96 Gbit/s here), 10 Gbit/s

@@ -112,6 +112,25 @@ TEST(LinkFit, TheSummingIsWhatTheAllReducesTookBeyondTheLinks) {
   for (auto& a : only) a.measured_ms = summing.allreduce_ms(a.group, a.bytes);
   EXPECT_NEAR(fit_allreduce_host(links, only).reduce_us_per_mib, 500, 1e-6);
   EXPECT_NEAR(fit_allreduce_host(links, only).step_us, 0, 1e-6);
+  // Checks the terms cannot explain (calibrate on the 4x4 testbed: only the 16 MiB all-reduce over
+  // all 16 workers ran 12% over its links): the relative fit does not put the others far off to
+  // buy that one, and no check ends up modelled worse than the links alone model the worst.
+  Cluster testbed = cluster_from_shorthand("4,4", "0.947272,0.0993692");
+  testbed.levels[0].latency_us = 35.8;
+  std::vector<int> all(16), server{0, 1, 2, 3};
+  for (int r = 0; r < 16; ++r) all[r] = r;
+  std::vector<AllreduceCheck> skewed{{all, 1 << 20, 160.341, 0}, {all, 16 << 20, 2840.12, 0},
+                                     {server, 1 << 20, 14.5839, 0}, {server, 16 << 20, 236.702, 0}};
+  double bare_worst = 0;
+  for (const auto& a : skewed) bare_worst = std::max(bare_worst, std::abs(testbed.allreduce_ms(a.group, a.bytes) / a.measured_ms - 1));
+  HostFit h = fit_allreduce_host(testbed, skewed);
+  Cluster fitted = testbed;
+  fitted.reduce_us_per_mib = h.reduce_us_per_mib, fitted.allreduce_step_us = h.step_us;
+  for (const auto& a : skewed) {
+    double err = fitted.allreduce_ms(a.group, a.bytes) / a.measured_ms - 1;
+    EXPECT_LE(std::abs(err), bare_worst + 1e-12) << a.bytes << " over " << a.group.size() << ": " << err;
+    EXPECT_LT(err, 0.15) << a.bytes << " over " << a.group.size();
+  }
   LevelCalibration inner{0, 0, 1, points_of(20, 40, 0, 1), {}}, outer{1, 0, 2, points_of(200, 2, 0, 1), {}};
   inner.fit = fit_alpha_beta(inner.points);
   outer.fit = fit_alpha_beta(outer.points);
