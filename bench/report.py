@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes docs/results.md and its pictures (docs/results/*.svg) from what the benchmarks left
 under out/bench/ (bench/all.sh runs them first). Plain Python, no plotting library: the plots
-are small hand-made SVGs. A section whose benchmark did not run says so instead of a figure."""
+are small hand-made SVGs. A section whose benchmark did not run says so instead of a figure;
+with --update it keeps that section of the existing docs/results.md instead (and the notes)."""
 import csv
 import datetime
 import glob
@@ -578,6 +579,24 @@ def section_async_accuracy(md):
                  "up over 100 s minibatches (docs/runtime.md).")
 
 
+def split_sections(text):
+    """[(heading or None for the preamble, the lines through the next heading)]."""
+    parts = [[None, []]]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            parts.append([line.strip(), []])
+        parts[-1][1].append(line)
+    return parts
+
+
+def update_sections(old, new):
+    """`old` (docs/results.md) with each section that `new` regenerated from a benchmark that ran
+    replaced in place; the rest (sections whose benchmark did not run this time, the notes) kept."""
+    fresh = {h: "".join(body) for h, body in split_sections(new)
+             if h is not None and "(not run)" not in "".join(body[1:3])}
+    return "".join(fresh.get(h, "".join(body)) if h else "".join(body) for h, body in split_sections(old))
+
+
 def main():
     os.makedirs(PICS, exist_ok=True)
     runs = emulated_runs()
@@ -601,10 +620,15 @@ def main():
     section_imported(md)
     section_families(md)
     section_async_accuracy(md)
-    notes = os.path.join(DOCS, "results_notes.md")
-    if os.path.exists(notes):
-        md.append(open(notes).read())
-    open(os.path.join(DOCS, "results.md"), "w").write("\n".join(md) + "\n")
+    path = os.path.join(DOCS, "results.md")
+    if "--update" in sys.argv[1:]:
+        text = update_sections(open(path).read(), "\n".join(md) + "\n")
+    else:
+        notes = os.path.join(DOCS, "results_notes.md")
+        if os.path.exists(notes):
+            md.append(open(notes).read())
+        text = "\n".join(md) + "\n"
+    open(path, "w").write(text)
     print(f"wrote {os.path.relpath(os.path.join(DOCS, 'results.md'), ROOT)} and {len(os.listdir(PICS))} pictures "
           f"in {os.path.relpath(PICS, ROOT)}")
     if impossible:
