@@ -90,7 +90,7 @@ if [[ ${#bw[@]} -eq 2 ]]; then testbed+=(--rate "$(rate_of "${bw[0]}")" --uplink
 else testbed+=(--rate "$(rate_of "${bw[0]}")"); fi
 batch=$(python3 -c "import json; print(json.load(open('$profile'))['batch_size'])")
 if [[ $calibrate == 1 ]]; then
-  scripts/testbed.sh "${testbed[@]}" --command calibrate --out "$out/calibrate" -- --workers "$plan_workers" --max-mb 16 \
+  scripts/testbed.sh "${testbed[@]}" --timeout 1200 --command calibrate --out "$out/calibrate" -- --workers "$plan_workers" --max-mb 16 --timeout 900 \
     -o "$PWD/$out/testbed_cluster.json" >"$out/calibrate.log" 2>&1 || { cat "$out/calibrate.log"; exit 1; }
   grep -E '^level|^all-reduce' "$out/calibrate.log"
   python3 - "$out/testbed_cluster.json" "$S" "$B" "$allreduce" "$out/cluster.json" <<'EOF'
