@@ -23,7 +23,7 @@ namespace pt::app {
 namespace {
 
 struct CalibrateFlags {
-  std::string workers, output, transport = "threads";
+  std::string workers, output, transport = "threads", refit;
   double max_mb = 64;
   double timeout_s = 60;
 };
@@ -73,7 +73,7 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::M
               << 100 * l.fit.max_error << "% of every point\n";
   std::cerr << "all-reduce host terms (fitted to the " << m.allreduces.size() << " all-reduces below): summing "
             << fitted.reduce_us_per_mib << " us per MiB reduced, " << fitted.allreduce_step_us
-            << " us per ring step besides its message's latency\n";
+            << " us per ring step (where it outlasts the step's message)\n";
   std::cerr << "the host's time per action (a forward, a backward, a step) besides its compute: " << fitted.action_us
             << " us\n";
   for (const auto& a : m.allreduces)
@@ -128,7 +128,28 @@ int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
   }
 }
 
+// --refit: the file's own measurements fitted again under this version's model; nothing measured.
+int run_refit(const CalibrateFlags& f) {
+  if (!f.workers.empty()) throw UsageError("--refit takes the shape from its file: drop --workers");
+  check_output_path(f.output == "-" ? "" : f.output, "-o");
+  plan::Cluster old = plan::read_cluster(f.refit);
+  plan::Cluster fitted = plan::refit_calibration(old, f.refit);
+  std::string text = to_json(fitted).dump(1) + "\n";
+  if (f.output.empty() || f.output == "-") std::cout << text;
+  else write_text_file_atomic(f.output, text), std::cerr << "wrote " << f.output << "\n";
+  std::cerr << "refitted " << f.refit << ": all-reduce host terms " << old.reduce_us_per_mib << " -> "
+            << fitted.reduce_us_per_mib << " us per MiB reduced, " << old.allreduce_step_us << " -> "
+            << fitted.allreduce_step_us << " us per ring step\n";
+  for (const auto& a : fitted.calibration["allreduce"])
+    std::cerr << "all-reduce of " << human_bytes(a["bytes"].get<double>()) << " over " << a["group"].size()
+              << " workers: measured " << a["measured_ms"].get<double>() << " ms, the fitted model "
+              << a["modelled_ms"].get<double>() << " ms (" << 100 * a["error"].get<double>() << "%)\n";
+  return 0;
+}
+
 int run_calibrate(const CalibrateFlags& f) {
+  if (!f.refit.empty()) return run_refit(f);
+  if (f.workers.empty()) throw UsageError("--workers: required (the cluster's shape), unless --refit");
   model::use_one_compute_thread();
   if (f.transport != "threads" && f.transport != "gloo")
     throw UsageError(str("--transport: must be threads or gloo, got '", f.transport, "'"));
@@ -153,8 +174,7 @@ int run_calibrate(const CalibrateFlags& f) {
 
 Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::function<int()> {
   auto f = std::make_shared<CalibrateFlags>();
-  app.add_option("--workers", f->workers, "The cluster's shape: workers per level, innermost first (e.g. 4 or 4,4)")
-      ->required();
+  app.add_option("--workers", f->workers, "The cluster's shape: workers per level, innermost first (e.g. 4 or 4,4)");
   app.add_option("--transport", f->transport,
                  "threads (one process: tensors handed over in memory) or gloo (one process per worker, TCP; "
                  "under torchrun, mpirun or scripts/testbed.sh, one worker)")
@@ -164,6 +184,9 @@ Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::func
   app.add_option("--timeout", f->timeout_s, "Longest wait for one message or all-reduce, seconds")
       ->check(finite_positive())->capture_default_str();
   app.add_option("-o,--output", f->output, "Write the cluster file here (default: standard output)");
+  app.add_option("--refit", f->refit,
+                 "Fit a cluster file that calibrate wrote again from its own measurements under this version's "
+                 "model (nothing is measured; no --workers)");
   return [f] { return run_calibrate(*f); };
 }});
 

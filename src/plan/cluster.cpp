@@ -71,11 +71,6 @@ double phases_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
   for (const auto& p : phases) ms += c.transfer_ms(p.level, p.bytes) + c.reduce_ms(p.reduced_bytes);
   return ms;
 }
-double phases_latency_ms(const Cluster& c, const std::vector<AllreducePhase>& phases) {
-  double ms = 0;
-  for (const auto& p : phases) ms += p.steps * c.step_ms(p.level);
-  return ms;
-}
 int units_level(const Cluster& c, const std::vector<std::vector<int>>& units) {
   int inner = -1;
   for (const auto& u : units) inner = std::max(inner, c.group_level(u));
@@ -116,13 +111,20 @@ std::vector<AllreducePhase> Cluster::allreduce_phases(const std::vector<int>& gr
                              static_cast<double>(units.size()), bytes, units);
 }
 
-double Cluster::allreduce_ms(const std::vector<int>& group, double bytes) const {
-  auto phases = allreduce_phases(group, bytes);
-  return phases_latency_ms(*this, phases) + phases_ms(*this, phases);
+double Cluster::ring_step_ms(const AllreducePhase& unit, double bytes) const {
+  double share = bytes / unit.steps;
+  return latency_ms(unit.level) + std::max(allreduce_step_us * 1e-3, transfer_ms(unit.level, unit.bytes * share)) +
+         reduce_ms(unit.reduced_bytes * share);
 }
 
-double Cluster::allreduce_latency_ms(const std::vector<int>& group) const {
-  return phases_latency_ms(*this, allreduce_phases(group, 0));
+double Cluster::allreduce_ms(const std::vector<AllreducePhase>& unit_phases, double bytes) const {
+  double ms = 0;
+  for (const auto& p : unit_phases) ms += p.steps * ring_step_ms(p, bytes);
+  return ms;
+}
+
+double Cluster::allreduce_ms(const std::vector<int>& group, double bytes) const {
+  return allreduce_ms(allreduce_phases(group, 1.0), bytes);
 }
 
 double Cluster::allreduce_ms_per_byte(const std::vector<int>& group) const {

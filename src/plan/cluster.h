@@ -48,12 +48,13 @@ struct Cluster {
   // typed cluster: free, as before.
   double reduce_us_per_mib = 0;
   double reduce_ms(double bytes) const { return bytes / (1 << 20) * reduce_us_per_mib * 1e-3; }
-  // What each step of an all-reduce's rings costs the host besides its message's latency
-  // (cluster field "allreduce_step_us"; calibrate measures it with reduce_us_per_mib): with every
-  // member sending, receiving and summing at once, a step waits for all of them to be scheduled.
-  // 1 MiB over 4 gloo processes on 2 cores: 7-15 ms measured, 2.4 from the links and the summing.
+  // What each step of an all-reduce's rings costs the host (cluster field "allreduce_step_us";
+  // calibrate measures it with reduce_us_per_mib): with every member sending, receiving and
+  // summing at once, a step waits for all of them to be scheduled. The host waits while the
+  // step's message is on the wire, so a message at least as long hides it (ring_step_ms): 16 KiB
+  // over 16 gloo processes on 2 cores took 72-92 ms where the links give 16-26, while 1 and 16
+  // MiB came within 3% of the links alone.
   double allreduce_step_us = 0;
-  double step_ms(int level) const { return latency_ms(level) + allreduce_step_us * 1e-3; }
   // The host's time per action a worker runs (a forward, a backward, a step) besides its
   // layers' compute: the runtime's dispatch, its stash and weight-version bookkeeping, the
   // loss's host side (cluster field "action_us"; calibrate measures it on a pipeline of layers
@@ -87,11 +88,17 @@ struct Cluster {
   // the units, 2 (m - 1) / m x bytes / k on the group's level, (k - 1) / k x bytes inside the
   // units. Empty for fewer than two workers.
   std::vector<AllreducePhase> allreduce_phases(const std::vector<int>& group, double bytes) const;
-  // Its phases one after another, each step one message: latency x steps + bytes at the rates
-  // + the bytes each member reduces (reduce_ms).
+  // One step of a ring of `unit` (a phase's figures for an all-reduce of one byte) when the
+  // all-reduce carries `bytes`: the level's latency, the longer of the host's step and the step's
+  // message at the level's rate, and the step's share of the summing (reduce_ms). The simulator
+  // books each step so; allreduce_ms sums them.
+  double ring_step_ms(const AllreducePhase& unit, double bytes) const;
+  // Phases one after another, `steps` steps each: the all-reduce of `bytes` whose phases for one
+  // byte are `unit_phases` (allreduce_phases(group, 1.0), computed once for many sizes).
+  double allreduce_ms(const std::vector<AllreducePhase>& unit_phases, double bytes) const;
   double allreduce_ms(const std::vector<int>& group, double bytes) const;
-  // The same in two parts: the latencies of its steps, and its time per byte without them.
-  double allreduce_latency_ms(const std::vector<int>& group) const;
+  // Its time per byte at the links' rates and the summing, latency and host steps left out: a
+  // lower bound for every size.
   double allreduce_ms_per_byte(const std::vector<int>& group) const;
   double range_allreduce_ms(int lo, int hi, double bytes) const;  // the group lo..hi, latency left out
   // The runtime's gradient all-reduce bucket unless told otherwise (train --bucket-mb): PyTorch

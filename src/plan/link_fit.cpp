@@ -109,52 +109,117 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
 }
 
 HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceCheck>& checks) {
-  Cluster bare = links;
-  bare.reduce_us_per_mib = bare.allreduce_step_us = 0;
-  // excess_i = a x steps_i + b x reduced_i (ms per step, ms per byte), each row divided by its
-  // measured time: least squares of the relative errors, so that the 16 MiB all-reduce over every
-  // worker (seconds on the testbed) cannot buy its last percent with a term that puts the 1 MiB
-  // one over a server 128% off (calibrate on VGG-16's 4x4 testbed did).
-  std::vector<double> steps, reduced, excess;
+  // Relative errors (each check's over its measured time), so that the 16 MiB all-reduce over
+  // every worker (seconds on the testbed) cannot buy its last percent with terms that put the
+  // 1 MiB one over a server 128% off (calibrate on VGG-16's 4x4 testbed did). At a host step h
+  // the summing rate is a one-variable least squares (>= 0); h itself is searched, since a step
+  // costs max(h, its message) (Cluster::ring_step_ms) and the errors are not linear in it.
+  Cluster model = links;
+  model.reduce_us_per_mib = 0;
+  std::vector<double> reduced;  // bytes each member sums, over the measured time
+  double longest = 0;
   for (const auto& a : checks) {
-    double n = 0, r = 0;
-    for (const auto& phase : bare.allreduce_phases(a.group, a.bytes)) n += phase.steps, r += phase.reduced_bytes;
-    double w = a.measured_ms > 0 ? 1 / a.measured_ms : 0;
-    steps.push_back(n * w), reduced.push_back(r * w), excess.push_back((a.measured_ms - bare.allreduce_ms(a.group, a.bytes)) * w);
-  }
-  auto dot = [](const std::vector<double>& u, const std::vector<double>& v) {
-    double s = 0;
-    for (size_t i = 0; i < u.size(); ++i) s += u[i] * v[i];
-    return s;
-  };
-  auto squares = [&](double x, double y) {
     double r = 0;
-    for (size_t i = 0; i < excess.size(); ++i) r += std::pow(excess[i] - x * steps[i] - y * reduced[i], 2);
-    return r;
-  };
-  auto worst = [&](double x, double y) {
-    double r = 0;
-    for (size_t i = 0; i < excess.size(); ++i) r = std::max(r, std::abs(excess[i] - x * steps[i] - y * reduced[i]));
-    return r;
-  };
-  // Least squares with both terms >= 0: the unconstrained optimum where it is feasible, else the
-  // better of each term alone, else none.
-  double ss = dot(steps, steps), rr = dot(reduced, reduced), sr = dot(steps, reduced);
-  double se = dot(steps, excess), re = dot(reduced, excess);
-  std::vector<std::pair<double, double>> tries{{0, 0}};
-  if (ss > 0) tries.push_back({std::max(0.0, se / ss), 0});
-  if (rr > 0) tries.push_back({0, std::max(0.0, re / rr)});
-  double det = ss * rr - sr * sr;
-  if (det > 1e-12 * ss * rr) {
-    double a = (se * rr - re * sr) / det, b = (re * ss - se * sr) / det;
-    if (a >= 0 && b >= 0) tries.push_back({a, b});
+    for (const auto& phase : links.allreduce_phases(a.group, a.bytes)) r += phase.reduced_bytes;
+    reduced.push_back(a.measured_ms > 0 ? r / a.measured_ms : 0);
+    longest = std::max(longest, a.measured_ms);
   }
-  auto best = *std::min_element(tries.begin(), tries.end(), [&](const auto& p, const auto& q) {
-    return squares(p.first, p.second) < squares(q.first, q.second);
-  });
+  struct Fit {
+    double step_ms = 0, ms_per_byte = 0, squares = 0, worst = 0;
+  };
+  auto fit_at = [&](double step_ms, bool summing) {
+    Fit f{step_ms, 0, 0, 0};
+    model.allreduce_step_us = step_ms * 1e3;
+    std::vector<double> excess;
+    for (const auto& a : checks)
+      excess.push_back(a.measured_ms > 0 ? (a.measured_ms - model.allreduce_ms(a.group, a.bytes)) / a.measured_ms : 0);
+    double re = 0, rr = 0;
+    for (size_t i = 0; i < excess.size(); ++i) re += reduced[i] * excess[i], rr += reduced[i] * reduced[i];
+    if (summing && rr > 0) f.ms_per_byte = std::max(0.0, re / rr);
+    for (size_t i = 0; i < excess.size(); ++i) {
+      double e = excess[i] - f.ms_per_byte * reduced[i];
+      f.squares += e * e, f.worst = std::max(f.worst, std::abs(e));
+    }
+    return f;
+  };
+  const Fit bare = fit_at(0, false);
+  // h over 0, a log grid up to the longest check, and the steps' own message times (where a
+  // check's cost bends), then refined between the best one's neighbours.
+  std::vector<double> grid{0};
+  for (double h = 1e-4; h < longest; h *= 1.05) grid.push_back(h);
+  for (const auto& a : checks)
+    for (const auto& phase : links.allreduce_phases(a.group, a.bytes))
+      grid.push_back(links.transfer_ms(phase.level, phase.bytes / phase.steps));
+  std::sort(grid.begin(), grid.end());
+  grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
+  size_t at = 0;
+  Fit best = fit_at(0, true);
+  for (size_t i = 1; i < grid.size(); ++i) {
+    Fit f = fit_at(grid[i], true);
+    if (f.squares < best.squares) best = f, at = i;
+  }
+  double lo = grid[at > 0 ? at - 1 : 0], hi = grid[std::min(at + 1, grid.size() - 1)];
+  const double golden = (std::sqrt(5.0) - 1) / 2;
+  for (int i = 0; i < 100 && hi - lo > 1e-12 * std::max(1.0, hi); ++i) {
+    double x1 = hi - golden * (hi - lo), x2 = lo + golden * (hi - lo);
+    if (fit_at(x1, true).squares < fit_at(x2, true).squares) hi = x2;
+    else lo = x1;
+  }
+  Fit refined = fit_at((lo + hi) / 2, true);
+  if (refined.squares < best.squares) best = refined;
   // Terms that model the worst check worse than the links alone model nothing the host does.
-  if (worst(best.first, best.second) > worst(0, 0)) best = {0, 0};
-  return {best.second * (1 << 20) * 1e3, best.first * 1e3};  // ms per byte -> us per MiB; ms -> us
+  if (best.worst > bare.worst) best = bare;
+  return {best.ms_per_byte * (1 << 20) * 1e3, best.step_ms * 1e3};  // ms per byte -> us per MiB; ms -> us
+}
+
+Cluster refit_calibration(const Cluster& calibrated, const std::string& source) {
+  if (calibrated.calibration.is_null())
+    throw FormatError(str(source, ": no field 'calibration': a typed cluster has nothing measured to fit again"));
+  JsonField record(calibrated.calibration, source, "calibration");
+  if (record.has("emulated"))
+    record["emulated"].fail("present: this cluster's levels were scaled for an emulation; refit the cluster calibrate wrote");
+  std::vector<LevelCalibration> levels;
+  JsonField measured = record["levels"];
+  for (size_t i = 0; i < measured.size(); ++i) {
+    JsonField l = measured[i];
+    LevelCalibration lc;
+    lc.level = static_cast<int>(l["level"].as_int_in(0, static_cast<int64_t>(calibrated.levels.size()) - 1));
+    auto pair = l["workers"].as_int_list();
+    if (pair.size() != 2) l["workers"].fail(str("must be two workers, got ", pair.size()));
+    lc.a = static_cast<int>(pair[0]), lc.b = static_cast<int>(pair[1]);
+    JsonField points = l["points_bytes_ms"];
+    for (size_t k = 0; k < points.size(); ++k) {
+      if (points[k].size() != 2) points[k].fail("must be [bytes, ms]");
+      lc.points.push_back({points[k][0].as_non_negative(), points[k][1].as_non_negative()});
+    }
+    try {
+      lc.fit = fit_alpha_beta(lc.points);
+    } catch (const ConfigError& e) {
+      points.fail(e.what());
+    }
+    levels.push_back(lc);
+  }
+  std::vector<AllreduceCheck> checks;
+  JsonField reduces = record["allreduce"];
+  for (size_t i = 0; i < reduces.size(); ++i) {
+    JsonField a = reduces[i];
+    AllreduceCheck c;
+    for (int64_t w : a["group"].as_int_list()) {
+      if (w < 0 || w >= calibrated.workers()) a["group"].fail(str("worker ", w, " is not in the cluster's ", calibrated.workers()));
+      c.group.push_back(static_cast<int>(w));
+    }
+    c.bytes = a["bytes"].as_non_negative();
+    c.measured_ms = a["measured_ms"].as_non_negative();
+    checks.push_back(c);
+  }
+  double action_us = record.has("action_us") ? record["action_us"].as_non_negative() : 0;
+  Cluster shape = calibrated;
+  shape.reduce_us_per_mib = shape.allreduce_step_us = shape.action_us = 0;
+  shape.calibration = nullptr;
+  Cluster out = calibrated_cluster(shape, levels, checks, action_us, record["transport"].as_string(),
+                                   record["when"].as_string());
+  out.calibration["refitted"] = true;
+  return out;
 }
 
 }  // namespace pt::plan

@@ -52,10 +52,10 @@ struct AllreduceCheck {
 };
 
 // What the all-reduces took beyond what `links` (its levels' fits) give them, as the host's two
-// terms (Cluster::reduce_us_per_mib, allreduce_step_us): least squares of the excess against the
-// bytes each member reduces and the steps of its rings, in relative terms (each check's error
-// over its measured time), neither term below 0; none where the all-reduces took no longer, or
-// where the terms would model the worst check worse than the links alone. On loopback the links' ping-pong leaves out that every member
+// terms (Cluster::reduce_us_per_mib, allreduce_step_us, costed as Cluster::ring_step_ms does):
+// least squares of the relative errors (each check's over its measured time), neither term below
+// 0; none where the all-reduces took no longer, or where the terms would model the worst check
+// worse than the links alone. On loopback the links' ping-pong leaves out that every member
 // sends, receives and sums at once on shared cores: 16 MiB over 4 gloo processes took 32.5 ms
 // against 9.0 from the links alone, and 1 MiB 7-15 ms against 0.9.
 struct HostFit {
@@ -72,5 +72,11 @@ HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceChec
 Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibration>& levels,
                            const std::vector<AllreduceCheck>& checks, double action_us, const std::string& transport,
                            const std::string& when);
+
+// `calibrated` fitted again from its own calibration record (its points, all-reduces and time
+// per action), under this version's model, without measuring again: what `calibrate --refit`
+// writes. FormatError naming `source` and the record's field where the record is missing or
+// malformed, or was scaled for an emulation (its levels no longer the measured ones).
+Cluster refit_calibration(const Cluster& calibrated, const std::string& source);
 
 }  // namespace pt::plan

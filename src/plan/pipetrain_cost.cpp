@@ -72,9 +72,9 @@ double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& pro
   double backward = 0, ring = 0, end = 0;
   for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
   auto buckets = profile::gradient_buckets(profile, st.layers, bucket_bytes);
-  // Each bucket is an all-reduce of its own: its steps' latencies and its bytes at the rates.
-  double per_byte = cluster.allreduce_ms_per_byte(st.workers), latency = cluster.allreduce_latency_ms(st.workers);
-  auto bucket_ms = [&](const profile::GradientBucket& b) { return latency + per_byte * static_cast<double>(b.bytes); };
+  // Each bucket is an all-reduce of its own, step by step as the simulator books it.
+  auto unit = cluster.allreduce_phases(st.workers, 1.0);
+  auto bucket_ms = [&](const profile::GradientBucket& b) { return cluster.allreduce_ms(unit, static_cast<double>(b.bytes)); };
   for (const auto& b : buckets) ring += bucket_ms(b);
   double stretch = ring > 0 ? 1 + transfers_ms / (ring + rest_ms) : 1;
   for (const auto& b : buckets) end = std::max(end, b.ready_share * backward) + stretch * bucket_ms(b);

@@ -322,9 +322,7 @@ class Replay {
       // the summing (which holds the ring's links: the next step waits for it); each step takes
       // the next gap that fits it, so the ring interleaves with the activations sharing those links.
       for (size_t p = 0; p < phases.size(); ++p) {
-        double share = static_cast<double>(buckets[k].bytes) / phases[p].steps;
-        double ms = cluster_.step_ms(phases[p].level) + cluster_.transfer_ms(phases[p].level, phases[p].bytes * share) +
-                    cluster_.reduce_ms(phases[p].reduced_bytes * share);
+        double ms = cluster_.ring_step_ms(phases[p], static_cast<double>(buckets[k].bytes));
         double phase_end = from;
         for (const auto& ring_ports : ports[p]) {
           double t = from;

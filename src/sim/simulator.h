@@ -24,8 +24,8 @@
 //  - the link rules (levels, transfer time, ring all-reduce) are the cost engine's (cluster.h);
 //  - an all-reduce is a ring all-reduce, 2 (n - 1) / n x bytes / the bandwidth of the innermost
 //    level holding all replicas, with those links busy both ways; each of its 2 (n - 1) steps is
-//    a message (its level's latency) and, on a calibrated cluster, the host's time per step and
-//    per byte its members sum (Cluster::allreduce_step_us, reduce_us_per_mib). With buckets (the runtime's
+//    a message (its level's latency) and, on a calibrated cluster, per byte its members sum
+//    (Cluster::ring_step_ms: a step's host time counts where it outlasts its message). With buckets (the runtime's
 //    default, gradient_buckets.h) the gradients are reduced bucket by bucket, each starting once
 //    every replica's last backward before the AllReduce has produced it (its share of the
 //    stage's backward time, layers taken from the last) and the previous bucket is done; the

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/json_doc.h"
 #include "plan/cluster.h"
@@ -56,7 +57,24 @@ TEST(Calibrate, ThreadsWriteAClusterFileThatPlanTakes) {
   plan::Cluster c = check_file(out, "threads", 1, 6);  // 1 KiB .. 1 MiB, x4
   auto plan = testing::shell_run(kBinary + " plan --profile " + PT_SOURCE_DIR + "/data/profiles/vgg16.json --cluster " + out);
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
-  fs::remove(out);
+  // --refit: the file's own measurements fitted again, nothing measured; the same fit here.
+  std::string again = temp_file("refit");
+  auto refit = testing::shell_run(kBinary + " calibrate --refit " + out + " -o " + again);
+  ASSERT_EQ(refit.exit_code, 0) << refit.output;
+  EXPECT_EQ(refit.output.find("calibrate: workers"), std::string::npos) << refit.output;
+  plan::Cluster refitted = plan::read_cluster(again);
+  EXPECT_NEAR(refitted.levels[0].bandwidth_gbps, c.levels[0].bandwidth_gbps, 1e-9 * c.levels[0].bandwidth_gbps);
+  EXPECT_NEAR(refitted.allreduce_step_us, c.allreduce_step_us, 1e-6 * (1 + c.allreduce_step_us));
+  EXPECT_EQ(refitted.calibration["refitted"], true);
+  auto both = testing::shell_run(kBinary + " calibrate --refit " + out + " --workers 2");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("--refit takes the shape from its file"), std::string::npos) << both.output;
+  std::string typed_file = temp_file("typed");
+  std::ofstream(typed_file) << R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 1}]})";
+  auto typed = testing::shell_run(kBinary + " calibrate --refit " + typed_file);
+  EXPECT_NE(typed.exit_code, 0);
+  EXPECT_NE(typed.output.find(typed_file + ": no field 'calibration'"), std::string::npos) << typed.output;
+  fs::remove(out), fs::remove(again), fs::remove(typed_file);
 }
 
 TEST(Calibrate, GlooProcessesMeasureEachLevel) {

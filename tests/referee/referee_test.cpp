@@ -210,7 +210,9 @@ TEST(Referee, DataParallelismsClosedFormIsItsReplay) {
                                          {"gnmt16", "8,8", "100,25", true, 5, 2},
                                          {"gpt-2048", "8,6", "100,25", false, 0, 0},
                                          {"awd-lm", "7", "1", false, 20, 0},
-                                         {"resnet50", "2,4", "25,1", true, 12, 7, 30, 80}}) {
+                                         {"resnet50", "2,4", "25,1", true, 12, 7, 30, 80},
+                                         // a host step longer than 1 MiB buckets' messages, shorter than 25 MiB ones'
+                                         {"resnet50", "4,4", "96,10", false, 0, 1000}}) {
     profile::Profile prof = load(k.model);
     plan::Cluster cluster = plan::cluster_from_shorthand(k.workers, k.gbps);
     if (k.hierarchical) cluster.allreduce = plan::Cluster::Allreduce::kHierarchical;
