@@ -59,9 +59,10 @@ std::string RunPrediction::describe(const runtime::PipelineOptions& o, const pla
   if (o.schedule != "pipedream") s += str(", ", o.microbatches, " microbatches");
   if (schedule::is_interleaved(o.schedule)) s += str(", ", o.chunks, " chunks");
   s += str(", ", workers,
-           calibrated_threads ? " workers on threads, their hand-over as calibrated (--cluster)"
-           : on_cluster       ? " workers on the job's --cluster"
-                              : " workers on threads, transfers in memory");
+           calibrated_threads  ? " workers on threads, their hand-over as calibrated (--cluster)"
+           : on_cluster        ? " workers on the job's --cluster"
+           : transport == "threads" ? " workers on threads, transfers in memory"
+                               : str(" workers as ", transport, " processes, their transfers not charged: no --cluster"));
   auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
     s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");

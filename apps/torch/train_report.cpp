@@ -41,6 +41,7 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, con
     RunPrediction p = f.model.emulated()
                           ? predict_emulated_run(plan, f.pipe, prof, f.model.emulation.time_scale)
                           : predict_threads_run(plan, f.pipe, prof, static_cast<int>(std::thread::hardware_concurrency()));
+    p.transport = f.transport;
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(f.pipe, plan) << "; ratio "
               << r.samples_per_s / (f.pipe.train.batch_size * 1000.0 / p.ms()) << ")\n";

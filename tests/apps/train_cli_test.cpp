@@ -398,6 +398,14 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
   int cores = std::max(1u, std::thread::hardware_concurrency());
   EXPECT_LE(std::stod(m[1]), std::min(cores, 4) * 64 * 1000.0 / one_worker_ms * 1.001) << out;
   EXPECT_EQ(out.find("planner predicted"), std::string::npos) << out;  // not the plan's pipedream figure
+  // Gloo processes are not threads: the figure says which ran and that their transfers were free.
+  ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--steps", "4",
+                 "--transport", "gloo", "--time-scale", "0.1", "--byte-scale", "0.01"},
+                log),
+            0)
+      << slurp(log);
+  std::string gloo = slurp(log);
+  EXPECT_NE(gloo.find("2 workers as gloo processes, their transfers not charged: no --cluster"), std::string::npos) << gloo;
   // With a cluster calibrated on threads (the demo's), the prediction charges the hand-over,
   // the host's time per action and the all-reduce as measured: never faster than in memory.
   fs::path cluster = tmp.path / "threads.json";
