@@ -41,7 +41,8 @@ fi
 
 # calibrate over the same kind of links (issue 33): the rate tc sets is what it measures, within
 # 10% (tbf lets a burst of 128 KB through faster; the fit takes the rate from large messages).
-# netem is not available, so no latency can be set to be recovered.
+# netem is not available, so no latency can be set to be recovered here; threads set one
+# instead (tests/runtime/calibration_test.cpp).
 "$here/testbed.sh" --workers 2 --rate 500mbit --bin "$bin" --out "$tmp/cal" --timeout 120 --command calibrate -- \
   --workers 2 --max-mb 4 -o "$tmp/cluster.json" >"$tmp/cal.log" 2>&1 || { cat "$tmp/cal.log"; echo "FAILED: calibrate"; exit 1; }
 cat "$tmp/cal.log"

@@ -1,6 +1,7 @@
 #include "runtime/thread_transport.h"
 
 #include <future>
+#include <thread>
 
 namespace pt::runtime {
 
@@ -22,7 +23,8 @@ struct MailboxReceive : PendingTransfer {
 
 }  // namespace
 
-ThreadHub::ThreadHub(int workers, double timeout_s) : workers_(workers), timeout_(timeout_s) {}
+ThreadHub::ThreadHub(int workers, double timeout_s, double latency_us)
+    : workers_(workers), timeout_(timeout_s), latency_(latency_us * 1e-6) {}
 
 void ThreadHub::check_aborted_locked() const {
   if (!abort_reason_.empty()) throw JobAborted("job aborted: " + abort_reason_);
@@ -30,7 +32,8 @@ void ThreadHub::check_aborted_locked() const {
 
 void ThreadHub::put(int src, int dst, int64_t tag, torch::Tensor t) {
   std::lock_guard<std::mutex> lock(mu_);
-  mailboxes_[{src, dst, tag}].push_back(std::move(t));
+  mailboxes_[{src, dst, tag}].emplace_back(std::move(t),
+                                           Clock::now() + std::chrono::duration_cast<Clock::duration>(latency_));
   cv_.notify_all();
 }
 
@@ -45,9 +48,11 @@ torch::Tensor ThreadHub::take(int src, int dst, int64_t tag) {
   check_aborted_locked();
   if (!ok) throw TransportError(str("worker ", dst, " waited ", timeout_.count(), " s for tag ", tag, " from worker ", src));
   auto it = mailboxes_.find(key);
-  torch::Tensor t = std::move(it->second.front());
+  auto [t, arrives] = std::move(it->second.front());
   it->second.erase(it->second.begin());
   if (it->second.empty()) mailboxes_.erase(it);
+  lock.unlock();
+  if (latency_.count() > 0) std::this_thread::sleep_until(arrives);
   return t;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The `threads` transport: every worker a thread of one process; tensors are handed over in
 // memory (no copy: a sender never modifies a tensor after sending it).
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -14,7 +15,10 @@ namespace pt::runtime {
 // State shared by the workers of one job.
 class ThreadHub {
  public:
-  ThreadHub(int workers, double timeout_s);
+  // latency_us: every message waits that long after it is sent before it can be taken, a
+  // network's latency per message on threads. It tests calibrate's fit against a latency it did
+  // not see (tc's netem, which would set one on the testbed, is not in this machine's kernel).
+  ThreadHub(int workers, double timeout_s, double latency_us = 0);
 
   void put(int src, int dst, int64_t tag, torch::Tensor t);
   torch::Tensor take(int src, int dst, int64_t tag);  // blocks until there, aborted or timed out
@@ -28,7 +32,9 @@ class ThreadHub {
   std::chrono::duration<double> timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::tuple<int, int, int64_t>, std::vector<torch::Tensor>> mailboxes_;
+  std::chrono::duration<double> latency_;
+  using Clock = std::chrono::steady_clock;
+  std::map<std::tuple<int, int, int64_t>, std::vector<std::pair<torch::Tensor, Clock::time_point>>> mailboxes_;
   // One all-reduce in progress per group: contributions, then the result for each member.
   struct Reduction {
     std::vector<torch::Tensor> sum;
