@@ -205,7 +205,8 @@ Cluster refit_calibration(const Cluster& calibrated, const std::string& source) 
     JsonField a = reduces[i];
     AllreduceCheck c;
     for (int64_t w : a["group"].as_int_list()) {
-      if (w < 0 || w >= calibrated.workers()) a["group"].fail(str("worker ", w, " is not in the cluster's ", calibrated.workers()));
+      if (w < 0 || w >= calibrated.workers())
+        a["group"].fail(str("names worker ", w, ", not among the cluster's ", calibrated.workers(), " workers"));
       c.group.push_back(static_cast<int>(w));
     }
     c.bytes = a["bytes"].as_non_negative();
