@@ -62,7 +62,8 @@ std::string RunPrediction::describe(const runtime::PipelineOptions& o, const pla
            calibrated_threads  ? " workers on threads, their hand-over as calibrated (--cluster)"
            : on_cluster        ? " workers on the job's --cluster"
            : transport == "threads" ? " workers on threads, transfers in memory"
-                               : str(" workers as ", transport, " processes, their transfers not charged: no --cluster"));
+                               : str(" workers as ", transport,
+                                     " processes, their transfers not charged: no --cluster"));
   auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
     s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");

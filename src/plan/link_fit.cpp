@@ -177,7 +177,8 @@ Cluster refit_calibration(const Cluster& calibrated, const std::string& source) 
     throw FormatError(str(source, ": no field 'calibration': a typed cluster has nothing measured to fit again"));
   JsonField record(calibrated.calibration, source, "calibration");
   if (record.has("emulated"))
-    record["emulated"].fail("present: this cluster's levels were scaled for an emulation; refit the cluster calibrate wrote");
+    record["emulated"].fail(
+        "present: this cluster's levels were scaled for an emulation; refit the cluster calibrate wrote");
   std::vector<LevelCalibration> levels;
   JsonField measured = record["levels"];
   for (size_t i = 0; i < measured.size(); ++i) {
