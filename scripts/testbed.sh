@@ -23,6 +23,8 @@
 #     --timeout S            stop the workers after S seconds (default 600)
 #     --command C            train (default) or calibrate: measure the links the workers see
 #                            (e.g. -- --workers 2,2 -o out/testbed/cluster.json)
+#     --delay D              every message a worker sends waits D (tc netem, e.g. 2ms) before
+#                            its link's rate; exits 77 where the kernel has no netem (this one)
 #   Example: scripts/testbed.sh --workers 4 --rate 1gbit -- --compute emulated \
 #              --profile data/profiles/vgg16.json --stages 4 --schedule 1f1b --steps 10
 #
@@ -32,7 +34,8 @@
 # a veth pair shaped on both ends at --uplink-rate, so the workers of a server share one uplink
 # in each direction, as GPUs share a server's NIC. Everything is in one IPv4 subnet
 # (10.66.0.0/16, worker r at 10.66.<r/250>.<r%250+1>); the bridges have no address, so the host's
-# own networking is untouched. netem is not available in this kernel: links add no latency.
+# own networking is untouched. Links add no latency but --delay's, which needs netem (not in
+# this machine's kernel).
 #
 # Every name starts with pt<pid of this script>, and everything is removed on exit (also on
 # failure, Ctrl-C or SIGTERM). Leftovers of a run whose script died (SIGKILL) are removed at the
@@ -40,7 +43,7 @@
 set -euo pipefail
 
 workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared shape_dirs=both out=out/testbed bin=build/pipetrain timeout_s=600
-command=train
+command=train delay=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -53,8 +56,9 @@ while [[ $# -gt 0 ]]; do
     --bin) bin=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --command) command=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "testbed: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -110,11 +114,20 @@ remove_by_prefix  # a previous run that died without its teardown
 
 # tbf: the burst must stay small (~128 KB) for the rate to hold at <= 2 Gbit/s; the queue holds
 # 20 ms of traffic (PT_TBF_LATENCY overrides it, to see what a deeper switch buffer changes).
+# --delay: netem at the root of a worker's own end (a message pays it once, at its sender), the
+# tbf under it.
 shape() {  # shape [netns] DEV RATE
-  local ns=() dev rate
+  local ns=() dev rate at=(root)
   if [[ $# -eq 3 ]]; then ns=(ip netns exec "$1"); shift; fi
   dev=$1 rate=$2
-  "${ns[@]}" tc qdisc replace dev "$dev" root tbf rate "$rate" burst 128kb latency "${PT_TBF_LATENCY:-20ms}"
+  if [[ -n $delay && ${#ns[@]} -gt 0 ]]; then
+    if ! "${ns[@]}" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay" 2>/dev/null; then
+      echo "testbed: --delay $delay: this kernel's tc has no netem (tc qdisc ... netem refused)" >&2
+      exit 77
+    fi
+    at=(parent 1:1 handle 10:)
+  fi
+  "${ns[@]}" tc qdisc replace dev "$dev" "${at[@]}" tbf rate "$rate" burst 128kb latency "${PT_TBF_LATENCY:-20ms}"
 }
 
 # Jumbo frames, as cluster networks use: every packet costs this machine's 2 cores kernel time
@@ -173,9 +186,9 @@ done
 
 mkdir -p "$out"
 if [[ $servers -gt 0 ]]; then
-  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate $uplink (tc tbf, no added latency; names $prefix)"
+  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate $uplink (tc tbf, ${delay:-no} added latency; names $prefix)"
 else
-  echo "testbed: $workers workers, links $rate (tc tbf, no added latency; names $prefix)"
+  echo "testbed: $workers workers, links $rate (tc tbf, ${delay:-no} added latency; names $prefix)"
 fi
 port=$(( 20000 + $$ % 20000 ))
 # The job's secret, which the workers prove to each other at rendezvous (docs/runtime.md).
