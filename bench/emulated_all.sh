@@ -13,7 +13,7 @@ rm -rf out/bench/emulated_cluster
 # between servers; a NIC per worker (--shape both, --uplink per-worker). The 16-worker blocks run
 # at time x 8: at x 2 their 16 worker processes' host work (all-reduce steps, weight stashing and
 # prediction, steps on the scaled parameters) needs more than this machine's 2 cores, and
-# ResNet-50's and GNMT-16's pipelines measured 62-68% over their simulation (1.8% and 10.0% at
+# ResNet-50's and GNMT-16's pipelines measured 62-68% over their simulation (2.0% and 9.9-11.8% at
 # x 8), VGG-16's 2BW 14% (issue 33).
 $b --model vgg16 --cluster 4x4 --schedules "pipedream dp 1f1b gpipe 2bw" --time-scale 8
 $b --model resnet50 --cluster 4x4 --schedules "pipedream dp" --time-scale 8
