@@ -26,8 +26,8 @@
 # --repeat N: each row runs N times (default 3); the measured figures are the medians, and the
 # steady state's spread (min-max) is printed and kept, flagged where it exceeds 10% (issue 33).
 # --calibrate: `pipetrain calibrate` on the testbed first (issue 33); its levels, brought back to
-# the emulated cluster (rate x S / B, latency per message / S), and its all-reduce host terms
-# (per step / S, per MiB reduced x B / S) replace the typed cluster for the planner and the
+# the emulated cluster (rate x S / B, latency per message / S), and its host terms (all-reduce
+# per step / S, per MiB reduced x B / S; per action / S) replace the typed cluster for the planner and the
 # simulator (the links stay shaped to the typed rates).
 # Each run writes its rows to out/bench/emulated_cluster/<run>/rows.csv (read by bench/report.py).
 # Every figure is emulated: compute is a timed wait of the profile's V100-class times x S
@@ -102,6 +102,8 @@ for l in doc["levels"]:  # what the emulated cluster's bytes and times see
 # the host's all-reduce terms likewise: per step / S; per MiB reduced x B / S
 doc["allreduce_step_us"] = doc.get("allreduce_step_us", 0) / S
 doc["reduce_us_per_mib"] = doc.get("reduce_us_per_mib", 0) * B / S
+# the host's time per action, real time as the steps are: / S
+doc["action_us"] = doc.get("action_us", 0) / S
 doc["allreduce"] = sys.argv[4]
 doc["calibration"]["emulated"] = {"time_scale": S, "byte_scale": B}
 json.dump(doc, open(sys.argv[5], "w"))
