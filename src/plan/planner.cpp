@@ -6,6 +6,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -56,12 +57,13 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
 }
 
 struct Searched {
-  StateSpace space;
+  std::shared_ptr<const StateSpace> space;  // shared by the searches of one plan_candidates
   SearchResult result;
 };
 
-// The search, or no plan (result.pipeline_ms kInfinity) where none fits; flags and cluster checked.
-Searched search_if_any(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+// The search's states of the profile for the cluster's size and the options' cost model, after
+// checking the flags and the cluster.
+StateSpace search_space(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   if (cluster.levels.empty()) throw ConfigError("cluster has no levels");
   if (cluster.workers() > kMaxPlanWorkers)
     throw ConfigError(str("the cluster ", cluster.describe(), " has ", cluster.workers(), " workers; the planner handles at ",
@@ -72,16 +74,28 @@ Searched search_if_any(const profile::Profile& profile, const Cluster& cluster, 
   int W = cluster.workers();
   size_t max_pairs = compat ? static_cast<size_t>(-1)
                             : static_cast<size_t>(std::max(1000.0, kPipetrainWork / (static_cast<double>(W) * W)));
-  Searched out{build_state_space(profile, max_states, max_pairs), {}};
-  if (options.straight && W > static_cast<int>(out.space.node_layers.size())) return out;
-  out.result = compat ? search_pipedream(out.space, cluster, options) : search_pipetrain(out.space, cluster, options);
+  return build_state_space(profile, max_states, max_pairs);
+}
+
+// The search on `space` (search_space's), or no plan (result.pipeline_ms kInfinity) where none fits.
+Searched search_if_any(std::shared_ptr<const StateSpace> space, const Cluster& cluster, const PlanOptions& options) {
+  Searched out{std::move(space), {}};
+  if (options.straight && cluster.workers() > static_cast<int>(out.space->node_layers.size())) return out;
+  out.result = options.cost_model == CostModel::kPipedream ? search_pipedream(*out.space, cluster, options)
+                                                          : search_pipetrain(*out.space, cluster, options);
+  return out;
+}
+
+Searched run_search(std::shared_ptr<const StateSpace> space, const profile::Profile& profile, const Cluster& cluster,
+                    const PlanOptions& options) {
+  Searched out = search_if_any(std::move(space), cluster, options);
+  if (out.result.pipeline_ms == kInfinity) explain_no_plan(profile, cluster, options, *out.space);
   return out;
 }
 
 Searched run_search(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
-  Searched out = search_if_any(profile, cluster, options);
-  if (out.result.pipeline_ms == kInfinity) explain_no_plan(profile, cluster, options, out.space);
-  return out;
+  return run_search(std::make_shared<const StateSpace>(search_space(profile, cluster, options)), profile, cluster,
+                    options);
 }
 
 // The exact cost model's predictions, in the plan, with the minibatches in flight the pipedream
@@ -201,7 +215,7 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sta
 
 Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   Searched searched = run_search(profile, cluster, options);
-  Plan plan = to_plan(searched.result.stages, searched.result.pipeline_ms, searched.space,
+  Plan plan = to_plan(searched.result.stages, searched.result.pipeline_ms, *searched.space,
                       searched.result.data_parallel_ms, profile, cluster, options);
   if (options.cost_model == CostModel::kPipetrain) {
     predict(plan, profile, cluster, options);
@@ -223,7 +237,7 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   wider.candidates = 4 * options.candidates;
   if (options.cost_model == CostModel::kPipedream) {
     Searched searched = run_search(profile, cluster, wider);
-    return {to_plan(searched.result.stages, searched.result.pipeline_ms, searched.space,
+    return {to_plan(searched.result.stages, searched.result.pipeline_ms, *searched.space,
                     searched.result.data_parallel_ms, profile, cluster, options)};
   }
   std::vector<Plan> plans;
@@ -239,10 +253,12 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   // each takes seconds (1,024: about 3 s each). With no bucket the bounds are one search.
   std::vector<int64_t> bounds{options.bucket_bytes};
   if (options.bucket_bytes > 0) bounds.push_back(0);
+  // Both on one set of states (each built its own: as long as the search on Inception-v3).
+  auto space = std::make_shared<const StateSpace>(search_space(profile, cluster, wider));
   auto search_bound = [&](int64_t bucket_bytes) {
     PlanOptions bound = wider;
     bound.bucket_bytes = bucket_bytes;
-    return run_search(profile, cluster, bound);
+    return run_search(space, profile, cluster, bound);
   };
   bool announce = options.progress && cluster.workers() >= kAnnounceSearchWorkers;
   auto started = std::chrono::steady_clock::now();
@@ -261,23 +277,23 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   searches.push_back(search_bound(bounds[0]));
   std::optional<SearchResult> straight;
   if (!options.straight && cluster.workers() > 1 &&
-      cluster.workers() <= static_cast<int>(searches.front().space.node_layers.size())) {
-    // On the first bound's states (building them again took as long as the search).
+      cluster.workers() <= static_cast<int>(searches.front().space->node_layers.size())) {
+    // On the bounds' states.
     PlanOptions one_each = wider;
     one_each.straight = true;
     one_each.fewer_workers = false;  // no suffixes: the smaller clusters' plans come from the bounds
-    straight = search_pipetrain(searches.front().space, cluster, one_each);
+    straight = search_pipetrain(*searches.front().space, cluster, one_each);
     // None where a tie or the memory holds the layers together.
     if (straight->pipeline_ms == kInfinity) straight.reset();
   }
   if (second.valid()) searches.push_back(second.get());
   if (announce)
-    options.progress(str("searched ", searches.front().space.num_states(), " states in ",
+    options.progress(str("searched ", searches.front().space->num_states(), " states in ",
                          std::round(10 * std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) / 10,
                          " s"));
   std::vector<std::pair<const StateSpace*, const SearchResult*>> all;
-  for (const Searched& searched : searches) all.emplace_back(&searched.space, &searched.result);
-  if (straight) all.emplace_back(&searches.front().space, &*straight);
+  for (const Searched& searched : searches) all.emplace_back(searched.space.get(), &searched.result);
+  if (straight) all.emplace_back(searches.front().space.get(), &*straight);
   for (const auto& [space, result] : all) {
     // Each alternative in the placement the exact model predicts fastest (ties keep the
     // search's own numbering).
@@ -327,7 +343,7 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
         const SearchResult::Suffix& suffix = searched.result.suffixes.at(w);
         for (size_t i = 0; i < suffix.alternatives.size() && i < static_cast<size_t>(4 * one.candidates); ++i) {
           const SearchAlternative& alt = suffix.alternatives[i];
-          Plan p = best_placed(to_plan(alt.stages, alt.pipeline_ms, searched.space, suffix.data_parallel_ms, profile,
+          Plan p = best_placed(to_plan(alt.stages, alt.pipeline_ms, *searched.space, suffix.data_parallel_ms, profile,
                                        sub, one),
                                profile, sub, one);
           if (!p.stages.empty() && (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch))

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -30,14 +30,6 @@ std::vector<int> StateSpace::stage_layers(int k, int j) const {
 }
 
 namespace {
-
-struct NodeSetHash {
-  size_t operator()(const NodeSet& s) const {
-    size_t h = 1469598103934665603ull;
-    for (uint64_t w : s.words) h = (h ^ w) * 1099511628211ull;
-    return h;
-  }
-};
 
 // The graph the search runs on: nodes are groups of profile layers, in topological order.
 struct NodeGraph {
@@ -67,27 +59,41 @@ NodeGraph group_layers(const profile::Profile& p, const std::vector<int>& group_
 
 // Downward-closed sets by breadth-first growth from ∅ (one node added per step); returns
 // false when there are more than max_states, or more than max_pairs nested pairs (the
-// searches' work grows with the pairs).
+// searches' work grows with the pairs). The sets are kept in one array of words, and a
+// candidate is hashed there before it is kept: copying each candidate into a set of its own
+// took most of the planning of Inception-v3 (2,500 states x 300 nodes, a block each).
 bool enumerate_states(const NodeGraph& g, int max_states, size_t max_pairs, std::vector<NodeSet>& out) {
-  int n = static_cast<int>(g.layers.size());
-  NodeSet empty{std::vector<uint64_t>((n + 63) / 64, 0)};
-  std::unordered_map<NodeSet, int, NodeSetHash> seen;
-  out.assign(1, empty);
-  seen.emplace(empty, 0);
-  for (size_t at = 0; at < out.size(); ++at) {
+  const int n = static_cast<int>(g.layers.size());
+  const size_t words = (n + 63) / 64;
+  std::vector<uint64_t> flat(words, 0);  // state i: words [i * words, (i + 1) * words)
+  auto word = [&](size_t state, size_t w) -> uint64_t& { return flat[state * words + w]; };
+  auto hash = [&](size_t state) {
+    size_t h = 1469598103934665603ull;
+    for (size_t w = 0; w < words; ++w) h = (h ^ word(state, w)) * 1099511628211ull;
+    return h;
+  };
+  auto same = [&](size_t a, size_t b) {
+    return std::equal(flat.begin() + a * words, flat.begin() + (a + 1) * words, flat.begin() + b * words);
+  };
+  std::unordered_set<size_t, decltype(hash), decltype(same)> seen(4 * static_cast<size_t>(max_states), hash, same);
+  seen.insert(0);
+  size_t count = 1;
+  for (size_t at = 0; at < count; ++at) {
     for (int v = 0; v < n; ++v) {
-      if (out[at].has(v)) continue;
+      if ((word(at, v / 64) >> (v % 64)) & 1) continue;
       bool ready = true;
-      for (int u : g.preds[v]) ready = ready && out[at].has(u);
+      for (int u : g.preds[v]) ready = ready && ((word(at, u / 64) >> (u % 64)) & 1);
       if (!ready) continue;
-      NodeSet next = out[at];
-      next.add(v);
-      if (seen.emplace(next, 0).second) {
-        out.push_back(std::move(next));
-        if (static_cast<int>(out.size()) > max_states) return false;
-      }
+      flat.resize((count + 1) * words);  // the candidate, kept only if new
+      std::copy_n(flat.begin() + at * words, words, flat.begin() + count * words);
+      word(count, v / 64) |= uint64_t{1} << (v % 64);
+      if (!seen.insert(count).second) continue;
+      if (static_cast<int>(++count) > max_states) return false;
     }
   }
+  flat.resize(count * words);
+  out.assign(count, NodeSet{std::vector<uint64_t>(words)});
+  for (size_t i = 0; i < count; ++i) std::copy_n(flat.begin() + i * words, words, out[i].words.begin());
   size_t pairs = 0;
   for (size_t j = 0; j < out.size(); ++j)
     for (size_t k = 0; k < out.size(); ++k)
@@ -281,12 +287,14 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
       if (augmented.has(v)) s.pipedream_output_bytes[i] += out_bytes[v];
   }
   s.strict_subsets.assign(S, {});
-  std::vector<int> size(S);
+  std::vector<int> size(S), subsets;  // each state's list gathered, then copied at its size
   for (int i = 0; i < S; ++i) size[i] = states[i].count();
-  for (int j = 0; j < S; ++j)
+  for (int j = 0; j < S; ++j) {
+    subsets.clear();
     for (int k = 0; k < j; ++k)
-      if (size[k] < size[j] && states[k].subset_of(states[j]))
-        s.strict_subsets[j].push_back(k);
+      if (size[k] < size[j] && states[k].subset_of(states[j])) subsets.push_back(k);
+    s.strict_subsets[j].assign(subsets.begin(), subsets.end());
+  }
   return s;
 }
 
