@@ -21,12 +21,6 @@
 
 namespace pt::plan {
 
-namespace {
-// A bound compared with sums taken in another order may differ in its last bits: it prunes only
-// what it exceeds by more than that.
-constexpr double kRounding = 1e-9;
-}  // namespace
-
 SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const PlanOptions& options) {
   const int S = s.num_states(), W = cluster.workers(), last = s.last();
   const int64_t mem = memory_limit(cluster, options);
@@ -148,8 +142,10 @@ SearchResult search_pipetrain(const StateSpace& s, const Cluster& cluster, const
           // by bisection (Inception-v3's states have many supersets of nearly equal compute, which
           // the other bounds pass).
           const auto& ups = supersets[k];
+          // (The bound, summed in another order than the rest's time, may differ in its last
+          // bits: it prunes only what it exceeds by more.)
           auto rest_too_slow = [&](int j) {
-            return (s.compute_ms[last] - s.compute_ms[j]) > (W - w - 1) * bound * (1 + kRounding);
+            return (s.compute_ms[last] - s.compute_ms[j]) > (W - w - 1) * bound * (1 + 1e-9);
           };
           auto first = std::partition_point(ups.begin(), ups.end(), rest_too_slow);
           for (auto it = first; it != ups.end(); ++it) {

@@ -147,7 +147,7 @@ double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, co
   try {
     if (steady_state_in_closed_form(plan, kind)) return plan::evaluate_plan(plan, profile, cluster, options).pipeline_ms_per_minibatch;
     schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
-    return metrics::compute_metrics(sim::simulate(s, profile, cluster, {options.bucket_bytes}), metrics::Detail::kTiming).ms_per_minibatch;
+    return metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(options.bucket_bytes)), metrics::Detail::kTiming).ms_per_minibatch;
   } catch (const ConfigError&) {
     return 0;
   }
@@ -179,7 +179,7 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
       ms[i] = plan::evaluate_plan(plan, profile, cluster, o).pipeline_ms_per_minibatch;
       return;
     }
-    ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, {bytes}), metrics::Detail::kTiming).ms_per_minibatch;
+    ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(bytes)), metrics::Detail::kTiming).ms_per_minibatch;
   };
   std::atomic<size_t> next{own_ms > 0 ? 1u : 0u};
   auto work = [&] {

@@ -130,7 +130,7 @@ void simulate(Replay& r, const ReplayContext& c) {
     SimulationMemo::Key key = fingerprint(s, costs);
     metrics::Metrics m;
     if (!c.memo.find(key, m)) {
-      m = metrics::compute_metrics(sim::simulate(s, c.profile, c.cluster, {c.options.bucket_bytes}, costs),
+      m = metrics::compute_metrics(sim::simulate(s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
                                    metrics::Detail::kTiming);
       c.memo.add(key, m);
     }

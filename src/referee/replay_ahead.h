@@ -16,6 +16,7 @@
 #include "plan/pipetrain_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
+#include "sim/simulator.h"
 
 namespace pt::referee {
 
@@ -58,6 +59,14 @@ struct Replay {
 inline constexpr int64_t kMaxReplayPeriod = 240;
 // The plan's period, or 0 when it is longer than kMaxReplayPeriod.
 int64_t replay_period(const plan::Plan& p);
+
+// The simulator's options for a replay ranked by its timing alone (metrics::Detail::kTiming).
+inline sim::SimOptions timing_only(int64_t bucket_bytes) {
+  sim::SimOptions o;
+  o.bucket_bytes = bucket_bytes;
+  o.computes_only = true;
+  return o;
+}
 // Whether a plan's steady state is known without a replay: data parallelism under the pipedream
 // schedule (replicas taking minibatches in turn), whose replicas are alike and exchange nothing
 // but their all-reduce, so the closed form (evaluate_plan) is its replay's figure exactly

@@ -71,13 +71,14 @@ enum Slot { kForwardDone, kBackwardDone, kActivationIn, kGradientIn, kSlots };
 class Replay {
  public:
   Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes,
-         int cores)
-      : s_(s), cluster_(c), costs_(costs), scale_(1.0 / s.microbatches), core_free_(std::max(cores, 0), 0.0),
+         int cores, bool computes_only)
+      : s_(s), cluster_(c), costs_(costs), computes_only_(computes_only), scale_(1.0 / s.microbatches),
+        core_free_(std::max(cores, 0), 0.0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
         version_(s.num_workers(), 0), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
     for (int w = 0; w < s.num_workers(); ++w) {
       completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
-      events_[w].reserve(s.actions[w].size() + s.actions[w].size() / 2);
+      events_[w].reserve(s.actions[w].size() + (computes_only ? 0 : s.actions[w].size() / 2));
       for (const Action& a : s.actions[w]) microbatches_ = std::max(microbatches_, a.microbatch + 1);
     }
     ready_.assign(static_cast<size_t>(kSlots) * s.num_stages * microbatches_, {-1, 0.0});
@@ -123,9 +124,11 @@ class Replay {
     for (int w = 0; w < s_.num_workers(); ++w)
       PT_CHECK(pc_[w] == s_.actions[w].size(), "simulator stuck: worker ", w, " at step ", pc_[w], " (",
                to_string(s_.actions[w][pc_[w]]), "); validate the schedule first");
+    // A worker's computes and steps are recorded as they run, in order; the transfers it
+    // receives when they are booked.
+    auto by_start = [](const TraceEvent& a, const TraceEvent& b) { return a.start_ms < b.start_ms; };
     for (auto& list : events_)
-      std::stable_sort(list.begin(), list.end(),
-                       [](const TraceEvent& a, const TraceEvent& b) { return a.start_ms < b.start_ms; });
+      if (!std::is_sorted(list.begin(), list.end(), by_start)) std::stable_sort(list.begin(), list.end(), by_start);
     return std::move(events_);
   }
 
@@ -150,6 +153,7 @@ class Replay {
   Port* ingress(int w, int level) { return &ingress_[static_cast<size_t>(w) * unit_.size() + level]; }
 
   void record(int w, const Action& a, double start, double end, int64_t bytes) {
+    if (computes_only_ && !is_compute(a.kind) && a.kind != ActionKind::kStep) return;
     events_[w].push_back({a, start, end, bytes});
   }
 
@@ -377,6 +381,7 @@ class Replay {
   const schedule::Schedule& s_;
   const plan::Cluster& cluster_;
   const std::vector<StageCost>& costs_;
+  bool computes_only_;  // SimOptions::computes_only
   double scale_;
   std::vector<double> core_free_;  // [core] -> when it is next free (SimOptions::cores; none: unlimited)
   std::vector<size_t> pc_;
@@ -416,7 +421,7 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.microbatches = s.microbatches;
   t.batch_size = p.batch_size;
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
-  t.workers = Replay(s, costs, cluster, options.bucket_bytes, options.cores).run();
+  t.workers = Replay(s, costs, cluster, options.bucket_bytes, options.cores, options.computes_only).run();
   return t;
 }
 

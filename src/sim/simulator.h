@@ -49,6 +49,9 @@ struct SimOptions {
   // > 0: the workers' computes share this many cores (the threads of one machine), each compute
   // on the core free first, in the order they become ready; 0: a device per worker.
   int cores = 0;
+  // Record only the computes and steps: all that metrics' timing (Detail::kTiming) reads, the
+  // same steady state in fewer events (the referee's replays).
+  bool computes_only = false;
 };
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
                          const SimOptions& options = {});

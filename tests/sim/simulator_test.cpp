@@ -417,5 +417,33 @@ TEST(Simulator, EveryMemberPaysTheSummingOfWhatItReduces) {
   EXPECT_NEAR(summing.allreduce_ms({0, 1, 2, 3}, 0), 6 * 20.0, 1e-12);
 }
 
+TEST(Simulator, ComputesAloneGiveTheSameTiming) {
+  // SimOptions::computes_only records the computes and steps alone (the referee's replays):
+  // every timing figure equals the full trace's, on transfers that queue, all-reduces in
+  // buckets and split backwards, and the trace holds nothing else.
+  auto c = plan::Cluster::flat(8, 10);
+  c.levels[0].latency_us = 20;
+  const std::pair<const char*, std::vector<int>> cases[] = {
+      {"pipedream", {3, 2, 1}}, {"1f1b", {2, 1, 1}}, {"gpipe", {1, 1, 1}}, {"2bw", {2, 2}}, {"zb-h1", {1, 1, 1}}};
+  for (const auto& [kind, replicas] : cases) {
+    auto prof = uniform_profile(static_cast<int>(replicas.size()), 1.0, 2.0, 4000000, 3000000);
+    auto s = make_schedule(kind, plan_with_replicas(replicas), {4, 1, 24});
+    SimOptions only;
+    only.bucket_bytes = 1 << 20;
+    only.computes_only = true;
+    auto full = metrics::compute_metrics(simulate(s, prof, c, {1 << 20}), metrics::Detail::kTiming);
+    auto trace = simulate(s, prof, c, only);
+    auto part = metrics::compute_metrics(trace, metrics::Detail::kTiming);
+    EXPECT_GT(full.ms_per_minibatch, 0) << kind;
+    EXPECT_EQ(part.ms_per_minibatch, full.ms_per_minibatch) << kind;
+    EXPECT_EQ(part.window_start_ms, full.window_start_ms) << kind;
+    EXPECT_EQ(part.bubble_fraction, full.bubble_fraction) << kind;
+    ASSERT_EQ(part.workers.size(), full.workers.size()) << kind;
+    for (size_t w = 0; w < full.workers.size(); ++w) EXPECT_EQ(part.workers[w].busy_ms, full.workers[w].busy_ms) << kind;
+    for (const auto& list : trace.workers)
+      for (const auto& e : list) EXPECT_TRUE(schedule::is_compute(e.action.kind) || e.action.kind == schedule::ActionKind::kStep);
+  }
+}
+
 }  // namespace
 }  // namespace pt::sim
