@@ -184,17 +184,13 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   if (b - a >= period) b = a + (b - a) / period * period;
   else a = b;  // less than a period in the middle third: the whole trace, warm-up and all
   m.steady = b > a;
-  if (m.steady) {
-    m.window_start_ms = finished[a];
-    m.window_end_ms = finished[b];
-    m.ms_per_minibatch = (finished[b] - finished[a]) / (b - a);
-  } else {
-    m.window_start_ms = t.start_ms();
-    m.window_end_ms = t.end_ms();
-    m.ms_per_minibatch = (m.window_end_ms - m.window_start_ms) / k;
-  }
+  m.window_start_ms = m.steady ? finished[a] : t.start_ms();
+  m.window_end_ms = m.steady ? finished[b] : t.end_ms();
+  for (const auto& [start, end] : t.pauses)
+    m.paused_ms += std::max(0.0, std::min(end, m.window_end_ms) - std::max(start, m.window_start_ms));
+  double window = m.window_end_ms - m.window_start_ms - m.paused_ms;  // training time
+  m.ms_per_minibatch = window / (m.steady ? b - a : k);
   if (m.ms_per_minibatch > 0) m.samples_per_s = static_cast<double>(t.batch_size) / m.ms_per_minibatch * 1e3;
-  double window = m.window_end_ms - m.window_start_ms;
   std::map<std::pair<int, int>, int64_t> links;
   for (int w = 0; w < t.num_workers(); ++w) {
     WorkerMetrics wm;
@@ -237,6 +233,7 @@ json to_json(const Metrics& m) {
           {"minibatches", m.minibatches},
           {"steady", m.steady},
           {"window_ms", {m.window_start_ms, m.window_end_ms}},
+          {"paused_ms", m.paused_ms},
           {"ms_per_minibatch", m.ms_per_minibatch},
           {"samples_per_s", m.samples_per_s},
           {"bubble_fraction", m.bubble_fraction},
@@ -252,7 +249,11 @@ std::string format_metrics(const Metrics& m) {
   os << "schedule " << m.schedule << " (" << m.source << ", " << m.minibatches << " minibatch"
      << (m.steady ? "es, steady state" : m.minibatches > 1 ? "es, whole run: too few for a steady state" : "")
      << ")\n";
-  os << "time per minibatch  " << m.ms_per_minibatch << " ms\n";
+  os << "time per minibatch  " << m.ms_per_minibatch << " ms";
+  if (m.paused_ms > 0)
+    os << " (" << std::setprecision(1) << m.paused_ms << std::setprecision(3)
+       << " ms of evaluations and checkpoints in the window left out)";
+  os << "\n";
   os << "throughput          " << std::setprecision(1) << m.samples_per_s << " samples/s\n";
   os << "bubble fraction     " << std::setprecision(3) << m.bubble_fraction << "\n";
   os << "peak stash+weights  " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";

@@ -48,6 +48,7 @@ struct Metrics {
   bool steady = false;           // the window is a steady state (not the whole trace)
   double window_start_ms = 0;
   double window_end_ms = 0;
+  double paused_ms = 0;          // of the window, the trace's pauses (Trace::pauses): left out
   double ms_per_minibatch = 0;
   double samples_per_s = 0;      // batch_size / ms_per_minibatch (0 when batch size unknown)
   double bubble_fraction = 0;    // mean over workers

@@ -51,6 +51,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     PipelineResult r = result_header(probe, o);
     r.train = run.train;
     r.trace.workers[config.rank] = std::move(run.trace);
+    r.trace.pauses = std::move(run.pauses);  // merge_worker_traces keeps what every worker's cover
     // Wait for every worker before tearing down the connections a peer may still be reading.
     action = "finishing";
     transport->barrier();

@@ -57,7 +57,10 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
 
   PipelineResult r = result_header(probe, o);
   r.train = runs[r.reporting].train;
-  for (int w = 0; w < n; ++w) r.trace.workers[w] = std::move(runs[w].trace);
+  for (int w = 0; w < n; ++w) {
+    r.trace.workers[w] = std::move(runs[w].trace);
+    r.trace.pauses = w == 0 ? runs[w].pauses : schedule::common_pauses(r.trace.pauses, runs[w].pauses);
+  }
   if (workers_out) *workers_out = std::move(workers);
   return r;
 }

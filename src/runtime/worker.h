@@ -69,6 +69,12 @@ class Worker {
   void set_loss_callback(LossCallback cb) { on_loss_ = std::move(cb); }
   void set_trace_origin(double origin_ms) { origin_ms_ = origin_ms; }
   std::vector<schedule::TraceEvent>& trace() { return trace_; }
+  // A pause in training (an evaluation, a checkpoint) from start_wall_ms (wall_ms()) to now, on
+  // the trace's clock (schedule::Trace::pauses).
+  void mark_pause(double start_wall_ms, double end_wall_ms) {
+    pauses_.emplace_back(start_wall_ms - origin_ms_, end_wall_ms - origin_ms_);
+  }
+  const std::vector<std::pair<double, double>>& pauses() const { return pauses_; }
   StageReplica* replica(int stage);
   std::string current_action() const { return current_; }
 
@@ -123,6 +129,7 @@ class Worker {
   LossCallback on_loss_;
   double origin_ms_ = 0;
   std::vector<schedule::TraceEvent> trace_;
+  std::vector<std::pair<double, double>> pauses_;
   std::string current_;
   // Vertical sync: the weight version stage 0 had when each microbatch of the running
   // schedule entered (the count of stage-0 Steps before its forward), plus the base version.

@@ -129,17 +129,20 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
       it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
     worker.run(it->second, seg.first_minibatch);
     if (trained) trained(seg);
-    if ((o.train.evaluate && seg.evaluate) || (checkpointer && seg.checkpoint)) worker.finish_sends();
+    bool evaluates = o.train.evaluate && seg.evaluate, checkpoints = checkpointer && seg.checkpoint;
+    if (!evaluates && !checkpoints) continue;
+    worker.finish_sends();
     // The measured peak memory is training's: evaluations (their own batch size) and
     // checkpoints are not charged to the worker.
     model::ChargeTo uncharged(nullptr);
-    if (o.train.evaluate && seg.evaluate) {
-      transport.barrier();  // the segment's training is over on every worker
-      double t0 = wall_ms();
+    transport.barrier();  // the segment's training is over on every worker
+    double paused = wall_ms();
+    if (evaluates) {
       double acc = worker.evaluate(it->second, data.test);
-      if (on_evaluated) on_evaluated(seg, acc, wall_ms() - t0);
+      if (on_evaluated) on_evaluated(seg, acc, wall_ms() - paused);
     }
-    if (checkpointer && seg.checkpoint) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
+    if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
+    worker.mark_pause(paused, wall_ms());
   }
   worker.finish_sends();
 }
@@ -221,6 +224,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
       run.train.peak_memory_bytes = peaks;
     }
     run.trace = worker.trace();
+    run.pauses = worker.pauses();
     return run;
   } catch (const std::exception& e) {
     std::string action = worker.current_action();

@@ -21,6 +21,7 @@ struct WorkerRun {
   bool reports = false;  // this is the reporting worker: `train` is filled
   TrainResult train;     // steps, seconds and samples/s (evaluations excluded), final loss, test accuracy
   std::vector<schedule::TraceEvent> trace;
+  std::vector<std::pair<double, double>> pauses;  // schedule::Trace::pauses, this worker's
 };
 
 // The per-worker loop both transports share: runs every segment's schedule and, at epoch ends

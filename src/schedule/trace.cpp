@@ -44,6 +44,11 @@ json to_json(const Trace& t) {
               {"batch_size", t.batch_size},
               {"workers", workers}};
   if (!t.stage_parameter_bytes.empty()) doc["stage_parameter_bytes"] = t.stage_parameter_bytes;
+  if (!t.pauses.empty()) {
+    json pauses = json::array();
+    for (const auto& [start, end] : t.pauses) pauses.push_back(json::array({start, end}));
+    doc["pauses"] = pauses;
+  }
   return doc;
 }
 
@@ -80,7 +85,31 @@ Trace trace_from_json(const json& doc, const std::string& source) {
     }
     t.workers.push_back(std::move(list));
   }
+  if (root.has("pauses")) {
+    JsonField pauses = root["pauses"];
+    for (size_t i = 0; i < pauses.size(); ++i) {
+      JsonField pause = pauses[i];
+      if (pause.size() != 2) pause.fail(str("must be [start_ms, end_ms], got ", pause.size(), " numbers"));
+      double start = pause[0].as_number(), end = pause[1].as_number();
+      if (end < start) pause[1].fail(str("is before the pause's start ", start));
+      if (!t.pauses.empty() && start < t.pauses.back().second)
+        pause[0].fail(str("overlaps or precedes the pause before, which ends at ", t.pauses.back().second));
+      t.pauses.emplace_back(start, end);
+    }
+  }
   return t;
+}
+
+std::vector<std::pair<double, double>> common_pauses(const std::vector<std::pair<double, double>>& a,
+                                                     const std::vector<std::pair<double, double>>& b) {
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    double start = std::max(a[i].first, b[j].first), end = std::min(a[i].second, b[j].second);
+    if (start < end) out.emplace_back(start, end);
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return out;
 }
 
 Trace read_trace(const std::string& path) {
@@ -100,6 +129,7 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
       merged.workers.assign(world_size, {});
     }
     if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
+    if (r > 0) merged.pauses = common_pauses(merged.pauses, t.pauses);
     for (const auto& e : merged.workers[r]) origin = std::min(origin, e.start_ms);
     std::remove(part.c_str());
   }
@@ -110,6 +140,8 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
         e.start_ms -= origin;
         e.end_ms -= origin;
       }
+  if (std::isfinite(origin))
+    for (auto& [start, end] : merged.pauses) start -= origin, end -= origin;
   write_trace(merged, trace_path);
 }
 

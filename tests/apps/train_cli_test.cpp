@@ -20,6 +20,7 @@
 #include "pt_paths.h"
 #include "runtime/job_secret.h"
 #include "runtime/launcher.h"
+#include "schedule/trace.h"
 
 namespace pt::runtime {
 namespace {
@@ -282,6 +283,34 @@ TEST(TrainCli, CheckpointFlagErrors) {
   std::string missing = (tmp.path / "nothing").string();
   EXPECT_EQ(run({"checkpoint", "inspect", missing}, log), 1);
   EXPECT_NE(slurp(log).find(missing + ": does not exist"), std::string::npos) << slurp(log);
+}
+
+// A run of two epochs evaluates after each (Trace::pauses): its trace leaves the evaluations
+// out of the steady state, on threads and over gloo (whose workers' traces are merged).
+TEST(TrainCli, TheTracesSteadyStateLeavesOutTheEvaluations) {
+  TempDir tmp("pauses");
+  for (const char* transport : {"threads", "gloo"}) {
+    std::string trace = (tmp.path / (std::string(transport) + ".trace.json")).string();
+    fs::path log = tmp.path / "log";
+    ASSERT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "1024", "--epochs", "2", "--batch-size", "32",
+                   "--stages", "2", "--schedule", "1f1b", "--microbatches", "2", "--transport", transport, "--quiet",
+                   "--trace", trace}, log), 0) << slurp(log);
+    schedule::Trace t = schedule::read_trace(trace);
+    ASSERT_EQ(t.pauses.size(), 2u) << transport;  // one evaluation per epoch
+    double last_end = 0;
+    for (const auto& w : t.workers)
+      for (const auto& e : w) last_end = std::max(last_end, e.end_ms);
+    // No worker computes inside a pause.
+    for (const auto& [start, end] : t.pauses) {
+      EXPECT_LT(start, end) << transport;
+      for (const auto& w : t.workers)
+        for (const auto& e : w)
+          if (schedule::is_compute(e.action.kind)) EXPECT_TRUE(e.end_ms <= start || e.start_ms >= end) << transport;
+    }
+    EXPECT_LT(t.pauses[0].second, last_end) << transport;  // the first epoch's, before the second trains
+    ASSERT_EQ(run({"trace", trace}, log), 0) << slurp(log);
+    EXPECT_NE(slurp(log).find("of evaluations and checkpoints in the window left out"), std::string::npos) << slurp(log);
+  }
 }
 
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {

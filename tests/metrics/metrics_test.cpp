@@ -72,6 +72,30 @@ TEST(Metrics, AlternatingGapsAreMeasuredOverWholeRepeats) {
   }
 }
 
+// A measured run pauses between segments for the test-set evaluation and checkpoints
+// (Trace::pauses): the steady state is training's. One worker at 3 ms a minibatch with a 600 ms
+// evaluation after minibatch 29 of 60 read 34.6 ms a minibatch before the pause was left out.
+TEST(Metrics, PausesBetweenSegmentsAreLeftOut) {
+  Trace t = one_worker_trace("1f1b", "measured");
+  double at = 0;
+  for (int i = 0; i < 60; ++i) {
+    if (i == 30) {
+      t.pauses.push_back({at, at + 600});
+      at += 600;
+    }
+    add_minibatch(t, std::to_string(i), at, 1, 2);
+    at += 3;
+  }
+  Metrics m = compute_metrics(t);
+  EXPECT_TRUE(m.steady);
+  EXPECT_DOUBLE_EQ(m.paused_ms, 600);
+  EXPECT_NEAR(m.ms_per_minibatch, 3.0, 1e-9);
+  EXPECT_NEAR(m.bubble_fraction, 0, 1e-9);
+  EXPECT_NE(format_metrics(m).find("600.0 ms of evaluations and checkpoints in the window left out"), std::string::npos);
+  t.pauses.clear();
+  EXPECT_NEAR(compute_metrics(t).ms_per_minibatch, 3.0 + 600.0 / 19, 1e-9);  // the window's 19 gaps
+}
+
 // The optimizer step is work, not a wait: a worker that computes 6 ms of 11 and steps for 2
 // idles 3.
 TEST(Metrics, AStepIsNotABubble) {
@@ -193,6 +217,32 @@ TEST(Trace, JsonRejectsUnknownSource) {
   doc = schedule::to_json(two_stage_trace());
   doc["workers"][0][0]["action"] = "0Q0";
   EXPECT_THROW(schedule::trace_from_json(doc, "t"), FormatError);
+}
+
+TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
+  Trace t = two_stage_trace();
+  t.pauses = {{3, 4}, {9, 20}};
+  EXPECT_EQ(schedule::trace_from_json(schedule::to_json(t), "t").pauses, t.pauses);
+  auto message = [](const json& doc) {
+    try {
+      schedule::trace_from_json(doc, "run.trace.json");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  json doc = schedule::to_json(t);
+  doc["pauses"][1] = json::array({20, 9});
+  EXPECT_NE(message(doc).find("pauses[1][1]"), std::string::npos) << message(doc);
+  EXPECT_NE(message(doc).find("before the pause's start 20"), std::string::npos) << message(doc);
+  doc["pauses"][1] = json::array({2, 5});
+  EXPECT_NE(message(doc).find("precedes the pause before"), std::string::npos) << message(doc);
+  doc["pauses"][1] = json::array({30});
+  EXPECT_NE(message(doc).find("must be [start_ms, end_ms]"), std::string::npos) << message(doc);
+  EXPECT_NE(message(doc).find("run.trace.json"), std::string::npos) << message(doc);
+  // What no worker trained through: the workers' pauses in common.
+  EXPECT_EQ(schedule::common_pauses({{0, 10}, {20, 30}}, {{2, 12}, {25, 40}}),
+            (std::vector<std::pair<double, double>>{{2, 10}, {25, 30}}));
 }
 
 }  // namespace
