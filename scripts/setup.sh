@@ -7,6 +7,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
       googletest libgtest-dev zlib1g-dev dataset-fashion-mnist fortunes
       iproute2 openmpi-bin
+      # scripts/testbed.sh --delay where the kernel has no netem: an NFQUEUE rule and testbed_delay.
+      iptables libnetfilter-queue-dev
       # pipetrain export and the import tests run the user's side: PyTorch and torchvision for Python.
       python3-torch python3-torchvision
       # Debian's LibTorch calls libblas.so.3; without this it is the reference BLAS and the

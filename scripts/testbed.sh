@@ -23,8 +23,10 @@
 #     --timeout S            stop the workers after S seconds (default 600)
 #     --command C            train (default) or calibrate: measure the links the workers see
 #                            (e.g. -- --workers 2,2 -o out/testbed/cluster.json)
-#     --delay D              every message a worker sends waits D (tc netem, e.g. 2ms) before
-#                            its link's rate; exits 77 where the kernel has no netem (this one)
+#     --delay D              every packet a worker sends waits D (e.g. 2ms, 500us) before its
+#                            link's rate: tc netem, or where the kernel has none (this one) an
+#                            NFQUEUE rule and testbed_delay beside --bin (built where
+#                            libnetfilter-queue is); exits 77 where neither is there
 #   Example: scripts/testbed.sh --workers 4 --rate 1gbit -- --compute emulated \
 #              --profile data/profiles/vgg16.json --stages 4 --schedule 1f1b --steps 10
 #
@@ -34,8 +36,7 @@
 # a veth pair shaped on both ends at --uplink-rate, so the workers of a server share one uplink
 # in each direction, as GPUs share a server's NIC. Everything is in one IPv4 subnet
 # (10.66.0.0/16, worker r at 10.66.<r/250>.<r%250+1>); the bridges have no address, so the host's
-# own networking is untouched. Links add no latency but --delay's, which needs netem (not in
-# this machine's kernel).
+# own networking is untouched. Links add no latency but --delay's.
 #
 # Every name starts with pt<pid of this script>, and everything is removed on exit (also on
 # failure, Ctrl-C or SIGTERM). Leftovers of a run whose script died (SIGKILL) are removed at the
@@ -58,7 +59,7 @@ while [[ $# -gt 0 ]]; do
     --command) command=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "testbed: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +73,13 @@ command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip,
 [[ $command == train || $command == calibrate ]] || die "--command: train or calibrate, got '$command'"
 [[ $shape_dirs == both || $shape_dirs == send ]] || die "--shape: both or send, got '$shape_dirs'"
 [[ $uplink == shared || $uplink == per-worker ]] || die "--uplink: shared or per-worker, got '$uplink'"
+delay_us=""
+if [[ -n $delay ]]; then
+  delay_us=$(awk -v d="$delay" 'BEGIN { n = d + 0; u = d; sub(/^[0-9.]+/, "", u)
+      if (u == "ms") n *= 1000; else if (u == "s") n *= 1e6; else if (u != "us" || d !~ /^[0-9]/) n = -1; print n }')
+  awk -v n="$delay_us" 'BEGIN { exit !(n > 0) }' || die "--delay: a time such as 2ms, 500us or 1s, got '$delay'"
+fi
+delayer="$(dirname "$bin")/testbed_delay" delay_by=""
 if [[ $servers -gt 0 ]]; then
   (( workers % servers == 0 )) || die "--servers: $servers does not divide --workers $workers"
   [[ -n $uplink_rate ]] || uplink_rate=$(awk -v r="$rate" 'BEGIN {
@@ -79,7 +87,7 @@ if [[ $servers -gt 0 ]]; then
 fi
 
 prefix="pt$$"
-pids=()
+pids=() delayers=()
 
 # Removes every namespace and link named pt<pid>... whose pid is $1, or (no argument) whose
 # script no longer runs.
@@ -100,32 +108,39 @@ remove_by_prefix() {
 teardown() {
   local code=$?
   trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" "${delayers[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 0.2
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" "${delayers[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   remove_by_prefix "$$"
   exit "$code"
 }
 trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+mkdir -p "$out"
 
 remove_by_prefix  # a previous run that died without its teardown
 
 # tbf: the burst must stay small (~128 KB) for the rate to hold at <= 2 Gbit/s; the queue holds
 # 20 ms of traffic (PT_TBF_LATENCY overrides it, to see what a deeper switch buffer changes).
 # --delay: netem at the root of a worker's own end (a message pays it once, at its sender), the
-# tbf under it.
+# tbf under it; where tc has no netem, what the worker sends out of that end goes through
+# NFQUEUE queue 0 of its namespace, where testbed_delay holds each packet (started per worker
+# below), before the tbf.
 shape() {  # shape [netns] DEV RATE
   local ns=() dev rate at=(root)
   if [[ $# -eq 3 ]]; then ns=(ip netns exec "$1"); shift; fi
   dev=$1 rate=$2
   if [[ -n $delay && ${#ns[@]} -gt 0 ]]; then
-    if ! "${ns[@]}" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay" 2>/dev/null; then
-      echo "testbed: --delay $delay: this kernel's tc has no netem (tc qdisc ... netem refused)" >&2
+    if [[ $delay_by != nfqueue ]] && "${ns[@]}" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay" 2>/dev/null; then
+      delay_by=netem at=(parent 1:1 handle 10:)
+    elif [[ -x $delayer ]] && command -v iptables >/dev/null &&
+         "${ns[@]}" iptables -A OUTPUT -o "$dev" -j NFQUEUE --queue-num 0 --queue-bypass 2>/dev/null; then
+      delay_by=nfqueue
+    else
+      echo "testbed: --delay $delay: this kernel's tc has no netem, and no $delayer with iptables' NFQUEUE to hold packets instead" >&2
       exit 77
     fi
-    at=(parent 1:1 handle 10:)
   fi
   "${ns[@]}" tc qdisc replace dev "$dev" "${at[@]}" tbf rate "$rate" burst 128kb latency "${PT_TBF_LATENCY:-20ms}"
 }
@@ -182,13 +197,20 @@ for (( r = 0; r < workers; r++ )); do
   fi
   shape "$ns" eth0 "$rate"   # worker -> switch
   [[ $shape_dirs == send ]] || shape "$host" "$rate"   # switch -> worker: a NIC limits what it receives too
+  if [[ $delay_by == nfqueue ]]; then
+    ip netns exec "$ns" "$delayer" 0 "$delay_us" 2>"$out/delay$r.log" &
+    delayers+=($!)
+  fi
 done
 
-mkdir -p "$out"
+if [[ $delay_by == nfqueue ]]; then
+  sleep 0.3  # the holders bind their queues (until then --queue-bypass lets packets through)
+  for p in "${delayers[@]}"; do kill -0 "$p" 2>/dev/null || die "--delay: testbed_delay stopped (logs: $out/delay*.log)"; done
+fi
 if [[ $servers -gt 0 ]]; then
-  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate $uplink (tc tbf, ${delay:-no} added latency; names $prefix)"
+  echo "testbed: $workers workers in $servers servers, worker links $rate, server uplinks $uplink_rate $uplink (tc tbf, ${delay:-no} added latency${delay_by:+ by $delay_by}; names $prefix)"
 else
-  echo "testbed: $workers workers, links $rate (tc tbf, ${delay:-no} added latency; names $prefix)"
+  echo "testbed: $workers workers, links $rate (tc tbf, ${delay:-no} added latency${delay_by:+ by $delay_by}; names $prefix)"
 fi
 port=$(( 20000 + $$ % 20000 ))
 # The job's secret, which the workers prove to each other at rendezvous (docs/runtime.md).

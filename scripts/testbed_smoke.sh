@@ -47,18 +47,24 @@ cat "$tmp/cal.log"
 gbps=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['levels'][0]['bandwidth_gbps'])" "$tmp/cluster.json")
 awk -v g="$gbps" 'BEGIN { exit !(g > 0.45 && g < 0.55) }' || { echo "FAILED: calibrate measured $gbps Gbit/s on 500mbit links"; exit 1; }
 echo "calibrate measured $gbps Gbit/s on links shaped to 0.5"
-# And a latency set with netem where the kernel has it (this machine's has not: exit 77; the
-# fit's reading of a latency is then checked on threads, tests/runtime/calibration_test.cpp).
+# And a latency added to every packet (testbed.sh --delay: netem, or where the kernel has none, as
+# here, NFQUEUE and testbed_delay): calibrate reads the links' own latency (above) plus the 5 ms,
+# within 10% of the 5 ms (issue 33; 5 ms rather than 2: on a busy machine the holder wakes 0.1-0.3
+# ms late). Exit 77 from testbed.sh: neither is there; the fit's reading of a latency is then
+# checked on threads alone (Calibration.RecoversALatencySetOnTheLinks).
+base=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['levels'][0].get('latency_us', 0))" "$tmp/cluster.json")
 rc=0
-"$here/testbed.sh" --workers 2 --rate 500mbit --delay 2ms --bin "$bin" --out "$tmp/cald" --timeout 120 \
+"$here/testbed.sh" --workers 2 --rate 500mbit --delay 5ms --bin "$bin" --out "$tmp/cald" --timeout 120 \
   --command calibrate -- --workers 2 --max-mb 1 -o "$tmp/delayed.json" >"$tmp/cald.log" 2>&1 || rc=$?
 if [[ $rc -eq 77 ]]; then
-  echo "no netem in this kernel: the latency check runs on threads (Calibration.RecoversALatencySetOnTheLinks)"
+  echo "no way to delay packets here (no netem, no testbed_delay): the latency check runs on threads (Calibration.RecoversALatencySetOnTheLinks)"
 elif [[ $rc -ne 0 ]]; then
-  cat "$tmp/cald.log"; echo "FAILED: calibrate with --delay 2ms"; exit 1
+  cat "$tmp/cald.log"; echo "FAILED: calibrate with --delay 5ms"; exit 1
 else
+  grep -m1 "^testbed:" "$tmp/cald.log"
   us=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['levels'][0]['latency_us'])" "$tmp/delayed.json")
-  awk -v u="$us" 'BEGIN { exit !(u > 1800 && u < 2200) }' || { echo "FAILED: calibrate read $us us per message where netem set 2000"; exit 1; }
-  echo "calibrate measured $us us per message on links delayed 2 ms"
+  awk -v u="$us" -v b="$base" 'BEGIN { exit !(u - b > 4500 && u - b < 5500) }' ||
+    { cat "$tmp/cald.log" "$tmp"/cald/delay*.log 2>/dev/null; echo "FAILED: calibrate read $us us per message on links of $base us with 5000 added"; exit 1; }
+  echo "calibrate measured $us us per message on links of $base us with 5 ms added"
 fi
 echo "testbed smoke test passed (names $prefix... all removed)"

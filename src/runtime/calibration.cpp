@@ -33,7 +33,10 @@ int repetitions(int64_t bytes, const CalibrationOptions& o) {
 }
 
 // Ping-pong between a and b; half the round trip's median on a, per size (b returns nothing).
-// Only worker a times, and prints progress where it has a callback (worker 0's).
+// Only worker a times, and prints progress where it has a callback (worker 0's). Each receive is
+// posted before the message it takes is sent, as the runtime posts its receives ahead: gloo
+// sends a message only once its receiver has said it is ready, so a receive posted late added a
+// trip to every message (2 ms held on each packet of the testbed's links read as 4.4 ms a message).
 std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const CalibrationOptions& o, int64_t tag) {
   std::vector<plan::LinkPoint> points;
   int me = t.rank(), peer = me == a ? b : a;
@@ -42,13 +45,17 @@ std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const Calibra
     torch::Tensor message = torch::zeros({bytes / 4});
     std::vector<double> trips;
     int reps = repetitions(bytes, o);
+    std::shared_ptr<PendingTransfer> next;  // b: the next message's receive
+    if (me == b) next = t.irecv_known(peer, tag, known);
     for (int i = -1; i < reps; ++i) {  // the first goes untimed: channels open, buffers warm
       auto start = Clock::now();
       if (me == a) {
+        auto back = t.irecv_known(peer, tag + 1, known);
         t.isend_known(message, peer, tag)->wait();
-        t.irecv_known(peer, tag + 1, known)->wait();
+        back->wait();
       } else {
-        t.irecv_known(peer, tag, known)->wait();
+        next->wait();
+        if (i + 1 < reps) next = t.irecv_known(peer, tag, known);
         t.isend_known(message, peer, tag + 1)->wait();
       }
       if (i >= 0) trips.push_back(ms_since(start));
