@@ -305,7 +305,9 @@ TEST(TrainCli, TheTracesSteadyStateLeavesOutTheEvaluations) {
       EXPECT_LT(start, end) << transport;
       for (const auto& w : t.workers)
         for (const auto& e : w)
-          if (schedule::is_compute(e.action.kind)) EXPECT_TRUE(e.end_ms <= start || e.start_ms >= end) << transport;
+          if (schedule::is_compute(e.action.kind)) {
+            EXPECT_TRUE(e.end_ms <= start || e.start_ms >= end) << transport;
+          }
     }
     EXPECT_LT(t.pauses[0].second, last_end) << transport;  // the first epoch's, before the second trains
     ASSERT_EQ(run({"trace", trace}, log), 0) << slurp(log);
