@@ -198,6 +198,19 @@ void GlooTransport::check_agreement(const json& digest) {
     std::vector<uint8_t> bytes = store_->get(key(r));
     all[r] = parse_json(std::string(bytes.begin(), bytes.end()), str("worker ", r, "'s job description"));
   }
+  // Worker 0 hosts the store: where it is about to stop on a disagreement, it first waits (a few
+  // seconds at most) until every worker has read the descriptions, so that each names the
+  // disagreement rather than a rendezvous gone (which it did only while worker 0's exit was slow).
+  auto read = [](int r) { return "pipetrain/digest/read/" + std::to_string(r); };
+  store_->set(read(config_.rank), {1});
+  if (config_.rank == 0 && std::any_of(all.begin() + 1, all.end(), [&](const json& d) { return d != all[0]; })) {
+    std::vector<std::string> everyone;
+    for (int r = 0; r < config_.world_size; ++r) everyone.push_back(read(r));
+    try {
+      store_->wait(everyone, std::min(rendezvous_timeout_, std::chrono::milliseconds(10000)));
+    } catch (const std::exception&) {  // a worker that never reads them is not waited for longer
+    }
+  }
   for (int r = 1; r < config_.world_size; ++r) {
     std::vector<JsonDifference> fields = json_differences(all[0], all[r]);
     if (fields.empty()) continue;

@@ -7,6 +7,7 @@
 #include <future>
 #include <iostream>
 
+#include "core/host_allocator.h"
 #include "model/compute_threads.h"
 #include "model/zoo.h"
 #include "pipeline_test_util.h"
@@ -26,6 +27,7 @@ TrainOptions settings(uint64_t seed) {
 
 TEST(Accuracy, PipedreamOnFourStagesMatchesSingleWorker) {
   model::use_one_compute_thread();
+  keep_freed_host_memory();  // as train does
   model::DataSplit data = model::load_fashion_mnist(model::kFashionMnistDir);
   double single = 0, piped = 0;
   for (uint64_t seed : {1, 2, 3}) {
