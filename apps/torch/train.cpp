@@ -35,6 +35,20 @@
 namespace pt::app {
 namespace {
 
+// Every step takes a whole minibatch (model/batch_sampler.h), so the samples past the last
+// whole one are left out of each epoch: say how many, and that --no-shuffle leaves out the same
+// ones every time (PyTorch's DataLoader keeps a short last batch by default).
+void note_samples_left_out(int64_t samples, const runtime::TrainOptions& t) {
+  if (t.batch_size < 1 || samples <= t.batch_size) return;  // refused or one minibatch: check_train_options says
+  int64_t left = samples % t.batch_size;
+  if (left == 0) return;
+  std::cerr << "note: " << samples << " training samples make " << samples / t.batch_size << " minibatches of "
+            << t.batch_size << " an epoch; " << left << (left == 1 ? " is" : " are") << " left out of each epoch"
+            << (t.shuffle ? " (different ones each time: the order is shuffled)\n"
+                          : str(", the same every time with --no-shuffle: sample", left == 1 ? " " : "s ",
+                                samples - left, left == 1 ? "" : str("-", samples - 1), " never trained on\n"));
+}
+
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
 const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout",
@@ -108,6 +122,7 @@ int run_train(TrainFlags& f) {
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
   if (!f.schedule_file.empty()) f.pipe.schedule = "file";
+  note_samples_left_out(data.train.size(), f.pipe.train);
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
   if (!parallel && (!ck.dir.empty() || f.recompute || !f.trace_path.empty())) {
     // Checkpoints, recomputation and traces are runtime features: one worker runs as a

@@ -315,6 +315,30 @@ TEST(TrainCli, TheTracesSteadyStateLeavesOutTheEvaluations) {
   }
 }
 
+// Samples past the last whole minibatch are left out of each epoch, and train says so: with
+// --no-shuffle, which ones (they are never trained on); none left over, no note.
+TEST(TrainCli, SamplesLeftOutOfEachEpochAreNamed) {
+  TempDir tmp("left-out");
+  fs::path log = tmp.path / "log";
+  auto train = [&](const std::string& samples, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", samples, "--steps", "1",
+                                     "--batch-size", "32", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run(args, log), 0) << slurp(log);
+    return slurp(log);
+  };
+  std::string out = train("100", {"--no-shuffle"});
+  EXPECT_NE(out.find("note: 100 training samples make 3 minibatches of 32 an epoch; 4 are left out of each epoch, the "
+                     "same every time with --no-shuffle: samples 96-99 never trained on"),
+            std::string::npos) << out;
+  out = train("97", {"--stages", "2", "--schedule", "1f1b"});
+  EXPECT_NE(out.find("97 training samples make 3 minibatches of 32 an epoch; 1 is left out of each epoch (different "
+                     "ones each time: the order is shuffled)"),
+            std::string::npos) << out;
+  out = train("96", {});
+  EXPECT_EQ(out.find("left out of each epoch"), std::string::npos) << out;
+}
+
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   TempDir tmp("inspect");
   std::string dir = (tmp.path / "ck").string();
