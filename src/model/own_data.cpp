@@ -97,6 +97,24 @@ torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const st
   return out;
 }
 
+// A NaN or an infinity in float data trained on until the loss turned NaN, and the run then
+// blamed the learning rate: the first sample holding one is named instead. In blocks of rows,
+// so that a large file does not need a mask of its own size.
+void check_finite(const torch::Tensor& t, const std::string& key, const std::string& source) {
+  if (!t.is_floating_point() || t.numel() == 0) return;
+  constexpr int64_t kRows = 4096;
+  for (int64_t first = 0; first < t.size(0); first += kRows) {
+    torch::Tensor block = t.narrow(0, first, std::min(kRows, t.size(0) - first));
+    torch::Tensor bad = block.isfinite().logical_not().reshape({block.size(0), -1}).any(1);
+    if (!bad.any().item<bool>()) continue;
+    int64_t row = bad.to(torch::kInt64).argmax().item<int64_t>();
+    torch::Tensor sample = block[row].reshape({-1});
+    float value = sample.index({sample.isfinite().logical_not()})[0].item<float>();
+    throw FormatError(str(source, ": '", key, "' holds ", value, " (sample ", first + row,
+                          "): a NaN or an infinity in the data makes the loss NaN; clean or drop such samples"));
+  }
+}
+
 // The inputs against what the model takes (before any forward, which would fail inside a layer).
 void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredModel& model, const std::string& source) {
   torch::Dtype want = model.integer_input() ? torch::kInt64 : torch::kFloat32;
@@ -112,6 +130,7 @@ void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredMo
                           want_shape.str(), "]"));
   }
   if (x.size(0) == 0) throw FormatError(str(source, ": '", xk, "' holds no samples"));
+  check_finite(x, xk, source);
 }
 
 // The last line of an error (a TorchScript traceback ends with the cause).
@@ -153,6 +172,7 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
       throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; --loss mse needs float32 targets"));
     if (y.sizes().slice(1) != out.sizes().slice(1))
       throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", shape_of(out)));
+    check_finite(y, yk, source);
     return;
   }
   if (model.has_own_loss()) {

@@ -267,6 +267,12 @@ class Errors(unittest.TestCase):
         self.train_fails({"x": x, "y": y, "labels": y}, "unknown key 'labels'")
         self.train_fails([x, y], "expected a dict of tensors")
         self.train_fails({"x": x, "y": y}, "--loss lm", "int64 token ids", extra=("--loss", "lm"))
+        # A NaN or an infinity is named at its sample (it trained until the loss was NaN, then
+        # blamed the learning rate).
+        nan, inf = x.clone(), x[:8].clone()
+        nan[7, 2], inf[3, 0] = float("nan"), float("-inf")
+        self.train_fails({"x": nan, "y": y}, "'x' holds nan (sample 7)", "makes the loss NaN")
+        self.train_fails({"x": x, "y": y, "x_test": inf, "y_test": y[:8]}, "'x_test' holds -inf (sample 3)")
 
     def test_a_directory_of_one_shard_without_a_test_set(self):
         shards = os.path.join(self.tmp.name, "one-shard")
