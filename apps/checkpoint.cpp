@@ -35,7 +35,12 @@ int inspect(const std::string& path) {
             << ", seed " << m.seed << "\n"
             << "written by schedule " << printable(m.schedule) << " on plan " << printable(m.plan) << " (" << m.workers
             << " workers)\n"
-            << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay << "\n"
+            << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay
+            << (m.lr_schedule.empty() ? std::string()
+                                      : str(", lr schedule ", m.lr_schedule,
+                                            m.lr_schedule == "cosine" ? str(" over ", m.schedule_steps, " steps") : "",
+                                            m.warmup_steps > 0 ? str(" after ", m.warmup_steps, " warm-up steps") : ""))
+            << "\n"
             << "files verified (sizes and CRC-32):\n";
   int64_t params = 0, bytes = 0;
   std::vector<std::vector<int64_t>> numels;  // per layer, per parameter

@@ -49,6 +49,31 @@ void note_samples_left_out(int64_t samples, const runtime::TrainOptions& t) {
                                 samples - left, left == 1 ? "" : str("-", samples - 1), " never trained on\n"));
 }
 
+// A checkpoint resumed under other optimizer settings than it was trained with: the steps after
+// it follow this run's, so the result is not one uninterrupted run's; said with both values (a
+// cosine schedule laid over another step count jumps where it resumes).
+void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::string& from,
+                           const model::SgdOptions& now, int64_t total) {
+  std::string changed;
+  auto differ = [&](const std::string& what, const std::string& was, const std::string& is) {
+    if (was != is) changed += str(changed.empty() ? "" : "; ", what, " ", was, " -> ", is);
+  };
+  auto number = [](double v) { return str(v); };
+  differ("lr", number(cm.lr), number(now.lr));
+  differ("momentum", number(cm.momentum), number(now.momentum));
+  differ("weight decay", number(cm.weight_decay), number(now.weight_decay));
+  if (!cm.lr_schedule.empty()) {  // older checkpoints do not say
+    auto course = [](const std::string& schedule, int64_t steps) {
+      return schedule == "cosine" ? str("cosine over ", steps, " steps") : schedule;
+    };
+    differ("lr schedule", course(cm.lr_schedule, cm.schedule_steps), course(now.lr_schedule, total));
+    differ("warm-up steps", str(cm.warmup_steps), str(now.warmup_steps));
+  }
+  if (changed.empty()) return;
+  std::cerr << "note: " << from << " was trained with other optimizer settings (" << changed << "): steps "
+            << cm.step + 1 << " on follow this run's, so the result differs from an uninterrupted run\n";
+}
+
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
 const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout",
@@ -200,9 +225,11 @@ int run_train(TrainFlags& f) {
     runtime::CheckpointLock{ck.dir};  // in use by another run: said now, before any worker starts
     const auto& cm = start.manifest;
     if (ck.resume && start.resume_from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
-    if (!start.resume_from.empty())
+    if (!start.resume_from.empty()) {
       std::cerr << "resuming from " << start.resume_from << " (step " << cm.step << ", written by " << cm.schedule
                 << " on plan " << cm.plan << ")\n";
+      note_resumed_settings(cm, start.resume_from, f.pipe.train.sgd, runtime::total_steps(f.pipe.train, data.train.size()));
+    }
     if (!cm.model_sha256.empty() && cm.model_sha256 != m->file_sha256())
       std::cerr << "note: " << start.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
                 << ", not this one (" << m->file_sha256() << "): its weights load if the layers' shapes match, but "

@@ -41,7 +41,9 @@ std::string manifest_to_json(const CheckpointManifest& m) {
               {"schedule", m.schedule},
               {"plan", m.plan},
               {"workers", m.workers},
-              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay}}},
+              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay},
+                       {"lr_schedule", m.lr_schedule}, {"warmup_steps", m.warmup_steps},
+                       {"schedule_steps", m.schedule_steps}}},
               {"files", files}};
   if (!m.ties.empty()) {
     json ties = json::array();
@@ -88,6 +90,13 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   m.lr = sgd["lr"].as_non_negative();
   m.momentum = sgd["momentum"].as_non_negative();
   m.weight_decay = sgd["weight_decay"].as_non_negative();
+  if (sgd.has("lr_schedule")) {  // written since the resume notes on the learning rate
+    m.lr_schedule = sgd["lr_schedule"].as_string();
+    if (m.lr_schedule != "constant" && m.lr_schedule != "cosine")
+      sgd["lr_schedule"].fail(str("must be constant or cosine, got '", m.lr_schedule, "'"));
+    m.warmup_steps = sgd["warmup_steps"].as_int_at_least(0);
+    m.schedule_steps = sgd["schedule_steps"].as_int_at_least(0);
+  }
   JsonField files = root["files"];
   if (files.size() != static_cast<size_t>(m.layers))
     files.fail(str("lists ", files.size(), " files but the model has ", m.layers, " layers"));

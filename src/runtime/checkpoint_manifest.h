@@ -34,6 +34,10 @@ struct CheckpointManifest {
   std::string plan;             // plan shape, e.g. "2-1-1"
   int workers = 0;
   double lr = 0, momentum = 0, weight_decay = 0;
+  // The learning rate's course (model::SgdOptions): its schedule, warm-up, and the steps the
+  // schedule spans (the run's minibatch count). Absent in older files: lr_schedule "".
+  std::string lr_schedule;
+  int64_t warmup_steps = 0, schedule_steps = 0;
   std::vector<CheckpointFile> files;  // one per layer, in layer order
   // Parameters shared between layers (model::TieGroup): each group's (layer, parameter index)
   // pairs. Every layer's file holds its copy, so readers count a group once (absent in older

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/batch_sampler.h"
 #include "runtime/tied_gradients.h"
+#include "runtime/trainer.h"
 
 namespace pt::runtime {
 
@@ -126,7 +127,7 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   model::BatchSampler sampler(data.train.size(), o.train.batch_size, o.train.seed, o.train.shuffle,
                               data.train.shard_sizes());
   job.per_epoch = sampler.batches_per_epoch();
-  int64_t total = o.train.steps > 0 ? o.train.steps : o.train.epochs * job.per_epoch;
+  int64_t total = total_steps(o.train, data.train.size());
   job.sgd = o.train.sgd;
   job.sgd.total_steps = total;
   job.probe = job_probe(plan, o);

@@ -50,11 +50,15 @@ void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
     throw UsageError(str("--weight-decay: must be finite and >= 0, got ", o.sgd.weight_decay));
 }
 
+int64_t total_steps(const TrainOptions& o, int64_t training_samples) {
+  return o.steps > 0 ? o.steps : o.epochs * (training_samples / std::max<int64_t>(1, o.batch_size));
+}
+
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& o) {
   check_train_options(o, data);
   model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed, o.shuffle, data.train.shard_sizes());
   int64_t per_epoch = sampler.batches_per_epoch();
-  int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
+  int64_t total = total_steps(o, data.train.size());
   torch::optim::SGD sgd(model.unique_parameters(),
                         torch::optim::SGDOptions(o.sgd.lr).momentum(o.sgd.momentum).weight_decay(o.sgd.weight_decay));
   Progress progress(total, o.metrics_path, o.quiet);

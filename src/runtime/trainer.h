@@ -46,4 +46,8 @@ torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices
 // Checks option values; throws UsageError naming the flag.
 void check_train_options(const TrainOptions& o, const model::DataSplit& data);
 
+// The run's minibatch count (--steps, or --epochs of whole minibatches): the span of its
+// learning-rate schedule.
+int64_t total_steps(const TrainOptions& o, int64_t training_samples);
+
 }  // namespace pt::runtime

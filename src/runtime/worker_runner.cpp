@@ -105,6 +105,9 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
   d.lr = o.train.sgd.lr;
   d.momentum = o.train.sgd.momentum;
   d.weight_decay = o.train.sgd.weight_decay;
+  d.lr_schedule = job.sgd.lr_schedule;
+  d.warmup_steps = job.sgd.warmup_steps;
+  d.schedule_steps = job.sgd.total_steps;
   for (const auto& group : m.tie_groups()) {
     std::vector<std::pair<int, int>> members;
     for (const auto& member : group.members) members.emplace_back(member.layer, member.param);

@@ -339,6 +339,30 @@ TEST(TrainCli, SamplesLeftOutOfEachEpochAreNamed) {
   EXPECT_EQ(out.find("left out of each epoch"), std::string::npos) << out;
 }
 
+// A checkpoint resumed under other optimizer settings says which, with both values: a cosine
+// schedule laid over more steps, another learning rate. The same settings say nothing.
+TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
+  TempDir tmp("resume-settings");
+  fs::path log = tmp.path / "log";
+  auto train = [&](const std::string& dir, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32",
+                                     "--stages", "2", "--schedule", "1f1b", "--quiet", "--checkpoint-dir",
+                                     (tmp.path / dir).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run(args, log), 0) << slurp(log);
+    return slurp(log);
+  };
+  train("cosine", {"--steps", "4", "--lr-schedule", "cosine"});
+  std::string out = train("cosine", {"--steps", "8", "--lr-schedule", "cosine", "--lr", "0.05", "--resume"});
+  EXPECT_NE(out.find("was trained with other optimizer settings (lr 0.02 -> 0.05; lr schedule cosine over 4 steps -> "
+                     "cosine over 8 steps): steps 5 on follow this run's"),
+            std::string::npos) << out;
+  train("constant", {"--steps", "4"});
+  out = train("constant", {"--steps", "8", "--resume"});
+  EXPECT_NE(out.find("resuming from"), std::string::npos) << out;
+  EXPECT_EQ(out.find("other optimizer settings"), std::string::npos) << out;
+}
+
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   TempDir tmp("inspect");
   std::string dir = (tmp.path / "ck").string();

@@ -299,9 +299,25 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   m.workers = 2;
   m.lr = 0.02;
   m.momentum = 0.9;
+  m.lr_schedule = "cosine";
+  m.warmup_steps = 3;
+  m.schedule_steps = 40;
   m.files = {{"layer-0.tensors", 0, 10, 123}, {"layer-1.tensors", 1, 20, 4294967295u}};
   auto back = manifest_from_json(manifest_to_json(m), "m.json");
   EXPECT_EQ(back.step, 12);
+  EXPECT_EQ(back.lr_schedule, "cosine");
+  EXPECT_EQ(back.warmup_steps, 3);
+  EXPECT_EQ(back.schedule_steps, 40);
+  {  // an older manifest, without the learning rate's course: read as unknown
+    std::string text = manifest_to_json(m);
+    for (const char* key : {"\"lr_schedule\"", "\"warmup_steps\"", "\"schedule_steps\""}) {  // a line each
+      size_t at = text.find(key);
+      ASSERT_NE(at, std::string::npos) << text;
+      size_t line = text.rfind('\n', at) + 1;
+      text.erase(line, text.find('\n', at) + 1 - line);
+    }
+    EXPECT_EQ(manifest_from_json(text, "m.json").lr_schedule, "") << text;
+  }
   EXPECT_EQ(back.files[1].crc32, 4294967295u);
   struct Case {
     std::string from, to, expect;
@@ -309,7 +325,9 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   for (const Case& c : {Case{"\"step\": 12", "\"step\": -1", "step"}, Case{"\"layer-1.tensors\"", "\"../x\"", "files[1].name"},
                         Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but the model has 3 layers"},
                         Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"},
-                        Case{"\"run_id\": \"0123456789abcdef\"", "\"run_id\": \"../x\"", "run_id"}}) {
+                        Case{"\"run_id\": \"0123456789abcdef\"", "\"run_id\": \"../x\"", "run_id"},
+                        Case{"\"cosine\"", "\"linear\"", "field 'sgd.lr_schedule' must be constant or cosine, got 'linear'"},
+                        Case{"\"schedule_steps\": 40", "\"schedule_steps\": -2", "sgd.schedule_steps"}}) {
     std::string text = manifest_to_json(m);
     ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
