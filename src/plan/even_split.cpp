@@ -7,15 +7,16 @@
 
 namespace pt::plan {
 
-Plan even_split(const profile::Profile& profile, int stages) {
+namespace {
+
+// Contiguous split of the layers (topological order) into `stages` single-replica stages that
+// minimises the largest stage_ms(j, i) of a stage of layers [j, i).
+template <class StageMs>
+Plan balanced_split(const profile::Profile& profile, int stages, const std::vector<double>& prefix, StageMs stage_ms) {
   int n = profile.num_layers();
   if (stages < 1 || stages > n)
     throw UsageError(str("--stages: ", stages, " stages is not possible for '", profile.model,
                          "' with ", n, " layers (use 1..", n, ")"));
-  // prefix[i] = compute of layers [0, i)
-  std::vector<double> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i)
-    prefix[i + 1] = prefix[i] + profile.layers[i].forward_ms + profile.layers[i].backward_ms;
   // best[k][i]: smallest max-stage time splitting layers [0, i) into k stages.
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, inf));
@@ -24,7 +25,7 @@ Plan even_split(const profile::Profile& profile, int stages) {
   for (int k = 1; k <= stages; ++k)
     for (int i = k; i <= n; ++i)
       for (int j = k - 1; j < i; ++j) {
-        double t = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        double t = std::max(best[k - 1][j], stage_ms(j, i));
         // Ties go to the later cut so that equal-cost layers spread evenly.
         if (t <= best[k][i]) {
           best[k][i] = t;
@@ -49,12 +50,61 @@ Plan even_split(const profile::Profile& profile, int stages) {
   return p;
 }
 
+// prefix[i] = compute (forward + backward) of layers [0, i)
+std::vector<double> compute_prefix(const profile::Profile& profile) {
+  std::vector<double> prefix(profile.num_layers() + 1, 0);
+  for (int i = 0; i < profile.num_layers(); ++i)
+    prefix[i + 1] = prefix[i] + profile.layers[i].forward_ms + profile.layers[i].backward_ms;
+  return prefix;
+}
+
+}  // namespace
+
+Plan even_split(const profile::Profile& profile, int stages) {
+  std::vector<double> prefix = compute_prefix(profile);
+  return balanced_split(profile, stages, prefix, [&](int j, int i) { return prefix[i] - prefix[j]; });
+}
+
+namespace {
+
+// The time of a stage of layers [j, i) counting its link: its compute, or the bytes over its two
+// cuts (crossing[c]: over the cut after layer c, each layer a stage of its own).
+struct LinkedStageMs {
+  LinkedStageMs(const profile::Profile& profile, double ms_per_byte)
+      : prefix(compute_prefix(profile)), ms_per_byte(ms_per_byte), n(profile.num_layers()) {
+    std::vector<int> each(n);
+    for (int l = 0; l < n; ++l) each[l] = l;
+    if (n > 0) crossing = profile::cut_bytes(profile, each, n);
+  }
+  double operator()(int j, int i) const {
+    double bytes = (j > 0 ? crossing[j - 1] : 0) + (i < n ? crossing[i - 1] : 0);
+    return std::max(prefix[i] - prefix[j], bytes * ms_per_byte);
+  }
+  std::vector<double> prefix, crossing;
+  double ms_per_byte;
+  int n;
+};
+
+}  // namespace
+
+Plan link_aware_split(const profile::Profile& profile, int stages, double ms_per_byte) {
+  LinkedStageMs stage_ms(profile, ms_per_byte);
+  return balanced_split(profile, stages, stage_ms.prefix, stage_ms);
+}
+
+double largest_linked_stage_ms(const profile::Profile& profile, const Plan& split, double ms_per_byte) {
+  LinkedStageMs stage_ms(profile, ms_per_byte);
+  double most = 0;
+  for (const auto& st : split.stages)
+    if (!st.layers.empty()) most = std::max(most, stage_ms(st.layers.front(), st.layers.back() + 1));
+  return most;
+}
+
 Plan v_split(const profile::Profile& profile, int workers) {
   const int chunks = 2 * workers, n = profile.num_layers();
   Plan p = even_split(profile, chunks);  // checks the counts; its layers are replaced below
   if (workers < 2) return p;
-  std::vector<double> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + profile.layers[i].forward_ms + profile.layers[i].backward_ms;
+  std::vector<double> prefix = compute_prefix(profile);
   // Start from cuts at equal shares of the time (each chunk at least one layer): unlike the even
   // split, which lowers the largest chunk first, this spreads the heavier and lighter chunks
   // along the V, and the search below keeps them spread.

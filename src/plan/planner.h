@@ -79,6 +79,14 @@ std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& prof
 // Contiguous split of the layers (topological order) into `stages` single-replica stages
 // balancing forward+backward time (minimises the largest stage). Used by `--stages N`.
 Plan even_split(const profile::Profile& profile, int stages);
+// The same with each stage's time the larger of its compute and its link's: the bytes over its
+// two cuts (activations one way, their gradients the other, per minibatch) at `ms_per_byte`.
+// The even split is blind to the links: on VGG-16 at 10 Gbit/s it cut a full-resolution
+// convolution from its ReLU, 25 MB a microbatch of 2 samples, and the joint search's best 1F1B
+// plan under 2 GB ran 4x slower than one worker.
+Plan link_aware_split(const profile::Profile& profile, int stages, double ms_per_byte);
+// What link_aware_split minimises, of a contiguous split: its largest stage counting the links.
+double largest_linked_stage_ms(const profile::Profile& profile, const Plan& split, double ms_per_byte);
 // A split for the V schedules (zb-v, v-half, v-min, dualpipev), beside the even one: 2 x
 // `workers` contiguous chunks, worker w holding chunk w and chunk 2 workers - 1 - w. From cuts at
 // equal shares of the time, chunk boundaries move a layer at a time while that lowers the busiest

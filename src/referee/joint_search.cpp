@@ -28,10 +28,25 @@ struct Trial {
   int minibatches = 0;  // asynchronous kinds: minibatches simulated (0: default_minibatches)
 };
 
-// d stages of the even split, r replicas each: stage-major placement puts a stage's replicas
-// side by side, pipeline-major a copy's stages.
-plan::Plan uniform_plan(const profile::Profile& p, int d, int r, bool stage_major) {
-  plan::Plan u = plan::even_split(p, d);
+// The splits of the layers into d stages tried: the even split, and the link-aware one where its
+// largest stage counting the links is smaller (planner.h), at the links of the level holding all
+// `workers` (the slowest a stage may cross): which runs faster, only the simulator tells. Where
+// the links do not set the largest stage, the even split alone (each split doubles the replays).
+std::vector<plan::Plan> splits(const profile::Profile& p, int d, const plan::Cluster& c, int workers) {
+  std::vector<plan::Plan> out{plan::even_split(p, d)};
+  if (d < 2 || workers < 2) return out;
+  double ms_per_byte = c.transfer_ms(c.range_level(0, workers - 1), 1.0);
+  plan::Plan linked = plan::link_aware_split(p, d, ms_per_byte);
+  if (plan::largest_linked_stage_ms(p, linked, ms_per_byte) < plan::largest_linked_stage_ms(p, out[0], ms_per_byte) * (1 - 1e-9))
+    out.push_back(std::move(linked));
+  return out;
+}
+
+// d stages of `split`, r replicas each: stage-major placement puts a stage's replicas side by
+// side, pipeline-major a copy's stages.
+plan::Plan uniform_plan(const plan::Plan& split, int r, bool stage_major) {
+  plan::Plan u = split;
+  int d = u.num_stages();
   for (auto& st : u.stages) st.replicas = r;
   if (stage_major) {
     plan::assign_workers(u);
@@ -74,10 +89,11 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     for (int d = 1; d <= std::min(w, layers); ++d) {
       if (w % d != 0) continue;
       int r = w / d;
-      for (bool stage_major : {true, false}) {
+      for (bool stage_major : {true, false})
+      for (const plan::Plan& split : splits(p, d, c, w)) {
         // The same placement, or (one level) the same links.
         if (!stage_major && (r == 1 || d == 1 || c.levels.size() < 2)) continue;
-        plan::Plan u = uniform_plan(p, d, r, stage_major);
+        plan::Plan u = uniform_plan(split, r, stage_major);
         if (d > 1) {
           for (const char* kind : {"1f1b", "gpipe", "2bw"})
             if (wanted(kind))
