@@ -21,6 +21,7 @@
 #include "plan/plan_command.h"
 #include "plan/plan_table.h"
 #include "schedule/generators.h"
+#include "schedule/memory.h"
 
 namespace pt::app {
 namespace {
@@ -141,7 +142,18 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
   const Configuration& c = chosen(r, jo, out.profile, out.cluster);
   out.plan = c.plan;
   std::ostringstream summary;
-  summary << plan::format_plan_table(as_run(out.plan), out.profile, out.cluster) << "joint search (" << f.objective
+  // One worker at its leanest (a sample a microbatch), under the cap or not: whether the table may
+  // advise it (VGG-16 under 2 GB was told to train on one worker, which needs 15 GB).
+  bool one_worker_fits = true;
+  if (jo.memory_cap > 0) {
+    schedule::ScheduleOptions lean;
+    lean.microbatches = static_cast<int>(std::min<int64_t>(out.profile.batch_size, schedule::kMaxMicrobatches));
+    plan::Plan one = plan::data_parallel_plan(out.profile.num_layers(), 1);
+    one.batch_size = out.profile.batch_size;
+    one_worker_fits = schedule::peak_memory(schedule::memory_per_worker(
+                          schedule::make_unvalidated_schedule("1f1b", one, lean), out.profile)) <= jo.memory_cap;
+  }
+  summary << plan::format_plan_table(as_run(out.plan), out.profile, out.cluster, one_worker_fits) << "joint search (" << f.objective
           << "): schedule " << c.plan.schedule;
   if (c.plan.microbatches > 0) summary << ", " << c.plan.microbatches << " microbatches";
   if (c.plan.chunks > 0) summary << ", " << c.plan.chunks << " chunks";

@@ -41,7 +41,8 @@ std::string fixed(double v, int digits = 3) {
 
 }  // namespace
 
-std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster) {
+std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                              bool one_worker_fits) {
   std::ostringstream os;
   os << "plan for '" << plan.model << "' (batch " << plan.batch_size << ") on "
      << (plan.workers < cluster.workers() ? std::to_string(plan.workers) + " of " : "") << cluster.workers() << " workers, "
@@ -105,7 +106,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   if (slowest > single * (1 + 1e-9))
     os << "warning: this plan is slower than one worker (" << fixed(slowest) << " against " << fixed(single)
        << " ms per minibatch): on this cluster its transfers and all-reduces cost more than splitting the model "
-          "saves; train on one worker, or on fewer workers with faster links\n";
+       << (one_worker_fits ? "saves; train on one worker, or on fewer workers with faster links\n"
+                           : "saves, and one worker does not fit the memory cap, even a sample a microbatch: more "
+                             "memory per worker, or faster links\n");
   for (const auto& n : plan.notes) os << "note: " << n << "\n";
   return os.str();
 }

@@ -11,7 +11,10 @@
 
 namespace pt::plan {
 
-std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster);
+// one_worker_fits: false where a memory cap leaves no room for one worker (the joint search's
+// caller knows), so that the warning of a plan slower than one worker does not advise it.
+std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
+                              bool one_worker_fits = true);
 
 // "0-3,8-11": sorted ids as ranges.
 std::string format_id_ranges(std::vector<int> ids);

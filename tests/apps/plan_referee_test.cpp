@@ -440,6 +440,23 @@ TEST(PlanReferee, SimulateOfAJointPlanFileRunsItsScheduleAndBatch) {
   EXPECT_NE(sim.output.find("1f1b on 8"), std::string::npos) << sim.output;
 }
 
+// A plan slower than one worker advises one worker only where one fits the cap: PipeDream's
+// VGG-16 on 8 workers at 10 Gbit/s under 2 GB (zb-v pinned) was told to train on one worker,
+// which needs more than 2 GB even a sample a microbatch (1.7 GB of weights, gradients and
+// momentum before any activation); under 40 GB one fits.
+TEST(PlanReferee, SlowerThanOneWorkerAdvisesItOnlyWhereItFits) {
+  std::string base = std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SHARED_DIR +
+                     "/data/pipedream-profiles/vgg16.json --workers 8 ";
+  auto tight = testing::shell_run(base + "--bandwidth-gbps 10 --memory 2GB --schedule zb-v");
+  ASSERT_EQ(tight.exit_code, 0) << tight.output;
+  EXPECT_NE(tight.output.find("warning: this plan is slower than one worker"), std::string::npos) << tight.output;
+  EXPECT_NE(tight.output.find("one worker does not fit the memory cap"), std::string::npos) << tight.output;
+  EXPECT_EQ(tight.output.find("train on one worker"), std::string::npos) << tight.output;
+  auto roomy = testing::shell_run(base + "--bandwidth-gbps 1 --memory 40GB --schedule 1f1b");
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
+  EXPECT_NE(roomy.output.find("train on one worker"), std::string::npos) << roomy.output;
+}
+
 // The joint search's 2bw figures are steady states, as simulate gives them for the plan file
 // however long it runs: from 6 minibatches a step, VGG-16's 4-4 on 4x4 was "186.7 ms per
 // minibatch" and simulates at 341.1 (2BW's double buffering alternates two gaps; the short
