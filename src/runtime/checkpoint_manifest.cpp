@@ -41,10 +41,13 @@ std::string manifest_to_json(const CheckpointManifest& m) {
               {"schedule", m.schedule},
               {"plan", m.plan},
               {"workers", m.workers},
-              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay},
-                       {"lr_schedule", m.lr_schedule}, {"warmup_steps", m.warmup_steps},
-                       {"schedule_steps", m.schedule_steps}}},
+              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay}}},
               {"files", files}};
+  if (!m.lr_schedule.empty()) {  // unknown (an older file's) stays unknown
+    doc["sgd"]["lr_schedule"] = m.lr_schedule;
+    doc["sgd"]["warmup_steps"] = m.warmup_steps;
+    doc["sgd"]["schedule_steps"] = m.schedule_steps;
+  }
   if (!m.ties.empty()) {
     json ties = json::array();
     for (const auto& group : m.ties) {
