@@ -42,7 +42,12 @@ struct SearchResult {
 // Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker, level
 // reached by the previous stage[, stages left]) minimising the slowest stage of estimate_plan
 // over every sequence of nested states and every replica count, workers numbered stage by stage.
-SearchResult search_pipetrain(const StateSpace& space, const Cluster& cluster, const PlanOptions& options);
+// A space of more than bounding_chain states is searched after a chain of that many of its
+// states (chain_within), whose best plans bound the space's: every (state, worker) boundary that
+// no plan within those bounds can cross is skipped, and the result is the same (0: never).
+inline constexpr int kBoundingChain = 64;
+SearchResult search_pipetrain(const StateSpace& space, const Cluster& cluster, const PlanOptions& options,
+                              int bounding_chain = kBoundingChain);
 
 // PipeDream's optimizer (SOSP'19 §3.1; optimizer_graph_hierarchical.py), level by level.
 SearchResult search_pipedream(const StateSpace& space, const Cluster& cluster, const PlanOptions& options);

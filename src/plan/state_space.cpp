@@ -298,4 +298,51 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   return s;
 }
 
+StateSpace chain_within(const StateSpace& s, int max_states) {
+  const int S = s.num_states();
+  std::vector<int> size(S), chain{0};
+  for (int i = 0; i < S; ++i) size[i] = s.members[i].count();
+  // States are sorted by size: the first strict superset met has the smallest size.
+  while (chain.back() != s.last()) {
+    int from = chain.back(), next = -1;
+    for (int j = from + 1; j < S && (next < 0 || size[j] == size[next]); ++j)
+      if (size[j] > size[from] && s.members[from].subset_of(s.members[j]) &&
+          (next < 0 || s.frontier_bytes[j] < s.frontier_bytes[next]))
+        next = j;
+    PT_CHECK(next >= 0, "state ", from, " has no strict superset");
+    chain.push_back(next);
+  }
+  const int C = static_cast<int>(chain.size());
+  if (C > max_states && max_states >= 2) {
+    // Position i of max_states: the chain's state nearest to compute total * i / (max_states - 1),
+    // after the one kept before it and leaving room for those after.
+    std::vector<int> kept{0};
+    double total = s.compute_ms[s.last()];
+    for (int i = 1, at = 0, prev = 0; i + 1 < max_states; ++i) {
+      double target = total * i / (max_states - 1);
+      while (at + 1 < C && s.compute_ms[chain[at + 1]] <= target) ++at;
+      int nearer = at + 1 < C && s.compute_ms[chain[at + 1]] - target < target - s.compute_ms[chain[at]] ? at + 1 : at;
+      prev = std::min(std::max(nearer, prev + 1), C - 1 - (max_states - 1 - i));
+      kept.push_back(chain[prev]);
+    }
+    kept.push_back(s.last());
+    chain = std::move(kept);
+  }
+  StateSpace c;
+  c.pinned_first = s.pinned_first, c.attached = s.attached, c.node_layers = s.node_layers, c.note = s.note;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    int j = chain[i];
+    c.members.push_back(s.members[j]);
+    c.compute_ms.push_back(s.compute_ms[j]);
+    c.backward_ms.push_back(s.backward_ms[j]);
+    c.activation_bytes.push_back(s.activation_bytes[j]);
+    c.parameter_bytes.push_back(s.parameter_bytes[j]);
+    c.frontier_bytes.push_back(s.frontier_bytes[j]);
+    c.pipedream_output_bytes.push_back(s.pipedream_output_bytes[j]);
+    c.strict_subsets.emplace_back();
+    for (size_t k = 0; k < i; ++k) c.strict_subsets.back().push_back(static_cast<int>(k));
+  }
+  return c;
+}
+
 }  // namespace pt::plan

@@ -60,6 +60,13 @@ struct StateSpace {
 StateSpace build_state_space(const profile::Profile& profile, int max_states,
                              size_t max_pairs = static_cast<size_t>(-1));
 
+// A chain of at most max_states of the space's states from ∅ to every node: a space of its own,
+// whose plans are plans of `space` with the same stage sums, so that its search bounds `space`'s
+// from above in a fraction of the time. Each state is the smallest strict superset of the one
+// before (of those, the one whose cut carries the fewest bytes); beyond max_states, those whose
+// compute is nearest to equal steps of the whole are kept.
+StateSpace chain_within(const StateSpace& space, int max_states);
+
 // An input layer or a detached sink (profile.h): the layer costs nothing in any cost model, and
 // the search places it with its neighbour.
 inline bool is_outside_search(const profile::Profile& profile, int layer) {

@@ -25,14 +25,20 @@ using Port = std::vector<std::pair<double, double>>;
 // A few ports booked together (a transfer's two, a ring's): pointers into Replay's tables.
 using Ports = std::vector<Port*>;
 
+// Whether nothing is booked on the ports after t.
+template <class PortList>
+bool after_everything(const PortList& ports, double t) {
+  for (const Port* p : ports)
+    if (!p->empty() && p->back().second > t) return false;
+  return true;
+}
+
 // The earliest t >= from at which [t, t + ms) is free on every port.
 template <class PortList>
 double earliest_free(const PortList& ports, double from, double ms) {
   // Most bookings come after everything already booked on their ports (a ring's next step):
   // then `from` is free without a search.
-  bool after_all = true;
-  for (const Port* p : ports) after_all = after_all && (p->empty() || p->back().second <= from);
-  if (after_all) return from;
+  if (after_everything(ports, from)) return from;
   double t = from;
   for (bool moved = true; moved;) {
     moved = false;
@@ -332,9 +338,15 @@ class Replay {
           double t = from;
           for (int i = 0; i < phases[p].steps; ++i) {
             t = earliest_free(ring_ports, t, ms);
-            reserve(ring_ports, t, t + ms);
+            // Once nothing is booked after it on the ring's links, the steps left follow back
+            // to back: one interval for them all (1 MiB buckets of ResNet-101 on 12 replicas
+            // booked 22 a bucket, and their replay took 50 ms).
+            int run = after_everything(ring_ports, t) && ms > 0 ? phases[p].steps - i : 1;
+            double begin = t;
+            for (int step = 0; step < run; ++step) t += ms;  // summed step by step, as booked one at a time
+            reserve(ring_ports, begin, t);
             booked_ += static_cast<int64_t>(ring_ports.size());
-            t += ms;
+            i += run - 1;
           }
           phase_end = std::max(phase_end, t);
         }
