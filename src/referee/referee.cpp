@@ -1,10 +1,7 @@
 #include "referee/referee.h"
 
-#include <atomic>
 #include <chrono>
-#include <future>
 #include <iostream>
-#include <thread>
 
 #include <algorithm>
 #include <numeric>
@@ -16,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/units.h"
 #include "plan/physical_limit.h"
 #include "plan/plan_table.h"
@@ -181,15 +179,7 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
     }
     ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(bytes)), metrics::Detail::kTiming).ms_per_minibatch;
   };
-  std::atomic<size_t> next{own_ms > 0 ? 1u : 0u};
-  auto work = [&] {
-    for (size_t i; (i = next++) < sizes.size();) simulate_size(i);
-  };
-  std::vector<std::future<void>> others;
-  int threads = std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), static_cast<int>(sizes.size()));
-  for (int t = 1; t < threads; ++t) others.push_back(std::async(std::launch::async, work));
-  work();
-  for (auto& f : others) f.get();
+  side_by_side(sizes.size(), simulate_size, own_ms > 0 ? 1 : 0);
   BucketChoice choice;
   for (size_t i = 0; i < sizes.size(); ++i) {
     choice.tried.push_back({sizes[i], ms[i]});

@@ -1,13 +1,12 @@
 #include "referee/replay_ahead.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <future>
 #include <numeric>
 #include <thread>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/units.h"
 #include "plan/physical_limit.h"
 #include "schedule/generators.h"
@@ -141,19 +140,12 @@ void simulate(Replay& r, const ReplayContext& c) {
 }
 
 void work_ahead(const std::vector<Replay*>& replays, const ReplayContext& c, double best_ms) {
-  int threads = std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), static_cast<int>(replays.size()));
-  if (threads < 2) return;  // one at a time, in turn, is the same work
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < replays.size();) {
-      estimate(*replays[i], c);
-      if (replays[i]->estimate && replays[i]->limit_ms <= best_ms) simulate(*replays[i], c);
-    }
-  };
-  std::vector<std::future<void>> others;
-  for (int t = 1; t < threads; ++t) others.push_back(std::async(std::launch::async, work));
-  work();
-  for (auto& f : others) f.get();
+  // One at a time, in turn, is the same work.
+  if (std::thread::hardware_concurrency() < 2 || replays.size() < 2) return;
+  side_by_side(replays.size(), [&](size_t i) {
+    estimate(*replays[i], c);
+    if (replays[i]->estimate && replays[i]->limit_ms <= best_ms) simulate(*replays[i], c);
+  });
 }
 
 }  // namespace pt::referee
