@@ -42,9 +42,11 @@ struct SearchResult {
 // Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker, level
 // reached by the previous stage[, stages left]) minimising the slowest stage of estimate_plan
 // over every sequence of nested states and every replica count, workers numbered stage by stage.
-// A space of more than bounding_chain states is searched after a chain of that many of its
-// states (chain_within), whose best plans bound the space's: every (state, worker) boundary that
-// no plan within those bounds can cross is skipped, and the result is the same (0: never).
+// A space of more than bounding_chain states is searched after a chain of its states
+// (chain_within; the whole chain where that is under a fourth of the states, else
+// bounding_chain of them), itself searched so, whose best plans bound the space's: every
+// (state, worker) boundary that no plan within those bounds can cross is skipped, and the
+// result is the same (0: never).
 inline constexpr int kBoundingChain = 64;
 SearchResult search_pipetrain(const StateSpace& space, const Cluster& cluster, const PlanOptions& options,
                               int bounding_chain = kBoundingChain);

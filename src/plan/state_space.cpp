@@ -92,12 +92,19 @@ bool enumerate_states(const NodeGraph& g, int max_states, size_t max_pairs, std:
     }
   }
   flat.resize(count * words);
+  // Breadth first, the sets come by size: a strict subset comes before, and is smaller.
+  std::vector<int> size(count, 0);
+  for (size_t i = 0; i < count; ++i)
+    for (size_t w = 0; w < words; ++w) size[i] += __builtin_popcountll(word(i, w));
+  size_t pairs = 0;
+  for (size_t j = 0; j < count; ++j)
+    for (size_t k = 0; k < j && size[k] < size[j]; ++k) {
+      bool subset = true;
+      for (size_t w = 0; w < words && subset; ++w) subset = (word(k, w) & ~word(j, w)) == 0;
+      if (subset && ++pairs > max_pairs) return false;
+    }
   out.assign(count, NodeSet{std::vector<uint64_t>(words)});
   for (size_t i = 0; i < count; ++i) std::copy_n(flat.begin() + i * words, words, out[i].words.begin());
-  size_t pairs = 0;
-  for (size_t j = 0; j < out.size(); ++j)
-    for (size_t k = 0; k < out.size(); ++k)
-      if (k != j && out[k].subset_of(out[j]) && ++pairs > max_pairs) return false;
   return true;
 }
 
