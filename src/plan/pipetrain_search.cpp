@@ -39,19 +39,8 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
   const int S = s.num_states(), W = cluster.workers(), last = s.last();
   const int64_t mem = memory_limit(cluster, options);
   const int Q = mem > 0 ? std::min(W, S - 1) : 0;  // q = 0: depth not tracked
-  // Each state's strict supersets by increasing compute, so that once a stage's compute alone
-  // reaches the best time found, every later superset can be skipped at once.
-  std::vector<int> by_compute(S);
-  for (int j = 0; j < S; ++j) by_compute[j] = j;
-  std::stable_sort(by_compute.begin(), by_compute.end(),
-                   [&](int a, int b) { return s.compute_ms[a] < s.compute_ms[b]; });
-  std::vector<std::vector<int>> supersets(S);
-  std::vector<int> count(S, 0);  // each list's size first: grown by push_back, they took a tenth of the search
-  for (int j = 0; j < S; ++j)
-    for (int k : s.strict_subsets[j]) ++count[k];
-  for (int k = 0; k < S; ++k) supersets[k].reserve(count[k]);
-  for (int j : by_compute)
-    for (int k : s.strict_subsets[j]) supersets[k].push_back(j);
+  // Each state's strict supersets come by increasing compute (StateSpace::supersets), so that once
+  // a stage's compute alone reaches the best time found, every later superset can be skipped.
   // λ takes Lv values: level index + 1, 0 meaning no previous stage (w = 0).
   const int Lv = static_cast<int>(cluster.levels.size()) + 1;
   // range_level(w, w + n) for every w, n: looked up in the inner loop, where computing it is
@@ -171,14 +160,15 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
           // over its replicas): the supersets too small for that are skipped, the first of them
           // by bisection (Inception-v3's states have many supersets of nearly equal compute, which
           // the other bounds pass).
-          const auto& ups = supersets[k];
+          const int* ups_begin = s.supersets.data() + s.superset_begin[k];
+          const int* ups_end = s.supersets.data() + s.superset_begin[k + 1];
           // (The bound, summed in another order than the rest's time, may differ in its last
           // bits: it prunes only what it exceeds by more.)
           auto rest_too_slow = [&](int j) {
             return (s.compute_ms[last] - s.compute_ms[j]) > (W - w - 1) * bound * (1 + 1e-9);
           };
-          auto first = std::partition_point(ups.begin(), ups.end(), rest_too_slow);
-          for (auto it = first; it != ups.end(); ++it) {
+          const int* first = std::partition_point(ups_begin, ups_end, rest_too_slow);
+          for (const int* it = first; it != ups_end; ++it) {
             int j = *it;
             double compute = s.compute_ms[j] - s.compute_ms[k];
             bound = bound_now();

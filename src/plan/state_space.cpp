@@ -108,6 +108,23 @@ bool enumerate_states(const NodeGraph& g, int max_states, size_t max_pairs, std:
   return true;
 }
 
+// StateSpace::superset_begin and supersets from strict_subsets.
+void index_supersets(StateSpace& s) {
+  const int S = s.num_states();
+  std::vector<int> by_compute(S);
+  for (int j = 0; j < S; ++j) by_compute[j] = j;
+  std::stable_sort(by_compute.begin(), by_compute.end(),
+                   [&](int a, int b) { return s.compute_ms[a] < s.compute_ms[b]; });
+  s.superset_begin.assign(S + 1, 0);
+  for (int j = 0; j < S; ++j)
+    for (int k : s.strict_subsets[j]) ++s.superset_begin[k + 1];
+  for (int k = 0; k < S; ++k) s.superset_begin[k + 1] += s.superset_begin[k];
+  s.supersets.resize(s.superset_begin[S]);
+  std::vector<int> next(s.superset_begin.begin(), s.superset_begin.end() - 1);
+  for (int j : by_compute)
+    for (int k : s.strict_subsets[j]) s.supersets[next[k]++] = j;
+}
+
 }  // namespace
 
 std::vector<char> outside_search(const profile::Profile& profile) {
@@ -302,6 +319,7 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
       if (size[k] < size[j] && states[k].subset_of(states[j])) subsets.push_back(k);
     s.strict_subsets[j].assign(subsets.begin(), subsets.end());
   }
+  index_supersets(s);
   return s;
 }
 
@@ -349,6 +367,7 @@ StateSpace chain_within(const StateSpace& s, int max_states) {
     c.strict_subsets.emplace_back();
     for (size_t k = 0; k < i; ++k) c.strict_subsets.back().push_back(static_cast<int>(k));
   }
+  index_supersets(c);
   return c;
 }
 

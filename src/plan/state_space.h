@@ -47,6 +47,10 @@ struct StateSpace {
   std::vector<double> frontier_bytes;
   std::vector<double> pipedream_output_bytes;
   std::vector<std::vector<int>> strict_subsets;  // per state j: every state k ⊊ j, ascending
+  // Per state k, every state j ⊋ k by increasing compute (ties by index), in one array:
+  // supersets[superset_begin[k] .. superset_begin[k + 1]). The pipetrain search's order; built
+  // once here, not in each of its searches (Inception-v3-compressed: 16 ms in each of two threads).
+  std::vector<int> superset_begin, supersets;
   std::string note;                              // says when and how the graph was coarsened
 
   int num_states() const { return static_cast<int>(members.size()); }
