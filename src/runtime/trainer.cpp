@@ -91,7 +91,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     progress.step(rec);
     bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (o.evaluate && (epoch_end || (o.eval_every > 0 && (step + 1) % o.eval_every == 0))) {
-      rec.test_accuracy = evaluate_accuracy(model, data.test);
+      rec.test_accuracy = evaluate_accuracy(model, data.test, o.batch_size);
       result.test_accuracy = rec.test_accuracy;
       progress.evaluated(rec);
     }

@@ -141,7 +141,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     transport.barrier();  // the segment's training is over on every worker
     double paused = wall_ms();
     if (evaluates) {
-      double acc = worker.evaluate(it->second, data.test);
+      double acc = worker.evaluate(it->second, data.test, o.train.batch_size);
       if (on_evaluated) on_evaluated(seg, acc, wall_ms() - paused);
     }
     if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
