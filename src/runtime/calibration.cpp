@@ -104,13 +104,20 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
     for (int r = 0; r < shape.levels[0].fan_out; ++r) unit[r] = r;
     groups.push_back(unit);
   }
+  // 16 KiB too: a ring of small buckets is its steps' latency and the host's time per step,
+  // which the large all-reduces hide (ResNet-50 on the 4x4 testbed, fitted to 1 and 16 MiB alone:
+  // 0 us per step, so the planner chose 1 MiB buckets, 20 KiB there, and the run took 60% over its
+  // simulation). None over the largest message (--max-mb), or that size alone where it is under
+  // 16 KiB: 16 MiB over the testbed's delayed links took 2.6 s an all-reduce, 15 s of a
+  // calibrate asked for messages of 4 KiB.
+  const int64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+  std::vector<int64_t> reduce_sizes;
+  for (int64_t bytes : {int64_t{16} << 10, int64_t{1} << 20, int64_t{16} << 20})
+    if (bytes <= largest) reduce_sizes.push_back(bytes);
+  if (reduce_sizes.empty()) reduce_sizes.push_back(largest);
   for (const auto& group : groups) {
     bool member = std::find(group.begin(), group.end(), t.rank()) != group.end();
-    // 16 KiB too: a ring of small buckets is its steps' latency and the host's time per step,
-    // which the large all-reduces hide (ResNet-50 on the 4x4 testbed, fitted to 1 and 16 MiB
-    // alone: 0 us per step, so the planner chose 1 MiB buckets, 20 KiB there, and the run took 60%
-    // over its simulation).
-    for (int64_t bytes : {int64_t{16} << 10, int64_t{1} << 20, int64_t{16} << 20}) {
+    for (int64_t bytes : reduce_sizes) {
       std::vector<double> times;
       for (int i = -1; i < 5 && member; ++i) {
         std::vector<torch::Tensor> v{torch::ones({bytes / 4})};
