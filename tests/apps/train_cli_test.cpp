@@ -108,7 +108,9 @@ void kill_resume_equals_uninterrupted(const std::string& transport) {
   TempDir tmp("kill_" + transport);
   std::string plan = (tmp.path / "plan.json").string();
   plan::write_plan(plan::even_split(unit_profile(*seeded_cnn(3)), 2), plan);
-  const int64_t steps = 240;
+  // Enough steps that three attempts, each killed at most 200 ms (about 20 steps here) after a
+  // new checkpoint, leave some for the last resume.
+  const int64_t steps = 150;
   std::string full = (tmp.path / "full").string(), killed = (tmp.path / "killed").string();
   ASSERT_EQ(run(train_args(plan, full, transport, steps), tmp.path / "full.log"), 0) << slurp(tmp.path / "full.log");
   auto expected = checkpoint_weights(newest_checkpoint(full));
@@ -131,7 +133,7 @@ void kill_resume_equals_uninterrupted(const std::string& transport) {
       if ((exited = ::waitpid(pid, &status, WNOHANG) == pid)) break;
       else std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_FALSE(exited) << "the run ended before its first checkpoint: " << slurp(log);
-    int delay_ms = std::uniform_int_distribution<int>(0, 400)(rng);
+    int delay_ms = std::uniform_int_distribution<int>(0, 200)(rng);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     ::kill(pid, SIGKILL);  // the launcher only: its workers must not outlive it
     ::waitpid(pid, &status, 0);

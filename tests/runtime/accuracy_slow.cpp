@@ -1,10 +1,16 @@
 // PipeDream on 4 stages reaches single-worker accuracy on Fashion-MNIST in 2 epochs (issue 31),
 // with the CLI's defaults (batch 64, lr 0.02, momentum 0.9, constant rate), as the mean of 3
 // seeds: weight prediction and the stale stages' warm-up on (their defaults). The paper's
-// stashing alone lost 2.1 points here (docs/runtime.md). Label `slow`: six full trainings.
+// stashing alone lost 2.1 points here (docs/runtime.md). Label `slow`: three full trainings.
+//
+// The single worker's accuracy is the one this test measured beside the pipeline until issue 32
+// (one worker trained on the core the pipeline left idle, seeds 1-3: 89.02, 88.61, 89.78%; those
+// runs are deterministic). Training it again here doubled the suite's longest test (200 s of
+// CPU of the suite's 5 minutes) to recompute three fixed numbers; bench/async_accuracy.sh trains
+// both side by side, and a change to single-worker training is held by Trainer.* and the
+// imported models' fidelity to eager PyTorch (tests/python).
 #include <gtest/gtest.h>
 
-#include <future>
 #include <iostream>
 
 #include "core/host_allocator.h"
@@ -25,16 +31,16 @@ TrainOptions settings(uint64_t seed) {
   return t;
 }
 
+// One worker's mean over seeds 1-3 (above), and how far below it the pipeline may end.
+constexpr double kSingleWorkerMean = (0.8902 + 0.8861 + 0.8978) / 3;
+constexpr double kTolerance = 0.005;
+
 TEST(Accuracy, PipedreamOnFourStagesMatchesSingleWorker) {
   model::use_one_compute_thread();
   keep_freed_host_memory();  // as train does
   model::DataSplit data = model::load_fashion_mnist(model::kFashionMnistDir);
-  double single = 0, piped = 0;
+  double piped = 0;
   for (uint64_t seed : {1, 2, 3}) {
-    // The single worker trains beside the pipeline, on the core the pipeline leaves idle (its
-    // one compute thread); neither result depends on timing.
-    auto single_model = seeded_cnn(seed);
-    auto single_run = std::async(std::launch::async, [&] { return train_single_worker(*single_model, data, settings(seed)); });
     // Per-layer costs as `pipetrain profile` measures them here (ms, forward + backward), so the
     // split is the one `train --stages 4` makes: conv1 | conv2 | fc1 | fc2 fc3.
     auto m = seeded_cnn(seed);
@@ -47,15 +53,11 @@ TEST(Accuracy, PipedreamOnFourStagesMatchesSingleWorker) {
     o.schedule = "pipedream";
     o.train = settings(seed);
     PipelineResult four = train_pipeline([seed] { return seeded_cnn(seed); }, data, plan, o);
-    TrainResult one = single_run.get();
-    std::cerr << "seed " << seed << ", 2 epochs: single worker " << 100 * one.test_accuracy
-              << "%, pipedream 4 stages " << 100 * four.train.test_accuracy << "%\n";
-    single += one.test_accuracy / 3;
+    std::cerr << "seed " << seed << ", 2 epochs: pipedream 4 stages " << 100 * four.train.test_accuracy << "%\n";
     piped += four.train.test_accuracy / 3;
   }
-  std::cerr << "mean: single worker " << 100 * single << "%, pipedream " << 100 * piped << "%\n";
-  EXPECT_GE(single, 0.87);
-  EXPECT_GE(piped, single - 0.005);
+  std::cerr << "mean: pipedream " << 100 * piped << "%, single worker " << 100 * kSingleWorkerMean << "%\n";
+  EXPECT_GE(piped, kSingleWorkerMean - kTolerance);
 }
 
 }  // namespace

@@ -242,7 +242,9 @@ void expect_worker0_ends(bool stop) {
   // While a run goes on its rows are in metrics.csv.partial (moved into place at the end).
   fs::path rows = dir / "metrics.csv.partial";
   ::setenv("PT_GLOO_TEST_METRICS", metrics.c_str(), 1);
-  ::setenv("PT_GLOO_TEST_TIMEOUT", "8", 1);  // a stopped worker is found at the timeout, not before
+  // A stopped worker is found at the timeout, not before: 4 s, far above a step of this job
+  // even beside other tests on 2 cores (a few ms), and each second of it is the test's wait.
+  ::setenv("PT_GLOO_TEST_TIMEOUT", "4", 1);
   auto pids = spawn_workers(2, dir);
   ::unsetenv("PT_GLOO_TEST_MODE");
   ::unsetenv("PT_GLOO_TEST_METRICS");
