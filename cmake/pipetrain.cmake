@@ -11,8 +11,10 @@ function(pt_torch_target target)
 endfunction()
 
 # pt_test(NAME LABEL [TORCH_PARTS] SOURCES... [LIBS ...]): a GoogleTest executable registered
-# with CTest, one test per suite (cmake/gtest_suites.cmake): a process per test paid 0.45 s of
-# CPU loading LibTorch each, a sixth of the suite's CPU on this machine's 2 cores. A test the
+# with CTest (cmake/gtest_suites.cmake): one test per suite where a process starts in
+# milliseconds; in the LibTorch half, one test NAME for all of its suites, since each process
+# pays 0.8-1 s of CPU loading LibTorch and its 288 libraries (a process per test once paid a
+# sixth of the suite's CPU; a process per suite, 19 loads, 17 s of CPU). A test the
 # torch-free build builds too (scripts/test_torch_free.sh) is also labelled torch_free:
 # scripts/test.sh runs it there and leaves it out of the full build's run, where the same code
 # would run a second time. A folder sets PT_TORCH_HALF where its LibTorch-only tests begin;
@@ -33,6 +35,10 @@ function(pt_test name label)
   # integration suites (up to a minute each), so that the quick unit suites fill the slots at the
   # end (scripts/test.sh runs -j 2). In that order a clean clone's run ended with the integration
   # suites, TrainCli's minute alone on one core.
+  set(group "")
+  if(PT_TORCH_HALF AND NOT T_TORCH_PARTS)
+    set(group ${name})
+  endif()
   set(cost 1)
   if(label STREQUAL "slow")
     set(cost 300)
@@ -43,7 +49,7 @@ function(pt_test name label)
   set(suites ${CMAKE_CURRENT_BINARY_DIR}/${name}_suites.cmake)
   add_custom_command(TARGET ${name} POST_BUILD BYPRODUCTS ${suites}
     COMMAND ${CMAKE_COMMAND} -D EXE=$<TARGET_FILE:${name}> -D OUT=${suites} -D LABELS=${labels} -D COST=${cost}
-            -D SERIAL=$<BOOL:${T_SERIAL}>
+            -D SERIAL=$<BOOL:${T_SERIAL}> -D GROUP=${group}
             -D DIR=${CMAKE_CURRENT_BINARY_DIR} -D CLAIMS=${PROJECT_BINARY_DIR}/test_suites -P ${PT_CMAKE_DIR}/gtest_suites.cmake VERBATIM)
   # Until the executable is built its suites are unknown: a test in their place says so.
   set(include_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_include.cmake)

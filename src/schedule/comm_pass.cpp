@@ -97,7 +97,16 @@ Schedule insert_comm(Schedule s) {
   for (auto& list : s.actions)
     list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_p2p(a.kind); }), list.end());
   UnitReplay replay(s);
+  // Each boundary a microbatch crosses between two workers: counted first, so that each
+  // worker's list is allocated once (growing them was a third of this pass in the joint search).
+  std::vector<size_t> count(s.num_workers(), 0);
+  for (int mb = 0; mb < s.total_microbatches(); ++mb)
+    for (int st = 0; st + 1 < s.num_stages; ++st) {
+      int u = s.worker_of(st, mb), v = s.worker_of(st + 1, mb);
+      if (u != v) count[u] += 2, count[v] += 2;
+    }
   std::vector<std::vector<Transfer>> transfers(s.num_workers());
+  for (int w = 0; w < s.num_workers(); ++w) transfers[w].reserve(count[w]);
   long pair_id = 0;
   auto add_pair = [&](ActionKind send, ActionKind recv, int from_stage, int to_stage, int mb, double time) {
     int u = s.worker_of(from_stage, mb), v = s.worker_of(to_stage, mb);

@@ -1,9 +1,9 @@
 // The gloo transport with real processes: the same weights as threads and as single-worker
 // training; a killed worker ends the job with a clear message; bad environments are named.
 //
-// Worker processes are this test binary again (exec, not a bare fork: LibTorch's thread pools
-// do not survive fork), running the GlooWorkerChild test, which does nothing unless the parent
-// set PT_GLOO_TEST_MODE.
+// Worker processes are forks where the launcher has one thread (as train's are), else this test
+// binary again, running the GlooWorkerChild test, which does nothing unless the parent set
+// PT_GLOO_TEST_MODE (a fork of a process with threads could inherit a lock one of them held).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -78,6 +78,29 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v ? v : fallback;
 }
 
+// A worker of a gloo job (its rank in the environment): trains `kind` for 3 steps and saves
+// replica 0 of each stage it holds to OUT.stage<s>; returns the exit code.
+int train_and_save_weights(const std::string& kind, const std::string& out) {
+  auto o = options_for(kind, 4, 3);
+  std::unique_ptr<Worker> worker;
+  try {
+    plan::Plan plan = plan_for(kind);
+    run_gloo_worker([] { return seeded_cnn(3); }, small_data(), plan, o, gloo_config_from_env(), &worker);
+    auto s = schedule_for(plan, o, 1);
+    for (int st = 0; st < s.num_stages; ++st) {
+      StageReplica* rep = worker->replica(st);
+      if (!rep || s.stage_workers[st][0] != gloo_config_from_env().rank) continue;
+      std::vector<torch::Tensor> params;
+      for (const auto& p : rep->parameters()) params.push_back(p.detach().clone());
+      torch::save(params, out + ".stage" + std::to_string(st));
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "pipetrain " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
 // The child side. Mode "weights": train PT_GLOO_TEST_KIND for 3 steps and save replica 0 of
 // each stage this worker holds to PT_GLOO_TEST_OUT.stage<s>. Mode "long": a long run through
 // train_with_gloo (the CLI's path); a worker whose rank is PT_GLOO_TEST_DIE kills itself (-9)
@@ -105,22 +128,7 @@ TEST(GlooWorkerChild, Run) {
     }
     t.barrier();
   } else if (mode == "weights") {
-    auto o = options_for(kind, 4, 3);
-    std::unique_ptr<Worker> worker;
-    try {
-      run_gloo_worker([] { return seeded_cnn(3); }, data, plan, o, gloo_config_from_env(), &worker);
-      auto s = schedule_for(plan, o, 1);
-      for (int st = 0; st < s.num_stages; ++st) {
-        StageReplica* rep = worker->replica(st);
-        if (!rep || s.stage_workers[st][0] != gloo_config_from_env().rank) continue;
-        std::vector<torch::Tensor> params;
-        for (const auto& p : rep->parameters()) params.push_back(p.detach().clone());
-        torch::save(params, env_or("PT_GLOO_TEST_OUT", "") + ".stage" + std::to_string(st));
-      }
-    } catch (const std::exception& e) {
-      std::cerr << "pipetrain " << e.what() << std::endl;
-      code = 1;
-    }
+    code = train_and_save_weights(kind, env_or("PT_GLOO_TEST_OUT", ""));
   } else {
     auto o = options_for(kind, 2, 100000);
     o.train.metrics_path = env_or("PT_GLOO_TEST_METRICS", "");  // the test watches it for progress
@@ -180,11 +188,19 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
     ::setenv("PT_GLOO_TEST_KIND", kind.c_str(), 1);
     ::setenv("PT_GLOO_TEST_OUT", out.c_str(), 1);
     auto t0 = std::chrono::steady_clock::now();
-    int rc = launch_gloo_workers(s.num_workers(), child_argv());
+    // As `train --transport gloo` starts its workers: forks of this process while it has one
+    // thread (the pipeline's above have ended), this binary again otherwise. A fork skips
+    // loading LibTorch again, 0.8 s of CPU a worker (the exec'd path is LauncherStops... below).
+    Launch l = fork_gloo_workers(s.num_workers(), child_argv());
+    if (l.worker) {
+      int code = train_and_save_weights(kind, out);
+      std::cerr.flush();
+      std::_Exit(code);  // the forked worker leaves without gtest's summary or destructors
+    }
     std::cerr << kind << ": gloo job of " << s.num_workers() << " processes took "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
     ::unsetenv("PT_GLOO_TEST_MODE");
-    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(l.status, 0);
     auto gloo = load_weights(out, s.num_stages);
     ASSERT_EQ(gloo.size(), reference.size());
     EXPECT_LE(max_relative_error(gloo, reference), 1e-5);
