@@ -14,6 +14,14 @@ namespace pt::model {
 
 namespace {
 
+// Plain interpretation, op by op as eager PyTorch runs them: the graph executor's autodiff and
+// specialisations would train a different computation from the user's eager PyTorch (the
+// encoder-decoder on 6 stages ended 8e-8 from it), re-optimise per shape, and cost each process
+// 0.3-0.5 s of CPU optimising graphs on their first runs. LibTorch keeps the switch per thread,
+// so every thread that runs a layer sets it (setting it where the file was loaded left the
+// pipeline's stage threads optimising).
+void interpret_plainly() { torch::jit::setGraphExecutorOptimize(false); }
+
 // One layer of the file as a torch::nn::Module: the script module's parameters and buffers are
 // registered as this module's (the same tensors), so the optimizer, weight stashing and
 // checkpoints, which work on parameters(), update what the script module computes with.
@@ -25,7 +33,10 @@ class ScriptedLayerImpl : public torch::nn::Module {
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(escaped(b.name), b.value);
   }
 
-  torch::Tensor forward(torch::Tensor x) { return module_.forward({std::move(x)}).toTensor(); }
+  torch::Tensor forward(torch::Tensor x) {
+    interpret_plainly();
+    return module_.forward({std::move(x)}).toTensor();
+  }
 
   void train(bool on) override {
     torch::nn::Module::train(on);
@@ -88,9 +99,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   if (extra["pipetrain.json"].empty())
     throw FormatError(str(path, ": a TorchScript file without pipetrain.json: write it with `pipetrain export "
                               "--model ", path, " --input-shape ...`, which checks it is a chain of layers"));
-  // Plain interpretation: the graph executor's autodiff and specialisations would train a
-  // different computation from the user's eager PyTorch (and re-optimise per shape).
-  torch::jit::setGraphExecutorOptimize(false);
+  interpret_plainly();  // for the loss method, run on the thread that loads the file too
   std::string source = path + ": pipetrain.json";
   json doc = parse_json(extra["pipetrain.json"], source);
   JsonField meta(doc, source, "");
@@ -130,6 +139,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   }
   if (own_loss && loss.empty())
     model->set_loss([top](const torch::Tensor& out, const torch::Tensor& target) mutable {
+      interpret_plainly();
       return top.run_method("loss", out, target).toTensor();
     });
   return model;
