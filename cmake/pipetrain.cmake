@@ -10,7 +10,7 @@ function(pt_torch_target target)
   endif()
 endfunction()
 
-# pt_test(NAME LABEL [TORCH_PARTS] SOURCES... [LIBS ...]): a GoogleTest executable registered
+# pt_test(NAME LABEL [TORCH_PARTS] [SERIAL] [COST SECONDS] SOURCES... [LIBS ...]): a GoogleTest executable registered
 # with CTest (cmake/gtest_suites.cmake): one test per suite where a process starts in
 # milliseconds; in the LibTorch half, one test NAME for all of its suites, since each process
 # pays 0.8-1 s of CPU loading LibTorch and its 288 libraries (a process per test once paid a
@@ -23,7 +23,7 @@ function(pt_test name label)
   # SERIAL: the suites measure wall time against the simulator, which needs an idle CPU; CTest
   # runs them when no other test runs (under -j 2 beside the Accuracy trainings, 2bw's emulated
   # minibatch measured 704 ms where it takes 366 alone and the simulator says 360).
-  cmake_parse_arguments(T "TORCH_PARTS;SERIAL" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "TORCH_PARTS;SERIAL" "COST" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_BINARY_DIR}/generated ${PROJECT_SOURCE_DIR})
@@ -31,16 +31,18 @@ function(pt_test name label)
   if(NOT PT_TORCH_HALF AND NOT T_TORCH_PARTS)
     list(APPEND labels torch_free)
   endif()
-  # A fresh build has no ctest timings yet: the slow tests (minutes) start first, then the
-  # integration suites (up to a minute each), so that the quick unit suites fill the slots at the
-  # end (scripts/test.sh runs -j 2). In that order a clean clone's run ended with the integration
-  # suites, TrainCli's minute alone on one core.
   set(group "")
   if(PT_TORCH_HALF AND NOT T_TORCH_PARTS)
     set(group ${name})
   endif()
+  # A fresh build has no ctest timings yet: the slow tests (minutes) start first, then the
+  # integration suites (up to a minute each), so that the quick unit suites fill the slots at the
+  # end (scripts/test.sh runs -j 2). In that order a clean clone's run ended with the integration
+  # suites, TrainCli's minute alone on one core: COST puts the longest integration tests first.
   set(cost 1)
-  if(label STREQUAL "slow")
+  if(T_COST)
+    set(cost ${T_COST})  # about its seconds here, where they stand out
+  elseif(label STREQUAL "slow")
     set(cost 300)
   elseif(label STREQUAL "integration")
     set(cost 30)
