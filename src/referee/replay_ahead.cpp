@@ -36,24 +36,21 @@ class Fingerprint {
   uint64_t a_ = 0x243F6A8885A308D3ull, b_ = 0x13198A2E03707344ull;
 };
 
-// Everything sim::simulate and the metrics of its timing read of the schedule and the costs;
-// the profile (but its batch size), the cluster and the bucket are the same for one referee.
-SimulationMemo::Key fingerprint(const schedule::Schedule& s, const std::vector<sim::StageCost>& costs) {
+// Everything sim::simulate and the metrics of its timing read: the schedule of `p` under
+// `kind` and its stages' costs. The schedule is fingerprinted by what its generator reads of the
+// plan (generators.h: the stages' workers, replicas, recomputation and minibatches in flight,
+// and the deferred step; the layers it only copies, and the costs stand for them), so that a
+// plan replayed alike before is not built again. The profile (but its batch size), the cluster
+// and the bucket are the same for one referee.
+SimulationMemo::Key fingerprint(const std::string& kind, const plan::Plan& p, const std::vector<sim::StageCost>& costs) {
   Fingerprint f;
-  for (char ch : s.kind) f.add(ch);
-  for (int v : {s.num_stages, s.microbatches, s.minibatches, s.chunks}) f.add(v);
-  for (const auto& workers : s.stage_workers) {
-    f.add(workers.size());
-    for (int w : workers) f.add(w);
-  }
-  for (const auto* flags : {&s.split_backward, &s.recompute}) {
-    f.add(flags->size());
-    for (bool b : *flags) f.add(b);
-  }
-  for (const auto& list : s.actions) {
-    f.add(list.size());
-    for (const auto& a : list)
-      for (int v : {a.worker, static_cast<int>(a.kind), a.stage, a.microbatch, a.chunk, a.peer}) f.add(v);
+  for (char ch : kind) f.add(ch);
+  for (int v : {p.workers, p.num_stages(), static_cast<int>(p.deferred_step)}) f.add(v);
+  for (int st = 0; st < p.num_stages(); ++st) {
+    const plan::Stage& stage = p.stages[st];
+    f.add(stage.workers.size());
+    for (int w : stage.workers) f.add(w);
+    for (int v : {stage.replicas, static_cast<int>(stage.recompute), plan::in_flight(p, st)}) f.add(v);
   }
   for (const auto& c : costs) {
     for (double v : {c.forward_ms, c.backward_ms, c.step_ms}) f.add(v);
@@ -62,6 +59,14 @@ SimulationMemo::Key fingerprint(const schedule::Schedule& s, const std::vector<s
     for (const auto& b : c.buckets) f.add(b.ready_share), f.add(b.bytes);
   }
   return f.key();
+}
+
+// The stages' costs of `p`'s schedule, from its layers alone (all sim::stage_costs reads).
+std::vector<sim::StageCost> costs_of(const plan::Plan& p, const profile::Profile& profile, int64_t bucket_bytes) {
+  schedule::Schedule layers;
+  layers.num_stages = p.num_stages();
+  for (const auto& st : p.stages) layers.stage_layers.push_back(st.layers);
+  return sim::stage_costs(layers, profile, bucket_bytes);
 }
 
 }  // namespace
@@ -123,12 +128,12 @@ void simulate(Replay& r, const ReplayContext& c) {
     return;
   }
   try {
-    // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
-    schedule::Schedule s = schedule::make_unvalidated_schedule(c.kind, r.plan, {});
-    std::vector<sim::StageCost> costs = sim::stage_costs(s, c.profile, c.options.bucket_bytes);
-    SimulationMemo::Key key = fingerprint(s, costs);
+    std::vector<sim::StageCost> costs = costs_of(r.plan, c.profile, c.options.bucket_bytes);
+    SimulationMemo::Key key = fingerprint(c.kind, r.plan, costs);
     metrics::Metrics m;
     if (!c.memo.find(key, m)) {
+      // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
+      schedule::Schedule s = schedule::make_unvalidated_schedule(c.kind, r.plan, {});
       m = metrics::compute_metrics(sim::simulate(s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
                                    metrics::Detail::kTiming);
       c.memo.add(key, m);
