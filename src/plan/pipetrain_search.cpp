@@ -112,7 +112,12 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
     }
     return true;
   };
-  // The `candidates` best times of the first stages offered from worker w so far (max first).
+  // How many first stages each start keeps: `candidates` for the whole cluster's, for a smaller
+  // cluster's suffix_candidates where set.
+  auto kept_from = [&](int w) {
+    return w > 0 && options.suffix_candidates > 0 ? options.suffix_candidates : options.candidates;
+  };
+  // The kept_from(w) best times of the first stages offered from worker w so far (max first).
   std::priority_queue<double> root_times;
   for (int k = S - 2; k >= 0; --k)
     for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w) {  // a later state needs an earlier stage
@@ -133,7 +138,7 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
             if (root && t < kInfinity) {
               roots.push_back({t, q, j, n, w});
               root_times.push(t);
-              if (static_cast<int>(root_times.size()) > options.candidates) root_times.pop();
+              if (static_cast<int>(root_times.size()) > kept_from(w)) root_times.pop();
             }
             // Ties go to the one-stage option, then the smaller state index, then the most
             // replicas: the choice does not depend on the order the supersets are visited in.
@@ -148,11 +153,11 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
                            s.parameter_bytes[k];
             if (q <= 1 && (!Q || bytes <= static_cast<double>(mem))) offer(stage(k, last, w, W - w, lam, 1).time_ms, last, W - w);
           }
-          // The root keeps every first stage's best that can be among the `candidates` best
+          // The root keeps every first stage's best that can be among the kept_from(w) best
           // from worker w: a choice no faster than that many already offered cannot (ties are kept).
           auto bound_now = [&] {
             if (!root) return best;
-            return static_cast<int>(root_times.size()) == options.candidates ? root_times.top() : kInfinity;
+            return static_cast<int>(root_times.size()) == kept_from(w) ? root_times.top() : kInfinity;
           };
           double bound = bound_now();
           // The rest after a stage ending at j runs the compute left on at most W - w - 1 workers,
@@ -250,15 +255,15 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
     if (a.j != b.j) return a.j < b.j;
     return a.n > b.n;
   });
-  // The best `candidates` first stages of the plans from worker w on, and data parallelism (one
+  // The best kept_from(w) first stages of the plans from worker w on, and data parallelism (one
   // stage on all of them) among them whenever it fits, so that the referee always weighs the
   // baseline too.
   auto pick = [&](int w, size_t from, size_t to, std::vector<SearchAlternative>& out) {
     int one_stage = -1;
     for (size_t i = from; i < to; ++i)
       if (roots[i].j == last && roots[i].n == W - w) one_stage = static_cast<int>(i - from);
-    for (size_t i = 0; from + i < to && static_cast<int>(i) < options.candidates; ++i) {
-      bool last_slot = static_cast<int>(i) + 1 == options.candidates && i > 0;
+    for (size_t i = 0; from + i < to && static_cast<int>(i) < kept_from(w); ++i) {
+      bool last_slot = static_cast<int>(i) + 1 == kept_from(w) && i > 0;
       const Root& chosen = last_slot && one_stage > static_cast<int>(i) ? roots[from + one_stage] : roots[from + i];
       out.push_back({chosen.t, unfold(chosen)});
     }
@@ -287,7 +292,8 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
     for (size_t from = 0, to; from < roots.size(); from = to) {
       for (to = from; to < roots.size() && roots[to].w == roots[from].w; ++to) {
       }
-      if (to - from >= static_cast<size_t>(options.candidates)) (*kth_from)[roots[from].w] = roots[from + options.candidates - 1].t;
+      int w = roots[from].w;
+      if (to - from >= static_cast<size_t>(kept_from(w))) (*kth_from)[w] = roots[from + kept_from(w) - 1].t;
     }
   }
   return r;

@@ -236,6 +236,9 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   // bucket-blind search never offered 8-8, the fastest; GNMT-16's 1x12-4 comes from it).
   PlanOptions wider = options;
   wider.candidates = 4 * options.candidates;
+  // Of each smaller cluster, the search keeps the few plans read below.
+  constexpr int kSuffixCandidates = 4;
+  wider.suffix_candidates = kSuffixCandidates;
   if (options.cost_model == CostModel::kPipedream) {
     Searched searched = run_search(profile, cluster, wider);
     return {to_plan(searched.result.stages, searched.result.pipeline_ms, *searched.space,
@@ -358,7 +361,7 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
       Plan best;
       for (const Searched& searched : searches) {
         const SearchResult::Suffix& suffix = searched.result.suffixes.at(w);
-        for (size_t i = 0; i < suffix.alternatives.size() && i < static_cast<size_t>(4 * one.candidates); ++i) {
+        for (size_t i = 0; i < suffix.alternatives.size() && i < static_cast<size_t>(kSuffixCandidates); ++i) {
           const SearchAlternative& alt = suffix.alternatives[i];
           Plan p = best_placed(to_plan(alt.stages, alt.pipeline_ms, *searched.space, suffix.data_parallel_ms, profile,
                                        sub, one),

@@ -33,6 +33,9 @@ struct PlanOptions {
   // plan_candidates adds the best plan of each smaller cluster (plan --all-workers: not): on
   // slow links a plan on fewer workers, the rest idle, can beat every plan on all of them.
   bool fewer_workers = true;
+  // How many of each smaller cluster's best plans the search keeps (SearchResult::suffixes; 0:
+  // `candidates`). plan_candidates reads 4 of them: more only weakens the bounds that prune.
+  int suffix_candidates = 0;
   // The most seconds planning takes, counted from `started` (plan --time-limit): past them the
   // simulator replays no further candidate (at least one is) and no other all-reduce bucket, and
   // the plan says so in a note. The search itself always completes. 0: no limit.
