@@ -36,13 +36,10 @@ class Fingerprint {
   uint64_t a_ = 0x243F6A8885A308D3ull, b_ = 0x13198A2E03707344ull;
 };
 
-// Everything sim::simulate and the metrics of its timing read: the schedule of `p` under
-// `kind` and its stages' costs. The schedule is fingerprinted by what its generator reads of the
-// plan (generators.h: the stages' workers, replicas, recomputation and minibatches in flight,
-// and the deferred step; the layers it only copies, and the costs stand for them), so that a
-// plan replayed alike before is not built again. The profile (but its batch size), the cluster
-// and the bucket are the same for one referee.
-SimulationMemo::Key fingerprint(const std::string& kind, const plan::Plan& p, const std::vector<sim::StageCost>& costs) {
+// What the schedule of `p` under `kind` is made of: what its generator reads of the plan
+// (generators.h: the stages' workers, replicas, recomputation and minibatches in flight, and the
+// deferred step; the layers it only copies).
+Fingerprint structure_of(const std::string& kind, const plan::Plan& p) {
   Fingerprint f;
   for (char ch : kind) f.add(ch);
   for (int v : {p.workers, p.num_stages(), static_cast<int>(p.deferred_step)}) f.add(v);
@@ -52,6 +49,14 @@ SimulationMemo::Key fingerprint(const std::string& kind, const plan::Plan& p, co
     for (int w : stage.workers) f.add(w);
     for (int v : {stage.replicas, static_cast<int>(stage.recompute), plan::in_flight(p, st)}) f.add(v);
   }
+  return f;
+}
+
+// Everything sim::simulate and the metrics of its timing read: the schedule (by `structure`)
+// and its stages' costs, which stand for the layers. The profile (but its batch size), the
+// cluster and the bucket are the same for one referee.
+SimulationMemo::Key fingerprint(Fingerprint structure, const std::vector<sim::StageCost>& costs) {
+  Fingerprint& f = structure;
   for (const auto& c : costs) {
     for (double v : {c.forward_ms, c.backward_ms, c.step_ms}) f.add(v);
     for (int64_t v : {c.stash_bytes, c.boundary_bytes, c.input_bytes, c.parameter_bytes}) f.add(v);
@@ -109,6 +114,22 @@ void SimulationMemo::add(const Key& k, const metrics::Metrics& m) {
   done_.emplace(k, m);
 }
 
+std::shared_ptr<const schedule::Schedule> SimulationMemo::schedule(const Key& key,
+                                                                   const std::function<schedule::Schedule()>& build) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = schedules_.find(key);
+    if (it != schedules_.end()) return it->second;
+  }
+  auto built = std::make_shared<const schedule::Schedule>(build());
+  size_t actions = 0;
+  for (const auto& list : built->actions) actions += list.size();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (schedule_actions_ + actions <= kMaxHeldActions && schedules_.emplace(key, built).second)
+    schedule_actions_ += actions;
+  return built;
+}
+
 void estimate(Replay& r, const ReplayContext& c) {
   if (r.estimate || !r.error.empty()) return;
   try {
@@ -129,12 +150,13 @@ void simulate(Replay& r, const ReplayContext& c) {
   }
   try {
     std::vector<sim::StageCost> costs = costs_of(r.plan, c.profile, c.options.bucket_bytes);
-    SimulationMemo::Key key = fingerprint(c.kind, r.plan, costs);
+    Fingerprint structure = structure_of(c.kind, r.plan);
+    SimulationMemo::Key key = fingerprint(structure, costs);
     metrics::Metrics m;
     if (!c.memo.find(key, m)) {
       // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
-      schedule::Schedule s = schedule::make_unvalidated_schedule(c.kind, r.plan, {});
-      m = metrics::compute_metrics(sim::simulate(s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
+      auto s = c.memo.schedule(structure.key(), [&] { return schedule::make_unvalidated_schedule(c.kind, r.plan, {}); });
+      m = metrics::compute_metrics(sim::simulate(*s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
                                    metrics::Detail::kTiming);
       c.memo.add(key, m);
     }

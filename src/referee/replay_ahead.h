@@ -4,7 +4,9 @@
 // plan's estimate and simulation depend on the plan alone, so they can be computed side by side
 // beforehand and taken in the referee's own order: the same choice as replaying one at a time.
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -16,6 +18,7 @@
 #include "plan/pipetrain_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
+#include "schedule/schedule.h"
 #include "sim/simulator.h"
 
 namespace pt::referee {
@@ -23,16 +26,26 @@ namespace pt::referee {
 // Simulations already run, by a fingerprint of all a simulation reads: the schedule's action
 // lists and structure and its stages' costs (sim::stage_costs). Plans that differ only where no
 // cost does (GNMT's weightless dropouts on one side of a cut or the other) replay alike: a third
-// of GNMT's replays on 8 workers and on 4x4, a fourth on 16.
+// of GNMT's replays on 8 workers and on 4x4, a fourth on 16. And the schedules built, by what
+// their generator reads of the plan: plans that differ in their layers alone run the same action
+// lists (GNMT-16: 70% of the replays that simulate reuse one).
 class SimulationMemo {
  public:
   using Key = std::pair<uint64_t, uint64_t>;  // 128 bits: a collision is not a concern
   bool find(const Key& k, metrics::Metrics& out);
   void add(const Key& k, const metrics::Metrics& m);
+  // The schedule of `key` (one plan structure under one kind), built by `build` the first time.
+  // Only the actions and structure are shared: the layers are the first builder's, which a
+  // replay with its own costs (sim::simulate's overload) does not read.
+  std::shared_ptr<const schedule::Schedule> schedule(const Key& key, const std::function<schedule::Schedule()>& build);
 
  private:
   std::mutex mutex_;
   std::map<Key, metrics::Metrics> done_;
+  std::map<Key, std::shared_ptr<const schedule::Schedule>> schedules_;
+  size_t schedule_actions_ = 0;  // held by schedules_, within kMaxHeldActions
+  // About 50 MB of actions: on a thousand workers, schedules of a few large plans.
+  static constexpr size_t kMaxHeldActions = size_t{2} << 20;
 };
 
 struct ReplayContext {
