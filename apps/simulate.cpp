@@ -12,6 +12,7 @@
 #include "metrics/timeline.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
+#include "referee/replay_ahead.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
@@ -91,13 +92,22 @@ int run_simulate(SimulateFlags f) {
   schedule::Schedule s = f.schedule_file.empty() ? schedule::make_schedule(f.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, f.schedule_file);
   std::string kind = f.schedule_file.empty() ? f.kind : f.schedule_file;
-  if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   sim::SimOptions sim_options;
   // The plan's bucket, where the planner chose one (as train --plan takes it), unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && f.bucket_flag->count() == 0 ? plan.bucket_mb : f.bucket_mb;
   sim_options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
   schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
+  // Over the default minibatches, until the window settles, as the planner's referee replays it.
+  if (f.schedule_file.empty() && options.minibatches == 0 && !m.settled)
+    m = referee::settled_replay([&](int minibatches) {
+      if (minibatches == 0) return m;
+      options.minibatches = minibatches;
+      s = schedule::make_schedule(f.kind, plan, options);
+      trace = sim::simulate(s, prof, cluster, sim_options);
+      return metrics::compute_metrics(trace);
+    });
+  if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   std::string title = str(kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
                           " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",
                           prof.model, " batch ", prof.batch_size, ")");

@@ -59,13 +59,10 @@ plan::Plan make(const std::vector<int>& cuts, const std::vector<int>& reps, int 
   return p;
 }
 
+// As the planner's referee replays a plan (until its window settles); refused: infinity.
 double simulate_ms(const plan::Plan& p, const profile::Profile& prof, const plan::Cluster& c) {
-  try {
-    auto s = schedule::make_schedule("pipedream", p, {});
-    return metrics::compute_metrics(sim::simulate(s, prof, c)).ms_per_minibatch;
-  } catch (const ConfigError&) {
-    return INFINITY;
-  }
+  double ms = referee::simulate_plan(p, prof, c, plan::PlanOptions{});
+  return ms > 0 ? ms : INFINITY;
 }
 
 struct Best {

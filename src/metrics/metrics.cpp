@@ -190,6 +190,16 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
     m.paused_ms += std::max(0.0, std::min(end, m.window_end_ms) - std::max(start, m.window_start_ms));
   double window = m.window_end_ms - m.window_start_ms - m.paused_ms;  // training time
   m.ms_per_minibatch = window / (m.steady ? b - a : k);
+  if (m.steady) {
+    double busiest = 0;  // of any worker, its computes and steps over the whole trace
+    for (const auto& list : t.workers) {
+      double busy = 0;
+      for (const auto& e : list)
+        if (is_compute(e.action.kind) || e.action.kind == ActionKind::kStep) busy += e.end_ms - e.start_ms;
+      busiest = std::max(busiest, busy);
+    }
+    m.settled = m.ms_per_minibatch >= busiest / k * (1 - 1e-9);
+  }
   if (m.ms_per_minibatch > 0) m.samples_per_s = static_cast<double>(t.batch_size) / m.ms_per_minibatch * 1e3;
   std::map<std::pair<int, int>, int64_t> links;
   for (int w = 0; w < t.num_workers(); ++w) {

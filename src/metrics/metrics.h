@@ -50,6 +50,12 @@ struct Metrics {
   double window_end_ms = 0;
   double paused_ms = 0;          // of the window, the trace's pauses (Trace::pauses): left out
   double ms_per_minibatch = 0;
+  // Whether the window's time per minibatch is at least the busiest worker's compute and steps
+  // per minibatch over the whole trace, as every steady state is. An asynchronous pipeline whose
+  // bottleneck's queue is still filling runs its first minibatches faster than that (VGG-16 9-1
+  // on 16 workers with a deferred step: 38.34 ms per minibatch over the default 63 minibatches,
+  // 39.56 from 126 on, its last stage's compute); a longer replay settles it.
+  bool settled = true;
   double samples_per_s = 0;      // batch_size / ms_per_minibatch (0 when batch size unknown)
   double bubble_fraction = 0;    // mean over workers
   std::vector<WorkerMetrics> workers;

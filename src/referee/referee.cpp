@@ -144,8 +144,14 @@ double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, co
   if (replay_period(plan) == 0 && !steady_state_in_closed_form(plan, kind)) return 0;
   try {
     if (steady_state_in_closed_form(plan, kind)) return plan::evaluate_plan(plan, profile, cluster, options).pipeline_ms_per_minibatch;
-    schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
-    return metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(options.bucket_bytes)), metrics::Detail::kTiming).ms_per_minibatch;
+    return settled_replay([&](int minibatches) {
+             schedule::ScheduleOptions o;
+             o.minibatches = minibatches;
+             schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, o);
+             return metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(options.bucket_bytes)),
+                                             metrics::Detail::kTiming);
+           })
+        .ms_per_minibatch;
   } catch (const ConfigError&) {
     return 0;
   }
@@ -177,7 +183,16 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
       ms[i] = plan::evaluate_plan(plan, profile, cluster, o).pipeline_ms_per_minibatch;
       return;
     }
-    ms[i] = metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(bytes)), metrics::Detail::kTiming).ms_per_minibatch;
+    auto replay = [&](const schedule::Schedule& replayed) {
+      return metrics::compute_metrics(sim::simulate(replayed, profile, cluster, timing_only(bytes)),
+                                      metrics::Detail::kTiming);
+    };
+    ms[i] = settled_replay([&](int minibatches) {
+              if (minibatches == 0) return replay(s);
+              schedule::ScheduleOptions o;
+              o.minibatches = minibatches;
+              return replay(schedule::make_unvalidated_schedule(kind, plan, o));
+            }).ms_per_minibatch;
   };
   side_by_side(sizes.size(), simulate_size, own_ms > 0 ? 1 : 0);
   BucketChoice choice;

@@ -76,6 +76,13 @@ std::vector<sim::StageCost> costs_of(const plan::Plan& p, const profile::Profile
 
 }  // namespace
 
+metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over) {
+  metrics::Metrics m = replay_over(0);
+  int n = m.minibatches;
+  for (int d = 0; d < kSettleDoublings && !m.settled && 2 * n <= schedule::kMaxMinibatches; ++d) m = replay_over(n *= 2);
+  return m;
+}
+
 int64_t replay_period(const plan::Plan& p) {
   int64_t lcm = 1;
   for (const auto& st : p.stages) {
@@ -155,9 +162,17 @@ void simulate(Replay& r, const ReplayContext& c) {
     metrics::Metrics m;
     if (!c.memo.find(key, m)) {
       // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
-      auto s = c.memo.schedule(structure.key(), [&] { return schedule::make_unvalidated_schedule(c.kind, r.plan, {}); });
-      m = metrics::compute_metrics(sim::simulate(*s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
-                                   metrics::Detail::kTiming);
+      // The default minibatches' schedule is kept (SimulationMemo::schedule), a longer one not.
+      m = settled_replay([&](int minibatches) {
+        schedule::ScheduleOptions longer;
+        longer.minibatches = minibatches;
+        auto s = minibatches ? std::make_shared<const schedule::Schedule>(
+                                   schedule::make_unvalidated_schedule(c.kind, r.plan, longer))
+                             : c.memo.schedule(structure.key(),
+                                               [&] { return schedule::make_unvalidated_schedule(c.kind, r.plan, {}); });
+        return metrics::compute_metrics(
+            sim::simulate(*s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs), metrics::Detail::kTiming);
+      });
       c.memo.add(key, m);
     }
     r.simulated = std::move(m);

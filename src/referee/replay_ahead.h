@@ -73,6 +73,14 @@ inline constexpr int64_t kMaxReplayPeriod = 240;
 // The plan's period, or 0 when it is longer than kMaxReplayPeriod.
 int64_t replay_period(const plan::Plan& p);
 
+// How many times a replay's minibatches may double until its window settles
+// (metrics::Metrics::settled): up to 8 times the default.
+inline constexpr int kSettleDoublings = 3;
+// `replay_over(n)`: a replay over n minibatches (0: its schedule's default), replayed again over
+// twice as many while its window has not settled, up to kSettleDoublings times. `plan`, the
+// referee's replays and bucket choice, and `simulate` all take a plan's steady state so.
+metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over);
+
 // The simulator's options for a replay ranked by its timing alone (metrics::Detail::kTiming).
 inline sim::SimOptions timing_only(int64_t bucket_bytes) {
   sim::SimOptions o;
