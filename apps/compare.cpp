@@ -11,6 +11,7 @@
 #include "apps/command.h"
 #include "core/host_allocator.h"
 #include "referee/joint_search.h"
+#include "referee/replay_ahead.h"
 #include "referee/referee.h"
 #include "apps/planning_flags.h"
 #include "profile/pipedream_graph.h"
@@ -108,8 +109,16 @@ int run_compare(CompareFlags& f) {
     o.chunks = 1;
     try {
       auto s = schedule::make_schedule(kind, plan, o);
-      rows.push_back({name, label, metrics::compute_metrics(sim::simulate(s, costs, cluster)), "",
-                      schedule::peak_memory(schedule::memory_per_worker(s, costs, jo.memory)), ""});
+      // Over the default minibatches, until the window settles, as the referee replays it.
+      metrics::Metrics m = metrics::compute_metrics(sim::simulate(s, costs, cluster));
+      if (o.minibatches == 0 && !m.settled)
+        m = referee::settled_replay([&](int minibatches) {
+          if (minibatches == 0) return m;
+          schedule::ScheduleOptions longer = o;
+          longer.minibatches = minibatches;
+          return metrics::compute_metrics(sim::simulate(schedule::make_schedule(kind, plan, longer), costs, cluster));
+        });
+      rows.push_back({name, label, m, "", schedule::peak_memory(schedule::memory_per_worker(s, costs, jo.memory)), ""});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }

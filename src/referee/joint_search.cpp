@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "referee/referee.h"
+#include "referee/replay_ahead.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "schedule/generators.h"
@@ -263,7 +264,18 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.plan = t.plan;
         schedule::Trace trace = sim::simulate(s, prof, cluster, {po.bucket_bytes});
         c.simulated = metrics::compute_metrics(trace);
-        stage_figures(trace, s.minibatches, c.plan);
+        int replayed = s.minibatches;
+        // Over the default minibatches, until the window settles, as the referee replays it.
+        if (so.minibatches == 0 && !c.simulated.settled)
+          c.simulated = settled_replay([&](int minibatches) {
+            if (minibatches == 0) return c.simulated;
+            schedule::ScheduleOptions longer = so;
+            longer.minibatches = replayed = minibatches;
+            trace = sim::simulate(schedule::make_unvalidated_schedule(t.kind, t.plan, longer), prof, cluster,
+                                  {po.bucket_bytes});
+            return metrics::compute_metrics(trace);
+          });
+        stage_figures(trace, replayed, c.plan);
         c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(t.batch);
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
         c.objective_ms_per_sample =
