@@ -304,8 +304,9 @@ int run_plan(Flags& f) {
                                      "servers a shard each; train runs it with --cluster FILE --allreduce hierarchical) "
                                      "takes ", std::round(dp * 1000) / 1000, " ms per minibatch in simulation, not ",
                                      std::round(out.plan.data_parallel_ms_per_minibatch * 1000) / 1000,
-                                     ": this plan is ", fixed2(dp / chosen.simulated.ms_per_minibatch),
-                                     "x over it; --allreduce hierarchical plans for it"));
+                                     ": this plan's speed-up over it is ", fixed2(dp / chosen.simulated.ms_per_minibatch),
+                                     "x", dp < chosen.simulated.ms_per_minibatch ? " (it is faster)" : "",
+                                     "; --allreduce hierarchical plans for it"));
     }
     if (out.plan.num_stages() > 1)
       out.plan.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "
