@@ -15,21 +15,19 @@ int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
 
 namespace {
 
-// What both forms need: per stage its sums over the layers the search counts, and the bytes
-// across each cut.
-struct StageSums {
-  std::vector<double> compute, backward, act, param;
-  std::vector<double> cut;  // cut[s]: bytes from stage s to s + 1
-};
-
-StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cluster& cluster, bool exact) {
-  check_plan_fits(plan, profile, "plan");
+void check_workers(const Plan& plan, const Cluster& cluster) {
   int W = cluster.workers();
   for (const auto& st : plan.stages)
     for (int w : st.workers)
       if (w < 0 || w >= W)
         throw ConfigError(str("plan uses worker ", w, " but the cluster ", cluster.describe(), " has ", W,
                               " workers (0..", W - 1, ")"));
+}
+
+// What both forms need: per stage its sums over the layers the search counts, and the bytes
+// across each cut (the exact form counts every tensor that crosses).
+StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cluster& cluster, bool exact) {
+  check_plan_fits(plan, profile, "plan");
   int L = profile.num_layers(), p = plan.num_stages();
   std::vector<int> stage_of(L);
   for (int s = 0; s < p; ++s)
@@ -97,6 +95,7 @@ PlanEstimate finish(PlanEstimate out, const Cluster& cluster, const PlanOptions&
 PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options) {
   StageSums sums = stage_sums(plan, profile, cluster, false);
+  check_workers(plan, cluster);
   int p = plan.num_stages();
   PlanEstimate out;
   for (int s = 0; s < p; ++s) {
@@ -122,9 +121,20 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
   return finish(out, cluster, options);
 }
 
+StageSums exact_stage_sums(const Plan& plan, const profile::Profile& profile, const Cluster& cluster) {
+  return stage_sums(plan, profile, cluster, true);
+}
+
 PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options) {
-  StageSums sums = stage_sums(plan, profile, cluster, true);
+  return evaluate_plan(plan, exact_stage_sums(plan, profile, cluster), profile, cluster, options);
+}
+
+PlanEstimate evaluate_plan(const Plan& plan, const StageSums& sums, const profile::Profile& profile,
+                           const Cluster& cluster, const PlanOptions& options) {
+  check_workers(plan, cluster);
+  PT_CHECK(sums.compute.size() == plan.stages.size(), "sums of ", sums.compute.size(), " stages for a plan of ",
+           plan.stages.size());
   int p = plan.num_stages(), W = cluster.workers(), levels = static_cast<int>(cluster.levels.size());
   // Bytes per minibatch through each worker's link per level: [worker * levels + level].
   std::vector<double> egress(static_cast<size_t>(W) * levels, 0), ingress = egress;

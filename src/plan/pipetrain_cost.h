@@ -83,6 +83,17 @@ struct PlanEstimate {
 // otherwise); any placement of replicas on workers is allowed.
 PlanEstimate evaluate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options);
+// What the exact form reads of a plan's layers, whichever workers run them: per stage its sums
+// over the layers and the bytes across each cut. Checks that the plan fits the profile.
+struct StageSums {
+  std::vector<double> compute, backward, act, param;
+  std::vector<double> cut;  // cut[s]: bytes from stage s to s + 1
+};
+StageSums exact_stage_sums(const Plan& plan, const profile::Profile& profile, const Cluster& cluster);
+// evaluate_plan of `plan` on the sums of a plan with its layers: the planner weighs each
+// candidate in several placements and minibatches in flight on one set of sums.
+PlanEstimate evaluate_plan(const Plan& plan, const StageSums& sums, const profile::Profile& profile,
+                           const Cluster& cluster, const PlanOptions& options);
 // The search's closed form (above); make_plan's search minimises exactly this.
 PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options);

@@ -101,12 +101,13 @@ Searched run_search(const profile::Profile& profile, const Cluster& cluster, con
 // The exact cost model's predictions, in the plan, with the minibatches in flight the pipedream
 // schedule needs (choose_in_flight) where fewer than PipeDream's rule predict no slower; returns
 // the estimate they come from.
-PlanEstimate predict(Plan& plan, const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
+PlanEstimate predict(Plan& plan, const StageSums& sums, const profile::Profile& profile, const Cluster& cluster,
+                     const PlanOptions& options) {
   for (auto& st : plan.stages) st.in_flight = 0;
-  PlanEstimate e = evaluate_plan(plan, profile, cluster, options);
+  PlanEstimate e = evaluate_plan(plan, sums, profile, cluster, options);
   Plan fewer = plan;
   choose_in_flight(fewer, e, profile);
-  PlanEstimate f = evaluate_plan(fewer, profile, cluster, options);
+  PlanEstimate f = evaluate_plan(fewer, sums, profile, cluster, options);
   if (f.pipeline_ms_per_minibatch <= e.pipeline_ms_per_minibatch * (1 + 1e-9)) plan = std::move(fewer), e = f;
   plan.pipeline_ms_per_minibatch = e.pipeline_ms_per_minibatch;
   for (int s = 0; s < plan.num_stages(); ++s)
@@ -158,11 +159,12 @@ Plan placed(Plan plan, const std::vector<int>& order) {
 Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                  const PlanOptions& options) {
   Plan best;
+  const StageSums sums = exact_stage_sums(plan, profile, cluster);  // the same in every placement
   for (auto order : placements(cluster)) {
     // A plan on fewer workers (smaller_clusters) takes ids 0..k-1, which are that smaller cluster.
     order.erase(std::remove_if(order.begin(), order.end(), [&](int w) { return w >= plan.workers; }), order.end());
     Plan p = placed(plan, order);
-    if (!predict(p, profile, cluster, options).fits_memory) continue;
+    if (!predict(p, sums, profile, cluster, options).fits_memory) continue;
     if (best.stages.empty() || p.pipeline_ms_per_minibatch < best.pipeline_ms_per_minibatch) best = std::move(p);
   }
   return best;
@@ -218,7 +220,7 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
   Plan plan = to_plan(searched.result.stages, searched.result.pipeline_ms, *searched.space,
                       searched.result.data_parallel_ms, profile, cluster, options);
   if (options.cost_model == CostModel::kPipetrain) {
-    predict(plan, profile, cluster, options);
+    predict(plan, exact_stage_sums(plan, profile, cluster), profile, cluster, options);
     if (plan.data_parallel_ms_per_minibatch > 0)
       plan.data_parallel_ms_per_minibatch = exact_data_parallel_ms(profile, cluster, options);
   }

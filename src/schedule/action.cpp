@@ -36,15 +36,6 @@ long read_number(const std::string& text, size_t& pos) {
 const char* kind_code(ActionKind k) { return kKinds[static_cast<int>(k)].code; }
 const char* kind_name(ActionKind k) { return kKinds[static_cast<int>(k)].name; }
 
-bool is_compute(ActionKind k) {
-  return k == ActionKind::kForward || k == ActionKind::kBackward || k == ActionKind::kBackwardWeight;
-}
-bool is_p2p(ActionKind k) {
-  return k == ActionKind::kSendActivation || k == ActionKind::kRecvActivation ||
-         k == ActionKind::kSendGradient || k == ActionKind::kRecvGradient;
-}
-bool is_send(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kSendGradient; }
-bool is_recv(ActionKind k) { return k == ActionKind::kRecvActivation || k == ActionKind::kRecvGradient; }
 
 std::string to_string(const Action& a) {
   std::string s = str(a.stage, kind_code(a.kind), a.microbatch);

@@ -69,10 +69,13 @@ struct Action {
 const char* kind_code(ActionKind k);
 // "forward", "backward", "backward_weight", "send_activation", ... (Chrome trace, SVG legend).
 const char* kind_name(ActionKind k);
-bool is_compute(ActionKind k);  // F, B, W
-bool is_p2p(ActionKind k);      // SA, RA, SG, RG
-bool is_send(ActionKind k);     // SA, SG
-bool is_recv(ActionKind k);     // RA, RG
+// Inline: the simulator, the metrics and the schedule passes ask them of every action.
+inline bool is_compute(ActionKind k) {  // F, B, W
+  return k == ActionKind::kForward || k == ActionKind::kBackward || k == ActionKind::kBackwardWeight;
+}
+inline bool is_send(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kSendGradient; }
+inline bool is_recv(ActionKind k) { return k == ActionKind::kRecvActivation || k == ActionKind::kRecvGradient; }
+inline bool is_p2p(ActionKind k) { return is_send(k) || is_recv(k); }  // SA, RA, SG, RG
 
 std::string to_string(const Action& a);
 // Parses the text form for worker `worker` (chunk 0). Throws FormatError naming `text`.

@@ -39,17 +39,15 @@ std::map<std::pair<int, int>, int> Schedule::steps_in_flight(int worker) const {
 std::vector<bool> Schedule::completes_gradients(int worker) const {
   const auto& list = actions[worker];
   std::vector<bool> out(list.size(), false);
-  std::map<int, size_t> last;  // stage -> its latest weight-gradient action so far
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> last;  // [stage] -> its latest weight-gradient action so far (kNone: none)
   for (size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
+    if (a.stage < 0) continue;  // not a stage's action (the validator names it)
+    if (static_cast<size_t>(a.stage) >= last.size()) last.resize(a.stage + 1, kNone);
     bool split = a.stage < static_cast<int>(split_backward.size()) && split_backward[a.stage];
     if ((a.kind == ActionKind::kBackward && !split) || a.kind == ActionKind::kBackwardWeight) last[a.stage] = i;
-    if (a.kind == ActionKind::kAllReduce) {
-      auto it = last.find(a.stage);
-      if (it == last.end()) continue;
-      out[it->second] = true;
-      last.erase(it);
-    }
+    if (a.kind == ActionKind::kAllReduce && last[a.stage] != kNone) out[last[a.stage]] = true, last[a.stage] = kNone;
   }
   return out;
 }

@@ -4,8 +4,6 @@
 #include <array>
 #include <functional>
 #include <limits>
-#include <queue>
-#include <tuple>
 
 #include "core/error.h"
 #include "sim/stage_costs.h"
@@ -110,6 +108,39 @@ void reserve(const PortList& ports, double start, double end) {
   }
 }
 
+// Each worker's startable action by (start, worker), earliest first, ties to the lowest worker:
+// a tournament over the workers, whose root is the next action to run. A worker holds one entry
+// at most, and queuing it again gives the same start (what its action waits for is written
+// once). A heap of (start, worker, version) entries did the same, stale entries and all, in a
+// fifth of a replay's time.
+class EarliestFirst {
+ public:
+  explicit EarliestFirst(int workers) {
+    while (size_ < workers) size_ *= 2;
+    start_.assign(size_, kNone);
+    winner_.assign(2 * size_, 0);
+    for (int w = 0; w < size_; ++w) winner_[size_ + w] = w;
+    for (int i = size_ - 1; i >= 1; --i) winner_[i] = first_of(winner_[2 * i], winner_[2 * i + 1]);
+  }
+  bool empty() const { return start_[winner_[1]] == kNone; }
+  int top() const { return winner_[1]; }
+  double start(int w) const { return start_[w]; }
+  void set(int w, double start) {
+    if (start_[w] == start) return;
+    start_[w] = start;
+    for (int i = (size_ + w) / 2; i >= 1; i /= 2) winner_[i] = first_of(winner_[2 * i], winner_[2 * i + 1]);
+  }
+  void clear(int w) { set(w, kNone); }
+
+ private:
+  static constexpr double kNone = std::numeric_limits<double>::infinity();
+  // a < b, so ties go to a.
+  int first_of(int a, int b) const { return a ^ ((a ^ b) & -static_cast<int>(start_[b] < start_[a])); }
+  int size_ = 1;
+  std::vector<double> start_;  // [worker] -> its startable action's start; kNone: none
+  std::vector<int> winner_;    // [node] -> the first worker below it
+};
+
 // What a worker's action waits for, by kind: a compute done on the worker, or data arrived at it.
 enum Slot { kForwardDone, kBackwardDone, kActivationIn, kGradientIn, kSlots };
 
@@ -120,12 +151,13 @@ class Replay {
       : s_(s), cluster_(c), costs_(costs), computes_only_(computes_only), scale_(1.0 / s.microbatches),
         core_free_(std::max(cores, 0), 0.0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
-        version_(s.num_workers(), 0), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
+        queue_(s.num_workers()), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
     for (int w = 0; w < s.num_workers(); ++w) {
       completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
       events_[w].reserve(s.actions[w].size() + (computes_only ? 0 : s.actions[w].size() / 2));
-      for (const Action& a : s.actions[w]) microbatches_ = std::max(microbatches_, a.microbatch + 1);
     }
+    // A validated schedule's computes and transfers take microbatches below this (validate.cpp).
+    microbatches_ = s.total_microbatches();
     ready_.assign(static_cast<size_t>(kSlots) * s.num_stages * microbatches_, {-1, 0.0});
     int L = static_cast<int>(c.levels.size());
     for (int k = 0; k < L; ++k) unit_.push_back(c.workers_per_unit_below(k + 1));
@@ -141,28 +173,24 @@ class Replay {
     // whatever the workers' numbering (replaying worker after worker made two mirror-image
     // placements of one plan simulate 14% apart).
     //
-    // The startable actions wait in a heap by (start, worker). Once an action can start, its
-    // start is fixed until its worker moves on (what it waits for is written once), so the heap
-    // pops what a scan of every worker would pick, in O(log W) rather than O(W) per action. An
-    // all-reduce waits as one entry under its group's lowest worker, which a scan would pick.
+    // The startable actions wait in queue_ by (start, worker): it gives what a scan of every
+    // worker would pick, in O(log W) rather than O(W) per action. An all-reduce waits as one
+    // entry under its group's lowest worker, which a scan would pick.
     for (int w = 0; w < s_.num_workers(); ++w) consider(w);
-    for (int64_t pops = 0; !heap_.empty(); ++pops) {
-      auto [start, w, version] = heap_.top();
-      heap_.pop();
-      if (version != version_[w]) continue;  // the worker has moved on since
+    for (int64_t pops = 0; !queue_.empty(); ++pops) {
+      int w = queue_.top();  // its entry stays until consider(w) below replaces it
+      double start = queue_.start(w);
       if (pops % kForgetEvery == 0 || booked_ > kForgetBooked) forget_past();
       const Action& a = s_.actions[w][pc_[w]];
       bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
       int peer = a.peer;
       if (a.kind == ActionKind::kAllReduce) {
-        auto group = s_.stage_workers[a.stage];
+        const auto& group = s_.stage_workers[a.stage];
         execute(w, start);
-        for (int r : group) ++version_[r];
         for (int r : group) consider(r);
         continue;
       }
       execute(w, start);
-      ++version_[w];
       consider(w);
       if (send) consider(peer);  // its data has arrived
     }
@@ -202,23 +230,24 @@ class Replay {
     events_[w].push_back({a, start, end, bytes});
   }
 
-  // Queues worker w's next action if it can start (an all-reduce under its group's lowest worker).
-  // A receive is passed over at once: it waits for nothing and holds nothing (send() books the
-  // transfer and records it on both sides), so it would only pop at its worker's clock and
-  // move on: a third of a pipeline's actions.
+  // Queues worker w's next action if it can start (an all-reduce under its group's lowest
+  // worker), and takes w's own entry out where it cannot: w has moved on, or is a peer whose
+  // action waits still. A receive is passed over at once: it waits for nothing and holds
+  // nothing (send() books the transfer and records it on both sides), so it would only pop at
+  // its worker's clock and move on: a third of a pipeline's actions.
   void consider(int w) {
     const auto& list = s_.actions[w];
     while (pc_[w] < list.size() && is_recv(list[pc_[w]].kind)) ++pc_[w];
-    if (pc_[w] >= list.size()) return;
     double start = 0;
-    if (!startable(w, start)) return;
+    if (pc_[w] >= list.size() || !startable(w, start)) return queue_.clear(w);
     const Action& a = s_.actions[w][pc_[w]];
     if (a.kind == ActionKind::kAllReduce) {
       const auto& group = s_.stage_workers[a.stage];
       int lead = *std::min_element(group.begin(), group.end());
-      heap_.push({start, lead, version_[lead]});
+      if (lead != w) queue_.clear(w);
+      queue_.set(lead, start);
     } else {
-      heap_.push({start, w, version_[w]});
+      queue_.set(w, start);
     }
   }
 
@@ -429,12 +458,8 @@ class Replay {
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<std::vector<TraceEvent>> events_;
-  // Startable actions: (start, worker, the worker's version when queued), earliest first, ties
-  // to the lowest worker; version_[w] counts w's moves, so an entry queued before one is stale.
-  using Entry = std::tuple<double, int, int64_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
-  std::vector<int64_t> version_;
-  int microbatches_ = 0;                                   // the largest microbatch index + 1
+  EarliestFirst queue_;  // each worker's startable action
+  int microbatches_ = 0;                                   // the schedule's total_microbatches()
   std::vector<std::pair<int, double>> ready_;              // [slot][stage][mb] -> (worker, time)
   std::vector<int> unit_;                                  // [level] -> workers per unit of it
   std::vector<Port> egress_, ingress_;                     // [worker][level] -> its link's use
