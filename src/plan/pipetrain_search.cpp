@@ -81,6 +81,11 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
       suffix[sat(q, last, w)] = std::min(g[at(q, last, w, 0)], w < W ? suffix[sat(q, last, w + 1)] : kInfinity);
 
   const double host_ms = host_ms_per_minibatch(cluster);
+  // The least a byte of a stage's input or output takes on its links, on one replica (its
+  // link's level varies with the replicas; the fastest level bounds every one).
+  double fastest_ms_per_byte = kInfinity;
+  for (int level = 0; level < static_cast<int>(cluster.levels.size()); ++level)
+    fastest_ms_per_byte = std::min(fastest_ms_per_byte, cluster.transfer_ms(level, 1.0));
   auto stage = [&](int k, int j, int w, int n, int lam, int depth) {
     return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k] + host_ms, s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
@@ -199,9 +204,16 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
               }
               n_max = hi;
             }
+            // Nor is a stage faster than its transfers at the fastest level shared over its
+            // replicas, which grows as n falls too: where links outweigh compute (GNMT's
+            // stages), most replica counts the compute leaves are past it.
+            double links_ms = ((lam > 0 ? s.frontier_bytes[k] : 0) + (j != last ? s.frontier_bytes[j] : 0)) *
+                              fastest_ms_per_byte;
             for (int n = n_max; n >= n_min; --n) {
               bound = bound_now();
               if (compute / n > bound) break;
+              // (Summed in another order than the stage's time: it prunes only what it exceeds by more.)
+              if (links_ms / n > bound * (1 + 1e-9)) break;
               double rest = g[rest_at(Q ? q - 1 : 0, j, w, n)];
               if (rest > bound) continue;
               if (j == last && n == W - w && (!options.straight || w + 1 == W) && q <= 1) continue;  // offered
