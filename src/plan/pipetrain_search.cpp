@@ -81,11 +81,20 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
       suffix[sat(q, last, w)] = std::min(g[at(q, last, w, 0)], w < W ? suffix[sat(q, last, w + 1)] : kInfinity);
 
   const double host_ms = host_ms_per_minibatch(cluster);
-  // The least a byte of a stage's input or output takes on its links, on one replica (its
-  // link's level varies with the replicas; the fastest level bounds every one).
-  double fastest_ms_per_byte = kInfinity;
-  for (int level = 0; level < static_cast<int>(cluster.levels.size()); ++level)
-    fastest_ms_per_byte = std::min(fastest_ms_per_byte, cluster.transfer_ms(level, 1.0));
+  // The least a byte of a stage's input or output on w.. after λ takes on one replica, whatever
+  // its replicas: more of them only reach up to outer levels (range_level), so the fastest level
+  // from the one a single replica crosses up bounds them all. [w * Lv + λ] for the input,
+  // [w] for the output; 0 where there is none.
+  const int L = static_cast<int>(cluster.levels.size());
+  std::vector<double> fastest_from(L + 1, 0);  // [level + 1]: the fastest level from it outwards
+  for (int level = L - 1; level >= 0; --level)
+    fastest_from[level + 1] = std::min(cluster.transfer_ms(level, 1.0), level + 1 < L ? fastest_from[level + 2] : kInfinity);
+  std::vector<double> in_floor(static_cast<size_t>(W) * Lv, 0), out_floor(W, 0);
+  for (int w = 0; w < W; ++w) {
+    for (int lam = 1; w > 0 && lam < Lv; ++lam)
+      in_floor[static_cast<size_t>(w) * Lv + lam] = fastest_from[std::max(lam - 1, reach(w - 1, w)) + 1];
+    out_floor[w] = fastest_from[reach(w, w + 1) + 1];
+  }
   auto stage = [&](int k, int j, int w, int n, int lam, int depth) {
     return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k] + host_ms, s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
@@ -185,6 +194,15 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
             // On at most W - w replicas (one, --straight): no faster than compute / that.
             if (compute / (options.straight ? 1 : W - w) > bound) break;  // and so for every later superset
             if (rest_too_slow(j)) continue;
+            // Nor is it faster than its transfers at the fastest level they can cross, shared
+            // over its replicas, which grows as they fall: where links outweigh compute
+            // (Inception's one-worker stages, the 4x4 cluster's outer level) many replica counts
+            // the compute leaves are past it, and the tables below need not be read. (Summed in
+            // another order than the stage's time: it prunes only what it exceeds by more.)
+            double links_ms = s.frontier_bytes[k] * in_floor[static_cast<size_t>(w) * Lv + lam] +
+                              (j != last ? s.frontier_bytes[j] * out_floor[w] : 0);
+            auto links_too_slow = [&](int n) { return links_ms / n > bound * (1 + 1e-9); };
+            if (links_too_slow(options.straight ? 1 : W - w)) continue;
             double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
                                  s.parameter_bytes[k];
             if (Q && q * state_bytes > static_cast<double>(mem)) continue;
@@ -204,16 +222,9 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
               }
               n_max = hi;
             }
-            // Nor is a stage faster than its transfers at the fastest level shared over its
-            // replicas, which grows as n falls too: where links outweigh compute (GNMT's
-            // stages), most replica counts the compute leaves are past it.
-            double links_ms = ((lam > 0 ? s.frontier_bytes[k] : 0) + (j != last ? s.frontier_bytes[j] : 0)) *
-                              fastest_ms_per_byte;
             for (int n = n_max; n >= n_min; --n) {
               bound = bound_now();
-              if (compute / n > bound) break;
-              // (Summed in another order than the stage's time: it prunes only what it exceeds by more.)
-              if (links_ms / n > bound * (1 + 1e-9)) break;
+              if (compute / n > bound || links_too_slow(n)) break;
               double rest = g[rest_at(Q ? q - 1 : 0, j, w, n)];
               if (rest > bound) continue;
               if (j == last && n == W - w && (!options.straight || w + 1 == W) && q <= 1) continue;  // offered
