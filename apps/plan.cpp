@@ -304,8 +304,12 @@ int run_plan(Flags& f) {
                                      "servers a shard each; train runs it with --cluster FILE --allreduce hierarchical) "
                                      "takes ", std::round(dp * 1000) / 1000, " ms per minibatch in simulation, not ",
                                      std::round(out.plan.data_parallel_ms_per_minibatch * 1000) / 1000,
-                                     ": this plan's speed-up over it is ", fixed2(dp / chosen.simulated.ms_per_minibatch),
-                                     "x", dp < chosen.simulated.ms_per_minibatch ? " (it is faster)" : "",
+                                     ": ",
+                                     dp < chosen.simulated.ms_per_minibatch
+                                         ? str("it runs ", fixed2(chosen.simulated.ms_per_minibatch / dp),
+                                               "x as fast as this plan")
+                                         : str("this plan runs ", fixed2(dp / chosen.simulated.ms_per_minibatch),
+                                               "x as fast as it"),
                                      "; --allreduce hierarchical plans for it"));
     }
     if (out.plan.num_stages() > 1)
