@@ -30,6 +30,7 @@ struct SimulateFlags {
   plan::ClusterFlags cluster;
   schedule::ScheduleOptions options;
   bool json = false, grid = false;
+  int cores = 0;  // SimOptions::cores: the workers are threads sharing this many cores
   double bucket_mb = plan::Cluster::kDefaultBucketBytes / double(1 << 20);
 };
 
@@ -96,6 +97,7 @@ int run_simulate(SimulateFlags f) {
   // The plan's bucket, where the planner chose one (as train --plan takes it), unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && f.bucket_flag->count() == 0 ? plan.bucket_mb : f.bucket_mb;
   sim_options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+  sim_options.cores = f.cores;
   schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
   // Over the default minibatches, until the window settles, as the planner's referee replays it.
@@ -152,6 +154,10 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
                                   "default: the plan's bucket_mb, else 25)")
       ->check(finite_non_negative())
       ->capture_default_str();
+  app.add_option("--cores", f->cores,
+                 "The workers are threads of one machine sharing this many cores, time-sliced as the kernel does "
+                 "(0: a device each; train --profile predicts its threads' run so)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--svg", f->svg, "Write the timeline as SVG");
   app.add_option("--trace", f->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
   app.add_option("--save-trace", f->trace_out, "Write the trace (pipetrain.trace/1)");

@@ -54,8 +54,8 @@ struct AllreduceCheck {
 // What the all-reduces took beyond what `links` (its levels' fits) give them, as the host's two
 // terms (Cluster::reduce_us_per_mib, allreduce_step_us, costed as Cluster::ring_step_ms does):
 // least squares of the relative errors (each check's over its measured time), neither term below
-// 0; none where the all-reduces took no longer, or where the terms would model the worst check
-// worse than the links alone. On loopback the links' ping-pong leaves out that every member
+// 0; none where the all-reduces took no longer, or where the terms would move some check farther
+// off than they bring the worst of those the links alone model under closer. On loopback the links' ping-pong leaves out that every member
 // sends, receives and sums at once on shared cores: 16 MiB over 4 gloo processes took 32.5 ms
 // against 9.0 from the links alone, and 1 MiB 7-15 ms against 0.9.
 struct HostFit {

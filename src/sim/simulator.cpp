@@ -149,7 +149,7 @@ class Replay {
   Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes,
          int cores, bool computes_only)
       : s_(s), cluster_(c), costs_(costs), computes_only_(computes_only), scale_(1.0 / s.microbatches),
-        core_free_(std::max(cores, 0), 0.0),
+        cores_(std::max(cores, 0)), busy_(s.num_workers(), 0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
         queue_(s.num_workers()), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
     for (int w = 0; w < s.num_workers(); ++w) {
@@ -177,7 +177,15 @@ class Replay {
     // worker would pick, in O(log W) rather than O(W) per action. An all-reduce waits as one
     // entry under its group's lowest worker, which a scan would pick.
     for (int w = 0; w < s_.num_workers(); ++w) consider(w);
-    for (int64_t pops = 0; !queue_.empty(); ++pops) {
+    for (int64_t pops = 0; !queue_.empty() || !running_.empty(); ++pops) {
+      // On shared cores, a running compute that ends before the next action starts comes first.
+      if (!running_.empty()) {
+        double end = first_end();
+        if (queue_.empty() || end <= queue_.start(queue_.top())) {
+          finish_running(end);
+          continue;
+        }
+      }
       int w = queue_.top();  // its entry stays until consider(w) below replaces it
       double start = queue_.start(w);
       if (pops % kForgetEvery == 0 || booked_ > kForgetBooked) forget_past();
@@ -236,6 +244,7 @@ class Replay {
   // nothing (send() books the transfer and records it on both sides), so it would only pop at
   // its worker's clock and move on: a third of a pipeline's actions.
   void consider(int w) {
+    if (busy_[w]) return queue_.clear(w);  // its compute runs on a shared core still
     const auto& list = s_.actions[w];
     while (pc_[w] < list.size() && is_recv(list[pc_[w]].kind)) ++pc_[w];
     double start = 0;
@@ -301,11 +310,12 @@ class Replay {
       case ActionKind::kRecvGradient: break;  // passed over by consider(); send() records the transfer
       case ActionKind::kAllReduce: allreduce(a, start); return;  // advances every replica
       case ActionKind::kStep:
-        clock_[w] = claim_core(start, cluster_.action_ms() + c.step_ms) + cluster_.action_ms() + c.step_ms;
+        if (cores_ > 0) return share_core(w, start, cluster_.action_ms() + c.step_ms, 0, 0);
+        clock_[w] = start + cluster_.action_ms() + c.step_ms;
         record(w, a, start, clock_[w], 0);
         break;
     }
-    ++pc_[w];
+    if (!busy_[w]) ++pc_[w];
   }
 
   // The bucket times of (stage, worker)'s completing backward; nullptr when none is pending.
@@ -315,20 +325,76 @@ class Replay {
     return nullptr;
   }
 
-  // When work of `ms` ready at `start` begins: where the workers share cores, on the core free
-  // first, which it holds until its end.
-  double claim_core(double start, double ms) {
-    if (core_free_.empty()) return start;
-    auto core = std::min_element(core_free_.begin(), core_free_.end());
-    start = std::max(start, *core);
-    *core = start + ms;
-    return start;
+  // Workers on shared cores (SimOptions::cores): the kernel time-slices their threads, so the
+  // computes running at once share the cores evenly, each at min(1, cores / running) of one.
+  // A compute's end is known only when it comes: it is timed with the others still running.
+  struct Running {
+    int worker;
+    double left_ms;          // of its work at now_
+    double begin, host_ms;   // when it started, and its host time first (Cluster::action_ms)
+    double ms;               // its layers' compute
+    int64_t bytes;
+  };
+  double rate() const { return std::min(1.0, static_cast<double>(cores_) / static_cast<double>(running_.size())); }
+  double first_end() const {
+    double left = std::numeric_limits<double>::infinity();
+    for (const Running& r : running_) left = std::min(left, r.left_ms);
+    return now_ + left / rate();
+  }
+  void share_core(int w, double start, double host_ms, double ms, int64_t bytes) {
+    start = std::max(start, now_);
+    advance(start);
+    running_.push_back({w, host_ms + ms, start, host_ms, ms, bytes});
+    busy_[w] = 1;
+  }
+  void advance(double to) {
+    if (!running_.empty()) {
+      double done = (to - now_) * rate();
+      for (Running& r : running_) r.left_ms -= done;
+    }
+    now_ = std::max(now_, to);
+  }
+  // Ends the computes done at `end` (the first to end, and any ending with it), lowest worker first.
+  void finish_running(double end) {
+    double left = std::numeric_limits<double>::infinity();
+    for (const Running& r : running_) left = std::min(left, r.left_ms);
+    advance(end);
+    std::vector<Running> done;
+    for (size_t i = 0; i < running_.size();) {
+      if (running_[i].left_ms <= left * 1e-9 + 1e-12) {
+        done.push_back(running_[i]);
+        running_[i] = running_.back();
+        running_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    std::sort(done.begin(), done.end(), [](const Running& a, const Running& b) { return a.worker < b.worker; });
+    for (const Running& r : done) {
+      int w = r.worker;
+      const Action& a = s_.actions[w][pc_[w]];
+      busy_[w] = 0;
+      if (a.kind == ActionKind::kStep) {
+        clock_[w] = end;
+        record(w, a, r.begin, end, 0);
+      } else {
+        // Its host time and compute took the span in proportion to their work.
+        double span = end - r.begin, work = r.host_ms + r.ms;
+        double host = work > 0 ? span * r.host_ms / work : 0;
+        finish_compute(w, a, r.begin, r.begin + host, (span - host), r.bytes);
+      }
+      ++pc_[w];
+      consider(w);
+    }
   }
 
   // The host's time per action (Cluster::action_us) comes first, then the layers' compute.
   void compute(int w, const Action& a, double start, double ms, int64_t bytes) {
-    double begin = start;
-    start = claim_core(start, cluster_.action_ms() + ms) + cluster_.action_ms();
+    if (cores_ > 0) return share_core(w, start, cluster_.action_ms(), ms, bytes);
+    finish_compute(w, a, start, start + cluster_.action_ms(), ms, bytes);
+  }
+  // A compute that ran from `begin`, its layers from `start` for `ms`.
+  void finish_compute(int w, const Action& a, double begin, double start, double ms, int64_t bytes) {
     if (completes_[w][pc_[w]] && s_.replicas(a.stage) > 1) {
       // The backward completing the gradients: when each bucket's are final on this replica.
       std::vector<double>* ready = pending(a.stage, w);
@@ -454,7 +520,10 @@ class Replay {
   const std::vector<StageCost>& costs_;
   bool computes_only_;  // SimOptions::computes_only
   double scale_;
-  std::vector<double> core_free_;  // [core] -> when it is next free (SimOptions::cores; none: unlimited)
+  int cores_ = 0;                   // SimOptions::cores; 0: a device per worker
+  std::vector<Running> running_;    // on shared cores: the computes running at now_
+  std::vector<char> busy_;          // [worker]: its compute is in running_
+  double now_ = 0;                  // on shared cores: the time running_ is at
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<std::vector<TraceEvent>> events_;

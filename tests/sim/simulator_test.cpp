@@ -213,6 +213,31 @@ TEST(Simulator, WorkersShareTheCoresTheyAreGiven) {
   }
 }
 
+// Shared cores are time-sliced, as the kernel shares them among threads: two replicas' forwards
+// ready together on one core both run at half speed and end together, at twice their time.
+TEST(Simulator, ComputesRunningTogetherShareACore) {
+  auto prof = uniform_profile(1, 1.0, 2.0);  // forward 1 ms a minibatch
+  // Data parallelism over r replicas, a microbatch each: r forwards of 1 / r ms, ready at 0.
+  auto first_forwards = [&](int replicas, int cores) {
+    SimOptions o;
+    o.cores = cores;
+    auto t = simulate(make_schedule("dp", plan_with_replicas({replicas}), {replicas}), prof, free_links(replicas), o);
+    std::vector<double> ends;
+    for (const auto& list : t.workers) {
+      EXPECT_EQ(list.front().action.kind, schedule::ActionKind::kForward);
+      EXPECT_NEAR(list.front().start_ms, 0, 1e-12);
+      ends.push_back(list.front().end_ms);
+    }
+    return ends;
+  };
+  // Two on one core: both at half speed, both ending at 1 ms (not one at 0.5 and one at 1).
+  for (double end : first_forwards(2, 1)) EXPECT_NEAR(end, 1.0, 1e-9);
+  // Three on two cores: each at two thirds, ending at 1/3 x 3/2 = 0.5 ms.
+  for (double end : first_forwards(3, 2)) EXPECT_NEAR(end, 0.5, 1e-9);
+  // As many cores as computes: each at full speed.
+  for (double end : first_forwards(3, 3)) EXPECT_NEAR(end, 1.0 / 3, 1e-9);
+}
+
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
   // 2 stages on 2 servers joined at 1 Gbit/s: a 1.25 MB activation takes 10 ms at m = 1.
   plan::Cluster c;
