@@ -111,7 +111,7 @@ int run_compare(CompareFlags& f) {
       auto s = schedule::make_schedule(kind, plan, o);
       // Over the default minibatches, until the window settles, as the referee replays it.
       metrics::Metrics m = metrics::compute_metrics(sim::simulate(s, costs, cluster));
-      if (o.minibatches == 0 && !m.settled)
+      if (o.minibatches == 0 && (!m.settled || !m.periodic))
         m = referee::settled_replay([&](int minibatches) {
           if (minibatches == 0) return m;
           schedule::ScheduleOptions longer = o;

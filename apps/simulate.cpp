@@ -101,7 +101,7 @@ int run_simulate(SimulateFlags f) {
   schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
   // Over the default minibatches, until the window settles, as the planner's referee replays it.
-  if (f.schedule_file.empty() && options.minibatches == 0 && !m.settled)
+  if (f.schedule_file.empty() && options.minibatches == 0 && (!m.settled || !m.periodic))
     m = referee::settled_replay([&](int minibatches) {
       if (minibatches == 0) return m;
       options.minibatches = minibatches;

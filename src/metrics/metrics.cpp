@@ -63,19 +63,17 @@ int most_in_flight(const std::vector<double>& begun, const std::vector<double>& 
   return most;
 }
 
-// The fewest gaps c (up to kMostGapCycle) after which the gaps between finished[a..b] repeat,
-// seen at least twice over; 1 where none does (the window is not yet periodic, or is too short
-// to tell).
-constexpr int kMostGapCycle = 4;
+// The fewest gaps c after which the gaps between finished[a..b] repeat, seen at least twice
+// over; 0 where none does (the window is not yet periodic, or too short to show its period).
 int gap_cycle(const std::vector<double>& finished, int a, int b) {
   auto gap = [&](int i) { return finished[i + 1] - finished[i]; };
-  for (int c = 1; c <= kMostGapCycle && 2 * c <= b - a; ++c) {
+  for (int c = 1; 2 * c <= b - a; ++c) {
     bool repeats = true;
     for (int i = a; i + c < b && repeats; ++i)
       repeats = std::abs(gap(i) - gap(i + c)) <= 1e-6 * std::max({1.0, gap(i), gap(i + c)});
     if (repeats) return c;
   }
-  return 1;
+  return 0;
 }
 
 }  // namespace
@@ -177,8 +175,9 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   // window of an odd count of them is off by half their difference over the count (6
   // minibatches: 233.7 where it runs at 243.6). Where the window's gaps repeat every c of them,
   // it is cut to whole repeats too.
-  if (b - a >= period) {
-    int repeats = std::lcm(period, gap_cycle(finished, a, b));
+  int cycle = b - a >= period ? gap_cycle(finished, a, b) : 0;
+  if (cycle > 0) {
+    int repeats = std::lcm(period, cycle);
     if (repeats <= b - a) period = repeats;  // else the rounds alone, as before
   }
   if (b - a >= period) b = a + (b - a) / period * period;
@@ -199,6 +198,7 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
       busiest = std::max(busiest, busy);
     }
     m.settled = m.ms_per_minibatch >= busiest / k * (1 - 1e-9);
+    m.periodic = cycle > 0;
   }
   if (m.ms_per_minibatch > 0) m.samples_per_s = static_cast<double>(t.batch_size) / m.ms_per_minibatch * 1e3;
   std::map<std::pair<int, int>, int64_t> links;
@@ -242,6 +242,8 @@ json to_json(const Metrics& m) {
           {"source", m.source},
           {"minibatches", m.minibatches},
           {"steady", m.steady},
+          {"settled", m.settled},
+          {"periodic", m.periodic},
           {"window_ms", {m.window_start_ms, m.window_end_ms}},
           {"paused_ms", m.paused_ms},
           {"ms_per_minibatch", m.ms_per_minibatch},

@@ -56,6 +56,14 @@ struct Metrics {
   // on 16 workers with a deferred step: 38.34 ms per minibatch over the default 63 minibatches,
   // 39.56 from 126 on, its last stage's compute); a longer replay settles it.
   bool settled = true;
+  // Whether the window's gaps between completions repeat (every c of them, seen at least twice),
+  // so that it measures whole periods of a steady state. A replay can sit in a transient that
+  // the rule above passes: GNMT-Large 1x9-2-4-1 on 16 workers finishes minibatches in a pattern
+  // of 40 from about the 30th on, and its default 60 minibatches measured 75.34 ms per minibatch
+  // where it runs at 77.3 (-2.5%); VGG-16 on 4 workers 188.1 where it runs at 185.3 (+1.5%).
+  // (A window can also repeat in a plateau before the steady state: GNMT-Large 1x9-2-4-1
+  // @LSTM runs at 79.90 ms from the 10th minibatch to the 42nd, at 80.37 from the 48th on.)
+  bool periodic = true;
   double samples_per_s = 0;      // batch_size / ms_per_minibatch (0 when batch size unknown)
   double bubble_fraction = 0;    // mean over workers
   std::vector<WorkerMetrics> workers;

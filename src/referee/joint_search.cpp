@@ -266,7 +266,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.simulated = metrics::compute_metrics(trace);
         int replayed = s.minibatches;
         // Over the default minibatches, until the window settles, as the referee replays it.
-        if (so.minibatches == 0 && !c.simulated.settled)
+        if (so.minibatches == 0 && (!c.simulated.settled || !c.simulated.periodic))
           c.simulated = settled_replay([&](int minibatches) {
             if (minibatches == 0) return c.simulated;
             schedule::ScheduleOptions longer = so;

@@ -76,10 +76,12 @@ std::vector<sim::StageCost> costs_of(const plan::Plan& p, const profile::Profile
 
 }  // namespace
 
-metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over) {
-  metrics::Metrics m = replay_over(0);
-  int n = m.minibatches;
-  for (int d = 0; d < kSettleDoublings && !m.settled && 2 * n <= schedule::kMaxMinibatches; ++d) m = replay_over(n *= 2);
+metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over, bool periodic,
+                                const metrics::Metrics* from, int default_minibatches) {
+  metrics::Metrics m = from ? *from : replay_over(0);
+  int n = m.minibatches, longest = (from ? default_minibatches : n) << kSettleDoublings;
+  auto done = [&] { return m.settled && (m.periodic || !periodic); };
+  while (!done() && 2 * n <= std::min(longest, schedule::kMaxMinibatches)) m = replay_over(n *= 2);
   return m;
 }
 
@@ -148,6 +150,23 @@ void estimate(Replay& r, const ReplayContext& c) {
   }
 }
 
+namespace {
+
+// `plan`'s replay over n minibatches (0: the default, whose schedule the memo keeps).
+metrics::Metrics replay_over(const plan::Plan& plan, const ReplayContext& c, const std::vector<sim::StageCost>& costs,
+                             const Fingerprint& structure, int minibatches) {
+  // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
+  schedule::ScheduleOptions longer;
+  longer.minibatches = minibatches;
+  auto s = minibatches
+               ? std::make_shared<const schedule::Schedule>(schedule::make_unvalidated_schedule(c.kind, plan, longer))
+               : c.memo.schedule(structure.key(), [&] { return schedule::make_unvalidated_schedule(c.kind, plan, {}); });
+  return metrics::compute_metrics(sim::simulate(*s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
+                                  metrics::Detail::kTiming);
+}
+
+}  // namespace
+
 void simulate(Replay& r, const ReplayContext& c) {
   estimate(r, c);
   if (!r.estimate || r.simulated || !r.error.empty()) return;
@@ -161,24 +180,29 @@ void simulate(Replay& r, const ReplayContext& c) {
     SimulationMemo::Key key = fingerprint(structure, costs);
     metrics::Metrics m;
     if (!c.memo.find(key, m)) {
-      // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
-      // The default minibatches' schedule is kept (SimulationMemo::schedule), a longer one not.
-      m = settled_replay([&](int minibatches) {
-        schedule::ScheduleOptions longer;
-        longer.minibatches = minibatches;
-        auto s = minibatches ? std::make_shared<const schedule::Schedule>(
-                                   schedule::make_unvalidated_schedule(c.kind, r.plan, longer))
-                             : c.memo.schedule(structure.key(),
-                                               [&] { return schedule::make_unvalidated_schedule(c.kind, r.plan, {}); });
-        return metrics::compute_metrics(
-            sim::simulate(*s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs), metrics::Detail::kTiming);
-      });
+      m = settled_replay([&](int n) { return replay_over(r.plan, c, costs, structure, n); }, false);
       c.memo.add(key, m);
     }
     r.simulated = std::move(m);
   } catch (const ConfigError& e) {
     r.error = e.what();
   }
+}
+
+metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics& settled, const ReplayContext& c) {
+  if (settled.periodic) return settled;
+  std::vector<sim::StageCost> costs = costs_of(plan, c.profile, c.options.bucket_bytes);
+  Fingerprint structure = structure_of(c.kind, plan);
+  SimulationMemo::Key key = fingerprint(structure, costs);
+  key.first = ~key.first;  // the periodic replay's, beside the settled one's
+  metrics::Metrics m;
+  if (c.memo.find(key, m)) return m;
+  int default_minibatches =
+      c.memo.schedule(structure.key(), [&] { return schedule::make_unvalidated_schedule(c.kind, plan, {}); })->minibatches;
+  m = settled_replay([&](int n) { return replay_over(plan, c, costs, structure, n); }, true, &settled,
+                     default_minibatches);
+  c.memo.add(key, m);
+  return m;
 }
 
 void work_ahead(const std::vector<Replay*>& replays, const ReplayContext& c, double best_ms) {

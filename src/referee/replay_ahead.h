@@ -77,9 +77,15 @@ int64_t replay_period(const plan::Plan& p);
 // (metrics::Metrics::settled): up to 8 times the default.
 inline constexpr int kSettleDoublings = 3;
 // `replay_over(n)`: a replay over n minibatches (0: its schedule's default), replayed again over
-// twice as many while its window has not settled, up to kSettleDoublings times. `plan`, the
-// referee's replays and bucket choice, and `simulate` all take a plan's steady state so.
-metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over);
+// twice as many while its window has not settled, or, with `periodic`, does not repeat
+// (metrics::Metrics::periodic), up to kSettleDoublings times. `plan`'s prediction and bucket
+// choice, and `simulate`, take a plan's steady state so; the referee ranks its many replays by
+// their settled figure and takes the periodic one of those it may choose (Refereed::verified).
+// `from`: a replay already run on the way (settled, not periodic), whose schedule's default
+// is `default_minibatches`: the same steps from there.
+metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over,
+                                bool periodic = true, const metrics::Metrics* from = nullptr,
+                                int default_minibatches = 0);
 
 // The simulator's options for a replay ranked by its timing alone (metrics::Detail::kTiming).
 inline sim::SimOptions timing_only(int64_t bucket_bytes) {
@@ -103,9 +109,13 @@ metrics::Metrics closed_form_metrics(const plan::PlanEstimate& e, const plan::Pl
 
 // Each step is done once: again, it does nothing. A refusal (ConfigError) leaves its optional
 // empty and says why in `error`; simulate estimates first, and takes the closed form where
-// steady_state_in_closed_form.
+// steady_state_in_closed_form. Its replay is settled, not necessarily periodic.
 void estimate(Replay& r, const ReplayContext& c);
 void simulate(Replay& r, const ReplayContext& c);
+
+// `plan`'s replay longer, from the referee's settled one, until its window repeats
+// (settled_replay with `periodic`): the figure `simulate` and `plan` print for it.
+metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics& settled, const ReplayContext& c);
 
 // Estimates every replay and simulates those whose physical limit is not above `best_ms` (the
 // others the referee would not replay), spread over the machine's cores.

@@ -72,6 +72,35 @@ TEST(Metrics, AlternatingGapsAreMeasuredOverWholeRepeats) {
   }
 }
 
+// A window is periodic where its gaps between completions repeat, and is then cut to whole
+// repeats of any length (a pattern of 5 gaps: 3 ms a minibatch exactly, where 16 gaps of it say
+// 3.06); where they do not repeat (a queue still filling: each gap longer than the last) the
+// replay may still be in its warm-up, and settled_replay runs it longer.
+TEST(Metrics, AWindowIsPeriodicWhereItsGapsRepeat) {
+  Trace cycle = one_worker_trace("pipedream", "simulated");
+  double at = 0;
+  for (int i = 0; i < 51; ++i) {
+    double len = 1 + i % 5;  // 1, 2, 3, 4, 5 ms by turns
+    add_minibatch(cycle, std::to_string(i), at, len / 2, len / 2);
+    at += len;
+  }
+  Metrics m = compute_metrics(cycle);
+  EXPECT_TRUE(m.steady);
+  EXPECT_TRUE(m.periodic);
+  EXPECT_DOUBLE_EQ(m.ms_per_minibatch, 3.0);
+  Trace filling = one_worker_trace("pipedream", "simulated");
+  at = 0;
+  for (int i = 0; i < 51; ++i) {
+    double len = 1 + 0.01 * i;
+    add_minibatch(filling, std::to_string(i), at, len / 2, len / 2);
+    at += len;
+  }
+  m = compute_metrics(filling);
+  EXPECT_TRUE(m.steady);
+  EXPECT_TRUE(m.settled);  // as fast as the worker computes: the older test passes it
+  EXPECT_FALSE(m.periodic);
+}
+
 // A measured run pauses between segments for the test-set evaluation and checkpoints
 // (Trace::pauses): the steady state is training's. One worker at 3 ms a minibatch with a 600 ms
 // evaluation after minibatch 29 of 60 read 34.6 ms a minibatch before the pause was left out.
