@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "metrics/metrics.h"
+#include "referee/replay_ahead.h"
 #include "sim/simulator.h"
 
 namespace pt::app {
@@ -21,10 +22,15 @@ RunPrediction simulate_run(const plan::Plan& plan, const runtime::PipelineOption
   // job's --cluster's (calibrate measures it on threads), where it gave one.
   plan::Cluster links = cluster ? *cluster : plan::Cluster::flat(r.workers, std::numeric_limits<double>::infinity());
   if (!cluster) links.action_us = o.cluster.action_us;
+  // Over the default minibatches until the window settles and repeats, as `simulate` replays it.
   auto replay = [&](int on_cores) {
     sim::SimOptions so{o.bucket_bytes};
     so.cores = on_cores;
-    return metrics::compute_metrics(sim::simulate(s, p, links, so)).ms_per_minibatch;
+    return referee::settled_replay([&](int minibatches) {
+             schedule::Schedule longer = minibatches ? runtime::schedule_for(plan, o, minibatches) : s;
+             return metrics::compute_metrics(sim::simulate(longer, p, links, so));
+           })
+        .ms_per_minibatch;
   };
   r.simulated_ms = replay(0);
   if (cores > 0 && cores < r.workers) r.core_each_ms = r.simulated_ms, r.simulated_ms = replay(cores), r.cores = cores;
