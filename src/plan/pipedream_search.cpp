@@ -103,46 +103,57 @@ class PipedreamSearch {
     // Reference: num_machines_in_machine is the previous level's count, not the product.
     const double w = level == 0 ? 1.0 : c_.levels[level - 1].fan_out;
     const int last = s_.last();
+    // Per (a, b), every m at once: the k that split a→b are walked once for all m, each m
+    // weighing them in the same order (nearest first) with its own bound, as one m at a time
+    // would (DenseNet-121 on 4x4: the all-rows level walked each k list 4 times).
+    std::vector<double> best(M + 1), stage_on(M + 1);
+    std::vector<Choice> pick(M + 1);
     for (int a = 0; a < static_cast<int>(rows); ++a)
-      for (int b : supersets_[a])
+      for (int b : supersets_[a]) {
+        double tab = time(level, a, b);
         for (int m = 1; m <= M; ++m) {
-          double best = kInfinity;
-          Choice pick;
-          double tab = time(level, a, b);
-          if ((!o_.straight || m == 1) && tab < kInfinity &&
-              fits(std::ceil(static_cast<double>(M - m) / m), a, b)) {
-            best = (tab + 4.0 * (m - 1) * param(a, b) / (B * m) / w) / m;
-            pick = Choice{-1, m};
+          best[m] = kInfinity, pick[m] = Choice{};
+          if ((!o_.straight || m == 1) && tab < kInfinity && fits(std::ceil(static_cast<double>(M - m) / m), a, b)) {
+            best[m] = (tab + 4.0 * (m - 1) * param(a, b) / (B * m) / w) / m;
+            pick[m] = Choice{-1, m};
           }
-          if (m >= 2) {
+        }
+        // k ranges over a ⊊ k ⊊ b: walk the shorter of the two lists.
+        bool from_a = supersets_[a].size() < s_.strict_subsets[b].size();
+        const auto& ks = from_a ? supersets_[a] : s_.strict_subsets[b];
+        // Nearest k first (small last stages find a good bound early); a last stage on at
+        // most m−1 units never takes less than T(k,b)/(m−1), which prunes the rest.
+        for (auto it = ks.rbegin(); M >= 2 && it != ks.rend(); ++it) {
+          int k = *it;
+          if (from_a ? !strict(k, b) : !strict(a, k)) continue;
+          double tkb = time(level, k, b);
+          if (tkb == kInfinity) continue;
+          // The last stage k→b on u units, its transfers with it: the same for every m, worked
+          // out the first time an m needs it (most are pruned before).
+          bool weighed = false;  // some m weighs this k
+          for (int m = 2; m <= M; ++m) {
+            if (tkb / (m - 1) >= best[m]) continue;
+            if (!weighed) std::fill(stage_on.begin(), stage_on.end(), -1.0), weighed = true;
             int max_units = o_.straight ? 1 : m - 1;
-            // k ranges over a ⊊ k ⊊ b: walk the shorter of the two lists.
-            bool from_a = supersets_[a].size() < s_.strict_subsets[b].size();
-            const auto& ks = from_a ? supersets_[a] : s_.strict_subsets[b];
-            // Nearest k first (small last stages find a good bound early); a last stage on at
-            // most m−1 units never takes less than T(k,b)/(m−1), which prunes the rest.
-            for (auto it = ks.rbegin(); it != ks.rend(); ++it) {
-              int k = *it;
-              if (from_a ? !strict(k, b) : !strict(a, k)) continue;
-              double tkb = time(level, k, b);
-              if (tkb == kInfinity || tkb / (m - 1) >= best) continue;
-              for (int u = 1; u <= max_units; ++u) {
-                double prefix = t.value[t.at(a, k, m - u)];
-                if (prefix >= best) continue;
-                if (!fits(std::ceil(static_cast<double>(M - m) / u), k, b)) continue;
-                double stage = (tkb + 4.0 * (u - 1) * param(k, b) / (B * u)) / u;
-                double v = std::max(prefix, stage);
+            for (int u = 1; u <= max_units; ++u) {
+              double prefix = t.value[t.at(a, k, m - u)];
+              if (prefix >= best[m]) continue;
+              if (!fits(std::ceil(static_cast<double>(M - m) / u), k, b)) continue;
+              if (stage_on[u] < 0) {
+                double v = (tkb + 4.0 * (u - 1) * param(k, b) / (B * u)) / u;
                 if (o_.activation_transfer) {
                   v = std::max(v, 2.0 * s_.pipedream_output_bytes[k] / (B * u));
                   if (b != last) v = std::max(v, 2.0 * s_.pipedream_output_bytes[b] / (B * u));
                 }
-                if (v < best) best = v, pick = Choice{k, u};
+                stage_on[u] = v;
               }
+              double v = std::max(prefix, stage_on[u]);
+              if (v < best[m]) best[m] = v, pick[m] = Choice{k, u};
             }
           }
-          t.value[t.at(a, b, m)] = best;
-          t.choice[t.at(a, b, m)] = pick;
         }
+        for (int m = 1; m <= M; ++m) t.value[t.at(a, b, m)] = best[m], t.choice[t.at(a, b, m)] = pick[m];
+      }
     tables_.push_back(std::move(t));
   }
 
