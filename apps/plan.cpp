@@ -331,13 +331,17 @@ int run_plan(Flags& f) {
                      "--cost-model pipedream gives PipeDream's one plan");
   } else {
     // PipeDream's optimizer keeps its own prediction; the simulator says what the plan runs at.
+    // Its plans are for PipeDream's schedule (1F1B-RR): `simulate --plan` and `train --plan` run
+    // that, as `plan` simulated it (without it they ran 1f1b, which a stage of more replicas than
+    // its 4 microbatches cannot run: VGG-16's 7-1 on 8 workers).
+    out.plan.schedule = "pipedream";
     double simulated = simulate_plan(out.plan, out.profile, out.cluster, out.options);
     if (simulated > 0) {
       out.plan.simulated_ms_per_minibatch = simulated;
       out.plan.simulated_schedule = "pipedream";
       out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
-      out.json = to_json(out.plan).dump(1) + "\n";
     }
+    out.json = to_json(out.plan).dump(1) + "\n";
   }
   return emit(f, out, extra);
 }

@@ -417,6 +417,28 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
   }
 }
 
+// PipeDream's optimizer plans for its own schedule: the plan file names it, so `simulate --plan`
+// (and `train --plan`) run the pipedream schedule `plan` simulated, not 1f1b, which VGG-16's
+// 7-1 on 8 workers cannot run (7 replicas, 4 microbatches).
+TEST(PlanReferee, APipedreamModelPlanFileRunsPipedreamsSchedule) {
+  std::string file = ::testing::TempDir() + "pipedream_model_plan.json";
+  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json";
+  std::string cluster = " --workers 8 --bandwidth-gbps 10";
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --cost-model pipedream --profile " +
+                                        path + cluster + " -o " + file + " 2>/dev/null",
+                                    false);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  json p = parse_json(planned.output, "plan");
+  EXPECT_EQ(p.value("schedule", ""), "pipedream") << planned.output;
+  double simulated = p["predicted"]["simulated_ms_per_minibatch"].get<double>();
+  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " + file +
+                                cluster);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
+  EXPECT_NEAR(std::stod(m[1]), simulated, 1e-3) << sim.output;
+}
+
 // A joint plan names its schedule, microbatches and a batch per step other than the profile's
 // (GPT-2048 under a 16 GB cap: 1f1b, 32 microbatches, batch 32 from a profile at 16); simulate
 // of the file runs that, as train --plan does, and gives the plan's time.
