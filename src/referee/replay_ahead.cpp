@@ -152,15 +152,23 @@ void estimate(Replay& r, const ReplayContext& c) {
 
 namespace {
 
-// `plan`'s replay over n minibatches (0: the default, whose schedule the memo keeps).
+// `plan`'s schedule over n minibatches (0: the default), kept by its structure and length: the
+// plans the referee lengthens (periodic_first) are mostly one shape split at other layers.
+// Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
+std::shared_ptr<const schedule::Schedule> schedule_of(const plan::Plan& plan, const ReplayContext& c,
+                                                      Fingerprint structure, int minibatches) {
+  structure.add(minibatches);
+  return c.memo.schedule(structure.key(), [&] {
+    schedule::ScheduleOptions o;
+    o.minibatches = minibatches;
+    return schedule::make_unvalidated_schedule(c.kind, plan, o);
+  });
+}
+
+// `plan`'s replay over n minibatches (0: the default).
 metrics::Metrics replay_over(const plan::Plan& plan, const ReplayContext& c, const std::vector<sim::StageCost>& costs,
                              const Fingerprint& structure, int minibatches) {
-  // Unvalidated, as every replay: the referee validates the schedule of the plan it chooses.
-  schedule::ScheduleOptions longer;
-  longer.minibatches = minibatches;
-  auto s = minibatches
-               ? std::make_shared<const schedule::Schedule>(schedule::make_unvalidated_schedule(c.kind, plan, longer))
-               : c.memo.schedule(structure.key(), [&] { return schedule::make_unvalidated_schedule(c.kind, plan, {}); });
+  auto s = schedule_of(plan, c, structure, minibatches);
   return metrics::compute_metrics(sim::simulate(*s, c.profile, c.cluster, timing_only(c.options.bucket_bytes), costs),
                                   metrics::Detail::kTiming);
 }
@@ -197,8 +205,7 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
   key.first = ~key.first;  // the periodic replay's, beside the settled one's
   metrics::Metrics m;
   if (c.memo.find(key, m)) return m;
-  int default_minibatches =
-      c.memo.schedule(structure.key(), [&] { return schedule::make_unvalidated_schedule(c.kind, plan, {}); })->minibatches;
+  int default_minibatches = schedule_of(plan, c, structure, 0)->minibatches;
   m = settled_replay([&](int n) { return replay_over(plan, c, costs, structure, n); }, true, &settled,
                      default_minibatches);
   c.memo.add(key, m);

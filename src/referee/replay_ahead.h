@@ -34,7 +34,8 @@ class SimulationMemo {
   using Key = std::pair<uint64_t, uint64_t>;  // 128 bits: a collision is not a concern
   bool find(const Key& k, metrics::Metrics& out);
   void add(const Key& k, const metrics::Metrics& m);
-  // The schedule of `key` (one plan structure under one kind), built by `build` the first time.
+  // The schedule of `key` (one plan structure under one kind, over one count of minibatches),
+  // built by `build` the first time.
   // Only the actions and structure are shared: the layers are the first builder's, which a
   // replay with its own costs (sim::simulate's overload) does not read.
   std::shared_ptr<const schedule::Schedule> schedule(const Key& key, const std::function<schedule::Schedule()>& build);
