@@ -248,7 +248,10 @@ int run_plan(Flags& f) {
       out.plan.notes.push_back(str("time limit: the simulator stopped refereeing at ", out.options.time_limit_s,
                                    " s of planning (--time-limit), ", r.unreplayed,
                                    " candidate plans and the rest of the local search not simulated; the plan is the "
-                                   "best of the ", r.ranked.size(), " that were"));
+                                   "best of the ", r.ranked.size(), " that were",
+                                   r.choice_unrepeated ? "; its replay's window did not yet repeat, and simulate replays "
+                                                         "it longer, to another figure"
+                                                       : ""));
     // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
     bool deferred = out.plan.deferred_step && out.plan.stages[0].replicas > 1;
     if (out.plan.num_stages() > 1)

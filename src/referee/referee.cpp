@@ -420,6 +420,11 @@ void Referee::periodic_first() {
   std::set<std::string> lengthened;
   const size_t at_once = std::max(1u, std::thread::hardware_concurrency());
   while (static_cast<int>(lengthened.size()) < kMostLengthened) {
+    if (out_of_time()) {
+      const Candidate& first = r_.ranked.front();
+      r_.choice_unrepeated = !first.simulated.periodic && !lengthened.count(identity(first.plan));
+      return;
+    }
     std::vector<Candidate*> ahead;
     for (Candidate& c : r_.ranked) {
       if (c.simulated.periodic || lengthened.count(identity(c.plan)) || ahead.size() == at_once) break;

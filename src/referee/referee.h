@@ -27,6 +27,9 @@ struct Refereed {
   std::vector<Candidate> ranked;
   int unreplayed = 0;  // plans left out at options.time_limit_s
   bool timed_out = false;  // the time limit stopped the referee (its local search too)
+  // The time limit stopped the referee before the choice's window repeated
+  // (metrics::Metrics::periodic): `simulate` replays it longer, to another figure.
+  bool choice_unrepeated = false;
   int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
   std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
   // Data parallelism on every worker, replayed like the candidates: the baseline a plan file
