@@ -253,7 +253,7 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
     return p;
   };
   std::vector<int> search_rank;  // the better of its ranks in the two searches
-  std::map<std::vector<int>, int> seen;  // a sequence of stages -> its index in `unique` below
+  std::map<Fingerprint::Key, int> seen;  // a plan's stages (add_stage_sums) -> its index in `unique` below
   // The two bounds' searches run side by side: they share nothing, and on hundreds of workers
   // each takes seconds (1,024: about 3 s each). With no bucket the bounds are one search.
   std::vector<int64_t> bounds{options.bucket_bytes};
@@ -303,8 +303,9 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   if (straight) all.push_back(&*straight);
   // Each alternative in the placement the exact model predicts fastest (ties keep the search's
   // own numbering). The searches share their states and number workers stage by stage: the
-  // same stages are the same plan, placed once whichever search offered it, with the better of
-  // its ranks. The placements are worked out side by side (ResNet-101 on 4x4: 144 alternatives).
+  // same stages, or stages alike in all they cost, are one plan, placed once whichever search
+  // offered it, with the better of its ranks. The placements are worked out side by side
+  // (ResNet-101 on 4x4: 144 alternatives).
   struct Offered {
     const SearchAlternative* alt;
     const SearchResult* result;
@@ -314,9 +315,12 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   for (const SearchResult* result : all) {
     int rank = 0;
     for (const auto& alt : result->alternatives) {
-      std::vector<int> key;
-      for (const auto& st : alt.stages)
-        key.insert(key.end(), {st.from, st.to, st.workers.front(), static_cast<int>(st.workers.size())});
+      Fingerprint f;  // the searches' own test of one plan (add_stage_sums)
+      for (const auto& st : alt.stages) {
+        space->add_stage_sums(f, st.from, st.to);
+        f.add(st.workers.front()), f.add(st.workers.size());
+      }
+      Fingerprint::Key key = f.key();
       auto [it, fresh] = seen.emplace(std::move(key), static_cast<int>(unique.size()));
       if (fresh) unique.push_back({&alt, result});
       offers.push_back({it->second, rank++});

@@ -20,6 +20,13 @@ int NodeSet::count() const {
   return c;
 }
 
+void StateSpace::add_stage_sums(Fingerprint& f, int k, int j) const {
+  for (double ms : {compute_ms[j] - compute_ms[k], backward_ms[j] - backward_ms[k]}) f.add(std::llround(ms * 1e9));
+  for (double bytes : {frontier_bytes[k], j != last() ? frontier_bytes[j] : 0.0, parameter_bytes[j] - parameter_bytes[k],
+                       activation_bytes[j] - activation_bytes[k]})
+    f.add(std::llround(bytes));
+}
+
 std::vector<int> StateSpace::stage_layers(int k, int j) const {
   std::vector<int> layers;
   for (size_t v = 0; v < node_layers.size(); ++v)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fingerprint.h"
 #include "profile/profile.h"
 
 namespace pt::plan {
@@ -57,6 +58,11 @@ struct StateSpace {
   int last() const { return num_states() - 1; }
   // Profile layers of the stage between states k ⊊ j (sorted).
   std::vector<int> stage_layers(int k, int j) const;
+  // Adds to `f` what the searches and the cost engine read of the stage between states k ⊊ j:
+  // its sums and the bytes crossing its two cuts, rounded to 1e-9 ms and whole bytes (sums in
+  // another order reach them alike). Stages alike in these differ only in layers that cost
+  // nothing, and plans of such stages on the same workers are one plan to every model.
+  void add_stage_sums(Fingerprint& f, int k, int j) const;
 };
 
 // max_states and max_pairs (nested pairs of states) bound the enumeration; beyond them the

@@ -1,11 +1,11 @@
 #include "referee/replay_ahead.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <thread>
 
 #include "core/error.h"
+#include "core/fingerprint.h"
 #include "core/parallel.h"
 #include "core/units.h"
 #include "plan/physical_limit.h"
@@ -16,25 +16,6 @@
 namespace pt::referee {
 
 namespace {
-
-// Two 64-bit running hashes of the words fed to it, with different multipliers and seeds.
-class Fingerprint {
- public:
-  template <class T>
-  void add(const T& v) {
-    uint64_t x = 0;
-    static_assert(sizeof(T) <= sizeof x);
-    std::memcpy(&x, &v, sizeof v);
-    a_ = (a_ ^ x) * 0x9E3779B97F4A7C15ull;
-    a_ ^= a_ >> 29;
-    b_ = (b_ + x) * 0xC2B2AE3D27D4EB4Full;
-    b_ ^= b_ >> 32;
-  }
-  SimulationMemo::Key key() const { return {a_, b_}; }
-
- private:
-  uint64_t a_ = 0x243F6A8885A308D3ull, b_ = 0x13198A2E03707344ull;
-};
 
 // What the schedule of `p` under `kind` is made of: what its generator reads of the plan
 // (generators.h: the stages' workers, replicas, recomputation and minibatches in flight, and the

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fingerprint.h"
 #include "metrics/metrics.h"
 #include "plan/cluster.h"
 #include "plan/pipetrain_cost.h"
@@ -31,7 +32,7 @@ namespace pt::referee {
 // lists (GNMT-16: 70% of the replays that simulate reuse one).
 class SimulationMemo {
  public:
-  using Key = std::pair<uint64_t, uint64_t>;  // 128 bits: a collision is not a concern
+  using Key = Fingerprint::Key;
   bool find(const Key& k, metrics::Metrics& out);
   void add(const Key& k, const metrics::Metrics& m);
   // The schedule of `key` (one plan structure under one kind, over one count of minibatches),
