@@ -79,24 +79,21 @@ int print_unsimulated(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
   return emit(f, out, "");
 }
 
-// Where the chosen plan's replicas all-reduce, the bucket it runs fastest with (unless --bucket-mb
-// says, or the referee ran out of --time-limit), its time with it, and a note naming the other
-// buckets' times. own_ms: the plan's replayed time with the options' own bucket.
-void choose_plan_bucket(const Flags& f, plan::PlanOutcome& out, const std::string& kind, bool out_of_time,
-                        double own_ms) {
+// Where the chosen plan's replicas all-reduce, the bucket it runs fastest with (the referee's
+// choice between it and data parallelism, each at its own bucket, unless --bucket-mb says or
+// it ran out of --time-limit), and a note naming the other buckets' times.
+void note_plan_bucket(const Flags& f, plan::PlanOutcome& out, const Refereed& r) {
   bool replicated = false;
   for (const auto& st : out.plan.stages) replicated = replicated || st.replicas > 1;
   if (!replicated) return;
-  if (f.bucket_flag->count() > 0 || out_of_time) {
+  if (!r.buckets_chosen) {
     out.plan.bucket_mb = f.plan.bucket_mb;
-    if (out_of_time)
+    if (f.bucket_flag->count() == 0)
       out.plan.notes.push_back(str("all-reduce bucket ", f.plan.bucket_mb, " MiB: --time-limit left no time to "
                                    "simulate the others"));
     return;
   }
-  BucketChoice b = choose_bucket(out.plan, out.profile, out.cluster, out.options, kind, own_ms);
-  out.plan.bucket_mb = b.bucket_mb;
-  out.plan.pipeline_ms_per_minibatch = out.plan.simulated_ms_per_minibatch = b.ms_per_minibatch;
+  const BucketChoice& b = r.ranked.front().bucket;
   std::string tried;
   bool all_equal = true;  // e.g. replicas of layers without weights: nothing to all-reduce
   for (const auto& [mb, ms] : b.tried) {
@@ -205,7 +202,8 @@ int run_plan(Flags& f) {
   }
   std::string extra;
   if (out.options.cost_model == plan::CostModel::kPipetrain) {
-    Refereed r = choose(out.candidates, out.profile, out.cluster, out.options);
+    Refereed r = choose(out.candidates, out.profile, out.cluster, out.options, "pipedream",
+                        /*own_buckets=*/f.bucket_flag->count() == 0);
     if (r.ranked.empty()) return print_unsimulated(f, out, r);
     const Candidate& chosen = r.ranked.front();
     out.plan = chosen.plan;
@@ -231,9 +229,7 @@ int run_plan(Flags& f) {
                                    "(its replicas are alike); a replay of its round of ", out.plan.workers,
                                    " minibatches would take minutes"));
     out.plan.schedule = r.schedule;  // what `train --plan` runs
-    bool out_of_time = r.timed_out || (out.options.time_limit_s > 0 &&
-                                        out.options.seconds_planning(std::chrono::steady_clock::now()) > out.options.time_limit_s);
-    choose_plan_bucket(f, out, r.schedule, out_of_time, chosen.simulated.ms_per_minibatch);
+    note_plan_bucket(f, out, r);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
     // the choice, the plan says so rather than hide it.
     for (const auto& p : r.unschedulable)
@@ -273,7 +269,7 @@ int run_plan(Flags& f) {
         return true;
       };
       for (const auto& c : r.ranked)
-        if (!c.plan.deferred_step && same(c.plan, out.plan))
+        if (!c.plan.deferred_step && same(c.plan, out.plan) && c.plan.bucket_mb == out.plan.bucket_mb)
           plain = plain > 0 ? std::min(plain, c.simulated.ms_per_minibatch) : c.simulated.ms_per_minibatch;
       out.plan.notes.push_back(str("deferred step: the replicated first stage steps after its next forward, which hides "
                                    "the rest of its all-reduce",
@@ -301,7 +297,12 @@ int run_plan(Flags& f) {
     if (out.cluster.allreduce == plan::Cluster::Allreduce::kRing && out.plan.data_parallel_ms_per_minibatch > 0) {
       plan::Cluster hier = out.cluster;
       hier.allreduce = plan::Cluster::Allreduce::kHierarchical;
+      // At its own bucket, as data parallelism with the ring is weighed (Refereed::buckets_chosen).
       double dp = simulate_data_parallel(out.profile, hier, out.options, r.schedule);
+      if (dp > 0 && r.buckets_chosen)
+        dp = choose_bucket(plan::data_parallel_plan(out.profile.num_layers(), hier.workers()), out.profile, hier,
+                           out.options, r.schedule, dp)
+                 .ms_per_minibatch;
       if (dp > 0 && dp < out.plan.data_parallel_ms_per_minibatch)
         out.plan.notes.push_back(str("data parallelism with --allreduce hierarchical (inside each server, then across "
                                      "servers a shard each; train runs it with --cluster FILE --allreduce hierarchical) "
@@ -321,13 +322,14 @@ int run_plan(Flags& f) {
                                "85.9%); 1f1b on this plan computes one worker's gradients");
     out.table = plan::format_plan_table(out.plan, out.profile, out.cluster);
     out.json = to_json(out.plan).dump(1) + "\n";
-    // The candidates were ranked with the options' bucket; the chosen plan then got its own.
+    // The exact model's figures are the options' bucket's; the plan runs with its own.
     std::string bucket_note =
-        out.plan.bucket_mb >= 0 && std::abs(out.plan.simulated_ms_per_minibatch - chosen.simulated.ms_per_minibatch) > 1e-9
-            ? str("(ranked with the ", f.plan.bucket_mb, " MiB bucket; the chosen plan with its ", out.plan.bucket_mb,
-                  " MiB bucket: ", std::round(out.plan.simulated_ms_per_minibatch * 1000) / 1000, " ms per minibatch)\n")
+        out.plan.bucket_mb >= 0 && std::abs(out.plan.bucket_mb - f.plan.bucket_mb) > 1e-9
+            ? str("(the exact model's figures above are with the ", f.plan.bucket_mb, " MiB bucket; the plan runs with its ",
+                  out.plan.bucket_mb, " MiB bucket: ", std::round(out.plan.simulated_ms_per_minibatch * 1000) / 1000,
+                  " ms per minibatch in simulation)\n")
             : std::string();
-    if (f.top > 0) extra += "\n" + format_top(r, out.profile, f.top) + bucket_note;
+    if (f.top > 0) extra += "\n" + format_top(r, out.profile, f.top);
     if (f.explain) extra += "\n" + format_explain(chosen, out.profile, out.cluster) + bucket_note;
   } else if (f.top > 0 || f.explain) {
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "

@@ -14,29 +14,6 @@
 
 namespace pt::referee {
 
-struct Candidate {
-  plan::Plan plan;
-  plan::PlanEstimate estimate;    // evaluate_plan: the search's closed form, which proposes candidates
-  metrics::Metrics simulated;     // steady state under `schedule`
-  std::string why_not;            // for every candidate but the chosen one
-};
-
-struct Refereed {
-  std::string schedule;            // the schedule the candidates were replayed under
-  // Fastest simulated first (ranks_before); ranked[0] is the choice.
-  std::vector<Candidate> ranked;
-  int unreplayed = 0;  // plans left out at options.time_limit_s
-  bool timed_out = false;  // the time limit stopped the referee (its local search too)
-  // The time limit stopped the referee before the choice's window repeated
-  // (metrics::Metrics::periodic): `simulate` replays it longer, to another figure.
-  bool choice_unrepeated = false;
-  int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
-  std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
-  // Data parallelism on every worker, replayed like the candidates: the baseline a plan file
-  // records (0 where it does not fit the memory or cannot be replayed).
-  double data_parallel_ms = 0;
-};
-
 // The all-reduce bucket a plan runs fastest with (issue 33: each bucket's ring pays its steps'
 // latency, and a smaller one starts during the backward): the plan simulated with each of
 // kBucketChoicesMb and the options' own bucket; the options' unless another is faster. The sizes
@@ -48,6 +25,34 @@ struct BucketChoice {
   std::vector<std::pair<double, double>> tried;  // (MiB, simulated ms per minibatch), the options' first
 };
 inline constexpr double kBucketChoicesMb[] = {0, 1, 4, 25, 100};
+
+struct Candidate {
+  plan::Plan plan;
+  plan::PlanEstimate estimate;    // evaluate_plan: the search's closed form, which proposes candidates
+  metrics::Metrics simulated;     // steady state under `schedule` (with `bucket`'s where chosen)
+  std::string why_not;            // for every candidate but the chosen one
+  // choose(own_buckets): the bucket it runs fastest with (tried empty: ranked with the
+  // options' bucket).
+  BucketChoice bucket;
+};
+
+struct Refereed {
+  std::string schedule;            // the schedule the candidates were replayed under
+  // Fastest simulated first (ranks_before); ranked[0] is the choice.
+  std::vector<Candidate> ranked;
+  int unreplayed = 0;  // plans left out at options.time_limit_s
+  bool timed_out = false;  // the time limit stopped the referee (its local search too)
+  // The time limit stopped the referee before the choice's window repeated
+  // (metrics::Metrics::periodic): `simulate` replays it longer, to another figure.
+  bool choice_unrepeated = false;
+  bool buckets_chosen = false;  // choose(own_buckets) gave the choice its bucket (not the time limit)
+  int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
+  std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
+  // Data parallelism on every worker, replayed like the candidates: the baseline a plan file
+  // records (0 where it does not fit the memory or cannot be replayed).
+  double data_parallel_ms = 0;
+};
+
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
                            const plan::PlanOptions& options, const std::string& kind, double own_ms = 0);
 
@@ -70,8 +75,12 @@ double simulate_data_parallel(const profile::Profile& profile, const plan::Clust
 
 // The referee's choice: simulates each plan under `kind` (default minibatches: a steady state of
 // whole rounds) and climbs from the fastest. Throws ConfigError when no candidate can be scheduled.
+// With own_buckets, the first plan and data parallelism are ranked at last each with the bucket
+// it runs fastest with (Candidate::bucket; data_parallel_ms is then data parallelism's best);
+// else all with the options' bucket.
 Refereed choose(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
-                const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind = "pipedream");
+                const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind = "pipedream",
+                bool own_buckets = false);
 
 // `plan --top K`: one row per candidate with predicted and simulated time, peak memory, and why
 // it lost.

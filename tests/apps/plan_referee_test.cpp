@@ -505,8 +505,8 @@ TEST(PlanReferee, AJointTwoBwPlanPredictsItsSteadyState) {
 // Data parallelism on 256 workers repeats every 256 minibatches, too long to replay: it is
 // ranked by the closed form, its replay's figure exactly (Referee.DataParallelismsClosedFormIsItsReplay),
 // and chosen where it is the fastest (it lost to 240 replicas that could be replayed, 0.911 ms
-// per minibatch against 0.854), with a note. And where the chosen plan gets another bucket
-// than it was ranked with, --explain says both.
+// per minibatch against 0.854), with a note. And where the chosen plan runs with another bucket
+// than the exact model's figures, --explain says both.
 TEST(PlanReferee, UnreplayableDataParallelismIsRankedByItsExactClosedForm) {
   std::string file = ::testing::TempDir() + "dp256_plan.json";
   auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SOURCE_DIR +
@@ -519,13 +519,14 @@ TEST(PlanReferee, UnreplayableDataParallelismIsRankedByItsExactClosedForm) {
   plan::Plan p = plan::read_plan(file);
   EXPECT_EQ(p.shape(), "256");
   // The table's headline is the chosen bucket's; the recorded baseline is data parallelism's at
-  // the ranking bucket, never faster.
+  // its own bucket, never faster.
   EXPECT_GT(p.data_parallel_ms_per_minibatch, 0);
   EXPECT_LE(p.pipeline_ms_per_minibatch, p.data_parallel_ms_per_minibatch * (1 + 1e-9));
   auto e = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SHARED_DIR +
                               "/data/pipedream-profiles/resnet50.json --workers 8 --bandwidth-gbps 10 --explain");
   ASSERT_EQ(e.exit_code, 0) << e.output;
-  EXPECT_NE(e.output.find("(ranked with the 25 MiB bucket; the chosen plan with its 4 MiB bucket: 55.524"),
+  EXPECT_NE(e.output.find("(the exact model's figures above are with the 25 MiB bucket; the plan runs with its 4 MiB "
+                          "bucket: 55.524"),
             std::string::npos)
       << e.output;
 }

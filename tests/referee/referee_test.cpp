@@ -107,14 +107,23 @@ TEST(Referee, AtEqualTimeFewerWorkersAreChosen) {
 // plan and 12 of another, whose first stages took more or fewer of the free Input and getitem
 // layers; the referee chose 1-1-1-1-1-1-1-1-4 at 12.48 ms per minibatch and said that no plan
 // on all 16 workers was faster than 12.8, while 4-4-4-4 replays at 9.7.
-TEST(Referee, CandidatesAreDistinctPlans) {
-  profile::Profile prof = published("gnmt");
+// A published profile on 4x4 at 100/10 Gbit/s, and the planner's 12 candidates for it.
+struct OnFourByFour {
+  explicit OnFourByFour(const std::string& model) : prof(published(model)) {
+    o.candidates = 12;
+    candidates = plan::plan_candidates(prof, cluster, o);
+  }
+  profile::Profile prof;
   plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "100,10");
   plan::PlanOptions o;
-  o.candidates = 12;
-  std::vector<plan::Plan> candidates = plan::plan_candidates(prof, cluster, o);
+  std::vector<plan::Plan> candidates;
+};
+
+TEST(Referee, CandidatesAreDistinctPlans) {
+  OnFourByFour g("gnmt");
+  const profile::Profile& prof = g.prof;
   std::set<std::vector<int64_t>> seen;
-  for (const auto& p : candidates) {
+  for (const auto& p : g.candidates) {
     std::vector<int64_t> sums;  // per stage: its workers, then its compute (ns), parameters and activations
     for (const auto& st : p.stages) {
       double ms = 0;
@@ -129,8 +138,33 @@ TEST(Referee, CandidatesAreDistinctPlans) {
     EXPECT_TRUE(seen.insert(sums).second) << "a copy of an earlier candidate: " << p.shape();
   }
   EXPECT_GE(seen.size(), 24u);
-  referee::Refereed r = referee::choose(candidates, prof, cluster, o);
+  referee::Refereed r = referee::choose(g.candidates, prof, g.cluster, g.o);
   EXPECT_LT(r.ranked.front().simulated.ms_per_minibatch, 10.5) << r.ranked.front().plan.shape();
+}
+
+// The choice is weighed against data parallelism at data parallelism's own bucket. ResNet-18 on
+// 4x4 at 100/10: ranked with 25 MiB buckets, 15-1 (17.28 ms per minibatch with any bucket) beat
+// data parallelism (18.61), and `plan` printed it 1.08x as fast; with 1 MiB buckets data
+// parallelism runs at 16.28.
+TEST(Referee, DataParallelismIsWeighedAtItsOwnBucket) {
+  OnFourByFour r18("resnet18");
+  const profile::Profile& prof = r18.prof;
+  const plan::Cluster& cluster = r18.cluster;
+  const plan::PlanOptions& o = r18.o;
+  referee::Refereed fixed = referee::choose(r18.candidates, prof, cluster, o);
+  EXPECT_GT(fixed.ranked.front().plan.num_stages(), 1) << "the case no longer shows a bucket reversing the choice";
+  referee::Refereed own = referee::choose(r18.candidates, prof, cluster, o, "pipedream", /*own_buckets=*/true);
+  const referee::Candidate& first = own.ranked.front();
+  EXPECT_TRUE(own.buckets_chosen);
+  EXPECT_EQ(first.plan.num_stages(), 1) << first.plan.shape();
+  EXPECT_LT(first.simulated.ms_per_minibatch, fixed.ranked.front().simulated.ms_per_minibatch * 0.97);
+  EXPECT_NE(first.plan.bucket_mb, 25);
+  EXPECT_DOUBLE_EQ(own.data_parallel_ms, first.simulated.ms_per_minibatch);
+  // Its figure is the plan's own at that bucket.
+  plan::PlanOptions at = o;
+  at.bucket_bytes = static_cast<int64_t>(first.plan.bucket_mb * (1 << 20));
+  EXPECT_NEAR(referee::simulate_plan(first.plan, prof, cluster, at), first.simulated.ms_per_minibatch,
+              1e-9 * first.simulated.ms_per_minibatch);
 }
 
 // VGG-16 on 4x4 at 96/1 Gbit/s: the chosen plan's later stages have slack, so some stage keeps
