@@ -527,10 +527,11 @@ Refereed Referee::run(const std::vector<plan::Plan>& candidates) {
     if (other >= 0 && other != searchs_best) climb(other);
     // And from the fastest plan of a shape (its replica counts) none of those starts had, where
     // the climbs from them all ended near one hill: a climb only adds replays, so the choice is
-    // never slower (but where --time-limit then leaves no time for the bucket choice). Over 32 GNMT and GNMT-Large cases it found faster plans for 4 (GNMT on 2x8 at
-    // 96/25 12%, on 16 at 25 Gbit/s 6%, GNMT-Large on 12 4%, on 4x4 at 96/1 3%) for 8% more time,
-    // 4% more over the 52 default cases; a second such start found 3 more (GNMT-Large on 4x4 at
-    // 100/10 7%) for 22% more.
+    // never slower (but where --time-limit then leaves no time for the bucket choice). Over 32
+    // GNMT and GNMT-Large cases it found faster plans for 4 (GNMT on 2x8 at 96/25 12%, on 16 at
+    // 25 Gbit/s 6%, GNMT-Large on 12 4%, on 4x4 at 96/1 3%) for 8% more time, 4% more over the
+    // 52 default cases; a second such start found 3 more (GNMT-Large on 4x4 at 100/10 7%) for
+    // 22% more.
     std::set<std::string> climbed;
     for (int start : {fastest, searchs_best, other})
       if (start >= 0) climbed.insert(r_.ranked[start].plan.shape());
