@@ -135,6 +135,7 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
   jo.microbatches = f.microbatches;
   jo.objective = f.objective;
   jo.memory_cap = out.memory_cap;
+  jo.own_buckets = f.bucket_flag->count() == 0;
   JointResult r = joint_search(out.profile, out.cluster, out.options, jo);
   const Configuration& c = chosen(r, jo, out.profile, out.cluster);
   out.plan = c.plan;

@@ -36,6 +36,7 @@
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "profile/profile.h"
+#include "schedule/generators.h"
 #include "schedule/memory.h"
 
 namespace pt::referee {
@@ -46,6 +47,10 @@ struct JointOptions {
   std::string objective = "throughput";
   int64_t memory_cap = 0;              // per worker (0: none)
   schedule::MemoryOptions memory;      // as between processes (gloo) or devices
+  // The first configuration and data parallelism's (the baseline) each get the all-reduce
+  // bucket they run fastest with (referee.h, choose_bucket's sizes), and are ranked again; else
+  // every configuration keeps the options' bucket (`plan --bucket-mb`).
+  bool own_buckets = false;
 };
 
 struct Configuration {
@@ -57,6 +62,7 @@ struct Configuration {
   int64_t peak_memory = 0;             // the fullest worker's, modelled
   int staleness = 0;                   // updates a stage's weights lag at most
   std::string why_not;                 // for all but the chosen
+  schedule::ScheduleOptions run;       // the schedule's options it was replayed with
 };
 
 struct JointResult {

@@ -17,6 +17,7 @@
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
 #include "schedule/generators.h"
+#include "sim/simulator.h"
 
 namespace pt::referee {
 namespace {
@@ -176,6 +177,39 @@ TEST(JointPlan, PipedreamChoosesWhatThePlannerChooses) {
   EXPECT_NEAR(best.simulated.ms_per_minibatch, rf.ranked.front().simulated.ms_per_minibatch, 1e-9);
   EXPECT_TRUE(want.deferred_step);
   EXPECT_LT(best.simulated.ms_per_minibatch, 24.0);
+}
+
+// With own_buckets, the choice and data parallelism are weighed each at the bucket it runs
+// fastest with, as `plan` without the joint search weighs them. PipeDream's ResNet-18 on 4x4 at
+// 100/10: at 25 MiB pipedream's 15-1 (17.28 ms per minibatch with any bucket) beats data
+// parallelism (18.61), which runs at 16.28 with 1 MiB; the plan file then records that bucket,
+// and the figure is its replay's.
+TEST(JointPlan, DataParallelismIsWeighedAtItsOwnBucket) {
+  profile::Profile prof =
+      profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/resnet18.json");
+  plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "100,10");
+  plan::PlanOptions po;
+  po.candidates = plan::PlanFlags{}.candidates;
+  JointOptions o;
+  JointResult at_options = joint_search(prof, cluster, po, o);
+  const Configuration& fixed = chosen(at_options, o, prof, cluster);
+  EXPECT_EQ(fixed.plan.schedule, "pipedream") << "the case no longer shows a bucket reversing the choice";
+  o.own_buckets = true;
+  JointResult r = joint_search(prof, cluster, po, o);
+  const Configuration& own = chosen(r, o, prof, cluster);
+  EXPECT_EQ(own.plan.schedule, "dp");
+  EXPECT_NE(own.plan.bucket_mb, 25);
+  EXPECT_LT(own.ms_per_sample, fixed.ms_per_sample * 0.97);
+  // The table's baseline is that figure, per minibatch of the profile's batch.
+  EXPECT_NEAR(own.plan.data_parallel_ms_per_minibatch, own.ms_per_sample * prof.batch_size, 1e-9);
+  schedule::ScheduleOptions so;
+  so.microbatches = own.plan.microbatches;
+  plan::PlanOptions at = po;
+  at.bucket_bytes = static_cast<int64_t>(own.plan.bucket_mb * (1 << 20));
+  metrics::Metrics m = metrics::compute_metrics(sim::simulate(schedule::make_schedule("dp", own.plan, so),
+                                                               profile::with_batch_size(prof, own.plan.batch_size),
+                                                               cluster, {at.bucket_bytes}));
+  EXPECT_NEAR(m.ms_per_minibatch, own.simulated.ms_per_minibatch, 1e-9 * own.simulated.ms_per_minibatch);
 }
 
 // GNMT-16 on 4x4 with 1 Gbit/s between servers, 1F1B: a fourth copy of the pipeline costs more
