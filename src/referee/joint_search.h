@@ -47,9 +47,9 @@ struct JointOptions {
   std::string objective = "throughput";
   int64_t memory_cap = 0;              // per worker (0: none)
   schedule::MemoryOptions memory;      // as between processes (gloo) or devices
-  // The first configuration and data parallelism's (the baseline) each get the all-reduce
-  // bucket they run fastest with (referee.h, choose_bucket's sizes), and are ranked again; else
-  // every configuration keeps the options' bucket (`plan --bucket-mb`).
+  // Each schedule's best configuration and data parallelism's on every worker (the baseline)
+  // get the all-reduce bucket they run fastest with (referee.h, choose_bucket's sizes), and all
+  // are ranked again; else every configuration keeps the options' bucket (`plan --bucket-mb`).
   bool own_buckets = false;
 };
 
