@@ -31,12 +31,6 @@ constexpr int kMostLengthened = 64;  // periodic_first
 // The referee's local search: rounds, and neighbours replayed per round (the exact model's best).
 constexpr int kRefineRounds = 6;
 constexpr int kNeighboursReplayed = 8;
-// Plans worked out ahead at a time (replay_ahead.h), counted before their variants: a few more
-// than the cores to keep them busy, few enough that little is worked out that the referee then
-// does not take (its climb stops after kNeighboursReplayed, the time limit stops it all).
-constexpr size_t kAheadCandidates = 4;
-constexpr size_t kAheadNeighbours = 2;
-constexpr double kAheadAfterS = 3e-4;  // the mean simulation in turn above which to work ahead
 // How far a candidate may simulate over the search's estimate before `plan --top` says where the
 // simulated time went (the estimate only proposes candidates; the simulation ranks them).
 constexpr double kBeyondEstimate = 0.05;
@@ -250,8 +244,8 @@ class Referee {
   bool past_limit() const;
   bool out_of_time();  // past_limit, noted in the result
   void progress();
-  // The plans a plan is replayed as (variants_of) with no turn yet, worked out side by side.
-  void work_ahead(const std::vector<plan::Plan>& plans);
+  // Queues the plans a plan is replayed as (variants_of) with no turn yet, to be worked out ahead.
+  void work_ahead(const plan::Plan& p);
   int replay(const plan::Plan& p);
   int replay_variants(const plan::Plan& p);
   void climb(int from);
@@ -266,15 +260,11 @@ class Referee {
   Refereed r_;
   std::string skipped_;
   std::set<std::string> seen_;
-  std::map<std::string, Replay> ahead_;  // by identity: worked out, not yet taken in turn
+  ReplayAhead ahead_{context_};  // by identity: queued or worked out, not yet taken in turn
   // The best time replayed so far: a plan whose physical limit (physical_limit.h, never above
   // its simulated time) is above it cannot win and is not replayed.
   double best_ms_ = std::numeric_limits<double>::infinity();
   double next_progress_ = 1;  // the first line after a second, then every 3
-  // Seconds and count of the simulations taken in turn: working ahead pays only where one takes
-  // long against starting a thread, and loses where most plans ahead are then ruled out.
-  double simulating_s_ = 0;
-  int simulations_ = 0;
 };
 
 // Each plan is replayed in its variants, the fastest standing for it: with fewer minibatches in
@@ -317,18 +307,13 @@ void Referee::progress() {
   next_progress_ = t + 3;
 }
 
-void Referee::work_ahead(const std::vector<plan::Plan>& plans) {
-  if (past_limit() || simulations_ == 0 || simulating_s_ / simulations_ < kAheadAfterS) return;
-  if (r_.over_limit > simulations_) return;
-  std::vector<Replay*> todo;
-  for (const auto& p : plans)
-    for (auto& v : variants_of(p, options())) {
-      std::string key = identity(v);
-      if (seen_.count(key) || ahead_.count(key) || (replay_period(v) == 0 && !steady_state_in_closed_form(v, context_.kind)))
-        continue;
-      todo.push_back(&ahead_.emplace(key, Replay(v)).first->second);
-    }
-  referee::work_ahead(todo, context_, best_ms_);
+void Referee::work_ahead(const plan::Plan& p) {
+  if (past_limit()) return;
+  for (auto& v : variants_of(p, options())) {
+    std::string key = identity(v);
+    if (!seen_.count(key) && (replay_period(v) > 0 || steady_state_in_closed_form(v, context_.kind)))
+      ahead_.queue(key, v);
+  }
 }
 
 int Referee::replay(const plan::Plan& p) {
@@ -345,20 +330,14 @@ int Referee::replay(const plan::Plan& p) {
     r_.unschedulable.push_back(p);
     return kNotReplayed;
   }
-  auto found = ahead_.find(key);
-  Replay w = found != ahead_.end() ? std::move(found->second) : Replay(p);
-  if (found != ahead_.end()) ahead_.erase(found);
+  std::optional<Replay> ahead = ahead_.take(key);
+  Replay w = ahead ? std::move(*ahead) : Replay(p);
   estimate(w, context_);
   if (w.estimate && w.limit_ms > best_ms_) {
     ++r_.over_limit;
     return kOverLimit;
   }
-  if (!w.simulated) {
-    auto begin = std::chrono::steady_clock::now();
-    simulate(w, context_);
-    simulating_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    ++simulations_;
-  }
+  simulate(w, context_);
   if (!w.simulated) {
     skipped_ += str("\n  ", p.shape(), ": ", w.error);
     return kNotReplayed;
@@ -372,7 +351,7 @@ int Referee::replay(const plan::Plan& p) {
     c.plan.stages[st].compute_ms = c.estimate.stages[st].compute_ms,
     c.plan.stages[st].comm_ms = c.estimate.stages[st].comm_ms,
     c.plan.stages[st].time_ms = c.estimate.stages[st].time_ms;
-  best_ms_ = std::min(best_ms_, c.simulated.ms_per_minibatch);
+  if (c.simulated.ms_per_minibatch < best_ms_) ahead_.set_best(best_ms_ = c.simulated.ms_per_minibatch);
   r_.ranked.push_back(std::move(c));
   return static_cast<int>(r_.ranked.size()) - 1;
 }
@@ -397,10 +376,11 @@ void Referee::climb(int from) {
     plan::Plan at = r_.ranked[from].plan;
     std::vector<plan::Plan> neighbours = plan::neighbour_plans(at, context_.profile, context_.cluster, options());
     int improved = -1, replayed = 0;
+    // Ahead of their turn: as many neighbours as the round replays, one more as each is taken.
+    for (size_t i = 0; i < neighbours.size() && i < kNeighboursReplayed; ++i) work_ahead(neighbours[i]);
     for (size_t i = 0; i < neighbours.size(); ++i) {
       if (replayed == kNeighboursReplayed || out_of_time()) break;
-      if (i % kAheadNeighbours == 0)
-        work_ahead({neighbours.begin() + i, neighbours.begin() + std::min(neighbours.size(), i + kAheadNeighbours)});
+      if (i + kNeighboursReplayed < neighbours.size()) work_ahead(neighbours[i + kNeighboursReplayed]);
       int c = replay_variants(neighbours[i]);
       if (c == kOverLimit) ++replayed;  // weighed, and cannot win
       if (c < 0) continue;
@@ -409,6 +389,7 @@ void Referee::climb(int from) {
       if (t < r_.ranked[from].simulated.ms_per_minibatch && (improved < 0 || climbs_before(r_.ranked[c], r_.ranked[improved])))
         improved = c;
     }
+    ahead_.drop_queued();  // the neighbours left are not replayed
     from = improved;
   }
 }
@@ -496,9 +477,8 @@ void Referee::explain_losers() {
 
 Refereed Referee::run(const std::vector<plan::Plan>& candidates) {
   int searchs_best = kNotReplayed;  // the replayed index of the search's first candidate
+  for (const auto& p : candidates) work_ahead(p);  // all of them are replayed in turn
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (i % kAheadCandidates == 0)
-      work_ahead({candidates.begin() + i, candidates.begin() + std::min(candidates.size(), i + kAheadCandidates)});
     int c = replay_variants(candidates[i]);
     if (i == 0) searchs_best = c;
   }

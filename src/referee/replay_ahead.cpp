@@ -1,12 +1,12 @@
 #include "referee/replay_ahead.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <thread>
 
 #include "core/error.h"
 #include "core/fingerprint.h"
-#include "core/parallel.h"
 #include "core/units.h"
 #include "plan/physical_limit.h"
 #include "schedule/generators.h"
@@ -193,13 +193,113 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
   return m;
 }
 
-void work_ahead(const std::vector<Replay*>& replays, const ReplayContext& c, double best_ms) {
-  // One at a time, in turn, is the same work.
-  if (std::thread::hardware_concurrency() < 2 || replays.size() < 2) return;
-  side_by_side(replays.size(), [&](size_t i) {
-    estimate(*replays[i], c);
-    if (replays[i]->estimate && replays[i]->limit_ms <= best_ms) simulate(*replays[i], c);
-  });
+ReplayAhead::ReplayAhead(const ReplayContext& c)
+    : context_(c), best_ms_(std::numeric_limits<double>::infinity()) {
+  for (unsigned t = 1; t < std::thread::hardware_concurrency(); ++t) threads_.emplace_back([this] { run(); });
+}
+
+ReplayAhead::~ReplayAhead() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ReplayAhead::queue(const std::string& key, const plan::Plan& plan) {
+  if (threads_.empty()) return;  // one core: the referee replays in turn, the same work
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, fresh] = slots_.emplace(key, nullptr);
+    if (!fresh) return;
+    it->second = std::make_shared<Slot>(key, plan);
+    queue_.push_back(it->second);
+  }
+  changed_.notify_one();
+}
+
+std::optional<Replay> ReplayAhead::take(const std::string& key) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return std::nullopt;
+  Held slot = it->second;
+  slots_.erase(it);
+  if (slot->state == Slot::kQueued) {
+    slot->state = Slot::kDone;  // the referee works it out in turn; no thread begins it now
+    return std::move(slot->replay);
+  }
+  while (slot->state != Slot::kDone) {
+    if (Held other = next_queued()) {  // rather than wait idle
+      lock.unlock();
+      work(*other);
+      lock.lock();
+      finish(*other);
+    } else {
+      changed_.wait(lock);
+    }
+  }
+  return std::move(slot->replay);
+}
+
+void ReplayAhead::drop_queued() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Held& slot : queue_)
+    if (slot->state == Slot::kQueued) slot->state = Slot::kDone, slots_.erase(slot->key);
+  queue_.clear();
+}
+
+void ReplayAhead::set_best(double ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  best_ms_ = ms;
+}
+
+ReplayAhead::Held ReplayAhead::next_queued() {
+  while (!queue_.empty()) {
+    Held slot = std::move(queue_.front());
+    queue_.pop_front();
+    if (slot->state == Slot::kQueued) {
+      slot->state = Slot::kBegun;
+      return slot;
+    }
+  }
+  return nullptr;
+}
+
+void ReplayAhead::work(Slot& slot) {
+  double best;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    best = best_ms_;
+  }
+  // A failure other than a refusal is left for the referee's own turn, which meets it again.
+  try {
+    estimate(slot.replay, context_);
+    if (slot.replay.estimate && slot.replay.limit_ms <= best) simulate(slot.replay, context_);
+  } catch (...) {
+    slot.replay = Replay(slot.replay.plan);
+  }
+}
+
+void ReplayAhead::finish(Slot& slot) {
+  slot.state = Slot::kDone;
+  changed_.notify_all();
+}
+
+void ReplayAhead::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (stopping_) return;
+    Held slot = next_queued();
+    if (!slot) {
+      changed_.wait(lock);
+      continue;
+    }
+    lock.unlock();
+    work(*slot);
+    lock.lock();
+    finish(*slot);
+  }
 }
 
 }  // namespace pt::referee

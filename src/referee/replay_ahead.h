@@ -3,13 +3,16 @@
 // candidates one at a time, and whether it replays one depends on the best time so far; but a
 // plan's estimate and simulation depend on the plan alone, so they can be computed side by side
 // beforehand and taken in the referee's own order: the same choice as replaying one at a time.
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -119,8 +122,49 @@ void simulate(Replay& r, const ReplayContext& c);
 // (settled_replay with `periodic`): the figure `simulate` and `plan` print for it.
 metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics& settled, const ReplayContext& c);
 
-// Estimates every replay and simulates those whose physical limit is not above `best_ms` (the
-// others the referee would not replay), spread over the machine's cores.
-void work_ahead(const std::vector<Replay*>& replays, const ReplayContext& c, double best_ms);
+// Replays worked out ahead of their turn on the machine's other cores, without a barrier: the
+// referee queues the plans it will weigh next (`queue`), background threads estimate them in
+// queue order and simulate those whose physical limit is not above the best time so far
+// (`set_best`), and the referee takes each in its own turn (`take`): worked out already; or not
+// begun, which it then works out itself; or begun, and while it waits it works out the next
+// queued one. What a plan's replay is does not depend on when it is worked out, so the choice is
+// the one replaying in turn makes. (Batches of a few plans side by side, each waited for, left a
+// core idle at every batch's end and were worth starting only where a simulation took long:
+// GNMT-Large on 4x4 ran its 164 replays nearly all on one core.)
+class ReplayAhead {
+ public:
+  explicit ReplayAhead(const ReplayContext& c);  // a thread per core beyond the first
+  ~ReplayAhead();                                // after the replays begun end
+  ReplayAhead(const ReplayAhead&) = delete;
+  ReplayAhead& operator=(const ReplayAhead&) = delete;
+  // Queues `plan`'s replay under `key` (Referee's identity) unless it is queued or taken.
+  void queue(const std::string& key, const plan::Plan& plan);
+  // The replay queued under `key`, out of the queue, as far as it was worked out; none when none was.
+  std::optional<Replay> take(const std::string& key);
+  // Drops the queued replays no thread has begun: the referee will not take them (a climb's round ended).
+  void drop_queued();
+  void set_best(double ms);
 
+ private:
+  struct Slot {
+    Slot(std::string k, plan::Plan p) : key(std::move(k)), replay(std::move(p)) {}
+    std::string key;
+    Replay replay;
+    enum State { kQueued, kBegun, kDone } state = kQueued;
+  };
+  using Held = std::shared_ptr<Slot>;
+  void work(Slot& slot);            // estimate, and simulate unless ruled out; without the lock
+  Held next_queued();               // claims the first queued slot (under the lock); null when none
+  void finish(Slot& slot);          // marks it done and wakes the waiting referee (under the lock)
+  void run();                       // a background thread's loop
+
+  const ReplayContext& context_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, Held> slots_;  // queued or worked out, not yet taken
+  std::deque<Held> queue_;             // in queue order; slots begun or dropped are skipped
+  double best_ms_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
 }  // namespace pt::referee
