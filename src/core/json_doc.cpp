@@ -70,7 +70,7 @@ std::vector<JsonDifference> json_differences(const json& a, const json& b, const
 }
 
 void JsonField::fail(const std::string& what) const {
-  throw FormatError(str(source_, ": field '", path_, "' ", what));
+  throw FormatError(str(*source_, ": field '", path_, "' ", what));
 }
 
 namespace {
@@ -102,7 +102,7 @@ void JsonField::only_fields(const std::vector<std::string>& known) const {
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
     std::string where = path_.empty() ? "the top level" : str("'", path_, "'");
-    throw FormatError(str(source_, ": unknown field '", printable(key), "' in ", where,
+    throw FormatError(str(*source_, ": unknown field '", printable(key), "' in ", where,
                           nearest.empty() ? str(" (known: ", list, ")") : str("; did you mean '", nearest, "'?")));
   }
 }
@@ -120,14 +120,14 @@ JsonField JsonField::operator[](const std::string& key) const {
   expect_object();
   std::string child = path_.empty() ? key : path_ + "." + key;
   auto it = value_->find(key);
-  if (it == value_->end()) throw FormatError(str(source_, ": missing field '", child, "'"));
-  return JsonField(*it, source_, child);
+  if (it == value_->end()) throw FormatError(str(*source_, ": missing field '", child, "'"));
+  return JsonField(*it, source_, std::move(child));
 }
 
 JsonField JsonField::operator[](size_t index) const {
   size_t n = size();
   if (index >= n) fail(str("has no element ", index, " (size ", n, ")"));
-  return JsonField((*value_)[index], source_, str(path_, "[", index, "]"));
+  return JsonField((*value_)[index], source_, path_ + "[" + std::to_string(index) + "]");
 }
 
 size_t JsonField::size() const {

@@ -56,6 +56,12 @@ int64_t to_bytes(double v, const std::string& where) {
 
 std::string field_where(const JsonField& f) { return str(f.source(), ": field '", f.path(), "'"); }
 
+// The same for a JSON field's value, which names it only in the error.
+int64_t to_bytes(double v, const JsonField& f) {
+  if (v < 0 || v > static_cast<double>(kMaxLayerBytes)) return to_bytes(v, field_where(f));
+  return static_cast<int64_t>(std::llround(v));
+}
+
 // Orders nodes topologically (Kahn's algorithm, the earliest listed ready node first so that
 // an already-ordered file keeps its order) and turns edges into `inputs`.
 Profile order_nodes(std::vector<RawNode> nodes, const std::vector<std::pair<int, int>>& edges,
@@ -216,11 +222,13 @@ Profile profile_from_pipedream_json(const json& doc, const std::string& source) 
       double total = 0;
       JsonField list = f["activation_bytes_list"];
       for (size_t k = 0; k < list.size(); ++k) total += list[k].as_non_negative();
-      node.layer.activation_bytes = to_bytes(total, field_where(list));
+      node.layer.activation_bytes = to_bytes(total, list);
     } else {
-      node.layer.activation_bytes = to_bytes(f["activation_bytes"].as_non_negative(), field_where(f["activation_bytes"]));
+      JsonField bytes = f["activation_bytes"];
+      node.layer.activation_bytes = to_bytes(bytes.as_non_negative(), bytes);
     }
-    node.layer.parameter_bytes = to_bytes(f["parameter_bytes"].as_non_negative(), field_where(f["parameter_bytes"]));
+    JsonField parameters = f["parameter_bytes"];
+    node.layer.parameter_bytes = to_bytes(parameters.as_non_negative(), parameters);
     if (index.count(node.id)) f["id"].fail("is used by two layers");
     index[node.id] = static_cast<int>(i);
     nodes.push_back(std::move(node));

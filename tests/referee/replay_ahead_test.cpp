@@ -77,7 +77,9 @@ TEST(ReplayAhead, APlanRuledOutByTheBestIsNotSimulated) {
     std::optional<Replay> taken = ahead.take(std::to_string(i));
     if (!taken) continue;  // one core: nothing is worked out ahead
     EXPECT_FALSE(taken->simulated) << plans[i].shape();
-    if (taken->estimate) EXPECT_GT(taken->limit_ms, 1e-9);
+    if (taken->estimate) {
+      EXPECT_GT(taken->limit_ms, 1e-9);
+    }
   }
 }
 
@@ -90,10 +92,14 @@ TEST(ReplayAhead, DroppedReplaysAreNotTakenUnlessBegun) {
   ahead.drop_queued();
   for (size_t i = 0; i < plans.size(); ++i) {
     std::optional<Replay> taken = ahead.take(std::to_string(i));
-    if (taken) EXPECT_TRUE(taken->estimate) << "a replay taken after the drop was begun, so it is worked out";
+    if (taken) {
+      EXPECT_TRUE(taken->estimate) << "a replay taken after the drop was begun, so it is worked out";
+    }
   }
   ahead.queue("again", plans.front());  // a dropped key may be queued again
-  if (std::thread::hardware_concurrency() > 1) EXPECT_TRUE(ahead.take("again"));
+  if (std::thread::hardware_concurrency() > 1) {
+    EXPECT_TRUE(ahead.take("again"));
+  }
 }
 
 }  // namespace
