@@ -58,13 +58,18 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
   auto links_at = [&](int w, int n, int lam) -> StageLinks& {
     return links[(static_cast<size_t>(w) * (W + 1) + n) * Lv + lam];
   };
+  // The least a byte of all-reduce takes a group of two or more replicas, over any range: with
+  // the compute, a floor on a replicated stage's time (below).
+  double allreduce_floor = kInfinity;
   for (int w = 0; w < W; ++w)
     for (int n = 1; w + n <= W; ++n) {
       double allreduce = cluster.range_allreduce_ms(w, w + n - 1, 1.0);
+      if (n > 1) allreduce_floor = std::min(allreduce_floor, allreduce);
       for (int lam = 0; lam < (w > 0 ? Lv : 1); ++lam)
         links_at(w, n, lam) = stage_links(cluster, n, lam > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
                                           reach(w, w + n), allreduce);
     }
+  if (allreduce_floor == kInfinity) allreduce_floor = 0;  // one worker: no replicas
   // λ' of the stage after one on w..w+n-1.
   auto lam_after = [&](int w, int n) { return w + n < W ? reach(w, w + n) + 1 : 0; };
 
@@ -243,9 +248,20 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
               }
               n_max = hi;
             }
+            // Replicated, it is no faster than its compute and the all-reduce of its weights (or
+            // of one bucket of them, the last) at the fastest ring, shared over its replicas
+            // (pipetrain_stage): where weights outweigh compute (the blind bound's all-reduce of
+            // ResNet-101's later stages) most replica counts are past it, and n = 1 is left.
+            double weights = s.parameter_bytes[j] - s.parameter_bytes[k];
+            if (options.bucket_bytes > 0) weights = std::min(weights, static_cast<double>(options.bucket_bytes));
+            double replicated = compute + weights * allreduce_floor;
             for (int n = n_max; n >= n_min; --n) {
               bound = bound_now();
               if (compute / n > bound || links_too_slow(n)) break;
+              if (n > 1 && replicated / n > bound * (1 + 1e-9)) {
+                n = 2;  // so for every count down to 2 (the loop goes on to 1, if allowed)
+                continue;
+              }
               double rest = g[rest_at(Q ? q - 1 : 0, j, w, n)];
               if (rest > bound) continue;
               if (j == last && n == W - w && (!options.straight || w + 1 == W) && q <= 1) continue;  // offered
