@@ -43,10 +43,19 @@ struct PlanOptions {
   // When planning began (`pipetrain plan` sets it as it starts); unset, the referee counts from
   // its own start.
   std::chrono::steady_clock::time_point started{};
-  // Seconds since `started`, or since `from` where it is unset.
+  // When planning began: `started`, or `from` where it is unset.
+  std::chrono::steady_clock::time_point planning_began(std::chrono::steady_clock::time_point from) const {
+    return started == std::chrono::steady_clock::time_point{} ? from : started;
+  }
+  // Seconds since planning_began(from).
   double seconds_planning(std::chrono::steady_clock::time_point from) const {
-    auto t0 = started == std::chrono::steady_clock::time_point{} ? from : started;
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - planning_began(from)).count();
+  }
+  // When time_limit_s from planning_began(from) ends; never without a limit.
+  std::chrono::steady_clock::time_point planning_deadline(std::chrono::steady_clock::time_point from) const {
+    if (time_limit_s <= 0) return std::chrono::steady_clock::time_point::max();
+    return planning_began(from) +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(time_limit_s));
   }
   // Told what the planner is doing on a long search (a line every few seconds); may be empty.
   std::function<void(const std::string&)> progress;

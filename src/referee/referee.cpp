@@ -241,6 +241,7 @@ class Referee {
  private:
   const plan::PlanOptions& options() const { return context_.options; }
   double elapsed() const { return options().seconds_planning(started_); }
+
   bool past_limit() const;
   bool out_of_time();  // past_limit, noted in the result
   void progress();
@@ -260,7 +261,7 @@ class Referee {
   Refereed r_;
   std::string skipped_;
   std::set<std::string> seen_;
-  ReplayAhead ahead_{context_};  // by identity: queued or worked out, not yet taken in turn
+  ReplayAhead ahead_{context_, options().planning_deadline(started_)};  // by identity: queued or worked out, not yet taken in turn
   // The best time replayed so far: a plan whose physical limit (physical_limit.h, never above
   // its simulated time) is above it cannot win and is not replayed.
   double best_ms_ = std::numeric_limits<double>::infinity();

@@ -193,8 +193,8 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
   return m;
 }
 
-ReplayAhead::ReplayAhead(const ReplayContext& c)
-    : context_(c), best_ms_(std::numeric_limits<double>::infinity()) {
+ReplayAhead::ReplayAhead(const ReplayContext& c, std::chrono::steady_clock::time_point deadline)
+    : context_(c), deadline_(deadline), best_ms_(std::numeric_limits<double>::infinity()) {
   for (unsigned t = 1; t < std::thread::hardware_concurrency(); ++t) threads_.emplace_back([this] { run(); });
 }
 
@@ -289,7 +289,7 @@ void ReplayAhead::finish(Slot& slot) {
 void ReplayAhead::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    if (stopping_) return;
+    if (stopping_ || std::chrono::steady_clock::now() > deadline_) return;  // the rest in turn, if at all
     Held slot = next_queued();
     if (!slot) {
       changed_.wait(lock);

@@ -3,6 +3,7 @@
 // candidates one at a time, and whether it replays one depends on the best time so far; but a
 // plan's estimate and simulation depend on the plan alone, so they can be computed side by side
 // beforehand and taken in the referee's own order: the same choice as replaying one at a time.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -133,7 +134,10 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
 // GNMT-Large on 4x4 ran its 164 replays nearly all on one core.)
 class ReplayAhead {
  public:
-  explicit ReplayAhead(const ReplayContext& c);  // a thread per core beyond the first
+  // A thread per core beyond the first, which begins no replay after `deadline` (plan
+  // --time-limit: on 1,024 workers a replay takes most of a second).
+  explicit ReplayAhead(const ReplayContext& c,
+                       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   ~ReplayAhead();                                // after the replays begun end
   ReplayAhead(const ReplayAhead&) = delete;
   ReplayAhead& operator=(const ReplayAhead&) = delete;
@@ -159,6 +163,7 @@ class ReplayAhead {
   void run();                       // a background thread's loop
 
   const ReplayContext& context_;
+  const std::chrono::steady_clock::time_point deadline_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, Held> slots_;  // queued or worked out, not yet taken

@@ -2,6 +2,7 @@
 // would work out in turn, whichever order they are taken in.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,21 @@ TEST(ReplayAhead, DroppedReplaysAreNotTakenUnlessBegun) {
   ahead.queue("again", plans.front());  // a dropped key may be queued again
   if (std::thread::hardware_concurrency() > 1) {
     EXPECT_TRUE(ahead.take("again"));
+  }
+}
+
+// Past the deadline (plan --time-limit) nothing is begun ahead: the referee's turn decides.
+TEST(ReplayAhead, NothingIsBegunAheadPastTheDeadline) {
+  Fixture f;
+  std::vector<plan::Plan> plans = f.plans();
+  ReplayAhead ahead(f.context, std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  for (size_t i = 0; i < plans.size(); ++i) ahead.queue(std::to_string(i), plans[i]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // time enough to begin some, had it any
+  for (size_t i = 0; i < plans.size(); ++i) {
+    std::optional<Replay> taken = ahead.take(std::to_string(i));
+    if (!taken) continue;  // one core: nothing is queued
+    EXPECT_FALSE(taken->estimate) << plans[i].shape();
+    EXPECT_FALSE(taken->simulated) << plans[i].shape();
   }
 }
 
