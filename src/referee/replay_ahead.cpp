@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <system_error>
 #include <numeric>
 #include <thread>
 
@@ -195,7 +196,11 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
 
 ReplayAhead::ReplayAhead(const ReplayContext& c, std::chrono::steady_clock::time_point deadline)
     : context_(c), deadline_(deadline), best_ms_(std::numeric_limits<double>::infinity()) {
-  for (unsigned t = 1; t < std::thread::hardware_concurrency(); ++t) threads_.emplace_back([this] { run(); });
+  try {
+    for (unsigned t = 1; t < std::thread::hardware_concurrency(); ++t) threads_.emplace_back([this] { run(); });
+  } catch (const std::system_error&) {
+    // No more threads to be had: the referee replays the rest in turn, the same work.
+  }
 }
 
 ReplayAhead::~ReplayAhead() {
@@ -230,7 +235,8 @@ std::optional<Replay> ReplayAhead::take(const std::string& key) {
     return std::move(slot->replay);
   }
   while (slot->state != Slot::kDone) {
-    if (Held other = next_queued()) {  // rather than wait idle
+    Held other = std::chrono::steady_clock::now() > deadline_ ? nullptr : next_queued();
+    if (other) {  // rather than wait idle
       lock.unlock();
       work(*other);
       lock.lock();
