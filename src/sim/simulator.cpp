@@ -65,6 +65,7 @@ double book_steps(const PortList& ports, double from, double ms, int steps) {
   thread_local std::vector<std::pair<double, double>> busy, placed, merged;
   busy.clear(), placed.clear();
   for (const Port* p : ports) {
+    if (p->empty() || p->back().second <= from) continue;  // the common case: nothing after `from`
     auto after = std::upper_bound(p->begin(), p->end(), from,
                                   [](double v, const std::pair<double, double>& iv) { return v < iv.second; });
     busy.insert(busy.end(), after, p->end());
@@ -84,6 +85,10 @@ double book_steps(const PortList& ports, double from, double ms, int steps) {
   }
   for (Port* p : ports) {  // the steps merged in after the port's bookings that start before them
     if (placed.empty()) break;
+    if (p->empty() || p->back().first <= placed.front().first) {  // after them all: appended
+      p->insert(p->end(), placed.begin(), placed.end());
+      continue;
+    }
     auto at = std::upper_bound(p->begin(), p->end(), placed.front().first,
                                [](double v, const std::pair<double, double>& iv) { return v < iv.first; });
     merged.clear();
