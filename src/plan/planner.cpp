@@ -74,7 +74,7 @@ StateSpace search_space(const profile::Profile& profile, const Cluster& cluster,
   int W = cluster.workers();
   size_t max_pairs = compat ? static_cast<size_t>(-1)
                             : static_cast<size_t>(std::max(1000.0, kPipetrainWork / (static_cast<double>(W) * W)));
-  return build_state_space(profile, max_states, max_pairs);
+  return build_state_space(profile, max_states, max_pairs, !compat);
 }
 
 // The search on `space` (search_space's), or no plan (result.pipeline_ms kInfinity) where none fits.

@@ -134,13 +134,37 @@ void index_supersets(StateSpace& s) {
 
 }  // namespace
 
+std::vector<std::vector<int>> projections_of(const profile::Profile& p, const std::vector<char>& planned) {
+  const int L = p.num_layers();
+  std::vector<int64_t> own = profile::own_parameter_bytes(p);
+  auto costs_nothing = [&](int l) {
+    const profile::Layer& x = p.layers[l];
+    return x.forward_ms == 0 && x.backward_ms == 0 && x.optimizer_ms == 0 && own[l] == 0;
+  };
+  std::vector<std::vector<int>> readers(L), out(L);
+  for (int r = 0; r < L; ++r)
+    if (planned[r])
+      for (int in : p.layers[r].inputs) readers[in].push_back(r);
+  for (int l = 0; l < L; ++l) {
+    if (!planned[l] || readers[l].empty()) continue;
+    double bytes = 0;
+    bool all = true;
+    for (int r : readers[l]) {
+      all = all && costs_nothing(r) && p.layers[r].inputs.size() == 1;
+      bytes += static_cast<double>(p.layers[r].activation_bytes);
+    }
+    if (all && bytes <= static_cast<double>(p.layers[l].activation_bytes)) out[l] = readers[l];
+  }
+  return out;
+}
+
 std::vector<char> outside_search(const profile::Profile& profile) {
   std::vector<char> out = profile::detached_sinks(profile);
   for (int l = 0; l < profile.num_layers(); ++l) out[l] = out[l] || profile::is_input_layer(profile, l);
   return out;
 }
 
-StateSpace build_state_space(const profile::Profile& p, int max_states, size_t max_pairs) {
+StateSpace build_state_space(const profile::Profile& p, int max_states, size_t max_pairs, bool merge_projections) {
   int L = p.num_layers();
   StateSpace s;
   std::vector<int> planned;
@@ -157,9 +181,22 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
   // PipeDream's compress_branches does (a layer whose single input has it as single consumer
   // joins that input's node, unless the input is on the trunk: every path passes through it).
   // Attempt 3: the topological order as one chain.
+  std::vector<std::vector<int>> projections(L);
+  if (merge_projections) {
+    std::vector<char> is_planned(L, 0);
+    for (int l : planned) is_planned[l] = 1;
+    projections = projections_of(p, is_planned);
+  }
   std::vector<int> group_of(L, -1);
   int groups = 0;
-  for (int l : planned) group_of[l] = groups++;
+  // Layers in topological order: a projection's group is set with its producer's, before its turn.
+  auto join_projections = [&](int l) {
+    for (int r : projections[l]) group_of[r] = group_of[l];
+  };
+  for (int l : planned) {
+    if (group_of[l] < 0) group_of[l] = groups++;
+    join_projections(l);
+  }
   NodeGraph g = group_layers(p, group_of, groups);
   std::vector<NodeSet> states;
   if (!enumerate_states(g, max_states, max_pairs, states)) {
@@ -176,9 +213,14 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
     groups = 0;
     for (int l : planned) {
       const auto& in = p.layers[l].inputs;
-      if (in.size() == 1 && group_of[in[0]] >= 0 && consumers[in[0]] == 1 && !trunk[in[0]])
+      if (group_of[l] >= 0) {
+        // a projection, already with its producer
+      } else if (in.size() == 1 && group_of[in[0]] >= 0 && consumers[in[0]] == 1 && !trunk[in[0]]) {
         group_of[l] = group_of[in[0]];
-      else group_of[l] = groups++;
+      } else {
+        group_of[l] = groups++;
+      }
+      join_projections(l);
     }
     int before = static_cast<int>(planned.size());
     g = group_layers(p, group_of, groups);
@@ -261,13 +303,19 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
       param[v] += static_cast<double>(own[l]);
     }
   }
-  std::vector<char> read_outside(L, 0);
+  // Per layer, the other nodes that read it: a state's cut carries the layer's output where one
+  // of them is outside the state (per layer, not per node: a node holding a tuple and its
+  // projections sends only those read beyond the cut).
+  std::vector<std::vector<int>> read_by(L);
   for (int l : planned)
-    for (int in : p.layers[l].inputs)
-      if (group_of[in] >= 0 && group_of[in] != group_of[l]) read_outside[in] = 1;
+    for (int in : p.layers[l].inputs) {
+      int u = group_of[in], v = group_of[l];
+      if (u >= 0 && u != v && std::find(read_by[in].begin(), read_by[in].end(), v) == read_by[in].end())
+        read_by[in].push_back(v);
+    }
   for (int v = 0; v < n; ++v) {
     for (int l : g.layers[v])
-      if (read_outside[l]) out_bytes[v] += static_cast<double>(p.layers[l].activation_bytes);
+      if (!read_by[l].empty()) out_bytes[v] += static_cast<double>(p.layers[l].activation_bytes);
     if (g.succs[v].empty()) out_bytes[v] = static_cast<double>(p.layers[g.layers[v].back()].activation_bytes);
   }
   // PipeDream's augmented antichain: extra(a) = ancestors of a with an edge leaving anc(a) ∪ {a}.
@@ -302,12 +350,14 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
       s.backward_ms[i] += backward[v];
       s.activation_bytes[i] += act[v];
       s.parameter_bytes[i] += param[v];
-      bool maximal = true, leaves = false;
-      for (int q : g.succs[v]) {
-        maximal = maximal && !d.has(q);
-        leaves = leaves || !d.has(q);
-      }
-      if (leaves) s.frontier_bytes[i] += out_bytes[v];
+      bool maximal = true;
+      for (int q : g.succs[v]) maximal = maximal && !d.has(q);
+      for (int l : g.layers[v])
+        for (int q : read_by[l])
+          if (!d.has(q)) {
+            s.frontier_bytes[i] += static_cast<double>(p.layers[l].activation_bytes);
+            break;
+          }
       if (maximal) {
         augmented.add(v);
         for (size_t w = 0; w < words; ++w) augmented.words[w] |= extra[v].words[w];

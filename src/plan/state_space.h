@@ -66,9 +66,19 @@ struct StateSpace {
 };
 
 // max_states and max_pairs (nested pairs of states) bound the enumeration; beyond them the
-// graph is coarsened (see above).
+// graph is coarsened (see above). With merge_projections, a layer's projections (projections_of)
+// share its node: no stage boundary falls between them, which only ever lowers the bytes
+// across a cut (pipetrain's O), and takes GNMT from 562 states to 57. PipeDream's model keeps
+// PipeDream's space.
 StateSpace build_state_space(const profile::Profile& profile, int max_states,
-                             size_t max_pairs = static_cast<size_t>(-1));
+                             size_t max_pairs = static_cast<size_t>(-1), bool merge_projections = false);
+
+// Per layer, its projections: the layers that read it, where every layer planned that reads it
+// reads nothing else and costs nothing (no compute, no parameters), and their outputs together
+// hold no more bytes than its own (a tuple's __getitem__s: each of GNMT's LSTMs and its two).
+// Empty for every other layer. Wherever a stage boundary falls between a layer and such
+// readers, its output crosses it, at least as many bytes as theirs would.
+std::vector<std::vector<int>> projections_of(const profile::Profile& profile, const std::vector<char>& planned);
 
 // A chain of at most max_states of the space's states from ∅ to every node: a space of its own,
 // whose plans are plans of `space` with the same stage sums, so that its search bounds `space`'s

@@ -220,17 +220,17 @@ namespace pt {
 namespace {
 
 // Clusters of hundreds of workers (issue 35): where the candidates' replica counts repeat too
-// rarely to replay, plan still answers, instead of "no candidate plan can run": data
+// rarely to replay (VGG-16 on 250: on 256 a 240-15-1 now replays), plan still answers, instead of "no candidate plan can run": data
 // parallelism by its closed form (exact for it), and a note naming a faster prediction it could
 // not simulate.
 TEST(PlanReferee, LargeClusterWithoutReplayablePlansStillPlans) {
   std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json";
   auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --all-workers --profile " + path +
-                                  " --workers 256 --bandwidth-gbps 10 2>&1",
+                                  " --workers 250 --bandwidth-gbps 10 2>&1",
                               false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("on 256 workers"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("note: data parallelism on 256 workers: its steady state is the cost engine's closed form"),
+  EXPECT_NE(r.output.find("on 250 workers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("note: data parallelism on 250 workers: its steady state is the cost engine's closed form"),
             std::string::npos)
       << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("note: not simulated: [0-9-]+ predicts [0-9.]+ ms per minibatch, "
@@ -246,7 +246,8 @@ TEST(PlanReferee, LargeClusterWithoutReplayablePlansStillPlans) {
   EXPECT_NE(big.output.find("plan: searching splits of 41 layers over 512 workers (all-reduce after each bucket, and "
                             "after the backward, side by side)"),
             std::string::npos) << big.output;
-  EXPECT_TRUE(std::regex_search(big.output, std::regex("plan: searched 41 states in [0-9.]+ s"))) << big.output;
+  // 39 of them: its Size, View and Dropouts cost nothing and share their producers' nodes.
+  EXPECT_TRUE(std::regex_search(big.output, std::regex("plan: searched 39 states in [0-9.]+ s"))) << big.output;
 }
 
 }  // namespace

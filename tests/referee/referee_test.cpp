@@ -82,24 +82,36 @@ TEST(Referee, LocalSearchReachesWhatTheSearchMisses) {
     }
 }
 
-// At an equal simulated time the plan on fewer workers is chosen. PipeDream's GNMT profile on 8
-// workers at 10 Gbit/s: 2-1-1-1-1-1-1, whose first stage (the input layers) computes nothing on 2
-// replicas, simulates exactly as fast as 1-1-1-1-1-1 on 6; the referee chose the former.
+// At an equal simulated time the plan on fewer workers is chosen, then the one without a
+// deferred step. PipeDream's GNMT profile on 8 workers at 10 Gbit/s once gave such a tie:
+// 2-1-1-1-1-1-1, whose first stage (the input layers) computed nothing on 2 replicas,
+// simulated exactly as fast as 1-1-1-1-1-1 on 6, and the referee chose the former. The search
+// no longer offers that plan (its stages of free layers share their producers' nodes), so the
+// rule is held here on candidates made to tie.
 TEST(Referee, AtEqualTimeFewerWorkersAreChosen) {
+  auto candidate = [](int workers, double ms, bool deferred) {
+    referee::Candidate c;
+    c.plan.workers = workers;
+    c.plan.deferred_step = deferred;
+    c.simulated.ms_per_minibatch = ms;
+    return c;
+  };
+  referee::Candidate six = candidate(6, 24.93, false), eight = candidate(8, 24.93 * (1 + 1e-12), false);
+  EXPECT_TRUE(referee::ranks_before(six, eight));
+  EXPECT_FALSE(referee::ranks_before(eight, six));
+  referee::Candidate deferred = candidate(6, 24.93, true);
+  EXPECT_TRUE(referee::ranks_before(six, deferred));
+  EXPECT_FALSE(referee::ranks_before(deferred, six));
+  // Faster wins whatever its workers.
+  referee::Candidate faster = candidate(8, 24.0, true);
+  EXPECT_TRUE(referee::ranks_before(faster, six));
+  // And the referee's ranking keeps the rule on a real case.
   profile::Profile prof = published("gnmt");
   plan::Cluster cluster = plan::cluster_from_shorthand("8", "10");
   plan::PlanOptions o;
   referee::Refereed r = referee::choose(plan::plan_candidates(prof, cluster, o), prof, cluster, o);
-  const referee::Candidate& first = r.ranked.front();
-  bool equal_on_more = false;
-  for (const auto& c : r.ranked) {
-    double t = c.simulated.ms_per_minibatch, best = first.simulated.ms_per_minibatch;
-    EXPECT_GE(t, best * (1 - 1e-9));
-    if (std::abs(t - best) <= 1e-9 * best && c.plan.workers > first.plan.workers) equal_on_more = true;
-  }
-  EXPECT_TRUE(equal_on_more) << "no plan on more workers ties the choice: the case no longer tests the order";
-  EXPECT_EQ(first.plan.shape(), "1-1-1-1-1-1");
-  for (int s = 0; s < first.plan.num_stages(); ++s) EXPECT_GT(first.estimate.stages[s].compute_ms, 0) << "stage " << s;
+  for (size_t i = 1; i < r.ranked.size(); ++i)
+    EXPECT_FALSE(referee::ranks_before(r.ranked[i], r.ranked[i - 1])) << "rank " << i;
 }
 
 // The candidates are distinct plans: none has the workers and the stage sums of another. On
