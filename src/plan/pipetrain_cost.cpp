@@ -117,6 +117,18 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
                                          p - s,
                                          stage_links(cluster, st.replicas, level_in, level_out, cluster.allreduce_ms_per_byte(st.workers)),
                                          sums.backward[s], options.bucket_bytes));
+    out.stages.back().trip_out_ms = s + 1 < p ? cluster.message_ms(level_out, sums.cut[s]) : 0;
+  }
+  // Each stage's in-flight bound over the round trip from it to the end (in_flight_bound).
+  double round_trip = 0;
+  int downstream = 0;
+  for (int s = p - 1; s >= 0; --s) {
+    StageEstimate& e = out.stages[s];
+    int n = plan.stages[s].replicas;
+    round_trip += e.compute_ms * n + 2 * e.trip_out_ms;
+    downstream += n;
+    e.in_flight_ms = in_flight_bound(round_trip, downstream, n);
+    e.time_ms = std::max(e.time_ms, e.in_flight_ms);
   }
   return finish(out, cluster, options);
 }

@@ -26,11 +26,13 @@
 // the two, and loads that level's link of both workers. It proposes and explains candidates;
 // the time `plan` prints is the chosen plan's simulated steady state (one timing model).
 //
-// estimate_plan is the closed form the search minimises exactly (a dynamic program cannot see
-// which replica pairs talk): a stage's activations in cross the innermost level holding its
-// replicas and the whole previous stage (for contiguous ranges that is the furthest pair), its
+// estimate_plan is the closed form the search minimises (a dynamic program cannot see which
+// replica pairs talk): a stage's activations in cross the innermost level holding its replicas
+// and the whole previous stage (for contiguous ranges that is the furthest pair), its
 // activations out the level holding its replicas and the next stage's first worker, and its
-// link time is the sum of the two (exact when both use one level). The search's best plans,
+// link time is the sum of the two (exact when both use one level). Its time also takes the
+// in-flight bound (in_flight_bound) over the round trip with each cut's transfer alone on the
+// level it crosses; the search keeps that term along its choices (pipetrain_search.cpp). The search's best plans,
 // and their neighbours that evaluate_plan ranks best, are replayed, and the simulator's steady
 // state alone ranks them (src/referee/referee.h).
 //
@@ -94,7 +96,7 @@ StageSums exact_stage_sums(const Plan& plan, const profile::Profile& profile, co
 // candidate in several placements and minibatches in flight on one set of sums.
 PlanEstimate evaluate_plan(const Plan& plan, const StageSums& sums, const profile::Profile& profile,
                            const Cluster& cluster, const PlanOptions& options);
-// The search's closed form (above); make_plan's search minimises exactly this.
+// The search's closed form (above), which make_plan's search minimises (pipetrain_search.cpp).
 PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options);
 
@@ -142,6 +144,17 @@ inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double 
   e.stash_depth = depth;
   e.memory_bytes = depth * (act_bytes + param_bytes);
   return e;
+}
+
+// Little's law for a stage on `replicas` of the `downstream` workers from it to the end under
+// PipeDream's rule (plan.h, in_flight): each replica keeps ceil(downstream / replicas)
+// minibatches in flight, each for `round_trip_ms` from its forward here to its backward here
+// (the compute of this stage and every later one, and each cut's transfer both ways), so the
+// stage finishes no more than that many per round trip. The search and estimate_plan charge
+// it with the transfers alone on the links; evaluate_plan with the replica pairs that talk.
+inline double in_flight_bound(double round_trip_ms, int downstream, int replicas) {
+  int per_replica = std::max(1, (downstream + replicas - 1) / replicas);
+  return round_trip_ms / (per_replica * replicas);
 }
 
 // Sets each stage's in_flight (plan.h) from the plan's predicted times `e` (evaluate_plan with

@@ -352,15 +352,15 @@ TEST(PlanReferee, ChoosesTheBucketTheLatencyFavours) {
 #endif
 }
 
-// The bucket note claims a fastest size only where the sizes' times differ: GNMT-Large on 16
-// workers replicates stages of dropouts and concatenations, with no weights to all-reduce.
+// The bucket note claims a fastest size only where the sizes' times differ: GNMT-Large on 12
+// workers replicates its first stage, whose all-reduce no size brings into the steady state.
 TEST(PlanReferee, TheBucketNoteSaysWhenEverySizeIsTheSame) {
   int same = 0;
-  for (const char* model : {"gnmt_large", "alexnet", "vgg16"}) {
-    SCOPED_TRACE(model);
+  for (auto [model, workers] : {std::pair{"gnmt_large", "12"}, {"gnmt_large", "16"}, {"alexnet", "16"}, {"vgg16", "16"}}) {
+    SCOPED_TRACE(std::string(model) + " on " + workers);
     std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/" + model + ".json";
-    auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
-                                    " --workers 16 --bandwidth-gbps 10 2>&1",
+    auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path + " --workers " +
+                                    workers + " --bandwidth-gbps 10 2>&1",
                                 false);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::smatch m;
