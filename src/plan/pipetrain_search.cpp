@@ -88,18 +88,13 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
   };
   std::vector<double> g(at(Q, S - 1, W, Lv - 1) + 1, kInfinity);
   std::vector<int> next_state(g.size(), -1), replicas(g.size(), 0);
-  // One message of `bytes` at `level` (Cluster::message_ms, here where the inner loop inlines it).
-  std::vector<double> latency_at(cluster.levels.size()), bytes_per_s_at(cluster.levels.size());
+  // One message at a level (Cluster::message_ms), as the inner loop reads it: its latency and
+  // a millisecond per byte; and the minibatches in flight on a stage of w..w+n-1 under
+  // PipeDream's rule (in_flight_bound's divisor).
+  std::vector<double> latency_at(cluster.levels.size()), ms_per_byte_at(cluster.levels.size());
   for (size_t level = 0; level < cluster.levels.size(); ++level)
     latency_at[level] = cluster.latency_ms(static_cast<int>(level)),
-    bytes_per_s_at[level] = cluster.levels[level].bandwidth_bytes_per_s();
-  auto message_ms = [&](int level, double bytes) {
-    return level < 0 ? 0.0 : latency_at[level] + bytes / bytes_per_s_at[level] * 1e3;
-  };
-  // The inner loop's rough form of them, without a division: a millisecond per byte, and the
-  // minibatches in flight on a stage of w..w+n-1 (in_flight_bound's divisor).
-  std::vector<double> ms_per_byte_at(cluster.levels.size());
-  for (size_t level = 0; level < cluster.levels.size(); ++level) ms_per_byte_at[level] = 1e3 / bytes_per_s_at[level];
+    ms_per_byte_at[level] = cluster.transfer_ms(static_cast<int>(level), 1.0);
   std::vector<double> slots_at(static_cast<size_t>(W) * (W + 1), 0);
   for (int w = 0; w < W; ++w)
     for (int n = 1; w + n <= W; ++n) slots_at[static_cast<size_t>(w) * (W + 1) + n] = std::max(1, (W - w + n - 1) / n) * n;
@@ -203,9 +198,11 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
           // The stage k→j on w..w+n-1 then the continuation at rest_i: its value t with the
           // stage's in-flight bound, whose round trip is kept in trip (offer keeps the best's).
           double trip = 0, best_trip = 0;
-          auto with_round_trip = [&](double t, int j, int n, const StageEstimate& e, size_t rest_i) {
-            trip = e.compute_ms * n + (j != last ? 2 * message_ms(reach(w, w + n), s.frontier_bytes[j]) + round_trip[rest_i] : 0);
-            return std::max(t, in_flight_bound(trip, W - w, n));
+          auto round_trip_of = [&](double compute, int j, int n, size_t rest_i) {
+            if (j == last) return compute + host_ms;
+            int level = reach(w, w + n);
+            double out = level >= 0 ? latency_at[level] + s.frontier_bytes[j] * ms_per_byte_at[level] : 0;
+            return compute + host_ms + 2 * out + round_trip[rest_i];
           };
           auto offer = [&](double t, int j, int n) {
             if (root && t < kInfinity) {
@@ -226,8 +223,9 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
             double bytes = s.activation_bytes[last] - s.activation_bytes[k] + s.parameter_bytes[last] -
                            s.parameter_bytes[k];
             if (q <= 1 && (!Q || bytes <= static_cast<double>(mem))) {
-              StageEstimate e = stage(k, last, w, W - w, lam, 1);
-              offer(with_round_trip(e.time_ms, last, W - w, e, 0), last, W - w);
+              // Its in-flight bound is its compute over its replicas (one in flight on each).
+              trip = round_trip_of(s.compute_ms[last] - s.compute_ms[k], last, W - w, 0);
+              offer(stage(k, last, w, W - w, lam, 1).time_ms, last, W - w);
             }
           }
           // The root keeps every first stage's best that can be among the kept_from(w) best
@@ -303,18 +301,12 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
               double rest = g[rest_i];
               if (rest > bound) continue;
               if (j == last && n == W - w && (!options.straight || w + 1 == W) && q <= 1) continue;  // offered
-              // Its in-flight bound before the rest of its terms (with_round_trip's, up to the
-              // rounding of compute / n x n): where the round trip alone passes the bound, the
-              // search over GNMT-like links skips most of its pairs.
-              double rough_trip = compute + host_ms;
-              if (j != last) {
-                int level = reach(w, w + n);
-                if (level >= 0) rough_trip += 2 * (latency_at[level] + s.frontier_bytes[j] * ms_per_byte_at[level]);
-                rough_trip += round_trip[rest_i];
-              }
-              if (rough_trip > bound * (1 + 1e-9) * slots_at[static_cast<size_t>(w) * (W + 1) + n]) continue;
-              StageEstimate e = stage(k, j, w, n, lam, q);
-              offer(with_round_trip(std::max(e.time_ms, rest), j, n, e, rest_i), j, n);
+              // Its in-flight bound first: where it alone passes the bound, the stage's other
+              // terms are not worked out (most pairs, over ResNet's and GNMT's links).
+              trip = round_trip_of(compute, j, n, rest_i);
+              double slots = slots_at[static_cast<size_t>(w) * (W + 1) + n];
+              if (trip > bound * (1 + 1e-9) * slots) continue;
+              offer(std::max({stage(k, j, w, n, lam, q).time_ms, rest, trip / slots}), j, n);
             }
           }
           size_t i = at(q, k, w, lam);
