@@ -297,6 +297,9 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
                 n = 2;  // so for every count down to 2 (the loop goes on to 1, if allowed)
                 continue;
               }
+              // And than its compute and that all-reduce at its own ring (the slowest level it
+              // spans: on 4x4 the outer one, where the fastest ring above is the inner one).
+              if (n > 1 && compute / n + weights * links_at(w, n, 0).allreduce_ms_per_byte > bound * (1 + 1e-9)) continue;
               size_t rest_i = rest_at(Q ? q - 1 : 0, j, w, n);
               double rest = g[rest_i];
               if (rest > bound) continue;
