@@ -39,9 +39,15 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
                                   const PlanOptions& options, const StateSpace& space) {
   int W = cluster.workers();
   int nodes = space.num_states() > 0 ? static_cast<int>(space.node_layers.size()) : 0;
+  size_t grouped = 0;  // the layers in the nodes: more than nodes where projections share one
+  for (const auto& layers : space.node_layers) grouped += layers.size();
+  std::string why = space.note;
+  if (why.empty() && grouped > static_cast<size_t>(nodes))
+    why = str("its ", grouped, " layers to plan in ", nodes, " groups: a layer that costs nothing and only selects from "
+              "another's output stays with it");
   if (options.straight && W > nodes)
     throw ConfigError(str("--straight: ", W, " workers need ", W, " stages but '", profile.model, "' has only ", nodes,
-                          " layers to split", space.note.empty() ? "" : " (" + space.note + ")",
+                          " layers to split", why.empty() ? "" : " (" + why + ")",
                           "; use fewer workers or allow replication"));
   int64_t mem = memory_limit(cluster, options);
   if (mem > 0) {

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <map>
 
+#include "core/error.h"
+#include "plan/cluster.h"
+#include "plan/planner.h"
 #include "plan/state_space.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profile.h"
@@ -112,6 +115,19 @@ void expect_merged_space_dominates(const profile::Profile& p) {
 }
 
 TEST(Projections, MergedSpaceLosesNoCutOnATupleGraph) { expect_merged_space_dominates(lstm_graph()); }
+
+// --straight on more workers than the merged nodes says why there are fewer than layers.
+TEST(Projections, StraightSaysWhyItHasFewerStagesThanLayers) {
+  PlanOptions o;
+  o.straight = true;
+  try {
+    make_plan(lstm_graph(), cluster_from_shorthand("5", "10"), o);
+    ADD_FAILURE() << "5 one-worker stages of 4 nodes";
+  } catch (const ConfigError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("has only 4 layers to split (its 6 layers to plan in 4 groups"), std::string::npos) << what;
+  }
+}
 
 TEST(Projections, MergedSpaceLosesNoCutOnGnmt) {
   std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/gnmt.json";
