@@ -68,18 +68,19 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
   auto links_at = [&](int w, int n, int lam) -> StageLinks& {
     return links[(static_cast<size_t>(w) * (W + 1) + n) * Lv + lam];
   };
-  // The least a byte of all-reduce takes a group of two or more replicas, over any range: with
-  // the compute, a floor on a replicated stage's time (below).
-  double allreduce_floor = kInfinity;
+  // allreduce_below[w * (W + 1) + n]: the least a replica's share of a byte's all-reduce takes
+  // on w..w+m-1 for any 2 <= m <= n. With the compute over n, a floor on the stage's time on
+  // every replica count from n down to 2 (below).
+  std::vector<double> allreduce_below(static_cast<size_t>(W) * (W + 1), kInfinity);
   for (int w = 0; w < W; ++w)
     for (int n = 1; w + n <= W; ++n) {
       double allreduce = cluster.range_allreduce_ms(w, w + n - 1, 1.0);
-      if (n > 1) allreduce_floor = std::min(allreduce_floor, allreduce);
       for (int lam = 0; lam < (w > 0 ? Lv : 1); ++lam)
         links_at(w, n, lam) = stage_links(cluster, n, lam > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
                                           reach(w, w + n), allreduce);
+      size_t i = static_cast<size_t>(w) * (W + 1) + n;
+      if (n > 1) allreduce_below[i] = std::min(links_at(w, n, 0).allreduce_ms_per_byte, allreduce_below[i - 1]);
     }
-  if (allreduce_floor == kInfinity) allreduce_floor = 0;  // one worker: no replicas
   // λ' of the stage after one on w..w+n-1.
   auto lam_after = [&](int w, int n) { return w + n < W ? reach(w, w + n) + 1 : 0; };
 
@@ -284,21 +285,21 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
               n_max = hi;
             }
             // Replicated, it is no faster than its compute and the all-reduce of its weights (or
-            // of one bucket of them, the last) at the fastest ring, shared over its replicas
-            // (pipetrain_stage): where weights outweigh compute (the blind bound's all-reduce of
-            // ResNet-101's later stages) most replica counts are past it, and n = 1 is left.
+            // of one bucket of them, the last) at its own ring, shared over its replicas
+            // (pipetrain_stage), nor on fewer replicas than its compute over these and the
+            // fastest such all-reduce on 2..n of them: where weights outweigh compute (the blind
+            // bound's all-reduce of ResNet-101's later stages) most replica counts are past it,
+            // and n = 1 is left.
             double weights = s.parameter_bytes[j] - s.parameter_bytes[k];
             if (options.bucket_bytes > 0) weights = std::min(weights, static_cast<double>(options.bucket_bytes));
-            double replicated = compute + weights * allreduce_floor;
+            const double* below = allreduce_below.data() + static_cast<size_t>(w) * (W + 1);
             for (int n = n_max; n >= n_min; --n) {
               bound = bound_now();
               if (compute / n > bound || links_too_slow(n)) break;
-              if (n > 1 && replicated / n > bound * (1 + 1e-9)) {
+              if (n > 1 && compute / n + weights * below[n] > bound * (1 + 1e-9)) {
                 n = 2;  // so for every count down to 2 (the loop goes on to 1, if allowed)
                 continue;
               }
-              // And than its compute and that all-reduce at its own ring (the slowest level it
-              // spans: on 4x4 the outer one, where the fastest ring above is the inner one).
               if (n > 1 && compute / n + weights * links_at(w, n, 0).allreduce_ms_per_byte > bound * (1 + 1e-9)) continue;
               size_t rest_i = rest_at(Q ? q - 1 : 0, j, w, n);
               double rest = g[rest_i];

@@ -157,8 +157,15 @@ class Replay {
         cores_(std::max(cores, 0)), busy_(s.num_workers(), 0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
         queue_(s.num_workers()), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
+    // Only a replicated stage's backwards release buckets (finish_compute): a worker holding
+    // none needs no table (most of a straight pipeline's).
+    std::vector<char> replicated(s.num_workers(), 0);
+    for (int st = 0; st < s.num_stages; ++st)
+      if (s.replicas(st) > 1)
+        for (int w : s.stage_workers[st]) replicated[w] = 1;
     for (int w = 0; w < s.num_workers(); ++w) {
-      completes_.push_back(bucket_bytes > 0 ? s.completes_gradients(w) : std::vector<bool>(s.actions[w].size()));
+      completes_.push_back(bucket_bytes > 0 && replicated[w] ? s.completes_gradients(w)
+                                                             : std::vector<bool>(s.actions[w].size()));
       events_[w].reserve(s.actions[w].size() + (computes_only ? 0 : s.actions[w].size() / 2));
     }
     // A validated schedule's computes and transfers take microbatches below this (validate.cpp).
