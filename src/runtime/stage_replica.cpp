@@ -6,16 +6,55 @@
 
 namespace pt::runtime {
 
-StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-                           const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute)
-    : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
-      max_versions_(max_versions), recompute_(recompute),
-      params_(model_->parameters(first, last)), flat_(std::make_unique<model::FlatParameters>(params_)), sgd_(*flat_, sgd) {
-  for (const auto& p : params_) {
-    size_t k = 0;
-    while (!flat_->slots()[k].param.is_same(p)) ++k;
-    slot_of_.push_back(k);
+namespace {
+
+// Of `params`, the replica in `held_by` holding each (nullptr: none, this replica will).
+std::vector<const StageReplica*> owners(const std::vector<torch::Tensor>& params,
+                                        const std::vector<const StageReplica*>& held_by) {
+  std::vector<const StageReplica*> out;
+  for (const auto& p : params) {
+    const StageReplica* owner = nullptr;
+    for (const StageReplica* r : held_by)
+      if (r->holds(p)) owner = r;
+    out.push_back(owner);
   }
+  return out;
+}
+
+std::vector<torch::Tensor> own_only(const std::vector<torch::Tensor>& params,
+                                    const std::vector<const StageReplica*>& owner) {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!owner[i]) out.push_back(params[i]);
+  return out;
+}
+
+}  // namespace
+
+StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
+                           const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute,
+                           const std::vector<const StageReplica*>& held_by)
+    : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
+      max_versions_(max_versions), recompute_(recompute), params_(model_->parameters(first, last)),
+      owner_(owners(params_, held_by)),
+      flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_))), sgd_(*flat_, sgd) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    size_t k = 0;
+    while (!owner_[i] && !flat_->slots()[k].param.is_same(params_[i])) ++k;
+    slot_of_.push_back(owner_[i] ? static_cast<size_t>(-1) : k);
+  }
+}
+
+bool StageReplica::holds(const torch::Tensor& p) const {
+  for (const auto& slot : flat_->slots())
+    if (slot.param.is_same(p)) return true;
+  return false;
+}
+
+torch::Tensor StageReplica::momentum_of(const torch::Tensor& p) const {
+  for (const auto& slot : flat_->slots())
+    if (slot.param.is_same(p)) return sgd_.momentum(slot);
+  throw InternalError("momentum_of a parameter this replica does not hold");
 }
 
 double StageReplica::weight_sum() const {
@@ -236,7 +275,7 @@ LayerState StageReplica::layer_state(int layer) const {
   LayerState s;
   for (size_t i = offset; i < offset + n; ++i) {
     s.params.push_back(params_[i].detach().clone());
-    s.momentum.push_back(sgd_.momentum(flat_->slots()[slot_of_[i]]));
+    s.momentum.push_back(owner_[i] ? owner_[i]->momentum_of(params_[i]) : sgd_.momentum(flat_->slots()[slot_of_[i]]));
   }
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach().clone());
   return s;
@@ -257,7 +296,8 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
       throw ConfigError(pt::str(source, ": momentum ", i, " of layer ", layer, " has shape ", s.momentum[i].sizes(),
                             " but the parameter's is ", p.sizes()));
     p.data().copy_(s.params[i]);
-    sgd_.set_momentum(flat_->slots()[slot_of_[offset + i]], s.momentum[i]);
+    // A borrowed parameter's momentum is its holder's, which loads it with its own layer.
+    if (!owner_[offset + i]) sgd_.set_momentum(flat_->slots()[slot_of_[offset + i]], s.momentum[i]);
   }
   auto buffers = model_->layer(layer).module->buffers();
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay

@@ -31,8 +31,14 @@ class StageReplica {
   // With recompute, a forward keeps only its input (and, on the last stage, the target) and
   // runs without building a graph; the backward runs the forward again first, with the weight
   // version the first one used, so the gradients are those of the plain backward.
+  // `held_by`: the replicas this worker built before, one of which may already hold (flatten and
+  // step) a parameter of these layers: a tie group whose copies are one tensor on this worker (a
+  // V schedule's first and last chunk, a language model's input embedding and its head). This
+  // replica then borrows it: its backwards add to that replica's gradient buffer, which steps
+  // it once, after every backward of the minibatch on the worker (TiedGradients checks the order).
   StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-               const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute = false);
+               const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute = false,
+               const std::vector<const StageReplica*>& held_by = {});
 
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
   // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
@@ -68,6 +74,10 @@ class StageReplica {
 
   // The flat weight and gradient buffers (all-reduce buckets are ranges of the gradients).
   model::FlatParameters& flat() { return *flat_; }
+  // Whether `p` is one of this replica's own parameters (flattened and stepped here), and its
+  // momentum (a copy; undefined before the first step).
+  bool holds(const torch::Tensor& p) const;
+  torch::Tensor momentum_of(const torch::Tensor& p) const;
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   int64_t version() const { return version_; }
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
@@ -113,6 +123,7 @@ class StageReplica {
   int max_versions_;
   bool recompute_;
   std::vector<torch::Tensor> params_;
+  std::vector<const StageReplica*> owner_;  // params_ index -> the replica it is borrowed from, or nullptr
   std::unique_ptr<model::FlatParameters> flat_;
   std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one)
   model::Sgd sgd_;

@@ -40,6 +40,7 @@ std::vector<std::vector<int>> TiedGradients::worker_groups(const std::vector<mod
     std::set<int> distinct(stages.begin(), stages.end()), workers;
     if (distinct.size() < 2) continue;
     for (int st : distinct) workers.insert(s.stage_workers[st].begin(), s.stage_workers[st].end());
+    if (workers.size() < 2) continue;  // one worker holds every copy: one tensor there
     out.emplace_back(workers.begin(), workers.end());
   }
   return out;
@@ -62,37 +63,49 @@ TiedGradients::TiedGradients(const std::vector<model::TieGroup>& ties, const mod
       throw ConfigError(str(model.name(), ": a parameter of ", g.bytes, " bytes is shared by ",
                             describe(g, model, stages), ", and the ", s.kind,
                             " schedule steps each stage at its own time on its own weight version, so the copies would "
-                            "train apart. Use a synchronous schedule (1f1b, gpipe, interleaved, zb-h1), whose stages "
+                            "train apart. Use a synchronous schedule (1f1b, gpipe, interleaved, zb-h1, zb-v), whose stages "
                             "sum the copies' gradients, or a plan that keeps these layers in one stage"));
     std::set<int> workers;
-    int here = -1, replicas = 1;
+    std::vector<int> here;  // the stages holding the group on this worker
     for (int st : distinct) {
       const auto& ws = s.stage_workers[st];
       workers.insert(ws.begin(), ws.end());
-      if (std::count(ws.begin(), ws.end(), rank)) {
-        if (here >= 0)
-          throw ConfigError(str(model.name(), ": worker ", rank, " would hold stages ", here, " and ", st,
-                                ", which share a parameter (", describe(g, model, stages),
-                                "); pipetrain keeps one copy of a tied parameter per worker: use another placement "
-                                "(fewer chunks, more workers) or keep these layers in one stage"));
-        here = st;
-        replicas = static_cast<int>(ws.size());
-      }
+      if (std::count(ws.begin(), ws.end(), rank)) here.push_back(st);
     }
-    if (here < 0) continue;
+    if (here.empty()) continue;
+    int replicas = s.replicas(here.front());
+    if (here.size() > 1) {
+      // Its copies here are one tensor, held by the first of these stages and borrowed by the
+      // others (StageReplica), whose backwards add to its gradient: that stage steps it once,
+      // so every backward here must come before this worker's first step, and no stage may
+      // all-reduce it apart from the others.
+      for (int st : here)
+        if (s.replicas(st) > 1)
+          throw ConfigError(str(model.name(), ": worker ", rank, " holds stages ", here.front(), " and ", here.back(),
+                                ", which share a parameter (", describe(g, model, stages), "), and stage ", st, " has ",
+                                s.replicas(st), " replicas, whose all-reduce would sum the copies apart: keep these ",
+                                "layers in one stage or use one replica per stage"));
+      for (size_t i = first_step_; i < list.size(); ++i)
+        if (schedule::is_compute(list[i].kind) && std::count(here.begin(), here.end(), list[i].stage))
+          throw ConfigError(str(model.name(), ": worker ", rank, " holds stages ", here.front(), " and ", here.back(),
+                                ", which share a parameter (", describe(g, model, stages), "), and runs ",
+                                schedule::to_string(list[i]), " after its first step: the shared copy steps once, ",
+                                "after every backward on the worker"));
+    }
     // The exchange runs before this worker's first step; a replicated stage's gradients are its
     // replicas' sum only after its all-reduce.
     if (replicas > 1) {
       bool reduced = false;
       for (size_t i = 0; i < first_step_; ++i)
-        reduced |= list[i].kind == schedule::ActionKind::kAllReduce && list[i].stage == here;
+        reduced |= list[i].kind == schedule::ActionKind::kAllReduce && list[i].stage == here.front();
       if (!reduced)
-        throw ConfigError(str(model.name(), ": worker ", rank, " would step before stage ", here,
+        throw ConfigError(str(model.name(), ": worker ", rank, " would step before stage ", here.front(),
                               "'s all-reduce, and that stage holds a tied parameter (", describe(g, model, stages),
                               "); keep these layers in one stage or use one replica per stage"));
     }
+    if (workers.size() < 2) continue;  // every copy on this worker: one tensor, nothing to exchange
     size_t k = 0;
-    while (stages[k] != here) ++k;
+    while (stages[k] != here.front()) ++k;
     mine_.push_back({std::vector<int>(workers.begin(), workers.end()), g.members[k], replicas});
   }
 }

@@ -21,8 +21,10 @@ class StageReplica;
 class TiedGradients {
  public:
   // ConfigError naming the layers, the stages and the schedule when `s` would train a tie group
-  // of `ties` wrong: split across stages by an asynchronous schedule, held twice by one worker,
-  // or exchanged on a worker before its replicated stage's all-reduce (layer names from `model`).
+  // of `ties` wrong: split across stages by an asynchronous schedule, held by two stages of one
+  // worker where one is replicated or a backward follows the worker's first step, or exchanged
+  // on a worker before its replicated stage's all-reduce (layer names from `model`). Two stages
+  // of one worker (a V schedule's first and last chunks) share its one tensor (StageReplica).
   TiedGradients(const std::vector<model::TieGroup>& ties, const model::LayeredModel& model,
                 const schedule::Schedule& s, int rank);
 

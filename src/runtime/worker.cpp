@@ -51,9 +51,11 @@ void Worker::setup(const schedule::Schedule& s) {
       int64_t delay = s.weight_versions[s.vertical_sync ? 0 : st] - 1;
       sgd.warmup_steps = std::max<int64_t>(sgd.warmup_steps, options_.stale_warmup * delay);
     }
+    std::vector<const StageReplica*> built;  // a tie group's copies here are one tensor, held by the first
+    for (const auto& [other, r] : replicas_) built.push_back(r.get());
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, sgd,
                                                    options_.stash_weights && !s.flush, s.weight_versions[st],
-                                                   s.recomputes(st));
+                                                   s.recomputes(st), built);
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
     if (options_.deferred_batch_norm) {  // the forwards this replica runs of one minibatch
       int64_t forwards = 0;

@@ -94,15 +94,15 @@ TEST(PipelineEquivalence, AReplicatedLastStageReportsTheWholeMinibatchsLoss) {
   }
 }
 
-// A weight two layers share (tied embeddings, as a small MLP): x -> tanh(x W) -> linear ->
-// tanh(. W) -> head.
+// A weight two layers share (tied embeddings, as a small MLP): x -> tanh(x W) -> `middle`
+// linears -> tanh(. W) -> head.
 struct TiedMatMul : torch::nn::Module {
   explicit TiedMatMul(torch::Tensor weight) : w(register_parameter("w", weight)) {}
   torch::Tensor forward(torch::Tensor x) { return torch::tanh(x.matmul(w)); }
   torch::Tensor w;
 };
 
-std::shared_ptr<model::LayeredModel> tied_mlp() {
+std::shared_ptr<model::LayeredModel> tied_mlp(int middle = 1) {
   torch::manual_seed(5);
   torch::Tensor w = torch::randn({8, 8}) * 0.3;
   auto m = std::make_shared<model::LayeredModel>("tied-mlp", model::Task::kClassification, std::vector<int64_t>{8}, false);
@@ -112,16 +112,14 @@ std::shared_ptr<model::LayeredModel> tied_mlp() {
     return seq;
   };
   m->add("in", one(std::make_shared<TiedMatMul>(w)));
-  m->add("mid", torch::nn::Sequential(torch::nn::Linear(8, 8)));
+  for (int i = 0; i < middle; ++i) m->add(str("mid", i), torch::nn::Sequential(torch::nn::Linear(8, 8)));
   m->add("out", one(std::make_shared<TiedMatMul>(w)));
   m->add("head", torch::nn::Sequential(torch::nn::Linear(8, 10)));
   return m;
 }
 
-// Single-worker training steps a tied weight once per minibatch, as every pipeline does (it
-// stepped it once per layer holding it, with the momentum of both: wrong weights, exit 0).
-TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
-  auto data = model::synthetic_data(*tied_mlp(), 128, 32, 10, 4);
+// The tied MLP's training, on one worker and in pipelines alike.
+TrainOptions tied_training() {
   TrainOptions t;
   t.steps = 4;
   t.batch_size = 16;
@@ -129,6 +127,14 @@ TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
   t.seed = 2;
   t.quiet = true;
   t.evaluate = false;
+  return t;
+}
+
+// Single-worker training steps a tied weight once per minibatch, as every pipeline does (it
+// stepped it once per layer holding it, with the momentum of both: wrong weights, exit 0).
+TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
+  auto data = model::synthetic_data(*tied_mlp(), 128, 32, 10, 4);
+  TrainOptions t = tied_training();
   auto single = tied_mlp();
   ASSERT_EQ(single->tie_groups().size(), 1u);
   train_single_worker(*single, data, t);
@@ -145,8 +151,43 @@ TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
     o.train = t;
     o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> workers;
-    train_pipeline(tied_mlp, data, plan, o, &workers);
+    train_pipeline([] { return tied_mlp(); }, data, plan, o, &workers);
     EXPECT_LE(max_relative_error(pipeline_weights(schedule_for(plan, o, 1), workers), reference), 1e-5);
+  }
+}
+
+// A V schedule puts the first and the last chunk on worker 0: a language model's input embedding
+// and its tied head there are one tensor, held by the first chunk and borrowed by the last, which
+// adds its gradient to it; stepped once, it trains as on one worker. (Refused before: the two
+// chunks each flattened it, and the second took it from the first.)
+TEST(PipelineEquivalence, VSchedulesStepATieBetweenAWorkersChunksOnce) {
+  auto make = [] { return tied_mlp(2); };  // in | mid0 | mid1 | out, head: the tie in chunks 0 and 3
+  auto single = make();
+  auto data = model::synthetic_data(*single, 128, 32, 10, 4);
+  TrainOptions t = tied_training();
+  train_single_worker(*single, data, t);
+  std::vector<torch::Tensor> reference;
+  for (auto& p : single->parameters()) reference.push_back(p.detach().clone());
+  plan::Plan plan = plan::even_split(unit_profile(*single), 4);
+  for (int st = 0; st < 4; ++st) plan.stages[st].layers = st < 3 ? std::vector<int>{st} : std::vector<int>{3, 4};
+  for (const auto& g : single->tie_groups()) plan.ties.push_back(g.layers());
+  for (const std::string kind : {"zb-v", "v-half", "dualpipev"}) {
+    SCOPED_TRACE(kind);
+    PipelineOptions o;
+    o.schedule = kind;
+    o.microbatches = 4;
+    o.train = t;
+    o.timeout_s = 20;
+    std::vector<std::unique_ptr<Worker>> workers;
+    train_pipeline(make, data, plan, o, &workers);
+    auto sched = schedule_for(plan, o, 1);
+    ASSERT_EQ(sched.stage_workers[0], sched.stage_workers[3]);  // the tie's chunks share a worker
+    EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), reference), 1e-5);
+    // A checkpoint of either chunk's layer holds the one momentum (the borrower's is its holder's).
+    Worker& both = *workers[sched.stage_workers[0][0]];
+    LayerState in = both.replica(0)->layer_state(0), out = both.replica(3)->layer_state(3);
+    ASSERT_TRUE(in.momentum.at(0).defined());
+    EXPECT_TRUE(torch::equal(in.momentum.at(0), out.momentum.at(0)));
   }
 }
 
