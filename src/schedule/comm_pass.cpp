@@ -97,48 +97,73 @@ Schedule insert_comm(Schedule s) {
   for (auto& list : s.actions)
     list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_p2p(a.kind); }), list.end());
   UnitReplay replay(s);
-  // Each boundary a microbatch crosses between two workers: counted first, so that each
-  // worker's list is allocated once (growing them was a third of this pass in the joint search).
-  std::vector<size_t> count(s.num_workers(), 0);
-  for (int mb = 0; mb < s.total_microbatches(); ++mb)
-    for (int st = 0; st + 1 < s.num_stages; ++st) {
-      int u = s.worker_of(st, mb), v = s.worker_of(st + 1, mb);
-      if (u != v) count[u] += 2, count[v] += 2;
-    }
-  std::vector<std::vector<Transfer>> transfers(s.num_workers());
-  for (int w = 0; w < s.num_workers(); ++w) transfers[w].reserve(count[w]);
+  // Each worker's transfers come in streams, one per stage it holds and kind (send or receive,
+  // activation or gradient): a stream's microbatches run in order on the unit clock, so its
+  // times rise, and merging a worker's few streams orders them as sorting its whole list did
+  // (that sort was a third of this pass, the referee's replays build hundreds of schedules).
+  struct Stream {
+    int stage;
+    ActionKind kind;
+    std::vector<Transfer> items;
+  };
+  std::vector<std::vector<Stream>> streams(s.num_workers());
   long pair_id = 0;
-  auto add_pair = [&](ActionKind send, ActionKind recv, int from_stage, int to_stage, int mb, double time) {
-    int u = s.worker_of(from_stage, mb), v = s.worker_of(to_stage, mb);
+  auto stream_of = [&](int w, int stage, ActionKind kind) -> std::vector<Transfer>& {
+    for (Stream& st : streams[w])
+      if (st.stage == stage && st.kind == kind) return st.items;
+    streams[w].push_back({stage, kind, {}});
+    // At most the microbatches of its stage on this worker (one in `replicas` of them).
+    streams[w].back().items.reserve((s.total_microbatches() + s.replicas(stage) - 1) / s.replicas(stage));
+    return streams[w].back().items;
+  };
+  auto add_pair = [&](ActionKind send, ActionKind recv, int from_stage, int to_stage, int u, int v, int mb,
+                      double time) {
     if (u == v) return;  // same worker: the data is already there
-    Action a{u, send, from_stage, mb, s.chunks > 1 ? s.chunk_of(from_stage) : 0, v};
-    Action b{v, recv, to_stage, mb, s.chunks > 1 ? s.chunk_of(to_stage) : 0, u};
-    transfers[u].push_back({time, pair_id, a});
-    transfers[v].push_back({time, pair_id, b});
+    stream_of(u, from_stage, send).push_back({time, pair_id, {u, send, from_stage, mb, s.chunks > 1 ? s.chunk_of(from_stage) : 0, v}});
+    stream_of(v, to_stage, recv).push_back({time, pair_id, {v, recv, to_stage, mb, s.chunks > 1 ? s.chunk_of(to_stage) : 0, u}});
     ++pair_id;
   };
   for (int mb = 0; mb < s.total_microbatches(); ++mb)
     for (int st = 0; st + 1 < s.num_stages; ++st) {
-      add_pair(ActionKind::kSendActivation, ActionKind::kRecvActivation, st, st + 1, mb,
+      int u = s.worker_of(st, mb), v = s.worker_of(st + 1, mb);
+      add_pair(ActionKind::kSendActivation, ActionKind::kRecvActivation, st, st + 1, u, v, mb,
                replay.done(ActionKind::kForward, st, mb));
-      add_pair(ActionKind::kSendGradient, ActionKind::kRecvGradient, st + 1, st, mb,
+      add_pair(ActionKind::kSendGradient, ActionKind::kRecvGradient, st + 1, st, v, u, mb,
                replay.done(ActionKind::kBackward, st + 1, mb));
     }
+  auto before = [](const Transfer& x, const Transfer& y) { return std::tie(x.time, x.pair) < std::tie(y.time, y.pair); };
   // A worker's own actions start in list order on the unit clock (each after the one before;
-  // those that never run, kNever, are the tail), so the merge needs only the transfers sorted.
+  // those that never run, kNever, are the tail), so the merge needs only the transfers in order.
   for (int w = 0; w < s.num_workers(); ++w) {
-    auto& mine = transfers[w];
-    std::sort(mine.begin(), mine.end(),
-              [](const Transfer& x, const Transfer& y) { return std::tie(x.time, x.pair) < std::tie(y.time, y.pair); });
+    size_t transfers = 0;
+    for (Stream& st : streams[w]) {
+      if (!std::is_sorted(st.items.begin(), st.items.end(), before))  // a schedule that reorders microbatches
+        std::sort(st.items.begin(), st.items.end(), before);
+      transfers += st.items.size();
+    }
+    std::vector<size_t> next(streams[w].size(), 0);
+    // The stream whose next transfer comes first; -1 when all are merged.
+    auto first = [&] {
+      int best = -1;
+      for (size_t k = 0; k < next.size(); ++k)
+        if (next[k] < streams[w][k].items.size() &&
+            (best < 0 || before(streams[w][k].items[next[k]], streams[w][best].items[next[best]])))
+          best = static_cast<int>(k);
+      return best;
+    };
     const std::vector<Action>& own = s.actions[w];
     const std::vector<double>& start = replay.start[w];
     std::vector<Action> merged;
-    merged.reserve(own.size() + mine.size());
-    size_t i = 0, j = 0;
-    while (i < own.size() || j < mine.size()) {
+    merged.reserve(own.size() + transfers);
+    size_t i = 0;
+    for (int k = first(); i < own.size() || k >= 0;) {
       // Transfers first at equal times; unreplayable actions keep their order after everything.
-      if (j < mine.size() && (i == own.size() || mine[j].time <= start[i])) merged.push_back(mine[j++].action);
-      else merged.push_back(own[i++]);
+      if (k >= 0 && (i == own.size() || streams[w][k].items[next[k]].time <= start[i])) {
+        merged.push_back(streams[w][k].items[next[k]++].action);
+        k = first();
+      } else {
+        merged.push_back(own[i++]);
+      }
     }
     s.actions[w] = std::move(merged);
   }
