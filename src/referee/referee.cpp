@@ -377,13 +377,19 @@ void Referee::climb(int from) {
     plan::Plan at = r_.ranked[from].plan;
     std::vector<plan::Plan> neighbours = plan::neighbour_plans(at, context_.profile, context_.cluster, options());
     int improved = -1, replayed = 0;
-    // Ahead of their turn: as many neighbours as the round replays, one more as each is taken.
-    for (size_t i = 0; i < neighbours.size() && i < kNeighboursReplayed; ++i) work_ahead(neighbours[i]);
+    // Ahead of their turn: as many neighbours as the round replays, and one more for each that
+    // does not count (one already replayed): a neighbour queued past the round's need is work
+    // thrown away (queuing one more per neighbour taken cost GNMT and GNMT-Large 5% more CPU).
+    size_t queued = 0;
+    auto queue_next = [&] {
+      if (queued < neighbours.size()) work_ahead(neighbours[queued++]);
+    };
+    for (int i = 0; i < kNeighboursReplayed; ++i) queue_next();
     for (size_t i = 0; i < neighbours.size(); ++i) {
       if (replayed == kNeighboursReplayed || out_of_time()) break;
-      if (i + kNeighboursReplayed < neighbours.size()) work_ahead(neighbours[i + kNeighboursReplayed]);
       int c = replay_variants(neighbours[i]);
       if (c == kOverLimit) ++replayed;  // weighed, and cannot win
+      if (c < 0 && c != kOverLimit) queue_next();
       if (c < 0) continue;
       ++replayed;
       double t = r_.ranked[c].simulated.ms_per_minibatch;
