@@ -50,11 +50,14 @@ Plan balanced_split(const profile::Profile& profile, int stages, const std::vect
   return p;
 }
 
-// prefix[i] = compute (forward + backward) of layers [0, i)
+// prefix[i] = compute (forward + backward) of layers [0, i), by the cost engine's rules: an Input
+// layer's data loading is none (the raw figure, AlexNet's 636 ms against 85 ms for the rest, put
+// the Input alone on a stage of every split, and the joint search chose such plans: 1f1b on 2
+// workers at 10 Gbit/s 167.9 ms per minibatch where its own split without it runs at 69.9).
 std::vector<double> compute_prefix(const profile::Profile& profile) {
   std::vector<double> prefix(profile.num_layers() + 1, 0);
   for (int i = 0; i < profile.num_layers(); ++i)
-    prefix[i + 1] = prefix[i] + profile.layers[i].forward_ms + profile.layers[i].backward_ms;
+    prefix[i + 1] = prefix[i] + profile::compute_forward_ms(profile, i) + profile::compute_backward_ms(profile, i);
   return prefix;
 }
 
