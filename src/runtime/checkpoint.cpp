@@ -132,6 +132,21 @@ Checkpointer::Checkpointer(CheckpointOptions options, CheckpointManifest base, c
       stage_workers_(probe.stage_workers),
       stage_layers_(probe.stage_layers) {}
 
+namespace {
+
+// The first tensor of `s` that is not all finite ("param.0", "momentum.2", "buffer.1"), or "".
+std::string non_finite(const LayerState& s) {
+  for (const auto& [tensors, kind] : {std::pair{&s.params, "param"}, std::pair{&s.momentum, "momentum"},
+                                      std::pair{&s.buffers, "buffer"}})
+    for (size_t k = 0; k < tensors->size(); ++k) {
+      const torch::Tensor& t = (*tensors)[k];
+      if (t.defined() && t.is_floating_point() && !torch::isfinite(t).all().item<bool>()) return str(kind, ".", k);
+    }
+  return "";
+}
+
+}  // namespace
+
 void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   fs::path root(options_.dir);
   fs::path tmp = root / temp_dir_name(step);
@@ -151,8 +166,18 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
     if (stage_workers_[st][0] != transport.rank()) continue;
     StageReplica* rep = worker.replica(static_cast<int>(st));
     PT_CHECK(rep, "worker ", transport.rank(), " holds no replica of stage ", st);
-    for (int layer : stage_layers_[st])
-      write_text_file_atomic((tmp / layer_file_name(layer)).string(), layer_state_bytes(rep->layer_state(layer)));
+    for (int layer : stage_layers_[st]) {
+      LayerState state = rep->layer_state(layer);
+      // A diverged run writes no checkpoint: with `keep` it would rotate out the last good ones
+      // (a run at --lr 100 kept only steps 10 and 12, both NaN, and resuming was refused), and
+      // with --overwrite remove the previous run's. The job stops here, the folder as it was.
+      std::string bad = non_finite(state);
+      if (!bad.empty())
+        throw RuntimeFailure(str("training diverged by step ", step, ": layer ", layer, "'s ", bad,
+                                 " holds NaN or infinite values; no checkpoint written for this step, ",
+                                 options_.dir, " keeps the ones before. Lower --lr, or warm it up over more --warmup-steps"));
+      write_text_file_atomic((tmp / layer_file_name(layer)).string(), layer_state_bytes(state));
+    }
   }
   transport.barrier();
   if (!leader) return;
@@ -216,16 +241,12 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std:
       const auto& f = manifest.files.at(layer);
       std::string path = (fs::path(checkpoint) / f.name).string();
       LayerState state = layer_state_from_bytes(read_regular_file(path, f.bytes), path);
-      // A diverged run's weights would train on as NaN and end "final loss nan", exit 0.
-      auto finite = [&path](const std::vector<torch::Tensor>& ts, const char* kind) {
-        for (size_t k = 0; k < ts.size(); ++k)
-          if (ts[k].defined() && ts[k].is_floating_point() && !torch::isfinite(ts[k]).all().item<bool>())
-            throw FormatError(str(path, ": ", kind, ".", k, " holds NaN or infinite values (a checkpoint of a run that "
-                                  "diverged); resume an earlier checkpoint or start afresh"));
-      };
-      finite(state.params, "param");
-      finite(state.momentum, "momentum");
-      finite(state.buffers, "buffer");
+      // A diverged run's weights would train on as NaN and end "final loss nan", exit 0. (Since
+      // 2026-11-28 save() writes none; an older run's may still be on disk.)
+      std::string bad = non_finite(state);
+      if (!bad.empty())
+        throw FormatError(str(path, ": ", bad, " holds NaN or infinite values (a checkpoint of a run that diverged); "
+                              "resume an earlier checkpoint or start afresh"));
       rep->load_layer_state(layer, std::move(state), path);
     }
   }

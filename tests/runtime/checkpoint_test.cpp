@@ -432,5 +432,31 @@ TEST(Checkpoint, NonFiniteWeightsAreRefused) {
   }
 }
 
+
+// A run that diverges writes no checkpoint with NaN weights: with two kept, its NaN steps 4 and
+// 6 rotated out the finite step 2, and resuming was refused with nothing earlier left; with
+// --overwrite its first NaN checkpoint removed the previous run's. The job stops at the first
+// checkpoint after the divergence, naming it, and the folder keeps what it held.
+TEST(Checkpoint, ADivergedRunWritesNoCheckpoint) {
+  for (bool overwrite : {false, true}) {
+    SCOPED_TRACE(overwrite ? "a fresh run with --overwrite" : "resumed");
+    TempDir dir;
+    std::string d = dir.path.string();
+    run(stages(2), options("1f1b", 2, d, 2, false));  // step 2, finite
+    PipelineOptions wild = options("1f1b", 6, d, 2, !overwrite);
+    wild.checkpoint.overwrite = overwrite;
+    wild.train.sgd.lr = 1e30;
+    try {
+      run(stages(2), wild);
+      ADD_FAILURE() << "a diverged run ended without an error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("training diverged by step"));
+      EXPECT_THAT(e.what(), HasSubstr("NaN or infinite values; no checkpoint written for this step"));
+    }
+    EXPECT_EQ(newest_checkpoint(d), (dir.path / checkpoint_dir_name(2)).string());
+    EXPECT_NO_THROW(run(stages(2), options("1f1b", 4, d, 2, true)));  // it resumes, finite
+  }
+}
+
 }  // namespace
 }  // namespace pt::runtime
