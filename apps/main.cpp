@@ -103,9 +103,19 @@ int run(int argc, char** argv) {
 // LibTorch's destructors deregister each of its thousands of operators, writing pages a forked
 // gloo worker shares with its launcher (copied one fault at a time): 0.3-0.5 s of CPU for each
 // process of a short `train`.
+// What a command printed is its output (`plan --json > plan.json`, `calibrate --refit C > new.json`):
+// a write that failed (a full disk, a closed pipe end) fails the command, where it exited 0 with
+// the output lost.
 int main(int argc, char** argv) {
   int status = pt::app::run(argc, argv);
+  errno = 0;
   std::cout.flush();
+  bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout.good();
+  if (lost) {
+    std::cerr << "pipetrain: error: writing the standard output failed"
+              << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
+    if (status == 0) status = 1;
+  }
   std::cerr.flush();
   std::fflush(nullptr);
   std::_Exit(status);

@@ -130,6 +130,22 @@ TEST(CliErrors, ErrorsEscapeControlCharacters) {
   EXPECT_NE(r.output.find("/nonexistent/\\x1b[2Jevil.json"), std::string::npos) << r.output;
 }
 
+// A command's printed output is what it made (`plan --json > plan.json`): a write that fails, as on
+// a full disk, fails the command instead of exit 0 with the output lost. Both executables share
+// the main that checks it (`checkpoint inspect` hands off to pipetrain-torch).
+TEST(CliErrors, AFailedWriteOfTheOutputFailsTheCommand) {
+  std::string profile = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json";
+  for (const std::string& args : std::vector<std::string>{"plan --profile " + profile + " --workers 4 --bandwidth-gbps 10 --json",
+                                                          "--help", "checkpoint inspect --help"}) {
+    // stderr to the pipe the test reads, then stdout to the full device.
+    auto r = pt::testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain " + args + " 2>&1 >/dev/full", false);
+    SCOPED_TRACE(args + "\n" + r.output);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("error: writing the standard output failed"), std::string::npos);
+    EXPECT_EQ(pipetrain(args + " >/dev/null").exit_code, 0);
+  }
+}
+
 TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
   std::string plan = write("bad_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0, 1, 2, 3, 4, 5, 6, 7, 8], "replicas": 1}]})");
   expect_rejected(kTrain + "--plan " + plan, 1, {plan, "holds layer", "mnist-cnn"});
