@@ -75,6 +75,22 @@ TEST(JsonDoc, SyntaxErrorNamesSource) {
             std::string::npos);
 }
 
+// A key given twice in one object is ambiguous input: nlohmann kept the last silently (a
+// profile's second "forward_ms" planned on, exit 0). The error names the path to it; keys that
+// repeat across objects, inside strings, or escaped quotes in a key are no repeat.
+TEST(JsonDoc, AKeyGivenTwiceInOneObjectIsRefusedByItsPath) {
+  EXPECT_EQ(error_of([] { parse_json(R"({"a": [1, {"b": 2, "c": [3, {"d": 1, "d": 2}]}]})", "f.json"); }),
+            "f.json: field 'a[1].c[1].d' is given twice (a JSON object's keys must differ)");
+  EXPECT_EQ(error_of([] { parse_json(R"({"x": 1, "y": {"z": 1}, "x": 2})", "g.json"); }),
+            "g.json: field 'x' is given twice (a JSON object's keys must differ)");
+  EXPECT_EQ(error_of([] {
+              json j = parse_json(R"({"a": {"k": 1}, "b": {"k": 2}, "s": "{\"k\": 1, \"k\": 2}", "q\"": [{"k": 1}, {"k": 2}]})",
+                                  "ok.json");
+              EXPECT_EQ(j["b"]["k"], 2);
+            }),
+            "");
+}
+
 TEST(JsonDoc, FractionalIntIsRejected) {
   json doc = json::parse(R"({"n": 2.5})");
   EXPECT_EQ(error_of([&] { JsonField(doc, "x", "")["n"].as_int(); }),
