@@ -1,5 +1,7 @@
 #include "apps/command.h"
 
+#include "plan/plan.h"
+
 #include <cmath>
 #include <exception>
 
@@ -34,5 +36,7 @@ CLI::Validator finite_at_least(bool zero_allowed) {
 
 CLI::Validator finite_positive() { return finite_at_least(false); }
 CLI::Validator finite_non_negative() { return finite_at_least(true); }
+
+CLI::Validator bucket_mb_range() { return finite_non_negative() & CLI::Range(0.0, plan::kMaxBucketMb); }
 
 }  // namespace pt::app

@@ -45,5 +45,8 @@ inline constexpr const char* kTorchExecutable = "pipetrain-torch";
 // disabled the timeout, `--bucket-mb nan` became an undefined byte count.
 CLI::Validator finite_positive();
 CLI::Validator finite_non_negative();
+// An all-reduce bucket in MiB: finite, 0 to plan::kMaxBucketMb, as a plan file's bucket_mb must
+// be (plan --bucket-mb 1e308 wrote a plan that simulate and train then refused to read).
+CLI::Validator bucket_mb_range();
 
 }  // namespace pt::app

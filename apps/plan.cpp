@@ -370,6 +370,7 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
                                   "The all-reduce bucket train will use, MiB (0: all after the backward; default: the "
                                   "planner tries 0, 1, 4, 25 and 100 for the chosen plan and keeps the fastest, 25 "
                                   "unless another is faster)")
+                       ->check(bucket_mb_range())
                        ->capture_default_str();
   app.add_flag("--no-deferred-step", f->plan.no_deferred_step,
                "Never defer a replicated first stage's step past its next forward (which hides its all-reduce "

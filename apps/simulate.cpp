@@ -152,7 +152,7 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   f->bucket_flag = app.add_option("--bucket-mb", f->bucket_mb,
                                   "All-reduce bucket, MiB, as train's: reduced during the backward (0: all after it; "
                                   "default: the plan's bucket_mb, else 25)")
-      ->check(finite_non_negative())
+      ->check(bucket_mb_range())
       ->capture_default_str();
   app.add_option("--cores", f->cores,
                  "The workers are threads of one machine sharing this many cores, time-sliced as the kernel does "

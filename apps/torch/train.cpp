@@ -314,7 +314,7 @@ Register reg({"train", kTrainDescription,
                                   "Gradient all-reduce bucket, MiB: each is reduced during the backward once its "
                                   "gradients are final (0: all in one, after the backward; emulated runs scale it by "
                                   "--byte-scale; default: the plan's bucket_mb, else 25)")
-                       ->check(finite_non_negative())
+                       ->check(bucket_mb_range())
                        ->capture_default_str();
   app.add_flag("--vertical-sync", f->pipe.vertical_sync, "pipedream: vertical sync of weight versions");
   app.add_flag("--no-weight-prediction", [f](int64_t) { f->pipe.weight_prediction = false; },

@@ -146,6 +146,16 @@ TEST(CliErrors, AFailedWriteOfTheOutputFailsTheCommand) {
   }
 }
 
+// --bucket-mb takes what a plan file's bucket_mb may hold: plan --bucket-mb 1e308 wrote a plan
+// that simulate and train then refused ("field 'bucket_mb' must be at most 1.04858e+06 MiB").
+TEST(CliErrors, BucketFlagsTakeWhatAPlanFileMayHold) {
+  std::string profile = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json";
+  for (const std::string cmd : {"plan", "simulate"})
+    expect_rejected(cmd + " --profile " + profile + " --workers 4 --bandwidth-gbps 10 --bucket-mb 1e308", 2,
+                    {"--bucket-mb", "1e308", "1048576"});
+  expect_rejected(kTrain + "--bucket-mb 2e6", 2, {"--bucket-mb", "2e6"});
+}
+
 TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
   std::string plan = write("bad_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0, 1, 2, 3, 4, 5, 6, 7, 8], "replicas": 1}]})");
   expect_rejected(kTrain + "--plan " + plan, 1, {plan, "holds layer", "mnist-cnn"});
