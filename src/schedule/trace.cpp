@@ -52,6 +52,18 @@ json to_json(const Trace& t) {
   return doc;
 }
 
+namespace {
+
+// A time of the trace, ms: finite and within 10^12 of 0 either way.
+double time_of(const JsonField& f) {
+  constexpr double kMost = 1e12;
+  double t = f.as_number();
+  if (!(std::abs(t) <= kMost)) f.fail(str("must be within ", kMost, " ms of 0, got ", t));
+  return t;
+}
+
+}  // namespace
+
 Trace trace_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "trace", kTraceVersion);
@@ -63,7 +75,12 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   t.num_stages = static_cast<int>(root["stages"].as_int_at_least(1));
   t.microbatches = static_cast<int>(root["microbatches"].as_int_at_least(1));
   t.batch_size = root["batch_size"].as_int_at_least(0);
-  if (root.has("stage_parameter_bytes")) t.stage_parameter_bytes = root["stage_parameter_bytes"].as_int_list();
+  if (root.has("stage_parameter_bytes")) {
+    JsonField bytes = root["stage_parameter_bytes"];
+    if (bytes.size() != static_cast<size_t>(t.num_stages))
+      bytes.fail(str("must hold one count per stage (", t.num_stages, "), got ", bytes.size()));
+    for (size_t st = 0; st < bytes.size(); ++st) t.stage_parameter_bytes.push_back(bytes[st].as_int_at_least(0));
+  }
   JsonField workers = root["workers"];
   for (size_t w = 0; w < workers.size(); ++w) {
     JsonField row = workers[w];
@@ -76,9 +93,13 @@ Trace trace_from_json(const json& doc, const std::string& source) {
       } catch (const FormatError& err) {
         f["action"].fail(err.what());
       }
+      if (e.action.stage >= t.num_stages)
+        f["action"].fail(str("names stage ", e.action.stage, " of a trace of ", t.num_stages, " stages"));
       if (f.has("chunk")) e.action.chunk = static_cast<int>(f["chunk"].as_int_at_least(0));
-      e.start_ms = f["start_ms"].as_number();
-      e.end_ms = f["end_ms"].as_number();
+      // Times within 10^12 ms (31 years): beyond, the metrics' differences lose every digit
+      // (an end_ms of 1e308 made a bubble fraction of -0.089).
+      e.start_ms = time_of(f["start_ms"]);
+      e.end_ms = time_of(f["end_ms"]);
       if (e.end_ms < e.start_ms) f["end_ms"].fail(str("is before start_ms ", e.start_ms));
       if (f.has("bytes")) e.bytes = f["bytes"].as_int_at_least(0);
       list.push_back(e);
@@ -90,7 +111,7 @@ Trace trace_from_json(const json& doc, const std::string& source) {
     for (size_t i = 0; i < pauses.size(); ++i) {
       JsonField pause = pauses[i];
       if (pause.size() != 2) pause.fail(str("must be [start_ms, end_ms], got ", pause.size(), " numbers"));
-      double start = pause[0].as_number(), end = pause[1].as_number();
+      double start = time_of(pause[0]), end = time_of(pause[1]);
       if (end < start) pause[1].fail(str("is before the pause's start ", start));
       if (!t.pauses.empty() && start < t.pauses.back().second)
         pause[0].fail(str("overlaps or precedes the pause before, which ends at ", t.pauses.back().second));

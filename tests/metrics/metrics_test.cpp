@@ -248,27 +248,47 @@ TEST(Trace, JsonRejectsUnknownSource) {
   EXPECT_THROW(schedule::trace_from_json(doc, "t"), FormatError);
 }
 
+// What reading `doc` as run.trace.json says: its FormatError, or "accepted".
+std::string trace_error(const json& doc) {
+  try {
+    schedule::trace_from_json(doc, "run.trace.json");
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// Values no run records are refused by field: they printed negative bubbles and weights, or a
+// stage count of 1000 for two stages' actions.
+TEST(Trace, ImpossibleEventsAndCountsAreNamed) {
+  json good = schedule::to_json(two_stage_trace());
+  ASSERT_EQ(trace_error(good), "accepted");
+  json doc = good;
+  doc["workers"][0][0]["end_ms"] = 1e308;
+  EXPECT_NE(trace_error(doc).find("workers[0][0].end_ms"), std::string::npos) << trace_error(doc);
+  doc = good;
+  doc["workers"][0][0]["action"] = "9F0";
+  EXPECT_NE(trace_error(doc).find("names stage 9 of a trace of 2 stages"), std::string::npos) << trace_error(doc);
+  doc = good;
+  doc["stage_parameter_bytes"] = json::array({-1, 4});
+  EXPECT_NE(trace_error(doc).find("stage_parameter_bytes[0]"), std::string::npos) << trace_error(doc);
+  doc["stage_parameter_bytes"] = json::array({1, 2, 3});
+  EXPECT_NE(trace_error(doc).find("one count per stage (2), got 3"), std::string::npos) << trace_error(doc);
+}
+
 TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
   Trace t = two_stage_trace();
   t.pauses = {{3, 4}, {9, 20}};
   EXPECT_EQ(schedule::trace_from_json(schedule::to_json(t), "t").pauses, t.pauses);
-  auto message = [](const json& doc) {
-    try {
-      schedule::trace_from_json(doc, "run.trace.json");
-    } catch (const FormatError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   json doc = schedule::to_json(t);
   doc["pauses"][1] = json::array({20, 9});
-  EXPECT_NE(message(doc).find("pauses[1][1]"), std::string::npos) << message(doc);
-  EXPECT_NE(message(doc).find("before the pause's start 20"), std::string::npos) << message(doc);
+  EXPECT_NE(trace_error(doc).find("pauses[1][1]"), std::string::npos) << trace_error(doc);
+  EXPECT_NE(trace_error(doc).find("before the pause's start 20"), std::string::npos) << trace_error(doc);
   doc["pauses"][1] = json::array({2, 5});
-  EXPECT_NE(message(doc).find("precedes the pause before"), std::string::npos) << message(doc);
+  EXPECT_NE(trace_error(doc).find("precedes the pause before"), std::string::npos) << trace_error(doc);
   doc["pauses"][1] = json::array({30});
-  EXPECT_NE(message(doc).find("must be [start_ms, end_ms]"), std::string::npos) << message(doc);
-  EXPECT_NE(message(doc).find("run.trace.json"), std::string::npos) << message(doc);
+  EXPECT_NE(trace_error(doc).find("must be [start_ms, end_ms]"), std::string::npos) << trace_error(doc);
+  EXPECT_NE(trace_error(doc).find("run.trace.json"), std::string::npos) << trace_error(doc);
   // What no worker trained through: the workers' pauses in common.
   EXPECT_EQ(schedule::common_pauses({{0, 10}, {20, 30}}, {{2, 12}, {25, 40}}),
             (std::vector<std::pair<double, double>>{{2, 10}, {25, 30}}));
