@@ -21,11 +21,16 @@ std::vector<const StageReplica*> owners(const std::vector<torch::Tensor>& params
   return out;
 }
 
+// What this replica flattens and steps: its trainable parameters no other replica holds. A frozen
+// one (requires_grad false, as fine-tuning leaves a backbone) is no optimizer state, as in
+// torch.optim.SGD, which skips a parameter without a gradient: in the flat buffer, weight decay
+// shrank it at every step (a GPT's frozen LayerNorm moved 6.6e-3, every later weight 7.3e-3 off
+// eager PyTorch, exit 0).
 std::vector<torch::Tensor> own_only(const std::vector<torch::Tensor>& params,
                                     const std::vector<const StageReplica*>& owner) {
   std::vector<torch::Tensor> out;
   for (size_t i = 0; i < params.size(); ++i)
-    if (!owner[i]) out.push_back(params[i]);
+    if (!owner[i] && params[i].requires_grad()) out.push_back(params[i]);
   return out;
 }
 
@@ -39,9 +44,10 @@ StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first
       owner_(owners(params_, held_by)),
       flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_))), sgd_(*flat_, sgd) {
   for (size_t i = 0; i < params_.size(); ++i) {
+    bool own = !owner_[i] && params_[i].requires_grad();
     size_t k = 0;
-    while (!owner_[i] && !flat_->slots()[k].param.is_same(params_[i])) ++k;
-    slot_of_.push_back(owner_[i] ? static_cast<size_t>(-1) : k);
+    while (own && !flat_->slots()[k].param.is_same(params_[i])) ++k;
+    slot_of_.push_back(own ? k : kNoSlot);
   }
 }
 
@@ -180,15 +186,20 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
     if (!f.output.defined()) buffers = rebuild(f);
     f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad;
     if (record_sums_) weight_sums_[mb].second = weight_sum();
-    if (input_only) {
-      if (has_input_grad)
-        torch::autograd::backward({f.output}, {f.output_grad}, /*retain_graph=*/true, false, {f.input});
-    } else {
-      torch::autograd::backward({f.output}, {f.output_grad});
+    // An output that needs no gradient (a first stage of layers without weights, or all frozen:
+    // a Flatten, a fine-tuned model's backbone) has nothing to propagate: autograd refused it,
+    // and the job failed at its first backward.
+    if (f.output.requires_grad()) {
+      if (!input_only) torch::autograd::backward({f.output}, {f.output_grad});
+      else if (has_input_grad) torch::autograd::backward({f.output}, {f.output_grad}, /*retain_graph=*/true, false, {f.input});
     }
     for (auto& [b, own] : buffers) b.set_data(own);
   });
-  if (has_input_grad) input_grad = f.input.grad();
+  if (has_input_grad) {
+    input_grad = f.input.grad();
+    // An output that does not depend on the input: its gradient there is zero.
+    if (!input_grad.defined()) input_grad = torch::zeros_like(f.input);
+  }
   if (!input_only) finish(it);
   return input_grad;
 }
@@ -202,7 +213,8 @@ void StageReplica::backward_weight(int64_t mb) {
   for (auto& p : params_)
     if (p.requires_grad()) trainable.push_back(p);
   with_weights(f, [&] {
-    if (!trainable.empty()) torch::autograd::backward({f.output}, {f.output_grad}, false, false, trainable);
+    if (!trainable.empty() && f.output.requires_grad())
+      torch::autograd::backward({f.output}, {f.output_grad}, false, false, trainable);
   });
   finish(it);
 }
@@ -275,7 +287,9 @@ LayerState StageReplica::layer_state(int layer) const {
   LayerState s;
   for (size_t i = offset; i < offset + n; ++i) {
     s.params.push_back(params_[i].detach().clone());
-    s.momentum.push_back(owner_[i] ? owner_[i]->momentum_of(params_[i]) : sgd_.momentum(flat_->slots()[slot_of_[i]]));
+    s.momentum.push_back(owner_[i]                ? owner_[i]->momentum_of(params_[i])
+                         : slot_of_[i] == kNoSlot ? torch::Tensor()  // frozen: none, as before a first step
+                                                  : sgd_.momentum(flat_->slots()[slot_of_[i]]));
   }
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach().clone());
   return s;
@@ -296,8 +310,9 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
       throw ConfigError(pt::str(source, ": momentum ", i, " of layer ", layer, " has shape ", s.momentum[i].sizes(),
                             " but the parameter's is ", p.sizes()));
     p.data().copy_(s.params[i]);
-    // A borrowed parameter's momentum is its holder's, which loads it with its own layer.
-    if (!owner_[offset + i]) sgd_.set_momentum(flat_->slots()[slot_of_[offset + i]], s.momentum[i]);
+    // A borrowed parameter's momentum is its holder's, which loads it with its own layer; a
+    // frozen one has none.
+    if (slot_of_[offset + i] != kNoSlot) sgd_.set_momentum(flat_->slots()[slot_of_[offset + i]], s.momentum[i]);
   }
   auto buffers = model_->layer(layer).module->buffers();
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay

@@ -125,7 +125,8 @@ class StageReplica {
   std::vector<torch::Tensor> params_;
   std::vector<const StageReplica*> owner_;  // params_ index -> the replica it is borrowed from, or nullptr
   std::unique_ptr<model::FlatParameters> flat_;
-  std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one)
+  static constexpr size_t kNoSlot = static_cast<size_t>(-1);
+  std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one); kNoSlot: borrowed or frozen
   model::Sgd sgd_;
   int64_t version_ = 0;
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions

@@ -221,6 +221,46 @@ TEST(PipelineEquivalence, VSchedulesMatchSingleWorker) {
           expect_same_as_single_worker(kind, plan::even_split(prof, stages), m);
 }
 
+// A frozen layer (requires_grad false: a fine-tuned model's backbone) takes no step, as in
+// torch.optim.SGD, which skips a parameter without a gradient. With weight decay the flat
+// buffer's step shrank it anyway (a GPT's frozen LayerNorm moved 6.6e-3, exit 0). And a first
+// stage with nothing to train (all frozen, or no weights at all: a Flatten) has no backward to
+// run: autograd refused its output, and every schedule failed at its first backward.
+TEST(PipelineEquivalence, FrozenLayersTakeNoStepAndAStageOfThemRuns) {
+  auto frozen_first = [] {
+    auto m = seeded_cnn(3);
+    for (auto& p : m->layer_parameters(0)) p.set_requires_grad(false);
+    return m;
+  };
+  const auto& s = setup();
+  TrainOptions t = s.train;
+  t.sgd.weight_decay = 0.05;
+  auto single = frozen_first();
+  std::vector<torch::Tensor> initial;
+  for (auto& p : single->layer_parameters(0)) initial.push_back(p.detach().clone());
+  ASSERT_FALSE(initial.empty());
+  train_single_worker(*single, s.data, t);
+  std::vector<torch::Tensor> reference;
+  for (auto& p : single->parameters()) reference.push_back(p.detach().clone());
+  plan::Plan plan = plan::even_split(unit_profile(*single), 2);
+  plan.stages[0].layers = {0};  // the frozen layer alone: a stage with nothing to train
+  plan.stages[1].layers.clear();
+  for (int l = 1; l < single->num_layers(); ++l) plan.stages[1].layers.push_back(l);
+  for (const std::string kind : {"1f1b", "gpipe", "zb-h1"}) {
+    SCOPED_TRACE(kind);
+    PipelineOptions o;
+    o.schedule = kind;
+    o.microbatches = 2;
+    o.train = t;
+    o.timeout_s = 20;
+    std::vector<std::unique_ptr<Worker>> workers;
+    train_pipeline(frozen_first, s.data, plan, o, &workers);
+    auto weights = pipeline_weights(schedule_for(plan, o, 1), workers);
+    EXPECT_LE(max_relative_error(weights, reference), 1e-5);
+    for (size_t i = 0; i < initial.size(); ++i) EXPECT_TRUE(torch::equal(weights[i], initial[i])) << "frozen " << i;
+  }
+}
+
 // train --schedule-file: each built-in synchronous schedule, written out (simulate
 // --emit-schedule's JSON) and as torch.distributed.pipelining's CSV of actions, read back and run
 // in place of its generator, trains to the built-in's weights (the same actions in the same
