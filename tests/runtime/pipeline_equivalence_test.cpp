@@ -94,6 +94,19 @@ TEST(PipelineEquivalence, AReplicatedLastStageReportsTheWholeMinibatchsLoss) {
   }
 }
 
+// Trains `plan` under `kind` in `microbatches` into `workers`: the schedule they ran.
+schedule::Schedule train_with(const std::function<std::shared_ptr<model::LayeredModel>()>& make,
+                              const model::DataSplit& data, const plan::Plan& plan, const std::string& kind,
+                              int microbatches, const TrainOptions& t, std::vector<std::unique_ptr<Worker>>& workers) {
+  PipelineOptions o;
+  o.schedule = kind;
+  o.microbatches = microbatches;
+  o.train = t;
+  o.timeout_s = 20;
+  train_pipeline(make, data, plan, o, &workers);
+  return schedule_for(plan, o, 1);
+}
+
 // A weight two layers share (tied embeddings, as a small MLP): x -> tanh(x W) -> `middle`
 // linears -> tanh(. W) -> head.
 struct TiedMatMul : torch::nn::Module {
@@ -173,14 +186,8 @@ TEST(PipelineEquivalence, VSchedulesStepATieBetweenAWorkersChunksOnce) {
   for (const auto& g : single->tie_groups()) plan.ties.push_back(g.layers());
   for (const std::string kind : {"zb-v", "v-half", "dualpipev"}) {
     SCOPED_TRACE(kind);
-    PipelineOptions o;
-    o.schedule = kind;
-    o.microbatches = 4;
-    o.train = t;
-    o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> workers;
-    train_pipeline(make, data, plan, o, &workers);
-    auto sched = schedule_for(plan, o, 1);
+    auto sched = train_with(make, data, plan, kind, 4, t, workers);
     ASSERT_EQ(sched.stage_workers[0], sched.stage_workers[3]);  // the tie's chunks share a worker
     EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), reference), 1e-5);
     // A checkpoint of either chunk's layer holds the one momentum (the borrower's is its holder's).
@@ -248,14 +255,8 @@ TEST(PipelineEquivalence, FrozenLayersTakeNoStepAndAStageOfThemRuns) {
   for (int l = 1; l < single->num_layers(); ++l) plan.stages[1].layers.push_back(l);
   for (const std::string kind : {"1f1b", "gpipe", "zb-h1"}) {
     SCOPED_TRACE(kind);
-    PipelineOptions o;
-    o.schedule = kind;
-    o.microbatches = 2;
-    o.train = t;
-    o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> workers;
-    train_pipeline(frozen_first, s.data, plan, o, &workers);
-    auto weights = pipeline_weights(schedule_for(plan, o, 1), workers);
+    auto weights = pipeline_weights(train_with(frozen_first, s.data, plan, kind, 2, t, workers), workers);
     EXPECT_LE(max_relative_error(weights, reference), 1e-5);
     for (size_t i = 0; i < initial.size(); ++i) EXPECT_TRUE(torch::equal(weights[i], initial[i])) << "frozen " << i;
   }
