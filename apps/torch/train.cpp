@@ -246,10 +246,19 @@ int run_train(TrainFlags& f) {
   if (gloo_worker) return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, report);
   // As many workers as the schedule places stages on (interleaved and the V schedules put
   // several of the plan's stages on one).
-  int workers = runtime::job_probe(plan, f.pipe).num_workers();
+  schedule::Schedule probe = runtime::job_probe(plan, f.pipe);
+  int workers = probe.num_workers();
+  // Each stage's layers: a split measured here (--stages without --profile) varies with the
+  // machine's timing from run to run, and an asynchronous schedule's weights with it.
+  std::string layers;
+  for (const auto& st : plan.stages)
+    layers += str(layers.empty() ? "" : " | ", st.layers.front(),
+                  st.layers.size() > 1 ? str("-", st.layers.back()) : std::string());
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
-            << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages() << " stages), "
-            << f.pipe.microbatches << " microbatches, transport " << f.transport
+            << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages()
+            << " stages: layers " << layers << "), "
+            << probe.microbatches << (probe.microbatches == 1 ? " microbatch" : " microbatches")  // pipedream's: 1
+            << ", transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
   if (f.transport == "gloo") {  // one process per worker on this host: forks of this one, or this binary again
     runtime::Launch launch = runtime::fork_gloo_job(plan, workers, f.trace_path);
