@@ -37,6 +37,14 @@ CLI::Validator finite_at_least(bool zero_allowed) {
 CLI::Validator finite_positive() { return finite_at_least(false); }
 CLI::Validator finite_non_negative() { return finite_at_least(true); }
 
-CLI::Validator bucket_mb_range() { return finite_non_negative() & CLI::Range(0.0, plan::kMaxBucketMb); }
+CLI::Validator bucket_mb_range() {
+  return CLI::Validator(
+      [](std::string& text) {
+        std::string why = finite_non_negative()(text);
+        if (!why.empty() || std::stod(text) <= plan::kMaxBucketMb) return why;
+        return str("must be at most ", static_cast<int64_t>(plan::kMaxBucketMb), " MiB, got '", text, "'");
+      },
+      "MiB in 0.." + std::to_string(static_cast<int64_t>(plan::kMaxBucketMb)));
+}
 
 }  // namespace pt::app
