@@ -58,11 +58,9 @@ TEST(BadPlanFile, NamesFieldAndValue) {
             "p.json: not valid JSON (number overflow parsing '1e999')");
   EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "in_flight": 0}]})"),
             "p.json: field 'stages[0].in_flight' must be in 1..4096, got 0");
-  // An empty schedule ran the default (1f1b) in place of the plan's; a cost model is one of three.
+  // An empty schedule ran the default (1f1b) in place of the plan's.
   EXPECT_EQ(plan_error(head + R"("workers": 1, "schedule": "", "stages": [{"layers": [0], "replicas": 1}]})"),
             "p.json: field 'schedule' must name a schedule, or be left out");
-  EXPECT_EQ(plan_error(head + R"("workers": 1, "cost_model": "bogus", "stages": [{"layers": [0], "replicas": 1}]})"),
-            "p.json: field 'cost_model' must be pipetrain, pipedream or even, got 'bogus'");
   EXPECT_EQ(plan_from_json(parse_json(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "in_flight": 3}]})",
                                       "p.json"),
                            "p.json")
