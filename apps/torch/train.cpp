@@ -149,6 +149,11 @@ int run_train(TrainFlags& f) {
   if (!f.schedule_file.empty()) f.pipe.schedule = "file";
   note_samples_left_out(data.train.size(), f.pipe.train);
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
+  // One worker trains each minibatch whole: --microbatches, which it ignored without a word,
+  // changes what BatchNorm sees in a pipeline (a minibatch of 16 in 4 microbatches of 4).
+  if (!parallel && f.microbatches_flag->count() > 0 && f.pipe.microbatches != 1)
+    std::cerr << "note: --microbatches " << f.pipe.microbatches << " is for pipelines (--stages, --plan, "
+              << "--schedule): one worker trains each minibatch of " << f.pipe.train.batch_size << " whole\n";
   if (!parallel && (!ck.dir.empty() || f.recompute || !f.trace_path.empty())) {
     // Checkpoints, recomputation and traces are runtime features: one worker runs as a
     // one-stage pipeline (which computes what single-worker training does; tests/runtime
