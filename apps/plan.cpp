@@ -100,7 +100,11 @@ void note_plan_bucket(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
     tried += str(tried.empty() ? "" : ", ", mb, " MiB ", std::round(ms * 1000) / 1000);
     all_equal = all_equal && std::abs(ms - b.ms_per_minibatch) <= 1e-9 * b.ms_per_minibatch;
   }
-  if (all_equal && b.tried.size() > 1)
+  if (b.at_limit)
+    out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB: it runs the plan at its physical limit (",
+                                 std::round(b.ms_per_minibatch * 1000) / 1000, " ms per minibatch in simulation), "
+                                 "which no bucket size beats"));
+  else if (all_equal && b.tried.size() > 1)
     out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB: every size tried simulates the same (",
                                  std::round(b.ms_per_minibatch * 1000) / 1000, " ms per minibatch)"));
   else

@@ -165,7 +165,13 @@ double simulate_data_parallel(const profile::Profile& profile, const plan::Clust
 }
 
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
-                           const plan::PlanOptions& options, const std::string& kind, double own_ms) {
+                           const plan::PlanOptions& options, const std::string& kind, double own_ms,
+                           double limit_ms) {
+  if (own_ms > 0 && own_ms <= limit_ms * (1 + 1e-9)) {
+    BucketChoice at{static_cast<double>(options.bucket_bytes) / (1 << 20), own_ms, {}, true};
+    at.tried.push_back({at.bucket_mb, own_ms});
+    return at;
+  }
   schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, {});
   std::vector<double> sizes{static_cast<double>(options.bucket_bytes) / (1 << 20)};
   for (double mb : kBucketChoicesMb)
@@ -451,7 +457,8 @@ void Referee::own_buckets() {
     if (replicated) {
       // The ranking's replay is the options' bucket's figure where it repeats (periodic_first).
       c.bucket = choose_bucket(c.plan, context_.profile, cluster, options(), context_.kind,
-                               c.simulated.periodic ? c.simulated.ms_per_minibatch : 0);
+                               c.simulated.periodic ? c.simulated.ms_per_minibatch : 0,
+                               plan::physical_limit(c.plan, c.estimate, context_.profile, cluster).ms());
       c.simulated.ms_per_minibatch = c.bucket.ms_per_minibatch;
       if (c.simulated.ms_per_minibatch > 0)
         c.simulated.samples_per_s = static_cast<double>(context_.profile.batch_size) / c.simulated.ms_per_minibatch * 1e3;

@@ -19,10 +19,14 @@ namespace pt::referee {
 // kBucketChoicesMb and the options' own bucket; the options' unless another is faster. The sizes
 // are simulated side by side on the machine's cores; `own_ms`, where the caller has the plan's
 // time with the options' own bucket already (the referee's replay of it), is taken for that one.
+// Where the options' bucket already runs the plan at its physical limit (limit_ms, which no
+// bucket lowers: physical_limit.h), no other is simulated: none can be faster (ResNet-101's 15-1
+// on 16 workers runs at its first stage's compute; its four other sizes were a sixth of `plan`).
 struct BucketChoice {
   double bucket_mb = 0;
   double ms_per_minibatch = 0;
   std::vector<std::pair<double, double>> tried;  // (MiB, simulated ms per minibatch), the options' first
+  bool at_limit = false;  // the options' bucket reached limit_ms: the others were not simulated
 };
 inline constexpr double kBucketChoicesMb[] = {0, 1, 4, 25, 100};
 
@@ -54,7 +58,8 @@ struct Refereed {
 };
 
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
-                           const plan::PlanOptions& options, const std::string& kind, double own_ms = 0);
+                           const plan::PlanOptions& options, const std::string& kind, double own_ms = 0,
+                           double limit_ms = 0);
 
 // Whether replayed plan a ranks before b: the faster in simulation, nothing added to either's
 // time; at equal time the one on fewer workers (the same throughput for less hardware: GNMT-16

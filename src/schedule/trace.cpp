@@ -140,11 +140,21 @@ Trace read_trace(const std::string& path) {
 void write_trace(const Trace& t, const std::string& path) { write_text_file_atomic(path, to_json(t).dump() + "\n"); }
 
 void merge_worker_traces(int world_size, const std::string& trace_path) {
+  // Every part is read and checked before anything is written or removed: a bad part leaves
+  // them all as they were.
   Trace merged;
   double origin = std::numeric_limits<double>::infinity();
+  std::vector<std::string> parts;
   for (int r = 0; r < world_size; ++r) {
-    std::string part = trace_path + ".worker" + std::to_string(r);
-    Trace t = read_trace(part);
+    parts.push_back(trace_path + ".worker" + std::to_string(r));
+    Trace t = read_trace(parts.back());
+    // Each worker writes its own events: a part holding another's (a whole trace, or one
+    // renamed) would lose them here without a word.
+    for (size_t w = 0; w < t.workers.size(); ++w)
+      if (static_cast<int>(w) != r && !t.workers[w].empty())
+        throw FormatError(str(parts.back(), ": field 'workers[", w, "]' holds ", t.workers[w].size(),
+                              " events; the part of worker ", r, " may hold only worker ", r,
+                              "'s (a trace of every worker needs no --merge)"));
     if (r == 0) {
       merged = t;
       merged.workers.assign(world_size, {});
@@ -152,7 +162,6 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
     if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
     if (r > 0) merged.pauses = common_pauses(merged.pauses, t.pauses);
     for (const auto& e : merged.workers[r]) origin = std::min(origin, e.start_ms);
-    std::remove(part.c_str());
   }
   // Workers record steady-clock times, shared by the processes of one host.
   if (std::isfinite(origin))
@@ -164,6 +173,7 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
   if (std::isfinite(origin))
     for (auto& [start, end] : merged.pauses) start -= origin, end -= origin;
   write_trace(merged, trace_path);
+  for (const auto& part : parts) std::remove(part.c_str());
 }
 
 }  // namespace pt::schedule

@@ -64,7 +64,8 @@ std::vector<std::pair<double, double>> common_pauses(const std::vector<std::pair
 
 // Joins the per-worker traces that the workers of one host wrote (trace_path.worker<r>, each
 // holding its own worker's events on the host's steady clock) into one trace at trace_path,
-// with the earliest event at 0, and removes the parts.
+// with the earliest event at 0, and removes the parts once it is written. A part that cannot
+// be read, or holds events of another worker, is refused with every part left in place.
 void merge_worker_traces(int world_size, const std::string& trace_path);
 
 }  // namespace pt::schedule

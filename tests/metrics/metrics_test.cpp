@@ -1,6 +1,11 @@
 // Metrics and pictures from a hand-written trace (as a runtime would record it): the library
 // works on any Trace, not only the simulator's.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
@@ -292,6 +297,49 @@ TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
   // What no worker trained through: the workers' pauses in common.
   EXPECT_EQ(schedule::common_pauses({{0, 10}, {20, 30}}, {{2, 12}, {25, 40}}),
             (std::vector<std::pair<double, double>>{{2, 10}, {25, 30}}));
+}
+
+// --merge joins each worker's own events; a part that holds another worker's (a whole trace
+// passed as worker 0's) was merged without them and removed, and a bad part removed the ones
+// read before it. Now both are refused with every part left in place.
+TEST(Trace, MergeRefusesAPartWithAnotherWorkersEventsAndKeepsTheParts) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("pt_merge_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / "run.trace.json").string();
+  Trace whole = two_stage_trace();
+  auto part = [&](int r) { return path + ".worker" + std::to_string(r); };
+  auto only = [&](int r) {
+    Trace t = whole;
+    for (size_t w = 0; w < t.workers.size(); ++w)
+      if (static_cast<int>(w) != r) t.workers[w].clear();
+    return t;
+  };
+  // The whole trace as worker 0's part.
+  schedule::write_trace(whole, part(0));
+  schedule::write_trace(only(1), part(1));
+  try {
+    schedule::merge_worker_traces(2, path);
+    ADD_FAILURE() << "merged a part holding worker 1's events as worker 0's";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(part(0) + ": field 'workers[1]' holds 9 events"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::exists(part(0)) && fs::exists(part(1)));
+  EXPECT_FALSE(fs::exists(path));
+  // A garbled last part leaves the first in place too.
+  schedule::write_trace(only(0), part(0));
+  { std::ofstream(part(1)) << "{\"source\": "; }
+  EXPECT_THROW(schedule::merge_worker_traces(2, path), FormatError);
+  EXPECT_TRUE(fs::exists(part(0)));
+  // Good parts merge into the whole trace, and are removed.
+  schedule::write_trace(only(1), part(1));
+  schedule::merge_worker_traces(2, path);
+  Trace merged = schedule::read_trace(path);
+  ASSERT_EQ(merged.workers.size(), 2u);
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(merged.workers[w].size(), whole.workers[w].size());
+  EXPECT_FALSE(fs::exists(part(0)) || fs::exists(part(1)));
+  fs::remove_all(dir);
 }
 
 }  // namespace

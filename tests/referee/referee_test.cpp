@@ -11,6 +11,7 @@
 #include "referee/referee.h"
 #include "core/error.h"
 #include "metrics/metrics.h"
+#include "plan/physical_limit.h"
 #include "plan/pipetrain_cost.h"
 #include "plan/plan_command.h"
 #include "plan/planner.h"
@@ -196,6 +197,35 @@ TEST(Referee, DataParallelismIsWeighedAtItsOwnBucket) {
   at.bucket_bytes = static_cast<int64_t>(first.plan.bucket_mb * (1 << 20));
   EXPECT_NEAR(referee::simulate_plan(first.plan, prof, cluster, at), first.simulated.ms_per_minibatch,
               1e-9 * first.simulated.ms_per_minibatch);
+}
+
+// A plan the options' bucket already runs at its physical limit gets no other bucket simulated
+// (referee.h, BucketChoice): ResNet-101's 15-1 on 16 workers at 10 Gbit/s runs at its first
+// stage's compute. Every other size, simulated here, is no faster: the sizes skipped could not
+// have changed the choice.
+TEST(Referee, ABucketAtThePhysicalLimitIsKeptWithoutTheOthers) {
+  profile::Profile prof = published("resnet101");
+  plan::Cluster cluster = plan::cluster_from_shorthand("16", "10");
+  plan::PlanOptions o;
+  o.candidates = 12;
+  referee::Refereed r = referee::choose(plan::plan_candidates(prof, cluster, o), prof, cluster, o, "pipedream",
+                                        /*own_buckets=*/true);
+  const referee::Candidate& first = r.ranked.front();
+  ASSERT_TRUE(first.bucket.at_limit) << first.plan.shape() << " no longer reaches its limit with the options' bucket";
+  ASSERT_EQ(first.bucket.tried.size(), 1u);
+  EXPECT_EQ(first.plan.bucket_mb, 25);
+  double limit = plan::physical_limit(first.plan, first.estimate, prof, cluster).ms();
+  EXPECT_NEAR(first.simulated.ms_per_minibatch, limit, 1e-9 * limit);
+  referee::BucketChoice all = referee::choose_bucket(first.plan, prof, cluster, o, "pipedream");
+  EXPECT_FALSE(all.at_limit);
+  ASSERT_EQ(all.tried.size(), std::size(referee::kBucketChoicesMb));
+  bool another_figure = false;
+  for (const auto& [mb, ms] : all.tried) {
+    EXPECT_GE(ms, first.simulated.ms_per_minibatch * (1 - 1e-9)) << mb << " MiB";
+    another_figure = another_figure || ms > first.simulated.ms_per_minibatch * (1 + 1e-9);
+  }
+  EXPECT_TRUE(another_figure) << "every bucket runs this plan alike: the case shows no skip";
+  EXPECT_EQ(all.bucket_mb, 25);
 }
 
 // VGG-16 on 4x4 at 96/1 Gbit/s: the chosen plan's later stages have slack, so some stage keeps
