@@ -161,7 +161,8 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
   // The first workers of the smaller clusters planned here (SearchResult::suffixes).
   std::vector<char> suffix_start(W, 0);
   if (options.fewer_workers)
-    for (const Cluster& sub : smaller_clusters(cluster)) suffix_start[W - sub.workers()] = 1;
+    for (const Cluster& sub : smaller_clusters(cluster))
+      if (sub.workers() >= options.fewest_workers) suffix_start[W - sub.workers()] = 1;
   // The starts with a bound, and whether a boundary at (k > 0, w) can be on a returned plan.
   std::vector<int> starts;
   for (int w = 0; w < W; ++w)

@@ -130,6 +130,23 @@ double exact_data_parallel_ms(const profile::Profile& profile, const Cluster& cl
   return e.fits_memory ? e.pipeline_ms_per_minibatch : 0;
 }
 
+// PlanOptions::fewest_workers for `cluster`, where data parallelism on all of it takes
+// `data_parallel_ms` (0: does not fit). Every plan's stages compute at least the one stage's sum
+// (each charges the host its actions), so on m workers its busiest worker computes at least
+// that over m: its physical limit, which the referee compares with the best time replayed
+// before it. The candidates go in order of estimate, never below that compute, and data
+// parallelism's replay is its estimate (steady_state_in_closed_form), so a plan on m workers
+// whose compute bound is above it comes after it and is ruled out unreplayed: ResNet-101 on 16
+// workers at 10 Gbit/s plans no cluster of under 14 (411 ms of compute, data parallelism 29.6 ms).
+int fewest_workers_to_plan(const profile::Profile& profile, const Cluster& cluster, double data_parallel_ms) {
+  if (data_parallel_ms <= 0) return 0;
+  Plan one = data_parallel_plan(profile.num_layers(), cluster.workers());
+  double compute = exact_stage_sums(one, profile, cluster).compute[0];
+  int m = static_cast<int>(compute / (data_parallel_ms * (1 + 1e-9)));
+  while (m > 0 && compute / m <= data_parallel_ms * (1 + 1e-9)) --m;  // the largest m ruled out
+  return m + 1;
+}
+
 // Worker orders the planner tries for a searched plan (the search numbers workers stage by
 // stage): as searched and, on clusters of several levels, reversed (the last stage first) and
 // spread (consecutive replicas in different units of the innermost level). Stage s takes the
@@ -264,6 +281,8 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   }
   std::vector<Plan> plans;
   const double data_parallel_ms = exact_data_parallel_ms(profile, cluster, options);
+  // (--straight: data parallelism is no candidate, and nothing rules the smaller clusters out.)
+  if (!options.straight) wider.fewest_workers = fewest_workers_to_plan(profile, cluster, data_parallel_ms);
   // The search's baseline, where it found data parallelism possible, by the exact rules.
   auto with_baseline = [&](Plan p) {
     if (p.data_parallel_ms_per_minibatch > 0) p.data_parallel_ms_per_minibatch = data_parallel_ms;
@@ -381,6 +400,7 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
     one.fewer_workers = false;
     one.candidates = 1;
     for (const Cluster& sub : smaller_clusters(cluster)) {
+      if (sub.workers() < wider.fewest_workers) continue;  // not planned: none could win
       int w = cluster.workers() - sub.workers();
       Plan best;
       for (const Searched& searched : searches) {
@@ -462,7 +482,9 @@ std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& prof
       p.stages[i].layers.push_back(b.front());
       add(std::move(p));
     }
-    // Merged, then any one replica to any other stage (or none).
+    // Merged, then any one replica to any other stage (or none): not under --straight, where
+    // no stage is replicated (the climbs made 3-1-1-1-1 of ResNet-101's straight plans).
+    if (options.straight) continue;
     Plan m = plan;
     m.stages[i].layers.insert(m.stages[i].layers.end(), b.begin(), b.end());
     m.stages[i].replicas += plan.stages[i + 1].replicas;

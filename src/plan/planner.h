@@ -36,6 +36,12 @@ struct PlanOptions {
   // How many of each smaller cluster's best plans the search keeps (SearchResult::suffixes; 0:
   // `candidates`). plan_candidates reads 4 of them: more only weakens the bounds that prune.
   int suffix_candidates = 0;
+  // The fewest workers a smaller cluster planned in the search has (0: any). plan_candidates
+  // sets it where data parallelism on every worker fits and is a candidate (not --straight): its
+  // time, which the referee replays before any plan whose estimate is slower, is below the
+  // compute of every plan on fewer workers shared over them, so their physical limits rule
+  // them out unreplayed.
+  int fewest_workers = 0;
   // The most seconds planning takes, counted from `started` (plan --time-limit): past them the
   // simulator replays no further candidate (at least one is) and no other all-reduce bucket, and
   // the plan says so in a note. The search itself always completes. 0: no limit.
@@ -84,7 +90,8 @@ std::vector<Cluster> smaller_clusters(const Cluster& cluster);
 // boundary moved by one layer, one replica moved from a stage to another, or two neighbouring
 // stages merged (their replicas summed, one of them then moved to any other stage). Each in
 // the placement evaluate_plan predicts fastest (as plan_candidates), fastest predicted first;
-// plans that break the layer order or the memory limit are left out.
+// plans that break the layer order or the memory limit are left out. Under options.straight
+// only the boundary moves: the others replicate a stage.
 std::vector<Plan> neighbour_plans(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                                   const PlanOptions& options);
 

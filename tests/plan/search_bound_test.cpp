@@ -2,7 +2,8 @@
 // search of every (state, worker) boundary returns: the same alternatives, times and stages, for
 // the whole cluster and for each smaller one, on random DAGs (bounded by chains of 2-8 states)
 // and on PipeDream's published DAG profiles (the default 64), with and without a memory limit
-// and one worker a stage.
+// and one worker a stage; and leaving the smaller clusters of fewer workers out
+// (PlanOptions::fewest_workers) changes nothing else.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -108,6 +109,58 @@ TEST(SearchBound, PublishedDagProfilesSearchTheSameAsEveryBoundary) {
       compare(space, cluster, options, kBoundingChain, what + " without buckets");
     }
   }
+}
+
+// PlanOptions::fewest_workers leaves the smaller clusters of fewer workers out of the search
+// and changes nothing else it returns: the whole cluster's alternatives and every smaller
+// cluster's still planned are the same, on random DAGs and on ResNet-101, whose smaller clusters
+// `plan` leaves out at 10 Gbit/s.
+TEST(SearchBound, SmallerClustersLeftOutChangeNothingElse) {
+  std::mt19937 rng(11);
+  size_t compared = 0, left_out = 0;
+  auto check = [&](const StateSpace& space, const Cluster& cluster, PlanOptions options, int fewest,
+                   const std::string& what) {
+    options.fewer_workers = true;
+    SearchResult all = search_pipetrain(space, cluster, options);
+    options.fewest_workers = fewest;
+    SearchResult some = search_pipetrain(space, cluster, options);
+    EXPECT_EQ(all.pipeline_ms, some.pipeline_ms) << what;
+    expect_same(all.alternatives, some.alternatives, what);
+    compared += all.alternatives.size();
+    int W = cluster.workers();
+    ASSERT_EQ(all.suffixes.size(), some.suffixes.size()) << what;
+    for (int w = 1; w < W; ++w) {
+      std::string from = what + " from worker " + std::to_string(w);
+      if (W - w >= fewest) {
+        expect_same(all.suffixes[w].alternatives, some.suffixes[w].alternatives, from);
+        compared += all.suffixes[w].alternatives.size();
+      } else {
+        EXPECT_TRUE(some.suffixes[w].alternatives.empty()) << from;
+        left_out += !all.suffixes[w].alternatives.empty();
+      }
+    }
+  };
+  const char* clusters[][2] = {{"8", "10"}, {"2,4", "50,5"}};
+  for (int c = 0; c < 20; ++c) {
+    profile::Profile p = random_dag(rng, 12 + c % 9);
+    Cluster cluster = cluster_from_shorthand(clusters[c % 2][0], clusters[c % 2][1]);
+    PlanOptions options;
+    options.candidates = 1 + c % 12;
+    options.suffix_candidates = 4;
+    options.bucket_bytes = c % 3 ? 25 << 20 : 0;
+    check(build_state_space(p, 2500), cluster, options, 2 + c % 6, "case " + std::to_string(c));
+  }
+  std::string dir = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/";
+  if (std::filesystem::exists(dir)) {
+    profile::Profile p = profile::read_any_profile(dir + "resnet101.json");
+    Cluster cluster = cluster_from_shorthand("16", "10");
+    PlanOptions options;
+    options.candidates = 48;  // as plan_candidates asks
+    options.suffix_candidates = 4;
+    check(build_state_space(p, 2500, static_cast<size_t>(6e7 / 256)), cluster, options, 15, "resnet101 on 16");
+  }
+  EXPECT_GT(compared, 300u);
+  EXPECT_GT(left_out, 50u) << "the cases leave too few smaller clusters out to show anything";
 }
 
 }  // namespace

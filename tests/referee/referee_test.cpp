@@ -228,6 +228,55 @@ TEST(Referee, ABucketAtThePhysicalLimitIsKeptWithoutTheOthers) {
   EXPECT_EQ(all.bucket_mb, 25);
 }
 
+// A smaller cluster whose compute shared over its workers exceeds data parallelism's time on
+// them all is not planned (PlanOptions::fewest_workers): ResNet-101 on 16 workers at 10 Gbit/s
+// plans no cluster of under 14 (every one was). The plans it leaves out could not have been
+// replayed: the best
+// the search finds for each such cluster has a physical limit (the compute of its busiest
+// worker) above data parallelism's time, which the referee replays before them.
+TEST(Referee, SmallerClustersThatCannotWinAreNotPlanned) {
+  profile::Profile prof = published("resnet101");
+  plan::Cluster cluster = plan::cluster_from_shorthand("16", "10");
+  plan::PlanOptions o;
+  o.candidates = 12;
+  std::vector<plan::Plan> candidates = plan::plan_candidates(prof, cluster, o);
+  double data_parallel = plan::evaluate_plan(plan::data_parallel_plan(prof.num_layers(), 16), prof, cluster, o)
+                             .pipeline_ms_per_minibatch;
+  std::set<int> on;
+  for (const auto& p : candidates) on.insert(p.workers);
+  EXPECT_GE(*on.begin(), 14) << "plans on " << *on.begin() << " workers: the bound no longer leaves them out";
+  for (int m = 1; m < *on.begin(); ++m) {
+    plan::Plan best = plan::make_plan(prof, plan::cluster_from_shorthand(std::to_string(m), "10"), o);
+    plan::Plan there = best;
+    there.workers = 16;  // its workers are the first m of the 16
+    double limit = plan::physical_limit(there, plan::evaluate_plan(there, prof, cluster, o), prof, cluster).ms();
+    EXPECT_GT(limit, data_parallel) << m << " workers: " << best.shape();
+  }
+  referee::Refereed r = referee::choose(candidates, prof, cluster, o);
+  EXPECT_EQ(r.ranked.front().plan.shape(), "15-1");
+  EXPECT_LE(r.ranked.front().simulated.ms_per_minibatch, data_parallel);
+}
+
+// --straight (one worker a stage) holds for every plan the referee replays, its climbs'
+// neighbours included: they merged stages and moved replicas, and `plan --straight` chose
+// ResNet-101 3-1-1-1-1 on 8 workers, VGG-16 13-1 on 16 and SqueezeNet data parallelism on 8.
+TEST(Referee, StraightPlansStayStraightThroughTheClimbs) {
+  for (const char* model : {"resnet101", "vgg16", "squeezenet1_0"})
+    for (auto [workers, gbps] : {std::pair{"8", "10"}, std::pair{"4,4", "100,10"}}) {
+      SCOPED_TRACE(std::string(model) + " on " + workers);
+      profile::Profile prof = published(model);
+      plan::Cluster cluster = plan::cluster_from_shorthand(workers, gbps);
+      plan::PlanOptions o;
+      o.candidates = 12;
+      o.straight = true;
+      referee::Refereed r = referee::choose(plan::plan_candidates(prof, cluster, o), prof, cluster, o);
+      ASSERT_FALSE(r.ranked.empty());
+      EXPECT_GT(r.ranked.front().plan.num_stages(), 1);
+      for (const auto& c : r.ranked)
+        for (const auto& st : c.plan.stages) EXPECT_EQ(st.replicas, 1) << c.plan.shape();
+    }
+}
+
 // VGG-16 on 4x4 at 96/1 Gbit/s: the chosen plan's later stages have slack, so some stage keeps
 // fewer minibatches in flight than PipeDream's rule. That is both what its schedule runs (weight
 // versions) and faster in simulation than the same plan under the rule.
