@@ -11,8 +11,9 @@ namespace pt {
 
 namespace {
 
+// Decimal notation only: strtod also reads hexadecimal ("0x10" as 16), "inf" and "nan".
 bool parse_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
+  if (s.empty() || s.find_first_not_of("0123456789+-.eE") != std::string::npos) return false;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
@@ -60,8 +61,11 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<int64_t> out;
   for (const auto& part : split(text, ',')) {
+    // Digits alone: a count written 1e3 or 16.0 is a typo more often than a count.
+    size_t digits = part.size() > 1 && (part[0] == '-' || part[0] == '+') ? 1 : 0;
     double v = 0;
-    if (!parse_double(part, &v) || std::floor(v) != v || std::fabs(v) > 1e15)
+    if (part.find_first_not_of("0123456789", digits) != std::string::npos || !parse_double(part, &v) ||
+        std::fabs(v) > 1e15)
       throw UsageError(str(what, ": '", part, "' in '", text, "' is not a whole number"));
     out.push_back(static_cast<int64_t>(v));
   }

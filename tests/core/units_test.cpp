@@ -41,6 +41,12 @@ TEST(Units, Lists) {
   EXPECT_EQ(parse_double_list("80,10", "--bandwidth-gbps"), (std::vector<double>{80, 10}));
   EXPECT_THROW(parse_int_list("4,x", "--workers"), UsageError);
   EXPECT_THROW(parse_int_list("4,", "--workers"), UsageError);
+  // strtod's other notations are no counts or rates here: --workers 0x10 planned 16 workers.
+  for (const char* bad : {"0x10", "1e3", "16.0", "+", "-"}) EXPECT_THROW(parse_int_list(bad, "--workers"), UsageError) << bad;
+  for (const char* bad : {"0x10", "0x1p3", "inf", "nan", "1,infinity"})
+    EXPECT_THROW(parse_double_list(bad, "--bandwidth-gbps"), UsageError) << bad;
+  EXPECT_EQ(parse_double_list("1e1, 2.5", "--bandwidth-gbps"), (std::vector<double>{10, 2.5}));
+  EXPECT_EQ(parse_int_list("-1", "--workers"), (std::vector<int64_t>{-1}));
 }
 
 }  // namespace
