@@ -1,4 +1,5 @@
-// pipetrain checkpoint inspect D: what a checkpoint holds, verified (sizes and checksums).
+// pipetrain checkpoint inspect D: what a checkpoint holds, verified (sizes and checksums, and
+// no NaN or infinite value, which train --resume refuses).
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -43,10 +44,16 @@ int inspect(const std::string& path) {
             << "\n"
             << "files verified (sizes and CRC-32):\n";
   int64_t params = 0, bytes = 0;
+  std::string first_bad;  // the first tensor holding NaN or infinite values
   std::vector<std::vector<int64_t>> numels;  // per layer, per parameter
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
     runtime::LayerFile layer = runtime::read_layer_file_header(file);  // its bytes were verified above
+    // Values no run resumes from (checkpoints written before train refused to write them).
+    std::vector<TensorRecord> records = read_tensor_file_header(file);
+    std::vector<int64_t> non_finite = count_non_finite_in_file(file);
+    for (size_t t = 0; t < records.size() && first_bad.empty(); ++t)
+      if (non_finite[t] > 0) first_bad = str(file, ": tensor '", records[t].name, "' holds ", non_finite[t], " NaN or infinite values");
     int64_t n = 0;
     std::string shapes;
     numels.emplace_back();
@@ -77,6 +84,8 @@ int inspect(const std::string& path) {
   std::cout << "total " << params - copies << " parameters";
   if (copies > 0) std::cout << " (" << m.ties.size() << " tied, counted once; the layer files hold " << params << ")";
   std::cout << ", " << bytes << " bytes\n";
+  if (!first_bad.empty())
+    throw FormatError(str(first_bad, ": the run had diverged by step ", m.step, "; train --resume refuses it"));
   return 0;
 }
 

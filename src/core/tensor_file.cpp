@@ -43,6 +43,60 @@ int64_t dtype_size(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+namespace {
+// Elements of `bytes` bytes (little-endian) whose exponent field (`mask`) is all ones.
+template <class Bits>
+int64_t all_ones_exponents(const std::string& data, Bits mask) {
+  int64_t n = 0;
+  for (size_t at = 0; at + sizeof(Bits) <= data.size(); at += sizeof(Bits)) {
+    Bits v = 0;
+    for (size_t b = 0; b < sizeof(Bits); ++b) v |= static_cast<Bits>(static_cast<unsigned char>(data[at + b])) << (8 * b);
+    n += (v & mask) == mask;
+  }
+  return n;
+}
+
+// Elements of `data` in dtype that are NaN or infinite; 0 for a dtype that holds neither.
+int64_t non_finite_of(const std::string& dtype, const std::string& data) {
+  if (dtype == "float32") return all_ones_exponents<uint32_t>(data, 0x7F800000u);
+  if (dtype == "float64") return all_ones_exponents<uint64_t>(data, 0x7FF0000000000000ull);
+  if (dtype == "float16") return all_ones_exponents<uint16_t>(data, 0x7C00u);
+  if (dtype == "bfloat16") return all_ones_exponents<uint16_t>(data, 0x7F80u);
+  return 0;
+}
+
+}  // namespace
+
+int64_t count_non_finite(const TensorRecord& t) { return non_finite_of(t.dtype, t.data); }
+
+std::vector<int64_t> count_non_finite_in_file(const std::string& path) {
+  std::vector<TensorRecord> records = read_tensor_file_header(path);  // sizes checked against the file
+  std::ifstream in(path, std::ios::binary);
+  unsigned char length[8];
+  in.seekg(8);
+  in.read(reinterpret_cast<char*>(length), 8);
+  uint64_t header = 0;
+  for (int b = 0; b < 8; ++b) header |= static_cast<uint64_t>(length[b]) << (8 * b);
+  in.seekg(static_cast<std::streamoff>(16 + header));
+  std::vector<int64_t> out;
+  std::string piece;
+  for (const auto& t : records) {
+    int64_t size = dtype_size(t.dtype), left = size;
+    for (int64_t d : t.shape) left *= d;
+    int64_t bad = 0;
+    const int64_t kPiece = (int64_t{1} << 20) / 8 * 8;  // whole elements of every size
+    while (left > 0) {
+      piece.resize(static_cast<size_t>(std::min(left, kPiece)));
+      in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+      if (!in) throw FormatError(str(path, ": could not read tensor '", t.name, "'"));
+      bad += non_finite_of(t.dtype, piece);
+      left -= static_cast<int64_t>(piece.size());
+    }
+    out.push_back(bad);
+  }
+  return out;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);

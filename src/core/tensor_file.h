@@ -30,6 +30,13 @@ struct TensorRecord {
 // Bytes per element of a dtype name; 0 when the name is not one this format knows.
 int64_t dtype_size(const std::string& dtype);
 
+// How many of a floating-point tensor's elements are NaN or infinite (all exponent bits set);
+// 0 for other dtypes.
+int64_t count_non_finite(const TensorRecord& t);
+// The same for each tensor of the file at `path`, in header order, read a piece at a time
+// (a layer of gigabytes is never held whole).
+std::vector<int64_t> count_non_finite_in_file(const std::string& path);
+
 // "[32, 1, 3, 3]", for messages.
 std::string shape_text(const std::vector<int64_t>& shape);
 

@@ -1,0 +1,104 @@
+// `pipetrain checkpoint inspect` (the torch-free front end) on checkpoints written here by hand:
+// a checkpoint of a run that had diverged, from before train refused to write one, verified
+// and listed as sound (exit 0) though train --resume refuses it. It now names the tensor.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "core/json_doc.h"
+#include "core/tensor_file.h"
+#include "pt_paths.h"
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/layer_file.h"
+#include "tests/apps/shell_run.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+TensorRecord floats(const std::string& name, const std::vector<float>& values) {
+  TensorRecord t{name, "float32", {static_cast<int64_t>(values.size())}, std::string(values.size() * 4, '\0')};
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+// A checkpoint of two layers at step 12 whose second layer's momentum holds `bad` (or nothing
+// wrong when bad is 0).
+fs::path write_checkpoint(const fs::path& dir, float bad) {
+  fs::path step = dir / runtime::checkpoint_dir_name(12);
+  fs::create_directories(step);
+  runtime::CheckpointManifest m;
+  m.run_id = "0123456789abcdef";
+  m.model = "two-layers";
+  m.layers = 2;
+  m.step = 12;
+  m.batch_size = 8;
+  m.schedule = "1f1b";
+  m.plan = "1-1";
+  m.workers = 2;
+  m.lr = 0.1;
+  for (int l = 0; l < 2; ++l) {
+    runtime::LayerFile f;
+    f.params.push_back(floats("param.0", {1, 2, 3}));
+    f.momentum.push_back(floats("momentum.0", {0, l == 1 && bad != 0 ? bad : 0.5f, 0}));
+    std::string name = "layer-" + std::to_string(l) + ".tensors", bytes = runtime::layer_file_bytes(f);
+    write_text_file_atomic((step / name).string(), bytes);
+    m.files.push_back({name, l, static_cast<int64_t>(bytes.size()), runtime::crc32_of(bytes)});
+  }
+  write_text_file_atomic((step / "manifest.json").string(), runtime::manifest_to_json(m));
+  return step;
+}
+
+testing::ShellRun inspect(const fs::path& checkpoint) {
+  return testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain checkpoint inspect " + checkpoint.string());
+}
+
+TEST(CheckpointInspect, NamesATensorHoldingNanOrInfinity) {
+  fs::path dir = fs::temp_directory_path() / ("pt_inspect_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto sound = inspect(write_checkpoint(dir / "sound", 0));
+  EXPECT_EQ(sound.exit_code, 0) << sound.output;
+  EXPECT_NE(sound.output.find("total 6 parameters"), std::string::npos) << sound.output;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    fs::path step = write_checkpoint(dir / (std::isnan(bad) ? "nan" : "inf"), bad);
+    auto r = inspect(step);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find((step / "layer-1.tensors").string() + ": tensor 'momentum.0' holds 1 NaN or infinite values"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("diverged by step 12; train --resume refuses it"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("total 6 parameters"), std::string::npos) << "the listing comes first:\n" << r.output;
+  }
+  fs::remove_all(dir);
+}
+
+// Every floating-point dtype by its exponent bits, read a piece at a time from the file.
+TEST(CheckpointInspect, NonFiniteValuesAreCountedInEveryFloatDtype) {
+  std::vector<TensorRecord> tensors;
+  tensors.push_back(floats("f32", {1, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                   -0.0f, std::numeric_limits<float>::max()}));
+  double d[3] = {1, -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::denorm_min()};
+  tensors.push_back({"f64", "float64", {3}, std::string(reinterpret_cast<const char*>(d), sizeof d)});
+  const char half[] = {0x00, 0x7C, 0x01, 0x7E, static_cast<char>(0xFF), 0x7B};  // +inf, a NaN, 65504
+  tensors.push_back({"f16", "float16", {3}, std::string(half, sizeof half)});
+  const char bf16[] = {static_cast<char>(0xC0), static_cast<char>(0xFF), static_cast<char>(0x80), 0x3F};  // NaN, 1
+  tensors.push_back({"bf16", "bfloat16", {2}, std::string(bf16, sizeof bf16)});
+  tensors.push_back({"i32", "int32", {1}, std::string("\xff\xff\x80\x7f", 4)});  // an int, whatever its bits
+  std::vector<float> large(300000, 1.0f);  // past one piece of the read
+  large[299999] = std::numeric_limits<float>::quiet_NaN();
+  tensors.push_back(floats("large", large));
+  std::string path = (fs::temp_directory_path() / ("pt_counts_" + std::to_string(::getpid()))).string();
+  write_text_file_atomic(path, tensor_file_bytes(tensors));
+  EXPECT_EQ(count_non_finite_in_file(path), (std::vector<int64_t>{2, 1, 2, 1, 0, 1}));
+  for (size_t t = 0; t < tensors.size(); ++t)
+    EXPECT_EQ(count_non_finite(tensors[t]), count_non_finite_in_file(path)[t]) << tensors[t].name;
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace pt
