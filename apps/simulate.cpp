@@ -62,6 +62,11 @@ int run_simulate(SimulateFlags f) {
   }
   if (!f.plan.empty()) {
     plan = plan::read_plan(f.plan);
+    // Another model's plan can fit a profile of as many layers, and simulate its stages' wrong
+    // layers without a word (train --plan refuses it the same way).
+    if (!plan.model.empty() && plan.model != prof.model)
+      throw ConfigError(str(f.plan, ": field 'model' is '", printable(plan.model), "' but ", f.profile,
+                            " profiles '", printable(prof.model), "'"));
     plan::check_plan_fits(plan, prof, f.plan);
     follow_plan(f, plan);
     schedule::check_schedule_options(f.options);

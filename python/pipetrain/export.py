@@ -34,7 +34,9 @@ except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
 
 FORMAT = "pipetrain.model/1"
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32}
+# The input dtypes pipetrain trains on (src/model/scripted_model.cpp): float64 and int32 were
+# offered too, and wrote files train refused.
+DTYPES = {"float32": torch.float32, "int64": torch.int64}
 
 
 class ExportError(Exception):

@@ -133,6 +133,10 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (p.schedule.empty()) root["schedule"].fail("must name a schedule, or be left out");
   }
   if (root.has("microbatches")) p.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMaxMicrobatches));
+  // PipeDream's unit is the minibatch: more microbatches than one were run as one, unsaid.
+  if (p.schedule == "pipedream" && p.microbatches > 1)
+    root["microbatches"].fail(str("is ", p.microbatches, " but the pipedream schedule runs each minibatch whole: "
+                                  "leave it out, or name a schedule that splits it"));
   if (root.has("chunks")) p.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMaxChunks));
   if (root.has("deferred_step")) p.deferred_step = root["deferred_step"].as_bool();
   if (root.has("bucket_mb")) {

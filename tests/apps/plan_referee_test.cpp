@@ -440,6 +440,23 @@ TEST(PlanReferee, APipedreamModelPlanFileRunsPipedreamsSchedule) {
   EXPECT_NEAR(std::stod(m[1]), simulated, 1e-3) << sim.output;
 }
 
+// A plan simulated with another model's profile is refused by its `model` field, as train --plan
+// refuses it: where the layer counts allowed, simulate replayed the plan's stages over the other
+// model's layers.
+TEST(PlanReferee, SimulateRefusesAnotherModelsPlan) {
+  std::string file = ::testing::TempDir() + "vgg16_plan.json";
+  std::string dir = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/";
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + dir +
+                                    "vgg16.json --workers 4 --bandwidth-gbps 10 -o " + file + " > /dev/null 2>&1");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + dir +
+                                "alexnet.json --plan " + file + " --workers 4 --bandwidth-gbps 10");
+  EXPECT_EQ(sim.exit_code, 1) << sim.output;
+  EXPECT_NE(sim.output.find(file + ": field 'model' is 'vgg16' but " + dir + "alexnet.json profiles 'alexnet'"),
+            std::string::npos)
+      << sim.output;
+}
+
 // A joint plan names its schedule, microbatches and a batch per step other than the profile's
 // (GPT-2048 under a 16 GB cap: 1f1b, 32 microbatches, batch 32 from a profile at 16); simulate
 // of the file runs that, as train --plan does, and gives the plan's time.

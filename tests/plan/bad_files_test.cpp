@@ -61,6 +61,15 @@ TEST(BadPlanFile, NamesFieldAndValue) {
   // An empty schedule ran the default (1f1b) in place of the plan's.
   EXPECT_EQ(plan_error(head + R"("workers": 1, "schedule": "", "stages": [{"layers": [0], "replicas": 1}]})"),
             "p.json: field 'schedule' must name a schedule, or be left out");
+  // PipeDream runs each minibatch whole: the plan's 4 microbatches were ignored without a word.
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "schedule": "pipedream", "microbatches": 4, "stages": [{"layers": [0], "replicas": 1}]})"),
+            "p.json: field 'microbatches' is 4 but the pipedream schedule runs each minibatch whole: leave it out, or "
+            "name a schedule that splits it");
+  EXPECT_EQ(plan_from_json(parse_json(head + R"("workers": 1, "schedule": "pipedream", "microbatches": 1, "stages": [{"layers": [0], "replicas": 1}]})",
+                                      "p.json"),
+                           "p.json")
+                .microbatches,
+            1);
   EXPECT_EQ(plan_from_json(parse_json(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "in_flight": 3}]})",
                                       "p.json"),
                            "p.json")
