@@ -129,7 +129,10 @@ void parse_metadata(const std::string& meta, Layer& l, const std::string& where)
   for (const auto& item : split(meta, ", ")) {
     size_t eq = item.find('=');
     if (eq == std::string::npos) throw FormatError(str(where, ": expected key=value, got '", trim(item), "'"));
-    fields[trim(item.substr(0, eq))] = trim(item.substr(eq + 1));
+    // Given twice, the second silently won (as a JSON key given twice did).
+    std::string key = trim(item.substr(0, eq));
+    if (!fields.emplace(key, trim(item.substr(eq + 1))).second)
+      throw FormatError(str(where, ": field '", key, "' is given twice"));
   }
   for (const char* key : {"forward_compute_time", "backward_compute_time", "activation_size", "parameter_size"})
     if (!fields.count(key)) throw FormatError(str(where, ": missing field '", key, "'"));

@@ -178,6 +178,11 @@ TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
   EXPECT_EQ(profile_error(line("A\xb0", "1"), "g.txt"), "g.txt line 1: the description is not valid UTF-8");
   EXPECT_EQ(profile_error(line("A", "-5"), "g.txt"), "g.txt line 1 activation_size: must be >= 0, got -5");
   EXPECT_EQ(profile_error("", "g.txt"), "g.txt: has no layers");
+  // A field given twice was read as its last value.
+  EXPECT_EQ(profile_error("a -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, "
+                          "parameter_size=1, forward_compute_time=99999\n",
+                          "g.txt"),
+            "g.txt line 1: field 'forward_compute_time' is given twice");
   EXPECT_EQ(profile_error(R"({"layers": [{"id": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes_list": [1e300],
       "parameter_bytes": 1}], "edges": []})", "f.json"),
             "f.json: field 'layers[0].activation_bytes_list': 1e+300 bytes is more than pipetrain accepts for one layer "
