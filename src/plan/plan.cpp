@@ -138,6 +138,11 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     root["microbatches"].fail(str("is ", p.microbatches, " but the pipedream schedule runs each minibatch whole: "
                                   "leave it out, or name a schedule that splits it"));
   if (root.has("chunks")) p.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMaxChunks));
+  // Only the interleaved schedules take chunks; the others' refusal named a flag (--chunks) the
+  // user never gave.
+  if (p.chunks > 1 && !p.schedule.empty() && p.schedule != "interleaved" && p.schedule != "interleaved-zb")
+    root["chunks"].fail(str("is ", p.chunks, " but the ", p.schedule, " schedule runs one chunk a stage "
+                            "(chunks are for interleaved and interleaved-zb)"));
   if (root.has("deferred_step")) p.deferred_step = root["deferred_step"].as_bool();
   if (root.has("bucket_mb")) {
     p.bucket_mb = root["bucket_mb"].as_non_negative();

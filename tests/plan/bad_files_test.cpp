@@ -65,6 +65,9 @@ TEST(BadPlanFile, NamesFieldAndValue) {
   EXPECT_EQ(plan_error(head + R"("workers": 1, "schedule": "pipedream", "microbatches": 4, "stages": [{"layers": [0], "replicas": 1}]})"),
             "p.json: field 'microbatches' is 4 but the pipedream schedule runs each minibatch whole: leave it out, or "
             "name a schedule that splits it");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "schedule": "1f1b", "chunks": 3, "stages": [{"layers": [0], "replicas": 1}]})"),
+            "p.json: field 'chunks' is 3 but the 1f1b schedule runs one chunk a stage (chunks are for interleaved and "
+            "interleaved-zb)");
   EXPECT_EQ(plan_from_json(parse_json(head + R"("workers": 1, "schedule": "pipedream", "microbatches": 1, "stages": [{"layers": [0], "replicas": 1}]})",
                                       "p.json"),
                            "p.json")
