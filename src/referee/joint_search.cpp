@@ -290,6 +290,13 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   // validated. Validating each was a fifth of the search.
   double best_objective = std::numeric_limits<double>::infinity();
   for (Trial& t : trials(profile, cluster, po, o)) {
+    // --straight holds here too: one worker a stage, no copies (VGG-16 on 4 workers with
+    // --straight --memory 4GB chose 2-2, with --schedule auto data parallelism).
+    if (po.straight && std::any_of(t.plan.stages.begin(), t.plan.stages.end(),
+                                   [](const plan::Stage& st) { return st.replicas > 1; })) {
+      ++r.not_straight;
+      continue;
+    }
     profile::Profile prof = profile::with_batch_size(profile, t.batch);
     schedule::ScheduleOptions so;
     so.microbatches = t.microbatches;
@@ -397,7 +404,10 @@ const Configuration& chosen(const JointResult& r, const JointOptions& o, const p
     for (const auto& k : o.schedules) kinds += (kinds.empty() ? "" : ", ") + k;
     throw ConfigError(str("no configuration of ", kinds.empty() ? "any schedule" : kinds, " runs ", profile.num_layers(),
                           " layers on ", cluster.workers(), " workers",
-                          o.microbatches > 0 ? str(" with ", o.microbatches, " microbatches") : ""));
+                          o.microbatches > 0 ? str(" with ", o.microbatches, " microbatches") : "",
+                          r.not_straight > 0 ? str(" with one worker a stage (--straight left out ", r.not_straight,
+                                                   " that replicate a stage)")
+                                             : ""));
   }
   if (r.ranked.empty())
     throw ConfigError(str("no configuration fits ", human_bytes(static_cast<double>(o.memory_cap)),

@@ -68,6 +68,7 @@ struct Configuration {
 struct JointResult {
   std::vector<Configuration> ranked;   // fitting configurations, best first
   int considered = 0, over_cap = 0;    // configurations built, and those left out by the cap
+  int not_straight = 0;                 // left out by --straight: a stage replicated
   int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
   int64_t smallest_peak = 0;           // the least peak memory of any configuration
 };
