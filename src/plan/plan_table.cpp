@@ -68,14 +68,17 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   double per_step = plan.batch_size > 0 && profile.batch_size > 0
                         ? static_cast<double>(plan.batch_size) / static_cast<double>(profile.batch_size)
                         : 1.0;
-  // One worker computes every minibatch of a step and steps every layer once.
+  // One worker computes every minibatch of a step and steps every layer once; the host's time
+  // per action (--action-us) is a forward and a backward a minibatch and the step, as the plan's
+  // stages are charged it (with 100 ms an action, one worker's own plan printed 0.60x over one
+  // worker).
   double single = 0, step = 0;
   for (int l = 0; l < profile.num_layers(); ++l)
     if (!is_outside_search(profile, l)) {
       single += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
       step += profile::compute_step_ms(profile, l);
     }
-  single = single * per_step + step;
+  single = single * per_step + step + cluster.action_ms() * (2 * per_step + 1);
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
   os << "bottleneck: stage " << bottleneck << "\n";
   // A refereed plan's prediction is its simulated steady state (DESIGN.md: one timing model);

@@ -440,6 +440,24 @@ TEST(PlanReferee, APipedreamModelPlanFileRunsPipedreamsSchedule) {
   EXPECT_NEAR(std::stod(m[1]), simulated, 1e-3) << sim.output;
 }
 
+// One worker's time, the speed-ups' base, pays the host's time per action as the plan's stages
+// do: with 100 ms an action, one worker's own plan printed 0.60x over one worker and 59.6% of
+// the compute limit, and 8 workers 4.77x.
+TEST(PlanReferee, OneWorkersTimePaysTheActionsToo) {
+  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/resnet50.json";
+  for (const std::string workers : {"1", "8"}) {
+    auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path + " --workers " +
+                                workers + " --bandwidth-gbps 10 --action-us 100000");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("speed-up: ([0-9.]+)x over one worker"))) << r.output;
+    EXPECT_GE(std::stod(m[1]), workers == "1" ? 0.999 : 7.9) << r.output;
+    EXPECT_LE(std::stod(m[1]), std::stod(workers) + 1e-9) << r.output;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("the plan reaches ([0-9.]+)% of it"))) << r.output;
+    EXPECT_GE(std::stod(m[1]), 99.0) << r.output;
+  }
+}
+
 // A plan simulated with another model's profile is refused by its `model` field, as train --plan
 // refuses it: where the layer counts allowed, simulate replayed the plan's stages over the other
 // model's layers.
