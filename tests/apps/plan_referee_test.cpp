@@ -418,26 +418,34 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
   }
 }
 
+// `plan --json FLAGS -o FILE` on `path`, then `simulate --plan FILE` with `cluster`: the plan, and
+// simulate's time per minibatch (0 where a command failed, which the test has then reported).
+std::pair<json, double> plan_then_simulate(const std::string& path, const std::string& flags,
+                                           const std::string& cluster, const std::string& file) {
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json " + flags + " --profile " +
+                                        path + cluster + " -o " + file + " 2>/dev/null",
+                                    false);
+  EXPECT_EQ(planned.exit_code, 0) << planned.output;
+  if (planned.exit_code != 0) return {json::object(), 0};
+  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " + file +
+                                cluster);
+  EXPECT_EQ(sim.exit_code, 0) << sim.output;
+  std::smatch m;
+  bool found = std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"));
+  EXPECT_TRUE(found) << sim.output;
+  return {parse_json(planned.output, "plan"), found ? std::stod(m[1]) : 0};
+}
+
 // PipeDream's optimizer plans for its own schedule: the plan file names it, so `simulate --plan`
 // (and `train --plan`) run the pipedream schedule `plan` simulated, not 1f1b, which VGG-16's
 // 7-1 on 8 workers cannot run (7 replicas, 4 microbatches).
 TEST(PlanReferee, APipedreamModelPlanFileRunsPipedreamsSchedule) {
-  std::string file = ::testing::TempDir() + "pipedream_model_plan.json";
-  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json";
-  std::string cluster = " --workers 8 --bandwidth-gbps 10";
-  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --cost-model pipedream --profile " +
-                                        path + cluster + " -o " + file + " 2>/dev/null",
-                                    false);
-  ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  json p = parse_json(planned.output, "plan");
-  EXPECT_EQ(p.value("schedule", ""), "pipedream") << planned.output;
-  double simulated = p["predicted"]["simulated_ms_per_minibatch"].get<double>();
-  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " + file +
-                                cluster);
-  ASSERT_EQ(sim.exit_code, 0) << sim.output;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
-  EXPECT_NEAR(std::stod(m[1]), simulated, 1e-3) << sim.output;
+  auto [p, simulated] = plan_then_simulate(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json",
+                                           "--cost-model pipedream", " --workers 8 --bandwidth-gbps 10",
+                                           ::testing::TempDir() + "pipedream_model_plan.json");
+  ASSERT_TRUE(p.contains("predicted"));
+  EXPECT_EQ(p.value("schedule", ""), "pipedream");
+  EXPECT_NEAR(simulated, p["predicted"]["simulated_ms_per_minibatch"].get<double>(), 1e-3);
 }
 
 // One worker's time, the speed-ups' base, pays the host's time per action as the plan's stages
@@ -463,22 +471,12 @@ TEST(PlanReferee, OneWorkersTimePaysTheActionsToo) {
 // minibatch where simulate of the plan file gives 34.83 (GNMT-Large on 16: 95.0 and 97.7, and
 // the search ranked it ahead of a plan that runs faster).
 TEST(PlanReferee, AJoint2bwPlanPredictsWhatSimulateGives) {
-  std::string file = ::testing::TempDir() + "plan_2bw.json";
-  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/gnmt.json";
-  std::string cluster = " --workers 4 --bandwidth-gbps 10";
-  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --schedule 2bw --profile " +
-                                        path + cluster + " -o " + file + " 2>/dev/null",
-                                    false);
-  ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  json p = parse_json(planned.output, "plan");
-  ASSERT_EQ(p.value("schedule", ""), "2bw") << planned.output;
-  double predicted = p["predicted"]["pipeline_ms_per_minibatch"].get<double>();
-  auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " + file +
-                                cluster);
-  ASSERT_EQ(sim.exit_code, 0) << sim.output;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
-  EXPECT_NEAR(std::stod(m[1]) / predicted, 1.0, 1e-3) << sim.output;
+  auto [p, simulated] = plan_then_simulate(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/gnmt.json",
+                                           "--schedule 2bw", " --workers 4 --bandwidth-gbps 10",
+                                           ::testing::TempDir() + "plan_2bw.json");
+  ASSERT_TRUE(p.contains("predicted"));
+  EXPECT_EQ(p.value("schedule", ""), "2bw");
+  EXPECT_NEAR(simulated / p["predicted"]["pipeline_ms_per_minibatch"].get<double>(), 1.0, 1e-3);
 }
 
 // A plan simulated with another model's profile is refused by its `model` field, as train --plan
