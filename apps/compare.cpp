@@ -172,6 +172,7 @@ int run_compare(CompareFlags& f) {
       j["row"] = r.kind;
       j["plan"] = r.plan;
       j["modelled_peak_memory_bytes"] = r.peak_memory;
+      if (jo.memory_cap > 0) j["over_memory_cap"] = r.peak_memory > jo.memory_cap;
       if (!r.scaling.empty()) j["scaling"] = r.scaling;
       if (dp_rate > 0) j["speedup_over_dp"] = r.m.samples_per_s / dp_rate;
       out.push_back(j);
@@ -191,7 +192,8 @@ int run_compare(CompareFlags& f) {
     std::cout << std::left << std::setw(15) << r.kind << std::setw(24) << (r.cell.empty() ? r.plan : r.cell) << std::right << std::setw(12)
               << std::setprecision(2) << r.m.ms_per_minibatch << std::setw(12) << std::setprecision(1)
               << r.m.samples_per_s << std::setw(10) << speedup.str() << std::setw(9) << std::setprecision(3)
-              << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.peak_memory)) << "\n";
+              << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.peak_memory))
+              << (jo.memory_cap > 0 && r.peak_memory > jo.memory_cap ? "  over the cap" : "") << "\n";
   }
   std::cout << "\nplan: the stages' replicas, x chunks, m microbatches per step, rc recomputation, bN all-reduce buckets\n"
                "of N MiB (each row at the fastest of 0, 1, 4, 25 and 100 for its plan; 25 where not shown). A minibatch is a\n"
@@ -201,6 +203,10 @@ int run_compare(CompareFlags& f) {
                "steady state; peak memory is the memory model's, fullest worker. dp is the baseline: every worker a\n"
                "minibatch of batch "
             << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
+  // The baselines are what users run, fit or not (the planner's rows are planned within the
+  // cap): a dp row over it was printed unmarked, where `plan` says it does not fit.
+  if (jo.memory_cap > 0)
+    std::cout << "Rows marked \"over the cap\" need more memory per worker than --memory allows.\n";
   return 0;
 }
 
