@@ -228,11 +228,11 @@ int run_plan(Flags& f) {
       }
     out.plan.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
     out.plan.simulated_schedule = r.schedule;
-    if (steady_state_in_closed_form(out.plan, r.schedule))
+    // (One worker alone is no data parallelism to explain.)
+    if (steady_state_in_closed_form(out.plan, r.schedule) && out.plan.workers > 1)
       out.plan.notes.push_back(str("data parallelism on ", out.plan.workers, " workers: its steady state is the cost "
                                    "engine's closed form, which for data parallelism is the simulator's figure exactly "
-                                   "(its replicas are alike); a replay of its round of ", out.plan.workers,
-                                   " minibatches would take minutes"));
+                                   "(its replicas are alike), so it is not replayed"));
     out.plan.schedule = r.schedule;  // what `train --plan` runs
     note_plan_bucket(f, out, r);
     // A candidate the simulator could not replay is not chosen; where it predicts faster than
