@@ -298,8 +298,10 @@ int run_plan(Flags& f) {
                                            : std::string(),
                                    "; --all-workers plans on all of them"));
     }
-    // A baseline a user can have: data parallelism all-reducing inside servers first, then across.
-    if (out.cluster.allreduce == plan::Cluster::Allreduce::kRing && out.plan.data_parallel_ms_per_minibatch > 0) {
+    // A baseline a user can have: data parallelism all-reducing inside servers first, then across
+    // (on one level there are no servers to go inside: it was advised on 8 flat workers).
+    if (out.cluster.allreduce == plan::Cluster::Allreduce::kRing && out.cluster.levels.size() > 1 &&
+        out.plan.data_parallel_ms_per_minibatch > 0) {
       plan::Cluster hier = out.cluster;
       hier.allreduce = plan::Cluster::Allreduce::kHierarchical;
       // At its own bucket, as data parallelism with the ring is weighed (Refereed::buckets_chosen).
