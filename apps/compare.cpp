@@ -12,6 +12,7 @@
 #include "core/host_allocator.h"
 #include "referee/joint_search.h"
 #include "referee/replay_ahead.h"
+#include "referee/replay_floor.h"
 #include "referee/referee.h"
 #include "apps/planning_flags.h"
 #include "profile/pipedream_graph.h"
@@ -121,14 +122,17 @@ int run_compare(CompareFlags& f) {
       // each bucket size the joint search tries, the fastest kept (the default's at a tie).
       auto replay = [&](int64_t bucket_bytes) {
         metrics::Metrics m = metrics::compute_metrics(sim::simulate(s, costs, cluster, {bucket_bytes}));
-        if (o.minibatches == 0 && (!m.settled || !m.periodic))
-          m = referee::settled_replay([&](int minibatches) {
-            if (minibatches == 0) return m;
-            schedule::ScheduleOptions longer = o;
-            longer.minibatches = minibatches;
-            return metrics::compute_metrics(
-                sim::simulate(schedule::make_schedule(kind, plan, longer), costs, cluster, {bucket_bytes}));
-          });
+        double floor = referee::replay_floor_ms(plan, costs, cluster, kind, bucket_bytes);
+        if (o.minibatches == 0 && (!m.settled || !m.periodic || m.ms_per_minibatch < floor * (1 - 1e-9)))
+          m = referee::settled_replay(
+              [&](int minibatches) {
+                if (minibatches == 0) return m;
+                schedule::ScheduleOptions longer = o;
+                longer.minibatches = minibatches;
+                return metrics::compute_metrics(
+                    sim::simulate(schedule::make_schedule(kind, plan, longer), costs, cluster, {bucket_bytes}));
+              },
+              true, nullptr, 0, floor);
         return m;
       };
       double mb = static_cast<double>(po.bucket_bytes) / (1 << 20);

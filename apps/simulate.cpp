@@ -13,6 +13,7 @@
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 #include "referee/replay_ahead.h"
+#include "referee/replay_floor.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
@@ -105,15 +106,20 @@ int run_simulate(SimulateFlags f) {
   sim_options.cores = f.cores;
   schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
   metrics::Metrics m = metrics::compute_metrics(trace);
-  // Over the default minibatches, until the window settles, as the planner's referee replays it.
-  if (f.schedule_file.empty() && options.minibatches == 0 && (!m.settled || !m.periodic))
-    m = referee::settled_replay([&](int minibatches) {
-      if (minibatches == 0) return m;
-      options.minibatches = minibatches;
-      s = schedule::make_schedule(f.kind, plan, options);
-      trace = sim::simulate(s, prof, cluster, sim_options);
-      return metrics::compute_metrics(trace);
-    });
+  // Over the default minibatches, until the window settles, as the planner's referee replays it
+  // (data parallelism's schedule makes its own plan, whose floor is not this one's).
+  double floor = f.kind == "dp" ? 0 : referee::replay_floor_ms(plan, prof, cluster, f.kind, sim_options.bucket_bytes);
+  if (f.schedule_file.empty() && options.minibatches == 0 &&
+      (!m.settled || !m.periodic || m.ms_per_minibatch < floor * (1 - 1e-9)))
+    m = referee::settled_replay(
+        [&](int minibatches) {
+          if (minibatches == 0) return m;
+          options.minibatches = minibatches;
+          s = schedule::make_schedule(f.kind, plan, options);
+          trace = sim::simulate(s, prof, cluster, sim_options);
+          return metrics::compute_metrics(trace);
+        },
+        true, nullptr, 0, floor);
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   std::string title = str(kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
                           " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",

@@ -5,8 +5,8 @@
 // their gradients, and the stage's all-reduce, which the simulator books on the same links).
 // The referee skips every candidate whose limit is above the best time it has simulated: the
 // limit is never above a plan's simulated time, so skipping never drops the best plan.
-// (A Little's-law term, a replica's in_flight minibatches over their round trip, is left out:
-// the simulator's steady-state window measured up to 3% under it on GNMT and the CNNs.)
+// (Bounds that depend on the schedule's action order, such as Little's law over a replica's
+// minibatches in flight, are the referee's: referee/replay_floor.h.)
 #include <algorithm>
 
 #include "plan/cluster.h"

@@ -9,6 +9,14 @@
 
 namespace pt::plan {
 
+double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, double backward_ms, const Cluster& cluster,
+                      const std::vector<AllreducePhase>& unit_phases, double stretch) {
+  double end = 0;
+  for (const auto& b : buckets)
+    end = std::max(end, b.ready_share * backward_ms) + stretch * cluster.allreduce_ms(unit_phases, static_cast<double>(b.bytes));
+  return end;
+}
+
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
   return options.memory_bytes > 0 ? options.memory_bytes : cluster.memory_bytes_per_worker;
 }
@@ -67,16 +75,14 @@ double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& pro
                             int64_t bucket_bytes, double rest_ms, double transfers_ms) {
   const Stage& st = plan.stages[s];
   if (st.replicas < 2) return 0;
-  double backward = 0, ring = 0, end = 0;
+  double backward = 0, ring = 0;
   for (int l : st.layers) backward += profile::compute_backward_ms(profile, l);
   auto buckets = profile::gradient_buckets(profile, st.layers, bucket_bytes);
   // Each bucket is an all-reduce of its own, step by step as the simulator books it.
   auto unit = cluster.allreduce_phases(st.workers, 1.0);
-  auto bucket_ms = [&](const profile::GradientBucket& b) { return cluster.allreduce_ms(unit, static_cast<double>(b.bytes)); };
-  for (const auto& b : buckets) ring += bucket_ms(b);
+  for (const auto& b : buckets) ring += cluster.allreduce_ms(unit, static_cast<double>(b.bytes));
   double stretch = ring > 0 ? 1 + transfers_ms / (ring + rest_ms) : 1;
-  for (const auto& b : buckets) end = std::max(end, b.ready_share * backward) + stretch * bucket_ms(b);
-  return std::max(0.0, end - backward);
+  return std::max(0.0, buckets_end_ms(buckets, backward, cluster, unit, stretch) - backward);
 }
 
 PlanEstimate finish(PlanEstimate out, const Cluster& cluster, const PlanOptions& options) {

@@ -163,6 +163,14 @@ inline double in_flight_bound(double round_trip_ms, int downstream, int replicas
 // rule, and enough that no stage waits for a forward its predecessor has not admitted.
 void choose_in_flight(Plan& plan, const PlanEstimate& e, const profile::Profile& profile);
 
+// When the last of a replicated stage's gradient buckets (profile::gradient_buckets) has been
+// all-reduced among its replicas, from the start of the backward that makes them ready
+// (`backward_ms` long): each bucket starts once ready and once the one before has ended, and
+// takes allreduce_ms(unit_phases, its bytes) x `stretch`. With stretch 1 it is the least the
+// simulator can take, which books the same ring steps and no shorter.
+double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, double backward_ms, const Cluster& cluster,
+                      const std::vector<AllreducePhase>& unit_phases, double stretch = 1);
+
 // Memory limit in force: options first, then the cluster's; 0 = unlimited.
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options);
 

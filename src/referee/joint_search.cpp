@@ -9,6 +9,7 @@
 
 #include "referee/referee.h"
 #include "referee/replay_ahead.h"
+#include "referee/replay_floor.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "schedule/generators.h"
@@ -241,10 +242,11 @@ ConfigReplay replay_config(const schedule::Schedule& s, const plan::Plan& plan, 
     r.trace = sim::simulate(schedule::make_unvalidated_schedule(s.kind, plan, longer), prof, cluster, {bucket_bytes});
     return metrics::compute_metrics(r.trace);
   };
-  if (!r.metrics.settled || !r.metrics.periodic) {
+  double floor = replay_floor_ms(plan, prof, cluster, s.kind, bucket_bytes);
+  if (!r.metrics.settled || !r.metrics.periodic || r.metrics.ms_per_minibatch < floor * (1 - 1e-9)) {
     metrics::Metrics first = r.metrics;
-    r.metrics = so.minibatches == 0 ? settled_replay(longer_replay)
-                                    : settled_replay(longer_replay, true, &first, so.minibatches);
+    r.metrics = so.minibatches == 0 ? settled_replay(longer_replay, true, nullptr, 0, floor)
+                                    : settled_replay(longer_replay, true, &first, so.minibatches, floor);
   }
   return r;
 }

@@ -22,6 +22,7 @@
 #include "schedule/memory.h"
 #include "schedule/validate.h"
 #include "referee/replay_ahead.h"
+#include "referee/replay_floor.h"
 #include "sim/simulator.h"
 
 namespace pt::referee {
@@ -140,13 +141,15 @@ double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, co
   if (replay_period(plan) == 0 && !steady_state_in_closed_form(plan, kind)) return 0;
   try {
     if (steady_state_in_closed_form(plan, kind)) return plan::evaluate_plan(plan, profile, cluster, options).pipeline_ms_per_minibatch;
-    return settled_replay([&](int minibatches) {
-             schedule::ScheduleOptions o;
-             o.minibatches = minibatches;
-             schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, o);
-             return metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(options.bucket_bytes)),
-                                             metrics::Detail::kTiming);
-           })
+    return settled_replay(
+               [&](int minibatches) {
+                 schedule::ScheduleOptions o;
+                 o.minibatches = minibatches;
+                 schedule::Schedule s = schedule::make_unvalidated_schedule(kind, plan, o);
+                 return metrics::compute_metrics(sim::simulate(s, profile, cluster, timing_only(options.bucket_bytes)),
+                                                 metrics::Detail::kTiming);
+               },
+               true, nullptr, 0, replay_floor_ms(plan, profile, cluster, kind, options.bucket_bytes))
         .ms_per_minibatch;
   } catch (const ConfigError&) {
     return 0;
@@ -189,12 +192,15 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
       return metrics::compute_metrics(sim::simulate(replayed, profile, cluster, timing_only(bytes)),
                                       metrics::Detail::kTiming);
     };
-    ms[i] = settled_replay([&](int minibatches) {
-              if (minibatches == 0) return replay(s);
-              schedule::ScheduleOptions o;
-              o.minibatches = minibatches;
-              return replay(schedule::make_unvalidated_schedule(kind, plan, o));
-            }).ms_per_minibatch;
+    ms[i] = settled_replay(
+                [&](int minibatches) {
+                  if (minibatches == 0) return replay(s);
+                  schedule::ScheduleOptions o;
+                  o.minibatches = minibatches;
+                  return replay(schedule::make_unvalidated_schedule(kind, plan, o));
+                },
+                true, nullptr, 0, replay_floor_ms(plan, profile, cluster, kind, bytes))
+                .ms_per_minibatch;
   };
   side_by_side(sizes.size(), simulate_size, own_ms > 0 ? 1 : 0);
   BucketChoice choice;
@@ -226,7 +232,7 @@ bool climbs_before(const Candidate& a, const Candidate& b) {
 }
 
 // Index of a plan's candidate once replayed; kNotReplayed when seen before, unschedulable or
-// past the time limit; kOverLimit when its physical limit rules it out.
+// past the time limit; kOverLimit when its floor (replay_floor.h) rules it out.
 constexpr int kNotReplayed = -1;
 constexpr int kOverLimit = -2;
 
@@ -268,8 +274,8 @@ class Referee {
   std::string skipped_;
   std::set<std::string> seen_;
   ReplayAhead ahead_{context_, options().planning_deadline(started_)};  // by identity: queued or worked out, not yet taken in turn
-  // The best time replayed so far: a plan whose physical limit (physical_limit.h, never above
-  // its simulated time) is above it cannot win and is not replayed.
+  // The best time replayed so far: a plan whose floor (replay_floor.h, never above its steady
+  // state) is above it cannot win and is not replayed.
   double best_ms_ = std::numeric_limits<double>::infinity();
   double next_progress_ = 1;  // the first line after a second, then every 3
 };

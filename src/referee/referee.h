@@ -50,7 +50,7 @@ struct Refereed {
   // (metrics::Metrics::periodic): `simulate` replays it longer, to another figure.
   bool choice_unrepeated = false;
   bool buckets_chosen = false;  // choose(own_buckets) gave the choice its bucket (not the time limit)
-  int over_limit = 0;  // plans not replayed: their physical limit is above the best's time
+  int over_limit = 0;  // plans not replayed: their floor (replay_floor.h) is above the best's time
   std::vector<plan::Plan> unschedulable;  // candidates the simulator cannot replay (plan.cpp notes them)
   // Data parallelism on every worker, replayed like the candidates: the baseline a plan file
   // records (0 where it does not fit the memory or cannot be replayed).

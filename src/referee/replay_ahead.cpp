@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/fingerprint.h"
 #include "core/units.h"
-#include "plan/physical_limit.h"
+#include "referee/replay_floor.h"
 #include "schedule/generators.h"
 #include "sim/simulator.h"
 #include "sim/stage_costs.h"
@@ -48,21 +48,15 @@ SimulationMemo::Key fingerprint(Fingerprint structure, const std::vector<sim::St
   return f.key();
 }
 
-// The stages' costs of `p`'s schedule, from its layers alone (all sim::stage_costs reads).
-std::vector<sim::StageCost> costs_of(const plan::Plan& p, const profile::Profile& profile, int64_t bucket_bytes) {
-  schedule::Schedule layers;
-  layers.num_stages = p.num_stages();
-  for (const auto& st : p.stages) layers.stage_layers.push_back(st.layers);
-  return sim::stage_costs(layers, profile, bucket_bytes);
-}
-
 }  // namespace
 
 metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over, bool periodic,
-                                const metrics::Metrics* from, int default_minibatches) {
+                                const metrics::Metrics* from, int default_minibatches, double floor_ms) {
   metrics::Metrics m = from ? *from : replay_over(0);
   int n = m.minibatches, longest = (from ? default_minibatches : n) << kSettleDoublings;
-  auto done = [&] { return m.settled && (m.periodic || !periodic); };
+  auto done = [&] {
+    return m.settled && (m.periodic || !periodic) && m.ms_per_minibatch >= floor_ms * (1 - 1e-9);
+  };
   while (!done() && 2 * n <= std::min(longest, schedule::kMaxMinibatches)) m = replay_over(n *= 2);
   return m;
 }
@@ -125,7 +119,8 @@ void estimate(Replay& r, const ReplayContext& c) {
   if (r.estimate || !r.error.empty()) return;
   try {
     plan::PlanEstimate e = plan::evaluate_plan(r.plan, c.profile, c.cluster, c.options);
-    r.limit_ms = plan::physical_limit(r.plan, e, c.profile, c.cluster).ms();
+    if (!steady_state_in_closed_form(r.plan, c.kind)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
+    r.limit_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
     r.estimate = std::move(e);
   } catch (const ConfigError& e) {
     r.error = e.what();
@@ -165,12 +160,13 @@ void simulate(Replay& r, const ReplayContext& c) {
     return;
   }
   try {
-    std::vector<sim::StageCost> costs = costs_of(r.plan, c.profile, c.options.bucket_bytes);
+    const std::vector<sim::StageCost>& costs = r.costs;
     Fingerprint structure = structure_of(c.kind, r.plan);
     SimulationMemo::Key key = fingerprint(structure, costs);
     metrics::Metrics m;
     if (!c.memo.find(key, m)) {
-      m = settled_replay([&](int n) { return replay_over(r.plan, c, costs, structure, n); }, false);
+      m = settled_replay([&](int n) { return replay_over(r.plan, c, costs, structure, n); }, false, nullptr, 0,
+                         r.limit_ms);
       c.memo.add(key, m);
     }
     r.simulated = std::move(m);
@@ -181,7 +177,7 @@ void simulate(Replay& r, const ReplayContext& c) {
 
 metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics& settled, const ReplayContext& c) {
   if (settled.periodic) return settled;
-  std::vector<sim::StageCost> costs = costs_of(plan, c.profile, c.options.bucket_bytes);
+  std::vector<sim::StageCost> costs = stage_costs_of(plan, c.profile, c.options.bucket_bytes);
   Fingerprint structure = structure_of(c.kind, plan);
   SimulationMemo::Key key = fingerprint(structure, costs);
   key.first = ~key.first;  // the periodic replay's, beside the settled one's
@@ -189,7 +185,7 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
   if (c.memo.find(key, m)) return m;
   int default_minibatches = schedule_of(plan, c, structure, 0)->minibatches;
   m = settled_replay([&](int n) { return replay_over(plan, c, costs, structure, n); }, true, &settled,
-                     default_minibatches);
+                     default_minibatches, replay_floor_ms(plan, c.profile, c.cluster, c.kind, c.options.bucket_bytes));
   c.memo.add(key, m);
   return m;
 }

@@ -66,7 +66,8 @@ struct Replay {
   explicit Replay(plan::Plan p) : plan(std::move(p)) {}
   plan::Plan plan;
   std::optional<plan::PlanEstimate> estimate;  // evaluate_plan, once estimated
-  double limit_ms = 0;                         // physical_limit, with the estimate
+  double limit_ms = 0;                         // replay_floor_ms, with the estimate
+  std::vector<sim::StageCost> costs;           // what the simulator charges its stages, with the estimate
   std::optional<metrics::Metrics> simulated;   // the steady state's timing, once simulated
   std::string error;                           // why the estimate or the simulation was refused
 };
@@ -88,10 +89,11 @@ inline constexpr int kSettleDoublings = 3;
 // choice, and `simulate`, take a plan's steady state so; the referee ranks its many replays by
 // their settled figure and takes the periodic one of those it may choose (Refereed::verified).
 // `from`: a replay already run on the way (settled, not periodic), whose schedule's default
-// is `default_minibatches`: the same steps from there.
+// is `default_minibatches`: the same steps from there. A window under `floor_ms` (the plan's
+// replay_floor_ms, replay_floor.h) is not yet the steady state either, periodic or not.
 metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over,
                                 bool periodic = true, const metrics::Metrics* from = nullptr,
-                                int default_minibatches = 0);
+                                int default_minibatches = 0, double floor_ms = 0);
 
 // The simulator's options for a replay ranked by its timing alone (metrics::Detail::kTiming).
 inline sim::SimOptions timing_only(int64_t bucket_bytes) {
@@ -125,7 +127,7 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
 
 // Replays worked out ahead of their turn on the machine's other cores, without a barrier: the
 // referee queues the plans it will weigh next (`queue`), background threads estimate them in
-// queue order and simulate those whose physical limit is not above the best time so far
+// queue order and simulate those whose floor (replay_floor.h) is not above the best time so far
 // (`set_best`), and the referee takes each in its own turn (`take`): worked out already; or not
 // begun, which it then works out itself; or begun, and while it waits it works out the next
 // queued one. What a plan's replay is does not depend on when it is worked out, so the choice is
