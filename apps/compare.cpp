@@ -142,8 +142,13 @@ int run_compare(CompareFlags& f) {
         metrics::Metrics t = replay(static_cast<int64_t>(other * (1 << 20)));
         if (t.ms_per_minibatch < m.ms_per_minibatch * (1 - 1e-9)) m = std::move(t), mb = other;
       }
+      auto over = [&](int minibatches) {
+        schedule::ScheduleOptions longer = o;
+        longer.minibatches = minibatches;
+        return schedule::make_schedule(kind, plan, longer);
+      };
       rows.push_back({name, label + bucket_label(mb), m, "",
-                      schedule::peak_memory(schedule::memory_per_worker(s, costs, jo.memory)), ""});
+                      schedule::peak_memory(schedule::memory_per_worker(s, over, costs, jo.memory)), ""});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }

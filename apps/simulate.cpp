@@ -129,7 +129,12 @@ int run_simulate(SimulateFlags f) {
   if (!f.trace_out.empty()) schedule::write_trace(trace, f.trace_out);
   // Memory by the memory model (schedule/memory.h), the figure train checks and plan, compare and
   // the joint search use; the metrics' own is the trace's stashes and weight versions only.
-  auto memory = schedule::memory_per_worker(s, prof);
+  // Over a long run (memory_minibatches); a schedule file is the run it gives.
+  auto over = [&](int minibatches) {
+    options.minibatches = minibatches;
+    return schedule::make_schedule(f.kind, plan, options);
+  };
+  auto memory = f.schedule_file.empty() ? schedule::memory_per_worker(s, over, prof) : schedule::memory_per_worker(s, prof);
   if (f.json) {
     json doc = metrics::to_json(m);
     doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);

@@ -72,7 +72,8 @@ void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const st
   schedule::MemoryOptions mo;
   mo.momentum = f.pipe.train.sgd.momentum != 0;
   if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
-  auto memory = schedule::memory_per_worker(runtime::schedule_for(plan, f.pipe, 0), prof, mo);  // 0: a steady state
+  auto over = [&](int minibatches) { return runtime::schedule_for(plan, f.pipe, minibatches); };
+  auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's
   std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (modelled):";
   for (size_t w = 0; w < memory.size(); ++w)
     std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(memory[w].total()) * scale);

@@ -318,7 +318,14 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
       try {
         schedule::Schedule s = schedule::make_unvalidated_schedule(t.kind, t.plan, so);
         if (mode == 0) ++r.considered;
-        auto memory = schedule::memory_per_worker(s, prof, o.memory);
+        auto memory = schedule::memory_per_worker(
+            s,
+            [&](int n) {
+              schedule::ScheduleOptions longer = so;
+              longer.minibatches = n;
+              return schedule::make_unvalidated_schedule(t.kind, t.plan, longer);
+            },
+            prof, o.memory);
         int64_t peak = schedule::peak_memory(memory);
         r.smallest_peak = std::min(r.smallest_peak, peak);
         if (o.memory_cap > 0 && peak > o.memory_cap) {

@@ -131,7 +131,12 @@ std::string variant(const plan::Plan& p) {
 // and prints, compare ranks by and the joint search caps, so `plan` shows the same figure.
 std::vector<schedule::WorkerMemory> modelled_memory(const plan::Plan& p, const profile::Profile& profile,
                                                     const std::string& kind) {
-  return schedule::memory_per_worker(schedule::make_unvalidated_schedule(kind, p, {}), profile);
+  auto over = [&](int minibatches) {
+    schedule::ScheduleOptions o;
+    o.minibatches = minibatches;
+    return schedule::make_unvalidated_schedule(kind, p, o);
+  };
+  return schedule::memory_per_worker(over(0), over, profile);
 }
 
 }  // namespace

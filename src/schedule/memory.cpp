@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/units.h"
+#include "schedule/generators.h"
 #include "schedule/stash_tracker.h"
 
 namespace pt::schedule {
@@ -189,6 +191,26 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     m.activations = static_cast<int64_t>(peak);
   }
   return out;
+}
+
+int memory_minibatches(const Schedule& s, const MemoryOptions& options) {
+  if (s.flush) return s.minibatches;
+  int64_t items = s.num_workers() + std::max(0, options.receives_ahead) + 2, needed = s.minibatches, lcm = 1;
+  for (int st = 0; st < s.num_stages; ++st) {
+    int64_t r = s.replicas(st);
+    lcm = std::lcm(lcm, r);
+    needed = std::max(needed, (r * items + s.microbatches - 1) / s.microbatches);
+  }
+  needed = (needed + lcm - 1) / lcm * lcm;
+  // No longer than the generators make.
+  if (needed > kMaxMinibatches) needed = std::max<int64_t>(s.minibatches, kMaxMinibatches / lcm * lcm);
+  return static_cast<int>(needed);
+}
+
+std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const std::function<Schedule(int minibatches)>& longer,
+                                            const profile::Profile& p, const MemoryOptions& options) {
+  int n = memory_minibatches(s, options);
+  return n > s.minibatches ? memory_per_worker(longer(n), p, options) : memory_per_worker(s, p, options);
 }
 
 int64_t peak_memory(const std::vector<WorkerMemory>& workers) {

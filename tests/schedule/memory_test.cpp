@@ -125,5 +125,34 @@ TEST(MemoryModel, ThePlannersClosedFormIsALowerBound) {
   EXPECT_GT(checked, 1000);
 }
 
+// An asynchronous list is one run: near its end a worker has fewer receives left than it posts
+// ahead. A first stage of 15 replicas over the default minibatches runs 7 each; between processes
+// (8 receives posted ahead) a long run holds more received gradients than those 7 allow, and the
+// figure over memory_minibatches is the long run's (VGG-16 15-1 on 4x4: 27.4 GiB over the default,
+// 27.5 over 210 minibatches, which `simulate` printed).
+TEST(MemoryModel, AnAsynchronousRunIsLongEnoughToPostItsReceivesAhead) {
+  plan::Plan p = plan_with_replicas({15, 1});
+  profile::Profile prof = uniform_profile(2, 1, 2, kAct, kParams);
+  MemoryOptions mo;  // between processes
+  auto over = [&](int minibatches) {
+    ScheduleOptions o;
+    o.minibatches = minibatches;
+    return make_schedule("pipedream", p, o);
+  };
+  Schedule s = over(0);
+  int n = memory_minibatches(s, mo);
+  EXPECT_GT(n, s.minibatches);
+  EXPECT_EQ(n % 15, 0);
+  int64_t short_run = peak_memory(memory_per_worker(s, prof, mo));
+  int64_t long_run = peak_memory(memory_per_worker(over(4 * n), prof, mo));
+  EXPECT_LT(short_run, long_run);
+  EXPECT_EQ(peak_memory(memory_per_worker(s, over, prof, mo)), long_run);
+  // A synchronous list is one minibatch repeated: its own length.
+  ScheduleOptions fifteen;
+  fifteen.microbatches = 15;
+  Schedule sync = make_schedule("1f1b", p, fifteen);
+  EXPECT_EQ(memory_minibatches(sync, mo), sync.minibatches);
+}
+
 }  // namespace
 }  // namespace pt::schedule
