@@ -89,20 +89,25 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
      << (simulated ? str(" (the simulator's steady state, ", plan.simulated_schedule, ")") : std::string())
      << ": pipeline " << fixed(pipe) << ", data parallel " << (dp > 0 ? fixed(dp) : std::string("(does not fit)"))
      << ", one worker " << fixed(single) << "\n";
+  // PipeDream's formula beside its simulation: each figure says which it is (ResNet-50 on 8
+  // workers at 1 Gbit/s printed "1.35x over one worker" alone, where the plan simulates at 0.37x).
+  double sim = !simulated && pipe > 0 ? plan.simulated_ms_per_minibatch : 0;
   if (pipe > 0) {
     os << "speed-up: " << fixed(single / pipe, 2) << "x over one worker";
     if (dp > 0) os << ", " << fixed(dp / pipe, 2) << "x over data parallelism";
+    if (sim > 0) os << " by the prediction; " << fixed(single / sim, 2) << "x over one worker in simulation";
     os << "\n";
   }
-  if (plan.simulated_ms_per_minibatch > 0 && !simulated)
-    os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): "
-       << fixed(plan.simulated_ms_per_minibatch) << " (" << fixed(100 * (plan.simulated_ms_per_minibatch / pipe - 1), 1)
-       << "% from the prediction)\n";
+  if (sim > 0)
+    os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): " << fixed(sim) << " ("
+       << fixed(100 * (sim / pipe - 1), 1) << "% from the prediction)\n";
   // No plan beats every worker computing all the time: how close this one comes.
   if (pipe > 0 && cluster.workers() > 0) {
     double limit = single / cluster.workers();
-    os << "compute limit (one worker's time / " << cluster.workers() << " workers): " << fixed(limit)
-       << " ms per minibatch; the plan reaches " << fixed(100 * limit / pipe, 1) << "% of it\n";
+    os << "compute limit (one worker's time / " << cluster.workers() << " workers): " << fixed(limit) << " ms per minibatch; ";
+    if (sim > 0) os << "in simulation the plan reaches " << fixed(100 * limit / sim, 1) << "% of it, by the prediction ";
+    else os << "the plan reaches ";
+    os << fixed(100 * limit / pipe, 1) << "% of it\n";
   }
   // All workers are used, so on slow links the best plan can lose to one worker alone.
   double slowest = std::max(pipe, plan.simulated_ms_per_minibatch);
