@@ -68,6 +68,7 @@ std::string bucket_label(double bucket_mb) {
 int run_compare(CompareFlags& f) {
   keep_freed_host_memory();
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
+  profile::require_timed(prof, f.profile);
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(f.options);

@@ -54,6 +54,7 @@ int run_simulate(SimulateFlags f) {
   keep_freed_host_memory();
   schedule::check_schedule_options(f.options);  // before --chunks multiplies the workers
   auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
+  profile::require_timed(prof, f.profile);
   plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
   plan::Plan plan;
   schedule::Schedule file;  // --schedule-file, as read

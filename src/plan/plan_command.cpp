@@ -42,6 +42,7 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   out.options = options;
   out.cluster = cluster_from_flags(f.cluster);
   out.profile = profile::read_any_profile(f.profile);
+  profile::require_timed(out.profile, f.profile);
   out.memory_cap = memory_limit(out.cluster, options);
   if (f.joint) out.options.memory_bytes = options.memory_bytes = std::numeric_limits<int64_t>::max();
   out.candidates = plan_candidates(out.profile, out.cluster, options);

@@ -248,6 +248,13 @@ void check_layer_count(size_t layers, const std::string& where) {
     throw FormatError(str(where, ": ", layers, " layers, more than the ", kMaxLayers, " pipetrain accepts"));
 }
 
+void require_timed(const Profile& profile, const std::string& path) {
+  for (const auto& l : profile.layers)
+    if (l.forward_ms > 0 || l.backward_ms > 0) return;
+  throw FormatError(str(path, ": every layer's forward_ms and backward_ms is 0 (", profile.layers.size(),
+                        " layers): a profile to plan or simulate with times at least one layer"));
+}
+
 double check_layer_ms(double ms, const std::string& where) {
   if (!(ms <= kMaxLayerMs))
     throw FormatError(str(where, ": ", ms, " ms, more than the ", kMaxLayerMs, " ms pipetrain accepts for one layer"));

@@ -112,6 +112,10 @@ inline constexpr double kMaxLayerMs = 1e9;
 // FormatError naming `where` when a reader's layer count or a time passes those bounds.
 void check_layer_count(size_t layers, const std::string& where);
 double check_layer_ms(double ms, const std::string& where);
+// FormatError naming `path` when no layer takes any forward or backward time: plans and
+// simulations of it are all 0 ms (`plan` chose one worker at 0 ms per minibatch, `simulate`
+// printed 0 samples/s), so those that time a profile refuse it.
+void require_timed(const Profile& profile, const std::string& path);
 // The most bytes one layer's activation or parameters may claim (1 PiB, beyond any device):
 // keeps sums over a profile's layers far from int64 overflow.
 inline constexpr int64_t kMaxLayerBytes = int64_t(1) << 50;

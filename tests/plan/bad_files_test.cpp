@@ -228,6 +228,19 @@ TEST(BadProfileFile, LimitsAreNamed) {
             "with the square of the workers)");
 }
 
+// A profile that times no layer plans and simulates at 0 ms per minibatch (`plan` chose one
+// worker, `simulate` printed 0 samples/s): what times a profile refuses it, naming the file.
+TEST(BadProfileFile, OneThatTimesNoLayerIsRefused) {
+  profile::Profile zero;
+  zero.model = "zero";
+  zero.layers = {{"a", 0, 0, 1, 1, {}}, {"b", 0, 0, 1, 1, {0}}};
+  EXPECT_EQ(error_of([&] { profile::require_timed(zero, "z.json"); }),
+            "z.json: every layer's forward_ms and backward_ms is 0 (2 layers): a profile to plan or simulate with "
+            "times at least one layer");
+  zero.layers[1].backward_ms = 0.5;
+  EXPECT_EQ(error_of([&] { profile::require_timed(zero, "z.json"); }), "(no error)");
+}
+
 // The pipetrain search's work is bounded for any number of layers: a long chain is planned as
 // blocks of consecutive layers of about equal compute, and says so.
 TEST(LongChains, AreCoarsenedIntoBlocks) {
