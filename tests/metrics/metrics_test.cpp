@@ -281,6 +281,28 @@ TEST(Trace, ImpossibleEventsAndCountsAreNamed) {
   EXPECT_NE(trace_error(doc).find("one count per stage (2), got 3"), std::string::npos) << trace_error(doc);
 }
 
+// A worker runs one compute at a time, each once, and a backward follows its forward: a trace
+// that says otherwise counted a compute twice (a duplicated forward: 5 stashed where 1F1B keeps
+// 4) and is refused by field.
+TEST(Trace, ComputesTwiceOverlappingOrWithoutTheirForwardAreNamed) {
+  json good = schedule::to_json(two_stage_trace());
+  json doc = good;
+  doc["workers"][0].push_back(doc["workers"][0][0]);
+  EXPECT_EQ(trace_error(doc), "run.trace.json: field 'workers[0][9].action' repeats '0F0', given before on this worker");
+  doc = good;
+  doc["workers"][0][2]["start_ms"] = 0.5;  // 0F1 inside 0F0 (0 to 1)
+  EXPECT_EQ(trace_error(doc), "run.trace.json: field 'workers[0][2].start_ms' is 0.5, inside '0F0' (0 to 1): a worker "
+                              "runs one compute at a time");
+  doc = good;
+  doc["workers"][1][1]["action"] = "1F7";  // 1B0 then has no forward
+  EXPECT_EQ(trace_error(doc), "run.trace.json: field 'workers[1][2].action' is '1B0', with no forward of stage 1 "
+                              "microbatch 0 in the trace");
+  // Transfers and all-reduces overlap computes, and touching computes do not overlap.
+  doc = good;
+  doc["workers"][0][1]["start_ms"] = 0.5;
+  EXPECT_EQ(trace_error(doc), "accepted");
+}
+
 TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
   Trace t = two_stage_trace();
   t.pauses = {{3, 4}, {9, 20}};
