@@ -1,5 +1,5 @@
 #pragma once
-// What no replay of a plan can measure under: its physical limit (plan/physical_limit.h) and,
+// What no steady state of a plan is under: its physical limit (plan/physical_limit.h) and,
 // under the pipedream schedule, two bounds its action order sets. The referee skips a candidate
 // whose floor is above the best time it has simulated, and a replay under its own floor has not
 // reached its steady state and is lengthened (settled_replay): AlexNet 12-4 on 4x4 at 25/1
