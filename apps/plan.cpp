@@ -82,6 +82,15 @@ int print_unsimulated(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
 // Where the chosen plan's replicas all-reduce, the bucket it runs fastest with (the referee's
 // choice between it and data parallelism, each at its own bucket, unless --bucket-mb says or
 // it ran out of --time-limit), and a note naming the other buckets' times.
+// The sizes whose floor ruled them out (BucketChoice::ruled_out), for the bucket's note.
+std::string ruled_out_of(const BucketChoice& b) {
+  if (b.ruled_out.empty()) return "";
+  std::string sizes;
+  for (const auto& [mb, floor] : b.ruled_out)
+    sizes += str(sizes.empty() ? "" : ", ", mb, " MiB ", std::round(floor * 1000) / 1000);
+  return str("; not simulated, their floors above the first's time: ", sizes);
+}
+
 void note_plan_bucket(const Flags& f, plan::PlanOutcome& out, const Refereed& r) {
   bool replicated = false;
   for (const auto& st : out.plan.stages) replicated = replicated || st.replicas > 1;
@@ -106,10 +115,10 @@ void note_plan_bucket(const Flags& f, plan::PlanOutcome& out, const Refereed& r)
                                  "which no bucket size beats"));
   else if (all_equal && b.tried.size() > 1)
     out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB: every size tried simulates the same (",
-                                 std::round(b.ms_per_minibatch * 1000) / 1000, " ms per minibatch)"));
+                                 std::round(b.ms_per_minibatch * 1000) / 1000, " ms per minibatch)", ruled_out_of(b)));
   else
     out.plan.notes.push_back(str("all-reduce bucket ", b.bucket_mb, " MiB, the fastest in simulation (ms per minibatch: ",
-                                 tried, "); train --plan uses it unless --bucket-mb says"));
+                                 tried, ")", ruled_out_of(b), "; train --plan uses it unless --bucket-mb says"));
 }
 
 // The plan as its schedule runs it, for the table: interleaved and V schedules run several of

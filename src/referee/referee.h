@@ -27,6 +27,9 @@ struct BucketChoice {
   double ms_per_minibatch = 0;
   std::vector<std::pair<double, double>> tried;  // (MiB, simulated ms per minibatch), the options' first
   bool at_limit = false;  // the options' bucket reached limit_ms: the others were not simulated
+  // (MiB, floor ms): sizes not simulated, their floor (replay_floor.h, which counts the buckets'
+  // all-reduce tail) above the options' bucket's time.
+  std::vector<std::pair<double, double>> ruled_out;
 };
 inline constexpr double kBucketChoicesMb[] = {0, 1, 4, 25, 100};
 

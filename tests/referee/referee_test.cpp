@@ -228,6 +228,32 @@ TEST(Referee, ABucketAtThePhysicalLimitIsKeptWithoutTheOthers) {
   EXPECT_EQ(all.bucket_mb, 25);
 }
 
+// A bucket size whose floor (replay_floor.h, with that size's all-reduce tail) is above the
+// options' bucket's time is not simulated (BucketChoice::ruled_out): ResNet-101 12-4 on 4x4 at
+// 100/10 leaves out 0 and 100 MiB. Simulated here, each runs no faster than its floor, so the
+// choice is the one simulating every size makes.
+TEST(Referee, BucketsWhoseFloorIsAboveTheFirstsTimeAreNotSimulated) {
+  profile::Profile prof = published("resnet101");
+  plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "100,10");
+  plan::PlanOptions o;
+  o.candidates = 12;  // plan's default
+  referee::Refereed r = referee::choose(plan::plan_candidates(prof, cluster, o), prof, cluster, o, "pipedream",
+                                        /*own_buckets=*/true);
+  const referee::Candidate& first = r.ranked.front();
+  ASSERT_FALSE(first.bucket.ruled_out.empty()) << first.plan.shape() << ": no size ruled out, the case shows no skip";
+  EXPECT_EQ(first.bucket.tried.size() + first.bucket.ruled_out.size(), std::size(referee::kBucketChoicesMb));
+  referee::BucketChoice all = referee::choose_bucket(first.plan, prof, cluster, o, "pipedream");
+  ASSERT_EQ(all.tried.size(), std::size(referee::kBucketChoicesMb));
+  EXPECT_TRUE(all.ruled_out.empty());
+  for (const auto& [mb, floor] : first.bucket.ruled_out) {
+    EXPECT_GT(floor, first.bucket.tried.front().second) << mb << " MiB";
+    for (const auto& [size, ms] : all.tried)
+      if (size == mb) EXPECT_GE(ms, floor * (1 - 1e-9)) << mb << " MiB";
+  }
+  EXPECT_EQ(all.bucket_mb, first.bucket.bucket_mb);
+  EXPECT_NEAR(all.ms_per_minibatch, first.bucket.ms_per_minibatch, 1e-9 * all.ms_per_minibatch);
+}
+
 // A smaller cluster whose compute shared over its workers exceeds data parallelism's time on
 // them all is not planned (PlanOptions::fewest_workers): ResNet-101 on 16 workers at 10 Gbit/s
 // plans no cluster of under 14 (every one was). The plans it leaves out could not have been
