@@ -22,7 +22,7 @@ ActivationBudget activation_budget_from_profile(const std::string& kind, const p
   double one_f_one_b = 0;  // 1F1B's stage s stashes p - s microbatches at its peak
   for (int st = 0; st < straight.num_stages(); ++st)
     one_f_one_b = std::max(one_f_one_b, (p - st) * stash(straight.stages[st].layers));
-  out.per_worker = v ? one_f_one_b * v_schedule_limit(kind, p) / (2.0 * p) : one_f_one_b;
+  out.per_worker = v ? one_f_one_b * v_schedule_share(kind, p) : one_f_one_b;
   return out;
 }
 

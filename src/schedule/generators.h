@@ -67,11 +67,17 @@ Schedule zb_h1(const plan::Plan& plan, int microbatches, const ActivationBudget&
 Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind = "zb-v",
               const ActivationBudget& budget = {});
 int v_schedule_limit(const std::string& kind, int workers);
+// The papers' share of 1F1B's busiest worker's activations a V schedule keeps: zb-v 1, v-half
+// (p + 2) / 2p, v-min (p + 4) / 3p, exact (v_schedule_limit rounds a count of chunk-microbatches
+// up: at p = 3 and 4, v-min's count is v-half's).
+double v_schedule_share(const std::string& kind, int workers);
 // The budget in bytes from a profile: each stage's stash (profile::stash_bytes of its layers) and,
 // per worker, what 1F1B's busiest worker stashes on the profile's even split into the schedule's
-// workers (p; a V's 2p stages sit on p), times the kind's share (v_schedule_limit / 2p for the V
-// schedules: zb-v 1F1B's peak, v-half (p + 2) / 2p; zb-h1 1F1B's peak). Stages of unequal bytes
-// then hold 1F1B's peak, where counting microbatches would not.
+// workers (p; a V's 2p stages sit on p), times the kind's share (v_schedule_share for the V
+// schedules; zb-h1 1F1B's peak). Stages of unequal bytes then hold 1F1B's peak, where counting
+// microbatches would not. (Until 2026-11-28 the V share was the rounded count over 2p, and
+// v-min on gpt-2048 at 4 workers ran as v-half, 10.4 GiB stashed where (p + 4) / 3p of 1F1B's
+// 13.9 is 9.3.)
 ActivationBudget activation_budget_from_profile(const std::string& kind, const plan::Plan& plan,
                                                 const profile::Profile& profile);
 // DualPipeV (DeepSeek-V3 report, §3.2.1; the V form of DualPipe): the V placement, pairs of a

@@ -33,6 +33,12 @@ int v_schedule_limit(const std::string& kind, int p) {
   return 2 * p;                                       // zb-v: p of them, 1F1B's first stage
 }
 
+double v_schedule_share(const std::string& kind, int p) {
+  if (kind == "v-half") return (p + 2.0) / (2.0 * p);
+  if (kind == "v-min") return (p + 4.0) / (3.0 * p);
+  return 1.0;
+}
+
 Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind, const ActivationBudget& budget) {
   Schedule s = detail::v_skeleton(plan, kind, microbatches);
   const int stages = s.num_stages, p = stages / 2;

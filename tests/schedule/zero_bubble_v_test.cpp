@@ -148,6 +148,39 @@ TEST(VSchedules, ByteBudgetBoundsWhatEachWorkerHolds) {
       }
 }
 
+// With a profile each V kind's budget is the papers' share of 1F1B's busiest worker (zb-v 1,
+// v-half (p + 2) / 2p, v-min (p + 4) / 3p), exact: the rounded count of chunk-microbatches made
+// v-min's budget v-half's at p = 3 and 4 (gpt-2048 on 4 workers: v-min ran as v-half, 10.4 GiB
+// stashed where (p + 4) / 3p of 1F1B's 13.9 is 9.3). Along each worker's list, what it holds
+// between F and W stays within it.
+TEST(VSchedules, ProfileBudgetsAreThePapersSharesAndHold) {
+  profile::Profile gpt = profile::read_profile_json(std::string(PT_SOURCE_DIR) + "/data/profiles/gpt-2048.json");
+  for (int p : {3, 4, 8}) {
+    plan::Plan plan = plan::even_split(gpt, 2 * p);
+    double one_f_one_b = activation_budget_from_profile("1f1b", plan::even_split(gpt, p), gpt).per_worker;
+    double half = 0;
+    for (const char* kind : {"zb-v", "v-half", "v-min"}) {
+      SCOPED_TRACE(std::string(kind) + " p=" + std::to_string(p));
+      ActivationBudget b = activation_budget_from_profile(kind, plan, gpt);
+      double share = std::string(kind) == "zb-v" ? 1.0 : std::string(kind) == "v-half" ? (p + 2.0) / (2 * p) : (p + 4.0) / (3 * p);
+      EXPECT_NEAR(b.per_worker, share * one_f_one_b, 1e-6 * one_f_one_b);
+      if (std::string(kind) == "v-half") half = b.per_worker;
+      if (std::string(kind) == "v-min") EXPECT_LT(b.per_worker, half);
+      Schedule s = make_schedule(kind, plan, {16, 1, 0, false, false, b});
+      for (int w = 0; w < p; ++w) {
+        double now = 0, peak = 0;
+        for (const Action& a : s.actions[w]) {
+          if (a.kind == ActionKind::kForward) now += b.stage_held[a.stage];
+          if (a.kind == ActionKind::kBackwardWeight) now -= b.stage_held[a.stage];
+          peak = std::max(peak, now);
+        }
+        EXPECT_LE(peak, std::max(b.per_worker, b.stage_held[w] + b.stage_held[2 * p - 1 - w]) * (1 + 1e-9))
+            << "worker " << w;
+      }
+    }
+  }
+}
+
 TEST(VSchedules, UniformModelZbVBeats1F1BAtItsMemoryAndVHalfHalvesIt) {
   // 32 identical layers on 8 workers, 16 microbatches (the zero-bubble papers' setting).
   profile::Profile prof = testing::uniform_profile(32, 10, 20, 8 << 20, 4 << 20, 16);
