@@ -68,8 +68,8 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind 
               const ActivationBudget& budget = {});
 int v_schedule_limit(const std::string& kind, int workers);
 // The papers' share of 1F1B's busiest worker's activations a V schedule keeps: zb-v 1, v-half
-// (p + 2) / 2p, v-min (p + 4) / 3p, exact (v_schedule_limit rounds a count of chunk-microbatches
-// up: at p = 3 and 4, v-min's count is v-half's).
+// (p + 2) / 2p, v-min (p + 4) / 3p, exact (v_schedule_limit counts whole chunk-microbatches,
+// v-min's rounded down; until 2026-11-28 up, to v-half's at p = 3 and 4).
 double v_schedule_share(const std::string& kind, int workers);
 // The budget in bytes from a profile: each stage's stash (profile::stash_bytes of its layers) and,
 // per worker, what 1F1B's busiest worker stashes on the profile's even split into the schedule's

@@ -29,7 +29,7 @@ namespace pt::schedule {
 
 int v_schedule_limit(const std::string& kind, int p) {
   if (kind == "v-half") return p + 2;                 // (p + 2) / 2 microbatches of a whole stage
-  if (kind == "v-min") return (2 * (p + 4) + 2) / 3;  // (p + 4) / 3 of them, rounded up
+  if (kind == "v-min") return 2 * (p + 4) / 3;        // (p + 4) / 3 of them, rounded down: within it
   return 2 * p;                                       // zb-v: p of them, 1F1B's first stage
 }
 

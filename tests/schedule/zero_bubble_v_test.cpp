@@ -181,6 +181,17 @@ TEST(VSchedules, ProfileBudgetsAreThePapersSharesAndHold) {
   }
 }
 
+// Counted in whole chunk-microbatches (no profile), no budget exceeds the paper's, and v-min's
+// is below v-half's from p = 3 on (rounded up, it was v-half's at p = 3 and 4).
+TEST(VSchedules, CountedBudgetsStayWithinThePapers) {
+  for (int p = 2; p <= 16; ++p) {
+    EXPECT_LE(v_schedule_limit("v-min", p), 2.0 * (p + 4) / 3) << p;
+    EXPECT_LE(v_schedule_limit("v-half", p), p + 2) << p;
+    EXPECT_LE(v_schedule_limit("zb-v", p), 2 * p) << p;
+    if (p >= 3) EXPECT_LT(v_schedule_limit("v-min", p), v_schedule_limit("v-half", p)) << p;
+  }
+}
+
 TEST(VSchedules, UniformModelZbVBeats1F1BAtItsMemoryAndVHalfHalvesIt) {
   // 32 identical layers on 8 workers, 16 microbatches (the zero-bubble papers' setting).
   profile::Profile prof = testing::uniform_profile(32, 10, 20, 8 << 20, 4 << 20, 16);
