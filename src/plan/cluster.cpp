@@ -210,7 +210,8 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     l.name = f.has("name") ? f["name"].as_string() : str("level", i);
     l.fan_out = static_cast<int>(f["fan_out"].as_int_in(1, kMaxWorkers));
     l.bandwidth_gbps = f["bandwidth_gbps"].as_number();
-    if (l.bandwidth_gbps <= 0) f["bandwidth_gbps"].fail(str("must be > 0, got ", l.bandwidth_gbps));
+    if (!(l.bandwidth_gbps >= kMinBandwidthGbps && l.bandwidth_gbps <= kMaxBandwidthGbps))
+      f["bandwidth_gbps"].fail(str("must be in ", kMinBandwidthGbps, "..", kMaxBandwidthGbps, " Gbit/s, got ", l.bandwidth_gbps));
     if (f.has("latency_us")) {
       l.latency_us = f["latency_us"].as_number();
       if (!(l.latency_us >= 0 && l.latency_us <= 1e7))
@@ -261,7 +262,9 @@ Cluster cluster_from_shorthand(const std::string& workers, const std::string& ba
   for (size_t k = 0; k < fan.size(); ++k) {
     if (fan[k] < 1 || fan[k] > 100000)
       throw UsageError(str("--workers: level ", k, " fan-out must be in 1..100000, got ", fan[k]));
-    if (bw[k] <= 0) throw UsageError(str("--bandwidth-gbps: level ", k, " must be > 0, got ", bw[k]));
+    if (!(bw[k] >= kMinBandwidthGbps && bw[k] <= kMaxBandwidthGbps))
+      throw UsageError(str("--bandwidth-gbps: level ", k, " must be in ", kMinBandwidthGbps, "..", kMaxBandwidthGbps,
+                           " Gbit/s, got ", bw[k]));
     std::string name = k + 1 == fan.size() ? "network" : (k < 3 ? names[k] : str("level", k));
     c.levels.push_back({name, static_cast<int>(fan[k]), bw[k]});
   }

@@ -121,6 +121,10 @@ inline constexpr int kClusterVersion = 1;
 // The most workers a cluster or a plan may have: bounds every count read from a file before
 // it sizes a vector or narrows to int.
 inline constexpr int kMaxWorkers = 1000000;
+// A link's rate, Gbit/s: 1 kbit/s to 1 Ebit/s. Outside, the figures lose their meaning
+// (1e-300 Gbit/s printed data parallelism at 166029052800000007587877496519201856785955101853958846684263294 ms
+// per minibatch).
+inline constexpr double kMinBandwidthGbps = 1e-6, kMaxBandwidthGbps = 1e9;
 
 json to_json(const Cluster& c);
 Cluster cluster_from_json(const json& doc, const std::string& source);

@@ -114,7 +114,9 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 1000, "bandwidth_gbps": 1}, {"fan_out": 1001, "bandwidth_gbps": 1}]})"),
             "c.json: 1.001e+06 workers is more than pipetrain supports (1000000)");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": -10}]})"),
-            "c.json: field 'levels[0].bandwidth_gbps' must be > 0, got -10");
+            "c.json: field 'levels[0].bandwidth_gbps' must be in 1e-06..1e+09 Gbit/s, got -10");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1e-300}]})"),
+            "c.json: field 'levels[0].bandwidth_gbps' must be in 1e-06..1e+09 Gbit/s, got 1e-300");
   EXPECT_EQ(cluster_error(head + R"([]})"), "c.json: field 'levels' must list at least one level");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "memory_bytes_per_worker": -1})"),
             "c.json: field 'memory_bytes_per_worker' must be >= 0, got -1");
@@ -152,7 +154,9 @@ TEST(BadClusterShorthand, NamesFlagAndValue) {
   EXPECT_EQ(error_of([] { cluster_from_shorthand("-4", "1"); }), "--workers: level 0 fan-out must be in 1..100000, got -4");
   EXPECT_EQ(error_of([] { cluster_from_shorthand("1000,1001", "1,1"); }),
             "--workers: 1.001e+06 workers is more than pipetrain supports (1000000)");
-  EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "0"); }), "--bandwidth-gbps: level 0 must be > 0, got 0");
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "0"); }), "--bandwidth-gbps: level 0 must be in 1e-06..1e+09 Gbit/s, got 0");
+  EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "1e-300"); }),
+            "--bandwidth-gbps: level 0 must be in 1e-06..1e+09 Gbit/s, got 1e-300");
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4,4", "1"); }),
             "--workers '4,4' has 2 levels but --bandwidth-gbps '1' has 1");
   EXPECT_EQ(error_of([] { cluster_from_flags({"", "4,4", "96,10", "", "5", ""}); }),
