@@ -123,7 +123,7 @@ int run_compare(CompareFlags& f) {
       // each bucket size the joint search tries, the fastest kept (the default's at a tie).
       auto replay = [&](int64_t bucket_bytes) {
         metrics::Metrics m = metrics::compute_metrics(sim::simulate(s, costs, cluster, {bucket_bytes}));
-        double floor = referee::replay_floor_ms(plan, costs, cluster, kind, bucket_bytes);
+        double floor = referee::replay_floor_ms(plan, costs, cluster, kind, bucket_bytes, &s);
         if (o.minibatches == 0 && (!m.settled || !m.periodic || m.ms_per_minibatch < floor * (1 - 1e-9)))
           m = referee::settled_replay(
               [&](int minibatches) {

@@ -109,7 +109,7 @@ int run_simulate(SimulateFlags f) {
   metrics::Metrics m = metrics::compute_metrics(trace);
   // Over the default minibatches, until the window settles, as the planner's referee replays it
   // (data parallelism's schedule makes its own plan, whose floor is not this one's).
-  double floor = f.kind == "dp" ? 0 : referee::replay_floor_ms(plan, prof, cluster, f.kind, sim_options.bucket_bytes);
+  double floor = f.kind == "dp" ? 0 : referee::replay_floor_ms(plan, prof, cluster, f.kind, sim_options.bucket_bytes, &s);
   if (f.schedule_file.empty() && options.minibatches == 0 &&
       (!m.settled || !m.periodic || m.ms_per_minibatch < floor * (1 - 1e-9)))
     m = referee::settled_replay(

@@ -242,7 +242,7 @@ ConfigReplay replay_config(const schedule::Schedule& s, const plan::Plan& plan, 
     r.trace = sim::simulate(schedule::make_unvalidated_schedule(s.kind, plan, longer), prof, cluster, {bucket_bytes});
     return metrics::compute_metrics(r.trace);
   };
-  double floor = replay_floor_ms(plan, prof, cluster, s.kind, bucket_bytes);
+  double floor = replay_floor_ms(plan, prof, cluster, s.kind, bucket_bytes, &s);
   if (!r.metrics.settled || !r.metrics.periodic || r.metrics.ms_per_minibatch < floor * (1 - 1e-9)) {
     metrics::Metrics first = r.metrics;
     r.metrics = so.minibatches == 0 ? settled_replay(longer_replay, true, nullptr, 0, floor)

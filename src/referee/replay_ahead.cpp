@@ -11,6 +11,7 @@
 #include "core/units.h"
 #include "referee/replay_floor.h"
 #include "schedule/generators.h"
+#include "sim/cycle_time.h"
 #include "sim/simulator.h"
 #include "sim/stage_costs.h"
 
@@ -115,18 +116,6 @@ std::shared_ptr<const schedule::Schedule> SimulationMemo::schedule(const Key& ke
   return built;
 }
 
-void estimate(Replay& r, const ReplayContext& c) {
-  if (r.estimate || !r.error.empty()) return;
-  try {
-    plan::PlanEstimate e = plan::evaluate_plan(r.plan, c.profile, c.cluster, c.options);
-    if (!steady_state_in_closed_form(r.plan, c.kind)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
-    r.limit_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
-    r.estimate = std::move(e);
-  } catch (const ConfigError& e) {
-    r.error = e.what();
-  }
-}
-
 namespace {
 
 // `plan`'s schedule over n minibatches (0: the default), kept by its structure and length: the
@@ -142,6 +131,34 @@ std::shared_ptr<const schedule::Schedule> schedule_of(const plan::Plan& plan, co
   });
 }
 
+}  // namespace
+
+void estimate(Replay& r, const ReplayContext& c) {
+  if (r.estimate || !r.error.empty()) return;
+  try {
+    plan::PlanEstimate e = plan::evaluate_plan(r.plan, c.profile, c.cluster, c.options);
+    if (!steady_state_in_closed_form(r.plan, c.kind)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
+    r.limit_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
+    r.estimate = std::move(e);
+  } catch (const ConfigError& e) {
+    r.error = e.what();
+  }
+}
+
+void bound(Replay& r, const ReplayContext& c) {
+  estimate(r, c);
+  if (r.bound || !r.estimate || c.kind != "pipedream" || steady_state_in_closed_form(r.plan, c.kind)) return;
+  r.bound = true;
+  try {
+    auto s = schedule_of(r.plan, c, structure_of(c.kind, r.plan), 0);
+    r.limit_ms = std::max(r.limit_ms, sim::cycle_time_ms(*s, r.costs, c.cluster, c.options.bucket_bytes));
+  } catch (const ConfigError& e) {
+    r.error = e.what();
+  }
+}
+
+namespace {
+
 // `plan`'s replay over n minibatches (0: the default).
 metrics::Metrics replay_over(const plan::Plan& plan, const ReplayContext& c, const std::vector<sim::StageCost>& costs,
                              const Fingerprint& structure, int minibatches) {
@@ -153,7 +170,7 @@ metrics::Metrics replay_over(const plan::Plan& plan, const ReplayContext& c, con
 }  // namespace
 
 void simulate(Replay& r, const ReplayContext& c) {
-  estimate(r, c);
+  bound(r, c);
   if (!r.estimate || r.simulated || !r.error.empty()) return;
   if (steady_state_in_closed_form(r.plan, c.kind)) {
     r.simulated = closed_form_metrics(*r.estimate, r.plan, c.profile, c.kind);
@@ -183,9 +200,10 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
   key.first = ~key.first;  // the periodic replay's, beside the settled one's
   metrics::Metrics m;
   if (c.memo.find(key, m)) return m;
-  int default_minibatches = schedule_of(plan, c, structure, 0)->minibatches;
+  auto first = schedule_of(plan, c, structure, 0);
   m = settled_replay([&](int n) { return replay_over(plan, c, costs, structure, n); }, true, &settled,
-                     default_minibatches, replay_floor_ms(plan, c.profile, c.cluster, c.kind, c.options.bucket_bytes));
+                     first->minibatches,
+                     replay_floor_ms(plan, c.profile, c.cluster, c.kind, c.options.bucket_bytes, first.get()));
   c.memo.add(key, m);
   return m;
 }
@@ -277,6 +295,7 @@ void ReplayAhead::work(Slot& slot) {
   // A failure other than a refusal is left for the referee's own turn, which meets it again.
   try {
     estimate(slot.replay, context_);
+    if (slot.replay.estimate && slot.replay.limit_ms <= best) bound(slot.replay, context_);
     if (slot.replay.estimate && slot.replay.limit_ms <= best) simulate(slot.replay, context_);
   } catch (...) {
     slot.replay = Replay(slot.replay.plan);

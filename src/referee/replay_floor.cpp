@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "plan/physical_limit.h"
 #include "schedule/schedule.h"
+#include "sim/cycle_time.h"
 
 namespace pt::referee {
 
@@ -51,12 +52,14 @@ double replay_floor_ms(const plan::Plan& plan, const plan::PlanEstimate& exact, 
 }
 
 double replay_floor_ms(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
-                       const std::string& kind, int64_t bucket_bytes) {
+                       const std::string& kind, int64_t bucket_bytes, const schedule::Schedule* schedule) {
   try {
     plan::PlanOptions options;
     options.bucket_bytes = bucket_bytes;
     plan::PlanEstimate exact = plan::evaluate_plan(plan, profile, cluster, options);
-    return replay_floor_ms(plan, exact, stage_costs_of(plan, profile, bucket_bytes), profile, cluster, kind);
+    std::vector<sim::StageCost> costs = stage_costs_of(plan, profile, bucket_bytes);
+    double floor = replay_floor_ms(plan, exact, costs, profile, cluster, kind);
+    return schedule ? std::max(floor, sim::cycle_time_ms(*schedule, costs, cluster, bucket_bytes)) : floor;
   } catch (const ConfigError&) {
     return 0;
   }

@@ -14,6 +14,7 @@
 #include "plan/pipetrain_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
+#include "schedule/schedule.h"
 #include "sim/stage_costs.h"
 
 namespace pt::referee {
@@ -41,8 +42,10 @@ std::vector<sim::StageCost> stage_costs_of(const plan::Plan& plan, const profile
 // The floor of `plan` under schedule `kind` from its exact estimate and stage costs.
 double replay_floor_ms(const plan::Plan& plan, const plan::PlanEstimate& exact, const std::vector<sim::StageCost>& costs,
                        const profile::Profile& profile, const plan::Cluster& cluster, const std::string& kind);
-// The same, working out both; 0 where the plan does not fit the profile or the cluster.
+// The same, working out both; 0 where the plan does not fit the profile or the cluster. With
+// `schedule` (the plan's under `kind`, over the default minibatches), also its cycle time
+// (sim/cycle_time.h), which the closed forms above cannot see: replicas waiting for each other.
 double replay_floor_ms(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
-                       const std::string& kind, int64_t bucket_bytes);
+                       const std::string& kind, int64_t bucket_bytes, const schedule::Schedule* schedule = nullptr);
 
 }  // namespace pt::referee

@@ -302,20 +302,13 @@ class Replay {
   void execute(int w, double start) {
     const Action& a = s_.actions[w][pc_[w]];
     const StageCost& c = costs_[a.stage];
-    bool split = s_.split_backward[a.stage], recompute = s_.recomputes(a.stage);
     switch (a.kind) {
       case ActionKind::kForward:
-        compute(w, a, start, c.forward_ms * scale_,
-                static_cast<int64_t>((recompute ? c.input_bytes : c.stash_bytes) * scale_));
+        compute(w, a, start, compute_ms(s_, a, c),
+                static_cast<int64_t>((s_.recomputes(a.stage) ? c.input_bytes : c.stash_bytes) * scale_));
         break;
       case ActionKind::kBackward:
-        // A recomputing stage runs its forward again before the backward.
-        compute(w, a, start,
-                ((recompute ? c.forward_ms : 0) + c.backward_ms * (split ? profile::kInputGradientShare : 1.0)) * scale_, 0);
-        break;
-      case ActionKind::kBackwardWeight:
-        compute(w, a, start, c.backward_ms * scale_ * (1 - profile::kInputGradientShare), 0);
-        break;
+      case ActionKind::kBackwardWeight: compute(w, a, start, compute_ms(s_, a, c), 0); break;
       case ActionKind::kSendActivation:
       case ActionKind::kSendGradient: send(w, a, start); break;
       case ActionKind::kRecvActivation:

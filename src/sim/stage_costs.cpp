@@ -25,4 +25,16 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
   return out;
 }
 
+double compute_ms(const schedule::Schedule& s, const schedule::Action& a, const StageCost& c) {
+  double scale = 1.0 / s.microbatches;
+  bool split = s.split_backward[a.stage];
+  switch (a.kind) {
+    case schedule::ActionKind::kForward: return c.forward_ms * scale;
+    case schedule::ActionKind::kBackward:
+      return ((s.recomputes(a.stage) ? c.forward_ms : 0) + c.backward_ms * (split ? profile::kInputGradientShare : 1.0)) * scale;
+    case schedule::ActionKind::kBackwardWeight: return c.backward_ms * scale * (1 - profile::kInputGradientShare);
+    default: return 0;
+  }
+}
+
 }  // namespace pt::sim

@@ -27,4 +27,9 @@ struct StageCost {
 // bucket_bytes 0: one bucket, ready at the end of the backward.
 std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::Profile& p, int64_t bucket_bytes = 0);
 
+// The layers' time of compute action `a` of `s` (F, B or W; the host's time per action comes on
+// top): its stage's cost scaled to one microbatch, a recomputing stage's forward again before its
+// backward, a split backward's share.
+double compute_ms(const schedule::Schedule& s, const schedule::Action& a, const StageCost& c);
+
 }  // namespace pt::sim

@@ -17,6 +17,7 @@
 #include "referee/replay_ahead.h"
 #include "referee/replay_floor.h"
 #include "schedule/generators.h"
+#include "sim/cycle_time.h"
 #include "sim/simulator.h"
 
 namespace pt {
@@ -90,6 +91,54 @@ TEST(ReplayFloor, NeverAboveTheSteadyStateAndEachTermBinds) {
   EXPECT_GT(in_flight_binds, 0) << plans << " plans";
   EXPECT_GT(round_binds, 0) << plans << " plans";
   EXPECT_GT(tight, 0) << plans << " plans";
+}
+
+// sim::cycle_time_ms, which the referee prunes with too: on the same plans and clusters, at two
+// bucket sizes, never above the steady state four times the default long, above the closed-form
+// floor on some (replicas waiting at their all-reduce through the stages around them), and the
+// steady state itself on some.
+TEST(CycleTime, NeverAboveTheSteadyStateAndAboveTheClosedFormsSomewhere) {
+  int plans = 0, bounded = 0, above = 0, tight = 0;
+  for (const char* model : {"gnmt_large", "alexnet", "resnet18", "vgg16"}) {
+    profile::Profile prof = published(model);
+    for (const plan::Cluster& cluster :
+         {make_cluster({16}, {10}), make_cluster({8}, {1}, 50, 300), make_cluster({4, 4}, {100, 10}),
+          make_cluster({4, 4}, {25, 1}, 0, 0, true)}) {
+      plan::PlanOptions options;
+      options.candidates = 6;
+      for (plan::Plan p : plan::plan_candidates(prof, cluster, options))
+        for (int64_t bucket : {options.bucket_bytes, int64_t{0}})
+          for (bool deferred : {false, true}) {
+            if (p.num_stages() < 2 || (deferred && p.stages[0].replicas < 2)) continue;
+            p.deferred_step = deferred;
+            schedule::Schedule s = schedule::make_unvalidated_schedule("pipedream", p, {});
+            double cycle = sim::cycle_time_ms(s, referee::stage_costs_of(p, prof, bucket), cluster, bucket);
+            double steady = long_replay_ms(p, prof, cluster, bucket);
+            std::string where = std::string(model) + " on " + cluster.describe() + ": " + p.shape() +
+                                (deferred ? " deferred" : "") + " bucket " + std::to_string(bucket);
+            EXPECT_LE(cycle, steady * (1 + 1e-9)) << where;
+            double closed = referee::replay_floor_ms(p, prof, cluster, "pipedream", bucket);
+            EXPECT_EQ(referee::replay_floor_ms(p, prof, cluster, "pipedream", bucket, &s), std::max(closed, cycle)) << where;
+            bounded += cycle > 0;
+            above += cycle > closed * 1.01;
+            tight += cycle > steady * (1 - 1e-6);
+            ++plans;
+          }
+    }
+  }
+  EXPECT_GT(plans, 100);
+  EXPECT_GT(bounded, plans * 9 / 10) << plans << " plans";  // the default schedule holds a period
+  EXPECT_GT(above, 0) << plans << " plans";
+  EXPECT_GT(tight, 0) << plans << " plans";
+}
+
+// A ring of two nodes a period apart and a heavier ring of three spanning two periods: the
+// heaviest ratio is the second's; a cycle spanning no period is no schedule's.
+TEST(CycleTime, HeaviestCycleRatioOfASmallGraph) {
+  std::vector<sim::CycleEdge> edges{{0, 1, 3, 0}, {1, 0, 2, 1}, {1, 2, 4, 1}, {2, 3, 5, 0}, {3, 1, 6, 1}};
+  EXPECT_NEAR(sim::heaviest_cycle_ratio(4, edges), 15.0 / 2, 1e-12);
+  edges.push_back({0, 0, 1, 0});
+  EXPECT_EQ(sim::heaviest_cycle_ratio(4, edges), 0);
 }
 
 // AlexNet 12-4 on 4x4 at 25/1 Gbit/s, hierarchical all-reduce, one bucket, deferred step: its
