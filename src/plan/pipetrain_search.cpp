@@ -182,6 +182,13 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
   };
   // The kept_from(w) best times of the first stages offered from worker w so far (max first).
   std::priority_queue<double> root_times;
+  // A cell's best choice so far, per λ.
+  struct Best {
+    double t = kInfinity;
+    int j = -1, n = 0;
+    double trip = 0;  // its round trip
+  };
+  std::vector<Best> cell(Lv);
   for (int k = S - 2; k >= 0; --k)
     for (int w = W - 1; w >= (k > 0 ? 1 : 0); --w) {  // a later state needs an earlier stage
       // State 0 after worker 0 is only a smaller cluster's first stage (nothing before it).
@@ -191,22 +198,35 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
         continue;
       }
       root_times = {};
+      const bool root = k == 0;
+      // The cells of every λ the previous stage may have reached (none before a first stage)
+      // differ only in the stage's input link: one scan of the (j, n) pairs serves them all,
+      // pruned against the slowest of their bests (2 of them on a 2-level cluster).
+      // Not so --straight: a whole input on one replica makes the λ's bests too far apart.
+      const int lam_first = root ? 0 : 1, lam_end = root ? 1 : Lv;
+      const int lam_step = options.straight ? 1 : lam_end - lam_first;
       for (int q = (Q ? 1 : 0); q <= std::min(Q, W - w); ++q) {
         double best_any = kInfinity;
-        for (int lam = k == 0 ? 0 : 1; lam < (k == 0 ? 1 : Lv); ++lam) {
-          bool root = k == 0;
-          double best = kInfinity;
-          int best_j = -1, best_n = 0;
+        for (int lam_lo = lam_first; lam_lo < lam_end; lam_lo += lam_step) {
+          const int lam_hi = lam_lo + lam_step;
+          double in_floor_min = kInfinity;  // the least a byte of input takes over those λ
+          for (int lam = lam_lo; lam < lam_hi; ++lam)
+            in_floor_min = std::min(in_floor_min, in_floor[static_cast<size_t>(w) * Lv + lam]);
+          for (int lam = lam_lo; lam < lam_hi; ++lam) cell[lam] = Best{};
           // The stage k→j on w..w+n-1 then the continuation at rest_i: its value t with the
           // stage's in-flight bound, whose round trip is kept in trip (offer keeps the best's).
-          double trip = 0, best_trip = 0;
+          double trip = 0;
           auto round_trip_of = [&](double compute, int j, int n, size_t rest_i) {
             if (j == last) return compute + host_ms;
             int level = reach(w, w + n);
             double out = level >= 0 ? latency_at[level] + s.frontier_bytes[j] * ms_per_byte_at[level] : 0;
             return compute + host_ms + 2 * out + round_trip[rest_i];
           };
-          auto offer = [&](double t, int j, int n) {
+          // The bound a pair must beat to matter: the slowest λ's best; the root keeps every
+          // first stage's best that can be among the kept_from(w) best from worker w, so a choice
+          // no faster than that many already offered cannot matter (ties are kept).
+          double bound = kInfinity;
+          auto offer = [&](int lam, double t, int j, int n) {
             if (root && t < kInfinity) {
               if (!offered_from[w].insert(plan_key(q, j, n, w)).second) return;
               roots.push_back({t, q, j, n, w});
@@ -215,9 +235,17 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
             }
             // Ties go to the one-stage option, then the smaller state index, then the most
             // replicas: the choice does not depend on the order the supersets are visited in.
-            bool one_stage = best_j == last && best_n == W - w;
-            if (t < best || (t == best && !one_stage && (j < best_j || (j == best_j && n > best_n))))
-              best = t, best_j = j, best_n = n, best_trip = trip;
+            Best& b = cell[lam];
+            bool one_stage = b.j == last && b.n == W - w;
+            if (t < b.t || (t == b.t && !one_stage && (j < b.j || (j == b.j && n > b.n)))) b = {t, j, n, trip};
+          };
+          auto refresh_bound = [&] {
+            if (root) {
+              bound = static_cast<int>(root_times.size()) == kept_from(w) ? root_times.top() : kInfinity;
+              return;
+            }
+            bound = 0;
+            for (int lam = lam_lo; lam < lam_hi; ++lam) bound = std::max(bound, cell[lam].t);
           };
           // Start from the one-stage option (the rest on every free worker): a finite bound early
           // lets the compute bound below skip most pairs.
@@ -227,16 +255,11 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
             if (q <= 1 && (!Q || bytes <= static_cast<double>(mem))) {
               // Its in-flight bound is its compute over its replicas (one in flight on each).
               trip = round_trip_of(s.compute_ms[last] - s.compute_ms[k], last, W - w, 0);
-              offer(stage(k, last, w, W - w, lam, 1).time_ms, last, W - w);
+              for (int lam = lam_lo; lam < lam_hi; ++lam)
+                offer(lam, stage(k, last, w, W - w, lam, 1).time_ms, last, W - w);
             }
           }
-          // The root keeps every first stage's best that can be among the kept_from(w) best
-          // from worker w: a choice no faster than that many already offered cannot (ties are kept).
-          auto bound_now = [&] {
-            if (!root) return best;
-            return static_cast<int>(root_times.size()) == kept_from(w) ? root_times.top() : kInfinity;
-          };
-          double bound = bound_now();
+          refresh_bound();
           // The rest after a stage ending at j runs the compute left on at most W - w - 1 workers,
           // so it is no faster than that shared evenly (a stage is never faster than its compute
           // over its replicas): the supersets too small for that are skipped, the first of them
@@ -249,27 +272,25 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
           auto rest_too_slow = [&](int j) {
             return (s.compute_ms[last] - s.compute_ms[j]) > (W - w - 1) * bound * (1 + 1e-9);
           };
-          const int* first = std::partition_point(ups_begin, ups_end, rest_too_slow);
-          for (const int* it = first; it != ups_end; ++it) {
-            int j = *it;
+          // One superset j and its replica counts; false once no later superset can be faster.
+          // (Inlined: as a call, the searches on ResNet-101 took a third longer.)
+          auto try_superset = [&](int j) __attribute__((always_inline)) {
             double compute = s.compute_ms[j] - s.compute_ms[k];
-            bound = bound_now();
             // On at most W - w replicas (one, --straight): no faster than compute / that.
-            if (compute / (options.straight ? 1 : W - w) > bound) break;  // and so for every later superset
-            if (rest_too_slow(j)) continue;
+            if (compute / (options.straight ? 1 : W - w) > bound) return false;  // and so for every later superset
+            if (rest_too_slow(j)) return true;
             // Nor is it faster than its transfers at the fastest level they can cross, shared
             // over its replicas, which grows as they fall: where links outweigh compute
             // (Inception's one-worker stages, the 4x4 cluster's outer level) many replica counts
             // the compute leaves are past it, and the tables below need not be read. (Summed in
             // another order than the stage's time: it prunes only what it exceeds by more.)
-            double links_ms = s.frontier_bytes[k] * in_floor[static_cast<size_t>(w) * Lv + lam] +
-                              (j != last ? s.frontier_bytes[j] * out_floor[w] : 0);
+            double links_ms = s.frontier_bytes[k] * in_floor_min + (j != last ? s.frontier_bytes[j] * out_floor[w] : 0);
             auto links_too_slow = [&](int n) { return links_ms / n > bound * (1 + 1e-9); };
-            if (links_too_slow(options.straight ? 1 : W - w)) continue;
+            if (links_too_slow(options.straight ? 1 : W - w)) return true;
             double state_bytes = s.activation_bytes[j] - s.activation_bytes[k] + s.parameter_bytes[j] -
                                  s.parameter_bytes[k];
-            if (Q && q * state_bytes > static_cast<double>(mem)) continue;
-            if (suffix[sat(Q ? q - 1 : 0, j, w + 1)] > bound) continue;
+            if (Q && q * state_bytes > static_cast<double>(mem)) return true;
+            if (suffix[sat(Q ? q - 1 : 0, j, w + 1)] > bound) return true;
             // The last stage takes every worker left; any other leaves one for the rest.
             int n_max = options.straight ? 1 : j == last ? W - w : W - w - 1;
             int n_min = j == last ? W - w : 1;
@@ -295,7 +316,6 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
             if (options.bucket_bytes > 0) weights = std::min(weights, static_cast<double>(options.bucket_bytes));
             const double* below = allreduce_below.data() + static_cast<size_t>(w) * (W + 1);
             for (int n = n_max; n >= n_min; --n) {
-              bound = bound_now();
               if (compute / n > bound || links_too_slow(n)) break;
               if (n > 1 && compute / n + weights * below[n] > bound * (1 + 1e-9)) {
                 n = 2;  // so for every count down to 2 (the loop goes on to 1, if allowed)
@@ -311,13 +331,30 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
               trip = round_trip_of(compute, j, n, rest_i);
               double slots = slots_at[static_cast<size_t>(w) * (W + 1) + n];
               if (trip > bound * (1 + 1e-9) * slots) continue;
-              offer(std::max({stage(k, j, w, n, lam, q).time_ms, rest, trip / slots}), j, n);
+              for (int lam = lam_lo; lam < lam_hi; ++lam)
+                offer(lam, std::max({stage(k, j, w, n, lam, q).time_ms, rest, trip / slots}), j, n);
+              refresh_bound();
             }
+            return true;
+          };
+          // A non-root cell first tries the superset nearest an even share of the compute left
+          // over its free workers: from a finite bound the scan below skips most supersets.
+          if (!root && bound == kInfinity) {
+            double share = (s.compute_ms[last] - s.compute_ms[k]) / (W - w);
+            const int* near = std::partition_point(ups_begin, ups_end,
+                                                   [&](int j) { return s.compute_ms[j] - s.compute_ms[k] < share; });
+            if (near != ups_end) try_superset(*near);
+            if (near != ups_begin) try_superset(*(near - 1));
           }
-          size_t i = at(q, k, w, lam);
-          g[i] = best, next_state[i] = best_j, replicas[i] = best_n;
-          round_trip[i] = best_trip;
-          best_any = std::min(best_any, best);
+          const int* first = std::partition_point(ups_begin, ups_end, rest_too_slow);
+          for (const int* it = first; it != ups_end && try_superset(*it); ++it) {
+          }
+          for (int lam = lam_lo; lam < lam_hi; ++lam) {
+            size_t i = at(q, k, w, lam);
+            g[i] = cell[lam].t, next_state[i] = cell[lam].j, replicas[i] = cell[lam].n;
+            round_trip[i] = cell[lam].trip;
+            best_any = std::min(best_any, cell[lam].t);
+          }
         }
         suffix[sat(q, k, w)] = std::min(best_any, suffix[sat(q, k, w + 1)]);
       }

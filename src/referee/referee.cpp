@@ -377,7 +377,7 @@ int Referee::replay(const plan::Plan& p, bool weighed) {
   estimate(w, context_);
   if (w.estimate && w.limit_ms <= best_ms_) bound(w, context_);
   if (w.estimate && w.limit_ms > best_ms_ && !weighed) {
-    ruled_out_.push_back({p, w.limit_ms});
+    ruled_out_.push_back({p, floor_in_turn(w, best_ms_)});
     ++r_.over_limit;
     return kOverLimit;
   }

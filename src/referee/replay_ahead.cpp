@@ -138,7 +138,7 @@ void estimate(Replay& r, const ReplayContext& c) {
   try {
     plan::PlanEstimate e = plan::evaluate_plan(r.plan, c.profile, c.cluster, c.options);
     if (!steady_state_in_closed_form(r.plan, c.kind)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
-    r.limit_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
+    r.limit_ms = r.estimate_floor_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
     r.estimate = std::move(e);
   } catch (const ConfigError& e) {
     r.error = e.what();
@@ -190,6 +190,10 @@ void simulate(Replay& r, const ReplayContext& c) {
   } catch (const ConfigError& e) {
     r.error = e.what();
   }
+}
+
+double floor_in_turn(const Replay& r, double best_ms) {
+  return r.estimate_floor_ms > best_ms ? r.estimate_floor_ms : r.limit_ms;
 }
 
 metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics& settled, const ReplayContext& c) {

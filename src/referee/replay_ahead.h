@@ -67,6 +67,7 @@ struct Replay {
   plan::Plan plan;
   std::optional<plan::PlanEstimate> estimate;  // evaluate_plan, once estimated
   double limit_ms = 0;                         // replay_floor_ms, with the estimate; with its cycle time once bound
+  double estimate_floor_ms = 0;                // limit_ms before it was bound
   bool bound = false;
   std::vector<sim::StageCost> costs;           // what the simulator charges its stages, with the estimate
   std::optional<metrics::Metrics> simulated;   // the steady state's timing, once simulated
@@ -125,6 +126,12 @@ void estimate(Replay& r, const ReplayContext& c);
 // it may spare takes several times as long (GNMT-Large on 16 workers: 63 of 128 replays).
 void bound(Replay& r, const ReplayContext& c);
 void simulate(Replay& r, const ReplayContext& c);
+// The floor the referee knows of `r` in its turn against the best time `best_ms`: the
+// estimate's where that is above the best (then it is not bound), else the cycle time's. A
+// replay worked out ahead against an older, higher best may be bound already; the plans ruled
+// out are ranked by this (a climb may start from one), so the choice is the one made in turn
+// (squeezenet on 4 workers ranked another runner-up in 6 of 16 runs).
+double floor_in_turn(const Replay& r, double best_ms);
 
 // `plan`'s replay longer, from the referee's settled one, until its window repeats
 // (settled_replay with `periodic`): the figure `simulate` and `plan` print for it.

@@ -118,5 +118,30 @@ TEST(ReplayAhead, NothingIsBegunAheadPastTheDeadline) {
   }
 }
 
+// A replay bound ahead against an older, higher best ranks among the plans ruled out by the
+// floor the referee knows in turn: its estimate's where that alone rules it out.
+TEST(ReplayAhead, TheFloorInTurnDoesNotDependOnWhatWasWorkedOutAhead) {
+  Fixture f;
+  // GNMT-Large's candidates on 16 workers: many plans whose cycle time is above the estimate's floor.
+  f.profile = profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/gnmt_large.json");
+  f.options.candidates = 12;
+  int raised = 0;
+  for (const plan::Plan& p : plan::plan_candidates(f.profile, f.cluster, f.options)) {
+    Replay estimated(p), bound_ahead(p);
+    estimate(estimated, f.context);
+    bound(bound_ahead, f.context);  // as a thread does against an infinite best
+    ASSERT_TRUE(estimated.estimate && bound_ahead.estimate) << p.shape();
+    EXPECT_EQ(bound_ahead.estimate_floor_ms, estimated.limit_ms) << p.shape();
+    EXPECT_GE(bound_ahead.limit_ms, estimated.limit_ms) << p.shape();
+    raised += bound_ahead.limit_ms > estimated.limit_ms * (1 + 1e-9);
+    double below = estimated.limit_ms * (1 - 1e-6);  // a best the estimate rules it out against
+    EXPECT_EQ(floor_in_turn(bound_ahead, below), floor_in_turn(estimated, below)) << p.shape();
+    EXPECT_EQ(floor_in_turn(bound_ahead, below), estimated.limit_ms) << p.shape();
+    // Against a best the estimate does not rule it out by, the referee bounds it too.
+    EXPECT_EQ(floor_in_turn(bound_ahead, estimated.limit_ms), bound_ahead.limit_ms) << p.shape();
+  }
+  EXPECT_GT(raised, 0) << "no plan's cycle time was above its estimate's floor: the test shows nothing";
+}
+
 }  // namespace
 }  // namespace pt::referee
