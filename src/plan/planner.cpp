@@ -106,11 +106,12 @@ Searched run_search(const profile::Profile& profile, const Cluster& cluster, con
 
 // The exact cost model's predictions, in the plan, with the minibatches in flight the pipedream
 // schedule needs (choose_in_flight) where fewer than PipeDream's rule predict no slower; returns
-// the estimate they come from.
+// the estimate they come from. `under_rule`: the plan's estimate under the rule, where the caller
+// has it (best_placed: a third of the neighbours' estimates were this one again).
 PlanEstimate predict(Plan& plan, const StageSums& sums, const profile::Profile& profile, const Cluster& cluster,
-                     const PlanOptions& options) {
+                     const PlanOptions& options, std::optional<PlanEstimate> under_rule = std::nullopt) {
   for (auto& st : plan.stages) st.in_flight = 0;
-  PlanEstimate e = evaluate_plan(plan, sums, profile, cluster, options);
+  PlanEstimate e = under_rule ? std::move(*under_rule) : evaluate_plan(plan, sums, profile, cluster, options);
   Plan fewer = plan;
   choose_in_flight(fewer, e, profile);
   PlanEstimate f = evaluate_plan(fewer, sums, profile, cluster, options);
@@ -186,6 +187,7 @@ Plan placed(Plan plan, const std::vector<int>& order) {
 Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                  const PlanOptions& options) {
   Plan best;
+  std::optional<PlanEstimate> best_e;  // its estimate under the rule, where not predicted yet
   double best_ms = 0;
   bool predicted = false;  // best's in-flight counts and predictions are set
   const StageSums sums = exact_stage_sums(plan, profile, cluster);  // the same in every placement
@@ -196,11 +198,14 @@ Plan best_placed(const Plan& plan, const profile::Profile& profile, const Cluste
     for (auto& st : p.stages) st.in_flight = 0;
     PlanEstimate e = evaluate_plan(p, sums, profile, cluster, options);
     bool full = !e.fits_memory;
-    if (full && !predict(p, sums, profile, cluster, options).fits_memory) continue;
+    if (full && !predict(p, sums, profile, cluster, options, e).fits_memory) continue;
     double ms = full ? p.pipeline_ms_per_minibatch : e.pipeline_ms_per_minibatch;
-    if (best.stages.empty() || ms < best_ms) best = std::move(p), best_ms = ms, predicted = full;
+    if (best.stages.empty() || ms < best_ms) {
+      best = std::move(p), best_ms = ms, predicted = full;
+      if (!full) best_e = std::move(e);
+    }
   }
-  if (!best.stages.empty() && !predicted) predict(best, sums, profile, cluster, options);
+  if (!best.stages.empty() && !predicted) predict(best, sums, profile, cluster, options, std::move(best_e));
   return best;
 }
 

@@ -181,7 +181,7 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
                            const plan::PlanOptions& options, const std::string& kind, double own_ms,
                            double limit_ms) {
   if (own_ms > 0 && own_ms <= limit_ms * (1 + 1e-9)) {
-    BucketChoice at{static_cast<double>(options.bucket_bytes) / (1 << 20), own_ms, {}, true};
+    BucketChoice at{static_cast<double>(options.bucket_bytes) / (1 << 20), own_ms, {}, true, {}};
     at.tried.push_back({at.bucket_mb, own_ms});
     return at;
   }
