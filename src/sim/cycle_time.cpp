@@ -20,9 +20,13 @@ double heaviest_cycle_ratio(int nodes, const std::vector<CycleEdge>& edges) {
   for (size_t i = 0; i < edges.size(); ++i) into[fill[edges[i].to]++] = static_cast<int>(i);
   std::vector<int> policy(nodes);
   double scale = 1;
+  // Each node starts from its heaviest edge in: the policy's cycles are then heavy ones, and
+  // fewer rounds improve on them.
   for (int v = 0; v < nodes; ++v) {
     if (begin[v] == begin[v + 1]) return 0;
     policy[v] = into[begin[v]];
+    for (int k = begin[v] + 1; k < begin[v + 1]; ++k)
+      if (edges[into[k]].weight > edges[policy[v]].weight) policy[v] = into[k];
   }
   for (const auto& e : edges) scale += std::abs(e.weight);
   const double eps = 1e-12 * scale;

@@ -247,8 +247,11 @@ TEST(Referee, BucketsWhoseFloorIsAboveTheFirstsTimeAreNotSimulated) {
   EXPECT_TRUE(all.ruled_out.empty());
   for (const auto& [mb, floor] : first.bucket.ruled_out) {
     EXPECT_GT(floor, first.bucket.tried.front().second) << mb << " MiB";
-    for (const auto& [size, ms] : all.tried)
-      if (size == mb) EXPECT_GE(ms, floor * (1 - 1e-9)) << mb << " MiB";
+    for (const auto& [size, ms] : all.tried) {
+      if (size == mb) {
+        EXPECT_GE(ms, floor * (1 - 1e-9)) << mb << " MiB";
+      }
+    }
   }
   EXPECT_EQ(all.bucket_mb, first.bucket.bucket_mb);
   EXPECT_NEAR(all.ms_per_minibatch, first.bucket.ms_per_minibatch, 1e-9 * all.ms_per_minibatch);
