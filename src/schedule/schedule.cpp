@@ -1,6 +1,7 @@
 #include "schedule/schedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -106,9 +107,11 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
   expect_format(root, "schedule", kScheduleVersion);
   Schedule s;
   s.kind = root["kind"].as_string();
-  s.microbatches = static_cast<int>(root["microbatches"].as_int_at_least(1));
-  s.minibatches = static_cast<int>(root["minibatches"].as_int_at_least(1));
-  s.chunks = static_cast<int>(root["chunks"].as_int_at_least(1));
+  // Counts held in an int: 4294967297 is an error, not 1 after narrowing.
+  constexpr int64_t kMostInt = std::numeric_limits<int>::max();
+  s.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMostInt));
+  s.minibatches = static_cast<int>(root["minibatches"].as_int_in(1, kMostInt));
+  s.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMostInt));
   s.flush = root["flush"].as_bool();
   s.vertical_sync = root.has("vertical_sync") && root["vertical_sync"].as_bool();
   JsonField stages = root["stages"];
@@ -127,10 +130,25 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
     for (int64_t l : f["layers"].as_int_list()) ls.push_back(static_cast<int>(l));
     s.stage_workers.push_back(ws);
     s.stage_layers.push_back(ls);
-    s.weight_versions.push_back(static_cast<int>(f["weight_versions"].as_int_at_least(1)));
+    // A version per minibatch in flight at most, and the newest: the runtime sizes a stage's stash
+    // and pipedream's stale-weight warm-up by it (1e9 kept the learning rate near 0 throughout).
+    int64_t runs = static_cast<int64_t>(s.microbatches) * s.minibatches, versions = f["weight_versions"].as_int_at_least(1);
+    if (versions > runs + 1)
+      f["weight_versions"].fail(str("is ", versions, ": more than one for each of the ", runs,
+                                    " microbatches the schedule runs and the newest"));
+    s.weight_versions.push_back(static_cast<int>(versions));
     s.split_backward.push_back(f["split_backward"].as_bool());
     s.recompute.push_back(f.has("recompute") && f["recompute"].as_bool());
   }
+  // The chunks are the most stages a worker holds (interleaved, the V schedules): an action's
+  // chunk is its stage's place among its worker's (Schedule::chunk_of).
+  std::vector<int> held(n, 0);
+  for (const auto& ws : s.stage_workers)
+    for (int w : ws) ++held[w];
+  int most = *std::max_element(held.begin(), held.end());
+  if (s.chunks != most)
+    root["chunks"].fail(str("is ", s.chunks, " but worker ", std::max_element(held.begin(), held.end()) - held.begin(),
+                            " holds ", most, " of the stages and none holds more"));
   s.actions.resize(n);
   for (int w = 0; w < n; ++w) {
     JsonField row = workers[w];

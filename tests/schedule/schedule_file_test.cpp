@@ -134,6 +134,30 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   doc["microbatches"] = 1000000000;
   e = error_of("huge.json", doc.dump(), two);
   EXPECT_NE(e.find("1000000000 microbatches"), std::string::npos) << e;
+  // Counts past an int, named rather than narrowed (4294967297 read as 1).
+  doc = to_json(s);
+  doc["minibatches"] = 4294967297LL;
+  e = error_of("narrowed.json", doc.dump(), two);
+  EXPECT_NE(e.find("field 'minibatches' must be in 1..2147483647, got 4294967297"), std::string::npos) << e;
+  // A stash budget no run needs: the runtime sizes its stash and pipedream's stale-weight warm-up by it.
+  doc = to_json(s);
+  doc["stages"][1]["weight_versions"] = 1000000000;
+  e = error_of("versions.json", doc.dump(), two);
+  EXPECT_NE(e.find("field 'stages[1].weight_versions' is 1000000000: more than one for each of the 2 microbatches"),
+            std::string::npos)
+      << e;
+  // Chunks that are not the most stages a worker holds (every action's chunk follows from them).
+  for (int chunks : {2, 7}) {
+    doc = to_json(s);
+    doc["chunks"] = chunks;
+    e = error_of("chunks.json", doc.dump(), two);
+    EXPECT_NE(e.find(str("field 'chunks' is ", chunks, " but worker 0 holds 1 of the stages")), std::string::npos) << e;
+  }
+  Schedule v = make_schedule("interleaved", straight_plan(4), {4, 2});
+  doc = to_json(v);
+  doc["chunks"] = 1;
+  e = error_of("chunks1.json", doc.dump(), straight_plan(4));
+  EXPECT_NE(e.find("field 'chunks' is 1 but worker 0 holds 2 of the stages"), std::string::npos) << e;
 }
 
 }  // namespace
