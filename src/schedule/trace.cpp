@@ -113,8 +113,10 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   if (t.source != "simulated" && t.source != "measured" && t.source != "emulated")
     root["source"].fail(str("must be simulated, measured or emulated, got '", t.source, "'"));
   t.schedule = root["schedule"].as_string();
-  t.num_stages = static_cast<int>(root["stages"].as_int_at_least(1));
-  t.microbatches = static_cast<int>(root["microbatches"].as_int_at_least(1));
+  // Counts held in an int: 4294967298 microbatches is an error, not 2 after narrowing.
+  constexpr int64_t kMostInt = std::numeric_limits<int>::max();
+  t.num_stages = static_cast<int>(root["stages"].as_int_in(1, kMostInt));
+  t.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMostInt));
   t.batch_size = root["batch_size"].as_int_at_least(0);
   if (root.has("stage_parameter_bytes")) {
     JsonField bytes = root["stage_parameter_bytes"];
@@ -136,7 +138,7 @@ Trace trace_from_json(const json& doc, const std::string& source) {
       }
       if (e.action.stage >= t.num_stages)
         f["action"].fail(str("names stage ", e.action.stage, " of a trace of ", t.num_stages, " stages"));
-      if (f.has("chunk")) e.action.chunk = static_cast<int>(f["chunk"].as_int_at_least(0));
+      if (f.has("chunk")) e.action.chunk = static_cast<int>(f["chunk"].as_int_in(0, kMostInt));
       // Times within 10^12 ms (31 years): beyond, the metrics' differences lose every digit
       // (an end_ms of 1e308 made a bubble fraction of -0.089).
       e.start_ms = time_of(f["start_ms"]);

@@ -279,6 +279,14 @@ TEST(Trace, ImpossibleEventsAndCountsAreNamed) {
   EXPECT_NE(trace_error(doc).find("stage_parameter_bytes[0]"), std::string::npos) << trace_error(doc);
   doc["stage_parameter_bytes"] = json::array({1, 2, 3});
   EXPECT_NE(trace_error(doc).find("one count per stage (2), got 3"), std::string::npos) << trace_error(doc);
+  // Counts past an int are named, not narrowed (4294967298 microbatches read as 2).
+  doc = good;
+  doc["microbatches"] = 4294967298LL;
+  EXPECT_NE(trace_error(doc).find("field 'microbatches' must be in 1..2147483647, got 4294967298"), std::string::npos)
+      << trace_error(doc);
+  doc = good;
+  doc["stages"] = 4294967298LL;
+  EXPECT_NE(trace_error(doc).find("field 'stages' must be in 1..2147483647"), std::string::npos) << trace_error(doc);
 }
 
 // A worker runs one compute at a time, each once, and a backward follows its forward: a trace
