@@ -127,7 +127,10 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
       ws.push_back(static_cast<int>(w));
     }
     if (ws.empty()) f["workers"].fail("must name at least one worker");
-    for (int64_t l : f["layers"].as_int_list()) ls.push_back(static_cast<int>(l));
+    for (int64_t l : f["layers"].as_int_list()) {
+      if (l < 0 || l > kMostInt) f["layers"].fail(str("has layer ", l, ", not a layer index"));
+      ls.push_back(static_cast<int>(l));
+    }
     s.stage_workers.push_back(ws);
     s.stage_layers.push_back(ls);
     // A version per minibatch in flight at most, and the newest: the runtime sizes a stage's stash

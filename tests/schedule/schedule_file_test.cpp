@@ -139,6 +139,10 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   doc["minibatches"] = 4294967297LL;
   e = error_of("narrowed.json", doc.dump(), two);
   EXPECT_NE(e.find("field 'minibatches' must be in 1..2147483647, got 4294967297"), std::string::npos) << e;
+  doc = to_json(s);
+  doc["stages"][0]["layers"] = {4294967296LL};  // layer 0 after narrowing, the plan's own
+  e = error_of("layer.json", doc.dump(), two);
+  EXPECT_NE(e.find("field 'stages[0].layers' has layer 4294967296, not a layer index"), std::string::npos) << e;
   // A stash budget no run needs: the runtime sizes its stash and pipedream's stale-weight warm-up by it.
   doc = to_json(s);
   doc["stages"][1]["weight_versions"] = 1000000000;
