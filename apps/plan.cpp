@@ -179,6 +179,12 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
   if (c.staleness > 0)
     summary << "  asynchronous: a stage's weights lag up to " << c.staleness
             << " updates (--objective time-to-accuracy weighs it)\n";
+  // PipeDream-2BW's double buffer (a lag of one) holds where a replica's microbatches of one
+  // minibatch cover its warm-up (schedule::two_bw): VGG-16 4-4 with 4 microbatches keeps 3.
+  if (c.plan.schedule == "2bw" && c.staleness > 1)
+    summary << "  2bw keeps " << c.staleness + 1 << " weight versions on a stage here, not PipeDream-2BW's 2: a "
+            << "replica's microbatches of one minibatch do not cover its warm-up (more microbatches per minibatch, "
+               "or fewer replicas a stage, bring it to 2)\n";
   out.table = summary.str();
   out.json = to_json(out.plan).dump(1) + "\n";
   std::string extra;

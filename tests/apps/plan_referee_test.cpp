@@ -494,6 +494,21 @@ TEST(PlanReferee, AJoint2bwPlanPredictsWhatSimulateGives) {
   EXPECT_NEAR(simulated / p["predicted"]["pipeline_ms_per_minibatch"].get<double>(), 1.0, 1e-3);
 }
 
+// A 2bw plan whose replicas' microbatches of a minibatch do not cover their warm-up keeps more
+// than 2BW's two weight versions, and says so (it printed only the lag).
+TEST(PlanReferee, A2bwPlanBeyondTheDoubleBufferSaysHowManyVersions) {
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SHARED_DIR +
+                              "/data/pipedream-profiles/vgg16.json --workers 8 --bandwidth-gbps 10 --schedule 2bw");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch lag;
+  ASSERT_TRUE(std::regex_search(r.output, lag, std::regex("weights lag up to ([0-9]+) updates"))) << r.output;
+  int versions = std::stoi(lag[1]) + 1;
+  ASSERT_GT(versions, 2) << "VGG-16 on 8 workers no longer chooses a 2bw plan past the double buffer:\n" << r.output;
+  EXPECT_NE(r.output.find("2bw keeps " + std::to_string(versions) + " weight versions on a stage here, not PipeDream-2BW's 2"),
+            std::string::npos)
+      << r.output;
+}
+
 // A plan simulated with another model's profile is refused by its `model` field, as train --plan
 // refuses it: where the layer counts allowed, simulate replayed the plan's stages over the other
 // model's layers.
