@@ -29,8 +29,8 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   if (f.candidates < 1 || f.candidates > kMaxCandidates)
     throw UsageError(str("--candidates: must be in 1..", kMaxCandidates, ", got ", f.candidates));
   options.candidates = f.candidates;
-  if (!(f.time_limit_s >= 0) || !std::isfinite(f.time_limit_s))
-    throw UsageError(str("--time-limit: must be seconds >= 0 (0: no limit), got ", f.time_limit_s));
+  if (!(f.time_limit_s >= 0 && f.time_limit_s <= 1e9))
+    throw UsageError(str("--time-limit: must be seconds in 0..1e9 (0: no limit), got ", f.time_limit_s));
   options.time_limit_s = f.time_limit_s;
   options.progress = f.progress;
   if (!(f.bucket_mb >= 0) || !std::isfinite(f.bucket_mb))

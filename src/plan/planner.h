@@ -59,7 +59,8 @@ struct PlanOptions {
   }
   // When time_limit_s from planning_began(from) ends; never without a limit.
   std::chrono::steady_clock::time_point planning_deadline(std::chrono::steady_clock::time_point from) const {
-    if (time_limit_s <= 0) return std::chrono::steady_clock::time_point::max();
+    // (Past a billion seconds the clock's nanoseconds would overflow: no limit either.)
+    if (time_limit_s <= 0 || !(time_limit_s <= 1e9)) return std::chrono::steady_clock::time_point::max();
     return planning_began(from) +
            std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(time_limit_s));
   }

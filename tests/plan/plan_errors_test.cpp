@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -86,11 +87,15 @@ TEST(PlanErrors, FlagsNameThemselvesAndTheirValue) {
   f.cluster.workers.clear();
   f.cluster.bandwidth_gbps.clear();
   expect_error(f, "usage", {"--cluster", "--workers"});
-  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+  // NaN was taken as no limit; 1e300 overflowed the clock's nanoseconds into a deadline past.
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity(), 1e300}) {
     f = good();
-    f.time_limit_s = bad;  // NaN was taken as no limit
-    expect_error(f, "usage", {"--time-limit", "must be seconds >= 0", str(bad)});
+    f.time_limit_s = bad;
+    expect_error(f, "usage", {"--time-limit", "must be seconds in 0..1e9", str(bad)});
   }
+  plan::PlanOptions o;
+  o.time_limit_s = 1e300;  // a caller's own options: no limit, not a deadline already past
+  EXPECT_EQ(o.planning_deadline(std::chrono::steady_clock::now()), std::chrono::steady_clock::time_point::max());
 }
 
 TEST(PlanErrors, BadFilesNameTheFileAndField) {
