@@ -96,7 +96,7 @@ pred = float(re.search(r"simulated ([0-9.]+) ms per sample", text).group(1))
 peak_model = re.search(r"peak memory per worker ([0-9.]+) ([KMGT]?i?B)", text)
 rate = float(re.search(r"steps \d+, [0-9.]+ s, (\d+) samples/s", log).group(1))
 measured_ms = 1000.0 / (rate * S)
-peaks = [size(v, u) for v, u in re.findall(r"w\d+ ([0-9.]+) ([KMGT]?i?B)", log.split("(measured):")[1].split("\n")[0])]
+peaks = [size(v, u) for v, u in re.findall(r"w\d+ ([0-9.]+) ([KMGT]?i?B)", log.split("peak tensor memory per worker (measured")[1].split("):", 1)[1].split("\n")[0])]
 measured_peak = max(peaks) / B
 cap_b = None if cap == "none" else size(cap[:-2], cap[-2:])
 rec = [i for i, s in enumerate(plan["stages"]) if s.get("recompute")]

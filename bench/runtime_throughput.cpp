@@ -19,9 +19,8 @@ using namespace pt;
 
 namespace {
 
-std::shared_ptr<model::LayeredModel> cnn() {
-  torch::manual_seed(0);
-  return model::build_mnist_cnn({});
+std::shared_ptr<model::LayeredModel> cnn(const model::LayerSet& held = {}) {
+  return model::build_mnist_cnn({}, held);
 }
 
 profile::Profile structure(const model::LayeredModel& m) {

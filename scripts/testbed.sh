@@ -27,6 +27,10 @@
 #                            link's rate: tc netem, or where the kernel has none (this one) an
 #                            NFQUEUE rule and testbed_delay beside --bin (built where
 #                            libnetfilter-queue is); exits 77 where neither is there
+#     --memory-limit SIZE    each worker process in a memory cgroup of SIZE bytes (K, M, G
+#                            suffixes; v1 memory.limit_in_bytes, v2 memory.max): a device of that
+#                            size. A worker the kernel kills for it is named with its limit and
+#                            peak, and the others are stopped
 #   Example: scripts/testbed.sh --workers 4 --rate 1gbit -- --compute emulated \
 #              --profile data/profiles/vgg16.json --stages 4 --schedule 1f1b --steps 10
 #
@@ -44,7 +48,7 @@
 set -euo pipefail
 
 workers=2 rate=1gbit servers=0 uplink_rate="" uplink=shared shape_dirs=both out=out/testbed bin=build/pipetrain timeout_s=600
-command=train delay=""
+command=train delay="" memory_limit=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -59,7 +63,8 @@ while [[ $# -gt 0 ]]; do
     --command) command=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --memory-limit) memory_limit=$2; shift 2 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "testbed: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -105,12 +110,34 @@ remove_by_prefix() {
   done
 }
 
+# --memory-limit: a memory cgroup per worker, v1 where the memory controller is mounted apart,
+# else v2's unified tree.
+if [[ -d /sys/fs/cgroup/memory ]]; then
+  cgroot=/sys/fs/cgroup/memory limit_file=memory.limit_in_bytes peak_file=memory.max_usage_in_bytes
+else
+  cgroot=/sys/fs/cgroup limit_file=memory.max peak_file=memory.peak
+fi
+memcg() { echo "$cgroot/${prefix}w$1"; }
+# "worker R exceeded its memory limit (L bytes; peak P bytes)" when the kernel killed it for it.
+memory_verdict() {
+  local g; g=$(memcg "$1")
+  [[ -n $memory_limit && -d $g ]] || return 0
+  local kills=0
+  if [[ -f $g/memory.oom_control ]]; then kills=$(awk '/oom_kill /{print $2}' "$g/memory.oom_control")
+  elif [[ -f $g/memory.events ]]; then kills=$(awk '/oom_kill /{print $2}' "$g/memory.events"); fi
+  if (( ${kills:-0} > 0 )); then
+    echo "testbed: worker $1 exceeded its memory limit and was killed by the kernel (limit $(cat "$g/$limit_file") bytes;" \
+         "peak $(cat "$g/$peak_file" 2>/dev/null || echo '?') bytes)" >&2
+  fi
+}
+
 teardown() {
   local code=$?
   trap - EXIT INT TERM
   for p in "${pids[@]}" "${delayers[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 0.2
   for p in "${pids[@]}" "${delayers[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  for (( r = 0; r < workers; r++ )); do [[ -d $(memcg "$r") ]] && rmdir "$(memcg "$r")" 2>/dev/null || true; done
   remove_by_prefix "$$"
   exit "$code"
 }
@@ -215,12 +242,20 @@ fi
 port=$(( 20000 + $$ % 20000 ))
 # The job's secret, which the workers prove to each other at rendezvous (docs/runtime.md).
 secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+enter=()
 for (( r = 0; r < workers; r++ )); do
-  ip netns exec "${prefix}n$r" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
+  if [[ -n $memory_limit ]]; then
+    mkdir -p "$(memcg "$r")" || die "--memory-limit: cannot make the cgroup $(memcg "$r")"
+    echo "$memory_limit" > "$(memcg "$r")/$limit_file" || die "--memory-limit: $memory_limit not taken by $(memcg "$r")/$limit_file"
+    # The worker joins its cgroup before it execs (sh's own pid is the worker's).
+    enter=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$(memcg "$r")")
+  fi
+  ip netns exec "${prefix}n$r" "${enter[@]}" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
     PIPETRAIN_JOB_SECRET="$secret" \
     timeout "$timeout_s" "$bin" "$command" --transport gloo "${train_args[@]}" >"$out/worker$r.log" 2>&1 &
   pids+=($!)
 done
+[[ -n $memory_limit ]] && echo "testbed: each worker in a memory cgroup of $memory_limit ($cgroot)"
 
 # Wait for all; the first failure stops the others (they would wait for it until their timeout).
 status=0 running=$workers
@@ -232,6 +267,7 @@ while (( running > 0 )); do
     if ! wait "${pids[$r]}"; then
       echo "testbed: worker $r failed (log: $out/worker$r.log):" >&2
       tail -5 "$out/worker$r.log" >&2
+      memory_verdict "$r"
       if (( status == 0 )); then for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; fi
       status=1
     fi
@@ -239,6 +275,11 @@ while (( running > 0 )); do
   sleep 0.2
 done
 pids=()
+if [[ -n $memory_limit ]]; then
+  for (( r = 0; r < workers; r++ )); do
+    echo "testbed: worker $r peak memory (its cgroup's account) $(cat "$(memcg "$r")/$peak_file" 2>/dev/null || echo '?') bytes of $(cat "$(memcg "$r")/$limit_file") allowed"
+  done
+fi
 # The reporting worker prints the result lines (steps, throughput); show them.
 grep -h -E '^\[emulated|^steps|^throughput|^level|^all-reduce|^wrote' "$out"/worker*.log || true
 exit $status

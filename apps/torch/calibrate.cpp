@@ -63,6 +63,7 @@ runtime::CalibrationOptions options_of(const CalibrateFlags& f) {
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
 int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::Measured m) {
   plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
+  fitted.process_bytes = m.process_bytes;
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
   if (f.output.empty() || f.output == "-") std::cout << text;
@@ -76,6 +77,8 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::M
             << " us per ring step (where it outlasts the step's message)\n";
   std::cerr << "the host's time per action (a forward, a backward, a step) besides its compute: " << fitted.action_us
             << " us\n";
+  std::cerr << "a worker process's resident memory besides its tensors (LibTorch, the transport, the runtime): "
+            << human_bytes(static_cast<double>(fitted.process_bytes)) << "\n";
   for (const auto& a : m.allreduces)
     std::cerr << "all-reduce of " << human_bytes(a.bytes) << " over " << a.group.size() << " workers: measured "
               << a.measured_ms << " ms, the fitted model " << a.modelled_ms << " ms ("

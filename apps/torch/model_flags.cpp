@@ -62,9 +62,10 @@ const profile::Profile& ModelFlags::emulated_profile() {
 }
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
+  const model::LayerSet none = model::LayerSet::none();
   if (emulated()) {
     emulated_profile();
-    auto m = build_model_only();
+    auto m = build_model_only(none);
     *data_out = profile::emulated_data(*m, synthetic_samples, seed + 1);
     return m;
   }
@@ -79,6 +80,8 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
   if (lm && kind == "fashion-mnist")
     throw UsageError(str("--data: ", model, " is a language model; use --data text or synthetic"));
   if (!lm && kind == "text") throw UsageError(str("--data: ", model, " is an image model; text needs lstm-lm or gpt"));
+  if (model == "mlp" && kind == "fashion-mnist")
+    throw UsageError("--data fashion-mnist: mlp takes vectors of its hidden size (1024 x --width); use --data synthetic");
   model::check_model_options(options);  // before loading data that a bad value would waste
   model::DataSplit data_split;
   model::ModelOptions o = options;
@@ -98,9 +101,9 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
     o.vocab = data_split.vocab;
   }
   resolved_ = o;
-  auto m = build_model_only();
+  auto m = build_model_only(none);
   if (kind == "synthetic") {
-    int64_t n = lm ? (o.vocab > 0 ? o.vocab : 10000) : (o.classes > 0 ? o.classes : (model == "mnist-cnn" ? 10 : 1000));
+    int64_t n = lm ? (o.vocab > 0 ? o.vocab : 10000) : (o.classes > 0 ? o.classes : (model == "mnist-cnn" || model == "mlp" ? 10 : 1000));
     data_split = model::synthetic_data(*m, synthetic_samples, std::max<int64_t>(1, synthetic_samples / 8), n, seed + 1);
   }
   *data_out = std::move(data_split);
@@ -108,7 +111,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
 }
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSplit* data_out) {
-  auto m = build_model_only();
+  auto m = build_model_only(model::LayerSet::none());
   std::cerr << "model file " << model << ": sha256 " << m->file_sha256()
             << " (a model file is code, run as PyTorch runs it: docs/runtime.md, what pipetrain trusts)\n";
   std::string kind = data.empty() ? "synthetic" : data;
@@ -120,7 +123,8 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
       throw UsageError(str("--data fashion-mnist: its images are float32 [N, 1, 28, 28]; ", model, " takes another input"));
     *data_out = model::load_fashion_mnist(data_dir);
   } else {
-    // Synthetic data of the model's input, its targets in the range of what it outputs.
+    // Synthetic data of the model's input, its targets in the range of what it outputs (a
+    // forward that builds one layer at a time: this process holds none).
     torch::Tensor out;
     {
       torch::NoGradGuard no_grad;
@@ -138,11 +142,13 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
   return m;
 }
 
-std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only() const {
-  torch::manual_seed(seed);
-  if (profile_) return profile::build_emulated_model(*profile_, emulation);
-  if (model::is_model_file(model)) return model::load_scripted_model(model, loss);
-  return model::build_model(model, resolved_);
+std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only(const model::LayerSet& held) const {
+  torch::manual_seed(seed);  // what else draws from the global generator (dropout) follows --seed too
+  if (profile_) return profile::build_emulated_model(*profile_, emulation, held);
+  if (model::is_model_file(model)) return model::load_scripted_model(model, loss, held);
+  model::ModelOptions o = resolved_;
+  o.seed = seed;
+  return model::build_model(model, o, held);
 }
 
 }  // namespace pt::app

@@ -34,11 +34,12 @@ struct ModelFlags {
   bool emulated() const { return compute == "emulated"; }
   // Reads profile_path once (emulated compute only); UsageError when it is not set.
   const profile::Profile& emulated_profile();
-  // Loads the data first (it fixes classes, channels or vocabulary), then builds the model
-  // with the seed set, so the initial weights depend only on --seed.
+  // Loads the data first (it fixes classes, channels or vocabulary), then describes the model:
+  // its layers' names, graph and ties, none of them built (build_model_only builds them).
   std::shared_ptr<model::LayeredModel> build(model::DataSplit* data_out);
-  // The model again with the same seed (after build(): the data fixed its options).
-  std::shared_ptr<model::LayeredModel> build_model_only() const;
+  // The model with the layers of `held` built (after build(): the data fixed its options), its
+  // initial weights from --seed alone, whichever layers are built (layered_model.h).
+  std::shared_ptr<model::LayeredModel> build_model_only(const model::LayerSet& held = {}) const;
 
  private:
   std::shared_ptr<model::LayeredModel> build_from_file(model::DataSplit* data_out);

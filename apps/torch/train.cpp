@@ -135,10 +135,11 @@ int run_train(TrainFlags& f) {
   check_output_path(f.trace_path, "--trace");
   check_output_path(f.pipe.train.metrics_path, "--metrics");
   model::DataSplit data;
+  // A description: names, graph and ties; each worker builds only its stages' layers.
   auto m = f.model.build(&data);
   // Before a plan is picked: with --stages alone that profiles the model first (a minute for
   // resnet18 here), only to refuse the flag afterwards.
-  if (f.pipe.deferred_batch_norm && m->defer_batch_norm(0, m->num_layers(), 1) == 0)
+  if (f.pipe.deferred_batch_norm && m->deferrable_batch_norms() == 0)
     throw UsageError(str("--deferred-batch-norm: ", m->name(), " has no BatchNorm pipetrain can defer (`pipetrain "
                          "export` writes them in place of nn.BatchNorm; the zoo's models have none)"));
   f.pipe.train.seed = f.model.seed;
@@ -166,7 +167,8 @@ int run_train(TrainFlags& f) {
   if (!parallel) {
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
-    print_result(runtime::train_single_worker(*m, data, f.pipe.train), label);
+    auto whole = f.model.build_model_only();
+    print_result(runtime::train_single_worker(*whole, data, f.pipe.train), label);
     return 0;
   }
   if (f.pipe.schedule == "none") f.pipe.schedule = "pipedream";
@@ -241,11 +243,11 @@ int run_train(TrainFlags& f) {
                 << "the code that computes with them has changed\n";
   }
   ModelFlags model_flags = f.model;
-  // Each worker rebuilds the model from the seed, so all start from single-worker's weights.
-  auto factory = [model_flags] { return model_flags.build_model_only(); };
+  // Each worker builds its stages' layers from the seed, as single-worker training builds them.
+  auto factory = [model_flags](const model::LayerSet& held) { return model_flags.build_model_only(held); };
   auto report = [&](const runtime::PipelineResult& r) {
     print_result(r.train, label);
-    print_modelled_memory(f, plan, label);
+    print_modelled_memory(f, plan, label, data.bytes());
     print_throughput(r.train, plan, f, label);
   };
   if (gloo_worker) return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, report);

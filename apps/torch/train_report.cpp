@@ -13,18 +13,53 @@
 
 namespace pt::app {
 
+namespace {
+
+// Memory as the OS counts it (each process's peak RSS) beside the allocator's account of each
+// worker's tensors, and what lies between them.
+void print_measured_memory(const runtime::TrainResult& r, const std::string& label) {
+  std::string prefix = label.empty() ? "" : "[" + label + "] ";
+  auto bytes = [](int64_t b) { return human_bytes(static_cast<double>(b)); };
+  const auto& rss = r.peak_rss_bytes;
+  const auto& tensors = r.peak_memory_bytes;
+  if (!rss.empty()) {
+    if (r.one_process || rss.size() == 1) {
+      std::cout << prefix << "peak RSS (measured, as the OS counts it): " << bytes(rss[0]) << " for this process"
+                << (tensors.size() > 1 ? str(" and its ", tensors.size(), " workers") : std::string()) << "\n";
+    } else {
+      std::cout << prefix << "peak RSS per worker process (measured, as the OS counts it):";
+      for (size_t w = 0; w < rss.size(); ++w) std::cout << (w ? ", " : " ") << "w" << w << " " << bytes(rss[w]);
+      std::cout << "\n";
+    }
+  }
+  if (tensors.empty()) return;
+  std::cout << prefix << "peak tensor memory per worker (measured, the allocator's account of its weights, gradients, "
+            << "optimizer state, stashes and activations):";
+  int64_t sum = 0, most_apart = 0;
+  for (size_t w = 0; w < tensors.size(); ++w) {
+    std::cout << (w ? ", " : " ") << "w" << w << " " << bytes(tensors[w]);
+    sum += tensors[w];
+    if (w < rss.size()) most_apart = std::max(most_apart, rss[w] - tensors[w]);
+  }
+  std::cout << "\n";
+  if (rss.empty()) return;
+  // Each worker's peak is its own moment; their sum bounds what they held at once.
+  if (r.one_process)
+    std::cout << prefix << "  the process's peak less the workers' (" << bytes(sum) << " in all): " << bytes(rss[0] - sum);
+  else
+    std::cout << prefix << "  a process's peak less its worker's tensors: up to " << bytes(most_apart);
+  std::cout << " (LibTorch, the data, the runtime's buffers, and freed blocks malloc keeps for reuse)\n";
+}
+
+}  // namespace
+
 void print_result(const runtime::TrainResult& r, const std::string& label) {
   if (!label.empty()) std::cout << "[" << label << "] ";
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, final loss " << r.final_loss << " (mean of the last " << std::min<int64_t>(50, r.steps)
             << " steps)\n";
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
-  if (!r.peak_memory_bytes.empty()) {
-    std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (measured):";
-    for (size_t w = 0; w < r.peak_memory_bytes.size(); ++w)
-      std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(r.peak_memory_bytes[w]));
-    std::cout << "\n";
-  }
+  print_measured_memory(r, label);
   if (r.steps > 0 && !std::isfinite(r.final_loss))
     throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
                              "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more "
@@ -64,8 +99,9 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, con
   std::cout << ")\n";
 }
 
-void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label) {
+void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label, int64_t data_bytes) {
   if (f.profile_path.empty()) return;
+  std::string prefix = label.empty() ? "" : "[" + label + "] ";
   profile::Profile prof = profile::read_any_profile(f.profile_path);
   double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
   prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
@@ -74,10 +110,29 @@ void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const st
   if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto over = [&](int minibatches) { return runtime::schedule_for(plan, f.pipe, minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's
-  std::cout << (label.empty() ? "" : "[" + label + "] ") << "peak memory per worker (modelled):";
-  for (size_t w = 0; w < memory.size(); ++w)
-    std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(memory[w].total()) * scale);
+  std::cout << prefix << "peak tensor memory per worker (modelled):";
+  double tensors = 0;
+  for (size_t w = 0; w < memory.size(); ++w) {
+    tensors += static_cast<double>(memory[w].tensors()) * scale;
+    std::cout << (w ? ", " : " ") << "w" << w << " " << human_bytes(static_cast<double>(memory[w].tensors()) * scale);
+  }
   std::cout << "\n";
+  // As the OS counts it: each process holds its tensors, the data and what calibrate measured a
+  // worker process to hold besides (the cluster's process_bytes).
+  int64_t process = f.pipe.cluster.process_bytes;
+  if (process <= 0) return;
+  std::string besides = str(" (the tensors above, the data ", human_bytes(static_cast<double>(data_bytes)),
+                            " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");
+  if (f.transport == "threads") {
+    std::cout << prefix << "peak RSS (modelled): " << human_bytes(tensors + static_cast<double>(process + data_bytes))
+              << " for this process" << besides << "\n";
+    return;
+  }
+  std::cout << prefix << "peak RSS per worker process (modelled):";
+  for (size_t w = 0; w < memory.size(); ++w)
+    std::cout << (w ? ", " : " ") << "w" << w << " "
+              << human_bytes(static_cast<double>(memory[w].tensors()) * scale + static_cast<double>(process + data_bytes));
+  std::cout << besides << "\n";
 }
 
 }  // namespace pt::app

@@ -22,7 +22,9 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, con
                       const std::string& label);
 
 // The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
-// profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale.
-void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label);
+// profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale. With a
+// calibrated --cluster (its process_bytes), also each process's peak RSS.
+// `data_bytes`: the data set each process holds (train and test tensors).
+void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label, int64_t data_bytes);
 
 }  // namespace pt::app

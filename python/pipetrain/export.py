@@ -6,6 +6,12 @@ carries several tensors (a residual stream beside an encoder's output) is packed
 before it into one flat tensor and unpacked by the layer after it, so the runtime and its
 transports move one tensor per microbatch and autograd flows through the packing.
 The layer names and the input's shape and dtype go into the file as `extra/pipetrain.json`.
+
+The file (pipetrain.model/2) holds each layer as a TorchScript archive of its own, an extra record
+`extra/layer-<i>.pt` that pipetrain.json indexes (its size, its parameters' names, shapes and
+dtypes, its buffers' names), so that a worker reads only its stage's layers; the top-level module
+holds the loss alone. A parameter tied across layers is saved in each layer that holds it and
+made one tensor again where one process holds several of them.
 """
 import argparse
 import collections
@@ -33,7 +39,7 @@ try:
 except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
 
-FORMAT = "pipetrain.model/1"
+FORMAT = "pipetrain.model/2"
 # The input dtypes pipetrain trains on (src/model/scripted_model.cpp): float64 and int32 were
 # offered too, and wrote files train refused.
 DTYPES = {"float32": torch.float32, "int64": torch.int64}
@@ -579,22 +585,48 @@ def tie_groups(layers):
     return [g for g in owners.values() if len(g) > 1]
 
 
-class LossHolder(torch.nn.Module):
-    """The chain's container when a loss is kept in the file: the layers are its children, the
-    loss a method pipetrain calls when present."""
+class Top(torch.nn.Module):
+    """The file's top-level module: the layers are records of their own, so it holds only the
+    loss, a method pipetrain calls when present."""
 
-    def __init__(self, layers, loss):
+    def __init__(self):
         super().__init__()
-        for name, m in layers.items():
-            self.add_module(name, m)
-        self._pipetrain_loss = loss
 
     def forward(self, x):
         return x  # unused: pipetrain runs the layers one by one
 
+
+class LossHolder(Top):
+    def __init__(self, loss):
+        super().__init__()
+        self._pipetrain_loss = loss
+
     @torch.jit.export
     def loss(self, output, target):
         return self._pipetrain_loss(output, target)
+
+
+DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+               torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32", torch.uint8: "uint8"}
+
+
+def layer_records(children):
+    """Each layer as its own TorchScript archive, and what pipetrain.json says of it."""
+    files, index = {}, []
+    for i, (name, m) in enumerate(children.items()):
+        try:
+            scripted = torch.jit.script(m)
+        except Exception as e:
+            raise ExportError(f"--model: TorchScript cannot compile layer {i} ('{name}'): {e}")
+        buf = io.BytesIO()
+        torch.jit.save(scripted, buf)
+        record = f"layer-{i}.pt"
+        files[record] = buf.getvalue()
+        params = [{"name": n, "shape": list(p.shape), "dtype": DTYPE_NAMES.get(p.dtype, str(p.dtype)),
+                   "requires_grad": p.requires_grad} for n, p in scripted.named_parameters()]
+        index.append({"file": record, "bytes": len(files[record]), "parameters": params,
+                      "buffers": [n for n, _ in scripted.named_buffers()]})
+    return files, index
 
 
 def export(args):
@@ -632,10 +664,7 @@ def export(args):
     children = collections.OrderedDict((f"l{i}_" + "".join(c if c.isalnum() else "_" for c in n), m)
                                        for i, (n, m) in enumerate(zip(names, modules)))
     ties = tie_groups(list(children.values()))
-    chain = torch.nn.Sequential(children)
-    if args.loss:
-        loss = import_callable(args.loss, "--loss")()
-        chain = LossHolder(children, loss)
+    top = LossHolder(import_callable(args.loss, "--loss")()) if args.loss else Top()
     with torch.no_grad():
         expected = model(x)
         h = x
@@ -646,18 +675,20 @@ def export(args):
         raise ExportError("--model: the chain of layers does not compute what the model computes "
                           f"(max difference {(h - expected).abs().max().item() if h.shape == expected.shape else 'shape'}); "
                           "its forward may not be a chain of its children")
-    try:
-        scripted = torch.jit.script(chain)
-    except Exception as e:
-        raise ExportError(f"--model: TorchScript cannot compile the layers: {e}")
     if was_training:
-        scripted.train()
+        for m in children.values():
+            m.train()
+    records, index = layer_records(children)
+    try:
+        scripted = torch.jit.script(top)
+    except Exception as e:
+        raise ExportError(f"--loss: TorchScript cannot compile the loss: {e}")
     meta = {"format": FORMAT, "source": args.model, "kwargs": kwargs, "layers": names,
             "children": list(children.keys()), "boundary_tensors": boundaries,
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
-            "loss": bool(args.loss), "ties": ties, "deferrable_batch_norms": deferrable}
+            "loss": bool(args.loss), "ties": ties, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"
-    torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta)})
+    torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta), **records})
     os.replace(tmp, args.output)
     # A model file is code (docs/runtime.md): its digest, beside it in sha256sum's format, is
     # what train and profile check and print, and what checkpoints record.
@@ -666,7 +697,8 @@ def export(args):
     with open(args.output + ".sha256.partial", "w") as f:
         f.write(f"{digest}  {os.path.basename(args.output)}\n")
     os.replace(args.output + ".sha256.partial", args.output + ".sha256")
-    params = sum(p.numel() for p in scripted.parameters())
+    seen = set()
+    params = sum(p.numel() for m in children.values() for p in m.parameters() if id(p) not in seen and not seen.add(id(p)))
     multi = sum(1 for b in boundaries if b > 1)
     print(f"wrote {args.output}: {len(names)} layers, {params} parameters"
           + (f", {multi} boundaries carrying several tensors" if multi else ""))

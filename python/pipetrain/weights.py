@@ -51,11 +51,31 @@ def newest_checkpoint(path):
     return os.path.join(path, max(steps)[1])
 
 
+def model_meta(model_file):
+    """The pipetrain.json a model file holds (its layers, their parameters, its ties)."""
+    import zipfile
+    with zipfile.ZipFile(model_file) as z:
+        found = [n for n in z.namelist() if n.endswith("/extra/pipetrain.json")]
+        if not found:
+            raise ValueError(f"{model_file}: no pipetrain.json (not a file `pipetrain export` wrote)")
+        return json.loads(z.read(found[0]))
+
+
+def layer_tensor_names(model_file, meta):
+    """[(parameter names, buffer names)] per layer, in the order the checkpoint's files hold them:
+    from pipetrain.json in a file of separate layers (pipetrain.model/2), from the TorchScript
+    module's children in a pipetrain.model/1 file (which loads it whole)."""
+    if meta.get("format") == "pipetrain.model/2":
+        return [([p["name"] for p in f["parameters"]], f["buffers"]) for f in meta["layer_files"]]
+    module = torch.jit.load(model_file)
+    return [([n for n, _ in getattr(module, c).named_parameters()], [n for n, _ in getattr(module, c).named_buffers()])
+            for c in meta["children"]]
+
+
 def trained_state(model_file, checkpoint):
     """{parameter path in the exported model: trained tensor}."""
-    extra = {"pipetrain.json": ""}
-    module = torch.jit.load(model_file, _extra_files=extra)
-    meta = json.loads(extra["pipetrain.json"])
+    meta = model_meta(model_file)
+    layer_names = layer_tensor_names(model_file, meta)
     ck = newest_checkpoint(checkpoint)
     # The checkpoint's model before its layers: another model of the same family (fewer blocks)
     # read layer by layer failed later, on a tie, with a misleading message.
@@ -73,12 +93,11 @@ def trained_state(model_file, checkpoint):
             raise ValueError(f"{ck}: trained from a model file of sha256 {digest[:12]}..., but {model_file} has "
                              f"{mine[:12]}...: not the model it was trained from")
     state = collections.OrderedDict()
-    for k, child in enumerate(meta["children"]):
-        names = [n for n, _ in getattr(module, child).named_parameters()]
+    for k, (names, buffers) in enumerate(layer_names):
         tensors = read_tensor_file(os.path.join(ck, f"layer-{k}.tensors"))
         for i, name in enumerate(names):
             state[name] = tensors[f"param.{i}"]
-        for i, (name, _) in enumerate(getattr(module, child).named_buffers()):
+        for i, name in enumerate(buffers):
             if re.fullmatch(r"(.*\.)?(_tensor_constant\d+|pt_[a-z_]+)", name):
                 continue  # a constant torch.fx made in forward, or deferred BatchNorm's sums: not the model's
             if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none

@@ -22,6 +22,11 @@ struct Dataset {
   torch::Tensor first_targets(int64_t n) const;  // and their targets
   // Samples per shard ({} in memory): the batch sampler walks shards one at a time.
   std::vector<int64_t> shard_sizes() const { return shards ? shards->shard_sizes() : std::vector<int64_t>{}; }
+  // The bytes it holds in memory (shards on disk: none).
+  int64_t bytes() const {
+    auto of = [](const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
+    return of(inputs) + of(targets);
+  }
 };
 
 struct DataSplit {
@@ -29,6 +34,7 @@ struct DataSplit {
   Dataset train, test;
   int64_t classes = 0;    // classification
   int64_t vocab = 0;      // language modelling
+  int64_t bytes() const { return train.bytes() + test.bytes(); }
 };
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";

@@ -100,10 +100,11 @@ torch::Tensor EmulatedLayerImpl::forward(torch::Tensor x) {
                                 cost_.stash_floats_per_sample);
 }
 
-std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs) {
+std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs,
+                                                   const LayerSet& held) {
   if (costs.empty()) throw ConfigError(str("emulated model '", name, "': no layers"));
-  auto m = std::make_shared<LayeredModel>(name, Task::kEmulated, std::vector<int64_t>{1}, false);
-  for (const auto& c : costs) m->add(c.name, torch::nn::Sequential(EmulatedLayer(c)));
+  auto m = std::make_shared<LayeredModel>(name, Task::kEmulated, std::vector<int64_t>{1}, false, held);
+  for (const auto& c : costs) m->add(c.name, [c] { return torch::nn::Sequential(EmulatedLayer(c)); });
   std::vector<double> step_ms;
   for (const auto& c : costs) step_ms.push_back(c.step_ms);
   m->set_device_step([step_ms](int first, int last, double host_ms) {

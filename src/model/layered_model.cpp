@@ -1,26 +1,114 @@
 #include "model/layered_model.h"
 
+#include <algorithm>
+#include <mutex>
 #include <set>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "core/error.h"
 
 namespace pt::model {
 
-LayeredModel::LayeredModel(std::string name, Task task, std::vector<int64_t> sample_shape,
-                           bool integer_input)
-    : name_(std::move(name)), task_(task), sample_shape_(std::move(sample_shape)),
-      integer_input_(integer_input) {}
+namespace {
 
-void LayeredModel::add(std::string name, torch::nn::Sequential module) {
+// splitmix64's finaliser: seeds of neighbouring layers far apart.
+uint64_t layer_seed(uint64_t seed, int layer) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(layer) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// LibTorch's modules draw their initial weights from the global generator: it is seeded for the
+// layer while the layer is built (one layer at a time in the process), then given back its state,
+// so building a layer leaves every other draw as it was.
+torch::nn::Sequential seeded(const LayerMaker& make, uint64_t seed, int layer) {
+  static std::mutex building;
+  std::lock_guard<std::mutex> lock(building);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor state;
+  {
+    std::lock_guard<std::mutex> g(gen.mutex());
+    state = gen.get_state();
+    gen.set_current_seed(layer_seed(seed, layer));
+  }
+  torch::nn::Sequential out;
+  try {
+    out = make();
+  } catch (...) {
+    std::lock_guard<std::mutex> g(gen.mutex());
+    gen.set_state(state);
+    throw;
+  }
+  std::lock_guard<std::mutex> g(gen.mutex());
+  gen.set_state(state);
+  return out;
+}
+
+}  // namespace
+
+bool LayerSet::contains(int layer) const {
+  return all() || std::find(layers_->begin(), layers_->end(), layer) != layers_->end();
+}
+
+std::string LayerSet::describe() const {
+  if (all()) return "all";
+  std::vector<int> v = *layers_;
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    out += str(out.empty() ? "" : ", ", v[i], j > i ? str("-", v[j]) : std::string());
+    i = j + 1;
+  }
+  return out;
+}
+
+LayeredModel::LayeredModel(std::string name, Task task, std::vector<int64_t> sample_shape,
+                           bool integer_input, LayerSet held, uint64_t seed)
+    : name_(std::move(name)), held_(std::move(held)), seed_(seed), task_(task),
+      sample_shape_(std::move(sample_shape)), integer_input_(integer_input) {}
+
+void LayeredModel::add(std::string name, LayerMaker make, torch::nn::Sequential built) {
   std::vector<int> inputs;
   if (!layers_.empty()) inputs.push_back(num_layers() - 1);
-  layers_.push_back({std::move(name), std::move(module), std::move(inputs)});
+  int index = num_layers();
+  torch::nn::Sequential module{nullptr};
+  if (held_.contains(index)) module = built ? built : seeded(make, seed_, index);
+  layers_.push_back({std::move(name), std::move(module), std::move(inputs), std::move(make)});
+}
+
+void LayeredModel::add(std::string name, torch::nn::Sequential module) {
+  add(std::move(name), [module] { return module; }, module);
+}
+
+torch::nn::Sequential LayeredModel::make_layer(int layer) const {
+  PT_CHECK(layer >= 0 && layer < num_layers(), layer);
+  return seeded(layers_[layer].make, seed_, layer);
+}
+
+const Layer& LayeredModel::held_layer(int i) const {
+  const Layer& l = layers_.at(i);
+  PT_CHECK(l.module, name_, ": layer ", i, " ('", l.name, "') is not held by this process (it holds layers ",
+           held_.describe(), ")");
+  return l;
 }
 
 torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
   if (last < 0) last = num_layers();
   PT_CHECK(first >= 0 && first <= last && last <= num_layers(), first, "..", last);
-  for (int i = first; i < last; ++i) x = layers_[i].module->forward(x);
+  for (int i = first; i < last; ++i) {
+    if (layers_[i].module) {
+      x = layers_[i].module->forward(x);
+    } else {
+      torch::nn::Sequential built = make_layer(i);
+      built->train(is_training_);
+      x = built->forward(x);
+    }
+  }
   return x;
 }
 
@@ -51,7 +139,7 @@ int64_t LayeredModel::targets_per_sample() const {
 }
 
 std::vector<torch::Tensor> LayeredModel::layer_parameters(int i) const {
-  return layers_.at(i).module->parameters();
+  return held_layer(i).module->parameters();
 }
 
 std::vector<torch::Tensor> LayeredModel::unique_parameters() const {
@@ -83,6 +171,7 @@ std::vector<int> TieGroup::layers() const {
 }
 
 std::vector<TieGroup> LayeredModel::tie_groups() const {
+  if (declared_ties_) return *declared_ties_;
   // Keyed by the tensor's own storage and view: a parameter's TensorImpl may differ between two
   // registrations of it (a TorchScript module hands out new handles), its memory does not.
   struct Seen {
@@ -95,6 +184,7 @@ std::vector<TieGroup> LayeredModel::tie_groups() const {
   std::vector<TieGroup> groups;
   std::vector<int> group_of;  // seen index -> group index, -1: none yet
   for (int l = 0; l < num_layers(); ++l) {
+    if (!holds(l)) continue;
     auto params = layer_parameters(l);
     for (int k = 0; k < static_cast<int>(params.size()); ++k) {
       const auto& p = params[k];
@@ -114,7 +204,7 @@ std::vector<TieGroup> LayeredModel::tie_groups() const {
         if (seen[s].first.layer == l) break;  // used twice inside one layer: one parameter
         if (group_of[s] < 0) {
           group_of[s] = static_cast<int>(groups.size());
-          groups.push_back({{seen[s].first}, p.numel() * static_cast<int64_t>(p.element_size())});
+          groups.push_back({{seen[s].first}, p.numel() * static_cast<int64_t>(p.element_size()), p.requires_grad()});
         }
         auto& members = groups[group_of[s]].members;
         if (members.back().layer != l) members.push_back({l, k});
@@ -128,23 +218,39 @@ std::vector<TieGroup> LayeredModel::tie_groups() const {
   return groups;
 }
 
-int64_t LayeredModel::defer_batch_norm(int first, int last, int64_t microbatches) {
+namespace {
+// Deferred BatchNorm's flag buffers in `module`, each set to `microbatches` (unless negative).
+int64_t set_deferred(torch::nn::Sequential module, int64_t microbatches) {
   static const std::string kFlag = "pt_microbatches";
   torch::NoGradGuard no_grad;
   int64_t found = 0;
-  for (int l = first; l < last; ++l)
-    for (auto& b : layers_.at(l).module->named_buffers()) {
-      const std::string& name = b.key();
-      if (name.size() >= kFlag.size() && name.compare(name.size() - kFlag.size(), kFlag.size(), kFlag) == 0) {
-        b.value().fill_(microbatches);
-        ++found;
-      }
+  for (auto& b : module->named_buffers()) {
+    const std::string& name = b.key();
+    if (name.size() >= kFlag.size() && name.compare(name.size() - kFlag.size(), kFlag.size(), kFlag) == 0) {
+      if (microbatches >= 0) b.value().fill_(microbatches);
+      ++found;
     }
+  }
+  return found;
+}
+}  // namespace
+
+int64_t LayeredModel::defer_batch_norm(int first, int last, int64_t microbatches) {
+  int64_t found = 0;
+  for (int l = first; l < last; ++l) found += set_deferred(held_layer(l).module, microbatches);
+  return found;
+}
+
+int64_t LayeredModel::deferrable_batch_norms() const {
+  int64_t found = 0;
+  for (int l = 0; l < num_layers(); ++l) found += set_deferred(holds(l) ? layers_[l].module : make_layer(l), -1);
   return found;
 }
 
 void LayeredModel::train(bool on) {
-  for (auto& l : layers_) l.module->train(on);
+  is_training_ = on;
+  for (auto& l : layers_)
+    if (l.module) l.module->train(on);
 }
 
 }  // namespace pt::model

@@ -3,7 +3,15 @@
 // A residual block or a transformer block is one layer. Every zoo model is a chain: layer i
 // reads layer i-1's output (layer 0 reads the input batch); `inputs` records it explicitly so
 // profiles carry the graph.
+//
+// A process builds only the layers it holds (docs/runtime.md, "A worker holds only its stage"):
+// every layer is added with the function that makes it, which runs at once for a held layer
+// and never otherwise; the names, the graph and the tie groups are known for every layer.
+// Initial weights do not depend on which layers are built: layer i draws from a generator seeded
+// by (seed, i), so every plan and one worker start from the same weights.
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,20 +38,50 @@ struct TieMember {
 struct TieGroup {
   std::vector<TieMember> members;  // in layer order, one per layer that holds it
   int64_t bytes = 0;               // the parameter's size
+  bool trains = true;              // requires_grad: a frozen tie takes no step
   std::vector<int> layers() const;
 };
 
+// The layers a process builds: every one (the default), none (a description: names, graph,
+// ties), or a list (a worker's stages).
+class LayerSet {
+ public:
+  LayerSet() = default;
+  explicit LayerSet(std::vector<int> layers) : layers_(std::move(layers)) {}
+  static LayerSet none() { return LayerSet(std::vector<int>{}); }
+  bool all() const { return !layers_.has_value(); }
+  bool contains(int layer) const;
+  std::string describe() const;  // "all", "none", "0-2, 5"
+
+ private:
+  std::optional<std::vector<int>> layers_;
+};
+
+using LayerMaker = std::function<torch::nn::Sequential()>;
+
 struct Layer {
   std::string name;
-  torch::nn::Sequential module;  // every layer is a Sequential: uniform, cloneable
+  torch::nn::Sequential module{nullptr};  // every layer is a Sequential: uniform, cloneable; null where not held
   std::vector<int> inputs;
+  LayerMaker make;  // builds the layer afresh, with its initial weights
 };
 
 class LayeredModel {
  public:
-  LayeredModel(std::string name, Task task, std::vector<int64_t> sample_shape, bool integer_input);
+  // `seed`: layer i's initial weights come from a generator seeded by (seed, i).
+  LayeredModel(std::string name, Task task, std::vector<int64_t> sample_shape, bool integer_input,
+               LayerSet held = {}, uint64_t seed = 0);
 
+  // Adds the next layer; `make` runs now (with the layer's generator) when this model holds it,
+  // unless `built` gives the layer already made.
+  void add(std::string name, LayerMaker make, torch::nn::Sequential built = nullptr);
+  // A layer built by the caller, which make_layer hands out as it is (a model held whole).
   void add(std::string name, torch::nn::Sequential module);
+  bool holds(int layer) const { return static_cast<bool>(layers_.at(layer).module); }
+  const LayerSet& held() const { return held_; }
+  // Layer `layer` built afresh with its initial weights, whether or not this model holds it:
+  // a forward or a profile of a model no process holds whole, one layer at a time.
+  torch::nn::Sequential make_layer(int layer) const;
   // Replaces the task's loss (the accuracy still follows the task).
   void set_loss(LossFunction loss) { custom_loss_ = std::move(loss); }
   bool has_own_loss() const { return static_cast<bool>(custom_loss_); }
@@ -69,7 +107,8 @@ class LayeredModel {
   const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
   bool integer_input() const { return integer_input_; }
 
-  // Runs layers [first, last) on x.
+  // Runs layers [first, last) on x; a layer this model does not hold is built for the call and
+  // dropped after it (its initial weights).
   torch::Tensor forward(torch::Tensor x, int first = 0, int last = -1);
   torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
   // Number of correct predictions (classification: argmax; LM: per token; 0 when the task has
@@ -80,28 +119,40 @@ class LayeredModel {
 
   // Each layer's parameters in layer order: a tied tensor once per layer holding it (per-layer
   // offsets index this list; FlatParameters keeps one slot for it).
+  // Held layers only (a check names the layer otherwise).
   std::vector<torch::Tensor> parameters(int first = 0, int last = -1) const;
   // Every tensor once (a tie at its first layer): what an optimizer steps. Given the list above,
   // torch::optim::SGD updated a tied weight twice per step, once per layer holding it.
   std::vector<torch::Tensor> unique_parameters() const;
   std::vector<torch::Tensor> layer_parameters(int i) const;
   int64_t parameter_bytes(int i) const;
-  // Parameters held by more than one layer, by tensor identity (DESIGN.md, "Parameters shared
-  // between layers"). FormatError when two layers' parameters overlap without being one tensor.
+  // Parameters held by more than one layer (DESIGN.md, "Parameters shared between layers"):
+  // those a model file records (set_tie_groups), else found by tensor identity among the held
+  // layers. FormatError when two layers' parameters overlap without being one tensor.
   std::vector<TieGroup> tie_groups() const;
+  // For a model whose layers are built apart (a model file read per layer): its ties as recorded.
+  void set_tie_groups(std::vector<TieGroup> ties) { declared_ties_ = std::move(ties); }
   // Deferred BatchNorm (python/pipetrain/batch_norm.py, which `pipetrain export` puts in place of
   // nn.BatchNorm): its running statistics then follow `microbatches` forwards at once (1: each
   // forward, nn.BatchNorm's own). Sets every one in layers [first, last); returns how many.
   int64_t defer_batch_norm(int first, int last, int64_t microbatches);
-  void train(bool on = true);
+  // How many there are in the model, held or not (a layer not held is built to count them).
+  int64_t deferrable_batch_norms() const;
+  void train(bool on = true);  // the held layers
 
  private:
+  const Layer& held_layer(int i) const;  // a check names the layer when it is not held
+
   std::string name_;
+  LayerSet held_;
+  uint64_t seed_;
+  std::optional<std::vector<TieGroup>> declared_ties_;
   std::string file_sha256_;
   Task task_;
   std::vector<int64_t> sample_shape_;
   bool integer_input_;
   std::vector<Layer> layers_;
+  bool is_training_ = true;
   LossFunction custom_loss_;
   DeviceStep device_step_;
 };

@@ -26,20 +26,20 @@ TORCH_MODULE(LstmLayer);
 
 }  // namespace
 
-std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o) {
+std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o, const LayerSet& held) {
   int64_t vocab = o.vocab > 0 ? o.vocab : 10000;
   int64_t seq = o.seq_len > 0 ? o.seq_len : 70;
   int64_t layers = o.depth > 0 ? o.depth : 3;
   auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * o.width)); };
   int64_t emb = scaled(400), hidden = scaled(1150);
-  auto m = std::make_shared<LayeredModel>("lstm-lm", Task::kLanguageModel, std::vector<int64_t>{seq}, true);
-  m->add("embed", nn::Sequential(nn::Embedding(vocab, emb)));
+  auto m = std::make_shared<LayeredModel>("lstm-lm", Task::kLanguageModel, std::vector<int64_t>{seq}, true, held, o.seed);
+  m->add("embed", [vocab, emb] { return nn::Sequential(nn::Embedding(vocab, emb)); });
   for (int64_t i = 0; i < layers; ++i) {
     int64_t in = i == 0 ? emb : hidden;
     int64_t out = i + 1 == layers ? emb : hidden;
-    m->add("lstm" + std::to_string(i + 1), nn::Sequential(LstmLayer(in, out)));
+    m->add("lstm" + std::to_string(i + 1), [in, out] { return nn::Sequential(LstmLayer(in, out)); });
   }
-  m->add("decoder", nn::Sequential(nn::Linear(emb, vocab)));
+  m->add("decoder", [emb, vocab] { return nn::Sequential(nn::Linear(emb, vocab)); });
   return m;
 }
 

@@ -1,11 +1,30 @@
 #include "model/memory_meter.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <mutex>
 #include <unordered_map>
 
 #include <c10/core/CPUAllocator.h>
 
 namespace pt::model {
+
+int64_t process_peak_rss_bytes() {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+int64_t process_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  long long size = 0, resident = 0;
+  int read = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return read == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : -1;
+}
 
 void MemoryAccount::add(int64_t bytes) {
   int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;

@@ -42,4 +42,11 @@ class ChargeTo {
 // The calling thread's account (nullptr when none).
 std::shared_ptr<MemoryAccount> charged_account();
 
+// This process's peak resident set as the OS counts it (getrusage's ru_maxrss), in bytes: what a
+// memory limit (a device's size, a cgroup) holds a worker to. Beyond the accounts above it holds
+// LibTorch's code and data, the data set, the runtime's buffers and freed blocks malloc keeps.
+int64_t process_peak_rss_bytes();
+// Its resident set now (/proc/self/statm), in bytes.
+int64_t process_rss_bytes();
+
 }  // namespace pt::model

@@ -47,7 +47,7 @@ TORCH_MODULE(ResidualBlock);
 
 }  // namespace
 
-std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o) {
+std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o, const LayerSet& held) {
   int64_t size = o.image_size > 0 ? o.image_size : 224;
   int64_t channels = o.channels > 0 ? o.channels : 3;
   int64_t classes = o.classes > 0 ? o.classes : 1000;
@@ -56,27 +56,29 @@ std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o) {
   const int blocks[] = {bottleneck ? 3 : 2, bottleneck ? 4 : 2, bottleneck ? 6 : 2, bottleneck ? 3 : 2};
   int64_t expansion = bottleneck ? 4 : 1;
   auto m = std::make_shared<LayeredModel>("resnet" + std::to_string(depth), Task::kClassification,
-                                          std::vector<int64_t>{channels, size, size}, false);
+                                          std::vector<int64_t>{channels, size, size}, false, held, o.seed);
   int64_t in = scaled(64);
-  if (size >= 64) {
+  m->add("stem", [size, channels, in] {
+    if (size < 64) return conv_bn(channels, in, 3, 1, true);
     nn::Sequential stem = conv_bn(channels, in, 7, 2, true);
     stem->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
-    m->add("stem", stem);
-  } else {
-    m->add("stem", conv_bn(channels, in, 3, 1, true));
-  }
+    return stem;
+  });
   int index = 1;
   for (int g = 0; g < 4; ++g) {
     int64_t mid = scaled(64 << g);
     int64_t out = mid * expansion;
     for (int b = 0; b < blocks[g]; ++b) {
       int64_t stride = (g > 0 && b == 0) ? 2 : 1;
-      m->add("block" + std::to_string(index++), nn::Sequential(ResidualBlock(in, mid, out, stride, bottleneck)));
+      m->add("block" + std::to_string(index++),
+             [=] { return nn::Sequential(ResidualBlock(in, mid, out, stride, bottleneck)); });
       in = out;
     }
   }
-  m->add("head", nn::Sequential(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})),
-                                              nn::Flatten(), nn::Linear(in, classes)));
+  m->add("head", [in, classes] {
+    return nn::Sequential(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})), nn::Flatten(),
+                          nn::Linear(in, classes));
+  });
   return m;
 }
 

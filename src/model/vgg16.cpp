@@ -11,13 +11,13 @@ namespace pt::model {
 
 namespace nn = torch::nn;
 
-std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o) {
+std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o, const LayerSet& held) {
   int64_t size = o.image_size > 0 ? o.image_size : 224;
   int64_t channels = o.channels > 0 ? o.channels : 3;
   int64_t classes = o.classes > 0 ? o.classes : 1000;
   auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * o.width)); };
   auto m = std::make_shared<LayeredModel>("vgg16", Task::kClassification,
-                                          std::vector<int64_t>{channels, size, size}, false);
+                                          std::vector<int64_t>{channels, size, size}, false, held, o.seed);
   // Channels per conv; 0 marks a 2x2 max-pool after the previous conv.
   const int64_t cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
   const int n = sizeof(cfg) / sizeof(cfg[0]);
@@ -26,10 +26,12 @@ std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o) {
   for (int i = 0; i < n; ++i) {
     if (cfg[i] == 0) continue;
     int64_t out = scaled(cfg[i]);
-    nn::Sequential seq(nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1)), nn::ReLU());
     bool pool = i + 1 < n && cfg[i + 1] == 0;
-    if (pool) seq->push_back(nn::MaxPool2d(2));
-    m->add("conv" + std::to_string(block) + "_" + std::to_string(index), seq);
+    m->add("conv" + std::to_string(block) + "_" + std::to_string(index), [in, out, pool] {
+      nn::Sequential seq(nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1)), nn::ReLU());
+      if (pool) seq->push_back(nn::MaxPool2d(2));
+      return seq;
+    });
     in = out;
     if (pool) ++block, index = 1;
     else ++index;
@@ -37,10 +39,12 @@ std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o) {
   // As torchvision's VGG: adaptive pooling to 7x7 at 224 (S/32 in general, at least 1).
   int64_t k = std::max<int64_t>(1, size / 32);
   int64_t hidden = scaled(4096);
-  m->add("fc6", nn::Sequential(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({k, k})),
-                                             nn::Flatten(), nn::Linear(in * k * k, hidden), nn::ReLU()));
-  m->add("fc7", nn::Sequential(nn::Linear(hidden, hidden), nn::ReLU()));
-  m->add("fc8", nn::Sequential(nn::Linear(hidden, classes)));
+  m->add("fc6", [k, in, hidden] {
+    return nn::Sequential(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({k, k})), nn::Flatten(),
+                          nn::Linear(in * k * k, hidden), nn::ReLU());
+  });
+  m->add("fc7", [hidden] { return nn::Sequential(nn::Linear(hidden, hidden), nn::ReLU()); });
+  m->add("fc8", [hidden, classes] { return nn::Sequential(nn::Linear(hidden, classes)); });
   return m;
 }
 

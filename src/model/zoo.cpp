@@ -5,13 +5,13 @@
 namespace pt::model {
 
 std::vector<std::string> model_names() {
-  return {"mnist-cnn", "vgg16", "resnet18", "resnet50", "lstm-lm", "gpt"};
+  return {"mnist-cnn", "vgg16", "resnet18", "resnet50", "lstm-lm", "gpt", "mlp"};
 }
 
 bool is_language_model(const std::string& name) { return name == "lstm-lm" || name == "gpt"; }
 
 void check_model_options(const ModelOptions& o) {
-  if (o.width <= 0 || o.width > 16) throw UsageError(str("--width: must be in (0, 16], got ", o.width));
+  if (!(o.width > 0 && o.width <= 16)) throw UsageError(str("--width: must be in (0, 16], got ", o.width));
   // Upper bounds so that an absurd value is an error naming the flag, not an allocation of
   // terabytes that the kernel ends with SIGKILL. 0 means "the model's default".
   struct Bound {
@@ -23,14 +23,15 @@ void check_model_options(const ModelOptions& o) {
     if (b.value < 0 || b.value > b.max) throw UsageError(str(b.flag, ": must be in 0..", b.max, ", got ", b.value));
 }
 
-std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& o) {
+std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& o, const LayerSet& held) {
   check_model_options(o);
-  if (name == "mnist-cnn") return build_mnist_cnn(o);
-  if (name == "vgg16") return build_vgg16(o);
-  if (name == "resnet18") return build_resnet(18, o);
-  if (name == "resnet50") return build_resnet(50, o);
-  if (name == "lstm-lm") return build_lstm_lm(o);
-  if (name == "gpt") return build_gpt(o);
+  if (name == "mnist-cnn") return build_mnist_cnn(o, held);
+  if (name == "vgg16") return build_vgg16(o, held);
+  if (name == "resnet18") return build_resnet(18, o, held);
+  if (name == "resnet50") return build_resnet(50, o, held);
+  if (name == "lstm-lm") return build_lstm_lm(o, held);
+  if (name == "gpt") return build_gpt(o, held);
+  if (name == "mlp") return build_mlp(o, held);
   std::string known;
   for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError(str("--model: unknown model '", name, "' (known: ", known, ")"));

@@ -17,7 +17,10 @@ struct ModelOptions {
   int64_t classes = 0;      // output classes (1000; mnist-cnn 10)
   int64_t vocab = 0;        // token vocabulary (lstm-lm, gpt; 10000 synthetic)
   int64_t seq_len = 0;      // tokens per sample (lstm-lm 70, gpt 64)
-  int64_t depth = 0;        // transformer blocks (gpt 4) or LSTM layers (lstm-lm 3)
+  int64_t depth = 0;        // transformer blocks (gpt 4), LSTM layers (lstm-lm 3) or hidden layers (mlp 4)
+  // Initial weights: layer i draws from a generator seeded by (seed, i) (layered_model.h), so a
+  // worker that builds only its layers starts them as one worker would.
+  uint64_t seed = 0;
 };
 
 // The longest sample a language model takes (--seq-len): bounds the text windows and the
@@ -29,13 +32,16 @@ bool is_language_model(const std::string& name);
 // Throws UsageError naming the flag when an option is out of its range (0: the model's default).
 void check_model_options(const ModelOptions& options);
 // Throws UsageError naming --model and the known names for an unknown model.
-std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& options);
+// `held`: the layers to build (the others are described only: names and graph).
+std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& options,
+                                          const LayerSet& held = {});
 
 // Builders, one file each.
-std::shared_ptr<LayeredModel> build_mnist_cnn(const ModelOptions& o);
-std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o);
-std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o);
-std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o);
-std::shared_ptr<LayeredModel> build_gpt(const ModelOptions& o);
+std::shared_ptr<LayeredModel> build_mnist_cnn(const ModelOptions& o, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_gpt(const ModelOptions& o, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_mlp(const ModelOptions& o, const LayerSet& held = {});
 
 }  // namespace pt::model

@@ -182,6 +182,7 @@ json to_json(const Cluster& c) {
   if (c.reduce_us_per_mib > 0) doc["reduce_us_per_mib"] = c.reduce_us_per_mib;
   if (c.allreduce_step_us > 0) doc["allreduce_step_us"] = c.allreduce_step_us;
   if (c.action_us > 0) doc["action_us"] = c.action_us;
+  if (c.process_bytes > 0) doc["process_bytes"] = c.process_bytes;
   if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
 }
@@ -199,7 +200,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "cluster", kClusterVersion);
   root.only_fields({"format", "levels", "memory_bytes_per_worker", "allreduce", "reduce_us_per_mib", "allreduce_step_us",
-                    "action_us", "calibration"});
+                    "action_us", "process_bytes", "calibration"});
   Cluster c;
   JsonField levels = root["levels"];
   if (levels.size() == 0) levels.fail("must list at least one level");
@@ -237,6 +238,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   c.reduce_us_per_mib = host_term("reduce_us_per_mib", "microseconds per MiB");
   c.allreduce_step_us = host_term("allreduce_step_us", "microseconds");
   c.action_us = host_term("action_us", "microseconds");
+  if (root.has("process_bytes")) c.process_bytes = root["process_bytes"].as_int_in(0, int64_t{1} << 50);
   if (root.has("calibration")) {
     const json& record = doc["calibration"];
     if (!record.is_object()) root["calibration"].fail("must be an object (what `pipetrain calibrate` measured)");

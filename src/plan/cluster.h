@@ -61,6 +61,11 @@ struct Cluster {
   // that compute nothing). 0 for a typed cluster.
   double action_us = 0;
   double action_ms() const { return action_us * 1e-3; }
+  // What a worker process holds besides its tensors, as the OS counts it (cluster field
+  // "process_bytes"; calibrate measures it): LibTorch's code and data, the transport's and the
+  // runtime's buffers. The memory model adds it to each process (schedule/memory.h), so that a
+  // memory cap bounds a worker's peak RSS. 0 for a typed cluster: tensors alone.
+  int64_t process_bytes = 0;
   // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
   // file as written; the cost engine reads only the levels.

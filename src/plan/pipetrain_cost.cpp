@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -18,7 +19,9 @@ double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, doubl
 }
 
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
-  return options.memory_bytes > 0 ? options.memory_bytes : cluster.memory_bytes_per_worker;
+  int64_t cap = options.memory_bytes > 0 ? options.memory_bytes : cluster.memory_bytes_per_worker;
+  if (cap <= 0 || cap == std::numeric_limits<int64_t>::max()) return cap;
+  return std::max<int64_t>(1, cap - cluster.process_bytes);  // a cap below the process itself: nothing fits
 }
 
 namespace {

@@ -171,7 +171,10 @@ void choose_in_flight(Plan& plan, const PlanEstimate& e, const profile::Profile&
 double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, double backward_ms, const Cluster& cluster,
                       const std::vector<AllreducePhase>& unit_phases, double stretch = 1);
 
-// Memory limit in force: options first, then the cluster's; 0 = unlimited.
+// What a worker's tensors may take under the memory limit in force (options first, then the
+// cluster's; 0 = unlimited): the limit bounds the worker process's peak RSS, so it is the limit
+// less what the process holds besides its tensors (Cluster::process_bytes, calibrated). Every
+// check of the memory model against a cap compares with this.
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options);
 
 }  // namespace pt::plan

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "plan/state_space.h"
 
 namespace pt::plan {
@@ -118,6 +119,10 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                            : "saves, and one worker does not fit the memory cap, even a sample a microbatch: more "
                              "memory per worker, or faster links\n");
   for (const auto& n : plan.notes) os << "note: " << n << "\n";
+  if (cluster.process_bytes > 0)
+    os << "note: memory: a worker process holds " << human_bytes(static_cast<double>(cluster.process_bytes))
+       << " besides its tensors (the cluster's process_bytes, as calibrate measured it): a memory cap bounds a "
+       << "process's peak RSS, and the tensors have the rest\n";
   return os.str();
 }
 

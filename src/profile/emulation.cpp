@@ -38,8 +38,9 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
   return out;
 }
 
-std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& o) {
-  return model::build_emulated_model(p.model, emulated_costs(p, o));
+std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& o,
+                                                          const model::LayerSet& held) {
+  return model::build_emulated_model(p.model, emulated_costs(p, o), held);
 }
 
 model::DataSplit emulated_data(const model::LayeredModel& m, int64_t train_samples, uint64_t seed) {

@@ -25,7 +25,8 @@ struct EmulationOptions {
 // "Input..." wait nothing (the planner also leaves their data-loading time out). Throws
 // ConfigError naming the option for a scale <= 0.
 std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const EmulationOptions& o);
-std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& o);
+std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& o,
+                                                          const model::LayerSet& held = {});
 
 // Seeded synthetic samples for an emulated model (one float each, class 0).
 model::DataSplit emulated_data(const model::LayeredModel& m, int64_t train_samples, uint64_t seed);

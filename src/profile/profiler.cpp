@@ -46,9 +46,9 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
 
 // The layer's forward into `out`; where `targets` is defined (the last layer), the model's loss
 // after it too, as the last stage computes it. Returns what the backward starts from.
-torch::Tensor forward(model::LayeredModel& model, int layer, const torch::Tensor& input, const torch::Tensor& targets,
-                      torch::Tensor& out) {
-  out = model.layer(layer).module->forward(input);
+torch::Tensor forward(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
+                      const torch::Tensor& targets, torch::Tensor& out) {
+  out = module->forward(input);
   return targets.defined() ? model.loss(out, targets) : out;
 }
 
@@ -57,7 +57,7 @@ torch::Tensor forward(model::LayeredModel& model, int layer, const torch::Tensor
 // its forward or backward holds beyond that while running (Layer::workspace_bytes: scratch
 // buffers, the input gradient). The parameters' gradients exist beforehand, as in the runtime.
 // With `targets`, the loss's share too (measure_profile).
-void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Tensor& input,
+void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
                           const torch::Tensor& targets, Layer& l) {
   model::install_memory_meter();
   auto account = std::make_shared<model::MemoryAccount>();
@@ -65,7 +65,7 @@ void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Te
   {
     model::ChargeTo charge(account);
     torch::Tensor output;
-    out = forward(model, layer, input, targets, output);
+    out = forward(model, module, input, targets, output);
   }
   l.stash_bytes = account->live();
   int64_t workspace = account->peak() - l.stash_bytes;
@@ -79,7 +79,7 @@ void measure_layer_memory(model::LayeredModel& model, int layer, const torch::Te
     }
     workspace = std::max(workspace, account->peak() - before);
   }
-  l.workspace_bytes = std::max<int64_t>(0, workspace - model.parameter_bytes(layer));
+  l.workspace_bytes = std::max<int64_t>(0, workspace - l.parameter_bytes);
 }
 
 std::vector<Tie> ties_of(const model::LayeredModel& model) {
@@ -100,7 +100,10 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   model.train(true);
   torch::Tensor x = batch;
   for (int i = 0; i < model.num_layers(); ++i) {
-    auto& layer = model.layer(i);
+    const auto& layer = model.layer(i);
+    // A layer the model does not hold is built for its measurement and dropped after it: a model
+    // larger than this machine's memory is profiled one layer at a time.
+    torch::nn::Sequential module = model.holds(i) ? layer.module : model.make_layer(i);
     torch::Tensor input = x.detach();
     if (i > 0 && input.is_floating_point()) input.requires_grad_(true);
     std::vector<double> fwd, bwd;
@@ -109,11 +112,11 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     torch::Tensor loss_targets = i + 1 == model.num_layers() ? targets : torch::Tensor();
     // Gradients accumulate into a defined .grad, as in the runtime (its flat buffers): the
     // backward's time includes adding them up.
-    for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::zeros_like(param);
+    for (auto& param : module->parameters()) param.mutable_grad() = torch::zeros_like(param);
     for (int r = 0; r < o.warmup + o.repeats; ++r) {
       if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
       double t0 = now_ms();
-      top = forward(model, i, input, loss_targets, out);
+      top = forward(model, module, input, loss_targets, out);
       double t1 = now_ms();
       auto grad = torch::ones_like(top);
       double t2 = now_ms();
@@ -129,14 +132,14 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.forward_ms = median(fwd);
     l.backward_ms = median(bwd);
     l.activation_bytes = out.numel() * static_cast<int64_t>(out.element_size());
-    l.parameter_bytes = model.parameter_bytes(i);
-    l.optimizer_ms = measure_step_ms(layer.module->parameters(), o);
+    for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
+    l.optimizer_ms = measure_step_ms(module->parameters(), o);
     torch::Tensor next = out.detach();
     out = top = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
-    measure_layer_memory(model, i, input, loss_targets, l);
+    measure_layer_memory(model, module, input, loss_targets, l);
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
-    for (auto& param : layer.module->parameters()) param.mutable_grad() = torch::Tensor();
+    for (auto& param : module->parameters()) param.mutable_grad() = torch::Tensor();
     l.inputs = layer.inputs;
     p.layers.push_back(std::move(l));
     x = next;

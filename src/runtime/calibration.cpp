@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "model/emulated_layer.h"
+#include "model/memory_meter.h"
 #include "runtime/threads_job.h"
 
 namespace pt::runtime {
@@ -132,6 +133,8 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
   if (t.rank() == 0) {
     out.action_us = measure_action_us();
     if (o.progress) o.progress(str("the host's time per action: ", out.action_us, " us"));
+    out.process_bytes = model::process_rss_bytes();
+    if (o.progress) o.progress(str("a worker process besides its tensors: ", human_bytes(static_cast<double>(out.process_bytes))));
   }
   return out;
 }
@@ -139,7 +142,7 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
 double measure_action_us(int steps, int microbatches) {
   std::vector<model::EmulatedCost> layers(2);
   layers[0].name = "first", layers[1].name = "second";  // no time, one float out per sample
-  auto build = [&] { return model::build_emulated_model("host", layers); };
+  auto build = [&](const model::LayerSet& held = {}) { return model::build_emulated_model("host", layers, held); };
   model::DataSplit data = model::synthetic_data(*build(), int64_t{steps} * microbatches, 1, 1, 1);
   plan::Plan one;
   one.workers = 1;

@@ -26,6 +26,10 @@ struct Measured {
   std::vector<plan::LevelCalibration> levels;  // points, each fitted
   std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
   double action_us = 0;  // measure_action_us, on worker 0
+  // Worker 0's resident memory after measuring, less the tensors it holds (plan::Cluster::
+  // process_bytes): LibTorch, the transport's connections and buffers, a pipeline run. For
+  // threads, the one process's.
+  int64_t process_bytes = 0;
 };
 
 // The host's time per action of a worker (a forward, a backward or a step), compute aside

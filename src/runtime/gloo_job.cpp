@@ -17,9 +17,8 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
   std::unique_ptr<Worker> worker;
   try {
     check_pipeline_options(o, plan, data);
-    action = "building the model";
-    auto model = factory();
-    check_ties(*model, plan, o);  // before the layout starts the checkpoints
+    auto described = factory(model::LayerSet::none());
+    check_ties(*described, plan, o);  // before the layout starts the checkpoints
     JobLayout job = layout_job(plan, o, data, config.rank == 0);
     const schedule::Schedule& probe = job.probe;
     if (probe.num_workers() != config.world_size)
@@ -32,22 +31,26 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
     action = "rendezvous";
     transport = std::make_unique<GlooTransport>(c);
     action = "checking that the workers agree";
-    transport->check_agreement(job_digest(plan, o, *model, data));
+    transport->check_agreement(job_digest(plan, o, *described, data));
     action = "creating all-reduce groups";
     std::vector<std::vector<int>> groups;
     for (auto g : probe.stage_workers) {
       std::sort(g.begin(), g.end());
       groups.push_back(g);
     }
-    for (auto& g : TiedGradients::worker_groups(model->tie_groups(), probe)) groups.push_back(g);
+    for (auto& g : TiedGradients::worker_groups(described->tie_groups(), probe)) groups.push_back(g);
     transport->prepare_groups(groups);
 
     WorkerOptions wo = worker_options(o, job.sgd);
-    check_resume_fits(job, o, *model);
+    check_resume_fits(job, o, *described);
+    described.reset();
+    action = "building the model";
+    auto account = std::make_shared<model::MemoryAccount>();
+    auto model = build_worker_model(factory, probe, config.rank, account);
     worker = std::make_unique<Worker>(config.rank, model, data, *transport, wo);
     action = "training";
     // Absolute steady-clock times: the launcher aligns the workers' traces.
-    WorkerRun run = run_worker(*worker, *transport, job, plan, o, data, 0);
+    WorkerRun run = run_worker(*worker, *transport, job, plan, o, data, 0, account);
     PipelineResult r = result_header(probe, o);
     r.train = run.train;
     r.trace.workers[config.rank] = std::move(run.trace);

@@ -14,12 +14,15 @@ uint32_t tensor_crc(const torch::Tensor& t) {
   return crc32_of(std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size()));
 }
 
-std::string shapes_of(const model::LayeredModel& m) {
+// The layers' names and ties: every worker knows them without building a layer. Their shapes
+// follow from the model file (its SHA-256, below) or the zoo's flags (the command line).
+std::string layers_of(const model::LayeredModel& m) {
   std::string out;
-  for (int i = 0; i < m.num_layers(); ++i) {
-    out += m.layer(i).name + ":";
-    for (const auto& p : m.layer_parameters(i)) out += pt::str(p.sizes());
-    out += " ";
+  for (int i = 0; i < m.num_layers(); ++i) out += m.layer(i).name + " ";
+  for (const auto& g : m.tie_groups()) {
+    out += "tie";
+    for (const auto& member : g.members) out += pt::str(" ", member.layer, ".", member.param);
+    out += pt::str(" ", g.bytes, ";");
   }
   return out;
 }
@@ -39,7 +42,8 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"stale_warmup", o.stale_warmup},
               {"deferred_batch_norm", o.deferred_batch_norm},
               {"model", model.name()},
-              {"layers", shapes_of(model)},
+              {"layers", layers_of(model)},
+              {"model_sha256", model.file_sha256()},
               {"seed", t.seed},
               {"batch_size", t.batch_size},
               {"epochs", t.epochs},

@@ -100,6 +100,13 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
                          plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));
 }
 
+std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& factory, const schedule::Schedule& probe,
+                                                        int worker, const std::shared_ptr<model::MemoryAccount>& account) {
+  model::install_memory_meter();
+  model::ChargeTo charge(account);
+  return factory(model::LayerSet(probe.worker_layers(worker)));
+}
+
 int reporting_worker(const schedule::Schedule& s) { return s.stage_workers[s.num_stages - 1][0]; }
 
 PipelineResult result_header(const schedule::Schedule& probe, const PipelineOptions& o) {

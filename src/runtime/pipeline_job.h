@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/dataset.h"
+#include "model/memory_meter.h"
 #include "plan/plan.h"
 #include "schedule/generators.h"
 #include "runtime/checkpoint.h"
@@ -61,7 +62,15 @@ struct PipelineResult {
   int reporting = 0;          // the worker whose TrainResult is the job's (reporting_worker)
 };
 
-using ModelFactory = std::function<std::shared_ptr<model::LayeredModel>()>;
+// Builds the model holding the layers given (model::LayerSet): each worker asks for its stages'
+// only (docs/runtime.md, "A worker holds only its stage"), and the job first for none, a
+// description (names, graph, ties) to check the plan against.
+using ModelFactory = std::function<std::shared_ptr<model::LayeredModel>(const model::LayerSet&)>;
+
+// The model of worker `worker` of `probe`: its stages' layers, every allocation of the building
+// charged to `account` (model/memory_meter.h), so the worker's measured memory holds its weights.
+std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& factory, const schedule::Schedule& probe,
+                                                        int worker, const std::shared_ptr<model::MemoryAccount>& account);
 
 // The minibatches run by each schedule repetition: synchronous schedules one at a time;
 // asynchronous ones an epoch at a time (the pipeline drains at each epoch's end, where test

@@ -12,15 +12,20 @@ namespace pt::runtime {
 PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                               const PipelineOptions& o, std::vector<std::unique_ptr<Worker>>* workers_out) {
   check_pipeline_options(o, plan, data);
-  int n = job_probe(plan, o).num_workers();
-  // Each worker builds its own copy of the model from the seed, so its initial weights are
-  // those of single-worker training; built here, one at a time, since LibTorch's RNG is global.
-  std::vector<std::shared_ptr<model::LayeredModel>> models;
-  for (int w = 0; w < n; ++w) models.push_back(factory());
-  check_ties(*models[0], plan, o);  // before the layout starts the checkpoints
+  auto described = factory(model::LayerSet::none());
+  check_ties(*described, plan, o);  // before the layout starts the checkpoints
   JobLayout job = layout_job(plan, o, data);
   const schedule::Schedule& probe = job.probe;
-  check_resume_fits(job, o, *models[0]);
+  check_resume_fits(job, o, *described);
+  int n = probe.num_workers();
+  // Each worker builds only its stages' layers, with the initial weights single-worker training
+  // starts from (layered_model.h), charged to its own account.
+  std::vector<std::shared_ptr<model::MemoryAccount>> accounts;
+  std::vector<std::shared_ptr<model::LayeredModel>> models;
+  for (int w = 0; w < n; ++w) {
+    accounts.push_back(std::make_shared<model::MemoryAccount>());
+    models.push_back(build_worker_model(factory, probe, w, accounts[w]));
+  }
   auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
   std::vector<std::unique_ptr<ThreadTransport>> transports;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -39,7 +44,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
     threads.emplace_back([&, w] {
       model::use_one_compute_thread();
       try {
-        runs[w] = run_worker(*workers[w], *transports[w], job, plan, o, data, start);
+        runs[w] = run_worker(*workers[w], *transports[w], job, plan, o, data, start, accounts[w]);
       } catch (const WorkerFailure& e) {
         errors[w] = e.what();
         consequence[w] = e.consequence;
@@ -57,6 +62,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
 
   PipelineResult r = result_header(probe, o);
   r.train = runs[r.reporting].train;
+  r.train.one_process = true;
   for (int w = 0; w < n; ++w) {
     r.trace.workers[w] = std::move(runs[w].trace);
     r.trace.pauses = w == 0 ? runs[w].pauses : schedule::common_pauses(r.trace.pauses, runs[w].pauses);

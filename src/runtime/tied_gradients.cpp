@@ -60,7 +60,7 @@ TiedGradients::TiedGradients(const std::vector<model::TieGroup>& ties, const mod
     std::set<int> distinct(stages.begin(), stages.end());
     if (distinct.size() < 2) continue;
     // A frozen tie takes no step: its copies stay equal with nothing to exchange.
-    if (!model.layer_parameters(g.members[0].layer).at(g.members[0].param).requires_grad()) continue;
+    if (!g.trains) continue;
     if (!s.flush || s.vertical_sync)
       throw ConfigError(str(model.name(), ": a parameter of ", g.bytes, " bytes is shared by ",
                             describe(g, model, stages), ", and the ", s.kind,

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/batch_sampler.h"
+#include "model/memory_meter.h"
 #include "runtime/progress.h"
 
 namespace pt::runtime {
@@ -101,6 +102,8 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   result.seconds = train_ms / 1000;
   result.samples_per_s = total * o.batch_size / result.seconds;
   result.final_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
+  result.peak_rss_bytes = {model::process_peak_rss_bytes()};
+  result.one_process = true;
   return result;
 }
 

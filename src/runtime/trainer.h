@@ -29,9 +29,14 @@ struct TrainResult {
   double samples_per_s = 0;
   double final_loss = 0;       // mean loss of the last 50 steps
   double test_accuracy = -1;   // -1 when not evaluated
-  // Measured peak of the tensor memory each worker's training allocated (model/memory_meter.h),
-  // by worker; empty when not measured.
+  // Measured peak of the tensor memory each worker holds (model/memory_meter.h): its layers'
+  // weights, gradients, optimizer state, stashed versions and activations; by worker, empty
+  // when not measured.
   std::vector<int64_t> peak_memory_bytes;
+  // The peak resident set of the process each worker ran in, as the OS counts it (getrusage):
+  // one figure repeated for the threads of one process; by worker, empty when not measured.
+  std::vector<int64_t> peak_rss_bytes;
+  bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
 };
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data,

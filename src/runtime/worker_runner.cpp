@@ -152,14 +152,14 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
 
 
 WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms) {
+                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms,
+                     std::shared_ptr<model::MemoryAccount> memory) {
   const schedule::Schedule& probe = job.probe;
   WorkerRun run;
   run.reports = transport.rank() == reporting_worker(probe);
   std::string phase = "the start barrier";  // named in errors when no action is running
   // What this worker's training allocates is charged to it, wherever it is freed.
   model::install_memory_meter();
-  auto memory = std::make_shared<model::MemoryAccount>();
   model::ChargeTo charge(memory);
   try {
     // The job's time runs from when every worker is ready to when every worker is done (the
@@ -216,6 +216,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     losses.flush();
     phase = "the end barrier";
     std::vector<int64_t> peaks = gather_peaks(transport, memory->peak());
+    std::vector<int64_t> rss = gather_peaks(transport, model::process_peak_rss_bytes());
     progress.finish();
     worker.set_loss_callback(nullptr);
     if (run.reports) {
@@ -225,6 +226,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
       run.train.final_loss = losses.final_loss();
       run.train.test_accuracy = accuracy;
       run.train.peak_memory_bytes = peaks;
+      run.train.peak_rss_bytes = rss;
     }
     run.trace = worker.trace();
     run.pauses = worker.pauses();

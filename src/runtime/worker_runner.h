@@ -39,7 +39,9 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
 
 // Runs worker.rank()'s share of the job; trace times are relative to trace_origin_ms (wall_ms()).
 // Throws WorkerFailure; the caller aborts the transport so that the other workers stop.
+// `memory`: the worker's account (build_worker_model), charged with what its training allocates.
 WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms);
+                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms,
+                     std::shared_ptr<model::MemoryAccount> memory);
 
 }  // namespace pt::runtime

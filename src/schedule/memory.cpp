@@ -189,6 +189,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
       if (options.momentum) m.optimizer += static_cast<int64_t>(params);
     }
     m.activations = static_cast<int64_t>(peak);
+    m.process = options.process_bytes;
   }
   return out;
 }
@@ -224,7 +225,9 @@ std::string describe(const WorkerMemory& m) {
   os << "weights " << human_bytes(static_cast<double>(m.weights)) << " + gradients "
      << human_bytes(static_cast<double>(m.gradients)) << " + optimizer " << human_bytes(static_cast<double>(m.optimizer))
      << " + activations " << human_bytes(static_cast<double>(m.activations)) << " (" << m.peak_in_flight
-     << " in flight) = " << human_bytes(static_cast<double>(m.total()));
+     << " in flight)";
+  if (m.process > 0) os << " + the process " << human_bytes(static_cast<double>(m.process));
+  os << " = " << human_bytes(static_cast<double>(m.total()));
   return os.str();
 }
 

@@ -48,6 +48,10 @@ struct MemoryOptions {
   // pipedream: the runtime's weight prediction (Worker's weight_prediction) gives each
   // microbatch whose gradient is applied after later steps a weight copy of its own.
   bool weight_prediction = true;
+  // What each process holds besides its tensors (plan::Cluster::process_bytes): added to every
+  // worker, each a process of its own (gloo, devices); 0 within one process (threads), whose
+  // one fixed cost the caller adds once.
+  int64_t process_bytes = 0;
 };
 
 // Within one process (the threads transport) a send completes at once, but the gradient sent
@@ -59,8 +63,10 @@ inline constexpr int kThreadsSendsAhead = 1;
 
 struct WorkerMemory {
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  int64_t process = 0;     // the process's own (MemoryOptions::process_bytes)
   int peak_in_flight = 0;  // microbatches stashed at the activation peak
-  int64_t total() const { return weights + gradients + optimizer + activations; }
+  int64_t tensors() const { return weights + gradients + optimizer + activations; }
+  int64_t total() const { return tensors() + process; }
 };
 
 // [layer] -> the stage holding it. Throws ConfigError when the schedule's layers do not fit the

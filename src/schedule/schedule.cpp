@@ -23,6 +23,15 @@ int Schedule::chunk_of(int stage) const {
   return chunk;
 }
 
+std::vector<int> Schedule::worker_layers(int worker) const {
+  std::vector<int> out;
+  for (int st = 0; st < num_stages; ++st)
+    if (std::count(stage_workers[st].begin(), stage_workers[st].end(), worker))
+      out.insert(out.end(), stage_layers[st].begin(), stage_layers[st].end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::map<std::pair<int, int>, int> Schedule::steps_in_flight(int worker) const {
   std::map<std::pair<int, int>, int> at_forward, out;
   std::map<int, int> steps;  // this worker's Steps so far, per stage

@@ -50,6 +50,8 @@ struct Schedule {
   int worker_of(int stage, int mb) const;
   // Position of `stage` among the stages its workers hold (0 unless interleaved).
   int chunk_of(int stage) const;
+  // The layers of every stage `worker` holds a replica of, in order: all it builds.
+  std::vector<int> worker_layers(int worker) const;
   // Microbatches over the whole schedule (microbatches x minibatches).
   int total_microbatches() const { return microbatches * minibatches; }
   // Appends an action to its worker's list, filling `worker` and `chunk`.

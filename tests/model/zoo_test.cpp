@@ -20,23 +20,38 @@ struct Case {
   int layers;
 };
 
+// Small enough to build in milliseconds.
+ModelOptions small_image(uint64_t seed = 0) {
+  ModelOptions o;
+  o.width = 0.125;
+  o.image_size = 32;
+  o.classes = 10;
+  o.seed = seed;
+  return o;
+}
+
+ModelOptions small_text(uint64_t seed = 0) {
+  ModelOptions o;
+  o.width = 0.25;
+  o.vocab = 50;
+  o.seq_len = 12;
+  o.depth = 2;
+  o.seed = seed;
+  return o;
+}
+
 TEST(Zoo, ForwardBackwardShapes) {
-  ModelOptions small_image;
-  small_image.width = 0.125;
-  small_image.image_size = 32;
-  small_image.classes = 10;
-  ModelOptions small_text;
-  small_text.width = 0.25;
-  small_text.vocab = 50;
-  small_text.seq_len = 12;
-  small_text.depth = 2;
+  ModelOptions small_mlp;
+  small_mlp.width = 1.0 / 64;
+  small_mlp.depth = 2;
   std::vector<Case> cases = {
       {"mnist-cnn", {}, {2, 10}, 5},
-      {"vgg16", small_image, {2, 10}, 16},
-      {"resnet18", small_image, {2, 10}, 10},
-      {"resnet50", small_image, {2, 10}, 18},
-      {"lstm-lm", small_text, {2, 12, 50}, 4},
-      {"gpt", small_text, {2, 12, 50}, 4},
+      {"vgg16", small_image(), {2, 10}, 16},
+      {"resnet18", small_image(), {2, 10}, 10},
+      {"resnet50", small_image(), {2, 10}, 18},
+      {"lstm-lm", small_text(), {2, 12, 50}, 4},
+      {"gpt", small_text(), {2, 12, 50}, 4},
+      {"mlp", small_mlp, {2, 10}, 3},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -78,7 +93,51 @@ TEST(Zoo, UnknownModelNamesTheFlag) {
     FAIL();
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "--model: unknown model 'alexnet' (known: mnist-cnn, vgg16, resnet18, resnet50, lstm-lm, gpt)");
+              "--model: unknown model 'alexnet' (known: mnist-cnn, vgg16, resnet18, resnet50, lstm-lm, gpt, mlp)");
+  }
+}
+
+// A worker builds only its stages' layers (docs/runtime.md): each layer's initial weights are the
+// same whichever others a process builds, a model built for none runs the same function layer
+// by layer, and its description (names, graph) is the whole model's.
+TEST(Zoo, ALayersWeightsDoNotDependOnWhichLayersAreBuilt) {
+  std::vector<std::pair<std::string, ModelOptions>> cases = {
+      {"mnist-cnn", small_image(7)}, {"vgg16", small_image(7)}, {"resnet18", small_image(7)},
+      {"lstm-lm", small_text(7)},    {"gpt", small_text(7)},     {"mlp", ModelOptions{1.0 / 64, 0, 0, 0, 0, 0, 2, 7}}};
+  for (const auto& [name, options] : cases) {
+    SCOPED_TRACE(name);
+    auto whole = build_model(name, options);
+    auto none = build_model(name, options, LayerSet::none());
+    ASSERT_EQ(none->num_layers(), whole->num_layers());
+    for (int i = 0; i < whole->num_layers(); ++i) {
+      EXPECT_EQ(none->layer(i).name, whole->layer(i).name);
+      EXPECT_FALSE(none->holds(i));
+      auto alone = build_model(name, options, LayerSet({i}));
+      for (int j = 0; j < alone->num_layers(); ++j) EXPECT_EQ(alone->holds(j), j == i);
+      auto mine = alone->layer_parameters(i), theirs = whole->layer_parameters(i);
+      ASSERT_EQ(mine.size(), theirs.size());
+      for (size_t k = 0; k < mine.size(); ++k) EXPECT_TRUE(torch::equal(mine[k], theirs[k])) << "layer " << i;
+    }
+    // Another seed, other weights.
+    ModelOptions other = options;
+    other.seed = 8;
+    EXPECT_FALSE(torch::equal(build_model(name, other)->parameters()[0], whole->parameters()[0]));
+    std::vector<int64_t> shape{2};
+    for (auto d : whole->sample_shape()) shape.push_back(d);
+    torch::Tensor x = whole->integer_input() ? torch::randint(50, shape, torch::kInt64) : torch::randn(shape);
+    whole->train(false);
+    none->train(false);
+    EXPECT_TRUE(torch::allclose(none->forward(x), whole->forward(x), 1e-5, 1e-6));
+  }
+  // A layer it does not hold is named when asked for.
+  auto none = build_model("mnist-cnn", {}, LayerSet({0, 1}));
+  try {
+    none->layer_parameters(3);
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 3 ('fc2') is not held by this process (it holds layers 0-1)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

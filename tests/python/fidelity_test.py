@@ -9,6 +9,7 @@ splitting each minibatch into the same microbatches as the pipeline (BatchNorm t
 same samples) and summing their losses / M, which is what a synchronous pipeline computes.
 """
 import argparse
+import collections
 import contextlib
 import io
 import json
@@ -244,6 +245,54 @@ class Fidelity(unittest.TestCase):
         self.assertLess(err, 1e-5)
         # The full loss would have moved the weights twice as far: the file's loss was used.
         self.assertGreater(max_relative_error(trained_state(model, ck), c.want(2)), 1e-3)
+
+    def test_a_file_of_the_first_layout_still_trains(self):
+        """A pipetrain.model/1 file (one TorchScript module whose children are the layers, exports
+        before pipetrain.model/2) loads whole, says so, and trains as before."""
+        import zipfile
+        c = self.encdec
+        with zipfile.ZipFile(c.model_file) as z:
+            name = lambda tail: next(n for n in z.namelist() if n.endswith(tail))
+            meta = json.loads(z.read(name("/extra/pipetrain.json")))
+            layers = [torch.jit.load(io.BytesIO(z.read(name("/extra/" + f["file"])))) for f in meta["layer_files"]]
+        self.assertEqual(meta["format"], "pipetrain.model/2")
+        old = os.path.join(c.work, "encdec-v1.pt")
+        chain = torch.jit.script(torch.nn.Sequential(collections.OrderedDict(zip(meta["children"], layers))))
+        meta = {k: v for k, v in meta.items() if k != "layer_files"}
+        meta["format"] = "pipetrain.model/1"
+        torch.jit.save(chain, old, _extra_files={"pipetrain.json": json.dumps(meta)})
+        ck = os.path.join(c.work, "encdec-v1-ck")
+        r = run([PIPETRAIN, "train", "--model", old, "--data", c.data_file, "--steps", str(STEPS), "--batch-size",
+                 str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet",
+                 "--checkpoint-dir", ck, "--schedule", "1f1b", "--stages", "2", "--microbatches", "2",
+                 "--transport", "gloo", "--timeout", "60"])
+        self.assertIn("is a pipetrain.model/1 file, read whole by every worker", r.stderr)
+        self.assertLess(max_relative_error(trained_state(old, ck), c.want(2)), 1e-5)
+
+    def test_a_worker_reads_only_its_layers_of_a_model_file(self):
+        """8 dense layers of 2048 x 2048 (134 MB of weights; with gradients and momentum 400 MB):
+        each of 4 gloo ranks reads its stage's layers of the file, not the model, so its peak RSS
+        (the OS's, from wait4) is far below one worker's."""
+        model = os.path.join(self.tmp.name, "wide-mlp.pt")
+        r = export(["--model", "toy_models:wide_mlp", "--input-shape", "8,2048", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        base = [PIPETRAIN, "train", "--model", model, "--data", "synthetic", "--synthetic-samples", "32",
+                "--batch-size", "8", "--steps", "2", "--quiet", "--timeout", "60"]
+
+        def peak_rss(args):
+            env = dict(os.environ, PYTHONPATH=HERE)
+            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+            out = p.stdout.read()
+            _, status, usage = os.wait4(p.pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out)
+            return usage.ru_maxrss * 1024, out
+
+        one, _ = peak_rss(base)
+        rank, out = peak_rss(base + ["--stages", "4", "--schedule", "1f1b", "--microbatches", "2", "--transport", "gloo"])
+        print(f"wide mlp: one worker {one / 1e6:.0f} MB, the largest gloo rank of 4 {rank / 1e6:.0f} MB "
+              f"({rank / one:.2f}x)", file=sys.stderr)
+        self.assertGreater(one, 400e6)
+        self.assertLess(rank, 0.6 * one, out)
 
     def test_boundary_of_two_tensors_trains_pipelined(self):
         self.assertIn("2 boundaries carrying several tensors", self.encdec.export_log)

@@ -113,3 +113,12 @@ class HalfCrossEntropy(nn.Module):
 
 def half_cross_entropy():
     return HalfCrossEntropy()
+
+
+def wide_mlp(width=2048, depth=8, classes=10):
+    """Dense layers whose weights dwarf a process's own memory: what a worker that reads only its
+    stage's layers of a model file saves shows in its peak RSS."""
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))

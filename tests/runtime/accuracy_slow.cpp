@@ -52,7 +52,7 @@ TEST(Accuracy, PipedreamOnFourStagesMatchesSingleWorker) {
     PipelineOptions o;
     o.schedule = "pipedream";
     o.train = settings(seed);
-    PipelineResult four = train_pipeline([seed] { return seeded_cnn(seed); }, data, plan, o);
+    PipelineResult four = train_pipeline([seed](const model::LayerSet& held = {}) { return seeded_cnn(seed, held); }, data, plan, o);
     std::cerr << "seed " << seed << ", 2 epochs: pipedream 4 stages " << 100 * four.train.test_accuracy << "%\n";
     piped += four.train.test_accuracy / 3;
   }

@@ -53,7 +53,7 @@ plan::Plan stages(int n) { return plan::even_split(unit_profile(*seeded_cnn(3)),
 
 std::vector<torch::Tensor> run(const plan::Plan& plan, const PipelineOptions& o) {
   std::vector<std::unique_ptr<Worker>> workers;
-  train_pipeline([] { return seeded_cnn(3); }, small_data(), plan, o, &workers);
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, small_data(), plan, o, &workers);
   return pipeline_weights(schedule_for(plan, o, 1), workers);
 }
 
@@ -82,10 +82,7 @@ TEST(Checkpoint, KeepsBuffers) {
   mo.image_size = 16;
   mo.channels = 1;
   mo.classes = 10;
-  auto make = [mo] {
-    torch::manual_seed(5);
-    return model::build_model("resnet18", mo);
-  };
+  auto make = [mo](const model::LayerSet& held = {}) { return model::build_model("resnet18", mo, held); };
   auto data = model::synthetic_data(*make(), 256, 64, 10, 11);
   plan::Plan plan = plan::even_split(unit_profile(*make()), 2);
   auto buffers = [](const std::string& checkpoint) {

@@ -61,7 +61,7 @@ EmulatedRun run_emulated(const std::string& kind, const plan::Plan& plan, int mi
     r.predicted_ms += trace.end_ms() - trace.start_ms();
   }
   std::clock_t c0 = std::clock();
-  r.result = train_pipeline([&] { return build_emulated_model(prof, e); }, data, plan, o);
+  r.result = train_pipeline([&](const model::LayerSet& held) { return build_emulated_model(prof, e, held); }, data, plan, o);
   r.cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   return r;
 }

@@ -30,7 +30,7 @@ TEST(PipelineFailure, BadShapeOnOneWorkerStopsTheJob) {
     auto plan = plan::even_split(unit_profile(*m), 4);
     auto t0 = std::chrono::steady_clock::now();
     try {
-      train_pipeline([] { return seeded_cnn(1); }, data, plan, o);
+      train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(1, held); }, data, plan, o);
       ADD_FAILURE() << kind << ": no error";
     } catch (const RuntimeFailure& e) {
       std::string msg = e.what();
@@ -55,7 +55,7 @@ TEST(PipelineFailure, MicrobatchesMustDivideTheBatch) {
   o.microbatches = 3;
   o.train.batch_size = 16;
   try {
-    train_pipeline([] { return seeded_cnn(1); }, data, plan::even_split(unit_profile(*m), 2), o);
+    train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(1, held); }, data, plan::even_split(unit_profile(*m), 2), o);
     FAIL();
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()), "--microbatches: 3 does not divide --batch-size 16");

@@ -85,7 +85,7 @@ int train_and_save_weights(const std::string& kind, const std::string& out) {
   std::unique_ptr<Worker> worker;
   try {
     plan::Plan plan = plan_for(kind);
-    run_gloo_worker([] { return seeded_cnn(3); }, small_data(), plan, o, gloo_config_from_env(), &worker);
+    run_gloo_worker([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, small_data(), plan, o, gloo_config_from_env(), &worker);
     auto s = schedule_for(plan, o, 1);
     for (int st = 0; st < s.num_stages; ++st) {
       StageReplica* rep = worker->replica(st);
@@ -140,7 +140,7 @@ TEST(GlooWorkerChild, Run) {
         std::this_thread::sleep_for(std::chrono::seconds(2));
         ::raise(SIGKILL);
       }).detach();
-    code = train_with_gloo([] { return seeded_cnn(3); }, data, plan, o, "", nullptr);
+    code = train_with_gloo([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, data, plan, o, "", nullptr);
   }
   std::cout.flush();
   std::cerr.flush();
@@ -179,7 +179,7 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
     plan::Plan plan = plan_for(kind);
     auto o = options_for(kind, 4, 3);
     std::vector<std::unique_ptr<Worker>> workers;
-    train_pipeline([] { return seeded_cnn(3); }, data, plan, o, &workers);
+    train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, data, plan, o, &workers);
     auto s = schedule_for(plan, o, 1);
     auto threads = pipeline_weights(s, workers);
 

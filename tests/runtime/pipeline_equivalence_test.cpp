@@ -54,7 +54,7 @@ void expect_same_as_single_worker(const std::string& kind, const plan::Plan& pla
   o.timeout_s = 20;
   o.bucket_bytes = bucket_bytes;
   std::vector<std::unique_ptr<Worker>> workers;
-  auto result = train_pipeline([] { return seeded_cnn(3); }, s.data, plan, o, &workers);
+  auto result = train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, o, &workers);
   EXPECT_EQ(result.train.steps, 3);
   auto sched = schedule_for(plan, o, 1);
   EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), s.reference), tolerance);
@@ -89,13 +89,13 @@ TEST(PipelineEquivalence, AReplicatedLastStageReportsTheWholeMinibatchsLoss) {
     o.microbatches = 4;
     o.train = s.train;
     o.timeout_s = 20;
-    auto result = train_pipeline([] { return seeded_cnn(3); }, s.data, plan, o);
+    auto result = train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, o);
     EXPECT_NEAR(result.train.final_loss / want, 1.0, 1e-5) << result.train.final_loss << " vs " << want;
   }
 }
 
 // Trains `plan` under `kind` in `microbatches` into `workers`: the schedule they ran.
-schedule::Schedule train_with(const std::function<std::shared_ptr<model::LayeredModel>()>& make,
+schedule::Schedule train_with(const ModelFactory& make,
                               const model::DataSplit& data, const plan::Plan& plan, const std::string& kind,
                               int microbatches, const TrainOptions& t, std::vector<std::unique_ptr<Worker>>& workers) {
   PipelineOptions o;
@@ -164,7 +164,7 @@ TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
     o.train = t;
     o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> workers;
-    train_pipeline([] { return tied_mlp(); }, data, plan, o, &workers);
+    train_pipeline([](const model::LayerSet& = {}) { return tied_mlp(); }, data, plan, o, &workers);
     EXPECT_LE(max_relative_error(pipeline_weights(schedule_for(plan, o, 1), workers), reference), 1e-5);
   }
 }
@@ -174,7 +174,7 @@ TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
 // adds its gradient to it; stepped once, it trains as on one worker. (Refused before: the two
 // chunks each flattened it, and the second took it from the first.)
 TEST(PipelineEquivalence, VSchedulesStepATieBetweenAWorkersChunksOnce) {
-  auto make = [] { return tied_mlp(2); };  // in | mid0 | mid1 | out, head: the tie in chunks 0 and 3
+  auto make = [](const model::LayerSet& = {}) { return tied_mlp(2); };  // in | mid0 | mid1 | out, head: the tie in chunks 0 and 3
   auto single = make();
   auto data = model::synthetic_data(*single, 128, 32, 10, 4);
   TrainOptions t = tied_training();
@@ -234,9 +234,10 @@ TEST(PipelineEquivalence, VSchedulesMatchSingleWorker) {
 // stage with nothing to train (all frozen, or no weights at all: a Flatten) has no backward to
 // run: autograd refused its output, and every schedule failed at its first backward.
 TEST(PipelineEquivalence, FrozenLayersTakeNoStepAndAStageOfThemRuns) {
-  auto frozen_first = [] {
-    auto m = seeded_cnn(3);
-    for (auto& p : m->layer_parameters(0)) p.set_requires_grad(false);
+  auto frozen_first = [](const model::LayerSet& held = {}) {
+    auto m = seeded_cnn(3, held);
+    if (m->holds(0))
+      for (auto& p : m->layer_parameters(0)) p.set_requires_grad(false);
     return m;
   };
   const auto& s = setup();
@@ -288,7 +289,7 @@ TEST(PipelineEquivalence, ScheduleFilesTrainToTheBuiltInsWeights) {
     o.train = s.train;
     o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> builtin;
-    train_pipeline([] { return seeded_cnn(3); }, s.data, plan, o, &builtin);
+    train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, o, &builtin);
     schedule::Schedule sched = schedule_for(plan, o, 1);
     auto expected = pipeline_weights(sched, builtin);
     std::string json_file = (dir / (c.kind + ".json")).string();
@@ -298,7 +299,7 @@ TEST(PipelineEquivalence, ScheduleFilesTrainToTheBuiltInsWeights) {
     f.schedule_file = std::make_shared<const schedule::Schedule>(
         schedule::bind_schedule(schedule::read_schedule_file(json_file), plan, json_file));
     std::vector<std::unique_ptr<Worker>> from_file;
-    auto result = train_pipeline([] { return seeded_cnn(3); }, s.data, plan, f, &from_file);
+    auto result = train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, f, &from_file);
     EXPECT_EQ(result.train.steps, 3);
     EXPECT_EQ(max_relative_error(pipeline_weights(sched, from_file), expected), 0.0);
   }
@@ -356,7 +357,7 @@ TEST(PipelineEquivalence, ReplicatedPipeDreamStageStepsWithTheRoundsSum) {
     o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> workers;
     auto plan = replicated_plan(*seeded_cnn(5), r);
-    train_pipeline([] { return seeded_cnn(5); }, data, plan, o, &workers);
+    train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(5, held); }, data, plan, o, &workers);
     auto sched = schedule_for(plan, o, r);
     EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), reference), 1e-5);
     // Averaged (PipeDream's DDP) would have moved the weights r times less: the test can tell.

@@ -12,9 +12,11 @@
 
 namespace pt::runtime::testing {
 
-inline std::shared_ptr<model::LayeredModel> seeded_cnn(uint64_t seed) {
-  torch::manual_seed(seed);
-  return model::build_mnist_cnn({});
+// mnist-cnn from `seed`, holding the layers of `held` (their weights do not depend on which).
+inline std::shared_ptr<model::LayeredModel> seeded_cnn(uint64_t seed, const model::LayerSet& held = {}) {
+  model::ModelOptions o;
+  o.seed = seed;
+  return model::build_mnist_cnn(o, held);
 }
 
 // A profile with the model's structure and unit costs: enough for even splits.

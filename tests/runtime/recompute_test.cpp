@@ -32,7 +32,7 @@ PipelineOptions options_for(const std::string& kind, int microbatches, int chunk
   return o;
 }
 
-Trained train(const std::function<std::shared_ptr<model::LayeredModel>()>& build, const model::DataSplit& data,
+Trained train(const ModelFactory& build, const model::DataSplit& data,
           plan::Plan plan, const PipelineOptions& o, bool recompute) {
   for (auto& st : plan.stages) st.recompute = recompute;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -42,7 +42,7 @@ Trained train(const std::function<std::shared_ptr<model::LayeredModel>()>& build
 }
 
 TEST(Recompute, SameWeightsAsThePlainBackwardOnEverySchedule) {
-  auto build = [] { return seeded_cnn(3); };
+  auto build = [](const model::LayerSet& held = {}) { return seeded_cnn(3, held); };
   auto data = model::synthetic_data(*build(), 256, 64, 10, 11);
   auto prof = unit_profile(*build());
   struct Case {
@@ -77,10 +77,7 @@ TEST(Recompute, LeavesBatchNormStatisticsAsThePlainBackward) {
   mo.image_size = 16;
   mo.classes = 10;
   mo.channels = 3;
-  auto build = [mo] {
-    torch::manual_seed(5);
-    return model::build_resnet(18, mo);
-  };
+  auto build = [mo](const model::LayerSet& held = {}) { return model::build_resnet(18, mo, held); };
   auto data = model::synthetic_data(*build(), 128, 32, 10, 11);
   auto split = plan::even_split(unit_profile(*build()), 2);
   auto o = options_for("1f1b", 2);
@@ -105,7 +102,7 @@ TEST(Recompute, LeavesBatchNormStatisticsAsThePlainBackward) {
 }
 
 TEST(Recompute, LowersTheMeasuredPeakOfTheStagesThatStash) {
-  auto build = [] { return seeded_cnn(3); };
+  auto build = [](const model::LayerSet& held = {}) { return seeded_cnn(3, held); };
   auto data = model::synthetic_data(*build(), 256, 64, 10, 11);
   auto split = plan::even_split(unit_profile(*build()), 2);  // conv1, conv2 | fc1..fc3
   auto o = options_for("gpipe", 4);
@@ -128,7 +125,7 @@ TEST(Recompute, LowersTheMeasuredPeakOfTheStagesThatStash) {
 TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
   struct Case {
     std::string name;
-    std::function<std::shared_ptr<model::LayeredModel>()> build;
+    std::function<std::shared_ptr<model::LayeredModel>(const model::LayerSet&)> build;
     int cut;  // the second stage's first layer, as train --stages 2 splits it
   };
   model::ModelOptions small;
@@ -141,11 +138,11 @@ TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
   lm.vocab = 64;
   lm.seq_len = 32;
   lm.depth = 2;
-  std::vector<Case> models = {{"mnist-cnn", [] { return seeded_cnn(3); }, 1},
-                              {"vgg16", [small] { torch::manual_seed(3); return model::build_vgg16(small); }, 4},
-                              {"gpt", [lm] { torch::manual_seed(3); return model::build_gpt(lm); }, 2}};
+  std::vector<Case> models = {{"mnist-cnn", [](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, 1},
+                              {"vgg16", [small](const model::LayerSet& held) { return model::build_vgg16(small, held); }, 4},
+                              {"gpt", [lm](const model::LayerSet& held) { return model::build_gpt(lm, held); }, 2}};
   for (const auto& c : models) {
-    auto m = c.build();
+    auto m = c.build({});
     auto data = model::synthetic_data(*m, 256, 32, m->name() == "gpt" ? 64 : 10, 11);
     auto prof = profile::measure_profile(*m, data.train.first_inputs(32), {1, 2}, data.train.first_targets(32));
     for (int cut : {c.cut, m->num_layers() - 1})

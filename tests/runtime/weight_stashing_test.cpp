@@ -42,7 +42,7 @@ Outcome run_pipedream(bool stash, int stages, bool predict = false) {
   o.weight_prediction = predict;
   auto plan = plan::even_split(unit_profile(*m), stages);
   std::vector<std::unique_ptr<Worker>> workers;
-  train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
   Outcome out;
   for (int st = 0; st < stages; ++st) {
     StageReplica* rep = workers[st]->replica(st);
@@ -82,7 +82,7 @@ TEST(WeightPrediction, PredictsAsFarAsTheStepsBetweenForwardAndBackward) {
     PipelineOptions o = recorded_pipedream();
     o.weight_prediction = predict;
     std::vector<std::unique_ptr<Worker>> workers;
-    train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
+    train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
     for (int st = 0; st < 4; ++st) sums[predict].push_back(workers[st]->replica(st)->weight_sums());
     for (int st = 0; st < 4; ++st) EXPECT_EQ(workers[st]->replica(st)->stash_size(), 0);
   }
@@ -106,7 +106,7 @@ TEST(WeightStashing, VersionsAreReleased) {
   o.weight_prediction = false;  // the paper's versions (a prediction is each minibatch's own copy)
   std::vector<std::unique_ptr<Worker>> workers;
   auto plan = plan::even_split(unit_profile(*m), 3);
-  train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
   auto sched = schedule_for(plan, o, 12);
   for (int st = 0; st < 3; ++st) {
     // Old versions stashed besides the current one: fewer than the versions the schedule keeps.
@@ -142,7 +142,7 @@ int stages_disagreeing(bool vertical_sync) {
   o.record_weight_sums = true;
   o.timeout_s = 20;
   std::vector<std::unique_ptr<Worker>> workers;
-  train_pipeline([] { return seeded_cnn(4); }, data, plan::even_split(unit_profile(*m), 4), o, &workers);
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan::even_split(unit_profile(*m), 4), o, &workers);
   int disagreeing = 0;
   for (int64_t mb = 0; mb < 20; ++mb) {
     int64_t v0 = workers[0]->replica(0)->used_versions().at(mb);
@@ -181,7 +181,7 @@ std::map<int64_t, int64_t> first_stage_versions(bool deferred) {
   plan::assign_workers(plan);
   plan.deferred_step = deferred;
   std::vector<std::unique_ptr<Worker>> workers;
-  train_pipeline([] { return seeded_cnn(4); }, data, plan, o, &workers);
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
   std::map<int64_t, int64_t> used;
   for (int w = 0; w < 4; ++w) {
     int st = w < 3 ? 0 : 1;

@@ -1,0 +1,110 @@
+// A worker holds only its stage (docs/runtime.md): the `pipetrain` binary trains a model of 134M
+// parameters (mlp --width 4 --depth 8: 8 dense layers of 4096 x 4096, 1.6 GB of weights,
+// gradients and momentum) on one worker and on 4 stages, over gloo and threads, and each
+// process's peak RSS is read from the OS (wait4), not from pipetrain: a gloo rank must hold at
+// most 0.40x of one worker's, the threads' process at most 1.25x. The peaks the run prints are
+// checked against the same figures.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "pt_paths.h"
+
+namespace pt {
+namespace {
+
+const std::string kBinary = std::string(PT_BINARY_DIR) + "/pipetrain";
+
+struct Measured {
+  int exit_code = -1;
+  int64_t peak_rss = 0;  // the largest of the process and every descendant it waited for, bytes
+  std::string output;
+};
+
+// Runs the command through sh and waits for it with wait4: its rusage's ru_maxrss is the peak
+// RSS of the largest single process among it and the children it waited for (gloo's ranks).
+Measured run_measured(const std::string& args) {
+  std::string log = ::testing::TempDir() + "stage_memory_" + std::to_string(::getpid()) + ".log";
+  std::string cmd = "exec timeout 300 " + kBinary + " " + args + " > " + log + " 2>&1";
+  Measured r;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage u {};
+  ::wait4(pid, &status, 0, &u);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.peak_rss = static_cast<int64_t>(u.ru_maxrss) * 1024;
+  std::ifstream in(log);
+  std::stringstream s;
+  s << in.rdbuf();
+  r.output = s.str();
+  std::remove(log.c_str());
+  return r;
+}
+
+double bytes_of(const std::string& value, const std::string& unit) {
+  double v = std::stod(value);
+  for (const char* u : {"B", "KiB", "MiB", "GiB", "TiB"}) {
+    if (unit == u) return v;
+    v *= 1024;
+  }
+  ADD_FAILURE() << "unknown unit " << unit;
+  return 0;
+}
+
+// The largest figure on the first line that starts with `head`.
+double largest_printed(const std::string& output, const std::string& head) {
+  size_t at = output.find(head);
+  if (at == std::string::npos) return -1;
+  std::string line = output.substr(at, output.find('\n', at) - at);
+  std::regex figure(R"(([0-9.]+) (B|KiB|MiB|GiB|TiB))");
+  double most = -1;
+  for (std::sregex_iterator it(line.begin(), line.end(), figure), end; it != end; ++it)
+    most = std::max(most, bytes_of((*it)[1], (*it)[2]));
+  return most;
+}
+
+const std::string kModel = "train --model mlp --width 4 --depth 8 --data synthetic --synthetic-samples 64 "
+                           "--batch-size 8 --steps 2 --quiet --timeout 120 ";
+
+TEST(StageMemory, FourStagesHoldAQuarterOfTheModelEachAsTheOsCountsIt) {
+  Measured one = run_measured(kModel);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  Measured gloo = run_measured(kModel + "--stages 4 --schedule 1f1b --microbatches 2 --transport gloo");
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.output;
+  Measured threads = run_measured(kModel + "--stages 4 --schedule 1f1b --microbatches 2");
+  ASSERT_EQ(threads.exit_code, 0) << threads.output;
+  double gloo_ratio = static_cast<double>(gloo.peak_rss) / one.peak_rss;
+  double threads_ratio = static_cast<double>(threads.peak_rss) / one.peak_rss;
+  std::printf("peak RSS: one worker %.0f MB; gloo, the largest rank %.0f MB (%.2fx); threads %.0f MB (%.2fx)\n",
+              one.peak_rss / 1e6, gloo.peak_rss / 1e6, gloo_ratio, threads.peak_rss / 1e6, threads_ratio);
+  // One worker holds 1.6 GB of training state; each of 4 stages a quarter of it.
+  EXPECT_GT(one.peak_rss, int64_t{1600} << 20) << one.output;
+  EXPECT_LE(gloo_ratio, 0.40) << gloo.output;
+  EXPECT_LE(threads_ratio, 1.25) << threads.output;
+
+  // What the runs print is what the OS counted: one worker's and the threads' process peak, and
+  // the largest gloo rank's (wait4 also counts the launcher, which holds no stage).
+  EXPECT_NEAR(largest_printed(one.output, "peak RSS (measured"), one.peak_rss, 0.10 * one.peak_rss) << one.output;
+  EXPECT_NEAR(largest_printed(threads.output, "peak RSS (measured"), threads.peak_rss, 0.10 * threads.peak_rss)
+      << threads.output;
+  EXPECT_NEAR(largest_printed(gloo.output, "peak RSS per worker process"), gloo.peak_rss, 0.10 * gloo.peak_rss)
+      << gloo.output;
+  // The threads' workers hold their stages' tensors, a quarter of the state each and no more.
+  double tensors = largest_printed(threads.output, "peak tensor memory per worker");
+  EXPECT_GT(tensors, 0.15 * one.peak_rss) << threads.output;
+  EXPECT_LT(tensors, 0.40 * one.peak_rss) << threads.output;
+}
+
+}  // namespace
+}  // namespace pt
