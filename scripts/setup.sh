@@ -7,6 +7,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libtorch-dev libgloo-dev nlohmann-json3-dev libcli11-dev
       googletest libgtest-dev zlib1g-dev dataset-fashion-mnist fortunes
       iproute2 openmpi-bin
+      # GNU time: a test reads a process's peak RSS from the OS through it (tests/python).
+      time
       # scripts/testbed.sh --delay where the kernel has no netem: an NFQUEUE rule and testbed_delay.
       iptables libnetfilter-queue-dev
       # pipetrain export and the import tests run the user's side: PyTorch and torchvision for Python.

@@ -17,4 +17,9 @@ namespace pt {
 // GLIBC_TUNABLES.
 void keep_freed_host_memory();
 
+// Gives the blocks malloc keeps for reuse back to the kernel (malloc_trim): where a process has
+// freed much it will not allocate again, before it forks workers (a child's RSS counts the
+// pages it shares with its parent) and after the profiler drops a layer it built to measure.
+void release_freed_host_memory();
+
 }  // namespace pt

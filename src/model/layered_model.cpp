@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 
 namespace pt::model {
 
@@ -107,6 +108,8 @@ torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
       torch::nn::Sequential built = make_layer(i);
       built->train(is_training_);
       x = built->forward(x);
+      built = torch::nn::Sequential(nullptr);
+      release_freed_host_memory();  // the layer is gone: so is its memory
     }
   }
   return x;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #include "model/flat_parameters.h"
 #include "model/memory_meter.h"
 #include "model/sgd.h"
@@ -143,6 +144,10 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.inputs = layer.inputs;
     p.layers.push_back(std::move(l));
     x = next;
+    if (!model.holds(i)) {  // the layer built for its measurement goes, and the memory with it
+      module = torch::nn::Sequential(nullptr);
+      release_freed_host_memory();
+    }
   }
   p.ties = ties_of(model);
   return p;

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/job_secret.h"
 #include "schedule/trace.h"
@@ -137,6 +138,7 @@ pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, int 
     for (const auto& a : *argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t parent = ::getpid();
+  release_freed_host_memory();  // a forked worker's RSS counts what it shares with this process
   pid_t pid = ::fork();
   if (pid < 0) throw RuntimeFailure(str("launcher: fork failed: ", std::strerror(errno)));
   if (pid == 0) {

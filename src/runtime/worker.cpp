@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
 
@@ -72,6 +73,8 @@ void Worker::setup(const schedule::Schedule& s) {
     // A minibatch's entry version is at most the stage-0 in-flight count behind the newest.
     if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
   }
+  // The layers' own weights were copied into the flat buffers and freed: malloc would keep them.
+  release_freed_host_memory();
 }
 
 torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches) {

@@ -270,29 +270,30 @@ class Fidelity(unittest.TestCase):
         self.assertLess(max_relative_error(trained_state(old, ck), c.want(2)), 1e-5)
 
     def test_a_worker_reads_only_its_layers_of_a_model_file(self):
-        """8 dense layers of 2048 x 2048 (134 MB of weights; with gradients and momentum 400 MB):
+        """16 dense layers of 2048 x 2048 (268 MB of weights; with gradients and momentum 805 MB):
         each of 4 gloo ranks reads its stage's layers of the file, not the model, so its peak RSS
         (the OS's, from wait4) is far below one worker's."""
         model = os.path.join(self.tmp.name, "wide-mlp.pt")
-        r = export(["--model", "toy_models:wide_mlp", "--input-shape", "8,2048", "-o", model])
+        r = export(["--model", "toy_models:wide_mlp", "--kwargs", '{"depth": 16}', "--input-shape", "8,2048", "-o", model])
         self.assertEqual(r.returncode, 0, r.stderr)
         base = [PIPETRAIN, "train", "--model", model, "--data", "synthetic", "--synthetic-samples", "32",
                 "--batch-size", "8", "--steps", "2", "--quiet", "--timeout", "60"]
 
         def peak_rss(args):
-            env = dict(os.environ, PYTHONPATH=HERE)
-            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
-            out = p.stdout.read()
-            _, status, usage = os.wait4(p.pid, 0)
-            self.assertEqual(os.waitstatus_to_exitcode(status), 0, out)
-            return usage.ru_maxrss * 1024, out
+            # Through GNU time, whose wait4 sees the largest of the process and its children (the
+            # ranks): a child of this process would count this process's own RSS (the kernel
+            # keeps the high-water mark of the memory it was forked from across exec).
+            report = os.path.join(self.tmp.name, "peak-rss.txt")
+            r = run(["/usr/bin/time", "-f", "%M", "-o", report] + args)
+            with open(report) as f:
+                return int(f.read().split()[-1]) * 1024, r.stdout + r.stderr
 
         one, _ = peak_rss(base)
         rank, out = peak_rss(base + ["--stages", "4", "--schedule", "1f1b", "--microbatches", "2", "--transport", "gloo"])
         print(f"wide mlp: one worker {one / 1e6:.0f} MB, the largest gloo rank of 4 {rank / 1e6:.0f} MB "
               f"({rank / one:.2f}x)", file=sys.stderr)
-        self.assertGreater(one, 400e6)
-        self.assertLess(rank, 0.6 * one, out)
+        self.assertGreater(one, 805e6)
+        self.assertLess(rank, 0.5 * one, out)
 
     def test_boundary_of_two_tensors_trains_pipelined(self):
         self.assertIn("2 boundaries carrying several tensors", self.encdec.export_log)
