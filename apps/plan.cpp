@@ -174,7 +174,11 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
           << c.plan.batch_size << " per step\n  simulated " << c.ms_per_sample << " ms per sample ("
           << static_cast<int64_t>(1000.0 / c.ms_per_sample) << " samples/s), peak memory per worker "
           << human_bytes(static_cast<double>(c.peak_memory));
-  if (jo.memory_cap > 0) summary << " (cap " << human_bytes(static_cast<double>(jo.memory_cap)) << ")";
+  if (jo.memory_cap > 0 && out.cluster.process_bytes > 0)
+    summary << " (the tensors' share of the " << human_bytes(static_cast<double>(jo.memory_cap + out.cluster.process_bytes))
+            << " cap: " << human_bytes(static_cast<double>(jo.memory_cap)) << ")";
+  else if (jo.memory_cap > 0)
+    summary << " (cap " << human_bytes(static_cast<double>(jo.memory_cap)) << ")";
   summary << "\n";
   if (c.staleness > 0)
     summary << "  asynchronous: a stage's weights lag up to " << c.staleness

@@ -247,10 +247,11 @@ for (( r = 0; r < workers; r++ )); do
   if [[ -n $memory_limit ]]; then
     mkdir -p "$(memcg "$r")" || die "--memory-limit: cannot make the cgroup $(memcg "$r")"
     echo "$memory_limit" > "$(memcg "$r")/$limit_file" || die "--memory-limit: $memory_limit not taken by $(memcg "$r")/$limit_file"
-    # The worker joins its cgroup before it execs (sh's own pid is the worker's).
+    # The worker joins its cgroup before it execs (sh's own pid is the worker's), outside the
+    # namespace: `ip netns exec` mounts a sysfs of its own, without the cgroup tree.
     enter=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$(memcg "$r")")
   fi
-  ip netns exec "${prefix}n$r" "${enter[@]}" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
+  "${enter[@]}" ip netns exec "${prefix}n$r" env RANK=$r WORLD_SIZE=$workers MASTER_ADDR="$(addr 0)" MASTER_PORT=$port \
     PIPETRAIN_JOB_SECRET="$secret" \
     timeout "$timeout_s" "$bin" "$command" --transport gloo "${train_args[@]}" >"$out/worker$r.log" 2>&1 &
   pids+=($!)

@@ -53,6 +53,35 @@ cat "$tmp/cal.log"
 gbps=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['levels'][0]['bandwidth_gbps'])" "$tmp/cluster.json")
 awk -v g="$gbps" 'BEGIN { exit !(g > 0.45 && g < 0.55) }' || { echo "FAILED: calibrate measured $gbps Gbit/s on 500mbit links"; exit 1; }
 echo "calibrate measured $gbps Gbit/s on links shaped to 0.5"
+
+# --memory-limit: each worker in a memory cgroup (a device of that size). Under 1 GiB the job
+# runs and each worker's peak is said; under 40 MiB (less than LibTorch itself) the kernel kills
+# the worker, and the testbed names it with its limit and peak and fails. No cgroup is left.
+if [[ -d /sys/fs/cgroup/memory || -f /sys/fs/cgroup/cgroup.controllers ]]; then
+  for limit in 1073741824 41943040; do
+    status=0
+    "$here/testbed.sh" --workers 2 --rate 500mbit --bin "$bin" --out "$tmp/mem$limit" --timeout 120 --memory-limit "$limit" -- \
+      --compute emulated --profile "$tmp/profile.json" --stages 2 --schedule 1f1b --microbatches 2 --steps 2 \
+      --quiet >"$tmp/mem.log" 2>&1 || status=$?
+    cat "$tmp/mem.log"
+    if [[ $limit == 1073741824 ]]; then
+      [[ $status -eq 0 ]] || { echo "FAILED: the job under a 1 GiB limit per worker exited $status"; exit 1; }
+      grep -q "worker 1 peak memory (its cgroup's account) [0-9]* bytes of $limit allowed" "$tmp/mem.log" ||
+        { echo "FAILED: no peak for worker 1 under its limit"; exit 1; }
+    else
+      [[ $status -ne 0 ]] || { echo "FAILED: a job under 40 MiB per worker succeeded"; exit 1; }
+      grep -q "exceeded its memory limit and was killed by the kernel (limit $limit bytes; peak" "$tmp/mem.log" ||
+        { echo "FAILED: the worker killed for memory was not named with its limit and peak"; exit 1; }
+    fi
+    mem_prefix=$(sed -n 's/.*names \(pt[0-9]*\)).*/\1/p' "$tmp/mem.log")
+    if ls -d /sys/fs/cgroup/memory/"${mem_prefix}"w* /sys/fs/cgroup/"${mem_prefix}"w* 2>/dev/null | grep -q .; then
+      echo "FAILED: memory cgroups were left behind"; exit 1
+    fi
+  done
+  echo "memory limits: a worker under its limit ran, one over it was named"
+else
+  echo "memory limits: no memory cgroup controller here, not tested"
+fi
 fi
 [[ $part != smoke ]] || { echo "testbed smoke test passed (names $prefix... all removed)"; exit 0; }
 # And a latency added to every packet (testbed.sh --delay: netem, or where the kernel has none, as

@@ -1,6 +1,7 @@
 #include "runtime/pipeline_job.h"
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #include "model/batch_sampler.h"
 #include "runtime/tied_gradients.h"
 #include "runtime/trainer.h"
@@ -102,6 +103,9 @@ void check_pipeline_options(const PipelineOptions& o, const plan::Plan& plan, co
 
 std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& factory, const schedule::Schedule& probe,
                                                         int worker, const std::shared_ptr<model::MemoryAccount>& account) {
+  // What the process freed before (LibTorch's start, the data's loading) goes back to the kernel
+  // first: malloc would keep it resident beside the worker's training.
+  release_freed_host_memory();
   model::install_memory_meter();
   model::ChargeTo charge(account);
   return factory(model::LayerSet(probe.worker_layers(worker)));

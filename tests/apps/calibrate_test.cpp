@@ -46,6 +46,9 @@ plan::Cluster check_file(const std::string& path, const std::string& transport, 
   EXPECT_GT(c.action_us, 0);
   EXPECT_LT(c.action_us, 100000);
   EXPECT_EQ(c.calibration["action_us"].get<double>(), c.action_us);
+  // What a worker process holds besides its tensors: LibTorch alone is tens of MiB resident.
+  EXPECT_GT(c.process_bytes, int64_t{20} << 20);
+  EXPECT_LT(c.process_bytes, int64_t{4} << 30);
   return c;
 }
 

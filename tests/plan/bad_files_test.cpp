@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "plan/cluster.h"
+#include "plan/pipetrain_cost.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
@@ -147,6 +148,22 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   EXPECT_EQ(again.levels[0].latency_us, 12.5);
   EXPECT_EQ(again.levels[1].latency_us, 0);
   EXPECT_NE(again.describe().find("96 Gbps 12.5 us"), std::string::npos) << again.describe();
+  // What a worker process holds besides its tensors (calibrate): bounded, round-tripped, and
+  // taken off a memory cap, which bounds the process's peak RSS.
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": -5})"),
+            "c.json: field 'process_bytes' must be in 0..1125899906842624, got -5");
+  Cluster measured = cluster_from_json(
+      parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": 100000000, "memory_bytes_per_worker": 1000000000})",
+                 "c.json"),
+      "c.json");
+  EXPECT_EQ(cluster_from_json(to_json(measured), "again").process_bytes, 100000000);
+  PlanOptions none;
+  EXPECT_EQ(memory_limit(measured, none), 900000000);
+  PlanOptions cap;
+  cap.memory_bytes = 50000000;  // below the process itself: nothing fits
+  EXPECT_EQ(memory_limit(measured, cap), 1);
+  measured.memory_bytes_per_worker = 0;
+  EXPECT_EQ(memory_limit(measured, none), 0);  // no cap
 }
 
 TEST(BadClusterShorthand, NamesFlagAndValue) {
