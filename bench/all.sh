@@ -13,5 +13,7 @@ bench/runtime_vs_peers.sh
 bench/imported_vs_zoo.sh
 /usr/bin/python3 bench/python/families_throughput.py --pipetrain build/pipetrain | tee out/bench/families.txt
 bench/async_accuracy.sh
+bench/memory_per_process.sh | tee out/bench/memory_per_process.txt
+bench/larger_than_one_worker.sh | tee out/bench/larger_than_one_worker.txt
 bench/emulated_all.sh
 python3 bench/report.py

@@ -582,6 +582,17 @@ def section_async_accuracy(md):
                  "up over 100 s minibatches (docs/runtime.md).")
 
 
+def section_memory(md):
+    section_text(md, "Memory per process: the memory model against the OS (measured)", "memory_per_process.txt",
+                 "`bench/memory_per_process.sh`: mlp --width 4 --depth 8 on 4 stages of 4 gloo processes; modelled = "
+                 "the memory model's tensors + the data + calibrate's `process_bytes`; measured = each process's "
+                 "peak RSS (getrusage).")
+    section_text(md, "A model larger than one worker, trained on workers of 1 GiB (measured, testbed)",
+                 "larger_than_one_worker.txt",
+                 "`bench/larger_than_one_worker.sh`: mlp --width 4 --depth 16 (3.2 GB of training state) on 6 "
+                 "testbed workers, each in a 1 GiB memory cgroup, beside one worker without a limit.")
+
+
 def split_sections(text):
     """[(heading or None for the preamble, the lines through the next heading)]."""
     parts = [[None, []]]
@@ -623,6 +634,7 @@ def main():
     section_imported(md)
     section_families(md)
     section_async_accuracy(md)
+    section_memory(md)
     path = os.path.join(DOCS, "results.md")
     if "--update" in sys.argv[1:]:
         text = update_sections(open(path).read(), "\n".join(md) + "\n")
