@@ -63,7 +63,8 @@ runtime::CalibrationOptions options_of(const CalibrateFlags& f) {
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
 int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::Measured m) {
   plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
-  fitted.process_bytes = m.process_bytes;
+  // Every worker's measuring done: on threads, all of them joined; on gloo, this process's.
+  fitted.process_bytes = runtime::resident_besides_tensors();
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
   if (f.output.empty() || f.output == "-") std::cout << text;

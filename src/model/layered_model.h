@@ -131,6 +131,8 @@ class LayeredModel {
   // layers. FormatError when two layers' parameters overlap without being one tensor.
   std::vector<TieGroup> tie_groups() const;
   // For a model whose layers are built apart (a model file read per layer): its ties as recorded.
+  // A model built in part finds by identity only the ties among the layers it holds, so a model
+  // whose layers share a parameter declares its ties here to be built in part.
   void set_tie_groups(std::vector<TieGroup> ties) { declared_ties_ = std::move(ties); }
   // Deferred BatchNorm (python/pipetrain/batch_norm.py, which `pipetrain export` puts in place of
   // nn.BatchNorm): its running statistics then follow `microbatches` forwards at once (1: each

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
@@ -197,6 +200,25 @@ void tie_held_copies(LayeredModel& m, const std::vector<TieGroup>& ties) {
   }
 }
 
+// The file's SHA-256, read once a process for each version of the file (its device, inode, size
+// and modification time): the job's description and every worker load the file, and hashing
+// a model of gigabytes takes seconds each time.
+std::string file_digest(const std::string& path, const struct stat& st) {
+  static std::mutex mutex;
+  static std::map<std::tuple<dev_t, ino_t, off_t, int64_t, int64_t>, std::string> known;
+  auto key = std::make_tuple(st.st_dev, st.st_ino, st.st_size, static_cast<int64_t>(st.st_mtim.tv_sec),
+                             static_cast<int64_t>(st.st_mtim.tv_nsec));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  std::string digest = to_hex(sha256_of_file(path));
+  std::lock_guard<std::mutex> lock(mutex);
+  known[key] = digest;
+  return digest;
+}
+
 void check_digest(const std::string& path, const std::string& digest) {
   std::ifstream recorded{path + ".sha256"};
   if (!recorded) return;
@@ -222,7 +244,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
     throw UsageError(str("--model: ", path, " is not a file (a model file comes from `pipetrain export`)"));
   // A model file is code (docs/runtime.md, "What pipetrain trusts"): its digest is printed and
   // kept in checkpoints, and checked against the one `pipetrain export` wrote beside it.
-  std::string digest = to_hex(sha256_of_file(path));
+  std::string digest = file_digest(path, st);
   check_digest(path, digest);
   // Only pipetrain.json is read here: a file of separate layers (pipetrain.model/2) is then read
   // a layer at a time, and only the layers this model holds.
@@ -305,10 +327,13 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
     model->set_tie_groups(std::move(ties));
   } else {
     reader.reset();
+    static std::once_flag noted;  // once a process, not once a worker
     if (!held.all())
-      std::cerr << "note: " << path << " is a pipetrain.model/1 file, read whole by every worker; export it again: "
-                << "`pipetrain export` now writes each layer apart (pipetrain.model/2), so that a worker reads only "
-                << "its stage's layers\n";
+      std::call_once(noted, [&] {
+        std::cerr << "note: " << path << " is a pipetrain.model/1 file, read whole by every worker; export it again: "
+                  << "`pipetrain export` now writes each layer apart (pipetrain.model/2), so that a worker reads "
+                  << "only its stage's layers\n";
+      });
     std::vector<torch::nn::Sequential> built;
     for (size_t i = 0; i < layers.size(); ++i) {
       std::string child = children[i].as_string();

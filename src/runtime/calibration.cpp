@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #include "core/units.h"
 #include "model/emulated_layer.h"
 #include "model/memory_meter.h"
@@ -133,10 +134,13 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
   if (t.rank() == 0) {
     out.action_us = measure_action_us();
     if (o.progress) o.progress(str("the host's time per action: ", out.action_us, " us"));
-    out.process_bytes = model::process_rss_bytes();
-    if (o.progress) o.progress(str("a worker process besides its tensors: ", human_bytes(static_cast<double>(out.process_bytes))));
   }
   return out;
+}
+
+int64_t resident_besides_tensors() {
+  release_freed_host_memory();
+  return model::process_rss_bytes();
 }
 
 double measure_action_us(int steps, int microbatches) {

@@ -26,11 +26,12 @@ struct Measured {
   std::vector<plan::LevelCalibration> levels;  // points, each fitted
   std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
   double action_us = 0;  // measure_action_us, on worker 0
-  // Worker 0's resident memory after measuring, less the tensors it holds (plan::Cluster::
-  // process_bytes): LibTorch, the transport's connections and buffers, a pipeline run. For
-  // threads, the one process's.
-  int64_t process_bytes = 0;
 };
+
+// What this process holds resident besides tensors, once its measuring is done
+// (plan::Cluster::process_bytes): LibTorch, the transport's connections, what a pipeline run left;
+// not the blocks its messages freed for malloc to reuse (a training process reuses them).
+int64_t resident_besides_tensors();
 
 // The host's time per action of a worker (a forward, a backward or a step), compute aside
 // (plan::Cluster::action_us): a one-stage pipeline of two layers that compute nothing
