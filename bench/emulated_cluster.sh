@@ -105,6 +105,8 @@ doc["reduce_us_per_mib"] = doc.get("reduce_us_per_mib", 0) * B / S
 # the host's time per action, real time as the steps are: / S
 doc["action_us"] = doc.get("action_us", 0) / S
 doc["allreduce"] = sys.argv[4]
+# a host process's own memory is not the emulated device's (whose bytes are the profile's x B)
+doc.pop("process_bytes", None)
 doc["calibration"]["emulated"] = {"time_scale": S, "byte_scale": B}
 json.dump(doc, open(sys.argv[5], "w"))
 EOF
