@@ -164,6 +164,13 @@ int run_train(TrainFlags& f) {
     f.workers = 1;
     parallel = true;
   }
+  // A process the environment counts as one of several workers (torchrun, mpirun) joins them or
+  // is refused: alone it would train a model of its own and exit 0 beside the others.
+  if (!parallel && runtime::gloo_world_size_in_env() > 1)
+    throw UsageError(str("this process is one worker of a job of ", runtime::gloo_world_size_in_env(),
+                         " (its environment says so, as torchrun and mpirun set it), but the command trains one "
+                         "worker alone: give the job's plan (--plan PLAN, or --stages N with --profile P, or "
+                         "--schedule dp) and --transport gloo"));
   if (!parallel) {
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";

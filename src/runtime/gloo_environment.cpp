@@ -57,7 +57,10 @@ std::string local_address_towards(const std::string& master, int port) {
 bool gloo_rank_in_env() { return env("RANK") || env("OMPI_COMM_WORLD_RANK"); }
 
 int gloo_world_size_in_env() {
-  const char* size = env("RANK") ? env("WORLD_SIZE") : env("OMPI_COMM_WORLD_SIZE");
+  // RANK/WORLD_SIZE (torchrun), OpenMPI's, or another MPI's (PMI: MPICH, Intel MPI, Slurm's srun),
+  // which pipetrain cannot join but must not train beside as if alone.
+  const char* size = env("RANK") ? env("WORLD_SIZE") : env("OMPI_COMM_WORLD_SIZE") ? env("OMPI_COMM_WORLD_SIZE")
+                                                                                   : env("PMI_SIZE");
   return size ? std::atoi(size) : 0;
 }
 

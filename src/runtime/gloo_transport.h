@@ -60,8 +60,8 @@ struct GlooConfig {
 GlooConfig gloo_config_from_env();
 // True when this process was started as one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK).
 bool gloo_rank_in_env();
-// The job's size as WORLD_SIZE (or OMPI_COMM_WORLD_SIZE) says, before any other check; 0 when
-// neither is set to a number.
+// The job's size as WORLD_SIZE (or OMPI_COMM_WORLD_SIZE, or another MPI's PMI_SIZE) says, before
+// any other check; 0 when none is set to a number.
 int gloo_world_size_in_env();
 
 // This host's address on the route to the master (gloo's devices bind to it, so peers on other

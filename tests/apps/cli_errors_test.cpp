@@ -115,6 +115,14 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=1 PIPETRAIN_LAUNCH_PLAN=$$:" + bad + " " + PT_BINARY_DIR +
                       "/pipetrain " + kTrain + "--schedule 1f1b --transport gloo 2>&1; exit $?",
                   1, {bad, "is in no stage"});
+  // A process the environment counts as one of several never trains alone (it did, and exited 0:
+  // under mpirun a forgotten --plan gave separate trainings), whichever launcher set it.
+  for (const char* env : {"RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999",
+                          "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=4", "PMI_RANK=1 PMI_SIZE=2"})
+    for (const char* transport : {"", "--transport gloo "})
+      expect_rejected(std::string("--version >/dev/null; env ") + env + " " + PT_BINARY_DIR + "/pipetrain " + kTrain +
+                          transport,
+                      2, {"this process is one worker of a job of", "trains one worker alone", "--plan PLAN"});
   // An address that does not resolve fails at once instead of retrying for minutes.
   expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid " +
                       std::string(PT_BINARY_DIR) + "/pipetrain " + kTrain + "--plan " + plan2 + " --transport gloo",
