@@ -38,7 +38,11 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
   app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seed", seed, "Seed for weights, data order and synthetic data")->capture_default_str();
+  // CLI11 took -1 for an unsigned seed and wrapped it to 18446744073709551615.
+  app.add_option("--seed", seed,
+                 "Seed for the zoo's initial weights (a model file's are the file's), data order and synthetic data")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void ModelFlags::add_emulation_to(CLI::App& app) {

@@ -137,6 +137,8 @@ int run_train(TrainFlags& f) {
   model::DataSplit data;
   // A description: names, graph and ties; each worker builds only its stages' layers.
   auto m = f.model.build(&data);
+  // Before anything runs on them (--stages measures a profile at the batch size first).
+  runtime::check_train_values(f.pipe.train);
   // Before a plan is picked: with --stages alone that profiles the model first (a minute for
   // resnet18 here), only to refuse the flag afterwards.
   if (f.pipe.deferred_batch_norm && m->deferrable_batch_norms() == 0)
@@ -296,8 +298,12 @@ Register reg({"train", kTrainDescription,
   auto& t = f->pipe.train;
   f->model.add_to(app);
   f->model.add_emulation_to(app);
-  app.add_option("--epochs", t.epochs, "Passes over the training set")->capture_default_str();
-  f->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)");
+  // Bounded so that 1e20 is refused rather than read as INT64_MAX.
+  app.add_option("--epochs", t.epochs, "Passes over the training set")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000000}))
+      ->capture_default_str();
+  f->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)")
+                      ->check(CLI::Range(int64_t{0}, int64_t{1000000000000}));
   f->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
                            ->capture_default_str();
   app.add_option("--lr", t.sgd.lr, "SGD learning rate")->capture_default_str();

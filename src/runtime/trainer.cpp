@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -35,20 +36,28 @@ double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test,
 }
 
 void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
-  if (o.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", o.batch_size));
+  check_train_values(o);
   if (o.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", o.batch_size, " is larger than the ", data.train.size(),
                          " training samples of ", data.name));
+}
+
+void check_train_values(const TrainOptions& o) {
+  if (o.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", o.batch_size));
   if (o.epochs < 1 && o.steps < 1) throw UsageError(str("--epochs: must be >= 1, got ", o.epochs));
   if (o.steps < 0) throw UsageError(str("--steps: must be >= 0, got ", o.steps));
   if (o.eval_every < 0) throw UsageError(str("--eval-every: must be >= 0, got ", o.eval_every));
-  if (!(o.sgd.lr > 0) || !std::isfinite(o.sgd.lr)) throw UsageError(str("--lr: must be finite and > 0, got ", o.sgd.lr));
+  // The weights are float32: a rate or decay past float's largest failed in the first step.
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  if (!(o.sgd.lr > 0 && o.sgd.lr <= kFloatMax))
+    throw UsageError(str("--lr: must be > 0 and at most ", kFloatMax, " (float32's largest), got ", o.sgd.lr));
   if (!(o.sgd.momentum >= 0 && o.sgd.momentum < 1)) throw UsageError(str("--momentum: must be in [0, 1), got ", o.sgd.momentum));
   if (o.sgd.lr_schedule != "constant" && o.sgd.lr_schedule != "cosine")
     throw UsageError(str("--lr-schedule: must be constant or cosine, got '", o.sgd.lr_schedule, "'"));
   if (o.sgd.warmup_steps < 0) throw UsageError(str("--warmup-steps: must be >= 0, got ", o.sgd.warmup_steps));
-  if (!(o.sgd.weight_decay >= 0) || !std::isfinite(o.sgd.weight_decay))
-    throw UsageError(str("--weight-decay: must be finite and >= 0, got ", o.sgd.weight_decay));
+  if (!(o.sgd.weight_decay >= 0 && o.sgd.weight_decay <= kFloatMax))
+    throw UsageError(str("--weight-decay: must be >= 0 and at most ", kFloatMax, " (float32's largest), got ",
+                         o.sgd.weight_decay));
 }
 
 int64_t total_steps(const TrainOptions& o, int64_t training_samples) {

@@ -51,8 +51,10 @@ double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test,
 // The data rows of `indices` as one minibatch.
 torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);
 
-// Checks option values; throws UsageError naming the flag.
+// Checks option values, and the batch against the data; throws UsageError naming the flag.
 void check_train_options(const TrainOptions& o, const model::DataSplit& data);
+// The values alone, before any data or plan is looked at.
+void check_train_values(const TrainOptions& o);
 
 // The run's minibatch count (--steps, or --epochs of whole minibatches): the span of its
 // learning-rate schedule.

@@ -88,6 +88,14 @@ TEST(CliErrors, TrainingValues) {
   expect_rejected(kTrainBase + "--steps 1 --batch-size 0", 2, {"--batch-size: must be >= 1, got 0"});
   // NaN passed CLI11's number checks: a timeout of NaN never fired.
   expect_rejected(kTrain + "--timeout nan", 2, {"--timeout: must be a finite number > 0, got 'nan'"});
+  // Each of these passed and failed later: a raw LibTorch error while profiling, an overflow in the
+  // first step, a seed wrapped to 2^64 - 1, a step count read as INT64_MAX (issue 70, item 10).
+  expect_rejected(kTrainBase + "--steps 1 --batch-size -1 --stages 2", 2, {"--batch-size: must be >= 1, got -1"});
+  expect_rejected(kTrain + "--lr 1e39", 2, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got 1e+39"});
+  expect_rejected(kTrain + "--weight-decay 1e308", 2, {"--weight-decay: must be >= 0 and at most"});
+  expect_rejected(kTrain + "--seed -1", 2, {"--seed"});
+  expect_rejected(kTrainBase + "--steps 1e20", 2, {"--steps"});
+  expect_rejected(kTrain + "--model mlp --width nan", 2, {"--width: must be in (0, 16], got nan"});
   // mnist-cnn builds in milliseconds (vgg16's 138M weights took 2.5 s before the refusal).
   expect_rejected("train --data synthetic --synthetic-samples 10000000000 --model mnist-cnn", 2,
                   {"--synthetic-samples: 10000000000 training"});

@@ -208,7 +208,7 @@ TEST(TrainFlags, BadValuesNameFlagAndValue) {
       {{"--stages", "3", "--schedule", "interleaved", "--chunks", "2"}, {"--stages 3 x --chunks 2 = 6", "mnist-cnn"}},
       {{"--stages", "2", "--schedule", "interleaved", "--chunks", "0"}, {"--chunks", "got 0"}},
       {{"--schedule", "dp", "--workers", "-2"}, {"--workers", "-2"}},
-      {{"--lr", "-0.5"}, {"--lr: must be finite and > 0, got -0.5"}},
+      {{"--lr", "-0.5"}, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got -0.5"}},
   };
   for (const auto& c : cases) {
     TrainRun r = run_train(with(with(base, one), c.args));
@@ -218,7 +218,8 @@ TEST(TrainFlags, BadValuesNameFlagAndValue) {
   const std::vector<Case> own = {
       {{"--steps", "1", "--batch-size", "-16"}, {"--batch-size: must be >= 1, got -16"}},
       {{"--steps", "1", "--batch-size", "1000000"}, {"--batch-size: 1000000 is larger than the 64 training samples"}},
-      {{"--batch-size", "16", "--steps", "-1"}, {"--steps: must be >= 1, got -1"}},
+      {{"--batch-size", "16", "--steps", "-1"}, {"--steps: Value -1 not in range 0 to 1000000000000"}},
+      {{"--batch-size", "16", "--steps", "0"}, {"--steps: must be >= 1, got 0"}},
   };
   for (const auto& c : own) {
     TrainRun r = run_train(with(base, c.args));
@@ -260,7 +261,7 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
   };
   const std::vector<Case> cases = {
       {{"--stages", "2", "--timeout", "1e10"}, {"--timeout: must be in (0, 604800] seconds, got 1e+10"}},
-      {{"--lr", "inf"}, {"--lr: must be finite and > 0, got inf"}},
+      {{"--lr", "inf"}, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got inf"}},
       {{"--plan", plan2, "--workers", "2"}, {"--plan and --workers"}},
       {{"--stages", "2", "--workers", "2"}, {"--stages and --workers"}},
       {{"--stages", "2", "--schedule", "1f1b", "--schedule-file", plan2}, {"--schedule and --schedule-file: give one of them"}},
