@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/input_limits.h"
+#include "schedule/generators.h"
 
 namespace pt::schedule {
 
@@ -117,7 +118,7 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   constexpr int64_t kMostInt = std::numeric_limits<int>::max();
   t.num_stages = static_cast<int>(root["stages"].as_int_in(1, kMostInt));
   t.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMostInt));
-  t.batch_size = root["batch_size"].as_int_at_least(0);
+  t.batch_size = root["batch_size"].as_int_at_least(1);  // 0 printed 0.0 samples/s
   if (root.has("stage_parameter_bytes")) {
     JsonField bytes = root["stage_parameter_bytes"];
     if (bytes.size() != static_cast<size_t>(t.num_stages))
@@ -151,6 +152,16 @@ Trace trace_from_json(const json& doc, const std::string& source) {
     t.workers.push_back(std::move(list));
   }
   check_forwards(t, workers);
+  // A trace of no computation measures nothing (0.000 ms per minibatch); and a worker holds at
+  // most kMaxChunks stages ("stages": 1000000000 was taken). A worker's part of a trace holds
+  // its own events only, so stages without events are no error.
+  bool computes = false;
+  for (const auto& list : t.workers)
+    for (const auto& e : list) computes |= is_compute(e.action.kind);
+  if (!computes) workers.fail("holds no compute event: a trace of no computation measures nothing");
+  if (static_cast<int64_t>(t.num_stages) > static_cast<int64_t>(t.workers.size()) * kMaxChunks)
+    root["stages"].fail(str("is ", t.num_stages, ", more than its ", t.workers.size(), " workers hold (at most ",
+                            kMaxChunks, " stages each)"));
   if (root.has("pauses")) {
     JsonField pauses = root["pauses"];
     for (size_t i = 0; i < pauses.size(); ++i) {
@@ -160,6 +171,13 @@ Trace trace_from_json(const json& doc, const std::string& source) {
       if (end < start) pause[1].fail(str("is before the pause's start ", start));
       if (!t.pauses.empty() && start < t.pauses.back().second)
         pause[0].fail(str("overlaps or precedes the pause before, which ends at ", t.pauses.back().second));
+      // A pause is time no worker trains (an evaluation, a checkpoint): one over a computation
+      // took it out of the run (0.000 ms per minibatch, 0.0 samples/s).
+      for (size_t w = 0; w < t.workers.size(); ++w)
+        for (const auto& e : t.workers[w])
+          if (is_compute(e.action.kind) && e.start_ms < end && e.end_ms > start)
+            pause.fail(str("[", start, ", ", end, "] covers worker ", w, "'s ", to_string(e.action), " at [", e.start_ms,
+                           ", ", e.end_ms, "]: a pause is a time no worker trains"));
       t.pauses.emplace_back(start, end);
     }
   }

@@ -313,9 +313,27 @@ TEST(Trace, ComputesTwiceOverlappingOrWithoutTheirForwardAreNamed) {
 
 TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
   Trace t = two_stage_trace();
-  t.pauses = {{3, 4}, {9, 20}};
+  t.pauses = {{11, 12}, {13, 20}};
   EXPECT_EQ(schedule::trace_from_json(schedule::to_json(t), "t").pauses, t.pauses);
   json doc = schedule::to_json(t);
+  // A pause over a computation took it out of the run: 0.000 ms per minibatch, exit 0.
+  doc["pauses"][0] = json::array({4, 5.5});
+  EXPECT_NE(trace_error(doc).find("pauses[0]' [4, 5.5] covers worker 1's 1B0 at [3, 5]: a pause is a time no worker "
+                                  "trains"),
+            std::string::npos)
+      << trace_error(doc);
+  doc["pauses"][0] = json::array({11, 12});
+  // Counts that are not the run's (issue 70, item 7).
+  json bad = doc;
+  bad["batch_size"] = 0;
+  EXPECT_NE(trace_error(bad).find("batch_size' must be >= 1, got 0"), std::string::npos) << trace_error(bad);
+  bad = doc;
+  bad["stages"] = 1000000000;
+  bad.erase("stage_parameter_bytes");
+  EXPECT_NE(trace_error(bad).find("is 1000000000, more than its 2 workers hold"), std::string::npos) << trace_error(bad);
+  bad = doc;
+  for (auto& w : bad["workers"]) w = json::array();
+  EXPECT_NE(trace_error(bad).find("holds no compute event"), std::string::npos) << trace_error(bad);
   doc["pauses"][1] = json::array({20, 9});
   EXPECT_NE(trace_error(doc).find("pauses[1][1]"), std::string::npos) << trace_error(doc);
   EXPECT_NE(trace_error(doc).find("before the pause's start 20"), std::string::npos) << trace_error(doc);
