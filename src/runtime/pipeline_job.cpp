@@ -1,5 +1,8 @@
 #include "runtime/pipeline_job.h"
 
+#include <iostream>
+#include <numeric>
+
 #include "core/error.h"
 #include "core/host_allocator.h"
 #include "model/batch_sampler.h"
@@ -142,13 +145,27 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.sgd = o.train.sgd;
   job.sgd.total_steps = total;
   job.probe = job_probe(plan, o);
-  // Before anything is written: an asynchronous plan's replicas take minibatches in rounds, and
-  // an epoch's minibatches that fill no round are skipped, which can leave nothing to train.
-  if (total > 0 && plan_segments(job.probe, plan, job.per_epoch, total).empty())
-    throw ConfigError(str(o.schedule, ": nothing would train: the replicas of plan ", plan.shape(),
-                          " take minibatches in rounds, and an epoch of ", job.per_epoch, " minibatch",
-                          job.per_epoch == 1 ? "" : "es", " of ", o.train.batch_size,
-                          " holds no whole round; give more data, a smaller --batch-size or a synchronous schedule"));
+  // Before anything is written: an asynchronous plan's replicas take minibatches in whole rounds,
+  // and an epoch's minibatches that fill no round are skipped, which can leave nothing to train,
+  // or fewer minibatches than --steps asks (it ran 4 of --steps 5 or 8 without a word).
+  int64_t unit = 1;
+  if (!job.probe.flush)
+    for (const auto& st : plan.stages) unit = std::lcm(unit, static_cast<int64_t>(st.replicas));
+  std::string rounds = str("the replicas of plan ", plan.shape(), " under ", o.schedule, " take minibatches in rounds of ",
+                           unit, ", and an epoch of ", job.per_epoch, " minibatch", job.per_epoch == 1 ? "" : "es",
+                           " of ", o.train.batch_size, " holds ");
+  int64_t trainable = 0;
+  for (const auto& seg : plan_segments(job.probe, plan, job.per_epoch, total)) trainable += seg.minibatches;
+  if (total > 0 && trainable == 0)
+    throw ConfigError(str(o.schedule, ": nothing would train: ", rounds,
+                          "no whole round; give more data, a smaller --batch-size or a synchronous schedule"));
+  rounds += str(job.per_epoch / unit, " whole round", job.per_epoch / unit == 1 ? "" : "s");
+  if (o.train.steps > 0 && trainable < total)
+    throw ConfigError(str("--steps ", o.train.steps, ": ", rounds, ", so the run would train ", trainable, " of the ",
+                          total, " minibatches asked; give a --steps of whole rounds within one epoch (", unit,
+                          job.per_epoch / unit > 1 ? str(" to ", job.per_epoch / unit * unit) : std::string(),
+                          "), data or a --batch-size whose epoch is a multiple of ", unit,
+                          " minibatches, or a synchronous schedule"));
   CheckpointStart start = start_checkpoints(o.checkpoint);
   if (leads && !o.checkpoint.dir.empty()) job.lock = std::make_shared<CheckpointLock>(o.checkpoint.dir);
   job.run_id = start.run_id;
@@ -164,6 +181,11 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.segments = plan_segments(job.probe, plan, job.per_epoch, total, job.first_step, every,
                                o.train.evaluate ? o.train.eval_every : 0);
   for (const auto& seg : job.segments) job.steps += seg.minibatches;
+  int64_t asked = total - job.first_step;
+  if (leads && job.steps < asked)
+    std::cerr << "note: " << rounds << ": " << job.per_epoch % unit << " minibatch"
+              << (job.per_epoch % unit == 1 ? " of each epoch is" : "es of each epoch are") << " skipped (" << job.steps
+              << " of " << asked << " trained)\n";
   return job;
 }
 

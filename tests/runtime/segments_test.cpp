@@ -69,5 +69,35 @@ TEST(Segments, NothingToTrainIsRefused) {
   EXPECT_EQ(layout_job(p, o, data).steps, 4);
 }
 
+// Steps that whole rounds cannot make are refused with the steps that would run (4 of --steps 5
+// or 8 ran without a word); epochs train what their whole rounds hold, and say what they skip.
+TEST(Segments, StepsThatRoundsCannotMakeAreRefused) {
+  auto m = testing::seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 48, 8, 10, 5);  // 6 minibatches of 8 per epoch
+  plan::Plan p = plan::data_parallel_plan(m->num_layers(), 4);
+  PipelineOptions o;
+  o.schedule = "pipedream";
+  o.train.batch_size = 8;
+  o.train.quiet = true;
+  for (int64_t steps : {5, 8}) {
+    o.train.steps = steps;
+    try {
+      layout_job(p, o, data);
+      FAIL() << "accepted --steps " << steps;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(str("--steps ", steps, ": the replicas of plan 4 under pipedream take "
+                                               "minibatches in rounds of 4, and an epoch of 6 minibatches of 8 holds "
+                                               "1 whole round, so the run would train 4 of the ", steps)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  o.train.steps = 4;
+  EXPECT_EQ(layout_job(p, o, data).steps, 4);
+  o.train.steps = 0;
+  o.train.epochs = 3;
+  EXPECT_EQ(layout_job(p, o, data).steps, 12);  // 4 of each epoch's 6
+}
+
 }  // namespace
 }  // namespace pt::runtime
