@@ -193,11 +193,18 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
   // Cross-entropy as PyTorch's: output [N, C, d1..dk] and class ids [N, d1..dk] (one per pixel
   // or token; k = 0 for a class per sample).
   bool fits = lm ? y.sizes() == x.sizes() : out.dim() >= 2 && y.sizes().slice(1) == out.sizes().slice(2);
+  // A language model's output [N, T, V] with token targets [N, T] is what --loss lm takes: said,
+  // where cross-entropy's own rule left the user with [N, V] to guess from.
+  bool looks_like_lm = !lm && model.integer_input() && out.dim() == 3 && y.sizes() == x.sizes();
   if (!fits)
-    throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), "; ",
-                          lm ? "--loss lm needs one next token per input token, the shape of '" + xk + "'"
-                             : str("the model outputs ", shape_of(out), ", so cross-entropy needs class ids of shape [N",
-                                   out.dim() > 2 ? ", " : "", dims_after(out, 2), "]")));
+    throw FormatError(str(
+        source, ": '", yk, "' has shape ", shape_of(y), "; ",
+        lm ? "--loss lm needs one next token per input token, the shape of '" + xk + "'"
+           : str("the model outputs ", shape_of(out), ", so cross-entropy needs class ids of shape [N",
+                 out.dim() > 2 ? ", " : "", dims_after(out, 2), "]"),
+        looks_like_lm ? str(" (a language model's next tokens, the shape of '", xk, "': give --loss lm; '", yk,
+                            "' must be '", xk, "' shifted by one token, y[:, t] = the token after x[:, t])")
+                      : std::string()));
   int64_t classes = lm ? out.size(-1) : out.size(1);
   int64_t lo = y.min().item<int64_t>(), hi = y.max().item<int64_t>();
   if (lo < 0 || hi >= classes)

@@ -200,6 +200,16 @@ class Fidelity(unittest.TestCase):
             self.assertNotIn("Traceback", r.stderr)
             self.assertFalse(os.path.exists(ck), "a checkpoint folder was made")
 
+    def test_a_language_model_without_loss_lm_is_told_so(self):
+        """Token targets of the inputs' shape under the default cross-entropy: the refusal names
+        --loss lm and the shift (it named only cross-entropy's [N, 256])."""
+        c = self.lm
+        r = run_failing([PIPETRAIN, "train", "--model", c.model_file, "--data", c.data_file, "--steps", "1",
+                         "--batch-size", str(BATCH)])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("give --loss lm", r.stderr)
+        self.assertIn("shifted by one token", r.stderr)
+
     def test_weights_of_another_model_are_refused(self):
         """Read back with another model's file, a checkpoint names both layer counts (it failed
         later, on a tie or a shape)."""
