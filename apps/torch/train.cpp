@@ -380,7 +380,8 @@ Register reg({"train", kTrainDescription,
   app.add_option("--timeout", f->pipe.timeout_s, "Seconds a worker waits for a peer before the job fails")
       ->check(finite_positive())->capture_default_str();
   app.add_option("--rendezvous-timeout", f->pipe.rendezvous_timeout_s,
-                 "gloo: seconds a worker waits for every other to start (it names the missing ones every 10 s)")
+                 "gloo: seconds a worker waits for every other to join (it names the missing ones every 10 s); "
+                 "connecting to worker 0 and making the all-reduce groups wait up to the larger of it and --timeout")
       ->check(finite_positive())->capture_default_str();
   app.add_flag("--print-job", f->print_job,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "

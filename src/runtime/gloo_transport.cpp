@@ -164,6 +164,9 @@ void GlooTransport::join_all() {
   std::vector<std::string> all;
   for (int r = 0; r < config_.world_size; ++r) all.push_back(key(r));
   using Clock = std::chrono::steady_clock;
+  // --rendezvous-timeout itself: the wait for the others to start (it waited the larger of it and
+  // --timeout, which gloo's groups need for their collectives).
+  auto limit = std::chrono::milliseconds(static_cast<int64_t>(config_.rendezvous_timeout_s * 1000));
   auto start = Clock::now(), next_note = start + std::chrono::seconds(10);
   auto missing = [&] {
     std::string out;
@@ -175,14 +178,14 @@ void GlooTransport::join_all() {
   while (!store_->check(all)) {
     auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
-    if (now - start > rendezvous_timeout_)
+    if (now - start > limit)
       throw TransportError(str("worker ", config_.rank, ": ", missing(), " never joined the rendezvous at ",
                                config_.master_addr, ":", config_.master_port, " within ", waited,
                                " s; did they start, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?"));
     if (now >= next_note) {  // a worker that never started is named while the others wait
       print_line_to_stderr(str("pipetrain worker ", config_.rank, ": waiting for ", missing(), " to join the rendezvous at ",
                                config_.master_addr, ":", config_.master_port, " (", waited, " s of ",
-                               std::chrono::duration_cast<std::chrono::seconds>(rendezvous_timeout_).count(), ")"));
+                               std::chrono::duration_cast<std::chrono::seconds>(limit).count(), ")"));
       next_note += std::chrono::seconds(10);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
