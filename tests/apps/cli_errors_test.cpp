@@ -320,9 +320,11 @@ TEST(CliErrors, HostilePassLowItems) {
   auto w = pt::testing::shell_run("env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
                                   " PIPETRAIN_JOB_SECRET=0123456789abcdefgh " + std::string(PT_BINARY_DIR) +
                                   "/pipetrain " + kTrain + "--stages 2 --schedule 1f1b --transport gloo "
-                                  "--rendezvous-timeout 2 --timeout 2 --profile " + prof);
+                                  "--rendezvous-timeout 2 --timeout 60 --profile " + prof);
   EXPECT_EQ(w.exit_code, 1) << w.output;
-  EXPECT_NE(w.output.find("worker 1 of 2 never joined the rendezvous at 127.0.0.1:" + port), std::string::npos)
+  // Within --rendezvous-timeout, not the larger --timeout (it waited 60 s here).
+  EXPECT_NE(w.output.find("worker 1 of 2 never joined the rendezvous at 127.0.0.1:" + port + " within 2 s"),
+            std::string::npos)
       << w.output;
 }
 
