@@ -34,6 +34,7 @@ int inspect(const std::string& path) {
   std::cout << "model " << printable(m.model) << (m.model_sha256.empty() ? "" : " (model file sha256 " + m.model_sha256 + ")")
             << " (" << m.layers << " layers), step " << m.step << ", batch size " << m.batch_size
             << ", seed " << m.seed << "\n"
+            << (m.data.train_samples >= 0 ? "data " + printable(m.data.describe()) + "\n" : std::string())
             << "written by schedule " << printable(m.schedule) << " on plan " << printable(m.plan) << " (" << m.workers
             << " workers)\n"
             << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay

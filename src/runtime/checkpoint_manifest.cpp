@@ -25,6 +25,12 @@ constexpr int kVersion = 2;
 constexpr const char* kPrefix = "step-";
 }  // namespace
 
+std::string DataIdentity::describe() const {
+  char crc[9];
+  std::snprintf(crc, sizeof crc, "%08x", crc32);
+  return str(name, " (", train_samples, " training samples, CRC-32 ", crc, ")");
+}
+
 std::string manifest_to_json(const CheckpointManifest& m) {
   json files = json::array();
   for (const auto& f : m.files)
@@ -48,6 +54,8 @@ std::string manifest_to_json(const CheckpointManifest& m) {
     doc["sgd"]["warmup_steps"] = m.warmup_steps;
     doc["sgd"]["schedule_steps"] = m.schedule_steps;
   }
+  if (m.data.train_samples >= 0)
+    doc["data"] = {{"name", m.data.name}, {"train_samples", m.data.train_samples}, {"crc32", m.data.crc32}};
   if (!m.ties.empty()) {
     json ties = json::array();
     for (const auto& group : m.ties) {
@@ -116,6 +124,12 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     cf.bytes = f["bytes"].as_int_at_least(0);
     cf.crc32 = static_cast<uint32_t>(f["crc32"].as_int_in(0, 0xffffffffLL));
     m.files.push_back(cf);
+  }
+  if (root.has("data")) {  // written since issue 70 (resuming on other data)
+    JsonField d = root["data"];
+    m.data.name = d["name"].as_string();
+    m.data.train_samples = d["train_samples"].as_int_at_least(0);
+    m.data.crc32 = static_cast<uint32_t>(d["crc32"].as_int_in(0, 0xffffffffLL));
   }
   if (root.has("ties")) {  // written since the tied-parameter count of checkpoint inspect
     JsonField ties = root["ties"];

@@ -21,6 +21,19 @@ struct CheckpointFile {
   uint32_t crc32 = 0;
 };
 
+// The data a run trained on: its name, its training samples and a CRC-32 of them (their tensors,
+// or their shards' CRCs). A resumed run on other data is refused (train_samples < 0: an older
+// checkpoint, which does not say).
+struct DataIdentity {
+  std::string name;
+  int64_t train_samples = -1;
+  uint32_t crc32 = 0;
+  std::string describe() const;  // "synthetic (2048 training samples, CRC-32 1a2b3c4d)"
+  bool operator==(const DataIdentity& o) const {
+    return name == o.name && train_samples == o.train_samples && crc32 == o.crc32;
+  }
+};
+
 struct CheckpointManifest {
   std::string run_id;           // the run that wrote it (a fresh run draws one; --resume keeps it)
   std::string model;            // model name, e.g. "mnist-cnn"
@@ -43,6 +56,7 @@ struct CheckpointManifest {
   // pairs. Every layer's file holds its copy, so readers count a group once (absent in older
   // files: none known).
   std::vector<std::vector<std::pair<int, int>>> ties;
+  DataIdentity data;  // absent in older files: train_samples -1
 };
 
 std::string manifest_to_json(const CheckpointManifest& m);

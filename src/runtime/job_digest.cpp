@@ -7,13 +7,6 @@ namespace pt::runtime {
 
 namespace {
 
-// CRC-32 of a tensor's bytes (contiguous, on the CPU).
-uint32_t tensor_crc(const torch::Tensor& t) {
-  if (!t.defined()) return 0;
-  torch::Tensor c = t.contiguous();
-  return crc32_of(std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size()));
-}
-
 // The layers' names and ties: every worker knows them without building a layer. Their shapes
 // follow from the model file (its SHA-256, below) or the zoo's flags (the command line).
 std::string layers_of(const model::LayeredModel& m) {
@@ -58,8 +51,8 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
                            {"total_steps", t.sgd.total_steps}}},
               {"data", json{{"name", data.name}, {"train", data.train.size()}, {"test", data.test.size()},
                             {"classes", data.classes}, {"vocab", data.vocab},
-                            {"crc32", {tensor_crc(data.train.inputs), tensor_crc(data.train.targets),
-                                       tensor_crc(data.test.inputs), tensor_crc(data.test.targets)}},
+                            {"crc32", {tensor_crc32(data.train.inputs), tensor_crc32(data.train.targets),
+                                       tensor_crc32(data.test.inputs), tensor_crc32(data.test.targets)}},
                             {"shard_crc32", data.train.shards ? data.train.shards->crcs() : std::vector<uint32_t>{}}}},
               {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
                                   {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}},

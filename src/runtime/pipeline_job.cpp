@@ -114,6 +114,26 @@ std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& fact
   return factory(model::LayerSet(probe.worker_layers(worker)));
 }
 
+uint32_t tensor_crc32(const torch::Tensor& t) {
+  if (!t.defined()) return 0;
+  torch::Tensor c = t.contiguous();
+  return crc32_of(std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size()));
+}
+
+DataIdentity data_identity(const model::DataSplit& data) {
+  DataIdentity d;
+  d.name = data.name;
+  d.train_samples = data.train.size();
+  std::string crcs;
+  auto add = [&](uint32_t c) { crcs.append(reinterpret_cast<const char*>(&c), sizeof c); };
+  add(tensor_crc32(data.train.inputs));
+  add(tensor_crc32(data.train.targets));
+  if (data.train.shards)
+    for (uint32_t c : data.train.shards->crcs()) add(c);
+  d.crc32 = crc32_of(crcs);
+  return d;
+}
+
 int reporting_worker(const schedule::Schedule& s) { return s.stage_workers[s.num_stages - 1][0]; }
 
 PipelineResult result_header(const schedule::Schedule& probe, const PipelineOptions& o) {
@@ -172,6 +192,7 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
   job.resume_from = start.resume_from;
   job.resume_manifest = start.manifest;
   if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
+  if (!o.checkpoint.dir.empty()) job.data = data_identity(data);
   // A finished run resumed trains nothing: said, rather than "steps 0, final loss 0".
   if (!job.resume_from.empty() && job.first_step >= total)
     throw ConfigError(str(job.resume_from, ": the checkpoint is at step ", job.first_step, ", and this run ends at step ",
@@ -200,6 +221,13 @@ void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const mod
   if (job.resume_from.empty()) return;
   check_checkpoint_fits(job.resume_manifest, job.resume_from, m.name(), m.num_layers(), o.train.batch_size,
                         o.train.seed, o.train.shuffle);
+  // Other data continued without a word (--data, --synthetic-samples): the steps after the
+  // checkpoint would train a run that is not the one it resumes.
+  const DataIdentity& was = job.resume_manifest.data;
+  if (was.train_samples >= 0 && !(was == job.data))
+    throw ConfigError(str(job.resume_from, "/manifest.json: the checkpoint was trained on ", was.describe(),
+                          ", but this run's data is ", job.data.describe(),
+                          ": resume it on the data it was trained on, or start a new run (--overwrite)"));
 }
 
 }  // namespace pt::runtime

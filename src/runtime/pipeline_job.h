@@ -91,6 +91,11 @@ std::vector<Segment> plan_segments(const schedule::Schedule& probe, const plan::
                                    int64_t eval_every = 0);
 
 // What a job runs, worked out identically by every worker of every transport.
+// CRC-32 of a tensor's bytes (contiguous, on the CPU); 0 for an undefined one.
+uint32_t tensor_crc32(const torch::Tensor& t);
+// What checkpoints record of the data (checkpoint_manifest.h).
+DataIdentity data_identity(const model::DataSplit& data);
+
 struct JobLayout {
   schedule::Schedule probe;  // the schedule of a typical segment: placement, stages, microbatches
   std::vector<Segment> segments;
@@ -101,6 +106,7 @@ struct JobLayout {
   std::string run_id;        // written into this run's checkpoints (start_checkpoints)
   std::string resume_from;   // the verified checkpoint resumed (empty: none)
   CheckpointManifest resume_manifest;
+  DataIdentity data;         // data_identity(data), once (a CRC over the training set)
   std::shared_ptr<CheckpointLock> lock;  // the checkpoint folder's, held by the leading process
 };
 // Also starts the run's checkpoints (start_checkpoints): call it once per worker process.
@@ -121,7 +127,7 @@ schedule::Schedule job_probe(const plan::Plan& plan, const PipelineOptions& o);
 // model's layers share (tied_gradients.h) wrong.
 void check_ties(const model::LayeredModel& m, const plan::Plan& plan, const PipelineOptions& o);
 
-// Before any worker starts: a resumed checkpoint must be of this model, batch size and seed.
+// Before any worker starts: a resumed checkpoint must be of this model, batch size, seed and data.
 void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const model::LayeredModel& m);
 
 // Generates (and validates) the schedule for a segment of `minibatches`.

@@ -108,6 +108,7 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
   d.lr_schedule = job.sgd.lr_schedule;
   d.warmup_steps = job.sgd.warmup_steps;
   d.schedule_steps = job.sgd.total_steps;
+  d.data = job.data;
   for (const auto& group : m.tie_groups()) {
     std::vector<std::pair<int, int>> members;
     for (const auto& member : group.members) members.emplace_back(member.layer, member.param);

@@ -122,6 +122,35 @@ TEST(Checkpoint, ResumesIntoOtherPlans) {
   EXPECT_EQ(m.plan, stages(1).shape());
 }
 
+// A checkpoint records the data it was trained on; resuming on other data (another file, another
+// --synthetic-samples) is refused by name, where it went on without a word (issue 70, item 5).
+TEST(Checkpoint, ResumingOnOtherDataIsRefused) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 2, d, 2, false));
+  auto manifest = read_verified_manifest(newest_checkpoint(d));
+  EXPECT_EQ(manifest.data, data_identity(small_data()));
+  EXPECT_EQ(manifest.data.train_samples, 256);
+  auto model = [](const model::LayerSet& held = {}) { return seeded_cnn(3, held); };
+  for (const auto& other : {model::synthetic_data(*seeded_cnn(3), 256, 64, 10, 12),    // other values
+                            model::synthetic_data(*seeded_cnn(3), 320, 64, 10, 11)}) {  // more samples
+    try {
+      train_pipeline(model, other, stages(2), options("1f1b", 4, d, 2, true));
+      FAIL() << "resumed on other data";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("the checkpoint was trained on synthetic (256 training samples, CRC-32 "),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(str("but this run's data is synthetic (", other.train.size(), " training")),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The same data resumes.
+  train_pipeline(model, small_data(), stages(2), options("1f1b", 4, d, 2, true));
+  EXPECT_EQ(read_verified_manifest(newest_checkpoint(d)).step, 4);
+}
+
 TEST(Checkpoint, PipedreamDrainsAtCheckpoints) {
   TempDir dir;
   std::string d = dir.path.string();
