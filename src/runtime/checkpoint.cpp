@@ -51,6 +51,19 @@ std::string remove_temp_checkpoint(const fs::path& dir) {
   return foreign;
 }
 
+// Removes a checkpoint so that a kill at any instant leaves it whole or gone: renamed out of the
+// step-<N> names first (a step folder exists only complete), then deleted. A kill during the
+// deletion leaves a `.del-` folder, which the next save removes. (Deleted in place, a kill left a
+// step folder of some layer files and no manifest, which --resume never removed and a later save
+// of that step refused as "not a checkpoint".)
+void discard_checkpoint(const fs::path& dir) {
+  fs::path doomed = dir.parent_path() / (".del-" + dir.filename().string());
+  std::error_code ec;
+  fs::remove_all(doomed, ec);
+  fs::rename(dir, doomed);
+  fs::remove_all(doomed);
+}
+
 // A complete checkpoint: a folder with a manifest that parses (its files are verified when read).
 bool is_checkpoint(const fs::path& dir) {
   try {
@@ -60,6 +73,20 @@ bool is_checkpoint(const fs::path& dir) {
   } catch (const Error&) {
     return false;
   }
+}
+
+// What an older pipetrain left when killed while deleting a checkpoint in place: a step folder of
+// pipetrain's own files only (at least one), without a manifest that reads. An empty folder, or
+// one holding anything else, may be a user's and is left alone.
+bool half_deleted_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec)) || is_checkpoint(dir)) return false;
+  bool any = false;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!fs::is_regular_file(e.symlink_status()) || !written_by_checkpoints(e.path().filename().string())) return false;
+    any = true;
+  }
+  return any;
 }
 
 // A rename is durable only once its directory is synced.
@@ -194,6 +221,9 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   // Into place: a step directory exists only complete. One of the same step (a resumed run
   // passing it again) is moved aside first, since rename cannot replace a full directory.
   fs::path final_dir = root / checkpoint_dir_name(step);
+  // A step folder of pipetrain's files and no manifest is what an older pipetrain left when killed
+  // while rotating one out: removed (a user's file in it keeps it, and the refusal below).
+  if (half_deleted_checkpoint(final_dir)) remove_temp_checkpoint(final_dir);
   if (fs::exists(final_dir)) {
     // Only a checkpoint is replaced: a folder of that name pipetrain did not write stays.
     if (!is_checkpoint(final_dir))
@@ -215,6 +245,8 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   for (const auto& e : fs::directory_iterator(root)) {
     std::string name = e.path().filename().string();
     if (name.rfind(".tmp-", 0) == 0 && checkpoint_step_of(name.substr(5)) <= step) remove_temp_checkpoint(e.path());
+    bool rotated = name.rfind(".del-", 0) == 0 || name.rfind(".old-", 0) == 0;  // a kill left it half deleted
+    if (rotated && checkpoint_step_of(name.substr(5)) >= 0) remove_temp_checkpoint(e.path());
     int64_t s = checkpoint_step_of(name);
     if (s < 0 || e.path() == final_dir) continue;
     std::string run;
@@ -222,14 +254,15 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
       run = manifest_from_json(read_regular_file((e.path() / "manifest.json").string(), input_limit(InputKind::manifest)),
                                (e.path() / "manifest.json").string()).run_id;
     } catch (const Error&) {
-      continue;  // not a checkpoint this run can claim: left alone
+      if (half_deleted_checkpoint(e.path())) remove_temp_checkpoint(e.path());
+      continue;  // anything else that is not a checkpoint this run can claim: left alone
     }
     if (run == base_.run_id) mine.push_back({s, e.path()});
-    else if (options_.overwrite) fs::remove_all(e.path());
+    else if (options_.overwrite) discard_checkpoint(e.path());
   }
   std::sort(mine.begin(), mine.end());
   // The one just written counts among the kept.
-  for (size_t i = 0; i + std::max(options_.keep - 1, 0) < mine.size(); ++i) fs::remove_all(mine[i].second);
+  for (size_t i = 0; i + std::max(options_.keep - 1, 0) < mine.size(); ++i) discard_checkpoint(mine[i].second);
 }
 
 void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std::string& checkpoint,

@@ -401,6 +401,36 @@ TEST(Checkpoint, OneRunPerFolder) {
 // Cleanup removes only what pipetrain wrote: a user's file in a temporary checkpoint folder
 // stays (the checkpoint of that step is refused, naming it), and a folder named like a
 // checkpoint that is not one is not replaced.
+// Rotation survives a kill at any instant (issue 70, item 8): a checkpoint is renamed out of the
+// step names before it is deleted, so a kill leaves it whole or a `.del-` folder, which the next
+// save removes; a step folder an older pipetrain left half deleted (layer files, no manifest) is
+// removed too, where --resume never removed it and a later save of that step was refused.
+TEST(Checkpoint, ARotationKilledAtAnyPointLeavesNoHalfCheckpoint) {
+  TempDir dir;
+  fs::path d = dir.path;
+  run(stages(2), options("1f1b", 2, d.string(), 2, false));
+  fs::path two = d / checkpoint_dir_name(2);
+  ASSERT_TRUE(fs::exists(two / "layer-0.tensors"));
+  // The states a kill leaves: renamed whole, renamed and partly deleted, and (an older
+  // pipetrain's) deleted in place past its manifest, here for the step the resumed run writes next.
+  fs::create_directories(d / (".del-" + checkpoint_dir_name(1)));
+  fs::copy(two, d / (".del-" + checkpoint_dir_name(1)), fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  fs::create_directories(d / (".del-" + checkpoint_dir_name(3)));
+  fs::copy_file(two / "layer-1.tensors", d / (".del-" + checkpoint_dir_name(3)) / "layer-1.tensors");
+  fs::create_directories(d / checkpoint_dir_name(4));
+  fs::copy_file(two / "layer-0.tensors", d / checkpoint_dir_name(4) / "layer-0.tensors");
+  EXPECT_EQ(newest_checkpoint(d.string()), two.string());  // the half-deleted step 4 is no checkpoint
+  run(stages(2), options("1f1b", 6, d.string(), 2, true));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(d))
+    if (e.path().filename().string()[0] != '.' || e.path().filename() != ".pipetrain.lock")
+      left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  // The newest two of the run, complete; nothing half deleted.
+  EXPECT_EQ(left, (std::vector<std::string>{checkpoint_dir_name(4), checkpoint_dir_name(6)}));
+  EXPECT_EQ(read_verified_manifest((d / checkpoint_dir_name(4)).string()).step, 4);
+}
+
 TEST(Checkpoint, CleanupRemovesOnlyWhatPipetrainWrote) {
   TempDir dir;
   fs::path d = dir.path;
