@@ -393,14 +393,21 @@ TEST(Checkpoint, OneRunPerFolder) {
       EXPECT_THAT(e.what(), HasSubstr("is in use by another run (pid " + std::to_string(::getpid()) + " on host "));
     }
     EXPECT_EQ(newest_checkpoint(d), "");  // it wrote nothing
+    // The lock is the folder's: deleting the note that names its holder unlocks nothing (a
+    // second --resume then ran beside the first; issue 70, item 9).
+    fs::remove(fs::path(d) / kCheckpointLockFile);
+    try {
+      run(stages(2), options("1f1b", 2, d, 2, false));
+      ADD_FAILURE() << "a second run was accepted once the lock file was deleted";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is in use by another run (unknown)"));
+    }
+    EXPECT_EQ(newest_checkpoint(d), "");
   }
   run(stages(2), options("1f1b", 2, d, 2, false));
   EXPECT_NE(newest_checkpoint(d), "");
 }
 
-// Cleanup removes only what pipetrain wrote: a user's file in a temporary checkpoint folder
-// stays (the checkpoint of that step is refused, naming it), and a folder named like a
-// checkpoint that is not one is not replaced.
 // Rotation survives a kill at any instant (issue 70, item 8): a checkpoint is renamed out of the
 // step names before it is deleted, so a kill leaves it whole or a `.del-` folder, which the next
 // save removes; a step folder an older pipetrain left half deleted (layer files, no manifest) is
@@ -431,6 +438,9 @@ TEST(Checkpoint, ARotationKilledAtAnyPointLeavesNoHalfCheckpoint) {
   EXPECT_EQ(read_verified_manifest((d / checkpoint_dir_name(4)).string()).step, 4);
 }
 
+// Cleanup removes only what pipetrain wrote: a user's file in a temporary checkpoint folder
+// stays (the checkpoint of that step is refused, naming it), and a folder named like a
+// checkpoint that is not one is not replaced.
 TEST(Checkpoint, CleanupRemovesOnlyWhatPipetrainWrote) {
   TempDir dir;
   fs::path d = dir.path;
