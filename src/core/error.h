@@ -53,7 +53,8 @@ std::string str(const Args&... args) {
 void print_line_to_stderr(const std::string& line);
 
 // Text as it may be shown on a terminal: control characters that a file or a flag carried into
-// it (an escape sequence, a carriage return) are written as \xNN.
+// it (an escape sequence, a carriage return, a C1 control) and bytes that are not UTF-8 are
+// written as \xNN; well-formed UTF-8 stays as it is.
 std::string printable(const std::string& text);
 
 }  // namespace pt

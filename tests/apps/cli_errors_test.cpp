@@ -144,6 +144,12 @@ TEST(CliErrors, ErrorsEscapeControlCharacters) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/\\x1b[2Jevil.json"), std::string::npos) << r.output;
+  // Bytes that are not UTF-8 are escaped too (they went to the terminal raw); UTF-8 stays as it is.
+  auto bytes = pipetrain(std::string("plan --profile '/nonexistent/\xff\xfe-\xc3\xa9t\xc3\xa9-\xc2\x9b.json' --workers 2 "
+                                     "--bandwidth-gbps 1"));
+  EXPECT_EQ(bytes.exit_code, 1) << bytes.output;
+  EXPECT_NE(bytes.output.find("/nonexistent/\\xff\\xfe-\xc3\xa9t\xc3\xa9-\\xc2\\x9b.json"), std::string::npos)
+      << bytes.output;
 }
 
 // A command's printed output is what it made (`plan --json > plan.json`): a write that fails, as on
