@@ -272,7 +272,7 @@ int run_train(TrainFlags& f) {
                   st.layers.size() > 1 ? str("-", st.layers.back()) : std::string());
   std::cerr << "training " << m->name() << " on " << data.name << " with " << f.pipe.schedule << ", plan "
             << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages()
-            << " stages: layers " << layers << "), "
+            << (plan.num_stages() == 1 ? " stage: layers " : " stages: layers ") << layers << "), "
             << probe.microbatches << (probe.microbatches == 1 ? " microbatch" : " microbatches")  // pipedream's: 1
             << ", transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";

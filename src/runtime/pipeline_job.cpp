@@ -176,6 +176,13 @@ JobLayout layout_job(const plan::Plan& plan, const PipelineOptions& o, const mod
                            " of ", o.train.batch_size, " holds ");
   int64_t trainable = 0;
   for (const auto& seg : plan_segments(job.probe, plan, job.per_epoch, total)) trainable += seg.minibatches;
+  // --steps below one round is the cause where the epoch holds rounds (it blamed the epoch).
+  if (total > 0 && trainable == 0 && o.train.steps > 0 && job.per_epoch >= unit)
+    throw ConfigError(str("--steps ", o.train.steps, ": nothing would train: the replicas of plan ", plan.shape(),
+                          " under ", o.schedule, " take minibatches in rounds of ", unit, ", and ", o.train.steps,
+                          " minibatch", o.train.steps == 1 ? " is" : "es are",
+                          " less than one round; give a --steps of whole rounds (", unit, ", ", 2 * unit,
+                          ", ...) or a synchronous schedule"));
   if (total > 0 && trainable == 0)
     throw ConfigError(str(o.schedule, ": nothing would train: ", rounds,
                           "no whole round; give more data, a smaller --batch-size or a synchronous schedule"));

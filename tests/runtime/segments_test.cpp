@@ -92,6 +92,17 @@ TEST(Segments, StepsThatRoundsCannotMakeAreRefused) {
           << e.what();
     }
   }
+  // Below one round the cause is --steps, not the epoch (it said the epoch "holds no whole round").
+  o.train.steps = 2;
+  try {
+    layout_job(p, o, data);
+    FAIL() << "accepted --steps 2";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--steps 2: nothing would train: the replicas of plan 4 under pipedream take "
+                                         "minibatches in rounds of 4, and 2 minibatches are less than one round"),
+              std::string::npos)
+        << e.what();
+  }
   o.train.steps = 4;
   EXPECT_EQ(layout_job(p, o, data).steps, 4);
   o.train.steps = 0;
