@@ -11,6 +11,7 @@
 
 #include "apps/command.h"
 #include "core/host_allocator.h"
+#include "plan/split_ties.h"
 #include "referee/joint_search.h"
 #include "referee/referee.h"
 #include "referee/replay_ahead.h"
@@ -152,6 +153,11 @@ int run_joint(Flags& f, plan::PlanOutcome& out) {
   JointResult r = joint_search(out.profile, out.cluster, out.options, jo);
   const Configuration& c = chosen(r, jo, out.profile, out.cluster);
   out.plan = c.plan;
+  if (!out.profile.ties.empty()) {  // as the schedule places the stages (a V puts two on a worker)
+    schedule::Schedule s = schedule::make_unvalidated_schedule(c.plan.schedule, c.plan, c.run);
+    for (const auto& note : plan::split_tie_notes(out.profile, s.stage_layers, s.stage_workers, out.cluster))
+      out.plan.notes.push_back(note);
+  }
   std::ostringstream summary;
   // One worker at its leanest (a sample a microbatch), under the cap or not: whether the table may
   // advise it (VGG-16 under 2 GB was told to train on one worker, which needs 15 GB).

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/planner.h"
+#include "plan/split_ties.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
 #include "runtime/gloo_job.h"
@@ -47,6 +48,19 @@ void note_samples_left_out(int64_t samples, const runtime::TrainOptions& t) {
             << (t.shuffle ? " (different ones each time: the order is shuffled)\n"
                           : str(", the same every time with --no-shuffle: sample", left == 1 ? " " : "s ",
                                 samples - left, left == 1 ? "" : str("-", samples - 1), " never trained on\n"));
+}
+
+// Each tie the plan splits over stages: its stages' workers sum its gradient every step
+// (runtime/tied_gradients.h), which only export mentioned.
+void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) {
+  std::vector<model::TieGroup> groups = m.tie_groups();
+  std::vector<std::vector<int>> layers;
+  for (const auto& g : groups) layers.push_back(g.layers());
+  std::vector<std::string> names;
+  for (int l = 0; l < m.num_layers(); ++l) names.push_back(m.layer(l).name);
+  for (const plan::SplitTie& t : plan::split_ties(layers, s.stage_layers, s.stage_workers))
+    if (groups[t.group].trains)
+      std::cerr << "note: " << plan::split_tie_note(t, layers[t.group], groups[t.group].bytes, names) << "\n";
 }
 
 // A checkpoint resumed under other optimizer settings than it was trained with: the steps after
@@ -276,6 +290,7 @@ int run_train(TrainFlags& f) {
             << probe.microbatches << (probe.microbatches == 1 ? " microbatch" : " microbatches")  // pipedream's: 1
             << ", transport " << f.transport
             << (label.empty() ? "" : ", " + label) << "\n";
+  note_split_ties(*m, probe);
   if (f.transport == "gloo") {  // one process per worker on this host: forks of this one, or this binary again
     runtime::Launch launch = runtime::fork_gloo_job(plan, workers, f.trace_path);
     if (launch.worker) return runtime::train_with_gloo(factory, data, plan, f.pipe, f.trace_path, report);

@@ -29,6 +29,7 @@ import re
 import sys
 import time
 import traceback
+import warnings
 
 import torch
 import torch.fx
@@ -498,12 +499,24 @@ def unpack(g, x, layouts):
 def layer_names(graph, spans):
     """Each layer's modules' common path (layer1.0); where two layers share it, the range of
     its children each holds (blocks.0.norm1..attn); with no common path, the owners joined
-    (layer4.1+avgpool)."""
+    (layer4.1+avgpool). A parameter read in the layer's own code stands for the module owning
+    it (an RMSNorm traced through: norm, not norm.weight), or for the operation reading it where
+    that module runs elsewhere (a GPT-2 head multiplying by wte.weight: matmul, not wte.weight);
+    a parameter of the model itself, for its name (cls_token)."""
+    called = {n.target for n in graph.ops if n.op == "call_module"}
+
+    def state_name(a, op):
+        owner = a.target.rpartition(".")[0]
+        if not owner:
+            return a.target
+        return re.sub(r"_\d+$", "", op.name) if owner in called else owner
+
     def targets(lo, hi):
         out = []
         for n in graph.ops[lo:hi]:
             out += [n.target] if n.op == "call_module" else \
-                [a.target for a in n.args if isinstance(a, torch.fx.Node) and a.op == "get_attr" and graph.is_state(a)]
+                [state_name(a, graph.ops[hi - 1]) for a in n.args
+                 if isinstance(a, torch.fx.Node) and a.op == "get_attr" and graph.is_state(a)]
         return out
 
     prefixes = [".".join(os.path.commonprefix([t.split(".") for t in targets(*s)])) for s in spans]
@@ -612,12 +625,16 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16
 
 def layer_records(children):
     """Each layer as its own TorchScript archive, and what pipetrain.json says of it."""
-    files, index = {}, []
+    files, index, warned = {}, [], {}
     for i, (name, m) in enumerate(children.items()):
         try:
-            scripted = torch.jit.script(m)
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                scripted = torch.jit.script(m)
         except Exception as e:
             raise ExportError(f"--model: TorchScript cannot compile layer {i} ('{name}'): {e}")
+        for w in said:
+            warned.setdefault(str(w.message).strip(), []).append(f"{i} ('{name}')")
         buf = io.BytesIO()
         torch.jit.save(scripted, buf)
         record = f"layer-{i}.pt"
@@ -626,6 +643,17 @@ def layer_records(children):
                    "requires_grad": p.requires_grad} for n, p in scripted.named_parameters()]
         index.append({"file": record, "bytes": len(files[record]), "parameters": params,
                       "buffers": [n for n, _ in scripted.named_buffers()]})
+    # TorchScript's warnings name its own internals: each said once, with its layers and what it
+    # means (nn.TransformerEncoderLayer's "'batch_first' was found in ScriptModule constants": its
+    # __constants__ lists an attribute its forward does not read). The one about "instance-level
+    # annotations" comes from torch.fx's GraphModule, which holds every traced layer: not the
+    # user's code, left out.
+    for message, layers in warned.items():
+        if "instance-level annotations" in message:
+            continue
+        print(f"note: TorchScript warned compiling layer{'s' if len(layers) > 1 else ''} {', '.join(layers)}: "
+              f"{message} (a compiler's warning, not an error: the layer compiled; it matters only where the "
+              "layer's forward reads what it names)", file=sys.stderr)
     return files, index
 
 
@@ -661,6 +689,13 @@ def export(args):
         names, modules, boundaries = split_sequential(model, x, args.layers)
     else:
         names, modules, boundaries = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
+    if 0 < len(names) < args.layers:  # it gave fewer without a word (an ALBERT-style model: 5 of 8)
+        print(f"note: --layers {args.layers}: {len(names)} layers are as many as "
+              + ("its children give (an nn.Sequential or TorchScript file is cut between children only)"
+                 if scripted_input or isinstance(model, torch.nn.Sequential) else
+                 f"its graph allows: every other cut would carry more than --max-boundary-tensors "
+                 f"{args.max_boundary_tensors} tensors that scale with the batch, or cross an in-place update or "
+                 "a value that is not a tensor (a larger --max-boundary-tensors may give more)"), file=sys.stderr)
     children = collections.OrderedDict((f"l{i}_" + "".join(c if c.isalnum() else "_" for c in n), m)
                                        for i, (n, m) in enumerate(zip(names, modules)))
     ties = tie_groups(list(children.values()))

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "plan/split_ties.h"
 #include "plan/state_space.h"
 
 namespace pt::plan {
@@ -88,6 +89,19 @@ double exposed_allreduce_ms(const Plan& plan, int s, const profile::Profile& pro
   return std::max(0.0, buckets_end_ms(buckets, backward, cluster, unit, stretch) - backward);
 }
 
+// A tie split over stages is summed by their workers before their step (split_ties.h): its
+// time adds to each holding stage's whole, as nothing overlaps it.
+void add_tie_exchanges(PlanEstimate& out, const Plan& plan, const profile::Profile& profile, const Cluster& cluster) {
+  if (profile.ties.empty()) return;
+  std::vector<double> tie_ms = tie_exchange_ms_by_stage(plan, profile, cluster);
+  for (size_t s = 0; s < out.stages.size(); ++s) {
+    StageEstimate& e = out.stages[s];
+    e.tie_ms = tie_ms[s];
+    e.comm_ms += tie_ms[s];
+    e.time_ms += tie_ms[s];
+  }
+}
+
 PlanEstimate finish(PlanEstimate out, const Cluster& cluster, const PlanOptions& options) {
   int64_t limit = memory_limit(cluster, options);
   out.bottleneck = 0;
@@ -139,6 +153,7 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
     e.in_flight_ms = in_flight_bound(round_trip, downstream, n);
     e.time_ms = std::max(e.time_ms, e.in_flight_ms);
   }
+  add_tie_exchanges(out, plan, profile, cluster);
   return finish(out, cluster, options);
 }
 
@@ -274,6 +289,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const StageSums& sums, const profil
     }
     e.time_ms = std::max({std::max(e.compute_ms, e.link_ms) + e.allreduce_ms, e.in_flight_ms, e.round_ms / r});
   }
+  add_tie_exchanges(out, plan, profile, cluster);
   for (int w = 0; w < W; ++w)
     for (int level = 0; level < levels; ++level) {
       size_t i = static_cast<size_t>(w) * levels + level;

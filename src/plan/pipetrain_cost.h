@@ -57,7 +57,8 @@ struct StageEstimate {
   double round_ms = 0;         // evaluate_plan: a replicated stage's round, its replicas waiting for each other
   double trip_out_ms = 0;      // evaluate_plan: one minibatch's activations across the cut after this stage,
                                // alone on the links, averaged over the replica pairs (its gradients take as long)
-  double comm_ms = 0;          // link_ms + allreduce_ms
+  double tie_ms = 0;           // split ties' gradient exchanges (split_ties.h), after the backward
+  double comm_ms = 0;          // link_ms + allreduce_ms + tie_ms
   double time_ms = 0;
   int stash_depth = 0;         // minibatches in flight on each replica
   double memory_bytes = 0;     // per worker

@@ -48,7 +48,8 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
   if (options.straight && W > nodes)
     throw ConfigError(str("--straight: ", W, " workers need ", W, " stages but '", profile.model, "' has only ", nodes,
                           " layers to split", why.empty() ? "" : " (" + why + ")",
-                          "; use fewer workers or allow replication"));
+                          "; use fewer workers or allow replication",
+                          profile.ties.empty() ? "" : ", or a synchronous schedule (plan --schedule 1f1b, or auto)"));
   int64_t mem = memory_limit(cluster, options);
   if (mem > 0) {
     double largest = 0;
@@ -57,8 +58,15 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
     throw ConfigError(str("memory of ", human_bytes(static_cast<double>(mem)), " per worker is too small for any ",
                           name_of(options.cost_model), " plan of '", profile.model, "' on ", W,
                           " workers (its largest layer alone holds ", human_bytes(largest),
-                          " of activations and parameters per minibatch in flight)"));
+                          " of activations and parameters per minibatch in flight",
+                          profile.ties.empty() ? "" : "; " + why + "; a synchronous schedule may split them: plan "
+                                                      "--schedule 1f1b, or auto", ")"));
   }
+  if (!profile.ties.empty())
+    throw ConfigError(str("no ", name_of(options.cost_model), " plan of '", profile.model, "' on ", cluster.describe(),
+                          why.empty() ? "" : ": " + why,
+                          "; a synchronous schedule may split them, its stages summing the copies' gradients ",
+                          "(plan --schedule 1f1b, or auto)"));
   throw InternalError(str("the planner found no plan for '", profile.model, "' on ", cluster.describe()));
 }
 

@@ -273,8 +273,9 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
                    [](const NodeSet& a, const NodeSet& b) { return a.count() < b.count(); });
   PT_CHECK(states.back().count() == n, "the last state must hold every node");
   // A tie group (profile.h) stays in one stage: no state may hold some of its nodes but not all.
-  // (The runtime can sum a tie's gradients across stages under a synchronous schedule, but the
-  // cost engine does not price that exchange yet, so the planner does not choose it.)
+  // These states are the pipedream schedule's, whose stages step at their own times and would
+  // train a split tie's copies apart; the synchronous schedules' splits (referee/joint_search.h)
+  // may split it, its exchange priced (plan/split_ties.h).
   size_t before_ties = states.size();
   for (const auto& tie : p.ties) {
     std::vector<int> nodes;
@@ -288,9 +289,17 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
                                 }),
                  states.end());
   }
-  if (states.size() < before_ties)
-    s.note += str(s.note.empty() ? "" : "; ", "layers that share a parameter stay in one stage (",
-                  p.ties.size(), " tie group", p.ties.size() > 1 ? "s" : "", ")");
+  if (states.size() < before_ties) {
+    std::string tied;
+    for (const auto& tie : p.ties) {
+      tied += tied.empty() ? "" : "; ";
+      for (size_t i = 0; i < tie.layers.size(); ++i)
+        tied += str(i == 0 ? "" : i + 1 == tie.layers.size() ? " and " : ", ", tie.layers[i], " ('",
+                    p.layers[tie.layers[i]].name, "')");
+    }
+    s.note += str(s.note.empty() ? "" : "; ", "layers that share a parameter stay in one stage under pipedream, whose ",
+                  "stages step at their own times and would train the copies apart (layers ", tied, ")");
+  }
 
   // Per node: sums, and the bytes it sends out of itself.
   std::vector<double> compute(n, 0), backward(n, 0), act(n, 0), param(n, 0), out_bytes(n, 0);

@@ -12,6 +12,7 @@
 #include "referee/replay_floor.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "plan/split_ties.h"
 #include "schedule/generators.h"
 #include "schedule/validate.h"
 #include "sim/simulator.h"
@@ -306,6 +307,12 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
       ++r.not_straight;
       continue;
     }
+    // A tie split over stages needs the stages to step together: an asynchronous schedule
+    // would train its copies apart (runtime/tied_gradients.h), and train refuses it.
+    if (!schedule::schedule_flushes(t.kind) && !plan::split_ties(t.plan, profile).empty()) {
+      ++r.async_split_tie;
+      continue;
+    }
     profile::Profile prof = profile::with_batch_size(profile, t.batch);
     schedule::ScheduleOptions so;
     so.microbatches = t.microbatches;
@@ -423,7 +430,10 @@ const Configuration& chosen(const JointResult& r, const JointOptions& o, const p
                           o.microbatches > 0 ? str(" with ", o.microbatches, " microbatches") : "",
                           r.not_straight > 0 ? str(" with one worker a stage (--straight left out ", r.not_straight,
                                                    " that replicate a stage)")
-                                             : ""));
+                                             : "",
+                          r.async_split_tie > 0 ? str(" (", r.async_split_tie, " would split layers sharing a parameter ",
+                                                      "under an asynchronous schedule, which cannot keep it one)")
+                                                : ""));
   }
   if (r.ranked.empty())
     throw ConfigError(str("no configuration fits ", human_bytes(static_cast<double>(o.memory_cap)),

@@ -69,6 +69,7 @@ struct JointResult {
   std::vector<Configuration> ranked;   // fitting configurations, best first
   int considered = 0, over_cap = 0;    // configurations built, and those left out by the cap
   int not_straight = 0;                 // left out by --straight: a stage replicated
+  int async_split_tie = 0;              // left out: an asynchronous schedule splitting a tie
   int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
   int64_t smallest_peak = 0;           // the least peak memory of any configuration
 };

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "plan/split_ties.h"
 
 namespace pt::runtime {
 
@@ -34,15 +35,10 @@ std::string describe(const model::TieGroup& g, const model::LayeredModel& model,
 
 std::vector<std::vector<int>> TiedGradients::worker_groups(const std::vector<model::TieGroup>& ties,
                                                            const schedule::Schedule& s) {
-  std::vector<std::vector<int>> out;
-  for (const auto& g : ties) {
-    auto stages = member_stages(g, s);
-    std::set<int> distinct(stages.begin(), stages.end()), workers;
-    if (distinct.size() < 2) continue;
-    for (int st : distinct) workers.insert(s.stage_workers[st].begin(), s.stage_workers[st].end());
-    if (workers.size() < 2) continue;  // one worker holds every copy: one tensor there
-    out.emplace_back(workers.begin(), workers.end());
-  }
+  std::vector<std::vector<int>> layers, out;
+  for (const auto& g : ties) layers.push_back(g.layers());
+  for (const plan::SplitTie& t : plan::split_ties(layers, s.stage_layers, s.stage_workers))
+    if (t.exchanges()) out.push_back(t.workers);  // one worker holding every copy: one tensor there
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "plan/split_ties.h"
 #include "sim/stage_costs.h"
 
 namespace pt::sim {
@@ -149,10 +150,34 @@ class EarliestFirst {
 // What a worker's action waits for, by kind: a compute done on the worker, or data arrived at it.
 enum Slot { kForwardDone, kBackwardDone, kActivationIn, kGradientIn, kSlots };
 
+// A tie group split over stages (plan/split_ties.h): its workers sum its gradient, an
+// all-reduce of its bytes, before each one's first step.
+struct TieExchange {
+  std::vector<int> workers;
+  int64_t bytes = 0;
+};
+
+// The schedule's tie exchanges, from the profile's ties. An asynchronous schedule cannot keep a
+// split tie one parameter: refused, as the runtime refuses it.
+std::vector<TieExchange> tie_exchanges(const schedule::Schedule& s, const profile::Profile& p) {
+  std::vector<std::vector<int>> ties;
+  for (const auto& t : p.ties) ties.push_back(t.layers);
+  std::vector<TieExchange> out;
+  for (const plan::SplitTie& t : plan::split_ties(ties, s.stage_layers, s.stage_workers)) {
+    if (!s.flush || s.vertical_sync)
+      throw ConfigError(str(p.model, ": a parameter of ", p.ties[t.group].bytes, " bytes is shared by ",
+                            plan::describe_split_tie(t, ties[t.group], {}), ", and the ", s.kind,
+                            " schedule steps each stage at its own time on its own weight version, so the copies "
+                            "would train apart: use a synchronous schedule or keep these layers in one stage"));
+    if (t.exchanges()) out.push_back({t.workers, p.ties[t.group].bytes});
+  }
+  return out;
+}
+
 class Replay {
  public:
   Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes,
-         int cores, bool computes_only)
+         int cores, bool computes_only, std::vector<TieExchange> ties = {})
       : s_(s), cluster_(c), costs_(costs), computes_only_(computes_only), scale_(1.0 / s.microbatches),
         cores_(std::max(cores, 0)), busy_(s.num_workers(), 0),
         pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
@@ -177,6 +202,17 @@ class Replay {
     ingress_.resize(egress_.size());
     for (auto* ports : {&egress_, &ingress_})  // room for a few rounds' bookings before any growth
       for (Port& p : *ports) p.reserve(64);
+    // Each worker's tie exchanges, in group order (the runtime's), before its first step.
+    ties_ = std::move(ties);
+    mine_.resize(s.num_workers());
+    next_tie_.assign(s.num_workers(), 0);
+    first_step_.assign(s.num_workers(), 0);
+    for (int w = 0; w < s.num_workers(); ++w) {
+      const auto& list = s.actions[w];
+      while (first_step_[w] < list.size() && list[first_step_[w]].kind != ActionKind::kStep) ++first_step_[w];
+    }
+    for (size_t e = 0; e < ties_.size(); ++e)
+      for (int w : ties_[e].workers) mine_[w].push_back(static_cast<int>(e));
   }
 
   std::vector<std::vector<TraceEvent>> run() {
@@ -208,6 +244,11 @@ class Replay {
         const auto& group = s_.stage_workers[a.stage];
         execute(w, start);
         for (int r : group) consider(r);
+        continue;
+      }
+      if (int e = tie_due(w); e >= 0) {
+        exchange(e, start);
+        for (int r : ties_[e].workers) consider(r);
         continue;
       }
       execute(w, start);
@@ -262,8 +303,9 @@ class Replay {
     double start = 0;
     if (pc_[w] >= list.size() || !startable(w, start)) return queue_.clear(w);
     const Action& a = s_.actions[w][pc_[w]];
-    if (a.kind == ActionKind::kAllReduce) {
-      const auto& group = s_.stage_workers[a.stage];
+    int tie = tie_due(w);
+    if (a.kind == ActionKind::kAllReduce || tie >= 0) {
+      const auto& group = tie >= 0 ? ties_[tie].workers : s_.stage_workers[a.stage];
       int lead = *std::min_element(group.begin(), group.end());
       if (lead != w) queue_.clear(w);
       queue_.set(lead, start);
@@ -276,6 +318,14 @@ class Replay {
   bool startable(int w, double& start) const {
     const Action& a = s_.actions[w][pc_[w]];
     start = clock_[w];
+    if (int e = tie_due(w); e >= 0) {
+      // Every worker of the exchange has reached it.
+      for (int r : ties_[e].workers) {
+        if (busy_[r] || tie_due(r) != e) return false;
+        start = std::max(start, clock_[r]);
+      }
+      return true;
+    }
     switch (a.kind) {
       case ActionKind::kForward:
         // Input: F(stage-1) on this worker, or the activation arriving from another.
@@ -492,6 +542,36 @@ class Replay {
     }
   }
 
+  // The tie exchange worker w must run before its next action, or -1: one is due at its first
+  // step until it has run its exchanges.
+  int tie_due(int w) const {
+    if (pc_[w] != first_step_[w] || next_tie_[w] >= mine_[w].size()) return -1;
+    return mine_[w][next_tie_[w]];
+  }
+
+  // A split tie's all-reduce, as a stage's in one bucket: its workers' links busy for its ring
+  // steps, and every worker's clock at its end. No event is recorded: the trace's kinds are the
+  // schedule's actions (the wait shows before the step).
+  void exchange(int e, double start) {
+    const TieExchange& x = ties_[e];
+    double from = start;
+    for (const plan::AllreducePhase& phase : cluster_.allreduce_phases(x.workers, 1.0)) {
+      double ms = cluster_.ring_step_ms(phase, static_cast<double>(x.bytes));
+      double phase_end = from;
+      for (const auto& ring : phase.rings) {
+        Ports ports;
+        for (int r : ring) ports.insert(ports.end(), {egress(r, phase.level), ingress(r, phase.level)});
+        phase_end = std::max(phase_end, book_steps(ports, from, ms, phase.steps));
+        booked_ += static_cast<int64_t>(ports.size()) * phase.steps;
+      }
+      from = phase_end;
+    }
+    for (int r : x.workers) {
+      clock_[r] = from;
+      ++next_tie_[r];
+    }
+  }
+
   // Drops the link intervals that end before any booking still to come can start: the links of
   // a plan on hundreds of workers held tens of thousands each, and booking among them took
   // nearly all of a replay's time. A booking starts no earlier than its worker's clock, or than
@@ -541,6 +621,10 @@ class Replay {
   // [worker] -> (stage, bucket ready times) of completing backwards whose all-reduce is to come.
   std::vector<std::vector<std::pair<int, std::vector<double>>>> pending_buckets_;
   std::vector<RingPlan> ring_plans_;  // [stage], made at its first all-reduce
+  std::vector<TieExchange> ties_;
+  std::vector<std::vector<int>> mine_;  // [worker] -> its exchanges, in order
+  std::vector<size_t> next_tie_;        // [worker] -> how many of them have run
+  std::vector<size_t> first_step_;      // [worker] -> its first Step's index (the list's size: none)
 };
 
 }  // namespace
@@ -562,7 +646,8 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.microbatches = s.microbatches;
   t.batch_size = p.batch_size;
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
-  t.workers = Replay(s, costs, cluster, options.bucket_bytes, options.cores, options.computes_only).run();
+  t.workers =
+      Replay(s, costs, cluster, options.bucket_bytes, options.cores, options.computes_only, tie_exchanges(s, p)).run();
   return t;
 }
 

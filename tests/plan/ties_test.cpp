@@ -151,5 +151,23 @@ TEST(Ties, StateSpaceSaysWhyItHoldsLayersTogether) {
   EXPECT_NE(s.note.find("share a parameter"), std::string::npos) << s.note;
 }
 
+// Where the tie leaves pipedream's planner no plan, the error names its layers and the
+// schedules that may split it (it said only "the planner found no plan for 'llama.pt' on 4").
+TEST(Ties, NoPlanForATieNamesItAndTheSchedulesThatSplitIt) {
+  auto p = chain(6);
+  p.ties = {{{0, 5}, 4000}};
+  PlanOptions o;
+  o.straight = true;
+  try {
+    make_plan(p, Cluster::flat(4, 10), o);
+    FAIL() << "planned";
+  } catch (const ConfigError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("layers that share a parameter stay in one stage under pipedream"), std::string::npos) << what;
+    EXPECT_NE(what.find("(layers 0 ('l0') and 5 ('l5'))"), std::string::npos) << what;
+    EXPECT_NE(what.find("plan --schedule 1f1b, or auto"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace pt::plan

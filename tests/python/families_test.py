@@ -207,6 +207,31 @@ class Families(unittest.TestCase):
                 self.assertIn("would train apart", r.stderr)
                 self.assertFalse(os.path.exists(ck))
 
+    def test_the_planner_splits_a_tie_where_memory_demands_it(self):
+        """A GPT whose tied embedding (2048 x 64) makes the whole model too large for a worker's
+        cap: no plan keeping the tie in one stage fits, so `plan --memory` returns a pipeline
+        that splits it, says so, and trains as eager PyTorch does (issue 70)."""
+        w = self.tmp.name
+        g = torch.Generator().manual_seed(5)
+        tokens = torch.randint(0, 2048, (N, 17), generator=g)
+        case = fid.Case(w, "gpt-wide", "family_models:gpt", '{"vocab": 2048, "d": 64, "depth": 4}', f"{B},16", "int64",
+                        lambda: fm.gpt(vocab=2048, d=64, depth=4), tokens[:, :16].contiguous(),
+                        tokens[:, 1:].contiguous(), lm_loss, "lm")
+        prof, out = os.path.join(w, "gpt-wide.prof.json"), os.path.join(w, "gpt-wide.plan.json")
+        fid.run([fid.PIPETRAIN, "profile", "--model", case.model_file, "--loss", "lm", "--batch-size", str(B), "-o", prof])
+        cluster = ["--workers", "4", "--bandwidth-gbps", "10", "--memory", "4MB", "--time-limit", "4"]
+        # Every plan holding the tie in one stage holds the whole model: none fits the cap.
+        dp = fid.run_failing([fid.PIPETRAIN, "plan", "--profile", prof, "--schedule", "dp"] + cluster)
+        self.assertNotEqual(dp.returncode, 0, dp.stdout)
+        self.assertIn("no configuration fits 4.0 MiB", dp.stderr)
+        r = fid.run([fid.PIPETRAIN, "plan", "--profile", prof, "-o", out] + cluster)
+        with open(out) as f:
+            plan = json.load(f)
+        stage_of = {l: i for i, st in enumerate(plan["stages"]) for l in st["layers"]}
+        self.assertNotEqual(stage_of[0], stage_of[10], plan)
+        self.assertIn("layers 0 ('wte') and 10 ('head') share a parameter of 512.0 KiB and lie on stages", r.stdout)
+        fid.Fidelity.check(self, case, "planned", ["--plan", out], plan.get("microbatches") or 1)
+
 
 class Export(unittest.TestCase):
     """What export keeps whole, and what it refuses: the error names the user's line and gives

@@ -12,11 +12,13 @@
 #include "referee/referee.h"
 #include "core/error.h"
 #include "plan/plan_command.h"
+#include "plan/split_ties.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profile.h"
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
 #include "schedule/generators.h"
+#include "../schedule/uniform_profile.h"
 #include "sim/simulator.h"
 
 namespace pt::referee {
@@ -183,6 +185,37 @@ TEST(JointPlan, StraightConfigurationsReplicateNoStage) {
     ADD_FAILURE() << "data parallelism chosen under --straight";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--straight left out"), std::string::npos) << e.what();
+  }
+}
+
+// A tie between the first and the last layer: pipedream and 2bw may not split it (they would
+// train its copies apart), the synchronous schedules may, with its exchange priced; under a cap
+// that no stage holding the whole tie meets, the choice splits it (issue 70).
+TEST(JointPlan, ATieIsSplitOnlyBySynchronousSchedules) {
+  const int64_t tie_bytes = 8 << 20;
+  profile::Profile prof = schedule::testing::uniform_profile(8, 1.0, 2.0, 1 << 10, 1 << 20, 8);
+  prof.layers.front().parameter_bytes = prof.layers.back().parameter_bytes = tie_bytes;
+  prof.ties = {{{0, 7}, tie_bytes}};
+  plan::Cluster cluster = plan::Cluster::flat(4, 10);
+  plan::PlanOptions po;
+  // The tie is 8 MiB and the other layers 1 MiB each; a stage holds its weights, gradients and
+  // momentum, and a backward the tie layer's weight gradient before it is added in (schedule/
+  // memory.h). Whole on one stage the tie comes with every layer between its copies (14 x 3 + 8 =
+  // 50 MiB); under 40 MiB only stages of at most three layers fit (9 x 3 + 8 = 35 at the ends).
+  for (int64_t cap : {int64_t{0}, int64_t{40} << 20}) {
+    JointOptions o;
+    o.memory_cap = cap;
+    JointResult r = joint_search(prof, cluster, po, o);
+    ASSERT_FALSE(r.ranked.empty()) << cap << " smallest " << r.smallest_peak;
+    EXPECT_GT(r.async_split_tie, 0);
+    for (const auto& c : r.ranked)
+      if (!plan::split_ties(c.plan, prof).empty())
+        EXPECT_TRUE(schedule::schedule_flushes(c.plan.schedule)) << c.plan.schedule << " " << c.plan.shape();
+    if (cap > 0) {
+      const plan::Plan& best = r.ranked.front().plan;
+      EXPECT_FALSE(plan::split_ties(best, prof).empty()) << best.schedule << " " << best.shape();
+      EXPECT_LE(r.ranked.front().peak_memory, cap);
+    }
   }
 }
 

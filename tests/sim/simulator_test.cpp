@@ -470,5 +470,43 @@ TEST(Simulator, ComputesAloneGiveTheSameTiming) {
   }
 }
 
+// A tie split over stages (plan/split_ties.h): the workers holding its copies sum its gradient
+// before their step, an all-reduce the runtime runs and the simulator prices, exactly the ring's
+// time on a straight pipeline, where each stage's step ends the minibatch. An asynchronous
+// schedule cannot keep the copies one parameter: refused, as the runtime refuses it.
+TEST(Simulator, ASplitTiesExchangeIsPriced) {
+  const int64_t tie_bytes = 1 << 20;
+  auto prof = schedule::testing::uniform_profile(4, 1.0, 2.0, 0, tie_bytes);
+  plan::Cluster c = plan::Cluster::flat(4, 1);  // 1 Gbit/s: 1 MiB takes 8.4 ms one way
+  auto untied = run("1f1b", straight_plan(4), prof, {4}, c);
+  prof.ties = {{{0, 3}, tie_bytes}};
+  auto tied = run("1f1b", straight_plan(4), prof, {4}, c);
+  double ring = c.allreduce_ms(std::vector<int>{0, 3}, static_cast<double>(tie_bytes));
+  EXPECT_GT(ring, 8.0);
+  EXPECT_NEAR(tied.ms_per_minibatch, untied.ms_per_minibatch + ring, 1e-6);
+  // A tie inside one stage exchanges nothing.
+  plan::Plan plan2 = plan::even_split(prof, 2);  // layers 0-1 | 2-3
+  prof.ties = {{{0, 1}, tie_bytes}};
+  EXPECT_NEAR(run("1f1b", plan2, prof, {4}, c).ms_per_minibatch,
+              run("1f1b", plan2, schedule::testing::uniform_profile(4, 1.0, 2.0, 0, tie_bytes), {4}, c).ms_per_minibatch,
+              1e-9);
+  // The cost engine adds the same exchange to both holding stages.
+  prof.ties = {{{0, 3}, tie_bytes}};
+  plan::PlanEstimate e = plan::evaluate_plan(straight_plan(4), prof, c, plan::PlanOptions{});
+  EXPECT_NEAR(e.stages[0].tie_ms, ring, 1e-9);
+  EXPECT_NEAR(e.stages[3].tie_ms, ring, 1e-9);
+  EXPECT_EQ(e.stages[1].tie_ms, 0);
+  for (const char* kind : {"pipedream", "2bw"}) {
+    try {
+      simulate(make_schedule(kind, straight_plan(4), {kind == std::string("2bw") ? 4 : 1}), prof, c);
+      ADD_FAILURE() << kind << " simulated a split tie";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("layers 0 and 3 on stages 0 and 3, and the " + std::string(kind)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pt::sim
