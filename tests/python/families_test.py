@@ -258,6 +258,25 @@ class Export(unittest.TestCase):
             self.assertIn("kept whole (torch.fx cannot follow their forward): gate", case.export_log)
             fid.Fidelity.check(self, case, "1f1b-3", ["--schedule", "1f1b", "--stages", "3", "--microbatches", "2"], 2)
 
+    def test_layers_are_named_for_what_computes_them(self):
+        """A norm traced through is its module's layer ('norm', not 'norm.weight'); a head that
+        multiplies by the embedding's weight is the operation ('matmul': the tie read
+        "wte.weight = wte.weight"). Asking more layers than the graph allows says why."""
+        with tempfile.TemporaryDirectory() as d:
+            args = ["--model", "family_models:head_on_the_embedding", "--input-shape", "4,8", "--input-dtype", "int64",
+                    "--input-high", "32", "-o", os.path.join(d, "h.pt")]
+            r = fid.export(args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            names = [line.strip() for line in r.stdout.splitlines() if line.startswith("  ")]
+            self.assertIn("norm", names)
+            self.assertNotIn("norm.weight", names)
+            self.assertEqual(names[-1], "matmul", r.stdout)
+            self.assertIn(f"wte.weight (layer 0, 'wte') = wte.weight (layer {len(names) - 1}, 'matmul')", r.stdout)
+            r = fid.export(args + ["--layers", "40"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            cut = [line for line in r.stdout.splitlines() if line.startswith("  ")]
+            self.assertIn(f"note: --layers 40: {len(cut)} layers are as many as its graph allows", r.stderr)
+
     def test_a_dict_output_is_refused(self):
         with tempfile.TemporaryDirectory() as d:
             r = self.export("family_models:returns_dict", os.path.join(d, "r.pt"))

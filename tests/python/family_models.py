@@ -239,8 +239,36 @@ class ReturnsDict(nn.Module):
         return {"logits": self.a(x)}
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class HeadOnTheEmbedding(nn.Module):
+    """A GPT-2-style head written as a product with the embedding's weight, after an RMSNorm
+    that torch.fx traces through: layers named for what computes them."""
+
+    def __init__(self, vocab=32, d=16):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.mlp = nn.Linear(d, d)
+        self.norm = RMSNorm(d)
+
+    def forward(self, idx):
+        x = self.norm(torch.relu(self.mlp(self.wte(idx))))
+        return x @ self.wte.weight.T
+
+
 def gpt(**kw):
     return GPT(**kw)
+
+
+def head_on_the_embedding(**kw):
+    return HeadOnTheEmbedding(**kw)
 
 
 def lstm_classifier(**kw):
