@@ -37,7 +37,9 @@ int inspect(const std::string& path) {
             << (m.data.train_samples >= 0 ? "data " + printable(m.data.describe()) + "\n" : std::string())
             << "written by schedule " << printable(m.schedule) << " on plan " << printable(m.plan) << " (" << m.workers
             << " workers)\n"
-            << "sgd: lr " << m.lr << ", momentum " << m.momentum << ", weight decay " << m.weight_decay
+            << printable(m.optimizer) << ": lr " << m.lr
+            << (m.optimizer == "sgd" ? str(", momentum ", m.momentum) : std::string()) << ", weight decay "
+            << m.weight_decay
             << (m.lr_schedule.empty() ? std::string()
                                       : str(", lr schedule ", m.lr_schedule,
                                             m.lr_schedule == "cosine" ? str(" over ", m.schedule_steps, " steps") : "",
@@ -66,8 +68,9 @@ int inspect(const std::string& path) {
       shapes += (shapes.empty() ? "" : " ") + shape_text(p.shape);
     }
     bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
+    bool moments = !layer.variance.empty();  // adam's second moment beside its first
     std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
-              << (momentum ? "momentum " : "no momentum yet ")
+              << (moments ? "moments " : momentum ? "momentum " : "no optimizer state yet ")
               << (layer.buffers.empty() ? "" : std::to_string(layer.buffers.size()) + " buffers ") << shapes << "\n";
     params += n;
     bytes += f.bytes;

@@ -67,7 +67,7 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) 
 // it follow this run's, so the result is not one uninterrupted run's; said with both values (a
 // cosine schedule laid over another step count jumps where it resumes).
 void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::string& from,
-                           const model::SgdOptions& now, int64_t total) {
+                           const model::OptimizerOptions& now, int64_t total) {
   std::string changed;
   auto differ = [&](const std::string& what, const std::string& was, const std::string& is) {
     if (was != is) changed += str(changed.empty() ? "" : "; ", what, " ", was, " -> ", is);
@@ -135,6 +135,7 @@ void prepare_emulation(TrainFlags& f) {
 }
 
 int run_train(TrainFlags& f) {
+  if (f.betas.size() == 2) std::tie(f.pipe.train.sgd.beta1, f.pipe.train.sgd.beta2) = std::tie(f.betas[0], f.betas[1]);
   model::use_one_compute_thread();  // one compute thread per worker (DESIGN.md)
   keep_freed_host_memory();
   std::string label;
@@ -321,9 +322,22 @@ Register reg({"train", kTrainDescription,
                       ->check(CLI::Range(int64_t{0}, int64_t{1000000000000}));
   f->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
                            ->capture_default_str();
-  app.add_option("--lr", t.sgd.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--optimizer", t.sgd.kind,
+                 "sgd (momentum, L2 weight decay), adam (L2 weight decay, as torch.optim.Adam) or adamw (decoupled "
+                 "weight decay, as torch.optim.AdamW); each stage keeps its own parameters' state")
+      ->check(CLI::IsMember(model::optimizer_kinds()))
+      ->capture_default_str();
+  app.add_option("--lr", t.sgd.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", t.sgd.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", t.sgd.weight_decay, "SGD weight decay")->capture_default_str();
+  app.add_option("--betas", f->betas, "Adam's beta1,beta2 (default 0.9,0.999)")->expected(2)->delimiter(',');
+  app.add_option("--eps", t.sgd.eps, "Adam's epsilon")->capture_default_str();
+  app.add_option("--weight-decay", t.sgd.weight_decay,
+                 "Weight decay: L2 (added to the gradient) for sgd and adam, decoupled for adamw")
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", t.sgd.clip_grad_norm,
+                 "Scale each step's gradient to at most this norm, as torch.nn.utils.clip_grad_norm_ (0: off): the "
+                 "whole model's norm under a synchronous schedule, each stage's own under pipedream and 2bw")
+      ->capture_default_str();
   app.add_option("--lr-schedule", t.sgd.lr_schedule, "Learning rate over the run: constant, or cosine (decays to 0)")
       ->capture_default_str();
   app.add_option("--warmup-steps", t.sgd.warmup_steps, "Minibatches of linear learning-rate warm-up")

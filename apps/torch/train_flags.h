@@ -27,6 +27,7 @@ struct TrainFlags {
   bool recompute = false;
   int deferred_step = -1;  // --deferred-step 1, --no-deferred-step 0, else the plan's
   bool print_job = false;  // --print-job
+  std::vector<double> betas;  // --betas B1,B2 (pipe.train.sgd's once parsed)
 };
 
 }  // namespace pt::app

@@ -106,7 +106,7 @@ void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const st
   double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
   prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
   schedule::MemoryOptions mo;
-  mo.momentum = f.pipe.train.sgd.momentum != 0;
+  mo.optimizer_copies = f.pipe.train.sgd.state_copies();
   if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto over = [&](int minibatches) { return runtime::schedule_for(plan, f.pipe, minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's

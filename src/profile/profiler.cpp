@@ -7,7 +7,7 @@
 #include "core/host_allocator.h"
 #include "model/flat_parameters.h"
 #include "model/memory_meter.h"
-#include "model/sgd.h"
+#include "model/optimizer.h"
 
 namespace pt::profile {
 
@@ -33,7 +33,7 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
   std::vector<torch::Tensor> copies;
   for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(p.requires_grad()));
   model::FlatParameters flat(copies);
-  model::Sgd sgd(flat, model::SgdOptions{});
+  model::Optimizer sgd(flat, model::OptimizerOptions{});
   std::vector<torch::Tensor> stash;
   std::vector<double> times;
   for (int r = 0; r < o.warmup + o.repeats; ++r) {

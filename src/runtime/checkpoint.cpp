@@ -140,6 +140,11 @@ std::string layer_state_bytes(const LayerState& s) {
   for (const auto& p : s.params) f.params.push_back(to_record(p));
   for (const auto& m : s.momentum) f.momentum.push_back(m.defined() ? std::optional(to_record(m)) : std::nullopt);
   f.momentum.resize(f.params.size());
+  for (const auto& v : s.variance) f.variance.push_back(v.defined() ? std::optional(to_record(v)) : std::nullopt);
+  if (!f.variance.empty()) {
+    f.variance.resize(f.params.size());
+    f.optimizer_steps = to_record(torch::full({1}, s.optimizer_steps, torch::kInt64));
+  }
   for (const auto& b : s.buffers) f.buffers.push_back(to_record(b));
   return layer_file_bytes(f);
 }
@@ -149,6 +154,8 @@ LayerState layer_state_from_bytes(const std::string& bytes, const std::string& s
   LayerState s;
   for (const auto& p : f.params) s.params.push_back(from_record(p));
   for (const auto& m : f.momentum) s.momentum.push_back(m ? from_record(*m) : torch::Tensor());
+  for (const auto& v : f.variance) s.variance.push_back(v ? from_record(*v) : torch::Tensor());
+  if (f.optimizer_steps) s.optimizer_steps = from_record(*f.optimizer_steps).item<int64_t>();
   for (const auto& b : f.buffers) s.buffers.push_back(from_record(b));
   return s;
 }
@@ -164,7 +171,7 @@ namespace {
 // The first tensor of `s` that is not all finite ("param.0", "momentum.2", "buffer.1"), or "".
 std::string non_finite(const LayerState& s) {
   for (const auto& [tensors, kind] : {std::pair{&s.params, "param"}, std::pair{&s.momentum, "momentum"},
-                                      std::pair{&s.buffers, "buffer"}})
+                                      std::pair{&s.variance, "variance"}, std::pair{&s.buffers, "buffer"}})
     for (size_t k = 0; k < tensors->size(); ++k) {
       const torch::Tensor& t = (*tensors)[k];
       if (t.defined() && t.is_floating_point() && !torch::isfinite(t).all().item<bool>()) return str(kind, ".", k);

@@ -48,6 +48,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
               {"plan", m.plan},
               {"workers", m.workers},
               {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay}}},
+              {"optimizer", m.optimizer},
               {"files", files}};
   if (!m.lr_schedule.empty()) {  // unknown (an older file's) stays unknown
     doc["sgd"]["lr_schedule"] = m.lr_schedule;
@@ -101,6 +102,11 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   m.lr = sgd["lr"].as_non_negative();
   m.momentum = sgd["momentum"].as_non_negative();
   m.weight_decay = sgd["weight_decay"].as_non_negative();
+  if (root.has("optimizer")) {  // written since adam: older checkpoints are sgd's
+    m.optimizer = root["optimizer"].as_string();
+    if (m.optimizer != "sgd" && m.optimizer != "adam" && m.optimizer != "adamw")  // model::optimizer_kinds()
+      root["optimizer"].fail(str("must be sgd, adam or adamw, got '", m.optimizer, "'"));
+  }
   if (sgd.has("lr_schedule")) {  // written since the resume notes on the learning rate
     m.lr_schedule = sgd["lr_schedule"].as_string();
     if (m.lr_schedule != "constant" && m.lr_schedule != "cosine")

@@ -47,7 +47,9 @@ struct CheckpointManifest {
   std::string plan;             // plan shape, e.g. "2-1-1"
   int workers = 0;
   double lr = 0, momentum = 0, weight_decay = 0;
-  // The learning rate's course (model::SgdOptions): its schedule, warm-up, and the steps the
+  // Which optimizer's state the layer files hold (model::OptimizerOptions::kind; older files: sgd).
+  std::string optimizer = "sgd";
+  // The learning rate's course (model::OptimizerOptions): its schedule, warm-up, and the steps the
   // schedule spans (the run's minibatch count). Absent in older files: lr_schedule "".
   std::string lr_schedule;
   int64_t warmup_steps = 0, schedule_steps = 0;

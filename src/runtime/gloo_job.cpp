@@ -1,6 +1,7 @@
 #include "runtime/gloo_job.h"
 
 #include <csignal>
+#include <numeric>
 
 #include "runtime/job_digest.h"
 #include "runtime/tied_gradients.h"
@@ -39,6 +40,11 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
       groups.push_back(g);
     }
     for (auto& g : TiedGradients::worker_groups(described->tie_groups(), probe)) groups.push_back(g);
+    if (o.train.sgd.clip_grad_norm > 0 && probe.flush) {  // the whole model's gradient norm (worker.h)
+      std::vector<int> everyone(probe.num_workers());
+      std::iota(everyone.begin(), everyone.end(), 0);
+      groups.push_back(everyone);
+    }
     transport->prepare_groups(groups);
 
     WorkerOptions wo = worker_options(o, job.sgd);

@@ -1,5 +1,7 @@
 #include "runtime/layer_file.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace pt::runtime {
@@ -7,6 +9,8 @@ namespace pt::runtime {
 namespace {
 constexpr const char* kParam = "param.";
 constexpr const char* kMomentum = "momentum.";
+constexpr const char* kVariance = "variance.";
+constexpr const char* kSteps = "optimizer_steps";
 constexpr const char* kBuffer = "buffer.";
 
 std::string name_of(const std::string& prefix, size_t k) { return prefix + std::to_string(k); }
@@ -20,10 +24,17 @@ std::string layer_file_bytes(const LayerFile& f) {
     all.push_back(f.params[k]);
     all.back().name = name_of(kParam, k);
   }
-  for (size_t k = 0; k < f.momentum.size(); ++k) {
-    if (!f.momentum[k]) continue;
-    all.push_back(*f.momentum[k]);
-    all.back().name = name_of(kMomentum, k);
+  PT_CHECK(f.variance.empty() || f.variance.size() == f.params.size(), f.variance.size(), " variance slots for ",
+           f.params.size(), " parameters");
+  for (const auto& [states, prefix] : {std::pair{&f.momentum, kMomentum}, std::pair{&f.variance, kVariance}})
+    for (size_t k = 0; k < states->size(); ++k) {
+      if (!(*states)[k]) continue;
+      all.push_back(*(*states)[k]);
+      all.back().name = name_of(prefix, k);
+    }
+  if (f.optimizer_steps) {
+    all.push_back(*f.optimizer_steps);
+    all.back().name = kSteps;
   }
   for (size_t k = 0; k < f.buffers.size(); ++k) {
     all.push_back(f.buffers[k]);
@@ -39,21 +50,36 @@ LayerFile layer_file_of(const std::vector<TensorRecord>& all, const std::string&
   size_t i = 0;
   for (; i < all.size() && all[i].name == name_of(kParam, f.params.size()); ++i) f.params.push_back(all[i]);
   f.momentum.resize(f.params.size());
-  size_t next = 0;  // momentum buffers come in parameter order, each at most once
-  for (; i < all.size() && all[i].name.rfind(kBuffer, 0) != 0; ++i) {
-    const TensorRecord& r = all[i];
-    size_t k = next;
-    while (k < f.params.size() && r.name != name_of(kMomentum, k)) ++k;
-    if (k == f.params.size())
-      throw FormatError(str(source, ": tensor ", i, " is named '", r.name, "'; expected param.<k> for k = 0, 1, ... then ",
-                            "momentum.<k> in increasing k for k < ", f.params.size()));
-    const TensorRecord& p = f.params[k];
-    if (r.dtype != p.dtype || r.shape != p.shape)
-      throw FormatError(str(source, ": '", r.name, "' is ", r.dtype, " ", shape_text(r.shape), " but its parameter is ",
-                            p.dtype, " ", shape_text(p.shape)));
-    f.momentum[k] = r;
-    next = k + 1;
+  // Each state's buffers come in parameter order, each at most once: momentum's, then variance's.
+  for (const auto& [states, prefix] : {std::pair{&f.momentum, kMomentum}, std::pair{&f.variance, kVariance}}) {
+    states->resize(f.params.size());
+    for (size_t next = 0; i < all.size() && all[i].name.rfind(prefix, 0) == 0; ++i) {
+      const TensorRecord& r = all[i];
+      size_t k = next;
+      while (k < f.params.size() && r.name != name_of(prefix, k)) ++k;
+      if (k == f.params.size())
+        throw FormatError(str(source, ": tensor ", i, " is named '", r.name, "'; expected ", prefix,
+                              "<k> in increasing k for k < ", f.params.size()));
+      const TensorRecord& p = f.params[k];
+      if (r.dtype != p.dtype || r.shape != p.shape)
+        throw FormatError(str(source, ": '", r.name, "' is ", r.dtype, " ", shape_text(r.shape),
+                              " but its parameter is ", p.dtype, " ", shape_text(p.shape)));
+      (*states)[k] = r;
+      next = k + 1;
+    }
   }
+  bool any_variance = std::any_of(f.variance.begin(), f.variance.end(), [](const auto& v) { return v.has_value(); });
+  if (!any_variance) f.variance.clear();
+  if (i < all.size() && all[i].name == kSteps) {
+    if (all[i].dtype != "int64" || all[i].shape != std::vector<int64_t>{1})
+      throw FormatError(str(source, ": '", kSteps, "' is ", all[i].dtype, " ", shape_text(all[i].shape),
+                            ", expected int64 [1]"));
+    f.optimizer_steps = all[i++];
+  }
+  for (; i < all.size() && all[i].name.rfind(kBuffer, 0) != 0; ++i)
+    throw FormatError(str(source, ": tensor ", i, " is named '", all[i].name, "'; expected param.<k> for k = 0, 1, ... ",
+                          "then momentum.<k>, then variance.<k> in increasing k for k < ", f.params.size(),
+                          ", then optimizer_steps, then buffer.<k>"));
   for (; i < all.size(); ++i) {
     if (all[i].name != name_of(kBuffer, f.buffers.size()))
       throw FormatError(str(source, ": tensor ", i, " is named '", all[i].name, "'; expected ",

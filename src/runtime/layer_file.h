@@ -1,13 +1,15 @@
 #pragma once
-// A checkpoint's layer file (layer-<i>.tensors): one model layer's parameters and SGD
-// momentum buffers as a tensor file (core/tensor_file.h), data only. Plain C++ (no LibTorch):
+// A checkpoint's layer file (layer-<i>.tensors): one model layer's parameters and optimizer
+// state as a tensor file (core/tensor_file.h), data only. Plain C++ (no LibTorch):
 // `checkpoint inspect` and the fuzzers read it; checkpoint.h converts it to and from tensors.
 //
 // Tensors are named "param.<k>" for the layer's k-th parameter, in the layer's parameter order,
-// then "momentum.<k>" for the momentum buffer of parameter k, of the same shape and dtype,
-// absent until that parameter's first optimizer step, then "buffer.<k>" for the layer's k-th
-// buffer (BatchNorm's running statistics), in the layer's buffer order (absent in checkpoints
-// written before buffers were kept: the model's own are used).
+// then "momentum.<k>" for the optimizer's first state of parameter k (sgd's momentum buffer,
+// adam's first moment), of the same shape and dtype, absent until that parameter's first
+// optimizer step, then "variance.<k>" for adam's second moment the same way, then under adam
+// "optimizer_steps" (int64 [1]: its step count, for the bias corrections), then "buffer.<k>" for
+// the layer's k-th buffer (BatchNorm's running statistics), in the layer's buffer order (absent
+// in checkpoints written before buffers were kept: the model's own are used).
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +21,8 @@ namespace pt::runtime {
 struct LayerFile {
   std::vector<TensorRecord> params;
   std::vector<std::optional<TensorRecord>> momentum;  // [k]: parameter k's buffer, if any
+  std::vector<std::optional<TensorRecord>> variance;  // [k]: adam's second moment, if any
+  std::optional<TensorRecord> optimizer_steps;        // adam's step count
   std::vector<TensorRecord> buffers;
 };
 

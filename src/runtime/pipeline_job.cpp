@@ -11,7 +11,7 @@
 
 namespace pt::runtime {
 
-WorkerOptions worker_options(const PipelineOptions& o, const model::SgdOptions& sgd) {
+WorkerOptions worker_options(const PipelineOptions& o, const model::OptimizerOptions& sgd) {
   WorkerOptions w;
   w.batch_size = o.train.batch_size;
   w.sgd = sgd;
@@ -228,6 +228,13 @@ void check_resume_fits(const JobLayout& job, const PipelineOptions& o, const mod
   if (job.resume_from.empty()) return;
   check_checkpoint_fits(job.resume_manifest, job.resume_from, m.name(), m.num_layers(), o.train.batch_size,
                         o.train.seed, o.train.shuffle);
+  // The layer files hold the state of the optimizer that wrote them: sgd's momentum is not
+  // adam's first moment, and adam's second moment has no sgd counterpart.
+  if (job.resume_manifest.optimizer != o.train.sgd.kind)
+    throw ConfigError(str(job.resume_from, "/manifest.json: the checkpoint holds ", job.resume_manifest.optimizer,
+                          "'s state, but this run trains with --optimizer ", o.train.sgd.kind,
+                          ": resume it with --optimizer ", job.resume_manifest.optimizer,
+                          ", or start a new run (--overwrite)"));
   // Other data continued without a word (--data, --synthetic-samples): the steps after the
   // checkpoint would train a run that is not the one it resumes.
   const DataIdentity& was = job.resume_manifest.data;

@@ -52,7 +52,7 @@ struct PipelineOptions {
 };
 
 // What every worker of the job runs with (both transports).
-WorkerOptions worker_options(const PipelineOptions& o, const model::SgdOptions& sgd);
+WorkerOptions worker_options(const PipelineOptions& o, const model::OptimizerOptions& sgd);
 
 struct PipelineResult {
   TrainResult train;
@@ -102,7 +102,7 @@ struct JobLayout {
   int64_t per_epoch = 0;     // minibatches per epoch
   int64_t steps = 0;         // minibatches run, over all segments
   int64_t first_step = 0;    // where training starts: 0, or the resumed checkpoint's step
-  model::SgdOptions sgd;   // o.train.sgd with total_steps filled in
+  model::OptimizerOptions sgd;   // o.train.sgd with total_steps filled in
   std::string run_id;        // written into this run's checkpoints (start_checkpoints)
   std::string resume_from;   // the verified checkpoint resumed (empty: none)
   CheckpointManifest resume_manifest;

@@ -37,12 +37,12 @@ std::vector<torch::Tensor> own_only(const std::vector<torch::Tensor>& params,
 }  // namespace
 
 StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-                           const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute,
+                           const model::OptimizerOptions& optimizer, bool stash_weights, int max_versions, bool recompute,
                            const std::vector<const StageReplica*>& held_by)
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
       max_versions_(max_versions), recompute_(recompute), params_(model_->parameters(first, last)),
       owner_(owners(params_, held_by)),
-      flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_))), sgd_(*flat_, sgd) {
+      flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_))), optimizer_(*flat_, optimizer) {
   for (size_t i = 0; i < params_.size(); ++i) {
     bool own = !owner_[i] && params_[i].requires_grad();
     size_t k = 0;
@@ -57,10 +57,10 @@ bool StageReplica::holds(const torch::Tensor& p) const {
   return false;
 }
 
-torch::Tensor StageReplica::momentum_of(const torch::Tensor& p) const {
+torch::Tensor StageReplica::state_of(const torch::Tensor& p, int which) const {
   for (const auto& slot : flat_->slots())
-    if (slot.param.is_same(p)) return sgd_.momentum(slot);
-  throw InternalError("momentum_of a parameter this replica does not hold");
+    if (slot.param.is_same(p)) return optimizer_.state(slot, which);
+  throw InternalError("state_of a parameter this replica does not hold");
 }
 
 double StageReplica::weight_sum() const {
@@ -76,14 +76,14 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   InFlight f;
   f.version = version >= 0 ? version : version_;
   PT_CHECK(f.version <= version_, "forward asks for weight version ", f.version, " but the newest is ", version_);
-  if (predict_steps > 0 && stash_weights_ && sgd_.predicts() && version < 0) {
+  if (predict_steps > 0 && stash_weights_ && optimizer_.predicts() && version < 0) {
     std::vector<torch::Tensor> reuse;
     if (!spare_predicted_.empty()) {
       reuse = std::move(spare_predicted_.back());
       spare_predicted_.pop_back();
     }
     f.predicted = flat_->copy_weights(std::move(reuse));
-    sgd_.predict(f.predicted, predict_steps, minibatch);
+    optimizer_.predict(f.predicted, predict_steps, minibatch);
   }
   f.input = input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
@@ -248,7 +248,7 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
       peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
   }
-  sgd_.step(grad_scale, minibatch);
+  optimizer_.step(grad_scale, minibatch);
   model_->device_step(first_, last_,
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   ++version_;
@@ -287,10 +287,13 @@ LayerState StageReplica::layer_state(int layer) const {
   LayerState s;
   for (size_t i = offset; i < offset + n; ++i) {
     s.params.push_back(params_[i].detach().clone());
-    s.momentum.push_back(owner_[i]                ? owner_[i]->momentum_of(params_[i])
-                         : slot_of_[i] == kNoSlot ? torch::Tensor()  // frozen: none, as before a first step
-                                                  : sgd_.momentum(flat_->slots()[slot_of_[i]]));
+    for (int which = 0; which < (optimizer_.options().adam() ? 2 : 1); ++which)
+      (which == 0 ? s.momentum : s.variance)
+          .push_back(owner_[i]                ? owner_[i]->state_of(params_[i], which)
+                     : slot_of_[i] == kNoSlot ? torch::Tensor()  // frozen: none, as before a first step
+                                              : optimizer_.state(flat_->slots()[slot_of_[i]], which));
   }
+  if (optimizer_.options().adam()) s.optimizer_steps = optimizer_.steps_taken();
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach().clone());
   return s;
 }
@@ -306,14 +309,20 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
     if (!s.params[i].sizes().equals(p.sizes()) || s.params[i].scalar_type() != p.scalar_type())
       throw ConfigError(pt::str(source, ": parameter ", i, " of layer ", layer, " ('", model_->layer(layer).name,
                             "') has shape ", s.params[i].sizes(), " but the model's has ", p.sizes()));
-    if (s.momentum[i].defined() && !s.momentum[i].sizes().equals(p.sizes()))
-      throw ConfigError(pt::str(source, ": momentum ", i, " of layer ", layer, " has shape ", s.momentum[i].sizes(),
-                            " but the parameter's is ", p.sizes()));
+    for (const auto* state : {&s.momentum, &s.variance})
+      if (i < state->size() && (*state)[i].defined() && !(*state)[i].sizes().equals(p.sizes()))
+        throw ConfigError(pt::str(source, ": ", state == &s.momentum ? "momentum " : "variance ", i, " of layer ", layer,
+                                  " has shape ", (*state)[i].sizes(), " but the parameter's is ", p.sizes()));
     p.data().copy_(s.params[i]);
     // A borrowed parameter's momentum is its holder's, which loads it with its own layer; a
     // frozen one has none.
-    if (slot_of_[offset + i] != kNoSlot) sgd_.set_momentum(flat_->slots()[slot_of_[offset + i]], s.momentum[i]);
+    if (slot_of_[offset + i] != kNoSlot) {
+      const auto& slot = flat_->slots()[slot_of_[offset + i]];
+      optimizer_.set_state(slot, 0, s.momentum[i]);
+      optimizer_.set_state(slot, 1, i < s.variance.size() ? s.variance[i] : torch::Tensor());
+    }
   }
+  if (optimizer_.options().adam()) optimizer_.set_steps_taken(s.optimizer_steps);
   auto buffers = model_->layer(layer).module->buffers();
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay
   if (s.buffers.size() != buffers.size())

@@ -11,7 +11,7 @@
 
 #include "model/layered_model.h"
 #include "model/flat_parameters.h"
-#include "model/sgd.h"
+#include "model/optimizer.h"
 
 namespace pt::runtime {
 
@@ -19,7 +19,9 @@ namespace pt::runtime {
 // (undefined before the first step).
 struct LayerState {
   std::vector<torch::Tensor> params;
-  std::vector<torch::Tensor> momentum;
+  std::vector<torch::Tensor> momentum;  // sgd's momentum, adam's first moment (undefined: none yet)
+  std::vector<torch::Tensor> variance;  // adam's second moment (empty under sgd)
+  int64_t optimizer_steps = 0;          // adam's steps so far (its bias corrections)
   std::vector<torch::Tensor> buffers;  // the layer's buffers (BatchNorm's running statistics)
 };
 
@@ -37,7 +39,7 @@ class StageReplica {
   // replica then borrows it: its backwards add to that replica's gradient buffer, which steps
   // it once, after every backward of the minibatch on the worker (TiedGradients checks the order).
   StageReplica(std::shared_ptr<model::LayeredModel> model, int first, int last, bool is_last,
-               const model::SgdOptions& sgd, bool stash_weights, int max_versions, bool recompute = false,
+               const model::OptimizerOptions& optimizer, bool stash_weights, int max_versions, bool recompute = false,
                const std::vector<const StageReplica*>& held_by = {});
 
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
@@ -47,7 +49,7 @@ class StageReplica {
   // of the newest; the replica must have been told to keep a history (keep_history).
   // `predict_steps` > 0 (weight prediction, asynchronous schedules): the gradient of this
   // microbatch will be applied that many steps from now, so its forward and backward run on
-  // weights predicted that far ahead (Sgd::predict, at the rate of step `minibatch`, the
+  // weights predicted that far ahead (Optimizer::predict, at the rate of step `minibatch`, the
   // microbatch's global minibatch, so a resumed run predicts as the uninterrupted one), held for
   // it alone, instead of the newest.
   torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale,
@@ -58,7 +60,7 @@ class StageReplica {
   torch::Tensor backward(int64_t mb, const torch::Tensor& output_grad, bool input_only);
   // The weight gradient of `mb` after an input-only backward (zero-bubble W).
   void backward_weight(int64_t mb);
-  void step(double grad_scale, int64_t minibatch);  // minibatch: see Sgd::step
+  void step(double grad_scale, int64_t minibatch);  // minibatch: see Optimizer::step
   // Vertical sync (PipeDream §3.3): keep the last `versions` weight versions, whether or not a
   // microbatch in flight uses them, because a later forward may ask for one.
   void keep_history(int64_t versions) { history_ = versions; }
@@ -75,9 +77,9 @@ class StageReplica {
   // The flat weight and gradient buffers (all-reduce buckets are ranges of the gradients).
   model::FlatParameters& flat() { return *flat_; }
   // Whether `p` is one of this replica's own parameters (flattened and stepped here), and its
-  // momentum (a copy; undefined before the first step).
+  // optimizer state (a copy; undefined before the first step).
   bool holds(const torch::Tensor& p) const;
-  torch::Tensor momentum_of(const torch::Tensor& p) const;
+  torch::Tensor state_of(const torch::Tensor& p, int which) const;  // model::Optimizer::state
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   int64_t version() const { return version_; }
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
@@ -127,7 +129,7 @@ class StageReplica {
   std::unique_ptr<model::FlatParameters> flat_;
   static constexpr size_t kNoSlot = static_cast<size_t>(-1);
   std::vector<size_t> slot_of_;  // params_ index -> flat_ slot (tied weights share one); kNoSlot: borrowed or frozen
-  model::Sgd sgd_;
+  model::Optimizer optimizer_;
   int64_t version_ = 0;
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
   std::vector<torch::Tensor> spare_;  // a released stash's buffers, reused by the next stash

@@ -55,6 +55,17 @@ void check_train_values(const TrainOptions& o) {
   if (o.sgd.lr_schedule != "constant" && o.sgd.lr_schedule != "cosine")
     throw UsageError(str("--lr-schedule: must be constant or cosine, got '", o.sgd.lr_schedule, "'"));
   if (o.sgd.warmup_steps < 0) throw UsageError(str("--warmup-steps: must be >= 0, got ", o.sgd.warmup_steps));
+  const auto& kinds = model::optimizer_kinds();
+  if (std::find(kinds.begin(), kinds.end(), o.sgd.kind) == kinds.end())
+    throw UsageError(str("--optimizer: must be sgd, adam or adamw, got '", o.sgd.kind, "'"));
+  if (!(o.sgd.beta1 >= 0 && o.sgd.beta1 < 1 && o.sgd.beta2 >= 0 && o.sgd.beta2 < 1))
+    throw UsageError(str("--betas: each must be in [0, 1), got ", o.sgd.beta1, ",", o.sgd.beta2));
+  if (!(o.sgd.eps > 0 && o.sgd.eps <= 1)) throw UsageError(str("--eps: must be in (0, 1], got ", o.sgd.eps));
+  if (o.sgd.adam() && o.sgd.momentum != model::OptimizerOptions{}.momentum)
+    throw UsageError(str("--momentum is sgd's; --optimizer ", o.sgd.kind, " takes --betas"));
+  if (!(o.sgd.clip_grad_norm >= 0 && o.sgd.clip_grad_norm <= kFloatMax))
+    throw UsageError(str("--clip-grad-norm: must be >= 0 (0: no clipping) and at most ", kFloatMax, ", got ",
+                         o.sgd.clip_grad_norm));
   if (!(o.sgd.weight_decay >= 0 && o.sgd.weight_decay <= kFloatMax))
     throw UsageError(str("--weight-decay: must be >= 0 and at most ", kFloatMax, " (float32's largest), got ",
                          o.sgd.weight_decay));
@@ -64,13 +75,30 @@ int64_t total_steps(const TrainOptions& o, int64_t training_samples) {
   return o.steps > 0 ? o.steps : o.epochs * (training_samples / std::max<int64_t>(1, o.batch_size));
 }
 
+namespace {
+
+// LibTorch's own optimizer of `o`'s kind: one worker trains as PyTorch does, the reference the
+// pipelines' flat optimizer (model/optimizer.h) is held to.
+std::unique_ptr<torch::optim::Optimizer> torch_optimizer(const std::vector<torch::Tensor>& params,
+                                                         const model::OptimizerOptions& o) {
+  if (o.kind == "adam")
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  if (o.kind == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+}
+
+}  // namespace
+
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& o) {
   check_train_options(o, data);
   model::BatchSampler sampler(data.train.size(), o.batch_size, o.seed, o.shuffle, data.train.shard_sizes());
   int64_t per_epoch = sampler.batches_per_epoch();
   int64_t total = total_steps(o, data.train.size());
-  torch::optim::SGD sgd(model.unique_parameters(),
-                        torch::optim::SGDOptions(o.sgd.lr).momentum(o.sgd.momentum).weight_decay(o.sgd.weight_decay));
+  std::unique_ptr<torch::optim::Optimizer> optimizer = torch_optimizer(model.unique_parameters(), o.sgd);
   Progress progress(total, o.metrics_path, o.quiet);
   model.train(true);
   TrainResult result;
@@ -81,16 +109,17 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     auto idx = sampler.batch(step);
     auto x = data.train.gather_inputs(idx);
     auto y = data.train.gather_targets(idx);
-    for (auto& group : sgd.param_groups()) {
-      model::SgdOptions schedule = o.sgd;
+    for (auto& group : optimizer->param_groups()) {
+      model::OptimizerOptions schedule = o.sgd;
       schedule.total_steps = total;
-      static_cast<torch::optim::SGDOptions&>(group.options()).lr(model::learning_rate(schedule, step));
+      group.options().set_lr(model::learning_rate(schedule, step));
     }
-    sgd.zero_grad();
+    optimizer->zero_grad();
     auto loss = model.loss(model.forward(x), y);
     loss.backward();
+    if (o.sgd.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(model.unique_parameters(), o.sgd.clip_grad_norm);
     double step_t0 = wall_ms();
-    sgd.step();
+    optimizer->step();
     model.device_step(0, model.num_layers(), wall_ms() - step_t0);
     double loss_value = loss.item<double>();
     train_ms += wall_ms() - t0;

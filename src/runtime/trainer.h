@@ -6,7 +6,7 @@
 
 #include "model/dataset.h"
 #include "model/layered_model.h"
-#include "model/sgd.h"
+#include "model/optimizer.h"
 
 namespace pt::runtime {
 
@@ -14,7 +14,7 @@ struct TrainOptions {
   int64_t epochs = 1;
   int64_t steps = 0;          // > 0: stop after this many minibatches (overrides epochs)
   int64_t batch_size = 64;
-  model::SgdOptions sgd;
+  model::OptimizerOptions sgd;
   uint64_t seed = 0;
   bool shuffle = true;  // false: minibatch k is samples [k*B, (k+1)*B) of every epoch (--no-shuffle)
   std::string metrics_path;   // per-step CSV; "" = none

@@ -1,7 +1,10 @@
 #include "runtime/worker.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <numeric>
+#include <set>
 
 #include "core/error.h"
 #include "core/host_allocator.h"
@@ -34,7 +37,8 @@ StageReplica* Worker::replica(int stage) {
 void Worker::setup(const schedule::Schedule& s) {
   if (!replicas_.empty()) return;
   // Before the replicas move the parameters into their flat buffers: ties are found by memory.
-  tied_ = std::make_unique<TiedGradients>(model_->tie_groups(), *model_, s, rank_);
+  std::vector<model::TieGroup> ties = model_->tie_groups();
+  tied_ = std::make_unique<TiedGradients>(ties, *model_, s, rank_);
   for (int st = 0; st < s.num_stages; ++st) {
     const auto& ws = s.stage_workers[st];
     if (std::find(ws.begin(), ws.end(), rank_) == ws.end()) continue;
@@ -45,7 +49,7 @@ void Worker::setup(const schedule::Schedule& s) {
       throw ConfigError(str("stage ", st, " holds layers ", first, "..", layers.back(), " which are not a contiguous run of the ",
                             model_->num_layers(), " layers of ", model_->name()));
     bool is_last = last == model_->num_layers();
-    model::SgdOptions sgd = options_.sgd;
+    model::OptimizerOptions sgd = options_.sgd;
     if (s.kind == "pipedream" && !s.flush) {
       // The stage's delay: its versions in flight less the newest; under vertical sync every
       // stage runs on the version stage 0 had, so stage 0's delay.
@@ -73,8 +77,60 @@ void Worker::setup(const schedule::Schedule& s) {
     // A minibatch's entry version is at most the stage-0 in-flight count behind the newest.
     if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
   }
+  if (options_.sgd.clip_grad_norm > 0 && s.flush) {
+    // Every all-reduce of this worker's stages before its first step: the norm is of the sums.
+    bool stepped = false;
+    for (const Action& a : s.actions[rank_]) {
+      stepped |= a.kind == ActionKind::kStep;
+      if (stepped && a.kind == ActionKind::kAllReduce)
+        throw ConfigError(str("--clip-grad-norm: worker ", rank_, " of the ", s.kind, " schedule all-reduces stage ",
+                              a.stage, " after its first step, so the whole model's norm is not known before it"));
+    }
+    auto first_replica = [&](int st) {
+      const auto& ws = s.stage_workers[st];
+      return *std::min_element(ws.begin(), ws.end()) == rank_;
+    };
+    auto stage_of = [&](int layer) {
+      for (int st = 0; st < s.num_stages; ++st)
+        if (std::count(s.stage_layers[st].begin(), s.stage_layers[st].end(), layer)) return st;
+      return -1;
+    };
+    for (const auto& g : ties) {
+      int first = s.num_stages;
+      for (const auto& m : g.members) first = std::min(first, stage_of(m.layer));
+      std::set<int> taken_out;  // a stage's copies are one tensor there
+      for (const auto& m : g.members) {
+        int st = stage_of(m.layer);
+        StageReplica* rep = replica(st);
+        if (st == first || !rep || !first_replica(st) || taken_out.count(st)) continue;
+        if (!rep->holds(model_->layer_parameters(m.layer).at(m.param))) continue;  // borrowed: counted where held
+        uncounted_.emplace_back(m.layer, m.param);
+        taken_out.insert(st);
+      }
+    }
+  }
   // The layers' own weights were copied into the flat buffers and freed: malloc would keep them.
   release_freed_host_memory();
+}
+
+double Worker::clip_scale(const schedule::Schedule& s) {
+  torch::NoGradGuard no_grad;
+  double squares = 0;
+  auto add = [&](const torch::Tensor& g, double sign) {
+    if (g.defined()) squares += sign * g.to(torch::kDouble).pow(2).sum().item<double>();
+  };
+  for (auto& [st, rep] : replicas_) {
+    const auto& ws = s.stage_workers[st];
+    if (*std::min_element(ws.begin(), ws.end()) != rank_) continue;
+    for (const auto& g : rep->flat().grads()) add(g, 1);
+  }
+  for (const auto& [layer, param] : uncounted_) add(model_->layer_parameters(layer).at(param).grad(), -1);
+  std::vector<int> everyone(s.num_workers());
+  std::iota(everyone.begin(), everyone.end(), 0);
+  std::vector<torch::Tensor> sum{torch::full({1}, squares, torch::kDouble)};
+  transport_.allreduce_sum(sum, everyone);
+  double norm = std::sqrt(std::max(0.0, sum[0].item<double>()));
+  return std::min(1.0, options_.sgd.clip_grad_norm / (norm + 1e-6));
 }
 
 torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches) {
@@ -131,7 +187,10 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     waited_ms_ = 0;
     double t0 = wall_ms();
     if (completes_gradients_[i] && buckets_.count(a.stage)) buckets_[a.stage]->arm();
-    if (i == tied_->exchange_before() && tied_->active()) tied_->exchange(transport_, *model_);
+    if (i == tied_->exchange_before()) {
+      if (tied_->active()) tied_->exchange(transport_, *model_);
+      if (options_.sgd.clip_grad_norm > 0 && s.flush) clip_scale_ = clip_scale(s);
+    }
     execute(s, a, offset, first_minibatch);
     schedule::TraceEvent e;
     e.action = a;
@@ -311,7 +370,14 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       // epochs, 83.9% test accuracy against 85.9% summed; docs/results.md.) Synchronous
       // schedules already scaled each microbatch's loss by 1/m, so they sum too.
       // A Step's microbatch field is the minibatch it closes (within this schedule).
-      rep->step(1.0, first_minibatch + a.microbatch);
+      // --clip-grad-norm: a synchronous minibatch's scale was worked out before the first step;
+      // an asynchronous stage steps on its own and clips by its own gradient's norm.
+      if (options_.sgd.clip_grad_norm > 0 && !s.flush) {
+        double squares = 0;
+        for (const auto& g : rep->flat().grads()) squares += g.to(torch::kDouble).pow(2).sum().item<double>();
+        clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (std::sqrt(squares) + 1e-6));
+      }
+      rep->step(clip_scale_, first_minibatch + a.microbatch);
       break;
   }
 }

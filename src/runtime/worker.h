@@ -23,7 +23,7 @@ namespace pt::runtime {
 
 struct WorkerOptions {
   int64_t batch_size = 64;
-  model::SgdOptions sgd;
+  model::OptimizerOptions sgd;
   uint64_t seed = 0;
   bool stash_weights = true;
   // pipedream: each minibatch's forward and backward run on weights predicted as far ahead as
@@ -91,6 +91,9 @@ class Worker {
   // Inputs (targets false) or targets of microbatch `micro` of `minibatch`.
   torch::Tensor batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches);
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
+  // --clip-grad-norm under a synchronous schedule: the whole model's gradient norm, summed over
+  // every worker, and the scale every step of this minibatch takes (1 where under the cap).
+  double clip_scale(const schedule::Schedule& s);
 
   int rank_;
   std::shared_ptr<model::LayeredModel> model_;
@@ -102,6 +105,12 @@ class Worker {
   // Replicated stages' all-reduces (declared after replicas_: destroyed before the buffers).
   std::map<int, std::unique_ptr<GradientBuckets>> buckets_;  // stage -> buckets
   std::unique_ptr<TiedGradients> tied_;  // parameters shared with other stages' layers
+  // The whole model's gradient norm counts each parameter once: a replicated stage's by its first
+  // replica (after the all-reduce every replica holds the sum), a tie split over stages by the
+  // stage holding its first copy (after the exchange every copy holds the sum). Its other copies
+  // this worker steps, as (layer, parameter index): their squares are taken back out.
+  std::vector<std::pair<int, int>> uncounted_;
+  double clip_scale_ = 1;  // this minibatch's, from clip_scale()
   // The actions (indices into this worker's list) after which a stage's gradients are final
   // until its all-reduce: the last full Backward or BackwardWeight before each AllReduce.
   std::vector<bool> completes_gradients_;

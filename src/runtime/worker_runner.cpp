@@ -104,6 +104,7 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
   d.workers = job.probe.num_workers();
   d.lr = o.train.sgd.lr;
   d.momentum = o.train.sgd.momentum;
+  d.optimizer = o.train.sgd.kind;
   d.weight_decay = o.train.sgd.weight_decay;
   d.lr_schedule = job.sgd.lr_schedule;
   d.warmup_steps = job.sgd.warmup_steps;

@@ -79,7 +79,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     const auto& list = s.actions[w];
     WorkerMemory& m = out[w];
     StashTracker versions;
-    if (options.weight_prediction && options.momentum && s.predicts_weights())
+    if (options.weight_prediction && options.optimizer_copies > 0 && s.predicts_weights())
       for (const auto& [key, steps] : s.steps_in_flight(w))
         if (steps > 0) versions.predicted(key.first, key.second);
     // The stages this worker holds, in order, and per (stage, microbatch) the bytes held until
@@ -186,7 +186,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
       double params = bytes[st].params;
       m.weights += static_cast<int64_t>(params * versions.weight_versions(st));
       m.gradients += static_cast<int64_t>(params);
-      if (options.momentum) m.optimizer += static_cast<int64_t>(params);
+      m.optimizer += options.optimizer_copies * static_cast<int64_t>(params);
     }
     m.activations = static_cast<int64_t>(peak);
     m.process = options.process_bytes;

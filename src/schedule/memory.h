@@ -8,7 +8,7 @@
 //   weights      P x the weight versions alive at once along its list (StashTracker): 1 when
 //                flushing, a stash per version in flight for PipeDream, 2 for 2BW;
 //   gradients    P (one flat gradient buffer; autograd accumulates into it);
-//   optimizer    P for SGD's momentum (MemoryOptions::momentum);
+//   optimizer    P per state copy: SGD's momentum, Adam's two moments (MemoryOptions);
 //   activations  the peak, along the list, of
 //                  - per microbatch in flight from its forward to its last backward (B, or W
 //                    where split): the stage's stash (profile::stash_bytes of its layers) and
@@ -37,7 +37,9 @@
 namespace pt::schedule {
 
 struct MemoryOptions {
-  bool momentum = true;    // SGD keeps one momentum buffer per parameter (train --momentum > 0)
+  // The optimizer's state per parameter, in copies of it: SGD's momentum buffer (1; 0 without
+  // momentum), Adam's two moments (2) (model::OptimizerOptions::state_copies).
+  int optimizer_copies = 1;
   // Receives the runtime posts ahead of their place (Worker::kReceivesAhead), each holding its
   // buffer from then on: a transport between processes (gloo, or devices). 0: a transport within
   // one process (threads), where a received tensor is the sender's and costs the receiver nothing.

@@ -10,6 +10,14 @@ import torch.nn.functional as F
 
 # ---------------------------------------------------------------- GPT-style language model
 
+def rotary_and_mask(T, head_dim):
+    """Rotary positions' cos and sin for T tokens, and the causal mask, built in forward."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = torch.outer(torch.arange(T).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin(), torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
+
 def rotate_half(x):
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
@@ -63,15 +71,81 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         B, T = idx.shape
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
-        freqs = torch.outer(torch.arange(T).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        cos, sin, mask = rotary_and_mask(T, self.head_dim)
         x = self.wte(idx)
         for block in self.blocks:
             x = block(x, cos, sin, mask)
         return self.head(self.ln_f(x))
+
+
+# ---------------------------------------------------------------- Llama-style language model
+
+class LlamaAttention(nn.Module):
+    """Grouped-query attention: `kv_heads` key/value heads shared by the query heads."""
+
+    def __init__(self, d, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.q = nn.Linear(d, d, bias=False)
+        self.kv = nn.Linear(d, 2 * kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, C = x.shape
+        q = self.q(x).view(B, T, self.heads, self.hd).transpose(1, 2)
+        k, v = self.kv(x).view(B, T, 2 * self.kv_heads, self.hd).transpose(1, 2).chunk(2, dim=1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        return self.o((att @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, heads, kv_heads):
+        super().__init__()
+        self.attn_norm = RMSNorm(d)
+        self.attn = LlamaAttention(d, heads, kv_heads)
+        self.mlp_norm = RMSNorm(d)
+        self.mlp = SwiGLU(d, 2 * d)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    """Token ids [N, T] -> logits: RMSNorm, SwiGLU, rotary positions, grouped-query attention,
+    the output head tied to the input embedding."""
+
+    def __init__(self, vocab=32, d=32, heads=4, kv_heads=2, depth=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(LlamaBlock(d, heads, kv_heads) for _ in range(depth))
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.embed.weight
+        self.hd = d // heads
+
+    def forward(self, idx):
+        cos, sin, mask = rotary_and_mask(idx.size(1), self.hd)
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask)
+        return self.head(self.norm(x))
 
 
 # ---------------------------------------------------------------- LSTM classifier
@@ -265,6 +339,10 @@ class HeadOnTheEmbedding(nn.Module):
 
 def gpt(**kw):
     return GPT(**kw)
+
+
+def llama(**kw):
+    return Llama(**kw)
 
 
 def head_on_the_embedding(**kw):

@@ -54,8 +54,18 @@ def export(args):
     return subprocess.CompletedProcess(["pipetrain", "export"] + list(args), code, out.getvalue(), err.getvalue())
 
 
-def reference(make_model, x, y, loss_fn, microbatches):
-    """Weights after STEPS of PyTorch SGD on minibatches [s*B, (s+1)*B), M microbatches each.
+# The optimizers the tests train with beside SGD: (pipetrain's flags, PyTorch's optimizer, its
+# learning-rate schedule: pipetrain's warm-up, the rate of step s x (s + 1) / W for s < W).
+ADAMW = (["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.9,0.95", "--weight-decay", "0.1",
+          "--warmup-steps", "2"],
+         lambda params: torch.optim.AdamW(params, lr=0.01, betas=(0.9, 0.95), weight_decay=0.1),
+         lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2)))
+
+
+def reference(make_model, x, y, loss_fn, microbatches, clip=0.0, optimizer=None):
+    """Weights after STEPS of PyTorch SGD (or `optimizer`, ADAMW's form) on minibatches
+    [s*B, (s+1)*B), M microbatches each (clip > 0: each step's gradient clipped to that norm by
+    torch.nn.utils.clip_grad_norm_).
     On one thread, as each pipetrain worker computes: PyTorch's multithreaded kernels sum in
     another order (mobilenet_v2, 2 microbatches: 4.7e-3 apart after one step on 2 threads, 0 on
     one; BatchNorm over few values per channel magnifies rounding)."""
@@ -63,13 +73,19 @@ def reference(make_model, x, y, loss_fn, microbatches):
     torch.manual_seed(0)
     model = make_model()
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    opt = optimizer[1](model.parameters()) if optimizer else torch.optim.SGD(model.parameters(), lr=LR,
+                                                                             momentum=MOMENTUM)
+    schedule = optimizer[2](opt) if optimizer else None
     for s in range(STEPS):
         xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
         opt.zero_grad()
         for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
             (loss_fn(model(xm), ym) / microbatches).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+        if schedule:
+            schedule.step()
     # state_dict names a tied parameter under each of its paths, as the checkpoint holds it.
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -109,16 +125,19 @@ class Case:
         torch.manual_seed(0)
         return self.make_model()
 
-    def want(self, microbatches):
-        if microbatches not in self.references:
-            self.references[microbatches] = reference(self.make_model, self.x, self.y, self.loss_fn, microbatches)
-        return self.references[microbatches]
+    def want(self, microbatches, clip=0.0, optimizer=None):
+        key = (microbatches, clip, optimizer is not None)
+        if key not in self.references:
+            self.references[key] = reference(self.make_model, self.x, self.y, self.loss_fn, microbatches, clip,
+                                             optimizer)
+        return self.references[key]
 
     def train(self, tag, extra):
         ck = os.path.join(self.work, f"{self.name}-{tag}")
+        sgd = [] if "--optimizer" in extra else ["--lr", str(LR), "--momentum", str(MOMENTUM)]
         run([PIPETRAIN, "train", "--model", self.model_file, "--data", self.data_file, "--loss", self.loss_flag,
-             "--steps", str(STEPS), "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM),
-             "--no-shuffle", "--quiet", "--checkpoint-dir", ck, "--timeout", "60"] + extra)
+             "--steps", str(STEPS), "--batch-size", str(BATCH)] + sgd +
+            ["--no-shuffle", "--quiet", "--checkpoint-dir", ck, "--timeout", "60"] + extra)
         return trained_state(self.model_file, ck)
 
 
@@ -148,9 +167,10 @@ class Fidelity(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def check(self, case, tag, extra, microbatches):
-        got = case.train(tag, extra)
-        want = case.want(microbatches)
+    def check(self, case, tag, extra, microbatches, clip=0.0, optimizer=None):
+        got = case.train(tag, extra + (["--clip-grad-norm", str(clip)] if clip > 0 else []) +
+                         (optimizer[0] if optimizer else []))
+        want = case.want(microbatches, clip, optimizer)
         self.assertEqual(set(got), set(want), f"{case.name}: parameter and buffer names")
         moved = max((want[k] - case.initial[k]).abs().max().item() for k in want if want[k].is_floating_point())
         self.assertGreater(moved, 1e-3, f"{case.name}: training did not move the weights ({moved})")

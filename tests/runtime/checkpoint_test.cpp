@@ -12,6 +12,8 @@
 
 #include "core/json_doc.h"
 #include "pipeline_test_util.h"
+#include "core/input_limits.h"
+#include "runtime/checkpoint.h"
 #include "runtime/checkpoint_lock.h"
 
 namespace pt::runtime {
@@ -71,6 +73,44 @@ TEST(Checkpoint, StopAndResumeEqualsUninterruptedExactly) {
     EXPECT_TRUE(bitwise_equal(checkpoint_weights(newest_checkpoint(parts.path.string())), uninterrupted));
     // Two kept: steps 4 and 6.
     EXPECT_FALSE(fs::exists(parts.path / checkpoint_dir_name(2)));
+  }
+}
+
+// Adam's two moments and its step count (the bias corrections) travel with each layer: a run
+// resumed under adamw equals the uninterrupted one bit for bit, also into another plan; an sgd
+// checkpoint is not resumed under adam (its momentum is not adam's first moment).
+TEST(Checkpoint, AdamStateResumesExactlyAndIntoOtherPlans) {
+  auto adamw = [](PipelineOptions o) {
+    o.train.sgd.kind = "adamw";
+    o.train.sgd.lr = 0.002;
+    o.train.sgd.weight_decay = 0.1;
+    o.train.sgd.beta2 = 0.95;
+    return o;
+  };
+  TempDir full, parts, other;
+  auto uninterrupted = run(stages(3), adamw(options("1f1b", 6, full.path.string(), 2, false)));
+  run(stages(3), adamw(options("1f1b", 4, parts.path.string(), 2, false)));
+  auto resumed = run(stages(3), adamw(options("1f1b", 6, parts.path.string(), 2, true)));
+  EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
+  auto manifest = read_verified_manifest(newest_checkpoint(parts.path.string()));
+  EXPECT_EQ(manifest.optimizer, "adamw");
+  LayerState layer = layer_state_from_bytes(read_input(newest_checkpoint(parts.path.string()) + "/" +
+                                                           manifest.files[0].name, InputKind::layer_file),
+                                            "layer 0");
+  EXPECT_EQ(layer.optimizer_steps, 6);
+  ASSERT_EQ(layer.variance.size(), layer.params.size());
+  EXPECT_TRUE(layer.variance[0].defined());
+  // Into another plan: 2 steps on 3 stages, 4 more on 2.
+  run(stages(3), adamw(options("1f1b", 2, other.path.string(), 2, false)));
+  auto elsewhere = run(stages(2), adamw(options("gpipe", 6, other.path.string(), 2, true)));
+  EXPECT_LE(max_relative_error(elsewhere, uninterrupted), 1e-5);
+  try {
+    run(stages(3), options("1f1b", 8, parts.path.string(), 2, true));
+    FAIL() << "an adamw checkpoint resumed under sgd";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the checkpoint holds adamw's state, but this run trains with --optimizer sgd"),
+              std::string::npos)
+        << e.what();
   }
 }
 

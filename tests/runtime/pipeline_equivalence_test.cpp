@@ -200,6 +200,82 @@ TEST(PipelineEquivalence, VSchedulesStepATieBetweenAWorkersChunksOnce) {
 
 // `train --checkpoint-dir` on one worker runs a one-stage pipeline (apps/torch/train.cpp): it
 // must compute what single-worker training does, for the schedules that can run one stage.
+// Training options `t` on one worker (LibTorch's own optimizer and clip_grad_norm_), then on
+// each plan below, every pipeline's weights within 1e-5 of one worker's: mnist-cnn on 2 and 3
+// stages, a replicated first stage and data parallelism; the tied MLP with its tie split over 3.
+void expect_optimizer_matches_single_worker(const TrainOptions& t) {
+  const auto& s = setup();
+  auto single = seeded_cnn(3);
+  train_single_worker(*single, s.data, t);
+  std::vector<torch::Tensor> reference;
+  for (auto& p : single->parameters()) reference.push_back(p.detach().clone());
+  auto prof = unit_profile(*single);
+  plan::Plan two_by_one = plan::even_split(prof, 2);
+  two_by_one.stages[0].replicas = 2;
+  plan::assign_workers(two_by_one);
+  for (const auto& [kind, plan] : std::vector<std::pair<std::string, plan::Plan>>{
+           {"1f1b", plan::even_split(prof, 2)}, {"gpipe", plan::even_split(prof, 3)}, {"zb-h1", plan::even_split(prof, 3)},
+           {"1f1b", two_by_one}, {"dp", replicated_plan(*single, 2)}}) {
+    SCOPED_TRACE(kind + " " + plan.shape());
+    std::vector<std::unique_ptr<Worker>> workers;
+    auto sched = train_with([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, kind, 4,
+                            t, workers);
+    EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), reference), 1e-5);
+  }
+}
+
+void expect_tied_matches_single_worker(const TrainOptions& t) {
+  SCOPED_TRACE("a tie split over 3 stages");
+  auto data = model::synthetic_data(*tied_mlp(), 128, 32, 10, 4);
+  auto single = tied_mlp();
+  train_single_worker(*single, data, t);
+  std::vector<torch::Tensor> reference;
+  for (auto& p : single->parameters()) reference.push_back(p.detach().clone());
+  plan::Plan plan = plan::even_split(unit_profile(*single), 3);
+  for (const auto& g : single->tie_groups()) plan.ties.push_back(g.layers());
+  std::vector<std::unique_ptr<Worker>> workers;
+  auto sched = train_with([](const model::LayerSet& = {}) { return tied_mlp(); }, data, plan, "1f1b", 2, t, workers);
+  EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), reference), 1e-5);
+}
+
+// --clip-grad-norm clips by the whole model's norm, as torch.nn.utils.clip_grad_norm_ on one
+// worker: every stage's gradient summed over the workers, a replicated stage's once, a tie split
+// over stages once. A cap under every step's norm, so each step is scaled (the clipped and the
+// unclipped runs end apart, or the check could not fail).
+TEST(PipelineEquivalence, ClippingByTheWholeModelsNormMatchesSingleWorker) {
+  TrainOptions t = setup().train;
+  t.sgd.clip_grad_norm = 0.05;
+  auto clipped = seeded_cnn(3);
+  train_single_worker(*clipped, setup().data, t);
+  std::vector<torch::Tensor> weights;
+  for (auto& p : clipped->parameters()) weights.push_back(p.detach().clone());
+  EXPECT_GT(max_relative_error(weights, setup().reference), 1e-3);  // clipping changed the run
+  expect_optimizer_matches_single_worker(t);
+  TrainOptions tied = tied_training();
+  tied.sgd.clip_grad_norm = 0.05;
+  expect_tied_matches_single_worker(tied);
+}
+
+// Adam and AdamW as one worker trains with LibTorch's own (the reference PyTorch's are held to in
+// tests/python): a stage's moments are its parameters', a replicated stage's replicas step the
+// same sum, a split tie's copies the same exchanged gradient; AdamW with clipping too.
+TEST(PipelineEquivalence, AdamMatchesSingleWorker) {
+  for (const std::string optimizer : {"adam", "adamw"}) {
+    SCOPED_TRACE(optimizer);
+    TrainOptions t = setup().train;
+    t.sgd.kind = optimizer;
+    t.sgd.lr = 0.002;
+    t.sgd.weight_decay = 0.1;
+    t.sgd.beta2 = 0.95;
+    t.sgd.clip_grad_norm = optimizer == "adamw" ? 0.05 : 0;
+    expect_optimizer_matches_single_worker(t);
+  }
+  TrainOptions t = tied_training();
+  t.sgd.kind = "adamw";
+  t.sgd.lr = 0.005;
+  expect_tied_matches_single_worker(t);
+}
+
 TEST(PipelineEquivalence, OneStagePipelineIsSingleWorkerTraining) {
   auto model = seeded_cnn(3);
   auto one = plan::even_split(unit_profile(*model), 1);

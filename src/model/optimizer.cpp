@@ -1,0 +1,98 @@
+#include "model/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pt::model {
+
+const std::vector<std::string>& optimizer_kinds() {
+  static const std::vector<std::string> kinds{"sgd", "adam", "adamw"};
+  return kinds;
+}
+
+double learning_rate(const OptimizerOptions& o, int64_t step) {
+  double lr = o.lr;
+  if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= static_cast<double>(step + 1) / o.warmup_steps;
+  if (o.lr_schedule == "cosine" && o.total_steps > 0) {
+    double t = std::clamp(static_cast<double>(step) / o.total_steps, 0.0, 1.0);
+    lr *= 0.5 * (1 + std::cos(M_PI * t));
+  }
+  return lr;
+}
+
+Optimizer::Optimizer(FlatParameters& flat, const OptimizerOptions& options) : flat_(flat), options_(options) {
+  state_.resize(options_.state_copies());
+  for (auto& buffers : state_)
+    for (const auto& g : flat_.grads()) buffers.push_back(torch::zeros_like(g));
+}
+
+void Optimizer::step(double grad_scale, int64_t minibatch) {
+  torch::NoGradGuard no_grad;
+  double lr = learning_rate(options_, minibatch), wd = options_.weight_decay;
+  ++steps_;
+  for (size_t b = 0; b < flat_.grads().size(); ++b) {
+    // The update is formed in the gradient buffer, which is zeroed after.
+    torch::Tensor d = flat_.grads()[b], w = flat_.weights()[b];
+    if (grad_scale != 1.0) d.mul_(grad_scale);
+    if (!options_.adam()) {
+      if (wd != 0) d.add_(w, wd);
+      if (options_.momentum != 0) {
+        state_[0][b].mul_(options_.momentum).add_(d);
+        w.add_(state_[0][b], -lr);
+      } else {
+        w.add_(d, -lr);
+      }
+    } else {
+      if (options_.kind == "adamw") {
+        w.mul_(1 - lr * wd);
+      } else if (wd != 0) {
+        d.add_(w, wd);
+      }
+      torch::Tensor &m = state_[0][b], &v = state_[1][b];
+      m.mul_(options_.beta1).add_(d, 1 - options_.beta1);
+      v.mul_(options_.beta2).addcmul_(d, d, 1 - options_.beta2);
+      double correction1 = 1 - std::pow(options_.beta1, static_cast<double>(steps_));
+      double correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, static_cast<double>(steps_)));
+      // denom formed in the gradient buffer, which is done with: no allocation.
+      torch::sqrt_out(d, v).div_(correction2_sqrt).add_(options_.eps);
+      w.addcdiv_(m, d, -lr / correction1);
+    }
+    d.zero_();
+  }
+  has_state_ = !state_.empty();
+}
+
+void Optimizer::predict(std::vector<torch::Tensor>& weights, int64_t steps, int64_t minibatch) const {
+  if (state_.empty() || !has_state_ || steps <= 0) return;
+  torch::NoGradGuard no_grad;
+  double lr = learning_rate(options_, minibatch) * static_cast<double>(steps);
+  if (!options_.adam()) {
+    for (size_t b = 0; b < weights.size(); ++b) weights[b].add_(state_[0][b], -lr);
+    return;
+  }
+  double t = static_cast<double>(std::max<int64_t>(steps_, 1));
+  double correction1 = 1 - std::pow(options_.beta1, t);
+  double correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, t));
+  for (size_t b = 0; b < weights.size(); ++b) {
+    torch::Tensor denom = state_[1][b].sqrt().div_(correction2_sqrt).add_(options_.eps);
+    weights[b].addcdiv_(state_[0][b], denom, -lr / correction1);
+  }
+}
+
+torch::Tensor Optimizer::state(const FlatParameters::Slot& s, int which) const {
+  if (!has_state_ || which >= static_cast<int>(state_.size())) return {};
+  return state_[which][s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()).clone();
+}
+
+void Optimizer::set_state(const FlatParameters::Slot& s, int which, const torch::Tensor& m) {
+  if (which >= static_cast<int>(state_.size())) return;  // plain SGD keeps none; sgd no second
+  torch::Tensor view = state_[which][s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
+  if (!m.defined()) {
+    view.zero_();
+    return;
+  }
+  view.copy_(m);
+  has_state_ = true;
+}
+
+}  // namespace pt::model

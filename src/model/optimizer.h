@@ -1,0 +1,90 @@
+#pragma once
+// The optimizers a stage steps its flat buffers with (flat_parameters.h), as PyTorch 1.13
+// computes them (single tensor, no foreach), so a pipeline's weights are one worker's:
+//   sgd    d = g + wd * w;  buf = momentum * buf + d (buf = d at the first step);  w -= lr * buf
+//          (dampening 0, no Nesterov);
+//   adam   g += wd * w (L2, torch.optim.Adam);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//          w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)  (t: this parameter's steps);
+//   adamw  the same without the L2 term, the decay decoupled first: w *= 1 - lr * wd
+//          (Loshchilov and Hutter, torch.optim.AdamW).
+// It updates the weights through .data(), outside autograd's version counting: in an
+// asynchronous pipeline a minibatch's forward graph still refers to the weights when another
+// minibatch's step updates them, and weight stashing (stage_replica.h) restores the values
+// that graph used before its backward runs.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/flat_parameters.h"
+
+namespace pt::model {
+
+struct OptimizerOptions {
+  double lr = 0.02;
+  double momentum = 0.9;  // sgd
+  double weight_decay = 0.0;
+  // Learning rate over the run: "constant", or "cosine" (decays to 0 at total_steps, the run's
+  // minibatch count, which the trainer fills in); both after a linear warm-up of warmup_steps.
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  // > 0: before each step the gradient is scaled to at most this norm, as PyTorch's
+  // clip_grad_norm_ scales it: by max / (norm + 1e-6) where that is under 1. The norm is the whole
+  // model's under a synchronous schedule (every stage's gradient, a replicated stage's and a
+  // split tie's once: worker.h); under pipedream and 2bw each stage's own (its step has no other).
+  double clip_grad_norm = 0;
+  std::string kind = "sgd";  // sgd, adam or adamw (train --optimizer)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw (train --betas, --eps)
+
+  bool adam() const { return kind == "adam" || kind == "adamw"; }
+  // The state tensors it keeps per parameter: sgd's momentum buffer (none without momentum),
+  // adam's two moments.
+  int state_copies() const { return adam() ? 2 : momentum != 0 ? 1 : 0; }
+};
+
+// The optimizer kinds train accepts, for its flag and its errors.
+const std::vector<std::string>& optimizer_kinds();
+
+// The learning rate of the step that applies minibatch `step` (0-based).
+double learning_rate(const OptimizerOptions& o, int64_t step);
+
+// Steps the flat buffers of a stage replica in place: a few whole-buffer passes and no
+// allocation. The state buffers start at zero, which gives sgd's first step exactly torch's
+// buf = d (0 * momentum + d == d) and adam's its zero-initialised moments.
+class Optimizer {
+ public:
+  Optimizer(FlatParameters& flat, const OptimizerOptions& options);
+  // Applies the accumulated gradients (scaled by `grad_scale`) of minibatch `minibatch` (which
+  // picks the learning rate, lr_schedule) and zeroes them.
+  void step(double grad_scale, int64_t minibatch);
+  // Weight prediction (SpecTrain, Chen et al. 2018, §4.2): where the gradient computed on
+  // `weights` (a copy of the flat weights, flat_parameters.h) will be applied `steps` steps from
+  // now, moves the copy to where those steps will likely have taken the weights: sgd follows its
+  // velocity, w - steps * lr * buf; adam its last step's direction, w - steps * lr * m^ / (sqrt(v^)
+  // + eps) with the moments' bias corrections at its step count (the decay left out). The
+  // learning rate is that of the step `minibatch`. No-op before a first step, or for sgd without
+  // momentum (no velocity to follow).
+  void predict(std::vector<torch::Tensor>& weights, int64_t steps, int64_t minibatch) const;
+  bool predicts() const { return options_.adam() || options_.momentum != 0; }
+  const OptimizerOptions& options() const { return options_; }
+
+  // One parameter's state `which` (0: sgd's momentum or adam's first moment, 1: adam's second),
+  // a copy; undefined before the first step, as torch reports it.
+  torch::Tensor state(const FlatParameters::Slot& s, int which) const;
+  // Loads one parameter's state `which` (checkpoints); undefined means none yet (zeros).
+  void set_state(const FlatParameters::Slot& s, int which, const torch::Tensor& m);
+  // adam's steps so far (its bias corrections'); a checkpoint carries it.
+  int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+
+ private:
+  FlatParameters& flat_;
+  std::vector<std::vector<torch::Tensor>> state_;  // [which][flat buffer]
+  bool has_state_ = false;                         // a step ran or a checkpoint loaded some
+  int64_t steps_ = 0;
+  OptimizerOptions options_;
+};
+
+}  // namespace pt::model
