@@ -70,7 +70,7 @@ void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source) {
 }
 
 void use_schedule_file(TrainFlags& f, const plan::Plan& plan) {
-  schedule::Schedule file = schedule::read_schedule_file(f.schedule_file);
+  schedule::Schedule file = schedule::read_schedule_file(f.schedule_file, plan.num_stages());
   if (!file.flush)
     throw UsageError(str("--schedule-file ", f.schedule_file, ": its schedule (", file.kind, ") does not flush; train "
                          "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));

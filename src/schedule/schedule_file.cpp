@@ -26,8 +26,24 @@ bool is_left_out(const std::string& type) {
   return false;
 }
 
-// One row per rank of cells "<stage><F|B|I|W><microbatch>".
-Schedule schedule_from_csv(const std::string& text, const std::string& path) {
+// One row per rank of cells "<stage><F|B|I|W><microbatch>"; plan_stages: read_schedule_file's.
+Schedule schedule_from_csv(const std::string& text, const std::string& path, int plan_stages) {
+  if (plan_stages > 0) {
+    // More cells than the plan's stages can hold is refused before any is parsed: per stage and
+    // microbatch F, B or I, W and the four transfers torch.distributed.pipelining may write
+    // (left out here), and per stage its unshard, reshard and gradient reduction.
+    int64_t cells = 0;
+    bool in_cell = false;
+    for (char c : text) {
+      if (c == ',' || c == '\n') in_cell = false;
+      else if (!in_cell && !std::isspace(static_cast<unsigned char>(c))) in_cell = true, ++cells;
+    }
+    int64_t most = int64_t{7} * plan_stages * kMaxMicrobatches + 3 * plan_stages;
+    if (cells > most)
+      throw ConfigError(str(path, ": holds ", cells, " cells, more than the plan's ", plan_stages, " stage",
+                            plan_stages == 1 ? "" : "s", " can run (", most, ": F, B or I, W and four transfers for ",
+                            "each of at most ", kMaxMicrobatches, " microbatches a stage)"));
+  }
   Schedule s;
   s.kind = "file";
   s.flush = true;
@@ -59,6 +75,9 @@ Schedule schedule_from_csv(const std::string& text, const std::string& path) {
       if (mb_text.empty() || mb_text.size() > 6 || !std::all_of(mb_text.begin(), mb_text.end(), ::isdigit))
         bad("has no microbatch number after its type");
       int stage = std::stoi(stage_text), mb = std::stoi(mb_text);
+      if (plan_stages > 0 && stage >= plan_stages)
+        bad(str("names stage ", stage, ", but the plan has ", plan_stages, " stage", plan_stages == 1 ? "" : "s",
+                " (0..", plan_stages - 1, ")"));
       if (mb >= kMaxMicrobatches) bad(str("names microbatch ", mb, "; at most ", kMaxMicrobatches, " are run"));
       ActionKind kind;
       if (type == "F") kind = ActionKind::kForward;
@@ -135,11 +154,11 @@ void check_local_order(const Schedule& s, const std::string& path) {
 
 }  // namespace
 
-Schedule read_schedule_file(const std::string& path) {
+Schedule read_schedule_file(const std::string& path, int plan_stages) {
   std::string text = read_input(path, InputKind::schedule);
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') return schedule_from_json(parse_json(text, path), path);
-  return schedule_from_csv(text, path);
+  return schedule_from_csv(text, path, plan_stages);
 }
 
 plan::Plan plan_of_schedule_file(const Schedule& file, const std::string& path, const std::string& flag) {

@@ -15,8 +15,12 @@
 
 namespace pt::schedule {
 
-// The file as read: its actions and placement; stage_layers empty for a CSV.
-Schedule read_schedule_file(const std::string& path);
+// The file as read: its actions and placement; stage_layers empty for a CSV. `plan_stages` > 0:
+// the stages of the plan it will run on, known before the file is read: a CSV naming a stage past
+// them, or holding more cells than those stages can run (F, B or I, W per microbatch, at most
+// kMaxMicrobatches), is refused before its actions are built (a 52 MB CSV of 768 stages took
+// 430 MB to be refused for its stage count).
+Schedule read_schedule_file(const std::string& path, int plan_stages = 0);
 
 // The plan a JSON file's stages make (their layers, as many replicas as workers each);
 // ConfigError for a CSV, which names no layers (`flag` names what gives them instead).

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
 #include "schedule/generators.h"
 #include "schedule/schedule_file.h"
 #include "schedule/validate.h"
@@ -162,6 +163,32 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   doc["chunks"] = 1;
   e = error_of("chunks1.json", doc.dump(), straight_plan(4));
   EXPECT_NE(e.find("field 'chunks' is 1 but worker 0 holds 2 of the stages"), std::string::npos) << e;
+}
+
+// With the plan's stage count known before the file is read (train --stages/--plan), a CSV that
+// cannot fit it is refused before its actions are built: a cell naming a stage past the plan's,
+// or more cells than its stages can run (a 52 MB CSV of 768 stages took 430 MB of memory to be
+// refused for its stage count; 277 MB now, of which the text 52 and the process 220).
+TEST(ScheduleFile, ACsvThatCannotFitThePlanIsRefusedBeforeItIsParsed) {
+  auto refused = [](const std::string& name, const std::string& text, int stages) {
+    TempFile f(name, text);
+    try {
+      read_schedule_file(f.path.string(), stages);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::string past = refused("past.csv", "0F0,0B0\n1F0,1B0\n2F0,2B0\n", 2);
+  EXPECT_NE(past.find("rank 2, column 0: '2F0' names stage 2, but the plan has 2 stages (0..1)"), std::string::npos)
+      << past;
+  std::string row;
+  for (int m = 0; m < 8 * kMaxMicrobatches; ++m) row += std::string(m ? "," : "") + "0F" + std::to_string(m % 4096);
+  std::string many = refused("many.csv", row + "\n", 1);
+  EXPECT_NE(many.find("holds 32768 cells, more than the plan's 1 stage can run (28675:"), std::string::npos) << many;
+  // Empty cells are idle slots, not counted; what fits is read as before.
+  TempFile ok("ok.csv", "0F0,,0B0\n , \n");
+  EXPECT_EQ(read_schedule_file(ok.path.string(), 1).actions[0].size(), 2u);
 }
 
 }  // namespace
