@@ -165,7 +165,6 @@ int run_train(TrainFlags& f) {
   if (!ck.dir.empty() && ck.every == 0 && !ck.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
   if (!f.schedule_file.empty()) f.pipe.schedule = "file";
-  note_samples_left_out(data.train.size(), f.pipe.train);
   bool parallel = !f.plan_path.empty() || f.stages > 0 || f.workers > 0 || f.pipe.schedule != "none";
   // One worker trains each minibatch whole: --microbatches, which it ignored without a word,
   // changes what BatchNorm sees in a pipeline (a minibatch of 16 in 4 microbatches of 4).
@@ -189,6 +188,7 @@ int run_train(TrainFlags& f) {
                          "worker alone: give the job's plan (--plan PLAN, or --stages N with --profile P, or "
                          "--schedule dp) and --transport gloo"));
   if (!parallel) {
+    note_samples_left_out(data.train.size(), f.pipe.train);
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
     auto whole = f.model.build_model_only();
@@ -229,6 +229,8 @@ int run_train(TrainFlags& f) {
     else std::cerr << "note: " << plan_source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
                    << f.pipe.train.batch_size << ", so its predicted throughput does not apply\n";
   }
+  // With the batch settled (it said minibatches of 64 where the plan's 16 ran).
+  note_samples_left_out(data.train.size(), f.pipe.train);
   // The plan's bucket, where the planner chose one, unless --bucket-mb says.
   if (plan.bucket_mb >= 0 && f.bucket_flag->count() == 0) f.bucket_mb = plan.bucket_mb;
   // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.

@@ -339,6 +339,19 @@ TEST(TrainCli, SamplesLeftOutOfEachEpochAreNamed) {
             std::string::npos) << out;
   out = train("96", {});
   EXPECT_EQ(out.find("left out of each epoch"), std::string::npos) << out;
+  // A plan's batch, which train takes where --batch-size is not given, is the one counted (it said
+  // minibatches of 64, the default, where the plan's 16 ran).
+  fs::path plan = tmp.path / "plan.json";
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 2, "batch_size": 16, "schedule": "1f1b",
+    "stages": [{"layers": [0, 1], "replicas": 1}, {"layers": [2, 3, 4], "replicas": 1}]})";
+  EXPECT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "100", "--steps", "1", "--quiet", "--plan",
+                 plan.string()},
+                log),
+            0)
+      << slurp(log);
+  out = slurp(log);
+  EXPECT_NE(out.find("note: 100 training samples make 6 minibatches of 16 an epoch; 4 are left out"), std::string::npos)
+      << out;
 }
 
 // A checkpoint resumed under other optimizer settings says which, with both values: a cosine
