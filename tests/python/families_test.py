@@ -238,16 +238,16 @@ class Families(unittest.TestCase):
                 self.assertFalse(os.path.exists(ck))
 
     def test_the_planner_splits_a_tie_where_memory_demands_it(self):
-        """A GPT whose tied embedding (2048 x 64) makes the whole model too large for a worker's
-        cap: no plan keeping the tie in one stage fits, so `plan --memory` returns a pipeline
-        that splits it, says so, and trains as eager PyTorch does (issue 70)."""
+        """A Llama-style LM whose tied embedding (2048 x 64) makes the whole model too large for
+        a worker's cap: no plan keeping the tie in one stage fits, so `plan --memory` returns a
+        pipeline that splits it, says so, and trains as eager PyTorch does (issue 70)."""
         w = self.tmp.name
         g = torch.Generator().manual_seed(5)
         tokens = torch.randint(0, 2048, (N, 17), generator=g)
-        case = fid.Case(w, "gpt-wide", "family_models:gpt", '{"vocab": 2048, "d": 64, "depth": 4}', f"{B},16", "int64",
-                        lambda: fm.gpt(vocab=2048, d=64, depth=4), tokens[:, :16].contiguous(),
+        case = fid.Case(w, "llama-wide", "family_models:llama", '{"vocab": 2048, "d": 64, "depth": 4}', f"{B},16",
+                        "int64", lambda: fm.llama(vocab=2048, d=64, depth=4), tokens[:, :16].contiguous(),
                         tokens[:, 1:].contiguous(), lm_loss, "lm")
-        prof, out = os.path.join(w, "gpt-wide.prof.json"), os.path.join(w, "gpt-wide.plan.json")
+        prof, out = os.path.join(w, "llama-wide.prof.json"), os.path.join(w, "llama-wide.plan.json")
         fid.run([fid.PIPETRAIN, "profile", "--model", case.model_file, "--loss", "lm", "--batch-size", str(B), "-o", prof])
         cluster = ["--workers", "4", "--bandwidth-gbps", "10", "--memory", "4MB", "--time-limit", "4"]
         # Every plan holding the tie in one stage holds the whole model: none fits the cap.
@@ -258,8 +258,9 @@ class Families(unittest.TestCase):
         with open(out) as f:
             plan = json.load(f)
         stage_of = {l: i for i, st in enumerate(plan["stages"]) for l in st["layers"]}
-        self.assertNotEqual(stage_of[0], stage_of[10], plan)
-        self.assertIn("layers 0 ('wte') and 10 ('head') share a parameter of 512.0 KiB and lie on stages", r.stdout)
+        last = max(stage_of)
+        self.assertNotEqual(stage_of[0], stage_of[last], plan)
+        self.assertIn(f"layers 0 ('embed') and {last} ('head') share a parameter of 512.0 KiB and lie on stages", r.stdout)
         # The plan's own schedule and stages, at the test's batch of 8 in 8 microbatches (its
         # choice, timed here, may take a larger batch per step or more microbatches).
         fid.Fidelity.check(self, case, "planned", ["--plan", out, "--microbatches", "8"], 8)
