@@ -29,11 +29,15 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("--depth", options.depth, "Transformer blocks (gpt) or LSTM layers (lstm-lm)");
   app.add_option("--data", data,
                  "Data: fashion-mnist, text, synthetic (default: the model's natural data), or your own: FILE.pt "
-                 "(torch.save of {'x', 'y'[, 'x_test', 'y_test']}) or a DIR of such shards")
+                 "(torch.save of {'x', 'y'[, 'x_test', 'y_test']}), a DIR of such shards, or FILE.bin, a language "
+                 "model's token ids (windows of the model's length + 1, shifted here; val.bin beside it tests)")
       ->check([](const std::string& d) {
         if (d == "fashion-mnist" || d == "text" || d == "synthetic" || model::is_own_data(d)) return std::string();
-        return "'" + d + "' is not fashion-mnist, text, synthetic or a data file (FILE.pt, DIR)";
+        return "'" + d + "' is not fashion-mnist, text, synthetic or a data file (FILE.pt, DIR, FILE.bin)";
       });
+  app.add_option("--token-dtype", token_dtype, "--data FILE.bin: its ids' type, uint16 (nanoGPT's) or uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}))
+      ->capture_default_str();
   app.add_option("--data-dir", data_dir, "Directory of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
   app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
@@ -121,7 +125,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
   std::string kind = data.empty() ? "synthetic" : data;
   if (kind == "text") throw UsageError("--data text: for lstm-lm and gpt; a model file trains on FILE.pt or synthetic");
   if (model::is_own_data(kind)) {
-    *data_out = model::load_own_data(kind, *m);
+    *data_out = model::load_own_data(kind, *m, token_dtype);
   } else if (kind == "fashion-mnist") {
     if (m->sample_shape() != std::vector<int64_t>{1, 28, 28} || m->integer_input())
       throw UsageError(str("--data fashion-mnist: its images are float32 [N, 1, 28, 28]; ", model, " takes another input"));

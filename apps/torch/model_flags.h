@@ -18,6 +18,7 @@ struct ModelFlags {
   std::string loss;  // model files only: "" = the file's loss method or cross-entropy
   std::string data;  // "" = the model's default: fashion-mnist, text or synthetic; or FILE.pt, DIR
   std::string data_dir = model::kFashionMnistDir;
+  std::string token_dtype = "uint16";  // --data FILE.bin
   std::string text = model::kDefaultTextFile;
   int64_t synthetic_samples = 2048;
   uint64_t seed = 0;

@@ -60,12 +60,12 @@ Dataset load_idx_pair(const std::string& dir, const std::string& prefix) {
 }  // namespace
 
 torch::Tensor Dataset::gather_inputs(const std::vector<int64_t>& indices) const {
-  if (shards) return shards->gather(indices, false);
+  if (on_disk) return on_disk->gather(indices, false);
   return inputs.index_select(0, torch::tensor(indices, torch::kInt64));
 }
 
 torch::Tensor Dataset::gather_targets(const std::vector<int64_t>& indices) const {
-  if (shards) return shards->gather(indices, true);
+  if (on_disk) return on_disk->gather(indices, true);
   return targets.index_select(0, torch::tensor(indices, torch::kInt64));
 }
 
@@ -79,12 +79,12 @@ std::vector<int64_t> first_rows(int64_t n) {
 
 torch::Tensor Dataset::first_inputs(int64_t n) const {
   n = std::min(n, size());
-  return shards ? shards->gather(first_rows(n), false) : inputs.narrow(0, 0, n);
+  return on_disk ? on_disk->gather(first_rows(n), false) : inputs.narrow(0, 0, n);
 }
 
 torch::Tensor Dataset::first_targets(int64_t n) const {
   n = std::min(n, size());
-  return shards ? shards->gather(first_rows(n), true) : targets.narrow(0, 0, n);
+  return on_disk ? on_disk->gather(first_rows(n), true) : targets.narrow(0, 0, n);
 }
 
 DataSplit load_fashion_mnist(const std::string& dir) {

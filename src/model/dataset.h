@@ -6,23 +6,24 @@
 #include <torch/torch.h>
 
 #include "model/layered_model.h"
-#include "model/shard_store.h"
+#include "model/sample_store.h"
 
 namespace pt::model {
 
 struct Dataset {
-  torch::Tensor inputs;   // [N, ...] float images or int64 token ids (undefined with `shards`)
+  torch::Tensor inputs;   // [N, ...] float images or int64 token ids (undefined with `on_disk`)
   torch::Tensor targets;  // [N] class ids or [N, T] token ids
-  std::shared_ptr<const ShardStore> shards = {};  // --data DIR: the samples stay on disk
-  int64_t size() const { return shards ? shards->size() : inputs.defined() ? inputs.size(0) : 0; }
-  // Rows of a minibatch, from memory or from the shards.
+  // --data DIR or FILE.bin: the samples stay on disk (sample_store.h).
+  std::shared_ptr<const SampleStore> on_disk = {};
+  int64_t size() const { return on_disk ? on_disk->size() : inputs.defined() ? inputs.size(0) : 0; }
+  // Rows of a minibatch, from memory or from disk.
   torch::Tensor gather_inputs(const std::vector<int64_t>& indices) const;
   torch::Tensor gather_targets(const std::vector<int64_t>& indices) const;
   torch::Tensor first_inputs(int64_t n) const;   // the first n samples' inputs (profiling)
   torch::Tensor first_targets(int64_t n) const;  // and their targets
   // Samples per shard ({} in memory): the batch sampler walks shards one at a time.
-  std::vector<int64_t> shard_sizes() const { return shards ? shards->shard_sizes() : std::vector<int64_t>{}; }
-  // The bytes it holds in memory (shards on disk: none).
+  std::vector<int64_t> shard_sizes() const { return on_disk ? on_disk->shard_sizes() : std::vector<int64_t>{}; }
+  // The bytes it holds in memory (samples on disk: none).
   int64_t bytes() const {
     auto of = [](const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
     return of(inputs) + of(targets);

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/input_limits.h"
 #include "core/json_doc.h"
+#include "model/shard_store.h"
+#include "model/token_stream.h"
 
 namespace pt::model {
 
@@ -279,17 +281,70 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
     Shard s = read_shard(file);
     return std::make_pair(s["x"], s["y"]);
   };
-  split.train.shards = std::make_shared<ShardStore>(files, sizes, crcs, load);
+  split.train.on_disk = std::make_shared<ShardStore>(files, sizes, crcs, load);
   set_sizes(split, model, out);
   return split;
 }
 
 }  // namespace
 
-DataSplit load_own_data(const std::string& path, LayeredModel& model) {
+namespace {
+
+// The test set of a token stream, held in memory for the evaluations: its first windows.
+constexpr int64_t kMostTestWindows = 1024;
+
+// --data FILE.bin: a language model's tokenized corpus (token_stream.h). The test set is val.bin
+// beside it (nanoGPT's pair) or, without one, the last tenth of its windows; at most
+// kMostTestWindows of them, in memory.
+DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& dtype) {
+  std::vector<int64_t> shape = model.sample_shape();
+  if (model.task() != Task::kLanguageModel || !model.integer_input() || shape.size() != 1)
+    throw UsageError(str("--data ", path, ": a file of token ids trains a language model that takes [N, T] token ids ",
+                         "(a model file exported with --input-dtype int64, trained with --loss lm); ", model.name(),
+                         " is not one"));
+  int64_t seq = shape[0];
+  TokenFile train = scan_token_file(path, dtype);
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  std::string val = dir + "/val.bin";
+  struct stat a, b;
+  bool separate = ::stat(val.c_str(), &b) == 0 && ::stat(path.c_str(), &a) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
+  TokenFile test = separate ? scan_token_file(val, dtype) : train;
+  int64_t n = TokenStream::windows(train.tokens, seq);
+  int64_t held = separate ? 0 : n / 10;
+  if (n - held < 1 || (separate ? TokenStream::windows(test.tokens, seq) : held) < 1)
+    throw FormatError(str(separate && n >= 1 ? val : path, ": ", separate && n >= 1 ? test.tokens : train.tokens,
+                          " tokens make too few windows of ", seq + 1, " (the model's ", seq,
+                          " tokens and the next) to train", separate ? "" : " and hold a tenth out for testing"));
+  DataSplit split;
+  split.name = "tokens:" + path;
+  auto train_stream = std::make_shared<TokenStream>(train, seq, 0, n - held);
+  int64_t test_first = separate ? 0 : n - held;
+  int64_t test_n = std::min(kMostTestWindows, separate ? TokenStream::windows(test.tokens, seq) : held);
+  TokenStream test_stream(test, seq, test_first, test_n);
+  std::vector<int64_t> rows(static_cast<size_t>(test_n));
+  for (int64_t i = 0; i < test_n; ++i) rows[static_cast<size_t>(i)] = i;
+  split.test = {test_stream.gather(rows, false), test_stream.gather(rows, true)};
+  // Ids against the vocabulary the model outputs, and its embedding: the window of the largest.
+  torch::Tensor out = probe_output(model, split.test.inputs, separate ? val : path);
+  int64_t vocab = out.size(-1);
+  for (const TokenFile* f : {&train, &test})
+    if (f->max_id >= vocab)
+      throw FormatError(str(f->path, ": token ", f->max_at, " is id ", f->max_id, ", past the model's vocabulary of ",
+                            vocab, " (ids 0..", vocab - 1, "; is it ", f->token_bytes == 2 ? "uint32" : "uint16",
+                            " data, --token-dtype?)"));
+  split.train.on_disk = train_stream;
+  check_token_ids(model, train_stream->gather({std::min(train.max_at / seq, n - held - 1)}, false), "tokens", path);
+  split.vocab = vocab;
+  return split;
+}
+
+}  // namespace
+
+DataSplit load_own_data(const std::string& path, LayeredModel& model, const std::string& token_dtype) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw UsageError(str("--data: ", path, " does not exist"));
   if (S_ISDIR(st.st_mode)) return load_shards(path, model);
+  if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return load_token_stream(path, model, token_dtype);
   Shard s = read_shard(path);
   torch::Tensor out;
   check_shard(s, model, out, path);

@@ -1,5 +1,5 @@
 #pragma once
-// A user's own data (--data FILE.pt or --data DIR): dicts of tensors written by Python's
+// A user's own data (--data FILE.pt, DIR or FILE.bin): dicts of tensors written by Python's
 // torch.save: "x" and "y", and optionally "x_test" and "y_test". A FILE is held in memory
 // (without x_test the last tenth of x and y is held out as the test set). A DIR holds shards of
 // such dicts (*.pt, in name order) that stay on disk: training reads them as it needs them, at
@@ -17,7 +17,8 @@ namespace pt::model {
 // True when --data names a file or a directory rather than a built-in data set.
 bool is_own_data(const std::string& data);
 
-// FormatError names the file, the key, what it holds and what the model expects.
-DataSplit load_own_data(const std::string& path, LayeredModel& model);
+// FormatError names the file, the key, what it holds and what the model expects. A FILE.bin is
+// a tokenized corpus of `token_dtype` ids (token_stream.h), which stays on disk.
+DataSplit load_own_data(const std::string& path, LayeredModel& model, const std::string& token_dtype = "uint16");
 
 }  // namespace pt::model

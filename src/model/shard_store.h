@@ -14,19 +14,21 @@
 
 #include <torch/torch.h>
 
+#include "model/sample_store.h"
+
 namespace pt::model {
 
-class ShardStore {
+class ShardStore : public SampleStore {
  public:
   // Reads one shard's (x, y), already checked when the store was built.
   using Loader = std::function<std::pair<torch::Tensor, torch::Tensor>(const std::string& file)>;
   ShardStore(std::vector<std::string> files, std::vector<int64_t> sizes, std::vector<uint32_t> crcs, Loader load);
 
-  int64_t size() const { return offsets_.back(); }
-  const std::vector<int64_t>& shard_sizes() const { return sizes_; }
-  const std::vector<uint32_t>& crcs() const { return crcs_; }  // of each shard's file (job digests)
+  int64_t size() const override { return offsets_.back(); }
+  std::vector<int64_t> shard_sizes() const override { return sizes_; }
+  std::vector<uint32_t> crcs() const override { return crcs_; }  // of each shard's file
   // Rows `indices` (global sample numbers) of x (targets false) or y, in that order.
-  torch::Tensor gather(const std::vector<int64_t>& indices, bool targets) const;
+  torch::Tensor gather(const std::vector<int64_t>& indices, bool targets) const override;
   int64_t loads() const;  // shards read so far (tests: each once per epoch)
 
  private:

@@ -54,7 +54,7 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
                             {"classes", data.classes}, {"vocab", data.vocab},
                             {"crc32", {tensor_crc32(data.train.inputs), tensor_crc32(data.train.targets),
                                        tensor_crc32(data.test.inputs), tensor_crc32(data.test.targets)}},
-                            {"shard_crc32", data.train.shards ? data.train.shards->crcs() : std::vector<uint32_t>{}}}},
+                            {"shard_crc32", data.train.on_disk ? data.train.on_disk->crcs() : std::vector<uint32_t>{}}}},
               {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
                                   {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}},
               {"bucket_bytes", o.bucket_bytes},

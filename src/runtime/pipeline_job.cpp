@@ -128,8 +128,8 @@ DataIdentity data_identity(const model::DataSplit& data) {
   auto add = [&](uint32_t c) { crcs.append(reinterpret_cast<const char*>(&c), sizeof c); };
   add(tensor_crc32(data.train.inputs));
   add(tensor_crc32(data.train.targets));
-  if (data.train.shards)
-    for (uint32_t c : data.train.shards->crcs()) add(c);
+  if (data.train.on_disk)
+    for (uint32_t c : data.train.on_disk->crcs()) add(c);
   d.crc32 = crc32_of(crcs);
   return d;
 }

@@ -1,0 +1,122 @@
+// A tokenized corpus as a flat file of ids (--data FILE.bin, token_stream.h): windows of the
+// model's length + 1, shifted here; val.bin beside it is the test set; bad files are named
+// with the offending id; epochs too large to store an order are shuffled by a bijection.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "model/batch_sampler.h"
+#include "model/own_data.h"
+#include "model/zoo.h"
+
+namespace pt::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("pt_tokens_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+template <class T>
+void write_ids(const fs::path& p, const std::vector<T>& ids) {
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(T));
+}
+
+std::shared_ptr<LayeredModel> small_gpt() {  // vocab 64, 8 tokens a sample
+  ModelOptions o;
+  o.vocab = 64;
+  o.seq_len = 8;
+  o.depth = 1;
+  o.width = 0.25;
+  return build_gpt(o);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(TokenStream, WindowsAreShiftedHereAndValBinTests) {
+  TempDir d;
+  std::vector<uint16_t> ids(801);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint16_t>(i % 64);
+  write_ids(d.path / "train.bin", ids);
+  auto m = small_gpt();
+  DataSplit held = load_own_data((d.path / "train.bin").string(), *m);
+  // 800 / 8 = 100 windows of 9 tokens; without val.bin the last tenth tests.
+  EXPECT_EQ(held.train.size(), 90);
+  EXPECT_EQ(held.test.size(), 10);
+  EXPECT_EQ(held.vocab, 64);
+  auto x = held.train.gather_inputs({0, 3}), y = held.train.gather_targets({0, 3});
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(x[1][0].item<int64_t>(), 24);  // window 3 starts at token 24
+  EXPECT_TRUE(torch::equal(y.narrow(1, 0, 7), x.narrow(1, 1, 7)));
+  EXPECT_EQ(y[1][7].item<int64_t>(), 32);  // the next token
+  EXPECT_EQ(held.test.inputs[0][0].item<int64_t>(), (90 * 8) % 64);
+  EXPECT_EQ(held.train.on_disk->crcs().size(), 1u);
+  write_ids(d.path / "val.bin", std::vector<uint16_t>(81, 5));
+  DataSplit split = load_own_data((d.path / "train.bin").string(), *m);
+  EXPECT_EQ(split.train.size(), 100);
+  EXPECT_EQ(split.test.size(), 10);
+  EXPECT_EQ(split.test.inputs.max().item<int64_t>(), 5);
+  // uint32 ids read as such.
+  write_ids(d.path / "wide.bin", std::vector<uint32_t>(801, 7));
+  fs::remove(d.path / "val.bin");
+  DataSplit wide = load_own_data((d.path / "wide.bin").string(), *m, "uint32");
+  EXPECT_EQ(wide.train.gather_targets({5})[0][3].item<int64_t>(), 7);
+}
+
+TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
+  TempDir d;
+  auto m = small_gpt();
+  std::ofstream(d.path / "odd.bin", std::ios::binary) << std::string(1001, '\0');
+  std::string odd = error_of([&] { load_own_data((d.path / "odd.bin").string(), *m); });
+  EXPECT_NE(odd.find("odd.bin: 1001 bytes is not a whole number of uint16 token ids (2 bytes each)"), std::string::npos)
+      << odd;
+  std::vector<uint16_t> ids(801, 1);
+  ids[333] = 64;  // one past the vocabulary
+  write_ids(d.path / "past.bin", ids);
+  std::string past = error_of([&] { load_own_data((d.path / "past.bin").string(), *m); });
+  EXPECT_NE(past.find("past.bin: token 333 is id 64, past the model's vocabulary of 64 (ids 0..63"), std::string::npos)
+      << past;
+  write_ids(d.path / "short.bin", std::vector<uint16_t>(12, 1));
+  std::string shrt = error_of([&] { load_own_data((d.path / "short.bin").string(), *m); });
+  EXPECT_NE(shrt.find("12 tokens make too few windows of 9"), std::string::npos) << shrt;
+  ModelOptions cnn;
+  auto classifier = build_mnist_cnn(cnn);
+  write_ids(d.path / "ok.bin", std::vector<uint16_t>(801, 1));
+  std::string wrong = error_of([&] { load_own_data((d.path / "ok.bin").string(), *classifier); });
+  EXPECT_NE(wrong.find("a file of token ids trains a language model"), std::string::npos) << wrong;
+}
+
+// Past kStoredOrderMost samples an epoch's order is worked out per sample: still each sample
+// once an epoch, the same for the same seed, another for another epoch.
+TEST(BatchSampler, AnOrderTooLargeToStoreIsStillAPermutation) {
+  int64_t n = BatchSampler::kStoredOrderMost + 12345, batch = 4096;
+  BatchSampler a(n, batch, 3), b(n, batch, 3);
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  int64_t count = 0;
+  for (int64_t s = 0; s < a.batches_per_epoch(); ++s)
+    for (int64_t i : a.batch(s)) {
+      ASSERT_TRUE(i >= 0 && i < n);
+      ASSERT_FALSE(seen[static_cast<size_t>(i)]) << "sample " << i << " twice";
+      seen[static_cast<size_t>(i)] = true;
+      ++count;
+    }
+  EXPECT_EQ(count, a.batches_per_epoch() * batch);
+  EXPECT_EQ(a.batch(7), b.batch(7));
+  EXPECT_NE(a.batch(a.batches_per_epoch()), a.batch(0));
+}
+
+}  // namespace
+}  // namespace pt::model
