@@ -28,7 +28,7 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     csv_partial_ = through ? "" : csv_path_ + ".partial";
     csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
-    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes\n") < 0 ||
+    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss\n") < 0 ||
         std::fflush(csv_) != 0)
       write_failed();
   }
@@ -74,8 +74,10 @@ void Progress::flush_pending() {
   if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.6f", r.test_accuracy);
   char peak[32] = "";
   if (r.peak_memory_bytes >= 0) std::snprintf(peak, sizeof peak, "%lld", (long long)r.peak_memory_bytes);
-  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
-                   r.samples_per_s, acc, r.train_s, peak) < 0 ||
+  char test_loss[32] = "";
+  if (r.test_loss >= 0) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
+  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
+                   r.samples_per_s, acc, r.train_s, peak, test_loss) < 0 ||
       std::fflush(csv_) != 0)
     write_failed();
 }
@@ -106,13 +108,23 @@ void Progress::step(const StepRecord& r) {
   last_print_ms_ = now;
 }
 
+namespace {
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+}  // namespace
+
 void Progress::evaluated(const StepRecord& r) {
   // The accuracy belongs to the last completed step (an asynchronous pipeline may skip a
   // few minibatches at an epoch's end, so step numbers need not match).
-  if (has_pending_) pending_.test_accuracy = r.test_accuracy;
+  if (has_pending_) pending_.test_accuracy = r.test_accuracy, pending_.test_loss = r.test_loss;
   if (quiet_) return;
-  std::fprintf(stderr, "%sepoch %lld step %lld: test accuracy %.2f%%\n", tty_ ? "\n" : "", (long long)r.epoch + 1,
-               (long long)(has_pending_ ? pending_.step : r.step), 100 * r.test_accuracy);
+  std::string figures = r.test_accuracy >= 0 ? str("test accuracy ", fixed(100 * r.test_accuracy, 2), "%") : "";
+  if (r.test_loss >= 0) figures += str(figures.empty() ? "" : ", ", "test loss ", fixed(r.test_loss, 4));
+  std::fprintf(stderr, "%sepoch %lld step %lld: %s\n", tty_ ? "\n" : "", (long long)r.epoch + 1,
+               (long long)(has_pending_ ? pending_.step : r.step), figures.c_str());
 }
 
 void Progress::finish() {

@@ -16,6 +16,7 @@ struct StepRecord {
   double test_accuracy = -1;  // < 0: not evaluated at this step
   double train_s = 0;         // training time so far in this run, evaluations excluded
   int64_t peak_memory_bytes = -1;  // the reporting worker's measured peak so far (< 0: not measured)
+  double test_loss = -1;           // the test set's mean loss, where evaluated
 };
 
 class Progress {

@@ -19,20 +19,24 @@ torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices
   return t.index_select(0, idx);
 }
 
-double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size) {
+Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size) {
   torch::NoGradGuard no_grad;
   model.train(false);
   int64_t correct = 0, total = 0;
+  double loss = 0;
   for (int64_t first = 0; first < test.size(); first += batch_size) {
     int64_t n = std::min(batch_size, test.size() - first);
     auto out = model.forward(test.inputs.narrow(0, first, n));
     auto target = test.targets.narrow(0, first, n);
     correct += model.correct(out, target);
     total += target.numel();
+    loss += model.loss(out, target).item<double>() * static_cast<double>(n);  // a batch's mean, weighed by its samples
   }
   model.train(true);
-  if (!model.has_accuracy() && model.task() != model::Task::kEmulated) return -1;  // mse: no accuracy
-  return total ? static_cast<double>(correct) / total : 0;
+  Evaluation e;
+  if (model.has_accuracy() || model.task() == model::Task::kEmulated) e.accuracy = total ? static_cast<double>(correct) / total : 0;
+  if (test.size() > 0) e.loss = loss / static_cast<double>(test.size());
+  return e;
 }
 
 void check_train_options(const TrainOptions& o, const model::DataSplit& data) {
@@ -130,8 +134,11 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     progress.step(rec);
     bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (o.evaluate && (epoch_end || (o.eval_every > 0 && (step + 1) % o.eval_every == 0))) {
-      rec.test_accuracy = evaluate_accuracy(model, data.test, o.batch_size);
-      result.test_accuracy = rec.test_accuracy;
+      Evaluation e = evaluate(model, data.test, o.batch_size);
+      rec.test_accuracy = e.accuracy;
+      rec.test_loss = e.loss;
+      result.test_accuracy = e.accuracy;
+      result.test_loss = e.loss;
       progress.evaluated(rec);
     }
   }
@@ -142,6 +149,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   result.final_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
   result.peak_rss_bytes = {model::process_peak_rss_bytes()};
   result.one_process = true;
+  result.language_model = model.task() == model::Task::kLanguageModel;
   return result;
 }
 

@@ -29,6 +29,8 @@ struct TrainResult {
   double samples_per_s = 0;
   double final_loss = 0;       // mean loss of the last 50 steps
   double test_accuracy = -1;   // -1 when not evaluated
+  double test_loss = -1;       // the test set's mean loss (a language model's: per token); -1 when not evaluated
+  bool language_model = false; // its loss is per token: a perplexity is e^test_loss
   // Measured peak of the tensor memory each worker holds (model/memory_meter.h): its layers'
   // weights, gradients, optimizer state, stashed versions and activations; by worker, empty
   // when not measured.
@@ -42,11 +44,17 @@ struct TrainResult {
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data,
                                 const TrainOptions& options);
 
-// Accuracy of `model` on data.test, in eval mode, no gradients, `batch_size` samples a forward:
+// Accuracy and loss of `model` on data.test, in eval mode, no gradients, `batch_size` samples a forward:
 // the training's, which fits. Batches of 1,000 needed 10x mnist-cnn's activations of a training
 // step, over glibc's 32 MiB mmap threshold, and faulted them in afresh each time: 10 s to
 // evaluate 10,000 samples here, against 0.6 s at the training's 64.
-double evaluate_accuracy(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size);
+// What an evaluation measures: the share predicted right (-1 where the loss has none: mse) and
+// the mean loss over the samples (a language model's per token; its perplexity is e^loss).
+struct Evaluation {
+  double accuracy = -1;
+  double loss = -1;
+};
+Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size);
 
 // The data rows of `indices` as one minibatch.
 torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);

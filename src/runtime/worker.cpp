@@ -382,11 +382,12 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
   }
 }
 
-double Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test, int64_t batch) {
+Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test, int64_t batch) {
   setup(s);
   torch::NoGradGuard no_grad;
   model_->train(false);
   int64_t correct = 0, total = 0;
+  double loss = 0;
   bool holds_last = false;
   int64_t round = 0;
   for (int64_t first = 0; first < test.size(); first += batch, ++round) {
@@ -408,6 +409,7 @@ double Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test,
         auto target = test.targets.narrow(0, first, n);
         correct += model_->correct(x, target);
         total += target.numel();
+        loss += model_->loss(x, target).item<double>() * static_cast<double>(n);
         holds_last = true;
       } else {
         int to = s.stage_workers[st + 1][0];
@@ -416,8 +418,11 @@ double Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test,
     }
   }
   model_->train(true);
-  if (model_->task() == model::Task::kRegression) return -1;  // no accuracy
-  return holds_last && total > 0 ? static_cast<double>(correct) / total : -1;
+  Evaluation e;
+  if (!holds_last) return e;
+  if (model_->task() != model::Task::kRegression && total > 0) e.accuracy = static_cast<double>(correct) / total;
+  if (test.size() > 0) e.loss = loss / static_cast<double>(test.size());
+  return e;
 }
 
 }  // namespace pt::runtime

@@ -14,6 +14,7 @@
 #include "plan/cluster.h"
 #include "runtime/gradient_buckets.h"
 #include "runtime/stage_replica.h"
+#include "runtime/trainer.h"
 #include "runtime/tied_gradients.h"
 #include "runtime/transport.h"
 #include "schedule/schedule.h"
@@ -59,8 +60,8 @@ class Worker {
   void finish_sends();
   // Test accuracy through the pipeline (replica 0 of every stage); every worker calls it.
   // Returns the accuracy on the worker that holds the last stage's replica 0, -1 elsewhere.
-  // `batch` samples a forward: the training's minibatch (evaluate_accuracy says why).
-  double evaluate(const schedule::Schedule& schedule, const model::Dataset& test, int64_t batch);
+  // `batch` samples a forward: the training's minibatch (trainer.h's evaluate says why).
+  Evaluation evaluate(const schedule::Schedule& schedule, const model::Dataset& test, int64_t batch);
 
   // Creates the replicas of the stages `schedule` places here (run() does it on first use);
   // a resumed job calls it to load a checkpoint before running.

@@ -143,8 +143,8 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     transport.barrier();  // the segment's training is over on every worker
     double paused = wall_ms();
     if (evaluates) {
-      double acc = worker.evaluate(it->second, data.test, o.train.batch_size);
-      if (on_evaluated) on_evaluated(seg, acc, wall_ms() - paused);
+      Evaluation e = worker.evaluate(it->second, data.test, o.train.batch_size);
+      if (on_evaluated) on_evaluated(seg, e, wall_ms() - paused);
     }
     if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
     worker.mark_pause(paused, wall_ms());
@@ -203,15 +203,17 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
       }
     };
     worker.set_trace_origin(trace_origin_ms);
-    double accuracy = -1;
+    Evaluation evaluated;
     run_worker_segments(
         worker, transport, job, plan, o, data,
-        [&](const Segment& seg, double acc, double ms) {
+        [&](const Segment& seg, const Evaluation& e, double ms) {
           losses.flush();
           losses.add_eval_ms(ms);
-          if (acc >= 0) {
-            accuracy = acc;
-            progress.evaluated({seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, acc});
+          if (e.accuracy >= 0 || e.loss >= 0) {
+            evaluated = e;
+            StepRecord rec{seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, e.accuracy};
+            rec.test_loss = e.loss;
+            progress.evaluated(rec);
           }
         },
         gather_losses);
@@ -226,9 +228,11 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
       run.train.seconds = losses.train_seconds();
       run.train.samples_per_s = job.steps * o.train.batch_size / std::max(run.train.seconds, 1e-9);
       run.train.final_loss = losses.final_loss();
-      run.train.test_accuracy = accuracy;
+      run.train.test_accuracy = evaluated.accuracy;
+      run.train.test_loss = evaluated.loss;
       run.train.peak_memory_bytes = peaks;
       run.train.peak_rss_bytes = rss;
+      run.train.language_model = worker.model().task() == model::Task::kLanguageModel;
     }
     run.trace = worker.trace();
     run.pauses = worker.pauses();

@@ -26,12 +26,12 @@ struct WorkerRun {
 
 // The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
 // (when o.train.evaluate), the test-set evaluation through the pipeline, after which
-// `on_evaluated(segment, accuracy, ms)` is called (accuracy < 0 on workers without the last stage).
+// `on_evaluated(segment, evaluation, ms)` is called (its figures < 0 on workers without the last stage).
 // With o.checkpoint.dir set, the workers write a checkpoint after the segments that call for
 // one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
 // `trained(segment)`, where given, is called on every worker after each segment's training,
 // before its evaluation or checkpoint.
-using EvaluatedCallback = std::function<void(const Segment&, double accuracy, double ms)>;
+using EvaluatedCallback = std::function<void(const Segment&, const Evaluation&, double ms)>;
 using TrainedCallback = std::function<void(const Segment&)>;
 void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
                          const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated,

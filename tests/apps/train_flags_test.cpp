@@ -148,6 +148,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--steps", {{"--steps", "3"}, {"--steps"}}},
       {"--synthetic-samples", {{"--synthetic-samples", "512"}, {"--synthetic-samples"}}},
       {"--text", {{"--text", text_file}}},
+      {"--token-dtype", {{"--token-dtype", "uint32"}}},
       {"--time-scale", {{"--time-scale", "2"}}},
       {"--transport", {{"--transport", "gloo"}}},
       {"--vertical-sync", {{"--vertical-sync", "--schedule", "pipedream"}, {"--schedule"}}},
