@@ -35,6 +35,8 @@ void ModelFlags::add_to(CLI::App& app) {
         if (d == "fashion-mnist" || d == "text" || d == "synthetic" || model::is_own_data(d)) return std::string();
         return "'" + d + "' is not fashion-mnist, text, synthetic or a data file (FILE.pt, DIR, FILE.bin)";
       });
+  app.add_option("--eval-data", eval_data,
+                 "--data FILE.bin: the token file to test on (default: val.bin beside it, else its last tenth)");
   app.add_option("--token-dtype", token_dtype, "--data FILE.bin: its ids' type, uint16 (nanoGPT's) or uint32")
       ->check(CLI::IsMember({"uint16", "uint32"}))
       ->capture_default_str();
@@ -71,6 +73,11 @@ const profile::Profile& ModelFlags::emulated_profile() {
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
   const model::LayerSet none = model::LayerSet::none();
+  bool token_file = data.size() > 4 && data.compare(data.size() - 4, 4, ".bin") == 0;
+  if (!eval_data.empty() && !token_file)
+    throw UsageError(str("--eval-data: for a token file (--data FILE.bin); ",
+                         data.empty() ? std::string("the default data") : "'" + data + "'",
+                         " has its own test set"));
   if (emulated()) {
     emulated_profile();
     auto m = build_model_only(none);
@@ -125,7 +132,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
   std::string kind = data.empty() ? "synthetic" : data;
   if (kind == "text") throw UsageError("--data text: for lstm-lm and gpt; a model file trains on FILE.pt or synthetic");
   if (model::is_own_data(kind)) {
-    *data_out = model::load_own_data(kind, *m, token_dtype);
+    *data_out = model::load_own_data(kind, *m, token_dtype, eval_data);
   } else if (kind == "fashion-mnist") {
     if (m->sample_shape() != std::vector<int64_t>{1, 28, 28} || m->integer_input())
       throw UsageError(str("--data fashion-mnist: its images are float32 [N, 1, 28, 28]; ", model, " takes another input"));

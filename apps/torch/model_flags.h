@@ -19,6 +19,7 @@ struct ModelFlags {
   std::string data;  // "" = the model's default: fashion-mnist, text or synthetic; or FILE.pt, DIR
   std::string data_dir = model::kFashionMnistDir;
   std::string token_dtype = "uint16";  // --data FILE.bin
+  std::string eval_data;               // --eval-data FILE.bin
   std::string text = model::kDefaultTextFile;
   int64_t synthetic_samples = 2048;
   uint64_t seed = 0;

@@ -293,10 +293,11 @@ namespace {
 // The test set of a token stream, held in memory for the evaluations: its first windows.
 constexpr int64_t kMostTestWindows = 1024;
 
-// --data FILE.bin: a language model's tokenized corpus (token_stream.h). The test set is val.bin
-// beside it (nanoGPT's pair) or, without one, the last tenth of its windows; at most
-// kMostTestWindows of them, in memory.
-DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& dtype) {
+// --data FILE.bin: a language model's tokenized corpus (token_stream.h). The test set is
+// `eval_path` (--eval-data), else val.bin beside it (nanoGPT's pair), else the last tenth of its
+// windows; at most kMostTestWindows of them, in memory.
+DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& dtype,
+                            const std::string& eval_path) {
   std::vector<int64_t> shape = model.sample_shape();
   if (model.task() != Task::kLanguageModel || !model.integer_input() || shape.size() != 1)
     throw UsageError(str("--data ", path, ": a file of token ids trains a language model that takes [N, T] token ids ",
@@ -305,8 +306,10 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   int64_t seq = shape[0];
   TokenFile train = scan_token_file(path, dtype);
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  std::string val = dir + "/val.bin";
+  std::string val = eval_path.empty() ? dir + "/val.bin" : eval_path;
   struct stat a, b;
+  if (!eval_path.empty() && ::stat(eval_path.c_str(), &b) != 0)
+    throw UsageError(str("--eval-data: ", eval_path, " does not exist"));
   bool separate = ::stat(val.c_str(), &b) == 0 && ::stat(path.c_str(), &a) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
   TokenFile test = separate ? scan_token_file(val, dtype) : train;
   int64_t n = TokenStream::windows(train.tokens, seq);
@@ -340,11 +343,16 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
 
 }  // namespace
 
-DataSplit load_own_data(const std::string& path, LayeredModel& model, const std::string& token_dtype) {
+DataSplit load_own_data(const std::string& path, LayeredModel& model, const std::string& token_dtype,
+                        const std::string& eval_path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw UsageError(str("--data: ", path, " does not exist"));
+  bool tokens = path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
+  if (!eval_path.empty() && !tokens)
+    throw UsageError(str("--eval-data: for a token file (--data FILE.bin); ", path, "'s test set is its own (x_test and ",
+                         "y_test, or the part held out)"));
+  if (tokens) return load_token_stream(path, model, token_dtype, eval_path);
   if (S_ISDIR(st.st_mode)) return load_shards(path, model);
-  if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return load_token_stream(path, model, token_dtype);
   Shard s = read_shard(path);
   torch::Tensor out;
   check_shard(s, model, out, path);

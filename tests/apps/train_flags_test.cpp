@@ -84,16 +84,22 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
   profile::write_profile(slower, slower_file);
   std::ofstream(cluster_file) << R"({"format": "pipetrain.cluster/1", "levels": [{"name": "server", "fan_out": 2, "bandwidth_gbps": 10}]})";
   std::ofstream(text_file) << std::string(2000, 'a') << "\n";
+  std::string tokens_file = (tmp / "tokens.bin").string();  // for --eval-data: token ids, as a model file takes
+  std::ofstream(tokens_file, std::ios::binary) << std::string(2 * 4096, '\0');
   std::string schedule_file = (tmp / "gpipe.csv").string();  // 2 stages, as kBase's --stages 2
   std::ofstream(schedule_file) << "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n";
   // A model file (the only kind --loss and --deferred-batch-norm apply to), exported by Python's pipetrain export.
+  // And a language model of token ids, for the token file's --eval-data.
   std::ofstream(tmp / "tiny.py") << "import torch.nn as nn\n"
                                     "def mlp():\n    return nn.Sequential(nn.Flatten(), nn.Linear(784, 16), "
-                                    "nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))\n";
-  std::string model_file = (tmp / "tiny.pt").string();
+                                    "nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))\n"
+                                    "def lm():\n    return nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))\n";
+  std::string model_file = (tmp / "tiny.pt").string(), lm_file = (tmp / "tiny-lm.pt").string();
   std::string export_cmd = "cd " + tmp.string() + " && " + std::string(PT_BINARY_DIR) +
                            "/pipetrain export --model tiny:mlp --input-shape 4,1,28,28 -o " + model_file +
-                           " > export.log 2>&1";
+                           " > export.log 2>&1 && " + std::string(PT_BINARY_DIR) +
+                           "/pipetrain export --model tiny:lm --input-shape 4,8 --input-dtype int64 --input-high 16 -o " +
+                           lm_file + " >> export.log 2>&1";
   bool have_model_file = std::system(export_cmd.c_str()) == 0;
 
   // An option -> the arguments that give it another value than kBase has (and the base flags
@@ -149,6 +155,8 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--synthetic-samples", {{"--synthetic-samples", "512"}, {"--synthetic-samples"}}},
       {"--text", {{"--text", text_file}}},
       {"--token-dtype", {{"--token-dtype", "uint32"}}},
+      {"--eval-data",
+       {{"--model", lm_file, "--loss", "lm", "--data", tokens_file, "--eval-data", tokens_file}, {"--data", "--profile"}}},
       {"--time-scale", {{"--time-scale", "2"}}},
       {"--transport", {{"--transport", "gloo"}}},
       {"--vertical-sync", {{"--vertical-sync", "--schedule", "pipedream"}, {"--schedule"}}},
@@ -180,7 +188,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       EXPECT_TRUE(json_differences(base.digest, r.digest).empty()) << r.digest.dump();
       continue;
     }
-    if ((name == "--loss" || name == "--deferred-batch-norm") && !have_model_file) {
+    if ((name == "--loss" || name == "--deferred-batch-norm" || name == "--eval-data") && !have_model_file) {
       ADD_FAILURE() << "`pipetrain export` failed (python3-torch installed?): " << export_cmd;
       continue;
     }

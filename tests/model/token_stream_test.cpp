@@ -69,6 +69,11 @@ TEST(TokenStream, WindowsAreShiftedHereAndValBinTests) {
   EXPECT_EQ(split.train.size(), 100);
   EXPECT_EQ(split.test.size(), 10);
   EXPECT_EQ(split.test.inputs.max().item<int64_t>(), 5);
+  // --eval-data names the test set's file, over val.bin.
+  write_ids(d.path / "other.bin", std::vector<uint16_t>(41, 9));
+  DataSplit named = load_own_data((d.path / "train.bin").string(), *m, "uint16", (d.path / "other.bin").string());
+  EXPECT_EQ(named.test.size(), 5);
+  EXPECT_EQ(named.test.inputs.min().item<int64_t>(), 9);
   // uint32 ids read as such.
   write_ids(d.path / "wide.bin", std::vector<uint32_t>(801, 7));
   fs::remove(d.path / "val.bin");
