@@ -1,4 +1,4 @@
-// pipetrain: one thin subcommand per step of the data flow (DESIGN.md). The same main serves
+// pipetrain: one thin subcommand per step of the data flow (docs/design.md). The same main serves
 // both executables (apps/command.h); a registered hand-off runs pipetrain-torch before any
 // parsing, so its flags and --help are the LibTorch half's own.
 #include <unistd.h>
@@ -36,7 +36,7 @@ int hand_off(const std::string& name, char** argv) {
               << "built without it (cmake -DPT_WITH_TORCH=OFF); build with -DPT_WITH_TORCH=ON (scripts/build.sh)\n";
     return 1;
   }
-  // Every LibTorch command runs one compute thread per worker (DESIGN.md), but OpenBLAS starts a
+  // Every LibTorch command runs one compute thread per worker (docs/design.md), but OpenBLAS starts a
   // thread per core as it loads, before main can say so, and spins them: about 0.1 s of CPU per
   // start here, on every worker process. A user's own setting stands.
   ::setenv("OPENBLAS_NUM_THREADS", "1", 0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planning half without LibTorch (DESIGN.md): configures with -DPT_WITH_TORCH=OFF into
+# The planning half without LibTorch (docs/design.md): configures with -DPT_WITH_TORCH=OFF into
 # build-notorch/ (no find_package(Torch), no gloo), builds core, profile's format, plan, schedule,
 # sim, metrics, the pipetrain front end and their tests, fails when any object it compiled
 # included a LibTorch, c10 or gloo header (Debian installs some of them on the default include

@@ -136,7 +136,7 @@ void prepare_emulation(TrainFlags& f) {
 
 int run_train(TrainFlags& f) {
   if (f.betas.size() == 2) std::tie(f.pipe.train.sgd.beta1, f.pipe.train.sgd.beta2) = std::tie(f.betas[0], f.betas[1]);
-  model::use_one_compute_thread();  // one compute thread per worker (DESIGN.md)
+  model::use_one_compute_thread();  // one compute thread per worker (docs/design.md)
   keep_freed_host_memory();
   std::string label;
   if (f.model.emulated()) {

@@ -1,6 +1,6 @@
 #pragma once
 // Reading JSON artifacts with errors that name the file, the field path and the value.
-// Every artifact carries "format": "pipetrain.<kind>/<version>" (DESIGN.md).
+// Every artifact carries "format": "pipetrain.<kind>/<version>" (docs/design.md).
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// One compute thread per worker (DESIGN.md): LibTorch's intra-op pool and OpenBLAS's own
+// One compute thread per worker (docs/design.md): LibTorch's intra-op pool and OpenBLAS's own
 // threads both limited to one, so that workers sharing the cores do not oversubscribe them.
 namespace pt::model {
 

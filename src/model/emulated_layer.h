@@ -1,5 +1,5 @@
 #pragma once
-// Emulated compute (DESIGN.md, "Measuring without a cluster"): a layer that stands in for an
+// Emulated compute (docs/design.md, "Measuring without a cluster"): a layer that stands in for an
 // accelerator's kernel. Its forward and backward are timed waits of a profiled duration (a
 // sleep, so the CPU stays idle as it would while a GPU computes); its output and gradients have
 // the profiled sizes, so the tensors the runtime sends, stashes and all-reduces have the real

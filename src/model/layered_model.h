@@ -1,5 +1,5 @@
 #pragma once
-// A model as a sequence of named layers that later steps can cut between (DESIGN.md, "model").
+// A model as a sequence of named layers that later steps can cut between (docs/design.md, "model").
 // A residual block or a transformer block is one layer. Every zoo model is a chain: layer i
 // reads layer i-1's output (layer 0 reads the input batch); `inputs` records it explicitly so
 // profiles carry the graph.
@@ -126,7 +126,7 @@ class LayeredModel {
   std::vector<torch::Tensor> unique_parameters() const;
   std::vector<torch::Tensor> layer_parameters(int i) const;
   int64_t parameter_bytes(int i) const;
-  // Parameters held by more than one layer (DESIGN.md, "Parameters shared between layers"):
+  // Parameters held by more than one layer (docs/design.md, "Parameters shared between layers"):
   // those a model file records (set_tie_groups), else found by tensor identity among the held
   // layers. FormatError when two layers' parameters overlap without being one tensor.
   std::vector<TieGroup> tie_groups() const;

@@ -1,4 +1,4 @@
-// mnist-cnn, the network of seed 001 (DESIGN.md's seeds):
+// mnist-cnn, the network of seed 001 (docs/design.md's seeds):
 //   x [N,1,28,28] -conv1-> [N,16,14,14] -conv2-> [N,32,7,7] -fc1-> [N,200] -fc2-> [N,200] -fc3-> [N,10]
 #include "model/zoo.h"
 

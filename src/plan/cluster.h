@@ -1,5 +1,5 @@
 #pragma once
-// Cluster: a hierarchy of levels, innermost first, as in PipeDream's optimizer (DESIGN.md).
+// Cluster: a hierarchy of levels, innermost first, as in PipeDream's optimizer (docs/design.md).
 // Worker w's position at level k is (w / prod(fan_out[0..k-1])) % fan_out[k]; two workers
 // talk over the innermost level that contains both.
 #include <cstdint>
@@ -74,7 +74,7 @@ struct Cluster {
   int workers() const;
   // Index of the innermost level that contains both workers (a != b).
   int level_between(int a, int b) const;
-  // The cost engine's network rules (DESIGN.md, "One cost model"): every worker has, per level,
+  // The cost engine's network rules (docs/design.md, "One cost model"): every worker has, per level,
   // a full-duplex link of that level's bandwidth; a group talks over the innermost level
   // holding all of it. -1 for fewer than two distinct workers (no link used).
   int group_level(const std::vector<int>& group) const;

@@ -1,5 +1,5 @@
 #pragma once
-// The physical limit of a plan (DESIGN.md: a time per minibatch below it is a bug): no schedule
+// The physical limit of a plan (docs/design.md: a time per minibatch below it is a bug): no schedule
 // runs a minibatch faster than the busiest worker computes its share of it, or than the busiest
 // direction of any worker's link at any level carries its share of the bytes (activations,
 // their gradients, and the stage's all-reduce, which the simulator books on the same links).

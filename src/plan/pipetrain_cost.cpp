@@ -271,7 +271,7 @@ PlanEstimate evaluate_plan(const Plan& plan, const StageSums& sums, const profil
   // the others wait. The neighbour goes on computing while the replicas all-reduce, so at best
   // those spacings pass inside the all-reduce: a round lasts at least one replica's compute, its
   // all-reduce and what of the spacings the all-reduce does not cover. (Derived, not fitted: the
-  // estimate only proposes candidates, which the simulator ranks; DESIGN.md.)
+  // estimate only proposes candidates, which the simulator ranks; docs/design.md.)
   auto spacings_ms = [&](int s, int r) {
     int m = plan.stages[s - 1].replicas;
     return ((r + m - 1) / m - 1) * (sums.compute[s - 1] - sums.backward[s - 1]);

@@ -14,7 +14,7 @@
 //                  the ring slowed by the stage's own transfers on its links; the closed form
 //                  takes max(all-reduce - backward, the last bucket's share)
 //   time_ms      = max(compute_ms, link_ms) + allreduce_ms: transfers run beside compute
-//                  (DESIGN.md); the all-reduce's tail sits between the last backward and the
+//                  (docs/design.md); the all-reduce's tail sits between the last backward and the
 //                  Step in every schedule. evaluate_plan also takes at least in_flight_ms, a
 //                  minibatch's round trip from this stage's forward to its backward over the
 //                  minibatches in flight, and a replicated stage's round_ms / n, its

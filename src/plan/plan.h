@@ -1,6 +1,6 @@
 #pragma once
 // Plan: stages (sets of profile layers), replicas per stage, worker ids, predicted times
-// (DESIGN.md, "Plan"). Workers are numbered stage by stage: stage 0's replicas first.
+// (docs/design.md, "Plan"). Workers are numbered stage by stage: stage 0's replicas first.
 #include <algorithm>
 #include <cstdint>
 #include <string>

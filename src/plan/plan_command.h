@@ -40,7 +40,7 @@ struct PlanOutcome {
   std::vector<Plan> candidates;  // plan_candidates: pipetrain model, best predicted first
   int64_t memory_cap = 0;        // per worker: --memory, or the cluster's (0: none)
   std::string table;  // the readable form
-  std::string json;   // the plan format of DESIGN.md
+  std::string json;   // the plan format of docs/design.md
 };
 
 // Throws UsageError naming the flag and value for bad flags, FormatError for bad files,

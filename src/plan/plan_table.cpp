@@ -82,7 +82,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   single = single * per_step + step + cluster.action_ms() * (2 * per_step + 1);
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
   os << "bottleneck: stage " << bottleneck << "\n";
-  // A refereed plan's prediction is its simulated steady state (DESIGN.md: one timing model);
+  // A refereed plan's prediction is its simulated steady state (docs/design.md: one timing model);
   // PipeDream's optimizer's is its own formula, and the simulation follows on a line of its own.
   bool simulated = plan.simulated_ms_per_minibatch > 0 && pipe > 0 &&
                    std::abs(plan.simulated_ms_per_minibatch / pipe - 1) <= 1e-9;

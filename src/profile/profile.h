@@ -1,5 +1,5 @@
 #pragma once
-// Profile: per-layer costs of a model at one batch size (DESIGN.md, "Profile").
+// Profile: per-layer costs of a model at one batch size (docs/design.md, "Profile").
 // Plain C++: the planner, schedules and simulator read it without LibTorch.
 #include <cstdint>
 #include <string>
@@ -62,7 +62,7 @@ bool is_detached_sink(const Profile& profile, int layer);
 // every layer of every plan it weighs: one layer at a time, GNMT's cost grew with its square).
 std::vector<char> detached_sinks(const Profile& profile);
 
-// The cost engine's per-layer rules (DESIGN.md, "One cost model"), for the planner, the
+// The cost engine's per-layer rules (docs/design.md, "One cost model"), for the planner, the
 // simulator and emulation alike.
 // Compute: an Input layer loads data and costs no compute (PipeDream's optimizer leaves it out).
 double compute_forward_ms(const Profile& profile, int layer);

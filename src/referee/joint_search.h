@@ -1,5 +1,5 @@
 #pragma once
-// The joint search (DESIGN.md, "One cost model, one referee"): partition, replication,
+// The joint search (docs/design.md, "One cost model, one referee"): partition, replication,
 // placement, schedule, microbatches and recomputation per stage, under a memory cap per worker,
 // every configuration replayed by the simulator and its memory from the memory model
 // (schedule/memory.h).

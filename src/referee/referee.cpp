@@ -606,7 +606,7 @@ Refereed Referee::run(const std::vector<plan::Plan>& candidates) {
 Refereed choose(const std::vector<plan::Plan>& candidates, const profile::Profile& profile,
                 const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind,
                 bool own_buckets) {
-  // What the referee minimises: the simulated time, nothing added (DESIGN.md).
+  // What the referee minimises: the simulated time, nothing added (docs/design.md).
   return Referee(profile, cluster, options, kind, own_buckets).run(candidates);
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The simulator as the planner's referee (DESIGN.md, "One cost model, one referee"): the
+// The simulator as the planner's referee (docs/design.md, "One cost model, one referee"): the
 // search's best candidates, ranked by the exact cost model, are replayed under the schedule they
 // will run (the very action lists the runtime executes) and the fastest simulated one wins.
 #include <string>

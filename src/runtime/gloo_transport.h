@@ -1,5 +1,5 @@
 #pragma once
-// The `gloo` transport (DESIGN.md, "Runtime"): one process per worker, tensors over TCP through
+// The `gloo` transport (docs/design.md, "Runtime"): one process per worker, tensors over TCP through
 // LibTorch's c10d ProcessGroupGloo, rendezvous through pipetrain's JobStore served by rank 0
 // (job_store.h: the job's address only, the job's secret proven both ways). Three files by
 // concern: gloo_environment.cpp (which worker of which job, from the environment),

@@ -1,5 +1,5 @@
 #pragma once
-// Parameters tied across stages (DESIGN.md, "Parameters shared between layers"), as Megatron
+// Parameters tied across stages (docs/design.md, "Parameters shared between layers"), as Megatron
 // ties a language model's input and output embeddings: each stage that holds a copy of a tie
 // group sums the copies' gradients with the other stages' before its step, so every copy takes
 // the same step from the same value and they stay one parameter. A group inside one stage is

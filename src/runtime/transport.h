@@ -1,5 +1,5 @@
 #pragma once
-// How workers talk (DESIGN.md, "Runtime"): non-blocking point-to-point tensors and an
+// How workers talk (docs/design.md, "Runtime"): non-blocking point-to-point tensors and an
 // all-reduce among a group. One interface, one implementation per backend: `threads`
 // (thread_transport.h, in-memory) and `gloo` (gloo_transport.h, c10d over TCP).
 //

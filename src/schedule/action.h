@@ -1,5 +1,5 @@
 #pragma once
-// One step of one worker's program: the unit of the schedule IR (DESIGN.md, "Schedules as data").
+// One step of one worker's program: the unit of the schedule IR (docs/design.md, "Schedules as data").
 //
 // What each kind means for a runtime (worker w executes its list in order, one at a time):
 //   F   Forward(stage, mb): run the stage's layers forward on microbatch `mb`; keep what the

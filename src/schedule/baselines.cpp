@@ -1,4 +1,4 @@
-// The two baselines, as schedules on the same runtime (DESIGN.md: never separate engines).
+// The two baselines, as schedules on the same runtime (docs/design.md: never separate engines).
 //
 // Data parallelism: every worker holds the whole model (one stage of all the plan's layers,
 // plan.workers replicas); microbatch k runs on worker k % n, a worker accumulates the

@@ -1,5 +1,5 @@
 #pragma once
-// The memory model (DESIGN.md, "One cost model"): what each worker holds when it runs its list
+// The memory model (docs/design.md, "One cost model"): what each worker holds when it runs its list
 // of actions as the runtime does, from a profile. The planner's joint search keeps plans under
 // a memory cap with it; `compare`, `plan --top` and `train` print it; tests check it against the
 // runtime's measured peak (model/memory_meter.h).

@@ -1,5 +1,5 @@
 #pragma once
-// Schedule: per worker the ordered list of Actions it runs (DESIGN.md, "Schedules as data").
+// Schedule: per worker the ordered list of Actions it runs (docs/design.md, "Schedules as data").
 //
 // Synchronous schedules (flush = true: gpipe, 1f1b, interleaved, zb-h1, dp, mp) describe one
 // minibatch of `microbatches` microbatches, ending with the all-reduces and Steps; the runtime

@@ -1,5 +1,5 @@
 #pragma once
-// The validator: every schedule is checked before anything runs it (DESIGN.md).
+// The validator: every schedule is checked before anything runs it (docs/design.md).
 //
 // Checks, in order, each failure an InvalidSchedule naming the worker, the step (position in
 // the worker's list) and the action, followed by the worker x step grid with the step marked:

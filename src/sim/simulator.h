@@ -1,6 +1,6 @@
 #pragma once
 // The simulator: replays a validated schedule on a virtual clock, without threads or tensors
-// (DESIGN.md, "sim"), and returns the same Trace the runtime produces.
+// (docs/design.md, "sim"), and returns the same Trace the runtime produces.
 //
 // The model, chosen to match how the runtime runs a schedule:
 //  - each worker runs its compute (F, B, W) one at a time in list order; F/B/W of a microbatch

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Issue 32: the cost engine and the planner carry no fitted constant or correction factor
-# (DESIGN.md, "One cost model, one timing model"). Fails on a source line of the planning and
+# (docs/design.md, "One cost model, one timing model"). Fails on a source line of the planning and
 # timing code that calls a term fitted, multiplies by a factor near one (x 0.9.., x 1.0..), or
 # adds or takes a named percentage (1 + kSomething). A term derived from the model says
 # "not fitted" where it explains itself.
