@@ -49,6 +49,11 @@ void ModelFlags::add_to(CLI::App& app) {
                  "Seed for the zoo's initial weights (a model file's are the file's), data order and synthetic data")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--precision", precision,
+                 "fp32, or bf16 as torch.autocast(\"cpu\", torch.bfloat16) computes, with fp32 weights and optimizer "
+                 "state; activations and their gradients cross stages in bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 }
 
 void ModelFlags::add_emulation_to(CLI::App& app) {
@@ -73,6 +78,9 @@ const profile::Profile& ModelFlags::emulated_profile() {
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
   const model::LayerSet none = model::LayerSet::none();
+  if (emulated() && precision != "fp32")
+    throw UsageError(str("--precision ", precision, ": emulated compute takes its times and bytes from --profile; "
+                         "measure that profile with `pipetrain profile --precision ", precision, "`"));
   bool token_file = data.size() > 4 && data.compare(data.size() - 4, 4, ".bin") == 0;
   if (!eval_data.empty() && !token_file)
     throw UsageError(str("--eval-data: for a token file (--data FILE.bin); ",
@@ -160,10 +168,16 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
 std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only(const model::LayerSet& held) const {
   torch::manual_seed(seed);  // what else draws from the global generator (dropout) follows --seed too
   if (profile_) return profile::build_emulated_model(*profile_, emulation, held);
-  if (model::is_model_file(model)) return model::load_scripted_model(model, loss, held);
-  model::ModelOptions o = resolved_;
-  o.seed = seed;
-  return model::build_model(model, o, held);
+  std::shared_ptr<model::LayeredModel> m;
+  if (model::is_model_file(model)) {
+    m = model::load_scripted_model(model, loss, held);
+  } else {
+    model::ModelOptions o = resolved_;
+    o.seed = seed;
+    m = model::build_model(model, o, held);
+  }
+  m->set_precision(model::parse_precision(precision, "--precision"));
+  return m;
 }
 
 }  // namespace pt::app

@@ -8,6 +8,7 @@
 #include "apps/command.h"
 #include "apps/torch/model_flags.h"
 #include "core/error.h"
+#include "model/optimizer.h"
 #include "profile/profiler.h"
 
 namespace pt::app {
@@ -66,6 +67,10 @@ Register reg({"profile", kProfileDescription,
   app.add_option("--batch-size", f->batch_size, "Minibatch size to profile")->capture_default_str();
   app.add_option("--warmup", f->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--repeats", f->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--optimizer", f->options.optimizer,
+                 "Whose step each layer's optimizer_ms times (with a stash copy): the optimizer train will run")
+      ->check(CLI::IsMember(model::optimizer_kinds()))
+      ->capture_default_str();
   app.add_option("-o,--output", f->output, "Write the profile JSON here (default: standard output)");
   return [f] { return run_profile(*f); };
 }});

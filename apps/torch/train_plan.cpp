@@ -1,6 +1,7 @@
 #include "apps/torch/train_plan.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "core/error.h"
 #include "plan/planner.h"
@@ -40,9 +41,11 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
   profile::Profile prof;
   if (!f.profile_path.empty()) {
     prof = profile::read_any_profile(f.profile_path);
+    note_profile_settings(prof, f.profile_path, f);
   } else {  // measure one here: a few forward/backward passes per layer
     int64_t batch = f.pipe.train.batch_size;
-    prof = profile::measure_profile(m, data.train.first_inputs(batch), {1, 3}, data.train.first_targets(batch));
+    profile::ProfilerOptions options{1, 3, f.pipe.train.sgd.kind};
+    prof = profile::measure_profile(m, data.train.first_inputs(batch), options, data.train.first_targets(batch));
   }
   if (prof.num_layers() != m.num_layers())
     throw ConfigError(str("--profile: ", f.profile_path, " has ", prof.num_layers(), " layers but ", m.name(), " has ",
@@ -78,6 +81,18 @@ void use_schedule_file(TrainFlags& f, const plan::Plan& plan) {
   f.pipe.microbatches = s->microbatches;
   f.pipe.chunks = s->chunks;
   f.pipe.schedule_file = s;
+}
+
+void note_profile_settings(const profile::Profile& profile, const std::string& path, const TrainFlags& f) {
+  const std::string& precision = f.model.precision;
+  if (profile.precision != precision)
+    std::cerr << "note: " << path << " was measured in " << profile.precision << " and this run computes in "
+              << precision << ": its times, and the bytes crossing between stages, are " << profile.precision
+              << "'s (`pipetrain profile --precision " << precision << "` measures this run's)\n";
+  const std::string& optimizer = f.pipe.train.sgd.kind;
+  if (profile.optimizer != optimizer)
+    std::cerr << "note: " << path << " timed " << profile.optimizer << "'s step and this run steps with " << optimizer
+              << " (`pipetrain profile --optimizer " << optimizer << "` times it)\n";
 }
 
 }  // namespace pt::app

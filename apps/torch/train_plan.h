@@ -7,6 +7,7 @@
 #include "model/dataset.h"
 #include "model/layered_model.h"
 #include "plan/plan.h"
+#include "profile/profile.h"
 
 namespace pt::app {
 
@@ -22,5 +23,10 @@ void follow_plan(TrainFlags& f, plan::Plan& plan, const std::string& source);
 // --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the
 // runtime runs its one minibatch again and again, so it must flush.
 void use_schedule_file(TrainFlags& f, const plan::Plan& plan);
+
+// A note on stderr where `profile` (read from `path`) was measured in another precision than the
+// run's --precision (its times and the bytes between stages are that precision's), or timed
+// another optimizer's step.
+void note_profile_settings(const profile::Profile& profile, const std::string& path, const TrainFlags& f);
 
 }  // namespace pt::app

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "apps/torch/run_prediction.h"
+#include "apps/torch/train_plan.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "profile/pipedream_graph.h"
@@ -77,6 +78,8 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, con
   auto rate = [&](double ms) { return static_cast<int64_t>(f.pipe.train.batch_size * 1000.0 / ms); };
   if (!f.profile_path.empty() && (f.transport == "threads" || f.model.emulated())) {
     profile::Profile prof = profile::read_any_profile(f.profile_path);
+    // (pick_plan noted it where it planned with the profile.)
+    if (!f.plan_path.empty()) note_profile_settings(prof, f.profile_path, f);
     RunPrediction p = f.model.emulated()
                           ? predict_emulated_run(plan, f.pipe, prof, f.model.emulation.time_scale)
                           : predict_threads_run(plan, f.pipe, prof, static_cast<int>(std::thread::hardware_concurrency()));

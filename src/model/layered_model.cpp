@@ -101,6 +101,7 @@ const Layer& LayeredModel::held_layer(int i) const {
 torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
   if (last < 0) last = num_layers();
   PT_CHECK(first >= 0 && first <= last && last <= num_layers(), first, "..", last);
+  ComputeScope scope(precision_);
   for (int i = first; i < last; ++i) {
     if (layers_[i].module) {
       x = layers_[i].module->forward(x);
@@ -118,6 +119,7 @@ torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
 torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tensor& target) const {
   // Emulated compute: cheap, defined (zero) and differentiable, whatever the output's size.
   if (task_ == Task::kEmulated) return output.mean();
+  ComputeScope scope(precision_);
   if (custom_loss_) return custom_loss_(output, target);
   if (task_ == Task::kRegression) {
     if (output.sizes() != target.sizes())

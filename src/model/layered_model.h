@@ -17,6 +17,8 @@
 
 #include <torch/torch.h>
 
+#include "model/precision.h"
+
 namespace pt::model {
 
 enum class Task {
@@ -85,6 +87,9 @@ class LayeredModel {
   // Replaces the task's loss (the accuracy still follows the task).
   void set_loss(LossFunction loss) { custom_loss_ = std::move(loss); }
   bool has_own_loss() const { return static_cast<bool>(custom_loss_); }
+  // The precision forward and loss compute in (precision.h): under bf16, in an autocast scope.
+  void set_precision(Precision p) { precision_ = p; }
+  Precision precision() const { return precision_; }
   // The device's share of an optimizer step. An emulated model (emulated_layer.h) stands for an
   // accelerator whose step over layers [first, last) takes the profile's time, which the host's
   // step on the emulated weights does not: after stepping, a stage calls device_step with the
@@ -156,6 +161,7 @@ class LayeredModel {
   std::vector<Layer> layers_;
   bool is_training_ = true;
   LossFunction custom_loss_;
+  Precision precision_ = Precision::kFloat32;
   DeviceStep device_step_;
 };
 

@@ -52,6 +52,8 @@ json to_json(const Profile& p) {
               {"model", p.model},
               {"batch_size", p.batch_size},
               {"device", p.device},
+              {"precision", p.precision},
+              {"optimizer", p.optimizer},
               {"layers", layers}};
   if (!p.ties.empty()) {
     json ties = json::array();
@@ -68,6 +70,15 @@ Profile profile_from_json(const json& doc, const std::string& source) {
   p.model = root["model"].as_string();
   p.batch_size = root["batch_size"].as_int_at_least(1);
   p.device = root.has("device") ? root["device"].as_string() : "unknown";
+  if (root.has("precision")) {
+    p.precision = root["precision"].as_string();
+    if (p.precision != "fp32" && p.precision != "bf16") root["precision"].fail(str("must be fp32 or bf16, got '", p.precision, "'"));
+  }
+  if (root.has("optimizer")) {
+    p.optimizer = root["optimizer"].as_string();
+    if (p.optimizer != "sgd" && p.optimizer != "adam" && p.optimizer != "adamw")
+      root["optimizer"].fail(str("must be sgd, adam or adamw, got '", p.optimizer, "'"));
+  }
   JsonField layers = root["layers"];
   size_t n = layers.size();
   if (n == 0) layers.fail("must list at least one layer");

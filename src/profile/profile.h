@@ -41,6 +41,12 @@ struct Profile {
   std::string model;
   int64_t batch_size = 1;
   std::string device = "cpu";
+  // What the layers computed in (--precision): "fp32", or "bf16", whose activation_bytes are
+  // the bf16 bytes crossing a stage boundary. Optional in the file (fp32).
+  std::string precision = "fp32";
+  // Whose step the layers' optimizer_ms times: "sgd" (with momentum), "adam" or "adamw".
+  // Optional in the file (sgd).
+  std::string optimizer = "sgd";
   std::vector<Layer> layers;
   std::vector<Tie> ties;
 

@@ -24,22 +24,25 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The runtime's own work on one layer's weights per minibatch (Layer::optimizer_ms): the SGD
-// step with momentum on flat buffers and one copy of the weights (a stash), as StageReplica
-// does them; on copies, so the model's weights stay as they are.
+// The runtime's own work on one layer's weights per minibatch (Layer::optimizer_ms): the
+// optimizer's step on flat buffers (SGD with momentum, or Adam's: 2-3x its passes over the
+// weights) and one copy of the weights (a stash), as StageReplica does them; on copies, so the
+// model's weights stay as they are.
 double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerOptions& o) {
   if (params.empty()) return 0;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> copies;
   for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(p.requires_grad()));
   model::FlatParameters flat(copies);
-  model::Optimizer sgd(flat, model::OptimizerOptions{});
+  model::OptimizerOptions options;
+  options.kind = o.optimizer;
+  model::Optimizer optimizer(flat, options);
   std::vector<torch::Tensor> stash;
   std::vector<double> times;
   for (int r = 0; r < o.warmup + o.repeats; ++r) {
     double t0 = now_ms();
     stash = flat.copy_weights(std::move(stash));
-    sgd.step(1.0, r);
+    optimizer.step(1.0, r);
     if (r >= o.warmup) times.push_back(now_ms() - t0);
   }
   return median(times);
@@ -49,7 +52,10 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
 // after it too, as the last stage computes it. Returns what the backward starts from.
 torch::Tensor forward(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
                       const torch::Tensor& targets, torch::Tensor& out) {
-  out = module->forward(input);
+  {
+    model::ComputeScope scope(model.precision());
+    out = module->forward(input);
+  }
   return targets.defined() ? model.loss(out, targets) : out;
 }
 
@@ -98,6 +104,8 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   p.model = model.name();
   p.batch_size = batch.size(0);
   p.device = "cpu";
+  p.precision = model::to_string(model.precision());
+  p.optimizer = o.optimizer;
   model.train(true);
   torch::Tensor x = batch;
   for (int i = 0; i < model.num_layers(); ++i) {
@@ -132,10 +140,10 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.name = layer.name;
     l.forward_ms = median(fwd);
     l.backward_ms = median(bwd);
-    l.activation_bytes = out.numel() * static_cast<int64_t>(out.element_size());
+    l.activation_bytes = model::wire_bytes(out, model.precision());  // what crosses to the next stage
     for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
     l.optimizer_ms = measure_step_ms(module->parameters(), o);
-    torch::Tensor next = out.detach();
+    torch::Tensor next = model::from_wire(model::to_wire(out.detach(), model.precision()), model.precision());
     out = top = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
     measure_layer_memory(model, module, input, loss_targets, l);

@@ -1,5 +1,7 @@
 #pragma once
 // The profiler: measures a LayeredModel layer by layer (LibTorch) and returns a Profile.
+#include <string>
+
 #include "model/layered_model.h"
 #include "profile/profile.h"
 
@@ -8,6 +10,7 @@ namespace pt::profile {
 struct ProfilerOptions {
   int warmup = 2;    // untimed repetitions first (allocator, caches)
   int repeats = 7;   // timed repetitions; the median is kept
+  std::string optimizer = "sgd";  // whose step optimizer_ms times: sgd, adam or adamw (model/optimizer.h)
 };
 
 // `batch` is one minibatch of inputs; its first dimension is the profile's batch size.

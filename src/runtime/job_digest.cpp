@@ -37,6 +37,7 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"model", model.name()},
               {"layers", layers_of(model)},
               {"model_sha256", model.file_sha256()},
+              {"precision", model::to_string(model.precision())},
               {"seed", t.seed},
               {"batch_size", t.batch_size},
               {"epochs", t.epochs},

@@ -28,7 +28,7 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     csv_partial_ = through ? "" : csv_path_ + ".partial";
     csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
-    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss\n") < 0 ||
+    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm\n") < 0 ||
         std::fflush(csv_) != 0)
       write_failed();
   }
@@ -76,8 +76,10 @@ void Progress::flush_pending() {
   if (r.peak_memory_bytes >= 0) std::snprintf(peak, sizeof peak, "%lld", (long long)r.peak_memory_bytes);
   char test_loss[32] = "";
   if (r.test_loss >= 0) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
-  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
-                   r.samples_per_s, acc, r.train_s, peak, test_loss) < 0 ||
+  char grad_norm[32] = "";
+  if (r.grad_norm >= 0) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
+  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
+                   r.samples_per_s, acc, r.train_s, peak, test_loss, grad_norm) < 0 ||
       std::fflush(csv_) != 0)
     write_failed();
 }

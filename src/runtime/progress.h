@@ -17,6 +17,9 @@ struct StepRecord {
   double train_s = 0;         // training time so far in this run, evaluations excluded
   int64_t peak_memory_bytes = -1;  // the reporting worker's measured peak so far (< 0: not measured)
   double test_loss = -1;           // the test set's mean loss, where evaluated
+  // The whole model's gradient norm before clipping (--clip-grad-norm under a synchronous
+  // schedule, or one worker's; < 0: not computed).
+  double grad_norm = -1;
 };
 
 class Progress {

@@ -85,7 +85,8 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     f.predicted = flat_->copy_weights(std::move(reuse));
     optimizer_.predict(f.predicted, predict_steps, minibatch);
   }
-  f.input = input.detach();
+  const model::Precision precision = model_->precision();
+  f.input = first_ > 0 ? model::from_wire(input, precision).detach() : input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
   torch::Tensor out;
   with_weights(f, [&] {
@@ -110,7 +111,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     used_versions_[mb] = f.version;
   }
   in_flight_[mb] = std::move(f);
-  return out.detach();
+  return is_last_ ? out.detach() : model::to_wire(out.detach(), precision);
 }
 
 std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFlight& f) {
@@ -184,7 +185,8 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
   with_weights(f, [&] {
     std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers;
     if (!f.output.defined()) buffers = rebuild(f);
-    f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad;
+    // A gradient that came over the wire in bf16 (precision.h) returns to the output's dtype.
+    f.output_grad = is_last_ ? torch::ones_like(f.output) : output_grad.to(f.output.scalar_type());
     if (record_sums_) weight_sums_[mb].second = weight_sum();
     // An output that needs no gradient (a first stage of layers without weights, or all frozen:
     // a Flatten, a fine-tuned model's backbone) has nothing to propagate: autograd refused it,
@@ -199,6 +201,7 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
     input_grad = f.input.grad();
     // An output that does not depend on the input: its gradient there is zero.
     if (!input_grad.defined()) input_grad = torch::zeros_like(f.input);
+    input_grad = model::to_wire(input_grad, model_->precision());
   }
   if (!input_only) finish(it);
   return input_grad;

@@ -44,7 +44,7 @@ class StageReplica {
 
   // Forward of microbatch `mb`. `input` is the data (first stage) or the received activation.
   // On the last stage, `target` gives the loss, scaled by `loss_scale`; returns the output
-  // (the loss on the last stage).
+  // (the loss on the last stage), as it goes on the wire (model::to_wire: bf16 under bf16).
   // `version` >= 0 (vertical sync) runs the forward with that older weight version instead
   // of the newest; the replica must have been told to keep a history (keep_history).
   // `predict_steps` > 0 (weight prediction, asynchronous schedules): the gradient of this
@@ -56,7 +56,7 @@ class StageReplica {
                         int64_t version = -1, int64_t predict_steps = 0, int64_t minibatch = 0);
   // Backward of `mb` from the output gradient (ignored on the last stage, which starts from its
   // loss). input_only: only the input gradient (zero-bubble B; W follows). Returns the input
-  // gradient (undefined on the first stage).
+  // gradient (undefined on the first stage), as it goes on the wire.
   torch::Tensor backward(int64_t mb, const torch::Tensor& output_grad, bool input_only);
   // The weight gradient of `mb` after an input-only backward (zero-bubble W).
   void backward_weight(int64_t mb);

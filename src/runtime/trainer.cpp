@@ -121,7 +121,9 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     optimizer->zero_grad();
     auto loss = model.loss(model.forward(x), y);
     loss.backward();
-    if (o.sgd.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(model.unique_parameters(), o.sgd.clip_grad_norm);
+    double grad_norm = -1;
+    if (o.sgd.clip_grad_norm > 0)
+      grad_norm = torch::nn::utils::clip_grad_norm_(model.unique_parameters(), o.sgd.clip_grad_norm);
     double step_t0 = wall_ms();
     optimizer->step();
     model.device_step(0, model.num_layers(), wall_ms() - step_t0);
@@ -131,6 +133,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     if (recent.size() > 50) recent.pop_front();
     StepRecord rec{step + 1, step / per_epoch, loss_value, (step + 1) * o.batch_size / (train_ms / 1000), -1,
                    train_ms / 1000};
+    rec.grad_norm = grad_norm;
     progress.step(rec);
     bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (o.evaluate && (epoch_end || (o.eval_every > 0 && (step + 1) % o.eval_every == 0))) {

@@ -113,7 +113,7 @@ void Worker::setup(const schedule::Schedule& s) {
   release_freed_host_memory();
 }
 
-double Worker::clip_scale(const schedule::Schedule& s) {
+double Worker::global_grad_norm(const schedule::Schedule& s) {
   torch::NoGradGuard no_grad;
   double squares = 0;
   auto add = [&](const torch::Tensor& g, double sign) {
@@ -129,8 +129,7 @@ double Worker::clip_scale(const schedule::Schedule& s) {
   std::iota(everyone.begin(), everyone.end(), 0);
   std::vector<torch::Tensor> sum{torch::full({1}, squares, torch::kDouble)};
   transport_.allreduce_sum(sum, everyone);
-  double norm = std::sqrt(std::max(0.0, sum[0].item<double>()));
-  return std::min(1.0, options_.sgd.clip_grad_norm / (norm + 1e-6));
+  return std::sqrt(std::max(0.0, sum[0].item<double>()));
 }
 
 torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches) {
@@ -189,7 +188,11 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     if (completes_gradients_[i] && buckets_.count(a.stage)) buckets_[a.stage]->arm();
     if (i == tied_->exchange_before()) {
       if (tied_->active()) tied_->exchange(transport_, *model_);
-      if (options_.sgd.clip_grad_norm > 0 && s.flush) clip_scale_ = clip_scale(s);
+      if (options_.sgd.clip_grad_norm > 0 && s.flush) {
+        double norm = global_grad_norm(s);
+        clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (norm + 1e-6));
+        if (on_grad_norm_) on_grad_norm_(first_minibatch, norm);
+      }
     }
     execute(s, a, offset, first_minibatch);
     schedule::TraceEvent e;
@@ -201,6 +204,7 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     e.start_ms = t0 + waited_ms_ - origin_ms_;
     e.end_ms = wall_ms() - origin_ms_;
     if (a.kind == ActionKind::kForward) e.bytes = replica(a.stage)->activation_bytes(a.microbatch + offset);
+    if (schedule::is_send(a.kind)) e.bytes = sent_bytes_;
     trace_.push_back(e);
   }
   for (auto& p : earlier_sends_) p->wait();
@@ -247,6 +251,7 @@ torch::Tensor Worker::take_received(int direction, int stage, int64_t mb, const 
 }
 
 void Worker::send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag) {
+  sent_bytes_ = static_cast<int64_t>(t.nbytes());
   Channel channel{direction, to_stage, peer};
   auto k = known_.find(channel);
   std::shared_ptr<PendingTransfer> transfer;

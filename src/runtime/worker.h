@@ -69,6 +69,9 @@ class Worker {
   model::LayeredModel& model() { return *model_; }
 
   void set_loss_callback(LossCallback cb) { on_loss_ = std::move(cb); }
+  // Called with each minibatch's whole-model gradient norm where clipping computes it.
+  using GradNormCallback = std::function<void(int64_t minibatch, double norm)>;
+  void set_grad_norm_callback(GradNormCallback cb) { on_grad_norm_ = std::move(cb); }
   void set_trace_origin(double origin_ms) { origin_ms_ = origin_ms; }
   std::vector<schedule::TraceEvent>& trace() { return trace_; }
   // A pause in training (an evaluation, a checkpoint) from start_wall_ms (wall_ms()) to now, on
@@ -94,7 +97,7 @@ class Worker {
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
   // --clip-grad-norm under a synchronous schedule: the whole model's gradient norm, summed over
   // every worker, and the scale every step of this minibatch takes (1 where under the cap).
-  double clip_scale(const schedule::Schedule& s);
+  double global_grad_norm(const schedule::Schedule& s);
 
   int rank_;
   std::shared_ptr<model::LayeredModel> model_;
@@ -111,7 +114,7 @@ class Worker {
   // stage holding its first copy (after the exchange every copy holds the sum). Its other copies
   // this worker steps, as (layer, parameter index): their squares are taken back out.
   std::vector<std::pair<int, int>> uncounted_;
-  double clip_scale_ = 1;  // this minibatch's, from clip_scale()
+  double clip_scale_ = 1;  // this minibatch's, from global_grad_norm()
   // The actions (indices into this worker's list) after which a stage's gradients are final
   // until its all-reduce: the last full Backward or BackwardWeight before each AllReduce.
   std::vector<bool> completes_gradients_;
@@ -135,9 +138,11 @@ class Worker {
   // payload over only once the peer posts its receive).
   std::vector<std::shared_ptr<PendingTransfer>> earlier_sends_;
   double waited_ms_ = 0;  // the current action's wait for its received input (not in its trace time)
+  int64_t sent_bytes_ = 0;  // the bytes of the last send (its trace event's)
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;
   LossCallback on_loss_;
+  GradNormCallback on_grad_norm_;
   double origin_ms_ = 0;
   std::vector<schedule::TraceEvent> trace_;
   std::vector<std::pair<double, double>> pauses_;

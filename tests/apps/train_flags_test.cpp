@@ -133,6 +133,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--betas", {{"--betas", "0.8,0.9"}}},
       {"--eps", {{"--eps", "1e-6"}}},
       {"--clip-grad-norm", {{"--clip-grad-norm", "1"}}},
+      {"--precision", {{"--precision", "bf16"}}},
       {"--lr-schedule", {{"--lr-schedule", "cosine"}}},
       {"--microbatches", {{"--microbatches", "2"}}},
       {"--model", {{"--model", "lstm-lm", "--seq-len", "4"}, {"--profile"}}},

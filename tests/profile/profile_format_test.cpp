@@ -38,6 +38,10 @@ TEST(ProfileFormat, RoundTrips) {
   EXPECT_EQ(p.total_parameter_bytes(), 40);
   EXPECT_DOUBLE_EQ(p.layers[0].optimizer_ms, 0.25);
   EXPECT_DOUBLE_EQ(p.layers[1].optimizer_ms, 0);  // optional: not measured
+  EXPECT_EQ(p.precision, "fp32");  // optional: PipeDream's profiles and the earlier ones are fp32
+  json bf16 = good();
+  bf16["precision"] = "bf16";
+  EXPECT_EQ(profile_from_json(bf16, "p.json").precision, "bf16");
   EXPECT_DOUBLE_EQ(compute_step_ms(p, 0), 0.25);
 }
 
@@ -68,6 +72,8 @@ TEST(ProfileFormat, EachValidationError) {
       {[](json& d) { d["layers"][1]["inputs"] = 3; }, "p.json: field 'layers[1].inputs' must be a list, got 3"},
       {[](json& d) { d["layers"][0]["optimizer_ms"] = -0.5; },
        "p.json: field 'layers[0].optimizer_ms' must be >= 0, got -0.5"},
+      {[](json& d) { d["precision"] = "fp16"; }, "p.json: field 'precision' must be fp32 or bf16, got 'fp16'"},
+      {[](json& d) { d["optimizer"] = "lamb"; }, "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'"},
   };
   for (const auto& c : cases) {
     json d = good();

@@ -62,10 +62,12 @@ ADAMW = (["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.9,0.95", "--weig
          lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2)))
 
 
-def reference(make_model, x, y, loss_fn, microbatches, clip=0.0, optimizer=None):
-    """Weights after STEPS of PyTorch SGD (or `optimizer`, ADAMW's form) on minibatches
+def reference(make_model, x, y, loss_fn, microbatches, clip=0.0, optimizer=None, steps=STEPS, bf16=False,
+              losses=None):
+    """Weights after `steps` of PyTorch SGD (or `optimizer`, ADAMW's form) on minibatches
     [s*B, (s+1)*B), M microbatches each (clip > 0: each step's gradient clipped to that norm by
-    torch.nn.utils.clip_grad_norm_).
+    torch.nn.utils.clip_grad_norm_). bf16: forward and loss under torch.autocast("cpu",
+    torch.bfloat16), as its users write it. `losses` (a list) gets each step's loss.
     On one thread, as each pipetrain worker computes: PyTorch's multithreaded kernels sum in
     another order (mobilenet_v2, 2 microbatches: 4.7e-3 apart after one step on 2 threads, 0 on
     one; BatchNorm over few values per channel magnifies rounding)."""
@@ -76,11 +78,17 @@ def reference(make_model, x, y, loss_fn, microbatches, clip=0.0, optimizer=None)
     opt = optimizer[1](model.parameters()) if optimizer else torch.optim.SGD(model.parameters(), lr=LR,
                                                                              momentum=MOMENTUM)
     schedule = optimizer[2](opt) if optimizer else None
-    for s in range(STEPS):
+    for s in range(steps):
         xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
         opt.zero_grad()
+        step_loss = 0.0
         for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
-            (loss_fn(model(xm), ym) / microbatches).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(model(xm), ym) / microbatches
+            loss.backward()
+            step_loss += loss.item()
+        if losses is not None:
+            losses.append(step_loss)
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
@@ -120,23 +128,27 @@ class Case:
         m = self._seeded()
         self.initial = {k: v.detach().clone() for k, v in m.state_dict().items()}
         self.references = {}
+        self.reference_losses = {}
 
     def _seeded(self):
         torch.manual_seed(0)
         return self.make_model()
 
-    def want(self, microbatches, clip=0.0, optimizer=None):
-        key = (microbatches, clip, optimizer is not None)
+    def want(self, microbatches, clip=0.0, optimizer=None, steps=STEPS, bf16=False):
+        """The reference's weights; its losses by step are in self.reference_losses[key]."""
+        key = (microbatches, clip, optimizer is not None, steps, bf16)
         if key not in self.references:
+            losses = []
             self.references[key] = reference(self.make_model, self.x, self.y, self.loss_fn, microbatches, clip,
-                                             optimizer)
+                                             optimizer, steps, bf16, losses)
+            self.reference_losses[key] = losses
         return self.references[key]
 
-    def train(self, tag, extra):
+    def train(self, tag, extra, steps=STEPS):
         ck = os.path.join(self.work, f"{self.name}-{tag}")
         sgd = [] if "--optimizer" in extra else ["--lr", str(LR), "--momentum", str(MOMENTUM)]
         run([PIPETRAIN, "train", "--model", self.model_file, "--data", self.data_file, "--loss", self.loss_flag,
-             "--steps", str(STEPS), "--batch-size", str(BATCH)] + sgd +
+             "--steps", str(steps), "--batch-size", str(BATCH)] + sgd +
             ["--no-shuffle", "--quiet", "--checkpoint-dir", ck, "--timeout", "60"] + extra)
         return trained_state(self.model_file, ck)
 
@@ -167,10 +179,10 @@ class Fidelity(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def check(self, case, tag, extra, microbatches, clip=0.0, optimizer=None):
+    def check(self, case, tag, extra, microbatches, clip=0.0, optimizer=None, steps=STEPS):
         got = case.train(tag, extra + (["--clip-grad-norm", str(clip)] if clip > 0 else []) +
-                         (optimizer[0] if optimizer else []))
-        want = case.want(microbatches, clip, optimizer)
+                         (optimizer[0] if optimizer else []), steps)
+        want = case.want(microbatches, clip, optimizer, steps)
         self.assertEqual(set(got), set(want), f"{case.name}: parameter and buffer names")
         moved = max((want[k] - case.initial[k]).abs().max().item() for k in want if want[k].is_floating_point())
         self.assertGreater(moved, 1e-3, f"{case.name}: training did not move the weights ({moved})")

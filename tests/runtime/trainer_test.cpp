@@ -42,7 +42,7 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   std::vector<std::string> lines;
   while (std::getline(in, line)) lines.push_back(line);
   ASSERT_EQ(lines.size(), 13u);
-  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss");
+  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm");
   auto field = [&](int row, int col) {
     std::stringstream ss(lines[row]);
     std::string f;
