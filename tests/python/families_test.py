@@ -142,17 +142,18 @@ class Families(unittest.TestCase):
     def test_llama_with_adamw_and_clipping(self):
         """A Llama-style LM (RMSNorm, SwiGLU, rotary positions, grouped-query attention, tied
         embeddings) trained with AdamW (betas 0.9, 0.95, decoupled decay 0.1) and
-        --clip-grad-norm, as PyTorch's AdamW after clip_grad_norm_: one worker, 1F1B over 2 stages
-        on threads and over 3 on gloo, the tie's copies on different stages (issue 68)."""
+        --clip-grad-norm, as PyTorch's AdamW after clip_grad_norm_, 5 steps: one worker, 1F1B over 2
+        and 3 stages on threads and on gloo, the tie's copies on different stages (issue 68)."""
         case = self.cases["llama"]
         self.assertIn("tied", case.export_log)
         # The cap (0.05) is under every step's norm here, so that clipping acts at each step.
         steps = LLAMA_STEPS
         self.check("llama", "adamw-one-worker", [], 1, clip=0.05, optimizer=fid.ADAMW, steps=steps)
-        self.check("llama", "adamw-1f1b-2-threads", ["--schedule", "1f1b", "--stages", "2", "--microbatches", "2"], 2,
-                   clip=0.05, optimizer=fid.ADAMW, steps=steps)
-        self.check("llama", "adamw-1f1b-3-gloo", ["--schedule", "1f1b", "--stages", "3", "--microbatches", "2",
-                                                  "--transport", "gloo"], 2, clip=0.05, optimizer=fid.ADAMW, steps=steps)
+        for stages in (2, 3):
+            for transport in ("threads", "gloo"):
+                self.check("llama", f"adamw-1f1b-{stages}-{transport}",
+                           ["--schedule", "1f1b", "--stages", str(stages), "--microbatches", "2", "--transport", transport],
+                           2, clip=0.05, optimizer=fid.ADAMW, steps=steps)
         # The checkpoint says what it holds.
         shown = fid.run([fid.PIPETRAIN, "checkpoint", "inspect", os.path.join(case.work, "llama-adamw-1f1b-3-gloo")]).stdout
         self.assertIn("adamw: lr 0.01", shown)
