@@ -67,6 +67,11 @@ Register reg({"profile", kProfileDescription,
   app.add_option("--batch-size", f->batch_size, "Minibatch size to profile")->capture_default_str();
   app.add_option("--warmup", f->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--repeats", f->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-sizes", f->options.batch_sizes,
+                 "Smaller batches to time each layer at too (default: the batch's halves down to a sixteenth), for "
+                 "the microbatches a plan may split it into; --batch-sizes B (the batch alone): times scale linearly")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   app.add_option("--optimizer", f->options.optimizer,
                  "Whose step each layer's optimizer_ms times (with a stash copy): the optimizer train will run")
       ->check(CLI::IsMember(model::optimizer_kinds()))

@@ -44,7 +44,8 @@ plan::Plan pick_plan(TrainFlags& f, model::LayeredModel& m, const model::DataSpl
     note_profile_settings(prof, f.profile_path, f);
   } else {  // measure one here: a few forward/backward passes per layer
     int64_t batch = f.pipe.train.batch_size;
-    profile::ProfilerOptions options{1, 3, f.pipe.train.sgd.kind};
+    // Times at the batch alone: the split weighs whole minibatches.
+    profile::ProfilerOptions options{1, 3, f.pipe.train.sgd.kind, {batch}};
     prof = profile::measure_profile(m, data.train.first_inputs(batch), options, data.train.first_targets(batch));
   }
   if (prof.num_layers() != m.num_layers())

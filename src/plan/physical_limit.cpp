@@ -9,6 +9,8 @@ PhysicalLimit physical_limit(const Plan& plan, const PlanEstimate& exact, const 
                              const Cluster& cluster) {
   PhysicalLimit limit;
   for (const auto& st : exact.stages) limit.compute_ms = std::max(limit.compute_ms, st.compute_ms);
+  // Microbatches may compute faster per sample than the whole minibatch the estimate takes.
+  limit.compute_ms *= profile::microbatch_share_floor(profile);
   // Bytes and messages per minibatch out of and into each (worker, level).
   struct Use {
     double out = 0, in = 0, messages_out = 0, messages_in = 0;

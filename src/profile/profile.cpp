@@ -46,6 +46,12 @@ json to_json(const Profile& p) {
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
     if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
+    if (!l.timings.empty()) {
+      json timings = json::array();
+      for (const auto& t : l.timings)
+        timings.push_back({{"batch", t.batch}, {"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}});
+      layer["timings"] = timings;
+    }
     layers.push_back(std::move(layer));
   }
   json out = {{"format", format_tag("profile", kProfileVersion)},
@@ -96,6 +102,19 @@ Profile profile_from_json(const json& doc, const std::string& source) {
           check_layer_ms(f["optimizer_ms"].as_non_negative(), str(source, ": field '", f.path(), ".optimizer_ms'"));
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("timings")) {
+      JsonField ts = f["timings"];
+      for (size_t k = 0; k < ts.size(); ++k) {
+        JsonField t = ts[k];
+        Timing timing;
+        timing.batch = t["batch"].as_int_in(1, int64_t(1) << 40);
+        if (!l.timings.empty() && timing.batch <= l.timings.back().batch)
+          t["batch"].fail(str("must be above the batch before it (", l.timings.back().batch, "), got ", timing.batch));
+        timing.forward_ms = check_layer_ms(t["forward_ms"].as_non_negative(), str(source, ": field '", t.path(), ".forward_ms'"));
+        timing.backward_ms = check_layer_ms(t["backward_ms"].as_non_negative(), str(source, ": field '", t.path(), ".backward_ms'"));
+        l.timings.push_back(timing);
+      }
+    }
     if (f.has("inputs")) {
       JsonField in = f["inputs"];
       for (size_t k = 0; k < in.size(); ++k) {
@@ -143,8 +162,8 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
   Profile out = p;
   out.batch_size = batch_size;
   for (auto& l : out.layers) {
-    l.forward_ms *= f;
-    l.backward_ms *= f;
+    l.forward_ms = forward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
+    l.backward_ms = backward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
     l.activation_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.activation_bytes) * f));
     l.stash_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.stash_bytes) * f));
     l.workspace_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.workspace_bytes) * f));
@@ -176,12 +195,74 @@ std::vector<char> detached_sinks(const Profile& profile) {
   return out;
 }
 
-double compute_forward_ms(const Profile& profile, int layer) {
-  return is_input_layer(profile, layer) ? 0 : profile.layers[layer].forward_ms;
+namespace {
+
+// t(batch) from points (b_i, t_i) ascending: piecewise linear; beyond the ends, the line
+// through the two nearest points, kept between the end's time (a constant cost) and the end's
+// time scaled linearly (no fixed cost at all), which noisy points could otherwise pass.
+double interpolate(const std::vector<Timing>& ts, double batch, bool backward) {
+  auto t = [&](size_t i) { return backward ? ts[i].backward_ms : ts[i].forward_ms; };
+  auto b = [&](size_t i) { return static_cast<double>(ts[i].batch); };
+  size_t n = ts.size();
+  auto line = [&](size_t i, size_t j) { return t(i) + (batch - b(i)) * (t(j) - t(i)) / (b(j) - b(i)); };
+  if (batch <= b(0)) return std::clamp(line(0, 1), t(0) * batch / b(0), t(0));
+  if (batch >= b(n - 1)) return std::clamp(line(n - 2, n - 1), t(n - 1), t(n - 1) * batch / b(n - 1));
+  size_t k = 1;
+  while (b(k) < batch) ++k;
+  return line(k - 1, k);
 }
 
-double compute_backward_ms(const Profile& profile, int layer) {
-  return is_input_layer(profile, layer) ? 0 : profile.layers[layer].backward_ms;
+double time_at(const Layer& l, double batch, int64_t profile_batch, bool backward) {
+  if (l.timings.size() < 2) return (backward ? l.backward_ms : l.forward_ms) * batch / static_cast<double>(profile_batch);
+  return interpolate(l.timings, batch, backward);
+}
+
+double compute_ms(const Profile& profile, int layer, int microbatches, bool backward) {
+  if (is_input_layer(profile, layer)) return 0;
+  const Layer& l = profile.layers[layer];
+  double whole = backward ? l.backward_ms : l.forward_ms;
+  if (microbatches <= 1 || l.timings.size() < 2) return whole;
+  double m = microbatches;
+  return m * time_at(l, static_cast<double>(profile.batch_size) / m, profile.batch_size, backward);
+}
+
+}  // namespace
+
+double forward_ms_at(const Layer& l, double batch, int64_t profile_batch) {
+  return time_at(l, batch, profile_batch, false);
+}
+
+double backward_ms_at(const Layer& l, double batch, int64_t profile_batch) {
+  return time_at(l, batch, profile_batch, true);
+}
+
+double microbatch_share_floor(const Profile& profile) {
+  double floor = 1;
+  for (const auto& l : profile.layers) {
+    if (l.timings.size() < 2) continue;
+    double whole_f = forward_ms_at(l, static_cast<double>(profile.batch_size), profile.batch_size);
+    double whole_b = backward_ms_at(l, static_cast<double>(profile.batch_size), profile.batch_size);
+    for (const auto& t : l.timings) {
+      double per_batch = static_cast<double>(profile.batch_size) / static_cast<double>(t.batch);
+      if (whole_f > 0) floor = std::min(floor, t.forward_ms * per_batch / whole_f);
+      if (whole_b > 0) floor = std::min(floor, t.backward_ms * per_batch / whole_b);
+    }
+  }
+  return floor;
+}
+
+bool knows_batch_sizes(const Profile& profile) {
+  for (const auto& l : profile.layers)
+    if (l.forward_ms + l.backward_ms > 0 && l.timings.size() < 2) return false;
+  return true;
+}
+
+double compute_forward_ms(const Profile& profile, int layer, int microbatches) {
+  return compute_ms(profile, layer, microbatches, false);
+}
+
+double compute_backward_ms(const Profile& profile, int layer, int microbatches) {
+  return compute_ms(profile, layer, microbatches, true);
 }
 
 int64_t stash_bytes(const Profile& profile, int layer) {

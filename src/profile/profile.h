@@ -9,6 +9,13 @@
 
 namespace pt::profile {
 
+// A layer's forward and backward measured at one batch size (Layer::timings).
+struct Timing {
+  int64_t batch = 1;
+  double forward_ms = 0;
+  double backward_ms = 0;
+};
+
 struct Layer {
   std::string name;
   double forward_ms = 0;         // whole minibatch of Profile::batch_size
@@ -28,6 +35,12 @@ struct Layer {
   // gradients passing through), whole minibatch, besides one gradient of its parameters (the
   // backward makes it before adding it in); measured, optional (0: not measured).
   int64_t workspace_bytes = 0;
+  // Its forward and backward at several batch sizes, ascending (`pipetrain profile` measures the
+  // batch and its halves down to a sixteenth): a call costs more per sample at a small batch
+  // (mnist-cnn here: 22-24% more at 16 than at 64), so a microbatch's time is read here, not
+  // scaled from the minibatch's. Empty (PipeDream's profiles, one batch size measured): times
+  // scale linearly with the batch. Optional in the file.
+  std::vector<Timing> timings;
 };
 
 // A parameter shared by several layers (tied input and output embeddings), found by identity
@@ -71,8 +84,23 @@ std::vector<char> detached_sinks(const Profile& profile);
 // The cost engine's per-layer rules (docs/design.md, "One cost model"), for the planner, the
 // simulator and emulation alike.
 // Compute: an Input layer loads data and costs no compute (PipeDream's optimizer leaves it out).
-double compute_forward_ms(const Profile& profile, int layer);
-double compute_backward_ms(const Profile& profile, int layer);
+// A minibatch of profile.batch_size computed as `microbatches` microbatches: m times the time of
+// one microbatch (at batch / m, from the layer's timings). It may be under the whole minibatch's
+// time (mnist-cnn's first convolution here: 4.6 ms in microbatches of 16 against 6.3 at 64,
+// whose output leaves the cache), which microbatch_share_floor bounds.
+double compute_forward_ms(const Profile& profile, int layer, int microbatches = 1);
+double compute_backward_ms(const Profile& profile, int layer, int microbatches = 1);
+// The layer's forward (backward) time at a batch of `batch` samples: interpolated between its
+// timings (beyond them, along the line through the two nearest, between constant and linear);
+// without timings, its time at profile_batch scaled linearly.
+double forward_ms_at(const Layer& l, double batch, int64_t profile_batch);
+double backward_ms_at(const Layer& l, double batch, int64_t profile_batch);
+// The least share of a layer's whole-minibatch time its microbatches may take (1 without
+// timings): the planner's closed forms, which take whole minibatches, times this are lower
+// bounds of what the simulator charges (plan::physical_limit).
+double microbatch_share_floor(const Profile& profile);
+// True when every timed layer has timings at two batch sizes or more.
+bool knows_batch_sizes(const Profile& profile);
 // The layer's optimizer step and stash copy (Layer::optimizer_ms), charged at each Step.
 double compute_step_ms(const Profile& profile, int layer);
 // Bytes a forward of the layer keeps for its backward (Layer::stash_bytes, or its output when
@@ -126,8 +154,8 @@ void require_timed(const Profile& profile, const std::string& path);
 // keeps sums over a profile's layers far from int64 overflow.
 inline constexpr int64_t kMaxLayerBytes = int64_t(1) << 50;
 
-// The same model at another batch size, times and activation bytes scaled linearly with it
-// (the simulator's assumption, schedule.h); parameter bytes unchanged.
+// The same model at another batch size: times read from the layers' timings (linearly scaled
+// without), activation bytes scaled linearly; parameter bytes unchanged.
 Profile with_batch_size(const Profile& p, int64_t batch_size);
 
 json to_json(const Profile& p);

@@ -59,6 +59,34 @@ torch::Tensor forward(model::LayeredModel& model, torch::nn::Sequential& module,
   return targets.defined() ? model.loss(out, targets) : out;
 }
 
+// The layer's median forward and backward times on `input` (with the loss after it where
+// `targets` is defined), after o.warmup untimed runs; `out` gets its output. The parameters'
+// gradients stay defined (zeros plus the runs'), as the memory measurement wants them.
+Timing time_layer(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
+                  const torch::Tensor& targets, const ProfilerOptions& o, torch::Tensor& out) {
+  std::vector<double> fwd, bwd;
+  torch::Tensor top;  // what the backward starts from
+  // Gradients accumulate into a defined .grad, as in the runtime (its flat buffers): the
+  // backward's time includes adding them up.
+  for (auto& param : module->parameters()) param.mutable_grad() = torch::zeros_like(param);
+  for (int r = 0; r < o.warmup + o.repeats; ++r) {
+    if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
+    double t0 = now_ms();
+    top = forward(model, module, input, targets, out);
+    double t1 = now_ms();
+    auto grad = torch::ones_like(top);
+    double t2 = now_ms();
+    if (top.requires_grad()) top.backward(grad);
+    double t3 = now_ms();
+    if (r >= o.warmup) {
+      fwd.push_back(t1 - t0);
+      bwd.push_back(t3 - t2);
+    }
+  }
+  if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
+  return {input.size(0), median(fwd), median(bwd)};
+}
+
 // The layer's memory as the meter sees it allocated on this thread: what one forward leaves
 // alive for the backward (Layer::stash_bytes: its output and what autograd saves), and the most
 // its forward or backward holds beyond that while running (Layer::workspace_bytes: scratch
@@ -97,6 +125,21 @@ std::vector<Tie> ties_of(const model::LayeredModel& model) {
 
 }  // namespace
 
+std::vector<int64_t> timed_batch_sizes(int64_t batch, const ProfilerOptions& o) {
+  std::vector<int64_t> out;
+  if (o.batch_sizes.empty()) {
+    for (int64_t d = 16; d >= 2; d /= 2)
+      if (batch / d >= 1 && (out.empty() || out.back() != batch / d)) out.push_back(batch / d);
+  } else {
+    for (int64_t b : o.batch_sizes)
+      if (b >= 1 && b < batch) out.push_back(b);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+  out.push_back(batch);
+  return out;
+}
+
 Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, const ProfilerOptions& o,
                         const torch::Tensor& targets) {
   PT_CHECK(o.repeats >= 1 && o.warmup >= 0);
@@ -108,6 +151,14 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   p.optimizer = o.optimizer;
   model.train(true);
   torch::Tensor x = batch;
+  // The smaller batches' own inputs, each the first samples of the batch through the layers so far.
+  std::vector<int64_t> sizes = timed_batch_sizes(p.batch_size, o);
+  sizes.pop_back();  // the batch itself is x
+  std::vector<torch::Tensor> xs;
+  for (int64_t b : sizes) xs.push_back(batch.narrow(0, 0, b));
+  auto on_the_wire = [&](const torch::Tensor& t) {  // what the next stage receives (precision.h)
+    return model::from_wire(model::to_wire(t.detach(), model.precision()), model.precision());
+  };
   for (int i = 0; i < model.num_layers(); ++i) {
     const auto& layer = model.layer(i);
     // A layer the model does not hold is built for its measurement and dropped after it: a model
@@ -115,36 +166,28 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     torch::nn::Sequential module = model.holds(i) ? layer.module : model.make_layer(i);
     torch::Tensor input = x.detach();
     if (i > 0 && input.is_floating_point()) input.requires_grad_(true);
-    std::vector<double> fwd, bwd;
-    torch::Tensor out, top;  // the layer's output; what the backward starts from
+    torch::Tensor out;
     // The last stage computes the loss after the last layer: its time and memory are the layer's.
     torch::Tensor loss_targets = i + 1 == model.num_layers() ? targets : torch::Tensor();
-    // Gradients accumulate into a defined .grad, as in the runtime (its flat buffers): the
-    // backward's time includes adding them up.
-    for (auto& param : module->parameters()) param.mutable_grad() = torch::zeros_like(param);
-    for (int r = 0; r < o.warmup + o.repeats; ++r) {
-      if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
-      double t0 = now_ms();
-      top = forward(model, module, input, loss_targets, out);
-      double t1 = now_ms();
-      auto grad = torch::ones_like(top);
-      double t2 = now_ms();
-      if (top.requires_grad()) top.backward(grad);
-      double t3 = now_ms();
-      if (r >= o.warmup) {
-        fwd.push_back(t1 - t0);
-        bwd.push_back(t3 - t2);
-      }
-    }
     Layer l;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      torch::Tensor in = xs[k].detach(), small;
+      if (i > 0 && in.is_floating_point()) in.requires_grad_(true);
+      l.timings.push_back(time_layer(model, module, in,
+                                     loss_targets.defined() ? loss_targets.narrow(0, 0, sizes[k]) : torch::Tensor(), o,
+                                     small));
+      xs[k] = on_the_wire(small);
+    }
+    Timing main = time_layer(model, module, input, loss_targets, o, out);
+    if (!l.timings.empty()) l.timings.push_back(main);
     l.name = layer.name;
-    l.forward_ms = median(fwd);
-    l.backward_ms = median(bwd);
+    l.forward_ms = main.forward_ms;
+    l.backward_ms = main.backward_ms;
     l.activation_bytes = model::wire_bytes(out, model.precision());  // what crosses to the next stage
     for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
     l.optimizer_ms = measure_step_ms(module->parameters(), o);
-    torch::Tensor next = model::from_wire(model::to_wire(out.detach(), model.precision()), model.precision());
-    out = top = torch::Tensor();  // the timed runs' graph goes before the stash is measured
+    torch::Tensor next = on_the_wire(out);
+    out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
     measure_layer_memory(model, module, input, loss_targets, l);
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();

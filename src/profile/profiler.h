@@ -11,13 +11,22 @@ struct ProfilerOptions {
   int warmup = 2;    // untimed repetitions first (allocator, caches)
   int repeats = 7;   // timed repetitions; the median is kept
   std::string optimizer = "sgd";  // whose step optimizer_ms times: sgd, adam or adamw (model/optimizer.h)
+  // The batch sizes each layer is timed at besides the batch's (Layer::timings), each below it;
+  // empty: its halves down to a sixteenth (the microbatches of 2-16 a plan may split it into).
+  // {the batch alone}, or a batch of 1: no timings (times scale linearly).
+  std::vector<int64_t> batch_sizes;
 };
+
+// The batch sizes measure_profile times at a batch of `batch` (ascending, the batch last).
+std::vector<int64_t> timed_batch_sizes(int64_t batch, const ProfilerOptions& options);
 
 // `batch` is one minibatch of inputs; its first dimension is the profile's batch size.
 // Forward time: the layer's forward with autograd recording, as in training. Backward time:
 // backward from a gradient of the output's shape to the layer's parameters and input (the
 // first layer computes no input gradient, as in training). Bytes are exact: output numel x
-// element size; parameters numel x element size. With the batch's `targets`, the last layer is
+// element size; parameters numel x element size. Each layer is timed again at the smaller
+// batches of timed_batch_sizes, on the first samples of the batch passed through the layers before
+// it (a microbatch, as the runtime splits one), into Layer::timings. With the batch's `targets`, the last layer is
 // measured with the model's loss after it, as the last stage runs it: its times, stash and
 // workspace include the loss's (a language model's cross-entropy keeps log-probabilities in
 // place of the logits, and its backward holds the logits' gradients: the zoo's small GPT, a

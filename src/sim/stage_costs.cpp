@@ -10,8 +10,9 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
   std::vector<StageCost> out(s.num_stages);
   for (int st = 0; st < s.num_stages; ++st)
     for (int l : s.stage_layers[st]) {
-      out[st].forward_ms += profile::compute_forward_ms(p, l);
-      out[st].backward_ms += profile::compute_backward_ms(p, l);
+      // A minibatch in s.microbatches microbatches: each at its own size (profile.h).
+      out[st].forward_ms += profile::compute_forward_ms(p, l, s.microbatches);
+      out[st].backward_ms += profile::compute_backward_ms(p, l, s.microbatches);
       out[st].step_ms += profile::compute_step_ms(p, l);
       out[st].stash_bytes += profile::stash_bytes(p, l);
     }

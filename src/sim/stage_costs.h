@@ -1,7 +1,8 @@
 #pragma once
 // Per-stage costs of a schedule's stages from a profile, for one whole minibatch of the
-// profile's batch size; the simulator scales them by the microbatch size (linear scaling:
-// microbatch time = profile time x microbatch size / profile batch size).
+// profile's batch size computed in the schedule's microbatches: m times a microbatch's time at
+// its own size, from the layers' timings (profile::compute_forward_ms; linear where the profile
+// has none). The simulator charges each microbatch 1/m of it.
 #include <cstdint>
 #include <vector>
 

@@ -74,12 +74,68 @@ TEST(ProfileFormat, EachValidationError) {
        "p.json: field 'layers[0].optimizer_ms' must be >= 0, got -0.5"},
       {[](json& d) { d["precision"] = "fp16"; }, "p.json: field 'precision' must be fp32 or bf16, got 'fp16'"},
       {[](json& d) { d["optimizer"] = "lamb"; }, "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'"},
+      {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 32, "forward_ms": 1, "backward_ms": 1},
+                                                                 {"batch": 16, "forward_ms": 1, "backward_ms": 1}])"); },
+       "p.json: field 'layers[0].timings[1].batch' must be above the batch before it (32), got 16"},
+      {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 8, "forward_ms": -1, "backward_ms": 1}])"); },
+       "p.json: field 'layers[0].timings[0].forward_ms' must be >= 0, got -1"},
   };
   for (const auto& c : cases) {
     json d = good();
     c.spoil(d);
     EXPECT_EQ(error_of(d), c.message);
   }
+}
+
+// A layer timed at 16, 32 and 64 (a fixed cost of 1 ms a call, then 0.1 ms a sample, forward; the
+// backward twice that), in a profile of batch 64.
+Profile timed() {
+  Profile p = profile_from_json(good(), "p.json");
+  Layer& l = p.layers[0];
+  for (int64_t b : {16, 32, 64}) l.timings.push_back({b, 1 + 0.1 * b, 2 * (1 + 0.1 * b)});
+  l.forward_ms = 1 + 6.4, l.backward_ms = 2 * 7.4;
+  return p;
+}
+
+TEST(ProfileTimings, RoundTripAndInterpolate) {
+  Profile p = timed();
+  Profile q = profile_from_json(to_json(p), "q.json");
+  ASSERT_EQ(q.layers[0].timings.size(), 3u);
+  EXPECT_EQ(q.layers[0].timings[1].batch, 32);
+  EXPECT_TRUE(q.layers[1].timings.empty());
+  const Layer& l = p.layers[0];
+  EXPECT_DOUBLE_EQ(forward_ms_at(l, 24, 64), 1 + 2.4);   // between two timings
+  EXPECT_DOUBLE_EQ(backward_ms_at(l, 48, 64), 2 * 5.8);
+  EXPECT_DOUBLE_EQ(forward_ms_at(l, 8, 64), 1 + 0.8);    // below: along the line of 16 and 32
+  EXPECT_DOUBLE_EQ(forward_ms_at(l, 128, 64), 1 + 12.8); // above: along 32 and 64
+  // Below the smallest timing the line is kept above the smallest's time scaled linearly, and
+  // above the largest under it scaled linearly.
+  Layer steep = l;
+  steep.timings = {{16, 1, 1}, {32, 4, 4}};
+  EXPECT_DOUBLE_EQ(forward_ms_at(steep, 8, 64), 0.5);
+  Layer flat = l;
+  flat.timings = {{16, 2, 2}, {32, 1, 1}};  // noise: the larger batch measured faster
+  EXPECT_DOUBLE_EQ(forward_ms_at(flat, 64, 64), 1);  // not the line's -1: at least the largest's time
+  // Without timings: linear from the profile's batch (layer 1: 1 ms at 64).
+  EXPECT_DOUBLE_EQ(forward_ms_at(p.layers[1], 16, 64), 0.25);
+}
+
+TEST(ProfileTimings, MicrobatchesCostTheirOwnSize) {
+  Profile p = timed();
+  // 4 microbatches of 16: 4 x 2.6 ms, where linear scaling said the minibatch's 7.4.
+  EXPECT_DOUBLE_EQ(compute_forward_ms(p, 0, 4), 4 * 2.6);
+  EXPECT_DOUBLE_EQ(compute_backward_ms(p, 0, 4), 4 * 5.2);
+  EXPECT_DOUBLE_EQ(compute_forward_ms(p, 0, 1), 7.4);
+  EXPECT_DOUBLE_EQ(compute_forward_ms(p, 1, 4), 1);  // untimed: linear
+  // Another batch takes its time from the timings, bytes scaled.
+  Profile half = with_batch_size(p, 32);
+  EXPECT_DOUBLE_EQ(half.layers[0].forward_ms, 4.2);
+  EXPECT_EQ(half.layers[0].activation_bytes, 50);
+  EXPECT_DOUBLE_EQ(compute_forward_ms(half, 0, 2), 2 * 2.6);
+  EXPECT_TRUE(knows_batch_sizes(p) == false);  // layers 1 and 2 have none
+  EXPECT_DOUBLE_EQ(microbatch_share_floor(p), 1.0);  // every microbatch costs more per sample
+  p.layers[0].timings[0].forward_ms = 0.5;            // at 16: 0.5 x 4 = 2 of the minibatch's 7.4
+  EXPECT_NEAR(microbatch_share_floor(p), 2 / 7.4, 1e-12);
 }
 
 }  // namespace

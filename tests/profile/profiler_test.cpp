@@ -45,6 +45,29 @@ TEST(Profiler, MnistCnnExactBytes) {
   EXPECT_EQ(to_json(profile_from_json(to_json(p), "x")), to_json(p));
 }
 
+// Each layer is timed at the batch's halves down to a sixteenth too, on the first samples of the
+// batch: a microbatch of 16 in a profile of 64 is read, not scaled.
+TEST(Profiler, TimesEachLayerAtTheMicrobatchSizes) {
+  torch::manual_seed(0);
+  auto m = model::build_mnist_cnn({});
+  Profile p = measure_profile(*m, torch::randn({64, 1, 28, 28}), {0, 1});
+  for (const auto& l : p.layers) {
+    ASSERT_EQ(l.timings.size(), 5u) << l.name;
+    std::vector<int64_t> batches;
+    for (const auto& t : l.timings) {
+      batches.push_back(t.batch);
+      EXPECT_GT(t.forward_ms, 0) << l.name << " at " << t.batch;
+    }
+    EXPECT_EQ(batches, (std::vector<int64_t>{4, 8, 16, 32, 64})) << l.name;
+    EXPECT_EQ(l.timings.back().forward_ms, l.forward_ms);
+  }
+  EXPECT_TRUE(knows_batch_sizes(p));
+  EXPECT_EQ(timed_batch_sizes(64, {0, 1, "sgd", {64}}), std::vector<int64_t>{64});  // the batch alone
+  EXPECT_EQ(timed_batch_sizes(12, {}), (std::vector<int64_t>{1, 3, 6, 12}));
+  Profile one = measure_profile(*m, torch::randn({8, 1, 28, 28}), {0, 1, "sgd", {8}});
+  for (const auto& l : one.layers) EXPECT_TRUE(l.timings.empty()) << l.name;
+}
+
 // With the batch's targets the last layer is measured as the last stage runs it, the loss after
 // it: a language model's cross-entropy holds the gradients of its logits in the backward. The
 // other layers' figures are the same either way.

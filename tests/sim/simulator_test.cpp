@@ -48,6 +48,19 @@ TEST(Simulator, GPipeAnd1F1BBubbleIsAnalytic) {
     }
 }
 
+// A profile that knows its layers' times at the microbatch's size: the simulator charges each
+// microbatch its own time (a fixed cost a call makes 4 microbatches of 16 dearer than 64 at once).
+TEST(Simulator, AMicrobatchTakesItsOwnSizesTime) {
+  auto prof = uniform_profile(1, 2.0, 4.0);  // batch 64
+  prof.layers[0].timings = {{16, 1.0, 2.0}, {64, 2.0, 4.0}};
+  auto r = run("gpipe", straight_plan(1), prof, {4}, free_links(1));
+  EXPECT_NEAR(r.ms_per_minibatch, 4 * (1.0 + 2.0), 1e-9);  // 4 microbatches of 16
+  auto whole = run("gpipe", straight_plan(1), prof, {1}, free_links(1));
+  EXPECT_NEAR(whole.ms_per_minibatch, 6.0, 1e-9);
+  prof.layers[0].timings.clear();  // linear: the microbatches cost the minibatch
+  EXPECT_NEAR(run("gpipe", straight_plan(1), prof, {4}, free_links(1)).ms_per_minibatch, 6.0, 1e-9);
+}
+
 TEST(Simulator, InterleavedBubbleShrinksByChunks) {
   for (int p = 1; p <= 8; ++p)
     for (int v = 1; v <= 4; ++v)
