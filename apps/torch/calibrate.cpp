@@ -65,6 +65,7 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::M
   plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
   // Every worker's measuring done: on threads, all of them joined; on gloo, this process's.
   fitted.process_bytes = runtime::resident_besides_tensors();
+  fitted.core_rates = m.core_rates;
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
   if (f.output.empty() || f.output == "-") std::cout << text;
@@ -78,6 +79,10 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::M
             << " us per ring step (where it outlasts the step's message)\n";
   std::cerr << "the host's time per action (a forward, a backward, a step) besides its compute: " << fitted.action_us
             << " us\n";
+  std::cerr << "each of n computes at once on this host's " << std::thread::hardware_concurrency()
+            << " cores runs at, of one alone:";
+  for (size_t n = 0; n < fitted.core_rates.size(); ++n) std::cerr << " " << n + 1 << ": " << fitted.core_rates[n];
+  std::cerr << "\n";
   std::cerr << "a worker process's resident memory besides its tensors (LibTorch, the transport, the runtime): "
             << human_bytes(static_cast<double>(fitted.process_bytes)) << "\n";
   for (const auto& a : m.allreduces)

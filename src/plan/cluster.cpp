@@ -183,8 +183,17 @@ json to_json(const Cluster& c) {
   if (c.allreduce_step_us > 0) doc["allreduce_step_us"] = c.allreduce_step_us;
   if (c.action_us > 0) doc["action_us"] = c.action_us;
   if (c.process_bytes > 0) doc["process_bytes"] = c.process_bytes;
+  if (!c.core_rates.empty()) doc["core_rates"] = c.core_rates;
   if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
+}
+
+double Cluster::core_rate(int running, int cores) const {
+  if (running <= 0) return 1;
+  size_t n = static_cast<size_t>(running);
+  if (core_rates.empty()) return std::min(1.0, static_cast<double>(cores) / running);
+  if (n <= core_rates.size()) return core_rates[n - 1];
+  return core_rates.back() * static_cast<double>(core_rates.size()) / running;
 }
 
 namespace {
@@ -200,7 +209,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "cluster", kClusterVersion);
   root.only_fields({"format", "levels", "memory_bytes_per_worker", "allreduce", "reduce_us_per_mib", "allreduce_step_us",
-                    "action_us", "process_bytes", "calibration"});
+                    "action_us", "process_bytes", "core_rates", "calibration"});
   Cluster c;
   JsonField levels = root["levels"];
   if (levels.size() == 0) levels.fail("must list at least one level");
@@ -239,6 +248,15 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   c.allreduce_step_us = host_term("allreduce_step_us", "microseconds");
   c.action_us = host_term("action_us", "microseconds");
   if (root.has("process_bytes")) c.process_bytes = root["process_bytes"].as_int_in(0, int64_t{1} << 50);
+  if (root.has("core_rates")) {
+    JsonField rates = root["core_rates"];
+    if (rates.size() > static_cast<size_t>(kMaxWorkers)) rates.fail("lists more rates than workers");
+    for (size_t k = 0; k < rates.size(); ++k) {
+      double r = rates[k].as_number();
+      if (!(r > 0 && r <= 2)) rates[k].fail(str("must be a rate in (0, 2] of one compute alone, got ", r));
+      c.core_rates.push_back(r);
+    }
+  }
   if (root.has("calibration")) {
     const json& record = doc["calibration"];
     if (!record.is_object()) root["calibration"].fail("must be an object (what `pipetrain calibrate` measured)");

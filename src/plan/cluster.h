@@ -66,6 +66,15 @@ struct Cluster {
   // runtime's buffers. The memory model adds it to each process (schedule/memory.h), so that a
   // memory cap bounds a worker's peak RSS. 0 for a typed cluster: tensors alone.
   int64_t process_bytes = 0;
+  // Workers sharing one host's cores (threads, or gloo ranks on one machine): core_rates[n - 1] is
+  // the rate of each of n computes running at once, relative to one alone (cluster field
+  // "core_rates"; calibrate measures it: n threads each training mnist-cnn's layers on a
+  // microbatch of 16). Here 2 computes on the 2 cores ran at 0.87 each, not 1 (the caches and
+  // memory they share). Empty: min(1, cores / n), the kernel's even time-slicing alone.
+  std::vector<double> core_rates;
+  // The rate of each of `running` computes on `cores` cores: core_rates where measured (beyond
+  // them, the last one's shared out further), else min(1, cores / running).
+  double core_rate(int running, int cores) const;
   // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
   // file as written; the cost engine reads only the levels.

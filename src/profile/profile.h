@@ -40,7 +40,7 @@ struct Layer {
   // (mnist-cnn here: 22-24% more at 16 than at 64), so a microbatch's time is read here, not
   // scaled from the minibatch's. Empty (PipeDream's profiles, one batch size measured): times
   // scale linearly with the batch. Optional in the file.
-  std::vector<Timing> timings;
+  std::vector<Timing> timings{};
 };
 
 // A parameter shared by several layers (tied input and output embeddings), found by identity

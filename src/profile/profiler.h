@@ -14,7 +14,7 @@ struct ProfilerOptions {
   // The batch sizes each layer is timed at besides the batch's (Layer::timings), each below it;
   // empty: its halves down to a sixteenth (the microbatches of 2-16 a plan may split it into).
   // {the batch alone}, or a batch of 1: no timings (times scale linearly).
-  std::vector<int64_t> batch_sizes;
+  std::vector<int64_t> batch_sizes{};
 };
 
 // The batch sizes measure_profile times at a batch of `batch` (ascending, the batch last).

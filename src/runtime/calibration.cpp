@@ -1,13 +1,16 @@
 #include "runtime/calibration.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "core/error.h"
 #include "core/host_allocator.h"
 #include "core/units.h"
 #include "model/emulated_layer.h"
 #include "model/memory_meter.h"
+#include "model/zoo.h"
 #include "runtime/threads_job.h"
 
 namespace pt::runtime {
@@ -134,6 +137,8 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
   if (t.rank() == 0) {
     out.action_us = measure_action_us();
     if (o.progress) o.progress(str("the host's time per action: ", out.action_us, " us"));
+    // Every worker waits at the end barrier: worker 0 computes alone, with threads of its own.
+    out.core_rates = measure_core_rates(t.world_size());
   }
   return out;
 }
@@ -141,6 +146,56 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
 int64_t resident_besides_tensors() {
   release_freed_host_memory();
   return model::process_rss_bytes();
+}
+
+namespace {
+
+// Iterations per second of each of n threads training mnist-cnn's layers at once for `seconds`.
+double per_thread_rate(int n, double seconds) {
+  std::vector<int64_t> done(n, 0);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false}, stop{false};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < n; ++k)
+    threads.emplace_back([&, k] {
+      model::ModelOptions o;
+      o.seed = static_cast<uint64_t>(k);
+      auto m = model::build_mnist_cnn(o);
+      torch::Tensor x = torch::randn({16, 1, 28, 28}), y = torch::randint(0, 10, {16});
+      auto iterate = [&] {
+        for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
+        m->loss(m->forward(x), y).backward();
+      };
+      iterate();  // warm: the allocator's blocks, the kernels' first calls
+      ++ready;
+      while (!go) std::this_thread::yield();
+      while (!stop) iterate(), ++done[k];
+    });
+  while (ready < n) std::this_thread::yield();
+  go = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  double sum = 0;
+  for (int64_t d : done) sum += static_cast<double>(d);
+  return sum / n / seconds;
+}
+
+}  // namespace
+
+std::vector<double> measure_core_rates(int most, double seconds) {
+  // Rounds of every n, each against its own round's one thread alone (a machine's speed drifts
+  // between sittings: one measurement of each put 2 threads at 1.11 of one), median per n.
+  constexpr int kRounds = 3;
+  std::vector<std::vector<double>> by_n(most);
+  for (int round = 0; round < kRounds; ++round) {
+    double alone = per_thread_rate(1, seconds);
+    by_n[0].push_back(1);
+    for (int n = 2; n <= most; ++n) by_n[n - 1].push_back(alone > 0 ? per_thread_rate(n, seconds) / alone : 1);
+  }
+  std::vector<double> rates;
+  for (auto& r : by_n) rates.push_back(median(r));
+  return rates;
 }
 
 double measure_action_us(int steps, int microbatches) {

@@ -26,6 +26,7 @@ struct Measured {
   std::vector<plan::LevelCalibration> levels;  // points, each fitted
   std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
   double action_us = 0;  // measure_action_us, on worker 0
+  std::vector<double> core_rates;  // measure_core_rates, on worker 0 (plan::Cluster::core_rates)
 };
 
 // What this process holds resident besides tensors, once its measuring is done
@@ -38,6 +39,12 @@ int64_t resident_besides_tensors();
 // (model/emulated_layer.h), trained on threads for `steps` minibatches of `microbatches`
 // microbatches, the span of its trace over the actions in it, median of 3 runs.
 double measure_action_us(int steps = 30, int microbatches = 8);
+
+// The rate of each of n computes running at once on this host's cores, relative to one alone,
+// for n = 1..most (plan::Cluster::core_rates; the first is 1): n threads each train mnist-cnn's
+// layers on a microbatch of 16 for `seconds`, all started together; per n, the mean of their
+// iterations per second over one thread's alone in the same round, median of 3 rounds.
+std::vector<double> measure_core_rates(int most, double seconds = 0.25);
 
 // Runs on every worker of the job with the same `shape` (its levels' fan-outs; their rates are
 // what is measured) and options; returns the measurements on worker 0 (the others: empty). Each

@@ -390,7 +390,7 @@ class Replay {
     double ms;               // its layers' compute
     int64_t bytes;
   };
-  double rate() const { return std::min(1.0, static_cast<double>(cores_) / static_cast<double>(running_.size())); }
+  double rate() const { return cluster_.core_rate(static_cast<int>(running_.size()), cores_); }
   double first_end() const {
     double left = std::numeric_limits<double>::infinity();
     for (const Running& r : running_) left = std::min(left, r.left_ms);

@@ -47,8 +47,8 @@ namespace pt::sim {
 struct SimOptions {
   int64_t bucket_bytes = plan::Cluster::kDefaultBucketBytes;  // all-reduce buckets, as train --bucket-mb
   // > 0: the workers' computes share this many cores (the threads of one machine) as the
-  // kernel time-slices threads: the n computes running at once each progress at min(1, cores / n)
-  // of their profiled rate (the mnist-cnn demo, 4 threads on 2 cores: 7,426 samples/s simulated
+  // kernel time-slices threads: the n computes running at once each progress at the cluster's
+  // core_rate (measured by calibrate; else min(1, cores / n)) of their profiled rate (the mnist-cnn demo, 4 threads on 2 cores: 7,426 samples/s simulated
   // when a ready compute waited for a free core and then ran to its end, 7,021 now, against
   // 5,030-5,083 measured); 0: a device per worker.
   int cores = 0;

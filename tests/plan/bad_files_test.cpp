@@ -152,6 +152,18 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   // taken off a memory cap, which bounds the process's peak RSS.
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": -5})"),
             "c.json: field 'process_bytes' must be in 0..1125899906842624, got -5");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 0]})"),
+            "c.json: field 'core_rates[1]' must be a rate in (0, 2] of one compute alone, got 0");
+  {
+    plan::Cluster c = plan::cluster_from_json(
+        parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 0.9]})", "c.json"), "c.json");
+    EXPECT_EQ(c.core_rates, (std::vector<double>{1, 0.9}));
+    EXPECT_EQ(plan::cluster_from_json(plan::to_json(c), "d.json").core_rates, c.core_rates);
+    EXPECT_DOUBLE_EQ(c.core_rate(2, 2), 0.9);
+    EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 0.6);  // past the measured: 0.9 x 2 / 3
+    c.core_rates.clear();
+    EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 2.0 / 3);  // unmeasured: time-slicing alone
+  }
   Cluster measured = cluster_from_json(
       parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": 100000000, "memory_bytes_per_worker": 1000000000})",
                  "c.json"),

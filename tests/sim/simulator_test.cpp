@@ -231,10 +231,12 @@ TEST(Simulator, WorkersShareTheCoresTheyAreGiven) {
 TEST(Simulator, ComputesRunningTogetherShareACore) {
   auto prof = uniform_profile(1, 1.0, 2.0);  // forward 1 ms a minibatch
   // Data parallelism over r replicas, a microbatch each: r forwards of 1 / r ms, ready at 0.
-  auto first_forwards = [&](int replicas, int cores) {
+  auto first_forwards = [&](int replicas, int cores, std::vector<double> rates = {}) {
     SimOptions o;
     o.cores = cores;
-    auto t = simulate(make_schedule("dp", plan_with_replicas({replicas}), {replicas}), prof, free_links(replicas), o);
+    plan::Cluster c = free_links(replicas);
+    c.core_rates = rates;
+    auto t = simulate(make_schedule("dp", plan_with_replicas({replicas}), {replicas}), prof, c, o);
     std::vector<double> ends;
     for (const auto& list : t.workers) {
       EXPECT_EQ(list.front().action.kind, schedule::ActionKind::kForward);
@@ -249,6 +251,11 @@ TEST(Simulator, ComputesRunningTogetherShareACore) {
   for (double end : first_forwards(3, 2)) EXPECT_NEAR(end, 0.5, 1e-9);
   // As many cores as computes: each at full speed.
   for (double end : first_forwards(3, 3)) EXPECT_NEAR(end, 1.0 / 3, 1e-9);
+  // At the rates calibrate measured (the cluster's core_rates): 2 at once at 0.8 each, 3 at 0.5;
+  // 4, past what was measured, at the last rate shared out further (0.5 x 3 / 4).
+  for (double end : first_forwards(2, 2, {1, 0.8, 0.5})) EXPECT_NEAR(end, 0.5 / 0.8, 1e-9);
+  for (double end : first_forwards(3, 2, {1, 0.8, 0.5})) EXPECT_NEAR(end, (1.0 / 3) / 0.5, 1e-9);
+  for (double end : first_forwards(4, 2, {1, 0.8, 0.5})) EXPECT_NEAR(end, 0.25 / 0.375, 1e-9);
 }
 
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
