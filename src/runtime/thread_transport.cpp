@@ -1,5 +1,6 @@
 #include "runtime/thread_transport.h"
 
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -24,7 +25,12 @@ struct MailboxReceive : PendingTransfer {
 }  // namespace
 
 ThreadHub::ThreadHub(int workers, double timeout_s, double latency_us)
-    : workers_(workers), timeout_(timeout_s), latency_(latency_us * 1e-6) {}
+    : workers_(workers), timeout_(timeout_s), cvs_(static_cast<size_t>(std::max(workers, 1))),
+      latency_(latency_us * 1e-6) {}
+
+void ThreadHub::notify_locked(const std::vector<int>& ranks) {
+  for (int r : ranks) cvs_.at(static_cast<size_t>(r)).notify_all();
+}
 
 void ThreadHub::check_aborted_locked() const {
   if (!abort_reason_.empty()) throw JobAborted("job aborted: " + abort_reason_);
@@ -34,13 +40,13 @@ void ThreadHub::put(int src, int dst, int64_t tag, torch::Tensor t) {
   std::lock_guard<std::mutex> lock(mu_);
   mailboxes_[{src, dst, tag}].emplace_back(std::move(t),
                                            Clock::now() + std::chrono::duration_cast<Clock::duration>(latency_));
-  cv_.notify_all();
+  notify_locked({dst});
 }
 
 torch::Tensor ThreadHub::take(int src, int dst, int64_t tag) {
   std::unique_lock<std::mutex> lock(mu_);
   auto key = std::make_tuple(src, dst, tag);
-  bool ok = cv_.wait_for(lock, timeout_, [&] {
+  bool ok = cvs_.at(static_cast<size_t>(dst)).wait_for(lock, timeout_, [&] {
     if (!abort_reason_.empty()) return true;
     auto it = mailboxes_.find(key);
     return it != mailboxes_.end() && !it->second.empty();
@@ -62,7 +68,8 @@ void ThreadHub::allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, con
   check_aborted_locked();
   Reduction& r = reductions_[group];
   // Wait until the previous reduction of this group has been collected by all members.
-  bool ok = cv_.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || !r.done; });
+  std::condition_variable& cv = cvs_.at(static_cast<size_t>(rank));
+  bool ok = cv.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || !r.done; });
   check_aborted_locked();
   if (!ok) throw TransportError(str("worker ", rank, " timed out entering an all-reduce"));
   uint64_t gen = r.generation;
@@ -74,9 +81,9 @@ void ThreadHub::allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, con
   }
   if (++r.arrived == static_cast<int>(group.size())) {
     r.done = true;
-    cv_.notify_all();
+    notify_locked(group);
   }
-  ok = cv_.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || (r.done && r.generation == gen); });
+  ok = cv.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || (r.done && r.generation == gen); });
   check_aborted_locked();
   if (!ok) throw TransportError(str("worker ", rank, " timed out in an all-reduce of workers ", group.size()));
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
@@ -84,14 +91,14 @@ void ThreadHub::allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, con
     r.arrived = r.collected = 0;
     r.done = false;
     ++r.generation;
-    cv_.notify_all();
+    notify_locked(group);
   }
 }
 
 void ThreadHub::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (abort_reason_.empty()) abort_reason_ = why;
-  cv_.notify_all();
+  for (auto& cv : cvs_) cv.notify_all();
 }
 
 std::shared_ptr<PendingTransfer> ThreadTransport::isend(const torch::Tensor& t, int peer, int64_t tag) {

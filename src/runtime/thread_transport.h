@@ -30,8 +30,12 @@ class ThreadHub {
   void check_aborted_locked() const;
   int workers_;
   std::chrono::duration<double> timeout_;
+  void notify_locked(const std::vector<int>& ranks);
   std::mutex mu_;
-  std::condition_variable cv_;
+  // One per worker: a message or an all-reduce wakes only the workers it concerns. One for all
+  // woke every waiting worker (and its communication thread) at every message, which on shared
+  // cores took the cores from those computing.
+  std::vector<std::condition_variable> cvs_;
   std::chrono::duration<double> latency_;
   using Clock = std::chrono::steady_clock;
   std::map<std::tuple<int, int, int64_t>, std::vector<std::pair<torch::Tensor, Clock::time_point>>> mailboxes_;
