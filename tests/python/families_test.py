@@ -146,14 +146,18 @@ class Families(unittest.TestCase):
         and 3 stages on threads and on gloo, the tie's copies on different stages (issue 68)."""
         case = self.cases["llama"]
         self.assertIn("tied", case.export_log)
-        # The cap (0.05) is under every step's norm here, so that clipping acts at each step.
+        # The issue's cap of 1.0 is under every step's norm here (6.9-10.1 over the 5 steps), so that
+        # clipping acts at each step: its weights end 1.7e-2 from the unclipped run's (a norm off by 2x
+        # ends 3.9e-3 away), far past the 1e-5 the runs are held to.
         steps = LLAMA_STEPS
-        self.check("llama", "adamw-one-worker", [], 1, clip=0.05, optimizer=fid.ADAMW, steps=steps)
+        self.assertGreater(fid.max_relative_error(case.want(2, 1.0, fid.ADAMW, steps), case.want(2, 0.0, fid.ADAMW, steps)),
+                           1e-3)
+        self.check("llama", "adamw-one-worker", [], 1, clip=1.0, optimizer=fid.ADAMW, steps=steps)
         for stages in (2, 3):
             for transport in ("threads", "gloo"):
                 self.check("llama", f"adamw-1f1b-{stages}-{transport}",
                            ["--schedule", "1f1b", "--stages", str(stages), "--microbatches", "2", "--transport", transport],
-                           2, clip=0.05, optimizer=fid.ADAMW, steps=steps)
+                           2, clip=1.0, optimizer=fid.ADAMW, steps=steps)
         # The checkpoint says what it holds.
         shown = fid.run([fid.PIPETRAIN, "checkpoint", "inspect", os.path.join(case.work, "llama-adamw-1f1b-3-gloo")]).stdout
         self.assertIn("adamw: lr 0.01", shown)
@@ -167,7 +171,7 @@ class Families(unittest.TestCase):
         against PyTorch's bf16 run, 6e-2 against its fp32 run). One worker's first loss, before
         any step, is PyTorch's bf16 one to 1e-6, and 3e-5 from its fp32 one: autocast's rounding."""
         case = self.cases["llama"]
-        steps, clip = BF16_STEPS, 0.05
+        steps, clip = BF16_STEPS, 1.0
         want = case.want(2, clip, fid.ADAMW, steps, bf16=True)
         want_losses = case.reference_losses[(2, clip, True, steps, True)]
         case.want(2, clip, fid.ADAMW, steps)
