@@ -11,9 +11,8 @@
 #include "apps/command.h"
 #include "core/host_allocator.h"
 #include "referee/joint_search.h"
-#include "referee/replay_ahead.h"
-#include "referee/replay_floor.h"
 #include "referee/referee.h"
+#include "referee/steady_replay.h"
 #include "apps/planning_flags.h"
 #include "profile/pipedream_graph.h"
 #include "core/error.h"
@@ -59,10 +58,11 @@ std::string short_shape(const plan::Plan& p) {
   return str(shape.substr(0, 8), ".. (", p.num_stages(), ")");
 }
 
+const double kDefaultBucketMb = static_cast<double>(plan::Cluster::kDefaultBucketBytes) / (1 << 20);
+
 // " bN" where a row runs with N MiB buckets rather than the default.
 std::string bucket_label(double bucket_mb) {
-  double default_mb = static_cast<double>(plan::Cluster::kDefaultBucketBytes) / (1 << 20);
-  return bucket_mb >= 0 && std::abs(bucket_mb - default_mb) > 1e-9 ? str(" b", bucket_mb) : std::string();
+  return bucket_mb >= 0 && std::abs(bucket_mb - kDefaultBucketMb) > 1e-9 ? str(" b", bucket_mb) : std::string();
 }
 
 int run_compare(CompareFlags& f) {
@@ -74,17 +74,17 @@ int run_compare(CompareFlags& f) {
   schedule::check_schedule_options(f.options);
   // Each schedule's own best configuration: the joint search (src/referee/joint_search.h) pinned to it,
   // so `plan --schedule auto` is never slower in simulation than the best row here.
-  plan::PlanOptions po;
-  po.candidates = plan::PlanFlags{}.candidates;
-  if (!f.memory.empty()) po.memory_bytes = parse_bytes(f.memory, "--memory");
-  JointOptions jo;
-  jo.own_buckets = true;  // each row at the bucket it runs fastest with, as `plan` chooses
-  jo.memory_cap = plan::memory_limit(cluster, po);
-  po.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
-  if (f.microbatches_given) jo.microbatches = f.options.microbatches;
+  plan::PlanOptions plan_options;
+  plan_options.candidates = plan::PlanFlags{}.candidates;
+  if (!f.memory.empty()) plan_options.memory_bytes = parse_bytes(f.memory, "--memory");
+  JointOptions joint;
+  joint.own_buckets = true;  // each row at the bucket it runs fastest with, as `plan` chooses
+  joint.memory_cap = plan::memory_limit(cluster, plan_options);
+  plan_options.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
+  if (f.microbatches_given) joint.microbatches = f.options.microbatches;
   std::vector<Row> rows;
   std::string plan_note = "each schedule's best plan, microbatches and recomputation (the joint search)";
-  if (jo.memory_cap > 0) plan_note += str(" within ", human_bytes(static_cast<double>(jo.memory_cap)), " per worker");
+  if (joint.memory_cap > 0) plan_note += str(" within ", human_bytes(static_cast<double>(joint.memory_cap)), " per worker");
   const std::vector<std::string> kinds{"pipedream", "2bw", "1f1b", "gpipe", "zb-h1", "zb-v", "v-half", "v-min",
                                       "dualpipev", "interleaved", "interleaved-zb", "mp"};
   // Each row is a joint search of its own: on hundreds of workers they take minutes together,
@@ -96,10 +96,10 @@ int run_compare(CompareFlags& f) {
     if (s > 1)
       std::cerr << "compare: searching " << kind << "'s best (" << i + 1 << " of " << kinds.size() << " schedules, "
                 << static_cast<int>(s) << " s so far)\n";
-    jo.schedules = {kind};
+    joint.schedules = {kind};
     try {
-      JointResult best = joint_search(prof, cluster, po, jo);
-      const Configuration& c = chosen(best, jo, prof, cluster);
+      JointResult best = joint_search(prof, cluster, plan_options, joint);
+      const Configuration& c = chosen(best, joint, prof, cluster);
       std::string how;
       if (c.plan.chunks > 1) how += str(" x", c.plan.chunks);
       if (c.plan.microbatches > 0) how += str(" m", c.plan.microbatches);
@@ -114,42 +114,21 @@ int run_compare(CompareFlags& f) {
       std::cerr << "skipping " << kind << ": " << e.what() << "\n";
     }
   }
-  auto add = [&](const std::string& kind, const plan::Plan& plan, const std::string& label, schedule::ScheduleOptions o,
-                 const profile::Profile& costs, const std::string& name) {
-    o.chunks = 1;
+  auto add = [&](const std::string& kind, const plan::Plan& plan, const std::string& label,
+                 schedule::ScheduleOptions schedule_options, const profile::Profile& costs, const std::string& name) {
+    schedule_options.chunks = 1;
     try {
-      auto s = schedule::make_schedule(kind, plan, o);
-      // Over the default minibatches, until the window settles, as the referee replays it; at
-      // each bucket size the joint search tries, the fastest kept (the default's at a tie).
-      auto replay = [&](int64_t bucket_bytes) {
-        metrics::Metrics m = metrics::compute_metrics(sim::simulate(s, costs, cluster, {bucket_bytes}));
-        double floor = referee::replay_floor_ms(plan, costs, cluster, kind, bucket_bytes, &s);
-        if (o.minibatches == 0 && (!m.settled || !m.periodic || m.ms_per_minibatch < floor * (1 - 1e-9)))
-          m = referee::settled_replay(
-              [&](int minibatches) {
-                if (minibatches == 0) return m;
-                schedule::ScheduleOptions longer = o;
-                longer.minibatches = minibatches;
-                return metrics::compute_metrics(
-                    sim::simulate(schedule::make_schedule(kind, plan, longer), costs, cluster, {bucket_bytes}));
-              },
-              true, nullptr, 0, floor);
-        return m;
-      };
-      double mb = static_cast<double>(po.bucket_bytes) / (1 << 20);
-      metrics::Metrics m = replay(po.bucket_bytes);
-      for (double other : referee::kBucketChoicesMb) {
-        if (std::abs(other - mb) <= 1e-9) continue;
-        metrics::Metrics t = replay(static_cast<int64_t>(other * (1 << 20)));
-        if (t.ms_per_minibatch < m.ms_per_minibatch * (1 - 1e-9)) m = std::move(t), mb = other;
-      }
-      auto over = [&](int minibatches) {
-        schedule::ScheduleOptions longer = o;
-        longer.minibatches = minibatches;
-        return schedule::make_schedule(kind, plan, longer);
-      };
-      rows.push_back({name, label + bucket_label(mb), m, "",
-                      schedule::peak_memory(schedule::memory_per_worker(s, over, costs, jo.memory)), ""});
+      auto s = schedule::make_schedule(kind, plan, schedule_options);
+      // At the bucket size it runs fastest with (the referee's sizes; the default's at a tie),
+      // over the default minibatches until the window settles, as the referee replays it.
+      BucketChoice bucket = choose_bucket(plan, costs, cluster, plan_options, kind, 0, 0, schedule_options);
+      SteadyReplayOptions how;
+      how.sim.bucket_bytes = static_cast<int64_t>(bucket.bucket_mb * (1 << 20));
+      how.lengthen = schedule_options.minibatches == 0;
+      metrics::Metrics m = steady_replay(kind, plan, schedule_options, costs, cluster, how, &s).metrics;
+      int64_t peak = schedule::peak_memory(
+          schedule::memory_over_long_run(kind, plan, schedule_options, costs, joint.memory, &s));
+      rows.push_back({name, label + bucket_label(bucket.bucket_mb), m, "", peak, ""});
     } catch (const ConfigError& e) {
       std::cerr << "skipping " << name << ": " << e.what() << "\n";
     }
@@ -182,7 +161,7 @@ int run_compare(CompareFlags& f) {
       j["row"] = r.kind;
       j["plan"] = r.plan;
       j["modelled_peak_memory_bytes"] = r.peak_memory;
-      if (jo.memory_cap > 0) j["over_memory_cap"] = r.peak_memory > jo.memory_cap;
+      if (joint.memory_cap > 0) j["over_memory_cap"] = r.peak_memory > joint.memory_cap;
       if (!r.scaling.empty()) j["scaling"] = r.scaling;
       if (dp_rate > 0) j["speedup_over_dp"] = r.m.samples_per_s / dp_rate;
       out.push_back(j);
@@ -203,10 +182,12 @@ int run_compare(CompareFlags& f) {
               << std::setprecision(2) << r.m.ms_per_minibatch << std::setw(12) << std::setprecision(1)
               << r.m.samples_per_s << std::setw(10) << speedup.str() << std::setw(9) << std::setprecision(3)
               << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.peak_memory))
-              << (jo.memory_cap > 0 && r.peak_memory > jo.memory_cap ? "  over the cap" : "") << "\n";
+              << (joint.memory_cap > 0 && r.peak_memory > joint.memory_cap ? "  over the cap" : "") << "\n";
   }
   std::cout << "\nplan: the stages' replicas, x chunks, m microbatches per step, rc recomputation, bN all-reduce buckets\n"
-               "of N MiB (each row at the fastest of 0, 1, 4, 25 and 100 for its plan; 25 where not shown). A minibatch is a\n"
+               "of N MiB (each row at the fastest of "
+            << bucket_choices_text() << " for its plan; " << str(kDefaultBucketMb)
+            << " where not shown). A minibatch is a\n"
                "step's batch (a pipeline copied r times steps on r x "
             << prof.batch_size << "; pipedream on " << prof.batch_size
             << " per replica); samples/s compare them. Asynchronous schedules (2bw, pipedream) are measured in the\n"
@@ -214,8 +195,8 @@ int run_compare(CompareFlags& f) {
                "minibatch of batch "
             << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
   // The baselines are what users run, fit or not (the planner's rows are planned within the
-  // cap): a dp row over it was printed unmarked, where `plan` says it does not fit.
-  if (jo.memory_cap > 0)
+  // cap): a dp row over it is marked, as `plan` says it does not fit.
+  if (joint.memory_cap > 0)
     std::cout << "Rows marked \"over the cap\" need more memory per worker than --memory allows.\n";
   return 0;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The command line as every worker of a job must have it (issue 35): each option of the
 // command, as the command read it, so that a flag added tomorrow is compared across workers the
-// day it is added. runtime/job_digest.h puts it beside the settings the command resolved.
+// day it is added. job/job_digest.h puts it beside the settings the command resolved.
 #include <set>
 #include <string>
 

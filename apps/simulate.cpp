@@ -12,8 +12,7 @@
 #include "metrics/timeline.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
-#include "referee/replay_ahead.h"
-#include "referee/replay_floor.h"
+#include "referee/steady_replay.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
@@ -36,8 +35,7 @@ struct SimulateFlags {
 };
 
 // What a plan file says of how it runs (schedule, microbatches, chunks), where the flags do not:
-// the run its prediction and `train --plan` are for. Before, simulate ran 1f1b with 4 microbatches
-// whatever the plan said, and printed another time than the plan's.
+// the run its prediction and `train --plan` are for, so that simulate prints the plan's time.
 void follow_plan(SimulateFlags& f, const plan::Plan& plan) {
   if (!plan.schedule.empty() && f.kind_flag->count() == 0 && f.schedule_file.empty()) {
     const auto& kinds = schedule::schedule_kinds();
@@ -105,22 +103,17 @@ int run_simulate(SimulateFlags f) {
   double bucket_mb = plan.bucket_mb >= 0 && f.bucket_flag->count() == 0 ? plan.bucket_mb : f.bucket_mb;
   sim_options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
   sim_options.cores = f.cores;
-  schedule::Trace trace = sim::simulate(s, prof, cluster, sim_options);
-  metrics::Metrics m = metrics::compute_metrics(trace);
   // Over the default minibatches, until the window settles, as the planner's referee replays it
-  // (data parallelism's schedule makes its own plan, whose floor is not this one's).
-  double floor = f.kind == "dp" ? 0 : referee::replay_floor_ms(plan, prof, cluster, f.kind, sim_options.bucket_bytes, &s);
-  if (f.schedule_file.empty() && options.minibatches == 0 &&
-      (!m.settled || !m.periodic || m.ms_per_minibatch < floor * (1 - 1e-9)))
-    m = referee::settled_replay(
-        [&](int minibatches) {
-          if (minibatches == 0) return m;
-          options.minibatches = minibatches;
-          s = schedule::make_schedule(f.kind, plan, options);
-          trace = sim::simulate(s, prof, cluster, sim_options);
-          return metrics::compute_metrics(trace);
-        },
-        true, nullptr, 0, floor);
+  // (data parallelism's schedule makes its own plan, whose floor is not this one's); a schedule
+  // file or --minibatches is the run as given.
+  referee::SteadyReplayOptions how;
+  how.sim = sim_options;
+  how.lengthen = f.schedule_file.empty() && options.minibatches == 0;
+  if (f.kind == "dp") how.floor_ms = 0;
+  referee::SteadyReplay replay = referee::steady_replay(f.kind, plan, options, prof, cluster, how, &s);
+  if (replay.lengthened) s = std::move(*replay.lengthened);
+  const metrics::Metrics& m = replay.metrics;
+  const schedule::Trace& trace = replay.trace;
   if (!f.schedule_out.empty()) write_text_file_atomic(f.schedule_out, schedule::to_json(s).dump(1) + "\n");
   std::string title = str(kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
                           " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",
@@ -131,11 +124,8 @@ int run_simulate(SimulateFlags f) {
   // Memory by the memory model (schedule/memory.h), the figure train checks and plan, compare and
   // the joint search use; the metrics' own is the trace's stashes and weight versions only.
   // Over a long run (memory_minibatches); a schedule file is the run it gives.
-  auto over = [&](int minibatches) {
-    options.minibatches = minibatches;
-    return schedule::make_schedule(f.kind, plan, options);
-  };
-  auto memory = f.schedule_file.empty() ? schedule::memory_per_worker(s, over, prof) : schedule::memory_per_worker(s, prof);
+  auto memory = f.schedule_file.empty() ? schedule::memory_over_long_run(f.kind, plan, options, prof, {}, &s)
+                                        : schedule::memory_per_worker(s, prof);
   if (f.json) {
     json doc = metrics::to_json(m);
     doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);

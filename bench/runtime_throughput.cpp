@@ -11,8 +11,8 @@
 #include "model/dataset.h"
 #include "model/zoo.h"
 #include "plan/planner.h"
-#include "runtime/pipeline_job.h"
-#include "runtime/threads_job.h"
+#include "job/job.h"
+#include "job/threads_job.h"
 #include "runtime/trainer.h"
 
 using namespace pt;
@@ -35,14 +35,14 @@ profile::Profile structure(const model::LayeredModel& m) {
 
 double run_pipeline(const model::DataSplit& data, const plan::Plan& plan, const std::string& kind, int micro,
                     int64_t steps) {
-  runtime::PipelineOptions o;
+  job::PipelineOptions o;
   o.schedule = kind;
   o.microbatches = micro;
   o.train.steps = steps;
   o.train.batch_size = 64;
   o.train.quiet = true;
   o.train.evaluate = false;
-  return runtime::train_pipeline(cnn, data, plan, o).train.samples_per_s;
+  return job::train_pipeline(cnn, data, plan, o).train.samples_per_s;
 }
 
 }  // namespace

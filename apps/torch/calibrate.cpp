@@ -14,7 +14,7 @@
 #include "core/json_doc.h"
 #include "model/compute_threads.h"
 #include "plan/link_fit.h"
-#include "runtime/calibration.h"
+#include "job/calibration.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/launcher.h"
 #include "runtime/thread_transport.h"
@@ -51,9 +51,9 @@ plan::Cluster shape_of(const CalibrateFlags& f) {
   return c;
 }
 
-runtime::CalibrationOptions options_of(const CalibrateFlags& f) {
-  runtime::CalibrationOptions o;
-  for (int64_t s : runtime::default_calibration_sizes())
+job::CalibrationOptions options_of(const CalibrateFlags& f) {
+  job::CalibrationOptions o;
+  for (int64_t s : job::default_calibration_sizes())
     if (static_cast<double>(s) <= f.max_mb * (1 << 20)) o.sizes.push_back(s);
   if (o.sizes.size() < 2) throw UsageError(str("--max-mb: ", f.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
   o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
@@ -61,10 +61,10 @@ runtime::CalibrationOptions options_of(const CalibrateFlags& f) {
 }
 
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
-int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::Measured m) {
+int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measured m) {
   plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
   // Every worker's measuring done: on threads, all of them joined; on gloo, this process's.
-  fitted.process_bytes = runtime::resident_besides_tensors();
+  fitted.process_bytes = job::resident_besides_tensors();
   fitted.core_rates = m.core_rates;
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
@@ -94,7 +94,7 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, runtime::M
 
 int run_threads(const CalibrateFlags& f, const plan::Cluster& shape) {
   auto hub = std::make_shared<runtime::ThreadHub>(shape.workers(), f.timeout_s);
-  std::vector<runtime::Measured> results(shape.workers());
+  std::vector<job::Measured> results(shape.workers());
   std::vector<std::string> errors(shape.workers());
   std::vector<std::thread> threads;
   auto options = options_of(f);
@@ -102,7 +102,7 @@ int run_threads(const CalibrateFlags& f, const plan::Cluster& shape) {
     threads.emplace_back([&, r] {
       try {
         runtime::ThreadTransport t(hub, r);
-        results[r] = runtime::measure_cluster(t, shape, options);
+        results[r] = job::measure_cluster(t, shape, options);
       } catch (const std::exception& e) {
         errors[r] = e.what();
         hub->abort(str("worker ", r, ": ", e.what()));
@@ -129,7 +129,7 @@ int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
     t = std::make_unique<runtime::GlooTransport>(config);
     auto options = options_of(f);
     if (config.rank != 0) options.progress = nullptr;
-    runtime::Measured m = runtime::measure_cluster(*t, shape, options);
+    job::Measured m = job::measure_cluster(*t, shape, options);
     return config.rank == 0 ? write_result(f, shape, m) : 0;
   } catch (const std::exception& e) {
     if (t) t->abandon(e.what());

@@ -37,6 +37,7 @@ struct ModelFlags {
   bool emulated() const { return compute == "emulated"; }
   // Reads profile_path once (emulated compute only); UsageError when it is not set.
   const profile::Profile& emulated_profile();
+  std::shared_ptr<const profile::Profile> shared_emulated_profile() { return emulated_profile(), profile_; }
   // Loads the data first (it fixes classes, channels or vocabulary), then describes the model:
   // its layers' names, graph and ties, none of them built (build_model_only builds them).
   std::shared_ptr<model::LayeredModel> build(model::DataSplit* data_out);

@@ -5,11 +5,9 @@
 #include <iostream>
 #include <thread>
 
-#include "apps/torch/run_prediction.h"
-#include "apps/torch/train_plan.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "profile/pipedream_graph.h"
+#include "job/prediction.h"
 #include "schedule/memory.h"
 
 namespace pt::app {
@@ -71,34 +69,33 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
                              "--warmup-steps"));
 }
 
-void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, const TrainFlags& f,
-                      const std::string& label) {
+void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& f, const std::string& label) {
   if (r.steps <= 0) return;
+  const plan::Plan& plan = job.plan;
+  const job::PipelineOptions& o = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
-  auto rate = [&](double ms) { return static_cast<int64_t>(f.pipe.train.batch_size * 1000.0 / ms); };
-  if (!f.profile_path.empty() && (f.transport == "threads" || f.model.emulated())) {
-    profile::Profile prof = profile::read_any_profile(f.profile_path);
-    // (pick_plan noted it where it planned with the profile.)
-    if (!f.plan_path.empty()) note_profile_settings(prof, f.profile_path, f);
-    RunPrediction p = f.model.emulated()
-                          ? predict_emulated_run(plan, f.pipe, prof, f.model.emulation.time_scale)
-                          : predict_threads_run(plan, f.pipe, prof, static_cast<int>(std::thread::hardware_concurrency()));
+  auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
+  if (f.request.profile && (f.transport == "threads" || f.model.emulated())) {
+    const profile::Profile& prof = *f.request.profile;
+    job::RunPrediction p =
+        f.model.emulated() ? job::predict_emulated_run(job, prof, f.model.emulation.time_scale)
+                           : job::predict_threads_run(job, prof, static_cast<int>(std::thread::hardware_concurrency()));
     p.transport = f.transport;
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
-              << rate(p.ms()) << " samples/s for this run (" << p.describe(f.pipe, plan) << "; ratio "
-              << r.samples_per_s / (f.pipe.train.batch_size * 1000.0 / p.ms()) << ")\n";
+              << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "
+              << r.samples_per_s / (o.train.batch_size * 1000.0 / p.ms()) << ")\n";
     return;
   }
   if (plan.pipeline_ms_per_minibatch <= 0) return;
-  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : f.pipe.train.batch_size;
+  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : o.train.batch_size;
   double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
   std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
   // The planner predicts (and its referee simulates) the schedule it names; another one runs
   // the same stages with other bubbles.
-  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != f.pipe.schedule)
-    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << f.pipe.schedule;
+  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != o.schedule)
+    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << o.schedule;
   std::cout << " (ratio " << r.samples_per_s / predicted;
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
@@ -106,16 +103,16 @@ void print_throughput(const runtime::TrainResult& r, const plan::Plan& plan, con
   std::cout << ")\n";
 }
 
-void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const std::string& label, int64_t data_bytes) {
-  if (f.profile_path.empty()) return;
+void print_modelled_memory(const job::Job& job, const TrainFlags& f, const std::string& label, int64_t data_bytes) {
+  if (!f.request.profile) return;
+  const job::PipelineOptions& o = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
-  profile::Profile prof = profile::read_any_profile(f.profile_path);
   double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
-  prof = profile::with_batch_size(prof, f.pipe.train.batch_size);
+  profile::Profile prof = profile::with_batch_size(*f.request.profile, o.train.batch_size);
   schedule::MemoryOptions mo;
-  mo.optimizer_copies = f.pipe.train.sgd.state_copies();
+  mo.optimizer_copies = o.train.sgd.state_copies();
   if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
-  auto over = [&](int minibatches) { return runtime::schedule_for(plan, f.pipe, minibatches); };
+  auto over = [&](int minibatches) { return *job.schedule_over(minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's
   std::cout << prefix << "peak tensor memory per worker (modelled):";
   double tensors = 0;
@@ -126,7 +123,7 @@ void print_modelled_memory(const TrainFlags& f, const plan::Plan& plan, const st
   std::cout << "\n";
   // As the OS counts it: each process holds its tensors, the data and what calibrate measured a
   // worker process to hold besides (the cluster's process_bytes).
-  int64_t process = f.pipe.cluster.process_bytes;
+  int64_t process = o.cluster.process_bytes;
   if (process <= 0) return;
   std::string besides = str(" (the tensors above, the data ", human_bytes(static_cast<double>(data_bytes)),
                             " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");

@@ -1,7 +1,7 @@
 #pragma once
 // What `pipetrain calibrate` makes of its measurements (issue 33): an alpha-beta fit of one
 // message's time against its bytes per cluster level, and the cluster file that carries the
-// fits and how they were obtained. Torch-free: the measuring is runtime/calibration.h's.
+// fits and how they were obtained. Torch-free: the measuring is job/calibration.h's.
 #include <cstdint>
 #include <string>
 #include <vector>

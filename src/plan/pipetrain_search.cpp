@@ -34,111 +34,14 @@
 #include "core/error.h"
 #include "core/fingerprint.h"
 #include "plan/pipetrain_cost.h"
+#include "plan/pipetrain_dp.h"
 #include "plan/search.h"
 
 namespace pt::plan {
 
-namespace {
+namespace detail {
 
-// The search on `s`. bound_from[w]: a time no lower than the `candidates`-th best first stage of
-// the plans starting at worker w (kInfinity: none known). A plan through a stage boundary at
-// state k and worker w is no faster than the compute before it shared over the workers before
-// it, nor than the compute after it over the workers after it; where that exceeds the bound of
-// every start before w, no plan the search returns passes there, and (k, w) is not searched.
-// kth_from, if given, receives each start's `candidates`-th best first stage (kInfinity: fewer).
-SearchResult search_within(const StateSpace& s, const Cluster& cluster, const PlanOptions& options,
-                           const std::vector<double>& bound_from, std::vector<double>* kth_from) {
-  const int S = s.num_states(), W = cluster.workers(), last = s.last();
-  const int64_t mem = memory_limit(cluster, options);
-  const int Q = mem > 0 ? std::min(W, S - 1) : 0;  // q = 0: depth not tracked
-  // Each state's strict supersets come by increasing compute (StateSpace::supersets), so that once
-  // a stage's compute alone reaches the best time found, every later superset can be skipped.
-  // λ takes Lv values: level index + 1, 0 meaning no previous stage (w = 0).
-  const int Lv = static_cast<int>(cluster.levels.size()) + 1;
-  // range_level(w, w + n) for every w, n: looked up in the inner loop, where computing it is
-  // most of the search's time on a 16-worker cluster.
-  std::vector<int> level_to(static_cast<size_t>(W) * (W + 1), -1);
-  for (int w = 0; w < W; ++w)
-    for (int n = 1; w + n < W; ++n) level_to[static_cast<size_t>(w) * (W + 1) + n] = cluster.range_level(w, w + n);
-  auto reach = [&](int lo, int hi) { return hi < W ? level_to[static_cast<size_t>(lo) * (W + 1) + (hi - lo)] : -1; };
-  // The links of a stage on workers w..w+n-1 after λ, per (w, n, λ): it has a previous stage
-  // when w > 0 and a next one when w + n < W (the search numbers workers stage by stage). Looked
-  // up in the inner loop; a first stage's input and a last stage's output carry 0 bytes.
-  std::vector<StageLinks> links(static_cast<size_t>(W) * (W + 1) * Lv);
-  auto links_at = [&](int w, int n, int lam) -> StageLinks& {
-    return links[(static_cast<size_t>(w) * (W + 1) + n) * Lv + lam];
-  };
-  // allreduce_below[w * (W + 1) + n]: the least a replica's share of a byte's all-reduce takes
-  // on w..w+m-1 for any 2 <= m <= n. With the compute over n, a floor on the stage's time on
-  // every replica count from n down to 2 (below).
-  std::vector<double> allreduce_below(static_cast<size_t>(W) * (W + 1), kInfinity);
-  for (int w = 0; w < W; ++w)
-    for (int n = 1; w + n <= W; ++n) {
-      double allreduce = cluster.range_allreduce_ms(w, w + n - 1, 1.0);
-      for (int lam = 0; lam < (w > 0 ? Lv : 1); ++lam)
-        links_at(w, n, lam) = stage_links(cluster, n, lam > 0 ? std::max(lam - 1, reach(w - 1, w + n - 1)) : -1,
-                                          reach(w, w + n), allreduce);
-      size_t i = static_cast<size_t>(w) * (W + 1) + n;
-      if (n > 1) allreduce_below[i] = std::min(links_at(w, n, 0).allreduce_ms_per_byte, allreduce_below[i - 1]);
-    }
-  // λ' of the stage after one on w..w+n-1.
-  auto lam_after = [&](int w, int n) { return w + n < W ? reach(w, w + n) + 1 : 0; };
-
-  auto at = [&](int q, int k, int w, int lam) {
-    return ((static_cast<size_t>(q) * S + k) * (W + 1) + w) * Lv + lam;
-  };
-  std::vector<double> g(at(Q, S - 1, W, Lv - 1) + 1, kInfinity);
-  std::vector<int> next_state(g.size(), -1), replicas(g.size(), 0);
-  // One message at a level (Cluster::message_ms), as the inner loop reads it: its latency and
-  // a millisecond per byte; and the minibatches in flight on a stage of w..w+n-1 under
-  // PipeDream's rule (in_flight_bound's divisor).
-  std::vector<double> latency_at(cluster.levels.size()), ms_per_byte_at(cluster.levels.size());
-  for (size_t level = 0; level < cluster.levels.size(); ++level)
-    latency_at[level] = cluster.latency_ms(static_cast<int>(level)),
-    ms_per_byte_at[level] = cluster.transfer_ms(static_cast<int>(level), 1.0);
-  std::vector<double> slots_at(static_cast<size_t>(W) * (W + 1), 0);
-  for (int w = 0; w < W; ++w)
-    for (int n = 1; w + n <= W; ++n) slots_at[static_cast<size_t>(w) * (W + 1) + n] = std::max(1, (W - w + n - 1) / n) * n;
-  // round_trip[i]: the chosen continuation's round trip (in_flight_bound), carried up the table.
-  std::vector<double> round_trip(g.size(), 0);
-  g[at(0, last, W, 0)] = 0;
-  // suffix[sat(q, j, w)]: the best g(j, w', λ, q) over w' >= w and every λ, a lower bound on the
-  // rest of the pipeline after a stage that ends at state j, whatever its replica count.
-  auto sat = [&](int q, int k, int w) { return (static_cast<size_t>(q) * S + k) * (W + 1) + w; };
-  std::vector<double> suffix(sat(Q, S - 1, W) + 1, kInfinity);
-  for (int q = 0; q <= Q; ++q)
-    for (int w = W; w >= 0; --w)
-      suffix[sat(q, last, w)] = std::min(g[at(q, last, w, 0)], w < W ? suffix[sat(q, last, w + 1)] : kInfinity);
-
-  const double host_ms = host_ms_per_minibatch(cluster);
-  // The least a byte of a stage's input or output on w.. after λ takes on one replica, whatever
-  // its replicas: more of them only reach up to outer levels (range_level), so the fastest level
-  // from the one a single replica crosses up bounds them all. [w * Lv + λ] for the input,
-  // [w] for the output; 0 where there is none.
-  const int L = static_cast<int>(cluster.levels.size());
-  std::vector<double> fastest_from(L + 1, 0);  // [level + 1]: the fastest level from it outwards
-  for (int level = L - 1; level >= 0; --level)
-    fastest_from[level + 1] = std::min(cluster.transfer_ms(level, 1.0), level + 1 < L ? fastest_from[level + 2] : kInfinity);
-  std::vector<double> in_floor(static_cast<size_t>(W) * Lv, 0), out_floor(W, 0);
-  for (int w = 0; w < W; ++w) {
-    for (int lam = 1; w > 0 && lam < Lv; ++lam)
-      in_floor[static_cast<size_t>(w) * Lv + lam] = fastest_from[std::max(lam - 1, reach(w - 1, w)) + 1];
-    out_floor[w] = fastest_from[reach(w, w + 1) + 1];
-  }
-  auto stage = [&](int k, int j, int w, int n, int lam, int depth) {
-    return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k] + host_ms, s.frontier_bytes[k],
-                           j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
-                           s.activation_bytes[j] - s.activation_bytes[k], n, depth,
-                           links_at(w, n, lam), s.backward_ms[j] - s.backward_ms[k], options.bucket_bytes);
-  };
-  // The rest after a stage k→j on w..w+n-1 (g(all, W, ·, 0) sits at λ = 0).
-  auto rest_at = [&](int q, int j, int w, int n) { return at(q, j, w + n, lam_after(w, n)); };
-  // The first stage's every choice (j, n) with its value, per q: the alternatives.
-  struct Root {
-    double t;
-    int q, j, n, w;  // w: the first worker (0 unless a smaller cluster's)
-  };
-  std::vector<Root> roots;
+void PipetrainDp::fill(const std::vector<double>& bound_from) {
   // A root's whole plan by what the search reads of it (StateSpace::add_stage_sums, and each
   // stage's workers). Roots alike in these are one plan to every model: GNMT's 48 best on 4x4
   // were 17 copies of one plan and 12 of another, whose first stage took a different share of
@@ -174,11 +77,6 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
       if (std::max(s.compute_ms[k] / (w - from), rest) <= bound_from[from] * (1 + 1e-9)) return false;
     }
     return true;
-  };
-  // How many first stages each start keeps: `candidates` for the whole cluster's, for a smaller
-  // cluster's suffix_candidates where set.
-  auto kept_from = [&](int w) {
-    return w > 0 && options.suffix_candidates > 0 ? options.suffix_candidates : options.candidates;
   };
   // The kept_from(w) best times of the first stages offered from worker w so far (max first).
   std::priority_queue<double> root_times;
@@ -359,93 +257,24 @@ SearchResult search_within(const StateSpace& s, const Cluster& cluster, const Pl
         suffix[sat(q, k, w)] = std::min(best_any, suffix[sat(q, k, w + 1)]);
       }
     }
-
-  // A plan from its first stage's choice, following each state's best continuation.
-  auto unfold = [&](const Root& root) {
-    std::vector<SearchStage> stages;
-    int k = 0, w = root.w, q = root.q, j = root.j, n = root.n, lam = 0;
-    for (;;) {
-      SearchStage st;
-      st.from = k, st.to = j;
-      for (int x = w; x < w + n; ++x) st.workers.push_back(x);
-      stages.push_back(st);
-      if (j == last) break;
-      lam = lam_after(w, n), k = j, w += n, q = Q ? q - 1 : 0;
-      size_t i = at(q, k, w, lam);
-      j = next_state[i], n = replicas[i];
-      PT_CHECK(j >= 0, "broken choice at state ", k, " worker ", w);
-    }
-    // Depth is the number of stages after, known only now when memory was not tracked.
-    int p = static_cast<int>(stages.size());
-    for (int i = 0, lam_i = 0; i < p; ++i) {
-      auto& st = stages[i];
-      int first = st.workers.front(), size = static_cast<int>(st.workers.size());
-      StageEstimate e = stage(st.from, st.to, first, size, lam_i, p - i);
-      st.compute_ms = e.compute_ms, st.comm_ms = e.comm_ms;
-      lam_i = lam_after(first, size);
-    }
-    for (auto& st : stages)
-      for (int& x : st.workers) x -= root.w;  // a smaller cluster's ids start at 0
-    return stages;
-  };
-
-  SearchResult r;
-  // Best first: by value, then as the ties above (one-stage, smaller state, more replicas).
-  std::stable_sort(roots.begin(), roots.end(), [&](const Root& a, const Root& b) {
-    if (a.w != b.w) return a.w < b.w;
-    if (a.t != b.t) return a.t < b.t;
-    bool ao = a.j == last && a.n == W - a.w, bo = b.j == last && b.n == W - b.w;
-    if (ao != bo) return ao;
-    if (a.j != b.j) return a.j < b.j;
-    return a.n > b.n;
-  });
-  // The best kept_from(w) first stages of the plans from worker w on, and data parallelism (one
-  // stage on all of them) among them whenever it fits, so that the referee always weighs the
-  // baseline too.
-  auto pick = [&](int w, size_t from, size_t to, std::vector<SearchAlternative>& out) {
-    int one_stage = -1;
-    for (size_t i = from; i < to; ++i)
-      if (roots[i].j == last && roots[i].n == W - w) one_stage = static_cast<int>(i - from);
-    for (size_t i = 0; from + i < to && static_cast<int>(i) < kept_from(w); ++i) {
-      bool last_slot = static_cast<int>(i) + 1 == kept_from(w) && i > 0;
-      const Root& chosen = last_slot && one_stage > static_cast<int>(i) ? roots[from + one_stage] : roots[from + i];
-      out.push_back({chosen.t, unfold(chosen)});
-    }
-  };
-  auto data_parallel = [&](int w) {
-    StageEstimate dp = stage(0, last, w, W - w, 0, 1);
-    return mem <= 0 || dp.memory_bytes <= static_cast<double>(mem) ? dp.time_ms : kInfinity;
-  };
-  r.data_parallel_ms = data_parallel(0);
-  if (options.fewer_workers) r.suffixes.resize(W);
-  for (size_t from = 0, to; from < roots.size(); from = to) {
-    int w = roots[from].w;
-    for (to = from; to < roots.size() && roots[to].w == w; ++to) {
-    }
-    if (w == 0) {
-      r.pipeline_ms = roots[from].t;
-      pick(0, from, to, r.alternatives);
-    } else {
-      r.suffixes[w].data_parallel_ms = data_parallel(w);
-      pick(w, from, to, r.suffixes[w].alternatives);
-    }
-  }
-  if (!r.alternatives.empty()) r.stages = r.alternatives.front().stages;
-  if (kth_from) {
-    kth_from->assign(W, kInfinity);
-    for (size_t from = 0, to; from < roots.size(); from = to) {
-      for (to = from; to < roots.size() && roots[to].w == roots[from].w; ++to) {
-      }
-      int w = roots[from].w;
-      if (to - from >= static_cast<size_t>(kept_from(w))) (*kth_from)[w] = roots[from + kept_from(w) - 1].t;
-    }
-  }
-  return r;
 }
 
-}  // namespace
+}  // namespace detail
 
 namespace {
+
+// The search on `s`. bound_from[w]: a time no lower than the `candidates`-th best first stage of
+// the plans starting at worker w (kInfinity: none known). A plan through a stage boundary at
+// state k and worker w is no faster than the compute before it shared over the workers before
+// it, nor than the compute after it over the workers after it; where that exceeds the bound of
+// every start before w, no plan the search returns passes there, and (k, w) is not searched.
+// kth_from, if given, receives each start's `candidates`-th best first stage (kInfinity: fewer).
+SearchResult search_within(const StateSpace& s, const Cluster& cluster, const PlanOptions& options,
+                           const std::vector<double>& bound_from, std::vector<double>* kth_from) {
+  detail::PipetrainDp dp(s, cluster, options);
+  dp.fill(bound_from);
+  return dp.result(kth_from);
+}
 
 std::vector<double> kth_from(const StateSpace& s, const Cluster& cluster, const PlanOptions& options,
                              int bounding_chain);
@@ -454,7 +283,7 @@ std::vector<double> kth_from(const StateSpace& s, const Cluster& cluster, const 
 // each start's `candidates`-th best first stage on a chain of its states, itself bounded so:
 // the whole chain where it is under a fourth of the states (Inception-v3: 92 of 1,345, whose
 // bounds are tighter than 64's), else bounding_chain of them (ResNet-101: 347 of 411, whose
-// search took longer than it saved).
+// search takes longer than it saves).
 std::vector<double> bounds_for(const StateSpace& s, const Cluster& cluster, const PlanOptions& options,
                                int bounding_chain) {
   if (bounding_chain < 2 || s.num_states() <= bounding_chain) return std::vector<double>(cluster.workers(), kInfinity);

@@ -1,6 +1,7 @@
 #include "profile/pipedream_graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <queue>
@@ -275,7 +276,14 @@ Profile parse_any_profile(const std::string& text, const std::string& source) {
   return profile_from_pipedream_graph(text, source);
 }
 
+namespace {
+std::atomic<int64_t> read_count{0};
+}  // namespace
+
+int64_t profiles_read() { return read_count; }
+
 Profile read_any_profile(const std::string& path) {
+  ++read_count;
   std::string text = read_input(path, InputKind::profile);
   Profile p = parse_any_profile(text, path);
   if (is_json_text(text)) return p;

@@ -26,5 +26,8 @@ Profile parse_any_profile(const std::string& text, const std::string& source);
 // parse_any_profile of the file; a graph.txt's model is named after its folder
 // (profiles/<model>/graph.txt).
 Profile read_any_profile(const std::string& path);
+// How many files read_any_profile has read in this process: a command reads its profile once
+// (tests/apps count it).
+int64_t profiles_read();
 
 }  // namespace pt::profile

@@ -75,7 +75,7 @@ struct JointResult {
 };
 
 // Every configuration that fits, best first (none when nothing fits: see chosen).
-JointResult joint_search(const profile::Profile& profile, const plan::Cluster& cluster, const plan::PlanOptions& po,
+JointResult joint_search(const profile::Profile& profile, const plan::Cluster& cluster, const plan::PlanOptions& plan_options,
                          const JointOptions& options);
 // The best configuration; throws ConfigError when none runs or none fits the cap (naming the
 // least memory any needs, recomputing everywhere).

@@ -21,7 +21,8 @@ namespace pt::referee {
 // time with the options' own bucket already (the referee's replay of it), is taken for that one.
 // Where the options' bucket already runs the plan at its physical limit (limit_ms, which no
 // bucket lowers: physical_limit.h), no other is simulated: none can be faster (ResNet-101's 15-1
-// on 16 workers runs at its first stage's compute; its four other sizes were a sixth of `plan`).
+// on 16 workers runs at its first stage's compute; its four other sizes would be a sixth of
+// `plan`'s time).
 struct BucketChoice {
   double bucket_mb = 0;
   double ms_per_minibatch = 0;
@@ -32,6 +33,8 @@ struct BucketChoice {
   std::vector<std::pair<double, double>> ruled_out;
 };
 inline constexpr double kBucketChoicesMb[] = {0, 1, 4, 25, 100};
+// kBucketChoicesMb in words ("0, 1, 4, 25 and 100"), for the commands' help and reports.
+std::string bucket_choices_text();
 
 struct Candidate {
   plan::Plan plan;
@@ -60,14 +63,16 @@ struct Refereed {
   double data_parallel_ms = 0;
 };
 
+// `schedule_options`: how the plan runs under `kind` (microbatches...); a count of minibatches
+// set there is the run, replayed as it is (compare --minibatches); 0: replayed until it settles.
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
                            const plan::PlanOptions& options, const std::string& kind, double own_ms = 0,
-                           double limit_ms = 0);
+                           double limit_ms = 0, const schedule::ScheduleOptions& schedule_options = {});
 
 // Whether replayed plan a ranks before b: the faster in simulation, nothing added to either's
 // time; at equal time the one on fewer workers (the same throughput for less hardware: GNMT-16
-// on 8 workers took 2-1-1-1-1-1-1, whose first stage of input layers computes nothing on 2
-// replicas, over 1-1-1-1-1-1 on 6 at the same 24.93 ms), then the one without a deferred step
+// on 8 workers, 1-1-1-1-1-1 on 6 rather than 2-1-1-1-1-1-1 at the same 24.93 ms, whose first
+// stage of input layers computes nothing on 2 replicas), then the one without a deferred step
 // (its weights lag one update less).
 bool ranks_before(const Candidate& a, const Candidate& b);
 

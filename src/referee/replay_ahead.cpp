@@ -51,17 +51,6 @@ SimulationMemo::Key fingerprint(Fingerprint structure, const std::vector<sim::St
 
 }  // namespace
 
-metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over, bool periodic,
-                                const metrics::Metrics* from, int default_minibatches, double floor_ms) {
-  metrics::Metrics m = from ? *from : replay_over(0);
-  int n = m.minibatches, longest = (from ? default_minibatches : n) << kSettleDoublings;
-  auto done = [&] {
-    return m.settled && (m.periodic || !periodic) && m.ms_per_minibatch >= floor_ms * (1 - 1e-9);
-  };
-  while (!done() && 2 * n <= std::min(longest, schedule::kMaxMinibatches)) m = replay_over(n *= 2);
-  return m;
-}
-
 int64_t replay_period(const plan::Plan& p) {
   int64_t lcm = 1;
   for (const auto& st : p.stages) {
@@ -125,9 +114,9 @@ std::shared_ptr<const schedule::Schedule> schedule_of(const plan::Plan& plan, co
                                                       Fingerprint structure, int minibatches) {
   structure.add(minibatches);
   return c.memo.schedule(structure.key(), [&] {
-    schedule::ScheduleOptions o;
-    o.minibatches = minibatches;
-    return schedule::make_unvalidated_schedule(c.kind, plan, o);
+    schedule::ScheduleOptions schedule_options;
+    schedule_options.minibatches = minibatches;
+    return schedule::make_unvalidated_schedule(c.kind, plan, schedule_options);
   });
 }
 

@@ -23,6 +23,7 @@
 #include "plan/pipetrain_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
+#include "referee/steady_replay.h"
 #include "schedule/schedule.h"
 #include "sim/simulator.h"
 
@@ -82,27 +83,12 @@ inline constexpr int64_t kMaxReplayPeriod = 240;
 // The plan's period, or 0 when it is longer than kMaxReplayPeriod.
 int64_t replay_period(const plan::Plan& p);
 
-// How many times a replay's minibatches may double until its window settles
-// (metrics::Metrics::settled): up to 8 times the default.
-inline constexpr int kSettleDoublings = 3;
-// `replay_over(n)`: a replay over n minibatches (0: its schedule's default), replayed again over
-// twice as many while its window has not settled, or, with `periodic`, does not repeat
-// (metrics::Metrics::periodic), up to kSettleDoublings times. `plan`'s prediction and bucket
-// choice, and `simulate`, take a plan's steady state so; the referee ranks its many replays by
-// their settled figure and takes the periodic one of those it may choose (Refereed::verified).
-// `from`: a replay already run on the way (settled, not periodic), whose schedule's default
-// is `default_minibatches`: the same steps from there. A window under `floor_ms` (the plan's
-// replay_floor_ms, replay_floor.h) is not yet the steady state either, periodic or not.
-metrics::Metrics settled_replay(const std::function<metrics::Metrics(int minibatches)>& replay_over,
-                                bool periodic = true, const metrics::Metrics* from = nullptr,
-                                int default_minibatches = 0, double floor_ms = 0);
-
 // The simulator's options for a replay ranked by its timing alone (metrics::Detail::kTiming).
 inline sim::SimOptions timing_only(int64_t bucket_bytes) {
-  sim::SimOptions o;
-  o.bucket_bytes = bucket_bytes;
-  o.computes_only = true;
-  return o;
+  sim::SimOptions sim_options;
+  sim_options.bucket_bytes = bucket_bytes;
+  sim_options.computes_only = true;
+  return sim_options;
 }
 // Whether a plan's steady state is known without a replay: data parallelism under the pipedream
 // schedule (replicas taking minibatches in turn), whose replicas are alike and exchange nothing
@@ -143,9 +129,9 @@ metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics&
 // (`set_best`), and the referee takes each in its own turn (`take`): worked out already; or not
 // begun, which it then works out itself; or begun, and while it waits it works out the next
 // queued one. What a plan's replay is does not depend on when it is worked out, so the choice is
-// the one replaying in turn makes. (Batches of a few plans side by side, each waited for, left a
-// core idle at every batch's end and were worth starting only where a simulation took long:
-// GNMT-Large on 4x4 ran its 164 replays nearly all on one core.)
+// the one replaying in turn makes. (Batches of a few plans side by side, each waited for, would
+// leave a core idle at every batch's end and be worth starting only where a simulation takes
+// long: GNMT-Large on 4x4 would run its 164 replays nearly all on one core.)
 class ReplayAhead {
  public:
   // A thread per core beyond the first, which begins no replay after `deadline` (plan

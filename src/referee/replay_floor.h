@@ -3,9 +3,9 @@
 // under the pipedream schedule, two bounds its action order sets. The referee skips a candidate
 // whose floor is above the best time it has simulated, and a replay under its own floor has not
 // reached its steady state and is lengthened (settled_replay): AlexNet 12-4 on 4x4 at 25/1
-// Gbit/s with a hierarchical all-reduce and a deferred step repeated a pattern over its default
-// 84 minibatches at 27.626 ms per minibatch, which `plan` and `simulate` printed, where it runs at
-// 30.396 from 168 on, its last stage's round bound exactly.
+// Gbit/s with a hierarchical all-reduce and a deferred step repeats a pattern over its default
+// 84 minibatches at 27.626 ms per minibatch, where it runs at 30.396 from 168 on, its last
+// stage's round bound exactly.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -90,6 +90,7 @@ class Worker {
   // Waits for the posted receive (direction, stage, mb), learning its channel's shape.
   torch::Tensor take_received(int direction, int stage, int64_t mb, const schedule::Action& a);
   void send(const torch::Tensor& t, int direction, int to_stage, int peer, int64_t tag);
+  static constexpr int kActivation = 0, kGradient = 1;  // a transfer's direction (tag)
   static constexpr int kReceivesAhead = 8;  // receives posted ahead of their place in the list
   static constexpr int kSendsAhead = 8;     // sends to one peer not yet waited for
   // Inputs (targets false) or targets of microbatch `micro` of `minibatch`.

@@ -113,6 +113,9 @@ int default_minibatches(const plan::Plan& plan);
 Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options);
 // generate + insert_comm + validate: what the simulator and the runtime take.
 Schedule make_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options);
+// How many schedules make_schedule has generated and validated in this process: a job makes each
+// of its schedules once (tests/runtime count it).
+int64_t schedules_made();
 // generate + insert_comm, not validated: for the planner, which replays hundreds of plans (on
 // GNMT, validating them took a fifth of its time) and validates the one it chooses. The tests
 // validate every generator on every shape they take.

@@ -1,4 +1,5 @@
 // The kind-name registry and the generate -> insert_comm -> validate pipeline.
+#include <atomic>
 #include <sstream>
 
 #include "core/error.h"
@@ -45,11 +46,18 @@ Schedule generate(const std::string& kind, const plan::Plan& plan, const Schedul
   throw UsageError(str("--schedule: unknown kind '", kind, "' (known: ", known.str(), ")"));
 }
 
+namespace {
+std::atomic<int64_t> made{0};
+}  // namespace
+
 Schedule make_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options) {
   Schedule s = make_unvalidated_schedule(kind, plan, options);
   validate(s);
+  ++made;
   return s;
 }
+
+int64_t schedules_made() { return made; }
 
 Schedule make_unvalidated_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options) {
   return insert_comm(generate(kind, plan, options));

@@ -214,6 +214,18 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const std::functi
   return n > s.minibatches ? memory_per_worker(longer(n), p, options) : memory_per_worker(s, p, options);
 }
 
+std::vector<WorkerMemory> memory_over_long_run(const std::string& kind, const plan::Plan& plan,
+                                               const ScheduleOptions& options, const profile::Profile& p,
+                                               const MemoryOptions& memory, const Schedule* built) {
+  auto over = [&](int minibatches) {
+    ScheduleOptions longer = options;
+    longer.minibatches = minibatches;
+    return make_unvalidated_schedule(kind, plan, longer);
+  };
+  if (built) return memory_per_worker(*built, over, p, memory);
+  return memory_per_worker(make_unvalidated_schedule(kind, plan, options), over, p, memory);
+}
+
 int64_t peak_memory(const std::vector<WorkerMemory>& workers) {
   int64_t most = 0;
   for (const auto& m : workers) most = std::max(most, m.total());

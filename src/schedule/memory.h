@@ -31,7 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan.h"
 #include "profile/profile.h"
+#include "schedule/generators.h"
 #include "schedule/schedule.h"
 
 namespace pt::schedule {
@@ -79,16 +81,23 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
                                             const MemoryOptions& options = {});
 // An asynchronous schedule's lists are one run of its minibatches, and near a list's end a
 // worker has fewer receives left than it would post ahead in a longer run: VGG-16 15-1 on 4x4
-// over its default 105 minibatches gives each first-stage replica 7, and the model held one
-// 98 MiB gradient buffer less than over 210 (27.4 GiB, where `simulate`, which had lengthened
-// the replay, printed 27.5). The minibatches after which every replica still has its
-// receives_ahead to post past a warm-up of as many items as the schedule has workers: s's own
-// where they suffice (and for a synchronous schedule, one minibatch repeated).
+// over its default 105 minibatches gives each first-stage replica 7, and the model holds one
+// 98 MiB gradient buffer less than over 210 (27.4 GiB against 27.5). The minibatches after which
+// every replica still has its receives_ahead to post past a warm-up of as many items as the
+// schedule has workers: s's own where they suffice (and for a synchronous schedule, one
+// minibatch repeated).
 int memory_minibatches(const Schedule& s, const MemoryOptions& options = {});
 // The memory of a long run of `s`: over `longer(n)`, the same schedule over
 // n = memory_minibatches(s) minibatches, where s covers fewer.
 std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const std::function<Schedule(int minibatches)>& longer,
                                             const profile::Profile& p, const MemoryOptions& options = {});
+// The memory of a long run of `kind` on `plan` under `options`, as every command reports it: over
+// the schedule the options give (`built`, where the caller has it), or where that covers fewer
+// than memory_minibatches, over the same schedule of that many (made here, unvalidated: a longer
+// run of a schedule already checked).
+std::vector<WorkerMemory> memory_over_long_run(const std::string& kind, const plan::Plan& plan,
+                                               const ScheduleOptions& options, const profile::Profile& p,
+                                               const MemoryOptions& memory = {}, const Schedule* built = nullptr);
 // The largest total over the workers.
 int64_t peak_memory(const std::vector<WorkerMemory>& workers);
 // "weights 1.2 GiB + gradients ... = total" for reports.

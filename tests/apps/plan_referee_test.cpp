@@ -646,12 +646,7 @@ TEST(PlanReferee, PlanAndSimulateShowTheMemoryModelsPeak) {
   plan::Plan p = plan::read_plan(file);
   auto prof = profile::read_profile_json(path);
   // Over a long run (schedule::memory_minibatches), as every command reads it.
-  auto over = [&](int minibatches) {
-    schedule::ScheduleOptions o;
-    o.minibatches = minibatches;
-    return schedule::make_schedule("pipedream", p, o);
-  };
-  auto memory = schedule::memory_per_worker(over(0), over, prof);
+  auto memory = schedule::memory_over_long_run("pipedream", p, {}, prof);
   int64_t peak = schedule::peak_memory(memory);
   EXPECT_NE(planned.output.find("  " + human_bytes(static_cast<double>(peak)) + "  chosen"), std::string::npos)
       << human_bytes(static_cast<double>(peak)) << "\n" << planned.output;

@@ -14,6 +14,7 @@
 #include "core/json_doc.h"
 #include "plan/plan.h"
 #include "pt_paths.h"
+#include "profile/pipedream_graph.h"
 #include "profile/profile.h"
 
 namespace pt::app {
@@ -53,7 +54,8 @@ TrainRun run_train(const std::vector<std::string>& args, std::vector<std::string
   }
   std::cout.flush();
   std::string out = testing::internal::GetCapturedStdout();
-  if (r.error.empty()) r.digest = parse_json(out, "--print-job");
+  if (r.error.empty() && std::find(args.begin(), args.end(), "--print-job") != args.end())
+    r.digest = parse_json(out, "--print-job");
   return r;
 }
 
@@ -115,7 +117,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--byte-scale", {{"--byte-scale", "2"}}},
       {"--checkpoint-dir", {{"--checkpoint-dir", (tmp / "ck").string()}}},
       {"--checkpoint-every", {{"--checkpoint-every", "5", "--checkpoint-dir", (tmp / "ck").string()}}},
-      {"--chunks", {{"--chunks", "2"}}},
+      {"--chunks", {{"--chunks", "2", "--schedule", "interleaved"}, {"--schedule"}}},
       {"--classes", {{"--classes", "5"}}},
       {"--cluster", {{"--cluster", cluster_file}}},
       {"--compute", {{"--compute", "emulated"}}},
@@ -195,7 +197,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
     }
     auto c = changes.find(name);
     ASSERT_NE(c, changes.end()) << "a new option of train: add it to `changes` here (its value must reach the job "
-                                   "digest) or, if workers may differ in it, to kPerWorkerFlags in apps/torch/train.cpp";
+                                   "digest) or, if workers may differ in it, to kPerWorkerFlags in apps/torch/train_flags.cpp";
     TrainRun r = run_train(with(kBase, c->second.args, c->second.drop));
     ASSERT_EQ(r.error, "");
     bool named = false;
@@ -350,6 +352,26 @@ TEST(TrainFlags, FilesCompareByContents) {
   bool named = false;
   for (const auto& d : json_differences(ra.digest, rb.digest)) named |= d.path == "flags.--plan";
   EXPECT_TRUE(named);
+  fs::remove_all(tmp);
+}
+
+// A training run reads its --profile once (the split, the zero-bubble budget, the prediction and
+// the memory model all take that one), where it read it up to five times.
+TEST(TrainFlags, ARunReadsItsProfileOnce) {
+  fs::path tmp = fs::temp_directory_path() / ("pt_train_profile_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  std::string prof_file = (tmp / "prof.json").string(), plan_file = (tmp / "plan.json").string();
+  auto prof = runtime::testing::unit_profile(*runtime::testing::seeded_cnn(1));
+  profile::write_profile(prof, prof_file);
+  plan::write_plan(plan::even_split(prof, 2), plan_file);
+  for (const auto& how : std::vector<std::vector<std::string>>{{"--stages", "2"}, {"--plan", plan_file}}) {
+    int64_t before = profile::profiles_read();
+    TrainRun r = run_train(with({"--data", "synthetic", "--synthetic-samples", "64", "--steps", "2", "--schedule",
+                                 "zb-h1", "--profile", prof_file, "--quiet"},
+                                how));
+    ASSERT_EQ(r.error, "") << how[0];
+    EXPECT_EQ(profile::profiles_read() - before, 1) << how[0];
+  }
   fs::remove_all(tmp);
 }
 

@@ -7,11 +7,13 @@
 #include <thread>
 
 #include "plan/cluster.h"
-#include "runtime/calibration.h"
+#include "job/calibration.h"
 #include "runtime/thread_transport.h"
 
 namespace pt::runtime {
 namespace {
+
+using namespace ::pt::job;
 
 TEST(Calibration, RecoversALatencySetOnTheLinks) {
   for (double latency_us : {2000.0, 5000.0}) {

@@ -56,7 +56,7 @@ plan::Plan stages(int n) { return plan::even_split(unit_profile(*seeded_cnn(3)),
 std::vector<torch::Tensor> run(const plan::Plan& plan, const PipelineOptions& o) {
   std::vector<std::unique_ptr<Worker>> workers;
   train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, small_data(), plan, o, &workers);
-  return pipeline_weights(schedule_for(plan, o, 1), workers);
+  return pipeline_weights(generate_schedule(plan, o, 1), workers);
 }
 
 // The weights a checkpoint holds, in layer order.

@@ -10,8 +10,8 @@
 #include "model/emulated_layer.h"
 #include "plan/planner.h"
 #include "profile/emulation.h"
-#include "runtime/pipeline_job.h"
-#include "runtime/threads_job.h"
+#include "job/job.h"
+#include "job/threads_job.h"
 #include "sim/simulator.h"
 #include "tests/profile/chain_profile.h"
 
@@ -19,6 +19,7 @@ namespace pt::runtime {
 namespace {
 
 using pt::testing::chain_profile;
+using namespace ::pt::job;
 using profile::build_emulated_model;
 using profile::EmulationOptions;
 using profile::emulated_data;
@@ -54,10 +55,9 @@ EmulatedRun run_emulated(const std::string& kind, const plan::Plan& plan, int mi
     l.optimizer_ms *= e.time_scale;
   }
   EmulatedRun r;
-  JobLayout job = layout_job(plan, o, data);
+  Job job = make_job(plan, o, *build_emulated_model(prof, e, model::LayerSet::none()), data);
   for (const auto& seg : job.segments) {
-    auto trace = sim::simulate(schedule_for(plan, o, seg.minibatches), scaled,
-                               plan::Cluster::flat(job.probe.num_workers(), 1e9));
+    auto trace = sim::simulate(job.schedule_of(seg), scaled, plan::Cluster::flat(job.workers(), 1e9));
     r.predicted_ms += trace.end_ms() - trace.start_ms();
   }
   std::clock_t c0 = std::clock();

@@ -20,7 +20,7 @@
 
 #include "model/compute_threads.h"
 #include "pipeline_test_util.h"
-#include "runtime/gloo_job.h"
+#include "job/gloo_job.h"
 #include "runtime/job_secret.h"
 #include "runtime/launcher.h"
 #include "schedule/generators.h"
@@ -86,7 +86,7 @@ int train_and_save_weights(const std::string& kind, const std::string& out) {
   try {
     plan::Plan plan = plan_for(kind);
     run_gloo_worker([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, small_data(), plan, o, gloo_config_from_env(), &worker);
-    auto s = schedule_for(plan, o, 1);
+    auto s = generate_schedule(plan, o, 1);
     for (int st = 0; st < s.num_stages; ++st) {
       StageReplica* rep = worker->replica(st);
       if (!rep || s.stage_workers[st][0] != gloo_config_from_env().rank) continue;
@@ -140,7 +140,18 @@ TEST(GlooWorkerChild, Run) {
         std::this_thread::sleep_for(std::chrono::seconds(2));
         ::raise(SIGKILL);
       }).detach();
-    code = train_with_gloo([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, data, plan, o, "", nullptr);
+    auto build = [](const model::LayerSet& held = {}) { return seeded_cnn(3, held); };
+    auto described = build(model::LayerSet::none());
+    int64_t before = schedule::schedules_made();
+    Job job = make_job(plan, o, *described, data, gloo_config_from_env().rank == 0);
+    int64_t made = schedule::schedules_made() - before;
+    code = train_with_gloo(job, build, *described, data, "", nullptr);
+    // The job made its schedules, once per segment length; the worker ran those (job.h).
+    if (code == 0 && schedule::schedules_made() - before != made) {
+      std::cerr << "the gloo worker generated " << schedule::schedules_made() - before - made
+                << " schedules besides the job's " << made << std::endl;
+      code = 1;
+    }
   }
   std::cout.flush();
   std::cerr.flush();
@@ -180,7 +191,7 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
     auto o = options_for(kind, 4, 3);
     std::vector<std::unique_ptr<Worker>> workers;
     train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, data, plan, o, &workers);
-    auto s = schedule_for(plan, o, 1);
+    auto s = generate_schedule(plan, o, 1);
     auto threads = pipeline_weights(s, workers);
 
     std::string out = (dir / kind).string();

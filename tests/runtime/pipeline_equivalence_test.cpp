@@ -56,7 +56,7 @@ void expect_same_as_single_worker(const std::string& kind, const plan::Plan& pla
   std::vector<std::unique_ptr<Worker>> workers;
   auto result = train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, o, &workers);
   EXPECT_EQ(result.train.steps, 3);
-  auto sched = schedule_for(plan, o, 1);
+  auto sched = generate_schedule(plan, o, 1);
   EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), s.reference), tolerance);
 }
 
@@ -104,7 +104,7 @@ schedule::Schedule train_with(const ModelFactory& make,
   o.train = t;
   o.timeout_s = 20;
   train_pipeline(make, data, plan, o, &workers);
-  return schedule_for(plan, o, 1);
+  return generate_schedule(plan, o, 1);
 }
 
 // A weight two layers share (tied embeddings, as a small MLP): x -> tanh(x W) -> `middle`
@@ -165,7 +165,7 @@ TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
     o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> workers;
     train_pipeline([](const model::LayerSet& = {}) { return tied_mlp(); }, data, plan, o, &workers);
-    EXPECT_LE(max_relative_error(pipeline_weights(schedule_for(plan, o, 1), workers), reference), 1e-5);
+    EXPECT_LE(max_relative_error(pipeline_weights(generate_schedule(plan, o, 1), workers), reference), 1e-5);
   }
 }
 
@@ -366,7 +366,7 @@ TEST(PipelineEquivalence, ScheduleFilesTrainToTheBuiltInsWeights) {
     o.timeout_s = 20;
     std::vector<std::unique_ptr<Worker>> builtin;
     train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, s.data, plan, o, &builtin);
-    schedule::Schedule sched = schedule_for(plan, o, 1);
+    schedule::Schedule sched = generate_schedule(plan, o, 1);
     auto expected = pipeline_weights(sched, builtin);
     std::string json_file = (dir / (c.kind + ".json")).string();
     write_text_file_atomic(json_file, schedule::to_json(sched).dump(1));
@@ -434,7 +434,7 @@ TEST(PipelineEquivalence, ReplicatedPipeDreamStageStepsWithTheRoundsSum) {
     std::vector<std::unique_ptr<Worker>> workers;
     auto plan = replicated_plan(*seeded_cnn(5), r);
     train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(5, held); }, data, plan, o, &workers);
-    auto sched = schedule_for(plan, o, r);
+    auto sched = generate_schedule(plan, o, r);
     EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), reference), 1e-5);
     // Averaged (PipeDream's DDP) would have moved the weights r times less: the test can tell.
     auto first = pipeline_weights(sched, workers);

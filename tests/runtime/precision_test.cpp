@@ -89,7 +89,7 @@ PrecisionRun pipeline(model::Precision p, const model::DataSplit& data) {
   std::vector<std::unique_ptr<Worker>> workers;
   PrecisionRun r;
   r.result = train_pipeline([p](const model::LayerSet& held) { return cnn(p, held); }, data, plan, o, &workers);
-  r.weights = pipeline_weights(schedule_for(plan, o, 1), workers);
+  r.weights = pipeline_weights(generate_schedule(plan, o, 1), workers);
   for (const auto& events : r.result.trace.workers)
     for (const auto& e : events)
       if (schedule::is_send(e.action.kind)) r.sent_bytes += e.bytes;

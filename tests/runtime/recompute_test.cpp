@@ -38,7 +38,7 @@ Trained train(const ModelFactory& build, const model::DataSplit& data,
   std::vector<std::unique_ptr<Worker>> workers;
   auto result = train_pipeline(build, data, plan, o, &workers);
   EXPECT_EQ(result.train.steps, o.train.steps);
-  return {pipeline_weights(schedule_for(plan, o, 1), workers), result.train.peak_memory_bytes};
+  return {pipeline_weights(generate_schedule(plan, o, 1), workers), result.train.peak_memory_bytes};
 }
 
 TEST(Recompute, SameWeightsAsThePlainBackwardOnEverySchedule) {
@@ -158,7 +158,7 @@ TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
         Trained r = train(c.build, data, plan, o, recompute);
         schedule::MemoryOptions mo;
         mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;  // threads
-        auto modelled = schedule::memory_per_worker(schedule_for(plan, o, 0), prof, mo);
+        auto modelled = schedule::memory_per_worker(generate_schedule(plan, o, 0), prof, mo);
         ASSERT_EQ(r.peaks.size(), modelled.size());
         for (size_t w = 0; w < modelled.size(); ++w) {
           double ratio = static_cast<double>(modelled[w].total()) / static_cast<double>(r.peaks[w]);

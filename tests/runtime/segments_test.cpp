@@ -14,7 +14,7 @@ std::vector<Segment> segments_of(const std::string& kind, int replicas, int64_t 
   p.workers = replicas + 1;
   PipelineOptions o;
   o.schedule = kind;
-  auto probe = schedule_for(p, o, 4);
+  auto probe = generate_schedule(p, o, 4);
   return plan_segments(probe, p, per_epoch, total, 0, checkpoint_every, eval_every);
 }
 
@@ -59,14 +59,14 @@ TEST(Segments, NothingToTrainIsRefused) {
   o.train.steps = 4;
   o.train.quiet = true;
   try {
-    layout_job(p, o, data);
+    make_job(p, o, *m, data);
     FAIL() << "accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("nothing would train"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("an epoch of 3 minibatches of 8"), std::string::npos) << e.what();
   }
   o.schedule = "1f1b";  // synchronous: a minibatch at a time
-  EXPECT_EQ(layout_job(p, o, data).steps, 4);
+  EXPECT_EQ(make_job(p, o, *m, data).steps, 4);
 }
 
 // Steps that whole rounds cannot make are refused with the steps that would run (4 of --steps 5
@@ -82,7 +82,7 @@ TEST(Segments, StepsThatRoundsCannotMakeAreRefused) {
   for (int64_t steps : {5, 8}) {
     o.train.steps = steps;
     try {
-      layout_job(p, o, data);
+      make_job(p, o, *m, data);
       FAIL() << "accepted --steps " << steps;
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(str("--steps ", steps, ": the replicas of plan 4 under pipedream take "
@@ -95,7 +95,7 @@ TEST(Segments, StepsThatRoundsCannotMakeAreRefused) {
   // Below one round the cause is --steps, not the epoch (it said the epoch "holds no whole round").
   o.train.steps = 2;
   try {
-    layout_job(p, o, data);
+    make_job(p, o, *m, data);
     FAIL() << "accepted --steps 2";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--steps 2: nothing would train: the replicas of plan 4 under pipedream take "
@@ -104,10 +104,10 @@ TEST(Segments, StepsThatRoundsCannotMakeAreRefused) {
         << e.what();
   }
   o.train.steps = 4;
-  EXPECT_EQ(layout_job(p, o, data).steps, 4);
+  EXPECT_EQ(make_job(p, o, *m, data).steps, 4);
   o.train.steps = 0;
   o.train.epochs = 3;
-  EXPECT_EQ(layout_job(p, o, data).steps, 12);  // 4 of each epoch's 6
+  EXPECT_EQ(make_job(p, o, *m, data).steps, 12);  // 4 of each epoch's 6
 }
 
 }  // namespace

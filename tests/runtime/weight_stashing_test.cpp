@@ -107,7 +107,7 @@ TEST(WeightStashing, VersionsAreReleased) {
   std::vector<std::unique_ptr<Worker>> workers;
   auto plan = plan::even_split(unit_profile(*m), 3);
   train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
-  auto sched = schedule_for(plan, o, 12);
+  auto sched = generate_schedule(plan, o, 12);
   for (int st = 0; st < 3; ++st) {
     // Old versions stashed besides the current one: fewer than the versions the schedule keeps.
     EXPECT_LT(workers[st]->replica(st)->peak_versions_held(), sched.weight_versions[st]);

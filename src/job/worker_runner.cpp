@@ -1,4 +1,4 @@
-#include "runtime/worker_runner.h"
+#include "job/worker_runner.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,15 @@
 #include "runtime/checkpoint.h"
 #include "runtime/progress.h"
 
-namespace pt::runtime {
+namespace pt::job {
+
+using runtime::Evaluation;
+using runtime::JobAborted;
+using runtime::wall_ms;
+using runtime::Progress;
+using runtime::StepRecord;
+using runtime::Transport;
+using runtime::Worker;
 
 namespace {
 
@@ -99,26 +107,27 @@ std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
 }  // namespace
 
 namespace {
-CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan, const PipelineOptions& o,
-                                   const model::LayeredModel& m) {
-  CheckpointManifest d;
+runtime::CheckpointManifest job_description(const Job& job, const model::LayeredModel& m) {
+  const plan::Plan& plan = job.plan;
+  const PipelineOptions& options = job.options;
+  runtime::CheckpointManifest d;
   d.run_id = job.run_id;
   d.model = m.name();
   d.model_sha256 = m.file_sha256();
   d.layers = m.num_layers();
-  d.batch_size = o.train.batch_size;
-  d.seed = o.train.seed;
-  d.shuffle = o.train.shuffle;
-  d.schedule = o.schedule;
+  d.batch_size = options.train.batch_size;
+  d.seed = options.train.seed;
+  d.shuffle = options.train.shuffle;
+  d.schedule = options.schedule;
   d.plan = plan.shape();
-  d.workers = job.probe.num_workers();
-  d.lr = o.train.sgd.lr;
-  d.momentum = o.train.sgd.momentum;
-  d.optimizer = o.train.sgd.kind;
-  d.weight_decay = o.train.sgd.weight_decay;
-  d.lr_schedule = job.sgd.lr_schedule;
-  d.warmup_steps = job.sgd.warmup_steps;
-  d.schedule_steps = job.sgd.total_steps;
+  d.workers = job.workers();
+  d.lr = options.train.sgd.lr;
+  d.momentum = options.train.sgd.momentum;
+  d.optimizer = options.train.sgd.kind;
+  d.weight_decay = options.train.sgd.weight_decay;
+  d.lr_schedule = job.optimizer().lr_schedule;
+  d.warmup_steps = job.optimizer().warmup_steps;
+  d.schedule_steps = job.optimizer().total_steps;
   d.data = job.data;
   for (const auto& group : m.tie_groups()) {
     std::vector<std::pair<int, int>> members;
@@ -129,22 +138,20 @@ CheckpointManifest job_description(const JobLayout& job, const plan::Plan& plan,
 }
 }  // namespace
 
-void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
-                         const TrainedCallback& trained) {
-  worker.prepare(job.probe);
-  if (!job.resume_from.empty()) load_checkpoint(worker, job.probe, job.resume_from, job.resume_manifest);
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (!o.checkpoint.dir.empty())
-    checkpointer = std::make_unique<Checkpointer>(o.checkpoint, job_description(job, plan, o, worker.model()), job.probe);
-  std::map<int, schedule::Schedule> cache;  // segment length -> schedule
+void run_worker_segments(Worker& worker, Transport& transport, const Job& job, const model::DataSplit& data,
+                         const EvaluatedCallback& on_evaluated, const TrainedCallback& trained) {
+  const PipelineOptions& options = job.options;
+  worker.prepare(*job.typical);
+  if (!job.resume_from.empty()) runtime::load_checkpoint(worker, *job.typical, job.resume_from, job.resume_manifest);
+  std::unique_ptr<runtime::Checkpointer> checkpointer;
+  if (!options.checkpoint.dir.empty())
+    checkpointer =
+        std::make_unique<runtime::Checkpointer>(options.checkpoint, job_description(job, worker.model()), *job.typical);
   for (const auto& seg : job.segments) {
-    auto it = cache.find(seg.minibatches);
-    if (it == cache.end())
-      it = cache.emplace(seg.minibatches, job.probe.flush ? job.probe : schedule_for(plan, o, seg.minibatches)).first;
-    worker.run(it->second, seg.first_minibatch);
+    const schedule::Schedule& schedule = job.schedule_of(seg);
+    worker.run(schedule, seg.first_minibatch);
     if (trained) trained(seg);
-    bool evaluates = o.train.evaluate && seg.evaluate, checkpoints = checkpointer && seg.checkpoint;
+    bool evaluates = options.train.evaluate && seg.evaluate, checkpoints = checkpointer && seg.checkpoint;
     if (!evaluates && !checkpoints) continue;
     worker.finish_sends();
     // The measured peak memory is training's: evaluations (their own batch size) and
@@ -153,7 +160,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
     transport.barrier();  // the segment's training is over on every worker
     double paused = wall_ms();
     if (evaluates) {
-      Evaluation e = worker.evaluate(it->second, data.test, o.train.batch_size);
+      Evaluation e = worker.evaluate(schedule, data.test, options.train.batch_size);
       if (on_evaluated) on_evaluated(seg, e, wall_ms() - paused);
     }
     if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
@@ -163,12 +170,12 @@ void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& 
 }
 
 
-WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms,
-                     std::shared_ptr<model::MemoryAccount> memory) {
-  const schedule::Schedule& probe = job.probe;
+WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const model::DataSplit& data,
+                     double trace_origin_ms, std::shared_ptr<model::MemoryAccount> memory) {
+  const PipelineOptions& options = job.options;
+  const schedule::Schedule& typical = *job.typical;
   WorkerRun run;
-  run.reports = transport.rank() == reporting_worker(probe);
+  run.reports = transport.rank() == job.reporting;
   std::string phase = "the start barrier";  // named in errors when no action is running
   // What this worker's training allocates is charged to it, wherever it is freed.
   model::install_memory_meter();
@@ -179,14 +186,14 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     // evaluations (run_worker_segments times them from a barrier).
     transport.barrier();
     phase = "training (between segments)";
-    Progress progress(job.first_step + job.steps, run.reports ? o.train.metrics_path : "",
-                      o.train.quiet || !run.reports);
+    Progress progress(job.first_step + job.steps, run.reports ? options.train.metrics_path : "",
+                      options.train.quiet || !run.reports);
     // A replicated last stage's replicas each compute part of the losses; the others send theirs
     // to the reporter after each segment.
-    const std::vector<int>& last = probe.stage_workers.back();
+    const std::vector<int>& last = typical.stage_workers.back();
     bool gathered = last.size() > 1;
     bool sends_losses = gathered && !run.reports && std::count(last.begin(), last.end(), transport.rank()) > 0;
-    LossReport losses(progress, job.per_epoch, o.train.batch_size, probe.microbatches, job.first_step, gathered);
+    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, job.first_step, gathered);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss) pairs, to send
     if (run.reports) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
@@ -220,7 +227,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     worker.set_trace_origin(trace_origin_ms);
     Evaluation evaluated;
     run_worker_segments(
-        worker, transport, job, plan, o, data,
+        worker, transport, job, data,
         [&](const Segment& seg, const Evaluation& e, double ms) {
           losses.add_eval_ms(ms);
           if (e.accuracy >= 0 || e.loss >= 0) {
@@ -240,7 +247,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
     if (run.reports) {
       run.train.steps = job.steps;
       run.train.seconds = losses.train_seconds();
-      run.train.samples_per_s = job.steps * o.train.batch_size / std::max(run.train.seconds, 1e-9);
+      run.train.samples_per_s = job.steps * options.train.batch_size / std::max(run.train.seconds, 1e-9);
       run.train.final_loss = losses.final_loss();
       run.train.test_accuracy = evaluated.accuracy;
       run.train.test_loss = evaluated.loss;
@@ -258,4 +265,4 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job,
   }
 }
 
-}  // namespace pt::runtime
+}  // namespace pt::job

@@ -6,9 +6,9 @@
 // names the worker and what it was doing.
 #include <vector>
 
-#include "runtime/pipeline_job.h"
+#include "job/job.h"
 
-namespace pt::runtime {
+namespace pt::job {
 
 // A worker's failure: "worker <rank> at <action>: <cause>". `consequence`: it stopped because
 // another worker aborted the job (JobAborted), so it is not the root cause.
@@ -19,29 +19,29 @@ struct WorkerFailure : RuntimeFailure {
 
 struct WorkerRun {
   bool reports = false;  // this is the reporting worker: `train` is filled
-  TrainResult train;     // steps, seconds and samples/s (evaluations excluded), final loss, test accuracy
+  runtime::TrainResult train;  // steps, seconds and samples/s (evaluations excluded), final loss, test accuracy
   std::vector<schedule::TraceEvent> trace;
   std::vector<std::pair<double, double>> pauses;  // schedule::Trace::pauses, this worker's
 };
 
 // The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
-// (when o.train.evaluate), the test-set evaluation through the pipeline, after which
+// (when the job's options evaluate), the test-set evaluation through the pipeline, after which
 // `on_evaluated(segment, evaluation, ms)` is called (its figures < 0 on workers without the last stage).
-// With o.checkpoint.dir set, the workers write a checkpoint after the segments that call for
+// With a checkpoint folder, the workers write a checkpoint after the segments that call for
 // one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
 // `trained(segment)`, where given, is called on every worker after each segment's training,
 // before its evaluation or checkpoint.
-using EvaluatedCallback = std::function<void(const Segment&, const Evaluation&, double ms)>;
+using EvaluatedCallback = std::function<void(const Segment&, const runtime::Evaluation&, double ms)>;
 using TrainedCallback = std::function<void(const Segment&)>;
-void run_worker_segments(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                         const PipelineOptions& o, const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
+// Each segment runs the schedule the job made for it (Job::schedule_of): the runner derives none.
+void run_worker_segments(runtime::Worker& worker, runtime::Transport& transport, const Job& job,
+                         const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
                          const TrainedCallback& trained = nullptr);
 
 // Runs worker.rank()'s share of the job; trace times are relative to trace_origin_ms (wall_ms()).
 // Throws WorkerFailure; the caller aborts the transport so that the other workers stop.
 // `memory`: the worker's account (build_worker_model), charged with what its training allocates.
-WorkerRun run_worker(Worker& worker, Transport& transport, const JobLayout& job, const plan::Plan& plan,
-                     const PipelineOptions& o, const model::DataSplit& data, double trace_origin_ms,
-                     std::shared_ptr<model::MemoryAccount> memory);
+WorkerRun run_worker(runtime::Worker& worker, runtime::Transport& transport, const Job& job,
+                     const model::DataSplit& data, double trace_origin_ms, std::shared_ptr<model::MemoryAccount> memory);
 
-}  // namespace pt::runtime
+}  // namespace pt::job

@@ -1,9 +1,9 @@
-#include "runtime/job_digest.h"
+#include "job/job_digest.h"
 
 #include "core/version.h"
 #include "runtime/checkpoint_manifest.h"
 
-namespace pt::runtime {
+namespace pt::job {
 
 namespace {
 
@@ -22,18 +22,19 @@ std::string layers_of(const model::LayeredModel& m) {
 
 }  // namespace
 
-json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::LayeredModel& model,
-                const model::DataSplit& data) {
-  const TrainOptions& t = o.train;
+json job_digest(const Job& job, const model::LayeredModel& model, const model::DataSplit& data) {
+  const plan::Plan& plan = job.plan;
+  const PipelineOptions& options = job.options;
+  const runtime::TrainOptions& t = options.train;
   return json{{"version", kPipetrainVersion},
               {"plan", plan::to_json(plan)},
-              {"schedule", o.schedule},
-              {"microbatches", o.microbatches},
-              {"chunks", o.chunks},
-              {"vertical_sync", o.vertical_sync},
-              {"weight_prediction", o.weight_prediction},
-              {"stale_warmup", o.stale_warmup},
-              {"deferred_batch_norm", o.deferred_batch_norm},
+              {"schedule", options.schedule},
+              {"microbatches", options.microbatches},
+              {"chunks", options.chunks},
+              {"vertical_sync", options.vertical_sync},
+              {"weight_prediction", options.weight_prediction},
+              {"stale_warmup", options.stale_warmup},
+              {"deferred_batch_norm", options.deferred_batch_norm},
               {"model", model.name()},
               {"layers", layers_of(model)},
               {"model_sha256", model.file_sha256()},
@@ -46,7 +47,7 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
               {"evaluate", t.evaluate},
               {"shuffle", t.shuffle},  // ranks that sampled different minibatches trained garbage, exit 0
               {"task", static_cast<int>(model.task())},
-              {"stash_weights", o.stash_weights},
+              {"stash_weights", options.stash_weights},
               {"sgd", json{{"lr", t.sgd.lr}, {"momentum", t.sgd.momentum}, {"weight_decay", t.sgd.weight_decay},
                            {"lr_schedule", t.sgd.lr_schedule}, {"warmup_steps", t.sgd.warmup_steps},
                            {"total_steps", t.sgd.total_steps}, {"clip_grad_norm", t.sgd.clip_grad_norm},
@@ -56,13 +57,13 @@ json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::L
                             {"crc32", {tensor_crc32(data.train.inputs), tensor_crc32(data.train.targets),
                                        tensor_crc32(data.test.inputs), tensor_crc32(data.test.targets)}},
                             {"shard_crc32", data.train.on_disk ? data.train.on_disk->crcs() : std::vector<uint32_t>{}}}},
-              {"checkpoint", json{{"dir", o.checkpoint.dir}, {"every", o.checkpoint.every},
-                                  {"resume", o.checkpoint.resume}, {"overwrite", o.checkpoint.overwrite}}},
-              {"bucket_bytes", o.bucket_bytes},
-              {"cluster", o.cluster.levels.empty() ? json() : plan::to_json(o.cluster)},
+              {"checkpoint", json{{"dir", options.checkpoint.dir}, {"every", options.checkpoint.every},
+                                  {"resume", options.checkpoint.resume}, {"overwrite", options.checkpoint.overwrite}}},
+              {"bucket_bytes", options.bucket_bytes},
+              {"cluster", options.cluster.levels.empty() ? json() : plan::to_json(options.cluster)},
               // Every flag of the command line, as the command read it (apps/flag_digest.h): a
               // setting missing above still stops a job whose workers were given different ones.
-              {"flags", o.command_line}};
+              {"flags", options.command_line}};
 }
 
-}  // namespace pt::runtime
+}  // namespace pt::job

@@ -13,7 +13,7 @@
 #include "plan/link_fit.h"
 #include "runtime/transport.h"
 
-namespace pt::runtime {
+namespace pt::job {
 
 struct CalibrationOptions {
   std::vector<int64_t> sizes;            // message sizes, bytes (default: 1 KiB .. 64 MiB, x4)
@@ -50,6 +50,6 @@ std::vector<double> measure_core_rates(int most, double seconds = 0.25);
 // what is measured) and options; returns the measurements on worker 0 (the others: empty). Each
 // point is the median over its repetitions of half a round trip. Worker 0 measures the host's
 // time per action last, alone. Throws what the transport throws.
-Measured measure_cluster(Transport& t, const plan::Cluster& shape, const CalibrationOptions& options);
+Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, const CalibrationOptions& options);
 
-}  // namespace pt::runtime
+}  // namespace pt::job

@@ -1,50 +1,46 @@
-#include "runtime/threads_job.h"
+#include "job/threads_job.h"
 
 #include <thread>
 
 #include "model/compute_threads.h"
+#include "runtime/checkpoint_lock.h"
 #include "runtime/progress.h"
 #include "runtime/thread_transport.h"
-#include "runtime/tied_gradients.h"
 
-namespace pt::runtime {
+namespace pt::job {
 
-PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
-                              const PipelineOptions& o, std::vector<std::unique_ptr<Worker>>* workers_out) {
-  check_pipeline_options(o, plan, data);
-  auto described = factory(model::LayerSet::none());
-  check_ties(*described, plan, o);  // before the layout starts the checkpoints
-  JobLayout job = layout_job(plan, o, data);
-  const schedule::Schedule& probe = job.probe;
-  check_resume_fits(job, o, *described);
-  int n = probe.num_workers();
+PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const model::DataSplit& data,
+                              std::vector<std::unique_ptr<runtime::Worker>>* workers_out) {
+  const PipelineOptions& options = job.options;
+  std::unique_ptr<runtime::CheckpointLock> lock;
+  if (!options.checkpoint.dir.empty()) lock = std::make_unique<runtime::CheckpointLock>(options.checkpoint.dir);
+  int n = job.workers();
   // Each worker builds only its stages' layers, with the initial weights single-worker training
   // starts from (layered_model.h), charged to its own account.
   std::vector<std::shared_ptr<model::MemoryAccount>> accounts;
   std::vector<std::shared_ptr<model::LayeredModel>> models;
   for (int w = 0; w < n; ++w) {
     accounts.push_back(std::make_shared<model::MemoryAccount>());
-    models.push_back(build_worker_model(factory, probe, w, accounts[w]));
+    models.push_back(build_worker_model(factory, job, w, accounts[w]));
   }
-  auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
-  std::vector<std::unique_ptr<ThreadTransport>> transports;
-  std::vector<std::unique_ptr<Worker>> workers;
-  WorkerOptions wo = worker_options(o, job.sgd);
+  auto hub = std::make_shared<runtime::ThreadHub>(n, options.timeout_s);
+  std::vector<std::unique_ptr<runtime::ThreadTransport>> transports;
+  std::vector<std::unique_ptr<runtime::Worker>> workers;
   for (int w = 0; w < n; ++w) {
-    transports.push_back(std::make_unique<ThreadTransport>(hub, w));
-    workers.push_back(std::make_unique<Worker>(w, models[w], data, *transports[w], wo));
+    transports.push_back(std::make_unique<runtime::ThreadTransport>(hub, w));
+    workers.push_back(std::make_unique<runtime::Worker>(w, models[w], data, *transports[w], job.worker));
   }
   // Each worker runs as a thread; the first failure that is not another's abort is reported.
   std::vector<std::string> errors(n);
   std::vector<char> consequence(n, 0);
   std::vector<WorkerRun> runs(n);
-  double start = wall_ms();
+  double start = runtime::wall_ms();
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       model::use_one_compute_thread();
       try {
-        runs[w] = run_worker(*workers[w], *transports[w], job, plan, o, data, start, accounts[w]);
+        runs[w] = run_worker(*workers[w], *transports[w], job, data, start, accounts[w]);
       } catch (const WorkerFailure& e) {
         errors[w] = e.what();
         consequence[w] = e.consequence;
@@ -60,7 +56,7 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
     if (first.empty() && !e.empty()) first = e;
   if (!first.empty()) throw RuntimeFailure("pipeline failed: " + first);
 
-  PipelineResult r = result_header(probe, o);
+  PipelineResult r = result_header(job);
   r.train = runs[r.reporting].train;
   r.train.one_process = true;
   for (int w = 0; w < n; ++w) {
@@ -71,4 +67,10 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
   return r;
 }
 
-}  // namespace pt::runtime
+PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
+                              const PipelineOptions& options, std::vector<std::unique_ptr<runtime::Worker>>* workers_out) {
+  Job job = make_job(plan, options, *factory(model::LayerSet::none()), data);
+  return run_on_threads(job, factory, data, workers_out);
+}
+
+}  // namespace pt::job

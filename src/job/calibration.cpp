@@ -1,4 +1,4 @@
-#include "runtime/calibration.h"
+#include "job/calibration.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,9 +11,12 @@
 #include "model/emulated_layer.h"
 #include "model/memory_meter.h"
 #include "model/zoo.h"
-#include "runtime/threads_job.h"
+#include "job/threads_job.h"
 
-namespace pt::runtime {
+namespace pt::job {
+
+using runtime::PendingTransfer;
+using runtime::Transport;
 
 std::vector<int64_t> default_calibration_sizes() {
   std::vector<int64_t> sizes;
@@ -33,8 +36,8 @@ double median(std::vector<double> v) {
 }
 
 // Repetitions of a size: about bytes_per_size in all, at least 3 and at most 30.
-int repetitions(int64_t bytes, const CalibrationOptions& o) {
-  return static_cast<int>(std::clamp<int64_t>(o.bytes_per_size / std::max<int64_t>(bytes, 1), 3, 30));
+int repetitions(int64_t bytes, const CalibrationOptions& options) {
+  return static_cast<int>(std::clamp<int64_t>(options.bytes_per_size / std::max<int64_t>(bytes, 1), 3, 30));
 }
 
 // Ping-pong between a and b; half the round trip's median on a, per size (b returns nothing).
@@ -42,14 +45,14 @@ int repetitions(int64_t bytes, const CalibrationOptions& o) {
 // posted before the message it takes is sent, as the runtime posts its receives ahead: gloo
 // sends a message only once its receiver has said it is ready, so a receive posted late added a
 // trip to every message (2 ms held on each packet of the testbed's links read as 4.4 ms a message).
-std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const CalibrationOptions& o, int64_t tag) {
+std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const CalibrationOptions& options, int64_t tag) {
   std::vector<plan::LinkPoint> points;
   int me = t.rank(), peer = me == a ? b : a;
-  for (int64_t bytes : o.sizes) {
+  for (int64_t bytes : options.sizes) {
     Transport::Known known{{bytes / 4}, torch::kFloat32};
     torch::Tensor message = torch::zeros({bytes / 4});
     std::vector<double> trips;
-    int reps = repetitions(bytes, o);
+    int reps = repetitions(bytes, options);
     std::shared_ptr<PendingTransfer> next;  // b: the next message's receive
     if (me == b) next = t.irecv_known(peer, tag, known);
     for (int i = -1; i < reps; ++i) {  // the first goes untimed: channels open, buffers warm
@@ -67,8 +70,8 @@ std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const Calibra
     }
     if (me == a) {
       points.push_back({static_cast<double>(bytes), median(trips) / 2});
-      if (o.progress)
-        o.progress(str("workers ", a, "-", b, ": ", human_bytes(static_cast<double>(bytes)), " in ",
+      if (options.progress)
+        options.progress(str("workers ", a, "-", b, ": ", human_bytes(static_cast<double>(bytes)), " in ",
                        points.back().ms, " ms one way (", reps, " round trips)"));
     }
     tag += 2;
@@ -78,10 +81,10 @@ std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const Calibra
 
 }  // namespace
 
-Measured measure_cluster(Transport& t, const plan::Cluster& shape, const CalibrationOptions& options) {
-  CalibrationOptions o = options;
-  if (o.sizes.empty()) o.sizes = default_calibration_sizes();
-  for (auto& s : o.sizes) s = std::max<int64_t>(4, s / 4 * 4);  // whole floats
+Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, const CalibrationOptions& options) {
+  CalibrationOptions sized = options;
+  if (sized.sizes.empty()) sized.sizes = default_calibration_sizes();
+  for (auto& s : sized.sizes) s = std::max<int64_t>(4, s / 4 * 4);  // whole floats
   Measured out;
   int64_t tag = 1 << 20;  // clear of anything a job sends
   t.barrier();
@@ -89,14 +92,14 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
     if (shape.levels[level].fan_out < 2) continue;
     int a = 0, b = shape.workers_per_unit_below(level);  // the first workers of two units of the level below
     if (t.rank() == a || t.rank() == b) {
-      auto points = ping_pong(t, a, b, o, tag);
+      auto points = ping_pong(t, a, b, sized, tag);
       if (t.rank() == 0) {
         plan::LevelCalibration lc{level, a, b, points, {}};
         lc.fit = plan::fit_alpha_beta(points);
         out.levels.push_back(lc);
       }
     }
-    tag += 2 * static_cast<int64_t>(o.sizes.size());
+    tag += 2 * static_cast<int64_t>(sized.sizes.size());
     t.barrier();
   }
   // All-reduces: every worker, and (with several levels) the first unit of the innermost level.
@@ -115,7 +118,7 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
   // simulation). None over the largest message (--max-mb), or that size alone where it is under
   // 16 KiB: 16 MiB over the testbed's delayed links took 2.6 s an all-reduce, 15 s of a
   // calibrate asked for messages of 4 KiB.
-  const int64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+  const int64_t largest = *std::max_element(sized.sizes.begin(), sized.sizes.end());
   std::vector<int64_t> reduce_sizes;
   for (int64_t bytes : {int64_t{16} << 10, int64_t{1} << 20, int64_t{16} << 20})
     if (bytes <= largest) reduce_sizes.push_back(bytes);
@@ -136,7 +139,7 @@ Measured measure_cluster(Transport& t, const plan::Cluster& shape, const Calibra
   }
   if (t.rank() == 0) {
     out.action_us = measure_action_us();
-    if (o.progress) o.progress(str("the host's time per action: ", out.action_us, " us"));
+    if (sized.progress) sized.progress(str("the host's time per action: ", out.action_us, " us"));
     // Every worker waits at the end barrier: worker 0 computes alone, with threads of its own.
     out.core_rates = measure_core_rates(t.world_size());
   }
@@ -158,9 +161,9 @@ double per_thread_rate(int n, double seconds) {
   std::vector<std::thread> threads;
   for (int k = 0; k < n; ++k)
     threads.emplace_back([&, k] {
-      model::ModelOptions o;
-      o.seed = static_cast<uint64_t>(k);
-      auto m = model::build_mnist_cnn(o);
+      model::ModelOptions options;
+      options.seed = static_cast<uint64_t>(k);
+      auto m = model::build_mnist_cnn(options);
       torch::Tensor x = torch::randn({16, 1, 28, 28}), y = torch::randint(0, 10, {16});
       auto iterate = [&] {
         for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
@@ -206,16 +209,16 @@ double measure_action_us(int steps, int microbatches) {
   plan::Plan one;
   one.workers = 1;
   one.stages.push_back({{0, 1}, 1, {0}});
-  PipelineOptions o;
-  o.schedule = "1f1b";
-  o.microbatches = microbatches;
-  o.train.batch_size = microbatches;
-  o.train.steps = steps;
-  o.train.quiet = true;
-  o.train.evaluate = false;
+  PipelineOptions options;
+  options.schedule = "1f1b";
+  options.microbatches = microbatches;
+  options.train.batch_size = microbatches;
+  options.train.steps = steps;
+  options.train.quiet = true;
+  options.train.evaluate = false;
   std::vector<double> runs;
   for (int r = 0; r < 3; ++r) {
-    PipelineResult ran = train_pipeline(build, data, one, o);
+    PipelineResult ran = train_pipeline(build, data, one, options);
     const auto& events = ran.trace.workers.at(0);
     PT_CHECK(!events.empty(), "the host's pipeline ran no action");
     runs.push_back(1e3 * (events.back().end_ms - events.front().start_ms) / static_cast<double>(events.size()));
@@ -223,4 +226,4 @@ double measure_action_us(int steps, int microbatches) {
   return median(runs);
 }
 
-}  // namespace pt::runtime
+}  // namespace pt::job

@@ -6,16 +6,14 @@
 // be given different flags; run together they would train the wrong thing without an error.
 // The gloo transport exchanges these at rendezvous (GlooTransport::check_agreement).
 #include "core/json_doc.h"
+#include "job/job.h"
 #include "model/dataset.h"
 #include "model/layered_model.h"
-#include "plan/plan.h"
-#include "runtime/pipeline_job.h"
 
-namespace pt::runtime {
+namespace pt::job {
 
 // An object of the job's settings (nested where they are: sgd, data, plan, flags), which the
-// workers compare with json_differences.
-json job_digest(const plan::Plan& plan, const PipelineOptions& o, const model::LayeredModel& model,
-                const model::DataSplit& data);
+// workers compare with json_differences. `described`: the model make_job was given.
+json job_digest(const Job& job, const model::LayeredModel& described, const model::DataSplit& data);
 
-}  // namespace pt::runtime
+}  // namespace pt::job

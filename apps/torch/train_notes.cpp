@@ -1,0 +1,81 @@
+#include "apps/torch/train_notes.h"
+
+#include <iostream>
+
+#include "core/error.h"
+#include "plan/split_ties.h"
+
+namespace pt::app {
+
+namespace {
+
+// A checkpoint resumed under other optimizer settings than it was trained with: the steps after
+// it follow this run's, so the result is not one uninterrupted run's; said with both values (a
+// cosine schedule laid over another step count jumps where it resumes).
+void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::string& from,
+                           const model::OptimizerOptions& now, int64_t total) {
+  std::string changed;
+  auto differ = [&](const std::string& what, const std::string& was, const std::string& is) {
+    if (was != is) changed += str(changed.empty() ? "" : "; ", what, " ", was, " -> ", is);
+  };
+  auto number = [](double v) { return str(v); };
+  differ("lr", number(cm.lr), number(now.lr));
+  differ("momentum", number(cm.momentum), number(now.momentum));
+  differ("weight decay", number(cm.weight_decay), number(now.weight_decay));
+  if (!cm.lr_schedule.empty()) {  // older checkpoints do not say
+    auto course = [](const std::string& schedule, int64_t steps) {
+      return schedule == "cosine" ? str("cosine over ", steps, " steps") : schedule;
+    };
+    differ("lr schedule", course(cm.lr_schedule, cm.schedule_steps), course(now.lr_schedule, total));
+    differ("warm-up steps", str(cm.warmup_steps), str(now.warmup_steps));
+  }
+  if (changed.empty()) return;
+  std::cerr << "note: " << from << " was trained with other optimizer settings (" << changed << "): steps "
+            << cm.step + 1 << " on follow this run's, so the result differs from an uninterrupted run\n";
+}
+
+}  // namespace
+
+// Every step takes a whole minibatch (model/batch_sampler.h), so the samples past the last
+// whole one are left out of each epoch: say how many, and that --no-shuffle leaves out the same
+// ones every time (PyTorch's DataLoader keeps a short last batch by default).
+void note_samples_left_out(int64_t samples, const runtime::TrainOptions& t) {
+  if (t.batch_size < 1 || samples <= t.batch_size) return;  // refused or one minibatch: check_train_options says
+  int64_t left = samples % t.batch_size;
+  if (left == 0) return;
+  std::cerr << "note: " << samples << " training samples make " << samples / t.batch_size << " minibatches of "
+            << t.batch_size << " an epoch; " << left << (left == 1 ? " is" : " are") << " left out of each epoch"
+            << (t.shuffle ? " (different ones each time: the order is shuffled)\n"
+                          : str(", the same every time with --no-shuffle: sample", left == 1 ? " " : "s ",
+                                samples - left, left == 1 ? "" : str("-", samples - 1), " never trained on\n"));
+}
+
+// Each tie the plan splits over stages: its stages' workers sum its gradient every step
+// (runtime/tied_gradients.h), which only export mentioned.
+void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) {
+  std::vector<model::TieGroup> groups = m.tie_groups();
+  std::vector<std::vector<int>> layers;
+  for (const auto& g : groups) layers.push_back(g.layers());
+  std::vector<std::string> names;
+  for (int l = 0; l < m.num_layers(); ++l) names.push_back(m.layer(l).name);
+  for (const plan::SplitTie& t : plan::split_ties(layers, s.stage_layers, s.stage_workers))
+    if (groups[t.group].trains)
+      std::cerr << "note: " << plan::split_tie_note(t, layers[t.group], groups[t.group].bytes, names) << "\n";
+}
+
+void note_resume(const job::Job& job, const model::LayeredModel& m) {
+  const runtime::CheckpointOptions& ck = job.options.checkpoint;
+  if (ck.dir.empty()) return;
+  const auto& cm = job.resume_manifest;
+  if (ck.resume && job.resume_from.empty()) std::cerr << "no checkpoint in " << ck.dir << ": starting from step 0\n";
+  if (job.resume_from.empty()) return;
+  std::cerr << "resuming from " << job.resume_from << " (step " << cm.step << ", written by " << cm.schedule
+            << " on plan " << cm.plan << ")\n";
+  note_resumed_settings(cm, job.resume_from, job.options.train.sgd, job.optimizer().total_steps);
+  if (!cm.model_sha256.empty() && cm.model_sha256 != m.file_sha256())
+    std::cerr << "note: " << job.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
+              << ", not this one (" << m.file_sha256() << "): its weights load if the layers' shapes match, but "
+              << "the code that computes with them has changed\n";
+}
+
+}  // namespace pt::app

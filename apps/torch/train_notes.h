@@ -1,0 +1,21 @@
+#pragma once
+// What `pipetrain train` tells the user before it trains: samples an epoch leaves out, ties the
+// plan splits over stages, a checkpoint resumed and how it was trained.
+#include <string>
+
+#include "job/job.h"
+#include "model/layered_model.h"
+#include "runtime/trainer.h"
+
+namespace pt::app {
+
+// Samples past the last whole minibatch of each epoch (PyTorch's DataLoader keeps a short last
+// batch by default).
+void note_samples_left_out(int64_t samples, const runtime::TrainOptions& t);
+// Each tie the plan splits over stages: its stages' workers sum its gradient every step.
+void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s);
+// Where the job starts: a checkpoint resumed (its step, schedule, plan, and settings or model
+// file that differ from this run's), or none found.
+void note_resume(const job::Job& job, const model::LayeredModel& m);
+
+}  // namespace pt::app

@@ -1,0 +1,108 @@
+#include "job/gloo_job.h"
+
+#include <algorithm>
+#include <csignal>
+#include <numeric>
+
+#include "job/job_digest.h"
+#include "runtime/checkpoint_lock.h"
+#include "runtime/tied_gradients.h"
+
+namespace pt::job {
+
+PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
+                               const model::DataSplit& data, const runtime::GlooConfig& config,
+                               std::unique_ptr<runtime::Worker>* worker_out) {
+  // A peer that dies leaves a closed socket; writing to it must fail the transfer, not kill us.
+  std::signal(SIGPIPE, SIG_IGN);
+  const PipelineOptions& options = job.options;
+  const schedule::Schedule& typical = *job.typical;
+  std::string action = "setup";
+  std::unique_ptr<runtime::GlooTransport> transport;
+  std::unique_ptr<runtime::Worker> worker;
+  try {
+    if (job.workers() != config.world_size)
+      throw ConfigError(str("the plan needs ", job.workers(), " workers but the gloo job has ", config.world_size,
+                            " (WORLD_SIZE)"));
+    std::unique_ptr<runtime::CheckpointLock> lock;
+    if (config.rank == 0 && !options.checkpoint.dir.empty())
+      lock = std::make_unique<runtime::CheckpointLock>(options.checkpoint.dir);
+    runtime::GlooConfig c = config;
+    c.timeout_s = options.timeout_s;
+    c.rendezvous_timeout_s = options.rendezvous_timeout_s;
+    c.cluster = options.cluster;
+    action = "rendezvous";
+    transport = std::make_unique<runtime::GlooTransport>(c);
+    action = "checking that the workers agree";
+    transport->check_agreement(job_digest(job, described, data));
+    action = "creating all-reduce groups";
+    std::vector<std::vector<int>> groups;
+    for (auto g : typical.stage_workers) {
+      std::sort(g.begin(), g.end());
+      groups.push_back(g);
+    }
+    for (auto& g : runtime::TiedGradients::worker_groups(described.tie_groups(), typical)) groups.push_back(g);
+    if (options.train.sgd.clip_grad_norm > 0 && typical.flush) {  // the whole model's gradient norm (worker.h)
+      std::vector<int> everyone(typical.num_workers());
+      std::iota(everyone.begin(), everyone.end(), 0);
+      groups.push_back(everyone);
+    }
+    transport->prepare_groups(groups);
+
+    action = "building the model";
+    auto account = std::make_shared<model::MemoryAccount>();
+    auto model = build_worker_model(factory, job, config.rank, account);
+    worker = std::make_unique<runtime::Worker>(config.rank, model, data, *transport, job.worker);
+    action = "training";
+    // Absolute steady-clock times: the launcher aligns the workers' traces.
+    WorkerRun run = run_worker(*worker, *transport, job, data, 0, account);
+    PipelineResult r = result_header(job);
+    r.train = run.train;
+    r.trace.workers[config.rank] = std::move(run.trace);
+    r.trace.pauses = std::move(run.pauses);  // merge_worker_traces keeps what every worker's cover
+    // Wait for every worker before tearing down the connections a peer may still be reading.
+    action = "finishing";
+    transport->barrier();
+    if (worker_out) *worker_out = std::move(worker);
+    return r;
+  } catch (const WorkerFailure& e) {
+    transport->abandon(e.what());
+    throw;
+  } catch (const std::exception& e) {
+    if (transport) transport->abandon(e.what());
+    throw RuntimeFailure(str("worker ", config.rank, " at ", action, ": ", e.what()));
+  }
+}
+
+PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
+                               const PipelineOptions& options, const runtime::GlooConfig& config,
+                               std::unique_ptr<runtime::Worker>* worker_out) {
+  std::shared_ptr<model::LayeredModel> described;
+  Job job;
+  try {
+    described = factory(model::LayerSet::none());
+    job = make_job(plan, options, *described, data, config.rank == 0);
+  } catch (const std::exception& e) {
+    throw RuntimeFailure(str("worker ", config.rank, " at setup: ", e.what()));
+  }
+  return run_gloo_worker(job, factory, *described, data, config, worker_out);
+}
+
+int train_with_gloo(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
+                    const model::DataSplit& data, const std::string& trace_path,
+                    const std::function<void(const PipelineResult&)>& on_result) {
+  int rank = -1;
+  try {
+    runtime::GlooConfig config = runtime::gloo_config_from_env();
+    rank = config.rank;
+    PipelineResult r = run_gloo_worker(job, factory, described, data, config);
+    if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
+    if (rank == r.reporting && on_result) on_result(r);
+    return 0;
+  } catch (const std::exception& e) {
+    print_line_to_stderr(str("pipetrain ", rank < 0 ? "worker: " : "", e.what()));
+    return 1;
+  }
+}
+
+}  // namespace pt::job

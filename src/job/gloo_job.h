@@ -1,0 +1,41 @@
+#pragma once
+// One worker of a multi-process (`gloo`) pipeline job, run in this process. Every process of the
+// job holds the same Job (job.h: made once in each process, or inherited from the launcher that
+// forked it) and runs the same per-worker segment loop as the threads transport; only the
+// worker holding the last stage's replica 0 reports progress.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "job/job.h"
+#include "job/worker_runner.h"
+#include "runtime/gloo_transport.h"
+
+namespace pt::job {
+
+// Runs worker config.rank of `job`; `described` is the model make_job was given (its digest is
+// compared with every other worker's at rendezvous, its ties make all-reduce groups). The
+// result's trace holds world-size entries, only this worker's filled;
+// train.steps/final_loss/test_accuracy are meaningful on the reporting worker. `worker_out`,
+// when given, receives the worker (tests read its replicas). Rank 0 holds the checkpoint
+// folder's lock. Throws RuntimeFailure "worker <rank> at <action>: <cause>"; by then the
+// transport is aborted, so this process can exit without waiting for its peers.
+PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
+                               const model::DataSplit& data, const runtime::GlooConfig& config,
+                               std::unique_ptr<runtime::Worker>* worker_out = nullptr);
+
+// A library caller's road: make_job, then run_gloo_worker.
+PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
+                               const PipelineOptions& options, const runtime::GlooConfig& config,
+                               std::unique_ptr<runtime::Worker>* worker_out = nullptr);
+
+// The CLI's gloo path for a process started as one worker (RANK or OMPI_COMM_WORLD_RANK set):
+// reads the environment, runs the worker, and on the reporting worker calls on_result; each
+// worker writes its trace to trace_path + ".worker<rank>" when trace_path is set (the launcher
+// merges them into trace_path). Returns the exit code; on failure prints
+// "pipetrain worker <rank>: <action>: <cause>" to stderr and returns 1.
+int train_with_gloo(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
+                    const model::DataSplit& data, const std::string& trace_path,
+                    const std::function<void(const PipelineResult&)>& on_result);
+
+}  // namespace pt::job

@@ -1,0 +1,42 @@
+#include "job/options.h"
+
+#include "core/error.h"
+
+namespace pt::job {
+
+void check_pipeline_options(const PipelineOptions& options, const plan::Plan& plan, const model::DataSplit& data) {
+  runtime::check_train_options(options.train, data);
+  if (options.microbatches < 1 || options.microbatches > schedule::kMaxMicrobatches)
+    throw UsageError(str("--microbatches: must be in 1..", schedule::kMaxMicrobatches, ", got ", options.microbatches));
+  if (options.train.batch_size % options.microbatches != 0)
+    throw UsageError(str("--microbatches: ", options.microbatches, " does not divide --batch-size ", options.train.batch_size));
+  if (options.chunks < 1 || options.chunks > schedule::kMaxChunks)
+    throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", options.chunks));
+  // A week: beyond it a deadline computed from now overflows the clock.
+  if (!(options.timeout_s > 0 && options.timeout_s <= 604800))
+    throw UsageError(str("--timeout: must be in (0, 604800] seconds, got ", options.timeout_s));
+  if (options.vertical_sync && options.schedule != "pipedream")
+    throw UsageError(str("--vertical-sync: only the pipedream schedule keeps weight versions to sync, not ", options.schedule));
+  // Versions count a stage's steps; a replicated stage steps once per round, so its versions
+  // do not line up with the others' and the sync would ask for versions never stashed.
+  for (int st = 0; options.vertical_sync && st < plan.num_stages(); ++st)
+    if (plan.stages[st].replicas > 1)
+      throw UsageError(str("--vertical-sync: needs one replica per stage, but stage ", st, " of plan ", plan.shape(),
+                           " has ", plan.stages[st].replicas));
+  if (options.schedule == "dp" && plan.num_stages() > 1)
+    throw UsageError(str("--schedule dp: data parallelism runs one stage on every worker, but the plan has ",
+                         plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));
+}
+
+schedule::Schedule generate_schedule(const plan::Plan& plan, const PipelineOptions& options, int minibatches) {
+  if (options.schedule_file) return *options.schedule_file;  // one minibatch, repeated (it flushes)
+  schedule::ScheduleOptions schedule_options;
+  schedule_options.microbatches = options.microbatches;
+  schedule_options.chunks = options.chunks;
+  schedule_options.minibatches = minibatches;
+  schedule_options.vertical_sync = options.vertical_sync;
+  schedule_options.activation_budget = options.activation_budget;
+  return schedule::make_schedule(options.schedule, plan, schedule_options);
+}
+
+}  // namespace pt::job

@@ -1,0 +1,79 @@
+#include "job/prediction.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "metrics/metrics.h"
+#include "referee/replay_ahead.h"
+#include "sim/simulator.h"
+
+namespace pt::job {
+
+namespace {
+
+RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan::Cluster* cluster, int cores = 0) {
+  const PipelineOptions& options = job.options;
+  RunPrediction r;
+  r.workers = job.workers();
+  r.on_cluster = cluster != nullptr;
+  // A tensor handed to another thread costs no link time; the host's time per action is the
+  // job's --cluster's (calibrate measures it on threads), where it gave one.
+  plan::Cluster links = cluster ? *cluster : plan::Cluster::flat(r.workers, std::numeric_limits<double>::infinity());
+  if (!cluster) links.action_us = options.cluster.action_us;
+  // Over the default minibatches until the window settles and repeats, as `simulate` replays it.
+  auto replay = [&](int on_cores) {
+    sim::SimOptions sim_options{options.bucket_bytes};
+    sim_options.cores = on_cores;
+    return referee::settled_replay([&](int minibatches) {
+             return metrics::compute_metrics(sim::simulate(*job.schedule_over(minibatches), p, links, sim_options));
+           })
+        .ms_per_minibatch;
+  };
+  r.simulated_ms = replay(0);
+  if (cores > 0 && cores < r.workers) r.core_each_ms = r.simulated_ms, r.simulated_ms = replay(cores), r.cores = cores;
+  return r;
+}
+
+}  // namespace
+
+RunPrediction predict_threads_run(const Job& job, const profile::Profile& profile, int cores) {
+  plan::check_plan_fits(job.plan, profile, "plan");
+  const plan::Cluster& cluster = job.options.cluster;
+  // A cluster calibrated on threads (calibrate --workers N) measured this very hand-over: its
+  // latency, rate and all-reduce terms; otherwise tensors cross for free.
+  bool on_threads = cluster.calibration.is_object() && cluster.calibration.value("transport", "") == "threads";
+  const plan::Cluster* measured = !cluster.levels.empty() && on_threads ? &cluster : nullptr;
+  RunPrediction r =
+      simulate_run(job, profile::with_batch_size(profile, job.options.train.batch_size), measured, cores);
+  r.calibrated_threads = measured != nullptr;
+  return r;
+}
+
+RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale) {
+  plan::check_plan_fits(job.plan, profile, "plan");
+  profile::Profile p = profile::with_batch_size(profile, job.options.train.batch_size);
+  const plan::Cluster& cluster = job.options.cluster;
+  RunPrediction r = simulate_run(job, p, cluster.levels.empty() ? nullptr : &cluster);
+  r.simulated_ms *= time_scale;
+  return r;
+}
+
+std::string RunPrediction::describe(const Job& job) const {
+  const PipelineOptions& options = job.options;
+  std::string s = options.schedule;
+  if (options.schedule != "pipedream") s += str(", ", options.microbatches, " microbatches");
+  if (schedule::is_interleaved(options.schedule)) s += str(", ", options.chunks, " chunks");
+  s += str(", ", workers,
+           calibrated_threads  ? " workers on threads, their hand-over as calibrated (--cluster)"
+           : on_cluster        ? " workers on the job's --cluster"
+           : transport == "threads" ? " workers on threads, transfers in memory"
+                               : str(" workers as ", transport,
+                                     " processes, their transfers not charged: no --cluster"));
+  auto rate = [&](double ms) { return static_cast<int64_t>(options.train.batch_size * 1000.0 / ms); };
+  if (core_each_ms > 0)
+    s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");
+  return s;
+}
+
+}  // namespace pt::job

@@ -1,0 +1,35 @@
+#pragma once
+// What the simulator predicts for a job's run, beside what the run measured: the job's own
+// schedules (the stages under the schedule, microbatches and chunks the runtime ran, not the
+// schedule the planner predicted for), the profile at the run's batch size, on the machine the
+// threads transport runs on. There the workers hand tensors over in memory and share the host's
+// cores, so no run is faster than the simulated one or than every core computing all the time.
+#include <string>
+
+#include "job/job.h"
+#include "profile/profile.h"
+
+namespace pt::job {
+
+struct RunPrediction {
+  // Per minibatch: the schedule with the workers' computes on the host's cores, each on the one
+  // free first (sim::SimOptions::cores), where they are fewer than the workers; else one each
+  // (links: in memory, or the cluster's).
+  double simulated_ms = 0;
+  double core_each_ms = 0;   // per minibatch: one core per worker (0: simulated_ms is that)
+  int cores = 0;
+  int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
+  bool on_cluster = false;   // links of the job's --cluster, not memory
+  bool calibrated_threads = false;  // that cluster: threads' hand-over, as calibrate measured it
+  std::string transport = "threads";  // how the run's workers talk (train --transport): named, not costed
+  double ms() const { return simulated_ms; }
+  std::string describe(const Job& job) const;  // "1f1b, 4 microbatches; ..."
+};
+
+// ConfigError when the profile does not fit the plan.
+RunPrediction predict_threads_run(const Job& job, const profile::Profile& profile, int cores);
+// Emulated compute waits the profile's times x time_scale, so the host's cores are no limit; its
+// links are the job's cluster (as the testbed shapes them) or, without one, memory.
+RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale);
+
+}  // namespace pt::job

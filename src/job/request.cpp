@@ -1,0 +1,153 @@
+#include "job/request.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "core/error.h"
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "profile/pipedream_graph.h"
+#include "profile/profiler.h"
+#include "schedule/generators.h"
+#include "schedule/schedule_file.h"
+
+namespace pt::job {
+
+namespace {
+
+// The plan to run: the launcher's, --plan FILE, an even split into --stages N by the profile,
+// (dp) one stage replicated over --workers, or a JSON --schedule-file's stages.
+plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::LayeredModel& m, const model::DataSplit& data) {
+  if (!r.launched_plan.empty()) return plan::read_plan(r.launched_plan);
+  if (!r.schedule_file.empty() && r.plan_path.empty() && r.stages == 0)
+    return schedule::plan_of_schedule_file(schedule::read_schedule_file(r.schedule_file), r.schedule_file,
+                                           "--plan P or --stages N");
+  if (!r.plan_path.empty()) return plan::read_plan(r.plan_path);
+  if (options.schedule == "dp" || (r.workers == 1 && r.stages == 0))
+    return plan::data_parallel_plan(m.num_layers(), r.workers > 0 ? r.workers : 2);
+  int stages = r.stages > 0 ? r.stages : 2;
+  if (schedule::is_interleaved(options.schedule)) {
+    // Checked before it multiplies --stages, so that the error names --chunks.
+    if (options.chunks < 1 || options.chunks > schedule::kMaxChunks)
+      throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", options.chunks));
+    if (stages * options.chunks > m.num_layers())
+      throw UsageError(str("--stages ", stages, " x --chunks ", options.chunks, " = ", stages * options.chunks,
+                           " model chunks, but ", m.name(), " has ", m.num_layers(), " layers"));
+    stages *= options.chunks;
+  }
+  if (schedule::is_v_schedule(options.schedule)) {  // two chunks per worker, in a V
+    if (2 * stages > m.num_layers())
+      throw UsageError(str("--stages ", stages, " with --schedule ", options.schedule, " = ", 2 * stages,
+                           " model chunks (two per worker), but ", m.name(), " has ", m.num_layers(), " layers"));
+    stages *= 2;
+  }
+  profile::Profile measured;
+  const profile::Profile* prof = r.profile.get();
+  if (!prof) {  // measure one here: a few forward/backward passes per layer
+    int64_t batch = options.train.batch_size;
+    // Times at the batch alone: the split weighs whole minibatches.
+    profile::ProfilerOptions profiler_options{1, 3, options.train.sgd.kind, {batch}};
+    measured = profile::measure_profile(m, data.train.first_inputs(batch), profiler_options, data.train.first_targets(batch));
+    prof = &measured;
+  }
+  if (prof->num_layers() != m.num_layers())
+    throw ConfigError(str("--profile: ", r.profile_path, " has ", prof->num_layers(), " layers but ", m.name(), " has ",
+                          m.num_layers()));
+  return plan::even_split(*prof, stages);
+}
+
+// The plan says how to run it (a planner's joint choice, or the user's): its schedule,
+// microbatches, chunks and deferred step, unless the request says otherwise; --recompute
+// recomputes every stage.
+void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, const std::string& source) {
+  if (!plan.schedule.empty()) {
+    const auto& kinds = schedule::schedule_kinds();
+    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end()) {
+      std::string known;
+      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
+      throw ConfigError(str(source, ": field 'schedule' is '", plan.schedule, "', not one of ", known));
+    }
+    if (!r.schedule_given && r.schedule_file.empty()) options.schedule = plan.schedule;
+  }
+  if (plan.microbatches > 0 && !r.microbatches_given) options.microbatches = plan.microbatches;
+  if (plan.chunks > 0 && !r.chunks_given) options.chunks = plan.chunks;
+  if (r.recompute)
+    for (auto& st : plan.stages) st.recompute = true;
+  if (r.deferred_step >= 0) plan.deferred_step = r.deferred_step == 1;
+  if (r.deferred_step == 1 && options.schedule != "pipedream")
+    throw UsageError(str("--deferred-step: only the pipedream schedule defers a step, not ", options.schedule));
+}
+
+// --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the
+// runtime runs its one minibatch again and again, so it must flush.
+void use_schedule_file(const std::string& path, PipelineOptions& options, const plan::Plan& plan) {
+  schedule::Schedule file = schedule::read_schedule_file(path, plan.num_stages());
+  if (!file.flush)
+    throw UsageError(str("--schedule-file ", path, ": its schedule (", file.kind, ") does not flush; train "
+                         "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));
+  auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(file), plan, path));
+  options.microbatches = s->microbatches;
+  options.chunks = s->chunks;
+  options.schedule_file = s;
+}
+
+}  // namespace
+
+Settled settle_request(const Request& r, model::LayeredModel& m, const model::DataSplit& data) {
+  Settled s;
+  PipelineOptions& options = s.options;
+  options = r.options;
+  if (!r.schedule_file.empty()) options.schedule = "file";
+  if (options.schedule == "none") options.schedule = "pipedream";
+  if (r.profile) note_profile_settings(*r.profile, r.profile_path, r.precision, options.train.sgd.kind);
+  s.plan = pick_plan(r, options, m, data);
+  plan::Plan& plan = s.plan;
+  // Whatever its source (a file, the launcher's, a split made here), the plan must fit the model.
+  const std::string& source = options.plan_source =
+      !r.launched_plan.empty() ? r.launched_plan : r.plan_path.empty() ? "the plan" : r.plan_path;
+  plan::check_plan_fits(plan, profile::layer_graph(m), source);
+  if (!plan.model.empty() && plan.model != m.name())
+    throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));
+  follow_plan(r, options, plan, source);
+  if (!r.schedule_file.empty()) use_schedule_file(r.schedule_file, options, plan);
+  // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
+  if (schedule::takes_activation_budget(options.schedule) && r.schedule_file.empty()) {
+    if (r.profile)
+      options.activation_budget = schedule::activation_budget_from_profile(options.schedule, plan, *r.profile);
+    else if (!r.plan_path.empty())  // a planner's plan was simulated with the weighed order
+      std::cerr << "note: " << options.schedule << " without --profile counts microbatches for its memory budget; "
+                << "`plan` and `simulate` weigh them by the profile's bytes (give the profile for their order)\n";
+  }
+  if (plan.batch_size > 0 && plan.batch_size != options.train.batch_size) {
+    // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
+    if (!r.batch_size_given) options.train.batch_size = plan.batch_size;
+    else std::cerr << "note: " << source << " was planned for batch " << plan.batch_size
+                   << "; training with --batch-size " << options.train.batch_size
+                   << ", so its predicted throughput does not apply\n";
+  }
+  // The plan's bucket, where the planner chose one, unless --bucket-mb says.
+  double bucket_mb = plan.bucket_mb >= 0 && !r.bucket_given ? plan.bucket_mb : r.bucket_mb;
+  // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.
+  options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20) * r.byte_scale);
+  if (!r.cluster_path.empty()) {
+    plan::ClusterFlags cluster_flags;
+    cluster_flags.file = r.cluster_path;
+    cluster_flags.allreduce = r.allreduce;
+    options.cluster = plan::cluster_from_flags(cluster_flags);
+    options.cluster_source = r.cluster_path;
+  }
+  return s;
+}
+
+void note_profile_settings(const profile::Profile& profile, const std::string& path, const std::string& precision,
+                           const std::string& optimizer) {
+  if (profile.precision != precision)
+    std::cerr << "note: " << path << " was measured in " << profile.precision << " and this run computes in "
+              << precision << ": its times, and the bytes crossing between stages, are " << profile.precision
+              << "'s (`pipetrain profile --precision " << precision << "` measures this run's)\n";
+  if (profile.optimizer != optimizer)
+    std::cerr << "note: " << path << " timed " << profile.optimizer << "'s step and this run steps with " << optimizer
+              << " (`pipetrain profile --optimizer " << optimizer << "` times it)\n";
+}
+
+}  // namespace pt::job

@@ -1,0 +1,53 @@
+#pragma once
+// What a training request asks for before its plan is settled (`pipetrain train`'s flags, or a
+// library caller's struct), and settle_request, which decides the plan it runs and how: a plan
+// file, a gloo launcher's plan, an even split, data parallelism or a schedule file's stages; the
+// plan's own schedule, microbatches, chunks, bucket and batch where the request gives none; the
+// zero-bubble schedules' memory budget and the cluster. make_job (job.h) takes what it settles.
+#include <memory>
+#include <string>
+
+#include "job/options.h"
+#include "model/dataset.h"
+#include "model/layered_model.h"
+#include "plan/plan.h"
+#include "profile/profile.h"
+
+namespace pt::job {
+
+struct Request {
+  PipelineOptions options;      // options.schedule "none": the plan's, else pipedream
+  std::string plan_path;        // --plan
+  std::string launched_plan;    // the plan file a gloo launcher handed this worker (runtime/launcher.h)
+  std::string profile_path;     // --profile: read once, into `profile`
+  std::shared_ptr<const profile::Profile> profile;
+  std::string schedule_file;    // --schedule-file
+  std::string cluster_path, allreduce;  // --cluster, --allreduce
+  int stages = 0, workers = 0;  // --stages (an even split), --workers (dp)
+  bool recompute = false;       // every stage
+  int deferred_step = -1;       // 1 or 0 given; -1: the plan's
+  double bucket_mb = 25;        // PyTorch DDP's default bucket
+  double byte_scale = 1;        // emulated compute moves its bytes x this: its buckets too
+  std::string precision = "fp32";  // the run's (model/precision.h), to note a profile of another
+  // Settings the caller gave, which override the plan's.
+  bool schedule_given = false, microbatches_given = false, chunks_given = false;
+  bool batch_size_given = false, bucket_given = false;
+};
+
+struct Settled {
+  plan::Plan plan;
+  PipelineOptions options;      // the request's, the plan's choices filled in
+};
+
+// Settles `request` for `model` (a description: names, graph, ties) and its data; with no
+// profile and --stages, measures one here. Notes on standard error what the user should know
+// (a profile of another precision, a batch other than the plan's, ...). UsageError and
+// ConfigError name the flag or file.
+Settled settle_request(const Request& request, model::LayeredModel& model, const model::DataSplit& data);
+
+// A note on stderr where `profile` (read from `path`) was measured in another precision than the
+// run's, or timed another optimizer's step.
+void note_profile_settings(const profile::Profile& profile, const std::string& path, const std::string& precision,
+                           const std::string& optimizer);
+
+}  // namespace pt::job

@@ -1,0 +1,56 @@
+#include "job/segments.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace pt::job {
+
+int64_t replica_round(const schedule::Schedule& typical, const plan::Plan& plan) {
+  int64_t unit = 1;
+  if (!typical.flush)
+    for (const auto& st : plan.stages) unit = std::lcm(unit, static_cast<int64_t>(st.replicas));
+  return unit;
+}
+
+std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan::Plan& plan, int64_t per_epoch,
+                                   int64_t total_steps, int64_t first_step, int64_t checkpoint_every,
+                                   int64_t eval_every) {
+  const bool flush = typical.flush;
+  int64_t unit = replica_round(typical, plan);
+  auto round_up = [&](int64_t every) { return every > 0 ? (every + unit - 1) / unit * unit : 0; };
+  // Asynchronous: minibatches left until the next cut of each kind; every epoch end cuts both.
+  int64_t ck_piece = round_up(checkpoint_every), ev_piece = round_up(eval_every);
+  int64_t to_ck = ck_piece, to_ev = ev_piece;
+  std::vector<Segment> out;
+  for (int64_t start = first_step; start < total_steps;) {
+    int64_t epoch = start / per_epoch;
+    int64_t epoch_end = std::min(total_steps, (epoch + 1) * per_epoch);
+    int64_t n = flush ? 1 : (epoch_end - start) / unit * unit;
+    if (n == 0) {  // fewer than `unit` minibatches left in the epoch: they are skipped
+      start = epoch_end;
+      if (!out.empty()) out.back().ends_epoch = out.back().evaluate = true;
+      continue;
+    }
+    if (!flush && ck_piece > 0) n = std::min(n, to_ck);
+    if (!flush && ev_piece > 0) n = std::min(n, to_ev);
+    Segment seg{start, static_cast<int>(n), false, epoch};
+    start += n;
+    seg.ends_epoch = start == epoch_end || (!flush && epoch_end - start < unit);
+    if (seg.ends_epoch) start = epoch_end;
+    if (flush) {
+      seg.checkpoint = checkpoint_every > 0 && (start >= total_steps || start % checkpoint_every == 0);
+      seg.evaluate = seg.ends_epoch || (eval_every > 0 && start % eval_every == 0);
+    } else {
+      to_ck -= n;
+      to_ev -= n;
+      seg.checkpoint = ck_piece > 0 && (to_ck == 0 || seg.ends_epoch || start >= total_steps);
+      seg.evaluate = seg.ends_epoch || (ev_piece > 0 && to_ev == 0);
+      if (seg.checkpoint) to_ck = ck_piece;
+      if (seg.evaluate) to_ev = ev_piece;
+    }
+    out.push_back(seg);
+  }
+  return out;
+}
+
+}  // namespace pt::job

@@ -1,0 +1,162 @@
+// The joint search's configurations (joint_trials.h): uniform plans of every stage count and
+// placement under each kind, the V and interleaved splits, data parallelism, and the referee's
+// pipedream candidates.
+#include "referee/joint_trials.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "referee/referee.h"
+
+namespace pt::referee::detail {
+namespace {
+
+// The most microbatches per step searched (beyond, a step's bubble is already small).
+constexpr int kMostMicrobatches = 128;
+
+// The splits of the layers into d stages tried: the even split, and the link-aware one where its
+// largest stage counting the links is smaller (planner.h), at the links of the level holding all
+// `workers` (the slowest a stage may cross): which runs faster, only the simulator tells. Where
+// the links do not set the largest stage, the even split alone (each split doubles the replays).
+std::vector<plan::Plan> splits(const profile::Profile& p, int d, const plan::Cluster& c, int workers) {
+  std::vector<plan::Plan> out{plan::even_split(p, d)};
+  if (d < 2 || workers < 2) return out;
+  double ms_per_byte = c.transfer_ms(c.range_level(0, workers - 1), 1.0);
+  plan::Plan linked = plan::link_aware_split(p, d, ms_per_byte);
+  if (plan::largest_linked_stage_ms(p, linked, ms_per_byte) < plan::largest_linked_stage_ms(p, out[0], ms_per_byte) * (1 - 1e-9))
+    out.push_back(std::move(linked));
+  return out;
+}
+
+// d stages of `split`, r replicas each: stage-major placement puts a stage's replicas side by
+// side, pipeline-major a copy's stages.
+plan::Plan uniform_plan(const plan::Plan& split, int r, bool stage_major) {
+  plan::Plan u = split;
+  int d = u.num_stages();
+  for (auto& st : u.stages) st.replicas = r;
+  if (stage_major) {
+    plan::assign_workers(u);
+    return u;
+  }
+  for (int s = 0; s < d; ++s) {
+    u.stages[s].workers.clear();
+    for (int k = 0; k < r; ++k) u.stages[s].workers.push_back(k * d + s);
+  }
+  u.workers = d * r;
+  return u;
+}
+
+}  // namespace
+
+std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
+                          const plan::PlanOptions& plan_options, const JointOptions& joint) {
+  int n = cluster.workers(), layers = p.num_layers();
+  int64_t B = p.batch_size;
+  auto wanted = [&](const std::string& kind) {
+    return joint.schedules.empty() ||
+           std::find(joint.schedules.begin(), joint.schedules.end(), kind) != joint.schedules.end();
+  };
+  // Microbatches per copy of the pipeline: 1, 2, 4, ... while a microbatch keeps whole samples.
+  auto per_copy = [&](int copies) {
+    std::vector<int> ms;
+    if (joint.microbatches > 0) {
+      if (joint.microbatches % copies == 0) ms.push_back(joint.microbatches / copies);
+      return ms;
+    }
+    for (int m = 1; m <= 64 && m <= B && copies * m <= kMostMicrobatches; m *= 2)
+      if (B % m == 0) ms.push_back(m);
+    return ms;
+  };
+  std::vector<Trial> out;
+  // The uniform plans on every worker, and (fewer_workers) on each smaller cluster's: its
+  // workers are ids 0..k-1 of this one, with the same links.
+  std::vector<plan::Cluster> clusters{cluster};
+  if (plan_options.fewer_workers)
+    for (const plan::Cluster& sub : plan::smaller_clusters(cluster)) clusters.push_back(sub);
+  for (const plan::Cluster& c : clusters) {
+    int w = c.workers();
+    for (int d = 1; d <= std::min(w, layers); ++d) {
+      if (w % d != 0) continue;
+      int r = w / d;
+      for (bool stage_major : {true, false})
+      for (const plan::Plan& split : splits(p, d, c, w)) {
+        // The same placement, or (one level) the same links.
+        if (!stage_major && (r == 1 || d == 1 || c.levels.size() < 2)) continue;
+        plan::Plan u = uniform_plan(split, r, stage_major);
+        if (d > 1) {
+          for (const char* kind : {"1f1b", "gpipe", "2bw"})
+            if (wanted(kind))
+              // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
+              // dozen past the warm-up make its steady state (the default, sized for PipeDream's
+              // one-microbatch minibatches, simulates thousands of microbatches here). Its double
+              // buffering can alternate two gaps between minibatches: the middle third (metrics.h)
+              // needs several to see them repeat; 6 minibatches measured one gap, 0.6-5% under.
+              for (int m : per_copy(r)) {
+                int enough = std::max(24, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
+                out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
+              }
+          if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
+        }
+        if (r == 1 && d > 1) {
+          if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
+          if (wanted("zb-h1"))
+            for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
+          // The V schedules, two chunks per worker in a V: the even split into 2d chunks, and the
+          // V split where it differs (planner.h: the simulator tells which runs faster).
+          std::vector<plan::Plan> v_splits;
+          if (2 * d <= layers) {
+            v_splits = {plan::even_split(p, 2 * d), plan::v_split(p, d)};
+            bool same = true;
+            for (int c = 0; c < 2 * d; ++c) same = same && v_splits[0].stages[c].layers == v_splits[1].stages[c].layers;
+            if (same) v_splits.pop_back();
+          }
+          for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
+            if (wanted(kind))
+              for (int m : per_copy(1))
+                if (m >= 2 * d || kind != std::string("dualpipev"))  // dualpipev: 2 x workers or more
+                  for (const plan::Plan& v : v_splits) out.push_back({kind, v, m, 1, B});
+        }
+      }
+    }
+    // Data parallelism on fewer workers: where the all-reduce outweighs their compute.
+    if (w < n && w > 1 && wanted("dp") && (joint.microbatches == 0 || joint.microbatches == w))
+      out.push_back({"dp", plan::data_parallel_plan(layers, w), w, 1, B * w});
+  }
+  for (const char* kind : {"interleaved", "interleaved-zb"})
+    if (wanted(kind))
+      for (int v : {2, 4}) {
+        // On every worker, or where the layers are too few for v chunks on each, on as many as
+        // have them (workers 0..w-1, a smaller cluster's): GPT-2048's 26 layers on 16 workers
+        // had no interleaved plan at all.
+        // Interleaved runs Megatron's groups of w microbatches: the most workers that divide some
+        // microbatch count searched.
+        size_t before = out.size();
+        for (int w = plan_options.fewer_workers ? std::min(n, layers / v) : n; w > 1 && out.size() == before; --w)
+          if (w * v <= layers) {
+            for (int m : per_copy(1))
+              if (m % w == 0 || kind != std::string("interleaved"))
+                out.push_back({kind, plan::even_split(p, w * v), m, v, B});
+          } else {
+            break;  // all workers, and too few layers for them
+          }
+      }
+  // PipeDream's baseline: every worker a minibatch of B, one step for all (weak scaling).
+  if (wanted("dp") && (joint.microbatches == 0 || joint.microbatches == n))
+    out.push_back({"dp", plan::data_parallel_plan(layers, n), n, 1, B * n});
+  if (wanted("pipedream")) {
+    // What `plan` itself chooses among and from: the search's candidates refereed, with their
+    // local search and in-flight and deferred-step variants. A deferred variant the referee
+    // turned down (gaining under what pays for its staleness) stays out.
+    try {
+      Refereed rf = choose(plan::plan_candidates(p, cluster, plan_options), p, cluster, plan_options);
+      for (size_t i = 0; i < rf.ranked.size(); ++i)
+        if (i == 0 || !rf.ranked[i].plan.deferred_step) out.push_back({"pipedream", rf.ranked[i].plan, 1, 1, B});
+    } catch (const ConfigError&) {
+      // no candidate schedules under pipedream: the uniform plans above remain
+    }
+  }
+  return out;
+}
+
+}  // namespace pt::referee::detail

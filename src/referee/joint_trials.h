@@ -1,0 +1,30 @@
+#pragma once
+// The configurations the joint search tries (internal to src/referee; joint_search.h lists them
+// per schedule kind): plans, how each runs, and the batch of one step.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/plan.h"
+#include "plan/planner.h"
+#include "profile/profile.h"
+#include "referee/joint_search.h"
+
+namespace pt::referee::detail {
+
+// One configuration to try: a plan (workers placed), how to run it, and the batch of one step.
+struct Trial {
+  std::string kind;
+  plan::Plan plan;
+  int microbatches = 1, chunks = 1;
+  int64_t batch = 1;
+  int minibatches = 0;  // asynchronous kinds: minibatches simulated (0: default_minibatches)
+};
+
+// Every configuration of the kinds `joint` asks for, on `cluster` and (plan_options.fewer_workers)
+// on its smaller clusters, pipedream's from the referee's candidates.
+std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
+                          const plan::PlanOptions& plan_options, const JointOptions& joint);
+
+}  // namespace pt::referee::detail

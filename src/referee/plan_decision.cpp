@@ -1,0 +1,190 @@
+// `plan`'s decision (plan_decision.h): the joint search's choice and its summary, PipeDream's plan
+// simulated, and the referee's choice with the notes on it (plan_notes.cpp).
+#include "referee/plan_decision.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "plan/split_ties.h"
+#include "referee/plan_notes.h"
+#include "referee/referee.h"
+#include "referee/replay_ahead.h"
+#include "schedule/generators.h"
+#include "schedule/memory.h"
+
+namespace pt::referee {
+namespace {
+
+// Whether one worker at its leanest (a sample a microbatch) fits the cap: where it does not, the
+// table does not advise it (VGG-16 under 2 GB would be told to train on one worker, which needs
+// 15 GB).
+bool one_worker_fits(const profile::Profile& profile, int64_t cap) {
+  if (cap <= 0) return true;
+  schedule::ScheduleOptions lean;
+  lean.microbatches = static_cast<int>(std::min<int64_t>(profile.batch_size, schedule::kMaxMicrobatches));
+  plan::Plan one = plan::data_parallel_plan(profile.num_layers(), 1);
+  one.batch_size = profile.batch_size;
+  return schedule::peak_memory(schedule::memory_per_worker(schedule::make_unvalidated_schedule("1f1b", one, lean),
+                                                           profile)) <= cap;
+}
+
+// The joint search's choice in words, under the table.
+std::string joint_summary(const Configuration& c, const JointOptions& joint, const plan::Cluster& cluster) {
+  std::ostringstream summary;
+  summary << "joint search (" << joint.objective << "): schedule " << c.plan.schedule;
+  if (c.plan.microbatches > 0) summary << ", " << c.plan.microbatches << " microbatches";
+  if (c.plan.chunks > 0) summary << ", " << c.plan.chunks << " chunks";
+  int recomputed = 0;
+  for (const auto& st : c.plan.stages) recomputed += st.recompute;
+  summary << ", recomputation on " << recomputed << " of " << c.plan.num_stages() << " stages, batch "
+          << c.plan.batch_size << " per step\n  simulated " << c.ms_per_sample << " ms per sample ("
+          << static_cast<int64_t>(1000.0 / c.ms_per_sample) << " samples/s), peak memory per worker "
+          << human_bytes(static_cast<double>(c.peak_memory));
+  if (joint.memory_cap > 0 && cluster.process_bytes > 0)
+    summary << " (the tensors' share of the " << human_bytes(static_cast<double>(joint.memory_cap + cluster.process_bytes))
+            << " cap: " << human_bytes(static_cast<double>(joint.memory_cap)) << ")";
+  else if (joint.memory_cap > 0)
+    summary << " (cap " << human_bytes(static_cast<double>(joint.memory_cap)) << ")";
+  summary << "\n";
+  if (c.staleness > 0)
+    summary << "  asynchronous: a stage's weights lag up to " << c.staleness
+            << " updates (--objective time-to-accuracy weighs it)\n";
+  // PipeDream-2BW's double buffer (a lag of one) holds where a replica's microbatches of one
+  // minibatch cover its warm-up (schedule::two_bw): VGG-16 4-4 with 4 microbatches keeps 3.
+  if (c.plan.schedule == "2bw" && c.staleness > 1)
+    summary << "  2bw keeps " << c.staleness + 1 << " weight versions on a stage here, not PipeDream-2BW's 2: a "
+            << "replica's microbatches of one minibatch do not cover its warm-up (more microbatches per minibatch, "
+               "or fewer replicas a stage, bring it to 2)\n";
+  return summary.str();
+}
+
+PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& request) {
+  const JointOptions& joint = request.joint_options;
+  JointResult r = joint_search(out.profile, out.cluster, out.options, joint);
+  const Configuration& c = chosen(r, joint, out.profile, out.cluster);
+  PlanDecision d;
+  d.plan = c.plan;
+  if (!out.profile.ties.empty()) {  // as the schedule places the stages (a V puts two on a worker)
+    schedule::Schedule s = schedule::make_unvalidated_schedule(c.plan.schedule, c.plan, c.run);
+    for (const auto& note : plan::split_tie_notes(out.profile, s.stage_layers, s.stage_workers, out.cluster))
+      d.plan.notes.push_back(note);
+  }
+  d.shown = as_run(d.plan);
+  d.one_worker_fits = one_worker_fits(out.profile, joint.memory_cap);
+  d.summary = joint_summary(c, joint, out.cluster);
+  if (request.top > 0) d.reports += "\n" + format_configurations(r, request.top);
+  if (request.explain) {
+    d.reports += "\nmemory per worker (modelled):\n";
+    for (size_t w = 0; w < c.memory.size(); ++w)
+      d.reports += str("  w", w, ": ", schedule::describe(c.memory[w]), "\n");
+  }
+  return d;
+}
+
+// PipeDream's optimizer keeps its own prediction; the simulator says what the plan runs at.
+// Its plans are for PipeDream's schedule (1F1B-RR): `simulate --plan` and `train --plan` run
+// that, as `plan` simulated it (1f1b, their default otherwise, cannot run a stage of more
+// replicas than its 4 microbatches: VGG-16's 7-1 on 8 workers).
+PlanDecision decide_pipedream(const plan::PlanOutcome& out) {
+  PlanDecision d;
+  d.plan = out.plan;
+  d.plan.schedule = "pipedream";
+  double simulated = simulate_plan(d.plan, out.profile, out.cluster, out.options);
+  if (simulated > 0) {
+    d.plan.simulated_ms_per_minibatch = simulated;
+    d.plan.simulated_schedule = "pipedream";
+  }
+  // PipeDream's cap is its formula's; where the memory model (what train checks) puts the plan
+  // over it, the plan says so (VGG-16 on 8 workers at 10 Gbit/s under 8 GB: its 4-3-1 at 24.2 GiB).
+  if (out.memory_cap > 0) {
+    int64_t peak = schedule::peak_memory(schedule::memory_over_long_run("pipedream", d.plan, {}, out.profile));
+    if (peak > out.memory_cap)
+      d.plan.notes.push_back(str("memory: PipeDream's optimizer keeps the ", human_bytes(static_cast<double>(out.memory_cap)),
+                                 " cap by its own formula (a stage's minibatches in flight x its activations and "
+                                 "weights); the memory model, which train checks, puts this plan at ",
+                                 human_bytes(static_cast<double>(peak)),
+                                 " per worker (weights, gradients, momentum, stashed versions and activations), over "
+                                 "the cap; --cost-model pipetrain plans under the cap by the memory model"));
+  }
+  d.shown = d.plan;
+  return d;
+}
+
+// No candidate can be replayed (hundreds of workers: replica counts whose rounds run to
+// thousands of minibatches): the search's best by its prediction, and a note that says so.
+PlanDecision unsimulated(const plan::PlanOutcome& out, const Refereed& r) {
+  PlanDecision d;
+  d.plan = out.candidates.front();
+  d.plan.notes.push_back(str("not simulated: the replica counts of all ", r.unschedulable.size(),
+                             " candidates repeat only every ", kMaxReplayPeriod, " or more minibatches, too long to "
+                             "replay; this plan is the search's best by its prediction alone"));
+  d.shown = d.plan;
+  return d;
+}
+
+PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& request) {
+  Refereed r = choose(out.candidates, out.profile, out.cluster, out.options, "pipedream",
+                      /*own_buckets=*/!request.bucket_given);
+  if (r.ranked.empty()) return unsimulated(out, r);
+  const Candidate& chosen = r.ranked.front();
+  PlanDecision d;
+  d.plan = chosen.plan;
+  plan::Plan& p = d.plan;
+  // The plan's predicted time is its simulated steady state, the quantity it was ranked by.
+  p.pipeline_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
+  p.data_parallel_ms_per_minibatch = r.data_parallel_ms;
+  note_unreplayed_data_parallel(p, r, out.cluster);
+  p.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
+  p.simulated_schedule = r.schedule;
+  // (One worker alone is no data parallelism to explain.)
+  if (steady_state_in_closed_form(p, r.schedule) && p.workers > 1)
+    p.notes.push_back(str("data parallelism on ", p.workers, " workers: its steady state is the cost engine's closed "
+                          "form, which for data parallelism is the simulator's figure exactly (its replicas are "
+                          "alike), so it is not replayed"));
+  p.schedule = r.schedule;  // what `train --plan` runs
+  note_plan_bucket(p, r, request.bucket_mb, request.bucket_given);
+  note_unreplayed_faster(p, r);
+  if (r.timed_out) note_time_limit(p, r, out.options);
+  if (p.num_stages() > 1) note_asynchronous(p);
+  if (p.deferred_step) note_deferred_step(p, r);
+  if (p.workers < out.cluster.workers()) note_fewer_workers(p, r, out.cluster);
+  note_hierarchical_data_parallel(p, r, out);
+  if (p.num_stages() > 1)
+    p.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "
+                      "unreplicated (mnist-cnn, 2 epochs: one worker 89.5%; pipedream 3-1 88.8-89.0%, 1-3 "
+                      "85.9%); 1f1b on this plan computes one worker's gradients");
+  d.shown = p;
+  if (request.top > 0) d.reports += "\n" + format_top(r, out.profile, request.top);
+  if (request.explain)
+    d.reports += "\n" + format_explain(chosen, out.profile, out.cluster) + bucket_explained(p, request.bucket_mb);
+  return d;
+}
+
+}  // namespace
+
+plan::Plan as_run(const plan::Plan& p) {
+  if (!schedule::is_interleaved(p.schedule) && !schedule::is_v_schedule(p.schedule)) return p;
+  schedule::ScheduleOptions schedule_options;
+  schedule_options.microbatches = std::max(1, p.microbatches);
+  schedule_options.chunks = std::max(1, p.chunks);
+  schedule::Schedule s = schedule::make_unvalidated_schedule(p.schedule, p, schedule_options);
+  plan::Plan shown = p;
+  std::set<int> used;
+  for (int st = 0; st < p.num_stages(); ++st) {
+    shown.stages[st].workers = s.stage_workers[st];
+    used.insert(s.stage_workers[st].begin(), s.stage_workers[st].end());
+  }
+  shown.workers = static_cast<int>(used.size());
+  return shown;
+}
+
+PlanDecision decide_plan(const plan::PlanOutcome& searched, const PlanRequest& request) {
+  if (request.joint) return decide_joint(searched, request);
+  if (searched.options.cost_model == plan::CostModel::kPipetrain) return decide_refereed(searched, request);
+  return decide_pipedream(searched);
+}
+
+}  // namespace pt::referee

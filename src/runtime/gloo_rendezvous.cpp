@@ -1,0 +1,78 @@
+// A gloo job's rendezvous: every worker joins (naming the missing ones while it waits), then
+// the workers compare what they were given to run (gloo_transport.h).
+#include <chrono>
+#include <thread>
+
+#include "runtime/gloo_transport.h"
+#include "runtime/job_store.h"
+
+namespace pt::runtime {
+
+void GlooTransport::join_all() {
+  auto key = [](int r) { return "pipetrain/joined/" + std::to_string(r); };
+  store_->set(key(config_.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> all;
+  for (int r = 0; r < config_.world_size; ++r) all.push_back(key(r));
+  using Clock = std::chrono::steady_clock;
+  // --rendezvous-timeout itself: the wait for the others to start (it waited the larger of it and
+  // --timeout, which gloo's groups need for their collectives).
+  auto limit = std::chrono::milliseconds(static_cast<int64_t>(config_.rendezvous_timeout_s * 1000));
+  auto start = Clock::now(), next_note = start + std::chrono::seconds(10);
+  auto missing = [&] {
+    std::string out;
+    int n = 0;
+    for (int r = 0; r < config_.world_size; ++r)
+      if (!store_->check({key(r)})) out += str(n++ ? ", " : "", r);
+    return str(n == 1 ? "worker " : "workers ", out, " of ", config_.world_size);
+  };
+  while (!store_->check(all)) {
+    auto now = Clock::now();
+    auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+    if (now - start > limit)
+      throw TransportError(str("worker ", config_.rank, ": ", missing(), " never joined the rendezvous at ",
+                               config_.master_addr, ":", config_.master_port, " within ", waited,
+                               " s; did they start, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?"));
+    if (now >= next_note) {  // a worker that never started is named while the others wait
+      print_line_to_stderr(str("pipetrain worker ", config_.rank, ": waiting for ", missing(), " to join the rendezvous at ",
+                               config_.master_addr, ":", config_.master_port, " (", waited, " s of ",
+                               std::chrono::duration_cast<std::chrono::seconds>(limit).count(), ")"));
+      next_note += std::chrono::seconds(10);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void GlooTransport::check_agreement(const json& digest) {
+  auto key = [](int r) { return "pipetrain/digest/" + std::to_string(r); };
+  std::string mine = digest.dump();
+  store_->set(key(config_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<json> all(config_.world_size);
+  for (int r = 0; r < config_.world_size; ++r) {
+    std::vector<uint8_t> bytes = store_->get(key(r));
+    all[r] = parse_json(std::string(bytes.begin(), bytes.end()), str("worker ", r, "'s job description"));
+  }
+  // Worker 0 hosts the store: where it is about to stop on a disagreement, it first waits (a few
+  // seconds at most) until every worker has read the descriptions, so that each names the
+  // disagreement rather than a rendezvous gone (which it did only while worker 0's exit was slow).
+  auto read = [](int r) { return "pipetrain/digest/read/" + std::to_string(r); };
+  store_->set(read(config_.rank), {1});
+  if (config_.rank == 0 && std::any_of(all.begin() + 1, all.end(), [&](const json& d) { return d != all[0]; })) {
+    std::vector<std::string> everyone;
+    for (int r = 0; r < config_.world_size; ++r) everyone.push_back(read(r));
+    try {
+      store_->wait(everyone, std::min(rendezvous_timeout_, std::chrono::milliseconds(10000)));
+    } catch (const std::exception&) {  // a worker that never reads them is not waited for longer
+    }
+  }
+  for (int r = 1; r < config_.world_size; ++r) {
+    std::vector<JsonDifference> fields = json_differences(all[0], all[r]);
+    if (fields.empty()) continue;
+    std::string what;
+    for (const auto& f : fields)
+      what += str(what.empty() ? "" : "; ", "'", f.path, "': worker 0 has ", f.a, ", worker ", r, " has ", f.b);
+    throw ConfigError(str("the workers disagree (", what, "); every worker of a job must be started with the same ",
+                          "plan, flags and data"));
+  }
+}
+
+}  // namespace pt::runtime

@@ -1,0 +1,67 @@
+// The Job is made once (job/job.h): each schedule is generated and validated once per segment
+// length, in make_job, and the runners run what it holds.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "pipeline_test_util.h"
+
+namespace pt::runtime {
+namespace {
+
+// Distinct segment lengths, and the typical schedule's.
+size_t schedules_needed(const Job& job) {
+  std::set<int> lengths{job.typical->minibatches};
+  for (const auto& seg : job.segments) lengths.insert(seg.minibatches);
+  // A synchronous schedule runs one minibatch per segment: one schedule serves all.
+  return job.typical->flush ? 1 : lengths.size();
+}
+
+void expect_each_schedule_made_once(const std::string& kind, int replicas, int64_t epochs, int64_t eval_every) {
+  SCOPED_TRACE(str(kind, ", ", replicas, " replicas of the first stage, ", epochs, " epochs"));
+  auto m = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*m, 80, 16, 10, 5);  // 10 minibatches of 8 per epoch
+  plan::Plan plan = plan::data_parallel_plan(m->num_layers(), 1);
+  plan.stages = {{{0, 1}, replicas, {}}, {{2, 3, 4}, 1, {}}};
+  for (int w = 0; w <= replicas; ++w) (w < replicas ? plan.stages[0] : plan.stages[1]).workers.push_back(w);
+  plan.workers = replicas + 1;
+  PipelineOptions o;
+  o.schedule = kind;
+  o.microbatches = 2;
+  o.train.batch_size = 8;
+  o.train.epochs = epochs;
+  o.train.eval_every = eval_every;
+  o.train.quiet = true;
+  int64_t before = schedule::schedules_made();
+  Job job = make_job(plan, o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  int64_t made = schedule::schedules_made() - before;
+  EXPECT_EQ(made, static_cast<int64_t>(schedules_needed(job)));
+  std::set<int> lengths;
+  for (const auto& seg : job.segments) lengths.insert(seg.minibatches);
+  if (!job.typical->flush) EXPECT_GT(lengths.size(), 1u);  // the case is one the count can fail
+  auto result = run_on_threads(job, [](const model::LayerSet& held) { return testing::seeded_cnn(3, held); }, data);
+  EXPECT_EQ(schedule::schedules_made() - before, made) << "the runners generated schedules of their own";
+  EXPECT_EQ(result.train.steps, job.steps);
+}
+
+TEST(Job, EachScheduleIsMadeOncePerSegmentLengthAndTheRunnersRunThem) {
+  // Asynchronous, with evaluations that cut epochs into segments of several lengths.
+  expect_each_schedule_made_once("pipedream", 1, 2, 4);
+  expect_each_schedule_made_once("pipedream", 2, 1, 6);
+  // Synchronous: a minibatch per segment.
+  expect_each_schedule_made_once("1f1b", 1, 1, 3);
+}
+
+// Every check runs in make_job, before any worker starts: a bad option is refused there.
+TEST(Job, MakeJobRefusesBadOptionsBeforeAnyWorkerStarts) {
+  auto m = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*m, 32, 8, 10, 5);
+  PipelineOptions o;
+  o.schedule = "1f1b";
+  o.microbatches = 3;  // does not divide the batch
+  o.train.batch_size = 8;
+  EXPECT_THROW(make_job(plan::data_parallel_plan(m->num_layers(), 1), o, *m, data), UsageError);
+}
+
+}  // namespace
+}  // namespace pt::runtime
