@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan_command.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"

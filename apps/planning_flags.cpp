@@ -23,13 +23,13 @@ void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
                  "(default: the cluster file's, as `pipetrain calibrate` measures it, or 0)");
 }
 
-void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o) {
-  app.add_option("--microbatches", o.microbatches, "Microbatches per minibatch")->capture_default_str();
-  app.add_option("--chunks", o.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
-  app.add_option("--minibatches", o.minibatches, "Minibatches an asynchronous schedule covers (0: enough for a steady state past warm-up and drain)")
+void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& schedule_options) {
+  app.add_option("--microbatches", schedule_options.microbatches, "Microbatches per minibatch")->capture_default_str();
+  app.add_option("--chunks", schedule_options.chunks, "Model chunks per worker (interleaved)")->capture_default_str();
+  app.add_option("--minibatches", schedule_options.minibatches, "Minibatches an asynchronous schedule covers (0: enough for a steady state past warm-up and drain)")
       ->capture_default_str();
-  app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: vertical sync of weight versions");
-  app.add_flag("--deferred-step", o.deferred_step,
+  app.add_flag("--vertical-sync", schedule_options.vertical_sync, "pipedream: vertical sync of weight versions");
+  app.add_flag("--deferred-step", schedule_options.deferred_step,
                "pipedream: a replicated first stage steps after its next forward, which hides its all-reduce's "
                "tail (its weights lag one more update)");
 }

@@ -16,7 +16,7 @@ namespace pt::app {
 void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f);
 
 // Adds --microbatches, --chunks, --minibatches and --vertical-sync to `app`.
-void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& o);
+void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& schedule_options);
 
 // Even split of the profile into `stages` single-replica stages, fewer when it has fewer layers.
 plan::Plan straight_plan(const profile::Profile& p, int stages);

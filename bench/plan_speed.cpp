@@ -79,7 +79,7 @@ profile::Profile resnet50_like() {
 }
 
 void run(const profile::Profile& prof, const std::string& cluster_name, const plan::Cluster& cluster) {
-  for (auto model : {plan::CostModel::kPipetrain, plan::CostModel::kPipedream}) {
+  for (auto model : {plan::CostModel::kRealised, plan::CostModel::kPipedream}) {
     plan::PlanOptions o;
     o.cost_model = model;
     auto t0 = std::chrono::steady_clock::now();

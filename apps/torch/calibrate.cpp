@@ -52,12 +52,12 @@ plan::Cluster shape_of(const CalibrateFlags& f) {
 }
 
 job::CalibrationOptions options_of(const CalibrateFlags& f) {
-  job::CalibrationOptions o;
+  job::CalibrationOptions calibration_options;
   for (int64_t s : job::default_calibration_sizes())
-    if (static_cast<double>(s) <= f.max_mb * (1 << 20)) o.sizes.push_back(s);
-  if (o.sizes.size() < 2) throw UsageError(str("--max-mb: ", f.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
-  o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
-  return o;
+    if (static_cast<double>(s) <= f.max_mb * (1 << 20)) calibration_options.sizes.push_back(s);
+  if (calibration_options.sizes.size() < 2) throw UsageError(str("--max-mb: ", f.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
+  calibration_options.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
+  return calibration_options;
 }
 
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.

@@ -107,26 +107,26 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
     throw UsageError("--data fashion-mnist: mlp takes vectors of its hidden size (1024 x --width); use --data synthetic");
   model::check_model_options(options);  // before loading data that a bad value would waste
   model::DataSplit data_split;
-  model::ModelOptions o = options;
+  model::ModelOptions model_options = options;
   if (kind == "fashion-mnist") {
     data_split = model::load_fashion_mnist(data_dir);
     if (model != "mnist-cnn") {
-      if (o.image_size && o.image_size != 28)
-        throw UsageError(str("--image-size: fashion-mnist images are 28x28, got ", o.image_size));
-      o.image_size = 28;
-      o.channels = 1;
+      if (model_options.image_size && model_options.image_size != 28)
+        throw UsageError(str("--image-size: fashion-mnist images are 28x28, got ", model_options.image_size));
+      model_options.image_size = 28;
+      model_options.channels = 1;
     }
-    o.classes = data_split.classes;
+    model_options.classes = data_split.classes;
   } else if (kind == "text") {
-    int64_t seq = o.seq_len > 0 ? o.seq_len : (model == "gpt" ? 64 : 70);
+    int64_t seq = model_options.seq_len > 0 ? model_options.seq_len : (model == "gpt" ? 64 : 70);
     data_split = model::load_text(text, seq);
-    o.seq_len = seq;
-    o.vocab = data_split.vocab;
+    model_options.seq_len = seq;
+    model_options.vocab = data_split.vocab;
   }
-  resolved_ = o;
+  resolved_ = model_options;
   auto m = build_model_only(none);
   if (kind == "synthetic") {
-    int64_t n = lm ? (o.vocab > 0 ? o.vocab : 10000) : (o.classes > 0 ? o.classes : (model == "mnist-cnn" || model == "mlp" ? 10 : 1000));
+    int64_t n = lm ? (model_options.vocab > 0 ? model_options.vocab : 10000) : (model_options.classes > 0 ? model_options.classes : (model == "mnist-cnn" || model == "mlp" ? 10 : 1000));
     data_split = model::synthetic_data(*m, synthetic_samples, std::max<int64_t>(1, synthetic_samples / 8), n, seed + 1);
   }
   *data_out = std::move(data_split);
@@ -172,9 +172,9 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only(const model::L
   if (model::is_model_file(model)) {
     m = model::load_scripted_model(model, loss, held);
   } else {
-    model::ModelOptions o = resolved_;
-    o.seed = seed;
-    m = model::build_model(model, o, held);
+    model::ModelOptions model_options = resolved_;
+    model_options.seed = seed;
+    m = model::build_model(model, model_options, held);
   }
   m->set_precision(model::parse_precision(precision, "--precision"));
   return m;

@@ -72,30 +72,30 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
 void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& f, const std::string& label) {
   if (r.steps <= 0) return;
   const plan::Plan& plan = job.plan;
-  const job::PipelineOptions& o = job.options;
+  const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
-  auto rate = [&](double ms) { return static_cast<int64_t>(o.train.batch_size * 1000.0 / ms); };
-  if (f.request.profile && (f.transport == "threads" || f.model.emulated())) {
+  auto rate = [&](double ms) { return static_cast<int64_t>(job_options.train.batch_size * 1000.0 / ms); };
+  if (f.request.profile) {
     const profile::Profile& prof = *f.request.profile;
-    job::RunPrediction p =
-        f.model.emulated() ? job::predict_emulated_run(job, prof, f.model.emulation.time_scale)
-                           : job::predict_threads_run(job, prof, static_cast<int>(std::thread::hardware_concurrency()));
+    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    job::RunPrediction p = f.model.emulated() ? job::predict_emulated_run(job, prof, f.model.emulation.time_scale)
+                                              : job::predict_host_run(job, prof, cores, f.transport);
     p.transport = f.transport;
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "
-              << r.samples_per_s / (o.train.batch_size * 1000.0 / p.ms()) << ")\n";
+              << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms()) << ")\n";
     return;
   }
   if (plan.pipeline_ms_per_minibatch <= 0) return;
-  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : o.train.batch_size;
+  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : job_options.train.batch_size;
   double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
   std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
   // The planner predicts (and its referee simulates) the schedule it names; another one runs
   // the same stages with other bubbles.
-  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != o.schedule)
-    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << o.schedule;
+  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != job_options.schedule)
+    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << job_options.schedule;
   std::cout << " (ratio " << r.samples_per_s / predicted;
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
@@ -105,12 +105,12 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
 
 void print_modelled_memory(const job::Job& job, const TrainFlags& f, const std::string& label, int64_t data_bytes) {
   if (!f.request.profile) return;
-  const job::PipelineOptions& o = job.options;
+  const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
   double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
-  profile::Profile prof = profile::with_batch_size(*f.request.profile, o.train.batch_size);
+  profile::Profile prof = profile::with_batch_size(*f.request.profile, job_options.train.batch_size);
   schedule::MemoryOptions mo;
-  mo.optimizer_copies = o.train.sgd.state_copies();
+  mo.optimizer_copies = job_options.train.sgd.state_copies();
   if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto over = [&](int minibatches) { return *job.schedule_over(minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's
@@ -123,7 +123,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& f, const std::
   std::cout << "\n";
   // As the OS counts it: each process holds its tensors, the data and what calibrate measured a
   // worker process to hold besides (the cluster's process_bytes).
-  int64_t process = o.cluster.process_bytes;
+  int64_t process = job_options.cluster.process_bytes;
   if (process <= 0) return;
   std::string besides = str(" (the tensors above, the data ", human_bytes(static_cast<double>(data_bytes)),
                             " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");

@@ -13,7 +13,7 @@ namespace pt::app {
 // NaN or infinite trained nothing usable: it fails (after printing), not exit 0.
 void print_result(const runtime::TrainResult& r, const std::string& label);
 
-// The measured-vs-predicted line. With --profile on the threads transport, or with emulated
+// The measured-vs-predicted line. With --profile (threads or gloo processes on this host), or with emulated
 // compute: the simulator's figure for this very run on this machine or its --cluster
 // (job/prediction.h). Otherwise the plan's own prediction, in ms per minibatch of the profile's
 // batch size (emulated compute waits the profile's times x S), for the schedule and cluster it

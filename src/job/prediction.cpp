@@ -37,16 +37,18 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
 
 }  // namespace
 
-RunPrediction predict_threads_run(const Job& job, const profile::Profile& profile, int cores) {
+RunPrediction predict_host_run(const Job& job, const profile::Profile& profile, int cores,
+                               const std::string& transport) {
   plan::check_plan_fits(job.plan, profile, "plan");
   const plan::Cluster& cluster = job.options.cluster;
-  // A cluster calibrated on threads (calibrate --workers N) measured this very hand-over: its
-  // latency, rate and all-reduce terms; otherwise tensors cross for free.
-  bool on_threads = cluster.calibration.is_object() && cluster.calibration.value("transport", "") == "threads";
-  const plan::Cluster* measured = !cluster.levels.empty() && on_threads ? &cluster : nullptr;
+  // A cluster calibrated over this transport (calibrate --workers N [--transport gloo]) measured
+  // this very hand-over: its latency, rate and all-reduce terms; otherwise tensors cross for free.
+  bool same = cluster.calibration.is_object() && cluster.calibration.value("transport", "") == transport;
+  const plan::Cluster* measured = !cluster.levels.empty() && same ? &cluster : nullptr;
   RunPrediction r =
       simulate_run(job, profile::with_batch_size(profile, job.options.train.batch_size), measured, cores);
-  r.calibrated_threads = measured != nullptr;
+  r.calibrated_host = measured != nullptr;
+  r.transport = transport;
   return r;
 }
 
@@ -64,12 +66,12 @@ std::string RunPrediction::describe(const Job& job) const {
   std::string s = options.schedule;
   if (options.schedule != "pipedream") s += str(", ", options.microbatches, " microbatches");
   if (schedule::is_interleaved(options.schedule)) s += str(", ", options.chunks, " chunks");
+  std::string on = transport == "threads" ? " workers on threads" : str(" workers as ", transport, " processes");
   s += str(", ", workers,
-           calibrated_threads  ? " workers on threads, their hand-over as calibrated (--cluster)"
-           : on_cluster        ? " workers on the job's --cluster"
+           calibrated_host          ? on + ", their hand-over as calibrated (--cluster)"
+           : on_cluster             ? " workers on the job's --cluster"
            : transport == "threads" ? " workers on threads, transfers in memory"
-                               : str(" workers as ", transport,
-                                     " processes, their transfers not charged: no --cluster"));
+                                    : on + ", their transfers not charged: no --cluster calibrated over " + transport);
   auto rate = [&](double ms) { return static_cast<int64_t>(options.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
     s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");

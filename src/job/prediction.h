@@ -20,14 +20,18 @@ struct RunPrediction {
   int cores = 0;
   int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
   bool on_cluster = false;   // links of the job's --cluster, not memory
-  bool calibrated_threads = false;  // that cluster: threads' hand-over, as calibrate measured it
+  bool calibrated_host = false;  // that cluster: this host's hand-over, as calibrate measured it
   std::string transport = "threads";  // how the run's workers talk (train --transport): named, not costed
   double ms() const { return simulated_ms; }
   std::string describe(const Job& job) const;  // "1f1b, 4 microbatches; ..."
 };
 
-// ConfigError when the profile does not fit the plan.
-RunPrediction predict_threads_run(const Job& job, const profile::Profile& profile, int cores);
+// A run on this host's `cores`, its workers threads of one process or (`transport` gloo) one
+// process each: the job's --cluster where `calibrate` measured it over the same transport (its
+// hand-over, latency and all-reduce terms), else tensors that cross for free. ConfigError when
+// the profile does not fit the plan.
+RunPrediction predict_host_run(const Job& job, const profile::Profile& profile, int cores,
+                               const std::string& transport);
 // Emulated compute waits the profile's times x time_scale, so the host's cores are no limit; its
 // links are the job's cluster (as the testbed shapes them) or, without one, memory.
 RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale);

@@ -23,7 +23,7 @@ namespace {
 // Minibatch losses on the reporting worker (the last stage's replica 0), from the microbatch
 // losses it computes and, with a replicated last stage, those its other replicas send it after
 // each segment (gathered: it sees only its share of a minibatch's microbatches, or of the
-// minibatches, and reported that share scaled to the minibatch until 2026-11-26). A minibatch's
+// minibatches, and a share scaled to the minibatch is a sample, not the loss). A minibatch's
 // loss is the mean over its microbatches, scaled to the whole minibatch. The reporter's own
 // microbatches arrive in minibatch order, so ungathered a minibatch is complete when the next
 // one starts; gathered, at the segment's end.

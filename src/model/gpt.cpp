@@ -55,14 +55,14 @@ TORCH_MODULE(Block);
 
 }  // namespace
 
-std::shared_ptr<LayeredModel> build_gpt(const ModelOptions& o, const LayerSet& held) {
-  int64_t vocab = o.vocab > 0 ? o.vocab : 10000;
-  int64_t seq = o.seq_len > 0 ? o.seq_len : 64;
-  int64_t depth = o.depth > 0 ? o.depth : 4;
+std::shared_ptr<LayeredModel> build_gpt(const ModelOptions& model_options, const LayerSet& held) {
+  int64_t vocab = model_options.vocab > 0 ? model_options.vocab : 10000;
+  int64_t seq = model_options.seq_len > 0 ? model_options.seq_len : 64;
+  int64_t depth = model_options.depth > 0 ? model_options.depth : 4;
   int64_t heads = 4;
   // d_model is a multiple of the head count.
-  int64_t d = std::max<int64_t>(1, std::llround(32 * o.width)) * heads;
-  auto m = std::make_shared<LayeredModel>("gpt", Task::kLanguageModel, std::vector<int64_t>{seq}, true, held, o.seed);
+  int64_t d = std::max<int64_t>(1, std::llround(32 * model_options.width)) * heads;
+  auto m = std::make_shared<LayeredModel>("gpt", Task::kLanguageModel, std::vector<int64_t>{seq}, true, held, model_options.seed);
   m->add("embed", [=] { return nn::Sequential(Embed(vocab, seq, d)); });
   for (int64_t i = 0; i < depth; ++i)
     m->add("block" + std::to_string(i + 1), [=] { return nn::Sequential(Block(d, heads)); });

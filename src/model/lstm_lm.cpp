@@ -26,13 +26,13 @@ TORCH_MODULE(LstmLayer);
 
 }  // namespace
 
-std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o, const LayerSet& held) {
-  int64_t vocab = o.vocab > 0 ? o.vocab : 10000;
-  int64_t seq = o.seq_len > 0 ? o.seq_len : 70;
-  int64_t layers = o.depth > 0 ? o.depth : 3;
-  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * o.width)); };
+std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& model_options, const LayerSet& held) {
+  int64_t vocab = model_options.vocab > 0 ? model_options.vocab : 10000;
+  int64_t seq = model_options.seq_len > 0 ? model_options.seq_len : 70;
+  int64_t layers = model_options.depth > 0 ? model_options.depth : 3;
+  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * model_options.width)); };
   int64_t emb = scaled(400), hidden = scaled(1150);
-  auto m = std::make_shared<LayeredModel>("lstm-lm", Task::kLanguageModel, std::vector<int64_t>{seq}, true, held, o.seed);
+  auto m = std::make_shared<LayeredModel>("lstm-lm", Task::kLanguageModel, std::vector<int64_t>{seq}, true, held, model_options.seed);
   m->add("embed", [vocab, emb] { return nn::Sequential(nn::Embedding(vocab, emb)); });
   for (int64_t i = 0; i < layers; ++i) {
     int64_t in = i == 0 ? emb : hidden;

@@ -12,12 +12,12 @@ namespace pt::model {
 
 namespace nn = torch::nn;
 
-std::shared_ptr<LayeredModel> build_mlp(const ModelOptions& o, const LayerSet& held) {
-  int64_t hidden = std::max<int64_t>(1, std::llround(1024 * o.width));
-  int64_t depth = o.depth > 0 ? o.depth : 4;
-  int64_t classes = o.classes > 0 ? o.classes : 10;
+std::shared_ptr<LayeredModel> build_mlp(const ModelOptions& model_options, const LayerSet& held) {
+  int64_t hidden = std::max<int64_t>(1, std::llround(1024 * model_options.width));
+  int64_t depth = model_options.depth > 0 ? model_options.depth : 4;
+  int64_t classes = model_options.classes > 0 ? model_options.classes : 10;
   auto m = std::make_shared<LayeredModel>("mlp", Task::kClassification, std::vector<int64_t>{hidden}, false, held,
-                                          o.seed);
+                                          model_options.seed);
   for (int64_t i = 0; i < depth; ++i)
     m->add("fc" + std::to_string(i + 1), [hidden] { return nn::Sequential(nn::Linear(hidden, hidden), nn::ReLU()); });
   m->add("head", [hidden, classes] { return nn::Sequential(nn::Linear(hidden, classes)); });

@@ -6,10 +6,10 @@ namespace pt::model {
 
 namespace nn = torch::nn;
 
-std::shared_ptr<LayeredModel> build_mnist_cnn(const ModelOptions& o, const LayerSet& held) {
+std::shared_ptr<LayeredModel> build_mnist_cnn(const ModelOptions& model_options, const LayerSet& held) {
   auto m = std::make_shared<LayeredModel>("mnist-cnn", Task::kClassification,
-                                          std::vector<int64_t>{1, 28, 28}, false, held, o.seed);
-  int64_t classes = o.classes > 0 ? o.classes : 10;
+                                          std::vector<int64_t>{1, 28, 28}, false, held, model_options.seed);
+  int64_t classes = model_options.classes > 0 ? model_options.classes : 10;
   // conv 5x5 1->16 pad 2 + ReLU + 2x2 max-pool: [N,1,28,28] -> [N,16,14,14]
   m->add("conv1", [] { return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::ReLU(), nn::MaxPool2d(2)); });
   // conv 5x5 16->32 pad 2 + ReLU + pool: -> [N,32,7,7]

@@ -10,11 +10,11 @@ const std::vector<std::string>& optimizer_kinds() {
   return kinds;
 }
 
-double learning_rate(const OptimizerOptions& o, int64_t step) {
-  double lr = o.lr;
-  if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= static_cast<double>(step + 1) / o.warmup_steps;
-  if (o.lr_schedule == "cosine" && o.total_steps > 0) {
-    double t = std::clamp(static_cast<double>(step) / o.total_steps, 0.0, 1.0);
+double learning_rate(const OptimizerOptions& optimizer_options, int64_t step) {
+  double lr = optimizer_options.lr;
+  if (optimizer_options.warmup_steps > 0 && step < optimizer_options.warmup_steps) lr *= static_cast<double>(step + 1) / optimizer_options.warmup_steps;
+  if (optimizer_options.lr_schedule == "cosine" && optimizer_options.total_steps > 0) {
+    double t = std::clamp(static_cast<double>(step) / optimizer_options.total_steps, 0.0, 1.0);
     lr *= 0.5 * (1 + std::cos(M_PI * t));
   }
   return lr;

@@ -48,7 +48,7 @@ struct OptimizerOptions {
 const std::vector<std::string>& optimizer_kinds();
 
 // The learning rate of the step that applies minibatch `step` (0-based).
-double learning_rate(const OptimizerOptions& o, int64_t step);
+double learning_rate(const OptimizerOptions& optimizer_options, int64_t step);
 
 // Steps the flat buffers of a stage replica in place: a few whole-buffer passes and no
 // allocation. The state buffers start at zero, which gives sgd's first step exactly torch's

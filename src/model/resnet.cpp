@@ -47,16 +47,16 @@ TORCH_MODULE(ResidualBlock);
 
 }  // namespace
 
-std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o, const LayerSet& held) {
-  int64_t size = o.image_size > 0 ? o.image_size : 224;
-  int64_t channels = o.channels > 0 ? o.channels : 3;
-  int64_t classes = o.classes > 0 ? o.classes : 1000;
-  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * o.width)); };
+std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& model_options, const LayerSet& held) {
+  int64_t size = model_options.image_size > 0 ? model_options.image_size : 224;
+  int64_t channels = model_options.channels > 0 ? model_options.channels : 3;
+  int64_t classes = model_options.classes > 0 ? model_options.classes : 1000;
+  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * model_options.width)); };
   bool bottleneck = depth == 50;
   const int blocks[] = {bottleneck ? 3 : 2, bottleneck ? 4 : 2, bottleneck ? 6 : 2, bottleneck ? 3 : 2};
   int64_t expansion = bottleneck ? 4 : 1;
   auto m = std::make_shared<LayeredModel>("resnet" + std::to_string(depth), Task::kClassification,
-                                          std::vector<int64_t>{channels, size, size}, false, held, o.seed);
+                                          std::vector<int64_t>{channels, size, size}, false, held, model_options.seed);
   int64_t in = scaled(64);
   m->add("stem", [size, channels, in] {
     if (size < 64) return conv_bn(channels, in, 3, 1, true);

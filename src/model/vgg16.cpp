@@ -11,13 +11,13 @@ namespace pt::model {
 
 namespace nn = torch::nn;
 
-std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o, const LayerSet& held) {
-  int64_t size = o.image_size > 0 ? o.image_size : 224;
-  int64_t channels = o.channels > 0 ? o.channels : 3;
-  int64_t classes = o.classes > 0 ? o.classes : 1000;
-  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * o.width)); };
+std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& model_options, const LayerSet& held) {
+  int64_t size = model_options.image_size > 0 ? model_options.image_size : 224;
+  int64_t channels = model_options.channels > 0 ? model_options.channels : 3;
+  int64_t classes = model_options.classes > 0 ? model_options.classes : 1000;
+  auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * model_options.width)); };
   auto m = std::make_shared<LayeredModel>("vgg16", Task::kClassification,
-                                          std::vector<int64_t>{channels, size, size}, false, held, o.seed);
+                                          std::vector<int64_t>{channels, size, size}, false, held, model_options.seed);
   // Channels per conv; 0 marks a 2x2 max-pool after the previous conv.
   const int64_t cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
   const int n = sizeof(cfg) / sizeof(cfg[0]);

@@ -37,11 +37,11 @@ std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOp
                                           const LayerSet& held = {});
 
 // Builders, one file each.
-std::shared_ptr<LayeredModel> build_mnist_cnn(const ModelOptions& o, const LayerSet& held = {});
-std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& o, const LayerSet& held = {});
-std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& o, const LayerSet& held = {});
-std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& o, const LayerSet& held = {});
-std::shared_ptr<LayeredModel> build_gpt(const ModelOptions& o, const LayerSet& held = {});
-std::shared_ptr<LayeredModel> build_mlp(const ModelOptions& o, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_mnist_cnn(const ModelOptions& model_options, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& model_options, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_resnet(int depth, const ModelOptions& model_options, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_lstm_lm(const ModelOptions& model_options, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_gpt(const ModelOptions& model_options, const LayerSet& held = {});
+std::shared_ptr<LayeredModel> build_mlp(const ModelOptions& model_options, const LayerSet& held = {});
 
 }  // namespace pt::model

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/fingerprint.h"
 #include "core/parallel.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "plan/planner_internal.h"
 #include "plan/search.h"

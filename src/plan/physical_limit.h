@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
 

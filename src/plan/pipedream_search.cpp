@@ -18,7 +18,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/search.h"
 
 namespace pt::plan {
@@ -48,8 +48,8 @@ struct Part {
 
 class PipedreamSearch {
  public:
-  PipedreamSearch(const StateSpace& s, const Cluster& c, const PlanOptions& o)
-      : s_(s), c_(c), o_(o), S_(s.num_states()), mem_(memory_limit(c, o)) {
+  PipedreamSearch(const StateSpace& s, const Cluster& c, const PlanOptions& plan_options)
+      : s_(s), c_(c), o_(plan_options), S_(s.num_states()), mem_(memory_limit(c, plan_options)) {
     words_ = (S_ + 63) / 64;
     subset_bits_.assign(static_cast<size_t>(S_) * words_, 0);
     superset_bits_.assign(subset_bits_.size(), 0);

@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner_internal.h"
 
 namespace pt::plan::detail {

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/plan_table.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 
@@ -17,7 +17,7 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   if (f.profile.empty()) throw UsageError("--profile: a profile file is required");
   PlanOptions options;
   options.started = std::chrono::steady_clock::now();  // --time-limit counts the whole command
-  if (f.cost_model == "pipetrain") options.cost_model = CostModel::kPipetrain;
+  if (f.cost_model == "pipetrain") options.cost_model = CostModel::kRealised;
   else if (f.cost_model == "pipedream") options.cost_model = CostModel::kPipedream;
   else throw UsageError(str("--cost-model: unknown cost model '", f.cost_model, "' (use pipetrain or pipedream)"));
   options.straight = f.straight;

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner_internal.h"
 #include "plan/search.h"
 #include "plan/state_space.h"
@@ -153,7 +153,7 @@ Plan make_plan(const profile::Profile& profile, const Cluster& cluster, const Pl
   detail::Searched searched = detail::run_search(profile, cluster, options);
   Plan plan = detail::to_plan(searched.result.stages, searched.result.pipeline_ms, *searched.space,
                               searched.result.data_parallel_ms, profile, cluster, options);
-  if (options.cost_model == CostModel::kPipetrain) {
+  if (options.cost_model == CostModel::kRealised) {
     detail::predict(plan, exact_stage_sums(plan, profile, cluster), profile, cluster, options);
     if (plan.data_parallel_ms_per_minibatch > 0)
       plan.data_parallel_ms_per_minibatch = detail::exact_data_parallel_ms(profile, cluster, options);

@@ -13,12 +13,12 @@
 namespace pt::plan {
 
 enum class CostModel {
-  kPipetrain,  // default: stage times as the simulator and runtime will realise them
+  kRealised,  // default (--cost-model pipetrain): stage times as the simulator and the runtime realise them
   kPipedream,  // PipeDream's optimizer equations, for users migrating from it
 };
 
 struct PlanOptions {
-  CostModel cost_model = CostModel::kPipetrain;
+  CostModel cost_model = CostModel::kRealised;
   bool activation_transfer = true;  // false: --no-activation-transfer
   bool straight = false;            // one worker per stage, no replication
   int64_t memory_bytes = 0;         // per worker; 0 = cluster's, or unlimited

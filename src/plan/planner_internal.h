@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "plan/search.h"

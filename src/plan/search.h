@@ -39,7 +39,7 @@ struct SearchResult {
   std::vector<Suffix> suffixes;
 };
 
-// Pipetrain model (pipetrain_cost.h): a dynamic program over (state, first free worker, level
+// Pipetrain model (realised_cost.h): a dynamic program over (state, first free worker, level
 // reached by the previous stage[, stages left]) minimising the slowest stage of estimate_plan
 // over every sequence of nested states and every replica count, workers numbered stage by stage.
 // A space of more than bounding_chain states is searched after a chain of its states

@@ -7,14 +7,14 @@
 
 namespace pt::profile {
 
-std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const EmulationOptions& o) {
-  if (!(o.time_scale > 0)) throw ConfigError(str("--time-scale: must be > 0, got ", o.time_scale));
-  if (!(o.byte_scale > 0)) throw ConfigError(str("--byte-scale: must be > 0, got ", o.byte_scale));
+std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const EmulationOptions& emulation_options) {
+  if (!(emulation_options.time_scale > 0)) throw ConfigError(str("--time-scale: must be > 0, got ", emulation_options.time_scale));
+  if (!(emulation_options.byte_scale > 0)) throw ConfigError(str("--byte-scale: must be > 0, got ", emulation_options.byte_scale));
   int n = p.num_layers();
   if (n == 0) throw ConfigError(str("profile of '", p.model, "': no layers to emulate"));
   double batch = static_cast<double>(p.batch_size);
   auto floats_per_sample = [&](double bytes) {
-    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(bytes * o.byte_scale / batch / 4)));
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(bytes * emulation_options.byte_scale / batch / 4)));
   };
   // Each layer's output tensor carries what crosses the cut after it (skip tensors included),
   // so that every stage boundary sends the bytes the cost engine charges for it.
@@ -26,21 +26,21 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
     const auto& l = p.layers[i];
     model::EmulatedCost c;
     c.name = l.name;
-    c.forward_ms_per_sample = compute_forward_ms(p, i) * o.time_scale / batch;
-    c.backward_ms_per_sample = compute_backward_ms(p, i) * o.time_scale / batch;
+    c.forward_ms_per_sample = compute_forward_ms(p, i) * emulation_options.time_scale / batch;
+    c.backward_ms_per_sample = compute_backward_ms(p, i) * emulation_options.time_scale / batch;
     c.input_gradient_share = kInputGradientShare;
-    c.step_ms = compute_step_ms(p, i) * o.time_scale;
+    c.step_ms = compute_step_ms(p, i) * emulation_options.time_scale;
     c.output_floats_per_sample = floats_per_sample(i + 1 == n ? static_cast<double>(l.activation_bytes) : crossing[i]);
-    c.parameter_floats = std::llround(static_cast<double>(l.parameter_bytes) * o.byte_scale / 4);
-    c.stash_floats_per_sample = std::llround(static_cast<double>(stash_bytes(p, i)) * o.byte_scale / batch / 4);
+    c.parameter_floats = std::llround(static_cast<double>(l.parameter_bytes) * emulation_options.byte_scale / 4);
+    c.stash_floats_per_sample = std::llround(static_cast<double>(stash_bytes(p, i)) * emulation_options.byte_scale / batch / 4);
     out.push_back(c);
   }
   return out;
 }
 
-std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& o,
+std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& emulation_options,
                                                           const model::LayerSet& held) {
-  return model::build_emulated_model(p.model, emulated_costs(p, o), held);
+  return model::build_emulated_model(p.model, emulated_costs(p, emulation_options), held);
 }
 
 model::DataSplit emulated_data(const model::LayeredModel& m, int64_t train_samples, uint64_t seed) {
@@ -50,9 +50,9 @@ model::DataSplit emulated_data(const model::LayeredModel& m, int64_t train_sampl
   return d;
 }
 
-std::string emulation_label(const EmulationOptions& o) {
+std::string emulation_label(const EmulationOptions& emulation_options) {
   std::ostringstream s;
-  s << "emulated: compute x " << o.time_scale << ", bytes x " << o.byte_scale;
+  s << "emulated: compute x " << emulation_options.time_scale << ", bytes x " << emulation_options.byte_scale;
   return s.str();
 }
 

@@ -24,14 +24,14 @@ struct EmulationOptions {
 // sim::stage_costs counts it; the last layer outputs its own activation. Sources named
 // "Input..." wait nothing (the planner also leaves their data-loading time out). Throws
 // ConfigError naming the option for a scale <= 0.
-std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const EmulationOptions& o);
-std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& o,
+std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const EmulationOptions& emulation_options);
+std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& emulation_options,
                                                           const model::LayerSet& held = {});
 
 // Seeded synthetic samples for an emulated model (one float each, class 0).
 model::DataSplit emulated_data(const model::LayeredModel& m, int64_t train_samples, uint64_t seed);
 
 // "emulated: compute x S, bytes x B", the label every emulated figure carries.
-std::string emulation_label(const EmulationOptions& o);
+std::string emulation_label(const EmulationOptions& emulation_options);
 
 }  // namespace pt::profile

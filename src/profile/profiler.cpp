@@ -28,22 +28,22 @@ double median(std::vector<double> v) {
 // optimizer's step on flat buffers (SGD with momentum, or Adam's: 2-3x its passes over the
 // weights) and one copy of the weights (a stash), as StageReplica does them; on copies, so the
 // model's weights stay as they are.
-double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerOptions& o) {
+double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerOptions& profiler_options) {
   if (params.empty()) return 0;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> copies;
   for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(p.requires_grad()));
   model::FlatParameters flat(copies);
   model::OptimizerOptions options;
-  options.kind = o.optimizer;
+  options.kind = profiler_options.optimizer;
   model::Optimizer optimizer(flat, options);
   std::vector<torch::Tensor> stash;
   std::vector<double> times;
-  for (int r = 0; r < o.warmup + o.repeats; ++r) {
+  for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
     double t0 = now_ms();
     stash = flat.copy_weights(std::move(stash));
     optimizer.step(1.0, r);
-    if (r >= o.warmup) times.push_back(now_ms() - t0);
+    if (r >= profiler_options.warmup) times.push_back(now_ms() - t0);
   }
   return median(times);
 }
@@ -63,13 +63,13 @@ torch::Tensor forward(model::LayeredModel& model, torch::nn::Sequential& module,
 // `targets` is defined), after o.warmup untimed runs; `out` gets its output. The parameters'
 // gradients stay defined (zeros plus the runs'), as the memory measurement wants them.
 Timing time_layer(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                  const torch::Tensor& targets, const ProfilerOptions& o, torch::Tensor& out) {
+                  const torch::Tensor& targets, const ProfilerOptions& profiler_options, torch::Tensor& out) {
   std::vector<double> fwd, bwd;
   torch::Tensor top;  // what the backward starts from
   // Gradients accumulate into a defined .grad, as in the runtime (its flat buffers): the
   // backward's time includes adding them up.
   for (auto& param : module->parameters()) param.mutable_grad() = torch::zeros_like(param);
-  for (int r = 0; r < o.warmup + o.repeats; ++r) {
+  for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
     double t0 = now_ms();
     top = forward(model, module, input, targets, out);
@@ -78,7 +78,7 @@ Timing time_layer(model::LayeredModel& model, torch::nn::Sequential& module, con
     double t2 = now_ms();
     if (top.requires_grad()) top.backward(grad);
     double t3 = now_ms();
-    if (r >= o.warmup) {
+    if (r >= profiler_options.warmup) {
       fwd.push_back(t1 - t0);
       bwd.push_back(t3 - t2);
     }
@@ -125,13 +125,13 @@ std::vector<Tie> ties_of(const model::LayeredModel& model) {
 
 }  // namespace
 
-std::vector<int64_t> timed_batch_sizes(int64_t batch, const ProfilerOptions& o) {
+std::vector<int64_t> timed_batch_sizes(int64_t batch, const ProfilerOptions& profiler_options) {
   std::vector<int64_t> out;
-  if (o.batch_sizes.empty()) {
+  if (profiler_options.batch_sizes.empty()) {
     for (int64_t d = 16; d >= 2; d /= 2)
       if (batch / d >= 1 && (out.empty() || out.back() != batch / d)) out.push_back(batch / d);
   } else {
-    for (int64_t b : o.batch_sizes)
+    for (int64_t b : profiler_options.batch_sizes)
       if (b >= 1 && b < batch) out.push_back(b);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -140,19 +140,19 @@ std::vector<int64_t> timed_batch_sizes(int64_t batch, const ProfilerOptions& o) 
   return out;
 }
 
-Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, const ProfilerOptions& o,
+Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, const ProfilerOptions& profiler_options,
                         const torch::Tensor& targets) {
-  PT_CHECK(o.repeats >= 1 && o.warmup >= 0);
+  PT_CHECK(profiler_options.repeats >= 1 && profiler_options.warmup >= 0);
   Profile p;
   p.model = model.name();
   p.batch_size = batch.size(0);
   p.device = "cpu";
   p.precision = model::to_string(model.precision());
-  p.optimizer = o.optimizer;
+  p.optimizer = profiler_options.optimizer;
   model.train(true);
   torch::Tensor x = batch;
   // The smaller batches' own inputs, each the first samples of the batch through the layers so far.
-  std::vector<int64_t> sizes = timed_batch_sizes(p.batch_size, o);
+  std::vector<int64_t> sizes = timed_batch_sizes(p.batch_size, profiler_options);
   sizes.pop_back();  // the batch itself is x
   std::vector<torch::Tensor> xs;
   for (int64_t b : sizes) xs.push_back(batch.narrow(0, 0, b));
@@ -174,18 +174,18 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       torch::Tensor in = xs[k].detach(), small;
       if (i > 0 && in.is_floating_point()) in.requires_grad_(true);
       l.timings.push_back(time_layer(model, module, in,
-                                     loss_targets.defined() ? loss_targets.narrow(0, 0, sizes[k]) : torch::Tensor(), o,
+                                     loss_targets.defined() ? loss_targets.narrow(0, 0, sizes[k]) : torch::Tensor(), profiler_options,
                                      small));
       xs[k] = on_the_wire(small);
     }
-    Timing main = time_layer(model, module, input, loss_targets, o, out);
+    Timing main = time_layer(model, module, input, loss_targets, profiler_options, out);
     if (!l.timings.empty()) l.timings.push_back(main);
     l.name = layer.name;
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;
     l.activation_bytes = model::wire_bytes(out, model.precision());  // what crosses to the next stage
     for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
-    l.optimizer_ms = measure_step_ms(module->parameters(), o);
+    l.optimizer_ms = measure_step_ms(module->parameters(), profiler_options);
     torch::Tensor next = on_the_wire(out);
     out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own

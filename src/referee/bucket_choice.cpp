@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "referee/referee.h"
 #include "referee/replay_ahead.h"
 #include "referee/replay_floor.h"

@@ -82,12 +82,25 @@ SteadyReplay replay_config(const schedule::Schedule& s, const plan::Plan& plan,
   return steady_replay(s.kind, plan, schedule_options, prof, cluster, how, &s);
 }
 
+}  // namespace
+
+double staleness_step_multiplier(const StalenessSteps& measured, int k) {
+  PT_CHECK(measured.size() >= 2, "staleness steps need two measured points");
+  size_t i = 1;
+  while (i + 1 < measured.size() && measured[i].first < k) ++i;
+  const auto& [k0, s0] = measured[i - 1];
+  const auto& [k1, s1] = measured[i];
+  return s0 + (s1 - s0) * (k - k0) / static_cast<double>(k1 - k0);
+}
+
+namespace {
+
 // A configuration's figures from its replay (the time per sample weighed as the objective says).
 void take_replay(Configuration& c, SteadyReplay rp, const JointOptions& joint) {
   c.simulated = std::move(rp.metrics);
   stage_figures(rp.trace, rp.minibatches, c.plan);
   c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(c.plan.batch_size);
-  c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? 1 + 0.1 * c.staleness : 1.0);
+  c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? staleness_step_multiplier(joint.staleness_steps, c.staleness) : 1.0);
   c.plan.pipeline_ms_per_minibatch = c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
 }
 

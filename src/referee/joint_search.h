@@ -22,13 +22,14 @@
 // the stages of the workers over it, then on every stage. Configurations over the cap are never
 // chosen. The objective:
 //  - throughput: the simulated time per sample;
-//  - time-to-accuracy: asynchronous schedules pay for staleness, time per sample x (1 + 0.1 k)
-//    with k the most updates a stage's weights lag (weight versions kept - 1: PipeDream's
-//    first stage of p keeps p, 2BW 2). The 10% per update is this project's measurement on
-//    mnist-cnn (docs/results.md: pipedream 1-3, 3 updates stale, lost 3.6 points of accuracy
-//    in two epochs where 3-1, 1 update, lost 0.5), a rule of thumb, not a law.
+//  - time-to-accuracy: the time to train to a given accuracy, the time per sample times the
+//    steps it takes: x the steps an asynchronous schedule whose stages' weights lag up to k
+//    updates (weight versions kept - 1: PipeDream's first stage of p keeps p, 2BW 2) takes to
+//    the accuracy one worker reaches in one step (JointOptions::staleness_steps): measured, by
+//    bench/staleness.sh, not derived (no model derives it), or plan --staleness-cost C's 1 + C k.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "metrics/metrics.h"
@@ -41,10 +42,24 @@
 
 namespace pt::referee {
 
+// Steps to the same accuracy, relative to synchronous training, of weights k updates stale:
+// (k, steps) points, ascending; between them the line through the two around k, beyond the last
+// the line through the last two.
+using StalenessSteps = std::vector<std::pair<int, double>>;
+double staleness_step_multiplier(const StalenessSteps& measured, int k);
+// bench/staleness.sh on mnist-cnn, Fashion-MNIST, batch 64 (docs/results.md, "What staleness
+// costs in steps"): medians over 3 seeds and 4 accuracy targets of the steps to each target under
+// pipedream on 2 stages (k = 1) and 4 stages (k = 3) over 1F1B's on 4.
+inline const StalenessSteps kMeasuredStalenessSteps = {{0, 1.0}, {1, 1.0}, {3, 1.44}};
+
 struct JointOptions {
   std::vector<std::string> schedules;  // the kinds to consider (empty: every kind)
   int microbatches = 0;                // --microbatches: pinned (0: searched)
   std::string objective = "throughput";
+  // time-to-accuracy: the steps an asynchronous schedule takes to the same accuracy by how many
+  // updates its weights lag. The default is bench/staleness.sh's on mnist-cnn; a model's own is
+  // measured the same way.
+  StalenessSteps staleness_steps = kMeasuredStalenessSteps;
   int64_t memory_cap = 0;              // per worker (0: none)
   schedule::MemoryOptions memory;      // as between processes (gloo) or devices
   // Each schedule's best configuration and data parallelism's on every worker (the baseline)

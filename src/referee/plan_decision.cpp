@@ -183,7 +183,7 @@ plan::Plan as_run(const plan::Plan& p) {
 
 PlanDecision decide_plan(const plan::PlanOutcome& searched, const PlanRequest& request) {
   if (request.joint) return decide_joint(searched, request);
-  if (searched.options.cost_model == plan::CostModel::kPipetrain) return decide_refereed(searched, request);
+  if (searched.options.cost_model == plan::CostModel::kRealised) return decide_refereed(searched, request);
   return decide_pipedream(searched);
 }
 

@@ -240,7 +240,7 @@ Refereed Referee::run(const std::vector<plan::Plan>& candidates) {
   // lower hill (GNMT on 4x4 at 96/10: 12.8 ms per minibatch on 16 workers with 12 candidates,
   // 12.6 on 12 with 1). GNMT-16 on flat 8 at 1 Gbit/s: 1-6-1, two moves from the search's
   // 1-5-1-1, runs 11% faster.
-  if (options().cost_model == plan::CostModel::kPipetrain) {
+  if (options().cost_model == plan::CostModel::kRealised) {
     int fastest = static_cast<int>(std::min_element(r_.ranked.begin(), r_.ranked.end(), climbs_before) - r_.ranked.begin());
     const int fastest_workers = r_.ranked[fastest].plan.workers;
     // The fastest on another number of workers.

@@ -7,7 +7,7 @@
 
 #include "metrics/metrics.h"
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
 #include "schedule/generators.h"

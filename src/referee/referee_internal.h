@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "profile/profile.h"
@@ -25,7 +25,7 @@ namespace pt::referee::detail {
 std::string fixed(double v, int digits = 2);
 
 // What limits a plan's slowest stage, in words: the term of its time_ms that sets it
-// (pipetrain_cost.cpp), not only compute or links (GNMT-16 --straight on 8: a stage at 58.16 ms,
+// (realised_cost.cpp), not only compute or links (GNMT-16 --straight on 8: a stage at 58.16 ms,
 // set by its round trip over the minibatches it keeps in flight, computes 41.26).
 std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster);
 

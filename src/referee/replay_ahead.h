@@ -20,7 +20,7 @@
 #include "core/fingerprint.h"
 #include "metrics/metrics.h"
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
 #include "referee/steady_replay.h"

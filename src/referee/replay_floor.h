@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "profile/profile.h"
 #include "schedule/schedule.h"

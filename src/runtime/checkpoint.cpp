@@ -160,11 +160,11 @@ LayerState layer_state_from_bytes(const std::string& bytes, const std::string& s
   return s;
 }
 
-Checkpointer::Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& probe)
+Checkpointer::Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& typical)
     : options_(std::move(options)),
       base_(std::move(base)),
-      stage_workers_(probe.stage_workers),
-      stage_layers_(probe.stage_layers) {}
+      stage_workers_(typical.stage_workers),
+      stage_layers_(typical.stage_layers) {}
 
 namespace {
 
@@ -272,17 +272,17 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   for (size_t i = 0; i + std::max(options_.keep - 1, 0) < mine.size(); ++i) discard_checkpoint(mine[i].second);
 }
 
-void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std::string& checkpoint,
+void load_checkpoint(Worker& worker, const schedule::Schedule& typical, const std::string& checkpoint,
                      const CheckpointManifest& manifest) {
-  for (int st = 0; st < probe.num_stages; ++st) {
+  for (int st = 0; st < typical.num_stages; ++st) {
     StageReplica* rep = worker.replica(st);
     if (!rep) continue;
-    for (int layer : probe.stage_layers[st]) {
+    for (int layer : typical.stage_layers[st]) {
       const auto& f = manifest.files.at(layer);
       std::string path = (fs::path(checkpoint) / f.name).string();
       LayerState state = layer_state_from_bytes(read_regular_file(path, f.bytes), path);
-      // A diverged run's weights would train on as NaN and end "final loss nan", exit 0. (Since
-      // 2026-11-28 save() writes none; an older run's may still be on disk.)
+      // A diverged run's weights would train on as NaN and end "final loss nan", exit 0. (save()
+      // writes none, but a checkpoint of an older pipetrain may hold them.)
       std::string bad = non_finite(state);
       if (!bad.empty())
         throw FormatError(str(path, ": ", bad, " holds NaN or infinite values (a checkpoint of a run that diverged); "

@@ -52,7 +52,7 @@ class Checkpointer {
  public:
   // `base` carries the job's description (model, layers, batch size, seed, schedule, plan,
   // workers, SGD settings); save() fills in the step and the files.
-  Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& probe);
+  Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& typical);
   void save(Worker& worker, Transport& transport, int64_t step);
   const CheckpointOptions& options() const { return options_; }
 
@@ -65,7 +65,7 @@ class Checkpointer {
 
 // Loads the layers of every stage `worker` holds from a verified checkpoint (tensor shapes
 // are checked against the model: a ConfigError names the file, the tensor and both shapes).
-void load_checkpoint(Worker& worker, const schedule::Schedule& probe, const std::string& checkpoint,
+void load_checkpoint(Worker& worker, const schedule::Schedule& typical, const std::string& checkpoint,
                      const CheckpointManifest& manifest);
 
 // Checks that a checkpoint fits this job: the model and its layer count, the batch size and

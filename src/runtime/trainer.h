@@ -60,12 +60,12 @@ Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int6
 torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);
 
 // Checks option values, and the batch against the data; throws UsageError naming the flag.
-void check_train_options(const TrainOptions& o, const model::DataSplit& data);
+void check_train_options(const TrainOptions& train_options, const model::DataSplit& data);
 // The values alone, before any data or plan is looked at.
-void check_train_values(const TrainOptions& o);
+void check_train_values(const TrainOptions& train_options);
 
 // The run's minibatch count (--steps, or --epochs of whole minibatches): the span of its
 // learning-rate schedule.
-int64_t total_steps(const TrainOptions& o, int64_t training_samples);
+int64_t total_steps(const TrainOptions& train_options, int64_t training_samples);
 
 }  // namespace pt::runtime

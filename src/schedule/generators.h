@@ -39,7 +39,7 @@ inline constexpr int kMaxMicrobatches = plan::kMaxMicrobatches;
 inline constexpr int kMaxChunks = plan::kMaxChunks;
 inline constexpr int kMaxMinibatches = 4096;
 // Throws UsageError naming the flag (--microbatches, --chunks, --minibatches) and the value.
-void check_schedule_options(const ScheduleOptions& o);
+void check_schedule_options(const ScheduleOptions& schedule_options);
 
 // GPipe (Huang et al., NeurIPS 2019): all forwards, then all backwards, flush.
 Schedule gpipe(const plan::Plan& plan, int microbatches);
@@ -69,15 +69,14 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind 
 int v_schedule_limit(const std::string& kind, int workers);
 // The papers' share of 1F1B's busiest worker's activations a V schedule keeps: zb-v 1, v-half
 // (p + 2) / 2p, v-min (p + 4) / 3p, exact (v_schedule_limit counts whole chunk-microbatches,
-// v-min's rounded down; until 2026-11-28 up, to v-half's at p = 3 and 4).
+// v-min's rounded down: rounded up, it is v-half's at p = 3 and 4).
 double v_schedule_share(const std::string& kind, int workers);
 // The budget in bytes from a profile: each stage's stash (profile::stash_bytes of its layers) and,
 // per worker, what 1F1B's busiest worker stashes on the profile's even split into the schedule's
 // workers (p; a V's 2p stages sit on p), times the kind's share (v_schedule_share for the V
 // schedules; zb-h1 1F1B's peak). Stages of unequal bytes then hold 1F1B's peak, where counting
-// microbatches would not. (Until 2026-11-28 the V share was the rounded count over 2p, and
-// v-min on gpt-2048 at 4 workers ran as v-half, 10.4 GiB stashed where (p + 4) / 3p of 1F1B's
-// 13.9 is 9.3.)
+// microbatches would not. (The rounded count over 2p as the V share would run v-min on
+// gpt-2048 at 4 workers as v-half: 10.4 GiB stashed where (p + 4) / 3p of 1F1B's 13.9 is 9.3.)
 ActivationBudget activation_budget_from_profile(const std::string& kind, const plan::Plan& plan,
                                                 const profile::Profile& profile);
 // DualPipeV (DeepSeek-V3 report, §3.2.1; the V form of DualPipe): the V placement, pairs of a

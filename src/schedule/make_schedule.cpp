@@ -16,31 +16,31 @@ const std::vector<std::string>& schedule_kinds() {
 
 bool schedule_flushes(const std::string& kind) { return kind != "pipedream" && kind != "2bw"; }
 
-void check_schedule_options(const ScheduleOptions& o) {
-  if (o.microbatches < 1 || o.microbatches > kMaxMicrobatches)
-    throw UsageError(str("--microbatches: must be in 1..", kMaxMicrobatches, ", got ", o.microbatches));
-  if (o.chunks < 1 || o.chunks > kMaxChunks) throw UsageError(str("--chunks: must be in 1..", kMaxChunks, ", got ", o.chunks));
-  if (o.minibatches < 0 || o.minibatches > kMaxMinibatches)
-    throw UsageError(str("--minibatches: must be in 0..", kMaxMinibatches, " (0: the default), got ", o.minibatches));
+void check_schedule_options(const ScheduleOptions& schedule_options) {
+  if (schedule_options.microbatches < 1 || schedule_options.microbatches > kMaxMicrobatches)
+    throw UsageError(str("--microbatches: must be in 1..", kMaxMicrobatches, ", got ", schedule_options.microbatches));
+  if (schedule_options.chunks < 1 || schedule_options.chunks > kMaxChunks) throw UsageError(str("--chunks: must be in 1..", kMaxChunks, ", got ", schedule_options.chunks));
+  if (schedule_options.minibatches < 0 || schedule_options.minibatches > kMaxMinibatches)
+    throw UsageError(str("--minibatches: must be in 0..", kMaxMinibatches, " (0: the default), got ", schedule_options.minibatches));
 }
 
-Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& o) {
-  check_schedule_options(o);
-  int minibatches = o.minibatches > 0 ? o.minibatches : default_minibatches(plan);
-  if (!is_interleaved(kind) && o.chunks != 1)
-    throw UsageError(str("--chunks ", o.chunks, " applies to --schedule interleaved and interleaved-zb only, not '",
+Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& schedule_options) {
+  check_schedule_options(schedule_options);
+  int minibatches = schedule_options.minibatches > 0 ? schedule_options.minibatches : default_minibatches(plan);
+  if (!is_interleaved(kind) && schedule_options.chunks != 1)
+    throw UsageError(str("--chunks ", schedule_options.chunks, " applies to --schedule interleaved and interleaved-zb only, not '",
                          kind, "'"));
-  if (kind == "gpipe") return gpipe(plan, o.microbatches);
-  if (kind == "1f1b") return one_f_one_b(plan, o.microbatches);
-  if (kind == "pipedream") return pipedream(plan, minibatches, o.vertical_sync, o.deferred_step || plan.deferred_step);
-  if (kind == "2bw") return two_bw(plan, o.microbatches, minibatches);
-  if (kind == "interleaved") return interleaved(plan, o.microbatches, o.chunks);
-  if (kind == "interleaved-zb") return interleaved_zero_bubble(plan, o.microbatches, o.chunks);
-  if (kind == "zb-h1") return zb_h1(plan, o.microbatches, o.activation_budget);
-  if (kind == "dualpipev") return dualpipe_v(plan, o.microbatches);
-  if (is_v_schedule(kind)) return zb_v(plan, o.microbatches, kind, o.activation_budget);
-  if (kind == "dp") return data_parallel(plan, o.microbatches);
-  if (kind == "mp") return model_parallel(plan, o.microbatches);
+  if (kind == "gpipe") return gpipe(plan, schedule_options.microbatches);
+  if (kind == "1f1b") return one_f_one_b(plan, schedule_options.microbatches);
+  if (kind == "pipedream") return pipedream(plan, minibatches, schedule_options.vertical_sync, schedule_options.deferred_step || plan.deferred_step);
+  if (kind == "2bw") return two_bw(plan, schedule_options.microbatches, minibatches);
+  if (kind == "interleaved") return interleaved(plan, schedule_options.microbatches, schedule_options.chunks);
+  if (kind == "interleaved-zb") return interleaved_zero_bubble(plan, schedule_options.microbatches, schedule_options.chunks);
+  if (kind == "zb-h1") return zb_h1(plan, schedule_options.microbatches, schedule_options.activation_budget);
+  if (kind == "dualpipev") return dualpipe_v(plan, schedule_options.microbatches);
+  if (is_v_schedule(kind)) return zb_v(plan, schedule_options.microbatches, kind, schedule_options.activation_budget);
+  if (kind == "dp") return data_parallel(plan, schedule_options.microbatches);
+  if (kind == "mp") return model_parallel(plan, schedule_options.microbatches);
   std::ostringstream known;
   for (const auto& k : schedule_kinds()) known << (known.tellp() ? ", " : "") << k;
   throw UsageError(str("--schedule: unknown kind '", kind, "' (known: ", known.str(), ")"));

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 
 namespace pt::sim {
 

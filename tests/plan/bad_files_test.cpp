@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"

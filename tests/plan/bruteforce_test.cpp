@@ -11,7 +11,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "plan/state_space.h"
 
@@ -240,7 +240,7 @@ void run_cases(bool dag, CostModel model, unsigned seed, int count) {
   double worst = 1;    // and by how much at most
   for (int i = 0; i < count; ++i) {
     Case c = random_case(rng, dag, model);
-    double brute = model == CostModel::kPipetrain ? brute_pipetrain(c) : brute_pipedream(c);
+    double brute = model == CostModel::kRealised ? brute_pipetrain(c) : brute_pipedream(c);
     SCOPED_TRACE(::testing::Message() << "case " << i << ": " << to_json(c.prof).dump() << " on "
                                       << c.cluster.describe() << " memory " << c.options.memory_bytes
                                       << (c.options.straight ? " straight" : "")
@@ -253,7 +253,7 @@ void run_cases(bool dag, CostModel model, unsigned seed, int count) {
     Plan p = make_plan(c.prof, c.cluster, c.options);
     ++planned;
     EXPECT_EQ(p.workers, c.cluster.workers());
-    if (model == CostModel::kPipetrain) {
+    if (model == CostModel::kRealised) {
       // The search minimises its closed form exactly in the stages' times; each stage's
       // in-flight bound (in_flight_bound) rides along with the continuation each of its cells
       // keeps, which can miss one with a shorter round trip: never below the brute force's best,
@@ -277,8 +277,8 @@ void run_cases(bool dag, CostModel model, unsigned seed, int count) {
   EXPECT_LT(worst, 1.05);
 }
 
-TEST(PlannerBruteForce, PipetrainChains) { run_cases(false, CostModel::kPipetrain, 1, 300); }
-TEST(PlannerBruteForce, PipetrainDags) { run_cases(true, CostModel::kPipetrain, 2, 300); }
+TEST(PlannerBruteForce, PipetrainChains) { run_cases(false, CostModel::kRealised, 1, 300); }
+TEST(PlannerBruteForce, PipetrainDags) { run_cases(true, CostModel::kRealised, 2, 300); }
 TEST(PlannerBruteForce, PipedreamChains) { run_cases(false, CostModel::kPipedream, 3, 300); }
 TEST(PlannerBruteForce, PipedreamDags) { run_cases(true, CostModel::kPipedream, 4, 300); }
 

@@ -1,8 +1,8 @@
-// The cost engine's link rules (pipetrain_cost.h, cluster.h): transfers load the links of the
+// The cost engine's link rules (realised_cost.h, cluster.h): transfers load the links of the
 // replica pairs that really talk, on the level that holds each pair, full duplex.
 #include <gtest/gtest.h>
 
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 
 namespace pt::plan {

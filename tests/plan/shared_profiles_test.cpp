@@ -5,7 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 #include "pt_paths.h"
@@ -31,7 +31,7 @@ TEST(SharedProfiles, EveryProfilePlansOnFlatAndTwoLevelClusters) {
   for (const auto& path : paths) {
     auto prof = profile::read_any_profile(path);
     for (const auto& c : clusters)
-      for (auto model : {CostModel::kPipetrain, CostModel::kPipedream}) {
+      for (auto model : {CostModel::kRealised, CostModel::kPipedream}) {
         PlanOptions o;
         o.cost_model = model;
         auto t0 = std::chrono::steady_clock::now();
@@ -41,7 +41,7 @@ TEST(SharedProfiles, EveryProfilePlansOnFlatAndTwoLevelClusters) {
         EXPECT_EQ(p.workers, c.workers());
         EXPECT_GT(p.pipeline_ms_per_minibatch, 0);
         EXPECT_LT(secs, 5.0);  // the benchmark holds the sub-second figures; this guards regressions
-        if (model == CostModel::kPipetrain) {
+        if (model == CostModel::kRealised) {
           EXPECT_NEAR(evaluate_plan(p, prof, c, o).pipeline_ms_per_minibatch, p.pipeline_ms_per_minibatch,
                       1e-6 * p.pipeline_ms_per_minibatch);
         }

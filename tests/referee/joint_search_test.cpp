@@ -266,6 +266,49 @@ TEST(JointPlan, PipedreamChoosesWhatThePlannerChooses) {
   EXPECT_LT(best.simulated.ms_per_minibatch, 24.0);
 }
 
+// The measured steps are read between their points and beyond the last along the last two.
+TEST(JointPlan, StalenessStepsAreTheMeasuredPointsBetweenAndBeyond) {
+  const StalenessSteps measured = {{0, 1.0}, {1, 1.0}, {3, 1.44}};
+  EXPECT_DOUBLE_EQ(staleness_step_multiplier(measured, 0), 1.0);
+  EXPECT_DOUBLE_EQ(staleness_step_multiplier(measured, 1), 1.0);
+  EXPECT_DOUBLE_EQ(staleness_step_multiplier(measured, 2), 1.22);
+  EXPECT_DOUBLE_EQ(staleness_step_multiplier(measured, 3), 1.44);
+  EXPECT_DOUBLE_EQ(staleness_step_multiplier(measured, 5), 1.88);
+  EXPECT_DOUBLE_EQ(staleness_step_multiplier({{0, 1.0}, {1, 1.5}}, 4), 3.0);  // --staleness-cost 0.5
+}
+
+// time-to-accuracy weighs each configuration's time per sample by the steps its staleness costs
+// (measured, or 1 + C k). Every configuration is ranked by exactly that; with no cost it ranks as
+// throughput does, and with a cost large enough no asynchronous configuration wins where a
+// synchronous one runs (VGG-16 on 4x4, where pipedream is the throughput choice).
+TEST(JointPlan, TimeToAccuracyWeighsStalenessByItsMeasuredCost) {
+  profile::Profile prof = load("vgg16");
+  plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,10");
+  plan::PlanOptions po;
+  JointOptions throughput;
+  const Configuration fastest = chosen(joint_search(prof, cluster, po, throughput), throughput, prof, cluster);
+  ASSERT_GT(fastest.staleness, 0) << fastest.plan.schedule;  // the case is one the cost can change
+  for (double cost : {0.0, -1.0, 10.0}) {  // -1: the measured steps
+    SCOPED_TRACE(cost);
+    JointOptions tta;
+    tta.objective = "time-to-accuracy";
+    if (cost >= 0) tta.staleness_steps = {{0, 1.0}, {1, 1 + cost}};
+    JointResult r = joint_search(prof, cluster, po, tta);
+    ASSERT_FALSE(r.ranked.empty());
+    for (const Configuration& c : r.ranked) {
+      double steps = cost >= 0 ? 1 + cost * c.staleness : staleness_step_multiplier(kMeasuredStalenessSteps, c.staleness);
+      EXPECT_NEAR(c.objective_ms_per_sample, c.ms_per_sample * steps, 1e-12 * c.ms_per_sample);
+    }
+    const Configuration& best = chosen(r, tta, prof, cluster);
+    if (cost == 0) {
+      EXPECT_EQ(best.plan.schedule, fastest.plan.schedule);
+    }
+    if (cost == 10.0) {
+      EXPECT_EQ(best.staleness, 0) << best.plan.schedule;
+    }
+  }
+}
+
 // With own_buckets, the choice and data parallelism are weighed each at the bucket it runs
 // fastest with, as `plan` without the joint search weighs them. PipeDream's ResNet-18 on 4x4 at
 // 100/10: at 25 MiB pipedream's 15-1 (17.28 ms per minibatch with any bucket) beats data

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "plan/physical_limit.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/plan_command.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
@@ -156,7 +156,7 @@ TEST(Referee, CandidatesAreDistinctPlans) {
   EXPECT_LT(r.ranked.front().simulated.ms_per_minibatch, 10.5) << r.ranked.front().plan.shape();
 }
 
-// The search's closed form takes each stage's in-flight bound (pipetrain_search.cpp): without
+// The search's closed form takes each stage's in-flight bound (realised_search.cpp): without
 // it, GNMT's plans on 8 workers at 10 Gbit/s were put at 19-21 ms where they replay at 24-29,
 // the best candidate replayed at 28.7 and the climbs ended at 24.45. With it the choice, at
 // 21.10, is one of the search's own candidates.

@@ -9,7 +9,7 @@
 
 #include "metrics/metrics.h"
 #include "plan/physical_limit.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 #include "pt_paths.h"

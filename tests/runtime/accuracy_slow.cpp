@@ -41,7 +41,7 @@ TEST(Accuracy, PipedreamOnTheCommandsFourStagesMatchesSingleWorker) {
   double piped = 0, single = 0;
   for (uint64_t seed : {1, 2, 3}) {
     auto m = seeded_cnn(seed);
-    // The split `train --stages 4` makes (apps/torch/train_plan.cpp): an even split of the
+    // The split `train --stages 4` makes (job/request.cpp): an even split of the
     // profile measured here at the training's batch.
     TrainOptions t = settings(seed);
     profile::Profile prof = profile::measure_profile(*m, data.train.first_inputs(t.batch_size), {1, 3},

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "schedule/generators.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "profile/profile.h"
 #include "pt_paths.h"

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "metrics/metrics.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "schedule/generators.h"
 #include "sim/simulator.h"

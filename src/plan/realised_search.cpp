@@ -9,7 +9,7 @@
 //   λ' = the level holding workers w..w+n,  g(all, W, ·, 0) = 0.
 // It is solved from the last state backwards, so each stage knows its depth. Lower bounds
 // (a stage is never faster than its compute C/n) prune most of the (j, n) pairs.
-// Each stage's time also takes its in-flight bound (in_flight_bound, pipetrain_cost.h): the
+// Each stage's time also takes its in-flight bound (in_flight_bound, realised_cost.h): the
 // round trip from it to the end over the minibatches it keeps in flight, where the round trip
 // is the one of the continuation each cell keeps, carried up the table. The minimum over stage
 // times is exact; the round trip rides along with it, so a cell can keep a continuation whose
@@ -33,8 +33,8 @@
 
 #include "core/error.h"
 #include "core/fingerprint.h"
-#include "plan/pipetrain_cost.h"
-#include "plan/pipetrain_dp.h"
+#include "plan/realised_cost.h"
+#include "plan/realised_dp.h"
 #include "plan/search.h"
 
 namespace pt::plan {
@@ -206,7 +206,7 @@ void PipetrainDp::fill(const std::vector<double>& bound_from) {
             }
             // Replicated, it is no faster than its compute and the all-reduce of its weights (or
             // of one bucket of them, the last) at its own ring, shared over its replicas
-            // (pipetrain_stage), nor on fewer replicas than its compute over these and the
+            // (realised_stage), nor on fewer replicas than its compute over these and the
             // fastest such all-reduce on 2..n of them: where weights outweigh compute (the blind
             // bound's all-reduce of ResNet-101's later stages) most replica counts are past it,
             // and n = 1 is left.

@@ -1,5 +1,6 @@
 #pragma once
-// The pipetrain cost model: the time of a plan as the simulator and the runtime realise it, in
+// The realised cost model (`--cost-model pipetrain`, the default; PipeDream's equations are
+// pipedream_search.cpp's): the time of a plan as the simulator and the runtime realise it, in
 // two forms that share every rule (cluster.h's links, profile.h's compute and cut bytes).
 //
 // Per stage s with n replicas, per minibatch of the profile's batch size (replicas take
@@ -18,7 +19,7 @@
 //                  Step in every schedule. evaluate_plan also takes at least in_flight_ms, a
 //                  minibatch's round trip from this stage's forward to its backward over the
 //                  minibatches in flight, and a replicated stage's round_ms / n, its
-//                  replicas waiting for each other (pipetrain_cost.cpp)
+//                  replicas waiting for each other (realised_cost.cpp)
 // and the pipeline's time per minibatch is the largest time_ms.
 //
 // evaluate_plan is exact about links: each minibatch's transfer goes from the replica that ran
@@ -32,7 +33,7 @@
 // activations out the level holding its replicas and the next stage's first worker, and its
 // link time is the sum of the two (exact when both use one level). Its time also takes the
 // in-flight bound (in_flight_bound) over the round trip with each cut's transfer alone on the
-// level it crosses; the search keeps that term along its choices (pipetrain_search.cpp). The search's best plans,
+// level it crosses; the search keeps that term along its choices (realised_search.cpp). The search's best plans,
 // and their neighbours that evaluate_plan ranks best, are replayed, and the simulator's steady
 // state alone ranks them (src/referee/referee.h).
 //
@@ -97,7 +98,7 @@ StageSums exact_stage_sums(const Plan& plan, const profile::Profile& profile, co
 // candidate in several placements and minibatches in flight on one set of sums.
 PlanEstimate evaluate_plan(const Plan& plan, const StageSums& sums, const profile::Profile& profile,
                            const Cluster& cluster, const PlanOptions& options);
-// The search's closed form (above), which make_plan's search minimises (pipetrain_search.cpp).
+// The search's closed form (above), which make_plan's search minimises (realised_search.cpp).
 PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
                            const PlanOptions& options);
 
@@ -128,7 +129,7 @@ inline StageLinks stage_links(const Cluster& cluster, int replicas, int level_in
 // backward (backward_ms, one replica's, per minibatch) cannot hide, and at least its share in
 // one bucket, the last, which is ready only when the backward ends (evaluate_plan replays the
 // buckets exactly).
-inline StageEstimate pipetrain_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
+inline StageEstimate realised_stage(double compute_ms, double in_bytes, double out_bytes, double param_bytes,
                                      double act_bytes, int replicas, int depth, const StageLinks& links,
                                      double backward_ms = 0, int64_t bucket_bytes = 0) {
   StageEstimate e;

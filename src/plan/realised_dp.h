@@ -1,13 +1,13 @@
 #pragma once
 // The pipetrain search's table and its lookups (internal to src/plan): g(k, w, λ[, q]) with
 // each cell's choice, what its inner loop reads (links, floors, levels per worker range), and
-// the plans unfolded from the first stages' choices. pipetrain_search.cpp fills the table (its
-// comment gives the recurrence); pipetrain_dp.cpp builds the lookups and reads the plans out.
+// the plans unfolded from the first stages' choices. realised_search.cpp fills the table (its
+// comment gives the recurrence); realised_dp.cpp builds the lookups and reads the plans out.
 #include <cstdint>
 #include <vector>
 
 #include "plan/cluster.h"
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 #include "plan/planner.h"
 #include "plan/search.h"
 #include "plan/state_space.h"
@@ -39,7 +39,7 @@ struct PipetrainDp {
   size_t sat(int q, int k, int w) const { return (static_cast<size_t>(q) * S + k) * (W + 1) + w; }
   // The stage k→j on workers w..w+n-1 after λ, `depth` stages from the end.
   StageEstimate stage(int k, int j, int w, int n, int lam, int depth) const {
-    return pipetrain_stage(s.compute_ms[j] - s.compute_ms[k] + host_ms, s.frontier_bytes[k],
+    return realised_stage(s.compute_ms[j] - s.compute_ms[k] + host_ms, s.frontier_bytes[k],
                            j != last ? s.frontier_bytes[j] : 0, s.parameter_bytes[j] - s.parameter_bytes[k],
                            s.activation_bytes[j] - s.activation_bytes[k], n, depth,
                            links_at(w, n, lam), s.backward_ms[j] - s.backward_ms[k], options.bucket_bytes);

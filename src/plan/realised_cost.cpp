@@ -1,4 +1,4 @@
-#include "plan/pipetrain_cost.h"
+#include "plan/realised_cost.h"
 
 #include <algorithm>
 #include <cmath>
@@ -136,7 +136,7 @@ PlanEstimate estimate_plan(const Plan& plan, const profile::Profile& profile, co
       level_out = cluster.group_level(ws);
     }
     double in = s > 0 ? sums.cut[s - 1] : 0;
-    out.stages.push_back(pipetrain_stage(sums.compute[s], in, sums.cut[s], sums.param[s], sums.act[s], st.replicas,
+    out.stages.push_back(realised_stage(sums.compute[s], in, sums.cut[s], sums.param[s], sums.act[s], st.replicas,
                                          p - s,
                                          stage_links(cluster, st.replicas, level_in, level_out, cluster.allreduce_ms_per_byte(st.workers)),
                                          sums.backward[s], options.bucket_bytes));

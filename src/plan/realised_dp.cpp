@@ -1,6 +1,6 @@
 // The pipetrain search's lookups, built once per search, and its plans read out of the filled
-// table: each start's best first stages unfolded along their continuations (pipetrain_dp.h).
-#include "plan/pipetrain_dp.h"
+// table: each start's best first stages unfolded along their continuations (realised_dp.h).
+#include "plan/realised_dp.h"
 
 #include <algorithm>
 
