@@ -1,6 +1,7 @@
 // pipetrain plan: PipeDream's partitioner (stages, replicas, workers) over a profile and a
 // cluster, its best candidates refereed by the simulator; prints a table, or the plan JSON with
 // --json, and writes it with -o.
+#include <filesystem>
 #include <iostream>
 
 #include "apps/command.h"
@@ -22,6 +23,7 @@ struct Flags {
   std::string output;
   bool json = false, explain = false;
   int top = 0;
+  std::string save_top;  // a folder: each --top candidate as a plan file
   std::string schedule = "pipedream", objective = "throughput";
   double staleness_cost = -1;  // --staleness-cost: 1 + C k in place of the measured steps
   int microbatches = 0;
@@ -52,6 +54,9 @@ referee::JointOptions joint_options(const Flags& f, int64_t memory_cap) {
 
 int run_plan(Flags& f) {
   keep_freed_host_memory();
+  if (!f.save_top.empty() && f.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
+  if (!f.save_top.empty() && !std::filesystem::is_directory(f.save_top))
+    throw UsageError(str("--save-top '", f.save_top, "': no such folder"));
   if (f.top < 0 || f.top > plan::kMaxCandidates)
     throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", f.top));
   // Every candidate --top lists is refereed (a bad --candidates is left for its own message).
@@ -72,6 +77,9 @@ int run_plan(Flags& f) {
   }
   referee::PlanRequest request;
   request.joint = f.plan.joint;
+  if (request.joint && !f.save_top.empty())
+    throw UsageError("--save-top: the joint search (--schedule, --microbatches, --objective, a memory cap) ranks "
+                     "configurations, not plan files; --save-top writes the plan search's candidates");
   if (request.joint) request.joint_options = joint_options(f, out.memory_cap);
   if (!request.joint && pipedream && (f.top > 0 || f.explain))
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "
@@ -87,6 +95,11 @@ int run_plan(Flags& f) {
   if (!f.output.empty()) {
     write_text_file_atomic(f.output, json);
     std::cerr << "wrote " << f.output << "\n";
+  }
+  for (size_t k = 0; k < decision.top.size() && !f.save_top.empty(); ++k) {
+    std::string path = (std::filesystem::path(f.save_top) / str("top-", k + 1, ".plan.json")).string();
+    write_text_file_atomic(path, to_json(decision.top[k]).dump(1) + "\n");
+    std::cerr << "wrote " << path << " (rank " << k + 1 << ")\n";
   }
   if (f.json) {
     std::cout << json;
@@ -129,6 +142,9 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
                  "completes; 0: no limit)")
       ->capture_default_str();
   app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
+  app.add_option("--save-top", f->save_top,
+                 "With --top K: write each of the K best candidates into this folder as top-<rank>.plan.json, as "
+                 "`train --plan` runs it (its schedule, bucket and simulated time), to measure them");
   app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += ", " + k;

@@ -4,7 +4,7 @@
 # 16 dense layers of 4096 x 4096 (268M parameters: 3.2 GB of weights, gradients and momentum)
 # on WORKERS (default 6) workers of LIMIT (default 1 GiB) each, a memory cgroup per worker on the
 # testbed.
-#   1. profile it (one layer at a time: this process never holds it whole);
+#   1. profile it (--alone: one layer at a time, this process never holds it whole);
 #   2. `plan --memory LIMIT`: one worker does not fit (the plan says with how much), a pipeline
 #      on WORKERS does (on the cluster calibrate measures, whose process_bytes the cap includes);
 #   3. train the pipeline (1f1b, synchronous) on the testbed, each worker under LIMIT;
@@ -32,7 +32,7 @@ model=(--model mlp --width 4 --depth "$depth" --data synthetic --synthetic-sampl
 run=(--batch-size 8 --steps "$steps" --no-shuffle --lr 0.01)
 limit_bytes=$(numfmt --from=iec "$limit")
 
-"$bin" profile "${model[@]}" --batch-size 8 -o "$out/profile.json" 2> "$out/profile.log"
+"$bin" profile "${model[@]}" --alone --batch-size 8 -o "$out/profile.json" 2> "$out/profile.log"
 echo "profiled: $(tail -1 "$out/profile.log")"
 # One worker under the limit: plan says it does not fit.
 if "$bin" plan --profile "$out/profile.json" --workers 1 --bandwidth-gbps 10 --memory "$limit" > "$out/plan1.txt" 2>&1; then

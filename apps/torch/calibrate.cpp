@@ -3,6 +3,7 @@
 // were measured (plan/link_fit.h). Started like train: --transport threads in this process,
 // --transport gloo as one local process per worker, or as one worker under torchrun, mpirun or
 // scripts/testbed.sh (RANK/WORLD_SIZE set).
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <ctime>
@@ -60,12 +61,18 @@ job::CalibrationOptions options_of(const CalibrateFlags& f) {
   return calibration_options;
 }
 
+// How close a fit must come to every point it prints before calibrate says why it does not.
+constexpr double kFitWithin = 0.10;
+
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
-int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measured m) {
+// `one_host`: every worker ran on this machine (threads, or gloo ranks meeting on loopback), so
+// they share its cores (Cluster::host_cores).
+int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measured m, bool one_host) {
   plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
   // Every worker's measuring done: on threads, all of them joined; on gloo, this process's.
   fitted.process_bytes = job::resident_besides_tensors();
   fitted.core_rates = m.core_rates;
+  if (one_host) fitted.host_cores = static_cast<int>(std::thread::hardware_concurrency());
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
   if (f.output.empty() || f.output == "-") std::cout << text;
@@ -81,14 +88,32 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measu
             << " us\n";
   std::cerr << "each of n computes at once on this host's " << std::thread::hardware_concurrency()
             << " cores runs at, of one alone:";
+  if (fitted.host_cores > 0) std::cerr << " (the workers share them: host_cores " << fitted.host_cores << ")";
   for (size_t n = 0; n < fitted.core_rates.size(); ++n) std::cerr << " " << n + 1 << ": " << fitted.core_rates[n];
   std::cerr << "\n";
   std::cerr << "a worker process's resident memory besides its tensors (LibTorch, the transport, the runtime): "
             << human_bytes(static_cast<double>(fitted.process_bytes)) << "\n";
-  for (const auto& a : m.allreduces)
+  std::string misses;
+  for (const auto& a : m.allreduces) {
+    double off = a.modelled_ms / a.measured_ms - 1;
     std::cerr << "all-reduce of " << human_bytes(a.bytes) << " over " << a.group.size() << " workers: measured "
-              << a.measured_ms << " ms, the fitted model " << a.modelled_ms << " ms ("
-              << 100 * (a.modelled_ms / a.measured_ms - 1) << "%)\n";
+              << a.measured_ms << " ms, the fitted model " << a.modelled_ms << " ms (" << 100 * off << "%)\n";
+    if (std::abs(off) > kFitWithin) misses += str(misses.empty() ? "" : ", ", human_bytes(a.bytes));
+  }
+  // A fit that misses says which term cannot hold the points, and why where it is known.
+  for (const auto& l : m.levels)
+    if (l.fit.max_error > kFitWithin)
+      std::cerr << "note: level " << l.level << "'s latency and rate miss a point by more than " << 100 * kFitWithin
+                << "%: its points scatter more than a latency and a rate explain (a busy machine's do; calibrate "
+                   "again on a quiet one)\n";
+  if (!misses.empty())
+    std::cerr << "note: the all-reduce model misses by more than " << 100 * kFitWithin << "% at " << misses << ": "
+              << (f.transport == "threads"
+                      ? "on threads an all-reduce is no ring (the workers add into one sum under a lock and wake "
+                        "each other, runtime/thread_transport.cpp): its fixed part is their wake-ups, not the "
+                        "ring's 2(n-1) steps of the one-way latency that the model charges"
+                      : "its two host terms (summing per MiB, a ring step's time) cannot fit every size measured")
+              << "\n";
   return 0;
 }
 
@@ -114,7 +139,7 @@ int run_threads(const CalibrateFlags& f, const plan::Cluster& shape) {
       throw RuntimeFailure(str("calibrate: worker ", r, ": ", errors[r]));
   for (const auto& e : errors)
     if (!e.empty()) throw RuntimeFailure(str("calibrate: ", e));
-  return write_result(f, shape, results[0]);
+  return write_result(f, shape, results[0], true);
 }
 
 int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
@@ -130,7 +155,11 @@ int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
     auto options = options_of(f);
     if (config.rank != 0) options.progress = nullptr;
     job::Measured m = job::measure_cluster(*t, shape, options);
-    return config.rank == 0 ? write_result(f, shape, m) : 0;
+    // Ranks that meet at a loopback address run on this host (calibrate's own, or torchrun's on
+    // one machine); the testbed's and mpirun's meet across addresses.
+    bool one_host = config.master_addr == "localhost" || config.master_addr.rfind("127.", 0) == 0 ||
+                    config.master_addr == "::1";
+    return config.rank == 0 ? write_result(f, shape, m, one_host) : 0;
   } catch (const std::exception& e) {
     if (t) t->abandon(e.what());
     throw RuntimeFailure(str("calibrate: worker ", config.rank, ": ", e.what()));

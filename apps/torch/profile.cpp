@@ -14,10 +14,17 @@
 namespace pt::app {
 namespace {
 
+// Where the machine can hold the model, its layers timed as a stage runs them.
+profile::ProfilerOptions in_sequence() {
+  profile::ProfilerOptions options;
+  options.sequence_share = 0.25;
+  return options;
+}
+
 struct ProfileFlags {
   ModelFlags model;
   int64_t batch_size = 64;
-  profile::ProfilerOptions options;
+  profile::ProfilerOptions options = in_sequence();
   std::string output;
 };
 
@@ -52,7 +59,8 @@ int run_profile(ProfileFlags& f) {
   double fwd = 0, bwd = 0;
   for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms;
   std::cerr << p.model << " at batch " << p.batch_size << ": " << p.num_layers() << " layers, forward "
-            << fwd << " ms, backward " << bwd << " ms, parameters " << p.total_parameter_bytes() << " bytes\n";
+            << fwd << " ms, backward " << bwd << " ms (the layers timed " << p.timed << "), parameters "
+            << p.total_parameter_bytes() << " bytes\n";
   return 0;
 }
 
@@ -67,6 +75,11 @@ Register reg({"profile", kProfileDescription,
   app.add_option("--batch-size", f->batch_size, "Minibatch size to profile")->capture_default_str();
   app.add_option("--warmup", f->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--repeats", f->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag_callback(
+      "--alone", [f] { f->options.sequence_share = 0; },
+      "Time each layer alone, built and dropped in turn (the default times the layers one after another, as a "
+      "stage runs them, where the model's weights, gradients and step copies fit in a quarter of this machine's "
+      "memory)");
   app.add_option("--batch-sizes", f->options.batch_sizes,
                  "Smaller batches to time each layer at too (default: the batch's halves down to a sixteenth), for "
                  "the microbatches a plan may split it into; --batch-sizes B (the batch alone): times scale linearly")

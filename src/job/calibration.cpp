@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "core/host_allocator.h"
 #include "core/units.h"
 #include "model/emulated_layer.h"
@@ -29,11 +30,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Repetitions of a size: about bytes_per_size in all, at least 3 and at most 30.
 int repetitions(int64_t bytes, const CalibrationOptions& options) {

@@ -21,6 +21,9 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
   // job's --cluster's (calibrate measures it on threads), where it gave one.
   plan::Cluster links = cluster ? *cluster : plan::Cluster::flat(r.workers, std::numeric_limits<double>::infinity());
   if (!cluster) links.action_us = options.cluster.action_us;
+  // The cores are the caller's to say (`cores`): emulated compute waits rather than computes,
+  // and the first replay gives each worker a core of its own.
+  links.host_cores = 0;
   // Over the default minibatches until the window settles and repeats, as `simulate` replays it.
   auto replay = [&](int on_cores) {
     sim::SimOptions sim_options{options.bucket_bytes};

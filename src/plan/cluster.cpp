@@ -184,6 +184,7 @@ json to_json(const Cluster& c) {
   if (c.action_us > 0) doc["action_us"] = c.action_us;
   if (c.process_bytes > 0) doc["process_bytes"] = c.process_bytes;
   if (!c.core_rates.empty()) doc["core_rates"] = c.core_rates;
+  if (c.host_cores > 0) doc["host_cores"] = c.host_cores;
   if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
 }
@@ -209,7 +210,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "cluster", kClusterVersion);
   root.only_fields({"format", "levels", "memory_bytes_per_worker", "allreduce", "reduce_us_per_mib", "allreduce_step_us",
-                    "action_us", "process_bytes", "core_rates", "calibration"});
+                    "action_us", "process_bytes", "core_rates", "host_cores", "calibration"});
   Cluster c;
   JsonField levels = root["levels"];
   if (levels.size() == 0) levels.fail("must list at least one level");
@@ -257,6 +258,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
       c.core_rates.push_back(r);
     }
   }
+  if (root.has("host_cores")) c.host_cores = static_cast<int>(root["host_cores"].as_int_in(0, kMaxWorkers));
   if (root.has("calibration")) {
     const json& record = doc["calibration"];
     if (!record.is_object()) root["calibration"].fail("must be an object (what `pipetrain calibrate` measured)");

@@ -72,6 +72,11 @@ struct Cluster {
   // microbatch of 16). Here 2 computes on the 2 cores ran at 0.87 each, not 1 (the caches and
   // memory they share). Empty: min(1, cores / n), the kernel's even time-slicing alone.
   std::vector<double> core_rates;
+  // The workers are threads or processes of one host sharing this many cores (cluster field
+  // "host_cores"; calibrate writes it where it ran every worker on this machine): the simulator
+  // shares them out as SimOptions::cores says, so plan, simulate and compare weigh the run this
+  // host will make. 0 (a typed cluster, or ranks spread over machines): a device per worker.
+  int host_cores = 0;
   // The rate of each of `running` computes on `cores` cores: core_rates where measured (beyond
   // them, the last one's shared out further), else min(1, cores / running).
   double core_rate(int running, int cores) const;

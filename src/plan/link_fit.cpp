@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "core/units.h"
 
 namespace pt::plan {
@@ -23,11 +24,6 @@ std::pair<double, double> line(const std::vector<LinkPoint>& p) {
   return {(sy * sxx - sx * sxy) / det, (n * sxy - sx * sy) / det};
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 }  // namespace
 

@@ -60,6 +60,7 @@ json to_json(const Profile& p) {
               {"device", p.device},
               {"precision", p.precision},
               {"optimizer", p.optimizer},
+              {"timed", p.timed},
               {"layers", layers}};
   if (!p.ties.empty()) {
     json ties = json::array();
@@ -84,6 +85,11 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     p.optimizer = root["optimizer"].as_string();
     if (p.optimizer != "sgd" && p.optimizer != "adam" && p.optimizer != "adamw")
       root["optimizer"].fail(str("must be sgd, adam or adamw, got '", p.optimizer, "'"));
+  }
+  if (root.has("timed")) {
+    p.timed = root["timed"].as_string();
+    if (p.timed != "in sequence" && p.timed != "alone")
+      root["timed"].fail(str("must be 'in sequence' or 'alone', got '", p.timed, "'"));
   }
   JsonField layers = root["layers"];
   size_t n = layers.size();

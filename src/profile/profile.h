@@ -60,6 +60,10 @@ struct Profile {
   // Whose step the layers' optimizer_ms times: "sgd" (with momentum), "adam" or "adamw".
   // Optional in the file (sgd).
   std::string optimizer = "sgd";
+  // How the layers were timed: "in sequence" (one after another, as a stage runs them; the
+  // profiler's way where its process holds the model) or "alone" (each layer by itself, again
+  // and again: from warm caches, so faster than in a stage). Optional in the file ("alone").
+  std::string timed = "alone";
   std::vector<Layer> layers;
   std::vector<Tie> ties;
 

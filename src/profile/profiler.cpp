@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "core/host_allocator.h"
 #include "model/flat_parameters.h"
 #include "model/memory_meter.h"
@@ -18,11 +20,6 @@ double now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The runtime's own work on one layer's weights per minibatch (Layer::optimizer_ms): the
 // optimizer's step on flat buffers (SGD with momentum, or Adam's: 2-3x its passes over the
@@ -85,6 +82,79 @@ Timing time_layer(model::LayeredModel& model, torch::nn::Sequential& module, con
   }
   if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
   return {input.size(0), median(fwd), median(bwd)};
+}
+
+// The layers time_in_sequence runs: every one, those the model does not hold built for it, where
+// their weights, gradients and the steps' two copies take at most ProfilerOptions::sequence_share
+// of this machine's memory; none otherwise (a model larger than the machine is timed one layer at
+// a time, each alone).
+std::vector<torch::nn::Sequential> layers_for_sequence(const model::LayeredModel& model,
+                                                       const ProfilerOptions& profiler_options) {
+  const int64_t budget = static_cast<int64_t>(profiler_options.sequence_share *
+                                              static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                                              static_cast<double>(::sysconf(_SC_PAGESIZE)));
+  std::vector<torch::nn::Sequential> layers;
+  if (profiler_options.sequence_share <= 0) return layers;
+  int64_t bytes = 0;
+  for (int i = 0; i < model.num_layers() && bytes <= budget; ++i) {
+    layers.push_back(model.holds(i) ? model.layer(i).module : model.make_layer(i));
+    for (const auto& param : layers.back()->parameters()) bytes += 4 * param.numel() * param.element_size();
+  }
+  if (bytes > budget) {
+    layers.clear();
+    release_freed_host_memory();
+  }
+  return layers;
+}
+
+// Every layer's forward and backward as a stage meets them: the layers one after another on a
+// microbatch, then their backwards in reverse order, each timed in its place, on the batch's
+// next microbatch each repetition. A layer timed alone, again and again, runs from
+// warm caches (its weights, its input, its scratch); after the other layers it does not:
+// mnist-cnn's five layers at a microbatch of 16 took 6-18% longer one after another than the
+// sum of each alone (bench/layers_in_sequence.cpp, across sittings), and a one-worker run
+// measured the longer: it ran at 0.81-0.87 of a simulation from layers timed alone, at
+// 0.99-1.01 of one timed in sequence.
+// (A layer's step is timed alone, measure_step_ms: one after another, each layer's step took
+// 1.7x the runtime's one step of their flat buffer, which a step per layer does not show.)
+std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
+                                                  std::vector<torch::nn::Sequential>& layers,
+                                                  const torch::Tensor& batch, const torch::Tensor& targets,
+                                                  const std::vector<int64_t>& sizes,
+                                                  const ProfilerOptions& profiler_options) {
+  const int n = model.num_layers();
+  std::vector<std::vector<Timing>> out(n);
+  // Gradients accumulate into a defined .grad, as in the runtime (time_layer).
+  for (int i = 0; i < n; ++i)
+    for (auto& param : layers[i]->parameters()) param.mutable_grad() = torch::zeros_like(param);
+  for (int64_t b : sizes) {
+    std::vector<std::vector<double>> fwd(n), bwd(n);
+    const int64_t parts = std::max<int64_t>(1, batch.size(0) / b);
+    for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
+      const bool timed = r >= profiler_options.warmup;
+      const int64_t at = (r % parts) * b;
+      torch::Tensor x = batch.narrow(0, at, b);
+      std::vector<torch::Tensor> ins(n), tops(n);
+      for (int i = 0; i < n; ++i) {
+        ins[i] = x.detach();
+        if (i > 0 && ins[i].is_floating_point()) ins[i].requires_grad_(true);
+        torch::Tensor y = i + 1 == n && targets.defined() ? targets.narrow(0, at, b) : torch::Tensor();
+        double t0 = now_ms();
+        tops[i] = forward(model, layers[i], ins[i], y, x);
+        if (timed) fwd[i].push_back(now_ms() - t0);
+      }
+      torch::Tensor grad;  // the input gradient of the layer after
+      for (int i = n - 1; i >= 0; --i) {
+        if (!grad.defined() || grad.sizes() != tops[i].sizes()) grad = torch::ones_like(tops[i]);
+        double t0 = now_ms();
+        if (tops[i].requires_grad()) tops[i].backward(grad);
+        if (timed) bwd[i].push_back(now_ms() - t0);
+        grad = ins[i].requires_grad() ? ins[i].grad() : torch::Tensor();
+      }
+    }
+    for (int i = 0; i < n; ++i) out[i].push_back({b, median(fwd[i]), median(bwd[i])});
+  }
+  return out;  // the gradients stay defined, as time_layer leaves them
 }
 
 // The layer's memory as the meter sees it allocated on this thread: what one forward leaves
@@ -159,33 +229,48 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   auto on_the_wire = [&](const torch::Tensor& t) {  // what the next stage receives (precision.h)
     return model::from_wire(model::to_wire(t.detach(), model.precision()), model.precision());
   };
+  std::vector<torch::nn::Sequential> layers = layers_for_sequence(model, profiler_options);
+  const bool in_sequence = !layers.empty();
+  std::vector<std::vector<Timing>> sequence;
+  if (in_sequence)
+    sequence = time_in_sequence(model, layers, batch, targets, timed_batch_sizes(p.batch_size, profiler_options),
+                                profiler_options);
+  p.timed = in_sequence ? "in sequence" : "alone";
   for (int i = 0; i < model.num_layers(); ++i) {
     const auto& layer = model.layer(i);
     // A layer the model does not hold is built for its measurement and dropped after it: a model
     // larger than this machine's memory is profiled one layer at a time.
-    torch::nn::Sequential module = model.holds(i) ? layer.module : model.make_layer(i);
+    torch::nn::Sequential module = in_sequence ? layers[i] : model.holds(i) ? layer.module : model.make_layer(i);
     torch::Tensor input = x.detach();
     if (i > 0 && input.is_floating_point()) input.requires_grad_(true);
     torch::Tensor out;
     // The last stage computes the loss after the last layer: its time and memory are the layer's.
     torch::Tensor loss_targets = i + 1 == model.num_layers() ? targets : torch::Tensor();
     Layer l;
-    for (size_t k = 0; k < sizes.size(); ++k) {
-      torch::Tensor in = xs[k].detach(), small;
-      if (i > 0 && in.is_floating_point()) in.requires_grad_(true);
-      l.timings.push_back(time_layer(model, module, in,
-                                     loss_targets.defined() ? loss_targets.narrow(0, 0, sizes[k]) : torch::Tensor(), profiler_options,
-                                     small));
-      xs[k] = on_the_wire(small);
+    Timing main;
+    if (in_sequence) {
+      l.timings = sequence[i];
+      main = l.timings.back();
+      if (sizes.empty()) l.timings.clear();
+      forward(model, module, input, loss_targets, out);
+    } else {
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        torch::Tensor in = xs[k].detach(), small;
+        if (i > 0 && in.is_floating_point()) in.requires_grad_(true);
+        l.timings.push_back(time_layer(model, module, in,
+                                       loss_targets.defined() ? loss_targets.narrow(0, 0, sizes[k]) : torch::Tensor(),
+                                       profiler_options, small));
+        xs[k] = on_the_wire(small);
+      }
+      main = time_layer(model, module, input, loss_targets, profiler_options, out);
+      if (!l.timings.empty()) l.timings.push_back(main);
     }
-    Timing main = time_layer(model, module, input, loss_targets, profiler_options, out);
-    if (!l.timings.empty()) l.timings.push_back(main);
+    l.optimizer_ms = measure_step_ms(module->parameters(), profiler_options);
     l.name = layer.name;
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;
     l.activation_bytes = model::wire_bytes(out, model.precision());  // what crosses to the next stage
     for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
-    l.optimizer_ms = measure_step_ms(module->parameters(), profiler_options);
     torch::Tensor next = on_the_wire(out);
     out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
@@ -196,6 +281,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     p.layers.push_back(std::move(l));
     x = next;
     if (!model.holds(i)) {  // the layer built for its measurement goes, and the memory with it
+      if (in_sequence) layers[i] = torch::nn::Sequential(nullptr);
       module = torch::nn::Sequential(nullptr);
       release_freed_host_memory();
     }

@@ -15,6 +15,12 @@ struct ProfilerOptions {
   // empty: its halves down to a sixteenth (the microbatches of 2-16 a plan may split it into).
   // {the batch alone}, or a batch of 1: no timings (times scale linearly).
   std::vector<int64_t> batch_sizes{};
+  // The layers are timed in sequence, as a stage runs them (Profile::timed), where the whole
+  // model's weights, gradients and step copies take at most this share of the machine's memory
+  // (`pipetrain profile`: a quarter); beyond it, or at 0, each layer alone, built and dropped in
+  // turn. 0 by default: a worker that profiles what it trains (train --stages without --profile)
+  // holds its stage alone, and must not build the rest to time it.
+  double sequence_share = 0;
 };
 
 // The batch sizes measure_profile times at a batch of `batch` (ascending, the batch last).

@@ -25,9 +25,9 @@ std::string bucket_choices_text() {
 
 double simulate_plan(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
                      const plan::PlanOptions& options, const std::string& kind) {
-  if (replay_period(plan) == 0 && !steady_state_in_closed_form(plan, kind)) return 0;
+  if (replay_period(plan) == 0 && !steady_state_in_closed_form(plan, kind, cluster)) return 0;
   try {
-    if (steady_state_in_closed_form(plan, kind)) return plan::evaluate_plan(plan, profile, cluster, options).pipeline_ms_per_minibatch;
+    if (steady_state_in_closed_form(plan, kind, cluster)) return plan::evaluate_plan(plan, profile, cluster, options).pipeline_ms_per_minibatch;
     SteadyReplayOptions how;
     how.sim = timing_only(options.bucket_bytes);
     how.detail = metrics::Detail::kTiming;
@@ -66,13 +66,13 @@ BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profi
   // 12-4 on 4x4 at 100/10: 0 and 100 MiB, floors 29.6 ms per minibatch against 28.3).
   std::vector<size_t> simulated;
   for (size_t i = own_ms > 0 ? 1 : 0; i < sizes.size(); ++i) {
-    if (!steady_state_in_closed_form(plan, kind)) floor[i] = replay_floor_ms(plan, profile, cluster, kind, bytes_of(i), &s);
+    if (!steady_state_in_closed_form(plan, kind, cluster)) floor[i] = replay_floor_ms(plan, profile, cluster, kind, bytes_of(i), &s);
     if (own_ms > 0 && floor[i] > own_ms * (1 + 1e-9)) ms[i] = -1;
     else simulated.push_back(i);
   }
   auto simulate_size = [&](size_t i) {
     auto bytes = bytes_of(i);
-    if (steady_state_in_closed_form(plan, kind)) {
+    if (steady_state_in_closed_form(plan, kind, cluster)) {
       plan::PlanOptions at_size = options;
       at_size.bucket_bytes = bytes;
       ms[i] = plan::evaluate_plan(plan, profile, cluster, at_size).pipeline_ms_per_minibatch;

@@ -140,7 +140,7 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
   p.simulated_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
   p.simulated_schedule = r.schedule;
   // (One worker alone is no data parallelism to explain.)
-  if (steady_state_in_closed_form(p, r.schedule) && p.workers > 1)
+  if (steady_state_in_closed_form(p, r.schedule, out.cluster) && p.workers > 1)
     p.notes.push_back(str("data parallelism on ", p.workers, " workers: its steady state is the cost engine's closed "
                           "form, which for data parallelism is the simulator's figure exactly (its replicas are "
                           "alike), so it is not replayed"));
@@ -158,6 +158,20 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
                       "85.9%); 1f1b on this plan computes one worker's gradients");
   d.shown = p;
   if (request.top > 0) d.reports += "\n" + format_top(r, out.profile, request.top);
+  for (size_t k = 0; k < r.ranked.size() && k < static_cast<size_t>(request.top); ++k) {
+    plan::Plan q = k == 0 ? d.plan : r.ranked[k].plan;
+    if (k > 0) {
+      q.schedule = q.simulated_schedule = r.schedule;
+      q.pipeline_ms_per_minibatch = q.simulated_ms_per_minibatch = r.ranked[k].simulated.ms_per_minibatch;
+      q.data_parallel_ms_per_minibatch = r.data_parallel_ms;
+      bool replicated = false;
+      for (const auto& st : q.stages) replicated = replicated || st.replicas > 1;
+      if (replicated)
+        q.bucket_mb = r.ranked[k].bucket.tried.empty() ? static_cast<double>(out.options.bucket_bytes) / (1 << 20)
+                                                       : r.ranked[k].bucket.bucket_mb;
+    }
+    d.top.push_back(std::move(q));
+  }
   if (request.explain)
     d.reports += "\n" + format_explain(chosen, out.profile, out.cluster) + bucket_explained(p, request.bucket_mb);
   return d;

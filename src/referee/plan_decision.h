@@ -34,6 +34,10 @@ struct PlanDecision {
   bool one_worker_fits = true;  // whether the table may advise one worker (format_plan_table)
   std::string summary;  // the lines under the table (the joint search's choice in words)
   std::string reports;  // --top's and --explain's, each after a blank line
+  // The --top best candidates as plan files run them (the first is `plan`): the schedule they
+  // were replayed under, the bucket each was timed with, their simulated time as the prediction.
+  // So each can be trained and measured (plan --save-top DIR). Empty for the joint search.
+  std::vector<plan::Plan> top;
 };
 
 // Throws ConfigError where no candidate can run or none fits the memory cap.

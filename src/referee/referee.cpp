@@ -104,7 +104,7 @@ void Referee::work_ahead(const plan::Plan& p) {
   if (past_limit()) return;
   for (auto& v : variants_of(p, options())) {
     std::string key = identity(v);
-    if (!seen_.count(key) && (replay_period(v) > 0 || steady_state_in_closed_form(v, context_.kind)))
+    if (!seen_.count(key) && (replay_period(v) > 0 || steady_state_in_closed_form(v, context_.kind, context_.cluster)))
       ahead_.queue(key, v);
   }
 }
@@ -117,7 +117,7 @@ int Referee::replay(const plan::Plan& p, bool weighed) {
     return kNotReplayed;
   }
   progress();
-  if (replay_period(p) == 0 && !steady_state_in_closed_form(p, context_.kind)) {
+  if (replay_period(p) == 0 && !steady_state_in_closed_form(p, context_.kind, context_.cluster)) {
     skipped_ += str("\n  ", p.shape(), ": its replica counts repeat only every ", kMaxReplayPeriod,
                     "+ minibatches (their lcm), too long to replay");
     r_.unschedulable.push_back(p);

@@ -60,8 +60,8 @@ int64_t replay_period(const plan::Plan& p) {
   return lcm;
 }
 
-bool steady_state_in_closed_form(const plan::Plan& p, const std::string& kind) {
-  return p.num_stages() == 1 && kind == "pipedream";
+bool steady_state_in_closed_form(const plan::Plan& p, const std::string& kind, const plan::Cluster& cluster) {
+  return p.num_stages() == 1 && kind == "pipedream" && cluster.host_cores == 0;
 }
 
 metrics::Metrics closed_form_metrics(const plan::PlanEstimate& e, const plan::Plan& p, const profile::Profile& profile,
@@ -126,7 +126,7 @@ void estimate(Replay& r, const ReplayContext& c) {
   if (r.estimate || !r.error.empty()) return;
   try {
     plan::PlanEstimate e = plan::evaluate_plan(r.plan, c.profile, c.cluster, c.options);
-    if (!steady_state_in_closed_form(r.plan, c.kind)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
+    if (!steady_state_in_closed_form(r.plan, c.kind, c.cluster)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
     r.limit_ms = r.estimate_floor_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
     r.estimate = std::move(e);
   } catch (const ConfigError& e) {
@@ -136,7 +136,7 @@ void estimate(Replay& r, const ReplayContext& c) {
 
 void bound(Replay& r, const ReplayContext& c) {
   estimate(r, c);
-  if (r.bound || !r.estimate || c.kind != "pipedream" || steady_state_in_closed_form(r.plan, c.kind)) return;
+  if (r.bound || !r.estimate || c.kind != "pipedream" || steady_state_in_closed_form(r.plan, c.kind, c.cluster)) return;
   r.bound = true;
   try {
     auto s = schedule_of(r.plan, c, structure_of(c.kind, r.plan), 0);
@@ -161,7 +161,7 @@ metrics::Metrics replay_over(const plan::Plan& plan, const ReplayContext& c, con
 void simulate(Replay& r, const ReplayContext& c) {
   bound(r, c);
   if (!r.estimate || r.simulated || !r.error.empty()) return;
-  if (steady_state_in_closed_form(r.plan, c.kind)) {
+  if (steady_state_in_closed_form(r.plan, c.kind, c.cluster)) {
     r.simulated = closed_form_metrics(*r.estimate, r.plan, c.profile, c.kind);
     return;
   }

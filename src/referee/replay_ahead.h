@@ -97,8 +97,9 @@ inline sim::SimOptions timing_only(int64_t bucket_bytes) {
 // when this was widened: 11 PipeDream profiles on 5 clusters, 5 buckets, with and without
 // per-message, per-step, per-action and per-byte-reduced costs, ring and hierarchical). A replay
 // books every ring step of every bucket on every member's links: on 16 workers with 1 MiB
-// buckets, a third of `plan`'s time; on 1,024, minutes.
-bool steady_state_in_closed_form(const plan::Plan& p, const std::string& kind);
+// buckets, a third of `plan`'s time; on 1,024, minutes. Not where the workers share a host's
+// cores (Cluster::host_cores): the closed form gives each its own.
+bool steady_state_in_closed_form(const plan::Plan& p, const std::string& kind, const plan::Cluster& cluster);
 // Its figures as a replay's (ms per minibatch and throughput; no per-worker detail).
 metrics::Metrics closed_form_metrics(const plan::PlanEstimate& e, const plan::Plan& p, const profile::Profile& profile,
                                      const std::string& kind);

@@ -47,7 +47,8 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.microbatches = s.microbatches;
   t.batch_size = p.batch_size;
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
-  t.workers = detail::Replay(s, costs, cluster, options.bucket_bytes, options.cores, options.computes_only,
+  int cores = options.cores > 0 ? options.cores : cluster.host_cores;
+  t.workers = detail::Replay(s, costs, cluster, options.bucket_bytes, cores, options.computes_only,
                              tie_exchanges(s, p))
                   .run();
   return t;

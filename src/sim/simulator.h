@@ -50,7 +50,7 @@ struct SimOptions {
   // kernel time-slices threads: the n computes running at once each progress at the cluster's
   // core_rate (measured by calibrate; else min(1, cores / n)) of their profiled rate (the mnist-cnn demo, 4 threads on 2 cores: 7,426 samples/s simulated
   // when a ready compute waited for a free core and then ran to its end, 7,021 now, against
-  // 5,030-5,083 measured); 0: a device per worker.
+  // 5,030-5,083 measured); 0: the cluster's host_cores (0 there too: a device per worker).
   int cores = 0;
   // Record only the computes and steps: all that metrics' timing (Detail::kTiming) reads, the
   // same steady state in fewer events (the referee's replays).

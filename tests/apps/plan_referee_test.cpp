@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -449,6 +452,63 @@ std::pair<json, double> plan_then_simulate(const std::string& path, const std::s
   bool found = std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"));
   EXPECT_TRUE(found) << sim.output;
   return {parse_json(planned.output, "plan"), found ? std::stod(m[1]) : 0};
+}
+
+// Workers that share one host's cores (a cluster calibrate measured on one machine writes
+// host_cores) are planned as they will run there: every candidate replayed on the shared cores,
+// data parallelism too (its closed form gives each worker a core of its own), so the plan's
+// figure is what `simulate --plan` replays on that cluster, and slower than on a core each.
+TEST(PlanReferee, WorkersSharingAHostsCoresArePlannedOnThem) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  std::string own = ::testing::TempDir() + "own_cores.cluster.json", shared = ::testing::TempDir() + "shared_cores.cluster.json";
+  // Links so fast that VGG-16's all-reduce costs little: its time is its compute.
+  std::string levels = R"({"format": "pipetrain.cluster/1", "levels": [{"name": "host", "fan_out": 4, "bandwidth_gbps": 10000}])";
+  std::ofstream(own) << levels << "}";
+  std::ofstream(shared) << levels << R"(, "host_cores": 2})";
+  auto [own_plan, own_ms] = plan_then_simulate(path, "", " --cluster " + own, ::testing::TempDir() + "own_cores.plan.json");
+  auto [shared_plan, shared_ms] =
+      plan_then_simulate(path, "", " --cluster " + shared, ::testing::TempDir() + "shared_cores.plan.json");
+  ASSERT_TRUE(own_plan.contains("predicted") && shared_plan.contains("predicted"));
+  EXPECT_NEAR(shared_ms / shared_plan["predicted"]["pipeline_ms_per_minibatch"].get<double>(), 1.0, 0.01);
+  EXPECT_NEAR(own_ms / own_plan["predicted"]["pipeline_ms_per_minibatch"].get<double>(), 1.0, 0.01);
+  // 4 workers computing on 2 cores take nearly twice as long.
+  EXPECT_GT(shared_ms, 1.5 * own_ms);
+  double own_dp = own_plan["predicted"]["data_parallel_ms_per_minibatch"].get<double>();
+  double shared_dp = shared_plan["predicted"]["data_parallel_ms_per_minibatch"].get<double>();
+  EXPECT_GT(shared_dp, 1.5 * own_dp) << "data parallelism replayed on the shared cores, not its closed form";
+}
+
+// `plan --top K --save-top DIR` writes the K best candidates as plan files, the first the chosen
+// plan itself: each one `simulate --plan` replays at the time `plan` ranked it by, fastest first.
+TEST(PlanReferee, TheTopCandidatesAreWrittenAsPlansThatReplayAsRanked) {
+  std::string dir = ::testing::TempDir() + "save_top_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  auto [chosen, chosen_ms] = plan_then_simulate(path, "--top 4 --save-top " + dir, " --workers 4,4 --bandwidth-gbps 96,10",
+                                                dir + "/chosen.json");
+  ASSERT_TRUE(chosen.contains("predicted"));
+  double before = 0;
+  for (int k = 1; k <= 4; ++k) {
+    SCOPED_TRACE("rank " + std::to_string(k));
+    std::string file = dir + "/top-" + std::to_string(k) + ".plan.json";
+    ASSERT_TRUE(std::filesystem::exists(file));
+    json p = parse_json(read_text_file(file), file);
+    if (k == 1) EXPECT_EQ(p, chosen);
+    double ranked = p["predicted"]["simulated_ms_per_minibatch"].get<double>();
+    EXPECT_GE(ranked, before);
+    before = ranked;
+    auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " +
+                                  file + " --workers 4,4 --bandwidth-gbps 96,10");
+    ASSERT_EQ(sim.exit_code, 0) << sim.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(sim.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << sim.output;
+    EXPECT_NEAR(std::stod(m[1]) / ranked, 1.0, 0.01) << sim.output;
+  }
+  auto joint = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
+                                  " --workers 4 --bandwidth-gbps 10 --schedule auto --top 2 --save-top " + dir);
+  EXPECT_NE(joint.exit_code, 0);
+  EXPECT_NE(joint.output.find("--save-top: the joint search"), std::string::npos) << joint.output;
+  std::filesystem::remove_all(dir);
 }
 
 // PipeDream's optimizer plans for its own schedule: the plan file names it, so `simulate --plan`

@@ -164,6 +164,15 @@ TEST(BadClusterFile, NamesFieldAndValue) {
     c.core_rates.clear();
     EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 2.0 / 3);  // unmeasured: time-slicing alone
   }
+  // Workers sharing one host's cores (calibrate on one machine): bounded and round-tripped.
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "host_cores": -2})"),
+            "c.json: field 'host_cores' must be in 0..1000000, got -2");
+  EXPECT_EQ(cluster_from_json(to_json(cluster_from_json(parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "host_cores": 2})",
+                                                                   "c.json"),
+                                                        "c.json")),
+                              "d.json")
+                .host_cores,
+            2);
   Cluster measured = cluster_from_json(
       parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": 100000000, "memory_bytes_per_worker": 1000000000})",
                  "c.json"),

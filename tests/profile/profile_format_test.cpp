@@ -74,6 +74,7 @@ TEST(ProfileFormat, EachValidationError) {
        "p.json: field 'layers[0].optimizer_ms' must be >= 0, got -0.5"},
       {[](json& d) { d["precision"] = "fp16"; }, "p.json: field 'precision' must be fp32 or bf16, got 'fp16'"},
       {[](json& d) { d["optimizer"] = "lamb"; }, "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'"},
+      {[](json& d) { d["timed"] = "warm"; }, "p.json: field 'timed' must be 'in sequence' or 'alone', got 'warm'"},
       {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 32, "forward_ms": 1, "backward_ms": 1},
                                                                  {"batch": 16, "forward_ms": 1, "backward_ms": 1}])"); },
        "p.json: field 'layers[0].timings[1].batch' must be above the batch before it (32), got 16"},

@@ -1,6 +1,7 @@
 // The profiler's bytes are exact: hand-computed values for mnist-cnn at batch 64.
 #include <gtest/gtest.h>
 
+#include "model/emulated_layer.h"
 #include "model/zoo.h"
 #include "profile/profiler.h"
 
@@ -66,6 +67,35 @@ TEST(Profiler, TimesEachLayerAtTheMicrobatchSizes) {
   EXPECT_EQ(timed_batch_sizes(12, {}), (std::vector<int64_t>{1, 3, 6, 12}));
   Profile one = measure_profile(*m, torch::randn({8, 1, 28, 28}), {0, 1, "sgd", {8}});
   for (const auto& l : one.layers) EXPECT_TRUE(l.timings.empty()) << l.name;
+}
+
+// The layers are timed one after another, as a stage runs them, and each time lands on its own
+// layer and size: emulated layers wait known times (per sample), the first's forward long and
+// backward short, the second's the other way round. A process that holds no layer has them built
+// for the pass and still holds none after; by default (a worker's own profile), each alone.
+TEST(Profiler, TimesTheLayersInSequenceEachInItsPlace) {
+  std::vector<model::EmulatedCost> costs(2);
+  costs[0].name = "long-forward", costs[0].forward_ms_per_sample = 0.05, costs[0].backward_ms_per_sample = 0.01;
+  costs[1].name = "long-backward", costs[1].forward_ms_per_sample = 0.01, costs[1].backward_ms_per_sample = 0.08;
+  auto m = model::build_emulated_model("waits", costs, model::LayerSet::none());
+  torch::Tensor x = torch::zeros({64, 4});
+  ProfilerOptions in_sequence{1, 3};
+  in_sequence.sequence_share = 0.25;
+  Profile p = measure_profile(*m, x, in_sequence);
+  EXPECT_EQ(p.timed, "in sequence");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(m->holds(i)) << "built for the pass, then dropped";
+    ASSERT_EQ(p.layers[i].timings.size(), 5u);
+    for (const Timing& t : p.layers[i].timings) {
+      double f = costs[i].forward_ms_per_sample * t.batch, b = costs[i].backward_ms_per_sample * t.batch;
+      EXPECT_NEAR(t.forward_ms, f, 0.2 * f + 0.3) << costs[i].name << " at " << t.batch;
+      EXPECT_NEAR(t.backward_ms, b, 0.2 * b + 0.3) << costs[i].name << " at " << t.batch;
+    }
+  }
+  EXPECT_EQ(to_json(profile_from_json(to_json(p), "x")), to_json(p));
+  Profile alone = measure_profile(*m, x, {1, 3});  // by default: a worker holds its stage alone
+  EXPECT_EQ(alone.timed, "alone");
+  EXPECT_NEAR(alone.layers[1].backward_ms, 0.08 * 64, 0.2 * 0.08 * 64 + 0.3);
 }
 
 // With the batch's targets the last layer is measured as the last stage runs it, the loss after

@@ -256,6 +256,12 @@ TEST(Simulator, ComputesRunningTogetherShareACore) {
   for (double end : first_forwards(2, 2, {1, 0.8, 0.5})) EXPECT_NEAR(end, 0.5 / 0.8, 1e-9);
   for (double end : first_forwards(3, 2, {1, 0.8, 0.5})) EXPECT_NEAR(end, (1.0 / 3) / 0.5, 1e-9);
   for (double end : first_forwards(4, 2, {1, 0.8, 0.5})) EXPECT_NEAR(end, 0.25 / 0.375, 1e-9);
+  // A cluster whose workers share a host's cores says so itself (host_cores, as calibrate writes
+  // it on one machine), without SimOptions::cores: three on two cores again.
+  plan::Cluster host = free_links(3);
+  host.host_cores = 2;
+  for (const auto& list : simulate(make_schedule("dp", plan_with_replicas({3}), {3}), prof, host).workers)
+    EXPECT_NEAR(list.front().end_ms, 0.5, 1e-9);
 }
 
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
