@@ -65,23 +65,23 @@ std::string bucket_label(double bucket_mb) {
   return bucket_mb >= 0 && std::abs(bucket_mb - kDefaultBucketMb) > 1e-9 ? str(" b", bucket_mb) : std::string();
 }
 
-int run_compare(CompareFlags& f) {
+int run_compare(CompareFlags& flags) {
   keep_freed_host_memory();
-  auto prof = profile::read_any_profile(f.profile);  // as plan reads it: PipeDream's files too
-  profile::require_timed(prof, f.profile);
-  plan::Cluster cluster = plan::cluster_from_flags(f.cluster);
+  auto prof = profile::read_any_profile(flags.profile);  // as plan reads it: PipeDream's files too
+  profile::require_timed(prof, flags.profile);
+  plan::Cluster cluster = plan::cluster_from_flags(flags.cluster);
   int n = cluster.workers();
-  schedule::check_schedule_options(f.options);
+  schedule::check_schedule_options(flags.options);
   // Each schedule's own best configuration: the joint search (src/referee/joint_search.h) pinned to it,
   // so `plan --schedule auto` is never slower in simulation than the best row here.
   plan::PlanOptions plan_options;
   plan_options.candidates = plan::PlanFlags{}.candidates;
-  if (!f.memory.empty()) plan_options.memory_bytes = parse_bytes(f.memory, "--memory");
+  if (!flags.memory.empty()) plan_options.memory_bytes = parse_bytes(flags.memory, "--memory");
   JointOptions joint;
   joint.own_buckets = true;  // each row at the bucket it runs fastest with, as `plan` chooses
   joint.memory_cap = plan::memory_limit(cluster, plan_options);
   plan_options.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
-  if (f.microbatches_given) joint.microbatches = f.options.microbatches;
+  if (flags.microbatches_given) joint.microbatches = flags.options.microbatches;
   std::vector<Row> rows;
   std::string plan_note = "each schedule's best plan, microbatches and recomputation (the joint search)";
   if (joint.memory_cap > 0) plan_note += str(" within ", human_bytes(static_cast<double>(joint.memory_cap)), " per worker");
@@ -139,7 +139,7 @@ int run_compare(CompareFlags& f) {
   plan::Plan everyone = plan::data_parallel_plan(prof.num_layers(), n);
   double dp_rate = 0;
   if (n <= schedule::kMaxMicrobatches) {
-    schedule::ScheduleOptions weak = f.options;
+    schedule::ScheduleOptions weak = flags.options;
     weak.microbatches = n;
     add("dp", everyone, str(n, " x batch ", prof.batch_size), weak, profile::with_batch_size(prof, prof.batch_size * n),
         "dp");
@@ -148,13 +148,13 @@ int run_compare(CompareFlags& f) {
     std::cerr << "skipping dp: " << n << " workers are more than " << schedule::kMaxMicrobatches
               << " microbatches of one step\n";
   }
-  schedule::ScheduleOptions strong = f.options;
-  strong.microbatches = std::max(f.options.microbatches, n);
+  schedule::ScheduleOptions strong = flags.options;
+  strong.microbatches = std::max(flags.options.microbatches, n);
   if (strong.microbatches <= schedule::kMaxMicrobatches && prof.batch_size % strong.microbatches == 0) {
     add("dp", everyone, str("1 batch / ", n), strong, prof, "dp-split");
     if (rows.back().kind == "dp-split") rows.back().scaling = "strong";
   }
-  if (f.json) {
+  if (flags.json) {
     json out = json::array();
     for (const auto& r : rows) {
       json j = metrics::to_json(r.m);
@@ -203,20 +203,20 @@ int run_compare(CompareFlags& f) {
 
 Register reg({"compare", "Simulate every schedule and data parallelism side by side on one profile and cluster",
               [](CLI::App& app) -> std::function<int()> {
-  auto f = std::make_shared<CompareFlags>();
-  f->options.microbatches = 8;
-  f->options.chunks = 2;
-  app.add_option("--profile", f->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
-  add_cluster_flags(app, f->cluster);
-  add_schedule_options(app, f->options);
+  auto flags = std::make_shared<CompareFlags>();
+  flags->options.microbatches = 8;
+  flags->options.chunks = 2;
+  app.add_option("--profile", flags->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
+  add_cluster_flags(app, flags->cluster);
+  add_schedule_options(app, flags->options);
   if (auto* m = app.get_option_no_throw("--microbatches"))
     // The 8 set above is only dp-split's floor: the option's shown default is the search.
-    m->each([f](const std::string&) { f->microbatches_given = true; })
+    m->each([flags](const std::string&) { flags->microbatches_given = true; })
         ->description("Pin each schedule's microbatches per step (default: searched)")
         ->default_str("");
-  app.add_option("--memory", f->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
-  app.add_flag("--json", f->json, "Print the table as JSON");
-  return [f] { return run_compare(*f); };
+  app.add_option("--memory", flags->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
+  app.add_flag("--json", flags->json, "Print the table as JSON");
+  return [flags] { return run_compare(*flags); };
 }});
 
 }  // namespace

@@ -32,76 +32,76 @@ struct Flags {
 
 // The joint search (src/referee/joint_search.h) runs when asked for a schedule choice, microbatches or
 // an objective, or under a memory cap; without them `plan` plans for the pipedream schedule.
-bool joint_wanted(const Flags& f) {
+bool joint_wanted(const Flags& flags) {
   // A memory cap is joint under the pipetrain model; PipeDream's optimizer has its own.
-  return f.schedule_flag->count() > 0 || f.microbatches_flag->count() > 0 || f.objective_flag->count() > 0 ||
-         (!f.plan.memory.empty() && f.plan.cost_model == "pipetrain");
+  return flags.schedule_flag->count() > 0 || flags.microbatches_flag->count() > 0 || flags.objective_flag->count() > 0 ||
+         (!flags.plan.memory.empty() && flags.plan.cost_model == "pipetrain");
 }
 
 // The joint search's options from the flags.
-referee::JointOptions joint_options(const Flags& f, int64_t memory_cap) {
+referee::JointOptions joint_options(const Flags& flags, int64_t memory_cap) {
   referee::JointOptions joint;
-  if (f.schedule_flag->count() > 0 && f.schedule != "auto") joint.schedules = {f.schedule};
-  if (f.microbatches_flag->count() > 0 && (f.microbatches < 1 || f.microbatches > schedule::kMaxMicrobatches))
-    throw UsageError(str("--microbatches: must be in 1..", schedule::kMaxMicrobatches, ", got ", f.microbatches));
-  joint.microbatches = f.microbatches;
-  joint.objective = f.objective;
-  if (f.staleness_cost >= 0) joint.staleness_steps = {{0, 1.0}, {1, 1.0 + f.staleness_cost}};
+  if (flags.schedule_flag->count() > 0 && flags.schedule != "auto") joint.schedules = {flags.schedule};
+  if (flags.microbatches_flag->count() > 0 && (flags.microbatches < 1 || flags.microbatches > schedule::kMaxMicrobatches))
+    throw UsageError(str("--microbatches: must be in 1..", schedule::kMaxMicrobatches, ", got ", flags.microbatches));
+  joint.microbatches = flags.microbatches;
+  joint.objective = flags.objective;
+  if (flags.staleness_cost >= 0) joint.staleness_steps = {{0, 1.0}, {1, 1.0 + flags.staleness_cost}};
   joint.memory_cap = memory_cap;
-  joint.own_buckets = f.bucket_flag->count() == 0;
+  joint.own_buckets = flags.bucket_flag->count() == 0;
   return joint;
 }
 
-int run_plan(Flags& f) {
+int run_plan(Flags& flags) {
   keep_freed_host_memory();
-  if (!f.save_top.empty() && f.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
-  if (!f.save_top.empty() && !std::filesystem::is_directory(f.save_top))
-    throw UsageError(str("--save-top '", f.save_top, "': no such folder"));
-  if (f.top < 0 || f.top > plan::kMaxCandidates)
-    throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", f.top));
+  if (!flags.save_top.empty() && flags.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
+  if (!flags.save_top.empty() && !std::filesystem::is_directory(flags.save_top))
+    throw UsageError(str("--save-top '", flags.save_top, "': no such folder"));
+  if (flags.top < 0 || flags.top > plan::kMaxCandidates)
+    throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", flags.top));
   // Every candidate --top lists is refereed (a bad --candidates is left for its own message).
-  if (f.plan.candidates >= 1 && f.top > f.plan.candidates) f.plan.candidates = f.top;
-  f.plan.joint = joint_wanted(f);
+  if (flags.plan.candidates >= 1 && flags.top > flags.plan.candidates) flags.plan.candidates = flags.top;
+  flags.plan.joint = joint_wanted(flags);
   // A search of many workers takes seconds: a line every few, on stderr.
-  f.plan.progress = [](const std::string& line) { std::cerr << "plan: " << line << "\n"; };
-  plan::PlanOutcome out = plan::run_plan_command(f.plan);
+  flags.plan.progress = [](const std::string& line) { std::cerr << "plan: " << line << "\n"; };
+  plan::PlanOutcome out = plan::run_plan_command(flags.plan);
   // PipeDream's optimizer keeps its own memory constraint (12 of its 111 published settings);
   // the pipetrain model plans under a cap jointly, with the memory model of each schedule.
   bool pipedream = out.options.cost_model != plan::CostModel::kRealised;
-  if (f.plan.joint && pipedream)
+  if (flags.plan.joint && pipedream)
     throw UsageError("--schedule, --microbatches and --objective use the joint search, which needs --cost-model "
                      "pipetrain");
-  if (!f.plan.joint && out.memory_cap > 0 && !pipedream) {  // a cluster file's cap: search jointly too
-    f.plan.joint = true;
-    out = plan::run_plan_command(f.plan);
+  if (!flags.plan.joint && out.memory_cap > 0 && !pipedream) {  // a cluster file's cap: search jointly too
+    flags.plan.joint = true;
+    out = plan::run_plan_command(flags.plan);
   }
   referee::PlanRequest request;
-  request.joint = f.plan.joint;
-  if (request.joint && !f.save_top.empty())
+  request.joint = flags.plan.joint;
+  if (request.joint && !flags.save_top.empty())
     throw UsageError("--save-top: the joint search (--schedule, --microbatches, --objective, a memory cap) ranks "
                      "configurations, not plan files; --save-top writes the plan search's candidates");
-  if (request.joint) request.joint_options = joint_options(f, out.memory_cap);
-  if (!request.joint && pipedream && (f.top > 0 || f.explain))
+  if (request.joint) request.joint_options = joint_options(flags, out.memory_cap);
+  if (!request.joint && pipedream && (flags.top > 0 || flags.explain))
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "
                      "--cost-model pipedream gives PipeDream's one plan");
-  request.bucket_mb = f.plan.bucket_mb;
-  request.bucket_given = f.bucket_flag->count() > 0;
-  request.top = f.top;
-  request.explain = f.explain;
+  request.bucket_mb = flags.plan.bucket_mb;
+  request.bucket_given = flags.bucket_flag->count() > 0;
+  request.top = flags.top;
+  request.explain = flags.explain;
   referee::PlanDecision decision = referee::decide_plan(out, request);
   std::string table = plan::format_plan_table(decision.shown, out.profile, out.cluster, decision.one_worker_fits) +
                       decision.summary;
   std::string json = to_json(decision.plan).dump(1) + "\n";
-  if (!f.output.empty()) {
-    write_text_file_atomic(f.output, json);
-    std::cerr << "wrote " << f.output << "\n";
+  if (!flags.output.empty()) {
+    write_text_file_atomic(flags.output, json);
+    std::cerr << "wrote " << flags.output << "\n";
   }
-  for (size_t k = 0; k < decision.top.size() && !f.save_top.empty(); ++k) {
-    std::string path = (std::filesystem::path(f.save_top) / str("top-", k + 1, ".plan.json")).string();
+  for (size_t k = 0; k < decision.top.size() && !flags.save_top.empty(); ++k) {
+    std::string path = (std::filesystem::path(flags.save_top) / str("top-", k + 1, ".plan.json")).string();
     write_text_file_atomic(path, to_json(decision.top[k]).dump(1) + "\n");
     std::cerr << "wrote " << path << " (rank " << k + 1 << ")\n";
   }
-  if (f.json) {
+  if (flags.json) {
     std::cout << json;
     std::cerr << table << decision.reports;
   } else {
@@ -112,57 +112,57 @@ int run_plan(Flags& f) {
 
 Register reg({"plan", "Split a profiled model into replicated pipeline stages for a cluster (PipeDream's planner)",
               [](CLI::App& app) -> std::function<int()> {
-  auto f = std::make_shared<Flags>();
-  app.add_option("--profile", f->plan.profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
-  add_cluster_flags(app, f->plan.cluster);
-  app.add_option("--memory", f->plan.memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
-  app.add_option("--cost-model", f->plan.cost_model, "pipetrain (default) or pipedream (PipeDream's optimizer)")
+  auto flags = std::make_shared<Flags>();
+  app.add_option("--profile", flags->plan.profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
+  add_cluster_flags(app, flags->plan.cluster);
+  app.add_option("--memory", flags->plan.memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
+  app.add_option("--cost-model", flags->plan.cost_model, "pipetrain (default) or pipedream (PipeDream's optimizer)")
       ->capture_default_str();
-  app.add_flag("--straight", f->plan.straight, "One worker per stage, no replication");
-  app.add_flag("--no-activation-transfer", f->plan.no_activation_transfer,
+  app.add_flag("--straight", flags->plan.straight, "One worker per stage, no replication");
+  app.add_flag("--no-activation-transfer", flags->plan.no_activation_transfer,
                "PipeDream model: leave activation transfers out (its optimizer's default)");
-  app.add_option("--candidates", f->plan.candidates,
+  app.add_option("--candidates", flags->plan.candidates,
                  "How many of the search's best plans the simulator replays to choose among")
       ->capture_default_str();
-  f->bucket_flag = app.add_option("--bucket-mb", f->plan.bucket_mb,
+  flags->bucket_flag = app.add_option("--bucket-mb", flags->plan.bucket_mb,
                                   str("The all-reduce bucket train will use, MiB (0: all after the backward; default: the "
                                       "planner tries ", referee::bucket_choices_text(), " for the chosen plan and keeps "
-                                      "the fastest, ", f->plan.bucket_mb, " unless another is faster)"))
+                                      "the fastest, ", flags->plan.bucket_mb, " unless another is faster)"))
                        ->check(bucket_mb_range())
                        ->capture_default_str();
-  app.add_flag("--no-deferred-step", f->plan.no_deferred_step,
+  app.add_flag("--no-deferred-step", flags->plan.no_deferred_step,
                "Never defer a replicated first stage's step past its next forward (which hides its all-reduce "
                "at the cost of one more update of staleness)");
-  app.add_flag("--all-workers", f->plan.all_workers,
+  app.add_flag("--all-workers", flags->plan.all_workers,
                "Use every worker of the cluster, as PipeDream's optimizer does, even where a plan on fewer of them "
                "(the rest idle) is faster");
-  app.add_option("--time-limit", f->plan.time_limit_s,
+  app.add_option("--time-limit", flags->plan.time_limit_s,
                  "Seconds planning may take: past them the simulator replays no further candidate or bucket size "
                  "and the best of those replayed is chosen, with a note saying so (the search itself always "
                  "completes; 0: no limit)")
       ->capture_default_str();
-  app.add_option("--top", f->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
-  app.add_option("--save-top", f->save_top,
+  app.add_option("--top", flags->top, "Print the K best candidates: predicted and simulated time, memory, why each lost");
+  app.add_option("--save-top", flags->save_top,
                  "With --top K: write each of the K best candidates into this folder as top-<rank>.plan.json, as "
                  "`train --plan` runs it (its schedule, bucket and simulated time), to measure them");
-  app.add_flag("--explain", f->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
+  app.add_flag("--explain", flags->explain, "Print the chosen plan's per-stage compute, links, all-reduce and memory");
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += ", " + k;
-  f->schedule_flag = app.add_option("--schedule", f->schedule,
+  flags->schedule_flag = app.add_option("--schedule", flags->schedule,
                                     "Joint search over schedules (auto), or pinned to one: auto" + kinds +
                                         " (default: pipedream's planner alone)");
-  f->microbatches_flag = app.add_option("--microbatches", f->microbatches,
+  flags->microbatches_flag = app.add_option("--microbatches", flags->microbatches,
                                         "Joint search with the microbatches per step pinned");
-  f->objective_flag = app.add_option("--objective", f->objective,
+  flags->objective_flag = app.add_option("--objective", flags->objective,
                                      "Joint search objective: throughput, or time-to-accuracy (staleness weighed)");
-  app.add_option("--staleness-cost", f->staleness_cost,
+  app.add_option("--staleness-cost", flags->staleness_cost,
                  "--objective time-to-accuracy: weigh an asynchronous schedule whose weights lag k updates by the "
                  "steps 1 + C k (default: the steps bench/staleness.sh measured on mnist-cnn, 1.00 at k = 1 and "
                  "1.44 at k = 3; it measures them for a model)")
       ->check(CLI::Range(0.0, 100.0));
-  app.add_option("-o,--output", f->output, "Write the plan JSON here");
-  app.add_flag("--json", f->json, "Print the plan JSON on standard output (the table goes to standard error)");
-  return [f] { return run_plan(*f); };
+  app.add_option("-o,--output", flags->output, "Write the plan JSON here");
+  app.add_flag("--json", flags->json, "Print the plan JSON on standard output (the table goes to standard error)");
+  return [flags] { return run_plan(*flags); };
 }});
 
 }  // namespace

@@ -7,18 +7,18 @@
 
 namespace pt::app {
 
-void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f) {
-  app.add_option("--cluster", f.file, "Cluster file (pipetrain.cluster/1)");
-  app.add_option("--workers", f.workers, "Shorthand cluster: workers per level, innermost first (e.g. 4 or 4,4)");
-  app.add_option("--bandwidth-gbps", f.bandwidth_gbps,
+void add_cluster_flags(CLI::App& app, plan::ClusterFlags& flags) {
+  app.add_option("--cluster", flags.file, "Cluster file (pipetrain.cluster/1)");
+  app.add_option("--workers", flags.workers, "Shorthand cluster: workers per level, innermost first (e.g. 4 or 4,4)");
+  app.add_option("--bandwidth-gbps", flags.bandwidth_gbps,
                  "Shorthand cluster: Gbit/s per level, innermost first (e.g. 1 or 80,10)");
-  app.add_option("--allreduce", f.allreduce,
+  app.add_option("--allreduce", flags.allreduce,
                  "How replicas all-reduce: ring (one ring over the group) or hierarchical (inside each server, then "
                  "across servers a shard each, then gathered; where faster)");
-  app.add_option("--latency-us", f.latency_us,
+  app.add_option("--latency-us", flags.latency_us,
                  "Microseconds each message costs besides its bytes, per level, innermost first (e.g. 5 or 5,30; "
                  "a ring step is a message; default: the cluster file's, or 0)");
-  app.add_option("--action-us", f.action_us,
+  app.add_option("--action-us", flags.action_us,
                  "Microseconds of the host's time each forward, backward and step costs besides its compute "
                  "(default: the cluster file's, as `pipetrain calibrate` measures it, or 0)");
 }

@@ -13,7 +13,7 @@
 namespace pt::app {
 
 // Adds --cluster FILE, --workers and --bandwidth-gbps (plan::cluster_from_flags reads them).
-void add_cluster_flags(CLI::App& app, plan::ClusterFlags& f);
+void add_cluster_flags(CLI::App& app, plan::ClusterFlags& flags);
 
 // Adds --microbatches, --chunks, --minibatches and --vertical-sync to `app`.
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& schedule_options);

@@ -19,23 +19,23 @@ struct TraceFlags {
   bool json = false;
 };
 
-int run_trace(const TraceFlags& f) {
-  if (f.merge < 0 || f.merge > 100000) throw UsageError(str("--merge: must be in 0..100000, got ", f.merge));
-  if (f.merge > 0) {
-    for (int r = 0; r < f.merge; ++r)
-      if (!std::filesystem::exists(f.path + ".worker" + std::to_string(r)))
-        throw ConfigError(str(f.path, ".worker", r, ": missing (--merge ", f.merge, " joins ", f.path, ".worker0..",
-                              f.merge - 1, ")"));
-    schedule::merge_worker_traces(f.merge, f.path);
+int run_trace(const TraceFlags& flags) {
+  if (flags.merge < 0 || flags.merge > 100000) throw UsageError(str("--merge: must be in 0..100000, got ", flags.merge));
+  if (flags.merge > 0) {
+    for (int r = 0; r < flags.merge; ++r)
+      if (!std::filesystem::exists(flags.path + ".worker" + std::to_string(r)))
+        throw ConfigError(str(flags.path, ".worker", r, ": missing (--merge ", flags.merge, " joins ", flags.path, ".worker0..",
+                              flags.merge - 1, ")"));
+    schedule::merge_worker_traces(flags.merge, flags.path);
   }
-  schedule::Trace t = schedule::read_trace(f.path);
+  schedule::Trace t = schedule::read_trace(flags.path);
   metrics::Metrics m = metrics::compute_metrics(t);
-  std::string title = f.title.empty() ? str(t.schedule, ": ", t.num_stages, " stages, ", t.workers.size(), " workers (",
+  std::string title = flags.title.empty() ? str(t.schedule, ": ", t.num_stages, " stages, ", t.workers.size(), " workers (",
                                             t.source, ")")
-                                      : f.title;
-  if (!f.svg.empty()) write_text_file_atomic(f.svg, metrics::timeline_svg(t, title));
-  if (!f.chrome.empty()) write_text_file_atomic(f.chrome, metrics::chrome_trace(t).dump() + "\n");
-  if (f.json) {
+                                      : flags.title;
+  if (!flags.svg.empty()) write_text_file_atomic(flags.svg, metrics::timeline_svg(t, title));
+  if (!flags.chrome.empty()) write_text_file_atomic(flags.chrome, metrics::chrome_trace(t).dump() + "\n");
+  if (flags.json) {
     std::cout << metrics::to_json(m).dump(1) << "\n";
     return 0;
   }
@@ -45,14 +45,14 @@ int run_trace(const TraceFlags& f) {
 
 Register reg({"trace", "Metrics and pictures of a trace (train --trace, simulate --save-trace)",
               [](CLI::App& app) -> std::function<int()> {
-  auto f = std::make_shared<TraceFlags>();
-  app.add_option("trace", f->path, "Trace file (pipetrain.trace/1)")->required();
-  app.add_option("--merge", f->merge, "First join TRACE.worker0 .. TRACE.worker<N-1> into TRACE (testbed, mpirun)");
-  app.add_option("--svg", f->svg, "Write the timeline as SVG");
-  app.add_option("--chrome", f->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
-  app.add_option("--title", f->title, "Title of the picture");
-  app.add_flag("--json", f->json, "Print the metrics as JSON");
-  return [f] { return run_trace(*f); };
+  auto flags = std::make_shared<TraceFlags>();
+  app.add_option("trace", flags->path, "Trace file (pipetrain.trace/1)")->required();
+  app.add_option("--merge", flags->merge, "First join TRACE.worker0 .. TRACE.worker<N-1> into TRACE (testbed, mpirun)");
+  app.add_option("--svg", flags->svg, "Write the timeline as SVG");
+  app.add_option("--chrome", flags->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
+  app.add_option("--title", flags->title, "Title of the picture");
+  app.add_flag("--json", flags->json, "Print the metrics as JSON");
+  return [flags] { return run_trace(*flags); };
 }});
 
 }  // namespace

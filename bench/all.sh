@@ -16,6 +16,7 @@ bench/bf16.sh
 bench/async_accuracy.sh
 bench/staleness.sh
 /usr/bin/python3 bench/python/real_compute.py --pipetrain build/pipetrain | tee out/bench/real_compute.txt
+/usr/bin/python3 bench/python/planner_choice.py --pipetrain build/pipetrain | tee out/bench/planner_choice.txt
 bench/memory_per_process.sh | tee out/bench/memory_per_process.txt
 bench/larger_than_one_worker.sh | tee out/bench/larger_than_one_worker.txt
 bench/emulated_all.sh

@@ -39,24 +39,24 @@ std::string now_utc() {
 constexpr int kMaxLocalWorkers = 256;
 
 // The cluster's shape: the fan-outs of --workers; their rates are what gets measured.
-plan::Cluster shape_of(const CalibrateFlags& f) {
-  auto fan = parse_int_list(f.workers, "--workers");
+plan::Cluster shape_of(const CalibrateFlags& flags) {
+  auto fan = parse_int_list(flags.workers, "--workers");
   std::string ones;
   for (size_t k = 0; k < fan.size(); ++k) ones += k ? ",1" : "1";
-  plan::Cluster c = plan::cluster_from_shorthand(f.workers, ones);
+  plan::Cluster c = plan::cluster_from_shorthand(flags.workers, ones);
   for (size_t k = 0; k < c.levels.size(); ++k)
     if (c.levels[k].fan_out < 2)
-      throw UsageError(str("--workers '", f.workers, "': level ", k, " has fan-out ", c.levels[k].fan_out,
+      throw UsageError(str("--workers '", flags.workers, "': level ", k, " has fan-out ", c.levels[k].fan_out,
                            ", so no two workers talk over it to be measured"));
-  if (c.workers() < 2) throw UsageError(str("--workers '", f.workers, "': calibrating needs at least 2 workers"));
+  if (c.workers() < 2) throw UsageError(str("--workers '", flags.workers, "': calibrating needs at least 2 workers"));
   return c;
 }
 
-job::CalibrationOptions options_of(const CalibrateFlags& f) {
+job::CalibrationOptions options_of(const CalibrateFlags& flags) {
   job::CalibrationOptions calibration_options;
   for (int64_t s : job::default_calibration_sizes())
-    if (static_cast<double>(s) <= f.max_mb * (1 << 20)) calibration_options.sizes.push_back(s);
-  if (calibration_options.sizes.size() < 2) throw UsageError(str("--max-mb: ", f.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
+    if (static_cast<double>(s) <= flags.max_mb * (1 << 20)) calibration_options.sizes.push_back(s);
+  if (calibration_options.sizes.size() < 2) throw UsageError(str("--max-mb: ", flags.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
   calibration_options.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
   return calibration_options;
 }
@@ -67,16 +67,16 @@ constexpr double kFitWithin = 0.10;
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
 // `one_host`: every worker ran on this machine (threads, or gloo ranks meeting on loopback), so
 // they share its cores (Cluster::host_cores).
-int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measured m, bool one_host) {
-  plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, f.transport, now_utc());
+int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::Measured m, bool one_host) {
+  plan::Cluster fitted = plan::calibrated_cluster(shape, m.levels, m.allreduces, m.action_us, flags.transport, now_utc());
   // Every worker's measuring done: on threads, all of them joined; on gloo, this process's.
   fitted.process_bytes = job::resident_besides_tensors();
   fitted.core_rates = m.core_rates;
   if (one_host) fitted.host_cores = static_cast<int>(std::thread::hardware_concurrency());
   for (auto& a : m.allreduces) a.modelled_ms = fitted.allreduce_ms(a.group, a.bytes);
   std::string text = to_json(fitted).dump(1) + "\n";
-  if (f.output.empty() || f.output == "-") std::cout << text;
-  else write_text_file_atomic(f.output, text), std::cerr << "wrote " << f.output << "\n";
+  if (flags.output.empty() || flags.output == "-") std::cout << text;
+  else write_text_file_atomic(flags.output, text), std::cerr << "wrote " << flags.output << "\n";
   for (const auto& l : m.levels)
     std::cerr << "level " << l.level << " (" << shape.levels[l.level].name << ", workers " << l.a << "-" << l.b
               << "): latency " << l.fit.latency_us << " us, " << l.fit.bandwidth_gbps << " Gbit/s, fit within "
@@ -108,7 +108,7 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measu
                    "again on a quiet one)\n";
   if (!misses.empty())
     std::cerr << "note: the all-reduce model misses by more than " << 100 * kFitWithin << "% at " << misses << ": "
-              << (f.transport == "threads"
+              << (flags.transport == "threads"
                       ? "on threads an all-reduce is no ring (the workers add into one sum under a lock and wake "
                         "each other, runtime/thread_transport.cpp): its fixed part is their wake-ups, not the "
                         "ring's 2(n-1) steps of the one-way latency that the model charges"
@@ -117,12 +117,12 @@ int write_result(const CalibrateFlags& f, const plan::Cluster& shape, job::Measu
   return 0;
 }
 
-int run_threads(const CalibrateFlags& f, const plan::Cluster& shape) {
-  auto hub = std::make_shared<runtime::ThreadHub>(shape.workers(), f.timeout_s);
+int run_threads(const CalibrateFlags& flags, const plan::Cluster& shape) {
+  auto hub = std::make_shared<runtime::ThreadHub>(shape.workers(), flags.timeout_s);
   std::vector<job::Measured> results(shape.workers());
   std::vector<std::string> errors(shape.workers());
   std::vector<std::thread> threads;
-  auto options = options_of(f);
+  auto options = options_of(flags);
   for (int r = 0; r < shape.workers(); ++r)
     threads.emplace_back([&, r] {
       try {
@@ -139,27 +139,27 @@ int run_threads(const CalibrateFlags& f, const plan::Cluster& shape) {
       throw RuntimeFailure(str("calibrate: worker ", r, ": ", errors[r]));
   for (const auto& e : errors)
     if (!e.empty()) throw RuntimeFailure(str("calibrate: ", e));
-  return write_result(f, shape, results[0], true);
+  return write_result(flags, shape, results[0], true);
 }
 
-int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
+int run_gloo_worker(const CalibrateFlags& flags, const plan::Cluster& shape) {
   std::signal(SIGPIPE, SIG_IGN);
   runtime::GlooConfig config = runtime::gloo_config_from_env();
   if (config.world_size != shape.workers())
-    throw ConfigError(str("--workers '", f.workers, "' has ", shape.workers(), " workers but the gloo job has ",
+    throw ConfigError(str("--workers '", flags.workers, "' has ", shape.workers(), " workers but the gloo job has ",
                           config.world_size, " (WORLD_SIZE)"));
-  config.timeout_s = f.timeout_s;
+  config.timeout_s = flags.timeout_s;
   std::unique_ptr<runtime::GlooTransport> t;
   try {
     t = std::make_unique<runtime::GlooTransport>(config);
-    auto options = options_of(f);
+    auto options = options_of(flags);
     if (config.rank != 0) options.progress = nullptr;
     job::Measured m = job::measure_cluster(*t, shape, options);
     // Ranks that meet at a loopback address run on this host (calibrate's own, or torchrun's on
     // one machine); the testbed's and mpirun's meet across addresses.
     bool one_host = config.master_addr == "localhost" || config.master_addr.rfind("127.", 0) == 0 ||
                     config.master_addr == "::1";
-    return config.rank == 0 ? write_result(f, shape, m, one_host) : 0;
+    return config.rank == 0 ? write_result(flags, shape, m, one_host) : 0;
   } catch (const std::exception& e) {
     if (t) t->abandon(e.what());
     throw RuntimeFailure(str("calibrate: worker ", config.rank, ": ", e.what()));
@@ -167,15 +167,15 @@ int run_gloo_worker(const CalibrateFlags& f, const plan::Cluster& shape) {
 }
 
 // --refit: the file's own measurements fitted again under this version's model; nothing measured.
-int run_refit(const CalibrateFlags& f) {
-  if (!f.workers.empty()) throw UsageError("--refit takes the shape from its file: drop --workers");
-  check_output_path(f.output == "-" ? "" : f.output, "-o");
-  plan::Cluster old = plan::read_cluster(f.refit);
-  plan::Cluster fitted = plan::refit_calibration(old, f.refit);
+int run_refit(const CalibrateFlags& flags) {
+  if (!flags.workers.empty()) throw UsageError("--refit takes the shape from its file: drop --workers");
+  check_output_path(flags.output == "-" ? "" : flags.output, "-o");
+  plan::Cluster old = plan::read_cluster(flags.refit);
+  plan::Cluster fitted = plan::refit_calibration(old, flags.refit);
   std::string text = to_json(fitted).dump(1) + "\n";
-  if (f.output.empty() || f.output == "-") std::cout << text;
-  else write_text_file_atomic(f.output, text), std::cerr << "wrote " << f.output << "\n";
-  std::cerr << "refitted " << f.refit << ": all-reduce host terms " << old.reduce_us_per_mib << " -> "
+  if (flags.output.empty() || flags.output == "-") std::cout << text;
+  else write_text_file_atomic(flags.output, text), std::cerr << "wrote " << flags.output << "\n";
+  std::cerr << "refitted " << flags.refit << ": all-reduce host terms " << old.reduce_us_per_mib << " -> "
             << fitted.reduce_us_per_mib << " us per MiB reduced, " << old.allreduce_step_us << " -> "
             << fitted.allreduce_step_us << " us per ring step\n";
   for (const auto& a : fitted.calibration["allreduce"])
@@ -185,47 +185,47 @@ int run_refit(const CalibrateFlags& f) {
   return 0;
 }
 
-int run_calibrate(const CalibrateFlags& f) {
-  if (!f.refit.empty()) return run_refit(f);
-  if (f.workers.empty()) throw UsageError("--workers: required (the cluster's shape), unless --refit");
+int run_calibrate(const CalibrateFlags& flags) {
+  if (!flags.refit.empty()) return run_refit(flags);
+  if (flags.workers.empty()) throw UsageError("--workers: required (the cluster's shape), unless --refit");
   model::use_one_compute_thread();
-  if (f.transport != "threads" && f.transport != "gloo")
-    throw UsageError(str("--transport: must be threads or gloo, got '", f.transport, "'"));
-  plan::Cluster shape = shape_of(f);
+  if (flags.transport != "threads" && flags.transport != "gloo")
+    throw UsageError(str("--transport: must be threads or gloo, got '", flags.transport, "'"));
+  plan::Cluster shape = shape_of(flags);
   // One thread, or one process of this machine, per worker (gloo started by mpirun or torchrun
   // spreads them over machines): 100,000 threads aborted the process.
   if (!runtime::launched_as_gloo_worker() && shape.workers() > kMaxLocalWorkers)
-    throw UsageError(str("--workers '", f.workers, "': ", shape.workers(), " workers on this machine (a ",
-                         f.transport == "threads" ? "thread" : "process", " each); at most ", kMaxLocalWorkers,
+    throw UsageError(str("--workers '", flags.workers, "': ", shape.workers(), " workers on this machine (a ",
+                         flags.transport == "threads" ? "thread" : "process", " each); at most ", kMaxLocalWorkers,
                          " here, or start the gloo workers across machines with mpirun or torchrun"));
   // The file's folder before the measuring, not after it.
-  if (!f.output.empty() && f.output != "-") {
-    std::filesystem::path dir = std::filesystem::absolute(f.output).parent_path();
+  if (!flags.output.empty() && flags.output != "-") {
+    std::filesystem::path dir = std::filesystem::absolute(flags.output).parent_path();
     if (!std::filesystem::is_directory(dir))
-      throw UsageError(str("-o '", f.output, "': no folder ", dir.string(), " to write the cluster file in"));
+      throw UsageError(str("-o '", flags.output, "': no folder ", dir.string(), " to write the cluster file in"));
   }
-  if (f.transport == "threads") return run_threads(f, shape);
-  if (runtime::launched_as_gloo_worker()) return run_gloo_worker(f, shape);
+  if (flags.transport == "threads") return run_threads(flags, shape);
+  if (runtime::launched_as_gloo_worker()) return run_gloo_worker(flags, shape);
   runtime::Launch launch = runtime::fork_gloo_workers(shape.workers(), runtime::self_argv());
-  return launch.worker ? run_gloo_worker(f, shape) : launch.status;
+  return launch.worker ? run_gloo_worker(flags, shape) : launch.status;
 }
 
 Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::function<int()> {
-  auto f = std::make_shared<CalibrateFlags>();
-  app.add_option("--workers", f->workers, "The cluster's shape: workers per level, innermost first (e.g. 4 or 4,4)");
-  app.add_option("--transport", f->transport,
+  auto flags = std::make_shared<CalibrateFlags>();
+  app.add_option("--workers", flags->workers, "The cluster's shape: workers per level, innermost first (e.g. 4 or 4,4)");
+  app.add_option("--transport", flags->transport,
                  "threads (one process: tensors handed over in memory) or gloo (one process per worker, TCP; "
                  "under torchrun, mpirun or scripts/testbed.sh, one worker)")
       ->capture_default_str();
-  app.add_option("--max-mb", f->max_mb, "Largest message, MiB (sizes 1 KiB x 4^k up to it)")
+  app.add_option("--max-mb", flags->max_mb, "Largest message, MiB (sizes 1 KiB x 4^k up to it)")
       ->check(finite_positive())->capture_default_str();
-  app.add_option("--timeout", f->timeout_s, "Longest wait for one message or all-reduce, seconds")
+  app.add_option("--timeout", flags->timeout_s, "Longest wait for one message or all-reduce, seconds")
       ->check(finite_positive())->capture_default_str();
-  app.add_option("-o,--output", f->output, "Write the cluster file here (default: standard output)");
-  app.add_option("--refit", f->refit,
+  app.add_option("-o,--output", flags->output, "Write the cluster file here (default: standard output)");
+  app.add_option("--refit", flags->refit,
                  "Fit a cluster file that calibrate wrote again from its own measurements under this version's "
                  "model (nothing is measured; no --workers)");
-  return [f] { return run_calibrate(*f); };
+  return [flags] { return run_calibrate(*flags); };
 }});
 
 }  // namespace

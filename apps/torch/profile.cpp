@@ -28,20 +28,20 @@ struct ProfileFlags {
   std::string output;
 };
 
-int run_profile(ProfileFlags& f) {
+int run_profile(ProfileFlags& flags) {
   model::use_one_compute_thread();
   keep_freed_host_memory();
-  if (f.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", f.batch_size));
-  if (f.model.data.empty() && f.model.model != "mnist-cnn" && !model::is_language_model(f.model.model))
-    f.model.synthetic_samples = std::max(f.model.synthetic_samples, f.batch_size);
+  if (flags.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", flags.batch_size));
+  if (flags.model.data.empty() && flags.model.model != "mnist-cnn" && !model::is_language_model(flags.model.model))
+    flags.model.synthetic_samples = std::max(flags.model.synthetic_samples, flags.batch_size);
   model::DataSplit data;
-  auto m = f.model.build(&data);
-  if (f.batch_size > data.train.size())
-    throw UsageError(str("--batch-size: ", f.batch_size, " is larger than the ", data.train.size(), " samples"));
+  auto m = flags.model.build(&data);
+  if (flags.batch_size > data.train.size())
+    throw UsageError(str("--batch-size: ", flags.batch_size, " is larger than the ", data.train.size(), " samples"));
   profile::Profile p;
   try {
-    p = profile::measure_profile(*m, data.train.first_inputs(f.batch_size), f.options,
-                                 data.train.first_targets(f.batch_size));
+    p = profile::measure_profile(*m, data.train.first_inputs(flags.batch_size), flags.options,
+                                 data.train.first_targets(flags.batch_size));
   } catch (const c10::Error& e) {  // LibTorch's own words, without its C++ stack
     std::string why = e.what_without_backtrace();
     throw ConfigError(str("profiling ", m->name(), " on ", data.name, " failed: ", why.substr(0, why.find('\n')),
@@ -50,11 +50,11 @@ int run_profile(ProfileFlags& f) {
                                 "needs --loss lm)"
                               : ""));
   }
-  if (f.output.empty() || f.output == "-") {
+  if (flags.output.empty() || flags.output == "-") {
     std::cout << profile::to_json(p).dump(1) << "\n";
   } else {
-    profile::write_profile(p, f.output);
-    std::cerr << "wrote " << f.output << "\n";
+    profile::write_profile(p, flags.output);
+    std::cerr << "wrote " << flags.output << "\n";
   }
   double fwd = 0, bwd = 0;
   for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms;
@@ -66,31 +66,31 @@ int run_profile(ProfileFlags& f) {
 
 Register reg({"profile", kProfileDescription,
               [](CLI::App& app) -> std::function<int()> {
-  auto f = std::make_shared<ProfileFlags>();
-  f->model.add_to(app);
-  f->model.add_emulation_to(app);
-  app.add_option("--profile", f->model.profile_path,
+  auto flags = std::make_shared<ProfileFlags>();
+  flags->model.add_to(app);
+  flags->model.add_emulation_to(app);
+  app.add_option("--profile", flags->model.profile_path,
                  "The profile --compute emulated emulates: measuring it gives the runtime's own work on this "
                  "machine (optimizer step, gradient accumulation) on its bytes x --byte-scale");
-  app.add_option("--batch-size", f->batch_size, "Minibatch size to profile")->capture_default_str();
-  app.add_option("--warmup", f->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--repeats", f->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", flags->batch_size, "Minibatch size to profile")->capture_default_str();
+  app.add_option("--warmup", flags->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag_callback(
-      "--alone", [f] { f->options.sequence_share = 0; },
+      "--alone", [flags] { flags->options.sequence_share = 0; },
       "Time each layer alone, built and dropped in turn (the default times the layers one after another, as a "
       "stage runs them, where the model's weights, gradients and step copies fit in a quarter of this machine's "
       "memory)");
-  app.add_option("--batch-sizes", f->options.batch_sizes,
+  app.add_option("--batch-sizes", flags->options.batch_sizes,
                  "Smaller batches to time each layer at too (default: the batch's halves down to a sixteenth), for "
                  "the microbatches a plan may split it into; --batch-sizes B (the batch alone): times scale linearly")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", f->options.optimizer,
+  app.add_option("--optimizer", flags->options.optimizer,
                  "Whose step each layer's optimizer_ms times (with a stash copy): the optimizer train will run")
       ->check(CLI::IsMember(model::optimizer_kinds()))
       ->capture_default_str();
-  app.add_option("-o,--output", f->output, "Write the profile JSON here (default: standard output)");
-  return [f] { return run_profile(*f); };
+  app.add_option("-o,--output", flags->output, "Write the profile JSON here (default: standard output)");
+  return [flags] { return run_profile(*flags); };
 }});
 
 }  // namespace

@@ -25,22 +25,22 @@ namespace {
 // Emulated compute: the profile fixes the batch size (unless given), the synthetic data covers
 // every step in one epoch (an epoch's end drains PipeDream's pipeline), and there is no accuracy
 // to evaluate.
-void prepare_emulation(TrainFlags& f) {
-  f.model.profile_path = f.request.profile_path;
-  const profile::Profile& p = f.model.emulated_profile();
-  auto& t = f.request.options.train;
-  if (!f.request.batch_size_given) t.batch_size = p.batch_size;
-  f.model.synthetic_samples = std::max(f.model.synthetic_samples, std::max<int64_t>(t.steps, 1) * t.batch_size);
+void prepare_emulation(TrainFlags& flags) {
+  flags.model.profile_path = flags.request.profile_path;
+  const profile::Profile& p = flags.model.emulated_profile();
+  auto& t = flags.request.options.train;
+  if (!flags.request.batch_size_given) t.batch_size = p.batch_size;
+  flags.model.synthetic_samples = std::max(flags.model.synthetic_samples, std::max<int64_t>(t.steps, 1) * t.batch_size);
   t.evaluate = false;
 }
 
 // Checks of the flags alone, before the data or the model is loaded.
-void check_flags(TrainFlags& f) {
-  auto& o = f.request.options;
-  if (f.steps_flag->count() > 0 && o.train.steps < 1)
+void check_flags(TrainFlags& flags) {
+  auto& o = flags.request.options;
+  if (flags.steps_flag->count() > 0 && o.train.steps < 1)
     throw UsageError(str("--steps: must be >= 1, got ", o.train.steps));
   // Output paths before any training: a run must not end by failing to write its results.
-  check_output_path(f.trace_path, "--trace");
+  check_output_path(flags.trace_path, "--trace");
   check_output_path(o.train.metrics_path, "--metrics");
   if (o.checkpoint.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", o.checkpoint.every));
   if (!o.checkpoint.dir.empty() && o.checkpoint.every == 0 && !o.checkpoint.resume)
@@ -49,8 +49,8 @@ void check_flags(TrainFlags& f) {
 
 // Whether the run is a pipeline; one worker runs as a one-stage pipeline where it asks for a
 // runtime feature (checkpoints, recomputation, a trace), which computes what one worker does.
-bool runs_pipeline(TrainFlags& f) {
-  job::Request& r = f.request;
+bool runs_pipeline(TrainFlags& flags) {
+  job::Request& r = flags.request;
   auto& o = r.options;
   bool parallel = !r.plan_path.empty() || r.stages > 0 || r.workers > 0 || o.schedule != "none" ||
                   !r.schedule_file.empty();
@@ -58,7 +58,7 @@ bool runs_pipeline(TrainFlags& f) {
   if (!parallel && r.microbatches_given && o.microbatches != 1)
     std::cerr << "note: --microbatches " << o.microbatches << " is for pipelines (--stages, --plan, "
               << "--schedule): one worker trains each minibatch of " << o.train.batch_size << " whole\n";
-  if (!parallel && (!o.checkpoint.dir.empty() || r.recompute || !f.trace_path.empty())) {
+  if (!parallel && (!o.checkpoint.dir.empty() || r.recompute || !flags.trace_path.empty())) {
     o.schedule = "1f1b";
     o.microbatches = 1;
     r.workers = 1;
@@ -92,39 +92,39 @@ void print_training_line(const job::Job& job, const model::LayeredModel& m, cons
   note_split_ties(m, *job.typical);
 }
 
-int run_train(TrainFlags& f) {
-  job::Request& r = f.request;
+int run_train(TrainFlags& flags) {
+  job::Request& r = flags.request;
   model::use_one_compute_thread();  // one compute thread per worker (docs/design.md)
   keep_freed_host_memory();
   std::string label;
-  if (f.model.emulated()) {
-    prepare_emulation(f);
-    label = profile::emulation_label(f.model.emulation);
+  if (flags.model.emulated()) {
+    prepare_emulation(flags);
+    label = profile::emulation_label(flags.model.emulation);
     r.options.trace_source = "emulated";
-    r.byte_scale = f.model.emulation.byte_scale;
+    r.byte_scale = flags.model.emulation.byte_scale;
   }
-  check_flags(f);
+  check_flags(flags);
   model::DataSplit data;
   // A description: names, graph and ties; each worker builds only its stages' layers.
-  auto m = f.model.build(&data);
+  auto m = flags.model.build(&data);
   runtime::check_train_values(r.options.train);
   // Before a plan is picked: with --stages alone that profiles the model first, only to refuse the flag.
   if (r.options.deferred_batch_norm && m->deferrable_batch_norms() == 0)
     throw UsageError(str("--deferred-batch-norm: ", m->name(), " has no BatchNorm pipetrain can defer (`pipetrain "
                          "export` writes them in place of nn.BatchNorm; the zoo's models have none)"));
-  r.options.train.seed = f.model.seed;
-  if (!runs_pipeline(f)) {
+  r.options.train.seed = flags.model.seed;
+  if (!runs_pipeline(flags)) {
     note_samples_left_out(data.train.size(), r.options.train);
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
-    print_result(runtime::train_single_worker(*f.model.build_model_only(), data, r.options.train), label);
+    print_result(runtime::train_single_worker(*flags.model.build_model_only(), data, r.options.train), label);
     return 0;
   }
   // A gloo worker started by the launcher below takes the launcher's plan, so that every
   // worker runs the same one even when it was measured rather than read from a file.
   r.launched_plan = runtime::launched_plan_path();
-  bool gloo_worker = f.transport == "gloo" && runtime::launched_as_gloo_worker();
-  if (f.transport == "threads" && runtime::launched_as_gloo_worker() && runtime::gloo_world_size_in_env() > 1)
+  bool gloo_worker = flags.transport == "gloo" && runtime::launched_as_gloo_worker();
+  if (flags.transport == "threads" && runtime::launched_as_gloo_worker() && runtime::gloo_world_size_in_env() > 1)
     throw UsageError("this process is one worker of a job of several (RANK and WORLD_SIZE, as torchrun and mpirun set "
                      "them), but --transport threads trains alone, in one process: give --transport gloo");
   if (gloo_worker && r.launched_plan.empty() && r.plan_path.empty() && r.profile_path.empty() &&
@@ -132,11 +132,11 @@ int run_train(TrainFlags& f) {
     throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
                      "computes the same plan (a profile measured by each worker could differ)");
   // The profile, read once: the split, the zero-bubble budget, the prediction and the memory model.
-  if (f.model.emulated()) r.profile = f.model.shared_emulated_profile();
+  if (flags.model.emulated()) r.profile = flags.model.shared_emulated_profile();
   else if (!r.profile_path.empty()) r.profile = std::make_shared<const profile::Profile>(profile::read_any_profile(r.profile_path));
   job::Settled settled = job::settle_request(r, *m, data);
   note_samples_left_out(data.train.size(), settled.options.train);  // with the batch settled
-  if (f.print_job) {  // what the workers compare at rendezvous, to compare by hand; nothing written
+  if (flags.print_job) {  // what the workers compare at rendezvous, to compare by hand; nothing written
     job::PipelineOptions dry = settled.options;
     dry.checkpoint.dir.clear();
     job::Job job = job::make_job(settled.plan, dry, *m, data, false);
@@ -146,37 +146,37 @@ int run_train(TrainFlags& f) {
   }
   job::Job job = job::make_job(settled.plan, settled.options, *m, data, !gloo_worker);
   if (!gloo_worker) note_resume(job, *m);
-  ModelFlags model_flags = f.model;
+  ModelFlags model_flags = flags.model;
   // Each worker builds its stages' layers from the seed, as single-worker training builds them.
   auto factory = [model_flags](const model::LayerSet& held) { return model_flags.build_model_only(held); };
   auto report = [&](const job::PipelineResult& result) {
     print_result(result.train, label);
-    print_modelled_memory(job, f, label, data.bytes());
-    print_throughput(result.train, job, f, label);
+    print_modelled_memory(job, flags, label, data.bytes());
+    print_throughput(result.train, job, flags, label);
   };
-  if (gloo_worker) return job::train_with_gloo(job, factory, *m, data, f.trace_path, report);
-  print_training_line(job, *m, data, f.transport, label);
-  if (f.transport == "gloo") {  // one process per worker on this host: forks of this one, or this binary again
-    runtime::Launch launch = runtime::fork_gloo_job(job.plan, job.workers(), f.trace_path);
-    if (launch.worker) return job::train_with_gloo(job, factory, *m, data, f.trace_path, report);
-    if (launch.status == 0 && !f.trace_path.empty()) std::cerr << "wrote " << f.trace_path << "\n";
+  if (gloo_worker) return job::train_with_gloo(job, factory, *m, data, flags.trace_path, report);
+  print_training_line(job, *m, data, flags.transport, label);
+  if (flags.transport == "gloo") {  // one process per worker on this host: forks of this one, or this binary again
+    runtime::Launch launch = runtime::fork_gloo_job(job.plan, job.workers(), flags.trace_path);
+    if (launch.worker) return job::train_with_gloo(job, factory, *m, data, flags.trace_path, report);
+    if (launch.status == 0 && !flags.trace_path.empty()) std::cerr << "wrote " << flags.trace_path << "\n";
     return launch.status;
   }
   auto result = job::run_on_threads(job, factory, data);
   report(result);
-  if (!f.trace_path.empty()) {
-    schedule::write_trace(result.trace, f.trace_path);
-    std::cerr << "wrote " << f.trace_path << "\n";
+  if (!flags.trace_path.empty()) {
+    schedule::write_trace(result.trace, flags.trace_path);
+    std::cerr << "wrote " << flags.trace_path << "\n";
   }
   return 0;
 }
 
 Register reg({"train", kTrainDescription, [](CLI::App& app) -> std::function<int()> {
-                auto f = std::make_shared<TrainFlags>();
-                add_train_flags(app, f);
-                return [f, &app] {
-                  finish_train_flags(app, *f);
-                  return run_train(*f);
+                auto flags = std::make_shared<TrainFlags>();
+                add_train_flags(app, flags);
+                return [flags, &app] {
+                  finish_train_flags(app, *flags);
+                  return run_train(*flags);
                 };
               }});
 

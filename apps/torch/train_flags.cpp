@@ -48,18 +48,18 @@ void check_flag_rules(const CLI::App& app) {
 
 }  // namespace
 
-void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& f) {
-  f->request.options.schedule = "none";
-  auto& t = f->request.options.train;
-  f->model.add_to(app);
-  f->model.add_emulation_to(app);
+void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
+  flags->request.options.schedule = "none";
+  auto& t = flags->request.options.train;
+  flags->model.add_to(app);
+  flags->model.add_emulation_to(app);
   // Bounded so that 1e20 is refused rather than read as INT64_MAX.
   app.add_option("--epochs", t.epochs, "Passes over the training set")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000000}))
       ->capture_default_str();
-  f->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)")
+  flags->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)")
                       ->check(CLI::Range(int64_t{0}, int64_t{1000000000000}));
-  f->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
+  flags->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
                            ->capture_default_str();
   app.add_option("--optimizer", t.sgd.kind,
                  "sgd (momentum, L2 weight decay), adam (L2 weight decay, as torch.optim.Adam) or adamw (decoupled "
@@ -68,7 +68,7 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& f) {
       ->capture_default_str();
   app.add_option("--lr", t.sgd.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", t.sgd.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--betas", f->betas, "Adam's beta1,beta2 (default 0.9,0.999)")->expected(2)->delimiter(',');
+  app.add_option("--betas", flags->betas, "Adam's beta1,beta2 (default 0.9,0.999)")->expected(2)->delimiter(',');
   app.add_option("--eps", t.sgd.eps, "Adam's epsilon")->capture_default_str();
   app.add_option("--weight-decay", t.sgd.weight_decay,
                  "Weight decay: L2 (added to the gradient) for sgd and adam, decoupled for adamw")
@@ -89,84 +89,84 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& f) {
                "Minibatches in the data's order (each epoch the same): to compare with another trainer");
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
-  f->schedule_flag = app.add_option("--schedule", f->request.options.schedule, "Pipeline schedule: " + kinds + " (default: the plan's, or pipedream)")
+  flags->schedule_flag = app.add_option("--schedule", flags->request.options.schedule, "Pipeline schedule: " + kinds + " (default: the plan's, or pipedream)")
       ->check(CLI::IsMember(schedule::schedule_kinds()));
-  app.add_option("--plan", f->request.plan_path, "Plan file from `pipetrain plan`");
-  app.add_option("--schedule-file", f->request.schedule_file,
+  app.add_option("--plan", flags->request.plan_path, "Plan file from `pipetrain plan`");
+  app.add_option("--schedule-file", flags->request.schedule_file,
                  "Run this schedule (synchronous): pipetrain's JSON (simulate --emit-schedule) or a CSV of "
                  "torch.distributed.pipelining actions per rank (2F0, 1I3, 1W3); its stages are the plan's "
                  "(--plan, --stages, or a JSON file's own)");
-  app.add_option("--stages", f->request.stages, "Even split into this many stages (by --profile, or measured here)")
+  app.add_option("--stages", flags->request.stages, "Even split into this many stages (by --profile, or measured here)")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--workers", f->request.workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));
-  app.add_option("--profile", f->request.profile_path, "Profile for --stages, and the model of --compute emulated");
-  f->microbatches_flag = app.add_option("--microbatches", f->request.options.microbatches, "Microbatches per minibatch (default: the plan's, or 4)")
+  app.add_option("--workers", flags->request.workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));
+  app.add_option("--profile", flags->request.profile_path, "Profile for --stages, and the model of --compute emulated");
+  flags->microbatches_flag = app.add_option("--microbatches", flags->request.options.microbatches, "Microbatches per minibatch (default: the plan's, or 4)")
                              ->capture_default_str();
-  f->chunks_flag = app.add_option("--chunks", f->request.options.chunks, "Model chunks per worker (interleaved; default: the plan's, or 1)")
+  flags->chunks_flag = app.add_option("--chunks", flags->request.options.chunks, "Model chunks per worker (interleaved; default: the plan's, or 1)")
                        ->capture_default_str();
-  app.add_flag("--recompute", f->request.recompute,
+  app.add_flag("--recompute", flags->request.recompute,
                "Activation recomputation on every stage: a forward keeps only its input, the backward runs it again "
                "(less memory, one more forward per microbatch; a plan may ask for it per stage)");
-  f->bucket_flag = app.add_option("--bucket-mb", f->request.bucket_mb,
+  flags->bucket_flag = app.add_option("--bucket-mb", flags->request.bucket_mb,
                                   "Gradient all-reduce bucket, MiB: each is reduced during the backward once its "
                                   "gradients are final (0: all in one, after the backward; emulated runs scale it by "
                                   "--byte-scale; default: the plan's bucket_mb, else 25)")
                        ->check(bucket_mb_range())
                        ->capture_default_str();
-  app.add_flag("--vertical-sync", f->request.options.vertical_sync, "pipedream: vertical sync of weight versions");
-  app.add_flag("--no-weight-prediction", [f](int64_t) { f->request.options.weight_prediction = false; },
+  app.add_flag("--vertical-sync", flags->request.options.vertical_sync, "pipedream: vertical sync of weight versions");
+  app.add_flag("--no-weight-prediction", [flags](int64_t) { flags->request.options.weight_prediction = false; },
                "pipedream: run each minibatch on the newest weights (the paper's stashing alone) instead of "
                "weights predicted as far ahead as its gradient's step");
-  app.add_flag("--deferred-batch-norm", f->request.options.deferred_batch_norm,
+  app.add_flag("--deferred-batch-norm", flags->request.options.deferred_batch_norm,
                "BatchNorm's running statistics of the whole minibatch, not of each microbatch (models from "
                "pipetrain export)");
-  app.add_option("--stale-warmup", f->request.options.stale_warmup,
+  app.add_option("--stale-warmup", flags->request.options.stale_warmup,
                  "pipedream: a stage whose gradients lag s steps warms its learning rate up over this many "
                  "minibatches times s (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
-  app.add_flag_callback("--deferred-step", [f] { f->request.deferred_step = 1; },
+  app.add_flag_callback("--deferred-step", [flags] { flags->request.deferred_step = 1; },
                         "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's "
                         "tail (its weights lag one more update); default: the plan's deferred_step");
-  app.add_flag_callback("--no-deferred-step", [f] { f->request.deferred_step = 0; },
+  app.add_flag_callback("--no-deferred-step", [flags] { flags->request.deferred_step = 0; },
                         "pipedream: step before the next forward even where the plan defers it");
-  app.add_option("--cluster", f->request.cluster_path,
+  app.add_option("--cluster", flags->request.cluster_path,
                  "Cluster file (pipetrain.cluster/1): which workers share a server, for --allreduce hierarchical");
-  app.add_option("--allreduce", f->request.allreduce,
+  app.add_option("--allreduce", flags->request.allreduce,
                  "gloo: ring (one ring over a stage's replicas) or hierarchical (inside each server, then across "
                  "servers a shard each; where the cluster makes it faster); default: the cluster file's")
       ->check(CLI::IsMember({"ring", "hierarchical"}));
-  app.add_option("--transport", f->transport, "threads (one process) or gloo (one process per worker)")
+  app.add_option("--transport", flags->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
-  app.add_option("--trace", f->trace_path, "Write what ran as a pipetrain trace (JSON)");
-  app.add_option("--checkpoint-dir", f->request.options.checkpoint.dir, "Write checkpoints (per layer: any plan resumes them) here");
-  app.add_option("--checkpoint-every", f->request.options.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
+  app.add_option("--trace", flags->trace_path, "Write what ran as a pipetrain trace (JSON)");
+  app.add_option("--checkpoint-dir", flags->request.options.checkpoint.dir, "Write checkpoints (per layer: any plan resumes them) here");
+  app.add_option("--checkpoint-every", flags->request.options.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
       ->capture_default_str();
-  app.add_flag("--resume", f->request.options.checkpoint.resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
-  app.add_flag("--overwrite", f->request.options.checkpoint.overwrite,
+  app.add_flag("--resume", flags->request.options.checkpoint.resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
+  app.add_flag("--overwrite", flags->request.options.checkpoint.overwrite,
                "A fresh run may replace the checkpoints of an earlier run in --checkpoint-dir");
-  app.add_option("--timeout", f->request.options.timeout_s, "Seconds a worker waits for a peer before the job fails")
+  app.add_option("--timeout", flags->request.options.timeout_s, "Seconds a worker waits for a peer before the job fails")
       ->check(finite_positive())->capture_default_str();
-  app.add_option("--rendezvous-timeout", f->request.options.rendezvous_timeout_s,
+  app.add_option("--rendezvous-timeout", flags->request.options.rendezvous_timeout_s,
                  "gloo: seconds a worker waits for every other to join (it names the missing ones every 10 s); "
                  "connecting to worker 0 and making the all-reduce groups wait up to the larger of it and --timeout")
       ->check(finite_positive())->capture_default_str();
-  app.add_flag("--print-job", f->print_job,
+  app.add_flag("--print-job", flags->print_job,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "
                "files' digests, every flag) and exit without training");
 }
 
-void finish_train_flags(const CLI::App& app, TrainFlags& f) {
+void finish_train_flags(const CLI::App& app, TrainFlags& flags) {
   check_flag_rules(app);
-  job::Request& r = f.request;
+  job::Request& r = flags.request;
   r.options.command_line = flag_digest(app, kPerWorkerFlags, kFileFlags, kDataFlags);
-  if (f.betas.size() == 2) std::tie(r.options.train.sgd.beta1, r.options.train.sgd.beta2) = std::tie(f.betas[0], f.betas[1]);
-  r.schedule_given = f.schedule_flag->count() > 0;
-  r.microbatches_given = f.microbatches_flag->count() > 0;
-  r.chunks_given = f.chunks_flag->count() > 0;
-  r.batch_size_given = f.batch_size_flag->count() > 0;
-  r.bucket_given = f.bucket_flag->count() > 0;
-  r.precision = f.model.precision;
+  if (flags.betas.size() == 2) std::tie(r.options.train.sgd.beta1, r.options.train.sgd.beta2) = std::tie(flags.betas[0], flags.betas[1]);
+  r.schedule_given = flags.schedule_flag->count() > 0;
+  r.microbatches_given = flags.microbatches_flag->count() > 0;
+  r.chunks_given = flags.chunks_flag->count() > 0;
+  r.batch_size_given = flags.batch_size_flag->count() > 0;
+  r.bucket_given = flags.bucket_flag->count() > 0;
+  r.precision = flags.model.precision;
 }
 
 }  // namespace pt::app

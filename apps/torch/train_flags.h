@@ -26,10 +26,10 @@ struct TrainFlags {
   std::vector<double> betas;  // --betas B1,B2 (the optimizer's once parsed)
 };
 
-// Registers train's flags on `app`, bound to `f`.
-void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& f);
+// Registers train's flags on `app`, bound to `flags`.
+void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags);
 // Once parsed: flags that go together (or not at all), the command line every worker must share
 // (apps/flag_digest.h), and which of the plan's settings the flags override.
-void finish_train_flags(const CLI::App& app, TrainFlags& f);
+void finish_train_flags(const CLI::App& app, TrainFlags& flags);
 
 }  // namespace pt::app

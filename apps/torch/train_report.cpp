@@ -69,18 +69,18 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
                              "--warmup-steps"));
 }
 
-void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& f, const std::string& label) {
+void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label) {
   if (r.steps <= 0) return;
   const plan::Plan& plan = job.plan;
   const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
   auto rate = [&](double ms) { return static_cast<int64_t>(job_options.train.batch_size * 1000.0 / ms); };
-  if (f.request.profile) {
-    const profile::Profile& prof = *f.request.profile;
+  if (flags.request.profile) {
+    const profile::Profile& prof = *flags.request.profile;
     int cores = static_cast<int>(std::thread::hardware_concurrency());
-    job::RunPrediction p = f.model.emulated() ? job::predict_emulated_run(job, prof, f.model.emulation.time_scale)
-                                              : job::predict_host_run(job, prof, cores, f.transport);
-    p.transport = f.transport;
+    job::RunPrediction p = flags.model.emulated() ? job::predict_emulated_run(job, prof, flags.model.emulation.time_scale)
+                                              : job::predict_host_run(job, prof, cores, flags.transport);
+    p.transport = flags.transport;
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "
               << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms()) << ")\n";
@@ -88,7 +88,7 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
   }
   if (plan.pipeline_ms_per_minibatch <= 0) return;
   int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : job_options.train.batch_size;
-  double scale = f.model.emulated() ? f.model.emulation.time_scale : 1.0;
+  double scale = flags.model.emulated() ? flags.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
   std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
@@ -103,15 +103,15 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
   std::cout << ")\n";
 }
 
-void print_modelled_memory(const job::Job& job, const TrainFlags& f, const std::string& label, int64_t data_bytes) {
-  if (!f.request.profile) return;
+void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes) {
+  if (!flags.request.profile) return;
   const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
-  double scale = f.model.emulated() ? f.model.emulation.byte_scale : 1.0;
-  profile::Profile prof = profile::with_batch_size(*f.request.profile, job_options.train.batch_size);
+  double scale = flags.model.emulated() ? flags.model.emulation.byte_scale : 1.0;
+  profile::Profile prof = profile::with_batch_size(*flags.request.profile, job_options.train.batch_size);
   schedule::MemoryOptions mo;
   mo.optimizer_copies = job_options.train.sgd.state_copies();
-  if (f.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
+  if (flags.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto over = [&](int minibatches) { return *job.schedule_over(minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's
   std::cout << prefix << "peak tensor memory per worker (modelled):";
@@ -127,7 +127,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& f, const std::
   if (process <= 0) return;
   std::string besides = str(" (the tensors above, the data ", human_bytes(static_cast<double>(data_bytes)),
                             " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");
-  if (f.transport == "threads") {
+  if (flags.transport == "threads") {
     std::cout << prefix << "peak RSS (modelled): " << human_bytes(tensors + static_cast<double>(process + data_bytes))
               << " for this process" << besides << "\n";
     return;

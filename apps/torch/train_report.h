@@ -18,12 +18,12 @@ void print_result(const runtime::TrainResult& r, const std::string& label);
 // (job/prediction.h). Otherwise the plan's own prediction, in ms per minibatch of the profile's
 // batch size (emulated compute waits the profile's times x S), for the schedule and cluster it
 // was made for.
-void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& f, const std::string& label);
+void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label);
 
 // The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
 // profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale. With a
 // calibrated --cluster (its process_bytes), also each process's peak RSS.
 // `data_bytes`: the data set each process holds (train and test tensors).
-void print_modelled_memory(const job::Job& job, const TrainFlags& f, const std::string& label, int64_t data_bytes);
+void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes);
 
 }  // namespace pt::app

@@ -104,8 +104,18 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
        << fixed(100 * (sim / pipe - 1), 1) << "% from the prediction)\n";
   // No plan beats every worker computing all the time: how close this one comes.
   if (pipe > 0 && cluster.workers() > 0) {
-    double limit = single / cluster.workers();
-    os << "compute limit (one worker's time / " << cluster.workers() << " workers): " << fixed(limit) << " ms per minibatch; ";
+    // Workers sharing a host's cores compute at most what those cores give them all at once.
+    double at_once = cluster.workers();
+    if (cluster.host_cores > 0) {
+      at_once = 0;
+      for (int n = 1; n <= cluster.workers(); ++n) at_once = std::max(at_once, n * cluster.core_rate(n, cluster.host_cores));
+    }
+    double limit = single / at_once;
+    if (cluster.host_cores > 0)
+      os << "compute limit (one worker's time / " << fixed(at_once, 2) << ", what this host's " << cluster.host_cores
+         << " cores give " << cluster.workers() << " workers at once): " << fixed(limit) << " ms per minibatch; ";
+    else
+      os << "compute limit (one worker's time / " << cluster.workers() << " workers): " << fixed(limit) << " ms per minibatch; ";
     if (sim > 0) os << "in simulation the plan reaches " << fixed(100 * limit / sim, 1) << "% of it, by the prediction ";
     else os << "the plan reaches ";
     os << fixed(100 * limit / pipe, 1) << "% of it\n";
