@@ -157,6 +157,7 @@ std::string Cluster::describe() const {
   }
   if (allreduce == Allreduce::kHierarchical) os << ", hierarchical all-reduce";
   if (action_us > 0) os << ", " << action_us << " us per action";
+  if (host_cores > 0) os << ", the workers sharing one host's " << host_cores << " cores";
   os << ")";
   return os.str();
 }

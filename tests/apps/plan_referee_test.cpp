@@ -457,7 +457,9 @@ std::pair<json, double> plan_then_simulate(const std::string& path, const std::s
 // Workers that share one host's cores (a cluster calibrate measured on one machine writes
 // host_cores) are planned as they will run there: every candidate replayed on the shared cores,
 // data parallelism too (its closed form gives each worker a core of its own), so the plan's
-// figure is what `simulate --plan` replays on that cluster, and slower than on a core each.
+// figure is what `simulate --plan` replays on that cluster, and slower than on a core each. (One
+// of these replays spun forever on a compute that rounding left 1e-11 ms from its end: Replay::
+// finish_running now ends the first to end whatever is left of it.)
 TEST(PlanReferee, WorkersSharingAHostsCoresArePlannedOnThem) {
   std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
   std::string own = ::testing::TempDir() + "own_cores.cluster.json", shared = ::testing::TempDir() + "shared_cores.cluster.json";
