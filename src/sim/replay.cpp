@@ -220,6 +220,11 @@ void Replay::finish_running(double end) {
   std::sort(done.begin(), done.end(), [](const Running& a, const Running& b) { return a.worker < b.worker; });
   for (const Running& r : done) {
     int w = r.worker;
+    if (r.send) {  // a transfer: its data is at the peer, whose next action may now start
+      arrive(w, *r.send, r.begin, end, r.bytes);
+      consider(r.send->peer);
+      continue;
+    }
     const Action& a = s_.actions[w][pc_[w]];
     busy_[w] = 0;
     if (a.kind == ActionKind::kStep) {

@@ -81,12 +81,15 @@ class Replay {
   // Workers on shared cores (SimOptions::cores): the kernel time-slices their threads, so the
   // computes running at once share the cores evenly, each at min(1, cores / running) of one.
   // A compute's end is known only when it comes: it is timed with the others still running.
+  // So is a transfer's (`send` set): between threads or processes of one host a message is the
+  // host's work (copies, the kernel's socket, wake-ups), not a wire's, and shares the cores too.
   struct Running {
     int worker;
     double left_ms;          // of its work at now_
     double begin, host_ms;   // when it started, and its host time first (Cluster::action_ms)
     double ms;               // its layers' compute
     int64_t bytes;
+    const Action* send = nullptr;  // a transfer: the worker's send it carries
   };
   double rate() const { return cluster_.core_rate(static_cast<int>(running_.size()), cores_); }
   double first_end() const {
@@ -95,6 +98,7 @@ class Replay {
     return now_ + left / rate();
   }
   void share_core(int w, double start, double host_ms, double ms, int64_t bytes);
+  void arrive(int w, const Action& a, double begin, double end, int64_t bytes);  // a transfer's end
   void advance(double to);
   // Ends the computes done at `end` (the first to end, and any ending with it), lowest worker first.
   void finish_running(double end);

@@ -10,19 +10,30 @@ namespace pt::sim::detail {
 
 void Replay::send(int w, const Action& a, double posted) {
   bool act = a.kind == ActionKind::kSendActivation;
-  int to_stage = act ? a.stage + 1 : a.stage - 1;
   int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
   int level = level_between(w, a.peer);
-  std::array<Port*, 2> ports = {egress(w, level), ingress(a.peer, level)};
   double ms = cluster_.message_ms(level, static_cast<double>(bytes));
+  if (cores_ > 0) {  // on one host's shared cores: the message's time is their work
+    posted = std::max(posted, now_);
+    advance(posted);
+    running_.push_back({w, ms, posted, 0, ms, bytes, &a});
+    return;
+  }
+  std::array<Port*, 2> ports = {egress(w, level), ingress(a.peer, level)};
   double start = earliest_free(ports, posted, ms), end = start + ms;
   reserve(ports, start, end);
   booked_ += static_cast<int64_t>(ports.size());
+  arrive(w, a, start, end, bytes);
+}
+
+void Replay::arrive(int w, const Action& a, double begin, double end, int64_t bytes) {
+  bool act = a.kind == ActionKind::kSendActivation;
+  int to_stage = act ? a.stage + 1 : a.stage - 1;
   ready(act ? kActivationIn : kGradientIn, to_stage, a.microbatch) = {a.peer, end};
-  record(w, a, start, end, bytes);
+  record(w, a, begin, end, bytes);
   ActionKind recv = act ? ActionKind::kRecvActivation : ActionKind::kRecvGradient;
   Action r{a.peer, recv, to_stage, a.microbatch, s_.chunks > 1 ? s_.chunk_of(to_stage) : 0, w};
-  record(a.peer, r, start, end, bytes);
+  record(a.peer, r, begin, end, bytes);
 }
 
 const Replay::RingPlan& Replay::ring_plan(int stage) {
