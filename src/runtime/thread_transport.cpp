@@ -1,7 +1,6 @@
 #include "runtime/thread_transport.h"
 
 #include <algorithm>
-#include <future>
 #include <thread>
 
 namespace pt::runtime {
@@ -62,37 +61,32 @@ torch::Tensor ThreadHub::take(int src, int dst, int64_t tag) {
   return t;
 }
 
-void ThreadHub::allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
-  if (group.size() <= 1) return;
-  std::unique_lock<std::mutex> lock(mu_);
+uint64_t ThreadHub::allreduce_add(int rank, const std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+  std::lock_guard<std::mutex> lock(mu_);
   check_aborted_locked();
-  Reduction& r = reductions_[group];
-  // Wait until the previous reduction of this group has been collected by all members.
-  std::condition_variable& cv = cvs_.at(static_cast<size_t>(rank));
-  bool ok = cv.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || !r.done; });
-  check_aborted_locked();
-  if (!ok) throw TransportError(str("worker ", rank, " timed out entering an all-reduce"));
-  uint64_t gen = r.generation;
+  uint64_t k = added_[{group, rank}]++;
+  Reduction& r = reductions_[{group, k}];
   if (r.arrived == 0) {
-    r.sum.clear();
-    for (auto& t : tensors) r.sum.push_back(t.detach().clone());
+    for (const auto& t : tensors) r.sum.push_back(t.detach().clone());
   } else {
     for (size_t i = 0; i < tensors.size(); ++i) r.sum[i].add_(tensors[i]);
   }
-  if (++r.arrived == static_cast<int>(group.size())) {
-    r.done = true;
-    notify_locked(group);
-  }
-  ok = cv.wait_for(lock, timeout_, [&] { return !abort_reason_.empty() || (r.done && r.generation == gen); });
+  if (++r.arrived == static_cast<int>(group.size())) notify_locked(group);
+  return k;
+}
+
+void ThreadHub::allreduce_take(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group,
+                               uint64_t k) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto key = std::make_pair(group, k);
+  Reduction& r = reductions_.at(key);  // a map's elements stay where they are as others come and go
+  bool ok = cvs_.at(static_cast<size_t>(rank)).wait_for(lock, timeout_, [&] {
+    return !abort_reason_.empty() || r.arrived == static_cast<int>(group.size());
+  });
   check_aborted_locked();
   if (!ok) throw TransportError(str("worker ", rank, " timed out in an all-reduce of workers ", group.size()));
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
-  if (++r.collected == static_cast<int>(group.size())) {
-    r.arrived = r.collected = 0;
-    r.done = false;
-    ++r.generation;
-    notify_locked(group);
-  }
+  if (++r.collected == static_cast<int>(group.size())) reductions_.erase(key);
 }
 
 void ThreadHub::abort(const std::string& why) {
@@ -115,28 +109,29 @@ void ThreadTransport::allreduce_sum(std::vector<torch::Tensor>& tensors, const s
 }
 
 namespace {
-struct FutureTransfer : PendingTransfer {
-  std::shared_future<void> done;
+struct HubReduction : PendingTransfer {
+  std::shared_ptr<ThreadHub> hub;
+  int rank;
+  std::vector<torch::Tensor> tensors;
+  std::vector<int> group;
+  uint64_t k = 0;
+  bool taken = false;
   torch::Tensor wait() override {
-    done.get();  // the hub's waits have the deadline and the abort
+    if (!taken) hub->allreduce_take(rank, tensors, group, k);  // the hub's wait has the deadline and the abort
+    taken = true;
     return {};
   }
 };
 }  // namespace
 
 std::shared_ptr<PendingTransfer> ThreadTransport::allreduce_start(torch::Tensor t, const std::vector<int>& group) {
-  auto promise = std::make_shared<std::promise<void>>();
-  auto out = std::make_shared<FutureTransfer>();
-  out->done = promise->get_future().share();
-  comm_.post([hub = hub_, rank = rank_, t, group, promise] {
-    try {
-      std::vector<torch::Tensor> one{t};
-      hub->allreduce_sum(rank, one, group);
-      promise->set_value();
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
-  });
+  auto out = std::make_shared<HubReduction>();
+  out->hub = hub_;
+  out->rank = rank_;
+  out->tensors = {std::move(t)};
+  out->group = group;
+  out->taken = group.size() <= 1;
+  if (!out->taken) out->k = hub_->allreduce_add(rank_, out->tensors, group);
   return out;
 }
 

@@ -7,7 +7,6 @@
 #include <mutex>
 #include <tuple>
 
-#include "runtime/comm_thread.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
@@ -22,7 +21,16 @@ class ThreadHub {
 
   void put(int src, int dst, int64_t tag, torch::Tensor t);
   torch::Tensor take(int src, int dst, int64_t tag);  // blocks until there, aborted or timed out
-  void allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group);
+  // An all-reduce in two halves, so that no thread of its own carries it: a member adds its
+  // tensors to the group's next sum and goes on; it takes the sum when it needs it, waiting
+  // only for members yet to add. The last to add completes it in its own thread. Each member
+  // adds to a group's sums in the order every member does (Transport's rule), so a member's
+  // k-th add and take are the group's k-th sum. add returns that k.
+  uint64_t allreduce_add(int rank, const std::vector<torch::Tensor>& tensors, const std::vector<int>& group);
+  void allreduce_take(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group, uint64_t k);
+  void allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+    if (group.size() > 1) allreduce_take(rank, tensors, group, allreduce_add(rank, tensors, group));
+  }
   void abort(const std::string& why);
   int workers() const { return workers_; }
 
@@ -33,20 +41,20 @@ class ThreadHub {
   void notify_locked(const std::vector<int>& ranks);
   std::mutex mu_;
   // One per worker: a message or an all-reduce wakes only the workers it concerns. One for all
-  // woke every waiting worker (and its communication thread) at every message, which on shared
+  // woke every waiting worker at every message, which on shared
   // cores took the cores from those computing.
   std::vector<std::condition_variable> cvs_;
   std::chrono::duration<double> latency_;
   using Clock = std::chrono::steady_clock;
   std::map<std::tuple<int, int, int64_t>, std::vector<std::pair<torch::Tensor, Clock::time_point>>> mailboxes_;
-  // One all-reduce in progress per group: contributions, then the result for each member.
+  // A group's sums under way, by their number: the members' contributions, then the result
+  // until every member has taken it. Several may be under way (a stage's buckets).
   struct Reduction {
     std::vector<torch::Tensor> sum;
     int arrived = 0, collected = 0;
-    uint64_t generation = 0;
-    bool done = false;
   };
-  std::map<std::vector<int>, Reduction> reductions_;
+  std::map<std::pair<std::vector<int>, uint64_t>, Reduction> reductions_;
+  std::map<std::pair<std::vector<int>, int>, uint64_t> added_;  // (group, member) -> its sums begun
   std::string abort_reason_;
 };
 
@@ -58,14 +66,13 @@ class ThreadTransport : public Transport {
   std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override;
   std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override;
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override;
-  // Runs on this worker's communication thread.
+  // Adds t to the sum now; the transfer's wait takes the sum into t.
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override { hub_->abort(why); }
 
  private:
   std::shared_ptr<ThreadHub> hub_;
   int rank_;
-  CommThread comm_;
 };
 
 }  // namespace pt::runtime
