@@ -175,6 +175,25 @@ TEST(LinkFit, ACheckTheLinksPutOverDoesNotVetoTheSumming) {
   EXPECT_LT(fitted.allreduce_ms(all, 16384) / 0.061772 - 1, 1.25 + 0.99);
 }
 
+TEST(LinkFit, ACheckTheLinksPutFarOverDoesNotPullTheSummingToNothing) {
+  // calibrate --workers 2 on threads (2026-11-29): the 17.5 us hand-over latency models the
+  // 16 KiB all-reduce at 0.035 ms, 3.45x its 0.010; 1 and 16 MiB took 0.56 and 10.8 ms against
+  // the links' 0.035 and 0.038. A least squares over all three, in errors over their times,
+  // fitted no summing rate, and 16 MiB stayed modelled 99.6% under.
+  Cluster links = cluster_from_shorthand("2", "43110.069299206814");
+  links.levels[0].latency_us = 17.48080997478934;
+  std::vector<int> both{0, 1};
+  std::vector<AllreduceCheck> measured{{both, 16384, 0.010135, 0}, {both, 1 << 20, 0.562105, 0},
+                                       {both, 16 << 20, 10.816139, 0}};
+  HostFit h = fit_allreduce_host(links, measured);
+  Cluster fitted = links;
+  fitted.reduce_us_per_mib = h.reduce_us_per_mib, fitted.allreduce_step_us = h.step_us;
+  for (size_t i = 1; i < measured.size(); ++i)
+    EXPECT_LT(std::abs(fitted.allreduce_ms(both, measured[i].bytes) / measured[i].measured_ms - 1), 0.15) << measured[i].bytes;
+  // The 16 KiB one ends less than 2x farther off than the links put it (3.45x over).
+  EXPECT_LT(fitted.allreduce_ms(both, 16384) / 0.010135, 2 * 3.45);
+}
+
 TEST(LinkFit, AStepsHostTimeHidesBehindItsMessage) {
   // calibrate on the 8-worker testbed (100 Mbit/s links, 8 gloo processes on 2 cores): 16 KiB
   // took 27.6 ms, 12x its links' 2.3, while 1 and 16 MiB came within 1% and 5% of theirs. A host
