@@ -71,8 +71,8 @@ Profile order_nodes(std::vector<RawNode> nodes, const std::vector<std::pair<int,
   int n = static_cast<int>(nodes.size());
   if (n == 0) throw FormatError(str(source, ": has no layers"));
   for (const auto& node : nodes) {
-    check_layer_ms(node.layer.forward_ms, str(source, ": layer '", node.id, "' forward time"));
-    check_layer_ms(node.layer.backward_ms, str(source, ": layer '", node.id, "' backward time"));
+    check_layer_ms(node.layer.forward_ms, [&] { return str(source, ": layer '", node.id, "' forward time"); });
+    check_layer_ms(node.layer.backward_ms, [&] { return str(source, ": layer '", node.id, "' backward time"); });
   }
   std::vector<std::vector<int>> preds(n), succs(n);
   std::vector<int> indegree(n, 0);

@@ -70,6 +70,13 @@ json to_json(const Profile& p) {
   return out;
 }
 
+namespace {
+// A layer's time read from a profile's field, which its error names.
+double layer_ms(const JsonField& f) {
+  return check_layer_ms(f.as_non_negative(), [&] { return str(f.source(), ": field '", f.path(), "'"); });
+}
+}  // namespace
+
 Profile profile_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "profile", kProfileVersion);
@@ -99,13 +106,11 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     JsonField f = layers[i];
     Layer l;
     l.name = f["name"].as_string();
-    l.forward_ms = check_layer_ms(f["forward_ms"].as_non_negative(), str(source, ": field '", f.path(), ".forward_ms'"));
-    l.backward_ms = check_layer_ms(f["backward_ms"].as_non_negative(), str(source, ": field '", f.path(), ".backward_ms'"));
+    l.forward_ms = layer_ms(f["forward_ms"]);
+    l.backward_ms = layer_ms(f["backward_ms"]);
     l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
-    if (f.has("optimizer_ms"))
-      l.optimizer_ms =
-          check_layer_ms(f["optimizer_ms"].as_non_negative(), str(source, ": field '", f.path(), ".optimizer_ms'"));
+    if (f.has("optimizer_ms")) l.optimizer_ms = layer_ms(f["optimizer_ms"]);
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("timings")) {
@@ -116,8 +121,8 @@ Profile profile_from_json(const json& doc, const std::string& source) {
         timing.batch = t["batch"].as_int_in(1, int64_t(1) << 40);
         if (!l.timings.empty() && timing.batch <= l.timings.back().batch)
           t["batch"].fail(str("must be above the batch before it (", l.timings.back().batch, "), got ", timing.batch));
-        timing.forward_ms = check_layer_ms(t["forward_ms"].as_non_negative(), str(source, ": field '", t.path(), ".forward_ms'"));
-        timing.backward_ms = check_layer_ms(t["backward_ms"].as_non_negative(), str(source, ": field '", t.path(), ".backward_ms'"));
+        timing.forward_ms = layer_ms(t["forward_ms"]);
+        timing.backward_ms = layer_ms(t["backward_ms"]);
         l.timings.push_back(timing);
       }
     }
@@ -353,10 +358,8 @@ void require_timed(const Profile& profile, const std::string& path) {
                         " layers): a profile to plan or simulate with times at least one layer"));
 }
 
-double check_layer_ms(double ms, const std::string& where) {
-  if (!(ms <= kMaxLayerMs))
-    throw FormatError(str(where, ": ", ms, " ms, more than the ", kMaxLayerMs, " ms pipetrain accepts for one layer"));
-  return ms;
+void refuse_layer_ms(double ms, const std::string& where) {
+  throw FormatError(str(where, ": ", ms, " ms, more than the ", kMaxLayerMs, " ms pipetrain accepts for one layer"));
 }
 
 }  // namespace pt::profile

@@ -147,9 +147,15 @@ inline constexpr int kProfileVersion = 1;
 // backward): far beyond any real model, small enough that every table and sum stays finite.
 inline constexpr int kMaxLayers = 100000;
 inline constexpr double kMaxLayerMs = 1e9;
-// FormatError naming `where` when a reader's layer count or a time passes those bounds.
+// FormatError naming `where` when a reader's layer count or a time passes those bounds. A time's
+// `where` is a callable giving the name, built only for the error: a reader checks thousands.
 void check_layer_count(size_t layers, const std::string& where);
-double check_layer_ms(double ms, const std::string& where);
+[[noreturn]] void refuse_layer_ms(double ms, const std::string& where);
+template <class Where>
+double check_layer_ms(double ms, const Where& where) {
+  if (!(ms <= kMaxLayerMs)) refuse_layer_ms(ms, where());
+  return ms;
+}
 // FormatError naming `path` when no layer takes any forward or backward time: plans and
 // simulations of it are all 0 ms (`plan` chose one worker at 0 ms per minibatch, `simulate`
 // printed 0 samples/s), so those that time a profile refuse it.
