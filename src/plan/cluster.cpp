@@ -1,6 +1,7 @@
 #include "plan/cluster.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <sstream>
 
@@ -113,8 +114,47 @@ std::vector<AllreducePhase> Cluster::allreduce_phases(const std::vector<int>& gr
 
 double Cluster::ring_step_ms(const AllreducePhase& unit, double bytes) const {
   double share = bytes / unit.steps;
-  return latency_ms(unit.level) + std::max(allreduce_step_us * 1e-3, transfer_ms(unit.level, unit.bytes * share)) +
-         reduce_ms(unit.reduced_bytes * share);
+  double ms = latency_ms(unit.level) + std::max(allreduce_step_us * 1e-3, transfer_ms(unit.level, unit.bytes * share)) +
+              reduce_ms(unit.reduced_bytes * share);
+  return ring_corrections.empty() ? ms : ms * ring_correction(unit, bytes);
+}
+
+double Cluster::ring_correction(const AllreducePhase& unit, double bytes) const {
+  if (unit.rings.size() > 1) return 1;
+  for (const auto& r : ring_corrections) {
+    if (r.level != unit.level || r.steps != unit.steps) continue;
+    const auto& f = r.bytes_factor;
+    if (bytes <= f.front().first) return f.front().second;
+    if (bytes >= f.back().first) return f.back().second;
+    size_t i = 1;
+    while (f[i].first < bytes) ++i;
+    double t = std::log(bytes / f[i - 1].first) / std::log(f[i].first / f[i - 1].first);
+    return f[i - 1].second + t * (f[i].second - f[i - 1].second);
+  }
+  return 1;
+}
+
+void Cluster::correct_rings(const std::vector<std::tuple<std::vector<int>, double, double>>& measured) {
+  ring_corrections.clear();
+  std::vector<RingCorrection> out;
+  for (const auto& [group, bytes, ms] : measured) {
+    auto phases = allreduce_phases(group, 1.0);
+    if (phases.size() != 1 || !(bytes > 0) || !(ms > 0)) continue;
+    double factor = std::max(1.0, ms / allreduce_ms(phases, bytes));
+    auto it = std::find_if(out.begin(), out.end(), [&](const RingCorrection& r) {
+      return r.level == phases[0].level && r.steps == phases[0].steps;
+    });
+    if (it == out.end()) it = out.insert(out.end(), RingCorrection{phases[0].level, phases[0].steps, {}});
+    it->bytes_factor.emplace_back(bytes, factor);
+  }
+  for (auto& r : out) {
+    std::sort(r.bytes_factor.begin(), r.bytes_factor.end());
+    // One size measured twice: the later keeps its place, the earlier goes (interpolation needs distinct sizes).
+    auto last = std::unique(r.bytes_factor.rbegin(), r.bytes_factor.rend(),
+                            [](const auto& a, const auto& b) { return a.first == b.first; });
+    r.bytes_factor.erase(r.bytes_factor.begin(), last.base());
+  }
+  ring_corrections = std::move(out);
 }
 
 double Cluster::allreduce_ms(const std::vector<AllreducePhase>& unit_phases, double bytes) const {
@@ -266,6 +306,22 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     c.calibration = record;
   }
   check_cluster(c, source);
+  JsonField record = root.has("calibration") ? root["calibration"] : root;
+  if (root.has("calibration") && record.has("allreduce") && !record.has("emulated")) {
+    std::vector<std::tuple<std::vector<int>, double, double>> measured;
+    JsonField reduces = record["allreduce"];
+    for (size_t i = 0; i < reduces.size(); ++i) {
+      JsonField a = reduces[i];
+      std::vector<int> group;
+      for (int64_t w : a["group"].as_int_list()) {
+        if (w < 0 || w >= c.workers())
+          a["group"].fail(str("names worker ", w, ", not among the cluster's ", c.workers(), " workers"));
+        group.push_back(static_cast<int>(w));
+      }
+      measured.emplace_back(group, a["bytes"].as_non_negative(), a["measured_ms"].as_non_negative());
+    }
+    c.correct_rings(measured);
+  }
   return c;
 }
 

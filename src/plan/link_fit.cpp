@@ -69,6 +69,7 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
                            const std::vector<AllreduceCheck>& checks, double action_us, const std::string& transport,
                            const std::string& when) {
   Cluster c = shape;
+  c.ring_corrections.clear();  // the terms are fitted to the links alone
   json record = {{"when", when}, {"transport", transport}, {"levels", json::array()}, {"allreduce", json::array()}};
   for (size_t k = 0; k < c.levels.size(); ++k) {
     auto it = std::find_if(levels.begin(), levels.end(), [&](const LevelCalibration& l) { return l.level == static_cast<int>(k); });
@@ -101,6 +102,9 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
                                    {"modelled_ms", c.allreduce_ms(a.group, a.bytes)},
                                    {"error", c.allreduce_ms(a.group, a.bytes) / a.measured_ms - 1}});
   c.calibration = record;
+  std::vector<std::tuple<std::vector<int>, double, double>> measured;
+  for (const auto& a : checks) measured.emplace_back(a.group, a.bytes, a.measured_ms);
+  c.correct_rings(measured);
   return c;
 }
 

@@ -194,6 +194,47 @@ TEST(LinkFit, ACheckTheLinksPutFarOverDoesNotPullTheSummingToNothing) {
   EXPECT_LT(fitted.allreduce_ms(both, 16384) / 0.010135, 2 * 3.45);
 }
 
+TEST(LinkFit, ARingTakesTheTimeItWasMeasuredAtWhereTheModelFallsShort) {
+  // calibrate --workers 4 --transport gloo shaped like this machine's 2-process one (2026-11-29):
+  // 1 MiB took over twice what a line through 16 KiB and 16 MiB gives, and no latency, rate and
+  // host terms bend for it.
+  LevelCalibration level{0, 0, 1, points_of(60, 20, 0, 1), {}};
+  level.fit = fit_alpha_beta(level.points);
+  std::vector<int> all{0, 1, 2, 3}, pair{0, 1};
+  std::vector<AllreduceCheck> checks{{all, 16384, 0.7, 0}, {all, 1 << 20, 6.0, 0}, {all, 16 << 20, 20.0, 0}};
+  Cluster c = calibrated_cluster(cluster_from_shorthand("4", "1"), {level}, checks, 0, "gloo", "now");
+  Cluster terms = c;
+  terms.ring_corrections.clear();
+  auto factor = [&](double bytes) { return c.allreduce_ms(all, bytes) / terms.allreduce_ms(all, bytes); };
+  // Where the terms fall short, the measured time; where they are over, the terms (never faster).
+  for (const auto& a : checks) {
+    double model = terms.allreduce_ms(all, a.bytes);
+    EXPECT_NEAR(c.allreduce_ms(all, a.bytes), std::max(model, a.measured_ms), 1e-9 * a.measured_ms) << a.bytes;
+  }
+  EXPECT_GT(factor(1 << 20), 1.5);
+  // Between measured sizes by log(bytes) (4 MiB: halfway from 1 to 16), held beyond them.
+  EXPECT_NEAR(factor(4 << 20), (factor(1 << 20) + factor(16 << 20)) / 2, 1e-9);
+  EXPECT_NEAR(factor(64 << 20), factor(16 << 20), 1e-9);
+  EXPECT_NEAR(factor(1024), factor(16384), 1e-9);
+  // A ring of another size was not measured: the terms alone.
+  EXPECT_EQ(c.allreduce_ms(pair, 1 << 20), terms.allreduce_ms(pair, 1 << 20));
+  // The simulator books the same steps.
+  auto phases = c.allreduce_phases(all, 1.0);
+  EXPECT_NEAR(phases[0].steps * c.ring_step_ms(phases[0], 1 << 20), c.allreduce_ms(all, 1 << 20), 1e-12);
+  // A cluster file carries it through its calibration record.
+  Cluster again = cluster_from_json(parse_json(to_json(c).dump(), "c.json"), "c.json");
+  EXPECT_EQ(again.allreduce_ms(all, 1 << 20), c.allreduce_ms(all, 1 << 20));
+  json bad = to_json(c);
+  bad["calibration"]["allreduce"][1]["group"] = {0, 9};
+  try {
+    cluster_from_json(bad, "c.json");
+    ADD_FAILURE() << "a record naming worker 9 of 4 was read";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.json: field 'calibration.allreduce[1].group' names worker 9"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LinkFit, AStepsHostTimeHidesBehindItsMessage) {
   // calibrate on the 8-worker testbed (100 Mbit/s links, 8 gloo processes on 2 cores): 16 KiB
   // took 27.6 ms, 12x its links' 2.3, while 1 and 16 MiB came within 1% and 5% of theirs. A host
