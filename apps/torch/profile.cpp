@@ -18,6 +18,7 @@ namespace {
 profile::ProfilerOptions in_sequence() {
   profile::ProfilerOptions options;
   options.sequence_share = 0.25;
+  options.sequence_min_ms = 1000;
   return options;
 }
 
@@ -74,7 +75,7 @@ Register reg({"profile", kProfileDescription,
                  "machine (optimizer step, gradient accumulation) on its bytes x --byte-scale");
   app.add_option("--batch-size", flags->batch_size, "Minibatch size to profile")->capture_default_str();
   app.add_option("--warmup", flags->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (median kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (median kept; the layers timed in sequence repeat until their rounds have taken a second, up to 31)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag_callback(
       "--alone", [flags] { flags->options.sequence_share = 0; },
       "Time each layer alone, built and dropped in turn (the default times the layers one after another, as a "

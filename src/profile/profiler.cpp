@@ -127,11 +127,20 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
   // Gradients accumulate into a defined .grad, as in the runtime (time_layer).
   for (int i = 0; i < n; ++i)
     for (auto& param : layers[i]->parameters()) param.mutable_grad() = torch::zeros_like(param);
-  for (int64_t b : sizes) {
-    std::vector<std::vector<double>> fwd(n), bwd(n);
-    const int64_t parts = std::max<int64_t>(1, batch.size(0) / b);
-    for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
-      const bool timed = r >= profiler_options.warmup;
+  // Round by round over every size, not size by size: a slow spell of the machine falls on some
+  // rounds of every size, which the medians drop, rather than on every round of one size.
+  const size_t m = sizes.size();
+  std::vector<std::vector<std::vector<double>>> fwd(m, std::vector<std::vector<double>>(n)), bwd = fwd;
+  double timed_ms = 0;
+  for (int r = 0; r < profiler_options.warmup + profiler_options.repeats ||
+                  (timed_ms < profiler_options.sequence_min_ms &&
+                   r < profiler_options.warmup + ProfilerOptions::kMostSequenceRounds);
+       ++r) {
+    const bool timed = r >= profiler_options.warmup;
+    const double round_start = now_ms();
+    for (size_t k = 0; k < m; ++k) {
+      const int64_t b = sizes[k];
+      const int64_t parts = std::max<int64_t>(1, batch.size(0) / b);
       const int64_t at = (r % parts) * b;
       torch::Tensor x = batch.narrow(0, at, b);
       std::vector<torch::Tensor> ins(n), tops(n);
@@ -141,19 +150,21 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
         torch::Tensor y = i + 1 == n && targets.defined() ? targets.narrow(0, at, b) : torch::Tensor();
         double t0 = now_ms();
         tops[i] = forward(model, layers[i], ins[i], y, x);
-        if (timed) fwd[i].push_back(now_ms() - t0);
+        if (timed) fwd[k][i].push_back(now_ms() - t0);
       }
       torch::Tensor grad;  // the input gradient of the layer after
       for (int i = n - 1; i >= 0; --i) {
         if (!grad.defined() || grad.sizes() != tops[i].sizes()) grad = torch::ones_like(tops[i]);
         double t0 = now_ms();
         if (tops[i].requires_grad()) tops[i].backward(grad);
-        if (timed) bwd[i].push_back(now_ms() - t0);
+        if (timed) bwd[k][i].push_back(now_ms() - t0);
         grad = ins[i].requires_grad() ? ins[i].grad() : torch::Tensor();
       }
     }
-    for (int i = 0; i < n; ++i) out[i].push_back({b, median(fwd[i]), median(bwd[i])});
+    if (timed) timed_ms += now_ms() - round_start;
   }
+  for (size_t k = 0; k < m; ++k)
+    for (int i = 0; i < n; ++i) out[i].push_back({sizes[k], median(fwd[k][i]), median(bwd[k][i])});
   return out;  // the gradients stay defined, as time_layer leaves them
 }
 

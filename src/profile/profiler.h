@@ -21,6 +21,12 @@ struct ProfilerOptions {
   // turn. 0 by default: a worker that profiles what it trains (train --stages without --profile)
   // holds its stage alone, and must not build the rest to time it.
   double sequence_share = 0;
+  // The layers timed in sequence repeat beyond `repeats`, up to kMostSequenceRounds, until their
+  // timed rounds have taken this long (`pipetrain profile`: a second). This machine's speed
+  // drifts from one second to the next: six profiles of mnist-cnn in a row at 7 rounds (0.2 s)
+  // summed its layers at a microbatch of 16 to 4.32-5.88 ms, at 31 rounds to 4.38-4.64. 0: `repeats`.
+  double sequence_min_ms = 0;
+  static constexpr int kMostSequenceRounds = 31;
 };
 
 // The batch sizes measure_profile times at a batch of `batch` (ascending, the batch last).
