@@ -5,7 +5,7 @@
 # so one worker's accuracy) on Fashion-MNIST, print the test accuracy and the measured
 # throughput beside the simulator's for this very run (--profile: the schedule it runs, this
 # machine's cores, and --cluster: the hand-over between its threads as `calibrate` measured it
-# first, in about 2 s). (The asynchronous pipedream schedule on this plan trains faster and
+# first, in about 4 s). (The asynchronous pipedream schedule on this plan trains faster and
 # ends about half a point lower after two epochs; `plan` notes the trade.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
