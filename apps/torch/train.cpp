@@ -10,6 +10,7 @@
 #include "apps/torch/train_report.h"
 #include "core/error.h"
 #include "core/host_allocator.h"
+#include "job/core_pinning.h"
 #include "job/gloo_job.h"
 #include "job/job_digest.h"
 #include "job/threads_job.h"
@@ -145,6 +146,7 @@ int run_train(TrainFlags& flags) {
     return 0;
   }
   job::Job job = job::make_job(settled.plan, settled.options, *m, data, !gloo_worker);
+  if (r.profile && !flags.model.emulated()) job::place_workers(job, *r.profile, job::usable_cores());
   if (!gloo_worker) note_resume(job, *m);
   ModelFlags model_flags = flags.model;
   // Each worker builds its stages' layers from the seed, as single-worker training builds them.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "job/core_pinning.h"
 #include "job/prediction.h"
 #include "schedule/memory.h"
 
@@ -77,7 +78,7 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
   auto rate = [&](double ms) { return static_cast<int64_t>(job_options.train.batch_size * 1000.0 / ms); };
   if (flags.request.profile) {
     const profile::Profile& prof = *flags.request.profile;
-    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    int cores = job::usable_cores();
     job::RunPrediction p = flags.model.emulated() ? job::predict_emulated_run(job, prof, flags.model.emulation.time_scale)
                                               : job::predict_host_run(job, prof, cores, flags.transport);
     p.transport = flags.transport;

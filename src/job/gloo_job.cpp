@@ -4,6 +4,7 @@
 #include <csignal>
 #include <numeric>
 
+#include "job/core_pinning.h"
 #include "job/job_digest.h"
 #include "runtime/checkpoint_lock.h"
 #include "runtime/tied_gradients.h"
@@ -20,6 +21,8 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
   std::string action = "setup";
   std::unique_ptr<runtime::GlooTransport> transport;
   std::unique_ptr<runtime::Worker> worker;
+  // Before the transport starts its threads, which take this one's core with it.
+  if (config.rank >= 0 && config.rank < static_cast<int>(job.cores_of_workers.size())) pin_to_core(job.cores_of_workers[config.rank]);
   try {
     if (job.workers() != config.world_size)
       throw ConfigError(str("the plan needs ", job.workers(), " workers but the gloo job has ", config.world_size,

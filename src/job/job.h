@@ -39,6 +39,9 @@ struct Job {
   std::string resume_from;   // the verified checkpoint resumed (empty: none)
   runtime::CheckpointManifest resume_manifest;
   runtime::DataIdentity data;  // data_identity(data), once (a CRC over the training set)
+  // Where the workers outnumber the host's cores: the core each is pinned to (core_pinning.h,
+  // place_workers); empty: none pinned.
+  std::vector<int> cores_of_workers;
 
   int workers() const { return typical->num_workers(); }
   const model::OptimizerOptions& optimizer() const { return worker.sgd; }

@@ -28,6 +28,7 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
   auto replay = [&](int on_cores) {
     sim::SimOptions sim_options{options.bucket_bytes};
     sim_options.cores = on_cores;
+    if (on_cores > 0) sim_options.placement = job.cores_of_workers;  // as the runtime pinned them
     return referee::settled_replay([&](int minibatches) {
              return metrics::compute_metrics(sim::simulate(*job.schedule_over(minibatches), p, links, sim_options));
            })

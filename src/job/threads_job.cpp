@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "job/core_pinning.h"
 #include "model/compute_threads.h"
 #include "runtime/checkpoint_lock.h"
 #include "runtime/progress.h"
@@ -38,6 +39,7 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
+      if (!job.cores_of_workers.empty()) pin_to_core(job.cores_of_workers[w]);
       model::use_one_compute_thread();
       try {
         runs[w] = run_worker(*workers[w], *transports[w], job, data, start, accounts[w]);

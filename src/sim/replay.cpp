@@ -10,13 +10,18 @@
 namespace pt::sim::detail {
 
 Replay::Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c,
-               int64_t bucket_bytes, int cores, bool computes_only, std::vector<TieExchange> ties)
+               int64_t bucket_bytes, int cores, bool computes_only, std::vector<TieExchange> ties,
+               std::vector<int> placement)
     : s_(s), cluster_(c), costs_(costs), computes_only_(computes_only), scale_(1.0 / s.microbatches),
-      cores_(std::max(cores, 0)), busy_(s.num_workers(), 0),
+      cores_(std::max(cores, 0)), placement_(std::move(placement)), busy_(s.num_workers(), 0),
       pc_(s.num_workers(), 0), clock_(s.num_workers(), 0), events_(s.num_workers()),
       queue_(s.num_workers()), pending_buckets_(s.num_workers()), ring_plans_(s.num_stages) {
   // Only a replicated stage's backwards release buckets (finish_compute): a worker holding
   // none needs no table (most of a straight pipeline's).
+  if (cores_ == 0) placement_.clear();
+  PT_CHECK(placement_.empty() || static_cast<int>(placement_.size()) == s.num_workers(), "a placement of ",
+           placement_.size(), " workers for a schedule of ", s.num_workers());
+  for (int core : placement_) PT_CHECK(core >= 0 && core < cores_, "core ", core, " of ", cores_);
   std::vector<char> replicated(s.num_workers(), 0);
   for (int st = 0; st < s.num_stages; ++st)
     if (s.replicas(st) > 1)
@@ -189,10 +194,24 @@ void Replay::share_core(int w, double start, double host_ms, double ms, int64_t 
   busy_[w] = 1;
 }
 
+const std::vector<double>& Replay::rates() const {
+  rates_.assign(running_.size(), 0);
+  if (placement_.empty()) {
+    std::fill(rates_.begin(), rates_.end(), cluster_.core_rate(static_cast<int>(running_.size()), cores_));
+    return rates_;
+  }
+  on_core_.assign(static_cast<size_t>(cores_), 0);
+  int busy = 0;
+  for (const Running& r : running_) busy += on_core_[placement_[r.worker]]++ == 0;
+  const double core = cluster_.core_rate(busy, cores_);
+  for (size_t i = 0; i < running_.size(); ++i) rates_[i] = core / on_core_[placement_[running_[i].worker]];
+  return rates_;
+}
+
 void Replay::advance(double to) {
   if (!running_.empty()) {
-    double done = (to - now_) * rate();
-    for (Running& r : running_) r.left_ms -= done;
+    const std::vector<double>& rate = rates();
+    for (size_t i = 0; i < running_.size(); ++i) running_[i].left_ms -= (to - now_) * rate[i];
   }
   now_ = std::max(now_, to);
 }

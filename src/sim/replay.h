@@ -34,7 +34,7 @@ struct TieExchange {
 class Replay {
  public:
   Replay(const schedule::Schedule& s, const std::vector<StageCost>& costs, const plan::Cluster& c, int64_t bucket_bytes,
-         int cores, bool computes_only, std::vector<TieExchange> ties = {});
+         int cores, bool computes_only, std::vector<TieExchange> ties = {}, std::vector<int> placement = {});
 
   // Every worker's events, each list in time order.
   std::vector<std::vector<TraceEvent>> run();
@@ -91,11 +91,15 @@ class Replay {
     int64_t bytes;
     const Action* send = nullptr;  // a transfer: the worker's send it carries
   };
-  double rate() const { return cluster_.core_rate(static_cast<int>(running_.size()), cores_); }
+  // Each running item's rate, in running_'s order: one pool's share (Cluster::core_rate of all
+  // running), or, with the workers placed on cores (SimOptions::placement), its core's: the
+  // cores' rate with as many busy as run anything, shared evenly among the items on it.
+  const std::vector<double>& rates() const;
   double first_end() const {
-    double left = std::numeric_limits<double>::infinity();
-    for (const Running& r : running_) left = std::min(left, r.left_ms);
-    return now_ + left / rate();
+    const std::vector<double>& rate = rates();
+    double end = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < running_.size(); ++i) end = std::min(end, now_ + running_[i].left_ms / rate[i]);
+    return end;
   }
   void share_core(int w, double start, double host_ms, double ms, int64_t bytes);
   void arrive(int w, const Action& a, double begin, double end, int64_t bytes);  // a transfer's end
@@ -139,6 +143,9 @@ class Replay {
   bool computes_only_;  // SimOptions::computes_only
   double scale_;
   int cores_ = 0;                   // SimOptions::cores; 0: a device per worker
+  std::vector<int> placement_;      // SimOptions::placement: each worker's core (empty: one pool)
+  mutable std::vector<double> rates_;   // rates()' scratch
+  mutable std::vector<int> on_core_;    // rates()' scratch: items per core
   std::vector<Running> running_;    // on shared cores: the computes running at now_
   std::vector<char> busy_;          // [worker]: its compute is in running_
   double now_ = 0;                  // on shared cores: the time running_ is at

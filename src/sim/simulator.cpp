@@ -49,7 +49,7 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
   int cores = options.cores > 0 ? options.cores : cluster.host_cores;
   t.workers = detail::Replay(s, costs, cluster, options.bucket_bytes, cores, options.computes_only,
-                             tie_exchanges(s, p))
+                             tie_exchanges(s, p), options.placement)
                   .run();
   return t;
 }

@@ -52,6 +52,10 @@ struct SimOptions {
   // when a ready compute waited for a free core and then ran to its end, 7,021 now, against
   // 5,030-5,083 measured); 0: the cluster's host_cores (0 there too: a device per worker).
   int cores = 0;
+  // With cores: each worker's core (place_on_cores; the runtime pins its workers so, where they
+  // outnumber the cores): the computes on a core share it alone, each core at the cluster's
+  // core_rate of the cores busy. Empty: the cores are one pool, as above.
+  std::vector<int> placement;
   // Record only the computes and steps: all that metrics' timing (Detail::kTiming) reads, the
   // same steady state in fewer events (the referee's replays).
   bool computes_only = false;

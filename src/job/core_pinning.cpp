@@ -1,0 +1,49 @@
+#include "job/core_pinning.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include "core/error.h"
+#include "sim/core_placement.h"
+#include "sim/stage_costs.h"
+
+namespace pt::job {
+
+namespace {
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  return out;
+}
+
+}  // namespace
+
+int usable_cores() { return std::max<int>(1, static_cast<int>(allowed_cpus().size())); }
+
+void place_workers(Job& job, const profile::Profile& profile, int cores) {
+  job.cores_of_workers.clear();
+  if (cores < 1 || job.workers() <= cores) return;
+  const schedule::Schedule& s = *job.typical;
+  try {
+    job.cores_of_workers = sim::place_on_cores(s, sim::stage_costs(s, profile), cores);
+  } catch (const ConfigError&) {
+    // A profile that does not fit the plan: the prediction says so (predict_host_run); the run
+    // goes on unpinned.
+  }
+}
+
+void pin_to_core(int core) {
+  static const std::vector<int> allowed = allowed_cpus();  // before any thread pins itself
+  if (allowed.empty() || core < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(allowed[static_cast<size_t>(core) % allowed.size()], &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+}  // namespace pt::job
