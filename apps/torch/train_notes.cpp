@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "plan/plan_table.h"
 #include "plan/split_ties.h"
 
 namespace pt::app {
@@ -61,6 +62,20 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) 
   for (const plan::SplitTie& t : plan::split_ties(layers, s.stage_layers, s.stage_workers))
     if (groups[t.group].trains)
       std::cerr << "note: " << plan::split_tie_note(t, layers[t.group], groups[t.group].bytes, names) << "\n";
+}
+
+void note_pinned(const job::Job& job, int cores) {
+  if (job.cores_of_workers.empty()) return;
+  std::cerr << "note: the " << job.workers() << " workers outnumber this host's " << cores
+            << " cores: each is pinned to one, the busiest first, by their work per minibatch (";
+  for (int core = 0; core < cores; ++core) {
+    std::vector<int> on;
+    for (int w = 0; w < job.workers(); ++w)
+      if (job.cores_of_workers[w] == core) on.push_back(w);
+    std::cerr << (core ? "; " : "") << "core " << core << ": " << (on.size() == 1 ? "worker " : "workers ")
+              << plan::format_id_ranges(on);
+  }
+  std::cerr << ")\n";
 }
 
 void note_resume(const job::Job& job, const model::LayeredModel& m) {

@@ -17,5 +17,7 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s);
 // Where the job starts: a checkpoint resumed (its step, schedule, plan, and settings or model
 // file that differ from this run's), or none found.
 void note_resume(const job::Job& job, const model::LayeredModel& m);
+// Workers that outnumber the host's cores: the core each is pinned to (job/core_pinning.h).
+void note_pinned(const job::Job& job, int cores);
 
 }  // namespace pt::app

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "sim/core_placement.h"
 #include "sim/stage_costs.h"
@@ -11,7 +13,7 @@ namespace pt::job {
 
 namespace {
 
-std::vector<int> allowed_cpus() {
+std::vector<int> read_allowed_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> out;
@@ -19,6 +21,14 @@ std::vector<int> allowed_cpus() {
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
     if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
   return out;
+}
+
+// The CPUs this process could run on before any of its threads pinned itself, read once: a gloo
+// rank pins its whole process, and its report must still see the host's cores (a fork inherits
+// what its parent read).
+const std::vector<int>& allowed_cpus() {
+  static const std::vector<int> allowed = read_allowed_cpus();
+  return allowed;
 }
 
 }  // namespace
@@ -38,7 +48,7 @@ void place_workers(Job& job, const profile::Profile& profile, int cores) {
 }
 
 void pin_to_core(int core) {
-  static const std::vector<int> allowed = allowed_cpus();  // before any thread pins itself
+  const std::vector<int>& allowed = allowed_cpus();
   if (allowed.empty() || core < 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);

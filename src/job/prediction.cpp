@@ -28,7 +28,11 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
   auto replay = [&](int on_cores) {
     sim::SimOptions sim_options{options.bucket_bytes};
     sim_options.cores = on_cores;
-    if (on_cores > 0) sim_options.placement = job.cores_of_workers;  // as the runtime pinned them
+    // As the runtime pinned them, where they were placed on as many cores as this replay's.
+    const auto& placed = job.cores_of_workers;
+    if (on_cores > 0 && static_cast<int>(placed.size()) == r.workers &&
+        *std::max_element(placed.begin(), placed.end()) < on_cores)
+      sim_options.placement = placed;
     return referee::settled_replay([&](int minibatches) {
              return metrics::compute_metrics(sim::simulate(*job.schedule_over(minibatches), p, links, sim_options));
            })

@@ -2,6 +2,7 @@
 // gloo), resume it, and the final weights equal an uninterrupted run's exactly; no worker
 // process outlives a killed launcher; checkpoint flags and `checkpoint inspect` errors.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -556,6 +557,38 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
 // A V schedule puts two stages on each worker: the job's cluster needs the schedule's workers,
 // not the plan's stages, and the throughput line simulates the run on that cluster (emulated
 // compute waits the profile's times, so the run cannot beat its simulation by much).
+// Four workers on at most 2 cores (this test's own CPUs narrowed to its first two, which its
+// children inherit): each is pinned to one, the note says which, and the prediction shares each
+// core among the workers on it; a gloo rank, pinned with its whole process, still reports on the
+// host's cores (it once checked its placement against its own one core and stopped).
+TEST(TrainCli, WorkersThatOutnumberTheCoresArePinned) {
+  TempDir tmp("pinned");
+  fs::path profile = tmp.path / "profile.json", log = tmp.path / "log";
+  cpu_set_t before, two;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  CPU_ZERO(&two);
+  int cores = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE && cores < 2; ++cpu)
+    if (CPU_ISSET(cpu, &before)) CPU_SET(cpu, &two), ++cores;
+  ASSERT_EQ(sched_setaffinity(0, sizeof(two), &two), 0);
+  ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--batch-size", "64", "-o", profile.string()}, log), 0) << slurp(log);
+  for (const char* transport : {"threads", "gloo"}) {
+    EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "4", "--schedule", "1f1b",
+                   "--microbatches", "4", "--steps", "8", "--profile", profile.string(), "--transport", transport},
+                  log),
+              0)
+        << slurp(log);
+    std::string out = slurp(log);
+    EXPECT_NE(out.find("note: the 4 workers outnumber this host's " + std::to_string(cores) +
+                       " cores: each is pinned to one"),
+              std::string::npos)
+        << transport << "\n" << out;
+    EXPECT_NE(out.find("sharing this machine's " + std::to_string(cores) + " cores"), std::string::npos)
+        << transport << "\n" << out;
+  }
+  sched_setaffinity(0, sizeof(before), &before);
+}
+
 TEST(TrainCli, EmulatedVRunIsPredictedOnItsOwnWorkers) {
   TempDir tmp("vrun");
   fs::path profile = tmp.path / "profile.json", cluster = tmp.path / "cluster.json", log = tmp.path / "log";
