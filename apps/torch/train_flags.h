@@ -23,6 +23,7 @@ struct TrainFlags {
   CLI::Option* chunks_flag = nullptr;
   CLI::Option* bucket_flag = nullptr;  // a given --bucket-mb overrides the plan's bucket_mb
   bool print_job = false;  // --print-job
+  bool no_pin_cores = false;  // --no-pin-cores
   std::vector<double> betas;  // --betas B1,B2 (the optimizer's once parsed)
 };
 

@@ -586,6 +586,15 @@ TEST(TrainCli, WorkersThatOutnumberTheCoresArePinned) {
     EXPECT_NE(out.find("sharing this machine's " + std::to_string(cores) + " cores"), std::string::npos)
         << transport << "\n" << out;
   }
+  // Left to the kernel: no pins, and the prediction shares the cores as one pool.
+  EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "4", "--schedule", "1f1b",
+                 "--microbatches", "4", "--steps", "8", "--profile", profile.string(), "--no-pin-cores"},
+                log),
+            0)
+      << slurp(log);
+  std::string unpinned = slurp(log);
+  EXPECT_EQ(unpinned.find("each is pinned"), std::string::npos) << unpinned;
+  EXPECT_NE(unpinned.find("sharing this machine's " + std::to_string(cores) + " cores"), std::string::npos) << unpinned;
   sched_setaffinity(0, sizeof(before), &before);
 }
 
