@@ -15,7 +15,8 @@ namespace {
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
 const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout",
-                                               "--rendezvous-timeout", "--print-job", "--max-input"};
+                                               "--rendezvous-timeout", "--print-job", "--max-input",
+                                               "--no-pin-cores"};  // a worker's own core: this host's matter
 // Options that name a file, which workers compare by its contents (flag_digest.h), and those
 // that name the data, whose tensors the job digest compares (data.crc32, data.shard_crc32).
 const std::set<std::string> kFileFlags = {"--model", "--plan", "--profile", "--cluster", "--schedule-file"};

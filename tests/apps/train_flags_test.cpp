@@ -173,6 +173,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--metrics", {"--metrics", (tmp / "m.csv").string()}},
       {"--trace", {"--trace", (tmp / "t.json").string()}},
       {"--quiet", {"--quiet"}},
+      {"--no-pin-cores", {"--no-pin-cores"}},
       {"--timeout", {"--timeout", "5"}},
       {"--rendezvous-timeout", {"--rendezvous-timeout", "5"}},
       {"--print-job", {}},
