@@ -17,6 +17,7 @@
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
 #include "schedule/validate.h"
+#include "sim/core_placement.h"
 #include "sim/simulator.h"
 
 namespace pt::app {
@@ -31,6 +32,7 @@ struct SimulateFlags {
   schedule::ScheduleOptions options;
   bool json = false, grid = false;
   int cores = 0;  // SimOptions::cores: the workers are threads sharing this many cores
+  bool pin_cores = false;  // SimOptions::placement: each worker on its core, as train pins them
   double bucket_mb = plan::Cluster::kDefaultBucketBytes / double(1 << 20);
 };
 
@@ -103,6 +105,12 @@ int run_simulate(SimulateFlags flags) {
   double bucket_mb = plan.bucket_mb >= 0 && flags.bucket_flag->count() == 0 ? plan.bucket_mb : flags.bucket_mb;
   sim_options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
   sim_options.cores = flags.cores;
+  const int cores = flags.cores > 0 ? flags.cores : cluster.host_cores;
+  if (flags.pin_cores && cores == 0)
+    throw UsageError("--pin-cores: the workers share no cores to pin them to: give --cores, or a --cluster with "
+                     "host_cores (calibrate writes it)");
+  if (flags.pin_cores && cores > 0 && s.num_workers() > cores)
+    sim_options.placement = sim::place_on_cores(s, sim::stage_costs(s, prof), cores);
   // Over the default minibatches, until the window settles, as the planner's referee replays it
   // (data parallelism's schedule makes its own plan, whose floor is not this one's); a schedule
   // file or --minibatches is the run as given.
@@ -165,6 +173,9 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
                  "The workers are threads of one machine sharing this many cores, time-sliced as the kernel does "
                  "(0: a device each; train --profile predicts its threads' run so)")
       ->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--pin-cores", flags->pin_cores,
+               "Where the workers outnumber the cores (--cores, or the cluster's host_cores): each on the core "
+               "train pins it to, the busiest first, each core shared among its own (train --profile predicts so)");
   app.add_option("--svg", flags->svg, "Write the timeline as SVG");
   app.add_option("--trace", flags->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
   app.add_option("--save-trace", flags->trace_out, "Write the trace (pipetrain.trace/1)");
