@@ -16,6 +16,7 @@
 #include "model/compute_threads.h"
 #include "plan/link_fit.h"
 #include "job/calibration.h"
+#include "job/core_pinning.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/launcher.h"
 #include "runtime/thread_transport.h"
@@ -72,7 +73,8 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
   // Every worker's measuring done: on threads, all of them joined; on gloo, this process's.
   fitted.process_bytes = job::resident_besides_tensors();
   fitted.core_rates = m.core_rates;
-  if (one_host) fitted.host_cores = static_cast<int>(std::thread::hardware_concurrency());
+  fitted.core_share = m.core_share;
+  if (one_host) fitted.host_cores = job::usable_cores();
   plan::Cluster terms = fitted;  // the latency, rate and host terms alone, as the record has them
   terms.ring_corrections.clear();
   for (auto& a : m.allreduces) a.modelled_ms = terms.allreduce_ms(a.group, a.bytes);
@@ -88,11 +90,13 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
             << " us per ring step (where it outlasts the step's message)\n";
   std::cerr << "the host's time per action (a forward, a backward, a step) besides its compute: " << fitted.action_us
             << " us\n";
-  std::cerr << "each of n computes at once on this host's " << std::thread::hardware_concurrency()
-            << " cores runs at, of one alone:";
+  std::cerr << "each of n computes at once on this host's " << job::usable_cores() << " cores runs at, of one alone:";
   if (fitted.host_cores > 0) std::cerr << " (the workers share them: host_cores " << fitted.host_cores << ")";
   for (size_t n = 0; n < fitted.core_rates.size(); ++n) std::cerr << " " << n + 1 << ": " << fitted.core_rates[n];
   std::cerr << "\n";
+  if (one_host)
+    std::cerr << "two workers pinned to one core (" << (flags.transport == "threads" ? "threads" : "processes")
+              << ") get, together, " << fitted.core_share << " of what one gets alone on it\n";
   std::cerr << "a worker process's resident memory besides its tensors (LibTorch, the transport, the runtime): "
             << human_bytes(static_cast<double>(fitted.process_bytes)) << "\n";
   std::string misses;
@@ -128,6 +132,7 @@ int run_threads(const CalibrateFlags& flags, const plan::Cluster& shape) {
   std::vector<std::string> errors(shape.workers());
   std::vector<std::thread> threads;
   auto options = options_of(flags);
+  options.one_host = true;
   for (int r = 0; r < shape.workers(); ++r)
     threads.emplace_back([&, r] {
       try {
@@ -159,12 +164,12 @@ int run_gloo_worker(const CalibrateFlags& flags, const plan::Cluster& shape) {
     t = std::make_unique<runtime::GlooTransport>(config);
     auto options = options_of(flags);
     if (config.rank != 0) options.progress = nullptr;
-    job::Measured m = job::measure_cluster(*t, shape, options);
     // Ranks that meet at a loopback address run on this host (calibrate's own, or torchrun's on
     // one machine); the testbed's and mpirun's meet across addresses.
-    bool one_host = config.master_addr == "localhost" || config.master_addr.rfind("127.", 0) == 0 ||
-                    config.master_addr == "::1";
-    return config.rank == 0 ? write_result(flags, shape, m, one_host) : 0;
+    options.one_host = config.master_addr == "localhost" || config.master_addr.rfind("127.", 0) == 0 ||
+                       config.master_addr == "::1";
+    job::Measured m = job::measure_cluster(*t, shape, options);
+    return config.rank == 0 ? write_result(flags, shape, m, options.one_host) : 0;
   } catch (const std::exception& e) {
     if (t) t->abandon(e.what());
     throw RuntimeFailure(str("calibrate: worker ", config.rank, ": ", e.what()));

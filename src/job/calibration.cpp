@@ -12,6 +12,7 @@
 #include "model/emulated_layer.h"
 #include "model/memory_meter.h"
 #include "model/zoo.h"
+#include "job/core_pinning.h"
 #include "job/threads_job.h"
 
 namespace pt::job {
@@ -136,6 +137,7 @@ Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, cons
       t.barrier();
     }
   }
+  if (sized.one_host && t.world_size() > 1) out.core_share = measure_core_share(t);
   if (t.rank() == 0) {
     out.action_us = measure_action_us();
     if (sized.progress) sized.progress(str("the host's time per action: ", out.action_us, " us"));
@@ -184,6 +186,24 @@ double per_thread_rate(int n, double seconds) {
 }
 
 }  // namespace
+
+double measure_core_share(runtime::Transport& t, double seconds) {
+  constexpr int kRounds = 3;
+  const int me = t.rank();
+  const bool pair = me < 2;
+  if (pair) pin_to_core(0);  // the threads per_thread_rate starts inherit it
+  std::vector<double> shares;
+  for (int round = 0; round < kRounds; ++round) {
+    t.barrier();
+    const double alone = me == 0 ? per_thread_rate(1, seconds) : 0;
+    t.barrier();
+    const double together = pair ? per_thread_rate(1, seconds) : 0;
+    if (me == 0 && alone > 0) shares.push_back(std::min(1.0, 2 * together / alone));
+  }
+  if (pair) unpin();
+  t.barrier();
+  return me == 0 && !shares.empty() ? median(shares) : 1;
+}
 
 std::vector<double> measure_core_rates(int most, double seconds) {
   // Rounds of every n, each against its own round's one thread alone (a machine's speed drifts

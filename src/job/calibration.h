@@ -19,6 +19,7 @@ struct CalibrationOptions {
   std::vector<int64_t> sizes;            // message sizes, bytes (default: 1 KiB .. 64 MiB, x4)
   int64_t bytes_per_size = 64 << 20;     // a size repeats about this many bytes' worth, 3..30 times
   std::function<void(const std::string&)> progress;  // worker 0's lines while it runs
+  bool one_host = false;  // every worker runs on this host: measure how two share a core (Measured::core_share)
 };
 std::vector<int64_t> default_calibration_sizes();
 
@@ -27,6 +28,7 @@ struct Measured {
   std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
   double action_us = 0;  // measure_action_us, on worker 0
   std::vector<double> core_rates;  // measure_core_rates, on worker 0 (plan::Cluster::core_rates)
+  double core_share = 1;           // measure_core_share, on worker 0 where one_host (plan::Cluster::core_share)
 };
 
 // What this process holds resident besides tensors, once its measuring is done
@@ -45,6 +47,13 @@ double measure_action_us(int steps = 30, int microbatches = 8);
 // layers on a microbatch of 16 for `seconds`, all started together; per n, the mean of their
 // iterations per second over one thread's alone in the same round, median of 3 rounds.
 std::vector<double> measure_core_rates(int most, double seconds = 0.25);
+
+// What one core gives two workers of the job pinned to it at once (workers 0 and 1: threads or
+// processes, as the transport runs them), against worker 0 alone on it (plan::Cluster::core_share):
+// each trains mnist-cnn's layers on a microbatch of 16 for `seconds`; twice the rate of worker 0
+// among the two over its rate alone, at most 1, median of 3 rounds. A collective: every worker of
+// the transport calls it; worker 0 gets the share, the others 1.
+double measure_core_share(runtime::Transport& t, double seconds = 0.3);
 
 // Runs on every worker of the job with the same `shape` (its levels' fan-outs; their rates are
 // what is measured) and options; returns the measurements on worker 0 (the others: empty). Each

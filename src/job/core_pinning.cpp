@@ -56,4 +56,13 @@ void pin_to_core(int core) {
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+void unpin() {
+  const std::vector<int>& allowed = allowed_cpus();
+  if (allowed.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : allowed) CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 }  // namespace pt::job

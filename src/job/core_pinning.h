@@ -21,5 +21,7 @@ void place_workers(Job& job, const profile::Profile& profile, int cores);
 // Pins the calling thread (and the threads it starts after) to the core-th of the CPUs this
 // process may run on. Silent where the kernel refuses: the run goes on unpinned.
 void pin_to_core(int core);
+// Lets the calling thread run on every CPU this process could at its start again.
+void unpin();
 
 }  // namespace pt::job

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 #include <mutex>
-#include <unordered_map>
+#include <new>
 
 #include <c10/core/CPUAllocator.h>
 
@@ -37,50 +37,39 @@ namespace {
 
 thread_local std::shared_ptr<MemoryAccount> t_account;
 
-// Charged allocations by address. LibTorch's raw interface (raw_allocate) needs a DataPtr whose
-// context is its data and one deleter for all, so the charge is looked up by address when
-// freed. Sharded: workers allocate at once.
-class Charges {
- public:
-  void add(void* p, std::shared_ptr<MemoryAccount> account, int64_t bytes) {
-    account->add(bytes);
-    Shard& s = shard(p);
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.charges[p] = {std::move(account), bytes};
-  }
-  void remove(void* p) {
-    Shard& s = shard(p);
-    std::lock_guard<std::mutex> lock(s.mutex);
-    auto it = s.charges.find(p);
-    if (it == s.charges.end()) return;
-    it->second.first->sub(it->second.second);
-    s.charges.erase(it);
-  }
-
- private:
-  struct Shard {
-    std::mutex mutex;
-    std::unordered_map<void*, std::pair<std::shared_ptr<MemoryAccount>, int64_t>> charges;
-  };
-  Shard& shard(void* p) { return shards_[(reinterpret_cast<uintptr_t>(p) >> 6) % kShards]; }
-  static constexpr size_t kShards = 16;
-  Shard shards_[kShards];
+// A charged block carries its charge in a header just before its data, so that freeing it looks
+// nothing up: LibTorch's raw interface (raw_allocate) needs a DataPtr whose context is its data
+// and one deleter for all. A table of charges by address, under a lock, cost each allocation a
+// map node and a mutex: an exported LSTM's 2-stage run measured 0.86-0.90 of its simulation with
+// it and 0.89-0.92 without the meter.
+struct Charge {
+  std::shared_ptr<MemoryAccount> account;  // null: uncharged
+  int64_t bytes = 0;
 };
+// The data stays at the base allocator's alignment (c10's is 64 bytes).
+constexpr size_t kHeaderBytes = 64;
+static_assert(sizeof(Charge) <= kHeaderBytes);
 
-Charges* g_charges = nullptr;
 c10::Allocator* g_base = nullptr;
 
-void release(void* p) {
-  g_charges->remove(p);
-  g_base->raw_deleter()(p);
+void release(void* data) {
+  if (!data) return;
+  void* block = static_cast<char*>(data) - kHeaderBytes;
+  auto* charge = static_cast<Charge*>(block);
+  if (charge->account) charge->account->sub(charge->bytes);
+  charge->~Charge();
+  g_base->raw_deleter()(block);
 }
 
 class CountingAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) const override {
-    void* p = g_base->raw_allocate(n);
-    if (t_account && n > 0) g_charges->add(p, t_account, static_cast<int64_t>(n));
-    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+    if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
+    void* block = g_base->raw_allocate(n + kHeaderBytes);
+    auto* charge = new (block) Charge{t_account, static_cast<int64_t>(n)};
+    if (charge->account) charge->account->add(charge->bytes);
+    void* data = static_cast<char*>(block) + kHeaderBytes;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 };
@@ -92,7 +81,6 @@ void install_memory_meter() {
   std::call_once(once, [] {
     g_base = c10::GetCPUAllocator();
     if (!g_base->raw_deleter()) return;  // a CPU allocator without the raw interface: nothing is charged
-    g_charges = new Charges;  // never freed: tensors outlive static destructors
     static CountingAllocator counting;
     c10::SetCPUAllocator(&counting, /*priority=*/1);
   });

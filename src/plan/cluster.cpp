@@ -225,6 +225,7 @@ json to_json(const Cluster& c) {
   if (c.action_us > 0) doc["action_us"] = c.action_us;
   if (c.process_bytes > 0) doc["process_bytes"] = c.process_bytes;
   if (!c.core_rates.empty()) doc["core_rates"] = c.core_rates;
+  if (c.core_share < 1) doc["core_share"] = c.core_share;
   if (c.host_cores > 0) doc["host_cores"] = c.host_cores;
   if (!c.calibration.is_null()) doc["calibration"] = c.calibration;
   return doc;
@@ -251,7 +252,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "cluster", kClusterVersion);
   root.only_fields({"format", "levels", "memory_bytes_per_worker", "allreduce", "reduce_us_per_mib", "allreduce_step_us",
-                    "action_us", "process_bytes", "core_rates", "host_cores", "calibration"});
+                    "action_us", "process_bytes", "core_rates", "core_share", "host_cores", "calibration"});
   Cluster c;
   JsonField levels = root["levels"];
   if (levels.size() == 0) levels.fail("must list at least one level");
@@ -298,6 +299,11 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
       if (!(r > 0 && r <= 2)) rates[k].fail(str("must be a rate in (0, 2] of one compute alone, got ", r));
       c.core_rates.push_back(r);
     }
+  }
+  if (root.has("core_share")) {
+    c.core_share = root["core_share"].as_number();
+    if (!(c.core_share > 0 && c.core_share <= 1))
+      root["core_share"].fail(str("must be a share in (0, 1] of one core alone, got ", c.core_share));
   }
   if (root.has("host_cores")) c.host_cores = static_cast<int>(root["host_cores"].as_int_in(0, kMaxWorkers));
   if (root.has("calibration")) {

@@ -73,6 +73,13 @@ struct Cluster {
   // microbatch of 16). Here 2 computes on the 2 cores ran at 0.87 each, not 1 (the caches and
   // memory they share). Empty: min(1, cores / n), the kernel's even time-slicing alone.
   std::vector<double> core_rates;
+  // What one core gives the workers pinned to it together, against one of them alone on it
+  // (cluster field "core_share"; calibrate measures it: two of its workers, as its transport runs
+  // them, pinned to one core at once): the switching between them. Threads of one process lose
+  // little (0.98-1.0 here); two gloo processes on one core ran at 0.446 of one alone each, 0.89
+  // in all (the address spaces they switch between). 1: nothing lost. The simulator's cores
+  // pinned to (SimOptions::placement) take it where they hold more than one worker.
+  double core_share = 1;
   // The workers are threads or processes of one host sharing this many cores (cluster field
   // "host_cores"; calibrate writes it where it ran every worker on this machine): the simulator
   // shares them out as SimOptions::cores says, so plan, simulate and compare weigh the run this

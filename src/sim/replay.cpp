@@ -204,7 +204,10 @@ const std::vector<double>& Replay::rates() const {
   int busy = 0;
   for (const Running& r : running_) busy += on_core_[placement_[r.worker]]++ == 0;
   const double core = cluster_.core_rate(busy, cores_);
-  for (size_t i = 0; i < running_.size(); ++i) rates_[i] = core / on_core_[placement_[running_[i].worker]];
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const int on = on_core_[placement_[running_[i].worker]];
+    rates_[i] = core * (on > 1 ? cluster_.core_share : 1.0) / on;  // switching between them costs the core
+  }
   return rates_;
 }
 

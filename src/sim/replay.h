@@ -93,7 +93,8 @@ class Replay {
   };
   // Each running item's rate, in running_'s order: one pool's share (Cluster::core_rate of all
   // running), or, with the workers placed on cores (SimOptions::placement), its core's: the
-  // cores' rate with as many busy as run anything, shared evenly among the items on it.
+  // cores' rate with as many busy as run anything, times Cluster::core_share where it runs more
+  // than one item, shared evenly among them.
   const std::vector<double>& rates() const;
   double first_end() const {
     const std::vector<double>& rate = rates();

@@ -164,6 +164,19 @@ TEST(BadClusterFile, NamesFieldAndValue) {
     c.core_rates.clear();
     EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 2.0 / 3);  // unmeasured: time-slicing alone
   }
+  // What one core gives the workers pinned to it together (calibrate): a share in (0, 1],
+  // round-tripped, 1 when absent.
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_share": 1.5})"),
+            "c.json: field 'core_share' must be a share in (0, 1] of one core alone, got 1.5");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_share": 0})"),
+            "c.json: field 'core_share' must be a share in (0, 1] of one core alone, got 0");
+  {
+    plan::Cluster c = plan::cluster_from_json(
+        parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_share": 0.89})", "c.json"), "c.json");
+    EXPECT_DOUBLE_EQ(c.core_share, 0.89);
+    EXPECT_DOUBLE_EQ(plan::cluster_from_json(plan::to_json(c), "d.json").core_share, 0.89);
+    EXPECT_DOUBLE_EQ(plan::Cluster::flat(2, 1).core_share, 1);
+  }
   // Workers sharing one host's cores (calibrate on one machine): bounded and round-tripped.
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "host_cores": -2})"),
             "c.json: field 'host_cores' must be in 0..1000000, got -2");

@@ -35,11 +35,13 @@ TEST(CorePlacement, TheBusiestFirstEachOnTheCoreWithTheLeastWork) {
 TEST(CorePlacement, WorkersPlacedOnOneCoreShareItAlone) {
   auto prof = uniform_profile(1, 1.0, 1.0);
   auto s = make_schedule("gpipe", plan_with_replicas({2}), {2});
-  auto first_forward_ends = [&](std::vector<int> placement) {
+  auto first_forward_ends = [&](std::vector<int> placement, double core_share = 1) {
     SimOptions o;
     o.cores = 2;
     o.placement = std::move(placement);
-    auto t = simulate(s, prof, plan::Cluster::flat(2, 10), o);
+    plan::Cluster c = plan::Cluster::flat(2, 10);
+    c.core_share = core_share;
+    auto t = simulate(s, prof, c, o);
     std::vector<double> ends;
     for (const auto& events : t.workers)
       for (const auto& e : events)
@@ -52,6 +54,15 @@ TEST(CorePlacement, WorkersPlacedOnOneCoreShareItAlone) {
   EXPECT_EQ(first_forward_ends({0, 0}), (std::vector<double>{1.0, 1.0}));
   EXPECT_EQ(first_forward_ends({0, 1}), (std::vector<double>{0.5, 0.5}));
   EXPECT_EQ(first_forward_ends({}), (std::vector<double>{0.5, 0.5}));
+  // Switching between two workers on one core costs it (Cluster::core_share): at 0.8 of the core
+  // in all, the two forwards end at 1 / 0.8 ms; a core of one worker loses nothing, and neither
+  // does one pool.
+  auto shared = first_forward_ends({0, 0}, 0.8);
+  ASSERT_EQ(shared.size(), 2u);
+  EXPECT_DOUBLE_EQ(shared[0], 1.25);
+  EXPECT_DOUBLE_EQ(shared[1], 1.25);
+  EXPECT_EQ(first_forward_ends({0, 1}, 0.8), (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(first_forward_ends({}, 0.8), (std::vector<double>{0.5, 0.5}));
 }
 
 }  // namespace
