@@ -108,6 +108,12 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
               << (taken > a.modelled_ms ? str("; plan and simulate take ", taken, " ms") : "") << "\n";
     if (std::abs(off) > kFitWithin) misses += str(misses.empty() ? "" : ", ", human_bytes(a.bytes));
   }
+  // Rounds that disagree this much measured a busy spell, not the cores: a prediction on these
+  // rates moves with it (the demo's went 30% under what it measured).
+  if (m.core_rates_spread > 0.2)
+    std::cerr << "note: the rounds of n computes at once disagree by up to " << 100 * m.core_rates_spread
+              << "%: the machine was busy while calibrate measured its cores (the rates are their medians); "
+                 "calibrate again on a quiet one\n";
   // A fit that misses says which term cannot hold the points, and why where it is known.
   for (const auto& l : m.levels)
     if (l.fit.max_error > kFitWithin)

@@ -28,6 +28,7 @@ struct Measured {
   std::vector<plan::AllreduceCheck> allreduces;  // measured; modelled_ms left for the caller
   double action_us = 0;  // measure_action_us, on worker 0
   std::vector<double> core_rates;  // measure_core_rates, on worker 0 (plan::Cluster::core_rates)
+  double core_rates_spread = 0;    // and how far its rounds disagreed
   double core_share = 1;           // measure_core_share, on worker 0 where one_host (plan::Cluster::core_share)
 };
 
@@ -46,7 +47,8 @@ double measure_action_us(int steps = 30, int microbatches = 8);
 // for n = 1..most (plan::Cluster::core_rates; the first is 1): n threads each train mnist-cnn's
 // layers on a microbatch of 16 for `seconds`, all started together; per n, the mean of their
 // iterations per second over one thread's alone in the same round, median of 3 rounds.
-std::vector<double> measure_core_rates(int most, double seconds = 0.25);
+// `spread`, where given: the largest (highest - lowest) / median of the rounds over the n.
+std::vector<double> measure_core_rates(int most, double seconds = 0.25, double* spread = nullptr);
 
 // What one core gives two workers of the job pinned to it at once (workers 0 and 1: threads or
 // processes, as the transport runs them), against worker 0 alone on it (plan::Cluster::core_share):
