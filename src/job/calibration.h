@@ -46,7 +46,7 @@ double measure_action_us(int steps = 30, int microbatches = 8);
 // The rate of each of n computes running at once on this host's cores, relative to one alone,
 // for n = 1..most (plan::Cluster::core_rates; the first is 1): n threads each train mnist-cnn's
 // layers on a microbatch of 16 for `seconds`, all started together; per n, the mean of their
-// iterations per second over one thread's alone in the same round, median of 3 rounds.
+// iterations per second over one thread's alone in the same round, median of 5 rounds.
 // `spread`, where given: the largest (highest - lowest) / median of the rounds over the n.
 std::vector<double> measure_core_rates(int most, double seconds = 0.25, double* spread = nullptr);
 
