@@ -47,6 +47,12 @@ class LossReport {
   void flush() {
     while (!pending_.empty()) report(pending_.begin());
   }
+  // Reports the minibatches before `minibatch` (gathered: the segments whose losses are all in).
+  void flush_before(int64_t minibatch) {
+    while (!pending_.empty() && pending_.begin()->first < minibatch) report(pending_.begin());
+  }
+  // Training ended at minibatch `end` (exclusive) now: a row reported later keeps this time.
+  void trained_until(int64_t end) { trained_secs_[end] = train_seconds(); }
   double final_loss() const {
     size_t k = std::min<size_t>(50, recent_.size());
     return k ? std::accumulate(recent_.end() - k, recent_.end(), 0.0) / k : 0;
@@ -69,6 +75,9 @@ class LossReport {
     recent_.push_back(loss);
     last_loss_ = loss;
     double secs = train_seconds();
+    // The time its segment's training ended, where reported after it (gathered losses).
+    if (auto t = trained_secs_.upper_bound(minibatch); t != trained_secs_.end()) secs = t->second;
+    trained_secs_.erase(trained_secs_.begin(), trained_secs_.upper_bound(minibatch + 1));
     auto account = model::charged_account();
     StepRecord rec{minibatch + 1, minibatch / per_epoch_, loss,
                    (minibatch + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs,
@@ -84,13 +93,17 @@ class LossReport {
   bool gathered_;
   Pending pending_;
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
+  std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
   double start_ms_, last_loss_ = 0, eval_ms_ = 0;
   std::vector<double> recent_;
 };
 
-// The tag of a segment's losses sent to the reporter: negative, below the evaluations' (which
+// Segments whose gathered losses travel to the reporter as one list.
+constexpr int64_t kLossBlock = 16;
+
+// The tag of a block's losses sent to the reporter: negative, below the evaluations' (which
 // count down from -1 by test batches x stages), and apart from every training tag (>= 0).
-int64_t loss_tag(int64_t segment) { return -(int64_t{1} << 28) - segment % (int64_t{1} << 20); }
+int64_t loss_tag(int64_t block) { return -(int64_t{1} << 28) - block % (int64_t{1} << 20); }
 
 // Every worker's measured peak, on every worker (a sum of one-hot vectors).
 std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
@@ -204,25 +217,55 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
         mine.push_back(static_cast<double>(minibatch));
         mine.push_back(loss);
       });
-    int64_t segment = 0;
-    auto gather_losses = [&](const Segment&) {
-      int64_t tag = loss_tag(segment++);
+    // Gathered losses travel in blocks of kLossBlock segments, each waited for a block late. A flush
+    // schedule's segment is one minibatch, and a list sent and waited for after each took longer
+    // than the minibatch: gloo hands a message over in several wake-ups of its threads, each of
+    // which waits for a core the computing workers hold (on 2 cores up to a timer tick, 4 ms).
+    // Data parallelism on 2 gloo processes ran at 4,500 samples/s so, at 6,000 without the lists.
+    // An evaluation, a checkpoint and the job's end take every list at once.
+    int64_t segment = 0, block = 0, block_first = job.first_step;
+    std::vector<std::shared_ptr<runtime::PendingTransfer>> sent;  // this worker's unfinished loss lists
+    std::vector<std::pair<int, std::shared_ptr<runtime::PendingTransfer>>> expected;  // (sender, its list)
+    auto take_lists = [&] {
+      for (auto& [from, list] : expected) {
+        torch::Tensor pairs = list->wait();
+        auto a = pairs.accessor<double, 1>();
+        PT_CHECK(pairs.size(0) == 1 + 2 * static_cast<int64_t>(a[0]), "worker ", from, " sent a malformed loss list");
+        for (int64_t i = 1; i + 1 < pairs.size(0); i += 2) losses.add(static_cast<int64_t>(a[i]), a[i + 1]);
+      }
+      expected.clear();
+      for (auto& p : sent) p->wait();
+      sent.clear();
+    };
+    auto gather_losses = [&](const Segment& seg) {
+      int64_t end = seg.first_minibatch + seg.minibatches;
+      if (!gathered) {
+        // The segment's last minibatch is reported now, its training time before any evaluation or
+        // checkpoint after it: reported at the next loss, its row counted them as training (the
+        // last step of a 6-step run said 0.92 s of training, 0.12 s of which were).
+        losses.flush();
+        return;
+      }
+      losses.trained_until(end);
+      bool pauses = (options.train.evaluate && seg.evaluate) || (!options.checkpoint.dir.empty() && seg.checkpoint) ||
+                    end >= job.first_step + job.steps;
+      if (++segment % kLossBlock != 0 && !pauses) return;
+      take_lists();  // the block before's: sent a block ago
+      int64_t tag = loss_tag(block++);
       if (sends_losses) {
         mine[0] = static_cast<double>((mine.size() - 1) / 2);
-        transport.isend(torch::tensor(mine, torch::kDouble), last.front(), tag)->wait();
+        sent.push_back(transport.isend(torch::tensor(mine, torch::kDouble), last.front(), tag));
         mine.assign(1, 0);
-      } else if (run.reports && gathered) {
-        for (size_t r = 1; r < last.size(); ++r) {
-          torch::Tensor pairs = transport.irecv(last[r], tag)->wait();
-          auto a = pairs.accessor<double, 1>();
-          PT_CHECK(pairs.size(0) == 1 + 2 * static_cast<int64_t>(a[0]), "worker ", last[r], " sent a malformed loss list");
-          for (int64_t i = 1; i + 1 < pairs.size(0); i += 2) losses.add(static_cast<int64_t>(a[i]), a[i + 1]);
-        }
+      } else if (run.reports) {
+        for (size_t r = 1; r < last.size(); ++r) expected.emplace_back(last[r], transport.irecv(last[r], tag));
       }
-      // The segment's last minibatch is reported now, its training time before any evaluation or
-      // checkpoint after it: reported at the next loss, its row counted them as training (the
-      // last step of a 6-step run said 0.92 s of training, 0.12 s of which were).
-      losses.flush();
+      if (pauses) {
+        take_lists();
+        losses.flush();
+      } else {
+        losses.flush_before(block_first);  // every list of the blocks before this one is in
+      }
+      block_first = end;
     };
     worker.set_trace_origin(trace_origin_ms);
     Evaluation evaluated;
@@ -238,6 +281,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
           }
         },
         gather_losses);
+    take_lists();
     losses.flush();
     phase = "the end barrier";
     std::vector<int64_t> peaks = gather_peaks(transport, memory->peak());

@@ -58,13 +58,36 @@ c10d::ProcessGroupGloo& GlooTransport::group_for(const std::vector<int>& group) 
   return *it->second;
 }
 
+ShmAllreduce* GlooTransport::shared_memory_for(const std::vector<int>& group) {
+  if (!subgroups(group).empty()) return nullptr;  // hierarchical: across the cluster's links
+  group_for(group);  // first, on every member: the groups are made in one order everywhere
+  {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    if (auto it = shared_.find(group); it != shared_.end()) return it->second.get();
+  }
+  // Joined without the lock (it waits for the other members); only this worker's thread that
+  // starts all-reduces joins regions.
+  std::string name = "pipetrain_shm/group";
+  for (int r : group) name += "_" + std::to_string(r);
+  auto region = ShmAllreduce::connect(*store_, name, group, config_.rank, config_.shared_memory);
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  return shared_.emplace(group, std::move(region)).first->second.get();
+}
+
+CommThread& GlooTransport::collective_thread(const std::vector<int>& group) {
+  std::lock_guard<std::mutex> lock(collectives_mu_);
+  auto& slot = collectives_[group];
+  if (!slot) slot = std::make_unique<CommThread>();
+  return *slot;
+}
+
 void GlooTransport::prepare_groups(const std::vector<std::vector<int>>& groups) {
   auto mine = [&](const std::vector<int>& g) {
     return g.size() > 1 && std::find(g.begin(), g.end(), config_.rank) != g.end();
   };
   for (const auto& g : groups) {
     if (!mine(g)) continue;
-    group_for(g);
+    shared_memory_for(g);
     for (const auto& sub : subgroups(g))
       if (mine(sub)) group_for(sub);
   }
@@ -187,14 +210,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::allreduce_start(torch::Tensor t,
     auto chained = std::make_shared<ChainedTransfer>();
     auto promise = std::make_shared<std::promise<void>>();
     chained->done = promise->get_future();
-    CommThread* thread;
-    {
-      std::lock_guard<std::mutex> lock(collectives_mu_);
-      auto& slot = collectives_[group];
-      if (!slot) slot = std::make_unique<CommThread>();
-      thread = slot.get();
-    }
-    thread->post([this, t, units, promise] {
+    collective_thread(group).post([this, t, units, promise] {
       try {
         hierarchical_allreduce(t, units);
         promise->set_value();
@@ -204,8 +220,22 @@ std::shared_ptr<PendingTransfer> GlooTransport::allreduce_start(torch::Tensor t,
     });
     return chained;
   }
-  auto& pg = group_for(group);
   out->what = str("all-reduce of workers ", group.size(), " by worker ", config_.rank);
+  if (ShmAllreduce* shared = ShmAllreduce::takes(t) ? shared_memory_for(group) : nullptr) {
+    auto chained = std::make_shared<ChainedTransfer>();
+    auto promise = std::make_shared<std::promise<void>>();
+    chained->done = promise->get_future();
+    collective_thread(group).post([shared, t, promise, state = state_, what = out->what] {
+      try {
+        shared->sum(t, state->timeout, [&] { state->check_aborted(); }, what);
+        promise->set_value();
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    return chained;
+  }
+  auto& pg = group_for(group);
   std::vector<at::Tensor> one{t};
   try {
     out->work = pg.allreduce(one);

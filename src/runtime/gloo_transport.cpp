@@ -160,7 +160,7 @@ GlooTransport::GlooTransport(const GlooConfig& config) : config_(config), state_
 
 GlooTransport::~GlooTransport() {
   if (!world_) return;  // abandoned
-  abort("transport closed");
+  abort_here("transport closed");
   join_receivers();
   join_collective_threads();
 }
@@ -323,6 +323,14 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
 }
 
 void GlooTransport::abort(const std::string& why) {
+  abort_here(why);
+  // A failure: the other members' shared-memory waits end now, not at their deadline.
+  std::lock_guard<std::mutex> lock(shared_mu_);
+  for (auto& [group, region] : shared_)
+    if (region) region->abort();
+}
+
+void GlooTransport::abort_here(const std::string& why) {
   std::set<c10::intrusive_ptr<c10d::Work>> works;
   {
     std::lock_guard<std::mutex> lock(state_->mu);

@@ -38,6 +38,7 @@
 #include "core/json_doc.h"
 #include "plan/cluster.h"
 #include "runtime/comm_thread.h"
+#include "runtime/shm_allreduce.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
@@ -51,6 +52,9 @@ struct GlooConfig {
   double rendezvous_timeout_s = 300;  // longest wait for every worker to start (loading data)
   std::string secret;                 // the job's (job_store.h); every worker has the same
   plan::Cluster cluster;              // its allreduce_units split an all-reduce; no levels: one ring
+  // All-reduces of workers on one host through shared memory (shm_allreduce.h); off where any
+  // worker's PIPETRAIN_SHM_ALLREDUCE is 0.
+  bool shared_memory = true;
 };
 
 // From RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, our launcher) or, when RANK is not set,
@@ -108,6 +112,9 @@ class GlooTransport : public Transport {
   // the workers still missing, and after the rendezvous timeout fails naming them.
   void join_all();
   void prepare_groups(const std::vector<std::vector<int>>& groups);
+  // Whether this group's all-reduces of float and double tensors go through shared memory
+  // (shm_allreduce.h): its workers share this host and none turned it off. Collective on first use.
+  bool shares_memory(const std::vector<int>& group) { return shared_memory_for(group) != nullptr; }
 
   // Shared by the transfers: abort state, in-flight gloo work, the deadline.
   struct State {
@@ -129,6 +136,10 @@ class GlooTransport : public Transport {
 
  private:
   c10d::ProcessGroupGloo& group_for(const std::vector<int>& group);
+  // The group's shared-memory region, made (collectively, after its gloo group) on first use; null
+  // where its workers do not share a host.
+  ShmAllreduce* shared_memory_for(const std::vector<int>& group);
+  CommThread& collective_thread(const std::vector<int>& group);
   // The groups a hierarchical all-reduce of `group` uses, in the order every member creates
   // them: each unit, then the shard groups (member i of every unit); empty for one ring.
   std::vector<std::vector<int>> subgroups(const std::vector<int>& group) const;
@@ -139,6 +150,8 @@ class GlooTransport : public Transport {
   // The thread that completes receives from `peer` with headers, in the order posted.
   CommThread& receiver_for(int peer);
   void join_receivers();
+  // Ends this worker's transfers and waits (abort() also ends its peers' shared-memory waits).
+  void abort_here(const std::string& why);
 
   GlooConfig config_;
   std::chrono::milliseconds rendezvous_timeout_{0};
@@ -147,10 +160,12 @@ class GlooTransport : public Transport {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
   std::mutex groups_mu_;
   std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
+  std::mutex shared_mu_;  // abort() reads the regions while a group may be joining
+  std::map<std::vector<int>, std::unique_ptr<ShmAllreduce>> shared_;  // group -> its region (or null)
   std::mutex receivers_mu_;
   std::map<int, std::unique_ptr<CommThread>> receivers_;  // peer -> its receiving thread
   std::mutex collectives_mu_;
-  std::map<std::vector<int>, std::unique_ptr<CommThread>> collectives_;  // group -> its hierarchical all-reduces
+  std::map<std::vector<int>, std::unique_ptr<CommThread>> collectives_;  // group -> its hierarchical and shared-memory all-reduces
 };
 
 }  // namespace pt::runtime

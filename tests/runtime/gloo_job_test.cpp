@@ -127,6 +127,33 @@ TEST(GlooWorkerChild, Run) {
       code = 1;
     }
     t.barrier();
+  } else if (mode == "shm") {
+    // Sums of several sizes and both dtypes over 3 workers on this host through shared memory (or,
+    // where any worker's PIPETRAIN_SHM_ALLREDUCE is 0, through gloo on every worker alike).
+    GlooConfig config = gloo_config_from_env();
+    int off = std::atoi(env_or("PT_GLOO_TEST_SHM_OFF", "-1").c_str());  // this worker's PIPETRAIN_SHM_ALLREDUCE=0
+    if (off == config.rank) config.shared_memory = false;
+    GlooTransport t(config);
+    std::vector<int> all{0, 1, 2};
+    t.prepare_groups({all});
+    bool want_shared = off < 0;
+    if (t.shares_memory(all) != want_shared) {
+      std::cerr << "worker " << config.rank << ": shares memory " << t.shares_memory(all) << ", wanted " << want_shared
+                << std::endl;
+      code = 1;
+    }
+    // 5M floats: several rounds of the region's chunks; 1 and 11: shards shorter than a member count.
+    for (int64_t n : {int64_t{1}, int64_t{11}, int64_t{5} << 20, int64_t{1000}})
+      for (auto dtype : {torch::kFloat, torch::kDouble}) {
+        torch::Tensor x = (torch::arange(n, dtype).remainder(1000) + 1000.0 * config.rank);
+        t.allreduce_start(x, all)->wait();
+        torch::Tensor want = torch::arange(n, dtype).remainder(1000) * 3 + 1000.0 * (0 + 1 + 2);
+        if (!torch::equal(x, want)) {
+          std::cerr << "worker " << config.rank << " summed " << n << " numbers wrong" << std::endl;
+          code = 1;
+        }
+      }
+    t.barrier();
   } else if (mode == "weights") {
     code = train_and_save_weights(kind, env_or("PT_GLOO_TEST_OUT", ""));
   } else {
@@ -220,6 +247,19 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   fs::remove_all(dir);
 }
 
+TEST(GlooJob, WorkersOnOneHostAllReduceThroughSharedMemory) {
+  ::setenv("PT_GLOO_TEST_MODE", "shm", 1);
+  EXPECT_EQ(launch_gloo_workers(3, child_argv()), 0);
+  // One worker without it: every worker sums through gloo.
+  ::setenv("PT_GLOO_TEST_SHM_OFF", "2", 1);
+  EXPECT_EQ(launch_gloo_workers(3, child_argv()), 0);
+  ::unsetenv("PT_GLOO_TEST_SHM_OFF");
+  ::unsetenv("PT_GLOO_TEST_MODE");
+  // Each region's name is removed once every member has it mapped.
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    EXPECT_EQ(e.path().filename().string().rfind("pipetrain-", 0), std::string::npos) << e.path();
+}
+
 TEST(GlooJob, HierarchicalAllreduceSumsShardsAcrossServers) {
   ASSERT_EQ(two_by_two_hierarchical().allreduce_units({0, 1, 2, 3}).size(), 2u);  // the split is taken
   ::setenv("PT_GLOO_TEST_MODE", "allreduce", 1);
@@ -260,12 +300,13 @@ std::string read_file(const fs::path& p) {
 
 // Worker 1 is killed (`stop` false) or stopped with SIGSTOP, so that it no longer answers but
 // keeps its connections open (`stop` true): worker 0 must end non-zero within 30 s, naming it.
-void expect_worker0_ends(bool stop) {
+// `kind` "dp": worker 0 is lost waiting in a shared-memory all-reduce, not on a gloo transfer.
+void expect_worker0_ends(bool stop, const std::string& kind = "1f1b") {
   fs::path dir = fs::temp_directory_path() / ("pt_gloo_lost_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   ::setenv("PT_GLOO_TEST_MODE", "long", 1);
-  ::setenv("PT_GLOO_TEST_KIND", "1f1b", 1);
-  fs::path metrics = dir / "metrics.csv";  // written by worker 1, which reports
+  ::setenv("PT_GLOO_TEST_KIND", kind.c_str(), 1);
+  fs::path metrics = dir / "metrics.csv";  // written by the reporter: worker 1 (1f1b) or 0 (dp)
   // While a run goes on its rows are in metrics.csv.partial (moved into place at the end).
   fs::path rows = dir / "metrics.csv.partial";
   ::setenv("PT_GLOO_TEST_METRICS", metrics.c_str(), 1);
@@ -308,6 +349,7 @@ void expect_worker0_ends(bool stop) {
   EXPECT_TRUE(ended) << "worker 0 still running 30 s after worker 1 was lost";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
   std::string err = read_file(dir / "worker0.err");
+  if (auto at = err.find("pipetrain worker 0"); at != std::string::npos) std::cerr << "worker 0 said: " << err.substr(at) << "\n";
   EXPECT_NE(err.find("pipetrain worker 0 at "), std::string::npos) << err;
   EXPECT_NE(err.find("worker 1"), std::string::npos) << err;  // names the lost peer
   fs::remove_all(dir);
@@ -315,6 +357,8 @@ void expect_worker0_ends(bool stop) {
 
 TEST(GlooJob, KilledWorkerEndsTheOthersWithAMessage) { expect_worker0_ends(false); }
 TEST(GlooJob, StoppedWorkerEndsTheOthersWithinTheTimeout) { expect_worker0_ends(true); }
+TEST(GlooJob, KilledReplicaEndsTheSharedMemoryAllReduce) { expect_worker0_ends(false, "dp"); }
+TEST(GlooJob, StoppedReplicaEndsTheSharedMemoryAllReduceAtTheTimeout) { expect_worker0_ends(true, "dp"); }
 
 TEST(GlooJob, LauncherStopsTheJobWhenAWorkerDies) {
   ::setenv("PT_GLOO_TEST_MODE", "long", 1);
