@@ -26,7 +26,7 @@ namespace {
 
 struct CalibrateFlags {
   std::string workers, output, transport = "threads", refit;
-  double max_mb = 64;
+  double max_mb = 0;  // 0: kLargestMb, or kLargestMbOneHost for gloo ranks on one host
   double timeout_s = 60;
 };
 
@@ -53,11 +53,18 @@ plan::Cluster shape_of(const CalibrateFlags& flags) {
   return c;
 }
 
-job::CalibrationOptions options_of(const CalibrateFlags& flags) {
+// The largest message by default. Gloo ranks on one host hand tensors over through shared memory
+// (docs/runtime.md), where a message over 32 MiB costs its receiver's fresh pages: 64 MiB took
+// 40 ms one way and 16 MiB 2.2, and a rate fitted through 64 MiB put a 1 MiB activation at 3 times
+// what it took.
+constexpr double kLargestMb = 64, kLargestMbOneHost = 16;
+
+job::CalibrationOptions options_of(const CalibrateFlags& flags, bool gloo_one_host = false) {
   job::CalibrationOptions calibration_options;
+  double largest = flags.max_mb > 0 ? flags.max_mb : gloo_one_host ? kLargestMbOneHost : kLargestMb;
   for (int64_t s : job::default_calibration_sizes())
-    if (static_cast<double>(s) <= flags.max_mb * (1 << 20)) calibration_options.sizes.push_back(s);
-  if (calibration_options.sizes.size() < 2) throw UsageError(str("--max-mb: ", flags.max_mb, " leaves fewer than two message sizes (1 KiB x 4^k)"));
+    if (static_cast<double>(s) <= largest * (1 << 20)) calibration_options.sizes.push_back(s);
+  if (calibration_options.sizes.size() < 2) throw UsageError(str("--max-mb: ", largest, " leaves fewer than two message sizes (1 KiB x 4^k)"));
   calibration_options.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
   return calibration_options;
 }
@@ -168,12 +175,14 @@ int run_gloo_worker(const CalibrateFlags& flags, const plan::Cluster& shape) {
   std::unique_ptr<runtime::GlooTransport> t;
   try {
     t = std::make_unique<runtime::GlooTransport>(config);
-    auto options = options_of(flags);
-    if (config.rank != 0) options.progress = nullptr;
+    t->prepare_channels(job::calibration_pairs(shape));  // measured as a job's transfers go
     // Ranks that meet at a loopback address run on this host (calibrate's own, or torchrun's on
     // one machine); the testbed's and mpirun's meet across addresses.
-    options.one_host = config.master_addr == "localhost" || config.master_addr.rfind("127.", 0) == 0 ||
-                       config.master_addr == "::1";
+    bool one_host = config.master_addr == "localhost" || config.master_addr.rfind("127.", 0) == 0 ||
+                    config.master_addr == "::1";
+    auto options = options_of(flags, one_host);
+    options.one_host = one_host;
+    if (config.rank != 0) options.progress = nullptr;
     job::Measured m = job::measure_cluster(*t, shape, options);
     return config.rank == 0 ? write_result(flags, shape, m, options.one_host) : 0;
   } catch (const std::exception& e) {
@@ -233,8 +242,10 @@ Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::func
                  "threads (one process: tensors handed over in memory) or gloo (one process per worker, TCP; "
                  "under torchrun, mpirun or scripts/testbed.sh, one worker)")
       ->capture_default_str();
-  app.add_option("--max-mb", flags->max_mb, "Largest message, MiB (sizes 1 KiB x 4^k up to it)")
-      ->check(finite_positive())->capture_default_str();
+  app.add_option("--max-mb", flags->max_mb,
+                 "Largest message, MiB (sizes 1 KiB x 4^k up to it; default 64, or 16 for gloo workers on one host, "
+                 "whose transfers go through shared memory)")
+      ->check(finite_positive());
   app.add_option("--timeout", flags->timeout_s, "Longest wait for one message or all-reduce, seconds")
       ->check(finite_positive())->capture_default_str();
   app.add_option("-o,--output", flags->output, "Write the cluster file here (default: standard output)");

@@ -78,6 +78,13 @@ std::vector<plan::LinkPoint> ping_pong(Transport& t, int a, int b, const Calibra
 
 }  // namespace
 
+std::vector<std::pair<int, int>> calibration_pairs(const plan::Cluster& shape) {
+  std::vector<std::pair<int, int>> out;
+  for (int level = 0; level < static_cast<int>(shape.levels.size()); ++level)
+    if (shape.levels[level].fan_out >= 2) out.emplace_back(0, shape.workers_per_unit_below(level));
+  return out;
+}
+
 Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, const CalibrationOptions& options) {
   CalibrationOptions sized = options;
   if (sized.sizes.empty()) sized.sizes = default_calibration_sizes();
@@ -85,9 +92,11 @@ Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, cons
   Measured out;
   int64_t tag = 1 << 20;  // clear of anything a job sends
   t.barrier();
+  std::vector<std::pair<int, int>> pairs = calibration_pairs(shape);
   for (int level = 0; level < static_cast<int>(shape.levels.size()); ++level) {
     if (shape.levels[level].fan_out < 2) continue;
-    int a = 0, b = shape.workers_per_unit_below(level);  // the first workers of two units of the level below
+    auto [a, b] = pairs.front();
+    pairs.erase(pairs.begin());
     if (t.rank() == a || t.rank() == b) {
       auto points = ping_pong(t, a, b, sized, tag);
       if (t.rank() == 0) {

@@ -62,5 +62,8 @@ double measure_core_share(runtime::Transport& t, double seconds = 0.3);
 // point is the median over its repetitions of half a round trip. Worker 0 measures the host's
 // time per action last, alone. Throws what the transport throws.
 Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, const CalibrationOptions& options);
+// The pairs of workers measure_cluster's ping-pongs use, one per level of `shape` with more than
+// one unit below it: the first workers of its first two units.
+std::vector<std::pair<int, int>> calibration_pairs(const plan::Cluster& shape);
 
 }  // namespace pt::job

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <numeric>
+#include <set>
 
 #include "job/core_pinning.h"
 #include "job/job_digest.h"
@@ -10,6 +11,23 @@
 #include "runtime/tied_gradients.h"
 
 namespace pt::job {
+
+namespace {
+// The pairs of workers that exchange tensors: the schedule's sends, the evaluation's chain of
+// each stage's first replica, and the loss lists a replicated last stage sends its reporter.
+std::vector<std::pair<int, int>> talking_pairs(const schedule::Schedule& s, int reporter) {
+  std::set<std::pair<int, int>> pairs;
+  auto add = [&](int a, int b) {
+    if (a != b) pairs.insert({std::min(a, b), std::max(a, b)});
+  };
+  for (const auto& list : s.actions)
+    for (const auto& a : list)
+      if (schedule::is_p2p(a.kind)) add(a.worker, a.peer);
+  for (int st = 1; st < s.num_stages; ++st) add(s.stage_workers[st - 1][0], s.stage_workers[st][0]);
+  for (int w : s.stage_workers.back()) add(w, reporter);
+  return {pairs.begin(), pairs.end()};
+}
+}  // namespace
 
 PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
                                const model::DataSplit& data, const runtime::GlooConfig& config,
@@ -51,6 +69,7 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
       groups.push_back(everyone);
     }
     transport->prepare_groups(groups);
+    transport->prepare_channels(talking_pairs(typical, job.reporting));
 
     action = "building the model";
     auto account = std::make_shared<model::MemoryAccount>();

@@ -90,7 +90,7 @@ GlooConfig gloo_config_from_env() {
     throw ConfigError(str("gloo transport: MASTER_ADDR=", c.master_addr, " does not resolve (", gai_strerror(rc), ")"));
   freeaddrinfo(res);
   c.secret = job_secret_from_env();
-  if (const char* v = std::getenv("PIPETRAIN_SHM_ALLREDUCE")) c.shared_memory = std::string(v) != "0";
+  if (const char* v = std::getenv("PIPETRAIN_SHARED_MEMORY")) c.shared_memory = std::string(v) != "0";
   return c;
 }
 

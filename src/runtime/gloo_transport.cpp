@@ -9,24 +9,11 @@
 
 #include "model/memory_meter.h"
 #include "runtime/job_store.h"
+#include "runtime/tensor_header.h"
 
 namespace pt::runtime {
 
 namespace {
-
-constexpr int kMaxDims = 8;
-constexpr int kHeaderSize = 2 + kMaxDims;  // [dtype, ndim, dims...]
-// The largest tensor a peer may announce (far beyond any activation or gradient here).
-constexpr int64_t kMaxMessageBytes = int64_t(1) << 34;
-
-// The dtypes the runtime sends; anything else in a header is refused, not cast.
-std::optional<c10::ScalarType> known_dtype(int64_t code) {
-  for (auto t : {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half, c10::ScalarType::BFloat16,
-                 c10::ScalarType::Long, c10::ScalarType::Int, c10::ScalarType::Short, c10::ScalarType::Char,
-                 c10::ScalarType::Byte, c10::ScalarType::Bool})
-    if (static_cast<int64_t>(t) == code) return t;
-  return std::nullopt;
-}
 
 std::string peer_tag(int rank, int peer, int64_t tag) {
   return str("worker ", rank, " <-> worker ", peer, ", tag ", tag);
@@ -193,12 +180,9 @@ CommThread& GlooTransport::receiver_for(int peer) {
 
 std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, int peer, int64_t tag) {
   state_->check_aborted();
-  PT_CHECK(t.dim() <= kMaxDims, "gloo transport sends tensors of at most ", kMaxDims, " dimensions, got ", t.dim());
+  if (ShmChannel* c = channel_to(peer)) return c->send(t, tag, peer_tag(config_.rank, peer, tag));
   auto header = torch::zeros({kHeaderSize}, torch::kInt64);
-  auto h = header.accessor<int64_t, 1>();
-  h[0] = static_cast<int64_t>(t.scalar_type());
-  h[1] = t.dim();
-  for (int64_t d = 0; d < t.dim(); ++d) h[2 + d] = t.size(d);
+  write_tensor_header(t, header.data_ptr<int64_t>());
   auto out = std::make_shared<SendTransfer>();
   out->state = state_;
   out->what = peer_tag(config_.rank, peer, tag);
@@ -219,6 +203,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::isend(const torch::Tensor& t, in
 
 std::shared_ptr<PendingTransfer> GlooTransport::isend_known(const torch::Tensor& t, int peer, int64_t tag) {
   state_->check_aborted();
+  if (ShmChannel* c = channel_to(peer)) return c->send(t, tag, peer_tag(config_.rank, peer, tag));
   auto out = std::make_shared<SendTransfer>();
   out->state = state_;
   out->what = peer_tag(config_.rank, peer, tag);
@@ -237,6 +222,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::isend_known(const torch::Tensor&
 
 std::shared_ptr<PendingTransfer> GlooTransport::irecv_known(int peer, int64_t tag, const Known& k) {
   state_->check_aborted();
+  if (ShmChannel* c = channel_to(peer)) return c->recv(tag, peer_tag(config_.rank, peer, tag), model::charged_account());
   auto out = std::make_shared<KnownRecvTransfer>();
   out->state = state_;
   out->what = peer_tag(config_.rank, peer, tag);
@@ -254,6 +240,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv_known(int peer, int64_t ta
 
 std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
   state_->check_aborted();
+  if (ShmChannel* c = channel_to(peer)) return c->recv(tag, peer_tag(config_.rank, peer, tag), model::charged_account());
   auto out = std::make_shared<RecvTransfer>();
   out->state = state_;
   out->what = peer_tag(config_.rank, peer, tag);
@@ -280,21 +267,8 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
     model::ChargeTo charge(account);
     try {
       state->wait_work(hw, what);
-      auto h = header.accessor<int64_t, 1>();
-      // A peer's header is checked before it sizes anything: a known dtype, at most kMaxDims
-      // dimensions, and no more than kMaxMessageBytes in all.
-      auto dtype = known_dtype(h[0]);
-      if (!dtype) throw TransportError(str("bad header, dtype code ", h[0], " (", what, ")"));
-      if (h[1] < 0 || h[1] > kMaxDims) throw TransportError(str("bad header, ", h[1], " dimensions (", what, ")"));
-      std::vector<int64_t> dims(h.data() + 2, h.data() + 2 + h[1]);
-      int64_t bytes = c10::elementSize(*dtype);
-      for (int64_t d : dims) {
-        if (d < 0 || (d > 0 && bytes > kMaxMessageBytes / d))
-          throw TransportError(pt::str("bad header, shape ", c10::IntArrayRef(dims), " of more than ", kMaxMessageBytes,
-                                   " bytes (", what, ")"));
-        bytes *= d;
-      }
-      auto data = torch::empty(dims, torch::TensorOptions().dtype(*dtype));
+      auto [dtype, dims] = read_tensor_header(header.data_ptr<int64_t>(), what);
+      auto data = torch::empty(dims, torch::TensorOptions().dtype(dtype));
       std::vector<at::Tensor> dv{data};
       int64_t ticket;
       {
@@ -325,9 +299,37 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
 void GlooTransport::abort(const std::string& why) {
   abort_here(why);
   // A failure: the other members' shared-memory waits end now, not at their deadline.
-  std::lock_guard<std::mutex> lock(shared_mu_);
-  for (auto& [group, region] : shared_)
-    if (region) region->abort();
+  {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    for (auto& [group, region] : shared_)
+      if (region) region->abort();
+  }
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  for (auto& [peer, channel] : channels_) channel->abort();
+}
+
+void GlooTransport::prepare_channels(const std::vector<std::pair<int, int>>& pairs) {
+  std::set<std::pair<int, int>> mine;  // each pair once, in one order on every worker
+  for (auto [a, b] : pairs)
+    if (a != b && (a == config_.rank || b == config_.rank)) mine.insert({std::min(a, b), std::max(a, b)});
+  for (auto [a, b] : mine) {
+    int peer = a == config_.rank ? b : a;
+    if (has_channel(peer)) continue;  // made by an earlier call: its keys are taken
+    auto channel = ShmChannel::connect(*store_, str("pipetrain_shm/pair_", a, "_", b), std::min(a, b), std::max(a, b),
+                                       config_.rank, config_.shared_memory, state_->timeout,
+                                       [state = state_] { state->check_aborted(); });
+    if (!channel) continue;
+    std::lock_guard<std::mutex> lock(channels_mu_);
+    channels_.emplace(peer, std::move(channel));
+  }
+}
+
+bool GlooTransport::has_channel(int peer) const { return channel_to(peer) != nullptr; }
+
+ShmChannel* GlooTransport::channel_to(int peer) const {
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  auto it = channels_.find(peer);
+  return it == channels_.end() ? nullptr : it->second.get();
 }
 
 void GlooTransport::abort_here(const std::string& why) {

@@ -39,6 +39,7 @@
 #include "plan/cluster.h"
 #include "runtime/comm_thread.h"
 #include "runtime/shm_allreduce.h"
+#include "runtime/shm_channel.h"
 #include "runtime/transport.h"
 
 namespace pt::runtime {
@@ -52,8 +53,8 @@ struct GlooConfig {
   double rendezvous_timeout_s = 300;  // longest wait for every worker to start (loading data)
   std::string secret;                 // the job's (job_store.h); every worker has the same
   plan::Cluster cluster;              // its allreduce_units split an all-reduce; no levels: one ring
-  // All-reduces of workers on one host through shared memory (shm_allreduce.h); off where any
-  // worker's PIPETRAIN_SHM_ALLREDUCE is 0.
+  // All-reduces and transfers of workers on one host through shared memory (shm_allreduce.h,
+  // shm_channel.h); off for a group or pair where any of its workers' PIPETRAIN_SHARED_MEMORY is 0.
   bool shared_memory = true;
 };
 
@@ -112,6 +113,11 @@ class GlooTransport : public Transport {
   // the workers still missing, and after the rendezvous timeout fails naming them.
   void join_all();
   void prepare_groups(const std::vector<std::vector<int>>& groups);
+  // Makes a shared-memory channel (shm_channel.h) for each pair (a < b) that holds this worker and
+  // shares its host; every worker lists the pairs in one order. Transfers between the workers of
+  // a pair without one go through gloo.
+  void prepare_channels(const std::vector<std::pair<int, int>>& pairs);
+  bool has_channel(int peer) const;
   // Whether this group's all-reduces of float and double tensors go through shared memory
   // (shm_allreduce.h): its workers share this host and none turned it off. Collective on first use.
   bool shares_memory(const std::vector<int>& group) { return shared_memory_for(group) != nullptr; }
@@ -164,6 +170,9 @@ class GlooTransport : public Transport {
   std::map<std::vector<int>, std::unique_ptr<ShmAllreduce>> shared_;  // group -> its region (or null)
   std::mutex receivers_mu_;
   std::map<int, std::unique_ptr<CommThread>> receivers_;  // peer -> its receiving thread
+  mutable std::mutex channels_mu_;
+  std::map<int, std::unique_ptr<ShmChannel>> channels_;  // peer -> the pair's shared-memory channel
+  ShmChannel* channel_to(int peer) const;
   std::mutex collectives_mu_;
   std::map<std::vector<int>, std::unique_ptr<CommThread>> collectives_;  // group -> its hierarchical and shared-memory all-reduces
 };

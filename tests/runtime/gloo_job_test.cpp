@@ -129,9 +129,9 @@ TEST(GlooWorkerChild, Run) {
     t.barrier();
   } else if (mode == "shm") {
     // Sums of several sizes and both dtypes over 3 workers on this host through shared memory (or,
-    // where any worker's PIPETRAIN_SHM_ALLREDUCE is 0, through gloo on every worker alike).
+    // where any worker's PIPETRAIN_SHARED_MEMORY is 0, through gloo on every worker alike).
     GlooConfig config = gloo_config_from_env();
-    int off = std::atoi(env_or("PT_GLOO_TEST_SHM_OFF", "-1").c_str());  // this worker's PIPETRAIN_SHM_ALLREDUCE=0
+    int off = std::atoi(env_or("PT_GLOO_TEST_SHM_OFF", "-1").c_str());  // this worker's PIPETRAIN_SHARED_MEMORY=0
     if (off == config.rank) config.shared_memory = false;
     GlooTransport t(config);
     std::vector<int> all{0, 1, 2};
@@ -153,6 +153,31 @@ TEST(GlooWorkerChild, Run) {
           code = 1;
         }
       }
+    // Transfers: 0 -> 1 through the pair's channel (the largest streams through its ring several
+    // times), taken in the reverse order of sending; 1 -> 2 through one or, with worker 2's off, gloo.
+    t.prepare_channels({{1, 2}, {0, 1}});
+    auto expect = [&](bool ok, const std::string& what) {
+      if (!ok) std::cerr << "worker " << config.rank << ": " << what << std::endl;
+      code = ok ? code : 1;
+    };
+    torch::Tensor small = torch::arange(5, torch::kLong), large = torch::arange(3 * (int64_t{2} << 20), torch::kFloat).reshape({3, -1}) / 7,
+                  flags = torch::tensor({true, false, true});
+    if (config.rank == 0) {
+      expect(t.has_channel(1), "no channel to worker 1");
+      std::vector<std::shared_ptr<PendingTransfer>> sent{t.isend(small, 1, 7), t.isend(large, 1, 8),
+                                                         t.isend_known(flags, 1, 9)};
+      for (auto& s : sent) s->wait();
+    } else if (config.rank == 1) {
+      expect(t.has_channel(0) && t.has_channel(2) == want_shared, "channels to workers 0 and 2");
+      auto f = t.irecv_known(0, 9, {{3}, torch::kBool}), l = t.irecv(0, 8), s = t.irecv(0, 7);
+      expect(torch::equal(f->wait(), flags), "tag 9");
+      expect(torch::equal(l->wait(), large), "tag 8 (" + std::to_string(large.nbytes()) + " bytes)");
+      expect(torch::equal(s->wait(), small), "tag 7");
+      t.isend(large * 2, 2, 3)->wait();
+    } else {
+      expect(t.has_channel(1) == want_shared, "the channel to worker 1");
+      expect(torch::equal(t.irecv(1, 3)->wait(), large * 2), "tag 3 from worker 1");
+    }
     t.barrier();
   } else if (mode == "weights") {
     code = train_and_save_weights(kind, env_or("PT_GLOO_TEST_OUT", ""));
@@ -247,7 +272,7 @@ TEST(GlooJob, ProcessesMatchThreadsAndSingleWorker) {
   fs::remove_all(dir);
 }
 
-TEST(GlooJob, WorkersOnOneHostAllReduceThroughSharedMemory) {
+TEST(GlooJob, WorkersOnOneHostAllReduceAndTransferThroughSharedMemory) {
   ::setenv("PT_GLOO_TEST_MODE", "shm", 1);
   EXPECT_EQ(launch_gloo_workers(3, child_argv()), 0);
   // One worker without it: every worker sums through gloo.
