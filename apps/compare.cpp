@@ -124,6 +124,7 @@ int run_compare(CompareFlags& flags) {
       BucketChoice bucket = choose_bucket(plan, costs, cluster, plan_options, kind, 0, 0, schedule_options);
       SteadyReplayOptions how;
       how.sim.bucket_bytes = static_cast<int64_t>(bucket.bucket_mb * (1 << 20));
+      how.sim.pin_as_train = true;
       how.lengthen = schedule_options.minibatches == 0;
       metrics::Metrics m = steady_replay(kind, plan, schedule_options, costs, cluster, how, &s).metrics;
       int64_t peak = schedule::peak_memory(

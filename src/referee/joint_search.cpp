@@ -79,6 +79,7 @@ SteadyReplay replay_config(const schedule::Schedule& s, const plan::Plan& plan,
                            const plan::Cluster& cluster, int64_t bucket_bytes) {
   SteadyReplayOptions how;
   how.sim.bucket_bytes = bucket_bytes;
+  how.sim.pin_as_train = true;
   return steady_replay(s.kind, plan, schedule_options, prof, cluster, how, &s);
 }
 

@@ -88,6 +88,7 @@ inline sim::SimOptions timing_only(int64_t bucket_bytes) {
   sim::SimOptions sim_options;
   sim_options.bucket_bytes = bucket_bytes;
   sim_options.computes_only = true;
+  sim_options.pin_as_train = true;
   return sim_options;
 }
 // Whether a plan's steady state is known without a replay: data parallelism under the pipedream

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "plan/split_ties.h"
+#include "sim/core_placement.h"
 #include "sim/replay.h"
 #include "sim/stage_costs.h"
 
@@ -48,8 +49,11 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.batch_size = p.batch_size;
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
   int cores = options.cores > 0 ? options.cores : cluster.host_cores;
+  std::vector<int> placement = options.placement;
+  if (placement.empty() && options.pin_as_train && cores > 0 && s.num_workers() > cores)
+    placement = place_on_cores(s, costs, cores);
   t.workers = detail::Replay(s, costs, cluster, options.bucket_bytes, cores, options.computes_only,
-                             tie_exchanges(s, p), options.placement)
+                             tie_exchanges(s, p), placement)
                   .run();
   return t;
 }

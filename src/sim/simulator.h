@@ -56,6 +56,12 @@ struct SimOptions {
   // outnumber the cores): the computes on a core share it alone, each core at the cluster's
   // core_rate of the cores busy. Empty: the cores are one pool, as above.
   std::vector<int> placement;
+  // With cores, no placement and more workers than cores: each worker on the core train pins it
+  // to (place_on_cores), as train runs it by default; false: the cores are one pool (simulate
+  // without --pin-cores, train --no-pin-cores). The planner and compare replay so: a plan that
+  // simulates fastest as one pool may run slowest pinned (the zoo GPT's 3-1 on 4 threads of 2
+  // cores: 403 samples/s as one pool, 304 pinned, 291-297 measured; its 2-2 398 and 389-394).
+  bool pin_as_train = false;
   // Record only the computes and steps: all that metrics' timing (Detail::kTiming) reads, the
   // same steady state in fewer events (the referee's replays).
   bool computes_only = false;

@@ -65,5 +65,28 @@ TEST(CorePlacement, WorkersPlacedOnOneCoreShareItAlone) {
   EXPECT_EQ(first_forward_ends({}, 0.8), (std::vector<double>{0.5, 0.5}));
 }
 
+// The planner's and compare's replays (SimOptions::pin_as_train) place the workers as train pins
+// them where they outnumber the cores: the demo's shape on 2 cores replays as with the placement
+// given, not as one pool; with a core each there is nothing to place.
+TEST(CorePlacement, ReplaysAsTrainRunsPinWhereTheWorkersOutnumberTheCores) {
+  auto prof = uniform_profile(2, 1.0, 1.0);
+  auto s = make_schedule("1f1b", plan_with_replicas({3, 1}), {4});
+  plan::Cluster c = plan::Cluster::flat(4, 10);
+  auto last_end = [&](const SimOptions& o) {
+    double end = 0;
+    for (const auto& events : simulate(s, prof, c, o).workers)
+      for (const auto& e : events) end = std::max(end, e.end_ms);
+    return end;
+  };
+  SimOptions pool, placed, as_train;
+  placed.placement = place_on_cores(s, stage_costs(s, prof), 2);
+  as_train.pin_as_train = true;
+  c.host_cores = 2;
+  EXPECT_DOUBLE_EQ(last_end(as_train), last_end(placed));
+  EXPECT_NE(last_end(pool), last_end(placed));
+  c.host_cores = 4;
+  EXPECT_DOUBLE_EQ(last_end(as_train), last_end(pool));
+}
+
 }  // namespace
 }  // namespace pt::sim
