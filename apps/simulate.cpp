@@ -39,15 +39,11 @@ struct SimulateFlags {
 // What a plan file says of how it runs (schedule, microbatches, chunks), where the flags do not:
 // the run its prediction and `train --plan` are for, so that simulate prints the plan's time.
 void follow_plan(SimulateFlags& flags, const plan::Plan& plan) {
-  if (!plan.schedule.empty() && flags.kind_flag->count() == 0 && flags.schedule_file.empty()) {
-    const auto& kinds = schedule::schedule_kinds();
-    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end())
-      throw ConfigError(str(flags.plan, ": field 'schedule' is '", plan.schedule, "', not a schedule kind"));
-    flags.kind = plan.schedule;
+  schedule::GivenSettings given{flags.kind_flag->count() > 0 || !flags.schedule_file.empty(),
+                                flags.microbatches_flag->count() > 0, flags.chunks_flag->count() > 0};
+  schedule::follow_plan(plan, flags.plan, given, flags.kind, flags.options.microbatches, flags.options.chunks);
+  if (!given.kind && !plan.schedule.empty())
     std::cerr << "schedule " << flags.kind << ": the plan's (--schedule runs another)\n";
-  }
-  if (plan.microbatches > 0 && flags.microbatches_flag->count() == 0) flags.options.microbatches = plan.microbatches;
-  if (plan.chunks > 0 && flags.chunks_flag->count() == 0) flags.options.chunks = plan.chunks;
 }
 
 int run_simulate(SimulateFlags flags) {

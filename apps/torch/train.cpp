@@ -17,7 +17,6 @@
 #include "model/compute_threads.h"
 #include "profile/emulation.h"
 #include "profile/pipedream_graph.h"
-#include "runtime/gloo_transport.h"
 #include "runtime/launcher.h"
 
 namespace pt::app {
@@ -46,33 +45,6 @@ void check_flags(TrainFlags& flags) {
   if (o.checkpoint.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", o.checkpoint.every));
   if (!o.checkpoint.dir.empty() && o.checkpoint.every == 0 && !o.checkpoint.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
-}
-
-// Whether the run is a pipeline; one worker runs as a one-stage pipeline where it asks for a
-// runtime feature (checkpoints, recomputation, a trace), which computes what one worker does.
-bool runs_pipeline(TrainFlags& flags) {
-  job::Request& r = flags.request;
-  auto& o = r.options;
-  bool parallel = !r.plan_path.empty() || r.stages > 0 || r.workers > 0 || o.schedule != "none" ||
-                  !r.schedule_file.empty();
-  // One worker trains each minibatch whole: --microbatches changes what BatchNorm sees in a pipeline.
-  if (!parallel && r.microbatches_given && o.microbatches != 1)
-    std::cerr << "note: --microbatches " << o.microbatches << " is for pipelines (--stages, --plan, "
-              << "--schedule): one worker trains each minibatch of " << o.train.batch_size << " whole\n";
-  if (!parallel && (!o.checkpoint.dir.empty() || r.recompute || !flags.trace_path.empty())) {
-    o.schedule = "1f1b";
-    o.microbatches = 1;
-    r.workers = 1;
-    parallel = true;
-  }
-  // A process the environment counts as one of several workers (torchrun, mpirun) joins them or
-  // is refused: alone it would train a model of its own and exit 0 beside the others.
-  if (!parallel && runtime::gloo_world_size_in_env() > 1)
-    throw UsageError(str("this process is one worker of a job of ", runtime::gloo_world_size_in_env(),
-                         " (its environment says so, as torchrun and mpirun set it), but the command trains one "
-                         "worker alone: give the job's plan (--plan PLAN, or --stages N with --profile P, or "
-                         "--schedule dp) and --transport gloo"));
-  return parallel;
 }
 
 void print_training_line(const job::Job& job, const model::LayeredModel& m, const model::DataSplit& data,
@@ -114,24 +86,15 @@ int run_train(TrainFlags& flags) {
     throw UsageError(str("--deferred-batch-norm: ", m->name(), " has no BatchNorm pipetrain can defer (`pipetrain "
                          "export` writes them in place of nn.BatchNorm; the zoo's models have none)"));
   r.options.train.seed = flags.model.seed;
-  if (!runs_pipeline(flags)) {
+  job::Road road = job::choose_road(r, flags.transport, !flags.trace_path.empty());
+  if (road == job::Road::kAlone) {
     note_samples_left_out(data.train.size(), r.options.train);
     std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
     print_result(runtime::train_single_worker(*flags.model.build_model_only(), data, r.options.train), label);
     return 0;
   }
-  // A gloo worker started by the launcher below takes the launcher's plan, so that every
-  // worker runs the same one even when it was measured rather than read from a file.
-  r.launched_plan = runtime::launched_plan_path();
-  bool gloo_worker = flags.transport == "gloo" && runtime::launched_as_gloo_worker();
-  if (flags.transport == "threads" && runtime::launched_as_gloo_worker() && runtime::gloo_world_size_in_env() > 1)
-    throw UsageError("this process is one worker of a job of several (RANK and WORLD_SIZE, as torchrun and mpirun set "
-                     "them), but --transport threads trains alone, in one process: give --transport gloo");
-  if (gloo_worker && r.launched_plan.empty() && r.plan_path.empty() && r.profile_path.empty() &&
-      r.options.schedule != "dp")
-    throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
-                     "computes the same plan (a profile measured by each worker could differ)");
+  bool gloo_worker = road == job::Road::kGlooWorker;
   // The profile, read once: the split, the zero-bubble budget, the prediction and the memory model.
   if (flags.model.emulated()) r.profile = flags.model.shared_emulated_profile();
   else if (!r.profile_path.empty()) r.profile = std::make_shared<const profile::Profile>(profile::read_any_profile(r.profile_path));
@@ -157,14 +120,15 @@ int run_train(TrainFlags& flags) {
     print_modelled_memory(job, flags, label, data.bytes());
     print_throughput(result.train, job, flags, label);
   };
-  if (gloo_worker) return job::train_with_gloo(job, factory, *m, data, flags.trace_path, report);
-  print_training_line(job, *m, data, flags.transport, label);
-  if (flags.transport == "gloo") {  // one process per worker on this host: forks of this one, or this binary again
+  if (!gloo_worker) print_training_line(job, *m, data, flags.transport, label);
+  if (road == job::Road::kGlooLauncher) {  // one process per worker on this host: forks of this one, or this binary again
     runtime::Launch launch = runtime::fork_gloo_job(job.plan, job.workers(), flags.trace_path);
-    if (launch.worker) return job::train_with_gloo(job, factory, *m, data, flags.trace_path, report);
-    if (launch.status == 0 && !flags.trace_path.empty()) std::cerr << "wrote " << flags.trace_path << "\n";
-    return launch.status;
+    if (!launch.worker) {
+      if (launch.status == 0 && !flags.trace_path.empty()) std::cerr << "wrote " << flags.trace_path << "\n";
+      return launch.status;
+    }
   }
+  if (road != job::Road::kThreads) return job::train_with_gloo(job, factory, *m, data, flags.trace_path, report);
   auto result = job::run_on_threads(job, factory, data);
   report(result);
   if (!flags.trace_path.empty()) {

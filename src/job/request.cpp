@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "core/error.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
+#include "runtime/gloo_transport.h"
+#include "runtime/launcher.h"
 #include "schedule/generators.h"
 #include "schedule/schedule_file.h"
 
@@ -16,12 +19,15 @@ namespace pt::job {
 namespace {
 
 // The plan to run: the launcher's, --plan FILE, an even split into --stages N by the profile,
-// (dp) one stage replicated over --workers, or a JSON --schedule-file's stages.
-plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::LayeredModel& m, const model::DataSplit& data) {
+// (dp) one stage replicated over --workers, or a JSON --schedule-file's stages (the file, read
+// for them, is kept in `file`).
+plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::LayeredModel& m, const model::DataSplit& data,
+                     std::optional<schedule::Schedule>& file) {
   if (!r.launched_plan.empty()) return plan::read_plan(r.launched_plan);
-  if (!r.schedule_file.empty() && r.plan_path.empty() && r.stages == 0)
-    return schedule::plan_of_schedule_file(schedule::read_schedule_file(r.schedule_file), r.schedule_file,
-                                           "--plan P or --stages N");
+  if (!r.schedule_file.empty() && r.plan_path.empty() && r.stages == 0) {
+    file = schedule::read_schedule_file(r.schedule_file);
+    return schedule::plan_of_schedule_file(*file, r.schedule_file, "--plan P or --stages N");
+  }
   if (!r.plan_path.empty()) return plan::read_plan(r.plan_path);
   if (options.schedule == "dp" || (r.workers == 1 && r.stages == 0))
     return plan::data_parallel_plan(m.num_layers(), r.workers > 0 ? r.workers : 2);
@@ -60,17 +66,8 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
 // microbatches, chunks and deferred step, unless the request says otherwise; --recompute
 // recomputes every stage.
 void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, const std::string& source) {
-  if (!plan.schedule.empty()) {
-    const auto& kinds = schedule::schedule_kinds();
-    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end()) {
-      std::string known;
-      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
-      throw ConfigError(str(source, ": field 'schedule' is '", plan.schedule, "', not one of ", known));
-    }
-    if (!r.schedule_given && r.schedule_file.empty()) options.schedule = plan.schedule;
-  }
-  if (plan.microbatches > 0 && !r.microbatches_given) options.microbatches = plan.microbatches;
-  if (plan.chunks > 0 && !r.chunks_given) options.chunks = plan.chunks;
+  schedule::GivenSettings given{r.schedule_given || !r.schedule_file.empty(), r.microbatches_given, r.chunks_given};
+  schedule::follow_plan(plan, source, given, options.schedule, options.microbatches, options.chunks);
   if (r.recompute)
     for (auto& st : plan.stages) st.recompute = true;
   if (r.deferred_step >= 0) plan.deferred_step = r.deferred_step == 1;
@@ -79,19 +76,56 @@ void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, c
 }
 
 // --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the
-// runtime runs its one minibatch again and again, so it must flush.
-void use_schedule_file(const std::string& path, PipelineOptions& options, const plan::Plan& plan) {
-  schedule::Schedule file = schedule::read_schedule_file(path, plan.num_stages());
-  if (!file.flush)
-    throw UsageError(str("--schedule-file ", path, ": its schedule (", file.kind, ") does not flush; train "
+// runtime runs its one minibatch again and again, so it must flush. `file`: read already, or not.
+void use_schedule_file(const std::string& path, PipelineOptions& options, const plan::Plan& plan,
+                       std::optional<schedule::Schedule> file) {
+  if (!file) file = schedule::read_schedule_file(path, plan.num_stages());
+  if (!file->flush)
+    throw UsageError(str("--schedule-file ", path, ": its schedule (", file->kind, ") does not flush; train "
                          "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));
-  auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(file), plan, path));
+  auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(*file), plan, path));
   options.microbatches = s->microbatches;
   options.chunks = s->chunks;
   options.schedule_file = s;
 }
 
 }  // namespace
+
+Road choose_road(Request& r, const std::string& transport, bool traced) {
+  auto& o = r.options;
+  bool parallel = !r.plan_path.empty() || r.stages > 0 || r.workers > 0 || o.schedule != "none" ||
+                  !r.schedule_file.empty();
+  // One worker trains each minibatch whole: --microbatches changes what BatchNorm sees in a pipeline.
+  if (!parallel && r.microbatches_given && o.microbatches != 1)
+    std::cerr << "note: --microbatches " << o.microbatches << " is for pipelines (--stages, --plan, "
+              << "--schedule): one worker trains each minibatch of " << o.train.batch_size << " whole\n";
+  if (!parallel && (!o.checkpoint.dir.empty() || r.recompute || traced)) {
+    o.schedule = "1f1b";
+    o.microbatches = 1;
+    r.workers = 1;
+    parallel = true;
+  }
+  // A process the environment counts as one of several workers (torchrun, mpirun) joins them or
+  // is refused: alone it would train a model of its own and exit 0 beside the others.
+  int world = runtime::gloo_world_size_in_env();
+  if (!parallel && world > 1)
+    throw UsageError(str("this process is one worker of a job of ", world,
+                         " (its environment says so, as torchrun and mpirun set it), but the command trains one "
+                         "worker alone: give the job's plan (--plan PLAN, or --stages N with --profile P, or "
+                         "--schedule dp) and --transport gloo"));
+  if (!parallel) return Road::kAlone;
+  r.launched_plan = runtime::launched_plan_path();
+  bool launched = runtime::launched_as_gloo_worker();
+  if (transport == "threads" && launched && world > 1)
+    throw UsageError("this process is one worker of a job of several (RANK and WORLD_SIZE, as torchrun and mpirun set "
+                     "them), but --transport threads trains alone, in one process: give --transport gloo");
+  if (transport != "gloo") return Road::kThreads;
+  if (!launched) return Road::kGlooLauncher;
+  if (r.launched_plan.empty() && r.plan_path.empty() && r.profile_path.empty() && o.schedule != "dp")
+    throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
+                     "computes the same plan (a profile measured by each worker could differ)");
+  return Road::kGlooWorker;
+}
 
 Settled settle_request(const Request& r, model::LayeredModel& m, const model::DataSplit& data) {
   Settled s;
@@ -100,7 +134,8 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   if (!r.schedule_file.empty()) options.schedule = "file";
   if (options.schedule == "none") options.schedule = "pipedream";
   if (r.profile) note_profile_settings(*r.profile, r.profile_path, r.precision, options.train.sgd.kind);
-  s.plan = pick_plan(r, options, m, data);
+  std::optional<schedule::Schedule> file;  // --schedule-file, read once
+  s.plan = pick_plan(r, options, m, data, file);
   plan::Plan& plan = s.plan;
   // Whatever its source (a file, the launcher's, a split made here), the plan must fit the model.
   const std::string& source = options.plan_source =
@@ -109,7 +144,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   if (!plan.model.empty() && plan.model != m.name())
     throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));
   follow_plan(r, options, plan, source);
-  if (!r.schedule_file.empty()) use_schedule_file(r.schedule_file, options, plan);
+  if (!r.schedule_file.empty()) use_schedule_file(r.schedule_file, options, plan, std::move(file));
   // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
   if (schedule::takes_activation_budget(options.schedule) && r.schedule_file.empty()) {
     if (r.profile)

@@ -98,6 +98,15 @@ Schedule model_parallel(const plan::Plan& plan, int microbatches);
 // "gpipe", "1f1b", "pipedream", "2bw", "interleaved", "interleaved-zb", "zb-h1", "zb-v",
 // "v-half", "v-min", "dualpipev", "dp", "mp".
 const std::vector<std::string>& schedule_kinds();
+// What a plan file says of how it runs, applied where the caller did not say it: its schedule
+// (which must be one of schedule_kinds(): ConfigError naming `source` and the field otherwise),
+// its microbatches and its chunks. `kind` is left as it is where `kind_given`; the others where
+// theirs are. `train --plan` and `simulate --plan` both follow it, so that they run the plan's run.
+struct GivenSettings {
+  bool kind = false, microbatches = false, chunks = false;
+};
+void follow_plan(const plan::Plan& plan, const std::string& source, const GivenSettings& given, std::string& kind,
+                 int& microbatches, int& chunks);
 // Whether a kind ends every minibatch with a flush (Schedule::flush); pipedream and 2bw do not.
 bool schedule_flushes(const std::string& kind);
 // Minibatches an asynchronous schedule covers by default: enough for a steady state between

@@ -1,4 +1,5 @@
 // The kind-name registry and the generate -> insert_comm -> validate pipeline.
+#include <algorithm>
 #include <atomic>
 #include <sstream>
 
@@ -12,6 +13,21 @@ namespace pt::schedule {
 const std::vector<std::string>& schedule_kinds() {
   static const std::vector<std::string> kinds = {"gpipe", "1f1b", "pipedream", "2bw", "interleaved", "interleaved-zb", "zb-h1", "zb-v", "v-half", "v-min", "dualpipev", "dp", "mp"};
   return kinds;
+}
+
+void follow_plan(const plan::Plan& plan, const std::string& source, const GivenSettings& given, std::string& kind,
+                 int& microbatches, int& chunks) {
+  if (!plan.schedule.empty()) {
+    const auto& kinds = schedule_kinds();
+    if (std::find(kinds.begin(), kinds.end(), plan.schedule) == kinds.end()) {
+      std::string known;
+      for (const auto& k : kinds) known += (known.empty() ? "" : ", ") + k;
+      throw ConfigError(str(source, ": field 'schedule' is '", printable(plan.schedule), "', not one of ", known));
+    }
+    if (!given.kind) kind = plan.schedule;
+  }
+  if (plan.microbatches > 0 && !given.microbatches) microbatches = plan.microbatches;
+  if (plan.chunks > 0 && !given.chunks) chunks = plan.chunks;
 }
 
 bool schedule_flushes(const std::string& kind) { return kind != "pipedream" && kind != "2bw"; }
