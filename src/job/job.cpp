@@ -191,8 +191,10 @@ std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& fact
 
 uint32_t tensor_crc32(const torch::Tensor& t) {
   if (!t.defined()) return 0;
+  // Read where it lies: a copy of Fashion-MNIST's training images (188 MB) was each gloo
+  // worker's peak resident memory, 150 MiB over its training.
   torch::Tensor c = t.contiguous();
-  return runtime::crc32_of(std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size()));
+  return runtime::crc32_of(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
 }
 
 runtime::DataIdentity data_identity(const model::DataSplit& data) {

@@ -176,11 +176,11 @@ uint32_t crc32_of_file(const std::string& path) {
   return static_cast<uint32_t>(crc);
 }
 
-uint32_t crc32_of(const std::string& bytes) {
+uint32_t crc32_of(const void* data, size_t size) {
   uLong crc = ::crc32(0L, Z_NULL, 0);
-  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
-  for (size_t off = 0; off < bytes.size();) {
-    uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - off, 1u << 30));
+  const auto* p = static_cast<const Bytef*>(data);
+  for (size_t off = 0; off < size;) {
+    uInt n = static_cast<uInt>(std::min<size_t>(size - off, 1u << 30));
     crc = ::crc32(crc, p + off, n);
     off += n;
   }

@@ -7,6 +7,7 @@
 // layer (layer-<i>.tensors, layer_file.h: the layer's parameters and SGD momentum buffers, data
 // only). Weights are stored per layer, not per stage, so a checkpoint resumes into any plan.
 // Reading one never runs code; version 1 (TorchScript layer files) is refused with a message.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -67,8 +68,9 @@ std::string new_run_id();
 // Parses a manifest; `source` names it in errors (FormatError naming the field and value).
 CheckpointManifest manifest_from_json(const std::string& text, const std::string& source);
 
-// CRC-32 (zlib's) of a byte string.
-uint32_t crc32_of(const std::string& bytes);
+// CRC-32 (zlib's) of a byte string, or of `size` bytes at `data`, read where they lie.
+uint32_t crc32_of(const void* data, size_t size);
+inline uint32_t crc32_of(const std::string& bytes) { return crc32_of(bytes.data(), bytes.size()); }
 // The CRC-32 of a file's bytes, read in pieces.
 uint32_t crc32_of_file(const std::string& path);
 
