@@ -117,7 +117,7 @@ int run_train(TrainFlags& flags) {
   auto factory = [model_flags](const model::LayerSet& held) { return model_flags.build_model_only(held); };
   auto report = [&](const job::PipelineResult& result) {
     print_result(result.train, label);
-    print_modelled_memory(job, flags, label, data.bytes());
+    print_modelled_memory(job, flags, label, data.bytes(), result.shared_memory);
     print_throughput(result.train, job, flags, label);
   };
   if (!gloo_worker) print_training_line(job, *m, data, flags.transport, label);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "job/core_pinning.h"
+#include "job/gloo_job.h"
 #include "job/prediction.h"
 #include "schedule/memory.h"
 
@@ -104,7 +105,8 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
   std::cout << ")\n";
 }
 
-void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes) {
+void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes,
+                           bool shared_memory) {
   if (!flags.request.profile) return;
   const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
@@ -133,10 +135,22 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
               << " for this process" << besides << "\n";
     return;
   }
+  // Gloo workers on one host: the shared memory their transfers map (gloo_job.h).
+  std::vector<int64_t> shared(memory.size(), 0);
+  if (shared_memory) {
+    std::vector<int64_t> gradients;
+    for (const auto& m : memory) gradients.push_back(static_cast<int64_t>(static_cast<double>(m.gradients) * scale));
+    shared = job::shared_memory_per_worker(job, gradients);
+    double least = static_cast<double>(*std::min_element(shared.begin(), shared.end()));
+    double most = static_cast<double>(*std::max_element(shared.begin(), shared.end()));
+    besides.insert(besides.size() - 1, str(", and ", least == most ? "" : human_bytes(least) + " to ", human_bytes(most),
+                                           " of shared memory for its transfers"));
+  }
   std::cout << prefix << "peak RSS per worker process (modelled):";
   for (size_t w = 0; w < memory.size(); ++w)
     std::cout << (w ? ", " : " ") << "w" << w << " "
-              << human_bytes(static_cast<double>(memory[w].tensors()) * scale + static_cast<double>(process + data_bytes));
+              << human_bytes(static_cast<double>(memory[w].tensors()) * scale +
+                             static_cast<double>(process + data_bytes + shared[w]));
   std::cout << besides << "\n";
 }
 

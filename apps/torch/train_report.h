@@ -23,7 +23,10 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
 // The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
 // profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale. With a
 // calibrated --cluster (its process_bytes), also each process's peak RSS.
-// `data_bytes`: the data set each process holds (train and test tensors).
-void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes);
+// `data_bytes`: the data set each process holds (train and test tensors); `shared_memory`: gloo
+// workers mapped one host's shared memory for their transfers (PipelineResult::shared_memory),
+// which each process holds too (job::shared_memory_per_worker).
+void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes,
+                           bool shared_memory = false);
 
 }  // namespace pt::app

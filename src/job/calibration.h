@@ -30,11 +30,13 @@ struct Measured {
   std::vector<double> core_rates;  // measure_core_rates, on worker 0 (plan::Cluster::core_rates)
   double core_rates_spread = 0;    // and how far its rounds disagreed
   double core_share = 1;           // measure_core_share, on worker 0 where one_host (plan::Cluster::core_share)
+  int64_t process_bytes = 0;       // resident_besides_tensors on worker 0, before measure_core_rates (gloo's)
 };
 
-// What this process holds resident besides tensors, once its measuring is done
-// (plan::Cluster::process_bytes): LibTorch, the transport's connections, what a pipeline run left;
-// not the blocks its messages freed for malloc to reuse (a training process reuses them).
+// What this process holds resident besides tensors, once its transfers and the action time are
+// measured (measure_cluster, worker 0; plan::Cluster::process_bytes): LibTorch, the transport's connections, what a pipeline run left;
+// not the blocks its messages freed for malloc to reuse (a training process reuses them), nor the
+// shared memory its transfers touched.
 int64_t resident_besides_tensors();
 
 // The host's time per action of a worker (a forward, a backward or a step), compute aside

@@ -8,14 +8,17 @@
 #include "job/core_pinning.h"
 #include "job/job_digest.h"
 #include "runtime/checkpoint_lock.h"
+#include "runtime/shm_allreduce.h"
+#include "runtime/shm_channel.h"
 #include "runtime/tied_gradients.h"
 
 namespace pt::job {
 
 namespace {
-// The pairs of workers that exchange tensors: the schedule's sends, the evaluation's chain of
-// each stage's first replica, and the loss lists a replicated last stage sends its reporter.
-std::vector<std::pair<int, int>> talking_pairs(const schedule::Schedule& s, int reporter) {
+// The pairs of workers that exchange tensors: the schedule's sends and the evaluation's chain of
+// each stage's first replica; with `losses`, the loss lists a replicated last stage sends its
+// reporter too.
+std::vector<std::pair<int, int>> talking_pairs(const schedule::Schedule& s, int reporter, bool losses) {
   std::set<std::pair<int, int>> pairs;
   auto add = [&](int a, int b) {
     if (a != b) pairs.insert({std::min(a, b), std::max(a, b)});
@@ -24,10 +27,29 @@ std::vector<std::pair<int, int>> talking_pairs(const schedule::Schedule& s, int 
     for (const auto& a : list)
       if (schedule::is_p2p(a.kind)) add(a.worker, a.peer);
   for (int st = 1; st < s.num_stages; ++st) add(s.stage_workers[st - 1][0], s.stage_workers[st][0]);
-  for (int w : s.stage_workers.back()) add(w, reporter);
+  for (int w : s.stage_workers.back())
+    if (losses) add(w, reporter);
   return {pairs.begin(), pairs.end()};
 }
 }  // namespace
+
+std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<int64_t>& gradients) {
+  const schedule::Schedule& s = *job.typical;
+  std::vector<int64_t> bytes(static_cast<size_t>(s.num_workers()), 0);
+  for (auto [a, b] : talking_pairs(s, job.reporting, false)) {
+    bytes[static_cast<size_t>(a)] += 2 * static_cast<int64_t>(runtime::ShmChannel::kRingBytes);
+    bytes[static_cast<size_t>(b)] += 2 * static_cast<int64_t>(runtime::ShmChannel::kRingBytes);
+  }
+  for (const auto& group : s.stage_workers) {
+    if (group.size() < 2) continue;
+    for (int w : group) {
+      int64_t message = gradients.at(static_cast<size_t>(w));
+      if (job.worker.bucket_bytes > 0) message = std::min(message, job.worker.bucket_bytes);
+      bytes[static_cast<size_t>(w)] += runtime::ShmAllreduce::touched_bytes(static_cast<int>(group.size()), message);
+    }
+  }
+  return bytes;
+}
 
 PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
                                const model::DataSplit& data, const runtime::GlooConfig& config,
@@ -69,7 +91,8 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
       groups.push_back(everyone);
     }
     transport->prepare_groups(groups);
-    transport->prepare_channels(talking_pairs(typical, job.reporting));
+    auto pairs = talking_pairs(typical, job.reporting, true);
+    transport->prepare_channels(pairs);
 
     action = "building the model";
     auto account = std::make_shared<model::MemoryAccount>();
@@ -81,7 +104,9 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     PipelineResult r = result_header(job);
     r.train = run.train;
     r.trace.workers[config.rank] = std::move(run.trace);
-    r.trace.pauses = std::move(run.pauses);  // merge_worker_traces keeps what every worker's cover
+    r.trace.pauses = std::move(run.pauses);
+    for (auto [a, b] : pairs)
+      if (a == config.rank || b == config.rank) r.shared_memory |= transport->has_channel(a == config.rank ? b : a);  // merge_worker_traces keeps what every worker's cover
     // Wait for every worker before tearing down the connections a peer may still be reading.
     action = "finishing";
     transport->barrier();

@@ -24,6 +24,14 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
                                const model::DataSplit& data, const runtime::GlooConfig& config,
                                std::unique_ptr<runtime::Worker>* worker_out = nullptr);
 
+// The shared memory each worker maps resident for its transfers where a gloo job's workers share
+// a host (PipelineResult::shared_memory): both rings of each channel that carries tensors, filled
+// once 4 MiB has crossed each way, and each all-reduce group's slots (ShmAllreduce::touched_bytes)
+// for messages of its stages' gradients, or of the bucket where smaller. The loss lists'
+// channels carry a few bytes a step and count none. `gradients`: each worker's gradient bytes
+// (schedule::WorkerMemory::gradients).
+std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<int64_t>& gradients);
+
 // A library caller's road: make_job, then run_gloo_worker.
 PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                                const PipelineOptions& options, const runtime::GlooConfig& config,

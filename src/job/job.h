@@ -73,6 +73,8 @@ struct PipelineResult {
   int workers = 0;
   int stages = 0;
   int reporting = 0;          // the worker whose TrainResult is the job's (Job::reporting)
+  // gloo: the workers shared one host's memory for their transfers (shared_memory_per_worker).
+  bool shared_memory = false;
 };
 // A job's result before its workers report: its shape and the trace's header, one (empty)
 // event list per worker; both transports fill in the rest.

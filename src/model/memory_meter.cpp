@@ -26,6 +26,17 @@ int64_t process_rss_bytes() {
   return read == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : -1;
 }
 
+int64_t process_shared_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "RssShmem: %lld kB", &kib) == 1) break;
+  std::fclose(f);
+  return static_cast<int64_t>(kib) * 1024;
+}
+
 void MemoryAccount::add(int64_t bytes) {
   int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t seen = peak_.load(std::memory_order_relaxed);

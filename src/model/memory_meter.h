@@ -48,5 +48,8 @@ std::shared_ptr<MemoryAccount> charged_account();
 int64_t process_peak_rss_bytes();
 // Its resident set now (/proc/self/statm), in bytes.
 int64_t process_rss_bytes();
+// The part of it that is shared memory this process mapped and touched (/proc/self/status's
+// RssShmem: gloo workers' rings and all-reduce slots on one host), in bytes; 0 where unknown.
+int64_t process_shared_memory_bytes();
 
 }  // namespace pt::model

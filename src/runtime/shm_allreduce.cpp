@@ -32,6 +32,17 @@ int64_t chunk_bytes_for(size_t members) {
 
 size_t header_bytes(size_t members) { return (sizeof(Bell) + members * sizeof(Member) + 4095) / 4096 * 4096; }
 
+}  // namespace
+
+int64_t ShmAllreduce::touched_bytes(int members, int64_t message_bytes) {
+  if (members < 2 || message_bytes <= 0) return 0;
+  const int64_t len = std::min(message_bytes, chunk_bytes_for(static_cast<size_t>(members)));
+  const int64_t shards = 2 * (members - 1) * ((len + members - 1) / members);
+  return static_cast<int64_t>(header_bytes(static_cast<size_t>(members))) + 2 * (len + shards);
+}
+
+namespace {
+
 template <typename T>
 void sum_slots(const std::vector<char*>& slots, char* into, int64_t lo, int64_t hi) {
   T* out = reinterpret_cast<T*>(into);

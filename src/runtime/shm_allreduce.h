@@ -33,6 +33,10 @@ class ShmAllreduce {
                                                const std::vector<int>& ranks, int rank, bool enabled);
   ~ShmAllreduce();
 
+  // The region's bytes one of `members` maps resident once it has summed messages of up to
+  // `message_bytes` over two rounds or more: its header, and of each set of slots its own slot's
+  // chunk and, of every other member's, the shard it sums and the shard it copies back.
+  static int64_t touched_bytes(int members, int64_t message_bytes);
   // Whether sum() takes this tensor: a contiguous CPU float or double tensor.
   static bool takes(const torch::Tensor& t);
   // Sums `t` in place across the members. `check_aborted` throws where this worker's job was
