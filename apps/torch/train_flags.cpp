@@ -154,8 +154,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
       ->check(finite_positive())->capture_default_str();
   app.add_flag("--no-pin-cores", flags->no_pin_cores,
                "Where the workers outnumber this host's cores, leave their placement to the kernel (the prediction "
-               "then shares the cores as one pool); by default, with --profile, each is pinned to a core, the "
-               "busiest first");
+               "then shares the cores as one pool); by default each is pinned to a core, the busiest first by the "
+               "profile's times, or without --profile the plan's");
   app.add_flag("--print-job", flags->print_job,
                "Print what every worker of this job must agree on (JSON: the settings, the plan, the data's and "
                "files' digests, every flag) and exit without training");

@@ -35,16 +35,32 @@ const std::vector<int>& allowed_cpus() {
 
 int usable_cores() { return std::max<int>(1, static_cast<int>(allowed_cpus().size())); }
 
-void place_workers(Job& job, const profile::Profile& profile, int cores) {
+void place_workers(Job& job, const profile::Profile* profile, int cores) {
   job.cores_of_workers.clear();
   if (cores < 1 || job.workers() <= cores) return;
   const schedule::Schedule& s = *job.typical;
-  try {
-    job.cores_of_workers = sim::place_on_cores(s, sim::stage_costs(s, profile), cores);
-  } catch (const ConfigError&) {
-    // A profile that does not fit the plan: the prediction says so (predict_host_run); the run
-    // goes on unpinned.
+  if (profile) {
+    try {
+      job.cores_of_workers = sim::place_on_cores(s, sim::stage_costs(s, *profile), cores);
+    } catch (const ConfigError&) {
+      // A profile that does not fit the plan: the prediction says so (predict_host_run); the run
+      // goes on unpinned.
+    }
+    return;
   }
+  const plan::Plan& plan = job.plan;
+  if (plan.num_stages() != s.num_stages) return;
+  std::vector<sim::StageCost> costs(static_cast<size_t>(s.num_stages));
+  for (int st = 0; st < s.num_stages; ++st) {
+    // A replica's share of the stage's forward and backward, per minibatch: the whole stage's is
+    // that times its replicas. Only the workers' shares of it weigh in the placement, which the
+    // split between forward and backward (a backward about twice a forward) barely moves.
+    double whole = plan.stages[static_cast<size_t>(st)].compute_ms * plan.stages[static_cast<size_t>(st)].replicas;
+    if (!(whole > 0)) return;
+    costs[static_cast<size_t>(st)].forward_ms = whole / 3;
+    costs[static_cast<size_t>(st)].backward_ms = 2 * whole / 3;
+  }
+  job.cores_of_workers = sim::place_on_cores(s, costs, cores);
 }
 
 void pin_to_core(int core) {

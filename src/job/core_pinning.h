@@ -15,8 +15,12 @@ int usable_cores();
 
 // Sets job.cores_of_workers: where the job's workers outnumber `cores` and the profile is the
 // host's own (not emulated compute, which holds no core), each worker's core by its work per
-// minibatch of the typical schedule; else none (the kernel places them).
-void place_workers(Job& job, const profile::Profile& profile, int cores);
+// minibatch of the typical schedule; else none (the kernel places them). Without a profile, the
+// work is the plan's: each stage's compute per minibatch as the planner timed it (a plan file's
+// compute_ms), since `plan` replays its candidates pinned so (sim::SimOptions::pin_as_train), and
+// `train --plan` alone ran them unpinned: the zoo GPT's chosen 2-2 on 4 threads of 2 cores at
+// 363-368 samples/s, pinned 375-378. None where the plan has no times either.
+void place_workers(Job& job, const profile::Profile* profile, int cores);
 
 // Pins the calling thread (and the threads it starts after) to the core-th of the CPUs this
 // process may run on. Silent where the kernel refuses: the run goes on unpinned.

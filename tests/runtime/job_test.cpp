@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "job/core_pinning.h"
 #include "pipeline_test_util.h"
 
 namespace pt::runtime {
@@ -61,6 +62,42 @@ TEST(Job, MakeJobRefusesBadOptionsBeforeAnyWorkerStarts) {
   o.microbatches = 3;  // does not divide the batch
   o.train.batch_size = 8;
   EXPECT_THROW(make_job(plan::data_parallel_plan(m->num_layers(), 1), o, *m, data), UsageError);
+}
+
+// Without --profile, train pins a plan's workers by the plan's own stage times, as `plan`
+// replayed them (sim::SimOptions::pin_as_train): the cores the profile they were planned from
+// gives, others where the times make another stage the busiest, none where the plan has no times.
+TEST(Job, APlansWorkersArePinnedByItsTimesWithoutAProfile) {
+  auto m = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*m, 64, 16, 10, 5);
+  profile::Profile prof = testing::unit_profile(*m);
+  for (int l = 0; l < prof.num_layers(); ++l) {
+    prof.layers[l].forward_ms = l < 2 ? 4 : 0.5;
+    prof.layers[l].backward_ms = l < 2 ? 8 : 1;
+  }
+  plan::Plan plan = plan::data_parallel_plan(m->num_layers(), 1);
+  plan.stages = {{{0, 1}, 2, {0, 1}}, {{2, 3, 4}, 1, {2}}};
+  plan.workers = 3;
+  plan.stages[0].compute_ms = 2 * (4 + 8) / 2.0;  // a replica's share of the stage's forward and backward
+  plan.stages[1].compute_ms = 3 * (0.5 + 1);
+  PipelineOptions o;
+  o.schedule = "pipedream";
+  o.train.batch_size = 8;
+  o.train.quiet = true;
+  Job job = make_job(plan, o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  job::place_workers(job, &prof, 2);
+  std::vector<int> by_profile = job.cores_of_workers;
+  EXPECT_EQ(by_profile, (std::vector<int>{0, 1, 0}));
+  job::place_workers(job, nullptr, 2);
+  EXPECT_EQ(job.cores_of_workers, by_profile);
+  job.plan.stages[1].compute_ms = 100;  // the plan says the last stage is the busiest
+  job::place_workers(job, nullptr, 2);
+  EXPECT_EQ(job.cores_of_workers, (std::vector<int>{1, 1, 0}));
+  job.plan.stages[1].compute_ms = 0;  // no times: the kernel places them
+  job::place_workers(job, nullptr, 2);
+  EXPECT_TRUE(job.cores_of_workers.empty());
+  job::place_workers(job, nullptr, 3);  // a core each: nothing to pin
+  EXPECT_TRUE(job.cores_of_workers.empty());
 }
 
 }  // namespace
