@@ -3,6 +3,7 @@
 // were measured (plan/link_fit.h). Started like train: --transport threads in this process,
 // --transport gloo as one local process per worker, or as one worker under torchrun, mpirun or
 // scripts/testbed.sh (RANK/WORLD_SIZE set).
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -123,11 +124,24 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
               << "%: the machine was busy while calibrate measured its cores (the rates are their medians); "
                  "calibrate again on a quiet one\n";
   // A fit that misses says which term cannot hold the points, and why where it is known.
-  for (const auto& l : m.levels)
-    if (l.fit.max_error > kFitWithin)
-      std::cerr << "note: level " << l.level << "'s latency and rate miss a point by more than " << 100 * kFitWithin
-                << "%: its points scatter more than a latency and a rate explain (a busy machine's do; calibrate "
-                   "again on a quiet one)\n";
+  for (const auto& l : m.levels) {
+    if (l.fit.max_error <= kFitWithin) continue;
+    std::cerr << "note: level " << l.level << "'s latency and rate miss a point by more than " << 100 * kFitWithin
+              << "%: ";
+    if (flags.transport == "threads" && l.points.size() > 1) {
+      // A hand-over between threads moves a tensor, not its bytes: the points are wake-ups.
+      auto us = [](double ms) { return std::round(10000 * ms) / 10; };
+      double lo = l.points.front().ms, hi = lo;
+      for (size_t i = 0; i + 1 < l.points.size(); ++i) lo = std::min(lo, l.points[i].ms), hi = std::max(hi, l.points[i].ms);
+      std::cerr << "on threads a hand-over passes the tensor, not its bytes, so no rate holds: it took " << us(lo)
+                << "-" << us(hi) << " us from " << human_bytes(l.points.front().bytes) << " to "
+                << human_bytes(l.points[l.points.size() - 2].bytes) << " and " << us(l.points.back().ms) << " us at "
+                << human_bytes(l.points.back().bytes) << "\n";
+    } else {
+      std::cerr << "its points scatter more than a latency and a rate explain (a busy machine's do; calibrate again "
+                   "on a quiet one)\n";
+    }
+  }
   if (!misses.empty())
     std::cerr << "note: the all-reduce model misses by more than " << 100 * kFitWithin << "% at " << misses << ": "
               << (flags.transport == "threads"

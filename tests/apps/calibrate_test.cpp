@@ -56,7 +56,7 @@ plan::Cluster check_file(const std::string& path, const std::string& transport, 
 
 // Every all-reduce calibrate prints is within 10% of the fitted model, or a note names the sizes
 // the model misses and why (issue 67); no note where nothing misses.
-void check_misses_are_said(const std::string& output) {
+void check_misses_are_said(const std::string& output, bool threads) {
   std::regex line(R"(all-reduce of (\S+ \S+) over \d+ workers: measured [^(]+\(([-+0-9.e]+)%\))");
   std::string missed;
   int lines = 0;
@@ -66,6 +66,15 @@ void check_misses_are_said(const std::string& output) {
   size_t note = output.find("note: the all-reduce model misses by more than 10% at ");
   EXPECT_EQ(note != std::string::npos, !missed.empty()) << output;
   if (note != std::string::npos) EXPECT_NE(output.find("10% at " + missed + ": ", note), std::string::npos) << output;
+  // So is every level's fit: a note says which level misses, and on threads why (no rate holds).
+  std::regex level(R"(level (\d+) \([^)]*\): latency .* fit within ([-+0-9.e]+)% of every point)");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), level); it != std::sregex_iterator(); ++it) {
+    bool misses = std::stod((*it)[2].str()) > 10;
+    std::string said = "note: level " + (*it)[1].str() + "'s latency and rate miss a point by more than 10%: ";
+    EXPECT_EQ(output.find(said) != std::string::npos, misses) << output;
+    if (misses && threads)
+      EXPECT_NE(output.find(said + "on threads a hand-over passes the tensor"), std::string::npos) << output;
+  }
 }
 
 TEST(Calibrate, ThreadsWriteAClusterFileThatPlanTakes) {
@@ -74,7 +83,7 @@ TEST(Calibrate, ThreadsWriteAClusterFileThatPlanTakes) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("calibrate: workers 0-1: 1.0 MiB"), std::string::npos) << r.output;
   plan::Cluster c = check_file(out, "threads", 1, 6);  // 1 KiB .. 1 MiB, x4
-  check_misses_are_said(r.output);
+  check_misses_are_said(r.output, true);
   auto plan = testing::shell_run(kBinary + " plan --profile " + PT_SOURCE_DIR + "/data/profiles/vgg16.json --cluster " + out);
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   // --refit: the file's own measurements fitted again, nothing measured; the same fit here.
@@ -102,7 +111,7 @@ TEST(Calibrate, GlooProcessesMeasureEachLevel) {
   auto r = testing::shell_run(kBinary + " calibrate --workers 2,2 --transport gloo --max-mb 4 -o " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   plan::Cluster c = check_file(out, "gloo", 2, 7);  // 1 KiB .. 4 MiB
-  check_misses_are_said(r.output);
+  check_misses_are_said(r.output, false);
   // What the fit reads off loopback depends on the load beside it (under ctest -j 2 a 1 KiB
   // round trip on these 2 cores took 4 ms, longer than 4 MiB's); the fit itself is tested in
   // LinkFit.*, and against tc-shaped links in testbed_smoke. Here: each level's fit is the
