@@ -109,7 +109,8 @@ int run_train(TrainFlags& flags) {
     return 0;
   }
   job::Job job = job::make_job(settled.plan, settled.options, *m, data, !gloo_worker);
-  if (!flags.model.emulated() && !flags.no_pin_cores) job::place_workers(job, r.profile.get(), job::usable_cores());
+  if (!flags.model.emulated() && !flags.no_pin_cores && job::workers_share_this_host())
+    job::place_workers(job, r.profile.get(), job::usable_cores());
   if (!gloo_worker) note_resume(job, *m), note_pinned(job, job::usable_cores());
   ModelFlags model_flags = flags.model;
   // Each worker builds its stages' layers from the seed, as single-worker training builds them.

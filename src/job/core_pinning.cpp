@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/gloo_transport.h"
 #include "sim/core_placement.h"
 #include "sim/stage_costs.h"
 
@@ -61,6 +62,11 @@ void place_workers(Job& job, const profile::Profile* profile, int cores) {
     costs[static_cast<size_t>(st)].backward_ms = 2 * whole / 3;
   }
   job.cores_of_workers = sim::place_on_cores(s, costs, cores);
+}
+
+bool workers_share_this_host() {
+  int local = runtime::gloo_local_world_size_in_env(), world = runtime::gloo_world_size_in_env();
+  return local <= 0 || world <= 0 || local >= world;
 }
 
 void pin_to_core(int core) {

@@ -22,6 +22,12 @@ int usable_cores();
 // 363-368 samples/s, pinned 375-378. None where the plan has no times either.
 void place_workers(Job& job, const profile::Profile* profile, int cores);
 
+// Whether every worker of this job runs on this host, as far as the environment says: not where
+// torchrun's LOCAL_WORLD_SIZE or mpirun's OMPI_COMM_WORLD_LOCAL_SIZE counts fewer than the job's
+// workers. A placement on this host's cores of workers spread over several hosts would put two of
+// this host's on one core and leave another idle.
+bool workers_share_this_host();
+
 // Pins the calling thread (and the threads it starts after) to the core-th of the CPUs this
 // process may run on. Silent where the kernel refuses: the run goes on unpinned.
 void pin_to_core(int core);

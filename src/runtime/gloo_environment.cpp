@@ -64,6 +64,11 @@ int gloo_world_size_in_env() {
   return size ? std::atoi(size) : 0;
 }
 
+int gloo_local_world_size_in_env() {
+  const char* size = env("RANK") ? env("LOCAL_WORLD_SIZE") : env("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return size ? std::atoi(size) : 0;
+}
+
 GlooConfig gloo_config_from_env() {
   GlooConfig c;
   const char *rank_var = "RANK", *size_var = "WORLD_SIZE";

@@ -68,6 +68,9 @@ bool gloo_rank_in_env();
 // The job's size as WORLD_SIZE (or OMPI_COMM_WORLD_SIZE, or another MPI's PMI_SIZE) says, before
 // any other check; 0 when none is set to a number.
 int gloo_world_size_in_env();
+// The job's workers on this host as LOCAL_WORLD_SIZE (torchrun) or OMPI_COMM_WORLD_LOCAL_SIZE
+// (mpirun) says; 0 when neither is set to a number.
+int gloo_local_world_size_in_env();
 
 // This host's address on the route to the master (gloo's devices bind to it, so peers on other
 // hosts reach this one); the master's own when the route cannot be found.

@@ -2,6 +2,7 @@
 // length, in make_job, and the runners run what it holds.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <set>
 
 #include "job/core_pinning.h"
@@ -98,6 +99,24 @@ TEST(Job, APlansWorkersArePinnedByItsTimesWithoutAProfile) {
   EXPECT_TRUE(job.cores_of_workers.empty());
   job::place_workers(job, nullptr, 3);  // a core each: nothing to pin
   EXPECT_TRUE(job.cores_of_workers.empty());
+}
+
+// Workers spread over hosts are not placed on this host's cores: the environment says how many
+// of the job's workers this host runs (torchrun's LOCAL_WORLD_SIZE, mpirun's local size).
+TEST(Job, WorkersOfSeveralHostsAreNotPinnedToThisHostsCores) {
+  EXPECT_TRUE(job::workers_share_this_host());  // no launcher's variables: threads, or our launcher
+  setenv("RANK", "0", 1), setenv("WORLD_SIZE", "4", 1);
+  EXPECT_TRUE(job::workers_share_this_host());  // hosts unknown (the testbed's namespaces)
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  EXPECT_FALSE(job::workers_share_this_host());
+  setenv("LOCAL_WORLD_SIZE", "4", 1);
+  EXPECT_TRUE(job::workers_share_this_host());
+  unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("LOCAL_WORLD_SIZE");
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_FALSE(job::workers_share_this_host());
+  unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  EXPECT_TRUE(job::workers_share_this_host());
 }
 
 }  // namespace
