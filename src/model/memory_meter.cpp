@@ -105,4 +105,13 @@ ChargeTo::~ChargeTo() { t_account = std::move(previous_); }
 
 std::shared_ptr<MemoryAccount> charged_account() { return t_account; }
 
+void move_charge(const c10::DataPtr& block, std::shared_ptr<MemoryAccount> account) {
+  if (block.get_deleter() != &release || !block.get_context()) return;
+  auto* charge = reinterpret_cast<Charge*>(static_cast<char*>(block.get_context()) - kHeaderBytes);
+  if (charge->account == account) return;
+  if (charge->account) charge->account->sub(charge->bytes);
+  charge->account = std::move(account);
+  if (charge->account) charge->account->add(charge->bytes);
+}
+
 }  // namespace pt::model

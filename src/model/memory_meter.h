@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <memory>
 
+namespace c10 {
+class DataPtr;
+}
+
 namespace pt::model {
 
 class MemoryAccount {
@@ -41,6 +45,11 @@ class ChargeTo {
 
 // The calling thread's account (nullptr when none).
 std::shared_ptr<MemoryAccount> charged_account();
+
+// Moves a block's charge to `account` (nullptr: none) from whichever it was charged to: a
+// transport's thread allocates what arrives before it knows which receive takes it. A block the
+// counting allocator did not make is left as it is.
+void move_charge(const c10::DataPtr& block, std::shared_ptr<MemoryAccount> account);
 
 // This process's peak resident set as the OS counts it (getrusage's ru_maxrss), in bytes: what a
 // memory limit (a device's size, a cgroup) holds a worker to. Beyond the accounts above it holds

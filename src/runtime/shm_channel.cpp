@@ -51,6 +51,7 @@ struct SentMessage : PendingTransfer {
 
 struct ArrivingMessage : PendingTransfer {
   std::shared_ptr<ShmChannel::Mailbox> box;
+  std::shared_ptr<model::MemoryAccount> account;  // the receiving worker's, where it is charged
   int64_t tag;
   std::string what;
   std::chrono::milliseconds timeout;
@@ -64,6 +65,7 @@ struct ArrivingMessage : PendingTransfer {
         torch::Tensor t = std::move(it->second.front());
         it->second.pop_front();
         if (it->second.empty()) box->arrived.erase(it);
+        model::move_charge(t.storage().data_ptr(), account);
         return t;
       }
       if (!box->error.empty()) throw TransportError(str(what, ": ", box->error));
@@ -224,10 +226,11 @@ std::shared_ptr<PendingTransfer> ShmChannel::recv(int64_t tag, const std::string
                                                   std::shared_ptr<model::MemoryAccount> account) {
   {
     std::lock_guard<std::mutex> lock(mailbox_->mu);
-    if (account) mailbox_->account = std::move(account);
+    mailbox_->account = account;
   }
   auto out = std::make_shared<ArrivingMessage>();
   out->box = mailbox_;
+  out->account = std::move(account);
   out->tag = tag;
   out->what = what;
   out->timeout = timeout_;

@@ -6,10 +6,11 @@
 // The region holds a ring of bytes each way. A sender's thread writes each message (a header:
 // tag, byte count, tensor header; then the tensor's bytes) into its ring as space frees, in the
 // order sent, so isend returns at once; the receiver's thread reads every message as it comes
-// into a tensor of its own (charged to the receiving worker) and files it by tag, where a
-// receive takes it. A message larger than the ring streams through it. Waits have the
-// transport's deadline where a transfer is awaited, end when the job is aborted, when the
-// region is aborted or its other worker has exited, and name the peer and tag.
+// into a tensor of its own and files it by tag, where a receive takes it. The tensor is charged
+// to the account of the receive posted last, then to that of the receive that takes it (an
+// evaluation's, uncharged, is not training's). A message larger than the ring streams through
+// it. Waits have the transport's deadline where a transfer is awaited, end when the job is
+// aborted, when the region is aborted or its other worker has exited, and name the peer and tag.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -40,8 +41,8 @@ class ShmChannel {
 
   // `what` names the transfer in errors ("worker 0 <-> worker 1, tag 5").
   std::shared_ptr<PendingTransfer> send(const torch::Tensor& t, int64_t tag, const std::string& what);
-  // The tensor the peer sent with `tag`, in the order sent where a tag repeats; the allocation is
-  // charged to `account` (the receiving worker's, memory_meter.h).
+  // The tensor the peer sent with `tag`, in the order sent where a tag repeats; once taken, the
+  // allocation is charged to `account` (the receiving worker's, memory_meter.h; null: none).
   std::shared_ptr<PendingTransfer> recv(int64_t tag, const std::string& what, std::shared_ptr<model::MemoryAccount> account);
   // Ends the peer's waits in this region (this worker failed).
   void abort();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -323,9 +324,21 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
   int64_t correct = 0, total = 0;
   double loss = 0;
   bool holds_last = false;
-  int64_t round = 0;
-  for (int64_t first = 0; first < test.size(); first += batch, ++round) {
-    int64_t n = std::min(batch, test.size() - first);
+  // A negative tag space keeps evaluation apart from training transfers: the activation into
+  // stage st of round r, then (after every round's) the credit its receiver returns for it.
+  const int64_t rounds = (test.size() + batch - 1) / batch, stages = s.num_stages;
+  auto data_tag = [&](int64_t round, int st) { return -(round * stages + st) - 1; };
+  auto credit_tag = [&](int64_t round, int st) { return -((rounds + round) * stages + st) - 1; };
+  // A stage sends round r only once its next stage has taken round r - kEvaluationAhead: no
+  // schedule bounds a chain of forwards, and a send through shared memory or within one process
+  // completes without its receiver, so the first stage ran through the test set ahead of the
+  // second and its activations piled up at the receiver (mnist-cnn's worker 1 held 14-37 MiB of
+  // them, and a stage of a transformer would hold its output for the whole test set).
+  std::map<int, std::deque<std::shared_ptr<PendingTransfer>>> credits;  // stage sent to -> credits posted
+  std::vector<std::shared_ptr<PendingTransfer>> returned;               // credits this worker sent
+  const torch::Tensor token = torch::zeros({1});
+  for (int64_t round = 0; round < rounds; ++round) {
+    int64_t first = round * batch, n = std::min(batch, test.size() - first);
     torch::Tensor x;
     for (int st = 0; st < s.num_stages; ++st) {
       int w = s.stage_workers[st][0];
@@ -335,8 +348,10 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
         x = test.inputs.narrow(0, first, n);
       } else {
         int from = s.stage_workers[st - 1][0];
-        // A negative tag space keeps evaluation apart from training transfers.
-        if (from != rank_) x = transport_.irecv(from, -(round * s.num_stages + st) - 1)->wait();
+        if (from != rank_) {
+          x = transport_.irecv(from, data_tag(round, st))->wait();
+          returned.push_back(transport_.isend(token, from, credit_tag(round, st)));
+        }
       }
       x = model_->forward(x, layers.front(), layers.back() + 1);
       if (st == s.num_stages - 1) {
@@ -347,10 +362,20 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
         holds_last = true;
       } else {
         int to = s.stage_workers[st + 1][0];
-        if (to != rank_) transport_.isend(x, to, -(round * s.num_stages + st + 1) - 1)->wait();
+        if (to == rank_) continue;
+        auto& posted = credits[st + 1];
+        if (static_cast<int>(posted.size()) == kEvaluationAhead) {
+          posted.front()->wait();
+          posted.pop_front();
+        }
+        transport_.isend(x, to, data_tag(round, st + 1))->wait();
+        posted.push_back(transport_.irecv(to, credit_tag(round, st + 1)));
       }
     }
   }
+  for (auto& [st, posted] : credits)
+    for (auto& c : posted) c->wait();
+  for (auto& r : returned) r->wait();
   model_->train(true);
   Evaluation e;
   if (!holds_last) return e;

@@ -62,6 +62,8 @@ class Worker {
   // Returns the accuracy on the worker that holds the last stage's replica 0, -1 elsewhere.
   // `batch` samples a forward: the training's minibatch (trainer.h's evaluate says why).
   Evaluation evaluate(const schedule::Schedule& schedule, const model::Dataset& test, int64_t batch);
+  // The evaluation's rounds a stage sends ahead of its next stage taking them (evaluate says why).
+  static constexpr int kEvaluationAhead = 2;
 
   // Creates the replicas of the stages `schedule` places here (run() does it on first use);
   // a resumed job calls it to load a checkpoint before running.

@@ -130,6 +130,7 @@ TEST(GlooWorkerChild, Run) {
   } else if (mode == "shm") {
     // Sums of several sizes and both dtypes over 3 workers on this host through shared memory (or,
     // where any worker's PIPETRAIN_SHARED_MEMORY is 0, through gloo on every worker alike).
+    model::install_memory_meter();  // before anything arrives: worker 1 checks what it is charged
     GlooConfig config = gloo_config_from_env();
     int off = std::atoi(env_or("PT_GLOO_TEST_SHM_OFF", "-1").c_str());  // this worker's PIPETRAIN_SHARED_MEMORY=0
     if (off == config.rank) config.shared_memory = false;
@@ -169,10 +170,26 @@ TEST(GlooWorkerChild, Run) {
       for (auto& s : sent) s->wait();
     } else if (config.rank == 1) {
       expect(t.has_channel(0) && t.has_channel(2) == want_shared, "channels to workers 0 and 2");
-      auto f = t.irecv_known(0, 9, {{3}, torch::kBool}), l = t.irecv(0, 8), s = t.irecv(0, 7);
-      expect(torch::equal(f->wait(), flags), "tag 9");
-      expect(torch::equal(l->wait(), large), "tag 8 (" + std::to_string(large.nbytes()) + " bytes)");
-      expect(torch::equal(s->wait(), small), "tag 7");
+      // What arrives is charged to the receive that takes it: the large tensor's, posted with no
+      // account (an evaluation's), is not the account's of the receives posted around it.
+      auto account = std::make_shared<model::MemoryAccount>();
+      std::shared_ptr<PendingTransfer> f, l, s;
+      {
+        model::ChargeTo charge(account);
+        f = t.irecv_known(0, 9, {{3}, torch::kBool});
+        {
+          model::ChargeTo uncharged(nullptr);
+          l = t.irecv(0, 8);
+        }
+        s = t.irecv(0, 7);
+      }
+      torch::Tensor got_f = f->wait(), got_l = l->wait(), got_s = s->wait();
+      expect(torch::equal(got_f, flags), "tag 9");
+      expect(torch::equal(got_l, large), "tag 8 (" + std::to_string(large.nbytes()) + " bytes)");
+      expect(torch::equal(got_s, small), "tag 7");
+      expect(account->live() == static_cast<int64_t>(flags.nbytes() + small.nbytes()),
+             str("the receives' account holds ", account->live(), " bytes, not tags 9 and 7's ",
+                 flags.nbytes() + small.nbytes()));
       t.isend(large * 2, 2, 3)->wait();
     } else {
       expect(t.has_channel(1) == want_shared, "the channel to worker 1");

@@ -1,0 +1,127 @@
+// The test-set evaluation through a pipeline (Worker::evaluate): the same figures as one model
+// evaluating alone, and no stage running ahead of the next by more than Worker::kEvaluationAhead
+// rounds, whatever the schedule's placement (a chain, interleaved chunks, a V).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "pipeline_test_util.h"
+#include "runtime/thread_transport.h"
+
+namespace pt::runtime {
+namespace {
+
+// The evaluation's activations sent and not yet taken, most at once, over all workers. Credits
+// (one number) are not activations.
+struct InFlight {
+  std::atomic<int> now{0}, most{0};
+  void add(int k) {
+    int n = now.fetch_add(k) + k, seen = most.load();
+    while (n > seen && !most.compare_exchange_weak(seen, n)) {
+    }
+  }
+};
+
+// A worker's transport that counts activations in flight; `slow` takes each received
+// activation 5 ms late, a next stage slower than the one feeding it.
+class CountingTransport : public Transport {
+ public:
+  CountingTransport(std::shared_ptr<ThreadHub> hub, int rank, InFlight& counts, bool slow)
+      : inner_(std::move(hub), rank), counts_(counts), slow_(slow) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override {
+    if (t.numel() > 1) counts_.add(1);
+    return inner_.isend(t, peer, tag);
+  }
+  std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override {
+    struct Counted : PendingTransfer {
+      std::shared_ptr<PendingTransfer> inner;
+      InFlight* counts;
+      bool slow;
+      torch::Tensor wait() override {
+        torch::Tensor t = inner->wait();
+        if (t.numel() > 1) {
+          if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          counts->add(-1);
+        }
+        return t;
+      }
+    };
+    auto out = std::make_shared<Counted>();
+    out->inner = inner_.irecv(peer, tag);
+    out->counts = &counts_;
+    out->slow = slow_;
+    return out;
+  }
+  void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
+    inner_.allreduce_sum(tensors, group);
+  }
+  std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override {
+    return inner_.allreduce_start(std::move(t), group);
+  }
+  void abort(const std::string& why) override { inner_.abort(why); }
+
+ private:
+  ThreadTransport inner_;
+  InFlight& counts_;
+  bool slow_;
+};
+
+void expect_bounded_evaluation(const std::string& kind, int stages, int chunks) {
+  SCOPED_TRACE(str(kind, " on ", stages, " stages"));
+  auto whole = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*whole, 64, 240, 10, 5);  // 30 rounds of 8 test samples
+  PipelineOptions o;
+  o.schedule = kind;
+  o.microbatches = 2;
+  o.chunks = chunks;
+  o.train.batch_size = 8;
+  o.train.quiet = true;
+  o.timeout_s = 20;
+  Job job = make_job(plan::even_split(testing::unit_profile(*whole), stages), o,
+                     *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  const schedule::Schedule& s = *job.typical;
+  int n = s.num_workers();
+  auto hub = std::make_shared<ThreadHub>(n, o.timeout_s);
+  InFlight counts;
+  std::vector<std::unique_ptr<CountingTransport>> transports;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int w = 0; w < n; ++w) {
+    // Every worker but the first takes its input late: the first would run ahead of it.
+    transports.push_back(std::make_unique<CountingTransport>(hub, w, counts, w > 0));
+    workers.push_back(std::make_unique<Worker>(w, testing::seeded_cnn(3, model::LayerSet(s.worker_layers(w))), data,
+                                               *transports[w], job.worker));
+  }
+  std::vector<Evaluation> results(n);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w)
+    threads.emplace_back([&, w] { results[w] = workers[w]->evaluate(s, data.test, o.train.batch_size); });
+  for (auto& t : threads) t.join();
+
+  Evaluation alone = evaluate(*whole, data.test, o.train.batch_size);
+  const Evaluation& piped = results[s.stage_workers.back()[0]];
+  EXPECT_NEAR(piped.accuracy, alone.accuracy, 1e-12);
+  EXPECT_NEAR(piped.loss, alone.loss, 1e-5 * std::max(1.0, alone.loss));
+  EXPECT_EQ(counts.now.load(), 0);
+  // Each link holds at most kEvaluationAhead rounds sent ahead and the one its receiver takes;
+  // without the credits the first worker sent all 30 rounds before the second took its third.
+  int links = 0;
+  for (int st = 1; st < s.num_stages; ++st) links += s.stage_workers[st][0] != s.stage_workers[st - 1][0];
+  EXPECT_LE(counts.most.load(), links * (Worker::kEvaluationAhead + 1));
+  EXPECT_GE(counts.most.load(), 1);
+}
+
+TEST(Evaluation, NoStageRunsMoreThanAFewRoundsAheadOfTheNext) {
+  expect_bounded_evaluation("1f1b", 2, 1);
+  expect_bounded_evaluation("gpipe", 4, 1);
+  // Two links between the same pair of workers, one each way, and both ways in a V.
+  expect_bounded_evaluation("interleaved", 4, 2);
+  expect_bounded_evaluation("zb-v", 4, 1);
+}
+
+}  // namespace
+}  // namespace pt::runtime
