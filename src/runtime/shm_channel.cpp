@@ -43,6 +43,8 @@ namespace {
 
 struct SentMessage : PendingTransfer {
   std::shared_future<void> done;
+  torch::Tensor data;     // what is sent, held until the worker drops the transfer
+  MessageHeader header;
   torch::Tensor wait() override {
     done.get();  // the sending thread's waits have the deadline
     return {};
@@ -199,21 +201,26 @@ void ShmChannel::receive_loop() {
 }
 
 std::shared_ptr<PendingTransfer> ShmChannel::send(const torch::Tensor& t, int64_t tag, const std::string& what) {
-  torch::Tensor data = t.detach().contiguous();
-  auto h = std::make_shared<MessageHeader>();
-  h->tag = tag;
-  h->bytes = static_cast<int64_t>(data.nbytes());
-  write_tensor_header(data, h->tensor);
-  auto promise = std::make_shared<std::promise<void>>();
   auto out = std::make_shared<SentMessage>();
+  out->data = t.detach().contiguous();
+  out->header.tag = tag;
+  out->header.bytes = static_cast<int64_t>(out->data.nbytes());
+  write_tensor_header(out->data, out->header.tensor);
+  auto promise = std::make_shared<std::promise<void>>();
   out->done = promise->get_future().share();
-  sender_->post([this, data, h, promise, what] {
+  sender_->post([this, message = out, promise, what]() mutable {
     try {
       auto deadline = std::chrono::steady_clock::now() + timeout_;
       Ring& r = ring(region_->me());
-      bool sent = write(r, reinterpret_cast<const char*>(h.get()), sizeof(MessageHeader), deadline, what) &&
-                  write(r, static_cast<const char*>(data.data_ptr()), data.nbytes(), deadline, what);
+      bool sent = write(r, reinterpret_cast<const char*>(&message->header), sizeof(MessageHeader), deadline, what) &&
+                  write(r, static_cast<const char*>(message->data.data_ptr()), message->data.nbytes(), deadline, what);
       if (!sent) throw TransportError(str("transfer aborted (", what, "): the transport closed"));
+      // Let go before saying so: the worker, which holds the transfer until it has waited for it,
+      // frees the tensor in its own thread. Freed in this one, the blocks it had allocated were
+      // not taken again by its next allocations: through an evaluation (mnist-cnn, 4 processes)
+      // worker 1's resident memory grew 2.5 MB a round while its allocated bytes stayed level,
+      // and peaked at 380-527 MiB in about one run of four (327-337 otherwise).
+      message.reset();
       promise->set_value();
     } catch (...) {
       promise->set_exception(std::current_exception());

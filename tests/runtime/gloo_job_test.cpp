@@ -168,6 +168,18 @@ TEST(GlooWorkerChild, Run) {
       std::vector<std::shared_ptr<PendingTransfer>> sent{t.isend(small, 1, 7), t.isend(large, 1, 8),
                                                          t.isend_known(flags, 1, 9)};
       for (auto& s : sent) s->wait();
+      // A tensor sent is freed by the worker's thread that drops the transfer, not the channel's
+      // (shm_channel.cpp's send says why).
+      static std::thread::id freed_by;
+      auto* numbers = new float[1000]();
+      auto sent_away = t.isend(torch::from_blob(numbers, {1000}, [](void* p) {
+                                 freed_by = std::this_thread::get_id();
+                                 delete[] static_cast<float*>(p);
+                               }),
+                               1, 10);
+      sent_away->wait();
+      sent_away.reset();
+      expect(freed_by == std::this_thread::get_id(), "the tensor sent was freed by another thread");
     } else if (config.rank == 1) {
       expect(t.has_channel(0) && t.has_channel(2) == want_shared, "channels to workers 0 and 2");
       // What arrives is charged to the receive that takes it: the large tensor's, posted with no
@@ -187,6 +199,7 @@ TEST(GlooWorkerChild, Run) {
       expect(torch::equal(got_f, flags), "tag 9");
       expect(torch::equal(got_l, large), "tag 8 (" + std::to_string(large.nbytes()) + " bytes)");
       expect(torch::equal(got_s, small), "tag 7");
+      expect(t.irecv(0, 10)->wait().sum().item<float>() == 0, "tag 10");
       expect(account->live() == static_cast<int64_t>(flags.nbytes() + small.nbytes()),
              str("the receives' account holds ", account->live(), " bytes, not tags 9 and 7's ",
                  flags.nbytes() + small.nbytes()));
