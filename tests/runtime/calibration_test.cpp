@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "core/error.h"
 #include "plan/cluster.h"
 #include "job/calibration.h"
 #include "runtime/thread_transport.h"
@@ -41,7 +42,15 @@ TEST(Calibration, RecoversALatencySetOnTheLinks) {
     const plan::AlphaBeta& fit = results[0].levels[0].fit;
     // Half a round trip is one message's latency (the hand-over itself takes tens of us).
     EXPECT_NEAR(fit.latency_us, latency_us, 0.10 * latency_us) << "set " << latency_us << " us";
-    EXPECT_GT(fit.bandwidth_gbps, 10);  // the bytes cost nothing on threads
+    // The bytes cost nothing on threads, so the held time must be read as latency, not rate: at
+    // the largest size the fit's per-byte term stays a small part of the latency. Not a bound on
+    // the rate itself: a host busy with other tests adds a few tens of us that grow with nothing,
+    // which a least-squares slope over 16-64 KiB reads as 4-5 Gbit/s (seen in CI).
+    double largest = static_cast<double>(o.sizes.back());
+    std::string points;
+    for (const auto& p : results[0].levels[0].points) points += str(" ", p.bytes, "B:", p.ms, "ms");
+    EXPECT_LT(fit.ms(largest) - fit.ms(0), 0.10 * latency_us * 1e-3)
+        << "set " << latency_us << " us, fit " << fit.bandwidth_gbps << " Gbit/s, points" << points;
   }
 }
 
