@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "model/memory_meter.h"
+
 namespace pt::runtime {
 
 namespace {
@@ -67,6 +69,9 @@ uint64_t ThreadHub::allreduce_add(int rank, const std::vector<torch::Tensor>& te
   uint64_t k = added_[{group, rank}]++;
   Reduction& r = reductions_[{group, k}];
   if (r.arrived == 0) {
+    // The hub's memory, not the first arriver's: which worker that is changes from step to step,
+    // and a device's all-reduce keeps no second copy of the bucket (gloo's workers reduce in place).
+    model::ChargeTo hub_memory(nullptr);
     for (const auto& t : tensors) r.sum.push_back(t.detach().clone());
   } else {
     for (size_t i = 0; i < tensors.size(); ++i) r.sum[i].add_(tensors[i]);
