@@ -115,6 +115,21 @@ TEST(Recompute, LowersTheMeasuredPeakOfTheStagesThatStash) {
   EXPECT_LE(again.peaks[1], plain.peaks[1]);
 }
 
+// Each worker's measured peak against the memory model's figure on threads (a received
+// tensor is the sender's), within `tolerance` of it.
+void expect_modelled(const plan::Plan& plan, const PipelineOptions& o, const profile::Profile& prof,
+                     const std::vector<int64_t>& peaks, double tolerance) {
+  schedule::MemoryOptions mo;
+  mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
+  auto modelled = schedule::memory_per_worker(generate_schedule(plan, o, 0), prof, mo);
+  ASSERT_EQ(peaks.size(), modelled.size());
+  for (size_t w = 0; w < modelled.size(); ++w) {
+    double ratio = static_cast<double>(modelled[w].total()) / static_cast<double>(peaks[w]);
+    EXPECT_NEAR(ratio, 1.0, tolerance) << "worker " << w << ": modelled " << schedule::describe(modelled[w])
+                                       << ", measured " << peaks[w];
+  }
+}
+
 // The memory model against the runtime's measured peak per worker (threads: a received tensor
 // is the sender's), from a measured profile of each zoo model: 2 stages, four schedules, with
 // and without recomputation, every worker within 10%. Two cuts, fixed: the one `train --stages 2`
@@ -156,15 +171,7 @@ TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
         auto o = options_for(kind, kind == "pipedream" ? 1 : 4);
         o.train.steps = 8;
         Trained r = train(c.build, data, plan, o, recompute);
-        schedule::MemoryOptions mo;
-        mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;  // threads
-        auto modelled = schedule::memory_per_worker(generate_schedule(plan, o, 0), prof, mo);
-        ASSERT_EQ(r.peaks.size(), modelled.size());
-        for (size_t w = 0; w < modelled.size(); ++w) {
-          double ratio = static_cast<double>(modelled[w].total()) / static_cast<double>(r.peaks[w]);
-          EXPECT_NEAR(ratio, 1.0, 0.10) << "worker " << w << ": modelled " << schedule::describe(modelled[w])
-                                        << ", measured " << r.peaks[w];
-        }
+        expect_modelled(plan, o, prof, r.peaks, 0.10);
       }
   }
 }
@@ -185,15 +192,7 @@ TEST(MeasuredMemory, AReplicatedStageOnThreadsHoldsWhatTheModelSays) {
     o.train.batch_size = 64;
     o.train.steps = 8;
     Trained r = train(build, data, plan, o, false);
-    schedule::MemoryOptions mo;
-    mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;  // threads
-    auto modelled = schedule::memory_per_worker(generate_schedule(plan, o, 0), prof, mo);
-    ASSERT_EQ(r.peaks.size(), modelled.size());
-    for (size_t w = 0; w < modelled.size(); ++w) {
-      double ratio = static_cast<double>(modelled[w].total()) / static_cast<double>(r.peaks[w]);
-      EXPECT_NEAR(ratio, 1.0, 0.05) << "worker " << w << ": modelled " << schedule::describe(modelled[w])
-                                    << ", measured " << r.peaks[w];
-    }
+    expect_modelled(plan, o, prof, r.peaks, 0.05);
   }
 }
 
