@@ -59,4 +59,27 @@ void FlatParameters::swap_weights(std::vector<torch::Tensor>& other) {
   }
 }
 
+double FlatParameters::grad_squares() const {
+  double sum = 0;
+  for (const auto& g : grads_) sum += sum_of_squares(g);
+  return sum;
+}
+
+double sum_of_squares(const torch::Tensor& t) {
+  constexpr int64_t kBlock = 4096;
+  if (!t.defined() || t.numel() == 0) return 0;
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = t.reshape({-1});
+  // A reduced precision (bf16) is summed in float.
+  auto in = flat.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  int64_t whole = flat.numel() / kBlock * kBlock;
+  double sum = 0;
+  if (whole > 0) {
+    torch::Tensor norms = at::linalg_vector_norm(flat.narrow(0, 0, whole).view({-1, kBlock}), 2, {1}, false, in);
+    sum += norms.to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  if (whole < flat.numel()) sum += flat.narrow(0, whole, flat.numel() - whole).to(torch::kDouble).pow(2).sum().item<double>();
+  return sum;
+}
+
 }  // namespace pt::model

@@ -36,10 +36,18 @@ class FlatParameters {
   // saved of them alike (a Linear's backward reads the weight.t() its forward saved, a view of
   // the buffer). Swapping again restores.
   void swap_weights(std::vector<torch::Tensor>& other);
+  // The sum of every gradient's square (sum_of_squares over the buffers): --clip-grad-norm's norm.
+  double grad_squares() const;
 
  private:
   std::vector<Slot> slots_;
   std::vector<torch::Tensor> weights_, grads_;
 };
+
+// The sum of t's squared elements in double precision, without copying t: blocks of a few
+// thousand elements are summed in t's precision (float's error grows with the count: 4e-4 of a
+// norm over 10M elements) and the blocks in double. A double copy and its square, as this was
+// computed before, held four times a stage's gradient bytes beside what the memory model counts.
+double sum_of_squares(const torch::Tensor& t);
 
 }  // namespace pt::model

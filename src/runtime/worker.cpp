@@ -113,15 +113,11 @@ void Worker::setup(const schedule::Schedule& s) {
 double Worker::global_grad_norm(const schedule::Schedule& s) {
   torch::NoGradGuard no_grad;
   double squares = 0;
-  auto add = [&](const torch::Tensor& g, double sign) {
-    if (g.defined()) squares += sign * g.to(torch::kDouble).pow(2).sum().item<double>();
-  };
   for (auto& [st, rep] : replicas_) {
     const auto& ws = s.stage_workers[st];
-    if (*std::min_element(ws.begin(), ws.end()) != rank_) continue;
-    for (const auto& g : rep->flat().grads()) add(g, 1);
+    if (*std::min_element(ws.begin(), ws.end()) == rank_) squares += rep->flat().grad_squares();
   }
-  for (const auto& [layer, param] : uncounted_) add(model_->layer_parameters(layer).at(param).grad(), -1);
+  for (const auto& [layer, param] : uncounted_) squares -= model::sum_of_squares(model_->layer_parameters(layer).at(param).grad());
   std::vector<int> everyone(s.num_workers());
   std::iota(everyone.begin(), everyone.end(), 0);
   std::vector<torch::Tensor> sum{torch::full({1}, squares, torch::kDouble)};
@@ -308,9 +304,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       // --clip-grad-norm: a synchronous minibatch's scale was worked out before the first step;
       // an asynchronous stage steps on its own and clips by its own gradient's norm.
       if (options_.sgd.clip_grad_norm > 0 && !s.flush) {
-        double squares = 0;
-        for (const auto& g : rep->flat().grads()) squares += g.to(torch::kDouble).pow(2).sum().item<double>();
-        clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (std::sqrt(squares) + 1e-6));
+        clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (std::sqrt(rep->flat().grad_squares()) + 1e-6));
       }
       rep->step(clip_scale_, first_minibatch + a.microbatch);
       break;
