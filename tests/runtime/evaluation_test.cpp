@@ -8,21 +8,28 @@
 #include <chrono>
 #include <thread>
 
+#include "job/worker_runner.h"
 #include "pipeline_test_util.h"
 #include "runtime/thread_transport.h"
 
 namespace pt::runtime {
 namespace {
 
-// The evaluation's activations sent and not yet taken, most at once, over all workers. Credits
-// (one number) are not activations.
-struct InFlight {
+// A count and the most it has reached.
+struct Peak {
   std::atomic<int> now{0}, most{0};
   void add(int k) {
     int n = now.fetch_add(k) + k, seen = most.load();
     while (n > seen && !most.compare_exchange_weak(seen, n)) {
     }
   }
+};
+
+// Over all workers: the evaluation's activations sent and not yet taken; the credits (one
+// number each) whose transfers a worker still holds; the most samples one activation carried.
+struct InFlight : Peak {
+  Peak credits;
+  std::atomic<int64_t> rows{0};
 };
 
 // A worker's transport that counts activations in flight; `slow` takes each received
@@ -34,7 +41,25 @@ class CountingTransport : public Transport {
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override {
-    if (t.numel() > 1) counts_.add(1);
+    if (t.numel() == 1) {
+      struct Credit : PendingTransfer {
+        std::shared_ptr<PendingTransfer> inner;
+        Peak* alive;
+        ~Credit() override { alive->add(-1); }
+        torch::Tensor wait() override { return inner->wait(); }
+      };
+      auto out = std::make_shared<Credit>();
+      out->inner = inner_.isend(t, peer, tag);
+      out->alive = &counts_.credits;
+      counts_.credits.add(1);
+      return out;
+    }
+    if (tag < 0) {  // the evaluation's tags
+      counts_.add(1);
+      int64_t seen = counts_.rows.load();
+      while (t.size(0) > seen && !counts_.rows.compare_exchange_weak(seen, t.size(0))) {
+      }
+    }
     return inner_.isend(t, peer, tag);
   }
   std::shared_ptr<PendingTransfer> irecv(int peer, int64_t tag) override {
@@ -42,9 +67,10 @@ class CountingTransport : public Transport {
       std::shared_ptr<PendingTransfer> inner;
       InFlight* counts;
       bool slow;
+      int64_t tag;
       torch::Tensor wait() override {
         torch::Tensor t = inner->wait();
-        if (t.numel() > 1) {
+        if (t.numel() > 1 && tag < 0) {
           if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(5));
           counts->add(-1);
         }
@@ -53,6 +79,7 @@ class CountingTransport : public Transport {
     };
     auto out = std::make_shared<Counted>();
     out->inner = inner_.irecv(peer, tag);
+    out->tag = tag;
     out->counts = &counts_;
     out->slow = slow_;
     return out;
@@ -113,6 +140,10 @@ void expect_bounded_evaluation(const std::string& kind, int stages, int chunks) 
   for (int st = 1; st < s.num_stages; ++st) links += s.stage_workers[st][0] != s.stage_workers[st - 1][0];
   EXPECT_LE(counts.most.load(), links * (Worker::kEvaluationAhead + 1));
   EXPECT_GE(counts.most.load(), 1);
+  // And the credits a worker sent are let go of as it goes: each was kept to the end (30 a
+  // link), and a transfer held a round sat among the blocks the rounds free (worker.cpp).
+  EXPECT_EQ(counts.credits.now.load(), 0);
+  EXPECT_LE(counts.credits.most.load(), links * (Worker::kEvaluationAhead + 1));
 }
 
 TEST(Evaluation, NoStageRunsMoreThanAFewRoundsAheadOfTheNext) {
@@ -121,6 +152,43 @@ TEST(Evaluation, NoStageRunsMoreThanAFewRoundsAheadOfTheNext) {
   // Two links between the same pair of workers, one each way, and both ways in a V.
   expect_bounded_evaluation("interleaved", 4, 2);
   expect_bounded_evaluation("zb-v", 4, 1);
+}
+
+// A job's evaluations (run_worker_segments) run the training's microbatches, not its whole
+// minibatch: no forward of an evaluation holds more than one of training does (a language
+// model's last stage held 4x training's logits, job/worker_runner.cpp).
+TEST(Evaluation, RunsTheTrainingsMicrobatches) {
+  auto whole = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*whole, 64, 40, 10, 5);
+  PipelineOptions o;
+  o.schedule = "1f1b";
+  o.microbatches = 4;
+  o.train.batch_size = 16;
+  o.train.steps = 2;
+  o.train.quiet = true;
+  o.timeout_s = 20;
+  Job job = make_job(plan::even_split(testing::unit_profile(*whole), 2), o,
+                     *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  ASSERT_TRUE(job.segments.back().evaluate);
+  auto hub = std::make_shared<ThreadHub>(2, o.timeout_s);
+  InFlight counts;
+  std::vector<std::unique_ptr<CountingTransport>> transports;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int w = 0; w < 2; ++w) {
+    transports.push_back(std::make_unique<CountingTransport>(hub, w, counts, false));
+    workers.push_back(std::make_unique<Worker>(w, testing::seeded_cnn(3, model::LayerSet(job.typical->worker_layers(w))),
+                                               data, *transports[w], job.worker));
+  }
+  std::vector<double> accuracy(2, -2);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w)
+    threads.emplace_back([&, w] {
+      run_worker_segments(*workers[w], *transports[w], job, data,
+                          [&](const Segment&, const Evaluation& e, double) { accuracy[w] = e.accuracy; });
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_GE(accuracy[1], 0);  // the last stage evaluated
+  EXPECT_EQ(counts.rows.load(), 4) << "samples in an evaluation's activation (a microbatch: 16 / 4)";
 }
 
 }  // namespace
