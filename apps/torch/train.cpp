@@ -1,6 +1,6 @@
-// pipetrain train: trains a model on one worker, or pipeline-parallel with a plan and a
-// schedule (threads in this process, or one process per worker over gloo): parse, settle the
-// request and make the job (job/), run it, report.
+// pipetrain train: trains a model pipeline-parallel with a plan and a schedule (one worker: a
+// one-stage pipeline), on threads in this process or one process per worker over gloo: parse,
+// settle the request and make the job (job/), run it, report.
 #include <iostream>
 
 #include "apps/command.h"
@@ -11,13 +11,10 @@
 #include "core/error.h"
 #include "core/host_allocator.h"
 #include "job/core_pinning.h"
-#include "job/gloo_job.h"
 #include "job/job_digest.h"
-#include "job/threads_job.h"
+#include "job/road.h"
 #include "model/compute_threads.h"
 #include "profile/emulation.h"
-#include "profile/pipedream_graph.h"
-#include "runtime/launcher.h"
 
 namespace pt::app {
 namespace {
@@ -50,13 +47,19 @@ void check_flags(TrainFlags& flags) {
 void print_training_line(const job::Job& job, const model::LayeredModel& m, const model::DataSplit& data,
                          const std::string& transport, const std::string& label) {
   const plan::Plan& plan = job.plan;
+  int workers = job.workers(), microbatches = job.typical->microbatches;  // pipedream's: 1
+  if (workers == 1 && plan.num_stages() == 1 && microbatches == 1) {  // what single-worker training computes
+    std::cerr << "training " << m.name() << " (" << m.num_layers() << " layers) on " << data.name << ": "
+              << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker"
+              << (label.empty() ? "" : ", " + label) << "\n";
+    return;
+  }
   // Each stage's layers: a split measured here (--stages without --profile) varies with the
   // machine's timing from run to run, and an asynchronous schedule's weights with it.
   std::string layers;
   for (const auto& st : plan.stages)
     layers += str(layers.empty() ? "" : " | ", st.layers.front(),
                   st.layers.size() > 1 ? str("-", st.layers.back()) : std::string());
-  int workers = job.workers(), microbatches = job.typical->microbatches;  // pipedream's: 1
   std::cerr << "training " << m.name() << " on " << data.name << " with " << job.options.schedule << ", plan "
             << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages()
             << (plan.num_stages() == 1 ? " stage: layers " : " stages: layers ") << layers << "), " << microbatches
@@ -86,32 +89,17 @@ int run_train(TrainFlags& flags) {
     throw UsageError(str("--deferred-batch-norm: ", m->name(), " has no BatchNorm pipetrain can defer (`pipetrain "
                          "export` writes them in place of nn.BatchNorm; the zoo's models have none)"));
   r.options.train.seed = flags.model.seed;
-  job::Road road = job::choose_road(r, flags.transport, !flags.trace_path.empty());
-  if (road == job::Road::kAlone) {
-    note_samples_left_out(data.train.size(), r.options.train);
-    std::cerr << "training " << m->name() << " (" << m->num_layers() << " layers) on " << data.name << ": "
-              << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker\n";
-    print_result(runtime::train_single_worker(*flags.model.build_model_only(), data, r.options.train), label);
-    return 0;
-  }
-  bool gloo_worker = road == job::Road::kGlooWorker;
-  // The profile, read once: the split, the zero-bubble budget, the prediction and the memory model.
+  job::Road road = job::choose_road(r, flags.transport);
+  bool leads = road != job::Road::kGlooWorker;  // it says the notes and the training line
   if (flags.model.emulated()) r.profile = flags.model.shared_emulated_profile();
-  else if (!r.profile_path.empty()) r.profile = std::make_shared<const profile::Profile>(profile::read_any_profile(r.profile_path));
-  job::Settled settled = job::settle_request(r, *m, data);
-  note_samples_left_out(data.train.size(), settled.options.train);  // with the batch settled
+  bool pin = !flags.model.emulated() && !flags.no_pin_cores;
+  job::Job job = job::prepare_job(r, road, *m, data, pin, flags.print_job);
+  note_samples_left_out(data.train.size(), job.options.train);  // with the batch settled
   if (flags.print_job) {  // what the workers compare at rendezvous, to compare by hand; nothing written
-    job::PipelineOptions dry = settled.options;
-    dry.checkpoint.dir.clear();
-    job::Job job = job::make_job(settled.plan, dry, *m, data, false);
-    job.options.checkpoint = settled.options.checkpoint;
     std::cout << job::job_digest(job, *m, data).dump(1) << "\n";
     return 0;
   }
-  job::Job job = job::make_job(settled.plan, settled.options, *m, data, !gloo_worker);
-  if (!flags.model.emulated() && !flags.no_pin_cores && job::workers_share_this_host())
-    job::place_workers(job, r.profile.get(), job::usable_cores());
-  if (!gloo_worker) note_resume(job, *m), note_pinned(job, job::usable_cores());
+  if (leads) note_resume(job, *m), note_pinned(job, job::usable_cores());
   ModelFlags model_flags = flags.model;
   // Each worker builds its stages' layers from the seed, as single-worker training builds them.
   auto factory = [model_flags](const model::LayerSet& held) { return model_flags.build_model_only(held); };
@@ -120,22 +108,8 @@ int run_train(TrainFlags& flags) {
     print_modelled_memory(job, flags, label, data.bytes(), result.shared_memory);
     print_throughput(result.train, job, flags, label);
   };
-  if (!gloo_worker) print_training_line(job, *m, data, flags.transport, label);
-  if (road == job::Road::kGlooLauncher) {  // one process per worker on this host: forks of this one, or this binary again
-    runtime::Launch launch = runtime::fork_gloo_job(job.plan, job.workers(), flags.trace_path);
-    if (!launch.worker) {
-      if (launch.status == 0 && !flags.trace_path.empty()) std::cerr << "wrote " << flags.trace_path << "\n";
-      return launch.status;
-    }
-  }
-  if (road != job::Road::kThreads) return job::train_with_gloo(job, factory, *m, data, flags.trace_path, report);
-  auto result = job::run_on_threads(job, factory, data);
-  report(result);
-  if (!flags.trace_path.empty()) {
-    schedule::write_trace(result.trace, flags.trace_path);
-    std::cerr << "wrote " << flags.trace_path << "\n";
-  }
-  return 0;
+  if (leads) print_training_line(job, *m, data, flags.transport, label);
+  return job::run_job(job, road, factory, *m, data, flags.trace_path, report);
 }
 
 Register reg({"train", kTrainDescription, [](CLI::App& app) -> std::function<int()> {

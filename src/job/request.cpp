@@ -91,7 +91,7 @@ void use_schedule_file(const std::string& path, PipelineOptions& options, const 
 
 }  // namespace
 
-Road choose_road(Request& r, const std::string& transport, bool traced) {
+Road choose_road(Request& r, const std::string& transport) {
   auto& o = r.options;
   bool parallel = !r.plan_path.empty() || r.stages > 0 || r.workers > 0 || o.schedule != "none" ||
                   !r.schedule_file.empty();
@@ -99,12 +99,6 @@ Road choose_road(Request& r, const std::string& transport, bool traced) {
   if (!parallel && r.microbatches_given && o.microbatches != 1)
     std::cerr << "note: --microbatches " << o.microbatches << " is for pipelines (--stages, --plan, "
               << "--schedule): one worker trains each minibatch of " << o.train.batch_size << " whole\n";
-  if (!parallel && (!o.checkpoint.dir.empty() || r.recompute || traced)) {
-    o.schedule = "1f1b";
-    o.microbatches = 1;
-    r.workers = 1;
-    parallel = true;
-  }
   // A process the environment counts as one of several workers (torchrun, mpirun) joins them or
   // is refused: alone it would train a model of its own and exit 0 beside the others.
   int world = runtime::gloo_world_size_in_env();
@@ -113,7 +107,11 @@ Road choose_road(Request& r, const std::string& transport, bool traced) {
                          " (its environment says so, as torchrun and mpirun set it), but the command trains one "
                          "worker alone: give the job's plan (--plan PLAN, or --stages N with --profile P, or "
                          "--schedule dp) and --transport gloo"));
-  if (!parallel) return Road::kAlone;
+  if (!parallel) {  // one worker: a one-stage pipeline of one microbatch, on the runtime every schedule runs on
+    o.schedule = "1f1b";
+    o.microbatches = 1;
+    r.workers = 1;
+  }
   r.launched_plan = runtime::launched_plan_path();
   bool launched = runtime::launched_as_gloo_worker();
   if (transport == "threads" && launched && world > 1)

@@ -34,18 +34,19 @@ struct Request {
   bool batch_size_given = false, bucket_given = false;
 };
 
-// How a request runs: one worker alone (runtime::train_single_worker), a pipeline on threads in
-// this process, or one process per worker over gloo, launched from here or joined as one of them.
-enum class Road { kAlone, kThreads, kGlooLauncher, kGlooWorker };
+// How a request runs: a pipeline on threads in this process, or one process per worker over
+// gloo, launched from here or joined as one of them. One worker alone is a one-stage pipeline.
+enum class Road { kThreads, kGlooLauncher, kGlooWorker };
 
-// The road for `request` on `transport` ("threads" or "gloo"). One worker runs as a one-stage
-// pipeline where it asks for a runtime feature (checkpoints, recomputation, a trace: `traced`),
-// which computes what one worker does; the request is changed to say so. A gloo worker takes
-// the launcher's plan (request.launched_plan), so that every worker runs the same one even when
-// it was measured rather than read. UsageError where the environment makes this process one
+// The road for `request` on `transport` ("threads" or "gloo"). A request for no pipeline (no
+// plan, stages, workers or schedule) runs as a one-stage pipeline of one microbatch on one
+// worker, which computes what single-worker training does (tests/runtime/
+// pipeline_equivalence_test.cpp); the request is changed to say so. A gloo worker takes the
+// launcher's plan (request.launched_plan), so that every worker runs the same one even when it
+// was measured rather than read. UsageError where the environment makes this process one
 // worker of several (torchrun, mpirun) and the request would train alone, or could not agree
 // with the others on its plan.
-Road choose_road(Request& request, const std::string& transport, bool traced);
+Road choose_road(Request& request, const std::string& transport);
 
 struct Settled {
   plan::Plan plan;

@@ -198,7 +198,7 @@ TEST(PipelineEquivalence, VSchedulesStepATieBetweenAWorkersChunksOnce) {
   }
 }
 
-// `train --checkpoint-dir` on one worker runs a one-stage pipeline (apps/torch/train.cpp): it
+// `train` on one worker runs a one-stage pipeline (job::choose_road): it
 // must compute what single-worker training does, for the schedules that can run one stage.
 // Training options `t` on one worker (LibTorch's own optimizer and clip_grad_norm_), then on
 // each plan below, every pipeline's weights within 1e-5 of one worker's: mnist-cnn on 2 and 3

@@ -1,0 +1,51 @@
+#include "job/road.h"
+
+#include <iostream>
+
+#include "job/core_pinning.h"
+#include "job/gloo_job.h"
+#include "job/threads_job.h"
+#include "profile/pipedream_graph.h"
+#include "runtime/launcher.h"
+
+namespace pt::job {
+
+Job prepare_job(Request& r, Road road, model::LayeredModel& described, const model::DataSplit& data, bool pin,
+                bool dry) {
+  // The profile, read once: the split, the zero-bubble budget, the prediction and the memory model.
+  if (!r.profile && !r.profile_path.empty())
+    r.profile = std::make_shared<const profile::Profile>(profile::read_any_profile(r.profile_path));
+  Settled settled = settle_request(r, described, data);
+  if (dry) {
+    PipelineOptions options = settled.options;
+    options.checkpoint.dir.clear();
+    Job job = make_job(settled.plan, options, described, data, false);
+    job.options.checkpoint = settled.options.checkpoint;
+    return job;
+  }
+  Job job = make_job(settled.plan, settled.options, described, data, road != Road::kGlooWorker);
+  if (pin && workers_share_this_host()) place_workers(job, r.profile.get(), usable_cores());
+  return job;
+}
+
+int run_job(const Job& job, Road road, const ModelFactory& factory, const model::LayeredModel& described,
+            const model::DataSplit& data, const std::string& trace_path,
+            const std::function<void(const PipelineResult&)>& on_result) {
+  if (road == Road::kGlooLauncher) {  // one process per worker on this host: forks of this one, or this binary again
+    runtime::Launch launch = runtime::fork_gloo_job(job.plan, job.workers(), trace_path);
+    if (!launch.worker) {
+      if (launch.status == 0 && !trace_path.empty()) std::cerr << "wrote " << trace_path << "\n";
+      return launch.status;
+    }
+  }
+  if (road != Road::kThreads) return train_with_gloo(job, factory, described, data, trace_path, on_result);
+  PipelineResult result = run_on_threads(job, factory, data);
+  on_result(result);
+  if (!trace_path.empty()) {
+    schedule::write_trace(result.trace, trace_path);
+    std::cerr << "wrote " << trace_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace pt::job
