@@ -51,7 +51,7 @@ void print_training_line(const job::Job& job, const model::LayeredModel& m, cons
   if (workers == 1 && plan.num_stages() == 1 && microbatches == 1) {  // what single-worker training computes
     std::cerr << "training " << m.name() << " (" << m.num_layers() << " layers) on " << data.name << ": "
               << data.train.size() << " training / " << data.test.size() << " test samples, 1 worker"
-              << (label.empty() ? "" : ", " + label) << "\n";
+              << (transport == "threads" ? "" : ", transport " + transport) << (label.empty() ? "" : ", " + label) << "\n";
     return;
   }
   // Each stage's layers: a split measured here (--stages without --profile) varies with the
