@@ -72,13 +72,15 @@ RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profi
 std::string RunPrediction::describe(const Job& job) const {
   const PipelineOptions& options = job.options;
   std::string s = options.schedule;
-  if (options.schedule != "pipedream") s += str(", ", options.microbatches, " microbatches");
+  if (options.schedule != "pipedream")
+    s += str(", ", options.microbatches, options.microbatches == 1 ? " microbatch" : " microbatches");
   if (schedule::is_interleaved(options.schedule)) s += str(", ", options.chunks, " chunks");
-  std::string on = transport == "threads" ? " workers on threads" : str(" workers as ", transport, " processes");
+  const std::string w = workers == 1 ? " worker" : " workers";
+  std::string on = transport == "threads" ? w + " on threads" : str(w, " as ", transport, " processes");
   s += str(", ", workers,
            calibrated_host          ? on + ", their hand-over as calibrated (--cluster)"
-           : on_cluster             ? " workers on the job's --cluster"
-           : transport == "threads" ? " workers on threads, transfers in memory"
+           : on_cluster             ? w + " on the job's --cluster"
+           : transport == "threads" ? on + ", transfers in memory"
                                     : on + ", their transfers not charged: no --cluster calibrated over " + transport);
   auto rate = [&](double ms) { return static_cast<int64_t>(options.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
