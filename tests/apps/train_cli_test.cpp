@@ -379,6 +379,19 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   EXPECT_EQ(out.find("other optimizer settings"), std::string::npos) << out;
 }
 
+// One worker with no runtime feature asked for runs the one-stage pipeline too (job::choose_road),
+// so its report holds what every pipeline's does: the worker's measured tensors.
+TEST(TrainCli, OneWorkerRunsOnTheRuntimeEveryScheduleRunsOn) {
+  TempDir tmp("one_worker");
+  fs::path log = tmp.path / "log";
+  ASSERT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "4", "--batch-size", "32",
+                 "--quiet"}, log), 0) << slurp(log);
+  std::string out = slurp(log);
+  EXPECT_NE(out.find("test samples, 1 worker\n"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(peak tensor memory per worker \(measured[^\n]*: w0 [0-9.]+ MiB\n)")))
+      << out;
+}
+
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   TempDir tmp("inspect");
   std::string dir = (tmp.path / "ck").string();
