@@ -90,7 +90,7 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                "Minibatches in the data's order (each epoch the same): to compare with another trainer");
   std::string kinds;
   for (const auto& k : schedule::schedule_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
-  flags->schedule_flag = app.add_option("--schedule", flags->request.options.schedule, "Pipeline schedule: " + kinds + " (default: the plan's, or pipedream)")
+  flags->schedule_flag = app.add_option("--schedule", flags->request.options.schedule, "Pipeline schedule: " + kinds + " (default: the plan's, else pipedream, or 1f1b where the stages split a tied parameter)")
       ->check(CLI::IsMember(schedule::schedule_kinds()));
   app.add_option("--plan", flags->request.plan_path, "Plan file from `pipetrain plan`");
   app.add_option("--schedule-file", flags->request.schedule_file,

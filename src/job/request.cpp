@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
+#include "plan/split_ties.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profiler.h"
 #include "runtime/gloo_transport.h"
@@ -60,6 +61,22 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
     throw ConfigError(str("--profile: ", r.profile_path, " has ", prof->num_layers(), " layers but ", m.name(), " has ",
                           m.num_layers()));
   return plan::even_split(*prof, stages);
+}
+
+// The schedule where neither the request nor the plan names one: pipedream, unless the plan's
+// stages split a tie that trains (layers sharing a parameter), which pipedream would train as
+// two copies drifting apart and refuses (runtime/tied_gradients.h); then 1f1b, which sums the
+// copies' gradients before its step, said in a note.
+std::string default_schedule(const plan::Plan& plan, const model::LayeredModel& m) {
+  std::vector<std::vector<int>> ties, stage_layers, stage_workers;
+  for (const auto& g : m.tie_groups())
+    if (g.trains) ties.push_back(g.layers());
+  for (const auto& st : plan.stages) stage_layers.push_back(st.layers), stage_workers.push_back(st.workers);
+  if (plan::split_ties(ties, stage_layers, stage_workers).empty()) return "pipedream";
+  std::cerr << "note: no --schedule given, and the plan's stages split a parameter " << m.name()
+            << "'s layers share, which pipedream (the default) would train as copies drifting apart: training "
+               "with 1f1b, which sums the copies' gradients (--schedule chooses)\n";
+  return "1f1b";
 }
 
 // The plan says how to run it (a planner's joint choice, or the user's): its schedule,
@@ -130,7 +147,8 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   PipelineOptions& options = s.options;
   options = r.options;
   if (!r.schedule_file.empty()) options.schedule = "file";
-  if (options.schedule == "none") options.schedule = "pipedream";
+  bool defaulted = options.schedule == "none";
+  if (defaulted) options.schedule = "pipedream";
   if (r.profile) note_profile_settings(*r.profile, r.profile_path, r.precision, options.train.sgd.kind);
   std::optional<schedule::Schedule> file;  // --schedule-file, read once
   s.plan = pick_plan(r, options, m, data, file);
@@ -141,6 +159,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
   if (!plan.model.empty() && plan.model != m.name())
     throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));
+  if (defaulted && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
   if (!r.schedule_file.empty()) use_schedule_file(r.schedule_file, options, plan, std::move(file));
   // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.

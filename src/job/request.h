@@ -2,7 +2,8 @@
 // What a training request asks for before its plan is settled (`pipetrain train`'s flags, or a
 // library caller's struct), and settle_request, which decides the plan it runs and how: a plan
 // file, a gloo launcher's plan, an even split, data parallelism or a schedule file's stages; the
-// plan's own schedule, microbatches, chunks, bucket and batch where the request gives none; the
+// plan's own schedule, microbatches, chunks, bucket and batch where the request gives none (and
+// where neither names a schedule, pipedream, or 1f1b where the stages split a tie); the
 // zero-bubble schedules' memory budget and the cluster. make_job (job.h) takes what it settles.
 #include <memory>
 #include <string>

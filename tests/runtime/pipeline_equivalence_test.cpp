@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_doc.h"
+#include "job/request.h"
 #include "pipeline_test_util.h"
 #include "schedule/schedule_file.h"
 
@@ -141,6 +142,32 @@ TrainOptions tied_training() {
   t.quiet = true;
   t.evaluate = false;
   return t;
+}
+
+// With no schedule asked for or planned, a plan whose stages split a tie that trains runs 1f1b
+// (pipedream, the default, refuses it: the copies would drift apart); one that keeps each tie in
+// a stage, or a schedule the request names, is left as it is.
+TEST(PipelineEquivalence, ASplitTieTrainsSynchronouslyByDefault) {
+  auto tied = tied_mlp();
+  auto data = model::synthetic_data(*tied, 64, 16, 10, 4);
+  job::Request r;
+  r.options.schedule = "none";
+  r.options.train = tied_training();
+  r.profile = std::make_shared<const profile::Profile>(unit_profile(*tied));
+  r.stages = 2;  // in mid0 | out head: the tie split
+  EXPECT_EQ(job::settle_request(r, *tied, data).options.schedule, "1f1b");
+  r.stages = 1;
+  EXPECT_EQ(job::settle_request(r, *tied, data).options.schedule, "pipedream");
+  r.stages = 2;
+  r.options.schedule = "pipedream";
+  r.schedule_given = true;
+  EXPECT_EQ(job::settle_request(r, *tied, data).options.schedule, "pipedream");
+  auto untied = seeded_cnn(3);
+  job::Request plain;
+  plain.options.schedule = "none";
+  plain.stages = 2;
+  plain.profile = std::make_shared<const profile::Profile>(unit_profile(*untied));
+  EXPECT_EQ(job::settle_request(plain, *untied, setup().data).options.schedule, "pipedream");
 }
 
 // Single-worker training steps a tied weight once per minibatch, as every pipeline does (it
