@@ -65,7 +65,8 @@ struct Cluster {
   // What a worker process holds besides its tensors, as the OS counts it (cluster field
   // "process_bytes"; calibrate measures it): LibTorch's code and data, the transport's and the
   // runtime's buffers. The memory model adds it to each process (schedule/memory.h), so that a
-  // memory cap bounds a worker's peak RSS. 0 for a typed cluster: tensors alone.
+  // memory cap bounds a worker's peak RSS but for the data it loads and, gloo workers on one
+  // host, their transfers' shared memory (train adds both). 0 for a typed cluster: tensors alone.
   int64_t process_bytes = 0;
   // Workers sharing one host's cores (threads, or gloo ranks on one machine): core_rates[n - 1] is
   // the rate of each of n computes running at once, relative to one alone (cluster field

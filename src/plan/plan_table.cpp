@@ -131,8 +131,10 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   for (const auto& n : plan.notes) os << "note: " << n << "\n";
   if (cluster.process_bytes > 0)
     os << "note: memory: a worker process holds " << human_bytes(static_cast<double>(cluster.process_bytes))
-       << " besides its tensors (the cluster's process_bytes, as calibrate measured it): a memory cap bounds a "
-       << "process's peak RSS, and the tensors have the rest\n";
+       << " besides its tensors (the cluster's process_bytes, as calibrate measured it): a memory cap bounds that "
+       << "and the tensors, not the training data each process loads nor, for gloo workers on one host, the shared "
+       << "memory of their transfers (8 MiB a channel, and the all-reduce slots), which `train --profile P --cluster "
+       << "C` adds to its modelled peak RSS\n";
   return os.str();
 }
 
