@@ -136,7 +136,8 @@ Road choose_road(Request& r, const std::string& transport) {
                      "them), but --transport threads trains alone, in one process: give --transport gloo");
   if (transport != "gloo") return Road::kThreads;
   if (!launched) return Road::kGlooLauncher;
-  if (r.launched_plan.empty() && r.plan_path.empty() && r.profile_path.empty() && o.schedule != "dp")
+  bool measured = o.schedule != "dp" && !(r.workers == 1 && r.stages == 0);  // an even split of a profile made here
+  if (r.launched_plan.empty() && r.plan_path.empty() && r.profile_path.empty() && measured)
     throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
                      "computes the same plan (a profile measured by each worker could differ)");
   return Road::kGlooWorker;
