@@ -119,8 +119,9 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                "pipedream: run each minibatch on the newest weights (the paper's stashing alone) instead of "
                "weights predicted as far ahead as its gradient's step");
   app.add_flag("--deferred-batch-norm", flags->request.options.deferred_batch_norm,
-               "BatchNorm's running statistics of the whole minibatch, not of each microbatch (models from "
-               "pipetrain export)");
+               "BatchNorm's running statistics of the whole minibatch, not of each microbatch, every replica's "
+               "microbatches included (without it a replicated stage keeps replica 0's, as DDP does; models "
+               "from pipetrain export)");
   app.add_option("--stale-warmup", flags->request.options.stale_warmup,
                  "pipedream: a stage whose gradients lag s steps warms its learning rate up over this many "
                  "minibatches times s (0: off)")

@@ -3,10 +3,11 @@ running statistics follow the whole minibatch rather than each microbatch.
 
 `pipetrain export` puts one in place of every nn.BatchNorm1d/2d/3d of the model, holding the same
 parameters and buffers under the same names. While its `pt_microbatches` buffer is 1 (the
-default) it computes exactly what nn.BatchNorm computes. The runtime sets it to the number of
-microbatches a stage replica runs per minibatch; then each microbatch is still normalised by
-its own statistics (so gradients do not change), but the running mean and variance are updated
-once, after the minibatch's last microbatch, from the sums over all of them.
+default) it computes exactly what nn.BatchNorm computes. When the runtime defers it (any value
+above 1), each microbatch is still normalised by its own statistics (so gradients do not change),
+but its sums only gather in the pt_* buffers: once per minibatch the runtime adds them up over
+the stage's replicas and folds them into the running mean and variance
+(src/model/deferred_batch_norm.h), reading `momentum_value` and `cumulative` from here.
 """
 import torch
 import torch.nn.functional as F
@@ -39,25 +40,13 @@ class DeferrableBatchNorm(nn.Module):
             raise ValueError(f"expected {self.input_dims}D input (got {x.dim()}D input)")
         if not self.training or int(self.pt_microbatches.item()) <= 1:
             return self._plain(x)
-        # Deferred: this microbatch's statistics normalise it; its sums wait for the others.
+        # Deferred: this microbatch's statistics normalise it; its sums wait for the runtime's fold.
         dims = [0] + list(range(2, x.dim()))
         xd = x.detach().to(torch.float64)
         self.pt_sum.add_(xd.sum(dims))
         self.pt_sum_sq.add_((xd * xd).sum(dims))
         self.pt_count.add_(float(x.numel() // x.size(1)))
         self.pt_seen.add_(1)
-        if int(self.pt_seen.item()) >= int(self.pt_microbatches.item()):
-            n = self.pt_count
-            mean = self.pt_sum / n
-            var = (self.pt_sum_sq / n - mean * mean) * n / (n - 1)  # unbiased, as nn.BatchNorm keeps it
-            self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked.item()) if self.cumulative else self.momentum_value
-            self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
-            self.running_var.mul_(1 - factor).add_(var.to(self.running_var.dtype), alpha=factor)
-            self.pt_seen.zero_()
-            self.pt_count.zero_()
-            self.pt_sum.zero_()
-            self.pt_sum_sq.zero_()
         return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
 
     def _plain(self, x: torch.Tensor) -> torch.Tensor:

@@ -224,31 +224,25 @@ std::vector<TieGroup> LayeredModel::tie_groups() const {
 }
 
 namespace {
-// Deferred BatchNorm's flag buffers in `module`, each set to `microbatches` (unless negative).
-int64_t set_deferred(torch::nn::Sequential module, int64_t microbatches) {
-  static const std::string kFlag = "pt_microbatches";
-  torch::NoGradGuard no_grad;
-  int64_t found = 0;
-  for (auto& b : module->named_buffers()) {
-    const std::string& name = b.key();
-    if (name.size() >= kFlag.size() && name.compare(name.size() - kFlag.size(), kFlag.size(), kFlag) == 0) {
-      if (microbatches >= 0) b.value().fill_(microbatches);
-      ++found;
-    }
-  }
-  return found;
+std::vector<DeferredBatchNorm> deferred_in(const torch::nn::Sequential& module) {
+  std::vector<DeferredBatchNorm> out;
+  for (const auto& child : module->children())
+    if (auto* layer = dynamic_cast<DeferrableLayer*>(child.get()))
+      for (auto& n : layer->deferred_batch_norms()) out.push_back(std::move(n));
+  return out;
 }
 }  // namespace
 
-int64_t LayeredModel::defer_batch_norm(int first, int last, int64_t microbatches) {
-  int64_t found = 0;
-  for (int l = first; l < last; ++l) found += set_deferred(held_layer(l).module, microbatches);
-  return found;
+std::vector<DeferredBatchNorm> LayeredModel::deferred_batch_norms(int first, int last) const {
+  std::vector<DeferredBatchNorm> out;
+  for (int l = first; l < last; ++l)
+    for (auto& n : deferred_in(held_layer(l).module)) out.push_back(std::move(n));
+  return out;
 }
 
 int64_t LayeredModel::deferrable_batch_norms() const {
   int64_t found = 0;
-  for (int l = 0; l < num_layers(); ++l) found += set_deferred(holds(l) ? layers_[l].module : make_layer(l), -1);
+  for (int l = 0; l < num_layers(); ++l) found += static_cast<int64_t>(deferred_in(holds(l) ? layers_[l].module : make_layer(l)).size());
   return found;
 }
 

@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include "model/deferred_batch_norm.h"
 #include "model/precision.h"
 
 namespace pt::model {
@@ -139,10 +140,8 @@ class LayeredModel {
   // A model built in part finds by identity only the ties among the layers it holds, so a model
   // whose layers share a parameter declares its ties here to be built in part.
   void set_tie_groups(std::vector<TieGroup> ties) { declared_ties_ = std::move(ties); }
-  // Deferred BatchNorm (python/pipetrain/batch_norm.py, which `pipetrain export` puts in place of
-  // nn.BatchNorm): its running statistics then follow `microbatches` forwards at once (1: each
-  // forward, nn.BatchNorm's own). Sets every one in layers [first, last); returns how many.
-  int64_t defer_batch_norm(int first, int last, int64_t microbatches);
+  // The deferrable BatchNorms of held layers [first, last) (deferred_batch_norm.h).
+  std::vector<DeferredBatchNorm> deferred_batch_norms(int first, int last) const;
   // How many there are in the model, held or not (a layer not held is built to count them).
   int64_t deferrable_batch_norms() const;
   void train(bool on = true);  // the held layers

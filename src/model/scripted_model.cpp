@@ -35,7 +35,7 @@ void interpret_plainly() { torch::jit::setGraphExecutorOptimize(false); }
 // One layer of the file as a torch::nn::Module: the script module's parameters and buffers are
 // registered as this module's (the same tensors), so the optimizer, weight stashing and
 // checkpoints, which work on parameters(), update what the script module computes with.
-class ScriptedLayerImpl : public torch::nn::Module {
+class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer {
  public:
   explicit ScriptedLayerImpl(torch::jit::Module module) : module_(std::move(module)) {
     for (const auto& p : module_.named_parameters(/*recurse=*/true))
@@ -66,6 +66,33 @@ class ScriptedLayerImpl : public torch::nn::Module {
       owner = owner.attr(path.substr(0, dot)).toModule();
     owner.register_parameter(path, t, /*is_buffer=*/false);
     parameters_[escaped(list[k].name)] = t;
+  }
+
+  // python/pipetrain/batch_norm.py's modules: those holding a pt_microbatches buffer.
+  std::vector<DeferredBatchNorm> deferred_batch_norms() override {
+    std::vector<DeferredBatchNorm> out;
+    for (const auto& sub : module_.named_modules()) {
+      torch::jit::Module m = sub.value;
+      if (!m.hasattr("pt_microbatches")) continue;
+      auto type = m.type();
+      if (!type->hasConstant("momentum_value") || !type->hasConstant("cumulative"))
+        throw FormatError(str("layer module '", sub.name, "' holds pt_microbatches but not the constants of a deferrable "
+                              "BatchNorm (momentum_value, cumulative): export the model again with `pipetrain export`"));
+      auto buffer = [&](const char* name) { return m.attr(name).toTensor(); };
+      DeferredBatchNorm n;
+      n.mode = buffer("pt_microbatches");
+      n.seen = buffer("pt_seen");
+      n.count = buffer("pt_count");
+      n.sum = buffer("pt_sum");
+      n.sum_sq = buffer("pt_sum_sq");
+      n.running_mean = buffer("running_mean");
+      n.running_var = buffer("running_var");
+      n.num_batches_tracked = buffer("num_batches_tracked");
+      n.momentum = type->getConstant("momentum_value").toDouble();
+      n.cumulative = type->getConstant("cumulative").toBool();
+      out.push_back(std::move(n));
+    }
+    return out;
   }
 
   std::vector<std::string> parameter_names() const {

@@ -59,11 +59,12 @@ void Worker::setup(const schedule::Schedule& s) {
                                                    options_.stash_weights && !s.flush, s.weight_versions[st],
                                                    s.recomputes(st), built);
     replicas_[st]->record_weight_sums(options_.record_weight_sums);
-    if (options_.deferred_batch_norm) {  // the forwards this replica runs of one minibatch
-      int64_t forwards = 0;
+    batch_norms_[st] = model_->deferred_batch_norms(first, last);
+    if (options_.deferred_batch_norm && s.flush && !batch_norms_[st].empty()) {
+      int64_t forwards = 0;  // the forwards this replica runs of one minibatch
       for (const Action& a : s.actions[rank_])
         forwards += a.kind == ActionKind::kForward && a.stage == st && a.microbatch / s.microbatches == 0;
-      model_->defer_batch_norm(first, last, std::max<int64_t>(forwards, 1));
+      if (forwards > 1 || ws.size() > 1) deferred_stages_.insert(st);
     }
     std::vector<int> group = ws;
     std::sort(group.begin(), group.end());
@@ -137,6 +138,8 @@ torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro,
 
 void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   setup(s);
+  for (auto& [st, norms] : batch_norms_)
+    for (auto& n : norms) n.set_deferred(deferred_stages_.count(st) > 0);
   entry_version_.clear();
   if (s.vertical_sync) {
     // Every stage steps once per minibatch, so at a segment's start all versions are equal.
@@ -306,9 +309,23 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       if (options_.sgd.clip_grad_norm > 0 && !s.flush) {
         clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (std::sqrt(rep->flat().grad_squares()) + 1e-6));
       }
+      if (deferred_stages_.count(a.stage)) fold_batch_norms(s, a.stage);
       rep->step(clip_scale_, first_minibatch + a.microbatch);
       break;
   }
+}
+
+void Worker::fold_batch_norms(const schedule::Schedule& s, int stage) {
+  auto& norms = batch_norms_.at(stage);
+  std::vector<int> group = s.stage_workers[stage];
+  std::sort(group.begin(), group.end());
+  if (group.size() > 1) {  // every replica folds the whole minibatch's sums, so all keep one set of statistics
+    std::vector<torch::Tensor> sums;
+    for (const auto& n : norms)
+      for (const auto& t : n.sums()) sums.push_back(t);
+    transport_.allreduce_sum(sums, group);
+  }
+  for (auto& n : norms) n.fold();
 }
 
 Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& test, int64_t batch) {

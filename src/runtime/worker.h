@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ struct WorkerOptions {
   // training, where the gradients change fastest, is where stale ones hurt most (PipeMare,
   // Yang et al. 2021, reschedules the rate by delay for that reason).
   int64_t stale_warmup = 100;
-  // BatchNorm's running statistics over the whole minibatch (LayeredModel::defer_batch_norm).
+  // BatchNorm's running statistics over the whole minibatch, every replica's (model/deferred_batch_norm.h).
   bool deferred_batch_norm = false;
   bool record_weight_sums = false;  // tests of weight stashing
   bool shuffle = true;              // TrainOptions::shuffle
@@ -112,6 +113,12 @@ class Worker {
   // Replicated stages' all-reduces (declared after replicas_: destroyed before the buffers).
   std::map<int, std::unique_ptr<GradientBuckets>> buckets_;  // stage -> buckets
   std::unique_ptr<TiedGradients> tied_;  // parameters shared with other stages' layers
+  // Each held stage's deferrable BatchNorms, and whether they defer (--deferred-batch-norm under
+  // a synchronous schedule, where a minibatch reaches a stage as several forwards: on one replica
+  // or over several). Deferred ones fold at the stage's step, their sums added over its replicas.
+  std::map<int, std::vector<model::DeferredBatchNorm>> batch_norms_;
+  std::set<int> deferred_stages_;
+  void fold_batch_norms(const schedule::Schedule& s, int stage);
   // The whole model's gradient norm counts each parameter once: a replicated stage's by its first
   // replica (after the all-reduce every replica holds the sum), a tie split over stages by the
   // stage holding its first copy (after the exchange every copy holds the sum). Its other copies

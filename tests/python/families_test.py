@@ -246,10 +246,13 @@ class Families(unittest.TestCase):
         """--deferred-batch-norm (torchgpipe's meaning): the gradients are the microbatches' as
         before, the running statistics those of training on whole minibatches."""
         case = self.cases["resnet"]
-        for tag, extra in (("deferred-1f1b-2-threads", []), ("deferred-gpipe-3-gloo", ["--transport", "gloo"])):
-            stages = tag.split("-")[2]
-            got = case.train(tag, ["--schedule", tag.split("-")[1], "--stages", stages, "--microbatches", "2",
-                                   "--deferred-batch-norm"] + extra)
+        # dp: each replica runs one of the minibatch's two microbatches, so their sums are
+        # added up before the fold (replica 0's alone were kept before).
+        for tag, extra in (("deferred-1f1b-2-threads", ["--schedule", "1f1b", "--stages", "2"]),
+                           ("deferred-gpipe-3-gloo", ["--schedule", "gpipe", "--stages", "3", "--transport", "gloo"]),
+                           ("deferred-dp-2-threads", ["--schedule", "dp", "--workers", "2"]),
+                           ("deferred-dp-2-gloo", ["--schedule", "dp", "--workers", "2", "--transport", "gloo"])):
+            got = case.train(tag, ["--microbatches", "2", "--deferred-batch-norm"] + extra)
             micro, whole = case.want(2), deferred_reference(case, 2)
             stats = [k for k in micro if "running_" in k]
             self.assertTrue(stats)
