@@ -162,6 +162,12 @@ Plan plan_from_json(const json& doc, const std::string& source) {
       st.layers.push_back(static_cast<int>(l));
     }
     if (st.layers.empty()) f["layers"].fail("must hold at least one layer");
+    // In the profile's order, as a stage runs them: another order was simulated as written (a
+    // stage of [4,3,2,1] 2% slower than [1,2,3,4]) and refused by train's workers.
+    for (size_t i = 1; i < st.layers.size(); ++i)
+      if (st.layers[i] <= st.layers[i - 1])
+        f["layers"].fail(str("must list layers in ascending order, each once, got ", st.layers[i - 1], " then ",
+                             st.layers[i]));
     st.replicas = static_cast<int>(f["replicas"].as_int_in(1, kMaxWorkers));
     replicas += st.replicas;
     if (f.has("workers")) {

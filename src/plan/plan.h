@@ -31,6 +31,10 @@ struct Stage {
 };
 
 struct Plan {
+  // The stages' worker ids, each stage's replicas their own. Under an interleaved or V schedule
+  // the stages are model chunks that share workers, which the schedule places (stage s on worker
+  // s mod p interleaved, on min(s, 2p - 1 - s) in a V): `workers` counts the chunks, and the run
+  // takes the schedule's count (referee::as_run gives the plan as it runs).
   int workers = 1;
   std::vector<Stage> stages;
   std::string model;          // from the profile, when known

@@ -64,8 +64,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                   fixed(st.comm_ms).c_str());
     os << line;
   }
-  // One worker's time and data parallelism's are per minibatch of the profile's batch; a joint
-  // search's step may take several (a pipeline copied r times takes r): compare like with like.
+  // One worker's time is per minibatch of the profile's batch; a joint search's step may take
+  // several (a pipeline copied r times takes r): compare like with like. Both predictions are
+  // per minibatch of the plan's batch.
   double per_step = plan.batch_size > 0 && profile.batch_size > 0
                         ? static_cast<double>(plan.batch_size) / static_cast<double>(profile.batch_size)
                         : 1.0;
@@ -80,7 +81,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
       step += profile::compute_step_ms(profile, l);
     }
   single = single * per_step + step + cluster.action_ms() * (2 * per_step + 1);
-  double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch * per_step;
+  double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch;
   os << "bottleneck: stage " << bottleneck << "\n";
   // A refereed plan's prediction is its simulated steady state (docs/design.md: one timing model);
   // PipeDream's optimizer's is its own formula, and the simulation follows on a line of its own.

@@ -186,6 +186,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.plan = t.plan;
         c.plan.batch_size = t.batch;
         c.run = schedule_options;
+        c.workers = s.num_workers();
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
         take_replay(c, replay_config(s, t.plan, schedule_options, prof, cluster, plan_options.bucket_bytes), joint);
         if (c.objective_ms_per_sample <= best_objective * (1 + 1e-9)) {
@@ -217,7 +218,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   auto ranks_first = [](const Configuration& a, const Configuration& b) {
     double ta = a.objective_ms_per_sample, tb = b.objective_ms_per_sample;
     if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
-    return a.plan.workers < b.plan.workers;
+    return a.workers < b.workers;
   };
   std::stable_sort(r.ranked.begin(), r.ranked.end(), ranks_first);
   // The ranking's replays all used the options' bucket, as the referee's do, and another bucket
@@ -235,24 +236,27 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     const Configuration& first = r.ranked.front();  // validated, as every possible choice above
     schedule::validate(schedule::make_unvalidated_schedule(first.plan.schedule, first.plan, first.run));
   }
-  // The baseline every plan file records: data parallelism's time per minibatch of B.
-  double dp = 0;
+  // The baseline every plan file records: data parallelism's time per minibatch of the plan's
+  // batch (pipeline_ms_per_minibatch's), from its time per sample.
+  double dp_per_sample = 0;
   for (const auto& c : r.ranked)
-    if (c.plan.schedule == "dp" && c.plan.workers == cluster.workers())
-      dp = c.ms_per_sample * static_cast<double>(profile.batch_size);
+    if (c.plan.schedule == "dp" && c.plan.workers == cluster.workers()) dp_per_sample = c.ms_per_sample;
   // A search pinned to another schedule weighed no data parallelism: without a memory cap it is
   // replayed here as `plan` without the joint search replays it (else the table would say "does
   // not fit").
-  if (dp == 0 && joint.memory_cap == 0) dp = simulate_data_parallel(profile, cluster, plan_options, "pipedream");
+  if (dp_per_sample == 0 && joint.memory_cap == 0)
+    dp_per_sample = simulate_data_parallel(profile, cluster, plan_options, "pipedream") /
+                    static_cast<double>(profile.batch_size);
   if (r.ranked.empty()) return r;
   const Configuration& best = r.ranked.front();
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     Configuration& c = r.ranked[i];
-    c.plan.data_parallel_ms_per_minibatch = dp;
+    c.plan.data_parallel_ms_per_minibatch =
+        dp_per_sample * static_cast<double>(c.plan.batch_size > 0 ? c.plan.batch_size : profile.batch_size);
     if (i == 0) continue;
     c.why_not = str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1), "% slower",
                     joint.objective == "time-to-accuracy" && c.staleness > 0 ? " (staleness weighed)" : "",
-                    c.plan.workers < cluster.workers() ? str(" (on ", c.plan.workers, " workers)") : "",
+                    c.workers < cluster.workers() ? str(" (on ", c.workers, " workers)") : "",
                     "; bubble ", fixed(100 * c.simulated.bubble_fraction, 0), "%");
   }
   return r;

@@ -78,6 +78,9 @@ struct Configuration {
   int staleness = 0;                   // updates a stage's weights lag at most
   std::string why_not;                 // for all but the chosen
   schedule::ScheduleOptions run;       // the schedule's options it was replayed with
+  // The workers its schedule runs on: an interleaved or V plan's stages (chunks) share them, and
+  // plan.workers counts the stages.
+  int workers = 0;
 };
 
 struct JointResult {

@@ -49,6 +49,12 @@ TEST(BadPlanFile, NamesFieldAndValue) {
             "p.json: field 'stages[0].layers' has a negative layer index -1");
   EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [], "replicas": 1}]})"),
             "p.json: field 'stages[0].layers' must hold at least one layer");
+  // Another order than the profile's was simulated as written (2% apart) and refused by train's
+  // workers only once training began.
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [1, 0], "replicas": 1}]})"),
+            "p.json: field 'stages[0].layers' must list layers in ascending order, each once, got 1 then 0");
+  EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0, 0], "replicas": 1}]})"),
+            "p.json: field 'stages[0].layers' must list layers in ascending order, each once, got 0 then 0");
   EXPECT_EQ(plan_error(head + R"("workers": 3, "stages": [{"layers": [0], "replicas": 1}, {"layers": [1], "replicas": 1}]})"),
             "p.json: field 'workers' is 3 but the stages' replicas add up to 2");
   EXPECT_EQ(plan_error(head + R"("workers": 2, "stages": [{"layers": [0], "replicas": 2, "workers": [1, 1]}]})"),
