@@ -18,7 +18,8 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
   const bool flush = typical.flush;
   int64_t unit = replica_round(typical, plan);
   auto round_up = [&](int64_t every) { return every > 0 ? (every + unit - 1) / unit * unit : 0; };
-  // Asynchronous: minibatches left until the next cut of each kind; every epoch end cuts both.
+  // Asynchronous: minibatches left until the next cut of each kind; an epoch end cuts an
+  // evaluation (and restarts its count).
   int64_t ck_piece = round_up(checkpoint_every), ev_piece = round_up(eval_every);
   int64_t to_ck = ck_piece, to_ev = ev_piece;
   std::vector<Segment> out;
@@ -43,7 +44,10 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
     } else {
       to_ck -= n;
       to_ev -= n;
-      seg.checkpoint = ck_piece > 0 && (to_ck == 0 || seg.ends_epoch || start >= total_steps);
+      // Counted across epochs, as a synchronous run's are: an epoch's end drains the pipeline for
+      // its evaluation but is no checkpoint of its own (it restarted the count: 6, 12, 16, 22 for
+      // every 6 in epochs of 16).
+      seg.checkpoint = ck_piece > 0 && (to_ck == 0 || start >= total_steps);
       seg.evaluate = seg.ends_epoch || (ev_piece > 0 && to_ev == 0);
       if (seg.checkpoint) to_ck = ck_piece;
       if (seg.evaluate) to_ev = ev_piece;

@@ -203,7 +203,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     transport.barrier();
     phase = "training (between segments)";
     Progress progress(job.first_step + job.steps, run.reports ? options.train.metrics_path : "",
-                      options.train.quiet || !run.reports);
+                      options.train.quiet || !run.reports, job.first_step);
     // A replicated last stage's replicas each compute part of the losses; the others send theirs
     // to the reporter after each segment.
     const std::vector<int>& last = typical.stage_workers.back();

@@ -3,10 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/json_doc.h"
@@ -18,9 +21,9 @@ double wall_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool quiet)
+Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool quiet, int64_t resumed_step)
     : total_(total_steps), tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), csv_path_(metrics_path),
-      start_ms_(wall_ms()) {
+      resumed_step_(resumed_step), start_ms_(wall_ms()) {
   if (!metrics_path.empty()) {
     struct stat st;
     bool through = ::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
@@ -28,10 +31,31 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     csv_partial_ = through ? "" : csv_path_ + ".partial";
     csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
-    if (std::fprintf(csv_, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm\n") < 0 ||
-        std::fflush(csv_) != 0)
-      write_failed();
+    const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm";
+    if (std::fprintf(csv_, "%s\n", header.c_str()) < 0 || std::fflush(csv_) != 0) write_failed();
+    if (resumed_step_ > 0 && !through) keep_earlier_rows(header);
   }
+}
+
+void Progress::keep_earlier_rows(const std::string& header) {
+  std::ifstream in(csv_path_);
+  std::string line;
+  if (!in || !std::getline(in, line) || line != header) return;  // none, or not this format: the run's rows alone
+  while (std::getline(in, line)) {
+    // step and train_s, the first and sixth fields; rows past the checkpoint are trained again
+    std::istringstream row(line);
+    std::string field;
+    int64_t step = 0;
+    double train_s = 0;
+    for (int k = 0; k < 6 && std::getline(row, field, ','); ++k) {
+      if (k == 0) step = std::strtoll(field.c_str(), nullptr, 10);
+      if (k == 5) train_s = std::strtod(field.c_str(), nullptr);
+    }
+    if (step < 1 || step > resumed_step_) continue;
+    if (std::fprintf(csv_, "%s\n", line.c_str()) < 0) write_failed();
+    train_s_before_ = std::max(train_s_before_, train_s);
+  }
+  if (std::fflush(csv_) != 0) write_failed();
 }
 
 Progress::~Progress() {
@@ -78,8 +102,9 @@ void Progress::flush_pending() {
   if (r.test_loss >= 0) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
   char grad_norm[32] = "";
   if (r.grad_norm >= 0) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
-  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s,%s\n", (long long)r.step, (long long)r.epoch, r.loss,
-                   r.samples_per_s, acc, r.train_s, peak, test_loss, grad_norm) < 0 ||
+  // Steps and epochs counted from 1, as the progress lines count them (the column counted epochs from 0).
+  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, r.loss,
+                   r.samples_per_s, acc, train_s_before_ + r.train_s, peak, test_loss, grad_norm) < 0 ||
       std::fflush(csv_) != 0)
     write_failed();
 }
@@ -91,7 +116,8 @@ void Progress::step(const StepRecord& r) {
   if (quiet_) return;
   double now = wall_ms();
   double elapsed_s = (now - start_ms_) / 1000;
-  double eta_s = r.step > 0 ? elapsed_s / r.step * (total_ - r.step) : 0;
+  int64_t done = r.step - resumed_step_;  // by this run
+  double eta_s = done > 0 ? elapsed_s / static_cast<double>(done) * static_cast<double>(total_ - r.step) : 0;
   if (tty_) {
     if (now - last_print_ms_ < 100 && r.step != total_) return;
     const int width = 30;

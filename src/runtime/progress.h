@@ -10,7 +10,7 @@ namespace pt::runtime {
 
 struct StepRecord {
   int64_t step = 0;     // 1-based global step (minibatch)
-  int64_t epoch = 0;    // 0-based
+  int64_t epoch = 0;    // 0-based (the CSV and the lines count from 1)
   double loss = 0;
   double samples_per_s = 0;
   double test_accuracy = -1;  // < 0: not evaluated at this step
@@ -30,7 +30,10 @@ class Progress {
   // there), which replaces metrics_path when the run ends, or fails (its rows up to there). A
   // write that fails (a full disk) removes the partial file and leaves an earlier metrics_path
   // as it was. A device or a FIFO (/dev/stdout) is written through.
-  Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false);
+  // A resumed run (`resumed_step`: the steps its checkpoint holds) keeps metrics_path's rows of
+  // those steps, so the file covers the whole training (a resume wrote its own steps alone over
+  // them), and its train_s goes on from theirs.
+  Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false, int64_t resumed_step = 0);
   ~Progress();
 
   void step(const StepRecord& r);       // after each training step
@@ -41,6 +44,7 @@ class Progress {
   void flush_pending();
   void write_failed();   // throws, after removing the partial file
   void close_csv();      // closes and moves the partial file into place
+  void keep_earlier_rows(const std::string& header);
   StepRecord pending_;  // the last step's row, written when the next step starts (or at finish)
   bool has_pending_ = false;
   int64_t total_;
@@ -49,6 +53,8 @@ class Progress {
   FILE* csv_ = nullptr;
   std::string csv_path_;
   std::string csv_partial_;  // where rows go ("" when written through)
+  int64_t resumed_step_;
+  double train_s_before_ = 0;  // the kept rows' train_s
   double start_ms_;
   double last_print_ms_ = 0;
 };

@@ -36,6 +36,18 @@ TEST(Segments, AsynchronousCutsAtEvaluationsAndCheckpointsInReplicaMultiples) {
   EXPECT_EQ(describe(segments_of("pipedream", 1, 20, 20, 8, 6)), "0+6:e 6+2:c 8+4:e 12+4:c 16+2:e 18+2:ceE ");
 }
 
+TEST(Segments, AsynchronousCheckpointsCountAcrossEpochs) {
+  // Every 5 rounds up to 6 (2 replicas): 6, 12, 18, ... whatever the epochs of 16 (they cut
+  // evaluations); the end of training checkpoints too. The count restarted at each epoch end,
+  // which checkpointed: 6, 12, 16, 22, 28, 32, 38.
+  EXPECT_EQ(describe(segments_of("pipedream", 2, 16, 40, 5, 0)),
+            "0+6:c 6+6:c 12+4:eE 16+2:c 18+6:c 24+6:c 30+2:eE 32+4:c 36+4:ceE ");
+  // A checkpoint every `total` minibatches over 3 epochs is one, at the end.
+  int checkpoints = 0;
+  for (const auto& s : segments_of("pipedream", 2, 16, 48, 48, 0)) checkpoints += s.checkpoint;
+  EXPECT_EQ(checkpoints, 1);
+}
+
 TEST(Segments, SynchronousEvaluatesOnMultiplesOfTheStep) {
   std::string d = describe(segments_of("1f1b", 1, 4, 8, 0, 3));
   EXPECT_EQ(d, "0+1: 1+1: 2+1:e 3+1:eE 4+1: 5+1:e 6+1: 7+1:eE ");

@@ -49,7 +49,8 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
     for (int c = 0; c <= col; ++c) std::getline(ss, f, ',');
     return f;
   };
-  EXPECT_EQ(lines[1].substr(0, 4), "1,0,");
+  EXPECT_EQ(lines[1].substr(0, 4), "1,1,");  // steps and epochs from 1, as the progress lines count
+  EXPECT_EQ(lines[9].substr(0, 4), "9,2,");   // 8 steps an epoch
   EXPECT_EQ(field(1, 4), "");   // not evaluated after step 1
   EXPECT_NE(field(8, 4), "");   // end of epoch 1 (8 steps of 32 of 256 samples)
   EXPECT_NE(field(12, 4), "");  // end of the run
