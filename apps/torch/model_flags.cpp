@@ -23,10 +23,19 @@ void ModelFlags::add_to(CLI::App& app) {
       ->check(CLI::IsMember(model::loss_names()));
   app.add_option("--width", options.width, "Channel/hidden-size multiplier (vgg16, resnet*, lstm-lm, gpt)")
       ->capture_default_str();
-  app.add_option("--image-size", options.image_size, "Square input size for vgg16/resnet* (default 224, or 28 on fashion-mnist)");
-  app.add_option("--classes", options.classes, "Output classes (default from the data set)");
-  app.add_option("--seq-len", options.seq_len, "Tokens per sample for lstm-lm/gpt");
-  app.add_option("--depth", options.depth, "Transformer blocks (gpt) or LSTM layers (lstm-lm)");
+  // 0 is the model's own default inside (model::ModelOptions): given, it would pass for it unsaid.
+  auto not_zero = CLI::Validator(
+      [](std::string& v) {
+        return v.find_first_not_of("0") == std::string::npos ? "must be >= 1, got " + v + " (leave the flag out for the "
+                                                               "model's default)"
+                                                             : std::string();
+      },
+      "", "not 0");
+  app.add_option("--image-size", options.image_size, "Square input size for vgg16/resnet* (default 224, or 28 on fashion-mnist)")
+      ->check(not_zero);
+  app.add_option("--classes", options.classes, "Output classes (default from the data set)")->check(not_zero);
+  app.add_option("--seq-len", options.seq_len, "Tokens per sample for lstm-lm/gpt")->check(not_zero);
+  app.add_option("--depth", options.depth, "Transformer blocks (gpt) or LSTM layers (lstm-lm)")->check(not_zero);
   app.add_option("--data", data,
                  "Data: fashion-mnist, text, synthetic (default: the model's natural data), or your own: FILE.pt "
                  "(torch.save of {'x', 'y'[, 'x_test', 'y_test']}), a DIR of such shards, or FILE.bin, a language "
@@ -116,6 +125,8 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
       model_options.image_size = 28;
       model_options.channels = 1;
     }
+    if (model_options.classes > 0 && model_options.classes != data_split.classes)
+      throw UsageError(str("--classes: fashion-mnist has ", data_split.classes, " classes, got ", model_options.classes));
     model_options.classes = data_split.classes;
   } else if (kind == "text") {
     int64_t seq = model_options.seq_len > 0 ? model_options.seq_len : (model == "gpt" ? 64 : 70);
@@ -134,6 +145,15 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
 }
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSplit* data_out) {
+  // The zoo's sizes: a model file's are its own (they were ignored, and the run trained the file's).
+  const model::ModelOptions zoo;
+  for (const auto& [flag, given] : {std::pair<const char*, bool>{"--width", options.width != zoo.width},
+                                    {"--image-size", options.image_size != zoo.image_size},
+                                    {"--classes", options.classes != zoo.classes},
+                                    {"--seq-len", options.seq_len != zoo.seq_len},
+                                    {"--depth", options.depth != zoo.depth}})
+    if (given)
+      throw UsageError(str(flag, ": sizes the zoo's models; ", model, " has its own (export it again to change it)"));
   auto m = build_model_only(model::LayerSet::none());
   std::cerr << "model file " << model << ": sha256 " << m->file_sha256()
             << " (a model file is code, run as PyTorch runs it: docs/runtime.md, what pipetrain trusts)\n";

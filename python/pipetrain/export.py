@@ -667,6 +667,14 @@ def export(args):
         raise ExportError(f"--kwargs: not JSON: {e}")
     if not isinstance(kwargs, dict):
         raise ExportError(f"--kwargs: expected a JSON object, got {args.kwargs}")
+    if args.layers < 0:
+        raise ExportError(f"--layers: must be >= 0 (0: the model's natural boundaries), got {args.layers}")
+    # Before the work, where the file cannot be written.
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise ExportError(f"-o {args.output}: no folder {folder}")
+    if not os.access(folder, os.W_OK):
+        raise ExportError(f"-o {args.output}: the folder {folder} is not writable")
     dtype = DTYPES[args.input_dtype]
     torch.manual_seed(args.seed)
     if os.path.isfile(args.model):
@@ -676,7 +684,11 @@ def export(args):
             raise ExportError(f"--model: {args.model} is not a TorchScript file: {e}")
         scripted_input = True
     else:
-        model = import_callable(args.model, "--model")(**kwargs)
+        make = import_callable(args.model, "--model")
+        try:
+            model = make(**kwargs)
+        except Exception as e:  # the user's code: a keyword it does not take, or anything it raises
+            raise ExportError(f"--model: {args.model}(**{kwargs}) raised {type(e).__name__}: {e}")
         if not isinstance(model, torch.nn.Module):
             raise ExportError(f"--model: {args.model} returned {type(model).__name__}, not an nn.Module")
         scripted_input = False
@@ -723,15 +735,21 @@ def export(args):
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
             "loss": bool(args.loss), "ties": ties, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"
-    torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta), **records})
-    os.replace(tmp, args.output)
-    # A model file is code (docs/runtime.md): its digest, beside it in sha256sum's format, is
-    # what train and profile check and print, and what checkpoints record.
-    with open(args.output, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    with open(args.output + ".sha256.partial", "w") as f:
-        f.write(f"{digest}  {os.path.basename(args.output)}\n")
-    os.replace(args.output + ".sha256.partial", args.output + ".sha256")
+    try:
+        torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta), **records})
+        os.replace(tmp, args.output)
+        # A model file is code (docs/runtime.md): its digest, beside it in sha256sum's format, is
+        # what train and profile check and print, and what checkpoints record.
+        with open(args.output, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        with open(args.output + ".sha256.partial", "w") as f:
+            f.write(f"{digest}  {os.path.basename(args.output)}\n")
+        os.replace(args.output + ".sha256.partial", args.output + ".sha256")
+    except (OSError, RuntimeError) as e:
+        for partial in (tmp, args.output + ".sha256.partial"):
+            if os.path.exists(partial):
+                os.remove(partial)
+        raise ExportError(f"-o {args.output}: cannot write it: {e}")
     seen = set()
     params = sum(p.numel() for m in children.values() for p in m.parameters() if id(p) not in seen and not seen.add(id(p)))
     multi = sum(1 for b in boundaries if b > 1)

@@ -178,6 +178,21 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                    << "; training with --batch-size " << options.train.batch_size
                    << ", so its predicted throughput does not apply\n";
   }
+  // The microbatches must divide the batch: where the plan file gave either, say so
+  // (check_pipeline_options names the flags, which the user may not have given).
+  bool file_microbatches = plan.microbatches > 0 && !r.microbatches_given && r.schedule_file.empty();
+  bool file_batch = plan.batch_size > 0 && !r.batch_size_given;
+  if ((file_microbatches || file_batch) && options.microbatches > 0 &&
+      options.train.batch_size % options.microbatches != 0) {
+    auto from = [&](bool file, bool given, const char* field, const char* flag) {
+      return file ? str(source, "'s field '", field, "'") : given ? str(flag) : str(flag, "'s default");
+    };
+    throw ConfigError(str(options.microbatches, " microbatches (",
+                          from(file_microbatches, r.microbatches_given || !r.schedule_file.empty(), "microbatches",
+                               r.schedule_file.empty() ? "--microbatches" : "--schedule-file"),
+                          ") do not divide the batch of ", options.train.batch_size, " (",
+                          from(file_batch, r.batch_size_given, "batch_size", "--batch-size"), ")"));
+  }
   // The plan's bucket, where the planner chose one, unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && !r.bucket_given ? plan.bucket_mb : r.bucket_mb;
   // An emulated cluster moves its bytes x B: its buckets are the real ones x B as well.

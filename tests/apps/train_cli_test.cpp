@@ -355,6 +355,39 @@ TEST(TrainCli, SamplesLeftOutOfEachEpochAreNamed) {
       << out;
 }
 
+// A plan file's microbatches that do not divide the batch are named as the file's field (the
+// message named --microbatches and --batch-size, which the user had not given).
+TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
+  TempDir tmp("plan-microbatches");
+  fs::path plan = tmp.path / "plan.json", log = tmp.path / "log";
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 2, "batch_size": 128, "schedule": "1f1b",
+    "microbatches": 3, "stages": [{"layers": [0, 1], "replicas": 1}, {"layers": [2, 3, 4], "replicas": 1}]})";
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--steps", "1",
+                                     "--quiet", "--plan", plan.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int rc = run(args, log);
+    return std::make_pair(rc, slurp(log));
+  };
+  auto [rc, out] = train({});
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("3 microbatches (" + plan.string() + "'s field 'microbatches') do not divide the batch of 128 (" +
+                     plan.string() + "'s field 'batch_size')"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = train({"--batch-size", "64"});
+  EXPECT_NE(out.find("'s field 'microbatches') do not divide the batch of 64 (--batch-size)"), std::string::npos) << out;
+  std::tie(rc, out) = train({"--microbatches", "3"});
+  EXPECT_NE(out.find("3 microbatches (--microbatches) do not divide the batch of 128 (" + plan.string() +
+                     "'s field 'batch_size')"),
+            std::string::npos)
+      << out;
+  // Both from the flags: the flags' own message, a usage error.
+  std::tie(rc, out) = train({"--microbatches", "3", "--batch-size", "64"});
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--microbatches: 3 does not divide --batch-size 64"), std::string::npos) << out;
+}
+
 // A checkpoint resumed under other optimizer settings says which, with both values: a cosine
 // schedule laid over more steps, another learning rate. The same settings say nothing.
 TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
@@ -373,10 +406,30 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   EXPECT_NE(out.find("was trained with other optimizer settings (lr 0.02 -> 0.05; lr schedule cosine over 4 steps -> "
                      "cosine over 8 steps): steps 5 on follow this run's"),
             std::string::npos) << out;
-  train("constant", {"--steps", "4"});
-  out = train("constant", {"--steps", "8", "--resume"});
+  // The metrics file of a resumed run keeps the earlier run's rows (a resume wrote its own over
+  // them), up to the checkpoint: a row past it, as a killed run leaves, is trained again.
+  fs::path metrics = tmp.path / "m.csv";
+  train("constant", {"--steps", "4", "--metrics", metrics.string()});
+  { std::ofstream(metrics, std::ios::app) << "5,1,9.9,1.0,,99.0,,,\n"; }
+  out = train("constant", {"--steps", "8", "--resume", "--metrics", metrics.string()});
   EXPECT_NE(out.find("resuming from"), std::string::npos) << out;
   EXPECT_EQ(out.find("other optimizer settings"), std::string::npos) << out;
+  std::ifstream in(metrics);
+  std::vector<std::string> steps;
+  double train_s = 0;
+  bool grows = true;
+  for (std::string line; std::getline(in, line);) {
+    steps.push_back(line.substr(0, line.find(',')));
+    if (steps.size() == 1) continue;
+    std::stringstream row(line);
+    std::string field;
+    for (int k = 0; k < 6; ++k) std::getline(row, field, ',');
+    grows &= std::stod(field) >= train_s;
+    train_s = std::stod(field);
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"step", "1", "2", "3", "4", "5", "6", "7", "8"})) << slurp(metrics);
+  EXPECT_TRUE(grows) << "train_s goes on from the kept rows: " << slurp(metrics);
+  EXPECT_EQ(slurp(metrics).find("9.9"), std::string::npos) << slurp(metrics);
 }
 
 // One worker with no runtime feature asked for runs the one-stage pipeline too (job::choose_road),

@@ -246,6 +246,11 @@ TEST(TrainFlags, BadValuesNameFlagAndValue) {
       {{"--data", "synthetic", "--model", "vgg16", "--image-size", "100000"}, {"--image-size: must be in 0..4096, got 100000"}},
       {{"--model", "gpt", "--seq-len", "1000000"}, {"--seq-len: must be in 0..65536, got 1000000"}},
       {{"--model", "gpt", "--seq-len", "-5"}, {"--seq-len", "got -5"}},
+      // 0 passed for the model's default, and a class count the data set fixes was let go unsaid.
+      {{"--model", "gpt", "--depth", "0"}, {"--depth: must be >= 1, got 0 (leave the flag out"}},
+      {{"--data", "synthetic", "--model", "resnet18", "--image-size", "0"}, {"--image-size: must be >= 1, got 0"}},
+      {{"--model", "mnist-cnn", "--data", "fashion-mnist", "--classes", "5"},
+       {"--classes: fashion-mnist has 10 classes, got 5"}},
   };
   for (const auto& c : models) {
     TrainRun r = run_train(c.args);

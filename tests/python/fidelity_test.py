@@ -232,6 +232,23 @@ class Fidelity(unittest.TestCase):
             self.assertNotIn("Traceback", r.stderr)
             self.assertFalse(os.path.exists(ck), "a checkpoint folder was made")
 
+    def test_export_errors_are_one_line_naming_the_flag(self):
+        """A folder that is not there, keyword arguments the model does not take and a negative
+        --layers are named in one line (they printed Python tracebacks, or were taken)."""
+        out = os.path.join(self.tmp.name, "no-such-folder", "m.pt")
+        cases = ((["-o", out], f"-o {out}: no folder"),
+                 (["-o", os.path.join(self.tmp.name, "m.pt"), "--kwargs", '{"nope": 1}'],
+                  "--model: torchvision.models:resnet18(**{'nope': 1}) raised TypeError"),
+                 (["-o", os.path.join(self.tmp.name, "m.pt"), "--layers", "-1"],
+                  "--layers: must be >= 0 (0: the model's natural boundaries), got -1"))
+        for extra, needle in cases:
+            r = run_failing([PIPETRAIN, "export", "--model", "torchvision.models:resnet18", "--input-shape", "2,3,32,32"]
+                            + extra)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(needle, r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "m.pt")))
+
     def test_a_language_model_without_loss_lm_is_told_so(self):
         """Token targets of the inputs' shape under the default cross-entropy: the refusal names
         --loss lm and the shift (it named only cross-entropy's [N, 256])."""
