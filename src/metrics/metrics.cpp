@@ -88,6 +88,7 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
   Metrics m;
   m.schedule = t.schedule;
   m.source = t.source;
+  m.memory_known = !t.stage_parameter_bytes.empty();
   // Per minibatch id, in id order: begun, the start of its first compute; done, the end of its
   // last. Indexed by id (the planner computes these for hundreds of replays, where maps took a
   // tenth of its time); ids with no compute are left out.
@@ -250,6 +251,7 @@ json to_json(const Metrics& m) {
           {"samples_per_s", m.samples_per_s},
           {"bubble_fraction", m.bubble_fraction},
           {"peak_memory_bytes", m.peak_memory_bytes()},
+          {"memory_known", m.memory_known},
           {"allreduce_bytes", m.allreduce_bytes},
           {"workers", workers},
           {"links", links}};
@@ -268,15 +270,20 @@ std::string format_metrics(const Metrics& m) {
   os << "\n";
   os << "throughput          " << std::setprecision(1) << m.samples_per_s << " samples/s\n";
   os << "bubble fraction     " << std::setprecision(3) << m.bubble_fraction << "\n";
-  os << "peak stash+weights  " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
+  if (m.memory_known)
+    os << "peak stash+weights  " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
+  else
+    os << "memory              not in a " << m.source << " trace: train prints each worker's measured tensors\n";
   if (m.allreduce_bytes) os << "all-reduced         " << human_bytes(static_cast<double>(m.allreduce_bytes)) << "\n";
-  os << "worker  bubble  stash  versions  activations  weights\n";
+  os << "worker  bubble  stash  versions" << (m.memory_known ? "  activations  weights" : "") << "\n";
   for (size_t w = 0; w < m.workers.size(); ++w) {
     const auto& x = m.workers[w];
     os << std::setw(6) << w << "  " << std::setw(6) << x.bubble_fraction << "  " << std::setw(5) << x.peak_stash << "  "
-       << std::setw(8) << x.weight_versions << "  " << std::setw(11)
-       << human_bytes(static_cast<double>(x.peak_activation_bytes)) << "  "
-       << human_bytes(static_cast<double>(x.weight_bytes)) << "\n";
+       << std::setw(8) << x.weight_versions;
+    if (m.memory_known)
+      os << "  " << std::setw(11) << human_bytes(static_cast<double>(x.peak_activation_bytes)) << "  "
+         << human_bytes(static_cast<double>(x.weight_bytes));
+    os << "\n";
   }
   for (const auto& l : m.links)
     os << "link " << l.from << " -> " << l.to << "  " << human_bytes(static_cast<double>(l.bytes)) << "\n";

@@ -69,6 +69,10 @@ struct Metrics {
   std::vector<WorkerMetrics> workers;
   std::vector<LinkBytes> links;  // point-to-point bytes per directed link, whole trace
   int64_t allreduce_bytes = 0;   // gradient bytes all-reduced, summed over collectives
+  // Whether the trace holds the bytes its memory columns need: a simulated one does; the
+  // runtime's records each forward's output alone (not what autograd keeps for the backward)
+  // and no parameter bytes, so a measured run's memory is train's report, not these columns.
+  bool memory_known = true;
   int64_t peak_memory_bytes() const;  // max over workers
 };
 

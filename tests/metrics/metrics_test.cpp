@@ -160,6 +160,18 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_EQ(m.links[0].to, 1);
   EXPECT_EQ(m.links[0].bytes, 100);
   EXPECT_EQ(to_json(m)["peak_memory_bytes"], 3100);
+  EXPECT_NE(format_metrics(m).find("worker  bubble  stash  versions  activations  weights"), std::string::npos);
+  // The runtime's traces hold no parameter bytes, and each forward's output alone: their memory
+  // columns read "weights 0 B" and a last stage's "activations 4 B" (its loss), as though measured.
+  schedule::Trace runtime = two_stage_trace();
+  runtime.stage_parameter_bytes.clear();
+  std::string text = format_metrics(compute_metrics(runtime));
+  EXPECT_NE(text.find("memory              not in a measured trace: train prints each worker's measured tensors"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("activations"), std::string::npos) << text;
+  EXPECT_EQ(text.find("peak stash+weights"), std::string::npos) << text;
+  EXPECT_FALSE(to_json(compute_metrics(runtime))["memory_known"].get<bool>());
 }
 
 // A trace read from a file may number its minibatches with gaps, up to 10^9: each id present
