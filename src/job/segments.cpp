@@ -18,8 +18,8 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
   const bool flush = typical.flush;
   int64_t unit = replica_round(typical, plan);
   auto round_up = [&](int64_t every) { return every > 0 ? (every + unit - 1) / unit * unit : 0; };
-  // Asynchronous: minibatches left until the next cut of each kind; an epoch end cuts an
-  // evaluation (and restarts its count).
+  // Asynchronous: minibatches left until the next cut of each kind, counted across epochs; an
+  // epoch's end cuts an evaluation besides.
   int64_t ck_piece = round_up(checkpoint_every), ev_piece = round_up(eval_every);
   int64_t to_ck = ck_piece, to_ev = ev_piece;
   std::vector<Segment> out;
@@ -48,9 +48,11 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
       // its evaluation but is no checkpoint of its own (it restarted the count: 6, 12, 16, 22 for
       // every 6 in epochs of 16).
       seg.checkpoint = ck_piece > 0 && (to_ck == 0 || start >= total_steps);
+      // Evaluations too: each epoch's end evaluates besides (the count restarted there, so
+      // --eval-every 10 in epochs of 15 evaluated at 10, 15, 25, 30, where 1f1b does at 10, 15, 20, 30).
       seg.evaluate = seg.ends_epoch || (ev_piece > 0 && to_ev == 0);
       if (seg.checkpoint) to_ck = ck_piece;
-      if (seg.evaluate) to_ev = ev_piece;
+      if (ev_piece > 0 && to_ev == 0) to_ev = ev_piece;
     }
     out.push_back(seg);
   }

@@ -29,8 +29,9 @@ std::string describe(const std::vector<Segment>& segs) {
 }
 
 TEST(Segments, AsynchronousCutsAtEvaluationsAndCheckpointsInReplicaMultiples) {
-  // 2 replicas on stage 0: segments are even; eval every 5 rounds up to 6; epoch of 15 skips 1.
-  EXPECT_EQ(describe(segments_of("pipedream", 2, 15, 30, 0, 5)), "0+6:e 6+6:e 12+2:eE 15+6:e 21+6:e 27+2:eE ");
+  // 2 replicas on stage 0: segments are even; eval every 5 rounds up to 6, counted across the
+  // epochs (the count restarted at each: 15+6, 21+6); epoch of 15 skips 1.
+  EXPECT_EQ(describe(segments_of("pipedream", 2, 15, 30, 0, 5)), "0+6:e 6+6:e 12+2:eE 15+4:e 19+6:e 25+4:eE ");
   EXPECT_EQ(describe(segments_of("pipedream", 2, 15, 30, 0, 0)), "0+14:eE 15+14:eE ");
   // Both kinds: each counts from its own last cut.
   EXPECT_EQ(describe(segments_of("pipedream", 1, 20, 20, 8, 6)), "0+6:e 6+2:c 8+4:e 12+4:c 16+2:e 18+2:ceE ");
