@@ -48,6 +48,14 @@ double simulate_data_parallel(const profile::Profile& profile, const plan::Clust
   return simulate_plan(dp, profile, cluster, options, kind);
 }
 
+double data_parallel_at_its_bucket(const profile::Profile& profile, const plan::Cluster& cluster,
+                                   const plan::PlanOptions& options, const std::string& kind, double at_options_ms) {
+  if (!(at_options_ms > 0)) return at_options_ms;
+  return choose_bucket(plan::data_parallel_plan(profile.num_layers(), cluster.workers()), profile, cluster, options, kind,
+                       at_options_ms)
+      .ms_per_minibatch;
+}
+
 BucketChoice choose_bucket(const plan::Plan& plan, const profile::Profile& profile, const plan::Cluster& cluster,
                            const plan::PlanOptions& options, const std::string& kind, double own_ms,
                            double limit_ms, const schedule::ScheduleOptions& schedule_options) {

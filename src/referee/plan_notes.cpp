@@ -149,10 +149,7 @@ void note_hierarchical_data_parallel(plan::Plan& plan, const Refereed& r, const 
   hier.allreduce = plan::Cluster::Allreduce::kHierarchical;
   // At its own bucket, as data parallelism with the ring is weighed (Refereed::buckets_chosen).
   double dp = simulate_data_parallel(searched.profile, hier, searched.options, r.schedule);
-  if (dp > 0 && r.buckets_chosen)
-    dp = choose_bucket(plan::data_parallel_plan(searched.profile.num_layers(), hier.workers()), searched.profile, hier,
-                       searched.options, r.schedule, dp)
-             .ms_per_minibatch;
+  if (r.buckets_chosen) dp = data_parallel_at_its_bucket(searched.profile, hier, searched.options, r.schedule, dp);
   if (dp > 0 && dp < plan.data_parallel_ms_per_minibatch)
     plan.notes.push_back(str("data parallelism with --allreduce hierarchical (inside each server, then across servers "
                              "a shard each; train runs it with --cluster FILE --allreduce hierarchical) takes ",

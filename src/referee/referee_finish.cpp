@@ -80,6 +80,7 @@ void Referee::periodic_first() {
 // plan more 0.3% faster (AlexNet on 4x4), and the next two of them 9% for none.
 void Referee::own_buckets() {
   const plan::Cluster& cluster = context_.cluster;
+  bool dp_ranked = false;
   for (size_t i = 0; i < r_.ranked.size(); ++i) {
     Candidate& c = r_.ranked[i];
     bool dp = c.plan.num_stages() == 1 && c.plan.workers == cluster.workers();
@@ -97,8 +98,14 @@ void Referee::own_buckets() {
       c.plan.bucket_mb = c.bucket.bucket_mb;
       c.plan.pipeline_ms_per_minibatch = c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
     }
-    if (dp) r_.data_parallel_ms = c.simulated.ms_per_minibatch;
+    if (dp) r_.data_parallel_ms = c.simulated.ms_per_minibatch, dp_ranked = true;
   }
+  // A search without replicas (--straight) ranks no data parallelism: its baseline gets its own
+  // bucket here, as the first plan did (at 25 MiB, a straight plan printed 0.72x over data
+  // parallelism where it is 0.49x).
+  if (!dp_ranked)
+    r_.data_parallel_ms = data_parallel_at_its_bucket(context_.profile, cluster, options(), context_.kind,
+                                                      r_.data_parallel_ms);
   r_.buckets_chosen = true;
   std::stable_sort(r_.ranked.begin(), r_.ranked.end(), ranks_before);
 }

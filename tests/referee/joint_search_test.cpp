@@ -340,6 +340,16 @@ TEST(JointPlan, DataParallelismIsWeighedAtItsOwnBucket) {
     other_batch |= c.plan.batch_size != prof.batch_size;
   }
   EXPECT_TRUE(other_batch) << "no ranked plan takes another batch than the profile's: the check above weighs nothing";
+  // A search pinned to one schedule ranks no data parallelism: its baseline is weighed at its
+  // own bucket too (at 25 MiB, `plan --schedule pipedream` printed 1.23x over data parallelism
+  // where compare's rows gave 0.85x).
+  o.schedules = {"pipedream"};
+  JointResult pinned = joint_search(prof, cluster, po, o);
+  ASSERT_FALSE(pinned.ranked.empty());
+  for (const auto& c : pinned.ranked) {
+    double want = own.ms_per_sample * static_cast<double>(c.plan.batch_size);
+    EXPECT_NEAR(c.plan.data_parallel_ms_per_minibatch, want, 1e-9 * want) << c.plan.shape();
+  }
   schedule::ScheduleOptions so;
   so.microbatches = own.plan.microbatches;
   plan::PlanOptions at = po;

@@ -199,6 +199,22 @@ TEST(Referee, DataParallelismIsWeighedAtItsOwnBucket) {
               1e-9 * first.simulated.ms_per_minibatch);
 }
 
+// A search without replicas (--straight) ranks no data parallelism: its baseline is weighed at
+// its own bucket too (at 25 MiB, a straight plan printed 0.72x over data parallelism where it is 0.49x).
+TEST(Referee, AStraightSearchWeighsDataParallelismAtItsOwnBucket) {
+  OnFourByFour r18("resnet18");
+  plan::PlanOptions o = r18.o;
+  o.straight = true;
+  referee::Refereed own = referee::choose(plan::plan_candidates(r18.prof, r18.cluster, o), r18.prof, r18.cluster, o,
+                                          "pipedream", /*own_buckets=*/true);
+  ASSERT_TRUE(own.buckets_chosen);
+  double at_options = referee::simulate_data_parallel(r18.prof, r18.cluster, o);
+  referee::BucketChoice best = referee::choose_bucket(
+      plan::data_parallel_plan(r18.prof.num_layers(), r18.cluster.workers()), r18.prof, r18.cluster, o, "pipedream");
+  EXPECT_LT(best.ms_per_minibatch, at_options * 0.97) << "the case no longer shows the bucket mattering";
+  EXPECT_NEAR(own.data_parallel_ms, best.ms_per_minibatch, 1e-9 * best.ms_per_minibatch);
+}
+
 // A plan the options' bucket already runs at its physical limit gets no other bucket simulated
 // (referee.h, BucketChoice): ResNet-101's 15-1 on 16 workers at 10 Gbit/s runs at its first
 // stage's compute. Every other size, simulated here, is no faster: the sizes skipped could not
