@@ -554,14 +554,17 @@ def split_traced(model, x, x_other, layers, max_tensors):
     cuts = choose_cuts(graph, node_times(gm, x), layers, max_tensors)
     bounds = [-1] + cuts + [len(graph.ops) - 1]
     spans = [(bounds[j] + 1, bounds[j + 1] + 1) for j in range(len(bounds) - 1)]
-    modules, boundaries = [], []
+    modules, boundaries, exact = [], [], []
     for lo, hi in spans:
         inputs = graph.live_after(lo - 1) if lo > 0 else [graph.input]
         outputs = graph.live_after(hi - 1) if hi < len(graph.ops) else [graph.output.args[0]]
         modules.append(build_layer(graph, lo, hi, inputs, outputs))
         if hi < len(graph.ops):
             boundaries.append(len(outputs))
-    return layer_names(graph, spans), modules, boundaries
+            # Integers packed into a float carrier (token ids beside activations) must cross
+            # stages exact: bf16 holds them only up to 256, so the runtime keeps these in fp32.
+            exact.append(len(outputs) > 1 and any(not graph.layout(v)[1].is_floating_point for v in outputs))
+    return layer_names(graph, spans), modules, boundaries, exact
 
 
 def split_sequential(model, x, layers):
@@ -583,7 +586,7 @@ def split_sequential(model, x, layers):
             groups[j:j + 2] = [groups[j] + groups[j + 1]]
     names = [named[g[0]][0] if len(g) == 1 else f"{named[g[0]][0]}..{named[g[-1]][0]}" for g in groups]
     modules = [torch.nn.Sequential(collections.OrderedDict(named[i] for i in g)) for g in groups]
-    return names, modules, [1] * (len(groups) - 1)
+    return names, modules, [1] * (len(groups) - 1), [False] * (len(groups) - 1)
 
 
 def tie_groups(layers):
@@ -698,9 +701,9 @@ def export(args):
     was_training = model.training
     model.eval()  # analysis must not move BatchNorm's running statistics
     if scripted_input or isinstance(model, torch.nn.Sequential):
-        names, modules, boundaries = split_sequential(model, x, args.layers)
+        names, modules, boundaries, exact = split_sequential(model, x, args.layers)
     else:
-        names, modules, boundaries = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
+        names, modules, boundaries, exact = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
     if 0 < len(names) < args.layers:  # it gave fewer without a word (an ALBERT-style model: 5 of 8)
         print(f"note: --layers {args.layers}: {len(names)} layers are as many as "
               + ("its children give (an nn.Sequential or TorchScript file is cut between children only)"
@@ -732,6 +735,7 @@ def export(args):
         raise ExportError(f"--loss: TorchScript cannot compile the loss: {e}")
     meta = {"format": FORMAT, "source": args.model, "kwargs": kwargs, "layers": names,
             "children": list(children.keys()), "boundary_tensors": boundaries,
+            "exact_boundaries": exact,
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
             "loss": bool(args.loss), "ties": ties, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"

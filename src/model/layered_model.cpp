@@ -163,6 +163,11 @@ std::vector<torch::Tensor> LayeredModel::parameters(int first, int last) const {
   return out;
 }
 
+Precision LayeredModel::wire_precision(int layer) const {
+  bool exact = layer >= 0 && layer < static_cast<int>(exact_outputs_.size()) && exact_outputs_[layer];
+  return exact ? Precision::kFloat32 : precision_;
+}
+
 int64_t LayeredModel::parameter_bytes(int i) const {
   int64_t bytes = 0;
   for (const auto& p : layer_parameters(i)) bytes += p.numel() * static_cast<int64_t>(p.element_size());

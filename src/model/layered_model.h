@@ -91,6 +91,12 @@ class LayeredModel {
   // The precision forward and loss compute in (precision.h): under bf16, in an autocast scope.
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
+  // The precision layer `layer`'s output crosses to the next stage in: the model's, but fp32 for
+  // an output that packs integer tensors (token ids) into a float one, which bf16 would round
+  // (it holds integers exactly up to 256 only: ids past it changed, and past the vocabulary
+  // failed an embedding's lookup). A model file records which (set_exact_outputs).
+  Precision wire_precision(int layer) const;
+  void set_exact_outputs(std::vector<bool> exact) { exact_outputs_ = std::move(exact); }
   // The device's share of an optimizer step. An emulated model (emulated_layer.h) stands for an
   // accelerator whose step over layers [first, last) takes the profile's time, which the host's
   // step on the emulated weights does not: after stepping, a stage calls device_step with the
@@ -161,6 +167,7 @@ class LayeredModel {
   bool is_training_ = true;
   LossFunction custom_loss_;
   Precision precision_ = Precision::kFloat32;
+  std::vector<bool> exact_outputs_;  // [layer]: wire_precision; empty: none
   DeviceStep device_step_;
 };
 

@@ -389,6 +389,18 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
     }
     model->set_tie_groups(std::move(ties));
   }
+  // Outputs that pack an integer tensor into a float one cross stages exact (wire_precision), as
+  // export records them; a file from before the record packs several tensors where it may.
+  std::vector<bool> exact(layers.size(), false);
+  const char* record = meta.has("exact_boundaries") ? "exact_boundaries" : "boundary_tensors";
+  if (meta.has(record)) {
+    JsonField boundaries = meta[record];
+    if (boundaries.size() + 1 != layers.size())
+      boundaries.fail(str("lists ", boundaries.size(), " boundaries but the model has ", layers.size(), " layers"));
+    for (size_t j = 0; j < boundaries.size(); ++j)
+      exact[j] = meta.has("exact_boundaries") ? boundaries[j].as_bool() : boundaries[j].as_int_at_least(1) > 1;
+  }
+  model->set_exact_outputs(std::move(exact));
   bool own_loss = (!per_layer || has_loss) && top.find_method("loss").has_value();
   if (per_layer && has_loss && !own_loss) meta["loss"].fail("is true but the file's module has no loss method");
   if (own_loss && loss.empty()) {

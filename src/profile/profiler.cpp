@@ -237,8 +237,9 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   sizes.pop_back();  // the batch itself is x
   std::vector<torch::Tensor> xs;
   for (int64_t b : sizes) xs.push_back(batch.narrow(0, 0, b));
-  auto on_the_wire = [&](const torch::Tensor& t) {  // what the next stage receives (precision.h)
-    return model::from_wire(model::to_wire(t.detach(), model.precision()), model.precision());
+  auto on_the_wire = [&](const torch::Tensor& t, int layer) {  // what the next stage receives (precision.h)
+    model::Precision wire = model.wire_precision(layer);
+    return model::from_wire(model::to_wire(t.detach(), wire), wire);
   };
   std::vector<torch::nn::Sequential> layers = layers_for_sequence(model, profiler_options);
   const bool in_sequence = !layers.empty();
@@ -271,7 +272,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
         l.timings.push_back(time_layer(model, module, in,
                                        loss_targets.defined() ? loss_targets.narrow(0, 0, sizes[k]) : torch::Tensor(),
                                        profiler_options, small));
-        xs[k] = on_the_wire(small);
+        xs[k] = on_the_wire(small, i);
       }
       main = time_layer(model, module, input, loss_targets, profiler_options, out);
       if (!l.timings.empty()) l.timings.push_back(main);
@@ -280,9 +281,9 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.name = layer.name;
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;
-    l.activation_bytes = model::wire_bytes(out, model.precision());  // what crosses to the next stage
+    l.activation_bytes = model::wire_bytes(out, model.wire_precision(i));  // what crosses to the next stage
     for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
-    torch::Tensor next = on_the_wire(out);
+    torch::Tensor next = on_the_wire(out, i);
     out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
     measure_layer_memory(model, module, input, loss_targets, l);

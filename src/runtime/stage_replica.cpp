@@ -85,8 +85,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     f.predicted = flat_->copy_weights(std::move(reuse));
     optimizer_.predict(f.predicted, predict_steps, minibatch);
   }
-  const model::Precision precision = model_->precision();
-  f.input = first_ > 0 ? model::from_wire(input, precision).detach() : input.detach();
+  f.input = first_ > 0 ? model::from_wire(input, model_->wire_precision(first_ - 1)).detach() : input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
   torch::Tensor out;
   with_weights(f, [&] {
@@ -111,7 +110,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     used_versions_[mb] = f.version;
   }
   in_flight_[mb] = std::move(f);
-  return is_last_ ? out.detach() : model::to_wire(out.detach(), precision);
+  return is_last_ ? out.detach() : model::to_wire(out.detach(), model_->wire_precision(last_ - 1));
 }
 
 std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFlight& f) {

@@ -337,6 +337,28 @@ class HeadOnTheEmbedding(nn.Module):
         return x @ self.wte.weight.T
 
 
+class IdsAgainLater(nn.Module):
+    """Token ids looked up at the start and again two blocks later: a cut between carries the
+    ids beside the activations, packed into one float tensor (export.py's pack)."""
+
+    def __init__(self, vocab=1024, d=16, classes=10):
+        super().__init__()
+        self.first = nn.Embedding(vocab, d)
+        self.block1 = nn.Sequential(nn.Linear(d, 32), nn.ReLU(), nn.Linear(32, d))
+        self.block2 = nn.Sequential(nn.Linear(d, 32), nn.ReLU(), nn.Linear(32, d))
+        self.again = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, ids):
+        h = torch.relu(self.block1(self.first(ids)))
+        h = torch.relu(self.block2(h)) + self.again(ids)
+        return self.head(h.mean(1))
+
+
+def ids_again_later(**kw):
+    return IdsAgainLater(**kw)
+
+
 def gpt(**kw):
     return GPT(**kw)
 
