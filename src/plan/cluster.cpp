@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/input_limits.h"
 #include "core/units.h"
+#include "plan/link_fit.h"
 
 namespace pt::plan {
 
@@ -318,13 +319,8 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     JsonField reduces = record["allreduce"];
     for (size_t i = 0; i < reduces.size(); ++i) {
       JsonField a = reduces[i];
-      std::vector<int> group;
-      for (int64_t w : a["group"].as_int_list()) {
-        if (w < 0 || w >= c.workers())
-          a["group"].fail(str("names worker ", w, ", not among the cluster's ", c.workers(), " workers"));
-        group.push_back(static_cast<int>(w));
-      }
-      measured.emplace_back(group, a["bytes"].as_non_negative(), a["measured_ms"].as_non_negative());
+      measured.emplace_back(read_allreduce_group(a["group"], c.workers()), a["bytes"].as_non_negative(),
+                            a["measured_ms"].as_non_negative());
     }
     c.correct_rings(measured);
   }

@@ -235,11 +235,7 @@ Cluster refit_calibration(const Cluster& calibrated, const std::string& source) 
   for (size_t i = 0; i < reduces.size(); ++i) {
     JsonField a = reduces[i];
     AllreduceCheck c;
-    for (int64_t w : a["group"].as_int_list()) {
-      if (w < 0 || w >= calibrated.workers())
-        a["group"].fail(str("names worker ", w, ", not among the cluster's ", calibrated.workers(), " workers"));
-      c.group.push_back(static_cast<int>(w));
-    }
+    c.group = read_allreduce_group(a["group"], calibrated.workers());
     c.bytes = a["bytes"].as_non_negative();
     c.measured_ms = a["measured_ms"].as_non_negative();
     checks.push_back(c);
@@ -251,6 +247,18 @@ Cluster refit_calibration(const Cluster& calibrated, const std::string& source) 
   Cluster out = calibrated_cluster(shape, levels, checks, action_us, record["transport"].as_string(),
                                    record["when"].as_string());
   out.calibration["refitted"] = true;
+  return out;
+}
+
+std::vector<int> read_allreduce_group(const JsonField& group, int workers) {
+  std::vector<int> out;
+  for (int64_t w : group.as_int_list()) {
+    if (w < 0 || w >= workers) group.fail(str("names worker ", w, ", not among the cluster's ", workers, " workers"));
+    if (std::find(out.begin(), out.end(), static_cast<int>(w)) != out.end())
+      group.fail(str("names worker ", w, " twice"));
+    out.push_back(static_cast<int>(w));
+  }
+  if (out.size() < 2) group.fail(str("names ", out.size(), " worker", out.size() == 1 ? "" : "s", "; an all-reduce joins two or more"));
   return out;
 }
 

@@ -79,4 +79,8 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
 // malformed, or was scaled for an emulation (its levels no longer the measured ones).
 Cluster refit_calibration(const Cluster& calibrated, const std::string& source);
 
+// A measured all-reduce's "group" field (a calibration record's): worker ids of the cluster's
+// `workers`, at least two, each once (one worker's "all-reduce" fitted a time to no transfer).
+std::vector<int> read_allreduce_group(const JsonField& group, int workers);
+
 }  // namespace pt::plan

@@ -301,6 +301,19 @@ TEST(LinkFit, RefitTakesTheRecordsOwnMeasurements) {
   Cluster torn = read;
   torn.calibration["levels"][0]["points_bytes_ms"][1] = {1024};
   refused(torn, "c.json: field 'calibration.levels[0].points_bytes_ms[1]' must be [bytes, ms]");
+  // An all-reduce of one worker, or of one worker twice, was taken and fitted (a time for no transfer).
+  for (auto [group, expected] : {std::pair<json, std::string>{{0}, "names 1 worker; an all-reduce joins two or more"},
+                                 {{1, 1}, "names worker 1 twice"}}) {
+    Cluster odd = read;
+    odd.calibration["allreduce"][0]["group"] = group;
+    refused(odd, "c.json: field 'calibration.allreduce[0].group' " + expected);
+    try {
+      cluster_from_json(to_json(odd), "c.json");
+      ADD_FAILURE() << expected;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
