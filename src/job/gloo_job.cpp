@@ -137,11 +137,17 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
 
 int train_with_gloo(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
                     const model::DataSplit& data, const std::string& trace_path,
-                    const std::function<void(const PipelineResult&)>& on_result) {
+                    const std::function<void(const PipelineResult&)>& on_result, bool started_apart) {
   int rank = -1;
   try {
     runtime::GlooConfig config = runtime::gloo_config_from_env();
     rank = config.rank;
+    // Started by torchrun or mpirun, each worker is given its flags apart: one given --metrics
+    // that does not report wrote nothing and said nothing (this launcher's workers stay quiet).
+    const std::string& metrics = job.options.train.metrics_path;
+    if (started_apart && !metrics.empty() && rank != job.reporting)
+      print_line_to_stderr(str("note: --metrics ", metrics, ": worker ", rank, " does not report; worker ", job.reporting,
+                               " (the last stage's first replica) writes the metrics"));
     PipelineResult r = run_gloo_worker(job, factory, described, data, config);
     if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
     if (rank == r.reporting && on_result) on_result(r);

@@ -41,9 +41,10 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
 // reads the environment, runs the worker, and on the reporting worker calls on_result; each
 // worker writes its trace to trace_path + ".worker<rank>" when trace_path is set (the launcher
 // merges them into trace_path). Returns the exit code; on failure prints
-// "pipetrain worker <rank>: <action>: <cause>" to stderr and returns 1.
+// "pipetrain worker <rank>: <action>: <cause>" to stderr and returns 1. `started_apart`: by
+// torchrun or mpirun, not this launcher.
 int train_with_gloo(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
                     const model::DataSplit& data, const std::string& trace_path,
-                    const std::function<void(const PipelineResult&)>& on_result);
+                    const std::function<void(const PipelineResult&)>& on_result, bool started_apart = false);
 
 }  // namespace pt::job

@@ -38,7 +38,8 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
       return launch.status;
     }
   }
-  if (road != Road::kThreads) return train_with_gloo(job, factory, described, data, trace_path, on_result);
+  if (road != Road::kThreads)
+    return train_with_gloo(job, factory, described, data, trace_path, on_result, road == Road::kGlooWorker);
   PipelineResult result = run_on_threads(job, factory, data);
   on_result(result);
   if (!trace_path.empty()) {
