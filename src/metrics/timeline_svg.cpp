@@ -95,7 +95,7 @@ std::string timeline_svg(const schedule::Trace& t, const std::string& title) {
       os << "<rect x=\"" << x0 << "\" y=\"" << ry << "\" width=\"" << w_px << "\" height=\"" << rh << "\" fill=\""
          << colour(a.kind) << "\" fill-opacity=\"" << (a.chunk % 2 ? 0.6 : 1.0)
          << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << escape(to_string(a)) << " "
-         << e.start_ms << "-" << e.end_ms << " ms</title></rect>\n";
+         << e.start_ms - t0 << "-" << e.end_ms - t0 << " ms</title></rect>\n";  // on the axis's clock
       std::string label = std::to_string(a.microbatch);
       if (!lane && w_px >= 7.0 * label.size() + 2)
         os << "<text x=\"" << x0 + w_px / 2 << "\" y=\"" << y + kRow / 2 + 4 << "\" text-anchor=\"middle\" fill=\""

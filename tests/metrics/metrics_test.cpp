@@ -244,6 +244,11 @@ TEST(Timeline, SvgHasRowsLegendAxisAndLabels) {
   for (const char* part : {"worker 0", "worker 1", "forward F", "backward B", "weight grad W", "time (ms)",
                            "test &lt;title&gt;", ">0B1 9.00-11.00 ms<", "#4e79a7"})
     EXPECT_NE(svg.find(part), std::string::npos) << part;
+  // The tooltips read the axis's clock, which starts at the first event (they read the trace's).
+  Trace later = two_stage_trace();
+  for (auto& worker : later.workers)
+    for (auto& e : worker) e.start_ms += 4.5, e.end_ms += 4.5;
+  EXPECT_NE(timeline_svg(later, "t").find(">0B1 9.00-11.00 ms<"), std::string::npos);
 }
 
 TEST(Timeline, ChromeTraceHasOneEventPerTraceEvent) {
