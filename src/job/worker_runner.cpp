@@ -29,10 +29,9 @@ namespace {
 // one starts; gathered, at the segment's end.
 class LossReport {
  public:
-  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, int64_t first_step,
-             bool gathered)
+  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, bool gathered)
       : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
-        first_step_(first_step), gathered_(gathered), start_ms_(wall_ms()) {}
+        gathered_(gathered), start_ms_(wall_ms()) {}
 
   void add(int64_t minibatch, double loss) {
     if (!gathered_) {
@@ -74,13 +73,15 @@ class LossReport {
     }
     recent_.push_back(loss);
     last_loss_ = loss;
+    ++reported_;
     double secs = train_seconds();
     // The time its segment's training ended, where reported after it (gathered losses).
     if (auto t = trained_secs_.upper_bound(minibatch); t != trained_secs_.end()) secs = t->second;
     trained_secs_.erase(trained_secs_.begin(), trained_secs_.upper_bound(minibatch + 1));
     auto account = model::charged_account();
-    StepRecord rec{minibatch + 1, minibatch / per_epoch_, loss,
-                   (minibatch + 1 - first_step_) * batch_size_ / std::max(secs, 1e-9), -1, secs,
+    // Samples of the minibatches trained: an asynchronous run with replicas skips a few at each
+    // epoch's end, which the step numbers (positions in the data's order) count.
+    StepRecord rec{minibatch + 1, minibatch / per_epoch_, loss, reported_ * batch_size_ / std::max(secs, 1e-9), -1, secs,
                    account ? account->peak() : -1};
     rec.grad_norm = grad_norm;
     progress_.step(rec);
@@ -89,7 +90,7 @@ class LossReport {
   Progress& progress_;
   int64_t per_epoch_, batch_size_;
   int microbatches_;
-  int64_t first_step_;
+  int64_t reported_ = 0;  // minibatches reported by this run
   bool gathered_;
   Pending pending_;
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
@@ -202,14 +203,17 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     // evaluations (run_worker_segments times them from a barrier).
     transport.barrier();
     phase = "training (between segments)";
-    Progress progress(job.first_step + job.steps, run.reports ? options.train.metrics_path : "",
-                      options.train.quiet || !run.reports, job.first_step);
+    // Counted as the steps are, by position in the data's order (past minibatches skipped).
+    int64_t last_step = job.segments.empty() ? job.first_step + job.steps
+                                             : job.segments.back().first_minibatch + job.segments.back().minibatches;
+    Progress progress(last_step, run.reports ? options.train.metrics_path : "", options.train.quiet || !run.reports,
+                      job.first_step);
     // A replicated last stage's replicas each compute part of the losses; the others send theirs
     // to the reporter after each segment.
     const std::vector<int>& last = typical.stage_workers.back();
     bool gathered = last.size() > 1;
     bool sends_losses = gathered && !run.reports && std::count(last.begin(), last.end(), transport.rank()) > 0;
-    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, job.first_step, gathered);
+    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss) pairs, to send
     if (run.reports) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
