@@ -42,6 +42,9 @@ void check_flags(TrainFlags& flags) {
   if (o.checkpoint.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", o.checkpoint.every));
   if (!o.checkpoint.dir.empty() && o.checkpoint.every == 0 && !o.checkpoint.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";
+  if (o.checkpoint.dir.empty() && o.checkpoint.every > 0)
+    std::cerr << "note: --checkpoint-every " << o.checkpoint.every << " without --checkpoint-dir: no checkpoint is "
+              << "written (--checkpoint-dir D writes them)\n";
 }
 
 void print_training_line(const job::Job& job, const model::LayeredModel& m, const model::DataSplit& data,

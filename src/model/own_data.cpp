@@ -94,6 +94,13 @@ torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const st
   } catch (const c10::Error& e) {
     model.train(true);
     throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // TorchScript's interpreter raises its own kind, its traceback in what()
+    model.train(true);
+    std::string why = e.what();
+    size_t last = why.find_last_not_of("\n");
+    size_t line = why.rfind('\n', last == std::string::npos ? 0 : last);
+    throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ",
+                          line == std::string::npos ? why : why.substr(line + 1)));
   }
   model.train(true);
   return out;
@@ -328,7 +335,10 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   for (int64_t i = 0; i < test_n; ++i) rows[static_cast<size_t>(i)] = i;
   split.test = {test_stream.gather(rows, false), test_stream.gather(rows, true)};
   // Ids against the vocabulary the model outputs, and its embedding: the window of the largest.
-  torch::Tensor out = probe_output(model, split.test.inputs, separate ? val : path);
+  // The vocabulary is read from a forward of id 0, which every embedding holds: the test's own
+  // first windows, holding an id past it, failed the lookup in a TorchScript traceback.
+  torch::Tensor first = split.test.inputs.narrow(0, 0, std::min<int64_t>(1, split.test.inputs.size(0)));
+  torch::Tensor out = probe_output(model, torch::zeros_like(first), separate ? val : path);
   int64_t vocab = out.size(-1);
   for (const TokenFile* f : {&train, &test})
     if (f->max_id >= vocab)

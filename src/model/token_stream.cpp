@@ -46,7 +46,8 @@ TokenFile scan_token_file(const std::string& path, const std::string& dtype) {
   if (dtype != "uint16" && dtype != "uint32")
     throw UsageError(str("--token-dtype: must be uint16 or uint32, got '", dtype, "'"));
   f.token_bytes = dtype == "uint16" ? 2 : 4;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, so that a FIFO is refused below rather than waited on for a writer (it hung).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw UsageError(str("--data: cannot open ", path, ": ", std::strerror(errno)));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
