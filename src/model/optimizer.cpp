@@ -11,11 +11,16 @@ const std::vector<std::string>& optimizer_kinds() {
 }
 
 double learning_rate(const OptimizerOptions& optimizer_options, int64_t step) {
+  const int64_t warmup = std::max<int64_t>(optimizer_options.warmup_steps, 0), total = optimizer_options.total_steps;
+  const int64_t ramp = std::max(warmup, optimizer_options.stale_warmup_steps);
   double lr = optimizer_options.lr;
-  if (optimizer_options.warmup_steps > 0 && step < optimizer_options.warmup_steps) lr *= static_cast<double>(step + 1) / optimizer_options.warmup_steps;
-  if (optimizer_options.lr_schedule == "cosine" && optimizer_options.total_steps > 0) {
-    double t = std::clamp(static_cast<double>(step) / optimizer_options.total_steps, 0.0, 1.0);
-    lr *= 0.5 * (1 + std::cos(M_PI * t));
+  if (step < ramp) lr *= static_cast<double>(step + 1) / static_cast<double>(ramp);
+  // The cosine from the rate over the steps after the warm-up, as LM recipes lay them (nanoGPT's,
+  // transformers' cosine schedule with warm-up). The two were multiplied from step 0, so a
+  // warm-up of 100 in 150 steps never reached 0.4 of the rate.
+  if (optimizer_options.lr_schedule == "cosine" && total > 0 && step >= warmup) {
+    double span = static_cast<double>(std::max<int64_t>(total - warmup, 1));
+    lr *= 0.5 * (1 + std::cos(M_PI * std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0)));
   }
   return lr;
 }

@@ -30,6 +30,9 @@ struct OptimizerOptions {
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;
+  // pipedream: a stale stage's longer ramp (runtime/worker.h, stale_warmup); the cosine still
+  // starts after warmup_steps, as on every other stage.
+  int64_t stale_warmup_steps = 0;
   // > 0: before each step the gradient is scaled to at most this norm, as PyTorch's
   // clip_grad_norm_ scales it: by max / (norm + 1e-6) where that is under 1. The norm is the whole
   // model's under a synchronous schedule (every stage's gradient, a replicated stage's and a
@@ -47,7 +50,9 @@ struct OptimizerOptions {
 // The optimizer kinds train accepts, for its flag and its errors.
 const std::vector<std::string>& optimizer_kinds();
 
-// The learning rate of the step that applies minibatch `step` (0-based).
+// The learning rate of the step that applies minibatch `step` (0-based): a linear warm-up over
+// warmup_steps (or a stale stage's longer one) to lr, then (cosine) half a cosine from lr to 0
+// over the steps of total_steps after warmup_steps.
 double learning_rate(const OptimizerOptions& optimizer_options, int64_t step);
 
 // Steps the flat buffers of a stage replica in place: a few whole-buffer passes and no

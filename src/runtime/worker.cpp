@@ -51,7 +51,7 @@ void Worker::setup(const schedule::Schedule& s) {
       // The stage's delay: its versions in flight less the newest; under vertical sync every
       // stage runs on the version stage 0 had, so stage 0's delay.
       int64_t delay = s.weight_versions[s.vertical_sync ? 0 : st] - 1;
-      sgd.warmup_steps = std::max<int64_t>(sgd.warmup_steps, options_.stale_warmup * delay);
+      sgd.stale_warmup_steps = options_.stale_warmup * delay;
     }
     std::vector<const StageReplica*> built;  // a tie group's copies here are one tensor, held by the first
     for (const auto& [other, r] : replicas_) built.push_back(r.get());

@@ -2,6 +2,8 @@
 // gradient buckets that all-reduce during the backward (runtime/gradient_buckets.h).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "model/memory_meter.h"
 #include "pipeline_test_util.h"
 #include "runtime/gradient_buckets.h"
@@ -133,6 +135,35 @@ TEST(Sgd, FlatAdamIsTorchAdamExactly) {
 
 // Weight prediction (SpecTrain): a copy of the weights moved `steps` updates along momentum's
 // velocity, w - steps * lr * buf, at the learning rate of the given step; the weights stay.
+// A warm-up, then the cosine over the steps after it (nanoGPT's and transformers' schedule): the
+// two were multiplied from step 0, so a warm-up of 100 in 150 steps never passed 0.4 of the rate.
+TEST(Sgd, CosineDecaysFromTheRateAfterTheWarmUp) {
+  model::OptimizerOptions o;
+  o.lr = 0.5;
+  o.lr_schedule = "cosine";
+  o.total_steps = 150;
+  o.warmup_steps = 100;
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 0), 0.5 / 100);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 49), 0.5 * 50 / 100);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 100), 0.5);  // the rate itself, once warmed up
+  EXPECT_NEAR(model::learning_rate(o, 125), 0.5 * 0.5 * (1 + std::cos(M_PI * 25 / 50)), 1e-15);
+  EXPECT_NEAR(model::learning_rate(o, 150), 0, 1e-15);
+  o.warmup_steps = 0;  // no warm-up: the cosine over every step
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 0), 0.5);
+  EXPECT_NEAR(model::learning_rate(o, 75), 0.25, 1e-15);
+  // A stale stage ramps up longer (pipedream), its cosine starting where every stage's does.
+  o.warmup_steps = 100;
+  o.stale_warmup_steps = 120;
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 99), 0.5 * 100 / 120);
+  EXPECT_NEAR(model::learning_rate(o, 110), 0.5 * 111 / 120 * 0.5 * (1 + std::cos(M_PI * 10 / 50)), 1e-15);
+  EXPECT_NEAR(model::learning_rate(o, 130), 0.5 * 0.5 * (1 + std::cos(M_PI * 30 / 50)), 1e-15);
+  o.stale_warmup_steps = 0;
+  o.lr_schedule = "constant";
+  o.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 1), 0.25);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 10), 0.5);
+}
+
 TEST(Sgd, PredictionFollowsTheVelocity) {
   auto m = seeded_cnn(9);
   model::FlatParameters flat(m->parameters());
