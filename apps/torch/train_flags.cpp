@@ -60,7 +60,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
       ->capture_default_str();
   flags->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)")
                       ->check(CLI::Range(int64_t{0}, int64_t{1000000000000}));
-  flags->batch_size_flag = app.add_option("--batch-size", t.batch_size, "Minibatch size (emulated: the profile's)")
+  flags->batch_size_flag = app.add_option("--batch-size", t.batch_size,
+                                          "Minibatch size (where not given: a plan's batch, or an emulated run's profile's)")
                            ->capture_default_str();
   app.add_option("--optimizer", t.sgd.kind,
                  "sgd (momentum, L2 weight decay), adam (L2 weight decay, as torch.optim.Adam) or adamw (decoupled "

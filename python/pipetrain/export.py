@@ -762,6 +762,12 @@ def export(args):
     print(f"sha256 {digest} (in {args.output}.sha256)")
     for n in names:
         print(f"  {n}")
+    held = {id(p) for m in children.values() for p in m.parameters()}
+    unused = [n for n, p in model.named_parameters() if id(p) not in held]
+    if unused:  # a head kept for later, a branch switched off: said, since they go untrained
+        shown = ", ".join(unused[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+        print(f"note: {len(unused)} of the model's parameters are not in the file, as its forward never uses them: "
+              f"{shown}; they are not trained, and pipetrain.weights leaves them as they were", file=sys.stderr)
     for g in ties:
         print("tied (one parameter; its gradients are summed across stages): " +
               " = ".join(f"{m['parameter']} (layer {m['layer']}, '{names[m['layer']]}')" for m in g))

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "model/memory_meter.h"
+#include "model/optimizer.h"
 #include "runtime/checkpoint.h"
 #include "runtime/progress.h"
 
@@ -29,9 +30,10 @@ namespace {
 // one starts; gathered, at the segment's end.
 class LossReport {
  public:
-  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, bool gathered)
+  LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, bool gathered,
+             const model::OptimizerOptions& schedule)
       : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
-        gathered_(gathered), start_ms_(wall_ms()) {}
+        gathered_(gathered), schedule_(schedule), start_ms_(wall_ms()) {}
 
   void add(int64_t minibatch, double loss) {
     if (!gathered_) {
@@ -84,6 +86,7 @@ class LossReport {
     StepRecord rec{minibatch + 1, minibatch / per_epoch_, loss, reported_ * batch_size_ / std::max(secs, 1e-9), -1, secs,
                    account ? account->peak() : -1};
     rec.grad_norm = grad_norm;
+    rec.lr = model::learning_rate(schedule_, minibatch);
     progress_.step(rec);
   }
 
@@ -92,6 +95,7 @@ class LossReport {
   int microbatches_;
   int64_t reported_ = 0;  // minibatches reported by this run
   bool gathered_;
+  model::OptimizerOptions schedule_;  // the run's learning-rate schedule (a stale stage's ramp apart)
   Pending pending_;
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
   std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
@@ -213,7 +217,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     const std::vector<int>& last = typical.stage_workers.back();
     bool gathered = last.size() > 1;
     bool sends_losses = gathered && !run.reports && std::count(last.begin(), last.end(), transport.rank()) > 0;
-    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered);
+    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered, job.optimizer());
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss) pairs, to send
     if (run.reports) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });

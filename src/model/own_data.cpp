@@ -306,6 +306,8 @@ constexpr int64_t kMostTestWindows = 1024;
 DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& dtype,
                             const std::string& eval_path) {
   std::vector<int64_t> shape = model.sample_shape();
+  if (model.task() != Task::kLanguageModel && model.integer_input() && shape.size() == 1)
+    throw UsageError(str("--data ", path, ": a file of token ids trains a language model; give --loss lm"));
   if (model.task() != Task::kLanguageModel || !model.integer_input() || shape.size() != 1)
     throw UsageError(str("--data ", path, ": a file of token ids trains a language model that takes [N, T] token ids ",
                          "(a model file exported with --input-dtype int64, trained with --loss lm); ", model.name(),
@@ -318,7 +320,7 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   if (!eval_path.empty() && ::stat(eval_path.c_str(), &b) != 0)
     throw UsageError(str("--eval-data: ", eval_path, " does not exist"));
   bool separate = ::stat(val.c_str(), &b) == 0 && ::stat(path.c_str(), &a) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
-  TokenFile test = separate ? scan_token_file(val, dtype) : train;
+  TokenFile test = separate ? scan_token_file(val, dtype, eval_path.empty() ? "val.bin beside --data" : "--eval-data") : train;
   int64_t n = TokenStream::windows(train.tokens, seq);
   int64_t held = separate ? 0 : n / 10;
   if (n - held < 1 || (separate ? TokenStream::windows(test.tokens, seq) : held) < 1)

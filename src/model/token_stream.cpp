@@ -40,7 +40,7 @@ int64_t id_at(const char* p, int64_t token_bytes) {
 
 }  // namespace
 
-TokenFile scan_token_file(const std::string& path, const std::string& dtype) {
+TokenFile scan_token_file(const std::string& path, const std::string& dtype, const std::string& flag) {
   TokenFile f;
   f.path = path;
   if (dtype != "uint16" && dtype != "uint32")
@@ -48,11 +48,11 @@ TokenFile scan_token_file(const std::string& path, const std::string& dtype) {
   f.token_bytes = dtype == "uint16" ? 2 : 4;
   // Non-blocking, so that a FIFO is refused below rather than waited on for a writer (it hung).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw UsageError(str("--data: cannot open ", path, ": ", std::strerror(errno)));
+  if (fd < 0) throw UsageError(str(flag, ": cannot open ", path, ": ", std::strerror(errno)));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw UsageError(str("--data: ", path, " is not a regular file"));
+    throw UsageError(str(flag, ": ", path, " is not a regular file"));
   }
   int64_t size = st.st_size;
   if (size % f.token_bytes != 0) {
@@ -88,7 +88,7 @@ TokenStream::TokenStream(TokenFile file, int64_t seq_len, int64_t first, int64_t
   PT_CHECK(seq_len_ > 0 && first_ >= 0 && count_ >= 0 && first_ + count_ <= windows(file_.tokens, seq_len_),
            "windows ", first_, "+", count_, " of ", file_.path);
   fd_ = ::open(file_.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(str("--data: cannot open ", file_.path, ": ", std::strerror(errno)));
+  if (fd_ < 0) throw Error(str(file_.path, ": cannot open: ", std::strerror(errno)));
 }
 
 TokenStream::~TokenStream() {

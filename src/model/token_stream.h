@@ -23,8 +23,9 @@ struct TokenFile {
 };
 
 // Reads `path` through once (CRC-32, the largest id), in chunks. FormatError naming the file:
-// a size that is not a whole number of ids of `dtype` ("uint16" or "uint32").
-TokenFile scan_token_file(const std::string& path, const std::string& dtype);
+// a size that is not a whole number of ids of `dtype` ("uint16" or "uint32"). `flag` names where
+// the path came from in a UsageError ("--data", "--eval-data", "val.bin beside --data").
+TokenFile scan_token_file(const std::string& path, const std::string& dtype, const std::string& flag = "--data");
 
 class TokenStream : public SampleStore {
  public:

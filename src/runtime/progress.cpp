@@ -31,7 +31,7 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     csv_partial_ = through ? "" : csv_path_ + ".partial";
     csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
-    const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm";
+    const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
     if (std::fprintf(csv_, "%s\n", header.c_str()) < 0 || std::fflush(csv_) != 0) write_failed();
     if (resumed_step_ > 0 && !through) keep_earlier_rows(header);
   }
@@ -102,9 +102,11 @@ void Progress::flush_pending() {
   if (r.test_loss >= 0) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
   char grad_norm[32] = "";
   if (r.grad_norm >= 0) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
+  char lr[32] = "";
+  if (r.lr >= 0) std::snprintf(lr, sizeof lr, "%.6g", r.lr);
   // Steps and epochs counted from 1, as the progress lines count them (the column counted epochs from 0).
-  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, r.loss,
-                   r.samples_per_s, acc, train_s_before_ + r.train_s, peak, test_loss, grad_norm) < 0 ||
+  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, r.loss,
+                   r.samples_per_s, acc, train_s_before_ + r.train_s, peak, test_loss, grad_norm, lr) < 0 ||
       std::fflush(csv_) != 0)
     write_failed();
 }

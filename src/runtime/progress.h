@@ -20,6 +20,7 @@ struct StepRecord {
   // The whole model's gradient norm before clipping (--clip-grad-norm under a synchronous
   // schedule, or one worker's; < 0: not computed).
   double grad_norm = -1;
+  double lr = -1;  // the learning rate the step applied (the schedule's, warm-up and decay; < 0: not known)
 };
 
 class Progress {

@@ -108,16 +108,15 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   TrainResult result;
   std::deque<double> recent;
   double train_ms = 0;
+  model::OptimizerOptions schedule = train_options.sgd;
+  schedule.total_steps = total;
   for (int64_t step = 0; step < total; ++step) {
     double t0 = wall_ms();
     auto idx = sampler.batch(step);
     auto x = data.train.gather_inputs(idx);
     auto y = data.train.gather_targets(idx);
-    for (auto& group : optimizer->param_groups()) {
-      model::OptimizerOptions schedule = train_options.sgd;
-      schedule.total_steps = total;
-      group.options().set_lr(model::learning_rate(schedule, step));
-    }
+    double lr = model::learning_rate(schedule, step);
+    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
     optimizer->zero_grad();
     auto loss = model.loss(model.forward(x), y);
     loss.backward();
@@ -134,6 +133,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     StepRecord rec{step + 1, step / per_epoch, loss_value, (step + 1) * train_options.batch_size / (train_ms / 1000), -1,
                    train_ms / 1000};
     rec.grad_norm = grad_norm;
+    rec.lr = lr;
     progress.step(rec);
     bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (train_options.evaluate && (epoch_end || (train_options.eval_every > 0 && (step + 1) % train_options.eval_every == 0))) {

@@ -102,6 +102,17 @@ TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
   write_ids(d.path / "ok.bin", std::vector<uint16_t>(801, 1));
   std::string wrong = error_of([&] { load_own_data((d.path / "ok.bin").string(), *classifier); });
   EXPECT_NE(wrong.find("a file of token ids trains a language model"), std::string::npos) << wrong;
+  // A test set that cannot be read is named by where it came from (both said --data).
+  fs::create_directories(d.path / "dir.bin");
+  std::string given =
+      error_of([&] { load_own_data((d.path / "ok.bin").string(), *m, "uint16", (d.path / "dir.bin").string()); });
+  EXPECT_NE(given.find("--eval-data: " + (d.path / "dir.bin").string() + " is not a regular file"), std::string::npos)
+      << given;
+  fs::create_directories(d.path / "val.bin");
+  std::string beside = error_of([&] { load_own_data((d.path / "ok.bin").string(), *m); });
+  EXPECT_NE(beside.find("val.bin beside --data: " + (d.path / "val.bin").string() + " is not a regular file"),
+            std::string::npos)
+      << beside;
 }
 
 // Past kStoredOrderMost samples an epoch's order is worked out per sample: still each sample

@@ -186,8 +186,11 @@ class Families(unittest.TestCase):
             got = case.train(tag, extra + ["--precision", "bf16", "--clip-grad-norm", str(clip), "--metrics", metrics] +
                              fid.ADAMW[0], steps)
             with open(metrics) as f:
-                losses = [float(row["loss"]) for row in csv.DictReader(f)]
+                rows = list(csv.DictReader(f))
+            losses = [float(row["loss"]) for row in rows]
             self.assertEqual(len(losses), steps, tag)
+            # The rate each step applied, warm-up included, as PyTorch's schedule in ADAMW sets it.
+            self.assertEqual([float(row["lr"]) for row in rows], [0.01 * min(1.0, (s + 1) / 2) for s in range(steps)], tag)
             # One worker trains each minibatch whole; PyTorch's reference in 2 microbatches has
             # the same mean loss up to rounding.
             off = [abs(g - w) / w for g, w in zip(losses, want_losses)]

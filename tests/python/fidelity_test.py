@@ -258,6 +258,13 @@ class Fidelity(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stderr)
         self.assertIn("give --loss lm", r.stderr)
         self.assertIn("shifted by one token", r.stderr)
+        # A token file: the same (it said the model is not a language model).
+        ids = os.path.join(self.tmp.name, "ids.bin")
+        torch.randint(0, 32, (4096,), dtype=torch.int16).numpy().tofile(ids)
+        r = run_failing([PIPETRAIN, "train", "--model", c.model_file, "--data", ids, "--steps", "1",
+                         "--batch-size", str(BATCH)])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"--data {ids}: a file of token ids trains a language model; give --loss lm", r.stderr)
 
     def test_weights_of_another_model_are_refused(self):
         """Read back with another model's file, a checkpoint names both layer counts (it failed
@@ -479,6 +486,15 @@ class Errors(unittest.TestCase):
                 self.assertIn(needle, r.stderr)
                 self.assertNotIn("Traceback", r.stderr)
                 self.assertFalse(os.path.exists(out))
+
+    def test_parameters_the_forward_never_uses_are_named(self):
+        """They are not in the file and go untrained: export says which (it dropped them without
+        a word)."""
+        out = os.path.join(self.tmp.name, "spare.pt")
+        r = export(["--model", "toy_models:spare_head", "--input-shape", "8,4", "-o", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("note: 2 of the model's parameters are not in the file, as its forward never uses them: "
+                      "spare.weight, spare.bias", r.stderr)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,22 @@ def fixed_batch():
     return FixedBatch()
 
 
+class SpareHead(nn.Module):
+    """A head kept for later that the forward never uses: export leaves it out, and says so."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 3)
+        self.spare = nn.Linear(4, 7)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def spare_head():
+    return SpareHead()
+
+
 class HalfCrossEntropy(nn.Module):
     """A loss kept in the model file (`pipetrain export --loss`)."""
 

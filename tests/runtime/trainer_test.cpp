@@ -42,7 +42,7 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   std::vector<std::string> lines;
   while (std::getline(in, line)) lines.push_back(line);
   ASSERT_EQ(lines.size(), 13u);
-  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm");
+  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr");
   auto field = [&](int row, int col) {
     std::stringstream ss(lines[row]);
     std::string f;
@@ -59,6 +59,8 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   EXPECT_EQ(field(1, 7), "");
   EXPECT_GT(std::stod(field(12, 7)), 1.5);
   EXPECT_LT(std::stod(field(12, 7)), 3.5);
+  EXPECT_EQ(field(1, 9), "0.02");  // the rate each step applied: the default, constant
+  EXPECT_EQ(field(12, 9), "0.02");
 }
 
 TEST(Trainer, EvalEveryAddsAccuracyRows) {
