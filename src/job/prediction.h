@@ -13,8 +13,9 @@ namespace pt::job {
 
 struct RunPrediction {
   // Per minibatch: the schedule with the workers' computes on the host's cores, each on the one
-  // free first (sim::SimOptions::cores), where they are fewer than the workers; else one each
-  // (links: in memory, or the cluster's).
+  // free first (sim::SimOptions::cores), where they are fewer than the workers or the calibrated
+  // cluster measured how computes at once slow each other (core_rates); else one each (links: in
+  // memory, or the cluster's).
   double simulated_ms = 0;
   double core_each_ms = 0;   // per minibatch: one core per worker (0: simulated_ms is that)
   int cores = 0;

@@ -30,16 +30,16 @@ torch::Tensor virtual_zeros(at::IntArrayRef sizes) {
 // needs no gradient (the model's first) charges its whole backward with the weight gradient.
 struct EmulatedCompute : torch::autograd::Function<EmulatedCompute> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                               double forward_ms_per_sample, double backward_ms_per_sample, double b_share,
-                               int64_t out_floats, int64_t stash_floats) {
+                               double forward_ms, double backward_ms, double b_share, int64_t out_floats,
+                               int64_t stash_floats) {
     int64_t rows = x.size(0);
     // An input with a grad_fn came from the layer before, in this same forward pass.
     bool chained = x.grad_fn() != nullptr;
-    emulated_wait(forward_ms_per_sample * static_cast<double>(rows), chained);
+    emulated_wait(forward_ms, chained);
     // Freed with the context: after the backward, or at once when no graph is built (a
     // recomputing stage's first forward).
     if (stash_floats > 0) ctx->saved_data["stash"] = torch::empty({rows, stash_floats});  // [rows, stash_floats]
-    ctx->saved_data["backward_ms"] = backward_ms_per_sample * static_cast<double>(rows);
+    ctx->saved_data["backward_ms"] = backward_ms;
     ctx->saved_data["b_share"] = b_share;
     ctx->saved_data["x_needs_grad"] = x.requires_grad();
     ctx->saved_data["x_sizes"] = x.sizes().vec();
@@ -94,10 +94,19 @@ EmulatedLayerImpl::EmulatedLayerImpl(EmulatedCost cost) : cost_(std::move(cost))
   weight_ = register_parameter("weight", torch::zeros({cost_.parameter_floats}));  // [parameter_floats]
 }
 
+double EmulatedLayerImpl::forward_ms(int64_t rows) const {
+  return cost_.forward_ms_at_rows ? cost_.forward_ms_at_rows(rows) : cost_.forward_ms_per_sample * static_cast<double>(rows);
+}
+
+double EmulatedLayerImpl::backward_ms(int64_t rows) const {
+  return cost_.backward_ms_at_rows ? cost_.backward_ms_at_rows(rows)
+                                   : cost_.backward_ms_per_sample * static_cast<double>(rows);
+}
+
 torch::Tensor EmulatedLayerImpl::forward(torch::Tensor x) {
-  return EmulatedCompute::apply(x, weight_, cost_.forward_ms_per_sample, cost_.backward_ms_per_sample,
-                                cost_.input_gradient_share, cost_.output_floats_per_sample,
-                                cost_.stash_floats_per_sample);
+  int64_t rows = x.size(0);
+  return EmulatedCompute::apply(x, weight_, forward_ms(rows), backward_ms(rows), cost_.input_gradient_share,
+                                cost_.output_floats_per_sample, cost_.stash_floats_per_sample);
 }
 
 std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs,

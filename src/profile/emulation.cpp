@@ -28,6 +28,13 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
     c.name = l.name;
     c.forward_ms_per_sample = compute_forward_ms(p, i) * emulation_options.time_scale / batch;
     c.backward_ms_per_sample = compute_backward_ms(p, i) * emulation_options.time_scale / batch;
+    // A microbatch waits what the cost engine charges it: the layer's timings at its size.
+    if (!is_input_layer(p, i) && l.timings.size() >= 2) {
+      double scale = emulation_options.time_scale;
+      int64_t at = p.batch_size;
+      c.forward_ms_at_rows = [l, scale, at](int64_t rows) { return forward_ms_at(l, static_cast<double>(rows), at) * scale; };
+      c.backward_ms_at_rows = [l, scale, at](int64_t rows) { return backward_ms_at(l, static_cast<double>(rows), at) * scale; };
+    }
     c.input_gradient_share = kInputGradientShare;
     c.step_ms = compute_step_ms(p, i) * emulation_options.time_scale;
     c.output_floats_per_sample = floats_per_sample(i + 1 == n ? static_cast<double>(l.activation_bytes) : crossing[i]);

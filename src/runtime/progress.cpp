@@ -99,9 +99,10 @@ void Progress::flush_pending() {
   char peak[32] = "";
   if (r.peak_memory_bytes >= 0) std::snprintf(peak, sizeof peak, "%lld", (long long)r.peak_memory_bytes);
   char test_loss[32] = "";
-  if (r.test_loss >= 0) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
+  // A NaN is written as one ("nan"): an empty field reads "not measured" (a diverged run's was).
+  if (!(r.test_loss < 0)) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
   char grad_norm[32] = "";
-  if (r.grad_norm >= 0) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
+  if (!(r.grad_norm < 0)) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
   char lr[32] = "";
   if (r.lr >= 0) std::snprintf(lr, sizeof lr, "%.6g", r.lr);
   // Steps and epochs counted from 1, as the progress lines count them (the column counted epochs from 0).

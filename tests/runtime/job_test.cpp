@@ -6,6 +6,7 @@
 #include <set>
 
 #include "job/core_pinning.h"
+#include "job/prediction.h"
 #include "pipeline_test_util.h"
 
 namespace pt::runtime {
@@ -99,6 +100,33 @@ TEST(Job, APlansWorkersArePinnedByItsTimesWithoutAProfile) {
   EXPECT_TRUE(job.cores_of_workers.empty());
   job::place_workers(job, nullptr, 3);  // a core each: nothing to pin
   EXPECT_TRUE(job.cores_of_workers.empty());
+}
+
+// The run's prediction weighs computes sharing the cores as plan and simulate do: where the
+// calibrated cluster measured how computes at once slow each other (core_rates), also with a
+// core per worker (it replayed a core each there, 21% faster than the plan it ran).
+TEST(Job, ThePredictionSlowsComputesAtOnceAsCalibrateMeasuredThem) {
+  auto m = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*m, 64, 16, 10, 5);
+  profile::Profile prof = testing::unit_profile(*m);
+  plan::Plan plan = plan::data_parallel_plan(m->num_layers(), 1);
+  plan.stages = {{{0, 1}, 1, {0}}, {{2, 3, 4}, 1, {1}}};
+  plan.workers = 2;
+  PipelineOptions o;
+  o.schedule = "1f1b";
+  o.microbatches = 4;
+  o.train.batch_size = 8;
+  o.train.quiet = true;
+  o.cluster = plan::Cluster::flat(2, 1000);
+  o.cluster.calibration = json{{"transport", "threads"}};
+  Job job = make_job(plan, o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  job::RunPrediction alone = job::predict_host_run(job, prof, 2, "threads");
+  EXPECT_EQ(alone.core_each_ms, 0);  // no rates measured: two computes on two cores run as one each
+  job.options.cluster.core_rates = {1.0, 0.5};
+  job::RunPrediction shared = job::predict_host_run(job, prof, 2, "threads");
+  EXPECT_EQ(shared.cores, 2);
+  EXPECT_DOUBLE_EQ(shared.core_each_ms, alone.simulated_ms);
+  EXPECT_GT(shared.simulated_ms, 1.2 * alone.simulated_ms);  // the two stages compute at once at half rate
 }
 
 // Workers spread over hosts are not placed on this host's cores: the environment says how many

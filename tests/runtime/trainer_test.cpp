@@ -1,11 +1,13 @@
 // Single-worker training is deterministic under a seed and writes its per-step CSV.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
 #include "model/zoo.h"
+#include "runtime/progress.h"
 #include "runtime/trainer.h"
 
 namespace pt::runtime {
@@ -61,6 +63,26 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   EXPECT_LT(std::stod(field(12, 7)), 3.5);
   EXPECT_EQ(field(1, 9), "0.02");  // the rate each step applied: the default, constant
   EXPECT_EQ(field(12, 9), "0.02");
+}
+
+TEST(Progress, ANanIsWrittenNotLeftEmpty) {
+  std::string path = ::testing::TempDir() + "nan_metrics.csv";
+  {
+    Progress progress(2, path, true);
+    StepRecord r{1, 0, 2.5};
+    progress.step(r);
+    r.step = 2;
+    r.test_loss = r.grad_norm = std::nan("");
+    progress.step(r);
+    progress.finish();
+  }
+  std::ifstream in(path);
+  std::string header, first, second;
+  std::getline(in, header);
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_EQ(first.substr(first.size() - 4), ",,,,");  // not measured: empty
+  EXPECT_NE(second.find(",nan,nan,"), std::string::npos) << second;  // diverged: said
 }
 
 TEST(Trainer, EvalEveryAddsAccuracyRows) {
