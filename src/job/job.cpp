@@ -109,6 +109,13 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
   job.options = options;
   job.typical = std::make_shared<const schedule::Schedule>(generate_schedule(plan, options, typical_minibatches(plan, options)));
   const schedule::Schedule& typical = *job.typical;
+  if (typical.microbatches > 1 && !data.loss_not_a_mean.empty())
+    throw UsageError(str("the model file's own loss is not a mean over samples: ", data.loss_not_a_mean, ". ",
+                         options.schedule, " splits each minibatch into ", typical.microbatches,
+                         " microbatches and averages their losses, the minibatch's loss only where the loss is a "
+                         "mean over samples (reduction='sum' is not, nor a mean over the targets an ignore_index "
+                         "keeps): export a loss that averages over samples, or train each minibatch whole (one "
+                         "worker)"));
   // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
   if (!options.cluster.levels.empty() && options.cluster.workers() < typical.num_workers())
     throw ConfigError(str(options.cluster_source, ": the cluster has ", options.cluster.workers(), " workers but ",

@@ -35,6 +35,10 @@ struct DataSplit {
   Dataset train, test;
   int64_t classes = 0;    // classification
   int64_t vocab = 0;      // language modelling
+  // A model file's own loss that is not a mean over samples (a sum, or a mean over the targets
+  // an ignore_index keeps): how the first samples showed it ("" where it is one). Split into
+  // microbatches, a minibatch would train another model (job::make_job refuses it).
+  std::string loss_not_a_mean;
   int64_t bytes() const { return train.bytes() + test.bytes(); }
 };
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include <zlib.h>
@@ -232,6 +233,32 @@ bool is_own_data(const std::string& data) {
 
 namespace {
 
+// The runtime scales each microbatch's loss by 1/m, so a minibatch's loss is the mean of its
+// microbatches': the whole minibatch's only for a loss that averages over its samples. A file's
+// own loss that sums them, or averages over the targets it does not ignore, trained another
+// model once split (8x the gradient of a padded batch, 1/m of a summed one), exit 0. Tried on
+// the first samples, in eval mode (each sample's output its own), whole and in two halves.
+std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y) {
+  int64_t n = std::min<int64_t>(8, x.size(0)) / 2 * 2, h = n / 2;
+  if (!model.has_own_loss() || n < 2) return "";
+  torch::NoGradGuard no_grad;
+  model.train(false);
+  double whole = 0, halves = 0;
+  try {
+    torch::Tensor out = model.forward(x.narrow(0, 0, n));
+    whole = model.loss(out, y.narrow(0, 0, n)).item<double>();
+    halves = (model.loss(out.narrow(0, 0, h), y.narrow(0, 0, h)).item<double>() +
+              model.loss(out.narrow(0, h, h), y.narrow(0, h, h)).item<double>()) / 2;
+  } catch (const std::exception&) {  // the checks before name what fails
+    model.train(true);
+    return "";
+  }
+  model.train(true);
+  if (std::abs(whole - halves) <= 1e-4 * std::max({1.0, std::abs(whole), std::abs(halves)})) return "";
+  return str("its loss on the first ", n, " samples is ", whole, ", but the mean of its losses on their two halves is ",
+             halves);
+}
+
 // Every check of one shard against the model; `out` is what the model outputs (probed once).
 void check_shard(const Shard& s, LayeredModel& model, torch::Tensor& out, const std::string& file) {
   check_inputs(s.at("x"), "x", model, file);
@@ -257,11 +284,13 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
   std::vector<uint32_t> crcs;
   std::vector<torch::Tensor> x_test, y_test;
   torch::Tensor out;
+  std::string not_a_mean;
   for (const auto& file : files) {
     check_input_size(file, InputKind::data);
     std::string bytes = read_regular_file(file, input_limit(InputKind::data));
     Shard s = parse_shard(bytes, file);
     check_shard(s, model, out, file);
+    if (sizes.empty()) not_a_mean = loss_not_a_mean(model, s["x"], s["y"]);
     sizes.push_back(s["x"].size(0));
     crcs.push_back(static_cast<uint32_t>(
         ::crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()))));
@@ -289,6 +318,7 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
     return std::make_pair(s["x"], s["y"]);
   };
   split.train.on_disk = std::make_shared<ShardStore>(files, sizes, crcs, load);
+  split.loss_not_a_mean = not_a_mean;
   set_sizes(split, model, out);
   return split;
 }
@@ -368,6 +398,7 @@ DataSplit load_own_data(const std::string& path, LayeredModel& model, const std:
   Shard s = read_shard(path);
   torch::Tensor out;
   check_shard(s, model, out, path);
+  std::string not_a_mean = loss_not_a_mean(model, s.at("x"), s.at("y"));
   std::map<std::string, std::vector<torch::Tensor>> parts;
   for (auto& [key, t] : s) parts[key].push_back(t);
   DataSplit split;
@@ -381,6 +412,7 @@ DataSplit load_own_data(const std::string& path, LayeredModel& model, const std:
     split.test = {split.train.inputs.narrow(0, n - test_n, test_n), split.train.targets.narrow(0, n - test_n, test_n)};
     split.train = {split.train.inputs.narrow(0, 0, n - test_n), split.train.targets.narrow(0, 0, n - test_n)};
   }
+  split.loss_not_a_mean = not_a_mean;
   set_sizes(split, model, out);
   return split;
 }

@@ -315,6 +315,29 @@ class Fidelity(unittest.TestCase):
         # The full loss would have moved the weights twice as far: the file's loss was used.
         self.assertGreater(max_relative_error(trained_state(model, ck), c.want(2)), 1e-3)
 
+    def test_a_loss_that_is_not_a_mean_over_samples_is_not_split(self):
+        """A kept loss that sums over samples, or averages over the targets an ignore_index keeps
+        (padding), is refused where a run splits minibatches (it trained another model, exit 0: 1/m
+        of the summed gradient, 8x a padded batch's); one worker trains it whole, as PyTorch."""
+        c = self.encdec
+        padded = c.y.clone()
+        padded[:BATCH // 2 - 1] = -100  # the first half of a minibatch mostly padding
+        for loss, y in (("sum_cross_entropy", c.y), ("padded_cross_entropy", padded)):
+            with self.subTest(loss=loss):
+                model = os.path.join(c.work, f"encdec-{loss}.pt")
+                export(["--model", "toy_models:encoder_decoder", "--input-shape", f"{BATCH},12", "--loss",
+                        f"toy_models:{loss}", "-o", model])
+                data = os.path.join(c.work, f"{loss}.pt")
+                torch.save({"x": c.x, "y": y}, data)
+                args = [PIPETRAIN, "train", "--model", model, "--data", data, "--steps", "1", "--batch-size", str(BATCH),
+                        "--quiet"]
+                r = run_failing(args + ["--schedule", "1f1b", "--stages", "2", "--microbatches", "2"])
+                self.assertNotEqual(r.returncode, 0, r.stderr)
+                self.assertIn("the model file's own loss is not a mean over samples: its loss on the first 8 samples is",
+                              r.stderr)
+                self.assertIn("1f1b splits each minibatch into 2 microbatches", r.stderr)
+                run(args)
+
     def test_a_file_of_the_first_layout_still_trains(self):
         """A pipetrain.model/1 file (one TorchScript module whose children are the layers, exports
         before pipetrain.model/2) loads whole, says so, and trains as before."""

@@ -131,6 +131,16 @@ def half_cross_entropy():
     return HalfCrossEntropy()
 
 
+def sum_cross_entropy():
+    """A loss summed over the samples, not averaged: not what a split minibatch averages."""
+    return nn.CrossEntropyLoss(reduction="sum")
+
+
+def padded_cross_entropy():
+    """A mean over the targets it does not ignore (-100: padding)."""
+    return nn.CrossEntropyLoss(ignore_index=-100)
+
+
 def wide_mlp(width=2048, depth=8, classes=10):
     """Dense layers whose weights dwarf a process's own memory: what a worker that reads only its
     stage's layers of a model file saves shows in its peak RSS."""
