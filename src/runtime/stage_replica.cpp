@@ -91,6 +91,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   with_weights(f, [&] {
     torch::AutoGradMode graph(!recompute_);
     out = model_->forward(f.input, first_, last_);
+    if (recompute_ && !checked_determinism_) check_recomputable(f.input, out);
     if (is_last_) {
       last_correct_ = model_->correct(out.detach(), target);
       torch::Tensor loss = model_->loss(out, target);
@@ -111,6 +112,30 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   }
   in_flight_[mb] = std::move(f);
   return is_last_ ? out.detach() : model::to_wire(out.detach(), model_->wire_precision(last_ - 1));
+}
+
+void StageReplica::check_recomputable(const torch::Tensor& input, const torch::Tensor& output) {
+  checked_determinism_ = true;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> kept;  // each buffer and its values now
+  for (int l = first_; l < last_; ++l)
+    for (auto& b : model_->layer(l).module->buffers()) kept.push_back({b, b.detach().clone()});
+  torch::Tensor again;
+  {
+    torch::NoGradGuard no_grad;
+    again = model_->forward(input, first_, last_);
+    for (auto& [b, was] : kept) b.detach().copy_(was);
+  }
+  torch::Tensor was = output.detach();
+  bool same = again.sizes() == was.sizes() && (again.eq(was) | (again.isnan() & was.isnan())).all().item<bool>();
+  if (!same)
+    throw ConfigError(str("--recompute: ",
+                          first_ + 1 < last_ ? str("layers ", first_, "..", last_ - 1, " (", model_->layer(first_).name,
+                                                   " .. ", model_->layer(last_ - 1).name)
+                                             : str("layer ", first_, " (", model_->layer(first_).name),
+                          "): run again on the same input, its output differs: the forward draws random "
+                          "numbers (dropout?), so a recomputed forward would draw others and the backward would "
+                          "differentiate another function than the one that gave the loss. Train them without "
+                          "recomputation (no --recompute; a plan's stage without \"recompute\": true)"));
 }
 
 std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFlight& f) {

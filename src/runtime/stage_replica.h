@@ -32,7 +32,10 @@ class StageReplica {
   // the newest: the schedule's weight_versions), unless keep_history asks for more.
   // With recompute, a forward keeps only its input (and, on the last stage, the target) and
   // runs without building a graph; the backward runs the forward again first, with the weight
-  // version the first one used, so the gradients are those of the plain backward.
+  // version the first one used, so the gradients are those of the plain backward. A stage whose
+  // forward draws random numbers (dropout) would draw others the second time, and its backward
+  // would differentiate another function than the one that gave the loss: its first forward is
+  // run twice and compared, and a difference is a ConfigError naming the layers.
   // `held_by`: the replicas this worker built before, one of which may already hold (flatten and
   // step) a parameter of these layers: a tie group whose copies are one tensor on this worker (a
   // V schedule's first and last chunk, a language model's input embedding and its head). This
@@ -124,6 +127,10 @@ class StageReplica {
   bool stash_weights_;
   int max_versions_;
   bool recompute_;
+  bool checked_determinism_ = false;  // recompute: the first forward was run twice and compared
+  // Runs layers [first, last) on `input` again, without a graph, their buffers left as they were,
+  // and refuses recomputation where the output is not `output`.
+  void check_recomputable(const torch::Tensor& input, const torch::Tensor& output);
   std::vector<torch::Tensor> params_;
   std::vector<const StageReplica*> owner_;  // params_ index -> the replica it is borrowed from, or nullptr
   std::unique_ptr<model::FlatParameters> flat_;

@@ -101,6 +101,36 @@ TEST(Recompute, LeavesBatchNormStatisticsAsThePlainBackward) {
   EXPECT_LE(max_relative_error(again, plain), 1e-6);
 }
 
+// A stage whose forward draws random numbers (dropout) is not recomputed: the second forward
+// would draw another mask, and the backward differentiate another function (it trained so, exit
+// 0: weights 0.82 apart after 3 steps). Its first forward, run twice, differs: refused, named.
+TEST(Recompute, AStageThatDrawsRandomNumbersIsRefused) {
+  auto build = [](const model::LayerSet& held = {}) {
+    auto m = std::make_shared<model::LayeredModel>("dropout-mlp", model::Task::kClassification,
+                                                   std::vector<int64_t>{8}, false, held, 5);
+    m->add("fc", [] { return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU()); });
+    m->add("drop", [] { return torch::nn::Sequential(torch::nn::Dropout(0.5), torch::nn::Linear(16, 4)); });
+    return m;
+  };
+  auto data = model::synthetic_data(*build(), 64, 16, 4, 1);
+  plan::Plan split = plan::even_split(unit_profile(*build()), 2);
+  auto o = options_for("1f1b", 2);
+  o.train.steps = 2;
+  plan::Plan first = split;
+  first.stages[0].recompute = true;  // the deterministic stage: trained
+  EXPECT_EQ(train_pipeline(build, data, first, o).train.steps, 2);
+  plan::Plan last = split;
+  last.stages[1].recompute = true;
+  try {
+    train_pipeline(build, data, last, o);
+    ADD_FAILURE() << "a recomputed dropout trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--recompute: layer 1 (drop): run again on the same input, its output differs"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Recompute, LowersTheMeasuredPeakOfTheStagesThatStash) {
   auto build = [](const model::LayerSet& held = {}) { return seeded_cnn(3, held); };
   auto data = model::synthetic_data(*build(), 256, 64, 10, 11);
