@@ -88,8 +88,10 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
               << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms()) << ")\n";
     return;
   }
-  if (plan.pipeline_ms_per_minibatch <= 0) return;
-  int64_t planned_batch = plan.batch_size > 0 ? plan.batch_size : job_options.train.batch_size;
+  // A plan of another batch predicted another run (the request's note says so at the start).
+  if (plan.pipeline_ms_per_minibatch <= 0 || (plan.batch_size > 0 && plan.batch_size != job_options.train.batch_size))
+    return;
+  int64_t planned_batch = job_options.train.batch_size;
   double scale = flags.model.emulated() ? flags.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
   std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)

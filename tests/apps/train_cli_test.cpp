@@ -560,6 +560,23 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
   int cores = std::max(1u, std::thread::hardware_concurrency());
   EXPECT_LE(std::stod(m[1]), std::min(cores, 4) * 64 * 1000.0 / one_worker_ms * 1.001) << out;
   EXPECT_EQ(out.find("planner predicted"), std::string::npos) << out;  // not the plan's pipedream figure
+  // A plan of another batch predicted another run: its figure is not set beside this one (it was,
+  // after the note that it does not apply).
+  fs::path other = tmp.path / "other-batch.json";
+  std::ofstream(other) << R"({"format": "pipetrain.plan/1", "workers": 2, "schedule": "1f1b", "batch_size": 32,
+      "microbatches": 2, "stages": [{"layers": [0, 1], "replicas": 1}, {"layers": [2, 3, 4], "replicas": 1}],
+      "predicted": {"pipeline_ms_per_minibatch": 5.0, "simulated_schedule": "1f1b"}})";
+  for (const char* batch : {"32", "64"}) {
+    ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", other.string(), "--batch-size", batch,
+                   "--steps", "2"},
+                  log),
+              0)
+        << slurp(log);
+    std::string other_batch = slurp(log);
+    bool planned = std::string(batch) == "32";
+    EXPECT_EQ(other_batch.find("its predicted throughput does not apply") == std::string::npos, planned) << other_batch;
+    EXPECT_EQ(other_batch.find("planner predicted") != std::string::npos, planned) << other_batch;
+  }
   // Gloo processes are not threads: the figure says which ran and that their transfers were free.
   ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--steps", "4",
                  "--transport", "gloo", "--time-scale", "0.1", "--byte-scale", "0.01"},
