@@ -129,6 +129,27 @@ TEST(Job, ThePredictionSlowsComputesAtOnceAsCalibrateMeasuredThem) {
   EXPECT_GT(shared.simulated_ms, 1.2 * alone.simulated_ms);  // the two stages compute at once at half rate
 }
 
+// An asynchronous run fills and drains its pipeline in each segment, which its measured rate
+// counts: a short run is predicted over its own minibatches, not at the steady state (pipedream,
+// 6 steps: 4203 samples/s predicted, 3707 for a replay of the 6).
+TEST(Job, AnAsynchronousRunIsPredictedOverItsOwnSegments) {
+  auto m = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*m, 2400, 16, 10, 5);  // 600 minibatches of 4 an epoch
+  profile::Profile prof = testing::unit_profile(*m);
+  PipelineOptions o;
+  o.schedule = "pipedream";
+  o.train.batch_size = 4;
+  o.train.quiet = true;
+  auto predicted_ms = [&](int64_t steps) {
+    o.train.steps = steps;
+    Job job = make_job(plan::even_split(prof, 3), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
+    return job::predict_emulated_run(job, prof, 1.0).simulated_ms;
+  };
+  double short_run = predicted_ms(6), long_run = predicted_ms(600);
+  EXPECT_GT(short_run, 1.1 * long_run);  // 6 minibatches through 3 stages: 1.16x here
+  EXPECT_LT(long_run, 1.02 * predicted_ms(300));  // long runs: the steady state
+}
+
 // Workers spread over hosts are not placed on this host's cores: the environment says how many
 // of the job's workers this host runs (torchrun's LOCAL_WORLD_SIZE, mpirun's local size).
 TEST(Job, WorkersOfSeveralHostsAreNotPinnedToThisHostsCores) {
