@@ -167,7 +167,8 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
       ->capture_default_str();
   app.add_option("--cores", flags->cores,
                  "The workers are threads of one machine sharing this many cores, time-sliced as the kernel does "
-                 "(0: a device each; train --profile predicts its threads' run so)")
+                 "(0: the --cluster's host_cores where calibrate wrote them, else a device each; train --profile "
+                 "predicts its threads' run so)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--pin-cores", flags->pin_cores,
                "Where the workers outnumber the cores (--cores, or the cluster's host_cores): each on the core "

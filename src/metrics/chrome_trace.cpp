@@ -26,6 +26,19 @@ json chrome_trace(const schedule::Trace& t) {
                         {"args", args}});
     }
   }
+  // A measured run's pauses (evaluations, checkpoints), on a track of their own, named.
+  if (!t.pauses.empty()) {
+    int pid = t.num_workers();
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "job"}}}});
+    for (const auto& [from, to] : t.pauses)
+      events.push_back({{"name", "paused: no worker trained (evaluation or checkpoint)"},
+                        {"cat", "pause"},
+                        {"ph", "X"},
+                        {"ts", from * 1e3},
+                        {"dur", (to - from) * 1e3},
+                        {"pid", pid},
+                        {"tid", 0}});
+  }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ms"},
           {"otherData", {{"schedule", t.schedule}, {"source", t.source}}}};

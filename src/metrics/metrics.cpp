@@ -273,7 +273,7 @@ std::string format_metrics(const Metrics& m) {
   if (m.memory_known)
     os << "peak stash+weights  " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
   else
-    os << "memory              not in a " << m.source << " trace: train prints each worker's measured tensors\n";
+    os << "memory              not in the " << m.source << " trace: train prints each worker's measured tensors\n";
   if (m.allreduce_bytes) os << "all-reduced         " << human_bytes(static_cast<double>(m.allreduce_bytes)) << "\n";
   os << "worker  bubble  stash  versions" << (m.memory_known ? "  activations  weights" : "") << "\n";
   for (size_t w = 0; w < m.workers.size(); ++w) {

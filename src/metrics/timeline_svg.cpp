@@ -72,6 +72,11 @@ std::string timeline_svg(const schedule::Trace& t, const std::string& title) {
        << "<text x=\"" << lx + 18 << "\" y=\"42\">" << names[i] << "</text>\n";
     lx += 30 + 7.0 * std::string(names[i]).size();
   }
+  const char* kPaused = "#bab0ac";
+  const std::string paused_name = "paused: evaluation or checkpoint";
+  if (!t.pauses.empty())
+    os << "<rect x=\"" << lx << "\" y=\"32\" width=\"14\" height=\"12\" fill=\"" << kPaused << "\"/>"
+       << "<text x=\"" << lx + 18 << "\" y=\"42\">" << paused_name << "</text>\n";
   // Rows.
   for (int w = 0; w < t.num_workers(); ++w) {
     double y = kTop + w * row_h;
@@ -83,8 +88,8 @@ std::string timeline_svg(const schedule::Trace& t, const std::string& title) {
       double x0 = x(e.start_ms), w_px = std::max(x(e.end_ms) - x0, 0.5);
       if (a.kind == ActionKind::kStep) {
         os << "<line x1=\"" << x0 << "\" x2=\"" << x0 << "\" y1=\"" << y << "\" y2=\"" << y + kRow
-           << "\" stroke=\"" << colour(a.kind) << "\" stroke-width=\"1.5\"><title>" << escape(to_string(a))
-           << "</title></line>\n";
+           << "\" stroke=\"" << colour(a.kind) << "\" stroke-width=\"1.5\"><title>" << escape(to_string(a)) << " "
+           << e.start_ms - t0 << "-" << e.end_ms - t0 << " ms</title></line>\n";
         continue;
       }
       // Transfers go in the lane under the row: sends in its upper half, receives in its lower.
@@ -101,6 +106,15 @@ std::string timeline_svg(const schedule::Trace& t, const std::string& title) {
         os << "<text x=\"" << x0 + w_px / 2 << "\" y=\"" << y + kRow / 2 + 4 << "\" text-anchor=\"middle\" fill=\""
            << (a.kind == ActionKind::kBackwardWeight ? "black" : "white") << "\">" << label << "</text>\n";
     }
+  }
+  // A measured run's pauses (test-set evaluations, checkpoints: no worker trained) over every
+  // row, named: they read as idle workers when left blank (3 evaluations, 4.9 s of a 7 s axis).
+  for (const auto& [from, to] : t.pauses) {
+    double a = std::max(from, t0), b = std::min(to, t0 + span);
+    if (b <= a) continue;
+    os << "<rect x=\"" << x(a) << "\" y=\"" << kTop << "\" width=\"" << std::max(x(b) - x(a), 0.5) << "\" height=\""
+       << t.num_workers() * row_h - kGap << "\" fill=\"" << kPaused << "\" fill-opacity=\"0.6\"><title>paused "
+       << a - t0 << "-" << b - t0 << " ms: no worker trained (a test-set evaluation or a checkpoint)</title></rect>\n";
   }
   // Time axis.
   double axis_y = kTop + t.num_workers() * row_h + 4;

@@ -166,7 +166,7 @@ TEST(Metrics, FromAMeasuredTrace) {
   schedule::Trace runtime = two_stage_trace();
   runtime.stage_parameter_bytes.clear();
   std::string text = format_metrics(compute_metrics(runtime));
-  EXPECT_NE(text.find("memory              not in a measured trace: train prints each worker's measured tensors"),
+  EXPECT_NE(text.find("memory              not in the measured trace: train prints each worker's measured tensors"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("activations"), std::string::npos) << text;
@@ -242,13 +242,20 @@ TEST(Timeline, SvgHasRowsLegendAxisAndLabels) {
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   for (const char* part : {"worker 0", "worker 1", "forward F", "backward B", "weight grad W", "time (ms)",
-                           "test &lt;title&gt;", ">0B1 9.00-11.00 ms<", "#4e79a7"})
+                           "test &lt;title&gt;", ">0B1 9.00-11.00 ms<", ">0ST0 11.00-11.00 ms<", "#4e79a7"})
     EXPECT_NE(svg.find(part), std::string::npos) << part;
   // The tooltips read the axis's clock, which starts at the first event (they read the trace's).
   Trace later = two_stage_trace();
   for (auto& worker : later.workers)
     for (auto& e : worker) e.start_ms += 4.5, e.end_ms += 4.5;
   EXPECT_NE(timeline_svg(later, "t").find(">0B1 9.00-11.00 ms<"), std::string::npos);
+  EXPECT_EQ(svg.find("paused"), std::string::npos);
+  // A measured run's pauses are drawn and named over every row (they were left blank: idle
+  // workers to the eye); the optimizer steps' marks say when.
+  later.pauses = {{5.0, 7.0}};
+  std::string paused = timeline_svg(later, "t");
+  EXPECT_NE(paused.find("paused: evaluation or checkpoint</text>"), std::string::npos);
+  EXPECT_NE(paused.find("<title>paused 0.50-2.50 ms: no worker trained"), std::string::npos) << paused;
 }
 
 TEST(Timeline, ChromeTraceHasOneEventPerTraceEvent) {
@@ -258,6 +265,14 @@ TEST(Timeline, ChromeTraceHasOneEventPerTraceEvent) {
   EXPECT_EQ(complete, 18);
   EXPECT_EQ(c["traceEvents"][3]["name"], "0F0");
   EXPECT_EQ(c["traceEvents"][3]["dur"], 1000.0);
+  // A measured run's pauses: one event each, on a track of their own.
+  Trace paused = two_stage_trace();
+  paused.pauses = {{12.0, 20.0}};
+  json with_pauses = chrome_trace(paused);
+  const json& last = with_pauses["traceEvents"].back();
+  EXPECT_EQ(last["cat"], "pause");
+  EXPECT_EQ(last["dur"], 8000.0);
+  EXPECT_EQ(last["pid"], 2);
 }
 
 TEST(Trace, JsonRejectsUnknownSource) {
