@@ -157,9 +157,10 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   // Whatever its source (a file, the launcher's, a split made here), the plan must fit the model.
   const std::string& source = options.plan_source =
       !r.launched_plan.empty() ? r.launched_plan : r.plan_path.empty() ? "the plan" : r.plan_path;
-  plan::check_plan_fits(plan, profile::layer_graph(m), source);
+  // The model first: a plan of another model fails the fit on some layer, which names neither.
   if (!plan.model.empty() && plan.model != m.name())
     throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));
+  plan::check_plan_fits(plan, profile::layer_graph(m), source);
   if (defaulted && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
   if (!r.schedule_file.empty()) use_schedule_file(r.schedule_file, options, plan, std::move(file));

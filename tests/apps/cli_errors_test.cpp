@@ -181,6 +181,10 @@ TEST(CliErrors, BucketFlagsTakeWhatAPlanFileMayHold) {
 TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
   std::string plan = write("bad_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0, 1, 2, 3, 4, 5, 6, 7, 8], "replicas": 1}]})");
   expect_rejected(kTrain + "--plan " + plan, 1, {plan, "holds layer", "mnist-cnn"});
+  // A plan of another model is named so, not by a layer it misses (it said "layer 4 is in no stage").
+  std::string other = write("other_model_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "model": "gpt.pt",
+      "stages": [{"layers": [0, 1, 2], "replicas": 1}]})");
+  expect_rejected(kTrain + "--plan " + other, 1, {other, "the plan is for model 'gpt.pt' but --model is 'mnist-cnn'"});
   std::string garbled = write("garbled_plan.json", "{\"format\": \"pipetrain.plan/1\", \"workers\": ");
   expect_rejected(kTrain + "--plan " + garbled, 1, {garbled, "not valid JSON"});
   std::string profile = write("bad_profile.txt", "a -- A -- forward_compute_time=-1, backward_compute_time=1, "
