@@ -39,7 +39,7 @@ int inspect(const std::string& path) {
             << " workers)\n"
             << printable(m.optimizer) << ": lr " << m.lr
             << (m.optimizer == "sgd" ? str(", momentum ", m.momentum) : std::string()) << ", weight decay "
-            << m.weight_decay
+            << m.weight_decay << (m.weight_decay_on == "all" ? "" : " on " + m.weight_decay_on)
             << (m.lr_schedule.empty() ? std::string()
                                       : str(", lr schedule ", m.lr_schedule,
                                             m.lr_schedule == "cosine" ? str(" over ", m.schedule_steps, " steps") : "",

@@ -75,6 +75,11 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
   app.add_option("--weight-decay", t.sgd.weight_decay,
                  "Weight decay: L2 (added to the gradient) for sgd and adam, decoupled for adamw")
       ->capture_default_str();
+  app.add_option("--weight-decay-on", t.sgd.weight_decay_on,
+                 "Which parameters --weight-decay shrinks: all, or matrices (those of 2+ dimensions: not biases and "
+                 "norm scales, as LM recipes group them)")
+      ->check(CLI::IsMember({"all", "matrices"}))
+      ->capture_default_str();
   app.add_option("--clip-grad-norm", t.sgd.clip_grad_norm,
                  "Scale each step's gradient to at most this norm, as torch.nn.utils.clip_grad_norm_ (0: off): the "
                  "whole model's norm under a synchronous schedule, each stage's own under pipedream and 2bw")

@@ -23,6 +23,7 @@ void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::str
   differ("lr", number(cm.lr), number(now.lr));
   differ("momentum", number(cm.momentum), number(now.momentum));
   differ("weight decay", number(cm.weight_decay), number(now.weight_decay));
+  differ("weight decay on", cm.weight_decay_on, now.weight_decay_on);
   if (!cm.lr_schedule.empty()) {  // older checkpoints do not say
     auto course = [](const std::string& schedule, int64_t steps) {
       return schedule == "cosine" ? str("cosine over ", steps, " steps") : schedule;

@@ -143,6 +143,7 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
   d.momentum = options.train.sgd.momentum;
   d.optimizer = options.train.sgd.kind;
   d.weight_decay = options.train.sgd.weight_decay;
+  d.weight_decay_on = options.train.sgd.weight_decay_on;
   d.lr_schedule = job.optimizer().lr_schedule;
   d.warmup_steps = job.optimizer().warmup_steps;
   d.schedule_steps = job.optimizer().total_steps;

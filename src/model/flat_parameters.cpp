@@ -7,19 +7,26 @@
 
 namespace pt::model {
 
-FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params) {
+FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params,
+                               const std::function<bool(const torch::Tensor&)>& first) {
   std::set<const c10::TensorImpl*> seen;
   std::map<c10::ScalarType, size_t> buffer_of;
   std::vector<int64_t> sizes;
-  for (const auto& p : params) {
-    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    PT_CHECK(p.layout() == torch::kStrided && p.device().is_cpu(), "parameter of shape ", p.sizes(),
-             " is not a dense CPU tensor");
-    auto [it, added] = buffer_of.emplace(p.scalar_type(), sizes.size());
-    if (added) sizes.push_back(0);
-    slots_.push_back({p, it->second, sizes[it->second], p.numel()});
-    sizes[it->second] += p.numel();
+  // Two passes where `first` is given: its parameters, then the others; one pass without.
+  for (int pass = 0; pass < (first ? 2 : 1); ++pass) {
+    for (const auto& p : params) {
+      if (first && first(p) != (pass == 0)) continue;
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      PT_CHECK(p.layout() == torch::kStrided && p.device().is_cpu(), "parameter of shape ", p.sizes(),
+               " is not a dense CPU tensor");
+      auto [it, added] = buffer_of.emplace(p.scalar_type(), sizes.size());
+      if (added) sizes.push_back(0);
+      slots_.push_back({p, it->second, sizes[it->second], p.numel()});
+      sizes[it->second] += p.numel();
+    }
+    if (pass == 0) leading_ = sizes;
   }
+  leading_.resize(sizes.size(), 0);  // a buffer the first pass did not open leads with none
   weights_.resize(sizes.size());
   grads_.resize(sizes.size());
   for (const auto& [dtype, b] : buffer_of) {

@@ -6,6 +6,7 @@
 // The views survive backward passes because autograd accumulates into a defined .grad in place
 // (AccumulateGrad with grad mode off), as PyTorch DDP's gradient_as_bucket_view relies on.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -15,8 +16,11 @@ namespace pt::model {
 class FlatParameters {
  public:
   // Moves the values of `params` into the buffers and points each parameter (and a zeroed
-  // .grad) at its slice. A parameter listed twice (tied weights) gets one slice.
-  explicit FlatParameters(const std::vector<torch::Tensor>& params);
+  // .grad) at its slice. A parameter listed twice (tied weights) gets one slice. With `first`,
+  // the parameters it holds true for go first in each buffer (those weight decay shrinks), so
+  // that a step treats them as one range: leading(b) elements of buffer b.
+  explicit FlatParameters(const std::vector<torch::Tensor>& params,
+                          const std::function<bool(const torch::Tensor&)>& first = {});
 
   // Where one distinct parameter lives: buffer, first element, element count.
   struct Slot {
@@ -27,6 +31,7 @@ class FlatParameters {
   const std::vector<Slot>& slots() const { return slots_; }
   std::vector<torch::Tensor>& weights() { return weights_; }  // one flat tensor per buffer
   std::vector<torch::Tensor>& grads() { return grads_; }
+  int64_t leading(size_t buffer) const { return leading_[buffer]; }  // elements of `first`'s parameters
 
   // A copy of the weights (a stashed version), written into `reuse` when it holds buffers of
   // the right sizes (a released stash), so steady state allocates nothing.
@@ -42,6 +47,7 @@ class FlatParameters {
  private:
   std::vector<Slot> slots_;
   std::vector<torch::Tensor> weights_, grads_;
+  std::vector<int64_t> leading_;
 };
 
 // The sum of t's squared elements in double precision, without copying t: blocks of a few

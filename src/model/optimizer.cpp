@@ -39,8 +39,11 @@ void Optimizer::step(double grad_scale, int64_t minibatch) {
     // The update is formed in the gradient buffer, which is zeroed after.
     torch::Tensor d = flat_.grads()[b], w = flat_.weights()[b];
     if (grad_scale != 1.0) d.mul_(grad_scale);
+    // The parameters weight decay shrinks lead the buffer (OptimizerOptions::decays).
+    int64_t decayed = flat_.leading(b);
+    torch::Tensor d_decayed = d.narrow(0, 0, decayed), w_decayed = w.narrow(0, 0, decayed);
     if (!options_.adam()) {
-      if (wd != 0) d.add_(w, wd);
+      if (wd != 0) d_decayed.add_(w_decayed, wd);
       if (options_.momentum != 0) {
         state_[0][b].mul_(options_.momentum).add_(d);
         w.add_(state_[0][b], -lr);
@@ -49,9 +52,9 @@ void Optimizer::step(double grad_scale, int64_t minibatch) {
       }
     } else {
       if (options_.kind == "adamw") {
-        w.mul_(1 - lr * wd);
+        w_decayed.mul_(1 - lr * wd);
       } else if (wd != 0) {
-        d.add_(w, wd);
+        d_decayed.add_(w_decayed, wd);
       }
       torch::Tensor &m = state_[0][b], &v = state_[1][b];
       m.mul_(options_.beta1).add_(d, 1 - options_.beta1);

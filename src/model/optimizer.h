@@ -25,6 +25,11 @@ struct OptimizerOptions {
   double lr = 0.02;
   double momentum = 0.9;  // sgd
   double weight_decay = 0.0;
+  // Which parameters weight decay shrinks: "all" (as torch.optim applies it to a group), or
+  // "matrices", those of two or more dimensions (linear and convolution weights, embeddings),
+  // not biases and norm scales, as nanoGPT and most LM recipes set their groups.
+  std::string weight_decay_on = "all";
+  bool decays(const torch::Tensor& p) const { return weight_decay_on != "matrices" || p.dim() >= 2; }
   // Learning rate over the run: "constant", or "cosine" (decays to 0 at total_steps, the run's
   // minibatch count, which the trainer fills in); both after a linear warm-up of warmup_steps.
   std::string lr_schedule = "constant";

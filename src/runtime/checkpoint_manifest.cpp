@@ -47,7 +47,8 @@ std::string manifest_to_json(const CheckpointManifest& m) {
               {"schedule", m.schedule},
               {"plan", m.plan},
               {"workers", m.workers},
-              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay}}},
+              {"sgd", {{"lr", m.lr}, {"momentum", m.momentum}, {"weight_decay", m.weight_decay},
+                       {"weight_decay_on", m.weight_decay_on}}},
               {"optimizer", m.optimizer},
               {"files", files}};
   if (!m.lr_schedule.empty()) {  // unknown (an older file's) stays unknown
@@ -102,6 +103,11 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   m.lr = sgd["lr"].as_non_negative();
   m.momentum = sgd["momentum"].as_non_negative();
   m.weight_decay = sgd["weight_decay"].as_non_negative();
+  if (sgd.has("weight_decay_on")) {  // written since --weight-decay-on
+    m.weight_decay_on = sgd["weight_decay_on"].as_string();
+    if (m.weight_decay_on != "all" && m.weight_decay_on != "matrices")
+      sgd["weight_decay_on"].fail(str("must be all or matrices, got '", m.weight_decay_on, "'"));
+  }
   if (root.has("optimizer")) {  // written since adam: older checkpoints are sgd's
     m.optimizer = root["optimizer"].as_string();
     if (m.optimizer != "sgd" && m.optimizer != "adam" && m.optimizer != "adamw")  // model::optimizer_kinds()

@@ -48,6 +48,7 @@ struct CheckpointManifest {
   std::string plan;             // plan shape, e.g. "2-1-1"
   int workers = 0;
   double lr = 0, momentum = 0, weight_decay = 0;
+  std::string weight_decay_on = "all";  // model::OptimizerOptions::weight_decay_on (older files: all)
   // Which optimizer's state the layer files hold (model::OptimizerOptions::kind; older files: sgd).
   std::string optimizer = "sgd";
   // The learning rate's course (model::OptimizerOptions): its schedule, warm-up, and the steps the

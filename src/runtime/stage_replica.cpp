@@ -42,7 +42,9 @@ StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
       max_versions_(max_versions), recompute_(recompute), params_(model_->parameters(first, last)),
       owner_(owners(params_, held_by)),
-      flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_))), optimizer_(*flat_, optimizer) {
+      flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_),
+                                                    [optimizer](const torch::Tensor& p) { return optimizer.decays(p); })),
+      optimizer_(*flat_, optimizer) {
   for (size_t i = 0; i < params_.size(); ++i) {
     bool own = !owner_[i] && params_[i].requires_grad();
     size_t k = 0;

@@ -83,16 +83,31 @@ namespace {
 
 // LibTorch's own optimizer of `optimizer`'s kind: one worker trains as PyTorch does, the reference the
 // pipelines' flat optimizer (model/optimizer.h) is held to.
+// Two groups, as torch.optim users set them: the parameters weight decay shrinks, and the others
+// without it (OptimizerOptions::weight_decay_on).
+template <typename Optim, typename Options>
+std::unique_ptr<torch::optim::Optimizer> with_groups(const std::vector<torch::Tensor>& params,
+                                                     const model::OptimizerOptions& optimizer, Options options) {
+  std::vector<torch::Tensor> decayed, kept;
+  for (const auto& p : params) (optimizer.decays(p) ? decayed : kept).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decayed, std::make_unique<Options>(options));
+  if (!kept.empty()) groups.emplace_back(kept, std::make_unique<Options>(Options(options).weight_decay(0)));
+  return std::make_unique<Optim>(groups, options);
+}
+
 std::unique_ptr<torch::optim::Optimizer> torch_optimizer(const std::vector<torch::Tensor>& params,
                                                          const model::OptimizerOptions& optimizer) {
   if (optimizer.kind == "adam")
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(optimizer.lr).betas({optimizer.beta1, optimizer.beta2}).eps(optimizer.eps).weight_decay(optimizer.weight_decay));
+    return with_groups<torch::optim::Adam>(params, optimizer,
+                                           torch::optim::AdamOptions(optimizer.lr).betas({optimizer.beta1, optimizer.beta2})
+                                               .eps(optimizer.eps).weight_decay(optimizer.weight_decay));
   if (optimizer.kind == "adamw")
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(optimizer.lr).betas({optimizer.beta1, optimizer.beta2}).eps(optimizer.eps).weight_decay(optimizer.weight_decay));
-  return std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(optimizer.lr).momentum(optimizer.momentum).weight_decay(optimizer.weight_decay));
+    return with_groups<torch::optim::AdamW>(params, optimizer,
+                                            torch::optim::AdamWOptions(optimizer.lr).betas({optimizer.beta1, optimizer.beta2})
+                                                .eps(optimizer.eps).weight_decay(optimizer.weight_decay));
+  return with_groups<torch::optim::SGD>(
+      params, optimizer, torch::optim::SGDOptions(optimizer.lr).momentum(optimizer.momentum).weight_decay(optimizer.weight_decay));
 }
 
 }  // namespace

@@ -62,6 +62,19 @@ ADAMW = (["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.9,0.95", "--weig
          lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2)))
 
 
+def decay_groups(params):
+    """nanoGPT's groups: decay on the parameters of 2+ dimensions, none on biases and norm scales."""
+    params = list(params)
+    return [{"params": [p for p in params if p.dim() >= 2]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+# ADAMW with decay on matrices only (--weight-decay-on matrices), as LM recipes group it.
+ADAMW_MATRICES = (ADAMW[0] + ["--weight-decay-on", "matrices"],
+                  lambda params: torch.optim.AdamW(decay_groups(params), lr=0.01, betas=(0.9, 0.95), weight_decay=0.1),
+                  ADAMW[2])
+
+
 def reference(make_model, x, y, loss_fn, microbatches, clip=0.0, optimizer=None, steps=STEPS, bf16=False,
               losses=None):
     """Weights after `steps` of PyTorch SGD (or `optimizer`, ADAMW's form) on minibatches
@@ -136,7 +149,7 @@ class Case:
 
     def want(self, microbatches, clip=0.0, optimizer=None, steps=STEPS, bf16=False):
         """The reference's weights; its losses by step are in self.reference_losses[key]."""
-        key = (microbatches, clip, optimizer is not None, steps, bf16)
+        key = (microbatches, clip, tuple(optimizer[0]) if optimizer else None, steps, bf16)
         if key not in self.references:
             losses = []
             self.references[key] = reference(self.make_model, self.x, self.y, self.loss_fn, microbatches, clip,
