@@ -351,7 +351,9 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
       optimizer_.set_state(slot, 1, i < s.variance.size() ? s.variance[i] : torch::Tensor());
     }
   }
-  if (optimizer_.options().adam()) optimizer_.set_steps_taken(s.optimizer_steps);
+  // A layer without parameters records no count (a ReLU's file): it set the stage's to 0 where it
+  // came last, and Adam's bias corrections started over on a resume into another split.
+  if (optimizer_.options().adam() && n > 0) optimizer_.set_steps_taken(s.optimizer_steps);
   auto buffers = model_->layer(layer).module->buffers();
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay
   if (s.buffers.size() != buffers.size())

@@ -165,6 +165,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--vertical-sync", {{"--vertical-sync", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--warmup-steps", {{"--warmup-steps", "3"}}},
       {"--weight-decay", {{"--weight-decay", "0.001"}}},
+      {"--weight-decay-on", {{"--weight-decay-on", "matrices"}}},
       {"--width", {{"--width", "2"}}},
       {"--workers", {{"--workers", "2", "--schedule", "dp"}, {"--stages", "--schedule"}}},
   };
