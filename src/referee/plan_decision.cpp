@@ -106,7 +106,7 @@ PlanDecision decide_pipedream(const plan::PlanOutcome& out) {
                                  " cap by its own formula (a stage's minibatches in flight x its activations and "
                                  "weights); the memory model, which train checks, puts this plan at ",
                                  human_bytes(static_cast<double>(peak)),
-                                 " per worker (weights, gradients, momentum, stashed versions and activations), over "
+                                 " per worker (weights, gradients, optimizer state, stashed versions and activations), over "
                                  "the cap; --cost-model pipetrain plans under the cap by the memory model"));
   }
   d.shown = d.plan;

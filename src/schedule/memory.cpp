@@ -69,7 +69,9 @@ double busy_bytes(const profile::Profile& p, const StageBytes& b, double scale) 
 
 }  // namespace
 
-std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p, const MemoryOptions& options) {
+std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p, const MemoryOptions& given) {
+  MemoryOptions options = given;
+  if (options.optimizer_copies < 0) options.optimizer_copies = p.optimizer == "adam" || p.optimizer == "adamw" ? 2 : 1;
   std::vector<StageBytes> bytes = stage_bytes(s, p);
   double scale = 1.0 / s.microbatches;  // a microbatch's share of the profile's minibatch
   std::vector<double> busy(s.num_stages);

@@ -40,8 +40,11 @@ namespace pt::schedule {
 
 struct MemoryOptions {
   // The optimizer's state per parameter, in copies of it: SGD's momentum buffer (1; 0 without
-  // momentum), Adam's two moments (2) (model::OptimizerOptions::state_copies).
-  int optimizer_copies = 1;
+  // momentum), Adam's two moments (2) (model::OptimizerOptions::state_copies). < 0: the
+  // profile's optimizer's (Profile::optimizer: adam and adamw 2, sgd with momentum 1), as plan,
+  // simulate and compare weigh it; they counted 1 under Adam, and a plan held to a cap of 21 MiB
+  // trained at 26.1.
+  int optimizer_copies = -1;
   // Receives the runtime posts ahead of their place (Worker::kReceivesAhead), each holding its
   // buffer from then on: a transport between processes (gloo, or devices). 0: a transport within
   // one process (threads), where a received tensor is the sender's and costs the receiver nothing.

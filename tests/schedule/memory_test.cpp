@@ -48,6 +48,22 @@ TEST(MemoryModel, GPipeStashesEveryMicrobatch1F1BOnlyThoseInFlight) {
   }
 }
 
+// The optimizer's state follows the profile's optimizer unless the caller says: Adam's two
+// moments (plan, simulate and compare counted SGD's one copy for an Adam profile, and a plan held
+// to a 21 MiB cap trained at 26.1).
+TEST(MemoryModel, OptimizerStateFollowsTheProfilesOptimizer) {
+  ScheduleOptions o;
+  o.microbatches = 4;
+  Schedule s = make_schedule("1f1b", straight_plan(2), o);
+  profile::Profile p = uniform_profile(2, 1, 2, kAct, kParams);
+  MemoryOptions mo;
+  EXPECT_EQ(memory_per_worker(s, p, mo)[0].optimizer, kParams);  // sgd's momentum
+  p.optimizer = "adamw";
+  EXPECT_EQ(memory_per_worker(s, p, mo)[0].optimizer, 2 * kParams);
+  mo.optimizer_copies = 0;  // the run says: sgd without momentum
+  EXPECT_EQ(memory_per_worker(s, p, mo)[0].optimizer, 0);
+}
+
 TEST(MemoryModel, WeightVersionsFollowTheSchedule) {
   auto pd = memory("pipedream", straight_plan(4), 1);
   auto bw = memory("2bw", straight_plan(4), 4);
