@@ -29,18 +29,28 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     bool through = ::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
     csv_path_ = output_target(metrics_path);  // a link stays a link (json_doc.h)
     csv_partial_ = through ? "" : csv_path_ + ".partial";
+    const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
+    // Read before the partial file is opened afresh: a killed run's rows are there.
+    std::vector<std::string> earlier = resumed_step_ > 0 && !through ? earlier_rows(header) : std::vector<std::string>{};
     csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
-    const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
     if (std::fprintf(csv_, "%s\n", header.c_str()) < 0 || std::fflush(csv_) != 0) write_failed();
-    if (resumed_step_ > 0 && !through) keep_earlier_rows(header);
+    for (const auto& row : earlier)
+      if (std::fprintf(csv_, "%s\n", row.c_str()) < 0) write_failed();
+    if (std::fflush(csv_) != 0) write_failed();
   }
 }
 
-void Progress::keep_earlier_rows(const std::string& header) {
-  std::ifstream in(csv_path_);
+std::vector<std::string> Progress::earlier_rows(const std::string& header) {
+  // The run being resumed was killed (its rows in the partial file, which it never moved into
+  // place) or stopped at its --steps (its rows in the file). The partial file first: the file
+  // could be an earlier run's, and its rows were kept while the killed run's were deleted.
+  struct stat st;
+  bool partial = ::stat(csv_partial_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  std::ifstream in(partial ? csv_partial_ : csv_path_);
+  std::vector<std::string> rows;
   std::string line;
-  if (!in || !std::getline(in, line) || line != header) return;  // none, or not this format: the run's rows alone
+  if (!in || !std::getline(in, line) || line != header) return rows;  // none, or not this format: the run's rows alone
   while (std::getline(in, line)) {
     // step and train_s, the first and sixth fields; rows past the checkpoint are trained again
     std::istringstream row(line);
@@ -52,10 +62,10 @@ void Progress::keep_earlier_rows(const std::string& header) {
       if (k == 5) train_s = std::strtod(field.c_str(), nullptr);
     }
     if (step < 1 || step > resumed_step_) continue;
-    if (std::fprintf(csv_, "%s\n", line.c_str()) < 0) write_failed();
+    rows.push_back(line);
     train_s_before_ = std::max(train_s_before_, train_s);
   }
-  if (std::fflush(csv_) != 0) write_failed();
+  return rows;
 }
 
 Progress::~Progress() {

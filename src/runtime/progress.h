@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pt::runtime {
 
@@ -31,9 +32,10 @@ class Progress {
   // there), which replaces metrics_path when the run ends, or fails (its rows up to there). A
   // write that fails (a full disk) removes the partial file and leaves an earlier metrics_path
   // as it was. A device or a FIFO (/dev/stdout) is written through.
-  // A resumed run (`resumed_step`: the steps its checkpoint holds) keeps metrics_path's rows of
-  // those steps, so the file covers the whole training (a resume wrote its own steps alone over
-  // them), and its train_s goes on from theirs.
+  // A resumed run (`resumed_step`: the steps its checkpoint holds) keeps the rows of those steps,
+  // from metrics_path + ".partial" where a killed run left them, else from metrics_path, so the
+  // file covers the whole training (a resume wrote its own steps alone over them), and its
+  // train_s goes on from theirs.
   Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false, int64_t resumed_step = 0);
   ~Progress();
 
@@ -45,7 +47,9 @@ class Progress {
   void flush_pending();
   void write_failed();   // throws, after removing the partial file
   void close_csv();      // closes and moves the partial file into place
-  void keep_earlier_rows(const std::string& header);
+  // A resumed run's rows of the steps its checkpoint holds: the partial file's where the run was
+  // killed, else the file's.
+  std::vector<std::string> earlier_rows(const std::string& header);
   StepRecord pending_;  // the last step's row, written when the next step starts (or at finish)
   bool has_pending_ = false;
   int64_t total_;

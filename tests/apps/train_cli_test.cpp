@@ -429,7 +429,22 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   }
   EXPECT_EQ(steps, (std::vector<std::string>{"step", "1", "2", "3", "4", "5", "6", "7", "8"})) << slurp(metrics);
   EXPECT_TRUE(grows) << "train_s goes on from the kept rows: " << slurp(metrics);
-  EXPECT_EQ(slurp(metrics).find("9.9"), std::string::npos) << slurp(metrics);
+  EXPECT_EQ(slurp(metrics).find(",9.9,"), std::string::npos) << slurp(metrics);  // the planted loss
+  // A killed run's rows are in the partial file, never moved into place: a resume keeps those,
+  // not the file's, which may be another run's (it kept another run's and deleted the killed one's).
+  fs::path killed = tmp.path / "k.csv";
+  train("killed", {"--steps", "4", "--metrics", killed.string()});
+  fs::rename(killed, killed.string() + ".partial");
+  {
+    std::ofstream other(killed);
+    other << "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr\n";
+    for (int step = 1; step <= 8; ++step) other << step << ",1,7.7,1.0,,0.1,,,,0.02\n";
+  }
+  train("killed", {"--steps", "8", "--resume", "--metrics", killed.string()});
+  std::string kept = slurp(killed);
+  EXPECT_EQ(kept.find(",7.7,"), std::string::npos) << kept;  // the other run's loss
+  EXPECT_EQ(std::count(kept.begin(), kept.end(), '\n'), 9) << kept;
+  EXPECT_FALSE(fs::exists(killed.string() + ".partial"));
 }
 
 // One worker with no runtime feature asked for runs the one-stage pipeline too (job::choose_road),
