@@ -23,7 +23,10 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
   int64_t ck_piece = round_up(checkpoint_every), ev_piece = round_up(eval_every);
   int64_t to_ck = ck_piece, to_ev = ev_piece;
   std::vector<Segment> out;
-  for (int64_t start = first_step; start < total_steps;) {
+  // Asynchronous counts run from step 0, so a resumed run cuts where the uninterrupted one does:
+  // the steps before first_step are counted, not kept (it counted from the resume step, and
+  // --eval-every 15 resumed at 140 evaluated at 155, not 150).
+  for (int64_t start = flush ? first_step : 0; start < total_steps;) {
     int64_t epoch = start / per_epoch;
     int64_t epoch_end = std::min(total_steps, (epoch + 1) * per_epoch);
     int64_t n = flush ? 1 : (epoch_end - start) / unit * unit;
@@ -34,6 +37,8 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
     }
     if (!flush && ck_piece > 0) n = std::min(n, to_ck);
     if (!flush && ev_piece > 0) n = std::min(n, to_ev);
+    const bool before = start < first_step;
+    if (before) n = std::min(n, first_step - start);
     Segment seg{start, static_cast<int>(n), false, epoch};
     start += n;
     seg.ends_epoch = start == epoch_end || (!flush && epoch_end - start < unit);
@@ -54,7 +59,7 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
       if (seg.checkpoint) to_ck = ck_piece;
       if (ev_piece > 0 && to_ev == 0) to_ev = ev_piece;
     }
-    out.push_back(seg);
+    if (!before) out.push_back(seg);
   }
   return out;
 }

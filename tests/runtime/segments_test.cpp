@@ -7,7 +7,7 @@ namespace pt::runtime {
 namespace {
 
 std::vector<Segment> segments_of(const std::string& kind, int replicas, int64_t per_epoch, int64_t total,
-                                 int64_t checkpoint_every, int64_t eval_every) {
+                                 int64_t checkpoint_every, int64_t eval_every, int64_t first_step = 0) {
   plan::Plan p = plan::data_parallel_plan(4, 1);
   p.stages = {{{0, 1}, replicas, {}}, {{2, 3}, 1, {}}};
   for (int r = 0; r < replicas + 1; ++r) (r < replicas ? p.stages[0] : p.stages[1]).workers.push_back(r);
@@ -15,7 +15,7 @@ std::vector<Segment> segments_of(const std::string& kind, int replicas, int64_t 
   PipelineOptions o;
   o.schedule = kind;
   auto probe = generate_schedule(p, o, 4);
-  return plan_segments(probe, p, per_epoch, total, 0, checkpoint_every, eval_every);
+  return plan_segments(probe, p, per_epoch, total, first_step, checkpoint_every, eval_every);
 }
 
 // "first+n:flags" per segment, flags c (checkpoint), e (evaluate), E (ends epoch).
@@ -47,6 +47,23 @@ TEST(Segments, AsynchronousCheckpointsCountAcrossEpochs) {
   int checkpoints = 0;
   for (const auto& s : segments_of("pipedream", 2, 16, 48, 48, 0)) checkpoints += s.checkpoint;
   EXPECT_EQ(checkpoints, 1);
+}
+
+// A resumed asynchronous run cuts where the uninterrupted one does: its counts run from step 0
+// (they ran from the resume step: --eval-every 15 resumed at 140 evaluated at 155, not 150).
+TEST(Segments, AResumedAsynchronousRunCutsWhereTheUninterruptedOneDoes) {
+  for (int replicas : {1, 2}) {
+    std::vector<Segment> whole = segments_of("pipedream", replicas, 62, 310, 20, 15);
+    for (const auto& at : whole) {
+      if (!at.checkpoint) continue;
+      int64_t resume = at.first_minibatch + at.minibatches;
+      std::vector<Segment> tail;
+      for (const auto& s : whole)
+        if (s.first_minibatch >= resume) tail.push_back(s);
+      EXPECT_EQ(describe(segments_of("pipedream", replicas, 62, 310, 20, 15, resume)), describe(tail))
+          << replicas << " replicas, resumed at " << resume;
+    }
+  }
 }
 
 TEST(Segments, SynchronousEvaluatesOnMultiplesOfTheStep) {
