@@ -244,6 +244,12 @@ CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
   std::string path = (fs::path(checkpoint) / "manifest.json").string();
   if (!fs::exists(path)) throw FormatError(str(checkpoint, ": not a checkpoint (no manifest.json)"));
   CheckpointManifest m = manifest_from_json(read_checked(path, InputKind::manifest), path);
+  // A step-N folder holds step N: an edited step resumed at the wrong place (and the newer good
+  // checkpoints past it were deleted as later than the run).
+  fs::path folder = fs::path(checkpoint).lexically_normal();
+  int64_t named = checkpoint_step_of((folder.filename().empty() ? folder.parent_path() : folder).filename().string());
+  if (named >= 0 && named != m.step)
+    throw FormatError(str(path, ": field \"step\" is ", m.step, " but the folder is step ", named));
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
     std::error_code ec;

@@ -318,8 +318,13 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   // The data order depends on shuffling too: a resume that changed it went on silently.
   edit("\"shuffle\": true", "\"shuffle\": false");
   expect_resume_error(d, "the run did not shuffle (--no-shuffle) but this one shuffles");
+  // A step that is not its folder's: named (it resumed there, deleting the good ones past it).
+  edit("\"step\": 2", "\"step\": 1");
+  expect_resume_error(d, "manifest.json: field \"step\" is 1 but the folder is step 2");
   // A finished run resumed: said, not "steps 0, final loss 0".
   edit("\"step\": 2", "\"step\": 600");
+  fs::rename(ck, dir.path / checkpoint_dir_name(600));
+  ck = dir.path / checkpoint_dir_name(600);
   expect_resume_error(d, "the checkpoint is at step 600, and this run ends at step 4: nothing to train");
   fs::remove(ck / "manifest.json");  // no manifest: not a complete checkpoint, so none to resume
   EXPECT_EQ(newest_checkpoint(d), "");
