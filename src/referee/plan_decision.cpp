@@ -46,8 +46,10 @@ std::string joint_summary(const Configuration& c, const JointOptions& joint, con
   if (joint.memory_cap > 0 && cluster.process_bytes > 0)
     summary << " (the tensors' share of the " << human_bytes(static_cast<double>(joint.memory_cap + cluster.process_bytes))
             << " cap: " << human_bytes(static_cast<double>(joint.memory_cap)) << ")";
-  else if (joint.memory_cap > 0)
-    summary << " (cap " << human_bytes(static_cast<double>(joint.memory_cap)) << ")";
+  else if (joint.memory_cap > 0)  // a typed cluster: the tensors alone (9 MiB planned, gloo workers of 108 MiB)
+    summary << " (cap " << human_bytes(static_cast<double>(joint.memory_cap))
+            << ", on the tensors: a worker process holds LibTorch, the data and buffers besides, which a cluster "
+               "from `pipetrain calibrate` counts)";
   summary << "\n";
   if (c.staleness > 0)
     summary << "  asynchronous: a stage's weights lag up to " << c.staleness
