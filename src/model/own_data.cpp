@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include <zlib.h>
@@ -12,20 +11,13 @@
 #include "core/error.h"
 #include "core/input_limits.h"
 #include "core/json_doc.h"
+#include "model/data_checks.h"
 #include "model/shard_store.h"
 #include "model/token_stream.h"
 
 namespace pt::model {
 
 namespace {
-
-std::string shape_of(const torch::Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
-}
-
-std::string dtype_of(const torch::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
 
 using Shard = std::map<std::string, torch::Tensor>;
 
@@ -76,151 +68,6 @@ std::vector<std::string> shard_files(const std::string& dir) {
   return files;
 }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-// "H, W" of [N, C, H, W] from dimension `from` on.
-std::string dims_after(const torch::Tensor& t, int64_t from) {
-  std::string out;
-  for (int64_t d = from; d < t.dim(); ++d) out += str(d > from ? ", " : "", t.size(d));
-  return out;
-}
-
-// What the model computes on two samples: the targets are checked against it.
-torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const std::string& source) {
-  torch::NoGradGuard no_grad;
-  model.train(false);
-  torch::Tensor out;
-  try {
-    out = model.forward(x.narrow(0, 0, std::min<int64_t>(2, x.size(0))));
-  } catch (const c10::Error& e) {
-    model.train(true);
-    throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {  // TorchScript's interpreter raises its own kind, its traceback in what()
-    model.train(true);
-    std::string why = e.what();
-    size_t last = why.find_last_not_of("\n");
-    size_t line = why.rfind('\n', last == std::string::npos ? 0 : last);
-    throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ",
-                          line == std::string::npos ? why : why.substr(line + 1)));
-  }
-  model.train(true);
-  return out;
-}
-
-// A NaN or an infinity in float data trained on until the loss turned NaN, and the run then
-// blamed the learning rate: the first sample holding one is named instead. In blocks of rows,
-// so that a large file does not need a mask of its own size.
-void check_finite(const torch::Tensor& t, const std::string& key, const std::string& source) {
-  if (!t.is_floating_point() || t.numel() == 0) return;
-  constexpr int64_t kRows = 4096;
-  for (int64_t first = 0; first < t.size(0); first += kRows) {
-    torch::Tensor block = t.narrow(0, first, std::min(kRows, t.size(0) - first));
-    torch::Tensor bad = block.isfinite().logical_not().reshape({block.size(0), -1}).any(1);
-    if (!bad.any().item<bool>()) continue;
-    int64_t row = bad.to(torch::kInt64).argmax().item<int64_t>();
-    torch::Tensor sample = block[row].reshape({-1});
-    float value = sample.index({sample.isfinite().logical_not()})[0].item<float>();
-    throw FormatError(str(source, ": '", key, "' holds ", value, " (sample ", first + row,
-                          "): a NaN or an infinity in the data makes the loss NaN; clean or drop such samples"));
-  }
-}
-
-// The inputs against what the model takes (before any forward, which would fail inside a layer).
-void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredModel& model, const std::string& source) {
-  torch::Dtype want = model.integer_input() ? torch::kInt64 : torch::kFloat32;
-  if (x.scalar_type() != want)
-    throw FormatError(str(source, ": '", xk, "' is ", dtype_of(x), "; ", model.name(), " takes ",
-                          c10::toString(want), model.integer_input() ? " token ids" : " (x.float())"));
-  std::vector<int64_t> sample(x.sizes().begin() + std::min<int64_t>(1, x.dim()), x.sizes().end());
-  if (x.dim() < 1 || sample != model.sample_shape()) {
-    std::ostringstream want_shape;
-    want_shape << "[N";
-    for (int64_t d : model.sample_shape()) want_shape << ", " << d;
-    throw FormatError(str(source, ": '", xk, "' has shape ", shape_of(x), "; ", model.name(), " takes ",
-                          want_shape.str(), "]"));
-  }
-  if (x.size(0) == 0) throw FormatError(str(source, ": '", xk, "' holds no samples"));
-  check_finite(x, xk, source);
-}
-
-// The last line of an error (a TorchScript traceback ends with the cause).
-std::string last_line(const std::string& s) {
-  size_t end = s.find_last_not_of(" \n");
-  if (end == std::string::npos) return s;
-  size_t start = s.rfind('\n', end);
-  return s.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
-// Token ids against what the model takes: the sample holding the largest id is run through it.
-// An id beyond an embedding's rows failed only when its minibatch came, after hours of training
-// or at the final evaluation, in a traceback naming neither the file nor the id.
-void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::string& xk, const std::string& source) {
-  if (!model.integer_input()) return;
-  int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
-  if (lo < 0) throw FormatError(str(source, ": '", xk, "' holds token id ", lo, "; ids are >= 0"));
-  int64_t row = x.eq(hi).reshape({x.size(0), -1}).any(1).to(torch::kInt64).argmax().item<int64_t>();
-  torch::NoGradGuard no_grad;
-  model.train(false);
-  try {
-    model.forward(x.narrow(0, row, 1));
-  } catch (const std::exception& e) {
-    model.train(true);
-    throw FormatError(str(source, ": '", xk, "' holds token id ", hi, " (sample ", row, "), which the model refuses: ",
-                          last_line(e.what()), " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
-  }
-  model.train(true);
-}
-
-// The targets against x and what the model outputs.
-void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
-                   const LayeredModel& model, const torch::Tensor& out, const std::string& source) {
-  if (y.dim() < 1 || y.size(0) != x.size(0))
-    throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but '", xk, "' holds ", x.size(0), " samples"));
-  Task task = model.task();
-  if (task == Task::kRegression) {
-    if (y.scalar_type() != torch::kFloat32)
-      throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; --loss mse needs float32 targets"));
-    if (y.sizes().slice(1) != out.sizes().slice(1))
-      throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", shape_of(out)));
-    check_finite(y, yk, source);
-    return;
-  }
-  if (model.has_own_loss()) {
-    // The file's own loss decides what targets fit: it runs on the probe's output and the
-    // first targets, and its error is the data's.
-    try {
-      torch::NoGradGuard no_grad;
-      model.loss(out, y.narrow(0, 0, out.size(0)));
-    } catch (const std::exception& e) {
-      throw FormatError(str(source, ": the model file's own loss refuses '", yk, "' (", shape_of(y), ", ", dtype_of(y),
-                            ") against the output ", shape_of(out), ": ", first_line(e.what())));
-    }
-    return;
-  }
-  if (y.scalar_type() != torch::kInt64)
-    throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; class ids are int64 (y.long())"));
-  bool lm = task == Task::kLanguageModel;
-  // Cross-entropy as PyTorch's: output [N, C, d1..dk] and class ids [N, d1..dk] (one per pixel
-  // or token; k = 0 for a class per sample).
-  bool fits = lm ? y.sizes() == x.sizes() : out.dim() >= 2 && y.sizes().slice(1) == out.sizes().slice(2);
-  // A language model's output [N, T, V] with token targets [N, T] is what --loss lm takes: said,
-  // where cross-entropy's own rule left the user with [N, V] to guess from.
-  bool looks_like_lm = !lm && model.integer_input() && out.dim() == 3 && y.sizes() == x.sizes();
-  if (!fits)
-    throw FormatError(str(
-        source, ": '", yk, "' has shape ", shape_of(y), "; ",
-        lm ? "--loss lm needs one next token per input token, the shape of '" + xk + "'"
-           : str("the model outputs ", shape_of(out), ", so cross-entropy needs class ids of shape [N",
-                 out.dim() > 2 ? ", " : "", dims_after(out, 2), "]"),
-        looks_like_lm ? str(" (a language model's next tokens, the shape of '", xk, "': give --loss lm; '", yk,
-                            "' must be '", xk, "' shifted by one token, y[:, t] = the token after x[:, t])")
-                      : std::string()));
-  int64_t classes = lm ? out.size(-1) : out.size(1);
-  int64_t lo = y.min().item<int64_t>(), hi = y.max().item<int64_t>();
-  if (lo < 0 || hi >= classes)
-    throw FormatError(str(source, ": '", yk, "' holds ", lo < 0 ? lo : hi, " but the model outputs ", classes,
-                          lm ? " token scores (ids 0.." : " classes (ids 0..", classes - 1, ")"));
-}
 
 }  // namespace
 
@@ -233,31 +80,6 @@ bool is_own_data(const std::string& data) {
 
 namespace {
 
-// The runtime scales each microbatch's loss by 1/m, so a minibatch's loss is the mean of its
-// microbatches': the whole minibatch's only for a loss that averages over its samples. A file's
-// own loss that sums them, or averages over the targets it does not ignore, trained another
-// model once split (8x the gradient of a padded batch, 1/m of a summed one), exit 0. Tried on
-// the first samples, in eval mode (each sample's output its own), whole and in two halves.
-std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y) {
-  int64_t n = std::min<int64_t>(8, x.size(0)) / 2 * 2, h = n / 2;
-  if (!model.has_own_loss() || n < 2) return "";
-  torch::NoGradGuard no_grad;
-  model.train(false);
-  double whole = 0, halves = 0;
-  try {
-    torch::Tensor out = model.forward(x.narrow(0, 0, n));
-    whole = model.loss(out, y.narrow(0, 0, n)).item<double>();
-    halves = (model.loss(out.narrow(0, 0, h), y.narrow(0, 0, h)).item<double>() +
-              model.loss(out.narrow(0, h, h), y.narrow(0, h, h)).item<double>()) / 2;
-  } catch (const std::exception&) {  // the checks before name what fails
-    model.train(true);
-    return "";
-  }
-  model.train(true);
-  if (std::abs(whole - halves) <= 1e-4 * std::max({1.0, std::abs(whole), std::abs(halves)})) return "";
-  return str("its loss on the first ", n, " samples is ", whole, ", but the mean of its losses on their two halves is ",
-             halves);
-}
 
 // Every check of one shard against the model; `out` is what the model outputs (probed once).
 void check_shard(const Shard& s, LayeredModel& model, torch::Tensor& out, const std::string& file) {

@@ -7,9 +7,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
@@ -17,8 +14,8 @@
 
 #include "core/error.h"
 #include "core/json_doc.h"
-#include "core/sha256.h"
 #include "core/tensor_file.h"
+#include "model/model_digest.h"
 
 namespace pt::model {
 
@@ -225,36 +222,6 @@ void tie_held_copies(LayeredModel& m, const std::vector<TieGroup>& ties) {
       else layer->share_parameter(static_cast<size_t>(member.param), first);
     }
   }
-}
-
-// The file's SHA-256, read once a process for each version of the file (its device, inode, size
-// and modification time): the job's description and every worker load the file, and hashing
-// a model of gigabytes takes seconds each time.
-std::string file_digest(const std::string& path, const struct stat& st) {
-  static std::mutex mutex;
-  static std::map<std::tuple<dev_t, ino_t, off_t, int64_t, int64_t>, std::string> known;
-  auto key = std::make_tuple(st.st_dev, st.st_ino, st.st_size, static_cast<int64_t>(st.st_mtim.tv_sec),
-                             static_cast<int64_t>(st.st_mtim.tv_nsec));
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = known.find(key);
-    if (it != known.end()) return it->second;
-  }
-  std::string digest = to_hex(sha256_of_file(path));
-  std::lock_guard<std::mutex> lock(mutex);
-  known[key] = digest;
-  return digest;
-}
-
-void check_digest(const std::string& path, const std::string& digest) {
-  std::ifstream recorded{path + ".sha256"};
-  if (!recorded) return;
-  std::string expected;
-  recorded >> expected;
-  if (expected != digest)
-    throw ConfigError(str(path, ": its SHA-256 is ", digest, " but ", path, ".sha256 (written by pipetrain export) ",
-                          "says ", expected.substr(0, 64), ": the file changed since it was exported; export it again, ",
-                          "or remove the .sha256 file if the change is yours"));
 }
 
 }  // namespace

@@ -1,0 +1,27 @@
+#pragma once
+// A user's data checked against the model before training (own_data.h loads it): the inputs'
+// dtype and shape, token ids against the embedding, the targets against what the model outputs,
+// and a loss kept in the model file against the way a pipeline averages microbatches. Each error
+// is a FormatError naming the file (`source`), the key and what the model expects.
+#include <string>
+
+#include <torch/torch.h>
+
+#include "model/layered_model.h"
+
+namespace pt::model {
+
+// What the model computes on the first two samples of `x`, in eval mode.
+torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const std::string& source);
+// `x` (key `xk`) against the model's input: dtype, shape, finite values.
+void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredModel& model, const std::string& source);
+// The sample holding the largest token id run through the model.
+void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::string& xk, const std::string& source);
+// `y` (key `yk`) against `x` and the model's output `out`: the task's targets, or the file's own loss.
+void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
+                   const LayeredModel& model, const torch::Tensor& out, const std::string& source);
+// A model file's own loss tried on the first samples whole and in two halves: "" where it is a
+// mean over samples, else how it showed otherwise (DataSplit::loss_not_a_mean).
+std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y);
+
+}  // namespace pt::model
