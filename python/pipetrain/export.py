@@ -217,17 +217,42 @@ class ChainTracer(torch.fx.Tracer):
             self.stack.pop()
 
 
+def reads_training(m):
+    """Whether a module's own forward reads self.training (functional dropout, stochastic depth, a
+    branch that only trains): fx would bake in the mode it traces, so such a module is kept whole,
+    and TorchScript follows the mode as the runtime switches it."""
+    if type(m).__module__.startswith("torch.nn"):
+        return False  # torch.nn's own layers: leaves of fx already
+    try:
+        return "training" in inspect.getsource(type(m).forward)
+    except (OSError, TypeError):
+        return False
+
+
 def trace(model):
     """A GraphModule of `model`. Where tracing fails inside a submodule (a branch on a tensor's
     value), that submodule becomes one operation, kept whole, and tracing starts again; a failure
-    in the model's own forward is reported with the user's line."""
-    leaves = set()
+    in the model's own forward is reported with the user's line. A submodule whose forward reads
+    self.training is kept whole too, and the model is traced in both modes: a forward that still
+    traces otherwise in training (its own read of self.training) is refused, since the file would
+    hold one mode's computation (export traced in eval mode, and F.dropout(x, p, self.training)
+    never dropped, exit 0)."""
+    leaves = {path for path, m in model.named_modules() if path and reads_training(m)}
     while True:
         tracer = ChainTracer(leaves)
         try:
             with traceable():
                 graph = tracer.trace(model)
-            return torch.fx.GraphModule(tracer.root, graph, type(model).__name__), sorted(leaves)
+            gm = torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
+            was = model.training
+            model.train(not was)
+            tracer = ChainTracer(leaves)  # its failure, like the first's, keeps a submodule whole
+            try:
+                with traceable():
+                    other = tracer.trace(model)
+            finally:
+                model.train(was)
+            same = torch.fx.GraphModule(model, other, "other").code == gm.code
         except Exception as e:  # fx raises TraceError, TypeError, ... on what it cannot follow
             inner = [p for p in (tracer.failed_in or []) if p]
             if inner and inner[-1] not in leaves:
@@ -240,6 +265,13 @@ def trace(model):
                 f"{' at ' + where if where else ''} ({what}). Code that branches or loops on a tensor's value "
                 "cannot be cut: move it into a submodule (pipetrain keeps a submodule it cannot trace whole, "
                 "as one operation) or into a module-level function decorated with @torch.fx.wrap") from None
+        if not same:
+            raise ExportError(
+                f"--model: {type(model).__name__}.forward computes otherwise in training than in evaluation "
+                "(it reads self.training: F.dropout(x, p, self.training), or a branch on it), which a traced "
+                "chain of layers cannot hold: use nn.Dropout, or move that code into a submodule (pipetrain "
+                "keeps a submodule that reads self.training whole, as one operation)")
+        return gm, sorted(leaves)
 
 
 # ---------------------------------------------------------------- cutting an fx graph into a chain

@@ -523,6 +523,28 @@ class Errors(unittest.TestCase):
                 self.assertNotIn("Traceback", r.stderr)
                 self.assertFalse(os.path.exists(out))
 
+    def test_a_forward_that_reads_self_training(self):
+        """Export traced in eval mode, so what reads self.training outside torch.nn's layers was
+        frozen to evaluation (F.dropout never dropped, a training-only branch never ran), exit 0. A
+        submodule that reads it is kept whole and follows the mode; the model's own forward
+        reading it is refused."""
+        out = os.path.join(self.tmp.name, "fdrop.pt")
+        r = export(["--model", "toy_models:functional_dropout", "--input-shape", "8,16", "-o", out])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("FunctionalDropout.forward computes otherwise in training than in evaluation", r.stderr)
+        model = os.path.join(self.tmp.name, "halving.pt")
+        r = export(["--model", "toy_models:train_only_halving", "--input-shape", "8,16", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = torch.Generator().manual_seed(3)
+        x, y = torch.randn(BATCH * STEPS, 16, generator=g), torch.randint(0, 4, (BATCH * STEPS,), generator=g)
+        data, ck = os.path.join(self.tmp.name, "halving-data.pt"), os.path.join(self.tmp.name, "halving-ck")
+        torch.save({"x": x, "y": y, "x_test": x[:BATCH], "y_test": y[:BATCH]}, data)
+        run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", str(STEPS), "--batch-size", str(BATCH),
+             "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--checkpoint-dir", ck,
+             "--stages", "2", "--schedule", "1f1b", "--microbatches", "2"])
+        want = reference(toy_models.train_only_halving, x, y, torch.nn.functional.cross_entropy, 2)
+        self.assertLess(max_relative_error(trained_state(model, ck), want), 1e-5)
+
     def test_parameters_the_forward_never_uses_are_named(self):
         """They are not in the file and go untrained: export says which (it dropped them without
         a word)."""

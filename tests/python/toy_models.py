@@ -131,6 +131,41 @@ def half_cross_entropy():
     return HalfCrossEntropy()
 
 
+class FunctionalDropout(nn.Module):
+    """Dropout written as a function of self.training in the model's own forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(nn.functional.dropout(torch.relu(self.a(x)), 0.5, self.training))
+
+
+class HalvesWhileTraining(nn.Module):
+    def forward(self, x):
+        return x * 0.5 if self.training else x
+
+
+class TrainOnlyHalving(nn.Module):
+    """A submodule that computes otherwise in training (a branch on self.training)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.h, self.b = nn.Linear(16, 16), HalvesWhileTraining(), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(self.h(torch.relu(self.a(x))))
+
+
+def functional_dropout():
+    return FunctionalDropout()
+
+
+def train_only_halving():
+    return TrainOnlyHalving()
+
+
 def sum_cross_entropy():
     """A loss summed over the samples, not averaged: not what a split minibatch averages."""
     return nn.CrossEntropyLoss(reduction="sum")
