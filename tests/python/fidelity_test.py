@@ -19,7 +19,13 @@ import sys
 import tempfile
 import unittest
 
-import torch
+# The references compute on one thread, as each pipetrain worker does, OpenBLAS's threads too:
+# torch.set_num_threads leaves OpenBLAS's pool as it is, whose GEMMs on 2 threads summed in
+# another order (an LSTM 7.4e-8 off pipetrain's bit-exact weights, mobilenet_v2 diverged apart).
+# Read by OpenBLAS when torch loads it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
