@@ -25,6 +25,7 @@ struct CompareFlags {
   schedule::ScheduleOptions options;
   std::string memory;
   bool microbatches_given = false;
+  int chunks = 0;  // 0: searched
   bool json = false;
 };
 
@@ -35,9 +36,12 @@ int run_compare(CompareFlags& flags) {
   plan::Cluster cluster = plan::cluster_from_flags(flags.cluster);
   int n = cluster.workers();
   schedule::check_schedule_options(flags.options);
+  if (flags.chunks != 0 && (flags.chunks < 2 || flags.chunks > schedule::kMaxChunks))
+    throw UsageError(str("--chunks: must be in 2..", schedule::kMaxChunks, ", got ", flags.chunks));
   referee::ComparisonOptions options;
   options.schedule = flags.options;
   options.microbatches_given = flags.microbatches_given;
+  options.chunks = flags.chunks;
   if (!flags.memory.empty()) options.memory_bytes = parse_bytes(flags.memory, "--memory");
   options.note = [](const std::string& line) { std::cerr << line << "\n"; };
   referee::Comparison c = referee::compare_schedules(prof, cluster, options);
@@ -95,16 +99,13 @@ int run_compare(CompareFlags& flags) {
 Register reg({"compare", "Simulate every schedule and data parallelism side by side on one profile and cluster",
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<CompareFlags>();
-  flags->options.microbatches = 8;
-  flags->options.chunks = 2;
+  flags->options.microbatches = 8;  // dp-split's floor where not pinned
   app.add_option("--profile", flags->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
   add_cluster_flags(app, flags->cluster);
-  add_schedule_options(app, flags->options);
-  if (auto* m = app.get_option_no_throw("--microbatches"))
-    // The 8 set above is only dp-split's floor: the option's shown default is the search.
-    m->each([flags](const std::string&) { flags->microbatches_given = true; })
-        ->description("Pin each schedule's microbatches per step (default: searched)")
-        ->default_str("");
+  // Only what the search pins: the rows' minibatches and options are the search's own.
+  app.add_option("--microbatches", flags->options.microbatches, "Pin each schedule's microbatches per step (default: searched)")
+      ->each([flags](const std::string&) { flags->microbatches_given = true; });
+  app.add_option("--chunks", flags->chunks, "Pin the interleaved rows' chunks per worker (default: 2 and 4 searched)");
   app.add_option("--memory", flags->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
   app.add_flag("--json", flags->json, "Print the table as JSON");
   return [flags] { return run_compare(*flags); };

@@ -17,8 +17,9 @@
 namespace pt::referee {
 
 struct ComparisonOptions {
-  schedule::ScheduleOptions schedule;  // chunks; microbatches: pinned where given, else dp-split's floor
+  schedule::ScheduleOptions schedule;  // microbatches: pinned where given, else dp-split's floor
   bool microbatches_given = false;
+  int chunks = 0;                      // interleaved's chunks per worker, pinned (0: searched)
   int64_t memory_bytes = 0;            // per worker; 0: the cluster's (plan::memory_limit)
   // What a user waiting on the search should hear (a slow search's progress, a schedule skipped).
   std::function<void(const std::string&)> note = [](const std::string&) {};

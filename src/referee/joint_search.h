@@ -12,7 +12,7 @@
 //    replicas side by side: the all-reduce stays inside a server) or pipeline-major (a copy's
 //    stages side by side: activations stay inside); a step takes B per copy (B x n / d) in
 //    M = n / d x m microbatches, m = 1, 2, 4, ... while a microbatch keeps a sample;
-//  - zb-h1 and interleaved (2 or 4 chunks): single-replica stages on all n workers;
+//  - zb-h1 and interleaved (2 or 4 chunks, or those pinned): single-replica stages on all n workers;
 //  - dp: every worker a minibatch of B (weak scaling, PipeDream's baseline), n microbatches.
 // Unless --all-workers (PlanOptions::fewer_workers), the uniform plans, zb-h1 and dp are also
 // tried on each smaller cluster (plan::smaller_clusters: ids 0..k-1), as pipedream's candidates
@@ -55,6 +55,7 @@ inline const StalenessSteps kMeasuredStalenessSteps = {{0, 1.0}, {1, 1.0}, {3, 1
 struct JointOptions {
   std::vector<std::string> schedules;  // the kinds to consider (empty: every kind)
   int microbatches = 0;                // --microbatches: pinned (0: searched)
+  int chunks = 0;                      // --chunks: interleaved's chunks per worker pinned (0: 2 and 4)
   std::string objective = "throughput";
   // time-to-accuracy: the steps an asynchronous schedule takes to the same accuracy by how many
   // updates its weights lag. The default is bench/staleness.sh's on mnist-cnn; a model's own is

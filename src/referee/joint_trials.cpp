@@ -99,7 +99,10 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
           if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
         }
         if (r == 1 && d > 1) {
-          if (wanted("mp")) out.push_back({"mp", u, 1, 1, B});
+          // mp runs one microbatch at a time: splitting the minibatch only shrinks its memory, so
+          // it is split only where the microbatches are pinned.
+          if (wanted("mp"))
+            for (int m : joint.microbatches > 0 ? per_copy(1) : std::vector<int>{1}) out.push_back({"mp", u, m, 1, B});
           if (wanted("zb-h1"))
             for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
           // The V schedules, two chunks per worker in a V: the even split into 2d chunks, and the
@@ -125,7 +128,7 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
   }
   for (const char* kind : {"interleaved", "interleaved-zb"})
     if (wanted(kind))
-      for (int v : {2, 4}) {
+      for (int v : joint.chunks > 0 ? std::vector<int>{joint.chunks} : std::vector<int>{2, 4}) {
         // On every worker, or where the layers are too few for v chunks on each, on as many as
         // have them (workers 0..w-1, a smaller cluster's): GPT-2048's 26 layers on 16 workers
         // had no interleaved plan at all.

@@ -76,5 +76,36 @@ TEST(Compare, RowsOverTheMemoryCapAreMarked) {
   EXPECT_NE(text.output.find("over the cap"), std::string::npos) << text.output;
 }
 
+// What the user pins, every row it applies to keeps: --chunks the interleaved rows (they showed
+// 4 chunks for --chunks 2 and 3), --microbatches the mp row too (it stayed at 1).
+TEST(Compare, PinnedChunksAndMicrobatchesReachEveryRow) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  for (std::string chunks : {"2", "3"}) {
+    SCOPED_TRACE(chunks);
+    json doc = compare_json("--profile " + path + " --workers 4 --bandwidth-gbps 10 --microbatches 4 --chunks " + chunks);
+    int interleaved = 0, mp = 0;
+    for (const auto& r : doc["rows"]) {
+      std::string row = r["row"].get<std::string>(), plan = r["plan"].get<std::string>();
+      if (row == "interleaved" || row == "interleaved-zb") {
+        ++interleaved;
+        EXPECT_NE(plan.find(" x" + chunks + " "), std::string::npos) << row << ": " << plan;
+      }
+      if (row == "mp") {
+        ++mp;
+        EXPECT_NE(plan.find(" m4"), std::string::npos) << plan;
+      }
+      if (row != "dp" && row != "dp-split" && row != "pipedream") {
+        EXPECT_NE(plan.find(" m4"), std::string::npos) << row << ": " << plan;
+      }
+    }
+    EXPECT_EQ(interleaved, 2);
+    EXPECT_EQ(mp, 1);
+  }
+  auto bad = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain compare --profile " + path +
+                                " --workers 4 --bandwidth-gbps 10 --chunks 1 2>&1", false);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--chunks: must be in 2.."), std::string::npos) << bad.output;
+}
+
 }  // namespace
 }  // namespace pt
