@@ -57,6 +57,9 @@ int run_simulate(SimulateFlags flags) {
   if (!flags.schedule_file.empty()) {
     if (flags.kind_flag->count() > 0) throw UsageError("--schedule and --schedule-file: give one of them");
     file = schedule::read_schedule_file(flags.schedule_file);
+    schedule::refuse_settings_the_file_overrides(file, flags.schedule_file, flags.microbatches_flag->count() > 0,
+                                                 flags.options.microbatches, flags.chunks_flag->count() > 0,
+                                                 flags.options.chunks);
   }
   if (!flags.plan.empty()) {
     plan = plan::read_plan(flags.plan);

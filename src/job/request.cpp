@@ -94,9 +94,12 @@ void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, c
 
 // --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the
 // runtime runs its one minibatch again and again, so it must flush. `file`: read already, or not.
-void use_schedule_file(const std::string& path, PipelineOptions& options, const plan::Plan& plan,
+void use_schedule_file(const Request& r, PipelineOptions& options, const plan::Plan& plan,
                        std::optional<schedule::Schedule> file) {
+  const std::string& path = r.schedule_file;
   if (!file) file = schedule::read_schedule_file(path, plan.num_stages());
+  schedule::refuse_settings_the_file_overrides(*file, path, r.microbatches_given, options.microbatches, r.chunks_given,
+                                               options.chunks);
   if (!file->flush)
     throw UsageError(str("--schedule-file ", path, ": its schedule (", file->kind, ") does not flush; train "
                          "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));
@@ -163,7 +166,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
   if (defaulted && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
-  if (!r.schedule_file.empty()) use_schedule_file(r.schedule_file, options, plan, std::move(file));
+  if (!r.schedule_file.empty()) use_schedule_file(r, options, plan, std::move(file));
   // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
   if (schedule::takes_activation_budget(options.schedule) && r.schedule_file.empty()) {
     if (r.profile)

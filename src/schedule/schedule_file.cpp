@@ -216,4 +216,15 @@ Schedule bind_schedule(Schedule s, const plan::Plan& plan, const std::string& pa
   return s;
 }
 
+void refuse_settings_the_file_overrides(const Schedule& file, const std::string& path, bool microbatches_given,
+                                        int microbatches, bool chunks_given, int chunks) {
+  auto check = [&](bool given, const char* flag, int value, int files, const char* what) {
+    if (given && value != files)
+      throw UsageError(str(flag, " ", value, ": --schedule-file ", path, " runs ", files, " ", what,
+                           " (its own); leave ", flag, " out or give ", files));
+  };
+  check(microbatches_given, "--microbatches", microbatches, file.microbatches, "microbatches per minibatch");
+  check(chunks_given, "--chunks", chunks, file.chunks, "chunks per worker");
+}
+
 }  // namespace pt::schedule

@@ -22,6 +22,11 @@ namespace pt::schedule {
 // 430 MB to be refused for its stage count).
 Schedule read_schedule_file(const std::string& path, int plan_stages = 0);
 
+// A file runs its own microbatches and chunks: --microbatches or --chunks given (`given`) with
+// another value is refused (UsageError naming the flag, the file and its count), not ignored.
+void refuse_settings_the_file_overrides(const Schedule& file, const std::string& path, bool microbatches_given,
+                                        int microbatches, bool chunks_given, int chunks);
+
 // The plan a JSON file's stages make (their layers, as many replicas as workers each);
 // ConfigError for a CSV, which names no layers (`flag` names what gives them instead).
 plan::Plan plan_of_schedule_file(const Schedule& file, const std::string& path, const std::string& flag);

@@ -490,7 +490,7 @@ namespace {
 // otherwise: the replicated first stage's AllReduce comes after the next forward, or before it.
 // train --schedule-file: a CSV that runs a backward before its forward stops with the
 // validator's error naming the file, the worker and the step, before any worker starts (no
-// hang); a sound one trains.
+// hang); a sound one trains, at its own microbatches.
 TEST(TrainCli, ScheduleFileIsValidatedBeforeItRuns) {
   TempDir tmp("schedule_file");
   fs::path good = tmp.path / "good.csv", broken = tmp.path / "broken.csv", log = tmp.path / "log";
@@ -514,6 +514,15 @@ TEST(TrainCli, ScheduleFileIsValidatedBeforeItRuns) {
     EXPECT_NE(slurp(log).find("with file, plan 1-1 (2 workers, 2 stages: layers 0"), std::string::npos) << slurp(log);
     EXPECT_NE(slurp(log).find("), 2 microbatches"), std::string::npos) << slurp(log);
   }
+  // The file runs its own 2 microbatches: --microbatches 4 was quietly ignored.
+  EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule-file",
+                 good.string(), "--steps", "4", "--microbatches", "4"},
+                log),
+            2);
+  EXPECT_NE(slurp(log).find("--microbatches 4: --schedule-file " + good.string() +
+                            " runs 2 microbatches per minibatch (its own); leave --microbatches out or give 2"),
+            std::string::npos)
+      << slurp(log);
 }
 
 TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
