@@ -227,15 +227,18 @@ Metrics compute_metrics(const schedule::Trace& t, Detail detail) {
 }
 
 json to_json(const Metrics& m) {
+  // A trace without the stages' bytes (a measured one) gives no memory: null, as the text
+  // leaves the columns out, not the bytes its events happen to carry.
+  auto bytes = [&](int64_t b) { return m.memory_known ? json(b) : json(nullptr); };
   json workers = json::array();
   for (const auto& w : m.workers)
     workers.push_back({{"busy_ms", w.busy_ms},
                        {"bubble_fraction", w.bubble_fraction},
                        {"peak_stash", w.peak_stash},
-                       {"peak_activation_bytes", w.peak_activation_bytes},
+                       {"peak_activation_bytes", bytes(w.peak_activation_bytes)},
                        {"weight_versions", w.weight_versions},
-                       {"weight_bytes", w.weight_bytes},
-                       {"peak_memory_bytes", w.peak_memory_bytes}});
+                       {"weight_bytes", bytes(w.weight_bytes)},
+                       {"peak_memory_bytes", bytes(w.peak_memory_bytes)}});
   json links = json::array();
   for (const auto& l : m.links) links.push_back({{"from", l.from}, {"to", l.to}, {"bytes", l.bytes}});
   return {{"format", format_tag("metrics", 1)},
@@ -250,7 +253,7 @@ json to_json(const Metrics& m) {
           {"ms_per_minibatch", m.ms_per_minibatch},
           {"samples_per_s", m.samples_per_s},
           {"bubble_fraction", m.bubble_fraction},
-          {"peak_memory_bytes", m.peak_memory_bytes()},
+          {"peak_memory_bytes", bytes(m.peak_memory_bytes())},
           {"memory_known", m.memory_known},
           {"allreduce_bytes", m.allreduce_bytes},
           {"workers", workers},

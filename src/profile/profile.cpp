@@ -247,18 +247,21 @@ double backward_ms_at(const Layer& l, double batch, int64_t profile_batch) {
   return time_at(l, batch, profile_batch, true);
 }
 
+double layer_share_floor(const Layer& l, int64_t batch, bool backward) {
+  double floor = 1;
+  if (l.timings.size() < 2) return floor;
+  double whole = time_at(l, static_cast<double>(batch), batch, backward);
+  if (whole <= 0) return floor;
+  for (const auto& t : l.timings)
+    floor = std::min(floor, (backward ? t.backward_ms : t.forward_ms) * static_cast<double>(batch) /
+                                static_cast<double>(t.batch) / whole);
+  return floor;
+}
+
 double microbatch_share_floor(const Profile& profile) {
   double floor = 1;
-  for (const auto& l : profile.layers) {
-    if (l.timings.size() < 2) continue;
-    double whole_f = forward_ms_at(l, static_cast<double>(profile.batch_size), profile.batch_size);
-    double whole_b = backward_ms_at(l, static_cast<double>(profile.batch_size), profile.batch_size);
-    for (const auto& t : l.timings) {
-      double per_batch = static_cast<double>(profile.batch_size) / static_cast<double>(t.batch);
-      if (whole_f > 0) floor = std::min(floor, t.forward_ms * per_batch / whole_f);
-      if (whole_b > 0) floor = std::min(floor, t.backward_ms * per_batch / whole_b);
-    }
-  }
+  for (const auto& l : profile.layers)
+    floor = std::min({floor, layer_share_floor(l, profile.batch_size, false), layer_share_floor(l, profile.batch_size, true)});
   return floor;
 }
 

@@ -103,6 +103,8 @@ double backward_ms_at(const Layer& l, double batch, int64_t profile_batch);
 // timings): the planner's closed forms, which take whole minibatches, times this are lower
 // bounds of what the simulator charges (plan::physical_limit).
 double microbatch_share_floor(const Profile& profile);
+// The same for one layer's forward (backward) at a minibatch of `batch`: its fastest per sample.
+double layer_share_floor(const Layer& l, int64_t batch, bool backward);
 // True when every timed layer has timings at two batch sizes or more.
 bool knows_batch_sizes(const Profile& profile);
 // The layer's optimizer step and stash copy (Layer::optimizer_ms), charged at each Step.

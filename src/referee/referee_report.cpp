@@ -81,7 +81,7 @@ std::vector<schedule::WorkerMemory> modelled_memory(const plan::Plan& p, const p
 std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
   std::ostringstream os;
   os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
-     << " schedule (fastest simulated first; at equal time, more workers and no deferred step first; simulated "
+     << " schedule (fastest simulated first; at equal time, fewer workers and no deferred step first; simulated "
         "with the options' all-reduce bucket, the first and data parallelism with their own (variant bN: N MiB); "
         "peak memory per worker by the memory model, as train checks it):\n";
   char line[512];

@@ -88,6 +88,33 @@ TEST(PlanReferee, EveryProfileOnTenClustersPredictsTheSimulator) {
   EXPECT_EQ(cases, 50);
 }
 
+// Microbatches that compute faster per sample than the whole minibatch (here 16 samples take an
+// eighth of 64's time: half as long per sample) do not beat the compute limit: it takes each
+// layer at its fastest. A limit at the whole minibatch (24 ms) was reached at 160% by a 1f1b plan of 15 ms.
+TEST(PlanReferee, TheComputeLimitHoldsForMicrobatchesFasterPerSample) {
+  std::string path = ::testing::TempDir() + "fast_microbatches_" + std::to_string(::getpid()) + ".json";
+  json layers = json::array();
+  for (int l = 0; l < 4; ++l)
+    layers.push_back({{"name", "l" + std::to_string(l)}, {"forward_ms", 4.0}, {"backward_ms", 8.0}, {"activation_bytes", 1024},
+                      {"parameter_bytes", 1024}, {"inputs", l == 0 ? json::array() : json::array({l - 1})},
+                      {"timings", json::array({{{"batch", 16}, {"forward_ms", 0.5}, {"backward_ms", 1.0}},
+                                               {{"batch", 64}, {"forward_ms", 4.0}, {"backward_ms", 8.0}}})}});
+  std::ofstream(path) << json{{"format", "pipetrain.profile/1"}, {"model", "fast"}, {"batch_size", 64},
+                              {"layers", layers}}.dump();
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
+                                  " --workers 2 --bandwidth-gbps 100 --schedule 1f1b --microbatches 4 2>&1",
+                              false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch limit;
+  ASSERT_TRUE(std::regex_search(r.output, limit,
+                                std::regex("each layer at its fastest batch size per sample, / 2 workers\\): ([0-9.]+) ms "
+                                           "per minibatch; the plan reaches ([0-9.]+)% of it")))
+      << r.output;
+  EXPECT_NEAR(std::stod(limit[1]), 12.0, 1e-3) << r.output;
+  EXPECT_LE(std::stod(limit[2]), 100.0) << r.output;
+  std::filesystem::remove(path);
+}
+
 TEST(PlanReferee, TopListsCandidatesFastestFirstAndSaysWhyEachLost) {
   std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
   auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +

@@ -171,7 +171,12 @@ TEST(Metrics, FromAMeasuredTrace) {
       << text;
   EXPECT_EQ(text.find("activations"), std::string::npos) << text;
   EXPECT_EQ(text.find("peak stash+weights"), std::string::npos) << text;
-  EXPECT_FALSE(to_json(compute_metrics(runtime))["memory_known"].get<bool>());
+  json doc = to_json(compute_metrics(runtime));
+  EXPECT_FALSE(doc["memory_known"].get<bool>());
+  // --json said the same: null, not the loss's 4 bytes.
+  EXPECT_TRUE(doc["peak_memory_bytes"].is_null()) << doc.dump();
+  EXPECT_TRUE(doc["workers"][1]["peak_activation_bytes"].is_null()) << doc.dump();
+  EXPECT_TRUE(doc["workers"][1]["weight_bytes"].is_null()) << doc.dump();
 }
 
 // A trace read from a file may number its minibatches with gaps, up to 10^9: each id present
