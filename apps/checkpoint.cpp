@@ -40,6 +40,9 @@ int inspect(const std::string& path) {
             << printable(m.optimizer) << ": lr " << m.lr
             << (m.optimizer == "sgd" ? str(", momentum ", m.momentum) : std::string()) << ", weight decay "
             << m.weight_decay << (m.weight_decay_on == "all" ? "" : " on " + m.weight_decay_on)
+            << (m.eps >= 0 && m.optimizer != "sgd" ? str(", betas ", m.beta1, ",", m.beta2, ", eps ", m.eps) : "")
+            << (m.clip_grad_norm > 0 ? str(", gradients clipped to norm ", m.clip_grad_norm) : "")
+            << (m.precision.empty() ? "" : ", in " + m.precision)
             << (m.lr_schedule.empty() ? std::string()
                                       : str(", lr schedule ", m.lr_schedule,
                                             m.lr_schedule == "cosine" ? str(" over ", m.schedule_steps, " steps") : "",

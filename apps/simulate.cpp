@@ -99,6 +99,13 @@ int run_simulate(SimulateFlags flags) {
   schedule::Schedule s = flags.schedule_file.empty() ? schedule::make_schedule(flags.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, flags.schedule_file);
   std::string kind = flags.schedule_file.empty() ? flags.kind : flags.schedule_file;
+  // A microbatch is a share of the minibatch's samples, as train splits it (dp's microbatches
+  // are its workers' minibatches): 1000 microbatches of a batch of 16 simulated at 3.3 samples/s.
+  if (flags.kind != "dp" && prof.batch_size % s.microbatches != 0)
+    throw ConfigError(str(s.microbatches, " microbatches (",
+                          flags.schedule_file.empty() ? "--microbatches" : "--schedule-file " + flags.schedule_file,
+                          ") do not divide the batch of ", prof.batch_size, " (",
+                          plan.batch_size > 0 ? flags.plan : flags.profile, "): train refuses it"));
   sim::SimOptions sim_options;
   // The plan's bucket, where the planner chose one (as train --plan takes it), unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && flags.bucket_flag->count() == 0 ? plan.bucket_mb : flags.bucket_mb;

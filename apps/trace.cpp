@@ -29,6 +29,7 @@ int run_trace(const TraceFlags& flags) {
     schedule::merge_worker_traces(flags.merge, flags.path);
   }
   schedule::Trace t = schedule::read_trace(flags.path);
+  schedule::check_complete(t, flags.path);
   metrics::Metrics m = metrics::compute_metrics(t);
   std::string title = flags.title.empty() ? str(t.schedule, ": ", t.num_stages, " stages, ", t.workers.size(), " workers (",
                                             t.source, ")")

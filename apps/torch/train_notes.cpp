@@ -24,6 +24,14 @@ void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::str
   differ("momentum", number(cm.momentum), number(now.momentum));
   differ("weight decay", number(cm.weight_decay), number(now.weight_decay));
   differ("weight decay on", cm.weight_decay_on, now.weight_decay_on);
+  if (cm.eps >= 0) {  // older checkpoints do not say
+    if (now.adam() && cm.optimizer != "sgd") {
+      differ("betas", str(number(cm.beta1), ",", number(cm.beta2)), str(number(now.beta1), ",", number(now.beta2)));
+      differ("eps", number(cm.eps), number(now.eps));
+    }
+    differ("clip grad norm", cm.clip_grad_norm > 0 ? number(cm.clip_grad_norm) : "off",
+           now.clip_grad_norm > 0 ? number(now.clip_grad_norm) : "off");
+  }
   if (!cm.lr_schedule.empty()) {  // older checkpoints do not say
     auto course = [](const std::string& schedule, int64_t steps) {
       return schedule == "cosine" ? str("cosine over ", steps, " steps") : schedule;
@@ -88,6 +96,10 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   std::cerr << "resuming from " << job.resume_from << " (step " << cm.step << ", written by " << cm.schedule
             << " on plan " << cm.plan << ")\n";
   note_resumed_settings(cm, job.resume_from, job.options.train.sgd, job.optimizer().total_steps);
+  if (!cm.precision.empty() && cm.precision != model::to_string(m.precision()))
+    std::cerr << "note: " << job.resume_from << " was trained in " << cm.precision << " and this run computes in "
+              << model::to_string(m.precision()) << ": steps " << cm.step + 1
+              << " on differ from an uninterrupted run's\n";
   if (!cm.model_sha256.empty() && cm.model_sha256 != m.file_sha256())
     std::cerr << "note: " << job.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
               << ", not this one (" << m.file_sha256() << "): its weights load if the layers' shapes match, but "

@@ -181,6 +181,7 @@ PipelineResult result_header(const Job& job) {
   r.trace.schedule = job.options.schedule;
   r.trace.num_stages = typical.num_stages;
   r.trace.microbatches = typical.microbatches;
+  r.trace.weight_delay = typical.weight_delay;
   r.trace.batch_size = job.options.train.batch_size;
   r.trace.workers.resize(typical.num_workers());
   return r;

@@ -15,8 +15,12 @@ namespace pt::job {
 Job prepare_job(Request& r, Road road, model::LayeredModel& described, const model::DataSplit& data, bool pin,
                 bool dry) {
   // The profile, read once: the split, the zero-bubble budget, the prediction and the memory model.
-  if (!r.profile && !r.profile_path.empty())
+  if (!r.profile && !r.profile_path.empty()) {
     r.profile = std::make_shared<const profile::Profile>(profile::read_any_profile(r.profile_path));
+    // As plan and simulate refuse it: a profile of no times split by nothing and predicted
+    // -9223372036854775808 samples/s.
+    profile::require_timed(*r.profile, r.profile_path);
+  }
   Settled settled = settle_request(r, described, data);
   if (dry) {
     PipelineOptions options = settled.options;

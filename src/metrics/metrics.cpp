@@ -38,6 +38,7 @@ void memory_of(const schedule::Trace& t, const std::vector<TraceEvent>& events, 
     return a->start_ms < b->start_ms;
   });
   schedule::StashTracker tracker;
+  tracker.keep_versions_before(t.weight_delay);
   std::set<int> stages;
   for (const TraceEvent* e : order) {
     tracker.on(e->action, split.count(e->action.stage) > 0, e->bytes);

@@ -64,6 +64,9 @@ torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const st
   torch::Tensor out;
   try {
     out = model.forward(x.narrow(0, 0, std::min<int64_t>(2, x.size(0))));
+  } catch (const Error&) {  // pipetrain's own: the model file's (a layer's archive read late), named already
+    model.train(true);
+    throw;
   } catch (const c10::Error& e) {
     model.train(true);
     throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", e.what_without_backtrace()));

@@ -30,12 +30,8 @@ std::string find_idx(const std::string& dir, const std::string& stem) {
 Dataset load_idx_pair(const std::string& dir, const std::string& prefix) {
   std::string images_path = find_idx(dir, prefix + "-images-idx3-ubyte");
   std::string labels_path = find_idx(dir, prefix + "-labels-idx1-ubyte");
-  IdxArray images = read_idx(images_path);
-  IdxArray labels = read_idx(labels_path);
-  if (images.dims.size() != 3)
-    throw FormatError(str(images_path, ": expected 3 dimensions (count, rows, cols), found ", images.dims.size()));
-  if (labels.dims.size() != 1)
-    throw FormatError(str(labels_path, ": expected 1 dimension (count), found ", labels.dims.size()));
+  IdxArray images = read_idx(images_path, 3, "count, rows, cols");
+  IdxArray labels = read_idx(labels_path, 1, "count");
   if (images.dims[0] != labels.dims[0])
     throw FormatError(str(images_path, " holds ", images.dims[0], " images but ", labels_path, " holds ",
                           labels.dims[0], " labels"));

@@ -74,7 +74,8 @@ uint32_t big_endian_u32(const uint8_t* b) {
 }
 
 // parse_idx's checks, and the header's size; `a.data` is left to the caller.
-size_t parse_header(const uint8_t* bytes, size_t size, const std::string& source, IdxArray& a) {
+size_t parse_header(const uint8_t* bytes, size_t size, const std::string& source, IdxArray& a, int dims = 0,
+                    const std::string& shape = "") {
   if (size < 4) throw FormatError(str(source, ": truncated IDX file (no header)"));
   const uint8_t* head = bytes;
   if (head[0] != 0 || head[1] != 0)
@@ -83,6 +84,9 @@ size_t parse_header(const uint8_t* bytes, size_t size, const std::string& source
     throw FormatError(str(source, ": IDX element type 0x", std::hex, int(head[2]), " is not unsigned byte (0x08)"));
   int ndims = head[3];
   if (ndims < 1 || ndims > 4) throw FormatError(str(source, ": IDX header has ", ndims, " dimensions (expected 1..4)"));
+  if (dims > 0 && ndims != dims)
+    throw FormatError(str(source, ": expected ", dims, " dimension", dims == 1 ? "" : "s", " (", shape,
+                          "; magic number 0x0000080", dims, "), found ", ndims, " (magic number 0x0000080", ndims, ")"));
   size_t header = 4 + 4 * static_cast<size_t>(ndims);
   if (size < header) throw FormatError(str(source, ": truncated IDX file (in the header)"));
   size_t available = size - header;
@@ -116,10 +120,10 @@ IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source)
   return a;
 }
 
-IdxArray read_idx(const std::string& path) {
+IdxArray read_idx(const std::string& path, int dims, const std::string& shape) {
   std::vector<uint8_t> bytes = read_all(path);
   IdxArray a;
-  size_t header = parse_header(bytes.data(), bytes.size(), path, a);
+  size_t header = parse_header(bytes.data(), bytes.size(), path, a, dims, shape);
   bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(header));  // the data moves, not a copy
   a.data = std::move(bytes);
   return a;

@@ -15,7 +15,9 @@ struct IdxArray {
 
 // Throws FormatError naming the file for a bad magic number, a wrong element type, a
 // truncated file or trailing bytes; Error for a file that cannot be opened.
-IdxArray read_idx(const std::string& path);
+// `dims` > 0: the dimensions the file must have (`shape` names them), checked before its size (a
+// labels file where images belong was refused for "bytes after" its header's count).
+IdxArray read_idx(const std::string& path, int dims = 0, const std::string& shape = "");
 // The IDX bytes (already decompressed) of `source`: the parsing read_idx does, for tests
 // and the fuzzer. Checks the promised size against `size` before allocating anything.
 IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& source);

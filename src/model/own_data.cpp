@@ -26,10 +26,15 @@ Shard parse_shard(const std::string& bytes, const std::string& path) {
   try {
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
-    // LibTorch 1.13's unpickler lacks SETITEM, which pickle uses for a dict of one entry.
-    bool one_entry = std::string(e.what_without_backtrace()).find("Unknown opcode") != std::string::npos;
+    // LibTorch 1.13's unpickler lacks SETITEM, which pickle uses for a dict of one entry, and
+    // fails its own assertion on a dict subclass (OrderedDict): say what to save instead.
+    std::string why = e.what_without_backtrace();
+    bool one_entry = why.find("Unknown opcode") != std::string::npos;
+    if (why.find("isGenericDict") != std::string::npos)
+      throw FormatError(str(path, ": holds a dict subclass (an OrderedDict?) LibTorch cannot read: save a plain dict, "
+                                  "torch.save(dict(d), path)"));
     throw FormatError(str(path, ": not a file torch.save wrote", one_entry ? " of a dict of two or more tensors" : "",
-                          " (torch.save({'x': ..., 'y': ...}, path)): ", e.what_without_backtrace()));
+                          " (torch.save({'x': ..., 'y': ...}, path)): ", why));
   }
   if (!value.isGenericDict())
     throw FormatError(str(path, ": holds a ", value.tagKind(), "; expected a dict of tensors {'x': ..., 'y': ...}"));

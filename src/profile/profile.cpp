@@ -358,7 +358,7 @@ void require_timed(const Profile& profile, const std::string& path) {
   for (const auto& l : profile.layers)
     if (l.forward_ms > 0 || l.backward_ms > 0) return;
   throw FormatError(str(path, ": every layer's forward_ms and backward_ms is 0 (", profile.layers.size(),
-                        " layers): a profile to plan or simulate with times at least one layer"));
+                        " layers): a profile to plan, simulate or train by times at least one layer"));
 }
 
 void refuse_layer_ms(double ms, const std::string& where) {

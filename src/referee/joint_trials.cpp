@@ -61,7 +61,9 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
   auto per_copy = [&](int copies) {
     std::vector<int> ms;
     if (joint.microbatches > 0) {
-      if (joint.microbatches % copies == 0) ms.push_back(joint.microbatches / copies);
+      // Pinned: each copy's share, where it keeps whole samples (train refuses the others).
+      int m = joint.microbatches / copies;
+      if (joint.microbatches % copies == 0 && B % m == 0) ms.push_back(m);
       return ms;
     }
     for (int m = 1; m <= 64 && m <= B && copies * m <= kMostMicrobatches; m *= 2)

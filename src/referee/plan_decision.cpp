@@ -55,7 +55,7 @@ std::string joint_summary(const Configuration& c, const JointOptions& joint, con
     summary << "  asynchronous: a stage's weights lag up to " << c.staleness
             << " updates (--objective time-to-accuracy weighs it)\n";
   // PipeDream-2BW's double buffer (a lag of one) holds where a replica's microbatches of one
-  // minibatch cover its warm-up (schedule::two_bw): VGG-16 4-4 with 4 microbatches keeps 3.
+  // minibatch cover its warm-up (schedule::two_bw): VGG-16 2-2-2 with 2 microbatches keeps 3.
   if (c.plan.schedule == "2bw" && c.staleness > 1)
     summary << "  2bw keeps " << c.staleness + 1 << " weight versions on a stage here, not PipeDream-2BW's 2: a "
             << "replica's microbatches of one minibatch do not cover its warm-up (more microbatches per minibatch, "

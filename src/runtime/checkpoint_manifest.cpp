@@ -51,6 +51,12 @@ std::string manifest_to_json(const CheckpointManifest& m) {
                        {"weight_decay_on", m.weight_decay_on}}},
               {"optimizer", m.optimizer},
               {"files", files}};
+  if (m.eps >= 0) {  // unknown (an older file's) stays unknown
+    doc["sgd"]["betas"] = json::array({m.beta1, m.beta2});
+    doc["sgd"]["eps"] = m.eps;
+    doc["sgd"]["clip_grad_norm"] = m.clip_grad_norm;
+  }
+  if (!m.precision.empty()) doc["precision"] = m.precision;
   if (!m.lr_schedule.empty()) {  // unknown (an older file's) stays unknown
     doc["sgd"]["lr_schedule"] = m.lr_schedule;
     doc["sgd"]["warmup_steps"] = m.warmup_steps;
@@ -112,6 +118,18 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.optimizer = root["optimizer"].as_string();
     if (m.optimizer != "sgd" && m.optimizer != "adam" && m.optimizer != "adamw")  // model::optimizer_kinds()
       root["optimizer"].fail(str("must be sgd, adam or adamw, got '", m.optimizer, "'"));
+  }
+  if (sgd.has("eps")) {  // written since the resume notes on betas, eps and clipping
+    JsonField betas = sgd["betas"];
+    if (betas.size() != 2) betas.fail(str("must hold two numbers, got ", betas.size()));
+    m.beta1 = betas[0].as_non_negative(), m.beta2 = betas[1].as_non_negative();
+    m.eps = sgd["eps"].as_non_negative();
+    m.clip_grad_norm = sgd["clip_grad_norm"].as_non_negative();
+  }
+  if (root.has("precision")) {
+    m.precision = root["precision"].as_string();
+    if (m.precision != "fp32" && m.precision != "bf16")
+      root["precision"].fail(str("must be fp32 or bf16, got '", m.precision, "'"));
   }
   if (sgd.has("lr_schedule")) {  // written since the resume notes on the learning rate
     m.lr_schedule = sgd["lr_schedule"].as_string();

@@ -55,6 +55,10 @@ struct CheckpointManifest {
   // schedule spans (the run's minibatch count). Absent in older files: lr_schedule "".
   std::string lr_schedule;
   int64_t warmup_steps = 0, schedule_steps = 0;
+  // Adam's betas and eps, the clipping cap (0: none) and the precision computed in: absent in
+  // older files (-1, ""), and then not compared on resume.
+  double beta1 = -1, beta2 = -1, eps = -1, clip_grad_norm = -1;
+  std::string precision;
   std::vector<CheckpointFile> files;  // one per layer, in layer order
   // Parameters shared between layers (model::TieGroup): each group's (layer, parameter index)
   // pairs. Every layer's file holds its copy, so readers count a group once (absent in older

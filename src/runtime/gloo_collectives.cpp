@@ -220,7 +220,10 @@ std::shared_ptr<PendingTransfer> GlooTransport::allreduce_start(torch::Tensor t,
     });
     return chained;
   }
-  out->what = str("all-reduce of workers ", group.size(), " by worker ", config_.rank);
+  // The group's ids, not its size: "all-reduce of workers 3" named a worker a 3-worker job lacks.
+  std::string ids;
+  for (int r : group) ids += (ids.empty() ? "" : ",") + std::to_string(r);
+  out->what = str("all-reduce of workers ", ids, " by worker ", config_.rank);
   if (ShmAllreduce* shared = ShmAllreduce::takes(t) ? shared_memory_for(group) : nullptr) {
     auto chained = std::make_shared<ChainedTransfer>();
     auto promise = std::make_shared<std::promise<void>>();

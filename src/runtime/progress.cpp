@@ -69,8 +69,17 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
 }
 
 Progress::~Progress() {
+  // Torn down without finish(): the run failed. Its rows stay in the partial file, as a killed
+  // run's do (a resume reads them there), and an earlier file stays as it was (a failed run's
+  // 5 rows replaced a finished run's 20).
   try {
     flush_pending();
+    if (csv_ && !csv_partial_.empty()) {
+      std::fclose(csv_);
+      csv_ = nullptr;
+      std::fprintf(stderr, "note: --metrics: the rows up to the failure are in %s (%s is as it was)\n",
+                   csv_partial_.c_str(), csv_path_.c_str());
+    }
     close_csv();
   } catch (const Error&) {
     // finish() reports write errors; a Progress torn down by another error keeps that one.

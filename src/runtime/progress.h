@@ -28,8 +28,9 @@ class Progress {
  public:
   // total_steps for the ETA; metrics_path "" = no CSV. One CSV row per step; the test
   // accuracy goes on the row of the step after which it was measured. Rows go to
-  // metrics_path + ".partial", flushed as they complete (a killed run keeps what it measured
-  // there), which replaces metrics_path when the run ends, or fails (its rows up to there). A
+  // metrics_path + ".partial", flushed as they complete (a killed or failed run keeps what it
+  // measured there, and an earlier metrics_path as it was), which replaces metrics_path when
+  // the run finishes (finish()). A
   // write that fails (a full disk) removes the partial file and leaves an earlier metrics_path
   // as it was. A device or a FIFO (/dev/stdout) is written through.
   // A resumed run (`resumed_step`: the steps its checkpoint holds) keeps the rows of those steps,

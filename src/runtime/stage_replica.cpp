@@ -271,6 +271,14 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
   if (stash_weights_) {
     bool needed = history_ > 0;
     for (const auto& [mb, f] : in_flight_) needed |= f.version == version_ && f.predicted.empty();
+    // A history drops the versions this step leaves behind first, and its copy is the one the
+    // stash reuses (stashing first held one copy more at each step: 3 where 2BW keeps 2).
+    while (history_ > 0 && !versions_.empty() && versions_.begin()->first < version_ + 1 - history_) {
+      for (const auto& [mb, f] : in_flight_)
+        PT_CHECK(f.version != versions_.begin()->first, "weight version ", f.version, " dropped while in use");
+      spare_ = std::move(versions_.begin()->second);
+      versions_.erase(versions_.begin());
+    }
     if (needed) {
       versions_[version_] = flat_->copy_weights(std::move(spare_));
       spare_.clear();
@@ -283,12 +291,6 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
   ++version_;
   PT_CHECK(history_ > 0 || static_cast<int64_t>(versions_.size()) + 1 <= max_versions_, versions_.size() + 1,
            " weight versions alive, more than the schedule's budget of ", max_versions_);
-  if (history_ > 0)
-    while (!versions_.empty() && versions_.begin()->first < version_ - history_) {
-      for (const auto& [mb, f] : in_flight_)
-        PT_CHECK(f.version != versions_.begin()->first, "weight version ", f.version, " dropped while in use");
-      versions_.erase(versions_.begin());
-    }
 }
 
 int64_t StageReplica::activation_bytes(int64_t mb) const {

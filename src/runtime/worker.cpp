@@ -72,8 +72,10 @@ void Worker::setup(const schedule::Schedule& s) {
       buckets_[st] = std::make_unique<GradientBuckets>(
           replicas_[st]->flat(), options_.bucket_bytes > 0 ? options_.bucket_bytes : std::numeric_limits<int64_t>::max(),
           transport_, group);
-    // A minibatch's entry version is at most the stage-0 in-flight count behind the newest.
+    // A minibatch's entry version is at most the stage-0 in-flight count behind the newest; 2bw's
+    // is weight_delay behind.
     if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
+    if (s.weight_delay > 0) replicas_[st]->keep_history(s.weight_delay);
   }
   if (options_.sgd.clip_grad_norm > 0 && s.flush) {
     // Every all-reduce of this worker's stages before its first step: the norm is of the sums.
@@ -141,9 +143,10 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   for (auto& [st, norms] : batch_norms_)
     for (auto& n : norms) n.set_deferred(deferred_stages_.count(st) > 0);
   entry_version_.clear();
+  // Every stage steps once per minibatch, so at a segment's start all versions are equal: the
+  // versions a segment's minibatches run on count from there (a segment starts drained).
+  base_version_ = replicas_.empty() ? 0 : replicas_.begin()->second->version();
   if (s.vertical_sync) {
-    // Every stage steps once per minibatch, so at a segment's start all versions are equal.
-    base_version_ = replicas_.empty() ? 0 : replicas_.begin()->second->version();
     for (int w : s.stage_workers[0]) {
       int64_t steps = 0;
       for (const Action& a : s.actions[w]) {
@@ -238,7 +241,9 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       }
       bool last = a.stage == s.num_stages - 1;
       torch::Tensor target = last ? batch_rows(true, minibatch, micro, m) : torch::Tensor();
-      int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch) : -1;
+      int64_t version = s.vertical_sync     ? base_version_ + entry_version_.at(a.microbatch)
+                        : s.weight_delay > 0 ? base_version_ + std::max(0, a.microbatch / s.microbatches - s.weight_delay)
+                                             : -1;
       auto ahead = predict_steps_.find({a.stage, a.microbatch});
       torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version,
                                        ahead == predict_steps_.end() ? 0 : ahead->second, minibatch);

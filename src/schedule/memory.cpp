@@ -81,6 +81,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     const auto& list = s.actions[w];
     WorkerMemory& m = out[w];
     StashTracker versions;
+    versions.delay_weights(s.weight_delay, s.microbatches);
     if (options.weight_prediction && options.optimizer_copies > 0 && s.predicts_weights())
       for (const auto& [key, steps] : s.steps_in_flight(w))
         if (steps > 0) versions.predicted(key.first, key.second);

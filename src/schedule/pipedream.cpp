@@ -35,7 +35,9 @@
 // minibatch after its last backward; the update is applied with delay 1, so with m >= p two
 // weight versions suffice (double buffering).
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
 
 #include "core/error.h"
 #include "schedule/generator_util.h"
@@ -116,14 +118,21 @@ Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches) {
         s.add(w, ActionKind::kStep, st, k / microbatches);
       });
     }
-  // A replica's microbatches in flight span at most ceil(warm-up / its microbatches of one
-  // minibatch) + 1 minibatches, one version each: 2 when they cover the warm-up (m >= p on a
-  // straight pipeline), 2BW's double buffer. A replica of r runs m / r of a minibatch's m
-  // (2-2-2-2 with m = 2 keeps 4 versions on stage 0's replicas, where m alone would allow 3).
-  for (int st = 0; st < s.num_stages; ++st) {
-    int own = std::max(1, microbatches / s.replicas(st));
-    s.weight_versions[st] = 1 + (detail::one_f_one_b_warmup(s, st) + own - 1) / own;
+  // The delay d: the most steps a replica's first forward of a minibatch j comes before its
+  // j-th, so that the weights after j - d steps are there for all of minibatch j. Every stage
+  // takes the largest (2BW's one delay for all stages: 1 where a minibatch's microbatches cover
+  // the warm-up, m >= p - 1 on a straight pipeline; more where replicas split them, 2-2-2-2 with
+  // m = 2: 3) and keeps d + 1 versions, the newest and the d before (2BW's double buffer).
+  for (int w = 0; w < s.num_workers(); ++w) {
+    std::map<int, int> steps;        // stage -> Steps so far on this worker
+    std::set<std::pair<int, int>> begun;  // (stage, minibatch) forwarded
+    for (const Action& a : s.actions[w]) {
+      if (a.kind == ActionKind::kStep) ++steps[a.stage];
+      if (a.kind == ActionKind::kForward && begun.insert({a.stage, a.microbatch / microbatches}).second)
+        s.weight_delay = std::max(s.weight_delay, a.microbatch / microbatches - steps[a.stage]);
+    }
   }
+  s.weight_versions.assign(s.num_stages, s.weight_delay + 1);
   return s;
 }
 

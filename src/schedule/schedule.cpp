@@ -107,6 +107,7 @@ json to_json(const Schedule& s) {
           {"chunks", s.chunks},
           {"flush", s.flush},
           {"vertical_sync", s.vertical_sync},
+          {"weight_delay", s.weight_delay},
           {"stages", stages},
           {"workers", workers}};
 }
@@ -123,6 +124,7 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
   s.chunks = static_cast<int>(root["chunks"].as_int_in(1, kMostInt));
   s.flush = root["flush"].as_bool();
   s.vertical_sync = root.has("vertical_sync") && root["vertical_sync"].as_bool();
+  if (root.has("weight_delay")) s.weight_delay = static_cast<int>(root["weight_delay"].as_int_in(0, kMostInt));
   JsonField stages = root["stages"];
   s.num_stages = static_cast<int>(stages.size());
   if (s.num_stages == 0) stages.fail("must list at least one stage");

@@ -31,6 +31,11 @@ struct Schedule {
   bool flush = true;           // synchronous: all microbatches of a minibatch use one weight version
   bool vertical_sync = false;  // pipedream: a minibatch uses, on every stage, the weight version
                                // stage 0 had when it entered (PipeDream §3.3)
+  // 2bw: minibatch j's forwards and backwards, on every stage, use the weights after its first
+  // max(0, j - weight_delay) steps (j and the steps the list's own, from 0): PipeDream-2BW's
+  // W(t+1) = W(t) - lr grad f(W(t-1)) with 1, the same delay on every stage and one version for
+  // all of a minibatch's microbatches. 0: each forward takes the newest weights.
+  int weight_delay = 0;
   std::vector<std::vector<int>> stage_workers;  // [stage] -> worker ids of the replicas
   std::vector<std::vector<int>> stage_layers;   // [stage] -> profile layer indices
   // [stage] -> weight versions a replica may keep at once, the stash budget its generator

@@ -10,9 +10,11 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
   bool last_backward = a.kind == ActionKind::kBackwardWeight || (a.kind == ActionKind::kBackward && !split);
   if (a.kind == ActionKind::kForward) {
     bool own = predicted_.count({a.stage, a.microbatch}) > 0;
-    auto [it, fresh] = st.in_flight.insert({a.microbatch, {st.steps, bytes, own}});
-    if (!fresh) forget(st, it->second), it->second = {st.steps, bytes, own};
-    own ? ++st.own_copies : ++st.shared[st.steps];
+    int version = delay_ > 0 ? std::max(0, a.microbatch / microbatches_ - delay_) : st.steps;
+    ran_ahead_ = ran_ahead_ || version > st.steps;
+    auto [it, fresh] = st.in_flight.insert({a.microbatch, {version, bytes, own}});
+    if (!fresh) forget(st, it->second), it->second = {version, bytes, own};
+    own ? ++st.own_copies : ++st.shared[version];
     peak_stash_ = std::max(peak_stash_, ++stash_);
     peak_bytes_ = std::max(peak_bytes_, bytes_ += bytes);
   } else if (last_backward) {
@@ -25,8 +27,10 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
   } else if (a.kind == ActionKind::kStep) {
     ++st.steps;
   }
-  // The versions alive: the current one, those in-flight microbatches share, and own copies.
-  int versions = static_cast<int>(st.shared.size()) + (st.shared.count(st.steps) ? 0 : 1) + st.own_copies;
+  // The versions alive: the current one (and with a delay the `delay` before it), those
+  // in-flight microbatches share, and own copies.
+  int kept_from = std::max(0, st.steps - keep_), versions = st.steps - kept_from + 1 + st.own_copies;
+  for (const auto& [version, users] : st.shared) versions += version < kept_from || version > st.steps;
   st.peak_versions = std::max(st.peak_versions, versions);
 }
 

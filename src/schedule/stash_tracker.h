@@ -29,6 +29,15 @@ class StashTracker {
   void predicted(int stage, int mb) { predicted_.insert({stage, mb}); }
   int weight_versions(int stage) const;  // most weight copies alive at once on `stage` (>= 1)
   int max_weight_versions() const;
+  // Schedule::weight_delay: a forward of microbatch mb runs on the weights after the stage's
+  // first max(0, mb / microbatches - delay) steps, and each stage keeps the newest and the
+  // `delay` versions before, as the runtime does. Call before the first action.
+  void delay_weights(int delay, int microbatches) { keep_ = delay_ = delay, microbatches_ = microbatches; }
+  // Only the keeping, for a trace, whose microbatches may be numbered from where a run resumed.
+  void keep_versions_before(int delay) { keep_ = delay; }
+  // Whether a forward so far asked for weights its stage had not made yet (a schedule that
+  // cannot run with its delay).
+  bool ran_ahead() const { return ran_ahead_; }
 
  private:
   struct InFlight {
@@ -48,6 +57,8 @@ class StashTracker {
   std::set<std::pair<int, int>> predicted_;
   int stash_ = 0, peak_stash_ = 0;
   int64_t bytes_ = 0, peak_bytes_ = 0;
+  int delay_ = 0, keep_ = 0, microbatches_ = 1;
+  bool ran_ahead_ = false;
 };
 
 }  // namespace pt::schedule

@@ -47,6 +47,7 @@ json to_json(const Trace& t) {
               {"batch_size", t.batch_size},
               {"workers", workers}};
   if (!t.stage_parameter_bytes.empty()) doc["stage_parameter_bytes"] = t.stage_parameter_bytes;
+  if (t.weight_delay > 0) doc["weight_delay"] = t.weight_delay;
   if (!t.pauses.empty()) {
     json pauses = json::array();
     for (const auto& [start, end] : t.pauses) pauses.push_back(json::array({start, end}));
@@ -106,6 +107,25 @@ void check_forwards(const Trace& t, const JsonField& workers) {
 
 }  // namespace
 
+void check_complete(const Trace& t, const std::string& source) {
+  std::vector<std::set<int>> forwards(t.num_stages);
+  std::set<int> microbatches;
+  for (const auto& list : t.workers)
+    for (const auto& e : list)
+      if (e.action.kind == ActionKind::kForward) forwards[e.action.stage].insert(e.action.microbatch), microbatches.insert(e.action.microbatch);
+  for (int mb : microbatches) {
+    for (int st = 0; st < t.num_stages; ++st)
+      if (!forwards[st].count(mb))
+        throw FormatError(str(source, ": no forward of stage ", st, " for microbatch ", mb,
+                              ", which other stages ran: not a whole run's trace"));
+    int first = mb - mb % t.microbatches;
+    for (int k = first; k < first + t.microbatches; ++k)
+      if (!microbatches.count(k))
+        throw FormatError(str(source, ": minibatch ", mb / t.microbatches, " has no microbatch ", k, " of its ",
+                              t.microbatches, " (field 'microbatches'): not a whole run's trace"));
+  }
+}
+
 Trace trace_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "trace", kTraceVersion);
@@ -119,6 +139,7 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   t.num_stages = static_cast<int>(root["stages"].as_int_in(1, kMostInt));
   t.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMostInt));
   t.batch_size = root["batch_size"].as_int_at_least(1);  // 0 printed 0.0 samples/s
+  if (root.has("weight_delay")) t.weight_delay = static_cast<int>(root["weight_delay"].as_int_in(0, kMostInt));
   if (root.has("stage_parameter_bytes")) {
     JsonField bytes = root["stage_parameter_bytes"];
     if (bytes.size() != static_cast<size_t>(t.num_stages))

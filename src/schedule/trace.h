@@ -37,6 +37,7 @@ struct Trace {
   std::string schedule;              // the schedule kind
   int num_stages = 1;
   int microbatches = 1;              // per minibatch
+  int weight_delay = 0;              // the schedule's (Schedule::weight_delay): versions kept
   int64_t batch_size = 0;            // samples per minibatch (the profile's batch size)
   std::vector<int64_t> stage_parameter_bytes;     // [stage], optional (empty when unknown)
   std::vector<std::vector<TraceEvent>> workers;   // [worker] -> events in start order
@@ -56,6 +57,10 @@ inline constexpr int kTraceVersion = 1;
 json to_json(const Trace& t);
 Trace trace_from_json(const json& doc, const std::string& source);
 Trace read_trace(const std::string& path);
+// A whole run's trace (not one worker's part) has every microbatch it names on every stage, and
+// every microbatch of each minibatch it names; FormatError naming `source`, the stage and the
+// microbatch. Metrics of a trace missing a stage's work printed the full run's throughput.
+void check_complete(const Trace& t, const std::string& source);
 void write_trace(const Trace& t, const std::string& path);  // atomic
 
 // The time both lists of pauses (sorted, disjoint) cover: the job paused while no worker trained.

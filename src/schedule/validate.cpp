@@ -258,9 +258,14 @@ void check_stash_budget(const Schedule& s) {
            s.weight_versions.size(), " for ", s.num_stages, " stages");
   for (int w = 0; w < s.num_workers(); ++w) {
     StashTracker tracker;
+    tracker.delay_weights(s.weight_delay, s.microbatches);
     for (int i = 0; i < static_cast<int>(s.actions[w].size()); ++i) {
       const Action& a = s.actions[w][i];
       tracker.on(a, s.split_backward[a.stage]);
+      if (tracker.ran_ahead())
+        fail(s, {{w, i}}, str("runs on the weights after ", a.microbatch / s.microbatches - s.weight_delay,
+                              " steps of stage ", a.stage, " (weight delay ", s.weight_delay,
+                              "), which its worker has not taken yet"));
       if (tracker.weight_versions(a.stage) > s.weight_versions[a.stage])
         fail(s, {{w, i}}, str(tracker.weight_versions(a.stage), " weight versions of stage ", a.stage,
                               " alive at once, more than the ", s.weight_versions[a.stage], " the schedule keeps"));
@@ -274,6 +279,7 @@ std::vector<WorkerCounts> stash_counts(const Schedule& s) {
   std::vector<WorkerCounts> out(s.num_workers());
   for (int w = 0; w < s.num_workers(); ++w) {
     StashTracker tracker;
+    tracker.delay_weights(s.weight_delay, s.microbatches);
     for (const Action& a : s.actions[w]) tracker.on(a, s.split_backward[a.stage]);
     out[w] = {tracker.peak_stash(), tracker.max_weight_versions()};
   }

@@ -584,10 +584,11 @@ TEST(PlanReferee, AJoint2bwPlanPredictsWhatSimulateGives) {
 }
 
 // A 2bw plan whose replicas' microbatches of a minibatch do not cover their warm-up keeps more
-// than 2BW's two weight versions, and says so (it printed only the lag).
+// than 2BW's two weight versions, and says so (it printed only the lag): 2-2-2 with 2.
 TEST(PlanReferee, A2bwPlanBeyondTheDoubleBufferSaysHowManyVersions) {
   auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SHARED_DIR +
-                              "/data/pipedream-profiles/vgg16.json --workers 8 --bandwidth-gbps 10 --schedule 2bw");
+                              "/data/pipedream-profiles/vgg16.json --workers 8 --bandwidth-gbps 10 --schedule 2bw "
+                              "--microbatches 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch lag;
   ASSERT_TRUE(std::regex_search(r.output, lag, std::regex("weights lag up to ([0-9]+) updates"))) << r.output;

@@ -389,7 +389,8 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
 }
 
 // A checkpoint resumed under other optimizer settings says which, with both values: a cosine
-// schedule laid over more steps, another learning rate. The same settings say nothing.
+// schedule laid over more steps, another learning rate, Adam's betas and eps, the clipping cap.
+// The same settings say nothing.
 TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   TempDir tmp("resume-settings");
   fs::path log = tmp.path / "log";
@@ -405,6 +406,12 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   std::string out = train("cosine", {"--steps", "8", "--lr-schedule", "cosine", "--lr", "0.05", "--resume"});
   EXPECT_NE(out.find("was trained with other optimizer settings (lr 0.02 -> 0.05; lr schedule cosine over 4 steps -> "
                      "cosine over 8 steps): steps 5 on follow this run's"),
+            std::string::npos) << out;
+  // Adam's betas and eps, and the clipping cap, too (a resume took new ones without a word).
+  train("adam", {"--steps", "4", "--optimizer", "adam", "--lr", "0.001", "--betas", "0.9,0.95", "--clip-grad-norm", "0.5"});
+  out = train("adam", {"--steps", "8", "--optimizer", "adam", "--lr", "0.001", "--betas", "0.5,0.6", "--eps", "0.001",
+                       "--clip-grad-norm", "50", "--resume"});
+  EXPECT_NE(out.find("other optimizer settings (betas 0.9,0.95 -> 0.5,0.6; eps 1e-08 -> 0.001; clip grad norm 0.5 -> 50)"),
             std::string::npos) << out;
   // The metrics file of a resumed run keeps the earlier run's rows (a resume wrote its own over
   // them), up to the checkpoint: a row past it, as a killed run leaves, is trained again.

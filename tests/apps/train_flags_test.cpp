@@ -274,6 +274,12 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
   std::string one = write("one_worker.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 1, "bandwidth_gbps": 10}]})");
   // A replicated stage's versions do not line up with the others' (it used to stop on an
   // internal check: "weight version 3 was not stashed").
+  // A profile that times no layer: refused as plan and simulate refuse it (train predicted
+  // -9223372036854775808 samples/s by it).
+  profile::Profile untimed = runtime::testing::unit_profile(*runtime::testing::seeded_cnn(1));
+  for (auto& l : untimed.layers) l.forward_ms = l.backward_ms = l.optimizer_ms = 0, l.timings.clear();
+  std::string untimed_file = (tmp / "untimed.json").string();
+  profile::write_profile(untimed, untimed_file);
   std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
       {"layers": [0, 1, 2], "replicas": 2}, {"layers": [3, 4], "replicas": 1}]})");
   const std::vector<std::string> base = {"--data", "synthetic", "--synthetic-samples", "64", "--quiet"};
@@ -284,6 +290,7 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
   };
   const std::vector<Case> cases = {
       {{"--stages", "2", "--timeout", "1e10"}, {"--timeout: must be in (0, 604800] seconds, got 1e+10"}},
+      {{"--stages", "2", "--profile", untimed_file}, {untimed_file + ": every layer's forward_ms and backward_ms is 0"}},
       {{"--lr", "inf"}, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got inf"}},
       {{"--plan", plan2, "--workers", "2"}, {"--plan and --workers"}},
       {{"--stages", "2", "--workers", "2"}, {"--stages and --workers"}},

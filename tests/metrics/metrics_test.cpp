@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -177,6 +178,30 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_TRUE(doc["peak_memory_bytes"].is_null()) << doc.dump();
   EXPECT_TRUE(doc["workers"][1]["peak_activation_bytes"].is_null()) << doc.dump();
   EXPECT_TRUE(doc["workers"][1]["weight_bytes"].is_null()) << doc.dump();
+}
+
+// A trace with a stage's work, or a microbatch, taken out is no whole run's: `trace` measured
+// it at the full run's throughput (worker 1 emptied: the same 417.7 samples/s).
+TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
+  auto refusal = [](const Trace& t) {
+    try {
+      schedule::check_complete(t, "t.json");
+      return std::string("(none)");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(refusal(two_stage_trace()), "(none)");
+  Trace no_stage = two_stage_trace();
+  no_stage.workers[1].clear();
+  EXPECT_EQ(refusal(no_stage),
+            "t.json: no forward of stage 1 for microbatch 0, which other stages ran: not a whole run's trace");
+  Trace no_microbatch = two_stage_trace();
+  for (auto& list : no_microbatch.workers)
+    list.erase(std::remove_if(list.begin(), list.end(), [](const auto& e) { return e.action.microbatch == 1; }),
+               list.end());
+  EXPECT_EQ(refusal(no_microbatch),
+            "t.json: minibatch 0 has no microbatch 1 of its 2 (field 'microbatches'): not a whole run's trace");
 }
 
 // A trace read from a file may number its minibatches with gaps, up to 10^9: each id present

@@ -61,6 +61,9 @@ TEST(Dataset, ImagesOfTheWrongSizeOrNoneNameTheFile) {
   std::vector<Case> cases = {
       {{0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 32, 0, 0, 0, 32}, 2 * 32 * 32, "images are 32x32, Fashion-MNIST's are 28x28"},
       {{0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28}, 0, "holds no images"},
+      // A labels file's header where the images belong: named so (it was "bytes after the 2").
+      {{0, 0, 8, 1, 0, 0, 0, 2}, 2 * 28 * 28,
+       "expected 3 dimensions (count, rows, cols; magic number 0x00000803), found 1 (magic number 0x00000801)"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     std::string dir = ::testing::TempDir() + "badimages" + std::to_string(i);

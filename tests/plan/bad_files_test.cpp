@@ -296,7 +296,7 @@ TEST(BadProfileFile, OneThatTimesNoLayerIsRefused) {
   zero.model = "zero";
   zero.layers = {{"a", 0, 0, 1, 1, {}}, {"b", 0, 0, 1, 1, {0}}};
   EXPECT_EQ(error_of([&] { profile::require_timed(zero, "z.json"); }),
-            "z.json: every layer's forward_ms and backward_ms is 0 (2 layers): a profile to plan or simulate with "
+            "z.json: every layer's forward_ms and backward_ms is 0 (2 layers): a profile to plan, simulate or train by "
             "times at least one layer");
   zero.layers[1].backward_ms = 0.5;
   EXPECT_EQ(error_of([&] { profile::require_timed(zero, "z.json"); }), "(no error)");

@@ -458,6 +458,9 @@ class Errors(unittest.TestCase):
         self.train_fails({"x": x}, "a dict of two or more tensors")
         self.train_fails({"x": x, "y": y, "labels": y}, "unknown key 'labels'")
         self.train_fails([x, y], "expected a dict of tensors")
+        # LibTorch's unpickler asserts on an OrderedDict: its "INTERNAL ASSERT FAILED" was shown.
+        from collections import OrderedDict
+        self.train_fails(OrderedDict(x=x, y=y), "a dict subclass (an OrderedDict?)", "torch.save(dict(d), path)")
         self.train_fails({"x": x, "y": y}, "--loss lm", "int64 token ids", extra=("--loss", "lm"))
         # A NaN or an infinity is named at its sample (it trained until the loss was NaN, then
         # blamed the learning rate).

@@ -207,3 +207,36 @@ TEST(WeightStashing, DeferredStepRunsTheNextForwardOneVersionBehind) {
 
 }  // namespace
 }  // namespace pt::runtime
+
+namespace pt::runtime {
+namespace {
+
+using namespace testing;
+
+// PipeDream-2BW's update, W(t+1) = W(t) - lr grad f(W(t-1)): every microbatch of minibatch t runs
+// on every stage on the weights after t - 1 steps (the initial ones for t = 0 and 1), its
+// backward on its forward's. Each forward took the newest weights instead: the last stage ran
+// with no delay, and stage 0 mixed two versions inside one minibatch's gradient.
+TEST(TwoBw, EveryMicrobatchOfAMinibatchRunsOnTheVersionOneStepBehindOnEveryStage) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  PipelineOptions o = recorded_pipedream();
+  o.schedule = "2bw";
+  o.microbatches = 4;
+  o.train.steps = 12;
+  std::vector<std::unique_ptr<Worker>> workers;
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data,
+                 plan::even_split(unit_profile(*m), 4), o, &workers);
+  for (int st = 0; st < 4; ++st) {
+    StageReplica* rep = workers[st]->replica(st);
+    EXPECT_EQ(rep->version(), 12);  // one step per minibatch
+    EXPECT_EQ(rep->peak_versions_held() + 1, 2) << "stage " << st << ": the newest and the one before";
+    ASSERT_EQ(rep->used_versions().size(), 12u * 4);
+    for (const auto& [mb, version] : rep->used_versions())
+      EXPECT_EQ(version, std::max<int64_t>(0, mb / 4 - 1)) << "stage " << st << " microbatch " << mb;
+    for (const auto& [mb, sums] : rep->weight_sums()) EXPECT_EQ(sums.first, sums.second) << "stage " << st << " microbatch " << mb;
+  }
+}
+
+}  // namespace
+}  // namespace pt::runtime
