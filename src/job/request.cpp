@@ -158,8 +158,12 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   s.plan = pick_plan(r, options, m, data, file);
   plan::Plan& plan = s.plan;
   // Whatever its source (a file, the launcher's, a split made here), the plan must fit the model.
+  // A JSON schedule file without --plan gives the stages its own layers.
   const std::string& source = options.plan_source =
-      !r.launched_plan.empty() ? r.launched_plan : r.plan_path.empty() ? "the plan" : r.plan_path;
+      !r.launched_plan.empty()  ? r.launched_plan
+      : !r.plan_path.empty()    ? r.plan_path
+      : !r.schedule_file.empty() && r.stages == 0 ? str("--schedule-file ", r.schedule_file)
+                                                 : std::string("the plan");
   // The model first: a plan of another model fails the fit on some layer, which names neither.
   if (!plan.model.empty() && plan.model != m.name())
     throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));

@@ -201,9 +201,11 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   int64_t vocab = out.size(-1);
   for (const TokenFile* f : {&train, &test})
     if (f->max_id >= vocab)
+      // uint16 ids read as uint32 pair up past 65535; uint32 read as uint16 never exceed one.
       throw FormatError(str(f->path, ": token ", f->max_at, " is id ", f->max_id, ", past the model's vocabulary of ",
-                            vocab, " (ids 0..", vocab - 1, "; is it ", f->token_bytes == 2 ? "uint32" : "uint16",
-                            " data, --token-dtype?)"));
+                            vocab, " (ids 0..", vocab - 1,
+                            f->token_bytes == 4 && f->max_id > 65535 ? "; is it uint16 data, --token-dtype?)"
+                                                                      : "; tokenized for another vocabulary?)"));
   split.train.on_disk = train_stream;
   check_token_ids(model, train_stream->gather({std::min(train.max_at / seq, n - held - 1)}, false), "tokens", path);
   split.vocab = vocab;

@@ -68,7 +68,8 @@ void require_work_per_replica(const Schedule& s, int items) {
   for (int st = 0; st < s.num_stages; ++st)
     if (s.replicas(st) > items)
       throw ConfigError(str(s.kind, ": stage ", st, " has ", s.replicas(st), " replicas but only ", items,
-                            " microbatches to share; use --microbatches >= ", s.replicas(st)));
+                            items == 1 ? " microbatch" : " microbatches", " to share; use --microbatches >= ",
+                            s.replicas(st)));
 }
 
 std::vector<int> items_of(const Schedule& s, int stage, int worker, int items) {

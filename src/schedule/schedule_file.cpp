@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -136,7 +137,19 @@ Schedule schedule_from_csv(const std::string& text, const std::string& path, int
 // Each worker's own order, before the comm pass places transfers around it: a B after its F, a W
 // after its B (the comm pass cannot place the transfers of an order that breaks this, and the
 // validator would then name a transfer rather than the action at fault).
-void check_local_order(const Schedule& s, const std::string& path) {
+Action compute(ActionKind kind, int stage, int microbatch) {
+  Action a;
+  a.kind = kind, a.stage = stage, a.microbatch = microbatch;
+  return a;
+}
+
+// An action as the file wrote it: a CSV's split backward is I (pipetrain's B).
+std::string as_written(const Action& a, const Schedule& s, bool csv) {
+  if (csv && a.kind == ActionKind::kBackward && s.split_backward[a.stage]) return str(a.stage, "I", a.microbatch);
+  return to_string(a);
+}
+
+void check_local_order(const Schedule& s, const std::string& path, bool csv) {
   for (int w = 0; w < s.num_workers(); ++w) {
     std::set<std::tuple<int, int, int>> done;  // (kind, stage, mb)
     for (size_t i = 0; i < s.actions[w].size(); ++i) {
@@ -145,11 +158,53 @@ void check_local_order(const Schedule& s, const std::string& path) {
       if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) &&
           !done.count({static_cast<int>(before), a.stage, a.microbatch}))
         throw InvalidSchedule(str(path, ": ", s.kind, " schedule is invalid: worker ", w, ", step ", i, ", action ",
-                                  to_string(a), ": runs before ", a.stage, kind_code(before), a.microbatch,
-                                  " on its worker\n", format_grid(s, {{w, static_cast<int>(i)}})));
+                                  as_written(a, s, csv), ": runs before ",
+                                  as_written(compute(before, a.stage, a.microbatch), s, csv), " on its worker\n",
+                                  format_grid(s, {{w, static_cast<int>(i)}})));
       done.insert({static_cast<int>(a.kind), a.stage, a.microbatch});
     }
   }
+}
+
+// The file's computes in their workers' orders, each waiting for what it needs from another
+// stage (a forward the stage before's forward, a backward the stage after's): a cycle of
+// waits is named in the file's own cells, before the comm pass puts transfers around them
+// (it named a send the user never wrote, placed before its forward).
+void check_no_deadlock(const Schedule& s, const std::string& path, bool csv) {
+  std::set<std::tuple<int, int, int>> done;  // (kind, stage, mb)
+  std::vector<size_t> next(s.num_workers(), 0);
+  auto needs = [&](const Action& a) -> std::optional<Action> {
+    if (a.kind == ActionKind::kForward && a.stage > 0) return compute(ActionKind::kForward, a.stage - 1, a.microbatch);
+    if (a.kind == ActionKind::kBackward && a.stage + 1 < s.num_stages)
+      return compute(ActionKind::kBackward, a.stage + 1, a.microbatch);
+    return std::nullopt;
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int w = 0; w < s.num_workers(); ++w)
+      for (; next[w] < s.actions[w].size(); ++next[w], moved = true) {
+        const Action& a = s.actions[w][next[w]];
+        auto need = needs(a);
+        if (need && !done.count({static_cast<int>(need->kind), need->stage, need->microbatch})) break;
+        done.insert({static_cast<int>(a.kind), a.stage, a.microbatch});
+      }
+  }
+  std::set<std::tuple<int, int, int>> written;  // a wait for a cell the file lacks: the validator names it
+  for (const auto& list : s.actions)
+    for (const Action& a : list) written.insert({static_cast<int>(a.kind), a.stage, a.microbatch});
+  std::string waits;
+  std::vector<std::pair<int, int>> marks;
+  for (int w = 0; w < s.num_workers(); ++w)
+    if (next[w] < s.actions[w].size()) {
+      const Action& a = s.actions[w][next[w]];
+      auto need = *needs(a);
+      if (!written.count({static_cast<int>(need.kind), need.stage, need.microbatch})) return;
+      waits += str(waits.empty() ? "" : ", ", "worker ", w, " waits at ", as_written(a, s, csv), " for ",
+                   as_written(*needs(a), s, csv));
+      marks.emplace_back(w, static_cast<int>(next[w]));
+    }
+  if (!waits.empty())
+    throw InvalidSchedule(str(path, ": ", s.kind, " schedule is invalid: it deadlocks: ", waits, "\n", format_grid(s, marks)));
 }
 
 }  // namespace
@@ -205,7 +260,8 @@ Schedule bind_schedule(Schedule s, const plan::Plan& plan, const std::string& pa
     for (const auto& a : list) steps = steps || a.kind == ActionKind::kStep, transfers = transfers || is_p2p(a.kind);
   if (!steps) detail::append_flush(s, 0);  // the file computes; each stage steps at the end
   if (!transfers) {
-    check_local_order(s, path);
+    check_local_order(s, path, csv);
+    check_no_deadlock(s, path, csv);
     s = insert_comm(s);
   }
   try {

@@ -92,8 +92,15 @@ TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
   ids[333] = 64;  // one past the vocabulary
   write_ids(d.path / "past.bin", ids);
   std::string past = error_of([&] { load_own_data((d.path / "past.bin").string(), *m); });
-  EXPECT_NE(past.find("past.bin: token 333 is id 64, past the model's vocabulary of 64 (ids 0..63"), std::string::npos)
+  // uint16 data: no hint of uint32, which read as uint16 never passes 65535 (it was always given).
+  EXPECT_NE(past.find("past.bin: token 333 is id 64, past the model's vocabulary of 64 (ids 0..63; tokenized for another "
+                      "vocabulary?)"),
+            std::string::npos)
       << past;
+  // Read as uint32, uint16 ids pair up past 65535: that hint is given.
+  write_ids(d.path / "paired.bin", std::vector<uint16_t>(802, 1));  // as uint32: 401 ids of 65537
+  std::string paired = error_of([&] { load_own_data((d.path / "paired.bin").string(), *m, "uint32"); });
+  EXPECT_NE(paired.find("; is it uint16 data, --token-dtype?)"), std::string::npos) << paired;
   write_ids(d.path / "short.bin", std::vector<uint16_t>(12, 1));
   std::string shrt = error_of([&] { load_own_data((d.path / "short.bin").string(), *m); });
   EXPECT_NE(shrt.find("12 tokens make too few windows of 9"), std::string::npos) << shrt;

@@ -110,6 +110,15 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   std::string e = error_of("order.csv", "0B0,0F0\n1F0,1B0\n", two);
   EXPECT_NE(e.find("order.csv: "), std::string::npos) << e;
   EXPECT_NE(e.find("worker 0, step 0, action 0B0: runs before 0F0 on its worker"), std::string::npos) << e;
+  // A CSV's split backward is named I, as written (it said 0B0, a cell the file lacks).
+  e = error_of("split.csv", "0F0,0W0,0I0\n1F0,1I0,1W0\n", two);
+  EXPECT_NE(e.find("action 0W0: runs before 0I0 on its worker"), std::string::npos) << e;
+  // A cycle of waits, in the file's own cells (it named a send placed before its forward).
+  e = error_of("deadlock.csv", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", two);
+  EXPECT_NE(e.find("deadlock.csv: file schedule is invalid: it deadlocks: worker 0 waits at 0B0 for 1B0, worker 1 "
+                   "waits at 1F1 for 0F1"),
+            std::string::npos)
+      << e;
   // A microbatch left unfinished.
   e = error_of("unfinished.csv", "0F0,0F1,0B0,0B1\n1F0,1B0,1F1\n", two);
   EXPECT_NE(e.find("stage 1 never runs backward of microbatch 1"), std::string::npos) << e;
