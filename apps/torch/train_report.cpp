@@ -57,15 +57,18 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
 void print_result(const runtime::TrainResult& r, const std::string& label) {
   if (!label.empty()) std::cout << "[" << label << "] ";
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, final loss " << r.final_loss << " (mean of the last " << std::min<int64_t>(50, r.steps)
-            << " steps)\n";
+            << " samples/s, "
+            << (r.loss_known ? str("final loss ", r.final_loss, " (mean of the last ", std::min<int64_t>(50, r.steps),
+                                   " steps)")
+                             : std::string("no loss (emulated layers compute none)"))
+            << "\n";
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
   // A language model's per-token loss, and its perplexity (e^loss): what LM runs compare.
   if (r.test_loss >= 0)
     std::cout << "test loss " << r.test_loss
               << (r.language_model ? str(" (perplexity ", std::exp(r.test_loss), ")") : std::string()) << "\n";
   print_measured_memory(r, label);
-  if (r.steps > 0 && !std::isfinite(r.final_loss))
+  if (r.steps > 0 && r.loss_known && !std::isfinite(r.final_loss))
     throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
                              "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more "
                              "--warmup-steps"));

@@ -90,6 +90,10 @@ void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, c
   if (r.deferred_step >= 0) plan.deferred_step = r.deferred_step == 1;
   if (r.deferred_step == 1 && options.schedule != "pipedream")
     throw UsageError(str("--deferred-step: only the pipedream schedule defers a step, not ", options.schedule));
+  // It ran 1 without a word.
+  if (options.schedule == "pipedream" && r.microbatches_given && options.microbatches != 1)
+    std::cerr << "note: --microbatches " << options.microbatches << " is not used: pipedream runs each minibatch "
+              << "whole (--schedule 2bw splits minibatches into microbatches)\n";
 }
 
 // --schedule-file: the file's schedule on the plan, validated, in place of a generator's; the

@@ -7,7 +7,7 @@ namespace pt::job {
 
 int64_t replica_round(const schedule::Schedule& typical, const plan::Plan& plan) {
   int64_t unit = 1;
-  if (!typical.flush)
+  if (typical.kind == "pipedream")
     for (const auto& st : plan.stages) unit = std::lcm(unit, static_cast<int64_t>(st.replicas));
   return unit;
 }

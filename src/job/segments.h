@@ -27,8 +27,10 @@ std::vector<Segment> plan_segments(const schedule::Schedule& typical, const plan
                                    int64_t total_steps, int64_t first_step = 0, int64_t checkpoint_every = 0,
                                    int64_t eval_every = 0);
 
-// The minibatches an asynchronous plan's replicas take together: the lcm of its stages' replica
-// counts (1 for a schedule that flushes).
+// The minibatches pipedream's replicas take together, each a whole minibatch in turn: the lcm of
+// its stages' replica counts. 1 for the others: a flushing schedule's and 2bw's replicas split
+// each minibatch's microbatches (2bw skipped a minibatch of each epoch, and rounded
+// --eval-every, for rounds it does not have).
 int64_t replica_round(const schedule::Schedule& typical, const plan::Plan& plan);
 
 }  // namespace pt::job

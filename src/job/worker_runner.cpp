@@ -30,10 +30,12 @@ namespace {
 // one starts; gathered, at the segment's end.
 class LossReport {
  public:
+  // `losses_known` false: emulated layers, whose "losses" are no figure (they printed 0).
   LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, bool gathered,
-             const model::OptimizerOptions& schedule)
+             const model::OptimizerOptions& schedule, bool losses_known)
       : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
-        gathered_(gathered), schedule_(schedule), start_ms_(wall_ms()) {}
+        gathered_(gathered), losses_known_(losses_known), schedule_(schedule), start_ms_(wall_ms()) {}
+  bool losses_known() const { return losses_known_; }
 
   void add(int64_t minibatch, double loss) {
     if (!gathered_) {
@@ -87,6 +89,7 @@ class LossReport {
                    account ? account->peak() : -1};
     rec.grad_norm = grad_norm;
     rec.lr = model::learning_rate(schedule_, minibatch);
+    rec.loss_known = losses_known_;
     progress_.step(rec);
   }
 
@@ -95,6 +98,7 @@ class LossReport {
   int microbatches_;
   int64_t reported_ = 0;  // minibatches reported by this run
   bool gathered_;
+  bool losses_known_;
   model::OptimizerOptions schedule_;  // the run's learning-rate schedule (a stale stage's ramp apart)
   Pending pending_;
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
@@ -221,7 +225,8 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     const std::vector<int>& last = typical.stage_workers.back();
     bool gathered = last.size() > 1;
     bool sends_losses = gathered && !run.reports && std::count(last.begin(), last.end(), transport.rank()) > 0;
-    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered, job.optimizer());
+    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered, job.optimizer(),
+                      options.trace_source != "emulated");
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss) pairs, to send
     if (run.reports) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
@@ -308,6 +313,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       run.train.seconds = losses.train_seconds();
       run.train.samples_per_s = job.steps * options.train.batch_size / std::max(run.train.seconds, 1e-9);
       run.train.final_loss = losses.final_loss();
+      run.train.loss_known = losses.losses_known();
       run.train.test_accuracy = evaluated.accuracy;
       run.train.test_loss = evaluated.loss;
       run.train.peak_memory_bytes = peaks;

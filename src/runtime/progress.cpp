@@ -125,11 +125,23 @@ void Progress::flush_pending() {
   char lr[32] = "";
   if (r.lr >= 0) std::snprintf(lr, sizeof lr, "%.6g", r.lr);
   // Steps and epochs counted from 1, as the progress lines count them (the column counted epochs from 0).
-  if (std::fprintf(csv_, "%lld,%lld,%.6f,%.1f,%s,%.3f,%s,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, r.loss,
+  char loss[32] = "";
+  if (r.loss_known) std::snprintf(loss, sizeof loss, "%.6f", r.loss);
+  if (std::fprintf(csv_, "%lld,%lld,%s,%.1f,%s,%.3f,%s,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, loss,
                    r.samples_per_s, acc, train_s_before_ + r.train_s, peak, test_loss, grad_norm, lr) < 0 ||
       std::fflush(csv_) != 0)
     write_failed();
 }
+
+namespace {
+// The progress line's loss: "-" where none was computed.
+std::string loss_text(const StepRecord& r) {
+  if (!r.loss_known) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", r.loss);
+  return text;
+}
+}  // namespace
 
 void Progress::step(const StepRecord& r) {
   flush_pending();
@@ -146,14 +158,14 @@ void Progress::step(const StepRecord& r) {
     int filled = total_ > 0 ? static_cast<int>(width * r.step / total_) : 0;
     std::string bar(filled, '#');
     bar.resize(width, '.');
-    std::fprintf(stderr, "\r[%s] %lld/%lld epoch %lld  loss %.4f  %.0f samples/s  ETA %.0fs   ", bar.c_str(),
-                 (long long)r.step, (long long)total_, (long long)r.epoch + 1, r.loss, r.samples_per_s, eta_s);
+    std::fprintf(stderr, "\r[%s] %lld/%lld epoch %lld  loss %s  %.0f samples/s  ETA %.0fs   ", bar.c_str(),
+                 (long long)r.step, (long long)total_, (long long)r.epoch + 1, loss_text(r).c_str(), r.samples_per_s, eta_s);
   } else {
     // Plain lines for logs: about every 10 s or every 10% of the run.
     bool tenth = total_ >= 10 && r.step % (total_ / 10) == 0;
     if (!(tenth || now - last_print_ms_ > 10000 || r.step == total_)) return;
-    std::fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f %.0f samples/s ETA %.0fs\n", (long long)r.step,
-                 (long long)total_, (long long)r.epoch + 1, r.loss, r.samples_per_s, eta_s);
+    std::fprintf(stderr, "step %lld/%lld epoch %lld loss %s %.0f samples/s ETA %.0fs\n", (long long)r.step,
+                 (long long)total_, (long long)r.epoch + 1, loss_text(r).c_str(), r.samples_per_s, eta_s);
   }
   last_print_ms_ = now;
 }

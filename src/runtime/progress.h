@@ -22,6 +22,7 @@ struct StepRecord {
   // schedule, or one worker's; < 0: not computed).
   double grad_norm = -1;
   double lr = -1;  // the learning rate the step applied (the schedule's, warm-up and decay; < 0: not known)
+  bool loss_known = true;  // false: nothing computed one (emulated layers): no figure, not 0
 };
 
 class Progress {

@@ -31,6 +31,7 @@ struct TrainResult {
   double test_accuracy = -1;   // -1 when not evaluated
   double test_loss = -1;       // the test set's mean loss (a language model's: per token); -1 when not evaluated
   bool language_model = false; // its loss is per token: a perplexity is e^test_loss
+  bool loss_known = true;       // false: emulated layers compute no loss (final_loss is no figure)
   // Measured peak of the tensor memory each worker holds (model/memory_meter.h): its layers'
   // weights, gradients, optimizer state, stashed versions and activations; by worker, empty
   // when not measured.

@@ -315,7 +315,11 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
         clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (std::sqrt(rep->flat().grad_squares()) + 1e-6));
       }
       if (deferred_stages_.count(a.stage)) fold_batch_norms(s, a.stage);
-      rep->step(clip_scale_, first_minibatch + a.microbatch);
+      // Every replica of a round steps at the rate of the round's first minibatch: pipedream's
+      // replicas each close a minibatch of their own, and stepping at its own rate under a
+      // warm-up or a cosine set them apart for good (1.5e-3 after 10 steps).
+      rep->step(clip_scale_, first_minibatch + (s.kind == "pipedream" ? a.microbatch - a.microbatch % s.replicas(a.stage)
+                                                                         : a.microbatch));
       break;
   }
 }

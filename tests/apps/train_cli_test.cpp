@@ -618,6 +618,9 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
   EXPECT_NE(gloo.find("2 workers as gloo processes, their transfers not charged: no --cluster"), std::string::npos) << gloo;
   // The launcher is a process of the job too: its peak is said.
   EXPECT_NE(gloo.find("peak RSS of the launcher process (measured, as the OS counts it): "), std::string::npos) << gloo;
+  // Emulated layers compute no loss: none is printed (it said "final loss 0").
+  EXPECT_NE(gloo.find("no loss (emulated layers compute none)"), std::string::npos) << gloo;
+  EXPECT_EQ(gloo.find("final loss"), std::string::npos) << gloo;
   // With a cluster calibrated on threads (the demo's), the prediction charges the hand-over,
   // the host's time per action and the all-reduce as measured: never faster than the same
   // cluster's cores with the hand-over free (the measured core rates can differ from even

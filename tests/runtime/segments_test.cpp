@@ -35,6 +35,9 @@ TEST(Segments, AsynchronousCutsAtEvaluationsAndCheckpointsInReplicaMultiples) {
   EXPECT_EQ(describe(segments_of("pipedream", 2, 15, 30, 0, 0)), "0+14:eE 15+14:eE ");
   // Both kinds: each counts from its own last cut.
   EXPECT_EQ(describe(segments_of("pipedream", 1, 20, 20, 8, 6)), "0+6:e 6+2:c 8+4:e 12+4:c 16+2:e 18+2:ceE ");
+  // 2bw's replicas split each minibatch's microbatches: no rounds, nothing skipped, no rounding
+  // (it skipped a minibatch of each epoch and evaluated every 6 for --eval-every 5).
+  EXPECT_EQ(describe(segments_of("2bw", 2, 15, 30, 0, 5)), "0+5:e 5+5:e 10+5:eE 15+5:e 20+5:e 25+5:eE ");
 }
 
 TEST(Segments, AsynchronousCheckpointsCountAcrossEpochs) {

@@ -194,6 +194,25 @@ std::map<int64_t, int64_t> first_stage_versions(bool deferred) {
   return used;
 }
 
+// A replicated stage's replicas step together at one rate, the round's: each took its own
+// minibatch's, and under a warm-up (or a cosine, or the default stale warm-up) they drifted
+// apart for good, and a checkpoint kept replica 0's.
+TEST(WeightStashing, ReplicasOfAStageStepAtOneRateAndStayEqual) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  PipelineOptions o = recorded_pipedream();
+  o.train.sgd.warmup_steps = 24;  // the rate changes every minibatch
+  auto plan = plan::even_split(unit_profile(*m), 2);
+  plan.stages[0].replicas = 3;
+  plan::assign_workers(plan);
+  std::vector<std::unique_ptr<Worker>> workers;
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
+  auto weights = [&](int w) { return workers[w]->replica(0)->flat().weights(); };
+  for (int w = 1; w < 3; ++w)
+    for (size_t b = 0; b < weights(0).size(); ++b)
+      EXPECT_TRUE(torch::equal(weights(w)[b], weights(0)[b])) << "replica " << w << " buffer " << b;
+}
+
 TEST(WeightStashing, DeferredStepRunsTheNextForwardOneVersionBehind) {
   auto plain = first_stage_versions(false);
   auto deferred = first_stage_versions(true);
