@@ -122,7 +122,11 @@ namespace {
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return str("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return str("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  // SIGKILL is what the kernel's out-of-memory killer sends (a cgroup's limit, the machine's):
+  // said, since nothing else in the message would tell.
+  if (WIFSIGNALED(status))
+    return str("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")",
+               WTERMSIG(status) == SIGKILL ? ": out of memory (the kernel's OOM killer), or a kill -9" : "");
   return "stopped";
 }
 

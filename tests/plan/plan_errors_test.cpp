@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "plan/plan_command.h"
 #include "plan/planner.h"
+#include "plan/realised_cost.h"
 
 namespace pt::plan {
 namespace {
@@ -132,6 +133,24 @@ TEST(PlanErrors, ImpossiblePlansSayWhy) {
   // PipeDream's stash is ceil((M−m)/m') copies of the stage: none for the last stage, so its
   // data-parallel plan always fits (an inconsistency kept by the compat model, docs/planner.md).
   EXPECT_EQ(outcome(f), "ok");
+}
+
+// A cap no bigger than what a worker process holds besides its tensors: said so (it searched
+// under "1 B per worker" and named that).
+TEST(PlanErrors, ACapTheProcessAloneFillsIsNamed) {
+  Cluster cluster = Cluster::flat(4, 10);
+  cluster.process_bytes = 100 << 20;
+  PlanOptions options;
+  options.memory_bytes = 50 << 20;
+  try {
+    memory_limit(cluster, options);
+    ADD_FAILURE() << "a cap under the process passed";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--memory 50.0 MiB is no more than the 100.0 MiB a worker process holds besides "
+                                     "its tensors (the cluster's process_bytes, as calibrate measured it): no plan fits");
+  }
+  options.memory_bytes = 150 << 20;
+  EXPECT_EQ(memory_limit(cluster, options), 50 << 20);
 }
 
 }  // namespace
