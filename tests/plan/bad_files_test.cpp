@@ -200,8 +200,10 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   PlanOptions none;
   EXPECT_EQ(memory_limit(measured, none), 900000000);
   PlanOptions cap;
-  cap.memory_bytes = 50000000;  // below the process itself: nothing fits
-  EXPECT_EQ(memory_limit(measured, cap), 1);
+  cap.memory_bytes = 50000000;  // below the process itself: nothing fits, and it is said
+  EXPECT_EQ(error_of([&] { memory_limit(measured, cap); }),
+            "--memory 47.7 MiB is no more than the 95.4 MiB a worker process holds besides its tensors (the cluster's "
+            "process_bytes, as calibrate measured it): no plan fits");
   measured.memory_bytes_per_worker = 0;
   EXPECT_EQ(memory_limit(measured, none), 0);  // no cap
 }
