@@ -325,17 +325,20 @@ json read_json_file(const std::string& path) { return parse_json(read_text_file(
 
 namespace {
 
-void write_all(int fd, const std::string& path, const std::string& text) {
-  for (size_t off = 0; off < text.size();) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) throw Error(str(path, ": write failed (", n < 0 ? std::strerror(errno) : "disk full?", ")"));
-    off += static_cast<size_t>(n);
-  }
+void write_all(int fd, const std::string& path, const std::vector<std::string_view>& pieces) {
+  for (std::string_view text : pieces)
+    for (size_t off = 0; off < text.size();) {
+      ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+      if (n <= 0) throw Error(str(path, ": write failed (", n < 0 ? std::strerror(errno) : "disk full?", ")"));
+      off += static_cast<size_t>(n);
+    }
 }
 
 }  // namespace
 
-void write_text_file_atomic(const std::string& path, const std::string& text) {
+void write_text_file_atomic(const std::string& path, const std::string& text) { write_file_atomic(path, {text}); }
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(str(path, ": is a directory, not a file"));
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -343,7 +346,7 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
     int fd = ::open(path.c_str(), O_WRONLY);
     if (fd < 0) throw Error(str(path, ": cannot write (", std::strerror(errno), ")"));
     try {
-      write_all(fd, path, text);
+      write_all(fd, path, pieces);
     } catch (...) {
       ::close(fd);
       throw;
@@ -357,7 +360,7 @@ void write_text_file_atomic(const std::string& path, const std::string& text) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(str(path, ": cannot write file (", std::strerror(errno), ")"));
   try {
-    write_all(fd, path, text);
+    write_all(fd, path, pieces);
   } catch (...) {
     ::close(fd);
     std::remove(tmp.c_str());

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -67,6 +68,9 @@ std::string output_target(const std::string& path);
 // link (even a dangling one) has its target written and stays a link. A device, a FIFO or a socket is written
 // through, never replaced (`-o /dev/stdout` works; /dev/null stays a device).
 void write_text_file_atomic(const std::string& path, const std::string& text);
+// The same, of `pieces` one after the other, written from where they lie: a file of gigabytes
+// (a checkpoint's layer) is never joined into one string first.
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 // The most bytes read from one file: any pipetrain artifact (JSON), and any other input.
 inline constexpr int64_t kMaxJsonFileBytes = int64_t(1) << 28;
 inline constexpr int64_t kMaxInputFileBytes = int64_t(1) << 32;

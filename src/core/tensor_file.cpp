@@ -69,15 +69,15 @@ int64_t non_finite_of(const std::string& dtype, const std::string& data) {
 
 int64_t count_non_finite(const TensorRecord& t) { return non_finite_of(t.dtype, t.data); }
 
+namespace {
+std::vector<TensorRecord> read_header(const std::string& path, int64_t* data_start);
+}  // namespace
+
 std::vector<int64_t> count_non_finite_in_file(const std::string& path) {
-  std::vector<TensorRecord> records = read_tensor_file_header(path);  // sizes checked against the file
+  int64_t data_start = 0;
+  std::vector<TensorRecord> records = read_header(path, &data_start);  // sizes checked against the file
   std::ifstream in(path, std::ios::binary);
-  unsigned char length[8];
-  in.seekg(8);
-  in.read(reinterpret_cast<char*>(length), 8);
-  uint64_t header = 0;
-  for (int b = 0; b < 8; ++b) header |= static_cast<uint64_t>(length[b]) << (8 * b);
-  in.seekg(static_cast<std::streamoff>(16 + header));
+  in.seekg(static_cast<std::streamoff>(data_start));
   std::vector<int64_t> out;
   std::string piece;
   for (const auto& t : records) {
@@ -103,26 +103,50 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-std::string tensor_file_bytes(const std::vector<TensorRecord>& tensors) {
+namespace {
+
+int64_t bytes_of(const TensorRecord& t) {
+  int64_t numel = 1;
+  for (int64_t d : t.shape) numel *= d;
+  PT_CHECK(dtype_size(t.dtype) > 0, "unknown dtype '", t.dtype, "' of tensor '", t.name, "'");
+  return numel * dtype_size(t.dtype);
+}
+
+// The magic, the header's length and the header of a file of `tensors`, whose bytes follow.
+std::string tensor_file_head(const std::vector<TensorRecord>& tensors) {
   json list = json::array();
   int64_t offset = 0;
   for (const auto& t : tensors) {
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    PT_CHECK(dtype_size(t.dtype) > 0, "unknown dtype '", t.dtype, "' of tensor '", t.name, "'");
-    PT_CHECK(numel * dtype_size(t.dtype) == static_cast<int64_t>(t.data.size()), "tensor '", t.name, "' holds ",
-             t.data.size(), " bytes, its shape and dtype say ", numel * dtype_size(t.dtype));
-    int64_t bytes = static_cast<int64_t>(t.data.size());
+    int64_t bytes = bytes_of(t);
     list.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"offset", offset}, {"bytes", bytes}});
     offset += bytes;
   }
   std::string header = json{{"format", format_tag(kKind, kVersion)}, {"tensors", list}}.dump();
   std::string out(kMagic, kMagicBytes);
   append_u64_le(out, header.size());
-  out.reserve(kPrefixBytes + header.size() + static_cast<size_t>(offset));
-  out += header;
-  for (const auto& t : tensors) out += t.data;
+  return out + header;
+}
+
+}  // namespace
+
+std::string tensor_file_bytes(const std::vector<TensorRecord>& tensors) {
+  std::string out = tensor_file_head(tensors);
+  for (const auto& t : tensors) {
+    PT_CHECK(bytes_of(t) == static_cast<int64_t>(t.data.size()), "tensor '", t.name, "' holds ", t.data.size(),
+             " bytes, its shape and dtype say ", bytes_of(t));
+    out += t.data;
+  }
   return out;
+}
+
+void write_tensor_file_atomic(const std::string& path, const std::vector<TensorRecord>& tensors,
+                              const std::vector<const void*>& bytes) {
+  PT_CHECK(bytes.size() == tensors.size(), bytes.size(), " data pointers for ", tensors.size(), " tensors");
+  std::string head = tensor_file_head(tensors);
+  std::vector<std::string_view> pieces{head};
+  for (size_t i = 0; i < tensors.size(); ++i)
+    pieces.emplace_back(static_cast<const char*>(bytes[i]), static_cast<size_t>(bytes_of(tensors[i])));
+  write_file_atomic(path, pieces);
 }
 
 namespace {
@@ -185,7 +209,10 @@ std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std:
   return parse_records(bytes, bytes.size(), source, true);
 }
 
-std::vector<TensorRecord> read_tensor_file_header(const std::string& path) {
+namespace {
+
+// The records of the tensor file at `path` (no data) and where its data region starts.
+std::vector<TensorRecord> read_header(const std::string& path, int64_t* data_start) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw FormatError(str(path, ": cannot open file"));
   auto file_bytes = static_cast<uint64_t>(in.tellg());
@@ -199,7 +226,35 @@ std::vector<TensorRecord> read_tensor_file_header(const std::string& path) {
     head.resize(kPrefixBytes + header_bytes);
     in.read(head.data() + kPrefixBytes, static_cast<std::streamsize>(header_bytes));
   }
-  return parse_records(head, file_bytes, path, false);
+  std::vector<TensorRecord> records = parse_records(head, file_bytes, path, false);
+  *data_start = static_cast<int64_t>(head.size());
+  return records;
+}
+
+}  // namespace
+
+std::vector<TensorRecord> read_tensor_file_header(const std::string& path) {
+  int64_t data_start = 0;
+  return read_header(path, &data_start);
+}
+
+TensorFileReader::TensorFileReader(const std::string& path) : path_(path) {
+  int64_t at = 0;
+  records_ = read_header(path, &at);
+  for (const auto& r : records_) {
+    offsets_.push_back(at);
+    at += bytes_of(r);
+  }
+}
+
+void TensorFileReader::read(const std::string& name, void* into) const {
+  size_t k = 0;
+  while (k < records_.size() && records_[k].name != name) ++k;
+  PT_CHECK(k < records_.size(), path_, " holds no tensor '", name, "'");
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(offsets_[k]);
+  in.read(static_cast<char*>(into), static_cast<std::streamsize>(bytes_of(records_[k])));
+  if (!in) throw FormatError(str(path_, ": could not read tensor '", name, "' (the file changed while it was read?)"));
 }
 
 }  // namespace pt

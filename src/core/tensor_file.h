@@ -44,10 +44,32 @@ std::string shape_text(const std::vector<int64_t>& shape);
 inline constexpr int64_t kMaxTensorHeaderBytes = int64_t(1) << 24;
 
 std::string tensor_file_bytes(const std::vector<TensorRecord>& tensors);
+// Writes a tensor file of `tensors` (their names, dtypes and shapes; `data` unused) whose bytes
+// lie at `bytes[i]`, as many as tensor i's dtype and shape say, through write_file_atomic: the
+// tensors are written from where they lie, never copied.
+void write_tensor_file_atomic(const std::string& path, const std::vector<TensorRecord>& tensors,
+                              const std::vector<const void*>& bytes);
 // Parses and checks a whole file's bytes; FormatError names `source`, the tensor and the field.
 std::vector<TensorRecord> parse_tensor_file(const std::string& bytes, const std::string& source);
 // The records of a tensor file with their names, dtypes and shapes but no data, checked against
 // the file's size: reads the header only (checkpoint inspect of a layer of gigabytes).
 std::vector<TensorRecord> read_tensor_file_header(const std::string& path);
+
+// A tensor file read a tensor at a time into memory the caller holds (a resumed worker's layer
+// lands in its tensors with no copy of the file in between).
+class TensorFileReader {
+ public:
+  // Reads and checks the header (read_tensor_file_header).
+  explicit TensorFileReader(const std::string& path);
+  // The file's tensors, without data, in file order.
+  const std::vector<TensorRecord>& records() const { return records_; }
+  // Copies tensor `name`'s bytes (as many as its dtype and shape say) to `into`.
+  void read(const std::string& name, void* into) const;
+
+ private:
+  std::string path_;
+  std::vector<TensorRecord> records_;
+  std::vector<int64_t> offsets_;  // of each record from the start of the file
+};
 
 }  // namespace pt

@@ -89,7 +89,7 @@ void Optimizer::predict(std::vector<torch::Tensor>& weights, int64_t steps, int6
 
 torch::Tensor Optimizer::state(const FlatParameters::Slot& s, int which) const {
   if (!has_state_ || which >= static_cast<int>(state_.size())) return {};
-  return state_[which][s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes()).clone();
+  return state_[which][s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
 }
 
 void Optimizer::set_state(const FlatParameters::Slot& s, int which, const torch::Tensor& m) {

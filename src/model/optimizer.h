@@ -81,7 +81,8 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
 
   // One parameter's state `which` (0: sgd's momentum or adam's first moment, 1: adam's second),
-  // a copy; undefined before the first step, as torch reports it.
+  // a view of the live state (the next step changes it); undefined before the first step, as
+  // torch reports it.
   torch::Tensor state(const FlatParameters::Slot& s, int which) const;
   // Loads one parameter's state `which` (checkpoints); undefined means none yet (zeros).
   void set_state(const FlatParameters::Slot& s, int which, const torch::Tensor& m);

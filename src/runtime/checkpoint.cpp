@@ -110,23 +110,21 @@ constexpr DtypeName kDtypes[] = {{torch::kFloat64, "float64"}, {torch::kFloat32,
                                  {torch::kInt16, "int16"},       {torch::kInt8, "int8"},   {torch::kUInt8, "uint8"},
                                  {torch::kBool, "bool"}};
 
-TensorRecord to_record(const torch::Tensor& t) {
+// A tensor's record in a layer file: its dtype and shape (the data stays in the tensor).
+TensorRecord head_of(const torch::Tensor& t) {
   TensorRecord r;
   for (const auto& d : kDtypes)
     if (d.type == t.scalar_type()) r.dtype = d.name;
   PT_CHECK(!r.dtype.empty(), "no tensor-file dtype for ", t.scalar_type());
-  torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
-  r.shape.assign(c.sizes().begin(), c.sizes().end());
-  r.data.assign(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  r.shape.assign(t.sizes().begin(), t.sizes().end());
   return r;
 }
 
-torch::Tensor from_record(const TensorRecord& r) {
+torch::Tensor read_tensor(const TensorFileReader& file, const TensorRecord& r) {
   for (const auto& d : kDtypes)
     if (r.dtype == d.name) {
       auto t = torch::empty(r.shape, torch::TensorOptions().dtype(d.type));
-      PT_CHECK(static_cast<size_t>(t.numel() * t.element_size()) == r.data.size(), "tensor record size");
-      std::memcpy(t.data_ptr(), r.data.data(), r.data.size());
+      file.read(r.name, t.data_ptr());
       return t;
     }
   PT_CHECK(false, "unknown dtype ", r.dtype);
@@ -135,28 +133,38 @@ torch::Tensor from_record(const TensorRecord& r) {
 
 }  // namespace
 
-std::string layer_state_bytes(const LayerState& s) {
-  LayerFile f;
-  for (const auto& p : s.params) f.params.push_back(to_record(p));
-  for (const auto& m : s.momentum) f.momentum.push_back(m.defined() ? std::optional(to_record(m)) : std::nullopt);
-  f.momentum.resize(f.params.size());
-  for (const auto& v : s.variance) f.variance.push_back(v.defined() ? std::optional(to_record(v)) : std::nullopt);
-  if (!f.variance.empty()) {
-    f.variance.resize(f.params.size());
-    f.optimizer_steps = to_record(torch::full({1}, s.optimizer_steps, torch::kInt64));
+void write_layer_state(const std::string& path, const LayerState& s) {
+  // Views where the state is already contiguous on the CPU, as the runtime keeps it: no copy.
+  auto plain = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU).contiguous(); };
+  LayerParts<torch::Tensor> parts;
+  for (const auto& p : s.params) parts.params.push_back(plain(p));
+  for (const auto& m : s.momentum) parts.momentum.push_back(m.defined() ? std::optional(plain(m)) : std::nullopt);
+  parts.momentum.resize(parts.params.size());
+  for (const auto& v : s.variance) parts.variance.push_back(v.defined() ? std::optional(plain(v)) : std::nullopt);
+  if (!parts.variance.empty()) {
+    parts.variance.resize(parts.params.size());
+    parts.optimizer_steps = torch::full({1}, s.optimizer_steps, torch::kInt64);
   }
-  for (const auto& b : s.buffers) f.buffers.push_back(to_record(b));
-  return layer_file_bytes(f);
+  for (const auto& b : s.buffers) parts.buffers.push_back(plain(b));
+  std::vector<TensorRecord> heads;
+  std::vector<const void*> bytes;
+  for (const auto& [name, tensor] : in_file_order(parts)) {
+    heads.push_back(head_of(*tensor));
+    heads.back().name = name;
+    bytes.push_back(tensor->data_ptr());
+  }
+  write_tensor_file_atomic(path, heads, bytes);
 }
 
-LayerState layer_state_from_bytes(const std::string& bytes, const std::string& source) {
-  LayerFile f = parse_layer_file(bytes, source);
+LayerState read_layer_state(const std::string& path) {
+  TensorFileReader file(path);
+  LayerFile f = layer_file_of(file.records(), path);
   LayerState s;
-  for (const auto& p : f.params) s.params.push_back(from_record(p));
-  for (const auto& m : f.momentum) s.momentum.push_back(m ? from_record(*m) : torch::Tensor());
-  for (const auto& v : f.variance) s.variance.push_back(v ? from_record(*v) : torch::Tensor());
-  if (f.optimizer_steps) s.optimizer_steps = from_record(*f.optimizer_steps).item<int64_t>();
-  for (const auto& b : f.buffers) s.buffers.push_back(from_record(b));
+  for (const auto& p : f.params) s.params.push_back(read_tensor(file, p));
+  for (const auto& m : f.momentum) s.momentum.push_back(m ? read_tensor(file, *m) : torch::Tensor());
+  for (const auto& v : f.variance) s.variance.push_back(v ? read_tensor(file, *v) : torch::Tensor());
+  if (f.optimizer_steps) s.optimizer_steps = read_tensor(file, *f.optimizer_steps).item<int64_t>();
+  for (const auto& b : f.buffers) s.buffers.push_back(read_tensor(file, b));
   return s;
 }
 
@@ -210,7 +218,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
         throw RuntimeFailure(str("training diverged by step ", step, ": layer ", layer, "'s ", bad,
                                  " holds NaN or infinite values; no checkpoint written for this step, ",
                                  options_.dir, " keeps the ones before. Lower --lr, or warm it up over more --warmup-steps"));
-      write_text_file_atomic((tmp / layer_file_name(layer)).string(), layer_state_bytes(state));
+      write_layer_state((tmp / layer_file_name(layer)).string(), state);
     }
   }
   transport.barrier();
@@ -219,9 +227,8 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   m.step = step;
   m.files.clear();
   for (int layer = 0; layer < m.layers; ++layer) {
-    std::string name = layer_file_name(layer);
-    std::string bytes = read_text_file((tmp / name).string());
-    m.files.push_back({name, layer, static_cast<int64_t>(bytes.size()), crc32_of(bytes)});
+    std::string name = layer_file_name(layer), path = (tmp / name).string();
+    m.files.push_back({name, layer, static_cast<int64_t>(fs::file_size(path)), crc32_of_file(path)});
   }
   write_text_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
   fsync_dir(tmp);
@@ -280,7 +287,7 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& typical, const st
     for (int layer : typical.stage_layers[st]) {
       const auto& f = manifest.files.at(layer);
       std::string path = (fs::path(checkpoint) / f.name).string();
-      LayerState state = layer_state_from_bytes(read_regular_file(path, f.bytes), path);
+      LayerState state = read_layer_state(path);  // verified against the manifest's size and checksum
       // A diverged run's weights would train on as NaN and end "final loss nan", exit 0. (save()
       // writes none, but a checkpoint of an older pipetrain may hold them.)
       std::string bad = non_finite(state);

@@ -38,10 +38,11 @@ struct CheckpointStart {
 // --overwrite). Nothing happens when options.dir is empty.
 CheckpointStart start_checkpoints(const CheckpointOptions& options);
 
-// One layer's state (stage_replica.h) as bytes, its parameters then its momentum buffers (an
-// empty tensor stands for a buffer not yet created), and back. `source` names the file in errors.
-std::string layer_state_bytes(const LayerState& s);
-LayerState layer_state_from_bytes(const std::string& bytes, const std::string& source);
+// One layer's state (stage_replica.h) as a layer file (layer_file.h; an undefined tensor stands
+// for a buffer not yet created), and back. Both go a tensor at a time between the file and the
+// tensors, holding no copy of the file: a checkpoint costs no memory beyond the state.
+void write_layer_state(const std::string& path, const LayerState& s);
+LayerState read_layer_state(const std::string& path);
 
 // Writes checkpoints for one worker; every worker of the job calls save() at the same steps
 // (it is collective: the workers meet in barriers over the transport). Worker 0 leads: it

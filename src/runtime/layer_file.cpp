@@ -6,44 +6,16 @@
 
 namespace pt::runtime {
 
-namespace {
-constexpr const char* kParam = "param.";
-constexpr const char* kMomentum = "momentum.";
-constexpr const char* kVariance = "variance.";
-constexpr const char* kSteps = "optimizer_steps";
-constexpr const char* kBuffer = "buffer.";
-
-std::string name_of(const std::string& prefix, size_t k) { return prefix + std::to_string(k); }
-}  // namespace
+using namespace layer_file_names;
 
 std::string layer_file_bytes(const LayerFile& f) {
-  PT_CHECK(f.momentum.size() == f.params.size(), f.momentum.size(), " momentum slots for ", f.params.size(),
-           " parameters");
   std::vector<TensorRecord> all;
-  for (size_t k = 0; k < f.params.size(); ++k) {
-    all.push_back(f.params[k]);
-    all.back().name = name_of(kParam, k);
-  }
-  PT_CHECK(f.variance.empty() || f.variance.size() == f.params.size(), f.variance.size(), " variance slots for ",
-           f.params.size(), " parameters");
-  for (const auto& [states, prefix] : {std::pair{&f.momentum, kMomentum}, std::pair{&f.variance, kVariance}})
-    for (size_t k = 0; k < states->size(); ++k) {
-      if (!(*states)[k]) continue;
-      all.push_back(*(*states)[k]);
-      all.back().name = name_of(prefix, k);
-    }
-  if (f.optimizer_steps) {
-    all.push_back(*f.optimizer_steps);
-    all.back().name = kSteps;
-  }
-  for (size_t k = 0; k < f.buffers.size(); ++k) {
-    all.push_back(f.buffers[k]);
-    all.back().name = name_of(kBuffer, k);
+  for (const auto& [name, record] : in_file_order(f)) {
+    all.push_back(*record);
+    all.back().name = name;
   }
   return tensor_file_bytes(all);
 }
-
-namespace {
 
 LayerFile layer_file_of(const std::vector<TensorRecord>& all, const std::string& source) {
   LayerFile f;
@@ -88,8 +60,6 @@ LayerFile layer_file_of(const std::vector<TensorRecord>& all, const std::string&
   }
   return f;
 }
-
-}  // namespace
 
 LayerFile parse_layer_file(const std::string& bytes, const std::string& source) {
   return layer_file_of(parse_tensor_file(bytes, source), source);

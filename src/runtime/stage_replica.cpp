@@ -317,7 +317,7 @@ LayerState StageReplica::layer_state(int layer) const {
   size_t offset = param_offset(layer), n = model_->layer_parameters(layer).size();
   LayerState s;
   for (size_t i = offset; i < offset + n; ++i) {
-    s.params.push_back(params_[i].detach().clone());
+    s.params.push_back(params_[i].detach());
     for (int which = 0; which < (optimizer_.options().adam() ? 2 : 1); ++which)
       (which == 0 ? s.momentum : s.variance)
           .push_back(owner_[i]                ? owner_[i]->state_of(params_[i], which)
@@ -325,7 +325,7 @@ LayerState StageReplica::layer_state(int layer) const {
                                               : optimizer_.state(flat_->slots()[slot_of_[i]], which));
   }
   if (optimizer_.options().adam()) s.optimizer_steps = optimizer_.steps_taken();
-  for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach().clone());
+  for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach());
   return s;
 }
 

@@ -71,7 +71,8 @@ class StageReplica {
   const std::map<int64_t, int64_t>& used_versions() const { return used_versions_; }
 
   // Checkpoints, at a drained boundary (nothing in flight): the newest weights and momentum
-  // of model layer `layer`, which this replica must hold; loading checks the shapes.
+  // of model layer `layer`, which this replica must hold, as views of the live tensors (no copy
+  // of a stage's state; the next step changes them); loading checks the shapes.
   LayerState layer_state(int layer) const;
   void load_layer_state(int layer, const LayerState& s, const std::string& source);
   int first_layer() const { return first_; }

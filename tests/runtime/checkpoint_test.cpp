@@ -94,9 +94,7 @@ TEST(Checkpoint, AdamStateResumesExactlyAndIntoOtherPlans) {
   EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
   auto manifest = read_verified_manifest(newest_checkpoint(parts.path.string()));
   EXPECT_EQ(manifest.optimizer, "adamw");
-  LayerState layer = layer_state_from_bytes(read_input(newest_checkpoint(parts.path.string()) + "/" +
-                                                           manifest.files[0].name, InputKind::layer_file),
-                                            "layer 0");
+  LayerState layer = read_layer_state(newest_checkpoint(parts.path.string()) + "/" + manifest.files[0].name);
   EXPECT_EQ(layer.optimizer_steps, 6);
   ASSERT_EQ(layer.variance.size(), layer.params.size());
   EXPECT_TRUE(layer.variance[0].defined());
@@ -165,7 +163,7 @@ TEST(Checkpoint, KeepsBuffers) {
     std::vector<torch::Tensor> out;
     for (const auto& f : read_verified_manifest(checkpoint).files) {
       std::string path = checkpoint + "/" + f.name;
-      for (auto& b : layer_state_from_bytes(read_text_file(path), path).buffers) out.push_back(b);
+      for (auto& b : read_layer_state(path).buffers) out.push_back(b);
     }
     return out;
   };
@@ -590,12 +588,11 @@ TEST(Checkpoint, NonFiniteWeightsAreRefused) {
   std::string ck = newest_checkpoint(d);
   CheckpointManifest m = read_verified_manifest(ck);
   std::string layer0 = (fs::path(ck) / m.files[0].name).string();
-  LayerState s = layer_state_from_bytes(read_text_file(layer0), layer0);
+  LayerState s = read_layer_state(layer0);
   s.params[1][0] = std::numeric_limits<float>::quiet_NaN();
-  std::string bytes = layer_state_bytes(s);
-  write_text_file_atomic(layer0, bytes);
-  m.files[0].bytes = static_cast<int64_t>(bytes.size());
-  m.files[0].crc32 = crc32_of(bytes);
+  write_layer_state(layer0, s);
+  m.files[0].bytes = static_cast<int64_t>(fs::file_size(layer0));
+  m.files[0].crc32 = crc32_of_file(layer0);
   write_text_file_atomic((fs::path(ck) / "manifest.json").string(), manifest_to_json(m));
   try {
     run(stages(2), options("1f1b", 4, d, 2, true));

@@ -64,7 +64,7 @@ inline std::vector<torch::Tensor> checkpoint_weights(const std::string& checkpoi
   std::vector<torch::Tensor> out;
   for (const auto& f : m.files) {
     std::string path = checkpoint + "/" + f.name;
-    for (auto& p : layer_state_from_bytes(read_text_file(path), path).params) out.push_back(p);
+    for (auto& p : read_layer_state(path).params) out.push_back(p);
   }
   return out;
 }
