@@ -42,11 +42,14 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
     if (!launch.worker) {
       if (launch.status == 0 && !trace_path.empty()) std::cerr << "wrote " << trace_path << "\n";
       // A process of the job too, and on a small model the largest (381 MiB beside workers of
-      // 304-326): it read the data and checked the model before forking them.
+      // 304-326): it read the data and checked the model before starting them. Where LibTorch
+      // has started threads (OpenBLAS's, after a forward) they are new processes, not forks.
       if (launch.status == 0)
         std::cout << "peak RSS of the launcher process (measured, as the OS counts it): "
                   << human_bytes(static_cast<double>(model::process_peak_rss_bytes()))
-                  << " (it read the data and checked the model, then forked the workers, which share its pages)\n";
+                  << " (it read the data and checked the model, then "
+                  << (launch.forked ? "forked the workers, which share its pages)\n"
+                                    : "started the workers as new processes, each of which reads the data again)\n");
       return launch.status;
     }
   }

@@ -88,9 +88,11 @@ int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trac
 }
 
 Launch fork_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path) {
-  if (!single_threaded()) return {false, launch_gloo_job(plan, workers, trace_path)};
+  if (!single_threaded()) return {false, launch_gloo_job(plan, workers, trace_path), false};
   // One thread: no other can start one before the fork, so the workers are forks.
-  return fork_gloo_workers(workers, self_argv(), trace_path);
+  Launch launch = fork_gloo_workers(workers, self_argv(), trace_path);
+  launch.forked = true;
+  return launch;
 }
 
 std::vector<std::string> self_argv() {

@@ -29,6 +29,7 @@ int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trac
 struct Launch {
   bool worker = false;  // this process is a worker forked by the launcher: run the worker's part
   int status = 0;       // the launcher's: 0 when every worker succeeded (launch_gloo_workers)
+  bool forked = false;  // the launcher's: its workers were forks (they share its pages), not new processes
 };
 
 // As launch_gloo_job, but the workers are forks of this process, which has set up the command

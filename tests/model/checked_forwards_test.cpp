@@ -1,0 +1,53 @@
+// The data checks' forwards run once per job: a gloo worker started by its launcher takes the
+// output the launcher computed instead of loading every layer of the model again (its peak held
+// the model's largest layer, not only its stage's). Only a parent's record is taken.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/data_checks.h"
+#include "model/layered_model.h"
+
+namespace pt::model {
+namespace {
+
+int builds = 0;
+
+TEST(CheckedForwards, AChildTakesItsParentsProbeAndNoOtherProcessDoes) {
+  // One layer, built from its maker only when a forward needs it (a layer the process does not
+  // hold); no BLAS in it, so that the forked child computes nothing on another thread's pool.
+  LayeredModel m("probe-me", Task::kClassification, {4}, false, LayerSet::none());
+  m.add("first-three", [] {
+    ++builds;
+    torch::nn::Sequential s;
+    s->push_back(torch::nn::Functional([](const torch::Tensor& t) { return t.narrow(1, 0, 3) * 2; }));
+    return s;
+  });
+  torch::Tensor x = torch::randn({5, 4});
+  builds = 0;
+  torch::Tensor out = probe_output(m, x, "data.pt");
+  ASSERT_EQ(builds, 1);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 3}));
+  // The process that recorded it runs the forward again: it takes only its parent's records.
+  probe_output(m, x, "data.pt");
+  EXPECT_EQ(builds, 2);
+
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 0;
+    torch::Tensor taken = probe_output(m, x, "data.pt");
+    if (builds != 2 || taken.sizes() != out.sizes() || taken.scalar_type() != out.scalar_type()) code |= 1;
+    // Another input is another forward.
+    probe_output(m, torch::randn({5, 4}).narrow(0, 0, 1), "data.pt");
+    if (builds != 3) code |= 2;
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child ran its parent's forward again; 2: it took a record of another input";
+}
+
+}  // namespace
+}  // namespace pt::model
