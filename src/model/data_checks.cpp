@@ -88,10 +88,17 @@ std::string recorded_forward(const std::string& key) {
   return "";
 }
 
+// One line per key, and none past 32 KiB in all (Linux refuses an environment string over
+// 128 KiB to exec: the workers would not start). Past it a worker runs its forwards itself.
 void record_forward(const std::string& key, const std::string& result) {
+  constexpr size_t kMostBytes = size_t{32} << 10;
   const char* all = std::getenv(kCheckedVar);
-  std::string line = str(key, "=", ::getpid(), " ", result, "\n");
-  ::setenv(kCheckedVar, (std::string(all ? all : "") + line).c_str(), 1);
+  std::istringstream in(all ? all : "");
+  std::string kept;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + "=", 0) != 0) kept += line + "\n";
+  kept += str(key, "=", ::getpid(), " ", result, "\n");
+  if (kept.size() <= kMostBytes) ::setenv(kCheckedVar, kept.c_str(), 1);
 }
 
 torch::Tensor probe_forward(LayeredModel& model, const torch::Tensor& first, const torch::Tensor& x,

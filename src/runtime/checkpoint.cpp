@@ -287,7 +287,9 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& typical, const st
     for (int layer : typical.stage_layers[st]) {
       const auto& f = manifest.files.at(layer);
       std::string path = (fs::path(checkpoint) / f.name).string();
-      LayerState state = read_layer_state(path);  // verified against the manifest's size and checksum
+      // Its size and checksum were verified with the manifest (start_checkpoints); a file changed
+      // since is a FormatError naming it, from the reader's own checks of its header and length.
+      LayerState state = read_layer_state(path);
       // A diverged run's weights would train on as NaN and end "final loss nan", exit 0. (save()
       // writes none, but a checkpoint of an older pipetrain may hold them.)
       std::string bad = non_finite(state);

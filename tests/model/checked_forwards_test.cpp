@@ -6,6 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "model/data_checks.h"
 #include "model/layered_model.h"
 
@@ -47,6 +51,35 @@ TEST(CheckedForwards, AChildTakesItsParentsProbeAndNoOtherProcessDoes) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child ran its parent's forward again; 2: it took a record of another input";
+}
+
+// A job of many shards checks each one: the record keeps one line per check, and stays far
+// under what exec takes (128 KiB a string), or the workers would not start.
+TEST(CheckedForwards, TheRecordKeepsOneLinePerCheckAndStaysSmall) {
+  auto lines = [] {
+    const char* record = std::getenv("PIPETRAIN_CHECKED_FORWARDS");
+    std::string all = record ? record : "";
+    return std::count(all.begin(), all.end(), '\n');
+  };
+  auto model = [](const std::string& name) {
+    auto m = std::make_unique<LayeredModel>(name, Task::kClassification, std::vector<int64_t>{4}, false,
+                                            LayerSet::none());
+    m->add("first-three", [] {
+      torch::nn::Sequential s;
+      s->push_back(torch::nn::Functional([](const torch::Tensor& t) { return t.narrow(1, 0, 3); }));
+      return s;
+    });
+    return m;
+  };
+  auto same = model("shards");
+  torch::Tensor x = torch::randn({5, 4});
+  probe_output(*same, x, "shard-0.pt");
+  const auto before = lines();
+  for (int shard = 1; shard < 500; ++shard) probe_output(*same, x, "shard-" + std::to_string(shard) + ".pt");
+  EXPECT_EQ(lines(), before);
+  for (int i = 0; i < 2000; ++i) probe_output(*model("model-" + std::to_string(i)), x, "x");
+  EXPECT_LE(std::strlen(std::getenv("PIPETRAIN_CHECKED_FORWARDS")), size_t{32} << 10);
+  EXPECT_GT(lines(), before);
 }
 
 }  // namespace
