@@ -92,6 +92,9 @@ std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& fact
 
 // CRC-32 of a tensor's bytes (contiguous, on the CPU); 0 for an undefined one.
 uint32_t tensor_crc32(const torch::Tensor& t);
+// CRC-32 of a set's inputs as the model takes them: images kept as bytes are scaled a slice at a
+// time, so checkpoints and digests name the same data as when they were held as floats.
+uint32_t inputs_crc32(const model::Dataset& d);
 // What checkpoints record of the data (checkpoint_manifest.h).
 runtime::DataIdentity data_identity(const model::DataSplit& data);
 

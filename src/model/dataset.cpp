@@ -4,6 +4,7 @@
 
 #include <array>
 #include <fstream>
+#include <memory>
 
 #include "core/error.h"
 #include "core/input_limits.h"
@@ -43,22 +44,29 @@ Dataset load_idx_pair(const std::string& dir, const std::string& prefix) {
     throw FormatError(str(images_path, ": images are ", rows, "x", cols, ", Fashion-MNIST's are 28x28"));
   if (n == 0) throw FormatError(str(images_path, ": holds no images"));
   Dataset d;
-  auto raw = torch::from_blob(images.data.data(), {n, 1, rows, cols}, torch::kUInt8);
-  // Fashion-MNIST training-set mean and standard deviation of [0,1] pixels. In place: each
-  // temporary of the training set is 188 MB, over glibc's mmap threshold, faulted in afresh
-  // (three of them cost 2 s of a 5 s `train --steps 1` here).
-  d.inputs = raw.to(torch::kFloat32);
-  d.inputs.div_(255.0).sub_(0.2860).div_(0.3530);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(images.data));  // held by the tensor, not copied
+  d.inputs = torch::from_blob(bytes->data(), {n, 1, rows, cols}, [bytes](void*) {}, torch::kUInt8);
+  d.pixels = {0.2860, 0.3530};  // Fashion-MNIST training-set mean and standard deviation of [0,1] pixels
   d.targets = torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
   return d;
 }
 
 }  // namespace
 
+namespace {
+torch::Tensor scaled(const torch::Tensor& rows, const PixelScale& pixels) {
+  if (!pixels.on()) return rows;
+  torch::Tensor x = rows.to(torch::kFloat32);
+  return x.div_(255.0).sub_(pixels.mean).div_(pixels.std);
+}
+}  // namespace
+
 torch::Tensor Dataset::gather_inputs(const std::vector<int64_t>& indices) const {
   if (on_disk) return on_disk->gather(indices, false);
-  return inputs.index_select(0, torch::tensor(indices, torch::kInt64));
+  return scaled(inputs.index_select(0, torch::tensor(indices, torch::kInt64)), pixels);
 }
+
+torch::Tensor Dataset::input_rows(int64_t first, int64_t n) const { return scaled(inputs.narrow(0, first, n), pixels); }
 
 torch::Tensor Dataset::gather_targets(const std::vector<int64_t>& indices) const {
   if (on_disk) return on_disk->gather(indices, true);
@@ -75,7 +83,7 @@ std::vector<int64_t> first_rows(int64_t n) {
 
 torch::Tensor Dataset::first_inputs(int64_t n) const {
   n = std::min(n, size());
-  return on_disk ? on_disk->gather(first_rows(n), false) : inputs.narrow(0, 0, n);
+  return on_disk ? on_disk->gather(first_rows(n), false) : input_rows(0, n);
 }
 
 torch::Tensor Dataset::first_targets(int64_t n) const {

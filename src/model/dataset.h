@@ -10,15 +10,27 @@
 
 namespace pt::model {
 
+// Images kept as the bytes their files hold, a quarter of float32 (Fashion-MNIST's training
+// set: 47 MB against 188), and scaled as their rows are drawn: x / 255, less `mean`, over `std`,
+// the operations a whole float copy took, so a minibatch holds the same floats.
+struct PixelScale {
+  double mean = 0, std = 0;
+  bool on() const { return std > 0; }
+};
+
 struct Dataset {
-  torch::Tensor inputs;   // [N, ...] float images or int64 token ids (undefined with `on_disk`)
+  torch::Tensor inputs;   // [N, ...] float or uint8 (`pixels`) images, or int64 token ids (undefined with `on_disk`)
   torch::Tensor targets;  // [N] class ids or [N, T] token ids
   // --data DIR or FILE.bin: the samples stay on disk (sample_store.h).
   std::shared_ptr<const SampleStore> on_disk = {};
+  PixelScale pixels = {};  // on: `inputs` are uint8 pixels, scaled as they are drawn
   int64_t size() const { return on_disk ? on_disk->size() : inputs.defined() ? inputs.size(0) : 0; }
-  // Rows of a minibatch, from memory or from disk.
+  // Rows of a minibatch, from memory or from disk, as the model takes them.
   torch::Tensor gather_inputs(const std::vector<int64_t>& indices) const;
   torch::Tensor gather_targets(const std::vector<int64_t>& indices) const;
+  // Rows first..first+n of samples held in memory (the test set's rounds).
+  torch::Tensor input_rows(int64_t first, int64_t n) const;
+  torch::Tensor target_rows(int64_t first, int64_t n) const { return targets.narrow(0, first, n); }
   torch::Tensor first_inputs(int64_t n) const;   // the first n samples' inputs (profiling)
   torch::Tensor first_targets(int64_t n) const;  // and their targets
   // Samples per shard ({} in memory): the batch sampler walks shards one at a time.
@@ -46,8 +58,8 @@ inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mni
 // Text the Debian package `fortunes` ships: plain English prose and verse (~230 KB).
 inline constexpr const char* kDefaultTextFile = "/usr/share/games/fortunes/songs-poems";
 
-// Reads train-images-idx3-ubyte(.gz) etc. from `dir`; images scaled to [0,1] and normalised
-// with Fashion-MNIST's mean and std. A missing directory names the Debian package to install.
+// Reads train-images-idx3-ubyte(.gz) etc. from `dir`; images held as bytes, drawn scaled to
+// [0,1] and normalised with Fashion-MNIST's mean and std. A missing directory names the Debian package to install.
 DataSplit load_fashion_mnist(const std::string& dir);
 
 // Seeded random inputs of the model's sample shape with random labels (or tokens): for

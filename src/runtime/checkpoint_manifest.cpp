@@ -200,8 +200,8 @@ uint32_t crc32_of_file(const std::string& path) {
   return static_cast<uint32_t>(crc);
 }
 
-uint32_t crc32_of(const void* data, size_t size) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
+uint32_t crc32_of(const void* data, size_t size, uint32_t before) {
+  uLong crc = before;
   const auto* p = static_cast<const Bytef*>(data);
   for (size_t off = 0; off < size;) {
     uInt n = static_cast<uInt>(std::min<size_t>(size - off, 1u << 30));

@@ -73,8 +73,9 @@ std::string new_run_id();
 // Parses a manifest; `source` names it in errors (FormatError naming the field and value).
 CheckpointManifest manifest_from_json(const std::string& text, const std::string& source);
 
-// CRC-32 (zlib's) of a byte string, or of `size` bytes at `data`, read where they lie.
-uint32_t crc32_of(const void* data, size_t size);
+// CRC-32 (zlib's) of a byte string, or of `size` bytes at `data`, read where they lie; given the
+// CRC of the bytes before them, that of the whole.
+uint32_t crc32_of(const void* data, size_t size, uint32_t before = 0);
 inline uint32_t crc32_of(const std::string& bytes) { return crc32_of(bytes.data(), bytes.size()); }
 // The CRC-32 of a file's bytes, read in pieces.
 uint32_t crc32_of_file(const std::string& path);

@@ -26,8 +26,8 @@ Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int6
   double loss = 0;
   for (int64_t first = 0; first < test.size(); first += batch_size) {
     int64_t n = std::min(batch_size, test.size() - first);
-    auto out = model.forward(test.inputs.narrow(0, first, n));
-    auto target = test.targets.narrow(0, first, n);
+    auto out = model.forward(test.input_rows(first, n));
+    auto target = test.target_rows(first, n);
     correct += model.correct(out, target);
     total += target.numel();
     loss += model.loss(out, target).item<double>() * static_cast<double>(n);  // a batch's mean, weighed by its samples

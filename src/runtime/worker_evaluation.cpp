@@ -45,7 +45,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
       if (w != rank_) continue;
       const auto& layers = s.stage_layers[st];
       if (st == 0) {
-        x = test.inputs.narrow(0, first, n);
+        x = test.input_rows(first, n);
       } else {
         int from = s.stage_workers[st - 1][0];
         if (from != rank_) {
@@ -59,7 +59,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
       }
       x = model_->forward(x, layers.front(), layers.back() + 1);
       if (st == s.num_stages - 1) {
-        auto target = test.targets.narrow(0, first, n);
+        auto target = test.target_rows(first, n);
         correct += model_->correct(x, target);
         total += target.numel();
         loss += model_->loss(x, target).item<double>() * static_cast<double>(n);

@@ -17,9 +17,25 @@ TEST(Dataset, FashionMnistFromTheDebianPackage) {
   EXPECT_EQ(d.test.inputs.sizes().vec(), (std::vector<int64_t>{10000, 1, 28, 28}));
   EXPECT_EQ(d.train.targets.min().item<int64_t>(), 0);
   EXPECT_EQ(d.train.targets.max().item<int64_t>(), 9);
-  // Normalised with the training set's own mean and std.
-  EXPECT_NEAR(d.train.inputs.mean().item<double>(), 0.0, 0.01);
-  EXPECT_NEAR(d.train.inputs.std().item<double>(), 1.0, 0.01);
+  // Held as the files' bytes; drawn normalised with the training set's own mean and std.
+  EXPECT_EQ(d.train.inputs.scalar_type(), torch::kUInt8);
+  EXPECT_EQ(d.train.bytes(), 60000 * 784 + 60000 * 8);
+  torch::Tensor x = d.train.input_rows(0, d.train.size());
+  EXPECT_EQ(x.scalar_type(), torch::kFloat32);
+  EXPECT_NEAR(x.mean().item<double>(), 0.0, 0.01);
+  EXPECT_NEAR(x.std().item<double>(), 1.0, 0.01);
+}
+
+// Rows scaled as they are drawn hold the floats that scaling the whole set once gave, bit for bit.
+TEST(Dataset, PixelsKeptAsBytesAreDrawnAsTheFloatsAWholeCopyHeld) {
+  DataSplit d = load_fashion_mnist(kFashionMnistDir);
+  torch::Tensor whole = d.test.inputs.to(torch::kFloat32);
+  whole.div_(255.0).sub_(0.2860).div_(0.3530);
+  EXPECT_TRUE(torch::equal(d.test.input_rows(0, d.test.size()), whole));
+  EXPECT_TRUE(torch::equal(d.test.input_rows(77, 5), whole.narrow(0, 77, 5)));
+  std::vector<int64_t> rows{9999, 3, 3, 4100};
+  EXPECT_TRUE(torch::equal(d.test.gather_inputs(rows), whole.index_select(0, torch::tensor(rows))));
+  EXPECT_TRUE(torch::equal(d.test.first_inputs(4), whole.narrow(0, 0, 4)));
 }
 
 TEST(Dataset, MissingDirectorySaysWhichPackage) {

@@ -251,6 +251,21 @@ TEST(Checkpoint, TheDataCrcReadsTheTensorInPlace) {
   EXPECT_LT(peak_rss() - before, int64_t{16} << 20) << "the CRC of 96 MiB raised the peak by that much";
 }
 
+// Images kept as bytes are named by the CRC of the floats the model takes, as when a float copy
+// was held: a checkpoint of that time still resumes on the same data, and no other.
+TEST(Checkpoint, TheDataCrcOfPixelsKeptAsBytesIsThatOfTheirFloats) {
+  model::DataSplit d = model::load_fashion_mnist(model::kFashionMnistDir);
+  torch::Tensor whole = d.test.inputs.to(torch::kFloat32);
+  whole.div_(255.0).sub_(0.2860).div_(0.3530);
+  EXPECT_EQ(job::inputs_crc32(d.test), job::tensor_crc32(whole));
+  EXPECT_NE(job::inputs_crc32(d.test), job::tensor_crc32(d.test.inputs));
+  model::Dataset other = d.test;
+  other.pixels.mean = 0.2861;
+  EXPECT_NE(job::inputs_crc32(other), job::inputs_crc32(d.test));
+  std::string bytes = "a checkpoint's data, in two pieces";
+  EXPECT_EQ(crc32_of(bytes.data() + 9, bytes.size() - 9, crc32_of(bytes.data(), 9)), crc32_of(bytes));
+}
+
 TEST(Checkpoint, PipedreamDrainsAtCheckpoints) {
   TempDir dir;
   std::string d = dir.path.string();
