@@ -105,7 +105,7 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "(--plan, --stages, or a JSON file's own)");
   app.add_option("--stages", flags->request.stages, "Even split into this many stages (by --profile, or measured here)")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--workers", flags->request.workers, "Workers of --schedule dp")->check(CLI::Range(1, 1024));
+  app.add_option("--workers", flags->request.workers, "Workers of one stage: data parallelism (--schedule dp, its default), or the --schedule named on one replicated stage")->check(CLI::Range(1, 1024));
   app.add_option("--profile", flags->request.profile_path, "Profile for --stages, and the model of --compute emulated");
   flags->microbatches_flag = app.add_option("--microbatches", flags->request.options.microbatches, "Microbatches per minibatch (default: the plan's, or 4)")
                              ->capture_default_str();

@@ -30,7 +30,7 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
     return schedule::plan_of_schedule_file(*file, r.schedule_file, "--plan P or --stages N");
   }
   if (!r.plan_path.empty()) return plan::read_plan(r.plan_path);
-  if (options.schedule == "dp" || (r.workers == 1 && r.stages == 0))
+  if (options.schedule == "dp" || (r.workers > 0 && r.stages == 0))  // --workers N: one stage on N
     return plan::data_parallel_plan(m.num_layers(), r.workers > 0 ? r.workers : 2);
   int stages = r.stages > 0 ? r.stages : 2;
   if (schedule::is_interleaved(options.schedule)) {
@@ -113,6 +113,20 @@ void use_schedule_file(const Request& r, PipelineOptions& options, const plan::P
   options.schedule_file = s;
 }
 
+// A split made here by times measured just now (no --plan or --profile) may differ from the last
+// run's, and with it what bf16 rounds where stages meet, or the staleness of an asynchronous
+// schedule's weights: the same command then trains other weights (fp32's synchronous ones do not).
+void note_split_measured_here(const Request& r, const PipelineOptions& options, const plan::Plan& plan,
+                              const std::string& source) {
+  if (source != "the plan" || r.profile || plan.num_stages() < 2) return;
+  bool bf16 = r.precision == "bf16", stale = options.schedule == "pipedream" || options.schedule == "2bw";
+  if (!bf16 && !stale) return;
+  std::cerr << "note: the stages split the model by times measured just now, which vary from run to run, and so "
+            << "may the split; " << (bf16 ? "a bf16 tensor is rounded where two stages meet" : str(options.schedule,
+            "'s weights are as stale as their stage is far from the last")) << ", so the trained weights follow the "
+            << "split: --profile P (`pipetrain profile -o P` once) splits it the same way every run\n";
+}
+
 }  // namespace
 
 Road choose_road(Request& r, const std::string& transport) {
@@ -143,7 +157,7 @@ Road choose_road(Request& r, const std::string& transport) {
                      "them), but --transport threads trains alone, in one process: give --transport gloo");
   if (transport != "gloo") return Road::kThreads;
   if (!launched) return Road::kGlooLauncher;
-  bool measured = o.schedule != "dp" && !(r.workers == 1 && r.stages == 0);  // an even split of a profile made here
+  bool measured = o.schedule != "dp" && !(r.workers > 0 && r.stages == 0);  // an even split of a profile made here
   if (r.launched_plan.empty() && r.plan_path.empty() && r.profile_path.empty() && measured)
     throw UsageError("--transport gloo under mpirun or torchrun: give --plan or --profile, so that every worker "
                      "computes the same plan (a profile measured by each worker could differ)");
@@ -156,7 +170,10 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   options = r.options;
   if (!r.schedule_file.empty()) options.schedule = "file";
   bool defaulted = options.schedule == "none";
-  if (defaulted) options.schedule = "pipedream";
+  // --workers N alone is data parallelism, as its help says: it split the model into 2 stages of
+  // pipedream on 2 workers, whatever N (exit 0, the banner the only sign).
+  bool data_parallel = defaulted && r.workers > 1 && r.stages == 0 && r.plan_path.empty() && r.schedule_file.empty();
+  if (defaulted) options.schedule = data_parallel ? "dp" : "pipedream";
   if (r.profile) note_profile_settings(*r.profile, r.profile_path, r.precision, options.train.sgd.kind);
   std::optional<schedule::Schedule> file;  // --schedule-file, read once
   s.plan = pick_plan(r, options, m, data, file);
@@ -172,8 +189,9 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   if (!plan.model.empty() && plan.model != m.name())
     throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
-  if (defaulted && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
+  if (defaulted && !data_parallel && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
+  note_split_measured_here(r, options, plan, source);
   if (!r.schedule_file.empty()) use_schedule_file(r, options, plan, std::move(file));
   // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
   if (schedule::takes_activation_budget(options.schedule) && r.schedule_file.empty()) {

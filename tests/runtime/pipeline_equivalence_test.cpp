@@ -170,6 +170,26 @@ TEST(PipelineEquivalence, ASplitTieTrainsSynchronouslyByDefault) {
   EXPECT_EQ(job::settle_request(plain, *untied, setup().data).options.schedule, "pipedream");
 }
 
+// --workers N without --stages or --plan is one stage on N workers: data parallelism unless a
+// schedule is named (it ran 2 stages of pipedream on 2 workers whatever N was, exit 0).
+TEST(PipelineEquivalence, WorkersAloneAreDataParallelismOverThatMany) {
+  auto m = seeded_cnn(3);
+  const auto& data = setup().data;
+  job::Request r;
+  r.options.schedule = "none";
+  r.workers = 3;
+  job::Settled s = job::settle_request(r, *m, data);
+  EXPECT_EQ(s.options.schedule, "dp");
+  ASSERT_EQ(s.plan.num_stages(), 1);
+  EXPECT_EQ(s.plan.stages[0].workers.size(), 3u);
+  r.options.schedule = "1f1b";
+  r.schedule_given = true;
+  s = job::settle_request(r, *m, data);
+  EXPECT_EQ(s.options.schedule, "1f1b");
+  ASSERT_EQ(s.plan.num_stages(), 1);
+  EXPECT_EQ(s.plan.stages[0].workers.size(), 3u);
+}
+
 // Single-worker training steps a tied weight once per minibatch, as every pipeline does (it
 // stepped it once per layer holding it, with the momentum of both: wrong weights, exit 0).
 TEST(PipelineEquivalence, ATiedWeightStepsOnceOnOneWorker) {
