@@ -31,6 +31,20 @@ std::vector<std::pair<int, int>> talking_pairs(const schedule::Schedule& s, int 
     if (losses) add(w, reporter);
   return {pairs.begin(), pairs.end()};
 }
+
+// A worker's failure, said on stderr before the other workers are told: their exits make the
+// launcher stop this one (SIGTERM), which ended it before it said why in 2 of 6 runs of a model
+// whose forward threw; the others only said that it aborted the job.
+struct ToldFailure : RuntimeFailure {
+  using RuntimeFailure::RuntimeFailure;
+};
+
+[[noreturn]] void told_then_abandoned(runtime::GlooTransport* transport, const std::string& what) {
+  print_line_to_stderr(str("pipetrain ", what));
+  if (transport) transport->abandon(what);
+  throw ToldFailure(what);
+}
+
 }  // namespace
 
 std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<int64_t>& gradients) {
@@ -113,11 +127,9 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     if (worker_out) *worker_out = std::move(worker);
     return r;
   } catch (const WorkerFailure& e) {
-    transport->abandon(e.what());
-    throw;
+    told_then_abandoned(transport.get(), e.what());
   } catch (const std::exception& e) {
-    if (transport) transport->abandon(e.what());
-    throw RuntimeFailure(str("worker ", config.rank, " at ", action, ": ", e.what()));
+    told_then_abandoned(transport.get(), str("worker ", config.rank, " at ", action, ": ", e.what()));
   }
 }
 
@@ -152,6 +164,8 @@ int train_with_gloo(const Job& job, const ModelFactory& factory, const model::La
     if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
     if (rank == r.reporting && on_result) on_result(r);
     return 0;
+  } catch (const ToldFailure&) {
+    return 1;
   } catch (const std::exception& e) {
     print_line_to_stderr(str("pipetrain ", rank < 0 ? "worker: " : "", e.what()));
     return 1;

@@ -18,8 +18,9 @@ namespace pt::job {
 // result's trace holds world-size entries, only this worker's filled;
 // train.steps/final_loss/test_accuracy are meaningful on the reporting worker. `worker_out`,
 // when given, receives the worker (tests read its replicas). Rank 0 holds the checkpoint
-// folder's lock. Throws RuntimeFailure "worker <rank> at <action>: <cause>"; by then the
-// transport is aborted, so this process can exit without waiting for its peers.
+// folder's lock. Throws RuntimeFailure "worker <rank> at <action>: <cause>", said on stderr
+// (after "pipetrain ") before the transport is aborted, so this process can exit without waiting
+// for its peers, whose exits may bring the launcher's SIGTERM here.
 PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
                                const model::DataSplit& data, const runtime::GlooConfig& config,
                                std::unique_ptr<runtime::Worker>* worker_out = nullptr);
