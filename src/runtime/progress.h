@@ -62,6 +62,7 @@ class Progress {
   std::string csv_partial_;  // where rows go ("" when written through)
   int64_t resumed_step_;
   double train_s_before_ = 0;  // the kept rows' train_s
+  double samples_before_ = 0;  // and the samples they trained (their last rate x train_s)
   double start_ms_;
   double last_print_ms_ = 0;
 };

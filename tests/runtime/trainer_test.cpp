@@ -85,6 +85,33 @@ TEST(Progress, ANanIsWrittenNotLeftEmpty) {
   EXPECT_NE(second.find(",nan,nan,"), std::string::npos) << second;  // diverged: said
 }
 
+// A resumed run's rows give the rate over the whole training, as their train_s does: its own
+// rate started again at its first step (a resumed mnist-cnn's read 576 where the run went at 780).
+TEST(Progress, AResumedRunsRateIsTheWholeTrainings) {
+  std::string path = ::testing::TempDir() + "resumed_metrics.csv";
+  {
+    std::ofstream earlier(path);
+    earlier << "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr\n";
+    earlier << "1,1,2.3,100.0,,2.000,,,,\n2,1,2.2,100.0,,4.000,,,,\n";  // 400 samples in 4 s
+  }
+  {
+    Progress progress(4, path, true, 2);
+    StepRecord r{3, 0, 2.1, 50.0};  // this run's own: 100 samples in 2 s
+    r.train_s = 2.0;
+    progress.step(r);
+    r.step = 4, r.samples_per_s = 50.0, r.train_s = 4.0;  // 200 in 4 s
+    progress.step(r);
+    progress.finish();
+  }
+  std::ifstream in(path);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[2].substr(0, 16), "2,1,2.2,100.0,,4");
+  EXPECT_EQ(rows[3].substr(0, 27), "3,1,2.100000,83.3,,6.000,,,") << rows[3];  // (400 + 100) / (4 + 2)
+  EXPECT_EQ(rows[4].substr(0, 27), "4,1,2.100000,75.0,,8.000,,,") << rows[4];  // (400 + 200) / (4 + 4)
+}
+
 TEST(Trainer, EvalEveryAddsAccuracyRows) {
   std::string path = ::testing::TempDir() + "metrics_every.csv";
   auto m = model::build_mnist_cnn({});
