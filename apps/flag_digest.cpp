@@ -34,7 +34,10 @@ json flag_digest(const CLI::App& app, const std::set<std::string>& per_worker, c
     }
     std::vector<std::string> given = opt->results();
     struct stat st;
-    if (given.size() == 1 && read.count(name) && ::stat(given[0].c_str(), &st) == 0) {
+    // Data a path names, given or the default (the default and the same folder given were told
+    // apart, and the workers refused to train).
+    const std::string& path = given.size() == 1 ? given[0] : opt->get_default_str();
+    if (given.size() <= 1 && read.count(name) && !path.empty() && ::stat(path.c_str(), &st) == 0) {
       out[name] = "a path: by what is read from it";
       continue;
     }

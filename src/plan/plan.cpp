@@ -88,7 +88,9 @@ json to_json(const Plan& p) {
               {"stages", stages},
               {"predicted",
                {{"pipeline_ms_per_minibatch", p.pipeline_ms_per_minibatch},
-                {"data_parallel_ms_per_minibatch", p.data_parallel_ms_per_minibatch}}}};
+                // null where one worker cannot hold the model (`plan --memory`): 0 read as instant
+                {"data_parallel_ms_per_minibatch",
+                 p.data_parallel_ms_per_minibatch > 0 ? json(p.data_parallel_ms_per_minibatch) : json(nullptr)}}}};
   if (p.simulated_ms_per_minibatch > 0) {
     doc["predicted"]["simulated_ms_per_minibatch"] = p.simulated_ms_per_minibatch;
     doc["predicted"]["simulated_schedule"] = p.simulated_schedule;
@@ -205,7 +207,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
                       "simulated_schedule"});
     if (pred.has("pipeline_ms_per_minibatch"))
       p.pipeline_ms_per_minibatch = pred["pipeline_ms_per_minibatch"].as_non_negative();
-    if (pred.has("data_parallel_ms_per_minibatch"))
+    if (pred.has("data_parallel_ms_per_minibatch") && !pred["data_parallel_ms_per_minibatch"].raw().is_null())
       p.data_parallel_ms_per_minibatch = pred["data_parallel_ms_per_minibatch"].as_non_negative();
     if (pred.has("simulated_ms_per_minibatch")) {
       p.simulated_ms_per_minibatch = pred["simulated_ms_per_minibatch"].as_non_negative();

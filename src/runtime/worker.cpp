@@ -204,6 +204,8 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     e.end_ms = wall_ms() - origin_ms_;
     if (a.kind == ActionKind::kForward) e.bytes = replica(a.stage)->activation_bytes(a.microbatch + offset);
     if (schedule::is_send(a.kind)) e.bytes = sent_bytes_;
+    if (a.kind == ActionKind::kAllReduce)  // the stage's gradients, as the simulator counts them (it said 0)
+      for (const auto& g : replica(a.stage)->flat().grads()) e.bytes += static_cast<int64_t>(g.nbytes());
     trace_.push_back(e);
   }
   for (auto& p : earlier_sends_) p->wait();

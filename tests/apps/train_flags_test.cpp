@@ -366,6 +366,11 @@ TEST(TrainFlags, FilesCompareByContents) {
   bool named = false;
   for (const auto& d : json_differences(ra.digest, rb.digest)) named |= d.path == "flags.--plan";
   EXPECT_TRUE(named);
+  // Data a folder names is compared by its tensors (data.crc32): the default folder and the same
+  // one given were told apart, and the workers refused to train together.
+  TrainRun given = run_train(with(args(a), {"--data-dir", "/usr/share/datasets/fashion-mnist"}));
+  ASSERT_EQ(given.error, "");
+  EXPECT_TRUE(json_differences(ra.digest, given.digest).empty()) << given.digest["flags"]["--data-dir"];
   fs::remove_all(tmp);
 }
 

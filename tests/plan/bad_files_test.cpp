@@ -101,6 +101,19 @@ TEST(BadPlanFile, NamesFieldAndValue) {
             "p.json: not valid JSON (byte 68)");
 }
 
+// Data parallelism that does not fit (`plan --memory`) is written null, not 0 ms (instant), and
+// read back as not known.
+TEST(PlanFile, DataParallelismThatDoesNotFitIsNull) {
+  Plan p = plan_from_json(parse_json(R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0], "replicas": 1}],
+                                         "predicted": {"pipeline_ms_per_minibatch": 2.5, "data_parallel_ms_per_minibatch": null}})",
+                                     "p.json"),
+                          "p.json");
+  EXPECT_EQ(p.data_parallel_ms_per_minibatch, 0);
+  EXPECT_TRUE(to_json(p)["predicted"]["data_parallel_ms_per_minibatch"].is_null());
+  p.data_parallel_ms_per_minibatch = 3.5;
+  EXPECT_EQ(to_json(p)["predicted"]["data_parallel_ms_per_minibatch"].get<double>(), 3.5);
+}
+
 TEST(BadPlanFile, MoreStagesThanLayersNamesBoth) {
   profile::Profile prof;
   prof.model = "tiny";

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/json_doc.h"
 #include "job/request.h"
+#include "metrics/metrics.h"
 #include "pipeline_test_util.h"
 #include "schedule/schedule_file.h"
 
@@ -59,6 +60,14 @@ void expect_same_as_single_worker(const std::string& kind, const plan::Plan& pla
   EXPECT_EQ(result.train.steps, 3);
   auto sched = generate_schedule(plan, o, 1);
   EXPECT_LE(max_relative_error(pipeline_weights(sched, workers), s.reference), tolerance);
+  // The measured trace's all-reduces carry the bytes they sum, as the simulator's do (they said
+  // 0): each replicated stage's gradients once a minibatch.
+  int64_t reduced = 0;
+  for (int st = 0; st < plan.num_stages(); ++st)
+    if (plan.stages[st].replicas > 1)
+      for (int l : plan.stages[st].layers)
+        for (const auto& p : seeded_cnn(3)->layer_parameters(l)) reduced += 3 * static_cast<int64_t>(p.nbytes());
+  EXPECT_EQ(metrics::compute_metrics(result.trace).allreduce_bytes, reduced);
 }
 
 TEST(PipelineEquivalence, FlushSchedulesMatchSingleWorker) {
