@@ -38,7 +38,9 @@ std::string dims_after(const torch::Tensor& t, int64_t from) {
 // so that a large file does not need a mask of its own size.
 void check_finite(const torch::Tensor& t, const std::string& key, const std::string& source) {
   if (!t.is_floating_point() || t.numel() == 0) return;
-  constexpr int64_t kRows = 4096;
+  // Blocks of about a million elements: isfinite takes an abs of its input, a float copy of the
+  // block beside the data (4096 samples of 3072 floats were 48 MiB).
+  const int64_t kRows = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, t.numel() / t.size(0)));
   for (int64_t first = 0; first < t.size(0); first += kRows) {
     torch::Tensor block = t.narrow(0, first, std::min(kRows, t.size(0) - first));
     torch::Tensor bad = block.isfinite().logical_not().reshape({block.size(0), -1}).any(1);

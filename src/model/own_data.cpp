@@ -2,11 +2,17 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <sstream>
 
 #include <zlib.h>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 
 #include "core/error.h"
 #include "core/input_limits.h"
@@ -21,10 +27,42 @@ namespace {
 
 using Shard = std::map<std::string, torch::Tensor>;
 
+// A string's bytes to PyTorchStreamReader, where they lie.
+class StringReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit StringReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// What torch::pickle_load does with a vector of the bytes, from a reader of the archive's records:
+// from the file, a tensor's record at a time, no copy of the file is held whole (a launcher read
+// a 192 MiB file into a string, copied it into the vector, and made the tensors beside both).
+Shard parse_shard(caffe2::serialize::PyTorchStreamReader&& archive, const std::string& path);
+
 Shard parse_shard(const std::string& bytes, const std::string& path) {
+  std::optional<caffe2::serialize::PyTorchStreamReader> archive;
+  try {
+    archive.emplace(std::make_shared<StringReader>(bytes));
+  } catch (const c10::Error& e) {
+    throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ",
+                          e.what_without_backtrace()));
+  }
+  return parse_shard(std::move(*archive), path);
+}
+
+Shard parse_shard(caffe2::serialize::PyTorchStreamReader&& archive, const std::string& path) {
   c10::IValue value;
   try {
-    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, archive);
   } catch (const c10::Error& e) {
     // LibTorch 1.13's unpickler lacks SETITEM, which pickle uses for a dict of one entry, and
     // fails its own assertion on a dict subclass (OrderedDict): say what to save instead.
@@ -55,8 +93,18 @@ Shard parse_shard(const std::string& bytes, const std::string& path) {
 }
 
 Shard read_shard(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || ::access(path.c_str(), R_OK) != 0) throw Error(str(path, ": cannot open file"));
+  if (!S_ISREG(st.st_mode)) throw Error(str(path, ": not a regular file"));
   check_input_size(path, InputKind::data);
-  return parse_shard(read_regular_file(path, input_limit(InputKind::data)), path);
+  std::optional<caffe2::serialize::PyTorchStreamReader> archive;
+  try {
+    archive.emplace(path);
+  } catch (const c10::Error& e) {
+    throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ",
+                          e.what_without_backtrace()));
+  }
+  return parse_shard(std::move(*archive), path);
 }
 
 std::vector<std::string> shard_files(const std::string& dir) {
@@ -228,13 +276,12 @@ DataSplit load_own_data(const std::string& path, LayeredModel& model, const std:
   torch::Tensor out;
   check_shard(s, model, out, path);
   std::string not_a_mean = loss_not_a_mean(model, s.at("x"), s.at("y"));
-  std::map<std::string, std::vector<torch::Tensor>> parts;
-  for (auto& [key, t] : s) parts[key].push_back(t);
   DataSplit split;
   split.name = "file:" + path;
-  split.train = {torch::cat(parts["x"]), torch::cat(parts["y"])};
-  if (parts.count("x_test")) {
-    split.test = {torch::cat(parts["x_test"]), torch::cat(parts["y_test"])};
+  // The file's tensors themselves (a cat of each one alone copied x, the launcher's peak).
+  split.train = {s.at("x"), s.at("y")};
+  if (s.count("x_test")) {
+    split.test = {s.at("x_test"), s.at("y_test")};
   } else {
     int64_t n = split.train.size(), test_n = n / 10;
     if (test_n < 1) throw FormatError(str(path, ": ", n, " samples and no x_test: too few to hold a tenth out for testing"));
