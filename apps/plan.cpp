@@ -55,8 +55,12 @@ referee::JointOptions joint_options(const Flags& flags, int64_t memory_cap) {
 int run_plan(Flags& flags) {
   keep_freed_host_memory();
   if (!flags.save_top.empty() && flags.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
-  if (!flags.save_top.empty() && !std::filesystem::is_directory(flags.save_top))
-    throw UsageError(str("--save-top '", flags.save_top, "': no such folder"));
+  if (!flags.save_top.empty() && !std::filesystem::is_directory(flags.save_top)) {
+    std::error_code made;  // as -o needs no file made first, the folder is made where its parent is
+    if (!std::filesystem::create_directory(flags.save_top, made))
+      throw UsageError(str("--save-top '", flags.save_top, "': cannot make the folder (",
+                           made ? made.message() : "a file of that name is there", ")"));
+  }
   if (flags.top < 0 || flags.top > plan::kMaxCandidates)
     throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", flags.top));
   // Every candidate --top lists is refereed (a bad --candidates is left for its own message).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
@@ -226,12 +227,18 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
     throw UsageError(str("--eval-data: ", eval_path, " does not exist"));
   bool separate = ::stat(val.c_str(), &b) == 0 && ::stat(path.c_str(), &a) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
   TokenFile test = separate ? scan_token_file(val, dtype, eval_path.empty() ? "val.bin beside --data" : "--eval-data") : train;
+  for (const TokenFile* f : {&train, &test})
+    if (f->like_uint32 && (f == &train || separate))
+      std::cerr << "note: " << f->path << ": every other id is 0, as uint32 ids read as uint16 are (their high "
+                << "halves): if it holds uint32 ids, give --token-dtype uint32\n";
   int64_t n = TokenStream::windows(train.tokens, seq);
   int64_t held = separate ? 0 : n / 10;
   if (n - held < 1 || (separate ? TokenStream::windows(test.tokens, seq) : held) < 1)
     throw FormatError(str(separate && n >= 1 ? val : path, ": ", separate && n >= 1 ? test.tokens : train.tokens,
-                          " tokens make too few windows of ", seq + 1, " (the model's ", seq,
-                          " tokens and the next) to train", separate ? "" : " and hold a tenth out for testing"));
+                          " tokens make too few windows of ", seq + 1, " (the model's ", seq, " tokens and the next) ",
+                          separate && n >= 1 ? "to test on (the test set; --eval-data names another)"
+                          : separate         ? "to train"
+                                             : "to train and hold a tenth out for testing"));
   DataSplit split;
   split.name = "tokens:" + path;
   auto train_stream = std::make_shared<TokenStream>(train, seq, 0, n - held);

@@ -20,6 +20,9 @@ struct TokenFile {
   uint32_t crc32 = 0;          // of the whole file
   int64_t max_id = 0;          // the largest id, and the first token holding it
   int64_t max_at = 0;
+  // uint16 ids whose every odd one is 0 and some even one is not: uint32 ids read as uint16 look
+  // so (their high halves), and trained on every other token as id 0, exit 0.
+  bool like_uint32 = false;
 };
 
 // Reads `path` through once (CRC-32, the largest id), in chunks. FormatError naming the file:

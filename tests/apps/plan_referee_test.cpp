@@ -510,8 +510,8 @@ TEST(PlanReferee, WorkersSharingAHostsCoresArePlannedOnThem) {
 // `plan --top K --save-top DIR` writes the K best candidates as plan files, the first the chosen
 // plan itself: each one `simulate --plan` replays at the time `plan` ranked it by, fastest first.
 TEST(PlanReferee, TheTopCandidatesAreWrittenAsPlansThatReplayAsRanked) {
-  std::string dir = ::testing::TempDir() + "save_top_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  std::string dir = ::testing::TempDir() + "save_top_" + std::to_string(::getpid());  // made by plan, as -o's file is
+  std::filesystem::remove_all(dir);
   std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
   auto [chosen, chosen_ms] = plan_then_simulate(path, "--top 4 --save-top " + dir, " --workers 4,4 --bandwidth-gbps 96,10",
                                                 dir + "/chosen.json");

@@ -101,6 +101,20 @@ TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
   write_ids(d.path / "paired.bin", std::vector<uint16_t>(802, 1));  // as uint32: 401 ids of 65537
   std::string paired = error_of([&] { load_own_data((d.path / "paired.bin").string(), *m, "uint32"); });
   EXPECT_NE(paired.find("; is it uint16 data, --token-dtype?)"), std::string::npos) << paired;
+  // uint32 ids read as uint16: every other id 0 (the high halves), said; uint16 ids are not.
+  std::vector<uint16_t> halves(1602, 0);
+  for (size_t i = 0; i < halves.size(); i += 2) halves[i] = static_cast<uint16_t>(1 + i % 50);
+  write_ids(d.path / "u32.bin", halves);
+  testing::internal::CaptureStderr();
+  load_own_data((d.path / "u32.bin").string(), *m);
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("u32.bin: every other id is 0, as uint32 ids read as uint16 are"), std::string::npos) << said;
+  testing::internal::CaptureStderr();
+  load_own_data((d.path / "u32.bin").string(), *m, "uint32");
+  write_ids(d.path / "plain.bin", std::vector<uint16_t>(802, 1));
+  load_own_data((d.path / "plain.bin").string(), *m);
+  said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said.find("every other id"), std::string::npos) << said;
   write_ids(d.path / "short.bin", std::vector<uint16_t>(12, 1));
   std::string shrt = error_of([&] { load_own_data((d.path / "short.bin").string(), *m); });
   EXPECT_NE(shrt.find("12 tokens make too few windows of 9"), std::string::npos) << shrt;
