@@ -344,7 +344,15 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options) {
   ::unlink(probe.c_str());
   if (options.resume && !newest.empty()) {
     start.resume_from = newest;
-    start.manifest = read_verified_manifest(newest);
+    try {
+      start.manifest = read_verified_manifest(newest);
+    } catch (const FormatError& e) {
+      // Not taken in its place without a word: the damage may be the user's to look at first.
+      std::string older = newest_checkpoint(dir, checkpoint_step_of(fs::path(newest).filename().string()));
+      if (older.empty()) throw;
+      throw FormatError(str(e.what(), "; the checkpoint before it, ", fs::path(older).filename().string(),
+                            ", resumes once ", fs::path(newest).filename().string(), " is moved out of '", dir, "'"));
+    }
     start.run_id = start.manifest.run_id;
   } else {
     start.run_id = new_run_id();

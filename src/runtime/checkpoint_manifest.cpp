@@ -228,7 +228,7 @@ int64_t checkpoint_step_of(const std::string& name) {
   return step;
 }
 
-std::string newest_checkpoint(const std::string& dir) {
+std::string newest_checkpoint(const std::string& dir, int64_t before) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return "";
   int64_t best = -1;
@@ -236,7 +236,7 @@ std::string newest_checkpoint(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     int64_t step = checkpoint_step_of(entry.path().filename().string());
     // A step directory appears by rename only after its manifest is written (checkpoint.cpp).
-    if (step > best && fs::exists(entry.path() / "manifest.json", ec)) {
+    if (step > best && step < before && fs::exists(entry.path() / "manifest.json", ec)) {
       best = step;
       out = entry.path().string();
     }

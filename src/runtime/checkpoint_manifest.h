@@ -86,8 +86,9 @@ std::string checkpoint_dir_name(int64_t step);
 int64_t checkpoint_step_of(const std::string& name);
 
 // The newest complete checkpoint under `dir` (a step-N directory with a manifest.json), or ""
-// when there is none. Temporary directories of interrupted writes are ignored.
-std::string newest_checkpoint(const std::string& dir);
+// when there is none; with `before`, the newest of an earlier step. Temporary directories of
+// interrupted writes are ignored.
+std::string newest_checkpoint(const std::string& dir, int64_t before = INT64_MAX);
 
 // Reads <checkpoint>/manifest.json and checks every file's size and checksum: FormatError
 // naming the file and what differs (truncated, wrong checksum, missing).

@@ -299,6 +299,27 @@ void expect_resume_error(const std::string& dir, const std::string& expect) {
   }
 }
 
+// A damaged newest checkpoint names the one before it, which resumes once it is moved aside (the
+// error alone left the user to find it).
+TEST(Checkpoint, ADamagedNewestCheckpointNamesTheOneBefore) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 4, d, 2, false));
+  ASSERT_TRUE(fs::exists(dir.path / checkpoint_dir_name(2)));
+  fs::path layer = dir.path / checkpoint_dir_name(4) / "layer-0.tensors";
+  std::string bytes = read_text_file(layer.string());
+  bytes[bytes.size() / 2] ^= 0x55;
+  write_text_file_atomic(layer.string(), bytes);
+  expect_resume_error(d, layer.string() + ": checksum");
+  expect_resume_error(d, "; the checkpoint before it, " + checkpoint_dir_name(2) + ", resumes once " +
+                             checkpoint_dir_name(4) + " is moved out of '" + d + "'");
+  fs::rename(dir.path / checkpoint_dir_name(4), dir.path.parent_path() / ("moved-" + checkpoint_dir_name(4)));
+  auto resumed = run(stages(2), options("1f1b", 4, d, 2, true));
+  auto uninterrupted = run(stages(2), options("1f1b", 4, "", 0, false));
+  EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
+  fs::remove_all(dir.path.parent_path() / ("moved-" + checkpoint_dir_name(4)));
+}
+
 TEST(Checkpoint, BadCheckpointsAreNamed) {
   TempDir dir;
   std::string d = dir.path.string();
