@@ -203,6 +203,13 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
     fs::create_directories(tmp);
   }
   transport.barrier();
+  // Worker 0 made the folder; one this worker cannot see is on a file system they do not share
+  // (each host's own disk): that said, not only "cannot write file".
+  std::error_code seen;
+  if (!leader && !fs::is_directory(tmp, seen))
+    throw RuntimeFailure(str("checkpoint at step ", step, ": worker 0 made ", tmp.string(), " but worker ",
+                             transport.rank(), " does not see it: --checkpoint-dir must be a folder every worker "
+                             "shares (one file system, as NFS gives machines)"));
   // Replica 0 of each stage writes that stage's layers: replicas hold equal weights.
   for (size_t st = 0; st < stage_workers_.size(); ++st) {
     if (stage_workers_[st][0] != transport.rank()) continue;

@@ -3,6 +3,7 @@
 // process outlives a killed launcher; checkpoint flags and `checkpoint inspect` errors.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -225,6 +226,66 @@ TEST(TrainCli, GlooWorkersThatDisagreeStop) {
       EXPECT_EQ(log.find("steps 4"), std::string::npos) << log;  // nothing trained
     }
   }
+}
+
+// A checkpoint folder one worker does not see (another host's own disk) is named as not shared,
+// not only "cannot write file". Worker 1 runs in a mount namespace where the folder is another.
+TEST(TrainCli, ACheckpointFolderTheWorkersDoNotShareIsNamed) {
+  TempDir tmp("unshared");
+  auto prof = unit_profile(*seeded_cnn(3));
+  std::string plan = (tmp.path / "plan.json").string();
+  plan::write_plan(plan::even_split(prof, 2), plan);
+  fs::path ck = tmp.path / "ck", other = tmp.path / "other";
+  fs::create_directories(ck);
+  fs::create_directories(other);
+  std::string port = std::to_string(free_tcp_port());
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "4",
+                                   "--batch-size", "32", "--plan", plan, "--schedule", "1f1b", "--transport", "gloo",
+                                   "--quiet", "--timeout", "20", "--checkpoint-dir", ck.string(),
+                                   "--checkpoint-every", "2"};
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  ::setenv("PIPETRAIN_JOB_SECRET", "the-same-on-both-workers", 1);
+  ::setenv("RANK", "0", 1);
+  pid_t first = start(args, tmp.path / "rank0.log");
+  ::setenv("RANK", "1", 1);
+  std::vector<std::string> argv{kBinary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::string log1 = (tmp.path / "rank1.log").string();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  pid_t second = ::fork();
+  if (second == 0) {
+    char ok = ::unshare(CLONE_NEWNS) == 0 && ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+              ::mount(other.c_str(), ck.c_str(), nullptr, MS_BIND, nullptr) == 0;
+    (void)!::write(pipe_fds[1], &ok, 1);
+    if (!ok) ::_exit(77);
+    std::freopen(log1.c_str(), "w", stdout);
+    ::dup2(::fileno(stdout), 2);
+    ::execv(kBinary.c_str(), cargs.data());
+    ::_exit(127);
+  }
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PIPETRAIN_JOB_SECRET"}) ::unsetenv(v);
+  char ok = 0;
+  (void)!::read(pipe_fds[0], &ok, 1);
+  int status = 0;
+  if (!ok) {
+    ::kill(-first, SIGKILL);
+    ::waitpid(first, &status, 0);
+    ::waitpid(second, &status, 0);
+    GTEST_SKIP() << "no mount namespace here (not root?)";
+  }
+  ::waitpid(second, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << slurp(log1);
+  EXPECT_NE(slurp(log1).find("but worker 1 does not see it: --checkpoint-dir must be a folder every worker shares"),
+            std::string::npos)
+      << slurp(log1);
+  ::waitpid(first, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << slurp(tmp.path / "rank0.log");
 }
 
 // Launch state a user can set by accident is refused, not followed (issue 35): a launch plan in
