@@ -298,6 +298,20 @@ TEST(JointPlan, TimeToAccuracyWeighsStalenessByItsMeasuredCost) {
     for (const Configuration& c : r.ranked) {
       double steps = cost >= 0 ? 1 + cost * c.staleness : staleness_step_multiplier(kMeasuredStalenessSteps, c.staleness);
       EXPECT_NEAR(c.objective_ms_per_sample, c.ms_per_sample * steps, 1e-12 * c.ms_per_sample);
+      // A runner-up's "% slower" is against the best's weighted figure, which it names (it
+      // showed neither, beside a column of unweighted ones).
+      if (&c == &r.ranked.front()) continue;
+      auto at = [](double v, int digits) {
+        char text[64];
+        std::snprintf(text, sizeof text, "%.*f", digits, v);
+        return std::string(text);
+      };
+      double best_ms = r.ranked.front().objective_ms_per_sample;
+      EXPECT_NE(c.why_not.find(str(at(std::max(0.0, 100 * (c.objective_ms_per_sample / best_ms - 1)), 1),
+                                   "% slower to accuracy (", at(c.objective_ms_per_sample, 4), " against ",
+                                   at(best_ms, 4), " ms a sample, staleness weighed)")),
+                std::string::npos)
+          << c.why_not;
     }
     const Configuration& best = chosen(r, tta, prof, cluster);
     if (cost == 0) {
