@@ -48,24 +48,36 @@ std::string recompute_text(const plan::Plan& p) {
   return "stages " + s;
 }
 
-// Each stage's compute and communication (its sends and all-reduces) per minibatch of the step,
-// one replica's share, from its replay: the plan table's columns. The even split's own figures
-// are at the profile's batch, not the step's, and count no sends (comm 0.000 for a VGG-16 cut
-// sending 102.8 MB a minibatch).
-void stage_figures(const schedule::Trace& t, int minibatches, plan::Plan& p) {
-  std::vector<double> compute(p.num_stages(), 0.0), comm(p.num_stages(), 0.0);
+// Each stage's compute and communication per minibatch of the step, one replica's share, from its
+// replay: the plan table's columns, as the planner gives them (plan/realised_cost.cpp): the
+// sends, and the all-reduce left exposed, over the steady window, by the worker's compute. Every
+// all-reduce counted whole, the warm-up's too, read 3.093 ms for an AlexNet stage `plan` put at
+// 2.517 (its sends; the deferred step hides the rest). The even split's own figures are at the
+// profile's batch, not the step's, and count no sends (comm 0.000 for a VGG-16 cut sending
+// 102.8 MB a minibatch).
+void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Metrics& steady, plan::Plan& p) {
+  std::vector<double> compute(p.num_stages(), 0.0), link(p.num_stages(), 0.0), exposed(p.num_stages(), 0.0);
+  const double from = steady.window_start_ms, to = steady.window_end_ms;
   for (const auto& list : t.workers)
     for (const auto& e : list) {
       int st = e.action.stage;
       if (st < 0 || st >= p.num_stages()) continue;
       double d = e.end_ms - e.start_ms;
       if (schedule::is_compute(e.action.kind)) compute[st] += d;
-      if (schedule::is_send(e.action.kind) || e.action.kind == schedule::ActionKind::kAllReduce) comm[st] += d;
+      if (schedule::is_send(e.action.kind)) link[st] += d;
+      if (e.action.kind != schedule::ActionKind::kAllReduce) continue;
+      double a = std::max(e.start_ms, from), b = std::min(e.end_ms, to), hidden = 0;
+      if (b <= a) continue;
+      for (const auto& c : list)  // one compute at a time on a worker: the overlaps add up
+        if (schedule::is_compute(c.action.kind)) hidden += std::max(0.0, std::min(b, c.end_ms) - std::max(a, c.start_ms));
+      exposed[st] += b - a - hidden;
     }
+  // The steady window's minibatches: its length at the steady pace.
+  double in_window = steady.ms_per_minibatch > 0 ? (to - from) / steady.ms_per_minibatch : 0;
   for (int st = 0; st < p.num_stages(); ++st) {
     double n = static_cast<double>(std::max(1, minibatches)) * p.stages[st].replicas;
     p.stages[st].compute_ms = compute[st] / n;
-    p.stages[st].comm_ms = comm[st] / n;
+    p.stages[st].comm_ms = link[st] / n + (in_window > 0 ? exposed[st] / (in_window * p.stages[st].replicas) : 0);
     p.stages[st].time_ms = 0;
   }
 }
@@ -98,8 +110,8 @@ namespace {
 
 // A configuration's figures from its replay (the time per sample weighed as the objective says).
 void take_replay(Configuration& c, SteadyReplay rp, const JointOptions& joint) {
+  stage_figures(rp.trace, rp.minibatches, rp.metrics, c.plan);
   c.simulated = std::move(rp.metrics);
-  stage_figures(rp.trace, rp.minibatches, c.plan);
   c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(c.plan.batch_size);
   c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? staleness_step_multiplier(joint.staleness_steps, c.staleness) : 1.0);
   c.plan.pipeline_ms_per_minibatch = c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
