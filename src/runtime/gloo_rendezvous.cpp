@@ -10,7 +10,12 @@ namespace pt::runtime {
 
 void GlooTransport::join_all() {
   auto key = [](int r) { return "pipetrain/joined/" + std::to_string(r); };
-  store_->set(key(config_.rank), std::vector<uint8_t>{1});
+  // Counted, not set: a second process given a rank already taken is told so at once (it failed
+  // on gloo's "Connection refused", or said nothing for 76 s when the job was running).
+  if (int64_t joined = store_->add(key(config_.rank), 1); joined > 1)
+    throw TransportError(str("worker ", config_.rank, ": another process has joined the rendezvous at ",
+                             config_.master_addr, ":", config_.master_port, " as worker ", config_.rank,
+                             " (RANK must differ for each worker of a job)"));
   std::vector<std::string> all;
   for (int r = 0; r < config_.world_size; ++r) all.push_back(key(r));
   using Clock = std::chrono::steady_clock;

@@ -228,6 +228,44 @@ TEST(TrainCli, GlooWorkersThatDisagreeStop) {
   }
 }
 
+// A second process given a rank already taken is told so at once, and the job trains: it failed
+// on gloo's "Connection refused", or waited 76 s in silence when the job was running.
+TEST(TrainCli, ARankTakenTwiceIsNamed) {
+  TempDir tmp("rank-twice");
+  auto prof = unit_profile(*seeded_cnn(3));
+  std::string plan = (tmp.path / "plan.json").string();
+  plan::write_plan(plan::even_split(prof, 2), plan);
+  std::string port = std::to_string(free_tcp_port());
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "4",
+                                   "--batch-size", "32", "--plan", plan, "--schedule", "1f1b", "--transport", "gloo",
+                                   "--quiet", "--timeout", "20", "--rendezvous-timeout", "20"};
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  ::setenv("PIPETRAIN_JOB_SECRET", "the-same-on-both-workers", 1);
+  std::vector<pid_t> pids;
+  for (int r : {0, 1, 1}) {
+    ::setenv("RANK", std::to_string(r).c_str(), 1);
+    pids.push_back(start(args, tmp.path / ("p" + std::to_string(pids.size()) + ".log")));
+  }
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PIPETRAIN_JOB_SECRET"}) ::unsetenv(v);
+  int refused = 0, trained = 0;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    ::waitpid(pids[i], &status, 0);
+    std::string log = slurp(tmp.path / ("p" + std::to_string(i) + ".log"));
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    trained += ok;
+    if (!ok) {
+      ++refused;
+      EXPECT_NE(log.find("another process has joined the rendezvous at 127.0.0.1:" + port + " as worker 1"),
+                std::string::npos) << log;
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(trained, 2);
+}
+
 // A checkpoint folder one worker does not see (another host's own disk) is named as not shared,
 // not only "cannot write file". Worker 1 runs in a mount namespace where the folder is another.
 TEST(TrainCli, ACheckpointFolderTheWorkersDoNotShareIsNamed) {
