@@ -73,6 +73,16 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) 
       std::cerr << "note: " << plan::split_tie_note(t, layers[t.group], groups[t.group].bytes, names) << "\n";
 }
 
+// 2bw's delay where a minibatch's microbatches do not cover the warm-up: PipeDream-2BW's update
+// has delay 1, and this ran 2 without a word (docs/schedules.md).
+void note_weight_delay(const job::Job& job) {
+  const schedule::Schedule& s = *job.typical;
+  if (s.kind != "2bw" || s.weight_delay <= 1) return;
+  std::cerr << "note: 2bw's weights lag " << s.weight_delay << " steps on every stage here, not PipeDream-2BW's 1: "
+            << s.microbatches << (s.microbatches == 1 ? " microbatch" : " microbatches")
+            << " a minibatch do not cover the pipeline's warm-up (on a straight pipeline of p stages, p - 1 do)\n";
+}
+
 void note_pinned(const job::Job& job, int cores) {
   if (job.cores_of_workers.empty()) return;
   std::cerr << "note: the " << job.workers() << " workers outnumber this host's " << cores

@@ -19,5 +19,7 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s);
 void note_resume(const job::Job& job, const model::LayeredModel& m);
 // Workers that outnumber the host's cores: the core each is pinned to (job/core_pinning.h).
 void note_pinned(const job::Job& job, int cores);
+// 2bw's weights lagging more than PipeDream-2BW's one step (too few microbatches for the warm-up).
+void note_weight_delay(const job::Job& job);
 
 }  // namespace pt::app

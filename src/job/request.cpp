@@ -114,12 +114,13 @@ void use_schedule_file(const Request& r, PipelineOptions& options, const plan::P
 }
 
 // A split made here by times measured just now (no --plan or --profile) may differ from the last
-// run's, and with it what bf16 rounds where stages meet, or the staleness of an asynchronous
-// schedule's weights: the same command then trains other weights (fp32's synchronous ones do not).
+// run's, and with it what bf16 rounds where stages meet, or the staleness of pipedream's weights
+// (2bw's delay is every stage's): the same command then trains other weights (fp32's synchronous
+// ones do not).
 void note_split_measured_here(const Request& r, const PipelineOptions& options, const plan::Plan& plan,
                               const std::string& source) {
   if (source != "the plan" || r.profile || plan.num_stages() < 2) return;
-  bool bf16 = r.precision == "bf16", stale = options.schedule == "pipedream" || options.schedule == "2bw";
+  bool bf16 = r.precision == "bf16", stale = options.schedule == "pipedream";
   if (!bf16 && !stale) return;
   std::cerr << "note: the stages split the model by times measured just now, which vary from run to run, and so "
             << "may the split; " << (bf16 ? "a bf16 tensor is rounded where two stages meet" : str(options.schedule,

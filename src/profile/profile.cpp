@@ -45,6 +45,7 @@ json to_json(const Profile& p) {
                   {"inputs", l.inputs}};
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
     if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
+    if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
     if (!l.timings.empty()) {
       json timings = json::array();
@@ -112,6 +113,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("optimizer_ms")) l.optimizer_ms = layer_ms(f["optimizer_ms"]);
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("timings")) {
       JsonField ts = f["timings"];
@@ -176,7 +178,7 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
     l.forward_ms = forward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
     l.backward_ms = backward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
     l.activation_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.activation_bytes) * f));
-    l.stash_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.stash_bytes) * f));
+    l.stash_bytes = l.fixed_stash_bytes + static_cast<int64_t>(std::llround(static_cast<double>(l.stash_bytes - l.fixed_stash_bytes) * f));
     l.workspace_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.workspace_bytes) * f));
   }
   return out;
@@ -283,6 +285,11 @@ int64_t stash_bytes(const Profile& profile, int layer) {
   if (is_input_layer(profile, layer)) return 0;
   const Layer& l = profile.layers[layer];
   return l.stash_bytes > 0 ? l.stash_bytes : l.activation_bytes;
+}
+
+double stash_bytes_at(const Profile& profile, int layer, double scale) {
+  int64_t whole = stash_bytes(profile, layer), fixed = std::min(profile.layers[layer].fixed_stash_bytes, whole);
+  return static_cast<double>(fixed) + static_cast<double>(whole - fixed) * scale;
 }
 
 double compute_step_ms(const Profile& profile, int layer) {

@@ -31,6 +31,11 @@ struct Layer {
   // saves), whole minibatch. Measured by `pipetrain profile`; optional (0: not measured, and
   // stash_bytes() falls back to activation_bytes, PipeDream's assumption).
   int64_t stash_bytes = 0;
+  // Of stash_bytes, what a forward keeps whatever its batch: under bf16, the cast of each weight
+  // autograd saves, a copy per microbatch in flight, which scaled by the microbatch's share of
+  // the batch left a dualpipev worker 25% over `plan --memory`'s cap. Measured by `pipetrain
+  // profile` at the batch and its half; optional (0).
+  int64_t fixed_stash_bytes = 0;
   // Bytes its forward or backward needs beyond the stash while it runs (scratch buffers, the
   // gradients passing through), whole minibatch, besides one gradient of its parameters (the
   // backward makes it before adding it in); measured, optional (0: not measured).
@@ -112,6 +117,8 @@ double compute_step_ms(const Profile& profile, int layer);
 // Bytes a forward of the layer keeps for its backward (Layer::stash_bytes, or its output when
 // not measured), whole minibatch; an Input layer keeps nothing. The memory model's rule.
 int64_t stash_bytes(const Profile& profile, int layer);
+// What a forward of `scale` of the profile's batch keeps: the fixed part whole, the rest scaled.
+double stash_bytes_at(const Profile& profile, int layer, double scale);
 // Bytes of the parameters `layers` hold, a tied tensor once however many of them hold it (each
 // tied layer's parameter_bytes counts it; the runtime keeps one copy, one gradient, one momentum).
 // Summing layers counted a GPT's tied embedding twice in a stage's memory and all-reduce.

@@ -42,7 +42,7 @@ SimulationMemo::Key fingerprint(Fingerprint structure, const std::vector<sim::St
   Fingerprint& f = structure;
   for (const auto& c : costs) {
     for (double v : {c.forward_ms, c.backward_ms, c.step_ms}) f.add(v);
-    for (int64_t v : {c.stash_bytes, c.boundary_bytes, c.input_bytes, c.parameter_bytes}) f.add(v);
+    for (int64_t v : {c.stash_bytes, c.fixed_stash_bytes, c.boundary_bytes, c.input_bytes, c.parameter_bytes}) f.add(v);
     f.add(c.buckets.size());
     for (const auto& b : c.buckets) f.add(b.ready_share), f.add(b.bytes);
   }

@@ -32,6 +32,8 @@ namespace {
 
 struct StageBytes {
   double params = 0, stash = 0, input = 0, output = 0;  // whole minibatch of the profile
+  double fixed_stash = 0;                               // of stash, kept whatever the batch
+  double stash_at(double scale) const { return fixed_stash + (stash - fixed_stash) * scale; }
   std::vector<int> layers;
 };
 
@@ -42,6 +44,7 @@ std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p
     for (int l : s.stage_layers[st]) {
       out[st].layers.push_back(l);
       out[st].stash += static_cast<double>(profile::stash_bytes(p, l));
+      out[st].fixed_stash += profile::stash_bytes_at(p, l, 0);
     }
   for (int st = 0; st < s.num_stages; ++st)
     out[st].params = static_cast<double>(profile::parameter_bytes(p, s.stage_layers[st]));
@@ -62,7 +65,7 @@ double busy_bytes(const profile::Profile& p, const StageBytes& b, double scale) 
   for (auto it = b.layers.rbegin(); it != b.layers.rend(); ++it) {
     const auto& l = p.layers[*it];
     most = std::max(most, static_cast<double>(l.workspace_bytes) * scale + static_cast<double>(l.parameter_bytes) - after);
-    after += static_cast<double>(profile::stash_bytes(p, *it)) * scale;
+    after += profile::stash_bytes_at(p, *it, scale);
   }
   return most;
 }
@@ -169,15 +172,15 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
           case ActionKind::kForward: {
             // Recomputing, it keeps only its input, and the output it sent until its backward
             // (held by the send; within one process, by the receiver until about then).
-            double kept = recompute ? b.output : b.stash;
-            held[slot(a.stage, a.microbatch)] += kept * scale;
-            now += kept * scale;
+            double kept = recompute ? b.output * scale : b.stash_at(scale);
+            held[slot(a.stage, a.microbatch)] += kept;
+            now += kept;
             ++in_flight;
             at(now + busy[a.stage], in_flight);
             break;
           }
           case ActionKind::kBackward:
-            at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash * scale : 0), in_flight);
+            at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash_at(scale) : 0), in_flight);
             if (!split) release(a.stage, a.microbatch);
             break;
           case ActionKind::kBackwardWeight: release(a.stage, a.microbatch); break;

@@ -168,7 +168,8 @@ void Replay::execute(int w, double start) {
   switch (a.kind) {
     case ActionKind::kForward:
       compute(w, a, start, compute_ms(s_, a, c),
-              static_cast<int64_t>((s_.recomputes(a.stage) ? c.input_bytes : c.stash_bytes) * scale_));
+              s_.recomputes(a.stage) ? static_cast<int64_t>(c.input_bytes * scale_)
+                                     : c.fixed_stash_bytes + static_cast<int64_t>((c.stash_bytes - c.fixed_stash_bytes) * scale_));
       break;
     case ActionKind::kBackward:
     case ActionKind::kBackwardWeight: compute(w, a, start, compute_ms(s_, a, c), 0); break;

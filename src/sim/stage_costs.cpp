@@ -1,5 +1,7 @@
 #include "sim/stage_costs.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "schedule/memory.h"
 
@@ -15,6 +17,7 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
       out[st].backward_ms += profile::compute_backward_ms(p, l, s.microbatches);
       out[st].step_ms += profile::compute_step_ms(p, l);
       out[st].stash_bytes += profile::stash_bytes(p, l);
+      out[st].fixed_stash_bytes += std::llround(profile::stash_bytes_at(p, l, 0));
     }
   for (int st = 0; st < s.num_stages; ++st) out[st].parameter_bytes = profile::parameter_bytes(p, s.stage_layers[st]);
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);

@@ -16,6 +16,7 @@ struct StageCost {
   double backward_ms = 0;        // full backward (input + weight gradients)
   double step_ms = 0;            // the optimizer step and stash copy, once per Step
   int64_t stash_bytes = 0;       // kept for the backward by its layers (profile::stash_bytes)
+  int64_t fixed_stash_bytes = 0; // of which kept whatever the batch (profile::Layer::fixed_stash_bytes)
   int64_t boundary_bytes = 0;    // sent to stage s + 1 (and its gradient back)
   int64_t input_bytes = 0;       // received from stage s - 1 (what a recomputing stage keeps)
   int64_t parameter_bytes = 0;

@@ -228,6 +228,29 @@ TEST(TrainCli, GlooWorkersThatDisagreeStop) {
   }
 }
 
+// What a run's weights depend on is said where it is not plain: a split measured here under
+// pipedream (its stages' staleness follows it; 2bw's delay is every stage's, so no note), and
+// 2bw's delay where too few microbatches cover the warm-up (it ran 2, not 1, without a word).
+TEST(TrainCli, WhatTheWeightsDependOnIsNoted) {
+  TempDir tmp("notes");
+  fs::path log = tmp.path / "log";
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32",
+                                     "--steps", "4", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run(args, log), 0) << slurp(log);
+    return slurp(log);
+  };
+  const std::string split = "note: the stages split the model by times measured just now";
+  EXPECT_NE(train({"--stages", "2", "--schedule", "pipedream"}).find(split), std::string::npos);
+  std::string two_bw = train({"--stages", "2", "--schedule", "2bw", "--microbatches", "2"});
+  EXPECT_EQ(two_bw.find(split), std::string::npos) << two_bw;
+  EXPECT_EQ(two_bw.find("2bw's weights lag"), std::string::npos) << two_bw;
+  std::string few = train({"--stages", "4", "--schedule", "2bw", "--microbatches", "2"});
+  EXPECT_NE(few.find("note: 2bw's weights lag 2 steps on every stage here, not PipeDream-2BW's 1: 2 microbatches"),
+            std::string::npos) << few;
+}
+
 // A second process given a rank already taken is told so at once, and the job trains: it failed
 // on gloo's "Connection refused", or waited 76 s in silence when the job was running.
 TEST(TrainCli, ARankTakenTwiceIsNamed) {
