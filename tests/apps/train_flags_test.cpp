@@ -86,6 +86,23 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
   profile::write_profile(slower, slower_file);
   std::ofstream(cluster_file) << R"({"format": "pipetrain.cluster/1", "levels": [{"name": "server", "fan_out": 2, "bandwidth_gbps": 10}]})";
   std::ofstream(text_file) << std::string(2000, 'a') << "\n";
+  // Fashion-MNIST's IDX files of 96 training and 32 test images, for --data-dir.
+  fs::path idx = tmp / "idx";
+  fs::create_directories(idx);
+  auto write_idx = [&](const std::string& name, uint8_t kind, std::vector<int> dims) {
+    std::ofstream f(idx / name, std::ios::binary);
+    f << '\0' << '\0' << static_cast<char>(0x08) << static_cast<char>(kind);
+    int64_t n = 1;
+    for (int d : dims) {
+      for (int shift : {24, 16, 8, 0}) f << static_cast<char>((d >> shift) & 0xff);
+      n *= d;
+    }
+    for (int64_t i = 0; i < n; ++i) f << static_cast<char>(kind == 3 ? (i * 7) % 256 : i % 10);
+  };
+  write_idx("train-images-idx3-ubyte", 3, {96, 28, 28});
+  write_idx("train-labels-idx1-ubyte", 1, {96});
+  write_idx("t10k-images-idx3-ubyte", 3, {32, 28, 28});
+  write_idx("t10k-labels-idx1-ubyte", 1, {32});
   std::string tokens_file = (tmp / "tokens.bin").string();  // for --eval-data: token ids, as a model file takes
   std::ofstream(tokens_file, std::ios::binary) << std::string(2 * 4096, '\0');
   std::string schedule_file = (tmp / "gpipe.csv").string();  // 2 stages, as kBase's --stages 2
@@ -122,7 +139,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--cluster", {{"--cluster", cluster_file}}},
       {"--compute", {{"--compute", "emulated"}}},
       {"--data", {{"--data", "text", "--model", "lstm-lm", "--text", text_file, "--seq-len", "4"}, {"--data", "--profile"}}},
-      {"--data-dir", {{"--data-dir", tmp.string()}}},
+      {"--data-dir", {{"--data", "fashion-mnist", "--data-dir", idx.string()}, {"--data"}}},
       {"--deferred-batch-norm", {{"--model", model_file, "--deferred-batch-norm"}, {"--profile"}}},
       {"--deferred-step", {{"--deferred-step", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--depth", {{"--depth", "3"}}},
@@ -156,7 +173,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--stale-warmup", {{"--stale-warmup", "5"}}},
       {"--steps", {{"--steps", "3"}, {"--steps"}}},
       {"--synthetic-samples", {{"--synthetic-samples", "512"}, {"--synthetic-samples"}}},
-      {"--text", {{"--text", text_file}}},
+      {"--text", {{"--data", "text", "--model", "lstm-lm", "--text", text_file, "--seq-len", "4"}, {"--data", "--profile"}}},
       {"--token-dtype", {{"--token-dtype", "uint32"}}},
       {"--eval-data",
        {{"--model", lm_file, "--loss", "lm", "--data", tokens_file, "--eval-data", tokens_file}, {"--data", "--profile"}}},
@@ -203,7 +220,11 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
     TrainRun r = run_train(with(kBase, c->second.args, c->second.drop));
     ASSERT_EQ(r.error, "");
     bool named = false;
-    for (const auto& d : json_differences(base.digest, r.digest)) named |= d.path == "flags." + name;
+    // A flag naming the data reaches the digest by the data's name, sizes and CRCs (its path may
+    // differ between workers, the default and the same folder given alike).
+    bool data = name == "--data-dir" || name == "--text";
+    for (const auto& d : json_differences(base.digest, r.digest))
+      named |= d.path == "flags." + name || (data && d.path.rfind("data.", 0) == 0);
     EXPECT_TRUE(named) << r.digest["flags"].dump();
   }
   fs::remove_all(tmp);
