@@ -73,7 +73,7 @@ int inspect(const std::string& path) {
     bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
     bool moments = !layer.variance.empty();  // adam's second moment beside its first
     std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
-              << (moments ? "moments " : momentum ? "momentum " : "no optimizer state yet ")
+              << (layer.params.empty() ? "" : moments ? "moments " : momentum ? "momentum " : "no optimizer state yet ")
               << (layer.buffers.empty() ? "" : std::to_string(layer.buffers.size()) + " buffers ") << shapes << "\n";
     params += n;
     bytes += f.bytes;

@@ -70,6 +70,7 @@ int run_simulate(SimulateFlags flags) {
                             " profiles '", printable(prof.model), "'"));
     plan::check_plan_fits(plan, prof, flags.plan);
     follow_plan(flags, plan);
+    cluster = plan::cluster_for_plan(cluster, plan, !flags.cluster.allreduce.empty());
     schedule::check_schedule_options(flags.options);
     // A plan for another batch per step (the joint search's): the profile scaled to it, as the
     // planner simulated it and train runs it.
@@ -99,13 +100,18 @@ int run_simulate(SimulateFlags flags) {
   schedule::Schedule s = flags.schedule_file.empty() ? schedule::make_schedule(flags.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, flags.schedule_file);
   std::string kind = flags.schedule_file.empty() ? flags.kind : flags.schedule_file;
-  // A microbatch is a share of the minibatch's samples, as train splits it (dp's microbatches
-  // are its workers' minibatches): 1000 microbatches of a batch of 16 simulated at 3.3 samples/s.
-  if (flags.kind != "dp" && prof.batch_size % s.microbatches != 0)
+  // A microbatch is a share of the minibatch's samples, as train splits it (dp's too, among its
+  // workers): 1000 microbatches of a batch of 16 simulated at 3.3 samples/s, and dp's 6 of a
+  // batch of 128 at 21.33 samples each, which train refuses.
+  if (prof.batch_size % s.microbatches != 0)
     throw ConfigError(str(s.microbatches, " microbatches (",
                           flags.schedule_file.empty() ? "--microbatches" : "--schedule-file " + flags.schedule_file,
                           ") do not divide the batch of ", prof.batch_size, " (",
-                          plan.batch_size > 0 ? flags.plan : flags.profile, "): train refuses it"));
+                          !flags.plan.empty() && plan.batch_size > 0 ? flags.plan : flags.profile, "): train refuses it"));
+  // It ran 1 without a word (train notes it alike).
+  if (flags.kind == "pipedream" && flags.microbatches_flag->count() > 0 && flags.options.microbatches != 1)
+    std::cerr << "note: --microbatches " << flags.options.microbatches << " is not used: pipedream runs each minibatch "
+              << "whole (--schedule 2bw splits minibatches into microbatches)\n";
   sim::SimOptions sim_options;
   // The plan's bucket, where the planner chose one (as train --plan takes it), unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && flags.bucket_flag->count() == 0 ? plan.bucket_mb : flags.bucket_mb;

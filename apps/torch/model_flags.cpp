@@ -85,6 +85,25 @@ const profile::Profile& ModelFlags::emulated_profile() {
   return *profile_;
 }
 
+namespace {
+// A data flag the data read does not use is refused: each was dropped without a word (--text
+// beside a model file trained it on synthetic tokens, exit 0). `kind` is the data read.
+void refuse_data_flags_unused(const ModelFlags& f, const std::string& kind) {
+  const ModelFlags defaults;
+  bool tokens = kind.size() > 4 && kind.compare(kind.size() - 4, 4, ".bin") == 0;
+  auto refuse = [&](const std::string& flag, const std::string& for_what) {
+    throw UsageError(str(flag, ": for ", for_what, "; this run reads --data ", kind));
+  };
+  if (f.text != defaults.text && kind != "text")
+    refuse("--text " + f.text, "--data text (the zoo's lstm-lm and gpt, by character; a model file trains on its "
+                               "token ids, --data FILE.bin)");
+  if (f.token_dtype != defaults.token_dtype && !tokens) refuse("--token-dtype " + f.token_dtype, "--data FILE.bin");
+  if (f.data_dir != defaults.data_dir && kind != "fashion-mnist") refuse("--data-dir " + f.data_dir, "--data fashion-mnist");
+  if (f.synthetic_samples != defaults.synthetic_samples && kind != "synthetic")
+    refuse(str("--synthetic-samples ", f.synthetic_samples), "--data synthetic");
+}
+}  // namespace
+
 std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
   const model::LayerSet none = model::LayerSet::none();
   if (emulated() && precision != "fp32")
@@ -109,6 +128,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_ou
     throw UsageError(str("--data: ", kind, " is your own data; it trains a model file (--model FILE.pt from "
                          "`pipetrain export`), the zoo's models take fashion-mnist, text or synthetic"));
   if (kind.empty()) kind = lm ? "text" : (model == "mnist-cnn" ? "fashion-mnist" : "synthetic");
+  refuse_data_flags_unused(*this, kind);
   if (lm && kind == "fashion-mnist")
     throw UsageError(str("--data: ", model, " is a language model; use --data text or synthetic"));
   if (!lm && kind == "text") throw UsageError(str("--data: ", model, " is an image model; text needs lstm-lm or gpt"));
@@ -158,7 +178,10 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
   std::cerr << "model file " << model << ": sha256 " << m->file_sha256()
             << " (a model file is code, run as PyTorch runs it: docs/runtime.md, what pipetrain trusts)\n";
   std::string kind = data.empty() ? "synthetic" : data;
-  if (kind == "text") throw UsageError("--data text: for lstm-lm and gpt; a model file trains on FILE.pt or synthetic");
+  if (kind == "text")
+    throw UsageError("--data text: for lstm-lm and gpt; a model file trains on FILE.pt, a DIR of .pt shards, FILE.bin "
+                     "(token ids), fashion-mnist or synthetic");
+  refuse_data_flags_unused(*this, kind);
   if (model::is_own_data(kind)) {
     *data_out = model::load_own_data(kind, *m, token_dtype, eval_data);
   } else if (kind == "fashion-mnist") {

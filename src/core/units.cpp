@@ -94,4 +94,10 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 }  // namespace pt

@@ -18,5 +18,6 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
 constexpr double kBytesPerSecPerGbps = 1.25e8;
 
 std::string human_bytes(double bytes);  // "12.3 MiB"
+std::string fixed(double v, int digits);  // fixed(2.5, 3) = "2.500"
 
 }  // namespace pt

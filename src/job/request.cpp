@@ -232,7 +232,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
     plan::ClusterFlags cluster_flags;
     cluster_flags.file = r.cluster_path;
     cluster_flags.allreduce = r.allreduce;
-    options.cluster = plan::cluster_from_flags(cluster_flags);
+    options.cluster = plan::cluster_for_plan(plan::cluster_from_flags(cluster_flags), plan, !r.allreduce.empty());
     options.cluster_source = r.cluster_path;
   }
   return s;

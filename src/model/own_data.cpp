@@ -118,6 +118,10 @@ std::vector<std::string> shard_files(const std::string& dir) {
     ::closedir(d);
   }
   std::sort(files.begin(), files.end());
+  struct stat st;
+  if (files.empty() && ::stat((dir + "/train.bin").c_str(), &st) == 0)  // nanoGPT's folder
+    throw UsageError(str("--data: ", dir, " holds no *.pt shards; a folder of token ids is given by its file: --data ",
+                         dir, "/train.bin (val.bin beside it tests)"));
   if (files.empty()) throw FormatError(str("--data: ", dir, " holds no *.pt shards"));
   return files;
 }
@@ -243,7 +247,11 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   split.name = "tokens:" + path;
   auto train_stream = std::make_shared<TokenStream>(train, seq, 0, n - held);
   int64_t test_first = separate ? 0 : n - held;
-  int64_t test_n = std::min(kMostTestWindows, separate ? TokenStream::windows(test.tokens, seq) : held);
+  int64_t test_windows = separate ? TokenStream::windows(test.tokens, seq) : held;
+  int64_t test_n = std::min(kMostTestWindows, test_windows);
+  if (test_n < test_windows)
+    std::cerr << "note: " << (separate ? val : path) << ": tests on the first " << test_n << " of its " << test_windows
+              << (separate ? "" : " held-out") << " windows (the test set is held in memory)\n";
   TokenStream test_stream(test, seq, test_first, test_n);
   std::vector<int64_t> rows(static_cast<size_t>(test_n));
   for (int64_t i = 0; i < test_n; ++i) rows[static_cast<size_t>(i)] = i;

@@ -104,6 +104,7 @@ json to_json(const Plan& p) {
   if (p.chunks > 0) doc["chunks"] = p.chunks;
   if (p.deferred_step) doc["deferred_step"] = true;
   if (p.bucket_mb >= 0) doc["bucket_mb"] = p.bucket_mb;
+  if (!p.allreduce.empty()) doc["allreduce"] = p.allreduce;
   return doc;
 }
 
@@ -111,7 +112,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "plan", kPlanVersion);
   root.only_fields({"format", "workers", "stages", "predicted", "model", "ties", "batch_size", "cost_model", "schedule",
-                    "microbatches", "chunks", "deferred_step", "bucket_mb"});
+                    "microbatches", "chunks", "deferred_step", "bucket_mb", "allreduce"});
   Plan p;
   // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
   p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
@@ -149,6 +150,11 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   if (root.has("bucket_mb")) {
     p.bucket_mb = root["bucket_mb"].as_non_negative();
     if (p.bucket_mb > kMaxBucketMb) root["bucket_mb"].fail(str("must be at most ", kMaxBucketMb, " MiB, got ", p.bucket_mb));
+  }
+  if (root.has("allreduce")) {
+    p.allreduce = root["allreduce"].as_string();
+    if (p.allreduce != "ring" && p.allreduce != "hierarchical")
+      root["allreduce"].fail(str("must be ring or hierarchical, got '", printable(p.allreduce), "'"));
   }
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");
@@ -215,6 +221,11 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     }
   }
   return p;
+}
+
+Cluster cluster_for_plan(Cluster cluster, const Plan& plan, bool allreduce_given) {
+  if (!allreduce_given && !plan.allreduce.empty()) cluster.allreduce = parse_allreduce(plan.allreduce, "plan");
+  return cluster;
 }
 
 Plan read_plan(const std::string& path) {

@@ -34,12 +34,6 @@ std::string layer_summary(const Stage& st, const profile::Profile& profile) {
   return s;
 }
 
-std::string fixed(double v, int digits = 3) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 }  // namespace
 
 std::string format_plan_table(const Plan& plan, const profile::Profile& profile, const Cluster& cluster,
@@ -60,8 +54,8 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
     std::string ids = format_id_ranges(st.workers);
     if (ids.size() > 14) ids = ids.substr(0, 11) + "...";
     std::snprintf(line, sizeof line, "%5d  %-6zu  %-44s  %8d  %-14s  %11s  %11s\n", s, st.layers.size(),
-                  layer_summary(st, profile).c_str(), st.replicas, ids.c_str(), fixed(st.compute_ms).c_str(),
-                  fixed(st.comm_ms).c_str());
+                  layer_summary(st, profile).c_str(), st.replicas, ids.c_str(), fixed(st.compute_ms, 3).c_str(),
+                  fixed(st.comm_ms, 3).c_str());
     os << line;
   }
   // One worker's time is per minibatch of the profile's batch; a joint search's step may take
@@ -94,8 +88,8 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                    std::abs(plan.simulated_ms_per_minibatch / pipe - 1) <= 1e-9;
   os << "predicted ms per minibatch" << (per_step != 1.0 ? str(" of ", plan.batch_size) : std::string())
      << (simulated ? str(" (the simulator's steady state, ", plan.simulated_schedule, ")") : std::string())
-     << ": pipeline " << fixed(pipe) << ", data parallel " << (dp > 0 ? fixed(dp) : std::string("(does not fit)"))
-     << ", one worker " << fixed(single) << "\n";
+     << ": pipeline " << fixed(pipe, 3) << ", data parallel " << (dp > 0 ? fixed(dp, 3) : std::string("(does not fit)"))
+     << ", one worker " << fixed(single, 3) << "\n";
   // PipeDream's formula beside its simulation: each figure says which it is (ResNet-50 on 8
   // workers at 1 Gbit/s printed "1.35x over one worker" alone, where the plan simulates at 0.37x).
   double sim = !simulated && pipe > 0 ? plan.simulated_ms_per_minibatch : 0;
@@ -106,7 +100,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
     os << "\n";
   }
   if (sim > 0)
-    os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): " << fixed(sim) << " ("
+    os << "simulated ms per minibatch (" << plan.simulated_schedule << ", steady state): " << fixed(sim, 3) << " ("
        << fixed(100 * (sim / pipe - 1), 1) << "% from the prediction)\n";
   // No plan beats every worker computing all the time: how close this one comes.
   if (pipe > 0 && cluster.workers() > 0) {
@@ -125,9 +119,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                             : std::string("one worker's time");
     if (cluster.host_cores > 0)
       os << "compute limit (" << whose << " / " << fixed(at_once, 2) << ", what this host's " << cluster.host_cores
-         << " cores give " << cluster.workers() << " workers at once): " << fixed(limit) << " ms per minibatch; ";
+         << " cores give " << cluster.workers() << " workers at once): " << fixed(limit, 3) << " ms per minibatch; ";
     else
-      os << "compute limit (" << whose << " / " << cluster.workers() << " workers): " << fixed(limit) << " ms per minibatch; ";
+      os << "compute limit (" << whose << " / " << cluster.workers() << " workers): " << fixed(limit, 3) << " ms per minibatch; ";
     if (sim > 0) os << "in simulation the plan reaches " << fixed(100 * limit / sim, 1) << "% of it, by the prediction ";
     else os << "the plan reaches ";
     os << fixed(100 * limit / pipe, 1) << "% of it\n";
@@ -135,7 +129,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   // All workers are used, so on slow links the best plan can lose to one worker alone.
   double slowest = std::max(pipe, plan.simulated_ms_per_minibatch);
   if (slowest > single * (1 + 1e-9))
-    os << "warning: this plan is slower than one worker (" << fixed(slowest) << " against " << fixed(single)
+    os << "warning: this plan is slower than one worker (" << fixed(slowest, 3) << " against " << fixed(single, 3)
        << " ms per minibatch): on this cluster its transfers and all-reduces cost more than splitting the model "
        << (one_worker_fits ? "saves; train on one worker, or on fewer workers with faster links\n"
                            : "saves, and one worker does not fit the memory cap, even a sample a microbatch: more "

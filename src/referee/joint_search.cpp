@@ -31,12 +31,6 @@ std::vector<bool> stages_over(const schedule::Schedule& s, const std::vector<sch
   return over;
 }
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 std::string recompute_text(const plan::Plan& p) {
   int n = 0;
   for (const auto& st : p.stages) n += st.recompute;

@@ -148,6 +148,7 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
                           "alike), so it is not replayed"));
   p.schedule = r.schedule;  // what `train --plan` runs
   note_plan_bucket(p, r, request.bucket_mb, request.bucket_given);
+  if (p.bucket_mb >= 0) p.allreduce = plan::allreduce_name(out.cluster.allreduce);  // timed with it
   note_unreplayed_faster(p, r);
   if (r.timed_out) note_time_limit(p, r, out.options);
   if (p.num_stages() > 1) note_asynchronous(p);
@@ -171,6 +172,7 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
       if (replicated)
         q.bucket_mb = r.ranked[k].bucket.tried.empty() ? static_cast<double>(out.options.bucket_bytes) / (1 << 20)
                                                        : r.ranked[k].bucket.bucket_mb;
+      if (replicated) q.allreduce = plan::allreduce_name(out.cluster.allreduce);
     }
     d.top.push_back(std::move(q));
   }

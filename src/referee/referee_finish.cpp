@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/units.h"
 #include "plan/physical_limit.h"
 #include "referee/referee_internal.h"
 #include "referee/replay_ahead.h"

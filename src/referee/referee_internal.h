@@ -22,7 +22,6 @@
 namespace pt::referee::detail {
 
 // `v` with `digits` decimals.
-std::string fixed(double v, int digits = 2);
 
 // What limits a plan's slowest stage, in words: the term of its time_ms that sets it
 // (realised_cost.cpp), not only compute or links (GNMT-16 --straight on 8: a stage at 58.16 ms,

@@ -16,29 +16,23 @@
 namespace pt::referee {
 namespace detail {
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster) {
   const plan::StageEstimate& s = e.stages[e.bottleneck];
   double busy = std::max(s.compute_ms, s.link_ms) + s.allreduce_ms;
   std::string what;
   if (s.in_flight_ms > busy * (1 + 1e-9) && s.in_flight_ms >= s.time_ms * (1 - 1e-9)) {
     what = str("the round trip from its forward to its backward over the minibatches it keeps in flight, ",
-               fixed(s.in_flight_ms), " ms a minibatch");
+               fixed(s.in_flight_ms, 2), " ms a minibatch");
   } else if (s.round_ms > 0 && busy < s.time_ms * (1 - 1e-9)) {
-    what = str("its replicas' round ", fixed(s.round_ms), " ms (all-reduce and the previous stage's spacing), ",
-               fixed(s.time_ms), " ms a minibatch");
+    what = str("its replicas' round ", fixed(s.round_ms, 2), " ms (all-reduce and the previous stage's spacing), ",
+               fixed(s.time_ms, 2), " ms a minibatch");
   } else {
     if (s.link_ms > s.compute_ms)
       what = str("link of worker ", s.busiest_worker, " at level ", cluster.levels[s.busiest_level].name, " ",
-                 fixed(s.link_ms), " ms");
+                 fixed(s.link_ms, 2), " ms");
     else
-      what = str("compute ", fixed(s.compute_ms), " ms");
-    if (s.allreduce_ms > 0) what += str(" + all-reduce ", fixed(s.allreduce_ms), " ms");
+      what = str("compute ", fixed(s.compute_ms, 2), " ms");
+    if (s.allreduce_ms > 0) what += str(" + all-reduce ", fixed(s.allreduce_ms, 2), " ms");
   }
   return str("stage ", e.bottleneck, ": ", what);
 }
@@ -47,7 +41,6 @@ std::string limit_of(const plan::PlanEstimate& e, const plan::Cluster& cluster) 
 
 namespace {
 
-using detail::fixed;
 using detail::limit_of;
 
 // What tells apart candidates of one shape and split in `--top`: "ds" a deferred step, "f"

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json_doc.h"
+#include "core/units.h"
 
 namespace pt::runtime {
 
@@ -175,14 +176,6 @@ void Progress::step(const StepRecord& r) {
   }
   last_print_ms_ = now;
 }
-
-namespace {
-std::string fixed(double v, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-}  // namespace
 
 void Progress::evaluated(const StepRecord& r) {
   // The accuracy belongs to the last completed step (an asynchronous pipeline may skip a

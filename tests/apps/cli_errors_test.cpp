@@ -71,6 +71,11 @@ TEST(CliErrors, MicrobatchCounts) {
                     {"--microbatches", std::string("got ") + mb});
   expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --schedule interleaved --chunks 100000000",
                   2, {"--chunks", "got 100000000"});
+  // dp's microbatches share the batch as train's do (it simulated 2.67-sample microbatches), and
+  // without a plan the refusal names the profile (it printed "()").
+  for (const char* kind : {"dp", "1f1b"})
+    expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --microbatches 3 --schedule " + kind,
+                    1, {"3 microbatches (--microbatches) do not divide the batch of 8 (" + profile + ")"});
 }
 
 TEST(CliErrors, StagesChunksAndWorkers) {

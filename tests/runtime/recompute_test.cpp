@@ -166,7 +166,8 @@ void expect_modelled(const plan::Plan& plan, const PipelineOptions& o, const pro
 // makes here on a quiet machine (split by the measured times it would move with the load), and
 // the last layer alone on the last stage, where the loss's share of the profile and the
 // gradients a worker has sent weigh most; that one but under GPipe, whose burst of backwards
-// leaves more gradients unused on threads than the model holds (17-22% under).
+// leaves more gradients unused on threads than the model holds (17-22% under); zb-h1 on that
+// one alone, whose last stage's Ws wait with what a recomputed forward saved.
 TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
   struct Case {
     std::string name;
@@ -191,9 +192,9 @@ TEST(MeasuredMemory, MatchesTheMemoryModelOnZooModels) {
     auto data = model::synthetic_data(*m, 256, 32, m->name() == "gpt" ? 64 : 10, 11);
     auto prof = profile::measure_profile(*m, data.train.first_inputs(32), {1, 2}, data.train.first_targets(32));
     for (int cut : {c.cut, m->num_layers() - 1})
-    for (const std::string kind : {"gpipe", "1f1b", "2bw", "pipedream"})
+    for (const std::string kind : {"gpipe", "1f1b", "2bw", "pipedream", "zb-h1"})
       for (bool recompute : {false, true}) {
-        if (kind == "gpipe" && cut != c.cut) continue;
+        if ((kind == "gpipe" && cut != c.cut) || (kind == "zb-h1" && cut == c.cut)) continue;
         SCOPED_TRACE(c.name + " " + kind + (recompute ? " recompute" : "") + ", cut at layer " + std::to_string(cut));
         plan::Plan plan = plan::even_split(prof, 2);
         for (auto& st : plan.stages) st.layers.clear(), st.recompute = recompute;

@@ -109,6 +109,19 @@ TEST(MemoryModel, RecomputationKeepsOnlyInputsAndRebuildsOneMicrobatch) {
   EXPECT_EQ(again[0].activations, 8 * 125 + 8 * 125 + 500);
 }
 
+// Under a split backward (zero bubble) a recomputing stage's W needs what the recomputed forward
+// saved, held from its B: the last stage, whose Ws wait, saves nothing by recomputing (the model
+// had freed it at B, and `plan --memory` recomputed a zb-h1 last stage to fit a cap the run
+// exceeded by the 0.3 MiB the model had counted saved).
+TEST(MemoryModel, ASplitBackwardHoldsTheRecomputedStashUntilItsW) {
+  auto plain = memory("zb-h1", straight_plan(2), 4);
+  auto again = memory("zb-h1", straight_plan(2), 4, true);
+  EXPECT_GE(again[1].activations, plain[1].activations);
+  // Where the B and the W follow each other, the stash is held only for the step between.
+  auto gpipe_plain = memory("gpipe", straight_plan(2), 4), gpipe_again = memory("gpipe", straight_plan(2), 4, true);
+  EXPECT_LT(gpipe_again[1].activations, gpipe_plain[1].activations);
+}
+
 TEST(MemoryModel, NamesTheLayerOutsideTheSchedule) {
   Schedule s = make_schedule("1f1b", straight_plan(2), {});
   EXPECT_THROW(memory_per_worker(s, uniform_profile(3, 1, 1)), ConfigError);
