@@ -49,6 +49,29 @@ plan::Plan uniform_plan(const plan::Plan& split, int r, bool stage_major) {
 
 }  // namespace
 
+void for_each_uniform_plan(const profile::Profile& p, const plan::Cluster& cluster, const plan::PlanOptions& plan_options,
+                           const std::function<void(const plan::Plan& u, const plan::Cluster& c)>& visit,
+                           const std::function<void(const plan::Cluster& c)>& done) {
+  // Each smaller cluster's workers are ids 0..k-1 of this one, with the same links.
+  std::vector<plan::Cluster> clusters{cluster};
+  if (plan_options.fewer_workers)
+    for (const plan::Cluster& sub : plan::smaller_clusters(cluster)) clusters.push_back(sub);
+  for (const plan::Cluster& c : clusters) {
+    int w = c.workers();
+    for (int d = 1; d <= std::min(w, p.num_layers()); ++d) {
+      if (w % d != 0) continue;
+      int r = w / d;
+      for (bool stage_major : {true, false})
+        for (const plan::Plan& split : splits(p, d, c, w)) {
+          // The same placement, or (one level) the same links.
+          if (!stage_major && (r == 1 || d == 1 || c.levels.size() < 2)) continue;
+          visit(uniform_plan(split, r, stage_major), c);
+        }
+    }
+    if (done) done(c);
+  }
+}
+
 std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
                           const plan::PlanOptions& plan_options, const JointOptions& joint) {
   int n = cluster.workers(), layers = p.num_layers();
@@ -71,63 +94,53 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     return ms;
   };
   std::vector<Trial> out;
-  // The uniform plans on every worker, and (fewer_workers) on each smaller cluster's: its
-  // workers are ids 0..k-1 of this one, with the same links.
-  std::vector<plan::Cluster> clusters{cluster};
-  if (plan_options.fewer_workers)
-    for (const plan::Cluster& sub : plan::smaller_clusters(cluster)) clusters.push_back(sub);
-  for (const plan::Cluster& c : clusters) {
-    int w = c.workers();
-    for (int d = 1; d <= std::min(w, layers); ++d) {
-      if (w % d != 0) continue;
-      int r = w / d;
-      for (bool stage_major : {true, false})
-      for (const plan::Plan& split : splits(p, d, c, w)) {
-        // The same placement, or (one level) the same links.
-        if (!stage_major && (r == 1 || d == 1 || c.levels.size() < 2)) continue;
-        plan::Plan u = uniform_plan(split, r, stage_major);
-        if (d > 1) {
-          for (const char* kind : {"1f1b", "gpipe", "2bw"})
-            if (wanted(kind))
-              // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
-              // dozen past the warm-up make its steady state (the default, sized for PipeDream's
-              // one-microbatch minibatches, simulates thousands of microbatches here). Its double
-              // buffering can alternate two gaps between minibatches: the middle third (metrics.h)
-              // needs several to see them repeat; 6 minibatches measured one gap, 0.6-5% under.
-              for (int m : per_copy(r)) {
-                int enough = std::max(24, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
-                out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
-              }
-          if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
-        }
-        if (r == 1 && d > 1) {
-          // mp runs one microbatch at a time: splitting the minibatch only shrinks its memory, so
-          // it is split only where the microbatches are pinned.
-          if (wanted("mp"))
-            for (int m : joint.microbatches > 0 ? per_copy(1) : std::vector<int>{1}) out.push_back({"mp", u, m, 1, B});
-          if (wanted("zb-h1"))
-            for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
-          // The V schedules, two chunks per worker in a V: the even split into 2d chunks, and the
-          // V split where it differs (planner.h: the simulator tells which runs faster).
-          std::vector<plan::Plan> v_splits;
-          if (2 * d <= layers) {
-            v_splits = {plan::even_split(p, 2 * d), plan::v_split(p, d)};
-            bool same = true;
-            for (int c = 0; c < 2 * d; ++c) same = same && v_splits[0].stages[c].layers == v_splits[1].stages[c].layers;
-            if (same) v_splits.pop_back();
+  // The uniform plans on every worker, and (fewer_workers) on each smaller cluster's.
+  auto visit = [&](const plan::Plan& u, const plan::Cluster&) {
+    int d = u.num_stages(), r = u.stages.front().replicas;
+    if (d > 1) {
+      for (const char* kind : {"1f1b", "gpipe", "2bw"})
+        if (wanted(kind))
+          // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
+          // dozen past the warm-up make its steady state (the default, sized for PipeDream's
+          // one-microbatch minibatches, simulates thousands of microbatches here). Its double
+          // buffering can alternate two gaps between minibatches: the middle third (metrics.h)
+          // needs several to see them repeat; 6 minibatches measured one gap, 0.6-5% under.
+          for (int m : per_copy(r)) {
+            int enough = std::max(24, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
+            out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
           }
-          for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
-            if (wanted(kind))
-              for (int m : per_copy(1))
-                if (m >= 2 * d || kind != std::string("dualpipev"))  // dualpipev: 2 x workers or more
-                  for (const plan::Plan& v : v_splits) out.push_back({kind, v, m, 1, B});
-        }
-      }
+      if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
     }
-    // Data parallelism on fewer workers: where the all-reduce outweighs their compute.
+    if (r == 1 && d > 1) {
+      // mp runs one microbatch at a time: splitting the minibatch only shrinks its memory, so
+      // it is split only where the microbatches are pinned.
+      if (wanted("mp"))
+        for (int m : joint.microbatches > 0 ? per_copy(1) : std::vector<int>{1}) out.push_back({"mp", u, m, 1, B});
+      if (wanted("zb-h1"))
+        for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
+      // The V schedules, two chunks per worker in a V: the even split into 2d chunks, and the
+      // V split where it differs (planner.h: the simulator tells which runs faster).
+      std::vector<plan::Plan> v_splits;
+      if (2 * d <= layers) {
+        v_splits = {plan::even_split(p, 2 * d), plan::v_split(p, d)};
+        bool same = true;
+        for (int c = 0; c < 2 * d; ++c) same = same && v_splits[0].stages[c].layers == v_splits[1].stages[c].layers;
+        if (same) v_splits.pop_back();
+      }
+      for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
+        if (wanted(kind))
+          for (int m : per_copy(1))
+            if (m >= 2 * d || kind != std::string("dualpipev"))  // dualpipev: 2 x workers or more
+              for (const plan::Plan& v : v_splits) out.push_back({kind, v, m, 1, B});
+    }
+  };
+  // Data parallelism on fewer workers: where the all-reduce outweighs their compute.
+  auto fewer = [&](const plan::Cluster& c) {
+    int w = c.workers();
     if (w < n && w > 1 && wanted("dp") && (joint.microbatches == 0 || joint.microbatches == w))
       out.push_back({"dp", plan::data_parallel_plan(layers, w), w, 1, B * w});
-  }
+  };
+  for_each_uniform_plan(p, cluster, plan_options, visit, fewer);
   for (const char* kind : {"interleaved", "interleaved-zb"})
     if (wanted(kind))
       for (int v : joint.chunks > 0 ? std::vector<int>{joint.chunks} : std::vector<int>{2, 4}) {

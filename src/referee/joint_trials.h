@@ -2,6 +2,7 @@
 // The configurations the joint search tries (internal to src/referee; joint_search.h lists them
 // per schedule kind): plans, how each runs, and the batch of one step.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@ struct Trial {
   int64_t batch = 1;
   int minibatches = 0;  // asynchronous kinds: minibatches simulated (0: default_minibatches)
 };
+
+// Each uniform plan: d stages of `splits` (the even split, and the link-aware one where it differs)
+// of r replicas each, stage-major and (several levels) pipeline-major, on the w = d r workers of
+// `cluster` and (plan_options.fewer_workers) of each smaller cluster, which `visit` is given
+// with it; `done(c)` after each cluster's plans.
+void for_each_uniform_plan(const profile::Profile& p, const plan::Cluster& cluster, const plan::PlanOptions& plan_options,
+                           const std::function<void(const plan::Plan& u, const plan::Cluster& c)>& visit,
+                           const std::function<void(const plan::Cluster& c)>& done = {});
 
 // Every configuration of the kinds `joint` asks for, on `cluster` and (plan_options.fewer_workers)
 // on its smaller clusters, pipedream's from the referee's candidates.

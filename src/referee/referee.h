@@ -48,6 +48,7 @@ struct Candidate {
 
 struct Refereed {
   std::string schedule;            // the schedule the candidates were replayed under
+  bool uniform = false;  // the candidates were the uniform plans (plan_decision.cpp), not the search's
   // Fastest simulated first (ranks_before); ranked[0] is the choice.
   std::vector<Candidate> ranked;
   int unreplayed = 0;  // plans left out at options.time_limit_s

@@ -73,7 +73,10 @@ std::vector<schedule::WorkerMemory> modelled_memory(const plan::Plan& p, const p
 
 std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
   std::ostringstream os;
-  os << "the search's best " << r.ranked.size() << " candidates, replayed under the " << r.schedule
+  os << (r.uniform ? "the uniform plans (d stages of r replicas), faster than the search's candidates here, and their "
+                     "neighbours: "
+                   : "the search's best ")
+     << r.ranked.size() << " candidates, replayed under the " << r.schedule
      << " schedule (fastest simulated first; at equal time, fewer workers and no deferred step first; simulated "
         "with the options' all-reduce bucket, the first and data parallelism with their own (variant bN: N MiB); "
         "peak memory per worker by the memory model, as train checks it):\n";
