@@ -234,6 +234,9 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
     cluster_flags.allreduce = r.allreduce;
     options.cluster = plan::cluster_for_plan(plan::cluster_from_flags(cluster_flags), plan, !r.allreduce.empty());
     options.cluster_source = r.cluster_path;
+  } else if (plan.allreduce == "hierarchical" && r.allreduce.empty() && plan.workers > 1) {
+    std::cerr << "note: " << source << " was timed with hierarchical all-reduces, which need the servers: without "
+              << "--cluster FILE the replicas all-reduce in one ring\n";
   }
   return s;
 }

@@ -125,6 +125,14 @@ Profile profile_from_json(const json& doc, const std::string& source) {
           t["batch"].fail(str("must be above the batch before it (", l.timings.back().batch, "), got ", timing.batch));
         timing.forward_ms = layer_ms(t["forward_ms"]);
         timing.backward_ms = layer_ms(t["backward_ms"]);
+        // At the profile's own batch a timing is the layer's forward_ms and backward_ms: one that
+        // differs was accepted, and each figure was read where the other was not.
+        auto differs = [](double a, double b) { return std::abs(a - b) > 1e-6 * std::max(std::abs(a), std::abs(b)); };
+        if (timing.batch == p.batch_size &&
+            (differs(timing.forward_ms, l.forward_ms) || differs(timing.backward_ms, l.backward_ms)))
+          t["forward_ms"].fail(str("and 'backward_ms' are ", timing.forward_ms, " and ", timing.backward_ms,
+                                   " ms at the profile's batch of ", p.batch_size, ", where the layer's forward_ms and ",
+                                   "backward_ms are ", l.forward_ms, " and ", l.backward_ms));
         l.timings.push_back(timing);
       }
     }

@@ -80,6 +80,10 @@ TEST(ProfileFormat, EachValidationError) {
        "p.json: field 'layers[0].timings[1].batch' must be above the batch before it (32), got 16"},
       {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 8, "forward_ms": -1, "backward_ms": 1}])"); },
        "p.json: field 'layers[0].timings[0].forward_ms' must be >= 0, got -1"},
+      // At the profile's own batch a timing is the layer's figures (100 ms there was accepted).
+      {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 64, "forward_ms": 100, "backward_ms": 2.5}])"); },
+       "p.json: field 'layers[0].timings[0].forward_ms' and 'backward_ms' are 100 and 2.5 ms at the profile's batch of 64, "
+       "where the layer's forward_ms and backward_ms are 1.5 and 2.5"},
   };
   for (const auto& c : cases) {
     json d = good();

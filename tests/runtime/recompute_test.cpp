@@ -147,16 +147,19 @@ TEST(Recompute, LowersTheMeasuredPeakOfTheStagesThatStash) {
 
 // Each worker's measured peak against the memory model's figure on threads (a received
 // tensor is the sender's), within `tolerance` of it.
+// `over`: how far above the measured peak the model may be (default `tolerance`).
 void expect_modelled(const plan::Plan& plan, const PipelineOptions& o, const profile::Profile& prof,
-                     const std::vector<int64_t>& peaks, double tolerance) {
+                     const std::vector<int64_t>& peaks, double tolerance, double over = -1) {
   schedule::MemoryOptions mo;
   mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto modelled = schedule::memory_per_worker(generate_schedule(plan, o, 0), prof, mo);
   ASSERT_EQ(peaks.size(), modelled.size());
   for (size_t w = 0; w < modelled.size(); ++w) {
     double ratio = static_cast<double>(modelled[w].total()) / static_cast<double>(peaks[w]);
-    EXPECT_NEAR(ratio, 1.0, tolerance) << "worker " << w << ": modelled " << schedule::describe(modelled[w])
-                                       << ", measured " << peaks[w];
+    EXPECT_GE(ratio, 1 - tolerance) << "worker " << w << ": modelled " << schedule::describe(modelled[w])
+                                    << ", measured " << peaks[w];
+    EXPECT_LE(ratio, 1 + (over >= 0 ? over : tolerance)) << "worker " << w << ": modelled " << schedule::describe(modelled[w])
+                                                          << ", measured " << peaks[w];
   }
 }
 
@@ -257,10 +260,14 @@ TEST(MeasuredMemory, ReplicasAndClippingHoldWhatTheModelSays) {
     int microbatches;
     double clip, tolerance;
   };
+  // conv1 | conv2..fc3, fixed: split by the measured times, the cut moved with the machine's load.
+  plan::Plan two = plan::even_split(prof, 2);
+  for (auto& st : two.stages) st.layers.clear();
+  for (int l = 0; l < m->num_layers(); ++l) two.stages[l < 1 ? 0 : 1].layers.push_back(l);
   std::vector<Case> cases = {{"1f1b", replicated_plan(*m, 4), 4, 0, 0.05},
                              {"dp", replicated_plan(*m, 4), 4, 0, 0.05},
-                             {"1f1b", plan::even_split(prof, 2), 4, 0.01, 0.10},
-                             {"pipedream", plan::even_split(prof, 2), 1, 0.01, 0.10}};
+                             {"1f1b", two, 4, 0.01, 0.10},
+                             {"pipedream", two, 1, 0.01, 0.10}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.kind + " on " + c.plan.shape() + (c.clip > 0 ? ", clipping" : ""));
     auto o = options_for(c.kind, c.microbatches);
@@ -268,7 +275,9 @@ TEST(MeasuredMemory, ReplicasAndClippingHoldWhatTheModelSays) {
     o.train.steps = 8;
     o.train.sgd.clip_grad_norm = c.clip;
     Trained r = train(build, data, c.plan, o, false);
-    expect_modelled(c.plan, o, prof, r.peaks, c.tolerance);
+    // Under pipedream on threads the last stage holds less when its sender falls behind (10.0
+    // MiB modelled, 8.9 to 9.6 measured on a loaded machine): the model keeps the most.
+    expect_modelled(c.plan, o, prof, r.peaks, c.tolerance, c.kind == "pipedream" ? 0.15 : -1);
   }
 }
 
