@@ -15,6 +15,8 @@
 #include "job/road.h"
 #include "model/compute_threads.h"
 #include "profile/emulation.h"
+#include "runtime/gloo_transport.h"
+#include "runtime/launcher.h"
 
 namespace pt::app {
 namespace {
@@ -71,7 +73,8 @@ void print_training_line(const job::Job& job, const model::LayeredModel& m, cons
   note_split_ties(m, *job.typical);
 }
 
-int run_train(TrainFlags& flags) {
+// `running`: set as the job starts, past the checks a worker started apart fails before it joins.
+int train(TrainFlags& flags, bool& running) {
   job::Request& r = flags.request;
   model::use_one_compute_thread();  // one compute thread per worker (docs/design.md)
   keep_freed_host_memory();
@@ -112,7 +115,22 @@ int run_train(TrainFlags& flags) {
     print_throughput(result.train, job, flags, label);
   };
   if (leads) print_training_line(job, *m, data, flags.transport, label);
+  running = true;
   return job::run_job(job, road, factory, *m, data, flags.trace_path, report);
+}
+
+int run_train(TrainFlags& flags) {
+  bool running = false;
+  try {
+    return train(flags, running);
+  } catch (const std::exception& e) {
+    if (running || !runtime::started_apart()) throw;
+    // Said first: telling the rendezvous waits up to a minute for worker 0 to serve it (it may
+    // still be loading its data).
+    std::cerr << "pipetrain train: error: " << printable(e.what()) << "\n";
+    runtime::tell_rendezvous_of_failure(e.what(), std::min(60.0, flags.request.options.rendezvous_timeout_s));
+    return dynamic_cast<const UsageError*>(&e) ? 2 : 1;
+  }
 }
 
 Register reg({"train", kTrainDescription, [](CLI::App& app) -> std::function<int()> {

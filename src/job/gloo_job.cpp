@@ -39,9 +39,11 @@ struct ToldFailure : RuntimeFailure {
   using RuntimeFailure::RuntimeFailure;
 };
 
-[[noreturn]] void told_then_abandoned(runtime::GlooTransport* transport, const std::string& what) {
+// `wait_s` > 0: it failed before the rendezvous, which is told (the others waited its timeout).
+[[noreturn]] void told_then_abandoned(runtime::GlooTransport* transport, const std::string& what, double wait_s) {
   print_line_to_stderr(str("pipetrain ", what));
   if (transport) transport->abandon(what);
+  if (wait_s > 0) runtime::tell_rendezvous_of_failure(what, wait_s);
   throw ToldFailure(what);
 }
 
@@ -127,9 +129,10 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     if (worker_out) *worker_out = std::move(worker);
     return r;
   } catch (const WorkerFailure& e) {
-    told_then_abandoned(transport.get(), e.what());
+    told_then_abandoned(transport.get(), e.what(), 0);
   } catch (const std::exception& e) {
-    told_then_abandoned(transport.get(), str("worker ", config.rank, " at ", action, ": ", e.what()));
+    told_then_abandoned(transport.get(), str("worker ", config.rank, " at ", action, ": ", e.what()),
+                        action == "setup" ? std::min(60.0, options.rendezvous_timeout_s) : 0);
   }
 }
 

@@ -5,8 +5,33 @@
 
 #include "runtime/gloo_transport.h"
 #include "runtime/job_store.h"
+#include "runtime/launcher.h"
 
 namespace pt::runtime {
+
+namespace {
+// What a worker that failed before joining said (tell_rendezvous_of_failure), and that each
+// other worker has read it.
+constexpr const char* kFailedKey = "pipetrain/failed_before_joining";
+std::string failure_read_key(int rank) { return "pipetrain/failure_read/" + std::to_string(rank); }
+}  // namespace
+
+void tell_rendezvous_of_failure(const std::string& what, double wait_s) {
+  if (!started_apart()) return;
+  try {
+    GlooConfig c = gloo_config_from_env();
+    bool serve = c.rank == 0;
+    auto wait = std::chrono::milliseconds(static_cast<int64_t>(1000 * std::max(1.0, wait_s)));
+    JobStore store(c.master_addr, c.master_port, serve, c.secret, serve ? std::chrono::milliseconds(2000) : wait);
+    std::string said = str("worker ", c.rank, ": ", what);
+    store.set(kFailedKey, std::vector<uint8_t>(said.begin(), said.end()));
+    if (!serve) return;
+    std::vector<std::string> read;
+    for (int r = 1; r < c.world_size; ++r) read.push_back(failure_read_key(r));
+    store.wait(read, std::chrono::milliseconds(10000));
+  } catch (const std::exception&) {  // no rendezvous to tell, or not all read it: they time out as before
+  }
+}
 
 void GlooTransport::join_all() {
   auto key = [](int r) { return "pipetrain/joined/" + std::to_string(r); };
@@ -31,6 +56,13 @@ void GlooTransport::join_all() {
     return str(n == 1 ? "worker " : "workers ", out, " of ", config_.world_size);
   };
   while (!store_->check(all)) {
+    if (store_->check({kFailedKey})) {
+      std::vector<uint8_t> said = store_->get(kFailedKey);
+      store_->set(failure_read_key(config_.rank), {1});
+      throw TransportError(str("worker ", config_.rank, ": the job stops: ", std::string(said.begin(), said.end()),
+                               " (before it joined the rendezvous at ", config_.master_addr, ":", config_.master_port,
+                               ")"));
+    }
     auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
     if (now - start > limit)

@@ -72,6 +72,14 @@ int gloo_world_size_in_env();
 // (mpirun) says; 0 when neither is set to a number.
 int gloo_local_world_size_in_env();
 
+// A worker started apart (torchrun, mpirun, by hand) that fails before it joins the rendezvous
+// tells it `what`, so that the others stop at once naming it: they waited out
+// --rendezvous-timeout (300 s by default), saying only that it had not joined. Worker 0, which
+// serves the rendezvous, serves it until the others have read it (10 s at most); another waits
+// up to `wait_s` for worker 0 to serve it. Nothing unless started_apart() (launcher.h): pipetrain's
+// own launcher stops the others itself.
+void tell_rendezvous_of_failure(const std::string& what, double wait_s);
+
 // This host's address on the route to the master (gloo's devices bind to it, so peers on other
 // hosts reach this one); the master's own when the route cannot be found.
 std::string local_address_towards(const std::string& master, int port);

@@ -49,6 +49,8 @@ bool single_threaded() {
 
 bool launched_as_gloo_worker() { return gloo_rank_in_env(); }
 
+bool started_apart() { return launched_as_gloo_worker() && gloo_world_size_in_env() > 1 && !std::getenv(kLaunchPlanVar); }
+
 std::string launched_plan_path() {
   const char* p = std::getenv(kLaunchPlanVar);
   if (!p) return "";

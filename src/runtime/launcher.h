@@ -12,6 +12,9 @@ namespace pt::runtime {
 
 // True when this process is one worker of a gloo job (RANK or OMPI_COMM_WORLD_RANK is set).
 bool launched_as_gloo_worker();
+// True when this process is one worker of a gloo job of several that pipetrain's own launcher
+// did not start (torchrun, mpirun, by hand): no launcher stops the others when it fails.
+bool started_apart();
 
 // The plan file of the launch_gloo_job that started this worker, or "" when none did. A
 // launch plan this process did not get from its launcher (set by hand, inherited from a shell,

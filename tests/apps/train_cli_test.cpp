@@ -289,6 +289,47 @@ TEST(TrainCli, ARankTakenTwiceIsNamed) {
   EXPECT_EQ(trained, 2);
 }
 
+// A worker started apart that fails before it joins tells the rendezvous, and the others stop at
+// once naming its failure: they waited out --rendezvous-timeout (300 s by default), saying only
+// that it had not joined. Worker 1 failing, then worker 0 (which serves the rendezvous).
+TEST(TrainCli, AWorkerThatFailsBeforeJoiningStopsTheOthers) {
+  TempDir tmp("fails-before-joining");
+  auto prof = unit_profile(*seeded_cnn(3));
+  std::string plan = (tmp.path / "plan.json").string();
+  plan::write_plan(plan::even_split(prof, 2), plan);
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "4",
+                                   "--batch-size", "32", "--plan", plan, "--schedule", "1f1b", "--transport", "gloo",
+                                   "--quiet", "--timeout", "60", "--rendezvous-timeout", "60"};
+  std::vector<std::string> failing = args;
+  failing[2] = (tmp.path / "missing.pt").string();  // --data: refused for a zoo model
+  for (int bad : {1, 0}) {
+    SCOPED_TRACE("worker " + std::to_string(bad) + " fails");
+    std::string port = std::to_string(free_tcp_port());
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", port.c_str(), 1);
+    ::setenv("PIPETRAIN_JOB_SECRET", "the-same-on-both-workers", 1);
+    auto began = std::chrono::steady_clock::now();
+    std::vector<pid_t> pids;
+    for (int r : {0, 1}) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      pids.push_back(start(r == bad ? failing : args, tmp.path / ("w" + std::to_string(r) + ".log")));
+    }
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PIPETRAIN_JOB_SECRET"}) ::unsetenv(v);
+    for (int r : {0, 1}) {
+      int status = 0;
+      ::waitpid(pids[r], &status, 0);
+      std::string log = slurp(tmp.path / ("w" + std::to_string(r) + ".log"));
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
+      EXPECT_NE(log.find("missing.pt is your own data"), std::string::npos) << log;
+      if (r != bad)
+        EXPECT_NE(log.find(str("the job stops: worker ", bad, ": ")), std::string::npos) << log;
+    }
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    EXPECT_LT(took, 30) << "the healthy worker waited for the rendezvous' timeout";
+  }
+}
+
 // A checkpoint folder one worker does not see (another host's own disk) is named as not shared,
 // not only "cannot write file". Worker 1 runs in a mount namespace where the folder is another.
 TEST(TrainCli, ACheckpointFolderTheWorkersDoNotShareIsNamed) {
