@@ -1,6 +1,7 @@
 #include "job/worker_runner.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -31,19 +32,23 @@ namespace {
 class LossReport {
  public:
   // `losses_known` false: emulated layers, whose "losses" are no figure (they printed 0).
+  // `rate_step`: the minibatch whose learning rate the last stage applied to a minibatch's step.
   LossReport(Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, bool gathered,
-             const model::OptimizerOptions& schedule, bool losses_known)
+             const model::OptimizerOptions& schedule, bool losses_known, std::function<int64_t(int64_t)> rate_step)
       : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
-        gathered_(gathered), losses_known_(losses_known), schedule_(schedule), start_ms_(wall_ms()) {}
+        gathered_(gathered), losses_known_(losses_known), schedule_(schedule), rate_step_(std::move(rate_step)),
+        start_ms_(wall_ms()) {}
   bool losses_known() const { return losses_known_; }
 
-  void add(int64_t minibatch, double loss) {
+  // `secs`: the training time its replica had when it ended (gathered losses, which arrive later).
+  void add(int64_t minibatch, double loss, double secs = -1) {
     if (!gathered_) {
       while (!pending_.empty() && pending_.begin()->first < minibatch) report(pending_.begin());
     }
     auto& [sum, seen] = pending_[minibatch];
     sum += loss;
     ++seen;
+    if (secs >= 0) step_secs_[minibatch] = std::max(step_secs_[minibatch], secs);
   }
   // Before the minibatch's losses are reported (its step follows its last forward).
   void add_grad_norm(int64_t minibatch, double norm) { grad_norms_[minibatch] = norm; }
@@ -79,16 +84,23 @@ class LossReport {
     last_loss_ = loss;
     ++reported_;
     double secs = train_seconds();
-    // The time its segment's training ended, where reported after it (gathered losses).
+    // Gathered losses: the time its replica ended it, else its segment's end. A pipedream
+    // segment runs to the next evaluation, and every row of an epoch carried its end (row 1 of
+    // 1,000 read 34 samples/s where the run went at 3,400).
     if (auto t = trained_secs_.upper_bound(minibatch); t != trained_secs_.end()) secs = t->second;
     trained_secs_.erase(trained_secs_.begin(), trained_secs_.upper_bound(minibatch + 1));
+    if (auto s = step_secs_.find(minibatch); s != step_secs_.end()) {
+      secs = std::min(secs, s->second);
+      step_secs_.erase(s);
+    }
+    secs = last_secs_ = std::max(secs, last_secs_);  // the replicas' clocks differ a little
     auto account = model::charged_account();
     // Samples of the minibatches trained: an asynchronous run with replicas skips a few at each
     // epoch's end, which the step numbers (positions in the data's order) count.
     StepRecord rec{minibatch + 1, minibatch / per_epoch_, loss, reported_ * batch_size_ / std::max(secs, 1e-9), -1, secs,
                    account ? account->peak() : -1};
     rec.grad_norm = grad_norm;
-    rec.lr = model::learning_rate(schedule_, minibatch);
+    rec.lr = model::learning_rate(schedule_, rate_step_(minibatch));
     rec.loss_known = losses_known_;
     progress_.step(rec);
   }
@@ -100,10 +112,12 @@ class LossReport {
   bool gathered_;
   bool losses_known_;
   model::OptimizerOptions schedule_;  // the run's learning-rate schedule (a stale stage's ramp apart)
+  std::function<int64_t(int64_t)> rate_step_;
   Pending pending_;
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
   std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
-  double start_ms_, last_loss_ = 0, eval_ms_ = 0;
+  std::map<int64_t, double> step_secs_;     // minibatch -> its replica's training time at its end (gathered)
+  double start_ms_, last_loss_ = 0, eval_ms_ = 0, last_secs_ = 0;
   std::vector<double> recent_;
 };
 
@@ -195,6 +209,10 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     double paused = wall_ms();
     if (evaluates) {
       Evaluation e = worker.evaluate(schedule, data.test, options.train.batch_size / schedule.microbatches);
+      // Every worker waits it out, its replica in the evaluation's chain or not, so the pause is
+      // common to all: a replicated stage's other replicas had paused for none, and the trace's
+      // common pauses counted the evaluations as training (40.8 ms per minibatch against 0.43).
+      transport.barrier();
       if (on_evaluated) on_evaluated(seg, e, wall_ms() - paused);
     }
     if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
@@ -230,17 +248,31 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     const std::vector<int>& last = typical.stage_workers.back();
     bool gathered = last.size() > 1;
     bool sends_losses = gathered && !run.reports && std::count(last.begin(), last.end(), transport.rank()) > 0;
+    // pipedream's replicas of the last stage step once per round, at the rate of the round's
+    // first minibatch (Worker::run): the lr column printed each minibatch's own (a one-stage
+    // pipedream on 2 workers: 0.000146 where its step applied 0.0005).
+    const int last_replicas = typical.replicas(typical.num_stages - 1);
+    const bool rounds = typical.kind == "pipedream" && last_replicas > 1;
+    auto rate_step = [&job, rounds, last_replicas](int64_t m) {
+      for (const auto& seg : job.segments)
+        if (rounds && m >= seg.first_minibatch && m < seg.first_minibatch + seg.minibatches)
+          return m - (m - seg.first_minibatch) % last_replicas;
+      return m;
+    };
     LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered, job.optimizer(),
-                      options.trace_source != "emulated");
-    std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss) pairs, to send
+                      options.trace_source != "emulated", rate_step);
+    std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss, seconds) triples, to send
     if (run.reports) {
-      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
+      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
+        losses.add(minibatch, loss, gathered ? losses.train_seconds() : -1);
+      });
       worker.set_grad_norm_callback([&](int64_t minibatch, double norm) { losses.add_grad_norm(minibatch, norm); });
     }
     if (sends_losses)
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
         mine.push_back(static_cast<double>(minibatch));
         mine.push_back(loss);
+        mine.push_back(losses.train_seconds());
       });
     // Gathered losses travel in blocks of kLossBlock segments, each waited for a block late. A flush
     // schedule's segment is one minibatch, and a list sent and waited for after each took longer
@@ -253,10 +285,10 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     std::vector<std::pair<int, std::shared_ptr<runtime::PendingTransfer>>> expected;  // (sender, its list)
     auto take_lists = [&] {
       for (auto& [from, list] : expected) {
-        torch::Tensor pairs = list->wait();
-        auto a = pairs.accessor<double, 1>();
-        PT_CHECK(pairs.size(0) == 1 + 2 * static_cast<int64_t>(a[0]), "worker ", from, " sent a malformed loss list");
-        for (int64_t i = 1; i + 1 < pairs.size(0); i += 2) losses.add(static_cast<int64_t>(a[i]), a[i + 1]);
+        torch::Tensor triples = list->wait();
+        auto a = triples.accessor<double, 1>();
+        PT_CHECK(triples.size(0) == 1 + 3 * static_cast<int64_t>(a[0]), "worker ", from, " sent a malformed loss list");
+        for (int64_t i = 1; i + 2 < triples.size(0); i += 3) losses.add(static_cast<int64_t>(a[i]), a[i + 1], a[i + 2]);
       }
       expected.clear();
       for (auto& p : sent) p->wait();
@@ -278,7 +310,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       take_lists();  // the block before's: sent a block ago
       int64_t tag = loss_tag(block++);
       if (sends_losses) {
-        mine[0] = static_cast<double>((mine.size() - 1) / 2);
+        mine[0] = static_cast<double>((mine.size() - 1) / 3);
         sent.push_back(transport.isend(torch::tensor(mine, torch::kDouble), last.front(), tag));
         mine.assign(1, 0);
       } else if (run.reports) {
