@@ -83,8 +83,9 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
   if (flags.request.profile) {
     const profile::Profile& prof = *flags.request.profile;
     int cores = job::usable_cores();
-    job::RunPrediction p = flags.model.emulated() ? job::predict_emulated_run(job, prof, flags.model.emulation.time_scale)
-                                              : job::predict_host_run(job, prof, cores, flags.transport);
+    job::RunPrediction p = flags.model.emulated()
+                               ? job::predict_emulated_run(job, prof, flags.model.emulation.time_scale, flags.transport)
+                               : job::predict_host_run(job, prof, cores, flags.transport);
     p.transport = flags.transport;
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "

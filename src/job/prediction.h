@@ -35,6 +35,7 @@ RunPrediction predict_host_run(const Job& job, const profile::Profile& profile, 
                                const std::string& transport);
 // Emulated compute waits the profile's times x time_scale, so the host's cores are no limit; its
 // links are the job's cluster (as the testbed shapes them) or, without one, memory.
-RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale);
+RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale,
+                                   const std::string& transport);
 
 }  // namespace pt::job

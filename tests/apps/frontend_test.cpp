@@ -38,18 +38,20 @@ TEST(Frontend, PlansWithoutLibTorch) {
   EXPECT_TRUE(has(r.output, "stage")) << r.output;
 }
 
-// simulate --pin-cores replays workers that outnumber the cores each on its core, as train pins
-// them: VGG-16's even split on 4 workers of 2 cores then runs its 4 stages' uneven work two to a
-// core, where one pool of cores balances them (55.7 samples/s against 80.8); without cores to
-// pin to, it says so.
-TEST(Frontend, SimulatePinsWorkersToCoresWhereAsked) {
+// simulate replays workers that outnumber the cores each on its core, as train pins them (and
+// --no-pin-cores as one pool): VGG-16's even split on 4 workers of 2 cores then runs its 4
+// stages' uneven work two to a core, where one pool of cores balances them (55.7 samples/s
+// against 80.8); --pin-cores without cores to pin to says so.
+TEST(Frontend, SimulatePinsWorkersToCoresUnlessTold) {
   const std::string base = kRealised + " simulate --profile " + PT_SOURCE_DIR +
                            "/data/profiles/vgg16.json --workers 4 --bandwidth-gbps 10 --schedule 1f1b";
   auto throughput = [](const std::string& out) {
     size_t at = out.find("throughput");
     return at == std::string::npos ? -1.0 : std::stod(out.substr(out.find_first_of("0123456789", at)));
   };
-  Outcome pool = shell(base + " --cores 2"), pinned = shell(base + " --cores 2 --pin-cores");
+  Outcome pool = shell(base + " --cores 2 --no-pin-cores"), pinned = shell(base + " --cores 2 --pin-cores");
+  Outcome fallback = shell(base + " --cores 2");
+  EXPECT_EQ(throughput(fallback.output), throughput(pinned.output)) << fallback.output;
   ASSERT_EQ(pool.exit_code, 0) << pool.output;
   ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
   EXPECT_GT(throughput(pinned.output), 0) << pinned.output;

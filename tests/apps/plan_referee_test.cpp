@@ -529,6 +529,14 @@ TEST(PlanReferee, WorkersSharingAHostsCoresArePlannedOnThem) {
   double own_dp = own_plan["predicted"]["data_parallel_ms_per_minibatch"].get<double>();
   double shared_dp = shared_plan["predicted"]["data_parallel_ms_per_minibatch"].get<double>();
   EXPECT_GT(shared_dp, 1.5 * own_dp) << "data parallelism replayed on the shared cores, not its closed form";
+  // At 1 Gbit/s a pipeline whose stages share the cores unevenly: simulate pins them as plan
+  // replayed them (it replayed one pool: 230.7 ms against the plan's 265.9).
+  std::string slow = ::testing::TempDir() + "shared_cores_slow.cluster.json";
+  std::ofstream(slow) << R"({"format": "pipetrain.cluster/1", "levels": [{"name": "host", "fan_out": 4, "bandwidth_gbps": 1}],
+                             "host_cores": 2})";
+  auto [slow_plan, slow_ms] = plan_then_simulate(path, "", " --cluster " + slow, ::testing::TempDir() + "shared_slow.plan.json");
+  ASSERT_TRUE(slow_plan.contains("predicted"));
+  EXPECT_NEAR(slow_ms / slow_plan["predicted"]["pipeline_ms_per_minibatch"].get<double>(), 1.0, 1e-6);
 }
 
 // `plan --top K --save-top DIR` writes the K best candidates as plan files, the first the chosen
