@@ -158,11 +158,7 @@ TEST(Job, EmulatedThreadsCrossNoClusterLinks) {
   auto data = model::synthetic_data(*m, 256, 16, 10, 5);
   profile::Profile prof = testing::unit_profile(*m);
   PipelineOptions o;
-  o.schedule = "1f1b";
-  o.microbatches = 4;
-  o.train.batch_size = 32;
-  o.train.steps = 8;
-  o.train.quiet = true;
+  o.schedule = "1f1b", o.microbatches = 4, o.train.batch_size = 32, o.train.steps = 8, o.train.quiet = true;
   Job in_memory = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
   o.cluster = plan::Cluster::flat(2, 0.001);  // 1 Mbit/s
   Job slow = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
