@@ -101,12 +101,22 @@ int run_simulate(SimulateFlags flags) {
   schedule::Schedule s = flags.schedule_file.empty() ? schedule::make_schedule(flags.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, flags.schedule_file);
   std::string kind = flags.schedule_file.empty() ? flags.kind : flags.schedule_file;
+  // Named as train names it: the simulator's own refusal named neither file.
+  const std::string plan_source = !flags.plan.empty()            ? flags.plan
+                                  : !flags.schedule_file.empty() ? flags.schedule_file
+                                                                 : std::string("the even split");
+  if (cluster.workers() < s.num_workers())
+    throw ConfigError(str(flags.cluster.file.empty() ? "--workers " + flags.cluster.workers : flags.cluster.file,
+                          ": the cluster has ", cluster.workers(), " workers but ", plan_source, " under ", kind,
+                          " uses ", s.num_workers()));
   // A microbatch is a share of the minibatch's samples, as train splits it (dp's too, among its
   // workers): 1000 microbatches of a batch of 16 simulated at 3.3 samples/s, and dp's 6 of a
   // batch of 128 at 21.33 samples each, which train refuses.
   if (prof.batch_size % s.microbatches != 0)
     throw ConfigError(str(s.microbatches, " microbatches (",
-                          flags.schedule_file.empty() ? "--microbatches" : "--schedule-file " + flags.schedule_file,
+                          !flags.schedule_file.empty()                                 ? "--schedule-file " + flags.schedule_file
+                          : flags.microbatches_flag->count() == 0 && plan.microbatches > 0 ? flags.plan + "'s field 'microbatches'"
+                                                                                            : std::string("--microbatches"),
                           ") do not divide the batch of ", prof.batch_size, " (",
                           !flags.plan.empty() && plan.batch_size > 0 ? flags.plan : flags.profile, "): train refuses it"));
   // It ran 1 without a word (train notes it alike).

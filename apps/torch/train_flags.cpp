@@ -56,10 +56,10 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
   flags->model.add_emulation_to(app);
   // Bounded so that 1e20 is refused rather than read as INT64_MAX.
   app.add_option("--epochs", t.epochs, "Passes over the training set")
-      ->check(CLI::Range(int64_t{0}, int64_t{1000000000}))
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000000}))
       ->capture_default_str();
   flags->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)")
-                      ->check(CLI::Range(int64_t{0}, int64_t{1000000000000}));
+                      ->check(CLI::Range(int64_t{1}, int64_t{1000000000000}));
   flags->batch_size_flag = app.add_option("--batch-size", t.batch_size,
                                           "Minibatch size (where not given: a plan's batch, or an emulated run's profile's)")
                            ->capture_default_str();

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "model/optimizer.h"
 #include "plan/plan_table.h"
 #include "plan/split_ties.h"
 
@@ -15,12 +16,13 @@ namespace {
 // cosine schedule laid over another step count jumps where it resumes).
 void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::string& from,
                            const model::OptimizerOptions& now, int64_t total) {
-  std::string changed;
-  auto differ = [&](const std::string& what, const std::string& was, const std::string& is) {
-    if (was != is) changed += str(changed.empty() ? "" : "; ", what, " ", was, " -> ", is);
+  std::string changed, rates;
+  auto differ = [&](const std::string& what, const std::string& was, const std::string& is, std::string* into = nullptr) {
+    std::string& list = into ? *into : changed;
+    if (was != is) list += str(list.empty() ? "" : "; ", what, " ", was, " -> ", is);
   };
   auto number = [](double v) { return str(v); };
-  differ("lr", number(cm.lr), number(now.lr));
+  differ("lr", number(cm.lr), number(now.lr), &rates);
   differ("momentum", number(cm.momentum), number(now.momentum));
   differ("weight decay", number(cm.weight_decay), number(now.weight_decay));
   differ("weight decay on", cm.weight_decay_on, now.weight_decay_on);
@@ -36,8 +38,20 @@ void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::str
     auto course = [](const std::string& schedule, int64_t steps) {
       return schedule == "cosine" ? str("cosine over ", steps, " steps") : schedule;
     };
-    differ("lr schedule", course(cm.lr_schedule, cm.schedule_steps), course(now.lr_schedule, total));
-    differ("warm-up steps", str(cm.warmup_steps), str(now.warmup_steps));
+    differ("lr schedule", course(cm.lr_schedule, cm.schedule_steps), course(now.lr_schedule, total), &rates);
+    differ("warm-up steps", str(cm.warmup_steps), str(now.warmup_steps), &rates);
+  }
+  // The rates differ only where the steps trained took others than this run's would have: a
+  // cosine over 3 steps resumed over 18, all 3 inside a warm-up of 6, was said to differ where
+  // every weight equalled an uninterrupted run's.
+  if (!rates.empty()) {
+    model::OptimizerOptions was = now, is = now;
+    was.lr = cm.lr, was.warmup_steps = cm.warmup_steps, was.total_steps = cm.schedule_steps;
+    if (!cm.lr_schedule.empty()) was.lr_schedule = cm.lr_schedule;
+    is.total_steps = total;
+    bool same = true;
+    for (int64_t k = 0; k < cm.step && same; ++k) same = model::learning_rate(was, k) == model::learning_rate(is, k);
+    if (!same) changed += str(changed.empty() ? "" : "; ", rates);
   }
   if (changed.empty()) return;
   std::cerr << "note: " << from << " was trained with other optimizer settings (" << changed << "): steps "

@@ -188,7 +188,10 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                                                  : std::string("the plan");
   // The model first: a plan of another model fails the fit on some layer, which names neither.
   if (!plan.model.empty() && plan.model != m.name())
-    throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but --model is '", m.name(), "'"));
+    throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but ",
+                          options.trace_source == "emulated" ? "--profile " + r.profile_path + " profiles"
+                                                             : std::string("--model is"),
+                          " '", m.name(), "'"));
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
   if (defaulted && !data_parallel && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
