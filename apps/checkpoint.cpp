@@ -72,9 +72,12 @@ int inspect(const std::string& path) {
     }
     bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
     bool moments = !layer.variance.empty();  // adam's second moment beside its first
-    std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters  "
-              << (layer.params.empty() ? "" : moments ? "moments " : momentum ? "momentum " : "no optimizer state yet ")
-              << (layer.buffers.empty() ? "" : std::to_string(layer.buffers.size()) + " buffers ") << shapes << "\n";
+    // "layer-3  16 parameters [8] [8], momentum, 3 buffers": the shapes belong to the parameters.
+    std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters"
+              << (shapes.empty() ? "" : " " + shapes)
+              << (layer.params.empty() ? "" : moments ? ", moments" : momentum ? ", momentum" : ", no optimizer state yet")
+              << (layer.buffers.empty() ? "" : str(", ", layer.buffers.size(), layer.buffers.size() == 1 ? " buffer" : " buffers"))
+              << "\n";
     params += n;
     bytes += f.bytes;
   }

@@ -38,6 +38,10 @@ int run_compare(CompareFlags& flags) {
   schedule::check_schedule_options(flags.options);
   if (flags.chunks != 0 && (flags.chunks < 2 || flags.chunks > schedule::kMaxChunks))
     throw UsageError(str("--chunks: must be in 2..", schedule::kMaxChunks, ", got ", flags.chunks));
+  // Every pipeline row would be skipped as if no configuration ran, where the count is the reason.
+  if (flags.microbatches_given && prof.batch_size % flags.options.microbatches != 0)
+    throw ConfigError(str(flags.options.microbatches, " microbatches (--microbatches) do not divide the batch of ",
+                          prof.batch_size, " (", flags.profile, "): train refuses it"));
   referee::ComparisonOptions options;
   options.schedule = flags.options;
   options.microbatches_given = flags.microbatches_given;

@@ -209,7 +209,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
 }
 
 std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only(const model::LayerSet& held) const {
-  torch::manual_seed(seed);  // what else draws from the global generator (dropout) follows --seed too
+  torch::manual_seed(seed);  // what else draws from the global generator follows --seed too (dropout has its own streams)
   if (profile_) return profile::build_emulated_model(*profile_, emulation, held);
   std::shared_ptr<model::LayeredModel> m;
   if (model::is_model_file(model)) {

@@ -212,12 +212,19 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                    << "; training with --batch-size " << options.train.batch_size
                    << ", so its predicted throughput does not apply\n";
   }
-  // The microbatches must divide the batch: where the plan file gave either, say so
+  // The microbatches must divide the batch: where the plan file or a default gave either, say so
   // (check_pipeline_options names the flags, which the user may not have given).
   bool file_microbatches = plan.microbatches > 0 && !r.microbatches_given && r.schedule_file.empty();
+  bool default_microbatches = !r.microbatches_given && r.schedule_file.empty();
   bool file_batch = plan.batch_size > 0 && !r.batch_size_given;
-  if ((file_microbatches || file_batch) && options.microbatches > 0 &&
+  if ((file_microbatches || default_microbatches || file_batch) && options.microbatches > 0 &&
       options.train.batch_size % options.microbatches != 0) {
+    std::string divisors;
+    for (int64_t d = 1, found = 0; d <= options.train.batch_size && found <= 8; ++d) {
+      if (options.train.batch_size % d != 0) continue;
+      divisors += found ? ", " : "";
+      divisors += ++found > 8 ? std::string("...") : std::to_string(d);
+    }
     auto from = [&](bool file, bool given, const char* field, const char* flag) {
       return file ? str(source, "'s field '", field, "'") : given ? str(flag) : str(flag, "'s default");
     };
@@ -225,7 +232,8 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                           from(file_microbatches, r.microbatches_given || !r.schedule_file.empty(), "microbatches",
                                r.schedule_file.empty() ? "--microbatches" : "--schedule-file"),
                           ") do not divide the batch of ", options.train.batch_size, " (",
-                          from(file_batch, r.batch_size_given, "batch_size", "--batch-size"), ")"));
+                          from(file_batch, r.batch_size_given, "batch_size", "--batch-size"),
+                          "); give --microbatches one of its divisors: ", divisors));
   }
   // The plan's bucket, where the planner chose one, unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && !r.bucket_given ? plan.bucket_mb : r.bucket_mb;

@@ -21,30 +21,49 @@ uint64_t layer_seed(uint64_t seed, int layer) {
   return z ^ (z >> 31);
 }
 
-// LibTorch's modules draw their initial weights from the global generator: it is seeded for the
-// layer while the layer is built (one layer at a time in the process), then given back its state,
-// so building a layer leaves every other draw as it was.
-torch::nn::Sequential seeded(const LayerMaker& make, uint64_t seed, int layer) {
-  static std::mutex building;
-  std::lock_guard<std::mutex> lock(building);
+// LibTorch's modules draw from the process's one generator (initial weights, dropout masks): a
+// layer is built, and a layer with a stream of its own runs, with the generator lent that
+// layer's state (one at a time in the process), then given back its own, so every other draw
+// stays as it was. `state` is set before `run` and holds the layer's state after it.
+template <typename Run>
+auto with_generator_state(at::Tensor& state, Run run) {
+  static std::mutex lending;
+  std::lock_guard<std::mutex> lock(lending);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
-  at::Tensor state;
+  at::Tensor own;
   {
     std::lock_guard<std::mutex> g(gen.mutex());
-    state = gen.get_state();
-    gen.set_current_seed(layer_seed(seed, layer));
-  }
-  torch::nn::Sequential out;
-  try {
-    out = make();
-  } catch (...) {
-    std::lock_guard<std::mutex> g(gen.mutex());
+    own = gen.get_state();
     gen.set_state(state);
-    throw;
   }
-  std::lock_guard<std::mutex> g(gen.mutex());
-  gen.set_state(state);
-  return out;
+  struct GiveBack {
+    at::Generator& gen;
+    at::Tensor& state;
+    at::Tensor& own;
+    ~GiveBack() {
+      std::lock_guard<std::mutex> g(gen.mutex());
+      state = gen.get_state();
+      gen.set_state(own);
+    }
+  } give_back{gen, state, own};
+  return run();
+}
+
+// A generator's state seeded by `seed`.
+at::Tensor seeded_state(uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return gen.get_state();
+}
+
+// Initial weights: layer i's from a generator seeded by (seed, i).
+torch::nn::Sequential seeded(const LayerMaker& make, uint64_t seed, int layer) {
+  at::Tensor state = seeded_state(layer_seed(seed, layer));
+  return with_generator_state(state, make);
+}
+
+// A layer's random draws in training: stream `stream` of (seed, layer), apart from its weights'.
+at::Tensor random_stream(uint64_t seed, int layer, int stream) {
+  return seeded_state(layer_seed(seed + 0xD1B54A32D192ED03ULL * (static_cast<uint64_t>(stream) + 1), layer));
 }
 
 }  // namespace
@@ -79,7 +98,25 @@ void LayeredModel::add(std::string name, LayerMaker make, torch::nn::Sequential 
   int index = num_layers();
   torch::nn::Sequential module{nullptr};
   if (held_.contains(index)) module = built ? built : seeded(make, seed_, index);
-  layers_.push_back({std::move(name), std::move(module), std::move(inputs), std::move(make)});
+  at::Tensor random_state = module && draws_random(*module) ? random_stream(seed_, index, 0) : at::Tensor();
+  layers_.push_back({std::move(name), std::move(module), std::move(inputs), std::move(make), std::move(random_state)});
+}
+
+void LayeredModel::set_random_stream(int stream) {
+  for (int i = 0; i < num_layers(); ++i)
+    if (layers_[i].random_state.defined()) layers_[i].random_state = random_stream(seed_, i, stream);
+}
+
+bool draws_random(const torch::nn::Module& module) {
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    if (const auto* r = dynamic_cast<const RandomDrawing*>(m.get())) {
+      if (r->draws_random()) return true;
+    } else if (m->as<torch::nn::Dropout>() || m->as<torch::nn::Dropout2d>() || m->as<torch::nn::Dropout3d>() ||
+               m->as<torch::nn::AlphaDropout>() || m->as<torch::nn::FeatureAlphaDropout>() || m->as<torch::nn::RReLU>()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void LayeredModel::add(std::string name, torch::nn::Sequential module) {
@@ -103,8 +140,11 @@ torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
   PT_CHECK(first >= 0 && first <= last && last <= num_layers(), first, "..", last);
   ComputeScope scope(precision_);
   for (int i = first; i < last; ++i) {
-    if (layers_[i].module) {
-      x = layers_[i].module->forward(x);
+    Layer& l = layers_[i];
+    if (l.module && l.random_state.defined() && is_training_) {
+      x = with_generator_state(l.random_state, [&] { return l.module->forward(x); });
+    } else if (l.module) {
+      x = l.module->forward(x);
     } else {
       torch::nn::Sequential built = make_layer(i);
       built->train(is_training_);

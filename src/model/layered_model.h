@@ -62,11 +62,24 @@ class LayerSet {
 
 using LayerMaker = std::function<torch::nn::Sequential()>;
 
+// A layer module that knows whether its forward draws random numbers (an imported layer reads
+// its graph); LibTorch's own dropout modules are recognised by type (draws_random below).
+class RandomDrawing {
+ public:
+  virtual ~RandomDrawing() = default;
+  virtual bool draws_random() const = 0;
+};
+// Whether `module`'s forward in training draws random numbers (dropout): such a layer gets a
+// generator stream of its own (LayeredModel::forward).
+bool draws_random(const torch::nn::Module& module);
+
 struct Layer {
   std::string name;
   torch::nn::Sequential module{nullptr};  // every layer is a Sequential: uniform, cloneable; null where not held
   std::vector<int> inputs;
   LayerMaker make;  // builds the layer afresh, with its initial weights
+  // Its own generator's state where its forward draws random numbers (dropout), else undefined.
+  torch::Tensor random_state;
 };
 
 class LayeredModel {
@@ -151,6 +164,13 @@ class LayeredModel {
   // How many there are in the model, held or not (a layer not held is built to count them).
   int64_t deferrable_batch_norms() const;
   void train(bool on = true);  // the held layers
+  // Random draws (dropout masks) come from a stream per layer and `stream`, seeded by (seed,
+  // layer, stream), never from the process's one generator: the workers of a threads run drew
+  // from it in the order their threads reached it (weights 13-35% apart from run to run), and
+  // every gloo process drew the same masks on every stage and replica. So a layer draws the same
+  // masks whichever stage holds it, on threads or processes; a replicated stage's replicas give
+  // their replica index as `stream` (0: the default) and draw apart.
+  void set_random_stream(int stream);
 
  private:
   const Layer& held_layer(int i) const;  // a check names the layer when it is not held

@@ -87,8 +87,8 @@ void Optimizer::predict(std::vector<torch::Tensor>& weights, int64_t steps, int6
   }
 }
 
-torch::Tensor Optimizer::state(const FlatParameters::Slot& s, int which) const {
-  if (!has_state_ || which >= static_cast<int>(state_.size())) return {};
+torch::Tensor Optimizer::state(const FlatParameters::Slot& s, int which, bool storage) const {
+  if ((!has_state_ && !storage) || which >= static_cast<int>(state_.size())) return {};
   return state_[which][s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
 }
 

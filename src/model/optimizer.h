@@ -83,7 +83,8 @@ class Optimizer {
   // One parameter's state `which` (0: sgd's momentum or adam's first moment, 1: adam's second),
   // a view of the live state (the next step changes it); undefined before the first step, as
   // torch reports it.
-  torch::Tensor state(const FlatParameters::Slot& s, int which) const;
+  // `storage`: the view even before the first step (zeros), where a checkpoint loads into.
+  torch::Tensor state(const FlatParameters::Slot& s, int which, bool storage = false) const;
   // Loads one parameter's state `which` (checkpoints); undefined means none yet (zeros).
   void set_state(const FlatParameters::Slot& s, int which, const torch::Tensor& m);
   // adam's steps so far (its bias corrections'); a checkpoint carries it.

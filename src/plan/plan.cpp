@@ -1,5 +1,6 @@
 #include "plan/plan.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -265,6 +266,14 @@ void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::str
       throw ConfigError(str(plan_source, ": the plan was made for layers sharing parameters ", text(p.ties),
                             " but in '", prof.model, "' the layers sharing parameters are ", text(model_ties)));
   }
+  // Layers past the plan's last: a plan (or schedule file) made for a shorter model.
+  int planned = 0;
+  for (const auto& st : p.stages)
+    for (int l : st.layers) planned = std::max(planned, l + 1);
+  if (std::find(stage_of.begin(), stage_of.begin() + std::min(planned, n), -1) == stage_of.begin() + std::min(planned, n) &&
+      planned < n)
+    throw ConfigError(str(plan_source, ": its stages hold layers 0..", planned - 1, " but the profile of '", prof.model,
+                          "' has ", n, " layers (0..", n - 1, "): it was made for another model"));
   for (int l = 0; l < n; ++l) {
     if (stage_of[l] == -1)
       throw ConfigError(str(plan_source, ": layer ", l, " (", prof.layers[l].name, ") is in no stage"));

@@ -295,7 +295,15 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
   }
   if (r.ranked.empty())
     throw ConfigError(str("no configuration fits ", human_bytes(static_cast<double>(joint.memory_cap)),
-                          " per worker: the smallest of ", r.considered, " needs ",
+                          " per worker",
+                          // The user gave the whole cap: name it and what calibrate took off it.
+                          cluster.process_bytes > 0
+                              ? str(" (the tensors' share of the ",
+                                    human_bytes(static_cast<double>(joint.memory_cap + cluster.process_bytes)),
+                                    " cap, less the process's ", human_bytes(static_cast<double>(cluster.process_bytes)),
+                                    " as calibrate measured it)")
+                              : std::string(),
+                          ": the smallest of ", r.considered, " needs ",
                           human_bytes(static_cast<double>(r.smallest_peak)), " (recomputing where that helps)"));
   return r.ranked.front();
 }

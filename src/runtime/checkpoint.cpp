@@ -120,10 +120,12 @@ TensorRecord head_of(const torch::Tensor& t) {
   return r;
 }
 
-torch::Tensor read_tensor(const TensorFileReader& file, const TensorRecord& r) {
+torch::Tensor read_tensor(const TensorFileReader& file, const TensorRecord& r, const torch::Tensor& into = {}) {
   for (const auto& d : kDtypes)
     if (r.dtype == d.name) {
-      auto t = torch::empty(r.shape, torch::TensorOptions().dtype(d.type));
+      bool in_place = into.defined() && into.is_contiguous() && into.device().is_cpu() &&
+                      into.scalar_type() == d.type && into.sizes().equals(r.shape);
+      auto t = in_place ? into : torch::empty(r.shape, torch::TensorOptions().dtype(d.type));
       file.read(r.name, t.data_ptr());
       return t;
     }
@@ -156,15 +158,20 @@ void write_layer_state(const std::string& path, const LayerState& s) {
   write_tensor_file_atomic(path, heads, bytes);
 }
 
-LayerState read_layer_state(const std::string& path) {
+LayerState read_layer_state(const std::string& path, const LayerState* into) {
   TensorFileReader file(path);
   LayerFile f = layer_file_of(file.records(), path);
+  auto at = [&](const std::vector<torch::Tensor> LayerState::*part, size_t k) {
+    return into && k < (into->*part).size() ? (into->*part)[k] : torch::Tensor();
+  };
   LayerState s;
-  for (const auto& p : f.params) s.params.push_back(read_tensor(file, p));
-  for (const auto& m : f.momentum) s.momentum.push_back(m ? read_tensor(file, *m) : torch::Tensor());
-  for (const auto& v : f.variance) s.variance.push_back(v ? read_tensor(file, *v) : torch::Tensor());
+  for (size_t k = 0; k < f.params.size(); ++k) s.params.push_back(read_tensor(file, f.params[k], at(&LayerState::params, k)));
+  for (size_t k = 0; k < f.momentum.size(); ++k)
+    s.momentum.push_back(f.momentum[k] ? read_tensor(file, *f.momentum[k], at(&LayerState::momentum, k)) : torch::Tensor());
+  for (size_t k = 0; k < f.variance.size(); ++k)
+    s.variance.push_back(f.variance[k] ? read_tensor(file, *f.variance[k], at(&LayerState::variance, k)) : torch::Tensor());
   if (f.optimizer_steps) s.optimizer_steps = read_tensor(file, *f.optimizer_steps).item<int64_t>();
-  for (const auto& b : f.buffers) s.buffers.push_back(read_tensor(file, b));
+  for (size_t k = 0; k < f.buffers.size(); ++k) s.buffers.push_back(read_tensor(file, f.buffers[k], at(&LayerState::buffers, k)));
   return s;
 }
 
@@ -174,20 +181,23 @@ Checkpointer::Checkpointer(CheckpointOptions options, CheckpointManifest base, c
       stage_workers_(typical.stage_workers),
       stage_layers_(typical.stage_layers) {}
 
-namespace {
-
-// The first tensor of `s` that is not all finite ("param.0", "momentum.2", "buffer.1"), or "".
-std::string non_finite(const LayerState& s) {
+std::string first_non_finite(const LayerState& s) {
   for (const auto& [tensors, kind] : {std::pair{&s.params, "param"}, std::pair{&s.momentum, "momentum"},
                                       std::pair{&s.variance, "variance"}, std::pair{&s.buffers, "buffer"}})
     for (size_t k = 0; k < tensors->size(); ++k) {
       const torch::Tensor& t = (*tensors)[k];
-      if (t.defined() && t.is_floating_point() && !torch::isfinite(t).all().item<bool>()) return str(kind, ".", k);
+      if (!t.defined() || !t.is_floating_point()) continue;
+      // A piece at a time: isfinite over a whole tensor makes its |t| and two masks, 1.5x a
+      // float tensor (a 64 MiB weight added 96 MiB to a worker's peak at each checkpoint).
+      constexpr int64_t kPiece = 1 << 18;
+      torch::Tensor flat = t.reshape({-1});
+      for (int64_t at = 0; at < flat.numel(); at += kPiece)
+        if (!torch::isfinite(flat.narrow(0, at, std::min(kPiece, flat.numel() - at))).all().item<bool>())
+          return str(kind, ".", k);
     }
   return "";
 }
 
-}  // namespace
 
 void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   fs::path root(options_.dir);
@@ -220,7 +230,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
       // A diverged run writes no checkpoint: with `keep` it would rotate out the last good ones
       // (a run at --lr 100 kept only steps 10 and 12, both NaN, and resuming was refused), and
       // with --overwrite remove the previous run's. The job stops here, the folder as it was.
-      std::string bad = non_finite(state);
+      std::string bad = first_non_finite(state);
       if (!bad.empty())
         throw RuntimeFailure(str("training diverged by step ", step, ": layer ", layer, "'s ", bad,
                                  " holds NaN or infinite values; no checkpoint written for this step, ",
@@ -296,10 +306,11 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& typical, const st
       std::string path = (fs::path(checkpoint) / f.name).string();
       // Its size and checksum were verified with the manifest (start_checkpoints); a file changed
       // since is a FormatError naming it, from the reader's own checks of its header and length.
-      LayerState state = read_layer_state(path);
+      LayerState in_place = rep->layer_state(layer, /*storage=*/true);
+      LayerState state = read_layer_state(path, &in_place);
       // A diverged run's weights would train on as NaN and end "final loss nan", exit 0. (save()
       // writes none, but a checkpoint of an older pipetrain may hold them.)
-      std::string bad = non_finite(state);
+      std::string bad = first_non_finite(state);
       if (!bad.empty())
         throw FormatError(str(path, ": ", bad, " holds NaN or infinite values (a checkpoint of a run that diverged); "
                               "resume an earlier checkpoint or start afresh"));

@@ -42,7 +42,13 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options);
 // for a buffer not yet created), and back. Both go a tensor at a time between the file and the
 // tensors, holding no copy of the file: a checkpoint costs no memory beyond the state.
 void write_layer_state(const std::string& path, const LayerState& s);
-LayerState read_layer_state(const std::string& path);
+// `into`, where given, is where the layer lives (StageReplica::layer_state with storage): a
+// tensor of the same shape and dtype there is read into in place and returned, so a resume
+// holds no second copy of a layer (it held one: +128 MiB for a 64 MiB weight and its momentum).
+LayerState read_layer_state(const std::string& path, const LayerState* into = nullptr);
+// The first tensor of `s` that is not all finite ("param.0", "momentum.2", "buffer.1"), or "",
+// looked for a piece at a time (no temporary the size of a tensor).
+std::string first_non_finite(const LayerState& s);
 
 // Writes checkpoints for one worker; every worker of the job calls save() at the same steps
 // (it is collective: the workers meet in barriers over the transport). Worker 0 leads: it

@@ -311,7 +311,7 @@ size_t StageReplica::param_offset(int layer) const {
   return offset;
 }
 
-LayerState StageReplica::layer_state(int layer) const {
+LayerState StageReplica::layer_state(int layer, bool storage) const {
   PT_CHECK(in_flight_.empty(), "a checkpoint needs a drained pipeline, but ", in_flight_.size(),
            " microbatches are in flight");
   size_t offset = param_offset(layer), n = model_->layer_parameters(layer).size();
@@ -320,9 +320,9 @@ LayerState StageReplica::layer_state(int layer) const {
     s.params.push_back(params_[i].detach());
     for (int which = 0; which < (optimizer_.options().adam() ? 2 : 1); ++which)
       (which == 0 ? s.momentum : s.variance)
-          .push_back(owner_[i]                ? owner_[i]->state_of(params_[i], which)
+          .push_back(owner_[i]                ? (storage ? torch::Tensor() : owner_[i]->state_of(params_[i], which))
                      : slot_of_[i] == kNoSlot ? torch::Tensor()  // frozen: none, as before a first step
-                                              : optimizer_.state(flat_->slots()[slot_of_[i]], which));
+                                              : optimizer_.state(flat_->slots()[slot_of_[i]], which, storage));
   }
   if (optimizer_.options().adam()) s.optimizer_steps = optimizer_.steps_taken();
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach());

@@ -73,7 +73,9 @@ class StageReplica {
   // Checkpoints, at a drained boundary (nothing in flight): the newest weights and momentum
   // of model layer `layer`, which this replica must hold, as views of the live tensors (no copy
   // of a stage's state; the next step changes them); loading checks the shapes.
-  LayerState layer_state(int layer) const;
+  // `storage`: the optimizer's state where it will live even before a first step, which a
+  // resume reads the checkpoint's straight into (a borrowed tie's is its holder's to load).
+  LayerState layer_state(int layer, bool storage = false) const;
   void load_layer_state(int layer, const LayerState& s, const std::string& source);
   int first_layer() const { return first_; }
   int last_layer() const { return last_; }  // exclusive

@@ -46,6 +46,7 @@ fs::path write_checkpoint(const fs::path& dir, float bad) {
     runtime::LayerFile f;
     f.params.push_back(floats("param.0", {1, 2, 3}));
     f.momentum.push_back(floats("momentum.0", {0, l == 1 && bad != 0 ? bad : 0.5f, 0}));
+    if (l == 1) f.buffers = {floats("running_mean", {0, 0, 0}), floats("running_var", {1, 1, 1})};
     std::string name = "layer-" + std::to_string(l) + ".tensors", bytes = runtime::layer_file_bytes(f);
     write_text_file_atomic((step / name).string(), bytes);
     m.files.push_back({name, l, static_cast<int64_t>(bytes.size()), runtime::crc32_of(bytes)});
@@ -64,6 +65,9 @@ TEST(CheckpointInspect, NamesATensorHoldingNanOrInfinity) {
   auto sound = inspect(write_checkpoint(dir / "sound", 0));
   EXPECT_EQ(sound.exit_code, 0) << sound.output;
   EXPECT_NE(sound.output.find("total 6 parameters"), std::string::npos) << sound.output;
+  // Each layer's line: its parameters' count and shapes, then its optimizer state and buffers.
+  EXPECT_NE(sound.output.find("3 parameters [3], momentum\n"), std::string::npos) << sound.output;
+  EXPECT_NE(sound.output.find("3 parameters [3], momentum, 2 buffers\n"), std::string::npos) << sound.output;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     fs::path step = write_checkpoint(dir / (std::isnan(bad) ? "nan" : "inf"), bad);
     auto r = inspect(step);

@@ -76,6 +76,22 @@ TEST(CliErrors, MicrobatchCounts) {
   for (const char* kind : {"dp", "1f1b"})
     expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --microbatches 3 --schedule " + kind,
                     1, {"3 microbatches (--microbatches) do not divide the batch of 8 (" + profile + ")"});
+  // compare says so once, where it skipped every pipeline schedule as if none could run.
+  expect_rejected("compare --profile " + profile + " --workers 2 --bandwidth-gbps 1 --microbatches 3", 1,
+                  {"3 microbatches (--microbatches) do not divide the batch of 8 (" + profile + "): train refuses it"});
+}
+
+// A cap no configuration fits names the cap given and what the process takes off it (it named
+// only the tensors' share, a figure the user never typed).
+TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
+  std::string profile = write("cap.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 8, "layers": [
+      {"name": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1048576, "parameter_bytes": 104857600},
+      {"name": "b", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1048576, "parameter_bytes": 104857600}]})");
+  std::string cluster = write("cap_cluster.json", R"({"format": "pipetrain.cluster/1", "process_bytes": 104857600,
+      "levels": [{"fan_out": 2, "bandwidth_gbps": 10}]})");
+  expect_rejected("plan --profile " + profile + " --cluster " + cluster + " --memory 300MiB", 1,
+                  {"no configuration fits 200.0 MiB per worker (the tensors' share of the 300.0 MiB cap, less the "
+                   "process's 100.0 MiB as calibrate measured it): the smallest of"});
 }
 
 TEST(CliErrors, StagesChunksAndWorkers) {
@@ -127,7 +143,7 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
       {"layers": [0, 1, 2], "replicas": 1}]})");
   expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=1 PIPETRAIN_LAUNCH_PLAN=$$:" + bad + " " + PT_BINARY_DIR +
                       "/pipetrain " + kTrain + "--schedule 1f1b --transport gloo 2>&1; exit $?",
-                  1, {bad, "is in no stage"});
+                  1, {bad, "its stages hold layers 0..2 but the profile of", "it was made for another model"});
   // A process the environment counts as one of several never trains alone (it did, and exited 0:
   // under mpirun a forgotten --plan gave separate trainings), whichever launcher set it.
   for (const char* env : {"RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999",

@@ -594,6 +594,16 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
   std::tie(rc, out) = train({"--microbatches", "3", "--batch-size", "64"});
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--microbatches: 3 does not divide --batch-size 64"), std::string::npos) << out;
+  // The default count, which the user did not give, is named as the default, with what divides.
+  rc = run({"train", "--data", "synthetic", "--synthetic-samples", "64", "--steps", "1", "--quiet", "--stages", "2",
+            "--batch-size", "10"},
+           log);
+  out = slurp(log);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("4 microbatches (--microbatches's default) do not divide the batch of 10 (--batch-size); give "
+                     "--microbatches one of its divisors: 1, 2, 5, 10"),
+            std::string::npos)
+      << out;
 }
 
 // A checkpoint resumed under other optimizer settings says which, with both values: a cosine

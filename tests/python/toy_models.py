@@ -183,3 +183,10 @@ def wide_mlp(width=2048, depth=8, classes=10):
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.ReLU()]
     return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def dropout_mlp():
+    """Two dropouts, one on each side of any split into two stages."""
+    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Dropout(0.5), nn.Linear(32, 32), nn.ReLU(),
+                         nn.Linear(32, 32), nn.Tanh(), nn.Dropout(0.3), nn.Linear(32, 32), nn.ReLU(),
+                         nn.Linear(32, 5))

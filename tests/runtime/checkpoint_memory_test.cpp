@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "core/host_allocator.h"
@@ -70,6 +71,25 @@ TEST(CheckpointMemory, ALayerIsWrittenAndReadWithoutACopyOfItsFile) {
   EXPECT_FALSE(back.momentum[1].defined());
   EXPECT_TRUE(torch::equal(back.variance[1], s.variance[1]));
   EXPECT_EQ(back.optimizer_steps, 7);
+  // Read where a resumed stage's state lives: in place, no second copy (it held one).
+  LayerState into;
+  for (const auto& p : s.params) into.params.push_back(torch::zeros_like(p));
+  into.momentum = {torch::zeros_like(s.momentum[0]), torch::Tensor()};
+  for (const auto& v : s.variance) into.variance.push_back(torch::zeros_like(v));
+  LayerState placed;
+  int64_t in_place = rss_rise_during([&] { placed = read_layer_state(file.string(), &into); });
+  EXPECT_LT(in_place, state / 8) << "reading " << state << " bytes of state in place raised the RSS by " << in_place;
+  EXPECT_TRUE(placed.params[0].is_same(into.params[0]));
+  EXPECT_TRUE(torch::equal(into.params[0], s.params[0]));
+  EXPECT_TRUE(torch::equal(into.momentum[0], s.momentum[0]));
+  EXPECT_TRUE(torch::equal(into.variance[0], s.variance[0]));
+  // Looking for NaN raises the RSS by a piece, not by a tensor's |t| and masks (1.5x it).
+  std::string bad;
+  int64_t checked = rss_rise_during([&] { bad = first_non_finite(s); });
+  EXPECT_EQ(bad, "");
+  EXPECT_LT(checked, state / 8) << "checking " << state << " bytes of state for NaN raised the RSS by " << checked;
+  s.variance[0][12345] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(first_non_finite(s), "variance.0");
   fs::remove(file);
 }
 
