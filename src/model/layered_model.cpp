@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/host_allocator.h"
+#include "model/random_draws.h"
 
 namespace pt::model {
 
@@ -107,17 +108,6 @@ void LayeredModel::set_random_stream(int stream) {
     if (layers_[i].random_state.defined()) layers_[i].random_state = random_stream(seed_, i, stream);
 }
 
-bool draws_random(const torch::nn::Module& module) {
-  for (const auto& m : module.modules(/*include_self=*/true)) {
-    if (const auto* r = dynamic_cast<const RandomDrawing*>(m.get())) {
-      if (r->draws_random()) return true;
-    } else if (m->as<torch::nn::Dropout>() || m->as<torch::nn::Dropout2d>() || m->as<torch::nn::Dropout3d>() ||
-               m->as<torch::nn::AlphaDropout>() || m->as<torch::nn::FeatureAlphaDropout>() || m->as<torch::nn::RReLU>()) {
-      return true;
-    }
-  }
-  return false;
-}
 
 void LayeredModel::add(std::string name, torch::nn::Sequential module) {
   add(std::move(name), [module] { return module; }, module);

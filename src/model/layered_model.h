@@ -62,17 +62,6 @@ class LayerSet {
 
 using LayerMaker = std::function<torch::nn::Sequential()>;
 
-// A layer module that knows whether its forward draws random numbers (an imported layer reads
-// its graph); LibTorch's own dropout modules are recognised by type (draws_random below).
-class RandomDrawing {
- public:
-  virtual ~RandomDrawing() = default;
-  virtual bool draws_random() const = 0;
-};
-// Whether `module`'s forward in training draws random numbers (dropout): such a layer gets a
-// generator stream of its own (LayeredModel::forward).
-bool draws_random(const torch::nn::Module& module);
-
 struct Layer {
   std::string name;
   torch::nn::Sequential module{nullptr};  // every layer is a Sequential: uniform, cloneable; null where not held

@@ -5,20 +5,18 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <functional>
-#include <set>
 #include <fstream>
 #include <iostream>
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/script.h>
 
 #include "core/error.h"
 #include "core/json_doc.h"
 #include "core/tensor_file.h"
 #include "model/model_digest.h"
+#include "model/random_draws.h"
 
 namespace pt::model {
 
@@ -38,7 +36,7 @@ void interpret_plainly() { torch::jit::setGraphExecutorOptimize(false); }
 class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, public RandomDrawing {
  public:
   explicit ScriptedLayerImpl(torch::jit::Module module)
-      : module_(std::move(module)), draws_random_(graph_draws_random(module_)) {
+      : module_(std::move(module)), draws_random_(script_draws_random(module_)) {
     for (const auto& p : module_.named_parameters(/*recurse=*/true))
       register_parameter(escaped(p.name), p.value, p.value.requires_grad());
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(escaped(b.name), b.value);
@@ -117,41 +115,6 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
       if (c == '.') c = '_';
     return name;
   }
-  // Whether the forward, or a function or method it calls, calls an operator that draws random
-  // numbers: dropout's, bernoulli, rand*, normal, multinomial, the in-place samplers, rrelu. (The
-  // callees are followed here: torch::jit::Inline left F.dropout's call in place once LibTorch's
-  // graph optimisation was off, and the layer's dropout went unseen.)
-  static bool graph_draws_random(const torch::jit::Module& module) {
-    if (!module.find_method("forward")) return false;
-    static const char* kRandom[] = {"dropout", "bernoulli", "rand", "normal", "multinomial", "uniform",
-                                    "exponential", "geometric", "cauchy", "poisson", "rrelu", "binomial",
-                                    "standard_gamma", "sample_dirichlet"};
-    std::set<torch::jit::Graph*> seen;
-    std::function<bool(torch::jit::Graph&)> in_graph;
-    std::function<bool(torch::jit::Block*)> in_block = [&](torch::jit::Block* block) {
-      for (torch::jit::Node* node : block->nodes()) {
-        std::string op = node->kind().toUnqualString();
-        while (!op.empty() && op[0] == '_') op.erase(0, 1);
-        for (const char* random : kRandom)
-          if (op.find(random) != std::string::npos && op.find("renorm") == std::string::npos) return true;
-        torch::jit::Function* callee = nullptr;
-        if (node->kind() == c10::prim::CallFunction) {
-          if (auto f = node->input(0)->type()->cast<c10::FunctionType>()) callee = f->function();
-        } else if (node->kind() == c10::prim::CallMethod) {
-          if (auto c = node->input(0)->type()->cast<c10::ClassType>()) callee = c->findMethod(node->s(c10::attr::name));
-        }
-        if (callee) {
-          if (auto* g = torch::jit::tryToGraphFunction(*callee); g && in_graph(*g->graph())) return true;
-        }
-        for (torch::jit::Block* inner : node->blocks())
-          if (in_block(inner)) return true;
-      }
-      return false;
-    };
-    in_graph = [&](torch::jit::Graph& g) { return seen.insert(&g).second && in_block(g.block()); };
-    return in_graph(*module.get_method("forward").graph());
-  }
-
   torch::jit::Module module_;
   bool draws_random_;
 };

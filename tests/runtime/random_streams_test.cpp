@@ -5,6 +5,7 @@
 // masks on every stage and every replica.
 #include <gtest/gtest.h>
 
+#include "model/random_draws.h"
 #include "pipeline_test_util.h"
 
 namespace pt::runtime {
