@@ -1,6 +1,5 @@
 #include "job/job.h"
 
-#include <algorithm>
 #include <iostream>
 
 #include "core/error.h"
@@ -195,15 +194,7 @@ std::shared_ptr<model::LayeredModel> build_worker_model(const ModelFactory& fact
   release_freed_host_memory();
   model::install_memory_meter();
   model::ChargeTo charge(account);
-  auto m = factory(model::LayerSet(job.typical->worker_layers(worker)));
-  // A replica draws its own dropout masks: its index among its stage's workers.
-  for (const auto& workers : job.typical->stage_workers) {
-    auto at = std::find(workers.begin(), workers.end(), worker);
-    if (at == workers.end()) continue;
-    m->set_random_stream(static_cast<int>(at - workers.begin()));
-    break;
-  }
-  return m;
+  return factory(model::LayerSet(job.typical->worker_layers(worker)));
 }
 
 uint32_t tensor_crc32(const torch::Tensor& t) {

@@ -62,9 +62,9 @@ torch::nn::Sequential seeded(const LayerMaker& make, uint64_t seed, int layer) {
   return with_generator_state(state, make);
 }
 
-// A layer's random draws in training: stream `stream` of (seed, layer), apart from its weights'.
-at::Tensor random_stream(uint64_t seed, int layer, int stream) {
-  return seeded_state(layer_seed(seed + 0xD1B54A32D192ED03ULL * (static_cast<uint64_t>(stream) + 1), layer));
+// A layer's random draws in a forward keyed `key` (a microbatch), apart from its weights'.
+at::Tensor random_draws(uint64_t seed, int layer, int64_t key) {
+  return seeded_state(layer_seed(seed + 0xD1B54A32D192ED03ULL * (static_cast<uint64_t>(key) + 1), layer));
 }
 
 }  // namespace
@@ -99,13 +99,8 @@ void LayeredModel::add(std::string name, LayerMaker make, torch::nn::Sequential 
   int index = num_layers();
   torch::nn::Sequential module{nullptr};
   if (held_.contains(index)) module = built ? built : seeded(make, seed_, index);
-  at::Tensor random_state = module && draws_random(*module) ? random_stream(seed_, index, 0) : at::Tensor();
-  layers_.push_back({std::move(name), std::move(module), std::move(inputs), std::move(make), std::move(random_state)});
-}
-
-void LayeredModel::set_random_stream(int stream) {
-  for (int i = 0; i < num_layers(); ++i)
-    if (layers_[i].random_state.defined()) layers_[i].random_state = random_stream(seed_, i, stream);
+  bool draws = module && draws_random(*module);
+  layers_.push_back({std::move(name), std::move(module), std::move(inputs), std::move(make), draws});
 }
 
 
@@ -131,8 +126,9 @@ torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
   ComputeScope scope(precision_);
   for (int i = first; i < last; ++i) {
     Layer& l = layers_[i];
-    if (l.module && l.random_state.defined() && is_training_) {
-      x = with_generator_state(l.random_state, [&] { return l.module->forward(x); });
+    if (l.module && l.draws_random && is_training_) {
+      at::Tensor state = random_draws(seed_, i, draw_key_);
+      x = with_generator_state(state, [&] { return l.module->forward(x); });
     } else if (l.module) {
       x = l.module->forward(x);
     } else {

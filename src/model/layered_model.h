@@ -67,8 +67,7 @@ struct Layer {
   torch::nn::Sequential module{nullptr};  // every layer is a Sequential: uniform, cloneable; null where not held
   std::vector<int> inputs;
   LayerMaker make;  // builds the layer afresh, with its initial weights
-  // Its own generator's state where its forward draws random numbers (dropout), else undefined.
-  torch::Tensor random_state;
+  bool draws_random = false;  // its forward draws random numbers in training (dropout)
 };
 
 class LayeredModel {
@@ -153,13 +152,14 @@ class LayeredModel {
   // How many there are in the model, held or not (a layer not held is built to count them).
   int64_t deferrable_batch_norms() const;
   void train(bool on = true);  // the held layers
-  // Random draws (dropout masks) come from a stream per layer and `stream`, seeded by (seed,
-  // layer, stream), never from the process's one generator: the workers of a threads run drew
-  // from it in the order their threads reached it (weights 13-35% apart from run to run), and
-  // every gloo process drew the same masks on every stage and replica. So a layer draws the same
-  // masks whichever stage holds it, on threads or processes; a replicated stage's replicas give
-  // their replica index as `stream` (0: the default) and draw apart.
-  void set_random_stream(int stream);
+  // Random draws (dropout masks) come from a generator seeded by (seed, layer, key) for each
+  // forward of a layer that draws, never from the process's one generator: the workers of a
+  // threads run drew from it in the order their threads reached it (weights 13-35% apart from run
+  // to run), and every gloo process drew the same masks on every stage and replica. The runtime
+  // keys each forward by its microbatch's global index (minibatch x microbatches + microbatch), so
+  // a microbatch's masks are the same whichever stage, replica or worker runs it, whatever the
+  // order, on a resume, and in a recomputed forward.
+  void set_draw_key(int64_t key) { draw_key_ = key; }
 
  private:
   const Layer& held_layer(int i) const;  // a check names the layer when it is not held
@@ -174,6 +174,7 @@ class LayeredModel {
   bool integer_input_;
   std::vector<Layer> layers_;
   bool is_training_ = true;
+  int64_t draw_key_ = 0;
   LossFunction custom_loss_;
   Precision precision_ = Precision::kFloat32;
   std::vector<bool> exact_outputs_;  // [layer]: wire_precision; empty: none

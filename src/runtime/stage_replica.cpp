@@ -92,6 +92,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   torch::Tensor out;
   with_weights(f, [&] {
     torch::AutoGradMode graph(!recompute_);
+    model_->set_draw_key(mb);  // its dropout masks, the same when recomputed
     out = model_->forward(f.input, first_, last_);
     if (recompute_ && !checked_determinism_) check_recomputable(f.input, out);
     if (is_last_) {
@@ -102,6 +103,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     }
   });
   f.output_sizes = out.sizes().vec();
+  f.microbatch = mb;
   if (recompute_) {
     f.target = target;
     f.loss_scale = loss_scale;
@@ -135,8 +137,9 @@ void StageReplica::check_recomputable(const torch::Tensor& input, const torch::T
                                                    " .. ", model_->layer(last_ - 1).name)
                                              : str("layer ", first_, " (", model_->layer(first_).name),
                           "): run again on the same input, its output differs: the forward draws random "
-                          "numbers (dropout?), so a recomputed forward would draw others and the backward would "
-                          "differentiate another function than the one that gave the loss. Train them without "
+                          "numbers pipetrain does not key per microbatch (dropout's it does), so a recomputed "
+                          "forward would draw others and the backward would differentiate another function "
+                          "than the one that gave the loss. Train them without "
                           "recomputation (no --recompute; a plan's stage without \"recompute\": true)"));
 }
 
@@ -152,6 +155,7 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFli
       buffers.push_back({b, own});
     }
   torch::AutoGradMode graph(true);
+  model_->set_draw_key(f.microbatch);
   torch::Tensor out = model_->forward(f.input, first_, last_);
   if (is_last_) out = model_->loss(out, f.target) * f.loss_scale;
   f.output = out;

@@ -107,6 +107,7 @@ class StageReplica {
     torch::Tensor target;  // recompute on the last stage: the loss is rebuilt in the backward
     double loss_scale = 1;
     int64_t version = 0;
+    int64_t microbatch = 0;  // its global index: its dropout masks' key
     std::vector<torch::Tensor> predicted;  // its own predicted weights (weight prediction), else empty
   };
   // Recompute: runs f's forward again with gradients (its weight version must be in place).

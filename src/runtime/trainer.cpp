@@ -133,6 +133,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     double lr = model::learning_rate(schedule, step);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
     optimizer->zero_grad();
+    model.set_draw_key(step);  // as a one-stage pipeline of one microbatch keys it
     auto loss = model.loss(model.forward(x), y);
     loss.backward();
     double grad_norm = -1;

@@ -407,10 +407,10 @@ class Fidelity(unittest.TestCase):
         self.assertLess(rank, 0.5 * one, out)
 
     def test_dropout_draws_each_layers_own_masks(self):
-        """A layer's dropout masks come from a stream of its own (seed, layer, replica): the same
-        weights on 2 stages or 3, on threads or gloo, run after run. From the process's one
-        generator, the threads of a run raced for it (weights 9% apart from run to run), and every
-        gloo process drew the same masks, on each stage and each replica."""
+        """A layer's dropout masks are drawn per microbatch (seed, layer, microbatch): the same
+        weights on 2 stages or 3, on threads or gloo, run after run, recomputed, and resumed. From
+        the process's one generator, the threads of a run raced for it (weights 9% apart from run
+        to run), and every gloo process drew the same masks, on each stage and each replica."""
         model = os.path.join(self.tmp.name, "dropout-mlp.pt")
         r = export(["--model", "toy_models:dropout_mlp", "--input-shape", "8,12", "-o", model])
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -419,9 +419,9 @@ class Fidelity(unittest.TestCase):
         n = BATCH * 6
         torch.save({"x": torch.randn(n, 12, generator=g), "y": torch.randint(0, 5, (n,), generator=g)}, data)
 
-        def trained(tag, extra):
+        def trained(tag, extra, steps=6):
             ck = os.path.join(self.tmp.name, f"dropout-{tag}")
-            run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", "6", "--batch-size", str(BATCH),
+            run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", str(steps), "--batch-size", str(BATCH),
                  "--lr", "0.05", "--no-shuffle", "--quiet", "--checkpoint-dir", ck, "--timeout", "60"] + extra)
             return trained_state(model, ck)
 
@@ -429,9 +429,13 @@ class Fidelity(unittest.TestCase):
         want = trained("threads-2", pipeline + ["--stages", "2"])
         for tag, extra in [("threads-2-again", pipeline + ["--stages", "2"]),
                            ("gloo-2", pipeline + ["--stages", "2", "--transport", "gloo"]),
-                           ("threads-3", pipeline + ["--stages", "3"])]:
+                           ("threads-3", pipeline + ["--stages", "3"]),
+                           ("recomputed", pipeline + ["--stages", "2", "--recompute"])]:
             with self.subTest(run=tag):
                 self.assertEqual(max_relative_error(trained(tag, extra), want), 0.0, tag)
+        # Resumed after 3 steps: the masks of steps 4-6 are an uninterrupted run's.
+        trained("resumed", pipeline + ["--stages", "2"], steps=3)
+        self.assertEqual(max_relative_error(trained("resumed", pipeline + ["--stages", "2", "--resume"]), want), 0.0)
         # Data parallelism's replicas draw on gloo what they draw on threads.
         dp = trained("dp-threads", ["--schedule", "dp", "--workers", "2", "--microbatches", "4"])
         self.assertEqual(max_relative_error(trained("dp-gloo", ["--schedule", "dp", "--workers", "2", "--microbatches", "4",

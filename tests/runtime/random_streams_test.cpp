@@ -1,5 +1,6 @@
-// Dropout's masks come from a stream per layer (LayeredModel::set_random_stream): the same masks
-// whichever stage holds a layer and however the threads run, other masks on another replica.
+// Dropout's masks are drawn per layer and microbatch (LayeredModel::set_draw_key): the same masks
+// whichever stage, replica or worker runs a microbatch, however the threads run, and again in a
+// recomputed forward.
 // From the process's one generator, the workers of a threads run drew in the order their
 // threads reached it (weights 13-35% apart from run to run), and gloo processes drew the same
 // masks on every stage and every replica.
@@ -23,26 +24,24 @@ std::shared_ptr<model::LayeredModel> dropout_mlp(const model::LayerSet& held = {
   return m;
 }
 
-TEST(RandomStreams, ALayerDrawsItsOwnStreamWhereverItIsHeld) {
+TEST(RandomStreams, AMicrobatchsMasksAreTheSameWhereverItsLayerIsHeld) {
   auto whole = dropout_mlp(), part = dropout_mlp(model::LayerSet({1}));
   EXPECT_TRUE(model::draws_random(*whole->layer(1).module));
   EXPECT_FALSE(model::draws_random(*whole->layer(0).module));
   torch::Tensor x = torch::randn({16, 32});
-  // Layer 1 alone, and after the whole model drew for layers 0..3 once: its own stream only.
-  whole->forward(torch::randn({16, 8}));
-  torch::manual_seed(99);  // the process's generator plays no part
-  torch::Tensor a = whole->forward(x, 1, 2), b = part->forward(x, 1, 2);
-  EXPECT_FALSE(torch::equal(a, b)) << "layer 1 of the whole model drew once already: its second mask is another";
-  EXPECT_TRUE(torch::equal(part->forward(x, 1, 2), a)) << "the part's second draw is the whole model's second";
-  // Another stream (a replica's), other masks; the same stream again, the same.
-  auto other = dropout_mlp(model::LayerSet({1}));
-  other->set_random_stream(1);
-  EXPECT_FALSE(torch::equal(other->forward(x, 1, 2), dropout_mlp(model::LayerSet({1}))->forward(x, 1, 2)));
-  other->set_random_stream(0);
-  EXPECT_TRUE(torch::equal(other->forward(x, 1, 2), dropout_mlp(model::LayerSet({1}))->forward(x, 1, 2)));
+  whole->set_draw_key(5);
+  part->set_draw_key(5);
+  whole->forward(torch::randn({16, 8}));  // draws for layers 0..3: no stream runs on
+  torch::manual_seed(99);                  // and the process's generator plays no part
+  torch::Tensor a = whole->forward(x, 1, 2);
+  EXPECT_TRUE(torch::equal(part->forward(x, 1, 2), a)) << "microbatch 5's masks, on a worker holding layer 1 alone";
+  EXPECT_TRUE(torch::equal(part->forward(x, 1, 2), a)) << "again (a recomputed forward)";
+  part->set_draw_key(6);
+  EXPECT_FALSE(torch::equal(part->forward(x, 1, 2), a)) << "microbatch 6 draws other masks";
   // In evaluation, no draws.
   whole->train(false);
-  EXPECT_TRUE(torch::equal(whole->forward(x, 1, 2), whole->forward(x, 1, 2)));
+  EXPECT_TRUE(torch::allclose(whole->forward(x, 1, 2), x.matmul(whole->layer(1).module->parameters()[0].t()) +
+                                                            whole->layer(1).module->parameters()[1]));
 }
 
 TEST(RandomStreams, APipelineWithDropoutTrainsTheSameWeightsOnAnySplitAndEveryRun) {
@@ -66,6 +65,24 @@ TEST(RandomStreams, APipelineWithDropoutTrainsTheSameWeightsOnAnySplitAndEveryRu
   EXPECT_TRUE(bitwise_equal(trained(2), two)) << "two runs of one pipeline on threads";
   EXPECT_TRUE(bitwise_equal(trained(4), two)) << "4 stages against 2";
   EXPECT_TRUE(bitwise_equal(trained(1), two)) << "1 stage against 2";
+  // A recomputed forward draws its microbatch's masks again: the plain backward's weights.
+  {
+    std::vector<std::unique_ptr<Worker>> workers;
+    plan::Plan plan = plan::even_split(unit_profile(*dropout_mlp()), 2);
+    for (auto& st : plan.stages) st.recompute = true;
+    train_pipeline(dropout_mlp, data, plan, o, &workers);
+    EXPECT_TRUE(bitwise_equal(pipeline_weights(generate_schedule(plan, o, 1), workers), two)) << "recomputed";
+  }
+  // Data parallelism's replicas draw each microbatch's masks as a pipeline does (the all-reduce
+  // sums in another order).
+  {
+    std::vector<std::unique_ptr<Worker>> workers;
+    PipelineOptions dp = o;
+    dp.schedule = "dp";
+    plan::Plan plan = replicated_plan(*dropout_mlp(), 2);
+    train_pipeline(dropout_mlp, data, plan, dp, &workers);
+    EXPECT_LT(max_relative_error(pipeline_weights(generate_schedule(plan, dp, 1), workers), two), 1e-5) << "dp over 2";
+  }
 }
 
 }  // namespace

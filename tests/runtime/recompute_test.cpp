@@ -101,15 +101,22 @@ TEST(Recompute, LeavesBatchNormStatisticsAsThePlainBackward) {
   EXPECT_LE(max_relative_error(again, plain), 1e-6);
 }
 
-// A stage whose forward draws random numbers (dropout) is not recomputed: the second forward
-// would draw another mask, and the backward differentiate another function (it trained so, exit
-// 0: weights 0.82 apart after 3 steps). Its first forward, run twice, differs: refused, named.
+// A stage whose forward draws random numbers pipetrain does not key (noise from the process's
+// generator, which no check of a layer's modules sees) is not recomputed: the second forward
+// would draw other numbers, and the backward differentiate another function (a dropout trained
+// so, exit 0: weights 0.82 apart after 3 steps). Its first forward, run twice, differs: refused,
+// named. (Dropout is seen, and draws each microbatch's masks again: random_streams_test.cpp.)
+struct UnseenNoiseImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) { return x + torch::rand_like(x); }
+};
+TORCH_MODULE(UnseenNoise);
+
 TEST(Recompute, AStageThatDrawsRandomNumbersIsRefused) {
   auto build = [](const model::LayerSet& held = {}) {
-    auto m = std::make_shared<model::LayeredModel>("dropout-mlp", model::Task::kClassification,
+    auto m = std::make_shared<model::LayeredModel>("noisy-mlp", model::Task::kClassification,
                                                    std::vector<int64_t>{8}, false, held, 5);
     m->add("fc", [] { return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU()); });
-    m->add("drop", [] { return torch::nn::Sequential(torch::nn::Dropout(0.5), torch::nn::Linear(16, 4)); });
+    m->add("drop", [] { return torch::nn::Sequential(UnseenNoise(), torch::nn::Linear(16, 4)); });
     return m;
   };
   auto data = model::synthetic_data(*build(), 64, 16, 4, 1);
@@ -123,7 +130,7 @@ TEST(Recompute, AStageThatDrawsRandomNumbersIsRefused) {
   last.stages[1].recompute = true;
   try {
     train_pipeline(build, data, last, o);
-    ADD_FAILURE() << "a recomputed dropout trained";
+    ADD_FAILURE() << "a recomputed stage drawing unseen noise trained";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--recompute: layer 1 (drop): run again on the same input, its output differs"),
               std::string::npos)
