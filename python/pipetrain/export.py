@@ -37,17 +37,15 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 try:
     from pipetrain.batch_norm import DeferrableBatchNorm, make_deferrable
+    from pipetrain.export_check import ExportError, check_chain, state_kept
 except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
+    from export_check import ExportError, check_chain, state_kept
 
 FORMAT = "pipetrain.model/2"
 # The input dtypes pipetrain trains on (src/model/scripted_model.cpp): float64 and int32 were
 # offered too, and wrote files train refused.
 DTYPES = {"float32": torch.float32, "int64": torch.int64}
-
-
-class ExportError(Exception):
-    pass
 
 
 def parse_args(argv):
@@ -198,6 +196,10 @@ class ChainTracer(torch.fx.Tracer):
     def __init__(self, leaves):
         super().__init__()
         self.leaves = leaves
+        # A buffer becomes a node of the graph, as a parameter does: left a plain tensor, what the
+        # forward does to it alone (self.ema.mul_(0.9), self.calls += 1) ran once while tracing
+        # and was not recorded, so the file held neither the update nor the buffer's start.
+        self.proxy_buffer_attributes = True
         self.stack = []
         self.failed_in = None
 
@@ -217,16 +219,21 @@ class ChainTracer(torch.fx.Tracer):
             self.stack.pop()
 
 
-def reads_training(m):
+GRAD_MODES = ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode")
+
+
+def traced_otherwise(m):
     """Whether a module's own forward reads self.training (functional dropout, stochastic depth, a
-    branch that only trains): fx would bake in the mode it traces, so such a module is kept whole,
-    and TorchScript follows the mode as the runtime switches it."""
+    branch that only trains) or switches autograd's mode (torch.no_grad()): fx would bake in the
+    mode it traces, or record the operations and drop the switch, so such a module is kept whole,
+    and TorchScript follows the mode as the runtime switches it, and keeps the switch."""
     if type(m).__module__.startswith("torch.nn"):
         return False  # torch.nn's own layers: leaves of fx already
     try:
-        return "training" in inspect.getsource(type(m).forward)
+        source = inspect.getsource(type(m).forward)
     except (OSError, TypeError):
         return False
+    return "training" in source or any(mode in source for mode in GRAD_MODES)
 
 
 def trace(model):
@@ -237,7 +244,7 @@ def trace(model):
     traces otherwise in training (its own read of self.training) is refused, since the file would
     hold one mode's computation (export traced in eval mode, and F.dropout(x, p, self.training)
     never dropped, exit 0)."""
-    leaves = {path for path, m in model.named_modules() if path and reads_training(m)}
+    leaves = {path for path, m in model.named_modules() if path and traced_otherwise(m)}
     while True:
         tracer = ChainTracer(leaves)
         try:
@@ -582,7 +589,8 @@ def layer_names(graph, spans):
 def split_traced(model, x, x_other, layers, max_tensors):
     gm, leaves = trace(model)
     if leaves:
-        print(f"kept whole (torch.fx cannot follow their forward): {', '.join(leaves)}")
+        print("kept whole (torch.fx cannot follow their forward, or would drop its reads of self.training or "
+              f"switches of autograd's mode): {', '.join(leaves)}")
     try:
         graph = Graph(gm, x, x_other)
     except ExportError:
@@ -609,7 +617,10 @@ def split_traced(model, x, x_other, layers, max_tensors):
 def split_sequential(model, x, layers):
     # Each layer a Sequential keyed by the original children's names, so a parameter's path in
     # the file is its path in the user's model (python/pipetrain/weights.py relies on it).
-    named = list(model.named_children())
+    # Every entry, a module held twice included (named_children() gives it once): the second is
+    # a tie of the first.
+    named = list(model.named_children()) if isinstance(model, torch.jit.ScriptModule) else \
+        [(n, m) for n, m in model._modules.items() if m is not None]
     if layers <= 0 or layers >= len(named):
         groups = [[i] for i in range(len(named))]
     else:
@@ -665,26 +676,30 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16
                torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32", torch.uint8: "uint8"}
 
 
-def layer_records(children):
-    """Each layer as its own TorchScript archive, and what pipetrain.json says of it."""
-    files, index, warned = {}, [], {}
+def hooked(m):
+    """The first submodule of m with forward hooks (torch.nn.utils.weight_norm and spectral_norm
+    install them), which TorchScript leaves out; None where none has."""
+    for path, sub in m.named_modules():
+        if sub._forward_pre_hooks or sub._forward_hooks:
+            return path or type(sub).__name__
+    return None
+
+
+def compiled_layers(children):
+    """Each layer compiled with TorchScript, as the runtime will run it (the same tensors)."""
+    scripted, warned = [], {}
     for i, (name, m) in enumerate(children.items()):
         try:
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always")
-                scripted = torch.jit.script(m)
+                scripted.append(torch.jit.script(m))
         except Exception as e:
-            raise ExportError(f"--model: TorchScript cannot compile layer {i} ('{name}'): {e}")
+            hook = hooked(m)
+            raise ExportError(f"--model: TorchScript cannot compile layer {i} ('{name}'): {e}" + (
+                f" ({hook} has forward hooks, as torch.nn.utils.weight_norm and spectral_norm install: TorchScript "
+                "cannot run them; compute the reparametrised weight in the module's own forward)" if hook else ""))
         for w in said:
             warned.setdefault(str(w.message).strip(), []).append(f"{i} ('{name}')")
-        buf = io.BytesIO()
-        torch.jit.save(scripted, buf)
-        record = f"layer-{i}.pt"
-        files[record] = buf.getvalue()
-        params = [{"name": n, "shape": list(p.shape), "dtype": DTYPE_NAMES.get(p.dtype, str(p.dtype)),
-                   "requires_grad": p.requires_grad} for n, p in scripted.named_parameters()]
-        index.append({"file": record, "bytes": len(files[record]), "parameters": params,
-                      "buffers": [n for n, _ in scripted.named_buffers()]})
     # TorchScript's warnings name its own internals: each said once, with its layers and what it
     # means (nn.TransformerEncoderLayer's "'batch_first' was found in ScriptModule constants": its
     # __constants__ lists an attribute its forward does not read). The one about "instance-level
@@ -696,6 +711,21 @@ def layer_records(children):
         print(f"note: TorchScript warned compiling layer{'s' if len(layers) > 1 else ''} {', '.join(layers)}: "
               f"{message} (a compiler's warning, not an error: the layer compiled; it matters only where the "
               "layer's forward reads what it names)", file=sys.stderr)
+    return scripted
+
+
+def layer_records(scripted):
+    """Each compiled layer as its own TorchScript archive, and what pipetrain.json says of it."""
+    files, index = {}, []
+    for i, m in enumerate(scripted):
+        buf = io.BytesIO()
+        torch.jit.save(m, buf)
+        record = f"layer-{i}.pt"
+        files[record] = buf.getvalue()
+        params = [{"name": n, "shape": list(p.shape), "dtype": DTYPE_NAMES.get(p.dtype, str(p.dtype)),
+                   "requires_grad": p.requires_grad} for n, p in m.named_parameters()]
+        index.append({"file": record, "bytes": len(files[record]), "parameters": params,
+                      "buffers": [n for n, _ in m.named_buffers()]})
     return files, index
 
 
@@ -739,10 +769,11 @@ def export(args):
     x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
     was_training = model.training
     model.eval()  # analysis must not move BatchNorm's running statistics
-    if scripted_input or isinstance(model, torch.nn.Sequential):
-        names, modules, boundaries, exact = split_sequential(model, x, args.layers)
-    else:
-        names, modules, boundaries, exact = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
+    with state_kept(model):  # nor a buffer a forward updates in any mode
+        if scripted_input or isinstance(model, torch.nn.Sequential):
+            names, modules, boundaries, exact = split_sequential(model, x, args.layers)
+        else:
+            names, modules, boundaries, exact = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)
     if 0 < len(names) < args.layers:  # it gave fewer without a word (an ALBERT-style model: 5 of 8)
         print(f"note: --layers {args.layers}: {len(names)} layers are as many as "
               + ("its children give (an nn.Sequential or TorchScript file is cut between children only)"
@@ -754,20 +785,12 @@ def export(args):
                                        for i, (n, m) in enumerate(zip(names, modules)))
     ties = tie_groups(list(children.values()))
     top = LossHolder(import_callable(args.loss, "--loss")()) if args.loss else Top()
-    with torch.no_grad():
-        expected = model(x)
-        h = x
-        for m in children.values():
-            h = m(h)
-    if not isinstance(expected, torch.Tensor) or h.shape != expected.shape or \
-            not torch.allclose(h, expected, rtol=1e-4, atol=1e-5):
-        raise ExportError("--model: the chain of layers does not compute what the model computes "
-                          f"(max difference {(h - expected).abs().max().item() if h.shape == expected.shape else 'shape'}); "
-                          "its forward may not be a chain of its children")
+    scripted_layers = compiled_layers(children)
+    check_chain(model, scripted_layers, x)
     if was_training:
-        for m in children.values():
+        for m in scripted_layers:
             m.train()
-    records, index = layer_records(children)
+    records, index = layer_records(scripted_layers)
     try:
         scripted = torch.jit.script(top)
     except Exception as e:
@@ -820,6 +843,9 @@ def main(argv=None):
     except ExportError as e:
         print(f"pipetrain export: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `pipetrain export ... | head`: the rest of the listing is not wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor a second error at exit
+        return 0
     return 0
 
 

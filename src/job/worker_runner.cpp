@@ -66,8 +66,8 @@ class LossReport {
     return k ? std::accumulate(recent_.end() - k, recent_.end(), 0.0) / k : 0;
   }
   double last_loss() const { return last_loss_; }
-  void add_eval_ms(double ms) { eval_ms_ += ms; }
-  double train_seconds() const { return (wall_ms() - start_ms_ - eval_ms_) / 1000; }
+  void add_pause_ms(double ms) { paused_ms_ += ms; }
+  double train_seconds() const { return (wall_ms() - start_ms_ - paused_ms_) / 1000; }
 
  private:
   using Pending = std::map<int64_t, std::pair<double, int>>;  // minibatch -> (loss sum, microbatches)
@@ -117,7 +117,7 @@ class LossReport {
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
   std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
   std::map<int64_t, double> step_secs_;     // minibatch -> its replica's training time at its end (gathered)
-  double start_ms_, last_loss_ = 0, eval_ms_ = 0, last_secs_ = 0;
+  double start_ms_, last_loss_ = 0, paused_ms_ = 0, last_secs_ = 0;
   std::vector<double> recent_;
 };
 
@@ -195,28 +195,38 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
   for (const auto& seg : job.segments) {
     const schedule::Schedule& schedule = job.schedule_of(seg);
     worker.run(schedule, seg.first_minibatch);
-    if (trained) trained(seg);
     bool evaluates = options.train.evaluate && seg.evaluate, checkpoints = checkpointer && seg.checkpoint;
+    if (evaluates || checkpoints || &seg == &job.segments.back()) {
+      // The segment's training is over on every worker before its last rows are reported: an
+      // asynchronous pipeline's first stage steps its last minibatch after the last stage, the
+      // reporter, has its loss, and an accuracy row stamped before that drain read 0.186 s of
+      // training for weights that existed at 0.29 (pipedream on 5 stages); the drain went to the
+      // next row, and the run's last row fell short of its total.
+      worker.finish_sends();
+      transport.barrier();
+    }
+    if (trained) trained(seg);
     if (!evaluates && !checkpoints) continue;
-    worker.finish_sends();
     // The measured peak memory is training's: evaluations and checkpoints are not charged to
     // the worker. An evaluation runs the training's microbatches, so that it holds no more than
     // a forward of training does: at the whole minibatch (4 microbatches) the README's llama's
     // last stage held 4x the logits training does, and its process peaked at 148-190 MiB
     // against 120-133 (2 gloo processes).
     model::ChargeTo uncharged(nullptr);
-    transport.barrier();  // the segment's training is over on every worker
     double paused = wall_ms();
+    Evaluation e;
     if (evaluates) {
-      Evaluation e = worker.evaluate(schedule, data.test, options.train.batch_size / schedule.microbatches);
+      e = worker.evaluate(schedule, data.test, options.train.batch_size / schedule.microbatches);
       // Every worker waits it out, its replica in the evaluation's chain or not, so the pause is
       // common to all: a replicated stage's other replicas had paused for none, and the trace's
       // common pauses counted the evaluations as training (40.8 ms per minibatch against 0.43).
       transport.barrier();
-      if (on_evaluated) on_evaluated(seg, e, wall_ms() - paused);
     }
     if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
-    worker.mark_pause(paused, wall_ms());
+    // A checkpoint is a pause as an evaluation is, in the trace and in the training time.
+    double resumed = wall_ms();
+    worker.mark_pause(paused, resumed);
+    if (on_evaluated) on_evaluated(seg, e, resumed - paused);
   }
   worker.finish_sends();
 }
@@ -329,7 +339,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     run_worker_segments(
         worker, transport, job, data,
         [&](const Segment& seg, const Evaluation& e, double ms) {
-          losses.add_eval_ms(ms);
+          losses.add_pause_ms(ms);
           if (e.accuracy >= 0 || e.loss >= 0) {
             evaluated = e;
             StepRecord rec{seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, e.accuracy};

@@ -25,12 +25,13 @@ struct WorkerRun {
 };
 
 // The per-worker loop both transports share: runs every segment's schedule and, at epoch ends
-// (when the job's options evaluate), the test-set evaluation through the pipeline, after which
-// `on_evaluated(segment, evaluation, ms)` is called (its figures < 0 on workers without the last stage).
+// (when the job's options evaluate), the test-set evaluation through the pipeline.
 // With a checkpoint folder, the workers write a checkpoint after the segments that call for
 // one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
-// `trained(segment)`, where given, is called on every worker after each segment's training,
-// before its evaluation or checkpoint.
+// `on_evaluated(segment, evaluation, ms)` is called after each such pause, which took `ms` (the
+// figures < 0 where it only checkpointed, and on workers without the last stage).
+// `trained(segment)`, where given, is called on every worker after each segment's training (once
+// every worker has ended it, where a pause or the job's end follows), before its pause.
 using EvaluatedCallback = std::function<void(const Segment&, const runtime::Evaluation&, double ms)>;
 using TrainedCallback = std::function<void(const Segment&)>;
 // Each segment runs the schedule the job made for it (Job::schedule_of): the runner derives none.

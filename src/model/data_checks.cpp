@@ -103,28 +103,49 @@ void record_forward(const std::string& key, const std::string& result) {
   if (kept.size() <= kMostBytes) ::setenv(kCheckedVar, kept.c_str(), 1);
 }
 
+// The checks' forwards, in eval mode, leave the model as training will start it: each takes rows
+// of its own (a model that modified its input in place, x.mul_(2), changed the data set's first
+// rows, which training then drew), and every buffer of the held layers is put back (a module that
+// updates an average in any mode trained from the checks' values).
+class CheckForward {
+ public:
+  explicit CheckForward(LayeredModel& model) : model_(model) {
+    for (int i = 0; i < model.num_layers(); ++i)
+      if (model.holds(i))
+        for (const auto& b : model.layer(i).module->buffers()) saved_.emplace_back(b, b.clone());
+    model_.train(false);
+  }
+  ~CheckForward() {
+    model_.train(true);
+    for (auto& [buffer, value] : saved_) buffer.copy_(value);
+  }
+  CheckForward(const CheckForward&) = delete;
+  CheckForward& operator=(const CheckForward&) = delete;
+  torch::Tensor operator()(const torch::Tensor& x) { return model_.forward(x.clone()); }
+
+ private:
+  torch::NoGradGuard no_grad_;
+  LayeredModel& model_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> saved_;
+};
+
 torch::Tensor probe_forward(LayeredModel& model, const torch::Tensor& first, const torch::Tensor& x,
                             const std::string& source) {
-  torch::NoGradGuard no_grad;
-  model.train(false);
+  CheckForward forward(model);
   torch::Tensor out;
   try {
-    out = model.forward(first);
+    out = forward(first);
   } catch (const Error&) {  // pipetrain's own: the model file's (a layer's archive read late), named already
-    model.train(true);
     throw;
   } catch (const c10::Error& e) {
-    model.train(true);
     throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", e.what_without_backtrace()));
   } catch (const std::exception& e) {  // TorchScript's interpreter raises its own kind, its traceback in what()
-    model.train(true);
     std::string why = e.what();
     size_t last = why.find_last_not_of("\n");
     size_t line = why.rfind('\n', last == std::string::npos ? 0 : last);
     throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ",
                           line == std::string::npos ? why : why.substr(line + 1)));
   }
-  model.train(true);
   return out;
 }
 
@@ -178,16 +199,13 @@ void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::str
   int64_t row = x.eq(hi).reshape({x.size(0), -1}).any(1).to(torch::kInt64).argmax().item<int64_t>();
   std::string key = forward_key(str("token ", hi), model, x.narrow(0, row, 1));
   if (recorded_forward(key) == "ok") return;
-  torch::NoGradGuard no_grad;
-  model.train(false);
   try {
-    model.forward(x.narrow(0, row, 1));
+    CheckForward forward(model);
+    forward(x.narrow(0, row, 1));
   } catch (const std::exception& e) {
-    model.train(true);
     throw FormatError(str(source, ": '", xk, "' holds token id ", hi, " (sample ", row, "), which the model refuses: ",
                           last_line(e.what()), " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
   }
-  model.train(true);
   record_forward(key, "ok");
 }
 
@@ -207,13 +225,45 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
   }
   if (model.has_own_loss()) {
     // The file's own loss decides what targets fit: it runs on the probe's output and the
-    // first targets, and its error is the data's.
+    // first targets, and its error is the data's. Then on every target, against the first
+    // sample's output repeated, where that output is small (a class's scores, not a language
+    // model's vocabulary per token): a label past the classes at sample 40 failed at its
+    // minibatch, in a traceback that named neither the file nor the sample.
+    torch::NoGradGuard no_grad;
     try {
-      torch::NoGradGuard no_grad;
       model.loss(out, y.narrow(0, 0, out.size(0)));
     } catch (const std::exception& e) {
       throw FormatError(str(source, ": the model file's own loss refuses '", yk, "' (", shape_of(y), ", ", dtype_of(y),
                             ") against the output ", shape_of(out), ": ", first_line(e.what())));
+    }
+    constexpr int64_t kMostValues = int64_t{1} << 22;  // a piece's repeated output, 16 MiB of floats
+    int64_t per_sample = out.numel() / std::max<int64_t>(1, out.size(0)), rows = kMostValues / std::max<int64_t>(1, per_sample);
+    if (out.size(0) < 1 || per_sample > (int64_t{1} << 16)) return;
+    std::vector<int64_t> repeat(static_cast<size_t>(out.dim()), 1);
+    std::string why;
+    auto refuses = [&](int64_t first, int64_t n) {
+      repeat[0] = n;
+      try {
+        model.loss(out.narrow(0, 0, 1).repeat(repeat), y.narrow(0, first, n));
+        return false;
+      } catch (const std::exception& e) {
+        why = last_line(e.what());
+        return true;
+      }
+    };
+    for (int64_t first = 0; first < y.size(0); first += rows) {
+      int64_t n = std::min(rows, y.size(0) - first);
+      if (!refuses(first, n)) continue;
+      int64_t passes = 0, fails = n;  // the shortest run of the piece's samples it refuses
+      while (fails - passes > 1) {
+        int64_t mid = (passes + fails) / 2;
+        (refuses(first, mid) ? fails : passes) = mid;
+      }
+      refuses(first, fails);
+      torch::Tensor sample = y[first + fails - 1];
+      throw FormatError(str(source, ": the model file's own loss refuses '", yk, "' at sample ", first + fails - 1,
+                            sample.numel() == 1 ? str(" (", sample.item<double>(), ")") : std::string(),
+                            ", where the first samples passed: ", why));
     }
     return;
   }
@@ -250,19 +300,16 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
 std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y) {
   int64_t n = std::min<int64_t>(8, x.size(0)) / 2 * 2, h = n / 2;
   if (!model.has_own_loss() || n < 2) return "";
-  torch::NoGradGuard no_grad;
-  model.train(false);
+  CheckForward forward(model);
   double whole = 0, halves = 0;
   try {
-    torch::Tensor out = model.forward(x.narrow(0, 0, n));
+    torch::Tensor out = forward(x.narrow(0, 0, n));
     whole = model.loss(out, y.narrow(0, 0, n)).item<double>();
     halves = (model.loss(out.narrow(0, 0, h), y.narrow(0, 0, h)).item<double>() +
               model.loss(out.narrow(0, h, h), y.narrow(0, h, h)).item<double>()) / 2;
   } catch (const std::exception&) {  // the checks before name what fails
-    model.train(true);
     return "";
   }
-  model.train(true);
   if (std::abs(whole - halves) <= 1e-4 * std::max({1.0, std::abs(whole), std::abs(halves)})) return "";
   return str("its loss on the first ", n, " samples is ", whole, ", but the mean of its losses on their two halves is ",
              halves);

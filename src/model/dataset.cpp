@@ -66,7 +66,12 @@ torch::Tensor Dataset::gather_inputs(const std::vector<int64_t>& indices) const 
   return scaled(inputs.index_select(0, torch::tensor(indices, torch::kInt64)), pixels);
 }
 
-torch::Tensor Dataset::input_rows(int64_t first, int64_t n) const { return scaled(inputs.narrow(0, first, n), pixels); }
+// Rows of their own, as gather_inputs' are: a model may modify its input in place (x.mul_(2)),
+// and an evaluation on views of the test set changed it for the next.
+torch::Tensor Dataset::input_rows(int64_t first, int64_t n) const {
+  torch::Tensor rows = inputs.narrow(0, first, n);
+  return pixels.on() ? scaled(rows, pixels) : rows.clone();
+}
 
 torch::Tensor Dataset::gather_targets(const std::vector<int64_t>& indices) const {
   if (on_disk) return on_disk->gather(indices, true);

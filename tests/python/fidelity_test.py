@@ -103,7 +103,7 @@ def reference(make_model, x, y, loss_fn, microbatches, clip=0.0, optimizer=None,
         step_loss = 0.0
         for xm, ym in zip(xb.chunk(microbatches), yb.chunk(microbatches)):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_fn(model(xm), ym) / microbatches
+                loss = loss_fn(model(xm.clone()), ym) / microbatches  # rows of its own, as pipetrain's
             loss.backward()
             step_loss += loss.item()
         if losses is not None:
@@ -504,6 +504,23 @@ class Errors(unittest.TestCase):
         self.train_fails({"x": nan, "y": y}, "'x' holds nan (sample 7)", "makes the loss NaN")
         self.train_fails({"x": x, "y": y, "x_test": inf, "y_test": y[:8]}, "'x_test' holds -inf (sample 3)")
 
+    def test_a_file_loss_is_tried_on_every_target(self):
+        """A label past the classes at sample 20, with the loss kept in the file: only the first
+        targets were tried, and training failed at that minibatch in a traceback that named
+        neither the file nor the sample."""
+        model = os.path.join(self.tmp.name, "ed-loss.pt")
+        r = export(["--model", "toy_models:encoder_decoder", "--input-shape", "4,12", "--loss",
+                    "toy_models:half_cross_entropy", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        y = torch.randint(0, 5, (40,))
+        y[20] = 5
+        path = os.path.join(self.tmp.name, "label-past.pt")
+        torch.save({"x": torch.randn(40, 12), "y": y}, path)
+        r = run_failing([PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "1", "--batch-size", "4"])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("label-past.pt: the model file's own loss refuses 'y' at sample 20 (5)", r.stderr)
+        self.assertIn("Target 5 is out of bounds", r.stderr)
+
     def test_a_directory_of_one_shard_without_a_test_set(self):
         shards = os.path.join(self.tmp.name, "one-shard")
         os.makedirs(shards, exist_ok=True)
@@ -588,6 +605,69 @@ class Errors(unittest.TestCase):
              "--stages", "2", "--schedule", "1f1b", "--microbatches", "2"])
         want = reference(toy_models.train_only_halving, x, y, torch.nn.functional.cross_entropy, 2)
         self.assertLess(max_relative_error(trained_state(model, ck), want), 1e-5)
+
+    def test_what_a_trace_cannot_see_is_refused(self):
+        """A trace records tensor operations and nothing around them: torch.no_grad() in the model's
+        own forward, and a custom autograd.Function's backward, trained another model, exit 0 (its
+        stem trained; the straight-through gradient was round's, zero). Export compares the
+        parameters' gradients too."""
+        out = os.path.join(self.tmp.name, "untraceable.pt")
+        for spec, needle in (("toy_models:no_grad_stem", "stem.weight otherwise than the model does (the model's "
+                              "forward gives it no gradient, the chain one)"),
+                             ("toy_models:straight_through", "a.weight otherwise than the model does (max difference")):
+            with self.subTest(spec=spec):
+                r = export(["--model", spec, "--input-shape", "8,12", "-o", out])
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(needle, r.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def train_against_eager(self, name, make, microbatches, extra, tag=""):
+        """The model exported and trained by pipetrain, and by eager PyTorch on the same rows, the
+        test set's evaluation included (a buffer a forward updates in any mode moves there too,
+        each microbatch of it): their states."""
+        model = os.path.join(self.tmp.name, name + ".pt")
+        r = export(["--model", f"toy_models:{name}", "--input-shape", f"{BATCH},12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = torch.Generator().manual_seed(5)
+        x, y = torch.randn(BATCH * STEPS, 12, generator=g), torch.randint(0, 5, (BATCH * STEPS,), generator=g)
+        x_test = torch.randn(BATCH, 12, generator=g)
+        data, ck = os.path.join(self.tmp.name, name + "-data.pt"), os.path.join(self.tmp.name, name + tag + "-ck")
+        torch.save({"x": x, "y": y, "x_test": x_test, "y_test": y[:BATCH]}, data)
+        run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", str(STEPS), "--batch-size", str(BATCH),
+             "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--checkpoint-dir", ck] + extra)
+        want = reference(make, x, y, torch.nn.functional.cross_entropy, microbatches)
+        torch.manual_seed(0)
+        eager = make()
+        start = {k: v.clone() for k, v in eager.state_dict().items()}
+        eager.load_state_dict(want)
+        eager.eval()
+        with torch.no_grad():
+            for part in x_test.chunk(microbatches):
+                eager(part.clone())
+        return trained_state(model, ck), eager.state_dict(), start
+
+    def test_a_forward_that_updates_state_trains_as_eager(self):
+        """fx ran what a forward does to a buffer alone (self.calls += 1, self.mean.mul_(0.9)) once
+        while tracing and recorded none of it: the counter was not in the file, the file's average
+        started where export's own forwards had moved it, and train's checks moved it again. A
+        forward that modified its input in place changed the data set's rows (the checks'
+        forwards ran on views of it). A submodule's torch.no_grad() is kept whole."""
+        for stages, microbatches in ((1, 1), (2, 2), (3, 2)):
+            with self.subTest(stages=stages):
+                extra = [] if stages == 1 else ["--stages", str(stages), "--schedule", "1f1b",
+                                                "--microbatches", str(microbatches)]
+                got, want, start = self.train_against_eager("stateful_forward", toy_models.stateful_forward,
+                                                            microbatches, extra, tag=str(stages))
+                self.assertEqual(set(got), set(want))
+                self.assertEqual(got["a1.calls"].item(), STEPS * microbatches + microbatches)
+                self.assertTrue(torch.equal(got["stem.lin.weight"], start["stem.lin.weight"]), "the frozen stem trained")
+                self.assertLess(max_relative_error(got, want), 1e-6)
+
+    def test_a_module_an_nn_sequential_holds_twice_is_a_tie(self):
+        """named_children() lists it once: the chain had a layer fewer than the model, refused."""
+        got, want, _ = self.train_against_eager("shared_in_sequential", toy_models.shared_in_sequential, 2,
+                                                ["--stages", "3", "--schedule", "1f1b", "--microbatches", "2"])
+        self.assertLess(max_relative_error(got, want), 1e-6)
 
     def test_parameters_the_forward_never_uses_are_named(self):
         """They are not in the file and go untrained: export says which (it dropped them without

@@ -190,3 +190,103 @@ def dropout_mlp():
     return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Dropout(0.5), nn.Linear(32, 32), nn.ReLU(),
                          nn.Linear(32, 32), nn.Tanh(), nn.Dropout(0.3), nn.Linear(32, 32), nn.ReLU(),
                          nn.Linear(32, 5))
+
+
+class NoGradStem(nn.Module):
+    """torch.no_grad() in the model's own forward: its stem does not train."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.head = nn.Linear(12, 16), nn.Linear(16, 5)
+
+    def forward(self, x):
+        with torch.no_grad():
+            h = torch.tanh(self.stem(x))
+        return self.head(h)
+
+
+class Rounded(torch.autograd.Function):
+    """A straight-through estimator: rounds forward, passes the gradient through."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x * 4) / 4
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class StraightThrough(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(12, 16), nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.b(Rounded.apply(torch.tanh(self.a(x))))
+
+
+class FrozenByNoGrad(nn.Module):
+    """A submodule whose forward runs under torch.no_grad(): kept whole, so it stays frozen."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(12, 16)
+
+    def forward(self, x):
+        with torch.no_grad():
+            return torch.tanh(self.lin(x))
+
+
+class Averages(nn.Module):
+    """Updates its buffers in every mode, as a monitor or a running mean outside BatchNorm does: a
+    counter rebound by +=, an average moved in place and read by the output."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_buffer("mean", torch.zeros(d))
+
+    def forward(self, x):
+        self.calls += 1
+        self.mean.mul_(0.9).add_(x.detach().mean(0), alpha=0.1)
+        return torch.tanh(self.lin(x - self.mean))
+
+
+class StatefulForward(nn.Module):
+    """What fx runs once while tracing unless told otherwise: its input modified in place, a
+    buffer of its own forward updated in place, submodules that update theirs, a frozen stem."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = FrozenByNoGrad()
+        self.a1, self.mid, self.a2, self.head = Averages(16), nn.Linear(16, 16), Averages(16), nn.Linear(16, 5)
+        self.register_buffer("seen", torch.zeros(12))
+
+    def forward(self, x):
+        x.mul_(2.0)
+        self.seen.mul_(0.5).add_(x.mean(0))
+        h = self.a1(self.stem(x - self.seen))
+        h = self.mid(h)
+        h.tanh_()
+        return self.head(self.a2(h))
+
+
+def no_grad_stem():
+    return NoGradStem()
+
+
+def straight_through():
+    return StraightThrough()
+
+
+def stateful_forward():
+    return StatefulForward()
+
+
+def shared_in_sequential():
+    """One Linear held twice by an nn.Sequential (named_children() lists it once)."""
+    shared = nn.Linear(16, 16)
+    return nn.Sequential(nn.Linear(12, 16), nn.Tanh(), shared, nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), shared,
+                         nn.Tanh(), nn.Linear(16, 5))

@@ -1,0 +1,106 @@
+"""What export checks before it writes a model file: the layers, compiled as the runtime will run
+them, give the model's output and its parameters' gradients on the example batch, each run from
+the same state. A trace records tensor operations only: code that switches autograd's mode
+(torch.no_grad()), a custom torch.autograd.Function (traced through its forward, whose autograd
+then replaces its backward) or a buffer the forward rebinds would train another model, exit 0,
+if only the output were compared.
+"""
+import contextlib
+
+import torch
+
+
+class ExportError(Exception):
+    pass
+
+
+# Tolerances of the comparison, relative to the largest output value or gradient: the chain runs
+# the model's own operations, so only the order of float sums may differ.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@contextlib.contextmanager
+def state_kept(*modules):
+    """Puts every buffer back as it was, the same tensor with the same values: the analysis's and
+    the check's forwards must leave the file the model's state (an average a module updates in
+    any mode moved on each of them, and export wrote the moved one)."""
+    saved = []
+    for module in modules:
+        for m in module.modules():
+            for name, b in m._buffers.items():
+                if b is not None:
+                    saved.append((m, name, b, b.detach().clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, name, b, value in saved:
+                m._buffers[name] = b
+                b.copy_(value)
+
+
+def _gradients(run, x, params):
+    """run(x)'s output, and each parameter's gradient of a fixed random projection of it (None
+    where the output does not reach the parameter)."""
+    for p in params:
+        p.grad = None
+    out = run(x.clone())  # a clone each: a forward that modifies its input in place
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.requires_grad:
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)
+        (out * weights).sum().backward()
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    for p in params:
+        p.grad = None
+    return (out.detach() if isinstance(out, torch.Tensor) else out), grads
+
+
+def _chain(layers):
+    def run(h):
+        for i, m in enumerate(layers):
+            try:
+                h = m(h)
+            except Exception as e:  # compiled, but failing where eager ran: a parametrization
+                why = str(e).strip().splitlines()
+                raise ExportError(f"--model: layer {i}, compiled by TorchScript, fails on the example batch where "
+                                  f"the model's own code runs: {why[-1] if why else type(e).__name__}") from None
+        return h
+    return run
+
+
+def check_chain(model, layers, x):
+    """Refuses (ExportError) layers whose output or gradients differ from the model's."""
+    named, seen = [], set()
+    for name, p in model.named_parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            named.append((name, p))
+    params = [p for _, p in named]
+    with state_kept(model, *layers):
+        expected, want = _gradients(model, x, params)
+    with state_kept(model, *layers):
+        got, have = _gradients(_chain(layers), x, params)
+    if not isinstance(expected, torch.Tensor) or got.shape != expected.shape or \
+            not torch.allclose(got, expected, rtol=RTOL, atol=ATOL):
+        raise ExportError("--model: the chain of layers does not compute what the model computes "
+                          f"(max difference {(got - expected).abs().max().item() if got.shape == expected.shape else 'shape'}); "
+                          "its forward may not be a chain of its children")
+    scale = max([g.abs().max().item() for g in want if g is not None] + [0.0])
+    for (name, _), g_want, g_have in zip(named, want, have):
+        if g_want is None and g_have is None:
+            continue
+        if g_want is None:
+            why = "the model's forward gives it no gradient, the chain one"
+        elif g_have is None:
+            why = "the model's forward gives it a gradient, the chain none"
+        else:
+            worst = (g_have - g_want).abs().max().item()
+            if worst <= ATOL * max(scale, 1e-30) + RTOL * g_want.abs().max().item():
+                continue
+            why = f"max difference {worst:.3g}, the model's largest gradient {scale:.3g}"
+        raise ExportError(
+            f"--model: the chain of layers computes the gradient of {name} otherwise than the model does ({why}). A trace records tensor operations "
+            "and nothing around them: torch.no_grad() or torch.enable_grad() in the model's own forward (a "
+            "submodule's forward that uses them is kept whole, and TorchScript keeps them), or a custom "
+            "torch.autograd.Function (the trace keeps its forward, and autograd of that replaces its backward: "
+            "write it with tensor operations whose gradient is the one wanted, e.g. x + (f(x) - x).detach() for a "
+            "straight-through estimator)")
