@@ -60,7 +60,8 @@ void ModelFlags::add_to(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--precision", precision,
                  "fp32, or bf16 as torch.autocast(\"cpu\", torch.bfloat16) computes, with fp32 weights and optimizer "
-                 "state; activations and their gradients cross stages in bf16")
+                 "state; activations and their gradients cross stages in bf16 (where autocast keeps them fp32: a "
+                 "pipeline's weights differ from one worker's)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
 }

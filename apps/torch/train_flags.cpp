@@ -65,7 +65,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                            ->capture_default_str();
   app.add_option("--optimizer", t.sgd.kind,
                  "sgd (momentum, L2 weight decay), adam (L2 weight decay, as torch.optim.Adam) or adamw (decoupled "
-                 "weight decay, as torch.optim.AdamW); each stage keeps its own parameters' state")
+                 "weight decay, as torch.optim.AdamW, but --weight-decay's default is 0 here, torch's 0.01); each "
+                 "stage keeps its own parameters' state")
       ->check(CLI::IsMember(model::optimizer_kinds()))
       ->capture_default_str();
   app.add_option("--lr", t.sgd.lr, "Learning rate")->capture_default_str();
@@ -86,7 +87,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
       ->capture_default_str();
   app.add_option("--lr-schedule", t.sgd.lr_schedule, "Learning rate over the run: constant, or cosine (decays to 0)")
       ->capture_default_str();
-  app.add_option("--warmup-steps", t.sgd.warmup_steps, "Minibatches of linear learning-rate warm-up")
+  app.add_option("--warmup-steps", t.sgd.warmup_steps, "Minibatches of linear learning-rate warm-up: step s (from 0) takes (s+1)/N of --lr, and the "
+                 "cosine starts from --lr at step N")
       ->capture_default_str();
   app.add_option("--eval-every", t.eval_every,
                  "Also measure test accuracy every N minibatches (pipelines drain there; for time-to-accuracy)");

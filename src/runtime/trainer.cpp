@@ -65,8 +65,15 @@ void check_train_values(const TrainOptions& train_options) {
   if (!(train_options.sgd.beta1 >= 0 && train_options.sgd.beta1 < 1 && train_options.sgd.beta2 >= 0 && train_options.sgd.beta2 < 1))
     throw UsageError(str("--betas: each must be in [0, 1), got ", train_options.sgd.beta1, ",", train_options.sgd.beta2));
   if (!(train_options.sgd.eps > 0 && train_options.sgd.eps <= 1)) throw UsageError(str("--eps: must be in (0, 1], got ", train_options.sgd.eps));
-  if (train_options.sgd.adam() && train_options.sgd.momentum != model::OptimizerOptions{}.momentum)
+  const model::OptimizerOptions defaults;
+  if (train_options.sgd.adam() && train_options.sgd.momentum != defaults.momentum)
     throw UsageError(str("--momentum is sgd's; --optimizer ", train_options.sgd.kind, " takes --betas"));
+  // As --momentum under adam: a run that meant adamw and forgot --optimizer trained with sgd, its
+  // --betas 0.9,0.95 and --eps unread.
+  if (!train_options.sgd.adam() && (train_options.sgd.beta1 != defaults.beta1 ||
+                                    train_options.sgd.beta2 != defaults.beta2 || train_options.sgd.eps != defaults.eps))
+    throw UsageError(str("--betas and --eps are adam's and adamw's; --optimizer ", train_options.sgd.kind,
+                         " takes --momentum"));
   if (!(train_options.sgd.clip_grad_norm >= 0 && train_options.sgd.clip_grad_norm <= kFloatMax))
     throw UsageError(str("--clip-grad-norm: must be >= 0 (0: no clipping) and at most ", kFloatMax, ", got ",
                          train_options.sgd.clip_grad_norm));

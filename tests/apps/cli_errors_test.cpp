@@ -115,6 +115,9 @@ TEST(CliErrors, TrainingValues) {
   expect_rejected(kTrain + "--lr 1e39", 2, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got 1e+39"});
   expect_rejected(kTrain + "--weight-decay 1e308", 2, {"--weight-decay: must be >= 0 and at most"});
   expect_rejected(kTrain + "--seed -1", 2, {"--seed"});
+  // A run meant for adamw that forgot --optimizer trained with sgd, its --betas and --eps unread.
+  expect_rejected(kTrain + "--betas 0.9,0.95", 2, {"--betas and --eps are adam's and adamw's; --optimizer sgd takes --momentum"});
+  expect_rejected(kTrain + "--eps 1e-6", 2, {"--betas and --eps are adam's and adamw's"});
   expect_rejected(kTrainBase + "--steps 1e20", 2, {"--steps"});
   expect_rejected(kTrain + "--model mlp --width nan", 2, {"--width: must be in (0, 16], got nan"});
   // mnist-cnn builds in milliseconds (vgg16's 138M weights took 2.5 s before the refusal).

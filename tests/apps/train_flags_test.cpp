@@ -149,8 +149,8 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--loss", {{"--model", model_file, "--loss", "cross-entropy"}, {"--profile"}}},
       {"--lr", {{"--lr", "0.5"}}},
       {"--optimizer", {{"--optimizer", "adam"}}},
-      {"--betas", {{"--betas", "0.8,0.9"}}},
-      {"--eps", {{"--eps", "1e-6"}}},
+      {"--betas", {{"--optimizer", "adam", "--betas", "0.8,0.9"}}},  // sgd refuses them
+      {"--eps", {{"--optimizer", "adam", "--eps", "1e-6"}}},
       {"--clip-grad-norm", {{"--clip-grad-norm", "1"}}},
       {"--precision", {{"--precision", "bf16"}}},
       {"--lr-schedule", {{"--lr-schedule", "cosine"}}},
