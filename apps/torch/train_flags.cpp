@@ -131,8 +131,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                "microbatches included (without it a replicated stage keeps replica 0's, as DDP does; models "
                "from pipetrain export)");
   app.add_option("--stale-warmup", flags->request.options.stale_warmup,
-                 "pipedream: a stage whose gradients lag s steps warms its learning rate up over this many "
-                 "minibatches times s (0: off)")
+                 "pipedream and 2bw: a stage whose gradients lag s steps warms its learning rate up over this "
+                 "many minibatches times s (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   app.add_flag_callback("--deferred-step", [flags] { flags->request.deferred_step = 1; },

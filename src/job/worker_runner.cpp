@@ -113,7 +113,7 @@ class LossReport {
   int64_t reported_ = 0;  // minibatches reported by this run
   bool gathered_;
   bool losses_known_;
-  model::OptimizerOptions schedule_;  // the run's learning-rate schedule (a stale stage's ramp apart)
+  model::OptimizerOptions schedule_;  // the last stage's learning-rate schedule (its stale warm-up too)
   std::function<int64_t(int64_t)> rate_step_;
   Pending pending_;
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
@@ -271,7 +271,9 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
           return m - (m - seg.first_minibatch) % last_replicas;
       return m;
     };
-    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered, job.optimizer(),
+    // The rates the last stage applied, its stale warm-up included (2bw's last stage lags too).
+    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered,
+                      runtime::stage_optimizer(typical, typical.num_stages - 1, job.worker),
                       options.trace_source != "emulated", rate_step);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss, seconds) triples, to send
     if (run.reports) {

@@ -17,6 +17,18 @@ namespace pt::runtime {
 using schedule::Action;
 using schedule::ActionKind;
 
+model::OptimizerOptions stage_optimizer(const schedule::Schedule& s, int stage, const WorkerOptions& options) {
+  model::OptimizerOptions sgd = options.sgd;
+  if ((s.kind == "pipedream" || s.kind == "2bw") && !s.flush) {
+    // The stage's delay: its versions in flight less the newest; under vertical sync every stage
+    // runs on the version stage 0 had, so stage 0's delay; under 2bw every stage's is the
+    // schedule's weight delay (2bw on 4 stages, 2 epochs of mnist-cnn: bench/async_accuracy.sh).
+    int64_t delay = s.kind == "2bw" ? s.weight_delay : s.weight_versions[s.vertical_sync ? 0 : stage] - 1;
+    sgd.stale_warmup_steps = options.stale_warmup * delay;
+  }
+  return sgd;
+}
+
 Worker::Worker(int rank, std::shared_ptr<model::LayeredModel> model, const model::DataSplit& data,
                Transport& transport, const WorkerOptions& options)
     : rank_(rank), model_(std::move(model)), data_(data), transport_(transport), options_(options),
@@ -46,13 +58,7 @@ void Worker::setup(const schedule::Schedule& s) {
       throw ConfigError(str("stage ", st, " holds layers ", first, "..", layers.back(), " which are not a contiguous run of the ",
                             model_->num_layers(), " layers of ", model_->name()));
     bool is_last = last == model_->num_layers();
-    model::OptimizerOptions sgd = options_.sgd;
-    if (s.kind == "pipedream" && !s.flush) {
-      // The stage's delay: its versions in flight less the newest; under vertical sync every
-      // stage runs on the version stage 0 had, so stage 0's delay.
-      int64_t delay = s.weight_versions[s.vertical_sync ? 0 : st] - 1;
-      sgd.stale_warmup_steps = options_.stale_warmup * delay;
-    }
+    model::OptimizerOptions sgd = stage_optimizer(s, st, options_);
     std::vector<const StageReplica*> built;  // a tie group's copies here are one tensor, held by the first
     for (const auto& [other, r] : replicas_) built.push_back(r.get());
     replicas_[st] = std::make_unique<StageReplica>(model_, first, last, is_last, sgd,

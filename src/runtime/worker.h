@@ -31,8 +31,8 @@ struct WorkerOptions {
   // pipedream: each minibatch's forward and backward run on weights predicted as far ahead as
   // its gradient's step (StageReplica::forward, predict_steps); false: the newest, as the paper.
   bool weight_prediction = true;
-  // pipedream: a stage whose gradients lag s steps warms its learning rate up linearly over
-  // stale_warmup * s minibatches (unless the run's own warm-up is longer); 0: off. Early
+  // pipedream and 2bw: a stage whose gradients lag s steps warms its learning rate up linearly
+  // over stale_warmup * s minibatches (unless the run's own warm-up is longer); 0: off. Early
   // training, where the gradients change fastest, is where stale ones hurt most (PipeMare,
   // Yang et al. 2021, reschedules the rate by delay for that reason).
   int64_t stale_warmup = 100;
@@ -43,6 +43,10 @@ struct WorkerOptions {
   // All-reduce bucket size (gradient_buckets.h); 0: one bucket, reduced after the backward.
   int64_t bucket_bytes = plan::Cluster::kDefaultBucketBytes;
 };
+
+// The optimizer settings stage `stage` of `s` steps with: the run's, and an asynchronous
+// schedule's stale warm-up for the steps its gradients lag (WorkerOptions::stale_warmup).
+model::OptimizerOptions stage_optimizer(const schedule::Schedule& s, int stage, const WorkerOptions& options);
 
 class Worker {
  public:

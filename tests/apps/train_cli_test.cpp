@@ -253,6 +253,27 @@ TEST(TrainCli, WhatTheWeightsDependOnIsNoted) {
             std::string::npos) << few;
 }
 
+// 2bw's stages, the last included, lag a step: each warms its rate up over --stale-warmup
+// minibatches, and the metrics' lr column is the rate the last stage applied.
+TEST(TrainCli, TwoBwsStagesWarmUpAndTheCsvSaysTheirRate) {
+  TempDir tmp("2bw-warmup");
+  std::string csv = (tmp.path / "m.csv").string();
+  ASSERT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32", "--steps", "6",
+                 "--stages", "2", "--schedule", "2bw", "--microbatches", "2", "--lr", "0.04", "--stale-warmup", "4",
+                 "--metrics", csv, "--quiet"},
+                tmp.path / "log"),
+            0)
+      << slurp(tmp.path / "log");
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<double> lr;
+  while (std::getline(in, line)) lr.push_back(std::stod(line.substr(line.rfind(',') + 1)));
+  std::vector<double> want{0.01, 0.02, 0.03, 0.04, 0.04, 0.04};
+  ASSERT_EQ(lr.size(), want.size()) << slurp(csv);
+  for (size_t i = 0; i < lr.size(); ++i) EXPECT_NEAR(lr[i], want[i], 1e-9) << "step " << i + 1 << "\n" << slurp(csv);
+}
+
 // A second process given a rank already taken is told so at once, and the job trains: it failed
 // on gloo's "Connection refused", or waited 76 s in silence when the job was running.
 TEST(TrainCli, ARankTakenTwiceIsNamed) {
