@@ -59,6 +59,11 @@ json job_digest(const Job& job, const model::LayeredModel& model, const model::D
                             {"shard_crc32", data.train.on_disk ? data.train.on_disk->crcs() : std::vector<uint32_t>{}}}},
               {"checkpoint", json{{"dir", options.checkpoint.dir}, {"every", options.checkpoint.every},
                                   {"resume", options.checkpoint.resume}, {"overwrite", options.checkpoint.overwrite}}},
+              // The checkpoint each resumes from: workers started apart each pick the newest they
+              // see, and two that picked different ones all-reduced different weights, or waited
+              // out --timeout for transfers of other steps, blamed on the folder or the network.
+              {"resumed", job.resume_from.empty() ? json() : json{{"step", job.first_step},
+                                                                  {"run_id", job.resume_manifest.run_id}}},
               {"bucket_bytes", options.bucket_bytes},
               {"cluster", options.cluster.levels.empty() ? json() : plan::to_json(options.cluster)},
               // Every flag of the command line, as the command read it (apps/flag_digest.h): a

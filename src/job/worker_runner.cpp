@@ -224,11 +224,16 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
       // common pauses counted the evaluations as training (40.8 ms per minibatch against 0.43).
       transport.barrier();
     }
-    if (checkpoints) checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
-    // A checkpoint is a pause as an evaluation is, in the trace and in the training time.
-    double resumed = wall_ms();
-    worker.mark_pause(paused, resumed);
-    if (on_evaluated) on_evaluated(seg, e, resumed - paused);
+    // Before the checkpoint exists, the rows up to it are written: a job killed just after it
+    // lost that step's row, its accuracy too, for good (the resume starts after it).
+    double saving = wall_ms();
+    if (on_evaluated) on_evaluated(seg, e, saving - paused);
+    if (checkpoints) {
+      checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
+      // A checkpoint is a pause as an evaluation is, in the trace and in the training time.
+      if (on_evaluated) on_evaluated(seg, Evaluation{}, wall_ms() - saving);
+    }
+    worker.mark_pause(paused, wall_ms());
   }
   worker.finish_sends();
 }
@@ -350,6 +355,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
             rec.test_loss = e.loss;
             progress.evaluated(rec);
           }
+          progress.flush_pending();
         },
         gather_losses);
     take_lists();

@@ -28,8 +28,9 @@ struct WorkerRun {
 // (when the job's options evaluate), the test-set evaluation through the pipeline.
 // With a checkpoint folder, the workers write a checkpoint after the segments that call for
 // one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
-// `on_evaluated(segment, evaluation, ms)` is called after each such pause, which took `ms` (the
-// figures < 0 where it only checkpointed, and on workers without the last stage).
+// `on_evaluated(segment, evaluation, ms)` is called after the pause's evaluation, before its
+// checkpoint is written, and again after the checkpoint, with the ms each took (the figures < 0
+// where there was none, and on workers without the last stage).
 // `trained(segment)`, where given, is called on every worker after each segment's training (once
 // every worker has ended it, where a pause or the job's end follows), before its pause.
 using EvaluatedCallback = std::function<void(const Segment&, const runtime::Evaluation&, double ms)>;

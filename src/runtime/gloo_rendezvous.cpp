@@ -105,10 +105,16 @@ void GlooTransport::check_agreement(const json& digest) {
     std::vector<JsonDifference> fields = json_differences(all[0], all[r]);
     if (fields.empty()) continue;
     std::string what;
-    for (const auto& f : fields)
+    bool resumed = false;
+    for (const auto& f : fields) {
       what += str(what.empty() ? "" : "; ", "'", f.path, "': worker 0 has ", f.a, ", worker ", r, " has ", f.b);
+      resumed |= f.path.rfind("resumed", 0) == 0;
+    }
     throw ConfigError(str("the workers disagree (", what, "); every worker of a job must be started with the same ",
-                          "plan, flags and data"));
+                          "plan, flags and data",
+                          resumed ? ", and resumes from the newest checkpoint it sees in --checkpoint-dir, which "
+                                    "they must see alike"
+                                  : ""));
   }
 }
 

@@ -33,12 +33,36 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
     // Read before the partial file is opened afresh: a killed run's rows are there.
     std::vector<std::string> earlier = resumed_step_ > 0 && !through ? earlier_rows(header) : std::vector<std::string>{};
-    csv_ = std::fopen(through ? metrics_path.c_str() : csv_partial_.c_str(), "w");
-    if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : csv_partial_, "'"));
-    if (std::fprintf(csv_, "%s\n", header.c_str()) < 0 || std::fflush(csv_) != 0) write_failed();
-    for (const auto& row : earlier)
-      if (std::fprintf(csv_, "%s\n", row.c_str()) < 0) write_failed();
-    if (std::fflush(csv_) != 0) write_failed();
+    keeps_earlier_ = !earlier.empty();
+    if (!earlier.empty()) {
+      int64_t last = std::strtoll(earlier.back().c_str(), nullptr, 10);
+      if (last < resumed_step_)
+        std::fprintf(stderr,
+                     "note: --metrics: the rows kept from %s end at step %lld, and the checkpoint holds %lld steps: "
+                     "steps %lld..%lld have no row (a run in between wrote none?), and train_s leaves out their time\n",
+                     csv_path_.c_str(), (long long)last, (long long)resumed_step_, (long long)last + 1,
+                     (long long)resumed_step_);
+    }
+    // The kept rows are written to a file of their own first, which then replaces the partial
+    // file: where they cannot be written, the partial file, perhaps their only copy, is intact.
+    std::string fresh = keeps_earlier_ ? csv_partial_ + ".new" : csv_partial_;
+    csv_ = std::fopen(through ? metrics_path.c_str() : fresh.c_str(), "w");
+    if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : fresh, "'"));
+    bool written = std::fprintf(csv_, "%s\n", header.c_str()) >= 0;
+    for (const auto& row : earlier) written = written && std::fprintf(csv_, "%s\n", row.c_str()) >= 0;
+    written = std::fflush(csv_) == 0 && written;
+    if (keeps_earlier_) {
+      if (!written || std::rename(fresh.c_str(), csv_partial_.c_str()) != 0) {
+        int err = errno;
+        std::fclose(csv_);
+        csv_ = nullptr;
+        std::remove(fresh.c_str());
+        throw RuntimeFailure(str("--metrics: writing '", fresh, "' failed (", std::strerror(err),
+                                 "); the earlier run's rows are as they were; the run stops here"));
+      }
+    } else if (!written) {
+      write_failed();
+    }
   }
 }
 
@@ -93,10 +117,15 @@ void Progress::write_failed() {
   int err = errno;
   std::fclose(csv_);
   csv_ = nullptr;
-  if (!csv_partial_.empty()) std::remove(csv_partial_.c_str());
+  // A resumed run's partial file holds the earlier run's rows, which may be their only copy (a
+  // killed run's): kept, not removed (a full disk deleted 313 rows of the run being resumed).
+  if (!csv_partial_.empty() && !keeps_earlier_) std::remove(csv_partial_.c_str());
+  std::string partial = csv_partial_.empty() ? ""
+                        : keeps_earlier_     ? "it keeps what was written, the earlier run's rows among them, and '" +
+                                                   csv_path_ + "' is left as it was; "
+                                             : "it is removed and '" + csv_path_ + "' left as it was; ";
   throw RuntimeFailure(str("--metrics: writing '", csv_partial_.empty() ? csv_path_ : csv_partial_, "' failed (",
-                           std::strerror(err), "); ", csv_partial_.empty() ? "" : "it is removed and '" + csv_path_ +
-                           "' left as it was; ", "the run stops here"));
+                           std::strerror(err), "); ", partial, "the run stops here"));
 }
 
 void Progress::close_csv() {

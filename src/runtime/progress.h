@@ -43,10 +43,12 @@ class Progress {
 
   void step(const StepRecord& r);       // after each training step
   void evaluated(const StepRecord& r);  // after a test-set evaluation
+  // Writes the last step's row now, not when the next step starts: before a checkpoint is
+  // written, so that a job killed after it keeps that step's row (its accuracy too).
+  void flush_pending();
   void finish();
 
  private:
-  void flush_pending();
   void write_failed();   // throws, after removing the partial file
   void close_csv();      // closes and moves the partial file into place
   // A resumed run's rows of the steps its checkpoint holds: the partial file's where the run was
@@ -61,6 +63,7 @@ class Progress {
   std::string csv_path_;
   std::string csv_partial_;  // where rows go ("" when written through)
   int64_t resumed_step_;
+  bool keeps_earlier_ = false;  // the partial file holds a resumed run's earlier rows
   double train_s_before_ = 0;  // the kept rows' train_s
   double samples_before_ = 0;  // and the samples they trained (their last rate x train_s)
   double start_ms_;

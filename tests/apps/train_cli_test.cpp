@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -251,6 +252,95 @@ TEST(TrainCli, WhatTheWeightsDependOnIsNoted) {
   std::string few = train({"--stages", "4", "--schedule", "2bw", "--microbatches", "2"});
   EXPECT_NE(few.find("note: 2bw's weights lag 2 steps on every stage here, not PipeDream-2BW's 1: 2 microbatches"),
             std::string::npos) << few;
+}
+
+// A checkpoint's step has its row in the metrics before the checkpoint exists: a job killed just
+// after the checkpoint lost that row, its accuracy too, for good (its resume starts after it).
+TEST(TrainCli, ACheckpointsRowIsWrittenBeforeIt) {
+  TempDir tmp("row-before-checkpoint");
+  fs::path ck = tmp.path / "ck", csv = tmp.path / "m.csv";
+  pid_t pid = start({"train", "--data", "synthetic", "--synthetic-samples", "4096", "--batch-size", "32", "--steps",
+                     "2000", "--stages", "2", "--schedule", "1f1b", "--eval-every", "5", "--checkpoint-dir", ck.string(),
+                     "--checkpoint-every", "5", "--metrics", csv.string(), "--quiet"},
+                    tmp.path / "log");
+  fs::path first = ck / "step-00000005";
+  auto began = std::chrono::steady_clock::now();
+  while (!fs::exists(first) && std::chrono::steady_clock::now() - began < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  ::kill(-pid, SIGSTOP);  // the moment the checkpoint is there
+  std::string rows = slurp(csv.string() + ".partial");
+  ::kill(-pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(fs::exists(first)) << slurp(tmp.path / "log");
+  size_t at = rows.find("\n5,1,");
+  ASSERT_NE(at, std::string::npos) << "no row of step 5 when its checkpoint appeared:\n" << rows;
+  std::stringstream row(rows.substr(at + 1, rows.find('\n', at + 1) - at - 1));
+  std::vector<std::string> f;
+  for (std::string field; std::getline(row, field, ',');) f.push_back(field);
+  ASSERT_GE(f.size(), 5u) << rows;
+  EXPECT_FALSE(f[4].empty()) << "step 5's row has no accuracy:\n" << rows;
+}
+
+// A resumed run that cannot write its metrics (a full disk) leaves the rows of the run it resumes
+// where they were: it removed the partial file, their only copy where that run was killed (313
+// rows deleted). The file size limit stands in for the full disk.
+TEST(TrainCli, AResumeThatCannotWriteItsMetricsKeepsTheEarlierRows) {
+  TempDir tmp("metrics-full");
+  fs::path ck = tmp.path / "ck", csv = tmp.path / "m.csv", partial = tmp.path / "m.csv.partial";
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "32",
+                                   "--checkpoint-dir", ck.string(), "--checkpoint-every", "100", "--metrics",
+                                   csv.string(), "--quiet"};
+  std::vector<std::string> first = args;
+  first.insert(first.end(), {"--steps", "100"});
+  ASSERT_EQ(run(first, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  fs::rename(csv, partial);  // as a killed run leaves them
+  std::string before = slurp(partial);
+  std::vector<std::string> argv{kBinary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--steps", "120", "--resume"});
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::string log = (tmp.path / "resume.log").string();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stdout);
+    ::dup2(::fileno(stdout), 2);
+    ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+    rlimit small{4096, 4096};    // under the 100 rows, over what the run prints
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    ::execv(kBinary.c_str(), cargs.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("the earlier run's rows are as they were"), std::string::npos) << slurp(log);
+  EXPECT_EQ(slurp(partial), before) << slurp(log);
+}
+
+// Rows missing from the metrics a resume keeps (a run in between wrote none) are named, with what
+// they leave out of train_s: the file jumped from row 209 to 351 without a word.
+TEST(TrainCli, RowsMissingFromAResumedRunsMetricsAreNamed) {
+  TempDir tmp("metrics-gap");
+  fs::path csv = tmp.path / "m.csv";
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "32",
+                                   "--checkpoint-dir", (tmp.path / "ck").string(), "--checkpoint-every", "10",
+                                   "--metrics", csv.string(), "--quiet"};
+  std::vector<std::string> first = args, second = args;
+  first.insert(first.end(), {"--steps", "20"});
+  second.insert(second.end(), {"--steps", "30", "--resume"});
+  ASSERT_EQ(run(first, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  std::string rows = slurp(csv), kept;
+  std::istringstream in(rows);
+  std::string line;
+  for (int i = 0; i < 6 && std::getline(in, line); ++i) kept += line + "\n";  // the header and rows 1-5
+  std::ofstream(csv) << kept;
+  ASSERT_EQ(run(second, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  EXPECT_NE(slurp(tmp.path / "log").find("the rows kept from " + csv.string() + " end at step 5, and the checkpoint "
+                                         "holds 20 steps: steps 6..20 have no row"),
+            std::string::npos)
+      << slurp(tmp.path / "log");
 }
 
 // 2bw's stages, the last included, lag a step: each warms its rate up over --stale-warmup
