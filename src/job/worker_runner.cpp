@@ -68,8 +68,6 @@ class LossReport {
   double last_loss() const { return last_loss_; }
   void add_pause_ms(double ms) { paused_ms_ += ms; }
   double train_seconds() const { return (wall_ms() - start_ms_ - paused_ms_) / 1000; }
-  // The last row's: the run's training time, every worker done (what follows it is a pause).
-  double reported_seconds() const { return last_secs_; }
 
  private:
   using Pending = std::map<int64_t, std::pair<double, int>>;  // minibatch -> (loss sum, microbatches)
@@ -313,7 +311,9 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       for (auto& p : sent) p->wait();
       sent.clear();
     };
+    double trained_s = 0;  // the run's training time: at its last segment's end, every worker done
     auto gather_losses = [&](const Segment& seg) {
+      if (&seg == &job.segments.back()) trained_s = losses.train_seconds();
       int64_t end = seg.first_minibatch + seg.minibatches;
       if (!gathered) {
         // The segment's last minibatch is reported now, its training time before any evaluation or
@@ -367,7 +367,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     worker.set_loss_callback(nullptr);
     if (run.reports) {
       run.train.steps = job.steps;
-      run.train.seconds = losses.reported_seconds();
+      run.train.seconds = job.segments.empty() ? losses.train_seconds() : trained_s;
       run.train.samples_per_s = job.steps * options.train.batch_size / std::max(run.train.seconds, 1e-9);
       run.train.final_loss = losses.final_loss();
       run.train.loss_known = losses.losses_known();
