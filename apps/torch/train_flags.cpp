@@ -124,8 +124,9 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                        ->capture_default_str();
   app.add_flag("--vertical-sync", flags->request.options.vertical_sync, "pipedream: vertical sync of weight versions");
   app.add_flag("--no-weight-prediction", [flags](int64_t) { flags->request.options.weight_prediction = false; },
-               "pipedream: run each minibatch on the newest weights (the paper's stashing alone) instead of "
-               "weights predicted as far ahead as its gradient's step");
+               "pipedream and 2bw: run each minibatch on the paper's weights (pipedream: the newest, stashed; "
+               "2bw: the version its delay gives, two kept) instead of weights predicted as far ahead as its "
+               "gradient's step (2bw: one copy per minibatch, up to 3 on a stage)");
   app.add_flag("--deferred-batch-norm", flags->request.options.deferred_batch_norm,
                "BatchNorm's running statistics of the whole minibatch, not of each microbatch, every replica's "
                "microbatches included (without it a replicated stage keeps replica 0's, as DDP does; models "

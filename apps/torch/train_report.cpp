@@ -120,6 +120,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   profile::Profile prof = profile::with_batch_size(*flags.request.profile, job_options.train.batch_size);
   schedule::MemoryOptions mo;
   mo.optimizer_copies = job_options.train.sgd.state_copies();
+  mo.weight_prediction = job_options.weight_prediction;
   if (flags.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
   auto over = [&](int minibatches) { return *job.schedule_over(minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's

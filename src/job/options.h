@@ -27,7 +27,7 @@ struct PipelineOptions {
   bool vertical_sync = false; // pipedream
   runtime::TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)
-  bool weight_prediction = true;  // pipedream (WorkerOptions::weight_prediction)
+  bool weight_prediction = true;  // pipedream and 2bw (WorkerOptions::weight_prediction)
   int64_t stale_warmup = runtime::WorkerOptions{}.stale_warmup;  // pipedream (WorkerOptions::stale_warmup)
   bool deferred_batch_norm = false;  // WorkerOptions::deferred_batch_norm
   bool record_weight_sums = false;

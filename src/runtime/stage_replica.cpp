@@ -78,14 +78,23 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   InFlight f;
   f.version = version >= 0 ? version : version_;
   PT_CHECK(f.version <= version_, "forward asks for weight version ", f.version, " but the newest is ", version_);
-  if (predict_steps > 0 && stash_weights_ && optimizer_.predicts() && version < 0) {
+  auto predicted_copy = [&] {
     std::vector<torch::Tensor> reuse;
     if (!spare_predicted_.empty()) {
       reuse = std::move(spare_predicted_.back());
       spare_predicted_.pop_back();
     }
-    f.predicted = flat_->copy_weights(std::move(reuse));
-    optimizer_.predict(f.predicted, predict_steps, minibatch);
+    std::vector<torch::Tensor> w = flat_->copy_weights(std::move(reuse));
+    optimizer_.predict(w, predict_steps, minibatch);
+    return w;
+  };
+  if (predicts_per_minibatch() && version < 0) {
+    auto it = minibatch_predicted_.find(minibatch);
+    if (it == minibatch_predicted_.end() && predict_steps > 0)
+      it = minibatch_predicted_.emplace(minibatch, predicted_copy()).first;
+    if (it != minibatch_predicted_.end()) f.shares = minibatch;
+  } else if (predict_steps > 0 && stash_weights_ && optimizer_.predicts() && version < 0) {
+    f.predicted = predicted_copy();
   }
   f.input = first_ > 0 ? model::from_wire(input, model_->wire_precision(first_ - 1)).detach() : input.detach();
   if (first_ > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
@@ -115,6 +124,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     used_versions_[mb] = f.version;
   }
   in_flight_[mb] = std::move(f);
+  count_copies();
   return is_last_ ? out.detach() : model::to_wire(out.detach(), model_->wire_precision(last_ - 1));
 }
 
@@ -165,19 +175,20 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFli
 
 template <typename F>
 void StageReplica::with_weights(InFlight& mb, F&& f) {
-  if (mb.predicted.empty()) {
+  if (!runs_on_copy(mb)) {
     with_version(mb.version, std::forward<F>(f));
     return;
   }
-  flat_->swap_weights(mb.predicted);
+  std::vector<torch::Tensor>& copy = mb.shares >= 0 ? minibatch_predicted_.at(mb.shares) : mb.predicted;
+  flat_->swap_weights(copy);
   try {
     torch::AutoGradMode grad_on(true);
     f();
   } catch (...) {
-    flat_->swap_weights(mb.predicted);
+    flat_->swap_weights(copy);
     throw;
   }
-  flat_->swap_weights(mb.predicted);
+  flat_->swap_weights(copy);
 }
 
 template <typename F>
@@ -262,7 +273,7 @@ void StageReplica::finish(std::map<int64_t, InFlight>::iterator it) {
 void StageReplica::release_version_if_unused(int64_t version) {
   if (version == version_ || history_ > 0) return;  // a history is pruned by step()
   for (const auto& [mb, f] : in_flight_)
-    if (f.version == version && f.predicted.empty()) return;
+    if (f.version == version && !runs_on_copy(f)) return;
   auto it = versions_.find(version);
   if (it == versions_.end()) return;
   spare_ = std::move(it->second);
@@ -274,7 +285,7 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
   // Microbatches in flight keep the version their forward used: stash it before updating.
   if (stash_weights_) {
     bool needed = history_ > 0;
-    for (const auto& [mb, f] : in_flight_) needed |= f.version == version_ && f.predicted.empty();
+    for (const auto& [mb, f] : in_flight_) needed |= f.version == version_ && !runs_on_copy(f);
     // A history drops the versions this step leaves behind first, and its copy is the one the
     // stash reuses (stashing first held one copy more at each step: 3 where 2BW keeps 2).
     while (history_ > 0 && !versions_.empty() && versions_.begin()->first < version_ + 1 - history_) {
@@ -289,12 +300,27 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
       peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
   }
+  count_copies();
+  // This step applies `minibatch`'s gradient: the copy its microbatches ran on is done with.
+  for (auto it = minibatch_predicted_.begin(); it != minibatch_predicted_.end() && it->first <= minibatch;) {
+    for (const auto& [mb, f] : in_flight_)
+      PT_CHECK(f.shares != it->first, "minibatch ", it->first, "'s predicted weights freed while microbatch ", mb,
+               " runs on them");
+    spare_predicted_.push_back(std::move(it->second));
+    it = minibatch_predicted_.erase(it);
+  }
   optimizer_.step(grad_scale, minibatch);
   model_->device_step(first_, last_,
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   ++version_;
   PT_CHECK(history_ > 0 || static_cast<int64_t>(versions_.size()) + 1 <= max_versions_, versions_.size() + 1,
            " weight versions alive, more than the schedule's budget of ", max_versions_);
+}
+
+void StageReplica::count_copies() {
+  int64_t copies = 1 + static_cast<int64_t>(versions_.size() + minibatch_predicted_.size());
+  for (const auto& [mb, f] : in_flight_) copies += !f.predicted.empty();
+  peak_copies_ = std::max(peak_copies_, copies);
 }
 
 int64_t StageReplica::activation_bytes(int64_t mb) const {

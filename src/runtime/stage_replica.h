@@ -67,6 +67,13 @@ class StageReplica {
   // Vertical sync (PipeDream §3.3): keep the last `versions` weight versions, whether or not a
   // microbatch in flight uses them, because a later forward may ask for one.
   void keep_history(int64_t versions) { history_ = versions; }
+  // 2bw's weight prediction: a minibatch's microbatches all run on one copy of the weights,
+  // predicted at its first forward as far ahead as the step that applies its gradient (forward's
+  // predict_steps; none where that step is the next one: the newest, which no step changes
+  // before then), and freed by that step. Pipedream predicts per microbatch. Where the optimizer
+  // has no velocity to follow (sgd without momentum) 2bw keeps its delayed version instead.
+  void predict_per_minibatch() { per_minibatch_ = true; }
+  bool predicts_per_minibatch() const { return per_minibatch_ && optimizer_.predicts() && stash_weights_; }
   // The weight version each microbatch's forward used (recorded with record_weight_sums).
   const std::map<int64_t, int64_t>& used_versions() const { return used_versions_; }
 
@@ -91,6 +98,9 @@ class StageReplica {
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }
   int64_t versions_held() const { return static_cast<int64_t>(versions_.size()); }
   int64_t peak_versions_held() const { return peak_versions_; }
+  // The most copies of the stage's weights alive at once: the newest, the stashed versions and
+  // the predicted copies (the memory model's WorkerMemory::weights counts the same).
+  int64_t peak_weight_copies() const { return peak_copies_; }
   double last_loss() const { return last_loss_; }
   int64_t last_correct() const { return last_correct_; }
   int64_t activation_bytes(int64_t mb) const;
@@ -109,7 +119,9 @@ class StageReplica {
     int64_t version = 0;
     int64_t microbatch = 0;  // its global index: its dropout masks' key
     std::vector<torch::Tensor> predicted;  // its own predicted weights (weight prediction), else empty
+    int64_t shares = -1;  // predict_per_minibatch: the minibatch whose predicted weights it runs on
   };
+  bool runs_on_copy(const InFlight& f) const { return !f.predicted.empty() || f.shares >= 0; }
   // Recompute: runs f's forward again with gradients (its weight version must be in place).
   // Returns the layers' buffers with their own data, to be given back after the backward.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> rebuild(InFlight& f);
@@ -145,8 +157,12 @@ class StageReplica {
   std::map<int64_t, std::vector<torch::Tensor>> versions_;  // stashed copies of older versions
   std::vector<torch::Tensor> spare_;  // a released stash's buffers, reused by the next stash
   std::vector<std::vector<torch::Tensor>> spare_predicted_;  // released predictions, reused
+  bool per_minibatch_ = false;
+  std::map<int64_t, std::vector<torch::Tensor>> minibatch_predicted_;  // predict_per_minibatch: by minibatch
   std::map<int64_t, InFlight> in_flight_;
   int64_t peak_versions_ = 0;
+  int64_t peak_copies_ = 1;
+  void count_copies();  // updates peak_copies_
   int64_t history_ = 0;
   std::map<int64_t, int64_t> used_versions_;
   double last_loss_ = 0;

@@ -81,7 +81,8 @@ void Worker::setup(const schedule::Schedule& s) {
     // A minibatch's entry version is at most the stage-0 in-flight count behind the newest; 2bw's
     // is weight_delay behind.
     if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
-    if (s.weight_delay > 0) replicas_[st]->keep_history(s.weight_delay);
+    if (s.weight_delay > 0 && options_.weight_prediction) replicas_[st]->predict_per_minibatch();
+    if (s.weight_delay > 0 && !replicas_[st]->predicts_per_minibatch()) replicas_[st]->keep_history(s.weight_delay);
   }
   if (options_.sgd.clip_grad_norm > 0 && s.flush) {
     // Every all-reduce of this worker's stages before its first step: the norm is of the sums.
@@ -249,9 +250,10 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       }
       bool last = a.stage == s.num_stages - 1;
       torch::Tensor target = last ? batch_rows(true, minibatch, micro, m) : torch::Tensor();
-      int64_t version = s.vertical_sync     ? base_version_ + entry_version_.at(a.microbatch)
-                        : s.weight_delay > 0 ? base_version_ + std::max(0, a.microbatch / s.microbatches - s.weight_delay)
-                                             : -1;
+      int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch)
+                        : s.weight_delay > 0 && !rep->predicts_per_minibatch()
+                            ? base_version_ + std::max(0, a.microbatch / s.microbatches - s.weight_delay)
+                            : -1;
       auto ahead = predict_steps_.find({a.stage, a.microbatch});
       torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version,
                                        ahead == predict_steps_.end() ? 0 : ahead->second, minibatch);

@@ -28,8 +28,9 @@ struct WorkerOptions {
   model::OptimizerOptions sgd;
   uint64_t seed = 0;
   bool stash_weights = true;
-  // pipedream: each minibatch's forward and backward run on weights predicted as far ahead as
-  // its gradient's step (StageReplica::forward, predict_steps); false: the newest, as the paper.
+  // pipedream and 2bw: each minibatch's forward and backward run on weights predicted as far
+  // ahead as its gradient's step (StageReplica::forward, predict_steps; 2bw's microbatches of one
+  // minibatch share one copy); false: the paper's (pipedream the newest, 2bw its delayed version).
   bool weight_prediction = true;
   // pipedream and 2bw: a stage whose gradients lag s steps warms its learning rate up linearly
   // over stale_warmup * s minibatches (unless the run's own warm-up is longer); 0: off. Early

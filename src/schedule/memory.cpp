@@ -84,8 +84,11 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     const auto& list = s.actions[w];
     WorkerMemory& m = out[w];
     StashTracker versions;
-    versions.delay_weights(s.weight_delay, s.microbatches);
-    if (options.weight_prediction && options.optimizer_copies > 0 && s.predicts_weights())
+    // The runtime predicts where the optimizer has a velocity to follow (a state to keep).
+    bool predicting = options.weight_prediction && options.optimizer_copies > 0 && s.predicts_weights();
+    if (predicting && s.weight_delay > 0) versions.share_predictions(s.microbatches);
+    else versions.delay_weights(s.weight_delay, s.microbatches);
+    if (predicting)
       for (const auto& [key, steps] : s.steps_in_flight(w))
         if (steps > 0) versions.predicted(key.first, key.second);
     // The stages this worker holds, in order, and per (stage, microbatch) the bytes held until

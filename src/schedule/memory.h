@@ -52,8 +52,9 @@ struct MemoryOptions {
   // Sends to one peer the runtime has not yet waited for (Worker::kSendsAhead), each holding its
   // tensor (between processes; within one process, kThreadsSendsAhead).
   int sends_ahead = 8;
-  // pipedream: the runtime's weight prediction (Worker's weight_prediction) gives each
-  // microbatch whose gradient is applied after later steps a weight copy of its own.
+  // The runtime's weight prediction (Worker's weight_prediction): pipedream gives each
+  // microbatch whose gradient is applied after later steps a weight copy of its own; 2bw each
+  // such minibatch, in place of its delayed version.
   bool weight_prediction = true;
   // What each process holds besides its tensors (plan::Cluster::process_bytes): added to every
   // worker, each a process of its own (gloo, devices); 0 within one process (threads), whose

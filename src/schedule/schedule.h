@@ -70,8 +70,9 @@ struct Schedule {
   // (what weight prediction predicts across; the runtime and the memory model both read it).
   std::map<std::pair<int, int>, int> steps_in_flight(int worker) const;
   // Whether the runtime predicts weights for this schedule (Worker's weight_prediction on):
-  // pipedream without vertical sync.
-  bool predicts_weights() const { return kind == "pipedream" && !flush && !vertical_sync; }
+  // pipedream without vertical sync, per microbatch; 2bw, per minibatch (StageReplica's
+  // predict_per_minibatch).
+  bool predicts_weights() const { return !flush && ((kind == "pipedream" && !vertical_sync) || kind == "2bw"); }
 };
 
 inline constexpr int kScheduleVersion = 1;

@@ -12,9 +12,16 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
     bool own = predicted_.count({a.stage, a.microbatch}) > 0;
     int version = delay_ > 0 ? std::max(0, a.microbatch / microbatches_ - delay_) : st.steps;
     ran_ahead_ = ran_ahead_ || version > st.steps;
-    auto [it, fresh] = st.in_flight.insert({a.microbatch, {version, bytes, own}});
-    if (!fresh) forget(st, it->second), it->second = {version, bytes, own};
-    own ? ++st.own_copies : ++st.shared[version];
+    InFlight f{version, bytes, own};
+    if (per_minibatch_) {
+      int minibatch = a.microbatch / microbatches_;
+      f.minibatch_copy = st.minibatch_copies.count(minibatch) > 0 || own;
+      f.own_copy = false;
+      if (own && st.minibatch_copies.insert(minibatch).second) ++st.own_copies;
+    }
+    auto [it, fresh] = st.in_flight.insert({a.microbatch, f});
+    if (!fresh) forget(st, it->second), it->second = f;
+    if (!f.minibatch_copy) f.own_copy ? ++st.own_copies : ++st.shared[version];
     peak_stash_ = std::max(peak_stash_, ++stash_);
     peak_bytes_ = std::max(peak_bytes_, bytes_ += bytes);
   } else if (last_backward) {
@@ -26,6 +33,9 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
     st.in_flight.erase(it);
   } else if (a.kind == ActionKind::kStep) {
     ++st.steps;
+    // A Step's microbatch is the minibatch it closes: the copies up to it are done with.
+    for (auto c = st.minibatch_copies.begin(); c != st.minibatch_copies.end() && *c <= a.microbatch;)
+      c = st.minibatch_copies.erase(c), --st.own_copies;
   }
   // The versions alive: the current one (and with a delay the `delay` before it), those
   // in-flight microbatches share, and own copies.
@@ -35,6 +45,7 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
 }
 
 void StashTracker::forget(StageState& st, const InFlight& f) {
+  if (f.minibatch_copy) return;  // its minibatch's Step frees the copy
   if (f.own_copy) {
     --st.own_copies;
     return;

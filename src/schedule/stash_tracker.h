@@ -27,6 +27,10 @@ class StashTracker {
   // A microbatch whose forward ran on weights of its own (weight prediction) holds its own copy
   // until its backward, besides the newest: call before its Forward.
   void predicted(int stage, int mb) { predicted_.insert({stage, mb}); }
+  // 2bw's prediction (StageReplica::predict_per_minibatch): a minibatch's microbatches share the
+  // copy its first predicted forward makes, until the Step that closes the minibatch; the others
+  // run on the newest. Call before the first action, instead of delay_weights.
+  void share_predictions(int microbatches) { per_minibatch_ = true, microbatches_ = microbatches; }
   int weight_versions(int stage) const;  // most weight copies alive at once on `stage` (>= 1)
   int max_weight_versions() const;
   // Schedule::weight_delay: a forward of microbatch mb runs on the weights after the stage's
@@ -44,12 +48,14 @@ class StashTracker {
     int version;
     int64_t bytes;
     bool own_copy;  // predicted: its weights are a copy of their own
+    bool minibatch_copy = false;  // share_predictions: its minibatch's copy
   };
   struct StageState {
     int steps = 0;
     std::map<int, InFlight> in_flight;  // by microbatch
     std::map<int, int> shared;          // version -> in-flight microbatches on it (no copy of their own)
     int own_copies = 0;
+    std::set<int> minibatch_copies;  // share_predictions: the minibatches whose copy is alive
     int peak_versions = 1;
   };
   static void forget(StageState& st, const InFlight& f);  // f leaves the stage's in-flight set
@@ -59,6 +65,7 @@ class StashTracker {
   int64_t bytes_ = 0, peak_bytes_ = 0;
   int delay_ = 0, keep_ = 0, microbatches_ = 1;
   bool ran_ahead_ = false;
+  bool per_minibatch_ = false;
 };
 
 }  // namespace pt::schedule

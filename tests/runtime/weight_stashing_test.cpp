@@ -7,6 +7,7 @@
 #include <map>
 
 #include "pipeline_test_util.h"
+#include "schedule/memory.h"
 
 namespace pt::runtime {
 namespace {
@@ -243,6 +244,7 @@ TEST(TwoBw, EveryMicrobatchOfAMinibatchRunsOnTheVersionOneStepBehindOnEveryStage
   o.schedule = "2bw";
   o.microbatches = 4;
   o.train.steps = 12;
+  o.weight_prediction = false;  // the paper's versions (TwoBw.PredictsEachMinibatchsWeights: pipetrain's default)
   std::vector<std::unique_ptr<Worker>> workers;
   train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data,
                  plan::even_split(unit_profile(*m), 4), o, &workers);
@@ -254,6 +256,125 @@ TEST(TwoBw, EveryMicrobatchOfAMinibatchRunsOnTheVersionOneStepBehindOnEveryStage
     for (const auto& [mb, version] : rep->used_versions())
       EXPECT_EQ(version, std::max<int64_t>(0, mb / 4 - 1)) << "stage " << st << " microbatch " << mb;
     for (const auto& [mb, sums] : rep->weight_sums()) EXPECT_EQ(sums.first, sums.second) << "stage " << st << " microbatch " << mb;
+  }
+}
+
+
+// 2bw with weight prediction (its default) against the update written out by hand: minibatch t's
+// microbatches all run, on stage s, on one copy of the weights, predicted at its first forward
+// from the newest version b there as far as the step that applies its gradient:
+// W(b) - (t - b) lr v(b), v(b) the velocity after b steps (none before a first step); the stage
+// then steps as SGD with momentum does, W(t+1) = W(t) - lr v(t+1), v(t+1) = mu v(t) + g. The
+// reference takes b from the version the runtime recorded at that forward; how far ahead the
+// runtime predicts from it is what the test checks.
+TEST(TwoBw, PredictsEachMinibatchsWeightsAsFarAsTheStepThatAppliesItsGradient) {
+  constexpr int kStages = 4, kMicro = 4, kSteps = 12, kBatch = 16;
+  const double lr = 0.05, mu = 0.9;
+  auto ref = seeded_cnn(4);
+  auto data = model::synthetic_data(*ref, 512, 32, 10, 5);
+  auto plan = plan::even_split(unit_profile(*ref), kStages);
+  PipelineOptions o = recorded_pipedream();
+  o.schedule = "2bw";
+  o.microbatches = kMicro;
+  o.train.steps = kSteps;
+  o.train.batch_size = kBatch;
+  o.train.sgd = {lr, mu, 0};
+  o.train.shuffle = false;  // minibatch t: samples [t B, (t + 1) B)
+  o.stale_warmup = 0;       // the rate is lr throughout
+  std::vector<std::unique_ptr<Worker>> workers;
+  train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
+
+  std::vector<std::vector<torch::Tensor>> params(kStages);  // the reference's, by stage
+  for (int st = 0; st < kStages; ++st)
+    for (int l : plan.stages[st].layers)
+      for (auto& p : ref->layer_parameters(l)) params[st].push_back(p);
+  auto copies = [](const std::vector<torch::Tensor>& ts) {
+    std::vector<torch::Tensor> out;
+    for (const auto& t : ts) out.push_back(t.detach().clone());
+    return out;
+  };
+  // [stage][version]: the weights and the velocity after that many steps.
+  std::vector<std::vector<std::vector<torch::Tensor>>> w(kStages), v(kStages);
+  for (int st = 0; st < kStages; ++st) {
+    w[st].push_back(copies(params[st]));
+    std::vector<torch::Tensor> zero;
+    for (const auto& p : params[st]) zero.push_back(torch::zeros_like(p));
+    v[st].push_back(zero);
+  }
+  int predicted = 0;  // minibatches some stage ran on weights ahead of its newest
+  for (int t = 0; t < kSteps; ++t) {
+    torch::NoGradGuard no_grad;
+    for (int st = 0; st < kStages; ++st) {
+      int64_t b = workers[st]->replica(st)->used_versions().at(static_cast<int64_t>(t) * kMicro);
+      ASSERT_LE(b, t) << "stage " << st << " minibatch " << t;
+      predicted += b < t;
+      for (size_t i = 0; i < params[st].size(); ++i)
+        params[st][i].copy_(w[st][b][i] - static_cast<double>(t - b) * lr * v[st][b][i]);
+    }
+    for (auto& p : ref->parameters()) p.mutable_grad() = torch::Tensor();
+    for (int micro = 0; micro < kMicro; ++micro) {
+      std::vector<int64_t> rows;
+      for (int r = 0; r < kBatch / kMicro; ++r) rows.push_back(t * kBatch + micro * (kBatch / kMicro) + r);
+      torch::AutoGradMode grad(true);
+      (ref->loss(ref->forward(data.train.gather_inputs(rows)), data.train.gather_targets(rows)) / kMicro).backward();
+    }
+    for (int st = 0; st < kStages; ++st) {
+      std::vector<torch::Tensor> nv, nw;
+      for (size_t i = 0; i < params[st].size(); ++i) {
+        nv.push_back(v[st][t][i] * mu + params[st][i].grad());
+        nw.push_back(w[st][t][i] - lr * nv.back());
+      }
+      v[st].push_back(nv);
+      w[st].push_back(nw);
+    }
+  }
+  // Stage 0 starts minibatch t before its step of t - 1 from the second on; the last stage after.
+  EXPECT_GE(predicted, kSteps - 1);
+  // The memory model counts the weight copies the replicas held: on the plan's schedule, each
+  // stage's weights over its parameters' bytes.
+  profile::Profile prof = unit_profile(*ref);
+  schedule::MemoryOptions mo;
+  auto memory = schedule::memory_per_worker(generate_schedule(plan, o, kSteps), prof, mo);
+  for (int st = 0; st < kStages; ++st) {
+    StageReplica* rep = workers[st]->replica(st);
+    EXPECT_EQ(rep->version(), kSteps);
+    EXPECT_EQ(rep->versions_held(), 0) << "stage " << st << ": no delayed version is kept";
+    int64_t stage_bytes = 0;
+    for (int l : plan.stages[st].layers) stage_bytes += prof.layers[l].parameter_bytes;
+    EXPECT_EQ(memory[st].weights, rep->peak_weight_copies() * stage_bytes) << "stage " << st;
+    EXPECT_LE(max_relative_error(copies(rep->parameters()), w[st][kSteps]), 1e-5) << "stage " << st;
+    for (const auto& [mb, sums] : rep->weight_sums()) {
+      EXPECT_EQ(sums.first, sums.second) << "stage " << st << " microbatch " << mb << ": its backward's weights";
+      EXPECT_EQ(sums.first, rep->weight_sums().at(mb - mb % kMicro).first)
+          << "stage " << st << " microbatch " << mb << ": its minibatch's first microbatch's weights";
+    }
+  }
+}
+
+
+// A replicated stage under 2bw's prediction: each replica predicts its minibatches' copies from
+// its own newest weights and steps count, and the replicas, which sum their gradients, stay equal.
+TEST(TwoBw, ReplicasOfAPredictingStageStayEqual) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  PipelineOptions o = recorded_pipedream();
+  o.schedule = "2bw";
+  o.microbatches = 4;
+  o.train.steps = 12;
+  auto plan = plan::even_split(unit_profile(*m), 2);
+  plan.stages[0].replicas = 2;
+  plan::assign_workers(plan);
+  std::vector<std::unique_ptr<Worker>> workers;
+  auto result =
+      train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers);
+  EXPECT_EQ(result.train.steps, 12);
+  auto weights = [&](int w) { return workers[w]->replica(0)->flat().weights(); };
+  for (size_t b = 0; b < weights(0).size(); ++b)
+    EXPECT_TRUE(torch::equal(weights(1)[b], weights(0)[b])) << "buffer " << b;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(workers[w]->replica(0)->versions_held(), 0) << "replica " << w;
+    for (const auto& [mb, sums] : workers[w]->replica(0)->weight_sums())
+      EXPECT_EQ(sums.first, sums.second) << "replica " << w << " microbatch " << mb;
   }
 }
 

@@ -73,7 +73,11 @@ TEST(MemoryModel, WeightVersionsFollowTheSchedule) {
   EXPECT_EQ(pd[0].weights, 5 * kParams);
   EXPECT_EQ(pd[2].weights, 3 * kParams);
   EXPECT_EQ(pd[3].weights, kParams);
-  EXPECT_EQ(bw[0].weights, 2 * kParams);  // double buffered
+  // 2bw's minibatches run on a copy each where a step comes between their first forward and
+  // their own step: stage 0 holds the newest and two minibatches' (one finishing its backwards,
+  // the next starting), the last stage the newest alone.
+  EXPECT_EQ(bw[0].weights, 3 * kParams);
+  EXPECT_EQ(bw[3].weights, kParams);
   // Stashing alone: a version per minibatch in flight, the newest among them.
   ScheduleOptions o;
   MemoryOptions stash_only;
@@ -83,6 +87,10 @@ TEST(MemoryModel, WeightVersionsFollowTheSchedule) {
                                  uniform_profile(4, 1, 2, kAct, kParams), stash_only);
   EXPECT_EQ(plain[0].weights, 4 * kParams);
   EXPECT_EQ(plain[3].weights, kParams);
+  o.microbatches = 4;  // 2bw's double buffering: the newest and the one before, on every stage
+  auto plain_bw = memory_per_worker(make_schedule("2bw", straight_plan(4), o), uniform_profile(4, 1, 2, kAct, kParams),
+                                    stash_only);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(plain_bw[s].weights, 2 * kParams) << "stage " << s;
 }
 
 TEST(MemoryModel, RecomputationKeepsOnlyInputsAndRebuildsOneMicrobatch) {
