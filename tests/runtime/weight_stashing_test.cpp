@@ -35,6 +35,15 @@ PipelineOptions recorded_pipedream() {
   return o;
 }
 
+// 12 2bw minibatches of 16 in 4 microbatches, recorded as recorded_pipedream's.
+PipelineOptions recorded_2bw() {
+  PipelineOptions o = recorded_pipedream();
+  o.schedule = "2bw";
+  o.microbatches = 4;
+  o.train.steps = 12;
+  return o;
+}
+
 Outcome run_pipedream(bool stash, int stages, bool predict = false) {
   auto m = seeded_cnn(4);
   auto data = model::synthetic_data(*m, 512, 32, 10, 5);
@@ -240,10 +249,7 @@ using namespace testing;
 TEST(TwoBw, EveryMicrobatchOfAMinibatchRunsOnTheVersionOneStepBehindOnEveryStage) {
   auto m = seeded_cnn(4);
   auto data = model::synthetic_data(*m, 512, 32, 10, 5);
-  PipelineOptions o = recorded_pipedream();
-  o.schedule = "2bw";
-  o.microbatches = 4;
-  o.train.steps = 12;
+  PipelineOptions o = recorded_2bw();
   o.weight_prediction = false;  // the paper's versions (TwoBw.PredictsEachMinibatchsWeights: pipetrain's default)
   std::vector<std::unique_ptr<Worker>> workers;
   train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data,
@@ -273,10 +279,9 @@ TEST(TwoBw, PredictsEachMinibatchsWeightsAsFarAsTheStepThatAppliesItsGradient) {
   auto ref = seeded_cnn(4);
   auto data = model::synthetic_data(*ref, 512, 32, 10, 5);
   auto plan = plan::even_split(unit_profile(*ref), kStages);
-  PipelineOptions o = recorded_pipedream();
-  o.schedule = "2bw";
-  o.microbatches = kMicro;
-  o.train.steps = kSteps;
+  PipelineOptions o = recorded_2bw();
+  ASSERT_EQ(o.microbatches, kMicro);
+  ASSERT_EQ(o.train.steps, kSteps);
   o.train.batch_size = kBatch;
   o.train.sgd = {lr, mu, 0};
   o.train.shuffle = false;  // minibatch t: samples [t B, (t + 1) B)
@@ -357,10 +362,7 @@ TEST(TwoBw, PredictsEachMinibatchsWeightsAsFarAsTheStepThatAppliesItsGradient) {
 TEST(TwoBw, ReplicasOfAPredictingStageStayEqual) {
   auto m = seeded_cnn(4);
   auto data = model::synthetic_data(*m, 512, 32, 10, 5);
-  PipelineOptions o = recorded_pipedream();
-  o.schedule = "2bw";
-  o.microbatches = 4;
-  o.train.steps = 12;
+  PipelineOptions o = recorded_2bw();
   auto plan = plan::even_split(unit_profile(*m), 2);
   plan.stages[0].replicas = 2;
   plan::assign_workers(plan);
