@@ -6,6 +6,7 @@
 #include "model/optimizer.h"
 #include "plan/plan_table.h"
 #include "plan/split_ties.h"
+#include "runtime/worker.h"
 
 namespace pt::app {
 
@@ -92,9 +93,31 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) 
 void note_weight_delay(const job::Job& job) {
   const schedule::Schedule& s = *job.typical;
   if (s.kind != "2bw" || s.weight_delay <= 1) return;
-  std::cerr << "note: 2bw's weights lag " << s.weight_delay << " steps on every stage here, not PipeDream-2BW's 1: "
+  std::cerr << "note: 2bw's weights lag " << s.weight_delay << " steps here, not PipeDream-2BW's 1: "
             << s.microbatches << (s.microbatches == 1 ? " microbatch" : " microbatches")
-            << " a minibatch do not cover the pipeline's warm-up (on a straight pipeline of p stages, p - 1 do)\n";
+            << " a minibatch do not cover the pipeline's warm-up (on a straight pipeline of p stages, p - 1 do)"
+            << (job.worker.weight_prediction ? "; each minibatch runs on weights predicted that far ahead" : "")
+            << "\n";
+}
+
+void note_stale_warmup(const job::Job& job) {
+  const schedule::Schedule& s = *job.typical;
+  const model::OptimizerOptions& sgd = job.worker.sgd;
+  int64_t longest = 0;
+  int stage = 0;
+  for (int st = 0; st < s.num_stages; ++st) {
+    int64_t steps = runtime::stage_optimizer(s, st, job.worker).stale_warmup_steps;
+    if (steps > longest) longest = steps, stage = st;
+  }
+  bool cosine = sgd.lr_schedule == "cosine";
+  if (longest <= sgd.warmup_steps || (longest <= sgd.total_steps && !cosine)) return;
+  std::cerr << "note: " << s.kind << "'s stale stages warm their rate up over as many as " << longest
+            << " minibatches (stage " << stage << ": --stale-warmup " << job.worker.stale_warmup << " times its lag)";
+  if (longest > sgd.total_steps) std::cerr << ", more than this run's " << sgd.total_steps << " steps: they never reach --lr";
+  if (cosine)
+    std::cerr << (longest > sgd.total_steps ? ";" : ",") << " the cosine, which starts after --warmup-steps ("
+              << sgd.warmup_steps << "), multiplies their ramp";
+  std::cerr << " (--stale-warmup 0 turns the warm-up off)\n";
 }
 
 void note_pinned(const job::Job& job, int cores) {

@@ -182,6 +182,8 @@ PipelineResult result_header(const Job& job) {
   r.trace.num_stages = typical.num_stages;
   r.trace.microbatches = typical.microbatches;
   r.trace.weight_delay = typical.weight_delay;
+  r.trace.predicted_weights =
+      job.worker.weight_prediction && typical.predicts_weights() && job.worker.sgd.state_copies() > 0;
   r.trace.batch_size = job.options.train.batch_size;
   r.trace.workers.resize(typical.num_workers());
   return r;

@@ -38,7 +38,14 @@ void memory_of(const schedule::Trace& t, const std::vector<TraceEvent>& events, 
     return a->start_ms < b->start_ms;
   });
   schedule::StashTracker tracker;
-  tracker.keep_versions_before(t.weight_delay);
+  if (t.predicted_weights) {
+    std::vector<schedule::Action> ran;
+    for (const TraceEvent* e : order) ran.push_back(e->action);
+    if (t.weight_delay > 0) tracker.share_predictions(t.microbatches);
+    for (const auto& [key, steps] : schedule::steps_in_flight(ran))
+      if (steps > 0) tracker.predicted(key.first, key.second, steps);
+  }
+  if (!t.predicted_weights || t.weight_delay == 0) tracker.keep_versions_before(t.weight_delay);
   std::set<int> stages;
   for (const TraceEvent* e : order) {
     tracker.on(e->action, split.count(e->action.stage) > 0, e->bytes);

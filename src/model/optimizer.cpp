@@ -82,9 +82,19 @@ void Optimizer::predict(std::vector<torch::Tensor>& weights, int64_t steps, int6
   double t = static_cast<double>(std::max<int64_t>(steps_, 1));
   double correction1 = 1 - std::pow(options_.beta1, t);
   double correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, t));
+  // The denominator a piece at a time: whole, it was a buffer-sized tensor on every prediction,
+  // over what the memory model counts (4 MiB on a stage of 1M parameters). The gradient buffer,
+  // where step forms it, may hold gradients still being summed.
+  constexpr int64_t kPiece = 1 << 18;
   for (size_t b = 0; b < weights.size(); ++b) {
-    torch::Tensor denom = state_[1][b].sqrt().div_(correction2_sqrt).add_(options_.eps);
-    weights[b].addcdiv_(state_[0][b], denom, -lr / correction1);
+    int64_t n = weights[b].numel();
+    torch::Tensor denom = torch::empty({std::min(n, kPiece)}, weights[b].options());
+    for (int64_t at = 0; at < n; at += kPiece) {
+      int64_t len = std::min(kPiece, n - at);
+      torch::Tensor d = denom.narrow(0, 0, len);
+      torch::sqrt_out(d, state_[1][b].narrow(0, at, len)).div_(correction2_sqrt).add_(options_.eps);
+      weights[b].narrow(0, at, len).addcdiv_(state_[0][b].narrow(0, at, len), d, -lr / correction1);
+    }
   }
 }
 

@@ -77,7 +77,7 @@ class Optimizer {
   // learning rate is that of the step `minibatch`. No-op before a first step, or for sgd without
   // momentum (no velocity to follow).
   void predict(std::vector<torch::Tensor>& weights, int64_t steps, int64_t minibatch) const;
-  bool predicts() const { return options_.adam() || options_.momentum != 0; }
+  bool predicts() const { return options_.state_copies() > 0; }
   const OptimizerOptions& options() const { return options_; }
 
   // One parameter's state `which` (0: sgd's momentum or adam's first moment, 1: adam's second),

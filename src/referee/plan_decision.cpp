@@ -55,12 +55,15 @@ std::string joint_summary(const Configuration& c, const JointOptions& joint, con
   if (c.staleness > 0)
     summary << "  asynchronous: a stage's weights lag up to " << c.staleness
             << " updates (--objective time-to-accuracy weighs it)\n";
-  // PipeDream-2BW's double buffer (a lag of one) holds where a replica's microbatches of one
-  // minibatch cover its warm-up (schedule::two_bw): VGG-16 2-2-2 with 2 microbatches keeps 3.
+  // PipeDream-2BW's lag of one holds where a replica's microbatches of one minibatch cover its
+  // warm-up (schedule::two_bw): VGG-16 2-2-2 with 2 microbatches lags 2, and the paper's form
+  // keeps 3 versions. The runtime predicts by default (the memory model counts its copies).
   if (c.plan.schedule == "2bw" && c.staleness > 1)
-    summary << "  2bw keeps " << c.staleness + 1 << " weight versions on a stage here, not PipeDream-2BW's 2: a "
-            << "replica's microbatches of one minibatch do not cover its warm-up (more microbatches per minibatch, "
-               "or fewer replicas a stage, bring it to 2)\n";
+    summary << "  2bw's weights lag " << c.staleness << " updates here, not PipeDream-2BW's 1: a replica's "
+            << "microbatches of one minibatch do not cover its warm-up (more microbatches per minibatch, or fewer "
+               "replicas a stage, bring it to 1); train runs each minibatch on weights predicted that far ahead, "
+               "or with --no-weight-prediction on the version that far behind, keeping "
+            << c.staleness + 1 << " on a stage\n";
   return summary.str();
 }
 

@@ -21,9 +21,19 @@ model::OptimizerOptions stage_optimizer(const schedule::Schedule& s, int stage, 
   model::OptimizerOptions sgd = options.sgd;
   if ((s.kind == "pipedream" || s.kind == "2bw") && !s.flush) {
     // The stage's delay: its versions in flight less the newest; under vertical sync every stage
-    // runs on the version stage 0 had, so stage 0's delay; under 2bw every stage's is the
-    // schedule's weight delay (2bw on 4 stages, 2 epochs of mnist-cnn: bench/async_accuracy.sh).
-    int64_t delay = s.kind == "2bw" ? s.weight_delay : s.weight_versions[s.vertical_sync ? 0 : stage] - 1;
+    // runs on the version stage 0 had, so stage 0's delay. The paper's 2bw runs every stage on
+    // the weights the schedule's weight delay behind; predicting, a 2bw stage's minibatch lags
+    // the steps between its forward and its step, as a pipedream stage's (none on the last
+    // stage: bench/async_accuracy.sh).
+    int64_t delay = s.weight_versions[s.vertical_sync ? 0 : stage] - 1;
+    if (s.kind == "2bw" && options.weight_prediction && sgd.state_copies() > 0) {
+      delay = 0;
+      for (int w : s.stage_workers[stage])
+        for (const auto& [key, steps] : s.steps_in_flight(w))
+          if (key.first == stage) delay = std::max<int64_t>(delay, steps);
+    } else if (s.kind == "2bw") {
+      delay = s.weight_delay;
+    }
     sgd.stale_warmup_steps = options.stale_warmup * delay;
   }
   return sgd;

@@ -90,7 +90,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     else versions.delay_weights(s.weight_delay, s.microbatches);
     if (predicting)
       for (const auto& [key, steps] : s.steps_in_flight(w))
-        if (steps > 0) versions.predicted(key.first, key.second);
+        if (steps > 0) versions.predicted(key.first, key.second, steps);
     // The stages this worker holds, in order, and per (stage, microbatch) the bytes held until
     // its last backward and the received gradients: flat arrays (maps were a sixth of the joint
     // search's time).

@@ -33,9 +33,13 @@ std::vector<int> Schedule::worker_layers(int worker) const {
 }
 
 std::map<std::pair<int, int>, int> Schedule::steps_in_flight(int worker) const {
+  return schedule::steps_in_flight(actions[worker]);
+}
+
+std::map<std::pair<int, int>, int> steps_in_flight(const std::vector<Action>& list) {
   std::map<std::pair<int, int>, int> at_forward, out;
-  std::map<int, int> steps;  // this worker's Steps so far, per stage
-  for (const Action& a : actions[worker]) {
+  std::map<int, int> steps;  // the worker's Steps so far, per stage
+  for (const Action& a : list) {
     if (a.kind == ActionKind::kStep) ++steps[a.stage];
     if (a.kind == ActionKind::kForward) at_forward[{a.stage, a.microbatch}] = steps[a.stage];
     if (a.kind == ActionKind::kBackward) {

@@ -75,6 +75,9 @@ struct Schedule {
   bool predicts_weights() const { return !flush && ((kind == "pipedream" && !vertical_sync) || kind == "2bw"); }
 };
 
+// Schedule::steps_in_flight over one worker's actions in the order it ran them (a trace's too).
+std::map<std::pair<int, int>, int> steps_in_flight(const std::vector<Action>& list);
+
 inline constexpr int kScheduleVersion = 1;
 
 // One line per worker: "w0: 0F0 0SA0>1 0F1 ...". `compute_only` leaves out sends/receives.

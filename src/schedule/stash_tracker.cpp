@@ -17,7 +17,8 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
       int minibatch = a.microbatch / microbatches_;
       f.minibatch_copy = st.minibatch_copies.count(minibatch) > 0 || own;
       f.own_copy = false;
-      if (own && st.minibatch_copies.insert(minibatch).second) ++st.own_copies;
+      if (own && st.minibatch_copies.emplace(minibatch, st.steps + predicted_.at({a.stage, a.microbatch}) + 1).second)
+        ++st.own_copies;
     }
     auto [it, fresh] = st.in_flight.insert({a.microbatch, f});
     if (!fresh) forget(st, it->second), it->second = f;
@@ -33,9 +34,11 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
     st.in_flight.erase(it);
   } else if (a.kind == ActionKind::kStep) {
     ++st.steps;
-    // A Step's microbatch is the minibatch it closes: the copies up to it are done with.
-    for (auto c = st.minibatch_copies.begin(); c != st.minibatch_copies.end() && *c <= a.microbatch;)
-      c = st.minibatch_copies.erase(c), --st.own_copies;
+    // Counted in Steps, not by the Step's minibatch: a measured trace numbers its Steps within
+    // each segment and its forwards from the run's start.
+    for (auto c = st.minibatch_copies.begin(); c != st.minibatch_copies.end();)
+      if (c->second <= st.steps) c = st.minibatch_copies.erase(c), --st.own_copies;
+      else ++c;
   }
   // The versions alive: the current one (and with a delay the `delay` before it), those
   // in-flight microbatches share, and own copies.

@@ -25,11 +25,13 @@ class StashTracker {
   int peak_stash() const { return peak_stash_; }
   int64_t peak_bytes() const { return peak_bytes_; }
   // A microbatch whose forward ran on weights of its own (weight prediction) holds its own copy
-  // until its backward, besides the newest: call before its Forward.
-  void predicted(int stage, int mb) { predicted_.insert({stage, mb}); }
+  // until its backward, besides the newest: call before its Forward. `steps`: its stage's Steps
+  // between its Forward and its Backward (Schedule::steps_in_flight), > 0.
+  void predicted(int stage, int mb, int steps) { predicted_[{stage, mb}] = steps; }
   // 2bw's prediction (StageReplica::predict_per_minibatch): a minibatch's microbatches share the
-  // copy its first predicted forward makes, until the Step that closes the minibatch; the others
-  // run on the newest. Call before the first action, instead of delay_weights.
+  // copy its first predicted forward makes, until the Step that applies their gradient (the
+  // first after those `steps`); the others run on the newest. Call before the first action,
+  // instead of delay_weights.
   void share_predictions(int microbatches) { per_minibatch_ = true, microbatches_ = microbatches; }
   int weight_versions(int stage) const;  // most weight copies alive at once on `stage` (>= 1)
   int max_weight_versions() const;
@@ -55,12 +57,12 @@ class StashTracker {
     std::map<int, InFlight> in_flight;  // by microbatch
     std::map<int, int> shared;          // version -> in-flight microbatches on it (no copy of their own)
     int own_copies = 0;
-    std::set<int> minibatch_copies;  // share_predictions: the minibatches whose copy is alive
+    std::map<int, int> minibatch_copies;  // share_predictions: minibatch -> the Steps that free its copy
     int peak_versions = 1;
   };
   static void forget(StageState& st, const InFlight& f);  // f leaves the stage's in-flight set
   std::map<int, StageState> stages_;
-  std::set<std::pair<int, int>> predicted_;
+  std::map<std::pair<int, int>, int> predicted_;  // (stage, microbatch) -> its steps in flight
   int stash_ = 0, peak_stash_ = 0;
   int64_t bytes_ = 0, peak_bytes_ = 0;
   int delay_ = 0, keep_ = 0, microbatches_ = 1;

@@ -48,6 +48,7 @@ json to_json(const Trace& t) {
               {"workers", workers}};
   if (!t.stage_parameter_bytes.empty()) doc["stage_parameter_bytes"] = t.stage_parameter_bytes;
   if (t.weight_delay > 0) doc["weight_delay"] = t.weight_delay;
+  if (t.predicted_weights) doc["predicted_weights"] = true;
   if (!t.pauses.empty()) {
     json pauses = json::array();
     for (const auto& [start, end] : t.pauses) pauses.push_back(json::array({start, end}));
@@ -140,6 +141,7 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   t.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, kMostInt));
   t.batch_size = root["batch_size"].as_int_at_least(1);  // 0 printed 0.0 samples/s
   if (root.has("weight_delay")) t.weight_delay = static_cast<int>(root["weight_delay"].as_int_in(0, kMostInt));
+  if (root.has("predicted_weights")) t.predicted_weights = root["predicted_weights"].as_bool();
   if (root.has("stage_parameter_bytes")) {
     JsonField bytes = root["stage_parameter_bytes"];
     if (bytes.size() != static_cast<size_t>(t.num_stages))

@@ -38,6 +38,10 @@ struct Trace {
   int num_stages = 1;
   int microbatches = 1;              // per minibatch
   int weight_delay = 0;              // the schedule's (Schedule::weight_delay): versions kept
+  // Whether the run predicted weights (Schedule::predicts_weights, with the runtime's
+  // weight_prediction on and an optimizer with a velocity): then its copies, not weight_delay's
+  // versions, are what it kept.
+  bool predicted_weights = false;
   int64_t batch_size = 0;            // samples per minibatch (the profile's batch size)
   std::vector<int64_t> stage_parameter_bytes;     // [stage], optional (empty when unknown)
   std::vector<std::vector<TraceEvent>> workers;   // [worker] -> events in start order

@@ -22,6 +22,7 @@
 
 #include "../runtime/pipeline_test_util.h"
 #include "core/json_doc.h"
+#include "metrics/metrics.h"
 #include "pt_paths.h"
 #include "runtime/job_secret.h"
 #include "runtime/launcher.h"
@@ -250,7 +251,7 @@ TEST(TrainCli, WhatTheWeightsDependOnIsNoted) {
   EXPECT_EQ(two_bw.find(split), std::string::npos) << two_bw;
   EXPECT_EQ(two_bw.find("2bw's weights lag"), std::string::npos) << two_bw;
   std::string few = train({"--stages", "4", "--schedule", "2bw", "--microbatches", "2"});
-  EXPECT_NE(few.find("note: 2bw's weights lag 2 steps on every stage here, not PipeDream-2BW's 1: 2 microbatches"),
+  EXPECT_NE(few.find("note: 2bw's weights lag 2 steps here, not PipeDream-2BW's 1: 2 microbatches"),
             std::string::npos) << few;
 }
 
@@ -347,21 +348,36 @@ TEST(TrainCli, RowsMissingFromAResumedRunsMetricsAreNamed) {
 // minibatches, and the metrics' lr column is the rate the last stage applied.
 TEST(TrainCli, TwoBwsStagesWarmUpAndTheCsvSaysTheirRate) {
   TempDir tmp("2bw-warmup");
-  std::string csv = (tmp.path / "m.csv").string();
+  // The paper's 2bw lags every stage, the last included; predicting, the last stage runs each
+  // minibatch on the weights its gradient applies to and does not warm up.
+  for (bool paper : {true, false}) {
+    std::string csv = (tmp.path / (paper ? "paper.csv" : "predicting.csv")).string();
+    std::vector<std::string> args{"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32",
+                                  "--steps", "6", "--stages", "2", "--schedule", "2bw", "--microbatches", "2", "--lr",
+                                  "0.04", "--stale-warmup", "4", "--metrics", csv, "--quiet"};
+    if (paper) args.push_back("--no-weight-prediction");
+    ASSERT_EQ(run(args, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+    std::ifstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    std::vector<double> lr;
+    while (std::getline(in, line)) lr.push_back(std::stod(line.substr(line.rfind(',') + 1)));
+    std::vector<double> want = paper ? std::vector<double>{0.01, 0.02, 0.03, 0.04, 0.04, 0.04}
+                                     : std::vector<double>(6, 0.04);
+    ASSERT_EQ(lr.size(), want.size()) << slurp(csv);
+    for (size_t i = 0; i < lr.size(); ++i)
+      EXPECT_NEAR(lr[i], want[i], 1e-9) << (paper ? "paper " : "predicting ") << "step " << i + 1 << "\n" << slurp(csv);
+    EXPECT_EQ(slurp(tmp.path / "log").find("never reach"), std::string::npos) << slurp(tmp.path / "log");
+  }
+  // A warm-up longer than the run is named: those stages never reach --lr.
   ASSERT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32", "--steps", "6",
-                 "--stages", "2", "--schedule", "2bw", "--microbatches", "2", "--lr", "0.04", "--stale-warmup", "4",
-                 "--metrics", csv, "--quiet"},
+                 "--stages", "2", "--schedule", "2bw", "--microbatches", "2", "--stale-warmup", "10", "--quiet"},
                 tmp.path / "log"),
-            0)
+            0);
+  EXPECT_NE(slurp(tmp.path / "log").find("as many as 10 minibatches (stage 0: --stale-warmup 10 times its lag), more "
+                                         "than this run's 6 steps: they never reach --lr"),
+            std::string::npos)
       << slurp(tmp.path / "log");
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<double> lr;
-  while (std::getline(in, line)) lr.push_back(std::stod(line.substr(line.rfind(',') + 1)));
-  std::vector<double> want{0.01, 0.02, 0.03, 0.04, 0.04, 0.04};
-  ASSERT_EQ(lr.size(), want.size()) << slurp(csv);
-  for (size_t i = 0; i < lr.size(); ++i) EXPECT_NEAR(lr[i], want[i], 1e-9) << "step " << i + 1 << "\n" << slurp(csv);
 }
 
 // A second process given a rank already taken is told so at once, and the job trains: it failed
@@ -677,6 +693,27 @@ TEST(TrainCli, TheTracesSteadyStateLeavesOutTheEvaluations) {
     EXPECT_LT(t.pauses[0].second, last_end) << transport;  // the first epoch's, before the second trains
     ASSERT_EQ(run({"trace", trace}, log), 0) << slurp(log);
     EXPECT_NE(slurp(log).find("of evaluations and checkpoints in the window left out"), std::string::npos) << slurp(log);
+  }
+}
+
+// A measured 2bw trace over segments says whether its run predicted, and its weight copies are
+// the runtime's (StageReplica::peak_weight_copies on this schedule): predicting, 3 on the stages
+// but the last and 1 there; the paper's 2 on every stage. `trace` counted the paper's for both.
+TEST(TrainCli, A2bwTracesWeightCopiesAreTheRunsOwn) {
+  TempDir tmp("2bw-copies");
+  for (bool predict : {true, false}) {
+    std::string trace = (tmp.path / (predict ? "predicting.json" : "paper.json")).string();
+    std::vector<std::string> args{"train", "--data", "synthetic", "--synthetic-samples", "1024", "--steps", "30",
+                                  "--eval-every", "10", "--stages", "4", "--schedule", "2bw", "--quiet", "--trace", trace};
+    if (!predict) args.push_back("--no-weight-prediction");
+    ASSERT_EQ(run(args, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+    schedule::Trace t = schedule::read_trace(trace);
+    EXPECT_EQ(t.predicted_weights, predict);
+    metrics::Metrics m = metrics::compute_metrics(t);
+    ASSERT_EQ(m.workers.size(), 4u);
+    for (int w = 0; w < 4; ++w)
+      EXPECT_EQ(m.workers[w].weight_versions, predict ? (w == 3 ? 1 : 3) : 2) << (predict ? "predicting" : "paper")
+                                                                              << ", worker " << w;
   }
 }
 

@@ -380,5 +380,25 @@ TEST(TwoBw, ReplicasOfAPredictingStageStayEqual) {
   }
 }
 
+
+// A stage's stale warm-up spans its own lag: the paper's 2bw lags every stage by the schedule's
+// weight delay; predicting, a stage lags the steps between a minibatch's forward and its step,
+// none on the last stage (it warmed up as the others did).
+TEST(TwoBw, APredictingStageWarmsUpOverItsOwnLag) {
+  auto m = seeded_cnn(4);
+  auto plan = plan::even_split(unit_profile(*m), 4);
+  PipelineOptions o = recorded_2bw();
+  schedule::Schedule s = generate_schedule(plan, o, o.train.steps);
+  WorkerOptions w;
+  w.sgd = o.train.sgd;
+  w.stale_warmup = 100;
+  for (bool predict : {true, false}) {
+    w.weight_prediction = predict;
+    for (int st = 0; st < 4; ++st)
+      EXPECT_EQ(stage_optimizer(s, st, w).stale_warmup_steps, predict && st == 3 ? 0 : 100)
+          << (predict ? "predicting" : "paper") << ", stage " << st;
+  }
+}
+
 }  // namespace
 }  // namespace pt::runtime
