@@ -29,17 +29,18 @@ FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params,
   leading_.resize(sizes.size(), 0);  // a buffer the first pass did not open leads with none
   weights_.resize(sizes.size());
   grads_.resize(sizes.size());
-  for (const auto& [dtype, b] : buffer_of) {
-    weights_[b] = torch::empty({sizes[b]}, torch::TensorOptions().dtype(dtype));
-    grads_[b] = torch::zeros({sizes[b]}, torch::TensorOptions().dtype(dtype));
-  }
+  for (const auto& [dtype, b] : buffer_of) weights_[b] = torch::empty({sizes[b]}, torch::TensorOptions().dtype(dtype));
   torch::NoGradGuard no_grad;
   for (auto& s : slots_) {
     torch::Tensor w = weights_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
     w.copy_(s.param.detach());
     s.param.set_data(w);
-    s.param.mutable_grad() = grads_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
   }
+  // The gradients once the layers' own weights are gone: made before, all three were alive at
+  // once, a peak over training's where no optimizer state follows (sgd without momentum).
+  for (const auto& [dtype, b] : buffer_of) grads_[b] = torch::zeros({sizes[b]}, torch::TensorOptions().dtype(dtype));
+  for (auto& s : slots_)
+    s.param.mutable_grad() = grads_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
 }
 
 std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tensor> reuse) const {

@@ -78,13 +78,10 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   InFlight f;
   f.version = version >= 0 ? version : version_;
   PT_CHECK(f.version <= version_, "forward asks for weight version ", f.version, " but the newest is ", version_);
-  auto predicted_copy = [&] {
-    std::vector<torch::Tensor> reuse;
-    if (!spare_predicted_.empty()) {
-      reuse = std::move(spare_predicted_.back());
-      spare_predicted_.pop_back();
-    }
-    std::vector<torch::Tensor> w = flat_->copy_weights(std::move(reuse));
+  auto predicted_copy = [&] {  // in a released prediction's buffers where there is one
+    std::vector<torch::Tensor> w = flat_->copy_weights(spare_predicted_.empty() ? std::vector<torch::Tensor>{}
+                                                                                 : std::move(spare_predicted_.back()));
+    if (!spare_predicted_.empty()) spare_predicted_.pop_back();
     optimizer_.predict(w, predict_steps, minibatch);
     return w;
   };
