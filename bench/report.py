@@ -574,9 +574,9 @@ def section_peers(md):
                  "per worker on this machine's 2 cores; rounds interleaved, medians. The peers are written here "
                  "(`bench/python/peers.py`) on Debian's python3-torch and the same OpenBLAS: DDP over gloo with 2 "
                  "processes, and a GPipe of 2 processes (conv | fc, 4 microbatches, point-to-point over gloo); the "
-                 "plain loop is `bench_trainer_overhead`'s LibTorch C++ loop. Every process keeps freed blocks under "
-                 "32 MiB mapped (src/core/host_allocator.h; the peers through GLIBC_TUNABLES): without that, "
-                 "PyTorch here returned its activations to the kernel every step and ran at a third of its speed.")
+                 "plain loop is `bench_trainer_overhead`'s LibTorch C++ loop. Every process allocates through tcmalloc "
+                 "(src/core/host_allocator.h; the peers through LD_PRELOAD): under glibc's defaults PyTorch here "
+                 "returned its activations to the kernel every step and ran at a third of its speed.")
 
 
 def section_imported(md):

@@ -25,10 +25,10 @@ echo "round,run,samples_per_s" >"$csv"
 rate() {  # samples/s from pipetrain's "steps N, T s, X samples/s" line
   sed -n 's/^steps [0-9]*, [0-9.e+-]* s, \([0-9.]*\) samples\/s.*/\1/p'
 }
-# The peers get the host allocator settings pipetrain and the plain loop set for themselves
-# (src/core/host_allocator.h): without them PyTorch here gives its activations back to the
-# kernel every step and runs at a third of its speed, which would measure this VM, not a runtime.
-peer() { GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456 /usr/bin/python3 bench/python/peers.py "$@"; }
+# The peers get the host allocator pipetrain and the plain loop train with (tcmalloc,
+# src/core/host_allocator.h): under glibc's defaults PyTorch here gives its activations back to
+# the kernel every step and runs at a third of its speed, which would measure this VM, not a runtime.
+peer() { LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/bin/python3 bench/python/peers.py "$@"; }
 train() { build/pipetrain train --model mnist-cnn --batch-size 64 --steps "$steps" --quiet "$@" 2>&1 | rate; }
 for ((r = 1; r <= rounds; r++)); do
   line=$(build/bench/bench_trainer_overhead "$steps" 1 | tail -1)

@@ -64,3 +64,11 @@ set(PT_CMAKE_DIR ${CMAKE_CURRENT_LIST_DIR})
 # Paths for tests and benchmarks in a generated header rather than -D flags, so every
 # LibTorch target compiles with identical flags and can share one precompiled header.
 configure_file(${CMAKE_CURRENT_LIST_DIR}/pt_paths.h.in ${PROJECT_BINARY_DIR}/generated/pt_paths.h)
+
+# pt_host_allocator(TARGET): an executable that trains allocates through tcmalloc
+# (src/core/host_allocator.h). Linked by the runtime package's soname, so that no -dev package is
+# needed, and kept though the code calls none of it: its malloc replaces glibc's.
+function(pt_host_allocator target)
+  find_library(PT_TCMALLOC NAMES tcmalloc_minimal libtcmalloc_minimal.so.4 REQUIRED)
+  target_link_libraries(${target} PRIVATE "-Wl,--push-state,--no-as-needed" ${PT_TCMALLOC} "-Wl,--pop-state")
+endfunction()

@@ -17,7 +17,10 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       # dense layers run ~3x slower. The pthread build, not the serial one: the serial build is
       # not safe to call from several threads at once (worker threads got wrong results), the
       # pthread build is; model::use_one_compute_thread() keeps it to one thread per caller.
-      libopenblas0-pthread)
+      libopenblas0-pthread
+      # pipetrain-torch allocates through tcmalloc (src/core/host_allocator.h): glibc's arenas held
+      # a 2048-wide MLP's 4 worker threads 240 MiB over what tcmalloc holds, a quarter of the peak.
+      libtcmalloc-minimal4)
 if [ "${1:-}" = "--only" ]; then
   shift
   pkgs=("$@")

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 
 namespace pt::model {
 
@@ -37,7 +38,9 @@ FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params,
     s.param.set_data(w);
   }
   // The gradients once the layers' own weights are gone: made before, all three were alive at
-  // once, a peak over training's where no optimizer state follows (sgd without momentum).
+  // once, a peak over training's where no optimizer state follows (sgd without momentum). Their
+  // memory goes back to the kernel first: tcmalloc would keep it, beside buffers it cannot fit in.
+  release_freed_host_memory();
   for (const auto& [dtype, b] : buffer_of) grads_[b] = torch::zeros({sizes[b]}, torch::TensorOptions().dtype(dtype));
   for (auto& s : slots_)
     s.param.mutable_grad() = grads_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
