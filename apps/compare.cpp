@@ -27,6 +27,7 @@ struct CompareFlags {
   bool microbatches_given = false;
   int chunks = 0;  // 0: searched
   bool json = false;
+  bool no_weight_prediction = false;
 };
 
 int run_compare(CompareFlags& flags) {
@@ -46,6 +47,7 @@ int run_compare(CompareFlags& flags) {
   options.schedule = flags.options;
   options.microbatches_given = flags.microbatches_given;
   options.chunks = flags.chunks;
+  options.weight_prediction = !flags.no_weight_prediction;
   if (!flags.memory.empty()) options.memory_bytes = parse_bytes(flags.memory, "--memory");
   options.note = [](const std::string& line) { std::cerr << line << "\n"; };
   referee::Comparison c = referee::compare_schedules(prof, cluster, options);
@@ -111,6 +113,7 @@ Register reg({"compare", "Simulate every schedule and data parallelism side by s
       ->each([flags](const std::string&) { flags->microbatches_given = true; });
   app.add_option("--chunks", flags->chunks, "Pin the interleaved rows' chunks per worker (default: 2 and 4 searched)");
   app.add_option("--memory", flags->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
+  add_no_weight_prediction_flag(app, flags->no_weight_prediction);
   app.add_flag("--json", flags->json, "Print the table as JSON");
   return [flags] { return run_compare(*flags); };
 }});

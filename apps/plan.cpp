@@ -26,6 +26,7 @@ struct Flags {
   std::string save_top;  // a folder: each --top candidate as a plan file
   std::string schedule = "pipedream", objective = "throughput";
   double staleness_cost = -1;  // --staleness-cost: 1 + C k in place of the measured steps
+  bool no_weight_prediction = false;
   int microbatches = 0;
   CLI::Option *schedule_flag = nullptr, *microbatches_flag = nullptr, *objective_flag = nullptr, *bucket_flag = nullptr;
 };
@@ -92,6 +93,7 @@ int run_plan(Flags& flags) {
   request.bucket_given = flags.bucket_flag->count() > 0;
   request.top = flags.top;
   request.explain = flags.explain;
+  request.memory.weight_prediction = !flags.no_weight_prediction;
   referee::PlanDecision decision = referee::decide_plan(out, request);
   std::string table = plan::format_plan_table(decision.shown, out.profile, out.cluster, decision.one_worker_fits) +
                       decision.summary;
@@ -164,6 +166,7 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
                  "steps 1 + C k (default: the steps bench/staleness.sh measured on mnist-cnn, 1.00 at k = 1 and "
                  "1.44 at k = 3; it measures them for a model)")
       ->check(CLI::Range(0.0, 100.0));
+  add_no_weight_prediction_flag(app, flags->no_weight_prediction);
   app.add_option("-o,--output", flags->output, "Write the plan JSON here");
   app.add_flag("--json", flags->json, "Print the plan JSON on standard output (the table goes to standard error)");
   return [flags] { return run_plan(*flags); };

@@ -34,6 +34,12 @@ void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& schedule_opt
                "tail (its weights lag one more update)");
 }
 
+void add_no_weight_prediction_flag(CLI::App& app, bool& no_weight_prediction) {
+  app.add_flag("--no-weight-prediction", no_weight_prediction,
+               "pipedream and 2bw: model a run of train --no-weight-prediction (the paper's weight versions, no "
+               "predicted copies: 2bw keeps two on every stage, one more on its last than train's default)");
+}
+
 plan::Plan straight_plan(const profile::Profile& p, int stages) {
   return plan::even_split(p, std::max(1, std::min(stages, p.num_layers())));
 }

@@ -18,6 +18,10 @@ void add_cluster_flags(CLI::App& app, plan::ClusterFlags& flags);
 // Adds --microbatches, --chunks, --minibatches and --vertical-sync to `app`.
 void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& schedule_options);
 
+// Adds --no-weight-prediction: the memory of a run of `train --no-weight-prediction` (pipedream and
+// 2bw on the paper's weight versions, no predicted copies), where the default models train's.
+void add_no_weight_prediction_flag(CLI::App& app, bool& no_weight_prediction);
+
 // Even split of the profile into `stages` single-replica stages, fewer when it has fewer layers.
 plan::Plan straight_plan(const profile::Profile& p, int stages);
 

@@ -34,6 +34,7 @@ struct SimulateFlags {
   int cores = 0;  // SimOptions::cores: the workers are threads sharing this many cores
   bool pin_cores = false;     // --pin-cores: the default where the workers share cores
   bool no_pin_cores = false;  // one pool of cores, as the kernel shares them among unpinned threads
+  bool no_weight_prediction = false;  // as train's: the memory model's and the trace's copies
   double bucket_mb = plan::Cluster::kDefaultBucketBytes / double(1 << 20);
 };
 
@@ -128,6 +129,7 @@ int run_simulate(SimulateFlags flags) {
   double bucket_mb = plan.bucket_mb >= 0 && flags.bucket_flag->count() == 0 ? plan.bucket_mb : flags.bucket_mb;
   sim_options.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
   sim_options.cores = flags.cores;
+  sim_options.weight_prediction = !flags.no_weight_prediction;
   const int cores = flags.cores > 0 ? flags.cores : cluster.host_cores;
   if (flags.pin_cores && flags.no_pin_cores) throw UsageError("--pin-cores and --no-pin-cores: give one of them");
   if (flags.pin_cores && cores == 0)
@@ -159,8 +161,11 @@ int run_simulate(SimulateFlags flags) {
   // Memory by the memory model (schedule/memory.h), the figure train checks and plan, compare and
   // the joint search use; the metrics' own is the trace's stashes and weight versions only.
   // Over a long run (memory_minibatches); a schedule file is the run it gives.
-  auto memory = flags.schedule_file.empty() ? schedule::memory_over_long_run(flags.kind, plan, options, prof, {}, &s)
-                                        : schedule::memory_per_worker(s, prof);
+  schedule::MemoryOptions memory_options;
+  memory_options.weight_prediction = !flags.no_weight_prediction;
+  auto memory = flags.schedule_file.empty()
+                    ? schedule::memory_over_long_run(flags.kind, plan, options, prof, memory_options, &s)
+                    : schedule::memory_per_worker(s, prof, memory_options);
   if (flags.json) {
     json doc = metrics::to_json(m);
     doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);
@@ -208,6 +213,7 @@ Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time,
   app.add_flag("--no-pin-cores", flags->no_pin_cores,
                "Workers that outnumber the cores share them as one pool, as the kernel schedules unpinned threads "
                "(train --no-pin-cores)");
+  add_no_weight_prediction_flag(app, flags->no_weight_prediction);
   app.add_option("--svg", flags->svg, "Write the timeline as SVG");
   app.add_option("--trace", flags->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
   app.add_option("--save-trace", flags->trace_out, "Write the trace (pipetrain.trace/1)");

@@ -53,6 +53,7 @@ Comparison compare_schedules(const profile::Profile& prof, const plan::Cluster& 
   plan_options.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
   if (options.microbatches_given) joint.microbatches = options.schedule.microbatches;
   joint.chunks = options.chunks;
+  joint.memory.weight_prediction = options.weight_prediction;
   out.plan_note = "each schedule's best plan, microbatches and recomputation (the joint search)";
   if (joint.memory_cap > 0) out.plan_note += str(" within ", human_bytes(static_cast<double>(joint.memory_cap)), " per worker");
   const auto& kinds = compared_schedules();

@@ -21,6 +21,7 @@ struct ComparisonOptions {
   bool microbatches_given = false;
   int chunks = 0;                      // interleaved's chunks per worker, pinned (0: searched)
   int64_t memory_bytes = 0;            // per worker; 0: the cluster's (plan::memory_limit)
+  bool weight_prediction = true;       // the runtime's (MemoryOptions::weight_prediction)
   // What a user waiting on the search should hear (a slow search's progress, a schedule skipped).
   std::function<void(const std::string&)> note = [](const std::string&) {};
 };

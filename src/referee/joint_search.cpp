@@ -82,10 +82,11 @@ void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Met
 // from 32 on, and a shorter replay would rank it ahead of a plan that runs faster.
 SteadyReplay replay_config(const schedule::Schedule& s, const plan::Plan& plan,
                            const schedule::ScheduleOptions& schedule_options, const profile::Profile& prof,
-                           const plan::Cluster& cluster, int64_t bucket_bytes) {
+                           const plan::Cluster& cluster, int64_t bucket_bytes, const JointOptions& joint) {
   SteadyReplayOptions how;
   how.sim.bucket_bytes = bucket_bytes;
   how.sim.pin_as_train = true;
+  how.sim.weight_prediction = joint.memory.weight_prediction;
   return steady_replay(s.kind, plan, schedule_options, prof, cluster, how, &s);
 }
 
@@ -124,7 +125,7 @@ void own_bucket(Configuration& c, const profile::Profile& profile, const plan::C
   c.plan.bucket_mb = own_mb;
   for (double mb : kBucketChoicesMb) {
     if (std::abs(mb - own_mb) <= 1e-9) continue;
-    SteadyReplay rp = replay_config(s, c.plan, c.run, prof, cluster, static_cast<int64_t>(mb * (1 << 20)));
+    SteadyReplay rp = replay_config(s, c.plan, c.run, prof, cluster, static_cast<int64_t>(mb * (1 << 20)), joint);
     if (rp.metrics.ms_per_minibatch < c.simulated.ms_per_minibatch * (1 - 1e-9)) {
       take_replay(c, std::move(rp), joint);
       c.plan.bucket_mb = mb;
@@ -194,7 +195,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.run = schedule_options;
         c.workers = s.num_workers();
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
-        take_replay(c, replay_config(s, t.plan, schedule_options, prof, cluster, plan_options.bucket_bytes), joint);
+        take_replay(c, replay_config(s, t.plan, schedule_options, prof, cluster, plan_options.bucket_bytes, joint), joint);
         if (c.objective_ms_per_sample <= best_objective * (1 + 1e-9)) {
           schedule::validate(s);
           best_objective = std::min(best_objective, c.objective_ms_per_sample);

@@ -68,7 +68,8 @@ std::string joint_summary(const Configuration& c, const JointOptions& joint, con
 }
 
 PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& request) {
-  const JointOptions& joint = request.joint_options;
+  JointOptions joint = request.joint_options;
+  joint.memory = request.memory;
   JointResult r = joint_search(out.profile, out.cluster, out.options, joint);
   const Configuration& c = chosen(r, joint, out.profile, out.cluster);
   PlanDecision d;
@@ -94,7 +95,7 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
 // Its plans are for PipeDream's schedule (1F1B-RR): `simulate --plan` and `train --plan` run
 // that, as `plan` simulated it (1f1b, their default otherwise, cannot run a stage of more
 // replicas than its 4 microbatches: VGG-16's 7-1 on 8 workers).
-PlanDecision decide_pipedream(const plan::PlanOutcome& out) {
+PlanDecision decide_pipedream(const plan::PlanOutcome& out, const schedule::MemoryOptions& memory) {
   PlanDecision d;
   d.plan = out.plan;
   d.plan.schedule = "pipedream";
@@ -106,7 +107,7 @@ PlanDecision decide_pipedream(const plan::PlanOutcome& out) {
   // PipeDream's cap is its formula's; where the memory model (what train checks) puts the plan
   // over it, the plan says so (VGG-16 on 8 workers at 10 Gbit/s under 8 GB: its 4-3-1 at 24.2 GiB).
   if (out.memory_cap > 0) {
-    int64_t peak = schedule::peak_memory(schedule::memory_over_long_run("pipedream", d.plan, {}, out.profile));
+    int64_t peak = schedule::peak_memory(schedule::memory_over_long_run("pipedream", d.plan, {}, out.profile, memory));
     if (peak > out.memory_cap)
       d.plan.notes.push_back(str("memory: PipeDream's optimizer keeps the ", human_bytes(static_cast<double>(out.memory_cap)),
                                  " cap by its own formula (a stage's minibatches in flight x its activations and "
@@ -196,7 +197,7 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
                       "unreplicated (mnist-cnn, 2 epochs: one worker 89.5%; pipedream 3-1 88.8-89.0%, 1-3 "
                       "85.9%); 1f1b on this plan computes one worker's gradients");
   d.shown = p;
-  if (request.top > 0) d.reports += "\n" + format_top(r, out.profile, request.top);
+  if (request.top > 0) d.reports += "\n" + format_top(r, out.profile, request.top, request.memory);
   for (size_t k = 0; k < r.ranked.size() && k < static_cast<size_t>(request.top); ++k) {
     plan::Plan q = k == 0 ? d.plan : r.ranked[k].plan;
     if (k > 0) {
@@ -213,7 +214,7 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
     d.top.push_back(std::move(q));
   }
   if (request.explain)
-    d.reports += "\n" + format_explain(chosen, out.profile, out.cluster) + bucket_explained(p, request.bucket_mb);
+    d.reports += "\n" + format_explain(chosen, out.profile, out.cluster, request.memory) + bucket_explained(p, request.bucket_mb);
   return d;
 }
 
@@ -238,7 +239,7 @@ plan::Plan as_run(const plan::Plan& p) {
 PlanDecision decide_plan(const plan::PlanOutcome& searched, const PlanRequest& request) {
   if (request.joint) return decide_joint(searched, request);
   if (searched.options.cost_model == plan::CostModel::kRealised) return decide_refereed(searched, request);
-  return decide_pipedream(searched);
+  return decide_pipedream(searched, request.memory);
 }
 
 }  // namespace pt::referee

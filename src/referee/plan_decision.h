@@ -20,6 +20,9 @@ namespace pt::referee {
 struct PlanRequest {
   bool joint = false;  // the joint search, with `joint_options`, rather than the referee alone
   JointOptions joint_options;
+  // The memory model's options for every path (--no-weight-prediction: the runtime's weight
+  // prediction off); the joint search takes them as joint_options.memory.
+  schedule::MemoryOptions memory;
   // --bucket-mb as given (the options' bucket_bytes is it rounded to bytes), and whether it was:
   // else the referee gives the choice the bucket it runs fastest with.
   double bucket_mb = 0;

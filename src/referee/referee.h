@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "profile/profile.h"
 #include "schedule/generators.h"
+#include "schedule/memory.h"
 
 namespace pt::referee {
 
@@ -101,11 +102,13 @@ Refereed choose(const std::vector<plan::Plan>& candidates, const profile::Profil
                 const plan::Cluster& cluster, const plan::PlanOptions& options, const std::string& kind = "pipedream",
                 bool own_buckets = false);
 
-// `plan --top K`: one row per candidate with predicted and simulated time, peak memory, and why
-// it lost.
-std::string format_top(const Refereed& r, const profile::Profile& profile, int k);
+// `plan --top K`: one row per candidate with predicted and simulated time, peak memory (the
+// memory model's, under `memory`), and why it lost.
+std::string format_top(const Refereed& r, const profile::Profile& profile, int k,
+                       const schedule::MemoryOptions& memory = {});
 
 // `plan --explain`: the chosen plan's per-stage compute, transfers per link, all-reduce, memory.
-std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster);
+std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster,
+                           const schedule::MemoryOptions& memory = {});
 
 }  // namespace pt::referee

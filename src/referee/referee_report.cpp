@@ -65,13 +65,13 @@ std::string variant(const plan::Plan& p) {
 // Each worker's memory under `kind` by the memory model (schedule/memory.h): what train checks
 // and prints, compare ranks by and the joint search caps, so `plan` shows the same figure.
 std::vector<schedule::WorkerMemory> modelled_memory(const plan::Plan& p, const profile::Profile& profile,
-                                                    const std::string& kind) {
-  return schedule::memory_over_long_run(kind, p, {}, profile);
+                                                    const std::string& kind, const schedule::MemoryOptions& memory) {
+  return schedule::memory_over_long_run(kind, p, {}, profile, memory);
 }
 
 }  // namespace
 
-std::string format_top(const Refereed& r, const profile::Profile& profile, int k) {
+std::string format_top(const Refereed& r, const profile::Profile& profile, int k, const schedule::MemoryOptions& memory) {
   std::ostringstream os;
   os << (r.uniform ? "the uniform plans (d stages of r replicas), faster than the search's candidates here, and their "
                      "neighbours: "
@@ -95,7 +95,7 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
                   (variant(c.plan) + (c.bucket.tried.empty() ? "" : str(" b", c.bucket.bucket_mb))).c_str(),
                   fixed(c.estimate.pipeline_ms_per_minibatch, 3).c_str(),
                   fixed(c.simulated.ms_per_minibatch, 3).c_str(),
-                  human_bytes(static_cast<double>(schedule::peak_memory(modelled_memory(c.plan, profile, r.schedule))))
+                  human_bytes(static_cast<double>(schedule::peak_memory(modelled_memory(c.plan, profile, r.schedule, memory))))
                       .c_str(),
                   i == 0 ? "chosen" : c.why_not.c_str());
     os << line;
@@ -103,12 +103,13 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
   return os.str();
 }
 
-std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster) {
+std::string format_explain(const Candidate& c, const profile::Profile& profile, const plan::Cluster& cluster,
+                           const schedule::MemoryOptions& memory_options) {
   std::ostringstream os;
   const plan::PlanEstimate& e = c.estimate;
   os << "per stage, per minibatch of " << profile.batch_size << " (exact cost model; replicas take minibatches "
      << "round-robin; memory: its busiest worker's, by the memory model, as train checks it):\n";
-  auto memory = modelled_memory(c.plan, profile, c.simulated.schedule);
+  auto memory = modelled_memory(c.plan, profile, c.simulated.schedule, memory_options);
   char line[512];
   std::snprintf(line, sizeof line, "%5s  %8s  %-12s  %10s  %10s  %12s  %10s  %12s\n", "stage", "replicas", "workers",
                 "compute_ms", "link_ms", "allreduce_ms", "time_ms", "memory");

@@ -47,7 +47,7 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
   t.num_stages = s.num_stages;
   t.microbatches = s.microbatches;
   t.weight_delay = s.weight_delay;
-  t.predicted_weights = s.predicts_weights();  // the runtime's default, as the memory model's
+  t.predicted_weights = options.weight_prediction && s.predicts_weights();
   t.batch_size = p.batch_size;
   for (const auto& c : costs) t.stage_parameter_bytes.push_back(c.parameter_bytes);
   int cores = options.cores > 0 ? options.cores : cluster.host_cores;

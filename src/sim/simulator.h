@@ -65,6 +65,9 @@ struct SimOptions {
   // Record only the computes and steps: all that metrics' timing (Detail::kTiming) reads, the
   // same steady state in fewer events (the referee's replays).
   bool computes_only = false;
+  // The runtime's weight prediction (train's default; --no-weight-prediction turns it off): the
+  // trace's predicted_weights, whose copies its memory counts (schedule/trace.h).
+  bool weight_prediction = true;
 };
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
                          const SimOptions& options = {});

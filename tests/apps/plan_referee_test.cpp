@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -633,6 +634,63 @@ TEST(PlanReferee, A2bwPlanBeyondTheDoubleBufferSaysHowManyVersions) {
                           std::to_string(versions) + " on a stage"),
             std::string::npos)
       << r.output;
+}
+
+// plan, simulate and compare model a run of `train --no-weight-prediction` where told: 2bw keeps
+// the paper's two weight versions on every stage, where train's default predicts one copy per
+// minibatch, up to 3 on a stage and 1 on the last. They modelled only the default, so a plan held
+// to a memory cap for a run without prediction under-stated its last stage by a weight copy.
+TEST(PlanReferee, NoWeightPredictionModelsTheRunWithoutIt) {
+  const std::string bin = std::string(PT_BINARY_DIR) + "/pipetrain ";
+  const std::string vgg = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json";
+  const std::string on4 = " --workers 4 --bandwidth-gbps 10 --schedule 2bw";
+  // plan --explain: each worker's weights by the memory model (VGG-16's 2bw: 2 stages of 2).
+  auto weights = [&](const std::string& extra) {
+    auto r = testing::shell_run(bin + "plan --profile " + vgg + on4 + " --explain" + extra + " 2>/dev/null", false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::vector<double> bytes;
+    std::regex line(R"(  w[0-9]+: weights ([0-9.]+) (B|KiB|MiB|GiB))");
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it)
+      bytes.push_back(parse_bytes((*it)[1].str() + (*it)[2].str(), "weights"));
+    return bytes;
+  };
+  std::vector<double> predicted = weights(""), paper = weights(" --no-weight-prediction");
+  ASSERT_EQ(predicted.size(), 4u);
+  ASSERT_EQ(paper.size(), 4u);
+  EXPECT_NEAR(paper[0] / predicted[0], 2.0 / 3.0, 0.01);  // the first stage: 3 copies, the paper's 2
+  EXPECT_NEAR(paper[3] / predicted[3], 2.0, 0.1);         // the last: 1 copy, the paper's 2 (printed 1.0 GiB)
+
+  // simulate: the trace's versions per worker, and whether it says the run predicts.
+  std::string trace = ::testing::TempDir() + "no_prediction_trace.json";
+  auto sim = testing::shell_run(bin + "simulate --profile " + vgg + on4 + " --no-weight-prediction --save-trace " + trace);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  std::smatch row;
+  for (int w = 0; w < 4; ++w) {
+    ASSERT_TRUE(std::regex_search(sim.output, row, std::regex("\n +" + std::to_string(w) + " +[0-9.]+ +[0-9]+ +([0-9]+) ")))
+        << sim.output;
+    EXPECT_EQ(row[1], "2") << "worker " << w << "\n" << sim.output;
+  }
+  EXPECT_FALSE(read_json_file(trace).value("predicted_weights", false));  // written where true
+  auto by_default = testing::shell_run(bin + "simulate --profile " + vgg + on4 + " --save-trace " + trace);
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.output;
+  EXPECT_TRUE(read_json_file(trace).value("predicted_weights", false));
+
+  // compare: the asynchronous rows' memory follows the flag; the synchronous rows' does not.
+  auto peaks = [&](const std::string& extra) {
+    auto r = testing::shell_run(bin + "compare --json --profile " + vgg + " --workers 4 --bandwidth-gbps 10" + extra +
+                                " 2>/dev/null", false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, int64_t> by_row;
+    json doc = parse_json(r.output, "compare output");
+    for (const auto& j : doc["rows"])
+      by_row[j["row"].get<std::string>()] = j["modelled_peak_memory_bytes"].get<int64_t>();
+    return by_row;
+  };
+  auto with = peaks(""), without = peaks(" --no-weight-prediction");
+  ASSERT_TRUE(with.count("2bw") && with.count("1f1b") && with.count("gpipe")) << "rows changed";
+  EXPECT_NE(with["2bw"], without["2bw"]);
+  EXPECT_EQ(with["1f1b"], without["1f1b"]);
+  EXPECT_EQ(with["gpipe"], without["gpipe"]);
 }
 
 // A plan simulated with another model's profile is refused by its `model` field, as train --plan
