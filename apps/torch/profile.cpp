@@ -58,10 +58,12 @@ int run_profile(ProfileFlags& flags) {
     std::cerr << "wrote " << flags.output << "\n";
   }
   double fwd = 0, bwd = 0;
-  for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms;
+  int64_t buffers = 0;
+  for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms, buffers += l.buffer_bytes;
   std::cerr << p.model << " at batch " << p.batch_size << ": " << p.num_layers() << " layers, forward "
             << fwd << " ms, backward " << bwd << " ms (the layers timed " << p.timed << "), parameters "
-            << p.total_parameter_bytes() << " bytes\n";
+            << p.total_parameter_bytes() << " bytes"
+            << (buffers > 0 ? str(", buffers and frozen parameters ", buffers, " bytes") : "") << "\n";
   return 0;
 }
 

@@ -25,5 +25,9 @@ void note_weight_delay(const job::Job& job);
 // run, or that a cosine multiplies, keeps that stage under --lr where the run's own schedule
 // would not.
 void note_stale_warmup(const job::Job& job);
+// A --cluster calibrated over another transport than this run's: its process_bytes, link rates
+// and all-reduces are that transport's (a threads process's 180 MiB charged to each gloo rank put
+// their modelled peak RSS 39% over the OS's).
+void note_cluster_transport(const job::Job& job, const std::string& transport);
 
 }  // namespace pt::app

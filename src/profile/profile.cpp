@@ -47,6 +47,7 @@ json to_json(const Profile& p) {
     if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
     if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
+    if (l.buffer_bytes > 0) layer["buffer_bytes"] = l.buffer_bytes;
     if (!l.timings.empty()) {
       json timings = json::array();
       for (const auto& t : l.timings)
@@ -115,6 +116,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("buffer_bytes")) l.buffer_bytes = f["buffer_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("timings")) {
       JsonField ts = f["timings"];
       for (size_t k = 0; k < ts.size(); ++k) {

@@ -21,7 +21,7 @@ struct Layer {
   double forward_ms = 0;         // whole minibatch of Profile::batch_size
   double backward_ms = 0;
   int64_t activation_bytes = 0;  // this layer's output, whole minibatch
-  int64_t parameter_bytes = 0;
+  int64_t parameter_bytes = 0;  // what its steps update: trainable parameters
   std::vector<int> inputs;       // indices of earlier layers whose outputs this layer reads
   // The runtime's own work on the layer's weights once per minibatch, whatever the batch: its
   // optimizer step and one copy of its weights (a stash). Measured by `pipetrain profile`;
@@ -40,6 +40,12 @@ struct Layer {
   // gradients passing through), whole minibatch, besides one gradient of its parameters (the
   // backward makes it before adding it in); measured, optional (0: not measured).
   int64_t workspace_bytes = 0;
+  // What the layer holds that no step updates: its registered buffers (BatchNorm's running
+  // statistics, fixed tables, masks) and frozen parameters (requires_grad false). One copy on
+  // each worker holding the layer: no gradient, no optimizer state, no versions. Measured by
+  // `pipetrain profile`; optional (0). Left out, a layer of 64 MiB tables was modelled at a
+  // quarter of its worker's tensors and a plan under `plan --memory` ran 42% over its cap.
+  int64_t buffer_bytes = 0;
   // Its forward and backward at several batch sizes, ascending (`pipetrain profile` measures the
   // batch and its halves down to a sixteenth): a call costs more per sample at a small batch
   // (mnist-cnn here: 22-24% more at 16 than at 64), so a microbatch's time is read here, not

@@ -305,7 +305,9 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;
     l.activation_bytes = model::wire_bytes(out, model.wire_precision(i));  // what crosses to the next stage
-    for (const auto& param : module->parameters()) l.parameter_bytes += param.numel() * static_cast<int64_t>(param.element_size());
+    for (const auto& param : module->parameters())
+      (param.requires_grad() ? l.parameter_bytes : l.buffer_bytes) += param.numel() * static_cast<int64_t>(param.element_size());
+    for (const auto& buffer : module->buffers()) l.buffer_bytes += buffer.numel() * static_cast<int64_t>(buffer.element_size());
     torch::Tensor next = on_the_wire(out, i);
     out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own

@@ -32,6 +32,7 @@ namespace {
 
 struct StageBytes {
   double params = 0, stash = 0, input = 0, output = 0;  // whole minibatch of the profile
+  double buffers = 0;                                   // Layer::buffer_bytes: one copy, whatever the versions
   double fixed_stash = 0;                               // of stash, kept whatever the batch
   double stash_at(double scale) const { return fixed_stash + (stash - fixed_stash) * scale; }
   std::vector<int> layers;
@@ -46,8 +47,10 @@ std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p
       out[st].stash += static_cast<double>(profile::stash_bytes(p, l));
       out[st].fixed_stash += profile::stash_bytes_at(p, l, 0);
     }
-  for (int st = 0; st < s.num_stages; ++st)
+  for (int st = 0; st < s.num_stages; ++st) {
     out[st].params = static_cast<double>(profile::parameter_bytes(p, s.stage_layers[st]));
+    for (int l : s.stage_layers[st]) out[st].buffers += static_cast<double>(p.layers[l].buffer_bytes);
+  }
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
   for (int st = 0; st < s.num_stages; ++st) {
     out[st].output = cuts[st];
@@ -202,7 +205,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     }
     for (int st : stages) {
       double params = bytes[st].params;
-      m.weights += static_cast<int64_t>(params * versions.weight_versions(st));
+      m.weights += static_cast<int64_t>(params * versions.weight_versions(st) + bytes[st].buffers);
       m.gradients += static_cast<int64_t>(params);
       m.optimizer += options.optimizer_copies * static_cast<int64_t>(params);
     }

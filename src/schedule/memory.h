@@ -4,9 +4,10 @@
 // a memory cap with it; `compare`, `plan --top` and `train` print it; tests check it against the
 // runtime's measured peak (model/memory_meter.h).
 //
-// Per worker, for each stage it holds (P = the stage's parameter bytes):
+// Per worker, for each stage it holds (P = the stage's trainable parameter bytes):
 //   weights      P x the weight versions alive at once along its list (StashTracker): 1 when
-//                flushing, a stash per version in flight for PipeDream, 2 for 2BW;
+//                flushing, a stash per version in flight for PipeDream, 2 for 2BW; and once
+//                what no step updates (profile::Layer::buffer_bytes: buffers, frozen parameters);
 //   gradients    P (one flat gradient buffer; autograd accumulates into it);
 //   optimizer    P per state copy: SGD's momentum, Adam's two moments (MemoryOptions);
 //   activations  the peak, along the list, of

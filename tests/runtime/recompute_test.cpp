@@ -314,5 +314,48 @@ TEST(MeasuredMemory, WithoutOptimizerStateTheBuildIsNotThePeak) {
   }
 }
 
+// What no step updates is held once per worker: registered buffers (a table the forward reads)
+// and frozen parameters. The profile counted neither apart: a buffer was in no figure, a frozen
+// weight was a trainable one's (a gradient, optimizer state, versions), and an exported model of
+// 64 MiB tables trained 42% over `plan --memory`'s cap (the hostile pass of 2026-12-01). Each
+// layer: a 1024-wide table and a linear layer, every other one frozen; 1f1b and pipedream on 2
+// stages, every worker within 10%.
+struct TabledImpl : torch::nn::Module {
+  TabledImpl(bool frozen) : fc(register_module("fc", torch::nn::Linear(256, 256))) {
+    table = register_buffer("table", torch::randn({1024, 1024}));
+    if (frozen)
+      for (auto& p : fc->parameters()) p.requires_grad_(false);
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::relu(fc(x)) + table.narrow(1, 0, 256).narrow(0, 0, 1); }
+  torch::nn::Linear fc;
+  torch::Tensor table;
+};
+TORCH_MODULE(Tabled);
+
+TEST(MeasuredMemory, BuffersAndFrozenParametersAreHeldOnce) {
+  auto build = [](const model::LayerSet& held = {}) {
+    auto m = std::make_shared<model::LayeredModel>("tabled-mlp", model::Task::kClassification,
+                                                   std::vector<int64_t>{256}, false, held, 5);
+    for (int i = 0; i < 4; ++i)
+      m->add("tabled" + std::to_string(i), [i] { return torch::nn::Sequential(Tabled(i % 2 == 1)); });
+    m->add("head", [] { return torch::nn::Sequential(torch::nn::Linear(256, 10)); });
+    return m;
+  };
+  auto m = build({});
+  auto data = model::synthetic_data(*m, 256, 32, 10, 11);
+  auto prof = profile::measure_profile(*m, data.train.first_inputs(32), {1, 2}, data.train.first_targets(32));
+  ASSERT_EQ(prof.layers[0].buffer_bytes, int64_t{4} << 20);                       // the table
+  EXPECT_EQ(prof.layers[1].buffer_bytes, (int64_t{4} << 20) + 257 * 256 * 4);  // and its frozen layer
+  EXPECT_EQ(prof.layers[1].parameter_bytes, 0);
+  for (const std::string kind : {"1f1b", "pipedream"}) {
+    SCOPED_TRACE(kind);
+    plan::Plan plan = plan::even_split(prof, 2);
+    auto o = options_for(kind, kind == "pipedream" ? 1 : 4);
+    o.train.steps = 6;
+    Trained r = train(build, data, plan, o, false);
+    expect_modelled(plan, o, prof, r.peaks, 0.10);
+  }
+}
+
 }  // namespace
 }  // namespace pt::runtime
