@@ -69,7 +69,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "stage keeps its own parameters' state")
       ->check(CLI::IsMember(model::optimizer_kinds()))
       ->capture_default_str();
-  app.add_option("--lr", t.sgd.lr, "Learning rate")->capture_default_str();
+  flags->lr_flag = app.add_option("--lr", t.sgd.lr, str("Learning rate (default ", model::kSgdLr, " for sgd; ", model::kAdamLr,
+                                                         ", torch.optim's, for adam and adamw: SGD's diverged them)"));
   app.add_option("--momentum", t.sgd.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--betas", flags->betas, "Adam's beta1,beta2 (default 0.9,0.999)")->expected(2)->delimiter(',');
   app.add_option("--eps", t.sgd.eps, "Adam's epsilon")->capture_default_str();
@@ -181,6 +182,8 @@ void finish_train_flags(const CLI::App& app, TrainFlags& flags) {
   r.chunks_given = flags.chunks_flag->count() > 0;
   r.batch_size_given = flags.batch_size_flag->count() > 0;
   r.bucket_given = flags.bucket_flag->count() > 0;
+  model::OptimizerOptions& sgd = r.options.train.sgd;
+  if (flags.lr_flag->count() == 0) sgd.lr = sgd.adam() ? model::kAdamLr : model::kSgdLr;
   r.precision = flags.model.precision;
 }
 

@@ -18,6 +18,7 @@ struct TrainFlags {
   std::string trace_path, transport = "threads";
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
   CLI::Option* steps_flag = nullptr;
+  CLI::Option* lr_flag = nullptr;  // not given: the optimizer's default rate
   CLI::Option* schedule_flag = nullptr;  // given flags override the plan's settings
   CLI::Option* microbatches_flag = nullptr;
   CLI::Option* chunks_flag = nullptr;

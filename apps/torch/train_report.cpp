@@ -58,7 +58,7 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
   if (!label.empty()) std::cout << "[" << label << "] ";
   std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, "
-            << (r.loss_known ? str("final loss ", r.final_loss, " (mean of the last ", std::min<int64_t>(50, r.steps),
+            << (r.loss_known ? str("final loss ", r.final_loss, " (mean of the last ", std::min(runtime::kFinalLossSteps, r.steps),
                                    " steps)")
                              : std::string("no loss (emulated layers compute none)"))
             << "\n";
@@ -68,10 +68,8 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
     std::cout << "test loss " << r.test_loss
               << (r.language_model ? str(" (perplexity ", std::exp(r.test_loss), ")") : std::string()) << "\n";
   print_measured_memory(r, label);
-  if (r.steps > 0 && r.loss_known && !std::isfinite(r.final_loss))
-    throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
-                             "rate too high for the model, or inputs with NaN); lower --lr, or warm it up over more "
-                             "--warmup-steps"));
+  runtime::check_not_diverged(r);
+  if (std::string note = runtime::unlearned_note(r); !note.empty()) std::cerr << (label.empty() ? "" : "[" + label + "] ") << note << "\n";
 }
 
 void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label) {

@@ -89,8 +89,10 @@ std::string human_bytes(double bytes) {
     bytes /= 1024;
     ++u;
   }
+  // Two decimals from GiB up: one left "1.1 GiB" covering 51 MiB either way, past what the memory
+  // model's figures are checked to.
   char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : u < 3 ? "%.1f %s" : "%.2f %s", bytes, units[u]);
   return buf;
 }
 

@@ -61,8 +61,9 @@ class LossReport {
   }
   // Training ended at minibatch `end` (exclusive) now: a row reported later keeps this time.
   void trained_until(int64_t end) { trained_secs_[end] = train_seconds(); }
+  double first_loss() const { return recent_.empty() ? 0 : recent_.front(); }
   double final_loss() const {
-    size_t k = std::min<size_t>(50, recent_.size());
+    size_t k = std::min<size_t>(runtime::kFinalLossSteps, recent_.size());
     return k ? std::accumulate(recent_.end() - k, recent_.end(), 0.0) / k : 0;
   }
   double last_loss() const { return last_loss_; }
@@ -369,6 +370,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       run.train.steps = job.steps;
       run.train.seconds = job.segments.empty() ? losses.train_seconds() : trained_s;
       run.train.samples_per_s = job.steps * options.train.batch_size / std::max(run.train.seconds, 1e-9);
+      run.train.first_loss = losses.first_loss();
       run.train.final_loss = losses.final_loss();
       run.train.loss_known = losses.losses_known();
       run.train.test_accuracy = evaluated.accuracy;

@@ -119,6 +119,26 @@ std::unique_ptr<torch::optim::Optimizer> torch_optimizer(const std::vector<torch
 
 }  // namespace
 
+void check_not_diverged(const TrainResult& r) {
+  if (r.steps <= 0 || !r.loss_known) return;
+  const char* advice = "lower --lr, or warm it up over more --warmup-steps";
+  if (!std::isfinite(r.final_loss))
+    throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
+                             "rate too high for the model, or inputs with NaN); ", advice));
+  if (r.first_loss > 0 && r.final_loss >= kDivergedRise * r.first_loss)
+    throw RuntimeFailure(str("training diverged: the loss rose from ", r.first_loss, " (the first step's) to ",
+                             r.final_loss, " (the mean of the last ", std::min(kFinalLossSteps, r.steps), " steps), ",
+                             kDivergedRise, " times or more (a learning rate too high for the model or its "
+                             "optimizer); ", advice));
+}
+
+std::string unlearned_note(const TrainResult& r) {
+  if (r.steps < kLearnedSteps || !r.loss_known || !(r.final_loss >= r.first_loss)) return "";
+  return str("note: the loss did not fall: ", r.first_loss, " at the first step, ", r.final_loss, " over the last ",
+             std::min(kFinalLossSteps, r.steps), " (a learning rate too high, which a lower --lr or more --warmup-steps "
+             "mends, or one too low to move it in ", r.steps, " steps)");
+}
+
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& train_options) {
   check_train_options(train_options, data);
   model::BatchSampler sampler(data.train.size(), train_options.batch_size, train_options.seed, train_options.shuffle, data.train.shard_sizes());
@@ -151,8 +171,9 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     model.device_step(0, model.num_layers(), wall_ms() - step_t0);
     double loss_value = loss.item<double>();
     train_ms += wall_ms() - t0;
+    if (step == 0) result.first_loss = loss_value;
     recent.push_back(loss_value);
-    if (recent.size() > 50) recent.pop_front();
+    if (static_cast<int64_t>(recent.size()) > kFinalLossSteps) recent.pop_front();
     StepRecord rec{step + 1, step / per_epoch, loss_value, (step + 1) * train_options.batch_size / (train_ms / 1000), -1,
                    train_ms / 1000};
     rec.grad_norm = grad_norm;

@@ -23,11 +23,15 @@ struct TrainOptions {
   int64_t eval_every = 0;     // > 0: also every this many minibatches (pipelines drain there)
 };
 
+// The steps a run's final loss is the mean of.
+constexpr int64_t kFinalLossSteps = 50;
+
 struct TrainResult {
   int64_t steps = 0;
   double seconds = 0;          // training time, evaluation excluded
   double samples_per_s = 0;
-  double final_loss = 0;       // mean loss of the last 50 steps
+  double first_loss = 0;       // the first step's loss: the weights' before any step (or the resumed ones)
+  double final_loss = 0;       // mean loss of the last kFinalLossSteps steps
   double test_accuracy = -1;   // -1 when not evaluated
   double test_loss = -1;       // the test set's mean loss (a language model's: per token); -1 when not evaluated
   bool language_model = false; // its loss is per token: a perplexity is e^test_loss
@@ -41,6 +45,16 @@ struct TrainResult {
   std::vector<int64_t> peak_rss_bytes;
   bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
 };
+
+// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and kDivergedRise times
+// its start or more (Adam at SGD's rate ended at 2.3e6 from 2.3, exit 0). A loss that learns
+// falls; one 10x over the untrained weights' learned nothing a caller should keep.
+constexpr double kDivergedRise = 10;
+void check_not_diverged(const TrainResult& r);
+// A loss that ended no lower than it started over kLearnedSteps steps or more: "" where it fell,
+// else a note that says so (not an error: a tiny rate ends there too).
+constexpr int64_t kLearnedSteps = 100;
+std::string unlearned_note(const TrainResult& r);
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data,
                                 const TrainOptions& options);

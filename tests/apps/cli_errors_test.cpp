@@ -8,9 +8,12 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <utility>
 
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
@@ -308,6 +311,23 @@ TEST(CliErrors, HostilePassLowItems) {
   EXPECT_TRUE(fs::exists(trace)) << r.output;
   // A run that diverges fails, after printing, rather than exit 0 with "final loss nan".
   expect_rejected(kTrainBase + "--batch-size 16 --steps 8 --lr 1e8", 1, {"training diverged: the loss is"});
+  // So does one whose loss stays finite but ends 10x over its first step's (Adam at 0.2: 2.3 to
+  // 10409, exit 0 before), on one worker and on a pipeline; its metrics are all written.
+  std::string rows = (scratch() / "diverged.csv").string();
+  for (const char* run : {"", "--stages 2 --schedule 1f1b --microbatches 2 "}) {
+    expect_rejected(kTrainBase + run + "--batch-size 16 --steps 30 --optimizer adam --lr 0.2 --metrics " + rows, 1,
+                    {"training diverged: the loss rose from 2.3", "(the first step's)", "10 times or more"});
+    std::ifstream in(rows);
+    EXPECT_EQ(std::count(std::istreambuf_iterator<char>(in), {}, '\n'), 31) << run;
+  }
+  // Adam's rate where --lr is not given is torch.optim's, not SGD's (which diverged it); SGD's stays.
+  for (auto [optimizer, lr] : {std::pair{"adam", ",0.001\n"}, {"adamw", ",0.001\n"}, {"sgd", ",0.02\n"}}) {
+    auto given = pipetrain(kTrainBase + "--batch-size 16 --steps 2 --optimizer " + optimizer + " --metrics " + rows);
+    EXPECT_EQ(given.exit_code, 0) << given.output;
+    std::ifstream in(rows);
+    std::string csv((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_TRUE(csv.size() > 8 && csv.substr(csv.size() - std::string(lr).size()) == lr) << optimizer << ": " << csv;
+  }
   // --metrics whose writes fail (a file size limit standing in for a full disk): the run
   // stops naming the file, and an earlier metrics file is left as it was.
   std::string metrics = (scratch() / "m.csv").string();

@@ -340,7 +340,7 @@ TEST(PlanReferee, PipedreamModelPlansUnderAMemoryCap) {
   // PipeDream's formula counts data parallelism's stash as nothing; the memory model, which train
   // checks, does not, and the plan says it is over the cap by it.
   ASSERT_TRUE(std::regex_search(tight.output, m,
-                                std::regex("keeps the 8\\.0 GiB cap by its own formula .* puts this plan at ([0-9.]+) GiB")))
+                                std::regex("keeps the 8\\.00 GiB cap by its own formula .* puts this plan at ([0-9.]+) GiB")))
       << tight.output;
   EXPECT_GT(std::stod(m[1]), 8.0);
   EXPECT_EQ(testing::shell_run(base + " --memory 80GB").output.find("note: memory"), std::string::npos);

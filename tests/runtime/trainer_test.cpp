@@ -135,6 +135,34 @@ TEST(Trainer, EvalEveryAddsAccuracyRows) {
   EXPECT_EQ(evaluated, (std::vector<int>{3, 6, 8}));  // every 3 steps and the epoch's end
 }
 
+// A loss 10x over its first step's is a diverged run (an error); one that ended no lower than
+// it started over 100 steps is said in a note; a loss that fell, or a short run, says nothing.
+TEST(Trainer, ALossThatRoseIsDivergedAndOneThatDidNotFallIsNoted) {
+  auto result = [](int64_t steps, double first, double final_loss) {
+    TrainResult r;
+    r.steps = steps, r.first_loss = first, r.final_loss = final_loss;
+    return r;
+  };
+  EXPECT_NO_THROW(check_not_diverged(result(30, 2.3, 22.9)));
+  try {
+    check_not_diverged(result(30, 2.3, 23.0));
+    ADD_FAILURE() << "a loss 10x its start passed";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("rose from 2.3 (the first step's) to 23 (the mean of the last 30 steps)"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_not_diverged(result(30, 2.3, NAN)), RuntimeFailure);
+  TrainResult emulated = result(30, 2.3, 1e9);
+  emulated.loss_known = false;  // no loss: nothing to judge
+  EXPECT_NO_THROW(check_not_diverged(emulated));
+  EXPECT_NO_THROW(check_not_diverged(result(30, -1.0, 5.0)));  // a loss below 0 (the user's own): no ratio
+
+  EXPECT_EQ(unlearned_note(result(100, 2.3, 2.29)), "");
+  EXPECT_EQ(unlearned_note(result(99, 2.3, 2.31)), "");  // too short to tell
+  std::string note = unlearned_note(result(100, 2.3, 2.31));
+  EXPECT_NE(note.find("the loss did not fall: 2.3 at the first step, 2.31 over the last 50"), std::string::npos) << note;
+}
+
 TEST(Trainer, BadOptionsNameTheFlag) {
   auto m = model::build_mnist_cnn({});
   auto data = model::synthetic_data(*m, 64, 8, 10, 1);
