@@ -8,11 +8,15 @@
 #include "apps/command.h"
 #include "apps/torch/model_flags.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "model/optimizer.h"
 #include "profile/profiler.h"
 
 namespace pt::app {
 namespace {
+
+// A profile expected to take this long or more says how far it has come.
+constexpr double kQuietProfileMs = 10000;
 
 // Where the machine can hold the model, its layers timed as a stage runs them.
 profile::ProfilerOptions in_sequence() {
@@ -39,6 +43,14 @@ int run_profile(ProfileFlags& flags) {
   auto m = flags.model.build(&data);
   if (flags.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", flags.batch_size, " is larger than the ", data.train.size(), " samples"));
+  // A slow model's profile says where it is (a full-size AWD-LSTM at batch 32: 20 s a round).
+  flags.options.on_progress = [](const std::string& what, int done, int of, double ms) {
+    if (ms * of < kQuietProfileMs) return;
+    std::cerr << "profile: " << what << " " << done << " of " << of << " took " << fixed(ms / 1000, 1) << " s"
+              << (what == "round" && done < of ? str(" (about ", fixed((of - done) * ms / 60000, 1), " min to go)")
+                                               : std::string())
+              << "; fewer --repeats, --warmup or --batch-sizes shorten it\n";
+  };
   profile::Profile p;
   try {
     p = profile::measure_profile(*m, data.train.first_inputs(flags.batch_size), flags.options,

@@ -162,6 +162,8 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
       }
     }
     if (timed) timed_ms += now_ms() - round_start;
+    if (profiler_options.on_progress)
+      profiler_options.on_progress("round", r + 1, profiler_options.warmup + profiler_options.repeats, now_ms() - round_start);
   }
   for (size_t k = 0; k < m; ++k)
     for (int i = 0; i < n; ++i) out[i].push_back({sizes[k], median(fwd[k][i]), median(bwd[k][i])});
@@ -283,6 +285,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     torch::Tensor loss_targets = i + 1 == model.num_layers() ? targets : torch::Tensor();
     Layer l;
     Timing main;
+    const double layer_start = now_ms();
     if (in_sequence) {
       l.timings = sequence[i];
       main = l.timings.back();
@@ -299,6 +302,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       }
       main = time_layer(model, module, input, loss_targets, profiler_options, out);
       if (!l.timings.empty()) l.timings.push_back(main);
+      if (profiler_options.on_progress) profiler_options.on_progress("layer", i + 1, model.num_layers(), now_ms() - layer_start);
     }
     l.optimizer_ms = measure_step_ms(module->parameters(), profiler_options);
     l.name = layer.name;
