@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "core/input_limits.h"
@@ -64,10 +65,11 @@ json to_json(const Profile& p) {
               {"optimizer", p.optimizer},
               {"timed", p.timed},
               {"layers", layers}};
-  if (!p.ties.empty()) {
+  for (const auto& [field, list] : {std::pair{"ties", &p.ties}, {"frozen_ties", &p.frozen_ties}}) {
+    if (list->empty()) continue;
     json ties = json::array();
-    for (const auto& t : p.ties) ties.push_back({{"layers", t.layers}, {"bytes", t.bytes}});
-    out["ties"] = ties;
+    for (const auto& t : *list) ties.push_back({{"layers", t.layers}, {"bytes", t.bytes}});
+    out[field] = ties;
   }
   return out;
 }
@@ -152,8 +154,9 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     }
     p.layers.push_back(std::move(l));
   }
-  if (root.has("ties")) {
-    JsonField ties = root["ties"];
+  for (const char* field : {"ties", "frozen_ties"}) {
+    if (!root.has(field)) continue;
+    JsonField ties = root[field];
     for (size_t t = 0; t < ties.size(); ++t) {
       Tie tie;
       JsonField tl = ties[t]["layers"];
@@ -165,7 +168,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
         tie.layers.push_back(static_cast<int>(l));
       }
       tie.bytes = ties[t]["bytes"].as_int_in(0, kMaxLayerBytes);
-      p.ties.push_back(std::move(tie));
+      (std::string(field) == "ties" ? p.ties : p.frozen_ties).push_back(std::move(tie));
     }
   }
   return p;
@@ -306,14 +309,28 @@ double compute_step_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].optimizer_ms;
 }
 
-int64_t tied_duplicate_bytes(const Profile& profile, const std::vector<int>& layers) {
+namespace {
+
+int64_t duplicate_bytes(const std::vector<Tie>& ties, const std::vector<int>& layers) {
   int64_t twice = 0;
-  for (const auto& t : profile.ties) {
+  for (const auto& t : ties) {
     int64_t in = 0;
     for (int l : t.layers) in += std::count(layers.begin(), layers.end(), l);
     if (in > 1) twice += (in - 1) * t.bytes;
   }
   return twice;
+}
+
+}  // namespace
+
+int64_t tied_duplicate_bytes(const Profile& profile, const std::vector<int>& layers) {
+  return duplicate_bytes(profile.ties, layers);
+}
+
+int64_t buffer_bytes(const Profile& profile, const std::vector<int>& layers) {
+  int64_t b = 0;
+  for (int l : layers) b += profile.layers[l].buffer_bytes;
+  return b - duplicate_bytes(profile.frozen_ties, layers);
 }
 
 int64_t parameter_bytes(const Profile& profile, const std::vector<int>& layers) {

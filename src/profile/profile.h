@@ -76,7 +76,12 @@ struct Profile {
   // and again: from warm caches, so faster than in a stage). Optional in the file ("alone").
   std::string timed = "alone";
   std::vector<Layer> layers;
-  std::vector<Tie> ties;
+  std::vector<Tie> ties;  // trainable: one gradient and step, summed where a plan splits them
+  // Frozen (no step updates them, each layer's buffer_bytes counts them): held once by a worker
+  // holding several of their layers, and never exchanged. Optional in the file ("frozen_ties").
+  // A frozen tie counted in `ties` took its bytes off the trainable parameters (a stage's
+  // gradients went negative) and kept pipedream from splitting what needs no exchange.
+  std::vector<Tie> frozen_ties;
 
   int num_layers() const { return static_cast<int>(layers.size()); }
   // True when every layer reads exactly the previous one (layer 0 reads nothing).
@@ -131,6 +136,8 @@ double stash_bytes_at(const Profile& profile, int layer, double scale);
 int64_t parameter_bytes(const Profile& profile, const std::vector<int>& layers);
 // What `layers` count twice or more of the ties: the sum of their parameter_bytes less the above.
 int64_t tied_duplicate_bytes(const Profile& profile, const std::vector<int>& layers);
+// Bytes of the buffers and frozen parameters `layers` hold, a frozen tie once.
+int64_t buffer_bytes(const Profile& profile, const std::vector<int>& layers);
 // Per layer, the parameter bytes it adds to the layers before it: a tie's later members less the
 // tie. Sums over sets that hold each tie whole or not at all (the planner's states) are exact.
 std::vector<int64_t> own_parameter_bytes(const Profile& profile);

@@ -223,9 +223,11 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
   l.workspace_bytes = std::max<int64_t>(0, workspace - l.parameter_bytes);
 }
 
-std::vector<Tie> ties_of(const model::LayeredModel& model) {
+// The model's ties that train (`trains`) or the frozen ones.
+std::vector<Tie> ties_of(const model::LayeredModel& model, bool trains) {
   std::vector<Tie> out;
-  for (const auto& g : model.tie_groups()) out.push_back({g.layers(), g.bytes});
+  for (const auto& g : model.tie_groups())
+    if (g.trains == trains) out.push_back({g.layers(), g.bytes});
   return out;
 }
 
@@ -327,7 +329,8 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       release_freed_host_memory();
     }
   }
-  p.ties = ties_of(model);
+  p.ties = ties_of(model, true);
+  p.frozen_ties = ties_of(model, false);
   return p;
 }
 
@@ -340,7 +343,8 @@ Profile layer_graph(const model::LayeredModel& model) {
     l.inputs = model.layer(i).inputs;
     p.layers.push_back(std::move(l));
   }
-  p.ties = ties_of(model);
+  p.ties = ties_of(model, true);
+  p.frozen_ties = ties_of(model, false);
   return p;
 }
 

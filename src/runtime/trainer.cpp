@@ -19,22 +19,28 @@ torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices
   return t.index_select(0, idx);
 }
 
+bool counts_correct(const model::LayeredModel& model, const torch::Tensor& target) {
+  return model.task() != model::Task::kRegression && !target.is_floating_point();
+}
+
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size) {
   torch::NoGradGuard no_grad;
   model.train(false);
+  bool counts = true;
   int64_t correct = 0, total = 0;
   double loss = 0;
   for (int64_t first = 0; first < test.size(); first += batch_size) {
     int64_t n = std::min(batch_size, test.size() - first);
     auto out = model.forward(test.input_rows(first, n));
     auto target = test.target_rows(first, n);
+    counts = counts && counts_correct(model, target);
     correct += model.correct(out, target);
     total += target.numel();
     loss += model.loss(out, target).item<double>() * static_cast<double>(n);  // a batch's mean, weighed by its samples
   }
   model.train(true);
   Evaluation e;
-  if (model.has_accuracy() || model.task() == model::Task::kEmulated) e.accuracy = total ? static_cast<double>(correct) / total : 0;
+  if (counts) e.accuracy = total ? static_cast<double>(correct) / total : 0;
   if (test.size() > 0) e.loss = loss / static_cast<double>(test.size());
   return e;
 }
@@ -125,11 +131,11 @@ void check_not_diverged(const TrainResult& r) {
   if (!std::isfinite(r.final_loss))
     throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
                              "rate too high for the model, or inputs with NaN); ", advice));
-  if (r.first_loss > 0 && r.final_loss >= kDivergedRise * r.first_loss)
+  if (r.first_loss != 0 && r.final_loss - r.first_loss >= (kDivergedRise - 1) * std::fabs(r.first_loss))
     throw RuntimeFailure(str("training diverged: the loss rose from ", r.first_loss, " (the first step's) to ",
-                             r.final_loss, " (the mean of the last ", std::min(kFinalLossSteps, r.steps), " steps), ",
-                             kDivergedRise, " times or more (a learning rate too high for the model or its "
-                             "optimizer); ", advice));
+                             r.final_loss, " (the mean of the last ", std::min(kFinalLossSteps, r.steps), " steps), by ",
+                             kDivergedRise - 1, " times the first's size or more (a learning rate too high for the "
+                             "model or its optimizer); ", advice));
 }
 
 std::string unlearned_note(const TrainResult& r) {

@@ -46,9 +46,10 @@ struct TrainResult {
   bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
 };
 
-// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and kDivergedRise times
-// its start or more (Adam at SGD's rate ended at 2.3e6 from 2.3, exit 0). A loss that learns
-// falls; one 10x over the untrained weights' learned nothing a caller should keep.
+// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and risen by
+// kDivergedRise - 1 times its start's size or more (10x a positive start; Adam at SGD's rate
+// ended at 2.3e6 from 2.3, exit 0; a loss below 0, MSE less 2, from -0.56 to 5.6e28). A loss
+// that learns falls; one 10x over the untrained weights' learned nothing a caller should keep.
 constexpr double kDivergedRise = 10;
 void check_not_diverged(const TrainResult& r);
 // A loss that ended no lower than it started over kLearnedSteps steps or more: "" where it fell,
@@ -70,6 +71,10 @@ struct Evaluation {
   double loss = -1;
 };
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size);
+// Whether an evaluation counts `model`'s right answers against `target`: a task with classes,
+// and targets that are class ids. A model file's own loss over float targets (a regression
+// under the file's loss, no --loss) printed "test accuracy 0%", argmax against them.
+bool counts_correct(const model::LayeredModel& model, const torch::Tensor& target);
 
 // The data rows of `indices` as one minibatch.
 torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);

@@ -18,7 +18,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
   model_->train(false);
   int64_t correct = 0, total = 0;
   double loss = 0;
-  bool holds_last = false;
+  bool holds_last = false, counts = true;
   // A negative tag space keeps evaluation apart from training transfers: the activation into
   // stage st of round r, then (after every round's) the credit its receiver returns for it.
   const int64_t rounds = (test.size() + batch - 1) / batch, stages = s.num_stages;
@@ -60,6 +60,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
       x = model_->forward(x, layers.front(), layers.back() + 1);
       if (st == s.num_stages - 1) {
         auto target = test.target_rows(first, n);
+        counts = counts && counts_correct(*model_, target);
         correct += model_->correct(x, target);
         total += target.numel();
         loss += model_->loss(x, target).item<double>() * static_cast<double>(n);
@@ -83,7 +84,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
   model_->train(true);
   Evaluation e;
   if (!holds_last) return e;
-  if (model_->task() != model::Task::kRegression && total > 0) e.accuracy = static_cast<double>(correct) / total;
+  if (counts && total > 0) e.accuracy = static_cast<double>(correct) / total;
   if (test.size() > 0) e.loss = loss / static_cast<double>(test.size());
   return e;
 }

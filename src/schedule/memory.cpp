@@ -49,7 +49,7 @@ std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p
     }
   for (int st = 0; st < s.num_stages; ++st) {
     out[st].params = static_cast<double>(profile::parameter_bytes(p, s.stage_layers[st]));
-    for (int l : s.stage_layers[st]) out[st].buffers += static_cast<double>(p.layers[l].buffer_bytes);
+    out[st].buffers = static_cast<double>(profile::buffer_bytes(p, s.stage_layers[st]));
   }
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
   for (int st = 0; st < s.num_stages; ++st) {

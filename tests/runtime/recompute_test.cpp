@@ -357,5 +357,54 @@ TEST(MeasuredMemory, BuffersAndFrozenParametersAreHeldOnce) {
   }
 }
 
+// A frozen parameter two layers share (a frozen embedding tied to the head, as fine-tuning
+// leaves it) is held once where one worker holds both, and is not a tie the planner splits or
+// exchanges. The profile listed it among the trainable ties: the memory model took its bytes off
+// the trainable parameters (a stage's gradients went below 0) and counted the tensor twice.
+struct FrozenTiedImpl : torch::nn::Module {
+  FrozenTiedImpl(torch::Tensor shared) : fc(register_module("fc", torch::nn::Linear(256, 256))) {
+    w = register_parameter("w", shared, /*requires_grad=*/false);
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::relu(fc(x)) + w.narrow(1, 0, 256).narrow(0, 0, 1); }
+  torch::nn::Linear fc;
+  torch::Tensor w;
+};
+TORCH_MODULE(FrozenTied);
+
+TEST(MeasuredMemory, AFrozenTieIsHeldOnceAndNeverExchanged) {
+  auto build = [](const model::LayerSet& held = {}) {
+    auto m = std::make_shared<model::LayeredModel>("frozen-tied", model::Task::kClassification,
+                                                   std::vector<int64_t>{256}, false, held, 5);
+    torch::Tensor shared = torch::randn({2048, 1024});  // 8 MiB
+    m->add("first", [shared] { return torch::nn::Sequential(FrozenTied(shared)); });
+    m->add("middle", [] { return torch::nn::Sequential(torch::nn::Linear(256, 256), torch::nn::ReLU()); });
+    m->add("last", [shared] { return torch::nn::Sequential(FrozenTied(shared)); });
+    m->add("head", [] { return torch::nn::Sequential(torch::nn::Linear(256, 10)); });
+    return m;
+  };
+  auto m = build({});
+  ASSERT_EQ(m->tie_groups().size(), 1u);
+  auto data = model::synthetic_data(*m, 256, 32, 10, 11);
+  auto prof = profile::measure_profile(*m, data.train.first_inputs(32), {1, 2}, data.train.first_targets(32));
+  const int64_t table = int64_t{8} << 20, linear = 257 * 256 * 4;
+  EXPECT_TRUE(prof.ties.empty());
+  ASSERT_EQ(prof.frozen_ties.size(), 1u);
+  EXPECT_EQ(prof.frozen_ties[0].layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(prof.frozen_ties[0].bytes, table);
+  EXPECT_EQ(prof.layers[0].buffer_bytes, table);
+  EXPECT_EQ(profile::buffer_bytes(prof, {0, 1, 2, 3}), table);
+  EXPECT_EQ(profile::parameter_bytes(prof, {0, 1, 2, 3}), 3 * linear + 257 * 10 * 4);
+  EXPECT_EQ(profile::profile_from_json(profile::to_json(prof), "p").frozen_ties[0].layers, prof.frozen_ties[0].layers);
+  for (int stages : {1, 2}) {  // 2: the tensor on each worker that holds one of its layers
+    SCOPED_TRACE(std::to_string(stages) + " stages");
+    plan::Plan plan = plan::even_split(prof, stages);
+    EXPECT_TRUE(plan.ties.empty());
+    auto o = options_for("1f1b", 2);
+    o.train.steps = 6;
+    Trained r = train(build, data, plan, o, false);
+    expect_modelled(plan, o, prof, r.peaks, 0.10);
+  }
+}
+
 }  // namespace
 }  // namespace pt::runtime

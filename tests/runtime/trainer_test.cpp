@@ -135,7 +135,7 @@ TEST(Trainer, EvalEveryAddsAccuracyRows) {
   EXPECT_EQ(evaluated, (std::vector<int>{3, 6, 8}));  // every 3 steps and the epoch's end
 }
 
-// A loss 10x over its first step's is a diverged run (an error); one that ended no lower than
+// A loss 10x over its first step's (risen by 9x its size) is a diverged run (an error); one that ended no lower than
 // it started over 100 steps is said in a note; a loss that fell, or a short run, says nothing.
 TEST(Trainer, ALossThatRoseIsDivergedAndOneThatDidNotFallIsNoted) {
   auto result = [](int64_t steps, double first, double final_loss) {
@@ -155,12 +155,33 @@ TEST(Trainer, ALossThatRoseIsDivergedAndOneThatDidNotFallIsNoted) {
   TrainResult emulated = result(30, 2.3, 1e9);
   emulated.loss_known = false;  // no loss: nothing to judge
   EXPECT_NO_THROW(check_not_diverged(emulated));
-  EXPECT_NO_THROW(check_not_diverged(result(30, -1.0, 5.0)));  // a loss below 0 (the user's own): no ratio
+  // A loss below 0 (the user's own: MSE less 2) rises by 9 times its size: from -0.56 to 4.5.
+  EXPECT_NO_THROW(check_not_diverged(result(30, -0.56, 4.47)));
+  EXPECT_THROW(check_not_diverged(result(30, -0.56, 4.49)), RuntimeFailure);
+  EXPECT_THROW(check_not_diverged(result(30, -0.56, 5.6e28)), RuntimeFailure);
 
   EXPECT_EQ(unlearned_note(result(100, 2.3, 2.29)), "");
   EXPECT_EQ(unlearned_note(result(99, 2.3, 2.31)), "");  // too short to tell
   std::string note = unlearned_note(result(100, 2.3, 2.31));
   EXPECT_NE(note.find("the loss did not fall: 2.3 at the first step, 2.31 over the last 50"), std::string::npos) << note;
+}
+
+// A model's own loss over float targets (a model file's MSE, no --loss) is a regression: no
+// accuracy, where argmax against the targets read 0%. Class ids still count.
+TEST(Trainer, OwnLossOverFloatTargetsMeasuresNoAccuracy) {
+  torch::manual_seed(0);
+  auto m = std::make_shared<model::LayeredModel>("own-mse", model::Task::kClassification, std::vector<int64_t>{4}, false);
+  m->add("fc", torch::nn::Sequential(torch::nn::Linear(4, 1)));
+  m->set_loss([](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out.squeeze(1), y); });
+  model::Dataset test;
+  test.inputs = torch::randn({32, 4});
+  test.targets = torch::randn({32});
+  Evaluation e = evaluate(*m, test, 8);
+  EXPECT_EQ(e.accuracy, -1);
+  EXPECT_GT(e.loss, 0);
+  m->set_loss([](const torch::Tensor& out, const torch::Tensor& y) { return out.sum() * 0 + y.sum() * 0; });
+  test.targets = torch::zeros({32}, torch::kLong);  // class ids: the one output's argmax is always right
+  EXPECT_EQ(evaluate(*m, test, 8).accuracy, 1.0);
 }
 
 TEST(Trainer, BadOptionsNameTheFlag) {
