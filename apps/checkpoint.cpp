@@ -1,8 +1,12 @@
 // pipetrain checkpoint inspect D: what a checkpoint holds, verified (sizes and checksums, and
 // no NaN or infinite value, which train --resume refuses).
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/command.h"
 #include "core/error.h"
@@ -24,9 +28,16 @@ int inspect(const std::string& path) {
     throw ConfigError(str(path, ": holds no complete checkpoint (no step-N directory with a manifest.json)"));
   }
   if (checkpoint != path) {
-    std::cout << "checkpoints in " << path << ":";
+    // In step order (the directory's is the file system's), a folder without a manifest (a run
+    // killed while writing it) marked, as --resume passes it over.
+    std::vector<std::pair<int64_t, std::string>> steps;
     for (const auto& e : fs::directory_iterator(path))
-      if (runtime::checkpoint_step_of(e.path().filename().string()) >= 0) std::cout << " " << e.path().filename().string();
+      if (int64_t step = runtime::checkpoint_step_of(e.path().filename().string()); step >= 0)
+        steps.emplace_back(step, e.path().filename().string() +
+                                     (fs::exists(e.path() / "manifest.json") ? "" : " (incomplete: no manifest.json)"));
+    std::sort(steps.begin(), steps.end());
+    std::cout << "checkpoints in " << path << ":";
+    for (const auto& [step, name] : steps) std::cout << " " << name;
     std::cout << "\nnewest: " << checkpoint << "\n";
   }
   runtime::CheckpointManifest m = runtime::read_verified_manifest(checkpoint);
@@ -36,7 +47,7 @@ int inspect(const std::string& path) {
             << ", seed " << m.seed << "\n"
             << (m.data.train_samples >= 0 ? "data " + printable(m.data.describe()) + "\n" : std::string())
             << "written by schedule " << printable(m.schedule) << " on plan " << printable(m.plan) << " (" << m.workers
-            << " workers)\n"
+            << (m.workers == 1 ? " worker)\n" : " workers)\n")
             << printable(m.optimizer) << ": lr " << m.lr
             << (m.optimizer == "sgd" ? str(", momentum ", m.momentum) : std::string()) << ", weight decay "
             << m.weight_decay << (m.weight_decay_on == "all" ? "" : " on " + m.weight_decay_on)

@@ -81,6 +81,25 @@ TEST(CheckpointInspect, NamesATensorHoldingNanOrInfinity) {
   fs::remove_all(dir);
 }
 
+// A --checkpoint-dir's steps are listed in step order (they came in the file system's), and a
+// step folder without a manifest (a run killed while writing it) is marked, not listed as one.
+TEST(CheckpointInspect, ListsTheStepsInOrderAndMarksAnIncompleteOne) {
+  fs::path dir = fs::temp_directory_path() / ("pt_inspect_list_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  write_checkpoint(dir, 0);  // step 12
+  for (int64_t step : {100, 3}) fs::create_directories(dir / runtime::checkpoint_dir_name(step));
+  auto r = inspect(dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::string incomplete = " (incomplete: no manifest.json)";
+  EXPECT_NE(r.output.find("checkpoints in " + dir.string() + ": " + runtime::checkpoint_dir_name(3) + incomplete + " " +
+                          runtime::checkpoint_dir_name(12) + " " + runtime::checkpoint_dir_name(100) + incomplete + "\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("newest: " + (dir / runtime::checkpoint_dir_name(12)).string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("on plan 1-1 (2 workers)"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
 // Every floating-point dtype by its exponent bits, read a piece at a time from the file.
 TEST(CheckpointInspect, NonFiniteValuesAreCountedInEveryFloatDtype) {
   std::vector<TensorRecord> tensors;
