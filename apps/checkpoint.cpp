@@ -1,6 +1,7 @@
 // pipetrain checkpoint inspect D: what a checkpoint holds, verified (sizes and checksums, and
 // no NaN or infinite value, which train --resume refuses).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -59,6 +60,8 @@ int inspect(const std::string& path) {
                                             m.lr_schedule == "cosine" ? str(" over ", m.schedule_steps, " steps") : "",
                                             m.warmup_steps > 0 ? str(" after ", m.warmup_steps, " warm-up steps") : ""))
             << "\n"
+            << (std::isfinite(m.first_loss) ? str("the run's first step's loss ", m.first_loss, " (a resume judges divergence by it)\n")
+                                            : std::string())
             << "files verified (sizes and CRC-32):\n";
   int64_t params = 0, bytes = 0;
   std::string first_bad;  // the first tensor holding NaN or infinite values

@@ -154,6 +154,7 @@ int train_with_gloo(const Job& job, const ModelFactory& factory, const model::La
                     const model::DataSplit& data, const std::string& trace_path,
                     const std::function<void(const PipelineResult&)>& on_result, bool started_apart) {
   int rank = -1;
+  PipelineResult r;
   try {
     runtime::GlooConfig config = runtime::gloo_config_from_env();
     rank = config.rank;
@@ -163,16 +164,18 @@ int train_with_gloo(const Job& job, const ModelFactory& factory, const model::La
     if (started_apart && !metrics.empty() && rank != job.reporting)
       print_line_to_stderr(str("note: --metrics ", metrics, ": worker ", rank, " does not report; worker ", job.reporting,
                                " (the last stage's first replica) writes the metrics"));
-    PipelineResult r = run_gloo_worker(job, factory, described, data, config);
+    r = run_gloo_worker(job, factory, described, data, config);
     if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
-    if (rank == r.reporting && on_result) on_result(r);
-    return 0;
   } catch (const ToldFailure&) {
     return 1;
   } catch (const std::exception& e) {
     print_line_to_stderr(str("pipetrain ", rank < 0 ? "worker: " : "", e.what()));
     return 1;
   }
+  // The job is over: what the report throws (a diverged loss) is the command's error, said as a
+  // threads run says it ("pipetrain train: error: training diverged ...", not "pipetrain training ...").
+  if (rank == r.reporting && on_result) on_result(r);
+  return 0;
 }
 
 }  // namespace pt::job

@@ -39,7 +39,8 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
                                std::unique_ptr<runtime::Worker>* worker_out = nullptr);
 
 // The CLI's gloo path for a process started as one worker (RANK or OMPI_COMM_WORLD_RANK set):
-// reads the environment, runs the worker, and on the reporting worker calls on_result; each
+// reads the environment, runs the worker, and on the reporting worker calls on_result (once the
+// job is over: what it throws, a diverged loss, propagates to the command); each
 // worker writes its trace to trace_path + ".worker<rank>" when trace_path is set (the launcher
 // merges them into trace_path). Returns the exit code; on failure prints
 // "pipetrain worker <rank>: <action>: <cause>" to stderr and returns 1. `started_apart`: by

@@ -1,6 +1,8 @@
 #include "job/worker_runner.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -61,10 +63,24 @@ class LossReport {
   }
   // Training ended at minibatch `end` (exclusive) now: a row reported later keeps this time.
   void trained_until(int64_t end) { trained_secs_[end] = train_seconds(); }
-  double first_loss() const { return recent_.empty() ? 0 : recent_.front(); }
-  double final_loss() const {
+  // A resumed run's first loss is its checkpoint's, where that records one.
+  void resumed_from(double first_loss) { resumed_first_ = first_loss; }
+  double first_loss() const {
+    if (std::isfinite(resumed_first_)) return resumed_first_;
+    return recent_.empty() ? 0 : recent_.front();
+  }
+  // The last kFinalLossSteps losses, and their mean.
+  std::vector<double> final_losses() const {
     size_t k = std::min<size_t>(runtime::kFinalLossSteps, recent_.size());
-    return k ? std::accumulate(recent_.end() - k, recent_.end(), 0.0) / k : 0;
+    return {recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end()};
+  }
+  double final_loss() const {
+    std::vector<double> last = final_losses();
+    return last.empty() ? 0 : std::accumulate(last.begin(), last.end(), 0.0) / static_cast<double>(last.size());
+  }
+  runtime::RunLoss so_far() const {
+    if (!losses_known_ || recent_.empty()) return {};
+    return {true, first_loss(), final_losses(), static_cast<int64_t>(recent_.size())};
   }
   double last_loss() const { return last_loss_; }
   void add_pause_ms(double ms) { paused_ms_ += ms; }
@@ -119,6 +135,7 @@ class LossReport {
   std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
   std::map<int64_t, double> step_secs_;     // minibatch -> its replica's training time at its end (gathered)
   double start_ms_, last_loss_ = 0, paused_ms_ = 0, last_secs_ = 0;
+  double resumed_first_ = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> recent_;
 };
 
@@ -180,7 +197,8 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
 }  // namespace
 
 void run_worker_segments(Worker& worker, Transport& transport, const Job& job, const model::DataSplit& data,
-                         const EvaluatedCallback& on_evaluated, const TrainedCallback& trained) {
+                         const EvaluatedCallback& on_evaluated, const TrainedCallback& trained,
+                         const RunLossSource& run_loss) {
   const PipelineOptions& options = job.options;
   worker.prepare(*job.typical);
   if (!job.resume_from.empty()) {
@@ -228,7 +246,8 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     double saving = wall_ms();
     if (on_evaluated) on_evaluated(seg, e, saving - paused);
     if (checkpoints) {
-      checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches);
+      checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches,
+                         run_loss ? run_loss() : runtime::RunLoss{});
       // A checkpoint is a pause as an evaluation is, in the trace and in the training time.
       if (on_evaluated) on_evaluated(seg, Evaluation{}, wall_ms() - saving);
     }
@@ -279,6 +298,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered,
                       runtime::stage_optimizer(typical, typical.num_stages - 1, job.worker),
                       options.trace_source != "emulated", rate_step);
+    if (!job.resume_from.empty()) losses.resumed_from(job.resume_manifest.first_loss);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss, seconds) triples, to send
     if (run.reports) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
@@ -358,7 +378,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
           }
           progress.flush_pending();
         },
-        gather_losses);
+        gather_losses, [&] { return run.reports ? losses.so_far() : runtime::RunLoss{}; });
     take_lists();
     losses.flush();
     phase = "the end barrier";
@@ -372,6 +392,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       run.train.samples_per_s = job.steps * options.train.batch_size / std::max(run.train.seconds, 1e-9);
       run.train.first_loss = losses.first_loss();
       run.train.final_loss = losses.final_loss();
+      run.train.final_losses = losses.final_losses();
       run.train.loss_known = losses.losses_known();
       run.train.test_accuracy = evaluated.accuracy;
       run.train.test_loss = evaluated.loss;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "job/job.h"
+#include "runtime/checkpoint.h"
 
 namespace pt::job {
 
@@ -35,10 +36,13 @@ struct WorkerRun {
 // every worker has ended it, where a pause or the job's end follows), before its pause.
 using EvaluatedCallback = std::function<void(const Segment&, const runtime::Evaluation&, double ms)>;
 using TrainedCallback = std::function<void(const Segment&)>;
+// `run_loss()`, where given, is the run's loss so far (the reporting worker's; called on every
+// worker before each checkpoint, after `trained`), which the checkpoint judges and records.
+using RunLossSource = std::function<runtime::RunLoss()>;
 // Each segment runs the schedule the job made for it (Job::schedule_of): the runner derives none.
 void run_worker_segments(runtime::Worker& worker, runtime::Transport& transport, const Job& job,
                          const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
-                         const TrainedCallback& trained = nullptr);
+                         const TrainedCallback& trained = nullptr, const RunLossSource& run_loss = nullptr);
 
 // Runs worker.rank()'s share of the job; trace times are relative to trace_origin_ms (wall_ms()).
 // Throws WorkerFailure; the caller aborts the transport so that the other workers stop.

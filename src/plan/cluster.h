@@ -87,7 +87,8 @@ struct Cluster {
   // host will make. 0 (a typed cluster, or ranks spread over machines): a device per worker.
   int host_cores = 0;
   // The rate of each of `running` computes on `cores` cores: core_rates where measured (beyond
-  // them, the last one's shared out further), else min(1, cores / running).
+  // them, the last one's shared out as min(1, cores / running) shares the cores), else
+  // min(1, cores / running).
   double core_rate(int running, int cores) const;
   // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the

@@ -202,21 +202,21 @@ HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceChec
   return {best.ms_per_byte * (1 << 20) * 1e3, best.step_ms * 1e3};  // ms per byte -> us per MiB; ms -> us
 }
 
-Cluster refit_calibration(const Cluster& calibrated, const std::string& source) {
-  if (calibrated.calibration.is_null())
-    throw FormatError(str(source, ": no field 'calibration': a typed cluster has nothing measured to fit again"));
-  JsonField record(calibrated.calibration, source, "calibration");
-  if (record.has("emulated"))
-    record["emulated"].fail(
-        "present: this cluster's levels were scaled for an emulation; refit the cluster calibrate wrote");
-  std::vector<LevelCalibration> levels;
-  JsonField measured = record["levels"];
+CalibrationRecord read_calibration_record(const JsonField& record, const Cluster& shape) {
+  CalibrationRecord out;
+  static const json kNone = json::array();
+  // What is there is checked; what is not (a hand-written record of its transport alone) --refit
+  // requires (refit_calibration).
+  JsonField measured = record.has("levels") ? record["levels"] : JsonField(kNone, "", "");
   for (size_t i = 0; i < measured.size(); ++i) {
     JsonField l = measured[i];
     LevelCalibration lc;
-    lc.level = static_cast<int>(l["level"].as_int_in(0, static_cast<int64_t>(calibrated.levels.size()) - 1));
+    lc.level = static_cast<int>(l["level"].as_int_in(0, static_cast<int64_t>(shape.levels.size()) - 1));
     auto pair = l["workers"].as_int_list();
     if (pair.size() != 2) l["workers"].fail(str("must be two workers, got ", pair.size()));
+    for (int64_t w : pair)
+      if (w < 0 || w >= shape.workers())
+        l["workers"].fail(str("names worker ", w, ", not among the cluster's ", shape.workers(), " workers"));
     lc.a = static_cast<int>(pair[0]), lc.b = static_cast<int>(pair[1]);
     JsonField points = l["points_bytes_ms"];
     for (size_t k = 0; k < points.size(); ++k) {
@@ -228,24 +228,41 @@ Cluster refit_calibration(const Cluster& calibrated, const std::string& source) 
     } catch (const ConfigError& e) {
       points.fail(e.what());
     }
-    levels.push_back(lc);
+    out.levels.push_back(lc);
   }
-  std::vector<AllreduceCheck> checks;
-  JsonField reduces = record["allreduce"];
+  JsonField reduces = record.has("allreduce") ? record["allreduce"] : JsonField(kNone, "", "");
   for (size_t i = 0; i < reduces.size(); ++i) {
     JsonField a = reduces[i];
     AllreduceCheck c;
-    c.group = read_allreduce_group(a["group"], calibrated.workers());
+    c.group = read_allreduce_group(a["group"], shape.workers());
     c.bytes = a["bytes"].as_non_negative();
     c.measured_ms = a["measured_ms"].as_non_negative();
-    checks.push_back(c);
+    if (!(c.measured_ms > 0 && c.measured_ms <= kMostAllreduceMs))
+      a["measured_ms"].fail(str("must be a time in (0, ", kMostAllreduceMs, "] ms (calibrate measures one in seconds), got ",
+                                c.measured_ms));
+    out.checks.push_back(c);
   }
-  double action_us = record.has("action_us") ? record["action_us"].as_non_negative() : 0;
+  out.action_us = record.has("action_us") ? record["action_us"].as_non_negative() : 0;
+  out.transport = record["transport"].as_string();
+  if (out.transport != "threads" && out.transport != "gloo")
+    record["transport"].fail(str("must be threads or gloo (what calibrate measured over), got '", out.transport, "'"));
+  if (record.has("when")) out.when = record["when"].as_string();
+  return out;
+}
+
+Cluster refit_calibration(const Cluster& calibrated, const std::string& source) {
+  if (calibrated.calibration.is_null())
+    throw FormatError(str(source, ": no field 'calibration': a typed cluster has nothing measured to fit again"));
+  JsonField record(calibrated.calibration, source, "calibration");
+  if (record.has("emulated"))
+    record["emulated"].fail(
+        "present: this cluster's levels were scaled for an emulation; refit the cluster calibrate wrote");
+  for (const char* field : {"levels", "allreduce", "when"}) (void)record[field];  // the measurements, required here
+  CalibrationRecord r = read_calibration_record(record, calibrated);
   Cluster shape = calibrated;
   shape.reduce_us_per_mib = shape.allreduce_step_us = shape.action_us = 0;
   shape.calibration = nullptr;
-  Cluster out = calibrated_cluster(shape, levels, checks, action_us, record["transport"].as_string(),
-                                   record["when"].as_string());
+  Cluster out = calibrated_cluster(shape, r.levels, r.checks, r.action_us, r.transport, r.when);
   out.calibration["refitted"] = true;
   return out;
 }

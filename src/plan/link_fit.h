@@ -73,6 +73,20 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
                            const std::vector<AllreduceCheck>& checks, double action_us, const std::string& transport,
                            const std::string& when);
 
+// A calibration record read and checked, as a cluster file is read and as --refit reads it: each
+// level's points (each fitted), the all-reduces (each within an hour: calibrate measures them in
+// seconds), the time per action and the transport (threads or gloo). FormatError naming `source`
+// and the field; the record's own levels are `shape`'s. A hand-edited record (points of -1 ms, an
+// all-reduce of 1e12 ms, a transport "carrier-pigeon") was taken by plan without a word.
+struct CalibrationRecord {
+  std::vector<LevelCalibration> levels;
+  std::vector<AllreduceCheck> checks;
+  double action_us = 0;
+  std::string transport, when;
+};
+CalibrationRecord read_calibration_record(const JsonField& record, const Cluster& shape);
+inline constexpr double kMostAllreduceMs = 3.6e6;
+
 // `calibrated` fitted again from its own calibration record (its points, all-reduces and time
 // per action), under this version's model, without measuring again: what `calibrate --refit`
 // writes. FormatError naming `source` and the record's field where the record is missing or

@@ -4,6 +4,7 @@
 #include "referee/joint_trials.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -141,23 +142,29 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
       out.push_back({"dp", plan::data_parallel_plan(layers, w), w, 1, B * w});
   };
   for_each_uniform_plan(p, cluster, plan_options, visit, fewer);
+  // The interleaved schedules on every worker and (fewer_workers) on each smaller cluster's, as
+  // the uniform plans are: on a 2x2 cluster all 4 workers took 10,301.6 ms a minibatch over the
+  // slow link, where one server's 2 took 532.2, and only all 4 were tried.
+  std::vector<int> sizes{n};
+  if (plan_options.fewer_workers)
+    for (const plan::Cluster& sub : plan::smaller_clusters(cluster)) sizes.push_back(sub.workers());
   for (const char* kind : {"interleaved", "interleaved-zb"})
     if (wanted(kind))
       for (int v : joint.chunks > 0 ? std::vector<int>{joint.chunks} : std::vector<int>{2, 4}) {
-        // On every worker, or where the layers are too few for v chunks on each, on as many as
-        // have them (workers 0..w-1, a smaller cluster's): GPT-2048's 26 layers on 16 workers
-        // had no interleaved plan at all.
-        // Interleaved runs Megatron's groups of w microbatches: the most workers that divide some
-        // microbatch count searched.
-        size_t before = out.size();
-        for (int w = plan_options.fewer_workers ? std::min(n, layers / v) : n; w > 1 && out.size() == before; --w)
-          if (w * v <= layers) {
+        std::set<int> tried;  // worker counts already looked at
+        for (int size : sizes) {
+          // Where the layers are too few for v chunks on each worker, on as many as have them
+          // (workers 0..w-1): GPT-2048's 26 layers on 16 workers had no interleaved plan at all.
+          // Interleaved runs Megatron's groups of w microbatches: the most workers that divide
+          // some microbatch count searched.
+          size_t before = out.size();
+          for (int w = plan_options.fewer_workers ? std::min(size, layers / v) : size; w > 1 && out.size() == before; --w) {
+            if (w * v > layers || !tried.insert(w).second) break;  // too few layers, or looked at below
             for (int m : per_copy(1))
               if (m % w == 0 || kind != std::string("interleaved"))
                 out.push_back({kind, plan::even_split(p, w * v), m, v, B});
-          } else {
-            break;  // all workers, and too few layers for them
           }
+        }
       }
   // PipeDream's baseline: every worker a minibatch of B, one step for all (weak scaling).
   if (wanted("dp") && (joint.microbatches == 0 || joint.microbatches == n))

@@ -13,6 +13,7 @@
 #include "core/input_limits.h"
 #include "core/json_doc.h"
 #include "runtime/layer_file.h"
+#include "runtime/trainer.h"
 
 namespace pt::runtime {
 
@@ -198,12 +199,40 @@ std::string first_non_finite(const LayerState& s) {
   return "";
 }
 
+namespace {
 
-void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
+// The reporter's RunLoss on every worker (a sum in which only it adds): [known, first, steps,
+// count, losses...].
+RunLoss shared_loss(Transport& transport, const RunLoss& mine) {
+  std::vector<int> all(transport.world_size());
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<double> v(4 + kFinalLossSteps, 0.0);
+  if (mine.known) {
+    size_t n = std::min<size_t>(mine.recent.size(), kFinalLossSteps);
+    v[0] = 1, v[1] = mine.first, v[2] = static_cast<double>(mine.steps), v[3] = static_cast<double>(n);
+    std::copy(mine.recent.end() - static_cast<std::ptrdiff_t>(n), mine.recent.end(), v.begin() + 4);
+  }
+  std::vector<torch::Tensor> t{torch::tensor(v, torch::kDouble)};
+  transport.allreduce_sum(t, all);
+  auto a = t[0].accessor<double, 1>();
+  if (a[0] != 1) return {};
+  RunLoss run{true, a[1], {}, static_cast<int64_t>(a[2])};
+  for (int64_t i = 0; i < static_cast<int64_t>(a[3]); ++i) run.recent.push_back(a[4 + i]);
+  return run;
+}
+
+}  // namespace
+
+void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, const RunLoss& loss) {
   fs::path root(options_.dir);
   fs::path tmp = root / temp_dir_name(step);
   bool leader = transport.rank() == 0;
-  transport.barrier();  // every worker has drained and stepped up to `step`
+  RunLoss run = shared_loss(transport, loss);  // and every worker has drained and stepped up to `step`
+  if (run.known) {
+    if (std::string why = divergence(run.first, run.recent, run.steps); !why.empty())
+      throw RuntimeFailure(str("training diverged by step ", step, ": ", why, "; no checkpoint written for this step, ",
+                               options_.dir, " keeps the ones before. Lower --lr, or warm it up over more --warmup-steps"));
+  }
   if (leader) {
     fs::create_directories(root);
     std::string foreign = remove_temp_checkpoint(tmp);  // left by an interrupted run
@@ -242,6 +271,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step) {
   if (!leader) return;
   CheckpointManifest m = base_;
   m.step = step;
+  if (run.known) m.first_loss = run.first;
   m.files.clear();
   for (int layer = 0; layer < m.layers; ++layer) {
     std::string name = layer_file_name(layer), path = (tmp / name).string();

@@ -50,6 +50,17 @@ LayerState read_layer_state(const std::string& path, const LayerState* into = nu
 // looked for a piece at a time (no temporary the size of a tensor).
 std::string first_non_finite(const LayerState& s);
 
+// The run's loss when a checkpoint is due, as the reporting worker knows it (the others: known
+// false). A checkpoint shares it among the workers, keeps the first in its manifest, and is not
+// written where the loss diverged (divergence(), trainer.h): a run refused as diverged kept the
+// checkpoints it wrote on the way up, and a resume from them exited 0 at a loss of 2.8e31.
+struct RunLoss {
+  bool known = false;
+  double first = 0;            // the run's first step's (a resumed run's: its checkpoint's)
+  std::vector<double> recent;  // the last losses reported, up to kFinalLossSteps (trainer.h)
+  int64_t steps = 0;           // reported by this run
+};
+
 // Writes checkpoints for one worker; every worker of the job calls save() at the same steps
 // (it is collective: the workers meet in barriers over the transport). Worker 0 leads: it
 // prepares the temporary directory, writes the manifest and renames it into place, then keeps
@@ -60,7 +71,7 @@ class Checkpointer {
   // `base` carries the job's description (model, layers, batch size, seed, schedule, plan,
   // workers, SGD settings); save() fills in the step and the files.
   Checkpointer(CheckpointOptions options, CheckpointManifest base, const schedule::Schedule& typical);
-  void save(Worker& worker, Transport& transport, int64_t step);
+  void save(Worker& worker, Transport& transport, int64_t step, const RunLoss& loss = {});
   const CheckpointOptions& options() const { return options_; }
 
  private:

@@ -3,10 +3,12 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -57,6 +59,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
     doc["sgd"]["clip_grad_norm"] = m.clip_grad_norm;
   }
   if (!m.precision.empty()) doc["precision"] = m.precision;
+  if (std::isfinite(m.first_loss)) doc["first_loss"] = m.first_loss;
   if (!m.lr_schedule.empty()) {  // unknown (an older file's) stays unknown
     doc["sgd"]["lr_schedule"] = m.lr_schedule;
     doc["sgd"]["warmup_steps"] = m.warmup_steps;
@@ -131,6 +134,9 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     if (m.precision != "fp32" && m.precision != "bf16")
       root["precision"].fail(str("must be fp32 or bf16, got '", m.precision, "'"));
   }
+  if (root.has("first_loss")) {  // written since a resume judges the whole run's divergence
+    m.first_loss = root["first_loss"].as_number();
+  }
   if (sgd.has("lr_schedule")) {  // written since the resume notes on the learning rate
     m.lr_schedule = sgd["lr_schedule"].as_string();
     if (m.lr_schedule != "constant" && m.lr_schedule != "cosine")
@@ -163,6 +169,7 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   }
   if (root.has("ties")) {  // written since the tied-parameter count of checkpoint inspect
     JsonField ties = root["ties"];
+    std::set<std::pair<int, int>> tied;  // a parameter is in one group, once (a self-tie miscounted them)
     for (size_t g = 0; g < ties.size(); ++g) {
       JsonField group = ties[g];
       if (group.size() < 2) group.fail("must list two or more [layer, parameter] pairs");
@@ -172,6 +179,9 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
         if (pair.size() != 2) pair.fail("must be [layer, parameter]");
         members.emplace_back(static_cast<int>(pair[size_t{0}].as_int_in(0, m.layers - 1)),
                              static_cast<int>(pair[size_t{1}].as_int_in(0, 1 << 20)));
+        if (!tied.insert(members.back()).second)
+          pair.fail(str("names layer ", members.back().first, "'s parameter ", members.back().second,
+                        " a second time (each tied parameter is listed once)"));
       }
       m.ties.push_back(std::move(members));
     }

@@ -9,6 +9,7 @@
 // Reading one never runs code; version 1 (TorchScript layer files) is refused with a message.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ struct CheckpointManifest {
   // files: none known).
   std::vector<std::vector<std::pair<int, int>>> ties;
   DataIdentity data;  // absent in older files: train_samples -1
+  // The run's first step's loss (TrainResult::first_loss), which a resume judges divergence by:
+  // judged by its own first loss, a run resumed from one that had diverged to 1e30 exited 0.
+  // Absent in older files and for emulated layers (no loss): NaN.
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 std::string manifest_to_json(const CheckpointManifest& m);

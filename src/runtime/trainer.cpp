@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "model/batch_sampler.h"
 #include "model/memory_meter.h"
 #include "runtime/progress.h"
@@ -125,24 +126,46 @@ std::unique_ptr<torch::optim::Optimizer> torch_optimizer(const std::vector<torch
 
 }  // namespace
 
+namespace {
+// A result's last losses: a caller's TrainResult may give only their mean.
+std::vector<double> last_losses(const TrainResult& r) {
+  return r.final_losses.empty() ? std::vector<double>{r.final_loss} : r.final_losses;
+}
+bool risen_tenfold(double first, double to) {
+  return first != 0 && to - first >= (kDivergedRise - 1) * std::fabs(first);
+}
+}  // namespace
+
+std::string divergence(double first, const std::vector<double>& recent, int64_t steps) {
+  double mean = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
+  if (!std::isfinite(mean))
+    return str("the loss is ", mean, " after ", steps, " steps (a learning rate too high for the model, or inputs "
+               "with NaN)");
+  if (double mid = median(recent); risen_tenfold(first, mid))
+    return str("the loss rose from ", first, " (the first step's) to ", mid, " (the median of the last ",
+               recent.size(), " steps), by ", kDivergedRise - 1, " times the first's size or more (a learning rate too "
+               "high for the model or its optimizer)");
+  return "";
+}
+
 void check_not_diverged(const TrainResult& r) {
   if (r.steps <= 0 || !r.loss_known) return;
-  const char* advice = "lower --lr, or warm it up over more --warmup-steps";
-  if (!std::isfinite(r.final_loss))
-    throw RuntimeFailure(str("training diverged: the loss is ", r.final_loss, " after ", r.steps, " steps (a learning "
-                             "rate too high for the model, or inputs with NaN); ", advice));
-  if (r.first_loss != 0 && r.final_loss - r.first_loss >= (kDivergedRise - 1) * std::fabs(r.first_loss))
-    throw RuntimeFailure(str("training diverged: the loss rose from ", r.first_loss, " (the first step's) to ",
-                             r.final_loss, " (the mean of the last ", std::min(kFinalLossSteps, r.steps), " steps), by ",
-                             kDivergedRise - 1, " times the first's size or more (a learning rate too high for the "
-                             "model or its optimizer); ", advice));
+  if (std::string why = divergence(r.first_loss, last_losses(r), r.steps); !why.empty())
+    throw RuntimeFailure(str("training diverged: ", why, "; lower --lr, or warm it up over more --warmup-steps"));
 }
 
 std::string unlearned_note(const TrainResult& r) {
-  if (r.steps < kLearnedSteps || !r.loss_known || !(r.final_loss >= r.first_loss)) return "";
-  return str("note: the loss did not fall: ", r.first_loss, " at the first step, ", r.final_loss, " over the last ",
-             std::min(kFinalLossSteps, r.steps), " (a learning rate too high, which a lower --lr or more --warmup-steps "
-             "mends, or one too low to move it in ", r.steps, " steps)");
+  if (r.steps <= 0 || !r.loss_known) return "";
+  std::vector<double> last = last_losses(r);
+  double mid = median(last);
+  if (risen_tenfold(r.first_loss, r.final_loss) && !risen_tenfold(r.first_loss, mid))
+    return str("note: the loss spiked: the mean of the last ", last.size(), " steps is ", r.final_loss,
+               ", their median ", mid, ", from ", r.first_loss, " at the first step (a learning rate that overshoots "
+               "at times; a lower --lr or more --warmup-steps steadies it)");
+  if (r.steps < kLearnedSteps || !(mid >= r.first_loss)) return "";
+  return str("note: the loss did not fall: ", r.first_loss, " at the first step, ", mid, " over the last ", last.size(),
+             " (their median; a learning rate too high, which a lower --lr or more --warmup-steps mends, or one too "
+             "low to move it in ", r.steps, " steps)");
 }
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& train_options) {
@@ -199,6 +222,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   result.steps = total;
   result.seconds = train_ms / 1000;
   result.samples_per_s = total * train_options.batch_size / result.seconds;
+  result.final_losses.assign(recent.begin(), recent.end());
   result.final_loss = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
   result.peak_rss_bytes = {model::process_peak_rss_bytes()};
   result.one_process = true;

@@ -3,6 +3,7 @@
 // baseline of the benchmarks. A plain loop: minibatch -> forward -> loss -> backward -> SGD.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/dataset.h"
 #include "model/layered_model.h"
@@ -30,8 +31,11 @@ struct TrainResult {
   int64_t steps = 0;
   double seconds = 0;          // training time, evaluation excluded
   double samples_per_s = 0;
-  double first_loss = 0;       // the first step's loss: the weights' before any step (or the resumed ones)
+  // The run's first step's loss, the weights' before any step: a resumed run's is its checkpoint's
+  // (CheckpointManifest::first_loss), where that records it, so a resume judges the whole run.
+  double first_loss = 0;
   double final_loss = 0;       // mean loss of the last kFinalLossSteps steps
+  std::vector<double> final_losses;  // those steps' losses, in order (divergence judges their median)
   double test_accuracy = -1;   // -1 when not evaluated
   double test_loss = -1;       // the test set's mean loss (a language model's: per token); -1 when not evaluated
   bool language_model = false; // its loss is per token: a perplexity is e^test_loss
@@ -46,15 +50,25 @@ struct TrainResult {
   bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
 };
 
-// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and risen by
-// kDivergedRise - 1 times its start's size or more (10x a positive start; Adam at SGD's rate
-// ended at 2.3e6 from 2.3, exit 0; a loss below 0, MSE less 2, from -0.56 to 5.6e28). A loss
-// that learns falls; one 10x over the untrained weights' learned nothing a caller should keep.
+// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and the median of its
+// last steps risen by kDivergedRise - 1 times its start's size or more (10x a positive start;
+// Adam at SGD's rate ended at 2.3e6 from 2.3, exit 0; a loss below 0, MSE less 2, from -0.56 to
+// 5.6e28). A loss that learns falls; one 10x over the untrained weights' learned nothing a caller
+// should keep. The median, not the mean: one spike the run came back from (Adam at 0.2: 311,382
+// at step 2, 2.3 from step 10 on) is no divergence, and judged by the mean at a checkpoint it
+// would stop a long run that recovered.
 constexpr double kDivergedRise = 10;
 void check_not_diverged(const TrainResult& r);
-// A loss that ended no lower than it started over kLearnedSteps steps or more: "" where it fell,
-// else a note that says so (not an error: a tiny rate ends there too).
-constexpr int64_t kLearnedSteps = 100;
+// Why a loss that began at `first` and whose last steps (up to kFinalLossSteps of `steps`) read
+// `recent` diverged, or "" where it did not: check_not_diverged's rule, which a checkpoint applies
+// too before it keeps the weights.
+std::string divergence(double first, const std::vector<double>& recent, int64_t steps);
+// A loss whose last steps' median ended no lower than it started, over kLearnedSteps steps or
+// more, or whose mean rose as a divergence would but not its median (a spike): "" where neither,
+// else a note that says so (not an error: a tiny rate ends there too, and a spike may pass).
+// 50 steps, a whole window: at 100, mnist-cnn at --lr 0.3 ended 90 steps at chance (2.300 to
+// 2.317, 10% accuracy) without a word.
+constexpr int64_t kLearnedSteps = kFinalLossSteps;
 std::string unlearned_note(const TrainResult& r);
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data,

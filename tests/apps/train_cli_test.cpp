@@ -900,6 +900,46 @@ TEST(TrainCli, OneWorkerRunsOnTheRuntimeEveryScheduleRunsOn) {
       << out;
 }
 
+// A checkpoint keeps the run's first loss, and a resume judges divergence by it; a checkpoint is
+// not written once the loss has diverged (on threads, and on gloo, where the reporting worker is
+// not worker 0, which writes the manifest). A run refused as diverged kept the checkpoints it
+// wrote on the way up, and a resume from them, judged by its own first loss, exited 0 at 2.8e31.
+TEST(TrainCli, ACheckpointKeepsTheRunsFirstLossAndNoneIsWrittenOnceItDiverged) {
+  for (std::string transport : {"threads", "gloo"}) {
+    TempDir tmp("diverged_" + transport);
+    std::string dir = (tmp.path / "ck").string(), metrics = (tmp.path / "m.csv").string();
+    fs::path log = tmp.path / "log";
+    auto train = [&](const std::string& steps, std::vector<std::string> extra) {
+      std::vector<std::string> args{"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "16",
+                                    "--stages", "2", "--schedule", "1f1b", "--microbatches", "2", "--transport",
+                                    transport, "--steps", steps, "--checkpoint-dir", dir, "--checkpoint-every", "2",
+                                    "--quiet", "--timeout", "20"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      return run(args, log);
+    };
+    ASSERT_EQ(train("4", {"--metrics", metrics}), 0) << slurp(log);
+    std::string manifest = (fs::path(newest_checkpoint(dir)) / "manifest.json").string();
+    json doc = parse_json(slurp(manifest), manifest);
+    std::string rows = slurp(metrics);
+    size_t row1 = rows.find("\n1,");
+    ASSERT_NE(row1, std::string::npos) << rows;
+    double first = std::stod(rows.substr(rows.find(',', rows.find(',', row1 + 1) + 1) + 1));
+    ASSERT_TRUE(doc.contains("first_loss")) << slurp(manifest);
+    EXPECT_NEAR(doc["first_loss"].get<double>(), first, 1e-5 * first) << transport;
+    ASSERT_EQ(run({"checkpoint", "inspect", dir}, log), 0) << slurp(log);
+    EXPECT_NE(slurp(log).find("the run's first step's loss 2."), std::string::npos) << slurp(log);
+    // As if the run had begun far lower: the resumed losses, near 2.3, are a divergence from it,
+    // and the checkpoint at step 6 is refused; step 4's stays the newest.
+    doc["first_loss"] = 0.01;
+    write_text_file_atomic(manifest, doc.dump(2));
+    EXPECT_EQ(train("8", {"--resume"}), 1) << slurp(log);
+    std::string out = slurp(log);
+    EXPECT_NE(out.find("training diverged by step 6: the loss rose from 0.01 (the first step's) to 2."),
+              std::string::npos) << transport << ": " << out;
+    EXPECT_EQ(fs::path(newest_checkpoint(dir)).filename().string(), checkpoint_dir_name(4)) << transport;
+  }
+}
+
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   TempDir tmp("inspect");
   std::string dir = (tmp.path / "ck").string();

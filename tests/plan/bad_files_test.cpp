@@ -180,6 +180,12 @@ TEST(BadClusterFile, NamesFieldAndValue) {
     EXPECT_EQ(plan::cluster_from_json(plan::to_json(c), "d.json").core_rates, c.core_rates);
     EXPECT_DOUBLE_EQ(c.core_rate(2, 2), 0.9);
     EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 0.6);  // past the measured: 0.9 x 2 / 3
+    // A list shorter than the cores keeps its last rate while the cores go round, then shares it
+    // (a hand-edited [1] on 2 cores halved 2 workers' rate).
+    c.core_rates = {1};
+    EXPECT_DOUBLE_EQ(c.core_rate(2, 2), 1);
+    EXPECT_DOUBLE_EQ(c.core_rate(4, 2), 0.5);
+    c.core_rates = {1, 0.9};
     c.core_rates.clear();
     EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 2.0 / 3);  // unmeasured: time-slicing alone
   }

@@ -314,6 +314,29 @@ TEST(LinkFit, RefitTakesTheRecordsOwnMeasurements) {
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
   }
+  // A hand-edited record is read as strictly by plan as by --refit (a point of -1 ms, an
+  // all-reduce of 1e12 ms and any transport were taken by plan).
+  auto edited = [&](const char* path, json value, const std::string& expected) {
+    Cluster odd = read;
+    odd.calibration[json::json_pointer(path)] = value;
+    refused(odd, expected);
+    try {
+      cluster_from_json(to_json(odd), "c.json");
+      ADD_FAILURE() << expected;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  edited("/levels/0/points_bytes_ms/1/1", -1, "c.json: field 'calibration.levels[0].points_bytes_ms[1][1]' must be >= 0, got -1");
+  edited("/levels/1/workers", {0, 7}, "c.json: field 'calibration.levels[1].workers' names worker 7, not among the cluster's 4");
+  edited("/allreduce/2/measured_ms", 1e12, "c.json: field 'calibration.allreduce[2].measured_ms' must be a time in (0, 3.6e+06] ms");
+  edited("/allreduce/0/measured_ms", 0, "c.json: field 'calibration.allreduce[0].measured_ms' must be a time in (0, ");
+  // What is there is checked: a hand-written record of its transport alone reads (--refit needs more).
+  Cluster bare = read;
+  bare.calibration = {{"transport", "threads"}};
+  EXPECT_EQ(cluster_from_json(to_json(bare), "c.json").calibration, bare.calibration);
+  refused(bare, "c.json: missing field 'calibration.levels'");
+  edited("/transport", "carrier-pigeon", "c.json: field 'calibration.transport' must be threads or gloo (what calibrate measured over), got 'carrier-pigeon'");
 }
 
 }  // namespace

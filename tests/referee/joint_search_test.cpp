@@ -431,6 +431,23 @@ TEST(JointPlan, SynchronousSchedulesMayIdleWorkersAndTheTableComparesLikeWithLik
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("the plan reaches ([0-9.]+)% of it\n"))) << r.output;
   EXPECT_LT(std::stod(m[1]), 100.0);
   EXPECT_EQ(r.output.find("slower than one worker"), std::string::npos) << r.output;
+
+  // The interleaved schedules too: only all the workers were tried (on a 2x2 cluster, 10,301.6 ms
+  // a minibatch where one server's 2 workers took 532.2).
+  plan::Cluster two_by_two = plan::cluster_from_shorthand("2,2", "96,1");
+  for (const char* kind : {"interleaved", "interleaved-zb"}) {
+    o.schedules = {kind};
+    po.fewer_workers = true;
+    const Configuration few = chosen(joint_search(prof, two_by_two, po, o), o, prof, two_by_two);
+    EXPECT_LT(few.workers, 4) << kind;
+    po.fewer_workers = false;
+    JointResult every = joint_search(prof, two_by_two, po, o);
+    ASSERT_FALSE(every.ranked.empty()) << kind;
+    for (const auto& c : every.ranked) {
+      EXPECT_EQ(c.workers, 4) << kind << " " << c.plan.shape();
+      EXPECT_GT(c.ms_per_sample, few.ms_per_sample) << kind << " " << c.plan.shape();
+    }
+  }
 }
 
 TEST(JointPlan, TheGptLikeModelNeedsRecomputationToFitSixteenGigabytes) {
