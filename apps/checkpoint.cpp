@@ -66,6 +66,7 @@ int inspect(const std::string& path) {
   int64_t params = 0, bytes = 0;
   std::string first_bad;  // the first tensor holding NaN or infinite values
   std::vector<std::vector<int64_t>> numels;  // per layer, per parameter
+  std::vector<std::vector<std::vector<int64_t>>> param_shapes;  // per layer, per parameter
   for (const auto& f : m.files) {
     std::string file = (fs::path(checkpoint) / f.name).string();
     runtime::LayerFile layer = runtime::read_layer_file_header(file);  // its bytes were verified above
@@ -77,11 +78,13 @@ int inspect(const std::string& path) {
     int64_t n = 0;
     std::string shapes;
     numels.emplace_back();
+    param_shapes.emplace_back();
     for (const auto& p : layer.params) {
       int64_t numel = 1;
       for (int64_t d : p.shape) numel *= d;
       n += numel;
       numels.back().push_back(numel);
+      param_shapes.back().push_back(p.shape);
       shapes += (shapes.empty() ? "" : " ") + shape_text(p.shape);
     }
     bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
@@ -103,6 +106,14 @@ int inspect(const std::string& path) {
       if (param >= static_cast<int>(numels[layer].size()))
         throw FormatError(str(checkpoint, "/manifest.json: field 'ties[", g, "][", k, "]': layer ", layer, "'s file holds ",
                               numels[layer].size(), " parameters, not a parameter ", param));
+      // One tensor shared: a group of unlike shapes is no tie (a [10, 256] weight "tied" to a
+      // [256, 256] one was counted as one).
+      auto [first_layer, first_param] = m.ties[g][0];
+      if (param_shapes[layer][param] != param_shapes[first_layer][first_param])
+        throw FormatError(str(checkpoint, "/manifest.json: field 'ties[", g, "][", k, "]': layer ", layer, "'s parameter ",
+                              param, " is ", shape_text(param_shapes[layer][param]), ", layer ", first_layer,
+                              "'s parameter ", first_param, " ", shape_text(param_shapes[first_layer][first_param]),
+                              ": tied parameters are one tensor"));
       if (k > 0) copies += numels[layer][param];
     }
   std::cout << "total " << params - copies << " parameters";

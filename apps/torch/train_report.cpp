@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -69,7 +70,8 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
               << (r.language_model ? str(" (perplexity ", std::exp(r.test_loss), ")") : std::string()) << "\n";
   print_measured_memory(r, label);
   runtime::check_not_diverged(r);
-  if (std::string note = runtime::unlearned_note(r); !note.empty()) std::cerr << (label.empty() ? "" : "[" + label + "] ") << note << "\n";
+  std::istringstream notes(runtime::unlearned_note(r));
+  for (std::string note; std::getline(notes, note);) std::cerr << (label.empty() ? "" : "[" + label + "] ") << note << "\n";
 }
 
 void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label) {

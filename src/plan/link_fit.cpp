@@ -217,10 +217,11 @@ CalibrationRecord read_calibration_record(const JsonField& record, const Cluster
     for (int64_t w : pair)
       if (w < 0 || w >= shape.workers())
         l["workers"].fail(str("names worker ", w, ", not among the cluster's ", shape.workers(), " workers"));
+    if (pair[0] == pair[1]) l["workers"].fail(str("names worker ", pair[0], " twice (a link joins two workers)"));
     lc.a = static_cast<int>(pair[0]), lc.b = static_cast<int>(pair[1]);
     JsonField points = l["points_bytes_ms"];
     for (size_t k = 0; k < points.size(); ++k) {
-      if (points[k].size() != 2) points[k].fail("must be [bytes, ms]");
+      if (points[k].size() != 2) points[k].fail("must be [bytes, ms], got " + brief(points[k].raw()));
       lc.points.push_back({points[k][0].as_non_negative(), points[k][1].as_non_negative()});
     }
     try {

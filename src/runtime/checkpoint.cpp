@@ -228,10 +228,15 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
   fs::path tmp = root / temp_dir_name(step);
   bool leader = transport.rank() == 0;
   RunLoss run = shared_loss(transport, loss);  // and every worker has drained and stepped up to `step`
+  // What a diverged run leaves the folder (it said "keeps the ones before" of a folder of none).
+  auto kept = [&] {
+    std::string newest = newest_checkpoint(options_.dir);
+    return newest.empty() ? str(options_.dir, " holds none") : str(options_.dir, " keeps ", newest, " and those before");
+  };
   if (run.known) {
     if (std::string why = divergence(run.first, run.recent, run.steps); !why.empty())
       throw RuntimeFailure(str("training diverged by step ", step, ": ", why, "; no checkpoint written for this step, ",
-                               options_.dir, " keeps the ones before. Lower --lr, or warm it up over more --warmup-steps"));
+                               kept(), ". Lower --lr, or warm it up over more --warmup-steps"));
   }
   if (leader) {
     fs::create_directories(root);
@@ -262,8 +267,8 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
       std::string bad = first_non_finite(state);
       if (!bad.empty())
         throw RuntimeFailure(str("training diverged by step ", step, ": layer ", layer, "'s ", bad,
-                                 " holds NaN or infinite values; no checkpoint written for this step, ",
-                                 options_.dir, " keeps the ones before. Lower --lr, or warm it up over more --warmup-steps"));
+                                 " holds NaN or infinite values; no checkpoint written for this step, ", kept(),
+                                 ". Lower --lr, or warm it up over more --warmup-steps"));
       write_layer_state((tmp / layer_file_name(layer)).string(), state);
     }
   }

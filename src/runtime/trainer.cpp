@@ -141,10 +141,12 @@ std::string divergence(double first, const std::vector<double>& recent, int64_t 
   if (!std::isfinite(mean))
     return str("the loss is ", mean, " after ", steps, " steps (a learning rate too high for the model, or inputs "
                "with NaN)");
-  if (double mid = median(recent); risen_tenfold(first, mid))
-    return str("the loss rose from ", first, " (the first step's) to ", mid, " (the median of the last ",
-               recent.size(), " steps), by ", kDivergedRise - 1, " times the first's size or more (a learning rate too "
-               "high for the model or its optimizer)");
+  // The whole window's median, then the ending's (a blow-up in the last few steps).
+  for (size_t k : {recent.size(), std::min<size_t>(recent.size(), kEndingSteps)})
+    if (double mid = median({recent.end() - static_cast<std::ptrdiff_t>(k), recent.end()}); risen_tenfold(first, mid))
+      return str("the loss rose from ", first, " (the first step's) to ", mid, " (the median of the last ", k,
+                 " steps), by ", kDivergedRise - 1, " times the first's size or more (a learning rate too high for the "
+                 "model or its optimizer)");
   return "";
 }
 
@@ -158,14 +160,16 @@ std::string unlearned_note(const TrainResult& r) {
   if (r.steps <= 0 || !r.loss_known) return "";
   std::vector<double> last = last_losses(r);
   double mid = median(last);
-  if (risen_tenfold(r.first_loss, r.final_loss) && !risen_tenfold(r.first_loss, mid))
-    return str("note: the loss spiked: the mean of the last ", last.size(), " steps is ", r.final_loss,
-               ", their median ", mid, ", from ", r.first_loss, " at the first step (a learning rate that overshoots "
-               "at times; a lower --lr or more --warmup-steps steadies it)");
-  if (r.steps < kLearnedSteps || !(mid >= r.first_loss)) return "";
-  return str("note: the loss did not fall: ", r.first_loss, " at the first step, ", mid, " over the last ", last.size(),
-             " (their median; a learning rate too high, which a lower --lr or more --warmup-steps mends, or one too "
-             "low to move it in ", r.steps, " steps)");
+  std::string notes;
+  if (risen_tenfold(r.first_loss, r.final_loss) && divergence(r.first_loss, last, r.steps).empty())
+    notes = str("note: the loss spiked: the mean of the last ", last.size(), " steps is ", r.final_loss,
+                ", their median ", mid, ", from ", r.first_loss, " at the first step (a learning rate that overshoots "
+                "at times; a lower --lr or more --warmup-steps steadies it)");
+  if (r.steps >= kLearnedSteps && mid >= r.first_loss)
+    notes += str(notes.empty() ? "" : "\n", "note: the loss did not fall: ", r.first_loss, " at the first step, ", mid,
+                 " over the last ", last.size(), " (their median; a learning rate too high, which a lower --lr or more "
+                 "--warmup-steps mends, or one too low to move it in ", r.steps, " steps)");
+  return notes;
 }
 
 TrainResult train_single_worker(model::LayeredModel& model, const model::DataSplit& data, const TrainOptions& train_options) {

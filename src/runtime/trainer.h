@@ -50,22 +50,25 @@ struct TrainResult {
   bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
 };
 
-// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and the median of its
-// last steps risen by kDivergedRise - 1 times its start's size or more (10x a positive start;
-// Adam at SGD's rate ended at 2.3e6 from 2.3, exit 0; a loss below 0, MSE less 2, from -0.56 to
-// 5.6e28). A loss that learns falls; one 10x over the untrained weights' learned nothing a caller
-// should keep. The median, not the mean: one spike the run came back from (Adam at 0.2: 311,382
-// at step 2, 2.3 from step 10 on) is no divergence, and judged by the mean at a checkpoint it
-// would stop a long run that recovered.
+// Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and risen by
+// kDivergedRise - 1 times its start's size or more (10x a positive start; Adam at SGD's rate ended
+// at 2.3e6 from 2.3, exit 0; a loss below 0, MSE less 2, from -0.56 to 5.6e28), in the median of
+// its last steps or in that of its last kEndingSteps. A loss that learns falls; one 10x over the
+// untrained weights' learned nothing a caller should keep. Medians, not the mean: one spike the
+// run came back from (Adam at 0.2: 311,382 at step 2, 2.3 from step 10 on) is no divergence, and
+// judged by the mean at a checkpoint it would stop a long run that recovered; the last steps'
+// too, since a loss that blows up in its last few is no spike that recovered (0.05 to 2e6 over
+// the last 14 of 60 steps passed the median of 50, exit 0, its checkpoint written).
+constexpr int64_t kEndingSteps = 3;
 constexpr double kDivergedRise = 10;
 void check_not_diverged(const TrainResult& r);
 // Why a loss that began at `first` and whose last steps (up to kFinalLossSteps of `steps`) read
 // `recent` diverged, or "" where it did not: check_not_diverged's rule, which a checkpoint applies
 // too before it keeps the weights.
 std::string divergence(double first, const std::vector<double>& recent, int64_t steps);
-// A loss whose last steps' median ended no lower than it started, over kLearnedSteps steps or
-// more, or whose mean rose as a divergence would but not its median (a spike): "" where neither,
-// else a note that says so (not an error: a tiny rate ends there too, and a spike may pass).
+// A loss whose mean rose as a divergence would but not its medians (a spike), and one whose last
+// steps' median ended no lower than it started, over kLearnedSteps steps or more: "" where
+// neither, else a note for each (not an error: a tiny rate ends there too, and a spike may pass).
 // 50 steps, a whole window: at 100, mnist-cnn at --lr 0.3 ended 90 steps at chance (2.300 to
 // 2.317, 10% accuracy) without a word.
 constexpr int64_t kLearnedSteps = kFinalLossSteps;

@@ -100,6 +100,36 @@ TEST(CheckpointInspect, ListsTheStepsInOrderAndMarksAnIncompleteOne) {
   fs::remove_all(dir);
 }
 
+// Tied parameters are one tensor: a manifest tying two of unlike shapes is refused, naming both;
+// a tie of like ones is counted once.
+TEST(CheckpointInspect, ATieOfUnlikeShapesIsRefused) {
+  fs::path dir = fs::temp_directory_path() / ("pt_inspect_ties_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::path step = write_checkpoint(dir, 0);
+  std::string path = (step / "manifest.json").string();
+  runtime::CheckpointManifest m = runtime::manifest_from_json(read_text_file(path), path);
+  m.ties = {{{0, 0}, {1, 0}}};
+  write_text_file_atomic(path, runtime::manifest_to_json(m));
+  auto like = inspect(step);
+  EXPECT_EQ(like.exit_code, 0) << like.output;
+  EXPECT_NE(like.output.find("total 3 parameters (1 tied, counted once; the layer files hold 6)"), std::string::npos)
+      << like.output;
+  runtime::LayerFile f;  // layer 1's weight now [4]
+  f.params.push_back(floats("param.0", {1, 2, 3, 4}));
+  f.momentum.push_back(floats("momentum.0", {0, 0, 0, 0}));
+  std::string bytes = runtime::layer_file_bytes(f);
+  write_text_file_atomic((step / "layer-1.tensors").string(), bytes);
+  m.files[1].bytes = static_cast<int64_t>(bytes.size()), m.files[1].crc32 = runtime::crc32_of(bytes);
+  write_text_file_atomic(path, runtime::manifest_to_json(m));
+  auto unlike = inspect(step);
+  EXPECT_EQ(unlike.exit_code, 1) << unlike.output;
+  EXPECT_NE(unlike.output.find("field 'ties[0][1]': layer 1's parameter 0 is [4], layer 0's parameter 0 [3]: tied "
+                               "parameters are one tensor"),
+            std::string::npos)
+      << unlike.output;
+  fs::remove_all(dir);
+}
+
 // Every floating-point dtype by its exponent bits, read a piece at a time from the file.
 TEST(CheckpointInspect, NonFiniteValuesAreCountedInEveryFloatDtype) {
   std::vector<TensorRecord> tensors;

@@ -336,6 +336,8 @@ TEST(LinkFit, RefitTakesTheRecordsOwnMeasurements) {
   bare.calibration = {{"transport", "threads"}};
   EXPECT_EQ(cluster_from_json(to_json(bare), "c.json").calibration, bare.calibration);
   refused(bare, "c.json: missing field 'calibration.levels'");
+  edited("/levels/0/workers", {1, 1}, "c.json: field 'calibration.levels[0].workers' names worker 1 twice");
+  edited("/levels/0/points_bytes_ms/0", {1024, 0.1, 5}, "c.json: field 'calibration.levels[0].points_bytes_ms[0]' must be [bytes, ms], got [1024,0.1,5]");
   edited("/transport", "carrier-pigeon", "c.json: field 'calibration.transport' must be threads or gloo (what calibrate measured over), got 'carrier-pigeon'");
 }
 

@@ -176,6 +176,27 @@ TEST(Trainer, ALossThatRoseIsDivergedAndOneThatDidNotFallIsNoted) {
   std::vector<double> up(30, 2.31);
   std::fill(up.begin() + 14, up.end(), 1e6);
   EXPECT_THROW(check_not_diverged(result(30, 2.3, up)), RuntimeFailure);
+  // A loss that blows up in its last few steps is no spike it came back from, though its median
+  // of 50 is low (a regression from 0.85: 0.05 for 36 steps, then up to 2e6; exit 0 before, its
+  // checkpoint written), nor is one below 0 that ends on two huge steps. One last spike passes.
+  std::vector<double> blown(50, 0.05);
+  for (int k = 0; k < 14; ++k) blown[36 + k] = 1e4 * (k + 1);
+  try {
+    check_not_diverged(result(60, 0.85, blown));
+    ADD_FAILURE() << "a loss that blew up in its last 14 steps passed";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("rose from 0.85 (the first step's) to 130000 (the median of the last 3 steps)"),
+              std::string::npos) << e.what();
+  }
+  std::vector<double> negative(7, -1.6);
+  negative.insert(negative.end(), {61.8, 5e7});
+  EXPECT_THROW(check_not_diverged(result(9, -1.65, negative)), RuntimeFailure);
+  negative.back() = -1.6;  // one spike, then back down
+  EXPECT_NO_THROW(check_not_diverged(result(9, -1.65, negative)));
+  std::vector<double> last_spike(30, 2.2);
+  last_spike.back() = 1e6;
+  EXPECT_NO_THROW(check_not_diverged(result(30, 2.3, last_spike)));
+  EXPECT_NE(unlearned_note(result(30, 2.3, last_spike)).find("the loss spiked"), std::string::npos);
   // The note on a loss that did not fall reads the median too: a dip it came back from is no fall.
   EXPECT_EQ(unlearned_note(flat(100, 2.3, 2.29)), "");
   EXPECT_EQ(unlearned_note(flat(49, 2.3, 2.31)), "");  // too short to tell
@@ -185,6 +206,13 @@ TEST(Trainer, ALossThatRoseIsDivergedAndOneThatDidNotFallIsNoted) {
   std::vector<double> dipped(50, 2.31);
   dipped[10] = -40;  // a mean of 1.46
   EXPECT_NE(unlearned_note(result(100, 2.3, dipped)), "");
+  // A spike does not hide that the loss did not fall: both are said.
+  std::vector<double> spiked_flat(50, 2.38);
+  spiked_flat[20] = 3e6;
+  std::string both = unlearned_note(result(60, 2.3, spiked_flat));
+  EXPECT_NE(both.find("note: the loss spiked"), std::string::npos) << both;
+  EXPECT_NE(both.find("\nnote: the loss did not fall: 2.3 at the first step, 2.38 over the last 50"), std::string::npos)
+      << both;
 }
 
 // A model's own loss over float targets (a model file's MSE, no --loss) is a regression: no
