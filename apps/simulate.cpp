@@ -19,6 +19,7 @@
 #include "schedule/validate.h"
 #include "sim/core_placement.h"
 #include "sim/simulator.h"
+#include "sim/weigh_schedule.h"
 
 namespace pt::app {
 namespace {
@@ -96,9 +97,7 @@ int run_simulate(SimulateFlags flags) {
     if (flags.kind != "dp")
       std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
-  schedule::ScheduleOptions options = flags.options;
-  if (schedule::takes_activation_budget(flags.kind))
-    options.activation_budget = schedule::activation_budget_from_profile(flags.kind, plan, prof);
+  schedule::ScheduleOptions options = sim::weigh_schedule(flags.kind, plan, flags.options, prof, cluster);
   schedule::Schedule s = flags.schedule_file.empty() ? schedule::make_schedule(flags.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, flags.schedule_file);
   std::string kind = flags.schedule_file.empty() ? flags.kind : flags.schedule_file;

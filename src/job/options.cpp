@@ -36,6 +36,7 @@ schedule::Schedule generate_schedule(const plan::Plan& plan, const PipelineOptio
   schedule_options.minibatches = minibatches;
   schedule_options.vertical_sync = options.vertical_sync;
   schedule_options.activation_budget = options.activation_budget;
+  schedule_options.action_times = options.action_times;
   return schedule::make_schedule(options.schedule, plan, schedule_options);
 }
 

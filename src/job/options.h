@@ -24,6 +24,7 @@ struct PipelineOptions {
   int microbatches = 4;       // per minibatch (synchronous schedules, 2bw)
   int chunks = 1;             // interleaved
   schedule::ActivationBudget activation_budget;  // zb-h1 and the V schedules (generators.h)
+  schedule::ActionTimes action_times;            // interleaved-zb and the V schedules (generators.h)
   bool vertical_sync = false; // pipedream
   runtime::TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)

@@ -14,6 +14,7 @@
 #include "runtime/launcher.h"
 #include "schedule/generators.h"
 #include "schedule/schedule_file.h"
+#include "sim/weigh_schedule.h"
 
 namespace pt::job {
 
@@ -128,6 +129,29 @@ void note_split_measured_here(const Request& r, const PipelineOptions& options, 
             << "split: --profile P (`pipetrain profile -o P` once) splits it the same way every run\n";
 }
 
+// A zero-bubble schedule weighs its stages by the profile (their bytes for its budget, their times
+// and the cluster's links for its clock), as simulate and the planner do, so that it runs the
+// order they timed.
+void weigh_schedule(const Request& r, PipelineOptions& options, const plan::Plan& plan) {
+  const std::string& kind = options.schedule;
+  if (!r.schedule_file.empty() || !(schedule::takes_activation_budget(kind) || schedule::takes_action_times(kind)))
+    return;
+  if (!r.profile) {
+    if (!r.plan_path.empty())  // a planner's plan was simulated with the weighed order
+      std::cerr << "note: " << kind << " without --profile counts microbatches for its memory budget and times "
+                << "every action alike; `plan` and `simulate` weigh them by the profile (give the profile for "
+                << "their order)\n";
+    return;
+  }
+  schedule::ScheduleOptions unweighed;
+  unweighed.microbatches = options.microbatches;
+  unweighed.chunks = options.chunks;
+  schedule::ScheduleOptions weighed = sim::weigh_schedule(
+      kind, plan, unweighed, profile::with_batch_size(*r.profile, options.train.batch_size), options.cluster);
+  options.activation_budget = weighed.activation_budget;
+  options.action_times = weighed.action_times;
+}
+
 }  // namespace
 
 Road choose_road(Request& r, const std::string& transport) {
@@ -197,14 +221,6 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   follow_plan(r, options, plan, source);
   note_split_measured_here(r, options, plan, source);
   if (!r.schedule_file.empty()) use_schedule_file(r, options, plan, std::move(file));
-  // A zero-bubble schedule weighs its stages by the profile's bytes, as simulate and the planner do.
-  if (schedule::takes_activation_budget(options.schedule) && r.schedule_file.empty()) {
-    if (r.profile)
-      options.activation_budget = schedule::activation_budget_from_profile(options.schedule, plan, *r.profile);
-    else if (!r.plan_path.empty())  // a planner's plan was simulated with the weighed order
-      std::cerr << "note: " << options.schedule << " without --profile counts microbatches for its memory budget; "
-                << "`plan` and `simulate` weigh them by the profile's bytes (give the profile for their order)\n";
-  }
   if (plan.batch_size > 0 && plan.batch_size != options.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (!r.batch_size_given) options.train.batch_size = plan.batch_size;
@@ -249,6 +265,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
     std::cerr << "note: " << source << " was timed with hierarchical all-reduces, which need the servers: without "
               << "--cluster FILE the replicas all-reduce in one ring\n";
   }
+  weigh_schedule(r, options, plan);
   return s;
 }
 

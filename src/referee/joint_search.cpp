@@ -19,6 +19,7 @@
 #include "schedule/generators.h"
 #include "schedule/memory.h"
 #include "schedule/validate.h"
+#include "sim/weigh_schedule.h"
 
 namespace pt::referee {
 namespace {
@@ -169,11 +170,11 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     schedule_options.microbatches = t.microbatches;
     schedule_options.chunks = t.chunks;
     schedule_options.minibatches = t.minibatches;
-    if (schedule::takes_activation_budget(t.kind))
-      schedule_options.activation_budget = schedule::activation_budget_from_profile(t.kind, t.plan, prof);
     // Without recomputation; over the cap, with it where needed, then everywhere.
     for (int mode = 0; mode < 3; ++mode) {
       try {
+        // Weighed for the plan as it stands, recomputation included, as train weighs it.
+        schedule_options = sim::weigh_schedule(t.kind, t.plan, schedule_options, prof, cluster);
         schedule::Schedule s = schedule::make_unvalidated_schedule(t.kind, t.plan, schedule_options);
         if (mode == 0) ++r.considered;
         auto memory = schedule::memory_over_long_run(t.kind, t.plan, schedule_options, prof, joint.memory, &s);

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "plan/cluster.h"
 #include "plan/plan.h"
+#include "profile/profile.h"
 #include "schedule/schedule.h"
 
 namespace pt::schedule {
@@ -24,6 +26,17 @@ struct ActivationBudget {
   double per_worker = 0;
 };
 
+// What the zero-bubble clock (zero_bubble_clock.h) orders the clock schedules by, where a profile
+// gives it: one microbatch's F, B (its input's gradient) and W of each stage, the host's time per
+// action included; the bytes of one microbatch's activation stage st sends stage st + 1 (its
+// gradient comes back as many); and the cluster whose links carry them. Empty: every action one
+// slot and hand-overs free, the papers' unit clock.
+struct ActionTimes {
+  std::vector<double> forward_ms, input_grad_ms, weight_grad_ms, send_bytes;  // [stage]
+  plan::Cluster cluster;  // no levels: hand-overs free
+  bool empty() const { return forward_ms.empty(); }
+};
+
 struct ScheduleOptions {
   int microbatches = 4;        // per minibatch (ignored by pipedream, whose unit is the minibatch)
   int chunks = 1;              // interleaved: model chunks per worker (the plan has p * chunks stages)
@@ -31,6 +44,7 @@ struct ScheduleOptions {
   bool vertical_sync = false;  // pipedream
   bool deferred_step = false;  // pipedream: as the plan's deferred_step (plan.h), whichever says so
   ActivationBudget activation_budget{};  // zb-h1, zb-v, v-half, v-min (takes_activation_budget)
+  ActionTimes action_times{};            // interleaved-zb, zb-v, v-half, v-min (takes_action_times)
 };
 
 // Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has
@@ -54,7 +68,7 @@ Schedule interleaved(const plan::Plan& plan, int microbatches, int chunks);
 // Interleaved zero bubble (interleaved 1F1B's placement, B and W split as in zero bubble): a plan
 // of p * chunks stages on p workers, at most interleaved_zero_bubble_limit chunk-microbatches
 // between F and W on a worker.
-Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int chunks);
+Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int chunks, const ActionTimes& times = {});
 int interleaved_zero_bubble_limit(int workers, int chunks);
 // Whether `kind` loops p * chunks stages over p workers (--chunks).
 inline bool is_interleaved(const std::string& kind) { return kind == "interleaved" || kind == "interleaved-zb"; }
@@ -65,7 +79,7 @@ Schedule zb_h1(const plan::Plan& plan, int microbatches, const ActivationBudget&
 // ICLR 2024, §6), "v-half" and "v-min" (Qi et al., NeurIPS 2024), by the chunk-microbatches a
 // worker may hold between F and W (v_schedule_limit).
 Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind = "zb-v",
-              const ActivationBudget& budget = {});
+              const ActivationBudget& budget = {}, const ActionTimes& times = {});
 int v_schedule_limit(const std::string& kind, int workers);
 // The papers' share of 1F1B's busiest worker's activations a V schedule keeps: zb-v 1, v-half
 // (p + 2) / 2p, v-min (p + 4) / 3p, exact (v_schedule_limit counts whole chunk-microbatches,
@@ -79,6 +93,19 @@ double v_schedule_share(const std::string& kind, int workers);
 // gpt-2048 at 4 workers as v-half: 10.4 GiB stashed where (p + 4) / 3p of 1F1B's 13.9 is 9.3.)
 ActivationBudget activation_budget_from_profile(const std::string& kind, const plan::Plan& plan,
                                                 const profile::Profile& profile);
+// Whether a kind's order is the zero-bubble clock's, which ActionTimes time.
+inline bool takes_action_times(const std::string& kind) {
+  return kind == "interleaved-zb" || kind == "zb-v" || kind == "v-half" || kind == "v-min";
+}
+// One microbatch's times of the plan's stages at `microbatches` per minibatch of the profile's
+// batch (profile::compute_forward_ms, as the simulator charges them), the cluster's host time per
+// action on top, and the bytes crossing each stage boundary (profile::cut_bytes).
+ActionTimes action_times_from_profile(const plan::Plan& plan, const profile::Profile& profile,
+                                      const plan::Cluster& cluster, int microbatches);
+// The budget and the times `kind` follows, from the profile: plan, simulate and train weigh a
+// schedule alike, so that the order trained is the order predicted.
+void weigh_by_profile(ScheduleOptions& options, const std::string& kind, const plan::Plan& plan,
+                      const profile::Profile& profile, const plan::Cluster& cluster);
 // DualPipeV (DeepSeek-V3 report, §3.2.1; the V form of DualPipe): the V placement, pairs of a
 // forward and a backward of the two chunks in its steady state; microbatches >= 2 x workers.
 Schedule dualpipe_v(const plan::Plan& plan, int microbatches);

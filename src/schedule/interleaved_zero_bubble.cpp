@@ -19,7 +19,7 @@ namespace pt::schedule {
 
 int interleaved_zero_bubble_limit(int workers, int chunks) { return std::max(chunks, (chunks + 1) * workers - 1); }
 
-Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int chunks) {
+Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int chunks, const ActionTimes& times) {
   Schedule s = detail::looped_skeleton(plan, "interleaved-zb", microbatches, chunks);
   const int stages = s.num_stages, p = s.num_workers();
   s.split_backward.assign(stages, true);
@@ -28,7 +28,7 @@ Schedule interleaved_zero_bubble(const plan::Plan& plan, int microbatches, int c
   b.limit.assign(p, interleaved_zero_bubble_limit(p, chunks) + 1e-9);
   std::vector<std::vector<int>> chunk_stages(p);
   for (int st = 0; st < stages; ++st) chunk_stages[st % p].push_back(st);
-  detail::zero_bubble_clock(s, chunk_stages, b, "interleaved-zb");
+  detail::zero_bubble_clock(s, chunk_stages, b, times, "interleaved-zb");
   detail::append_flush(s, 0);
   return s;
 }

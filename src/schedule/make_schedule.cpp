@@ -51,10 +51,12 @@ Schedule generate(const std::string& kind, const plan::Plan& plan, const Schedul
   if (kind == "pipedream") return pipedream(plan, minibatches, schedule_options.vertical_sync, schedule_options.deferred_step || plan.deferred_step);
   if (kind == "2bw") return two_bw(plan, schedule_options.microbatches, minibatches);
   if (kind == "interleaved") return interleaved(plan, schedule_options.microbatches, schedule_options.chunks);
-  if (kind == "interleaved-zb") return interleaved_zero_bubble(plan, schedule_options.microbatches, schedule_options.chunks);
+  if (kind == "interleaved-zb") return interleaved_zero_bubble(plan, schedule_options.microbatches, schedule_options.chunks,
+                                                                       schedule_options.action_times);
   if (kind == "zb-h1") return zb_h1(plan, schedule_options.microbatches, schedule_options.activation_budget);
   if (kind == "dualpipev") return dualpipe_v(plan, schedule_options.microbatches);
-  if (is_v_schedule(kind)) return zb_v(plan, schedule_options.microbatches, kind, schedule_options.activation_budget);
+  if (is_v_schedule(kind)) return zb_v(plan, schedule_options.microbatches, kind, schedule_options.activation_budget,
+                                               schedule_options.action_times);
   if (kind == "dp") return data_parallel(plan, schedule_options.microbatches);
   if (kind == "mp") return model_parallel(plan, schedule_options.microbatches);
   std::ostringstream known;

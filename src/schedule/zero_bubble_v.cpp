@@ -7,8 +7,9 @@
 // the critical path) and W (weight gradient, any time before the Step), and W fills what would
 // be bubbles.
 //
-// The order is zero_bubble_clock's (zero_bubble_clock.h: on a unit clock, a ready B first, then
-// a ready F that leaves its microbatch room in the later chunk, then the oldest W) under a budget
+// The order is zero_bubble_clock's (zero_bubble_clock.h: on the profile's clock, or a unit one
+// without a profile, a ready B first, then a ready F that leaves its microbatch room in the later
+// chunk, then the oldest W) under a budget
 // of chunk-microbatches between F and W. A chunk is half a 1F1B stage, so `limit`
 // chunk-microbatches hold limit / 2 microbatches of a whole stage: zb-v 2p (p of them, what
 // 1F1B's first stage holds), v-half p + 2 ((p + 2) / 2), v-min 2 (p + 4) / 3 ((p + 4) / 3), the
@@ -39,7 +40,8 @@ double v_schedule_share(const std::string& kind, int p) {
   return 1.0;
 }
 
-Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind, const ActivationBudget& budget) {
+Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind, const ActivationBudget& budget,
+              const ActionTimes& times) {
   Schedule s = detail::v_skeleton(plan, kind, microbatches);
   const int stages = s.num_stages, p = stages / 2;
 
@@ -56,7 +58,7 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind,
     double both = b.adds[w] + b.adds[stages - 1 - w];
     b.limit.push_back(std::max(both, weighed ? budget.per_worker : v_schedule_limit(kind, p)) * (1 + 1e-9));
   }
-  detail::zero_bubble_clock(s, chunks, b, kind);
+  detail::zero_bubble_clock(s, chunks, b, times, kind);
   detail::append_flush(s, 0);
   return s;
 }

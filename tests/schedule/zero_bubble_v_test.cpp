@@ -9,6 +9,7 @@
 #include "schedule/generators.h"
 #include "schedule/validate.h"
 #include "sim/simulator.h"
+#include "sim/weigh_schedule.h"
 #include "test_plans.h"
 #include "uniform_profile.h"
 
@@ -98,10 +99,9 @@ TEST(VSplit, BalancesEachWorkersPairNotEachChunk) {
   // the even split puts the one-block chunks in its first half; v-half then runs faster than
   // 1F1B (the joint planner tries both splits and the simulator chooses).
   auto ms = [&](const std::string& kind, const plan::Plan& plan) {
-    ScheduleOptions o{16};
-    if (takes_activation_budget(kind)) o.activation_budget = activation_budget_from_profile(kind, plan, gpt);
-    return metrics::compute_metrics(sim::simulate(make_schedule(kind, plan, o), gpt, plan::Cluster::flat(8, 100)))
-        .ms_per_minibatch;
+    plan::Cluster cluster = plan::Cluster::flat(8, 100);
+    ScheduleOptions o = sim::weigh_schedule(kind, plan, {16}, gpt, cluster);  // as simulate does
+    return metrics::compute_metrics(sim::simulate(make_schedule(kind, plan, o), gpt, cluster)).ms_per_minibatch;
   };
   double one_f_one_b = ms("1f1b", plan::even_split(gpt, 8)), v_half = ms("v-half", plan::v_split(gpt, 8));
   EXPECT_LT(v_half, one_f_one_b) << "v-half on the V split " << v_half << " ms, 1f1b " << one_f_one_b;
@@ -116,9 +116,9 @@ struct Outcome {
 Outcome simulate_kind(const std::string& kind, const profile::Profile& prof, int workers, int m) {
   int stages = is_v_schedule(kind) ? 2 * workers : workers;
   plan::Plan plan = plan::even_split(prof, stages);
-  ScheduleOptions o{m};
-  if (takes_activation_budget(kind)) o.activation_budget = activation_budget_from_profile(kind, plan, prof);  // as simulate does
-  auto t = sim::simulate(make_schedule(kind, plan, o), prof, plan::Cluster::flat(workers, 100));
+  plan::Cluster cluster = plan::Cluster::flat(workers, 100);
+  ScheduleOptions o = sim::weigh_schedule(kind, plan, {m}, prof, cluster);  // as simulate does
+  auto t = sim::simulate(make_schedule(kind, plan, o), prof, cluster);
   auto metrics = metrics::compute_metrics(t);
   Outcome r{metrics.ms_per_minibatch, 0};
   for (const auto& w : metrics.workers) r.peak_activations = std::max(r.peak_activations, w.peak_activation_bytes);
