@@ -146,8 +146,10 @@ void weigh_schedule(const Request& r, PipelineOptions& options, const plan::Plan
   schedule::ScheduleOptions unweighed;
   unweighed.microbatches = options.microbatches;
   unweighed.chunks = options.chunks;
-  schedule::ScheduleOptions weighed = sim::weigh_schedule(
-      kind, plan, unweighed, profile::with_batch_size(*r.profile, options.train.batch_size), options.cluster);
+  // On threads the tensors are handed over in memory, whatever --cluster says.
+  schedule::ScheduleOptions weighed =
+      sim::weigh_schedule(kind, plan, unweighed, profile::with_batch_size(*r.profile, options.train.batch_size),
+                          r.over_links ? options.cluster : plan::Cluster{});
   options.activation_budget = weighed.activation_budget;
   options.action_times = weighed.action_times;
 }
@@ -224,9 +226,13 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   if (plan.batch_size > 0 && plan.batch_size != options.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (!r.batch_size_given) options.train.batch_size = plan.batch_size;
-    else std::cerr << "note: " << source << " was planned for batch " << plan.batch_size
-                   << "; training with --batch-size " << options.train.batch_size
-                   << ", so its predicted throughput does not apply\n";
+    else if (source != "the plan")
+      std::cerr << "note: " << source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
+                << options.train.batch_size << ", so its predicted throughput does not apply\n";
+    else  // split here from the profile, whose times this run's prediction scales to its batch
+      std::cerr << "note: " << r.profile_path << " was measured at batch " << plan.batch_size
+                << "; training with --batch-size " << options.train.batch_size << ", the split and the prediction "
+                << "take its times scaled to that batch\n";
   }
   // The microbatches must divide the batch: where the plan file or a default gave either, say so
   // (check_pipeline_options names the flags, which the user may not have given).

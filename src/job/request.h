@@ -30,6 +30,9 @@ struct Request {
   double bucket_mb = 25;        // PyTorch DDP's default bucket
   double byte_scale = 1;        // emulated compute moves its bytes x this: its buckets too
   std::string precision = "fp32";  // the run's (model/precision.h), to note a profile of another
+  // The workers' transfers cross the cluster's links (gloo), which weigh the zero-bubble clock
+  // (sim/weigh_schedule.h); on threads they are handed over in memory. prepare_job sets it.
+  bool over_links = false;
   // Settings the caller gave, which override the plan's.
   bool schedule_given = false, microbatches_given = false, chunks_given = false;
   bool batch_size_given = false, bucket_given = false;

@@ -21,6 +21,7 @@ Job prepare_job(Request& r, Road road, model::LayeredModel& described, const mod
     // -9223372036854775808 samples/s.
     profile::require_timed(*r.profile, r.profile_path);
   }
+  r.over_links = road != Road::kThreads;
   Settled settled = settle_request(r, described, data);
   if (dry) {
     PipelineOptions options = settled.options;

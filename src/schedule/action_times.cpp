@@ -18,8 +18,10 @@ ActionTimes action_times_from_profile(const plan::Plan& plan, const profile::Pro
       forward += profile::compute_forward_ms(profile, l, microbatches);
       backward += profile::compute_backward_ms(profile, l, microbatches);
     }
+    // A recomputing stage runs its forward again before its B, as the simulator charges it.
+    const double again = plan.stages[st].recompute ? forward : 0;
     t.forward_ms.push_back(forward * per + host);
-    t.input_grad_ms.push_back(backward * per * profile::kInputGradientShare + host);
+    t.input_grad_ms.push_back((again + backward * profile::kInputGradientShare) * per + host);
     t.weight_grad_ms.push_back(backward * per * (1 - profile::kInputGradientShare) + host);
   }
   for (double bytes : profile::cut_bytes(profile, stage_of, stages)) t.send_bytes.push_back(bytes * per);

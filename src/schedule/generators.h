@@ -98,8 +98,9 @@ inline bool takes_action_times(const std::string& kind) {
   return kind == "interleaved-zb" || kind == "zb-v" || kind == "v-half" || kind == "v-min";
 }
 // One microbatch's times of the plan's stages at `microbatches` per minibatch of the profile's
-// batch (profile::compute_forward_ms, as the simulator charges them), the cluster's host time per
-// action on top, and the bytes crossing each stage boundary (profile::cut_bytes).
+// batch (profile::compute_forward_ms, as the simulator charges them; a recomputing stage's B with
+// its forward again), the cluster's host time per action on top, and the bytes crossing each
+// stage boundary (profile::cut_bytes).
 ActionTimes action_times_from_profile(const plan::Plan& plan, const profile::Profile& profile,
                                       const plan::Cluster& cluster, int microbatches);
 // The budget and the times `kind` follows, from the profile: plan, simulate and train weigh a

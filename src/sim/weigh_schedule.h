@@ -4,7 +4,8 @@
 // times kept only where the order they give simulates sooner than the unit clock's on `cluster`
 // (schedule/zero_bubble_clock.h says when each wins). plan, compare, simulate and train call it
 // alike, so that the order trained is the order predicted. Without the cluster's levels (train
-// without --cluster) the unit clock's order. Throws what make_schedule throws.
+// on threads, or without --cluster) or on a machine's shared cores (host_cores), the unit clock's
+// order. Throws what make_schedule throws.
 #include <string>
 
 #include "plan/cluster.h"
