@@ -35,14 +35,13 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
   std::vector<std::string> errors(n);
   std::vector<char> consequence(n, 0);
   std::vector<WorkerRun> runs(n);
-  double start = runtime::wall_ms();
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       if (!job.cores_of_workers.empty()) pin_to_core(job.cores_of_workers[w]);
       model::use_one_compute_thread();
       try {
-        runs[w] = run_worker(*workers[w], *transports[w], job, data, start, accounts[w]);
+        runs[w] = run_worker(*workers[w], *transports[w], job, data, 0, accounts[w]);
       } catch (const WorkerFailure& e) {
         errors[w] = e.what();
         consequence[w] = e.consequence;
@@ -65,6 +64,9 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
     r.trace.workers[w] = std::move(runs[w].trace);
     r.trace.pauses = w == 0 ? runs[w].pauses : schedule::common_pauses(r.trace.pauses, runs[w].pauses);
   }
+  // Recorded on the steady clock: the trace starts at the first action, after every worker built
+  // its stages.
+  schedule::start_at_first_event(r.trace);
   if (workers_out) *workers_out = std::move(workers);
   return r;
 }

@@ -39,7 +39,11 @@ using TrainedCallback = std::function<void(const Segment&)>;
 // `run_loss()`, where given, is the run's loss so far (the reporting worker's; called on every
 // worker before each checkpoint, after `trained`), which the checkpoint judges and records.
 using RunLossSource = std::function<runtime::RunLoss()>;
+// Builds the worker's stages and loads the checkpoint the job resumes from, if any; charged to
+// the calling thread's account (run_worker calls it before its start barrier).
+void prepare_worker(runtime::Worker& worker, const Job& job);
 // Each segment runs the schedule the job made for it (Job::schedule_of): the runner derives none.
+// The worker is prepared first (prepare_worker).
 void run_worker_segments(runtime::Worker& worker, runtime::Transport& transport, const Job& job,
                          const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
                          const TrainedCallback& trained = nullptr, const RunLossSource& run_loss = nullptr);

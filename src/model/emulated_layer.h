@@ -56,12 +56,15 @@ class EmulatedLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(EmulatedLayer);
 
-// A chain of emulated layers, one per cost, with Task::kEmulated (loss = mean of the output,
+// A chain of emulated layers, one per cost, with Task::kEmulated (loss = emulated_loss,
 // which is zero) and a one-float input per sample (stage 0 reads its input from memory, so the
 // input's size crosses no link). A step of layers [first, last) takes the sum of their step_ms:
 // the model waits for what the host's step did not take (LayeredModel::device_step).
 std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs,
                                                    const LayerSet& held = {});
+
+// An emulated model's loss of `output`: zero, differentiable, and free of passes over the output.
+torch::Tensor emulated_loss(const torch::Tensor& output);
 
 // Sleeps `ms` on this thread. Sleeps overshoot by tens of microseconds; the overshoot is carried
 // (per thread) and taken off the next waits, so a stage of many short layers still waits the

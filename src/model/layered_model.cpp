@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/host_allocator.h"
+#include "model/emulated_layer.h"
 #include "model/random_draws.h"
 
 namespace pt::model {
@@ -143,8 +144,7 @@ torch::Tensor LayeredModel::forward(torch::Tensor x, int first, int last) {
 }
 
 torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tensor& target) const {
-  // Emulated compute: cheap, defined (zero) and differentiable, whatever the output's size.
-  if (task_ == Task::kEmulated) return output.mean();
+  if (task_ == Task::kEmulated) return emulated_loss(output);
   ComputeScope scope(precision_);
   if (custom_loss_) return custom_loss_(output, target);
   if (task_ == Task::kRegression) {

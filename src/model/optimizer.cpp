@@ -71,6 +71,11 @@ void Optimizer::step(double grad_scale, int64_t minibatch) {
   has_state_ = !state_.empty();
 }
 
+void Optimizer::count_step() {
+  ++steps_;
+  has_state_ = !state_.empty();
+}
+
 void Optimizer::predict(std::vector<torch::Tensor>& weights, int64_t steps, int64_t minibatch) const {
   if (state_.empty() || !has_state_ || steps <= 0) return;
   torch::NoGradGuard no_grad;

@@ -306,7 +306,10 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
     spare_predicted_.push_back(std::move(it->second));
     it = minibatch_predicted_.erase(it);
   }
-  optimizer_.step(grad_scale, minibatch);
+  if (model_->task() == model::Task::kEmulated)
+    optimizer_.count_step();
+  else
+    optimizer_.step(grad_scale, minibatch);
   model_->device_step(first_, last_,
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   ++version_;

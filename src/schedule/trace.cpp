@@ -225,11 +225,23 @@ Trace read_trace(const std::string& path) {
 
 void write_trace(const Trace& t, const std::string& path) { write_text_file_atomic(path, to_json(t).dump() + "\n"); }
 
+void start_at_first_event(Trace& t) {
+  double origin = std::numeric_limits<double>::infinity();
+  for (const auto& w : t.workers)
+    for (const auto& e : w) origin = std::min(origin, e.start_ms);
+  if (!std::isfinite(origin)) return;
+  for (auto& w : t.workers)
+    for (auto& e : w) {
+      e.start_ms -= origin;
+      e.end_ms -= origin;
+    }
+  for (auto& [start, end] : t.pauses) start -= origin, end -= origin;
+}
+
 void merge_worker_traces(int world_size, const std::string& trace_path) {
   // Every part is read and checked before anything is written or removed: a bad part leaves
   // them all as they were.
   Trace merged;
-  double origin = std::numeric_limits<double>::infinity();
   std::vector<std::string> parts;
   for (int r = 0; r < world_size; ++r) {
     parts.push_back(trace_path + ".worker" + std::to_string(r));
@@ -247,17 +259,9 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
     }
     if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
     if (r > 0) merged.pauses = common_pauses(merged.pauses, t.pauses);
-    for (const auto& e : merged.workers[r]) origin = std::min(origin, e.start_ms);
   }
   // Workers record steady-clock times, shared by the processes of one host.
-  if (std::isfinite(origin))
-    for (auto& w : merged.workers)
-      for (auto& e : w) {
-        e.start_ms -= origin;
-        e.end_ms -= origin;
-      }
-  if (std::isfinite(origin))
-    for (auto& [start, end] : merged.pauses) start -= origin, end -= origin;
+  start_at_first_event(merged);
   write_trace(merged, trace_path);
   for (const auto& part : parts) std::remove(part.c_str());
 }

@@ -71,6 +71,10 @@ void write_trace(const Trace& t, const std::string& path);  // atomic
 std::vector<std::pair<double, double>> common_pauses(const std::vector<std::pair<double, double>>& a,
                                                      const std::vector<std::pair<double, double>>& b);
 
+// Moves every event and pause of a trace recorded on one steady clock so that the earliest event
+// is at 0 (no event: unchanged).
+void start_at_first_event(Trace& t);
+
 // Joins the per-worker traces that the workers of one host wrote (trace_path.worker<r>, each
 // holding its own worker's events on the host's steady clock) into one trace at trace_path,
 // with the earliest event at 0, and removes the parts once it is written. A part that cannot
