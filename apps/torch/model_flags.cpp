@@ -108,8 +108,9 @@ void refuse_data_flags_unused(const ModelFlags& f, const std::string& kind) {
 std::shared_ptr<model::LayeredModel> ModelFlags::build(model::DataSplit* data_out) {
   const model::LayerSet none = model::LayerSet::none();
   if (emulated() && precision != "fp32")
-    throw UsageError(str("--precision ", precision, ": emulated compute takes its times and bytes from --profile; "
-                         "measure that profile with `pipetrain profile --precision ", precision, "`"));
+    throw UsageError(str("--precision ", precision, ": emulated compute runs in fp32 only; it takes its times "
+                         "and bytes from --profile, which stands for the precision it was measured in (`pipetrain "
+                         "profile --precision ", precision, "` measures a model's layers in ", precision, ")"));
   bool token_file = data.size() > 4 && data.compare(data.size() - 4, 4, ".bin") == 0;
   if (!eval_data.empty() && !token_file)
     throw UsageError(str("--eval-data: for a token file (--data FILE.bin); ",

@@ -30,6 +30,14 @@ void prepare_emulation(TrainFlags& flags) {
   auto& t = flags.request.options.train;
   if (!flags.request.batch_size_given) t.batch_size = p.batch_size;
   flags.model.synthetic_samples = std::max(flags.model.synthetic_samples, std::max<int64_t>(t.steps, 1) * t.batch_size);
+  // Emulated layers compute no values: no accuracy to test, and gradients of zeros with no norm to
+  // clip by (the norm's pass over the gradients is in no profiled time).
+  if (t.eval_every > 0)
+    throw UsageError(str("--eval-every ", t.eval_every, ": emulated layers compute no outputs, so there is no "
+                         "accuracy to test (train the model with --compute real)"));
+  if (t.sgd.clip_grad_norm > 0)
+    throw UsageError(str("--clip-grad-norm ", t.sgd.clip_grad_norm, ": emulated layers compute no gradients, so "
+                         "there is no norm to clip by (train the model with --compute real)"));
   t.evaluate = false;
 }
 

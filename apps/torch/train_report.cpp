@@ -45,6 +45,13 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
   }
   std::cout << "\n";
   if (rss.empty()) return;
+  // Emulated layers allocate the stashes and a stage input's gradient a device would hold but
+  // write none of it, so the OS counts less than the account: the difference said -36 GiB.
+  if (!label.empty()) {
+    std::cout << prefix << "  (emulated layers allocate what a device would hold but write little of it, so the "
+              << "OS counts less: its figure is the host's, the account's stands for the device's)\n";
+    return;
+  }
   // Each worker's peak is its own moment; their sum bounds what they held at once.
   if (r.one_process)
     std::cout << prefix << "  the process's peak less the workers' (" << bytes(sum) << " in all): " << bytes(rss[0] - sum);

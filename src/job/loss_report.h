@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -42,7 +43,18 @@ class LossReport {
     auto& [sum, seen] = pending_[minibatch];
     sum += loss;
     ++seen;
-    if (secs >= 0) step_secs_[minibatch] = std::max(step_secs_[minibatch], secs);
+    if (secs >= 0)
+      step_secs_[minibatch] = std::max(step_secs_[minibatch], secs);
+    else if (gathered_)
+      unstamped_.insert(minibatch);
+  }
+  // This replica stepped minibatch `minibatch` (the last its step closes) `secs` into training:
+  // the time of its own losses up to it (added without one). Stamped at the loss, a replicated
+  // last stage's rows came before their backward, all-reduce and step: the last row of a dp run
+  // read 0.700 s where the run took 0.746.
+  void stepped(int64_t minibatch, double secs) {
+    for (auto it = unstamped_.begin(); it != unstamped_.end() && *it <= minibatch; it = unstamped_.erase(it))
+      step_secs_[*it] = std::max(step_secs_[*it], secs);
   }
   // Before the minibatch's losses are reported (its step follows its last forward).
   void add_grad_norm(int64_t minibatch, double norm) { grad_norms_[minibatch] = norm; }
@@ -94,6 +106,7 @@ class LossReport {
   std::map<int64_t, double> grad_norms_;  // minibatch -> its gradient norm, until reported
   std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
   std::map<int64_t, double> step_secs_;     // minibatch -> its replica's training time at its end (gathered)
+  std::set<int64_t> unstamped_;             // this replica's minibatches not yet stepped (gathered)
   double start_ms_, last_loss_ = 0, paused_ms_ = 0, last_secs_ = 0;
   double resumed_first_ = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> recent_;

@@ -29,6 +29,7 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
   std::vector<std::unique_ptr<runtime::Worker>> workers;
   for (int w = 0; w < n; ++w) {
     transports.push_back(std::make_unique<runtime::ThreadTransport>(hub, w));
+    if (models[w]->task() == model::Task::kEmulated) transports.back()->sum_no_gradients();
     workers.push_back(std::make_unique<runtime::Worker>(w, models[w], data, *transports[w], job.worker));
   }
   // Each worker runs as a thread; the first failure that is not another's abort is reported.

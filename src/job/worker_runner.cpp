@@ -163,7 +163,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     // built: timed from before, vgg16's last stage (530 MB of weights, gradients and momentum to
     // lay out) took 1.2 s of a 6-step run that trains in 0.8.
     prepare_worker(worker, job);
-    phase = "the start barrier";
+    phase = "the start barrier (every worker's stages built; --timeout)";
     transport.barrier();
     phase = "training (between segments)";
     // Counted as the steps are, by position in the data's order (past minibatches skipped).
@@ -194,17 +194,22 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     if (!job.resume_from.empty()) losses.resumed_from(job.resume_manifest.first_loss);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss, seconds) triples, to send
     if (run.reports) {
-      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
-        losses.add(minibatch, loss, gathered ? losses.train_seconds() : -1);
-      });
+      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
+      if (gathered) worker.set_step_callback([&](int64_t minibatch) { losses.stepped(minibatch, losses.train_seconds()); });
       worker.set_grad_norm_callback([&](int64_t minibatch, double norm) { losses.add_grad_norm(minibatch, norm); });
     }
-    if (sends_losses)
+    if (sends_losses) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
         mine.push_back(static_cast<double>(minibatch));
         mine.push_back(loss);
-        mine.push_back(losses.train_seconds());
+        mine.push_back(-1);  // its time once stepped
       });
+      worker.set_step_callback([&](int64_t minibatch) {
+        double secs = losses.train_seconds();
+        for (size_t i = mine.size(); i >= 4 && mine[i - 1] < 0; i -= 3)
+          if (mine[i - 3] <= static_cast<double>(minibatch)) mine[i - 1] = secs;
+      });
+    }
     // Gathered losses travel in blocks of kLossBlock segments, each waited for a block late. A flush
     // schedule's segment is one minibatch, and a list sent and waited for after each took longer
     // than the minibatch: gloo hands a message over in several wake-ups of its threads, each of
@@ -279,6 +284,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     std::vector<int64_t> rss = gather_peaks(transport, model::process_peak_rss_bytes());
     progress.finish();
     worker.set_loss_callback(nullptr);
+    worker.set_step_callback(nullptr);
     if (run.reports) {
       run.train.steps = job.steps;
       run.train.seconds = job.segments.empty() ? losses.train_seconds() : trained_s;

@@ -46,7 +46,7 @@ FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params,
     s.param.mutable_grad() = grads_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
 }
 
-std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tensor> reuse) const {
+std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tensor> reuse, bool values) const {
   bool fits = reuse.size() == weights_.size();
   for (size_t b = 0; fits && b < weights_.size(); ++b)
     fits = reuse[b].numel() == weights_[b].numel() && reuse[b].scalar_type() == weights_[b].scalar_type();
@@ -54,7 +54,7 @@ std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tenso
     reuse.clear();
     for (const auto& w : weights_) reuse.push_back(torch::empty_like(w));
   }
-  for (size_t b = 0; b < weights_.size(); ++b) reuse[b].copy_(weights_[b]);
+  for (size_t b = 0; values && b < weights_.size(); ++b) reuse[b].copy_(weights_[b]);
   return reuse;
 }
 

@@ -34,8 +34,10 @@ class FlatParameters {
   int64_t leading(size_t buffer) const { return leading_[buffer]; }  // elements of `first`'s parameters
 
   // A copy of the weights (a stashed version), written into `reuse` when it holds buffers of
-  // the right sizes (a released stash), so steady state allocates nothing.
-  std::vector<torch::Tensor> copy_weights(std::vector<torch::Tensor> reuse = {}) const;
+  // the right sizes (a released stash), so steady state allocates nothing. `values` false: the
+  // buffers without their values (an emulated model's weights hold none, and the device's copy
+  // is in the profile's step time).
+  std::vector<torch::Tensor> copy_weights(std::vector<torch::Tensor> reuse = {}, bool values = true) const;
   // Exchanges the memory of the weight buffers with `other` (a copy_weights result): no copy,
   // and every view of the buffers sees the other version, the parameters and what autograd
   // saved of them alike (a Linear's backward reads the weight.t() its forward saved, a view of

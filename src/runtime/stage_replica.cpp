@@ -40,7 +40,7 @@ StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first
                            const model::OptimizerOptions& optimizer, bool stash_weights, int max_versions, bool recompute,
                            const std::vector<const StageReplica*>& held_by)
     : model_(std::move(model)), first_(first), last_(last), is_last_(is_last), stash_weights_(stash_weights),
-      max_versions_(max_versions), recompute_(recompute), params_(model_->parameters(first, last)),
+      max_versions_(max_versions), recompute_(recompute), values_(model_->task() != model::Task::kEmulated), params_(model_->parameters(first, last)),
       owner_(owners(params_, held_by)),
       flat_(std::make_unique<model::FlatParameters>(own_only(params_, owner_),
                                                     [optimizer](const torch::Tensor& p) { return optimizer.decays(p); })),
@@ -79,10 +79,10 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
   f.version = version >= 0 ? version : version_;
   PT_CHECK(f.version <= version_, "forward asks for weight version ", f.version, " but the newest is ", version_);
   auto predicted_copy = [&] {  // in a released prediction's buffers where there is one
-    std::vector<torch::Tensor> w = flat_->copy_weights(spare_predicted_.empty() ? std::vector<torch::Tensor>{}
-                                                                                 : std::move(spare_predicted_.back()));
+    std::vector<torch::Tensor> w = flat_->copy_weights(
+        spare_predicted_.empty() ? std::vector<torch::Tensor>{} : std::move(spare_predicted_.back()), values_);
     if (!spare_predicted_.empty()) spare_predicted_.pop_back();
-    optimizer_.predict(w, predict_steps, minibatch);
+    if (values_) optimizer_.predict(w, predict_steps, minibatch);
     return w;
   };
   if (predicts_per_minibatch() && version < 0) {
@@ -100,7 +100,7 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     torch::AutoGradMode graph(!recompute_);
     model_->set_draw_key(mb);  // its dropout masks, the same when recomputed
     out = model_->forward(f.input, first_, last_);
-    if (recompute_ && !checked_determinism_) check_recomputable(f.input, out);
+    if (recompute_ && !checked_determinism_ && values_) check_recomputable(f.input, out);
     if (is_last_) {
       last_correct_ = model_->correct(out.detach(), target);
       torch::Tensor loss = model_->loss(out, target);
@@ -292,7 +292,7 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
       versions_.erase(versions_.begin());
     }
     if (needed) {
-      versions_[version_] = flat_->copy_weights(std::move(spare_));
+      versions_[version_] = flat_->copy_weights(std::move(spare_), values_);
       spare_.clear();
       peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
@@ -306,7 +306,7 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
     spare_predicted_.push_back(std::move(it->second));
     it = minibatch_predicted_.erase(it);
   }
-  if (model_->task() == model::Task::kEmulated)
+  if (!values_)
     optimizer_.count_step();
   else
     optimizer_.step(grad_scale, minibatch);

@@ -143,6 +143,10 @@ class StageReplica {
   bool stash_weights_;
   int max_versions_;
   bool recompute_;
+  // An emulated model's weights hold no values: its steps, stashes and predictions make no pass
+  // over them (the profile's step time holds the device's; the host's took vgg16's 2bw to 0.22 of
+  // its simulated throughput).
+  bool values_;
   bool checked_determinism_ = false;  // recompute: the first forward was run twice and compared
   // Runs layers [first, last) on `input` again, without a graph, their buffers left as they were,
   // and refuses recomputation where the output is not `output`.

@@ -63,17 +63,18 @@ torch::Tensor ThreadHub::take(int src, int dst, int64_t tag) {
   return t;
 }
 
-uint64_t ThreadHub::allreduce_add(int rank, const std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
+uint64_t ThreadHub::allreduce_add(int rank, const std::vector<torch::Tensor>& tensors, const std::vector<int>& group,
+                                  bool values) {
   std::lock_guard<std::mutex> lock(mu_);
   check_aborted_locked();
   uint64_t k = added_[{group, rank}]++;
   Reduction& r = reductions_[{group, k}];
-  if (r.arrived == 0) {
+  if (values && r.arrived == 0) {
     // The hub's memory, not the first arriver's: which worker that is changes from step to step,
     // and a device's all-reduce keeps no second copy of the bucket (gloo's workers reduce in place).
     model::ChargeTo hub_memory(nullptr);
     for (const auto& t : tensors) r.sum.push_back(t.detach().clone());
-  } else {
+  } else if (values) {
     for (size_t i = 0; i < tensors.size(); ++i) r.sum[i].add_(tensors[i]);
   }
   if (++r.arrived == static_cast<int>(group.size())) notify_locked(group);
@@ -89,8 +90,10 @@ void ThreadHub::allreduce_take(int rank, std::vector<torch::Tensor>& tensors, co
     return !abort_reason_.empty() || r.arrived == static_cast<int>(group.size());
   });
   check_aborted_locked();
-  if (!ok) throw TransportError(str("worker ", rank, " timed out in an all-reduce of workers ", group.size()));
-  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
+  if (!ok)
+    throw TransportError(str("worker ", rank, " waited ", timeout_.count(), " s in an all-reduce of ", group.size(),
+                             " workers"));
+  for (size_t i = 0; i < r.sum.size(); ++i) tensors[i].copy_(r.sum[i]);  // none where nothing was summed
   if (++r.collected == static_cast<int>(group.size())) reductions_.erase(key);
 }
 
@@ -136,7 +139,7 @@ std::shared_ptr<PendingTransfer> ThreadTransport::allreduce_start(torch::Tensor 
   out->tensors = {std::move(t)};
   out->group = group;
   out->taken = group.size() <= 1;
-  if (!out->taken) out->k = hub_->allreduce_add(rank_, out->tensors, group);
+  if (!out->taken) out->k = hub_->allreduce_add(rank_, out->tensors, group, gradient_values_);
   return out;
 }
 

@@ -26,7 +26,10 @@ class ThreadHub {
   // only for members yet to add. The last to add completes it in its own thread. Each member
   // adds to a group's sums in the order every member does (Transport's rule), so a member's
   // k-th add and take are the group's k-th sum. add returns that k.
-  uint64_t allreduce_add(int rank, const std::vector<torch::Tensor>& tensors, const std::vector<int>& group);
+  // `values` false: the reduction synchronises its members and sums nothing (ThreadTransport's
+  // emulated gradients).
+  uint64_t allreduce_add(int rank, const std::vector<torch::Tensor>& tensors, const std::vector<int>& group,
+                         bool values = true);
   void allreduce_take(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group, uint64_t k);
   void allreduce_sum(int rank, std::vector<torch::Tensor>& tensors, const std::vector<int>& group) {
     if (group.size() > 1) allreduce_take(rank, tensors, group, allreduce_add(rank, tensors, group));
@@ -69,10 +72,15 @@ class ThreadTransport : public Transport {
   // Adds t to the sum now; the transfer's wait takes the sum into t.
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override { hub_->abort(why); }
+  // An emulated model's gradients are zeros, and on threads the simulator charges their
+  // all-reduce no time: allreduce_start then only synchronises. Summed, vgg16's 553 MB of
+  // gradients on 4 data-parallel workers took the run to 0.06 of its simulated throughput.
+  void sum_no_gradients() { gradient_values_ = false; }
 
  private:
   std::shared_ptr<ThreadHub> hub_;
   int rank_;
+  bool gradient_values_ = true;
 };
 
 }  // namespace pt::runtime

@@ -340,6 +340,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       // warm-up or a cosine set them apart for good (1.5e-3 after 10 steps).
       rep->step(clip_scale_, first_minibatch + (s.kind == "pipedream" ? a.microbatch - a.microbatch % s.replicas(a.stage)
                                                                          : a.microbatch));
+      if (on_step_ && a.stage == s.num_stages - 1) on_step_(first_minibatch + a.microbatch);
       break;
   }
 }

@@ -54,6 +54,8 @@ class Worker {
   // Called on a last-stage worker after the forward of each microbatch: (minibatch, loss of
   // the microbatch, correct predictions, targets in it).
   using LossCallback = std::function<void(int64_t minibatch, double loss, int64_t correct, int64_t targets)>;
+  // Called on a last-stage worker after each step of it, with the (global) minibatch it closes.
+  using StepCallback = std::function<void(int64_t minibatch)>;
 
   Worker(int rank, std::shared_ptr<model::LayeredModel> model, const model::DataSplit& data,
          Transport& transport, const WorkerOptions& options);
@@ -77,6 +79,7 @@ class Worker {
   model::LayeredModel& model() { return *model_; }
 
   void set_loss_callback(LossCallback cb) { on_loss_ = std::move(cb); }
+  void set_step_callback(StepCallback cb) { on_step_ = std::move(cb); }
   // Called with each minibatch's whole-model gradient norm where clipping computes it.
   using GradNormCallback = std::function<void(int64_t minibatch, double norm)>;
   void set_grad_norm_callback(GradNormCallback cb) { on_grad_norm_ = std::move(cb); }
@@ -157,6 +160,7 @@ class Worker {
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;
   LossCallback on_loss_;
+  StepCallback on_step_;
   GradNormCallback on_grad_norm_;
   double origin_ms_ = 0;
   std::vector<schedule::TraceEvent> trace_;

@@ -545,6 +545,31 @@ TEST(TrainCli, AnAccuracyRowsTimeIncludesThePipelinesDrain) {
   EXPECT_NEAR(std::stod(rows.back()[5]), std::stod(log.substr(at + 10)), 0.002) << log << slurp(csv);
 }
 
+// A replicated last stage's rows are stamped when the replicas stepped their minibatch: stamped at
+// its loss, before the backward, the all-reduce and the step, the last row of a data-parallel mlp
+// read 0.700 s of a run that took 0.746 (threads; gloo 0.997 of 1.085).
+TEST(TrainCli, AReplicatedLastStagesRowsAreStampedOnceItStepped) {
+  TempDir tmp("dp_rows");
+  std::string csv = (tmp.path / "m.csv").string();
+  ASSERT_EQ(run({"train", "--model", "mlp", "--steps", "8", "--workers", "2", "--schedule", "dp", "--metrics", csv,
+                 "--quiet"},
+                tmp.path / "log"),
+            0)
+      << slurp(tmp.path / "log");
+  std::ifstream in(csv);
+  std::string line, last;
+  std::getline(in, line);
+  while (std::getline(in, line)) last = line;
+  std::vector<std::string> row;
+  std::stringstream fields(last);
+  for (std::string field; std::getline(fields, field, ',');) row.push_back(field);
+  ASSERT_GE(row.size(), 6u) << slurp(csv);
+  std::string log = slurp(tmp.path / "log");
+  size_t at = log.find("steps 8, ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_NEAR(std::stod(row[5]), std::stod(log.substr(at + 9)), 0.01) << log << slurp(csv);
+}
+
 // A checkpoint folder one worker does not see (another host's own disk) is named as not shared,
 // not only "cannot write file". Worker 1 runs in a mount namespace where the folder is another.
 TEST(TrainCli, ACheckpointFolderTheWorkersDoNotShareIsNamed) {
