@@ -101,10 +101,8 @@ void note_weight_delay(const job::Job& job) {
 }
 
 void note_cluster_transport(const job::Job& job, const std::string& transport) {
-  const json& calibration = job.options.cluster.calibration;
-  if (!calibration.is_object() || !calibration.contains("transport") || !calibration["transport"].is_string()) return;
-  std::string measured = calibration["transport"].get<std::string>();
-  if (measured == transport) return;
+  std::string measured = job.options.cluster.calibrated_over();
+  if (measured.empty() || measured == transport) return;
   std::cerr << "note: " << job.options.cluster_source << " was calibrated over " << measured << ", this run is over "
             << transport << ": its figures (what a process holds besides its tensors, the hand-over, the "
             << "all-reduces) were measured over " << measured << "; calibrate with --transport " << transport

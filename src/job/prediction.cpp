@@ -76,7 +76,7 @@ RunPrediction predict_host_run(const Job& job, const profile::Profile& profile, 
   const plan::Cluster& cluster = job.options.cluster;
   // A cluster calibrated over this transport (calibrate --workers N [--transport gloo]) measured
   // this very hand-over: its latency, rate and all-reduce terms; otherwise tensors cross for free.
-  bool same = cluster.calibration.is_object() && cluster.calibration.value("transport", "") == transport;
+  bool same = cluster.calibrated_over() == transport;
   const plan::Cluster* measured = !cluster.levels.empty() && same ? &cluster : nullptr;
   RunPrediction r =
       simulate_run(job, profile::with_batch_size(profile, job.options.train.batch_size), measured, cores);

@@ -232,6 +232,11 @@ json to_json(const Cluster& c) {
   return doc;
 }
 
+std::string Cluster::calibrated_over() const {
+  if (!calibration.is_object() || !calibration.contains("transport") || !calibration["transport"].is_string()) return "";
+  return calibration["transport"].get<std::string>();
+}
+
 double Cluster::core_rate(int running, int cores) const {
   if (running <= 0) return 1;
   size_t n = static_cast<size_t>(running);

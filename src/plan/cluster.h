@@ -94,6 +94,9 @@ struct Cluster {
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
   // file as written; the cost engine reads only the levels.
   json calibration;
+  // The transport calibrate measured over (calibration.transport: "threads" or "gloo"), whose
+  // process_bytes, hand-over and all-reduces these are; empty for a typed cluster.
+  std::string calibrated_over() const;
 
   int workers() const;
   // Index of the innermost level that contains both workers (a != b).

@@ -745,19 +745,33 @@ TEST(TrainCli, A2bwTracesWeightCopiesAreTheRunsOwn) {
 // A cluster calibrated over threads, given to a gloo run: its process_bytes is a threads process's
 // and was charged to every rank without a word (the modelled peak RSS 39% over the OS's, the
 // hostile pass of 2026-12-01). The run says so; over the transport it was calibrated on, nothing.
+// Nor is a peak RSS modelled from it: a threads run given a gloo-calibrated cluster printed 178.9
+// MiB as the model where the OS counted 253.2.
 TEST(TrainCli, AClusterCalibratedOverAnotherTransportIsNamed) {
   TempDir tmp("cluster-transport");
   fs::path cluster = tmp.path / "threads.json";
   std::ofstream(cluster) << R"({"format": "pipetrain.cluster/1", "process_bytes": 104857600,
       "levels": [{"fan_out": 2, "bandwidth_gbps": 10}], "calibration": {"transport": "threads"}})";
   const std::string note = " was calibrated over threads, this run is over gloo: its figures";
+  fs::path profile = tmp.path / "profile.json";  // the modelled memory is printed with --profile
+  ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--batch-size", "64", "-o", profile.string()}, tmp.path / "log"), 0)
+      << slurp(tmp.path / "log");
   for (const std::string transport : {"gloo", "threads"}) {
     std::vector<std::string> args{"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "2",
                                   "--stages", "2", "--schedule", "1f1b", "--quiet", "--transport", transport,
-                                  "--cluster", cluster.string()};
+                                  "--cluster", cluster.string(), "--profile", profile.string()};
     ASSERT_EQ(run(args, tmp.path / "log"), 0) << slurp(tmp.path / "log");
-    EXPECT_EQ(slurp(tmp.path / "log").find(note) != std::string::npos, transport == "gloo")
-        << transport << "\n" << slurp(tmp.path / "log");
+    std::string out = slurp(tmp.path / "log");
+    EXPECT_EQ(out.find(note) != std::string::npos, transport == "gloo") << transport << "\n" << out;
+    const std::string unmodelled = "peak RSS (modelled): not modelled: " + cluster.string() +
+                                   "'s process_bytes were measured of a threads run's process (every worker in it), "
+                                   "this run's are a gloo worker's process";
+    EXPECT_EQ(out.find(unmodelled) != std::string::npos, transport == "gloo") << transport << "\n" << out;
+    // Over its own transport the model is printed: the process's figure, a worker's tensors and the data.
+    EXPECT_EQ(out.find("peak RSS (modelled): ") != std::string::npos, true) << transport << "\n" << out;
+    EXPECT_EQ(out.find("peak RSS per worker process (modelled)"), std::string::npos) << transport << "\n" << out;
+    if (transport == "threads")
+      EXPECT_NE(out.find(" for this process (the tensors above, the data "), std::string::npos) << out;
   }
 }
 
