@@ -133,7 +133,10 @@ void note_fewer_workers(plan::Plan& plan, const Refereed& r, const plan::Cluster
       break;
     }
   plan.notes.push_back(str("fewer workers: the plan uses ", plan.workers, " of the cluster's ", cluster.workers(),
-                           "; on these links no simulated plan on more is faster",
+                           cluster.host_cores > 0 && cluster.host_cores < cluster.workers()
+                               ? str("; on these links and the host's ", cluster.host_cores,
+                                     cluster.host_cores == 1 ? " core" : " cores", " no simulated plan on more is faster")
+                               : std::string("; on these links no simulated plan on more is faster"),
                            all > 0 ? str(" (the best on all ", cluster.workers(), ": ", std::round(all * 10) / 10,
                                          " ms per minibatch in simulation)")
                                    : std::string(),

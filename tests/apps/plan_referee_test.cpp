@@ -540,6 +540,26 @@ TEST(PlanReferee, WorkersSharingAHostsCoresArePlannedOnThem) {
   EXPECT_NEAR(slow_ms / slow_plan["predicted"]["pipeline_ms_per_minibatch"].get<double>(), 1.0, 1e-6);
 }
 
+// On one core, 4 workers compute no faster than one, and pay the all-reduce besides: the plan
+// is one worker's. The search's bound ruled one worker out unreplayed (its estimates count a
+// device a worker), and plan chose 4 at 358.837 ms per minibatch over one at 358.702, warning.
+TEST(PlanReferee, WorkersOutnumberingTheCoresNeverPlanSlowerThanOne) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  std::string cluster = ::testing::TempDir() + "one_core.cluster.json", out = ::testing::TempDir() + "one_core.plan.json";
+  std::ofstream(cluster) << R"({"format": "pipetrain.cluster/1", "levels": [{"name": "host", "fan_out": 4,
+                               "bandwidth_gbps": 10}], "host_cores": 1})";
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path + " --cluster " +
+                                    cluster + " -o " + out);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_EQ(planned.output.find("slower than one worker"), std::string::npos) << planned.output;
+  EXPECT_NE(planned.output.find("fewer workers: the plan uses 1 of the cluster's 4; on these links and the host's 1 "
+                                "core no simulated plan on more is faster"),
+            std::string::npos)
+      << planned.output;
+  json p = parse_json(read_text_file(out), out);
+  EXPECT_EQ(p["workers"].get<int>(), 1) << p.dump();
+}
+
 // `plan --top K --save-top DIR` writes the K best candidates as plan files, the first the chosen
 // plan itself: each one `simulate --plan` replays at the time `plan` ranked it by, fastest first.
 TEST(PlanReferee, TheTopCandidatesAreWrittenAsPlansThatReplayAsRanked) {
