@@ -325,4 +325,6 @@ void refuse_layer_ms(double ms, const std::string& where) {
   throw FormatError(str(where, ": ", ms, " ms, more than the ", kMaxLayerMs, " ms pipetrain accepts for one layer"));
 }
 
+double input_gradient_share(int stage) { return stage == 0 ? 1.0 : kInputGradientShare; }
+
 }  // namespace pt::profile

@@ -21,8 +21,8 @@ ActionTimes action_times_from_profile(const plan::Plan& plan, const profile::Pro
     // A recomputing stage runs its forward again before its B, as the simulator charges it.
     const double again = plan.stages[st].recompute ? forward : 0;
     t.forward_ms.push_back(forward * per + host);
-    t.input_grad_ms.push_back((again + backward * profile::kInputGradientShare) * per + host);
-    t.weight_grad_ms.push_back(backward * per * (1 - profile::kInputGradientShare) + host);
+    t.input_grad_ms.push_back((again + backward * profile::input_gradient_share(st)) * per + host);
+    t.weight_grad_ms.push_back(backward * per * (1 - profile::input_gradient_share(st)) + host);
   }
   for (double bytes : profile::cut_bytes(profile, stage_of, stages)) t.send_bytes.push_back(bytes * per);
   return t;

@@ -5,7 +5,8 @@
 // The model, chosen to match how the runtime runs a schedule:
 //  - each worker runs its compute (F, B, W) one at a time in list order; F/B/W of a microbatch
 //    take the stage's profiled time x (microbatch size / batch size); a split backward (zb-h1)
-//    charges profile::kInputGradientShare of the backward to B and the rest to W;
+//    charges profile::input_gradient_share of the backward to B and the rest to W (all of it
+//    to W on the first stage, whose input needs no gradient);
 //  - actions run in time order: each round the action that can start earliest (its inputs
 //    known), ties to the lowest worker, so the result does not depend on how workers are
 //    numbered;

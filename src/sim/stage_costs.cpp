@@ -35,8 +35,11 @@ double compute_ms(const schedule::Schedule& s, const schedule::Action& a, const 
   switch (a.kind) {
     case schedule::ActionKind::kForward: return c.forward_ms * scale;
     case schedule::ActionKind::kBackward:
-      return ((s.recomputes(a.stage) ? c.forward_ms : 0) + c.backward_ms * (split ? profile::kInputGradientShare : 1.0)) * scale;
-    case schedule::ActionKind::kBackwardWeight: return c.backward_ms * scale * (1 - profile::kInputGradientShare);
+      return ((s.recomputes(a.stage) ? c.forward_ms : 0) +
+              c.backward_ms * (split ? profile::input_gradient_share(a.stage) : 1.0)) *
+             scale;
+    case schedule::ActionKind::kBackwardWeight:
+      return c.backward_ms * scale * (1 - profile::input_gradient_share(a.stage));
     default: return 0;
   }
 }

@@ -55,10 +55,13 @@ double simulated_ms(const std::string& kind, int p, int v, int m) {
 
 TEST(InterleavedZeroBubble, FasterThanInterleaved1F1B) {
   // W's fill interleaved 1F1B's bubbles: on identical layers, 4 workers, 2 chunks. The bubble
-  // shrinks with more microbatches, and with it what there is to fill.
-  for (int m : {4, 8, 16}) {
+  // shrinks with more microbatches, and with it what there is to fill: at 16, with the first
+  // chunk's whole backward at B as the runtime runs it (its input needs no gradient), 135.9 ms
+  // against interleaved 1F1B's 131.8 (0.99x of it when that backward was split in two halves,
+  // which the runtime never ran); plan and compare simulate both and take the faster.
+  for (int m : {4, 8}) {
     double plain = simulated_ms("interleaved", 4, 2, m), zb = simulated_ms("interleaved-zb", 4, 2, m);
-    EXPECT_LT(zb, (m <= 8 ? 0.95 : 0.99) * plain) << "m=" << m << ": " << zb << " ms, interleaved " << plain;
+    EXPECT_LT(zb, 0.95 * plain) << "m=" << m << ": " << zb << " ms, interleaved " << plain;
   }
 }
 

@@ -193,11 +193,13 @@ TEST(VSchedules, CountedBudgetsStayWithinThePapers) {
 }
 
 TEST(VSchedules, UniformModelZbVBeats1F1BAtItsMemoryAndVHalfHalvesIt) {
-  // 32 identical layers on 8 workers, 16 microbatches (the zero-bubble papers' setting).
+  // 32 identical layers on 8 workers, 16 microbatches (the zero-bubble papers' setting). 1.23x:
+  // the first chunk runs its whole backward at B, as the runtime does (its input needs no
+  // gradient); charged half at B and half at W, as the runtime never ran it, it was 1.25x.
   profile::Profile prof = testing::uniform_profile(32, 10, 20, 8 << 20, 4 << 20, 16);
   Outcome f = simulate_kind("1f1b", prof, 8, 16), z = simulate_kind("zb-v", prof, 8, 16),
       h = simulate_kind("v-half", prof, 8, 16), n = simulate_kind("v-min", prof, 8, 16);
-  EXPECT_GE(f.ms / z.ms, 1.25) << "zb-v " << z.ms << " ms, 1f1b " << f.ms;
+  EXPECT_GE(f.ms / z.ms, 1.2) << "zb-v " << z.ms << " ms, 1f1b " << f.ms;
   EXPECT_LE(z.peak_activations, f.peak_activations);
   EXPECT_GE(f.ms / h.ms, 1.05) << "v-half " << h.ms << " ms";
   EXPECT_LE(h.peak_activations, 0.65 * static_cast<double>(f.peak_activations));
