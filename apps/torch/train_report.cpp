@@ -118,7 +118,7 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
   std::cout << " (ratio " << r.samples_per_s / predicted;
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
-              << " cores; --profile P predicts this run";
+              << " cores; --profile P, with a --cluster from `pipetrain calibrate`, predicts this run";
   std::cout << ")\n";
 }
 

@@ -102,6 +102,14 @@ def example_input(shape, dtype, high, batch=None):
     return torch.randint(0, high, shape, generator=g, dtype=dtype)
 
 
+def input_description(x):
+    """What --input-shape, --input-dtype and --input-high made of the example batch."""
+    dims = ",".join(str(d) for d in x.shape)
+    if x.dtype.is_floating_point:
+        return f"{dims}, {str(x.dtype).replace('torch.', '')}"
+    return f"{dims}, {str(x.dtype).replace('torch.', '')}, ids 0 to {int(x.max()) if x.numel() else 0}"
+
+
 def time_call(fn, repeats=3):
     best = float("inf")
     for _ in range(repeats):
@@ -305,8 +313,9 @@ class Graph:
         out = self.output.args[0]
         if not isinstance(out, torch.fx.Node):
             raise ExportError("--model: forward returns a tuple or a dict; pipetrain's last layer must return one tensor")
-        self.shapes = self._shapes(x)
-        self.other_shapes = self._shapes(x_other)
+        self.shapes_batch = x.shape[0]
+        self.shapes = self._shapes(x, example=True)
+        self.other_shapes = self._shapes(x_other, example=False)
         self.batch, self.batch_other = x.shape[0], x_other.shape[0]
         self.index = {n: i for i, n in enumerate(self.ops)}
         self.index[self.input] = -1
@@ -317,17 +326,24 @@ class Graph:
             self._last_use[n] = max(users) if users else self.index[n]
         self._forbidden = self._forbidden_spans()
 
-    def _shapes(self, x):
+    def _shapes(self, x, example):
         captured = io.StringIO()  # ShapeProp prints the failing op's traceback; the error says it
         try:
             with contextlib.redirect_stderr(captured):
                 ShapeProp(self.gm).propagate(x)
         except Exception as e:
             causes = [l for l in captured.getvalue().splitlines() if re.match(r"^\w+(Error|Exception): ", l)]
-            raise ExportError(f"--model: running it at batch {x.shape[0]} failed at "
-                              f"{str(e).splitlines()[0].replace('ShapeProp error for: ', '')}"
-                              f"{': ' + causes[-1] if causes else ''}. pipetrain splits minibatches into "
-                              "microbatches, so no layer may fix the batch size") from None
+            where = (f"{str(e).splitlines()[0].replace('ShapeProp error for: ', '')}"
+                     f"{': ' + causes[-1] if causes else ''}")
+            # The example batch is the user's own: a wrong shape, dtype or id bound fails there,
+            # and only a batch of another size points at a layer that fixes it.
+            if example:
+                raise ExportError(f"--model: running it on the example batch ({input_description(x)}) failed at "
+                                  f"{where}. Check --input-shape, --input-dtype and --input-high against what the "
+                                  "model takes") from None
+            raise ExportError(f"--model: it ran at batch {self.shapes_batch} but at batch {x.shape[0]} failed at "
+                              f"{where}. pipetrain splits minibatches into microbatches, so no layer may fix the "
+                              "batch size") from None
         shapes = {}
         for n in self.gm.graph.nodes:
             meta = n.meta.get("tensor_meta")
@@ -597,7 +613,8 @@ def split_traced(model, x, x_other, layers, max_tensors):
         raise
     except Exception as e:
         raise ExportError(f"--model: running {type(model).__name__} at batch {x.shape[0]} and {x_other.shape[0]} "
-                          f"failed: {e}. pipetrain splits minibatches into microbatches, so no layer may fix the batch size")
+                          f"failed: {e}. Check --input-shape, --input-dtype and --input-high against what the model "
+                          "takes; pipetrain also splits minibatches into microbatches, so no layer may fix the batch size")
     cuts = choose_cuts(graph, node_times(gm, x), layers, max_tensors)
     bounds = [-1] + cuts + [len(graph.ops) - 1]
     spans = [(bounds[j] + 1, bounds[j + 1] + 1) for j in range(len(bounds) - 1)]
@@ -730,7 +747,10 @@ def layer_records(scripted):
 
 
 def export(args):
-    shape = [int(s) for s in args.input_shape.split(",") if s.strip()]
+    try:
+        shape = [int(s) for s in args.input_shape.split(",") if s.strip()]
+    except ValueError:
+        shape = []
     if not shape or any(s < 1 for s in shape):
         raise ExportError(f"--input-shape: expected positive sizes, batch first (64,3,32,32), got '{args.input_shape}'")
     try:

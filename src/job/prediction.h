@@ -22,6 +22,7 @@ struct RunPrediction {
   int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
   bool on_cluster = false;   // links of the job's --cluster, not memory
   bool calibrated_host = false;  // that cluster: this host's hand-over, as calibrate measured it
+  double action_us = 0;          // the host's time per action charged (Cluster::action_us; 0: none)
   std::string transport = "threads";  // how the run's workers talk (train --transport): named, not costed
   double ms() const { return simulated_ms; }
   std::string describe(const Job& job) const;  // "1f1b, 4 microbatches; ..."

@@ -33,6 +33,12 @@ std::string dims_after(const torch::Tensor& t, int64_t from) {
   return out;
 }
 
+// What the model outputs per minibatch of N, "[N, 10]": the probe's own batch is no figure of
+// the model's (a 2-sample probe's [2, 10] was printed as what the model outputs).
+std::string per_sample_shape(const torch::Tensor& out) {
+  return str("[N", out.dim() > 1 ? ", " : "", dims_after(out, 1), "]");
+}
+
 // A NaN or an infinity in float data trained on until the loss turned NaN, and the run then
 // blamed the learning rate: the first sample holding one is named instead. In blocks of rows,
 // so that a large file does not need a mask of its own size.
@@ -219,7 +225,7 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
     if (y.scalar_type() != torch::kFloat32)
       throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; --loss mse needs float32 targets"));
     if (y.sizes().slice(1) != out.sizes().slice(1))
-      throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", shape_of(out)));
+      throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", per_sample_shape(out)));
     check_finite(y, yk, source);
     return;
   }
@@ -280,7 +286,7 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
     throw FormatError(str(
         source, ": '", yk, "' has shape ", shape_of(y), "; ",
         lm ? "--loss lm needs one next token per input token, the shape of '" + xk + "'"
-           : str("the model outputs ", shape_of(out), ", so cross-entropy needs class ids of shape [N",
+           : str("the model outputs ", per_sample_shape(out), ", so cross-entropy needs class ids of shape [N",
                  out.dim() > 2 ? ", " : "", dims_after(out, 2), "]"),
         looks_like_lm ? str(" (a language model's next tokens, the shape of '", xk, "': give --loss lm; '", yk,
                             "' must be '", xk, "' shifted by one token, y[:, t] = the token after x[:, t])")

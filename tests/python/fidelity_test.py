@@ -488,6 +488,9 @@ class Errors(unittest.TestCase):
         too_high[0] = 8  # drawn alone, 8 is missing from 1 draw in 110 (CI saw "'y' holds 7")
         self.train_fails({"x": x, "y": too_high}, "'y' holds 8", "outputs 5 classes")
         self.train_fails({"x": x, "y": y[:30]}, "'y' has shape [30]", "40 samples")
+        # What the model outputs per minibatch of N, not its 2-sample probe's [2, 5].
+        self.train_fails({"x": x, "y": y[:, None]}, "'y' has shape [40, 1]; the model outputs [N, 5], so cross-entropy "
+                         "needs class ids of shape [N]")
         self.train_fails({"x": x, "y": y.float()}, "'y' is Float", "int64")
         self.train_fails({"x": x, "x_test": x}, "no 'y'")
         self.train_fails({"x": x}, "a dict of two or more tensors")
@@ -574,13 +577,22 @@ class Errors(unittest.TestCase):
     def test_what_export_cannot_split(self):
         out = os.path.join(self.tmp.name, "x.pt")
         # The last through the binary (its exit code and stderr), the others in this process.
-        for spec, needle in (("toy_models:branchy", "control flow"), ("toy_models:fixed_batch", "fix the batch size"),
-                             ("toy_models:nothing", "has no 'nothing'"), ("no_such_module:f", "cannot import")):
-            with self.subTest(spec=spec):
-                args = ["--model", spec, "--input-shape", "8,4", "-o", out]
+        # A wrong example batch is the user's input, not a layer that fixes the batch: every
+        # failure on it said "no layer may fix the batch size", and a size that is no number
+        # ended in a traceback.
+        for spec, needle, shape in (
+                ("toy_models:branchy", "control flow", "8,4"),
+                ("toy_models:fixed_batch", "it ran at batch 8 but at batch 12 failed", "8,4"),
+                ("toy_models:nothing", "has no 'nothing'", "8,4"),
+                ("toy_models:fixed_batch", "running it on the example batch (8,5, float32) failed", "8,5"),
+                ("toy_models:fixed_batch", "expected positive sizes, batch first (64,3,32,32), got '8,x'", "8,x"),
+                ("no_such_module:f", "cannot import", "8,4")):
+            with self.subTest(spec=spec, shape=shape):
+                args = ["--model", spec, "--input-shape", shape, "-o", out]
                 r = run_failing([PIPETRAIN, "export"] + args) if spec.startswith("no_such") else export(args)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(needle, r.stderr)
+                self.assertEqual("fix the batch size" in r.stderr, needle.startswith("it ran at batch"), r.stderr)
                 self.assertNotIn("Traceback", r.stderr)
                 self.assertFalse(os.path.exists(out))
 

@@ -90,10 +90,10 @@ class FixedBatch(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.a, self.b = nn.Linear(4, 4), nn.Linear(16, 2)
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
 
     def forward(self, x):
-        return self.b(self.a(x).reshape(8, 16))
+        return self.b(self.a(x).reshape(8, -1))
 
 
 def branchy():
