@@ -11,6 +11,7 @@
 #include "job/core_pinning.h"
 #include "job/gloo_job.h"
 #include "job/prediction.h"
+#include "job/threads_job.h"
 #include "schedule/memory.h"
 
 namespace pt::app {
@@ -167,8 +168,13 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   std::string besides = str(" (the tensors above, the data ", human_bytes(static_cast<double>(data_bytes)),
                             " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");
   if (flags.transport == "threads") {
-    std::cout << prefix << "peak RSS (modelled): " << human_bytes(tensors + static_cast<double>(process + data_bytes))
-              << " for this process" << besides << "\n";
+    int64_t sums = flags.model.emulated() ? 0 : job::hub_sum_bytes(job, prof);
+    if (sums > 0)
+      besides.insert(besides.size() - 1, str(", and the all-reduce's sums ", human_bytes(static_cast<double>(sums)),
+                                             " (a copy of each replicated stage's gradients)"));
+    std::cout << prefix << "peak RSS (modelled): "
+              << human_bytes(tensors + static_cast<double>(process + data_bytes + sums)) << " for this process"
+              << besides << "\n";
     return;
   }
   // Gloo workers on one host: the shared memory their transfers map (gloo_job.h).

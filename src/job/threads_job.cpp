@@ -6,6 +6,7 @@
 #include "model/compute_threads.h"
 #include "runtime/checkpoint_lock.h"
 #include "runtime/progress.h"
+#include "profile/profile.h"
 #include "runtime/thread_transport.h"
 
 namespace pt::job {
@@ -76,6 +77,14 @@ PipelineResult train_pipeline(const ModelFactory& factory, const model::DataSpli
                               const PipelineOptions& options, std::vector<std::unique_ptr<runtime::Worker>>* workers_out) {
   Job job = make_job(plan, options, *factory(model::LayerSet::none()), data);
   return run_on_threads(job, factory, data, workers_out);
+}
+
+int64_t hub_sum_bytes(const Job& job, const profile::Profile& profile) {
+  const schedule::Schedule& s = *job.typical;
+  int64_t bytes = 0;
+  for (int st = 0; st < s.num_stages; ++st)
+    if (s.replicas(st) > 1) bytes += profile::parameter_bytes(profile, s.stage_layers[st]);
+  return bytes;
 }
 
 }  // namespace pt::job

@@ -47,6 +47,7 @@ json to_json(const Profile& p) {
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
     if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
     if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
+    if (l.split_bytes > 0) layer["split_bytes"] = l.split_bytes;
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
     if (l.buffer_bytes > 0) layer["buffer_bytes"] = l.buffer_bytes;
     if (!l.timings.empty()) {
@@ -117,6 +118,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     if (f.has("optimizer_ms")) l.optimizer_ms = layer_ms(f["optimizer_ms"]);
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
+    if (f.has("split_bytes")) l.split_bytes = f["split_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("buffer_bytes")) l.buffer_bytes = f["buffer_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("timings")) {
@@ -192,6 +194,10 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
     l.backward_ms = backward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
     l.activation_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.activation_bytes) * f));
     l.stash_bytes = l.fixed_stash_bytes + static_cast<int64_t>(std::llround(static_cast<double>(l.stash_bytes - l.fixed_stash_bytes) * f));
+    if (l.split_bytes > 0) {
+      int64_t fixed = std::min(l.fixed_stash_bytes, l.split_bytes);
+      l.split_bytes = fixed + static_cast<int64_t>(std::llround(static_cast<double>(l.split_bytes - fixed) * f));
+    }
     l.workspace_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.workspace_bytes) * f));
   }
   return out;
@@ -303,6 +309,14 @@ int64_t stash_bytes(const Profile& profile, int layer) {
 double stash_bytes_at(const Profile& profile, int layer, double scale) {
   int64_t whole = stash_bytes(profile, layer), fixed = std::min(profile.layers[layer].fixed_stash_bytes, whole);
   return static_cast<double>(fixed) + static_cast<double>(whole - fixed) * scale;
+}
+
+double split_bytes_at(const Profile& profile, int layer, double scale) {
+  if (is_input_layer(profile, layer)) return 0;
+  const Layer& l = profile.layers[layer];
+  if (l.split_bytes <= 0) return -1;
+  int64_t fixed = std::min(l.fixed_stash_bytes, l.split_bytes);
+  return static_cast<double>(fixed) + static_cast<double>(l.split_bytes - fixed) * scale;
 }
 
 double compute_step_ms(const Profile& profile, int layer) {

@@ -36,6 +36,12 @@ struct Layer {
   // the batch left a dualpipev worker 25% over `plan --memory`'s cap. Measured by `pipetrain
   // profile` at the batch and its half; optional (0).
   int64_t fixed_stash_bytes = 0;
+  // Bytes a zero-bubble B (the input gradient alone) leaves alive until its W, whole minibatch:
+  // what the nodes feeding a weight saved (a matmul's input), the gradients that reached them
+  // and the output and its gradient; the rest of the stash is freed at B (model/split_backward.h).
+  // Measured by `pipetrain profile` (with the input needing a gradient, as on any stage but the
+  // first); optional (0: not measured, and the model holds the stash until W).
+  int64_t split_bytes = 0;
   // Bytes its forward or backward needs beyond the stash while it runs (scratch buffers, the
   // gradients passing through), whole minibatch, besides one gradient of its parameters (the
   // backward makes it before adding it in); measured, optional (0: not measured).
@@ -130,6 +136,9 @@ double compute_step_ms(const Profile& profile, int layer);
 int64_t stash_bytes(const Profile& profile, int layer);
 // What a forward of `scale` of the profile's batch keeps: the fixed part whole, the rest scaled.
 double stash_bytes_at(const Profile& profile, int layer, double scale);
+// What a zero-bubble B of `scale` of the batch leaves until its W (Layer::split_bytes, its fixed
+// part the stash's); negative where not measured.
+double split_bytes_at(const Profile& profile, int layer, double scale);
 // Bytes of the parameters `layers` hold, a tied tensor once however many of them hold it (each
 // tied layer's parameter_bytes counts it; the runtime keeps one copy, one gradient, one momentum).
 // Summing layers counted a GPT's tied embedding twice in a stage's memory and all-reduce.

@@ -9,6 +9,7 @@
 #include "core/host_allocator.h"
 #include "model/flat_parameters.h"
 #include "model/memory_meter.h"
+#include "model/split_backward.h"
 #include "model/optimizer.h"
 
 namespace pt::profile {
@@ -170,6 +171,35 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
   return out;  // the gradients stay defined, as time_layer leaves them
 }
 
+// Layer::split_bytes: what a forward and a split B leave for W, the output's gradient (held
+// as received) not counted; 0 where the backward does not split (a weight used twice).
+int64_t split_bytes(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
+                    const torch::Tensor& targets) {
+  auto account = std::make_shared<model::MemoryAccount>();
+  torch::Tensor top;
+  {
+    model::ChargeTo charge(account);
+    torch::Tensor output;  // the loss's input, on the last layer: its graph keeps what it needs
+    top = forward(model, module, input, targets, output);
+  }
+  if (!top.requires_grad()) return 0;
+  torch::Tensor grad = torch::ones_like(top);
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : module->parameters())
+    if (p.requires_grad()) weights.push_back(p);
+  torch::Tensor input_grad;
+  model::WeightBackward w;
+  int64_t kept = 0;
+  {
+    model::ChargeTo charge(account);
+    if (!model::input_gradient(top, grad, input, weights, &input_grad, &w)) return 0;
+    input_grad = torch::Tensor();  // sent on
+    kept = account->live();
+    model::weight_gradients(w);
+  }
+  return kept;
+}
+
 // The layer's memory as the meter sees it allocated on this thread: what one forward leaves
 // alive for the backward (Layer::stash_bytes: its output and what autograd saves), and the most
 // its forward or backward holds beyond that while running (Layer::workspace_bytes: scratch
@@ -221,6 +251,7 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
     workspace = std::max(workspace, account->peak() - before);
   }
   l.workspace_bytes = std::max<int64_t>(0, workspace - l.parameter_bytes);
+  if (input.requires_grad()) l.split_bytes = split_bytes(model, module, input, targets);
 }
 
 // The model's ties that train (`trains`) or the frozen ones.

@@ -235,14 +235,19 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
     // An output that needs no gradient (a first stage of layers without weights, or all frozen:
     // a Flatten, a fine-tuned model's backbone) has nothing to propagate: autograd refused it,
     // and the job failed at its first backward.
+    // An emulated layer charges its split itself (emulated_layer.cpp).
     if (f.output.requires_grad()) {
-      if (whole) torch::autograd::backward({f.output}, {f.output_grad});
-      else torch::autograd::backward({f.output}, {f.output_grad}, /*retain_graph=*/true, false, {f.input});
+      if (whole)
+        torch::autograd::backward({f.output}, {f.output_grad});
+      else if (values_)
+        f.split = model::input_gradient(f.output, f.output_grad, f.input, trainable(), &input_grad, &f.weight_backward);
+      if (!whole && !f.split)
+        torch::autograd::backward({f.output}, {f.output_grad}, /*retain_graph=*/true, false, {f.input});
     }
     for (auto& [b, own] : buffers) b.set_data(own);
   });
   if (has_input_grad) {
-    input_grad = f.input.grad();
+    if (!f.split) input_grad = f.input.grad();
     // An output that does not depend on the input: its gradient there is zero.
     if (!input_grad.defined()) input_grad = torch::zeros_like(f.input);
     input_grad = model::to_wire(input_grad, model_->precision());
@@ -257,14 +262,21 @@ void StageReplica::backward_weight(int64_t mb) {
   InFlight& f = it->second;
   PT_CHECK(f.output_grad.defined(), "weight gradient of microbatch ", mb, " before its input gradient");
   if (!f.input.requires_grad()) return finish(it);  // its B ran the whole backward (backward)
-  std::vector<torch::Tensor> trainable;
-  for (auto& p : params_)
-    if (p.requires_grad()) trainable.push_back(p);
+  std::vector<torch::Tensor> weights = trainable();
   with_weights(f, [&] {
-    if (!trainable.empty() && f.output.requires_grad())
-      torch::autograd::backward({f.output}, {f.output_grad}, false, false, trainable);
+    if (f.split)
+      model::weight_gradients(f.weight_backward);
+    else if (!weights.empty() && f.output.requires_grad())
+      torch::autograd::backward({f.output}, {f.output_grad}, false, false, weights);
   });
   finish(it);
+}
+
+std::vector<torch::Tensor> StageReplica::trainable() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params_)
+    if (p.requires_grad()) out.push_back(p);
+  return out;
 }
 
 void StageReplica::finish(std::map<int64_t, InFlight>::iterator it) {

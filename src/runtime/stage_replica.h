@@ -12,6 +12,7 @@
 #include "model/layered_model.h"
 #include "model/flat_parameters.h"
 #include "model/optimizer.h"
+#include "model/split_backward.h"
 
 namespace pt::runtime {
 
@@ -121,6 +122,10 @@ class StageReplica {
     int64_t microbatch = 0;  // its global index: its dropout masks' key
     std::vector<torch::Tensor> predicted;  // its own predicted weights (weight prediction), else empty
     int64_t shares = -1;  // predict_per_minibatch: the minibatch whose predicted weights it runs on
+    // A split backward's W, where its B kept what W needs (split_backward.h); else W runs a
+    // backward to the weights.
+    bool split = false;
+    model::WeightBackward weight_backward;
   };
   bool runs_on_copy(const InFlight& f) const { return !f.predicted.empty() || f.shares >= 0; }
   // Recompute: runs f's forward again with gradients (its weight version must be in place).
@@ -136,6 +141,7 @@ class StageReplica {
   template <typename F>
   void with_weights(InFlight& mb, F&& f);
   void release_version_if_unused(int64_t version);
+  std::vector<torch::Tensor> trainable() const;  // params_ that take a gradient
   void finish(std::map<int64_t, InFlight>::iterator it);  // a microbatch's backward is complete
 
   std::shared_ptr<model::LayeredModel> model_;

@@ -35,8 +35,31 @@ struct StageBytes {
   double buffers = 0;                                   // Layer::buffer_bytes: one copy, whatever the versions
   double fixed_stash = 0;                               // of stash, kept whatever the batch
   double stash_at(double scale) const { return fixed_stash + (stash - fixed_stash) * scale; }
+  // What a split B leaves until its W, at the profile's batch and its fixed part
+  // (Layer::split_bytes); negative where the runtime holds the stash until W instead: the first
+  // stage (its B runs the whole backward), a layer not measured, a tie inside the stage (its
+  // weight used twice: W runs a backward of its own, model/split_backward.h).
+  double split = -1, fixed_split = 0;
+  double split_at(double scale) const { return fixed_split + (split - fixed_split) * scale; }
   std::vector<int> layers;
 };
+
+// Layer::split_bytes summed over the stage's layers; -1 where the runtime holds the stash instead.
+double stage_split(const profile::Profile& p, int stage, const std::vector<int>& layers, double scale) {
+  if (stage == 0) return -1;
+  for (const auto& tie : p.ties) {
+    int inside = 0;
+    for (int l : tie.layers) inside += std::count(layers.begin(), layers.end(), l) > 0;
+    if (inside > 1) return -1;
+  }
+  double sum = 0;
+  for (int l : layers) {
+    double b = profile::split_bytes_at(p, l, scale);
+    if (b < 0) return -1;
+    sum += b;
+  }
+  return sum;
+}
 
 std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p) {
   std::vector<int> stage_of = stage_of_layers(s, p);
@@ -48,6 +71,8 @@ std::vector<StageBytes> stage_bytes(const Schedule& s, const profile::Profile& p
       out[st].fixed_stash += profile::stash_bytes_at(p, l, 0);
     }
   for (int st = 0; st < s.num_stages; ++st) {
+    out[st].split = stage_split(p, st, s.stage_layers[st], 1);
+    out[st].fixed_split = std::max(0.0, stage_split(p, st, s.stage_layers[st], 0));
     out[st].params = static_cast<double>(profile::parameter_bytes(p, s.stage_layers[st]));
     out[st].buffers = static_cast<double>(profile::buffer_bytes(p, s.stage_layers[st]));
   }
@@ -190,6 +215,11 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
             at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash_at(scale) : 0), in_flight);
             if (!split) {
               release(a.stage, a.microbatch);
+            } else if (b.split >= 0) {
+              // B frees what only the input gradient needed and keeps what W needs.
+              double kept = b.split_at(scale) - (recompute ? 0 : b.stash_at(scale));
+              held[slot(a.stage, a.microbatch)] += kept;
+              now += kept;
             } else if (recompute) {
               // Its W needs what the recomputed forward saved: held until then. Counted freed at
               // B, a zb-h1 last stage's recomputation saved 0.3 MiB in the model and nothing in

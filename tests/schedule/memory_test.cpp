@@ -130,6 +130,34 @@ TEST(MemoryModel, ASplitBackwardHoldsTheRecomputedStashUntilItsW) {
   EXPECT_LT(gpipe_again[1].activations, gpipe_plain[1].activations);
 }
 
+// A split B frees what only the input gradient needed and keeps what W needs
+// (Layer::split_bytes), held until the W; not measured, the stash is held. The first stage's B
+// runs its whole backward, and a tie inside a stage runs W as a backward of its own: both hold
+// the stash whatever the profile says.
+TEST(MemoryModel, ASplitBackwardHoldsWhatItsWNeedsFromItsB) {
+  ScheduleOptions o;
+  o.microbatches = 4;
+  plan::Plan plan = straight_plan(2);
+  plan.stages[1].layers = {1, 2};
+  Schedule s = make_schedule("zb-h1", plan, o);
+  profile::Profile p = uniform_profile(3, 1, 2, kAct, kParams);
+  auto activations = [&](int64_t split, bool tie = false) {
+    profile::Profile q = p;
+    for (auto& l : q.layers) l.split_bytes = split;
+    if (tie) q.ties.push_back({{1, 2}, kParams});
+    auto m = memory_per_worker(s, q, {});
+    return std::make_pair(m[0].activations, m[1].activations);
+  };
+  auto stash = activations(0);
+  EXPECT_EQ(activations(kAct), stash);  // the same bytes kept
+  auto more = activations(3 * kAct), less = activations(kAct / 4);
+  EXPECT_EQ(more.first, stash.first);
+  EXPECT_EQ(less.first, stash.first);
+  EXPECT_GT(more.second, stash.second);
+  EXPECT_LT(less.second, stash.second);
+  EXPECT_EQ(activations(3 * kAct, true), stash);
+}
+
 TEST(MemoryModel, NamesTheLayerOutsideTheSchedule) {
   Schedule s = make_schedule("1f1b", straight_plan(2), {});
   EXPECT_THROW(memory_per_worker(s, uniform_profile(3, 1, 1)), ConfigError);

@@ -1,0 +1,84 @@
+// Zero-bubble's B and W on one stage (runtime/split_backward.h): together they give the input
+// and weight gradients of a whole backward, and W runs no node of the input-gradient chain
+// again; a weight used twice in the stage falls back to a backward to the weights.
+#include <gtest/gtest.h>
+
+#include "model/layered_model.h"
+#include "runtime/stage_replica.h"
+
+namespace pt::runtime {
+namespace {
+
+// An elementwise op of the chain that counts its backward calls.
+struct Counted : torch::autograd::Function<Counted> {
+  static inline int calls = 0;
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+    ctx->save_for_backward({x});
+    return x * x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    ++calls;
+    return {2 * ctx->get_saved_variables()[0] * g[0]};
+  }
+};
+
+// Layers: Linear, then the stage under test: Linear, Counted, Linear (`tied`: the last Linear
+// is the first one of the stage again).
+std::shared_ptr<model::LayeredModel> model_of(bool tied) {
+  torch::manual_seed(7);
+  auto m = std::make_shared<model::LayeredModel>("split", model::Task::kClassification, std::vector<int64_t>{6}, false);
+  torch::nn::Linear first(6, 6), shared(6, 6);
+  m->add("l0", torch::nn::Sequential(torch::nn::Linear(6, 6)));
+  m->add("l1", torch::nn::Sequential(shared));
+  m->add("counted", torch::nn::Sequential(torch::nn::Functional([](torch::Tensor x) { return Counted::apply(x); })));
+  m->add("l3", tied ? torch::nn::Sequential(shared) : torch::nn::Sequential(first));
+  return m;
+}
+
+struct Backward {
+  torch::Tensor input_grad;
+  std::vector<torch::Tensor> grads;
+  int b_calls = 0, w_calls = 0;  // Counted's backwards at B and at W
+};
+
+Backward run(bool tied, bool split) {
+  StageReplica r(model_of(tied), 1, 4, false, model::OptimizerOptions{}, false, 1);
+  torch::manual_seed(8);
+  torch::Tensor x = torch::randn({5, 6}), g = torch::randn({5, 6});
+  r.forward(0, x, {}, 1);
+  Backward out;
+  Counted::calls = 0;
+  out.input_grad = r.backward(0, g, split);
+  out.b_calls = Counted::calls;
+  if (split) r.backward_weight(0);
+  out.w_calls = Counted::calls - out.b_calls;
+  for (const auto& b : r.flat().grads()) out.grads.push_back(b.clone());
+  return out;
+}
+
+void expect_same(const Backward& a, const Backward& b) {
+  EXPECT_TRUE(torch::allclose(a.input_grad, b.input_grad, 1e-6, 1e-7));
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    EXPECT_GT(a.grads[i].abs().sum().item<double>(), 0);
+    EXPECT_TRUE(torch::allclose(a.grads[i], b.grads[i], 1e-6, 1e-7)) << i;
+  }
+}
+
+TEST(SplitBackward, GivesTheWholeBackwardsGradientsAndRunsTheChainOnce) {
+  Backward whole = run(false, false), split = run(false, true);
+  expect_same(split, whole);
+  EXPECT_EQ(whole.b_calls, 1);
+  EXPECT_EQ(split.b_calls, 1);
+  EXPECT_EQ(split.w_calls, 0);  // two backward calls ran it again at W
+}
+
+TEST(SplitBackward, AWeightUsedTwiceInTheStageFallsBackToABackwardToTheWeights) {
+  Backward whole = run(true, false), split = run(true, true);
+  expect_same(split, whole);
+  EXPECT_EQ(split.w_calls, 1);
+}
+
+}  // namespace
+}  // namespace pt::runtime
