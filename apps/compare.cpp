@@ -112,7 +112,7 @@ Register reg({"compare", "Simulate every schedule and data parallelism side by s
   app.add_option("--microbatches", flags->options.microbatches, "Pin each schedule's microbatches per step (default: searched)")
       ->each([flags](const std::string&) { flags->microbatches_given = true; });
   app.add_option("--chunks", flags->chunks, "Pin the interleaved rows' chunks per worker (default: 2 and 4 searched)");
-  app.add_option("--memory", flags->memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
+  app.add_option("--memory", flags->memory, "Memory per worker, e.g. 16GB (binary: GB and GiB both 2^30 bytes, MB 2^20, as the figures print them; default: the cluster's, or unlimited)");
   add_no_weight_prediction_flag(app, flags->no_weight_prediction);
   app.add_flag("--json", flags->json, "Print the table as JSON");
   return [flags] { return run_compare(*flags); };

@@ -121,7 +121,7 @@ Register reg({"plan", "Split a profiled model into replicated pipeline stages fo
   auto flags = std::make_shared<Flags>();
   app.add_option("--profile", flags->plan.profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
   add_cluster_flags(app, flags->plan.cluster);
-  app.add_option("--memory", flags->plan.memory, "Memory per worker, e.g. 16GB (default: the cluster's, or unlimited)");
+  app.add_option("--memory", flags->plan.memory, "Memory per worker, e.g. 16GB (binary: GB and GiB both 2^30 bytes, MB 2^20, as the figures print them; default: the cluster's, or unlimited)");
   app.add_option("--cost-model", flags->plan.cost_model, "pipetrain (default) or pipedream (PipeDream's optimizer)")
       ->capture_default_str();
   app.add_flag("--straight", flags->plan.straight, "One worker per stage, no replication");

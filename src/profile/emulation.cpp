@@ -35,7 +35,7 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
       c.forward_ms_at_rows = [l, scale, at](int64_t rows) { return forward_ms_at(l, static_cast<double>(rows), at) * scale; };
       c.backward_ms_at_rows = [l, scale, at](int64_t rows) { return backward_ms_at(l, static_cast<double>(rows), at) * scale; };
     }
-    c.input_gradient_share = kInputGradientShare;
+    c.input_gradient_share = input_gradient_share(p, i);
     c.step_ms = compute_step_ms(p, i) * emulation_options.time_scale;
     c.output_floats_per_sample = floats_per_sample(i + 1 == n ? static_cast<double>(l.activation_bytes) : crossing[i]);
     c.parameter_floats = std::llround(static_cast<double>(l.parameter_bytes) * emulation_options.byte_scale / 4);

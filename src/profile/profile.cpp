@@ -45,6 +45,7 @@ json to_json(const Profile& p) {
                   {"parameter_bytes", l.parameter_bytes},
                   {"inputs", l.inputs}};
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
+    if (l.input_gradient_ms > 0) layer["input_gradient_ms"] = l.input_gradient_ms;
     if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
     if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
     if (l.split_bytes > 0) layer["split_bytes"] = l.split_bytes;
@@ -116,6 +117,12 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("optimizer_ms")) l.optimizer_ms = layer_ms(f["optimizer_ms"]);
+    if (f.has("input_gradient_ms")) {
+      l.input_gradient_ms = layer_ms(f["input_gradient_ms"]);
+      if (l.input_gradient_ms > l.backward_ms)
+        f["input_gradient_ms"].fail(str("must be at most the layer's backward_ms (", l.backward_ms,
+                                        "), which includes it, got ", l.input_gradient_ms));
+    }
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
     if (f.has("split_bytes")) l.split_bytes = f["split_bytes"].as_int_in(0, kMaxLayerBytes);
@@ -191,7 +198,9 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
   out.batch_size = batch_size;
   for (auto& l : out.layers) {
     l.forward_ms = forward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
-    l.backward_ms = backward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
+    double backward = backward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
+    if (l.backward_ms > 0) l.input_gradient_ms *= backward / l.backward_ms;  // the same share
+    l.backward_ms = backward;
     l.activation_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.activation_bytes) * f));
     l.stash_bytes = l.fixed_stash_bytes + static_cast<int64_t>(std::llround(static_cast<double>(l.stash_bytes - l.fixed_stash_bytes) * f));
     if (l.split_bytes > 0) {
@@ -339,6 +348,19 @@ void refuse_layer_ms(double ms, const std::string& where) {
   throw FormatError(str(where, ": ", ms, " ms, more than the ", kMaxLayerMs, " ms pipetrain accepts for one layer"));
 }
 
-double input_gradient_share(int stage) { return stage == 0 ? 1.0 : kInputGradientShare; }
+double input_gradient_share(const Profile& profile, int layer) {
+  const Layer& l = profile.layers[layer];
+  return l.input_gradient_ms > 0 && l.backward_ms > 0 ? l.input_gradient_ms / l.backward_ms : kInputGradientShare;
+}
+
+double input_gradient_share(const Profile& profile, int stage, const std::vector<int>& layers) {
+  if (stage == 0) return 1.0;
+  double all = 0, input = 0;
+  for (int l : layers) {
+    all += profile.layers[l].backward_ms;
+    input += profile.layers[l].backward_ms * input_gradient_share(profile, l);
+  }
+  return all > 0 ? input / all : kInputGradientShare;
+}
 
 }  // namespace pt::profile

@@ -27,6 +27,10 @@ struct Layer {
   // optimizer step and one copy of its weights (a stash). Measured by `pipetrain profile`;
   // optional in the file (0: not measured, as in PipeDream's profiles).
   double optimizer_ms = 0;
+  // Of backward_ms, what its input gradient alone takes (a zero-bubble B, model/split_backward.h),
+  // whole minibatch. Measured by `pipetrain profile` where the input takes a gradient; optional
+  // (0: not measured, kInputGradientShare of the backward).
+  double input_gradient_ms = 0;
   // Bytes the layer's forward leaves alive until its backward (its output and what autograd
   // saves), whole minibatch. Measured by `pipetrain profile`; optional (0: not measured, and
   // stash_bytes() falls back to activation_bytes, PipeDream's assumption).
@@ -150,16 +154,21 @@ int64_t buffer_bytes(const Profile& profile, const std::vector<int>& layers);
 // Per layer, the parameter bytes it adds to the layers before it: a tie's later members less the
 // tie. Sums over sets that hold each tie whole or not at all (the planner's states) are exact.
 std::vector<int64_t> own_parameter_bytes(const Profile& profile);
-// The profile does not separate a backward's input gradient (B) from its weight gradient (W);
-// a schedule that runs them apart (zero bubble) charges this share of the backward to B and the
-// rest to W (the zero-bubble paper's T_B ~ T_W).
+// Where the profile does not separate a backward's input gradient (B) from its weight gradient
+// (W: no Layer::input_gradient_ms), a schedule that runs them apart (zero bubble) charges this
+// share of the backward to B and the rest to W (the zero-bubble paper's T_B ~ T_W).
 inline constexpr double kInputGradientShare = 0.5;
-// The share of stage `stage`'s backward that its B takes: kInputGradientShare, but all of it on
+// Of layer `layer`'s backward, the share its input gradient takes (Layer::input_gradient_ms, or
+// kInputGradientShare). gpt's blocks measure 0.59: charged 0.5, zb-h1 on 2 of its stages
+// simulated 7% over 1f1b where the two ran alike.
+double input_gradient_share(const Profile& profile, int layer);
+// The share of stage `stage`'s backward (its `layers`) that its B takes: the layers' shares
+// weighted by their backwards, but all of it on
 // the first stage, whose input (the data) needs no gradient: the runtime runs its whole backward
 // at B and its W only releases the microbatch (runtime/stage_replica.h). The runtime had run
 // no B there and the whole backward at W (vgg16's first of 8 chunks under zb-v: B 0.002 ms, W
 // 5.05), where the simulator charged 2.51 each, and measured 0.87 of what it simulated.
-double input_gradient_share(int stage);
+double input_gradient_share(const Profile& profile, int stage, const std::vector<int>& layers);
 // Part of a stage's gradients that the runtime all-reduces as one bucket (gradient_buckets.h).
 struct GradientBucket {
   double ready_share = 1;  // share of the stage's backward done when its gradients are final

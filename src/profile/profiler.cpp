@@ -171,6 +171,36 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
   return out;  // the gradients stay defined, as time_layer leaves them
 }
 
+// Of the layer's backward, the share its input gradient alone takes (Layer::input_gradient_ms):
+// a split B (model/split_backward.h) and a whole backward timed in turn on the same input, the
+// median of each over `repeats`. 0 where the backward does not split (a weight used twice).
+double input_gradient_share(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
+                            const torch::Tensor& targets, const ProfilerOptions& profiler_options) {
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : module->parameters())
+    if (p.requires_grad()) weights.push_back(p);
+  std::vector<double> split_ms, whole_ms;
+  for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
+    torch::Tensor output;
+    torch::Tensor top = forward(model, module, input, targets, output);
+    if (!top.requires_grad()) return 0;
+    torch::Tensor grad = torch::ones_like(top), input_grad;
+    model::WeightBackward w;
+    double t0 = now_ms();
+    if (!model::input_gradient(top, grad, input, weights, &input_grad, &w)) return 0;
+    double t1 = now_ms();
+    model::weight_gradients(w);
+    top = forward(model, module, input, targets, output);
+    double t2 = now_ms();
+    top.backward(grad);
+    double t3 = now_ms();
+    if (r >= profiler_options.warmup) split_ms.push_back(t1 - t0), whole_ms.push_back(t3 - t2);
+  }
+  input.mutable_grad() = torch::Tensor();
+  double whole = median(whole_ms);
+  return whole > 0 ? std::min(1.0, median(split_ms) / whole) : 0;
+}
+
 // Layer::split_bytes: what a forward and a split B leave for W, the output's gradient (held
 // as received) not counted; 0 where the backward does not split (a weight used twice).
 int64_t split_bytes(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
@@ -341,6 +371,8 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     l.name = layer.name;
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;
+    if (input.requires_grad())
+      l.input_gradient_ms = l.backward_ms * input_gradient_share(model, module, input, loss_targets, profiler_options);
     l.activation_bytes = model::wire_bytes(out, model.wire_precision(i));  // what crosses to the next stage
     for (const auto& param : module->parameters())
       (param.requires_grad() ? l.parameter_bytes : l.buffer_bytes) += param.numel() * static_cast<int64_t>(param.element_size());

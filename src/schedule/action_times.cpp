@@ -21,8 +21,9 @@ ActionTimes action_times_from_profile(const plan::Plan& plan, const profile::Pro
     // A recomputing stage runs its forward again before its B, as the simulator charges it.
     const double again = plan.stages[st].recompute ? forward : 0;
     t.forward_ms.push_back(forward * per + host);
-    t.input_grad_ms.push_back((again + backward * profile::input_gradient_share(st)) * per + host);
-    t.weight_grad_ms.push_back(backward * per * (1 - profile::input_gradient_share(st)) + host);
+    const double share = profile::input_gradient_share(profile, st, plan.stages[st].layers);
+    t.input_grad_ms.push_back((again + backward * share) * per + host);
+    t.weight_grad_ms.push_back(backward * per * (1 - share) + host);
   }
   for (double bytes : profile::cut_bytes(profile, stage_of, stages)) t.send_bytes.push_back(bytes * per);
   return t;

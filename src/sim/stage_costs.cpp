@@ -19,7 +19,10 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
       out[st].stash_bytes += profile::stash_bytes(p, l);
       out[st].fixed_stash_bytes += std::llround(profile::stash_bytes_at(p, l, 0));
     }
-  for (int st = 0; st < s.num_stages; ++st) out[st].parameter_bytes = profile::parameter_bytes(p, s.stage_layers[st]);
+  for (int st = 0; st < s.num_stages; ++st) {
+    out[st].parameter_bytes = profile::parameter_bytes(p, s.stage_layers[st]);
+    out[st].input_gradient_share = profile::input_gradient_share(p, st, s.stage_layers[st]);
+  }
   std::vector<double> cuts = profile::cut_bytes(p, stage_of, s.num_stages);
   for (int st = 0; st < s.num_stages; ++st) {
     out[st].boundary_bytes = static_cast<int64_t>(cuts[st]);
@@ -36,10 +39,10 @@ double compute_ms(const schedule::Schedule& s, const schedule::Action& a, const 
     case schedule::ActionKind::kForward: return c.forward_ms * scale;
     case schedule::ActionKind::kBackward:
       return ((s.recomputes(a.stage) ? c.forward_ms : 0) +
-              c.backward_ms * (split ? profile::input_gradient_share(a.stage) : 1.0)) *
+              c.backward_ms * (split ? c.input_gradient_share : 1.0)) *
              scale;
     case schedule::ActionKind::kBackwardWeight:
-      return c.backward_ms * scale * (1 - profile::input_gradient_share(a.stage));
+      return c.backward_ms * scale * (1 - c.input_gradient_share);
     default: return 0;
   }
 }

@@ -14,6 +14,7 @@ namespace pt::sim {
 struct StageCost {
   double forward_ms = 0;
   double backward_ms = 0;        // full backward (input + weight gradients)
+  double input_gradient_share = profile::kInputGradientShare;  // of it, a split B's (profile::input_gradient_share)
   double step_ms = 0;            // the optimizer step and stash copy, once per Step
   int64_t stash_bytes = 0;       // kept for the backward by its layers (profile::stash_bytes)
   int64_t fixed_stash_bytes = 0; // of which kept whatever the batch (profile::Layer::fixed_stash_bytes)

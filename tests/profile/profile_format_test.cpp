@@ -43,6 +43,15 @@ TEST(ProfileFormat, RoundTrips) {
   bf16["precision"] = "bf16";
   EXPECT_EQ(profile_from_json(bf16, "p.json").precision, "bf16");
   EXPECT_DOUBLE_EQ(compute_step_ms(p, 0), 0.25);
+  // A zero-bubble split's figures (optional): round trip, and keep their share at another batch.
+  p.layers[1].input_gradient_ms = 1.5;
+  p.layers[1].split_bytes = 4096;
+  Profile r = profile_from_json(to_json(p), "r.json");
+  EXPECT_DOUBLE_EQ(r.layers[1].input_gradient_ms, 1.5);
+  EXPECT_EQ(r.layers[1].split_bytes, 4096);
+  EXPECT_DOUBLE_EQ(input_gradient_share(r, 1), 0.75);
+  EXPECT_DOUBLE_EQ(input_gradient_share(r, 0), kInputGradientShare);  // not measured
+  EXPECT_DOUBLE_EQ(input_gradient_share(with_batch_size(r, 2 * r.batch_size), 1), 0.75);
 }
 
 TEST(ProfileFormat, EachValidationError) {
@@ -72,6 +81,10 @@ TEST(ProfileFormat, EachValidationError) {
       {[](json& d) { d["layers"][1]["inputs"] = 3; }, "p.json: field 'layers[1].inputs' must be a list, got 3"},
       {[](json& d) { d["layers"][0]["optimizer_ms"] = -0.5; },
        "p.json: field 'layers[0].optimizer_ms' must be >= 0, got -0.5"},
+      {[](json& d) { d["layers"][1]["input_gradient_ms"] = 3; },
+       "p.json: field 'layers[1].input_gradient_ms' must be at most the layer's backward_ms (2), which includes it, got 3"},
+      {[](json& d) { d["layers"][1]["split_bytes"] = -1; },
+       "p.json: field 'layers[1].split_bytes' must be in 0..1125899906842624, got -1"},
       {[](json& d) { d["precision"] = "fp16"; }, "p.json: field 'precision' must be fp32 or bf16, got 'fp16'"},
       {[](json& d) { d["optimizer"] = "lamb"; }, "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'"},
       {[](json& d) { d["timed"] = "warm"; }, "p.json: field 'timed' must be 'in sequence' or 'alone', got 'warm'"},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -89,6 +90,27 @@ TEST(Simulator, ZeroBubbleH1IsAThirdOf1F1B) {
         EXPECT_NEAR(zb.bubble_fraction / fb.bubble_fraction, 1.0 / 3, 0.1);
       }
     }
+}
+
+// A profile that measured its layers' input gradients (Layer::input_gradient_ms) charges a split
+// B that share of the backward and W the rest; the first stage's B the whole backward (its
+// input, the data, needs no gradient) and its W nothing.
+TEST(Simulator, ASplitBackwardTakesTheMeasuredInputGradientShare) {
+  auto prof = uniform_profile(2, 1.0, 2.0);
+  prof.layers[1].input_gradient_ms = 1.5;
+  auto trace = simulate(make_schedule("zb-h1", straight_plan(2), {1}), prof, free_links(2));
+  std::map<std::string, double> took;
+  for (const auto& events : trace.workers)
+    for (const auto& e : events) took[schedule::to_string(e.action)] = e.end_ms - e.start_ms;
+  EXPECT_NEAR(took.at("1B0"), 1.5, 1e-9);
+  EXPECT_NEAR(took.at("1W0"), 0.5, 1e-9);
+  EXPECT_NEAR(took.at("0B0"), 2.0, 1e-9);
+  EXPECT_NEAR(took.at("0W0"), 0.0, 1e-9);
+  prof.layers[1].input_gradient_ms = 0;  // not measured: half and half
+  trace = simulate(make_schedule("zb-h1", straight_plan(2), {1}), prof, free_links(2));
+  for (const auto& events : trace.workers)
+    for (const auto& e : events) took[schedule::to_string(e.action)] = e.end_ms - e.start_ms;
+  EXPECT_NEAR(took.at("1B0"), 1.0, 1e-9);
 }
 
 TEST(Simulator, PipeDreamSteadyStateHasNoBubble) {
