@@ -59,9 +59,9 @@ class StageReplica {
   torch::Tensor forward(int64_t mb, const torch::Tensor& input, const torch::Tensor& target, double loss_scale,
                         int64_t version = -1, int64_t predict_steps = 0, int64_t minibatch = 0);
   // Backward of `mb` from the output gradient (ignored on the last stage, which starts from its
-  // loss). input_only: only the input gradient (zero-bubble B; W follows), but the whole
-  // backward where the input needs no gradient (the first stage). Returns the input gradient
-  // (undefined on the first stage), as it goes on the wire.
+  // loss). input_only: only the input gradient (zero-bubble B, model/split_backward.h; W
+  // follows), but the whole backward where the input needs no gradient (the first stage).
+  // Returns the input gradient (undefined on the first stage), as it goes on the wire.
   torch::Tensor backward(int64_t mb, const torch::Tensor& output_grad, bool input_only);
   // The weight gradient of `mb` after an input-only backward (zero-bubble W).
   void backward_weight(int64_t mb);
