@@ -42,6 +42,8 @@ void ModelFlags::add_to(CLI::App& app) {
                  "model's token ids (windows of the model's length + 1, shifted here; val.bin beside it tests)")
       ->check([](const std::string& d) {
         if (d == "fashion-mnist" || d == "text" || d == "synthetic" || model::is_own_data(d)) return std::string();
+        // A name with an extension is a file the user meant: say it is missing.
+        if (d.find('.') != std::string::npos) return "'" + d + "' does not exist";
         return "'" + d + "' is not fashion-mnist, text, synthetic or a data file (FILE.pt, DIR, FILE.bin)";
       });
   app.add_option("--eval-data", eval_data,

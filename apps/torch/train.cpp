@@ -113,8 +113,9 @@ int train(TrainFlags& flags, bool& running) {
     std::cout << job::job_digest(job, *m, data).dump(1) << "\n";
     return 0;
   }
-  if (leads) note_resume(job, *m), note_pinned(job, job::usable_cores()), note_weight_delay(job), note_stale_warmup(job),
-               note_cluster_transport(job, flags.transport);
+  if (leads)
+    note_resume(job, *m), note_pinned(job, job::usable_cores()), note_weight_delay(job), note_long_warmup(job),
+        note_stale_warmup(job), note_cluster_transport(job, flags.transport);
   ModelFlags model_flags = flags.model;
   // Each worker builds its stages' layers from the seed, as single-worker training builds them.
   auto factory = [model_flags](const model::LayerSet& held) { return model_flags.build_model_only(held); };

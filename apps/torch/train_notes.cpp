@@ -109,6 +109,15 @@ void note_cluster_transport(const job::Job& job, const std::string& transport) {
             << " for this run's\n";
 }
 
+void note_long_warmup(const job::Job& job) {
+  const model::OptimizerOptions& sgd = job.worker.sgd;
+  if (sgd.warmup_steps <= sgd.total_steps) return;
+  std::cerr << "note: --warmup-steps " << sgd.warmup_steps << " is more than this run's " << sgd.total_steps
+            << " steps: the rate rises to " << sgd.total_steps << "/" << sgd.warmup_steps
+            << " of --lr and never reaches it" << (sgd.lr_schedule == "cosine" ? ", and the cosine never starts" : "")
+            << "\n";
+}
+
 void note_stale_warmup(const job::Job& job) {
   const schedule::Schedule& s = *job.typical;
   const model::OptimizerOptions& sgd = job.worker.sgd;

@@ -21,6 +21,9 @@ void note_resume(const job::Job& job, const model::LayeredModel& m);
 void note_pinned(const job::Job& job, int cores);
 // 2bw's weights lagging more than PipeDream-2BW's one step (too few microbatches for the warm-up).
 void note_weight_delay(const job::Job& job);
+// A --warmup-steps longer than the run: the rate never reaches --lr.
+void note_long_warmup(const job::Job& job);
+
 // pipedream and 2bw: a stale stage's warm-up (--stale-warmup N times its lag) that outlasts the
 // run, or that a cosine multiplies, keeps that stage under --lr where the run's own schedule
 // would not.

@@ -17,6 +17,7 @@ import os
 import re
 import struct
 import sys
+import zlib
 
 import torch
 
@@ -41,14 +42,59 @@ def read_tensor_file(path):
     return out
 
 
+def complete_checkpoints(path):
+    """The step-N folders under `path` that hold a manifest, newest first."""
+    steps = [(int(m.group(1)), d) for d in os.listdir(path) if (m := re.fullmatch(r"step-(\d+)", d))
+             and os.path.exists(os.path.join(path, d, "manifest.json"))]
+    return [os.path.join(path, d) for _, d in sorted(steps, reverse=True)]
+
+
 def newest_checkpoint(path):
     if os.path.exists(os.path.join(path, "manifest.json")):
         return path
-    steps = [(int(m.group(1)), d) for d in os.listdir(path) if (m := re.fullmatch(r"step-(\d+)", d))
-             and os.path.exists(os.path.join(path, d, "manifest.json"))]
-    if not steps:
+    found = complete_checkpoints(path)
+    if not found:
         raise ValueError(f"{path}: no complete checkpoint (step-N/manifest.json)")
-    return os.path.join(path, max(steps)[1])
+    return found[0]
+
+
+def verified_manifest(ck):
+    """The checkpoint's manifest, once every file it lists has the size and CRC-32 it records, as
+    `pipetrain train --resume` and `checkpoint inspect` require: a flipped bit read unchecked
+    wrote weights off by 8.9e37 and exited 0."""
+    path = os.path.join(ck, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    named = re.fullmatch(r"step-(\d+)", os.path.basename(os.path.normpath(ck)))
+    if named and int(named.group(1)) != manifest.get("step"):
+        raise ValueError(f"{path}: field \"step\" is {manifest.get('step')} but the folder is step {int(named.group(1))}")
+    for entry in manifest.get("files", []):
+        file = os.path.join(ck, entry["name"])
+        if not os.path.isfile(file) or os.path.islink(file):
+            raise ValueError(f"{file}: missing or not a regular file (listed in {path})")
+        size = os.path.getsize(file)
+        if size != entry["bytes"]:
+            raise ValueError(f"{file}: {size} bytes but the manifest says a file of {entry['bytes']} bytes (truncated?)")
+        crc = 0
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+        if crc != entry["crc32"]:
+            raise ValueError(f"{file}: checksum {crc} does not match the manifest's {entry['crc32']}")
+    return manifest
+
+
+def checked_manifest(checkpoint, ck):
+    """verified_manifest(ck); where `ck` is the newest of folder `checkpoint`, a damaged one names
+    the one before it, as --resume does."""
+    try:
+        return verified_manifest(ck)
+    except ValueError as e:
+        older = complete_checkpoints(checkpoint)[1:] if os.path.normpath(ck) != os.path.normpath(checkpoint) else []
+        if not older:
+            raise
+        raise ValueError(f"{e}; the checkpoint before it, {os.path.basename(older[0])}, is read once "
+                         f"{os.path.basename(ck)} is moved out of '{checkpoint}'") from None
 
 
 def model_meta(model_file):
@@ -77,10 +123,9 @@ def trained_state(model_file, checkpoint):
     meta = model_meta(model_file)
     layer_names = layer_tensor_names(model_file, meta)
     ck = newest_checkpoint(checkpoint)
+    manifest = checked_manifest(checkpoint, ck)
     # The checkpoint's model before its layers: another model of the same family (fewer blocks)
     # read layer by layer failed later, on a tie, with a misleading message.
-    with open(os.path.join(ck, "manifest.json")) as f:
-        manifest = json.load(f)
     children = len(meta["children"])
     if manifest.get("layers") != children:
         raise ValueError(f"{ck}: the checkpoint holds {manifest.get('layers')} layers of '{manifest.get('model')}', but "

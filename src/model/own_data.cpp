@@ -249,6 +249,15 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   int64_t test_first = separate ? 0 : n - held;
   int64_t test_windows = separate ? TokenStream::windows(test.tokens, seq) : held;
   int64_t test_n = std::min(kMostTestWindows, test_windows);
+  // Where the test set comes from, unless --eval-data named another file: a stale val.bin beside
+  // the data, or --eval-data naming the training file itself, was taken without a word.
+  if (separate && eval_path.empty())
+    std::cerr << "note: tests on " << val << ", beside --data (--eval-data names another)\n";
+  else if (!separate)
+    std::cerr << "note: "
+              << (eval_path.empty() ? str("no val.bin beside ", path)
+                                    : str("--eval-data ", eval_path, " is the --data file"))
+              << ": tests on its last tenth (" << held << " windows), held out of training\n";
   if (test_n < test_windows)
     std::cerr << "note: " << (separate ? val : path) << ": tests on the first " << test_n << " of its " << test_windows
               << (separate ? "" : " held-out") << " windows (the test set is held in memory)\n";

@@ -202,9 +202,10 @@ double input_gradient_share(model::LayeredModel& model, torch::nn::Sequential& m
 }
 
 // Layer::split_bytes: what a forward and a split B leave for W, the output's gradient (held
-// as received) not counted; 0 where the backward does not split (a weight used twice).
-int64_t split_bytes(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                    const torch::Tensor& targets) {
+// as received) not counted, and Layer::split_workspace_bytes: the most B holds beyond the stash
+// while it runs; 0 where the backward does not split (a weight used twice).
+void measure_split_memory(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
+                          const torch::Tensor& targets, Layer& l) {
   auto account = std::make_shared<model::MemoryAccount>();
   torch::Tensor top;
   {
@@ -212,22 +213,23 @@ int64_t split_bytes(model::LayeredModel& model, torch::nn::Sequential& module, c
     torch::Tensor output;  // the loss's input, on the last layer: its graph keeps what it needs
     top = forward(model, module, input, targets, output);
   }
-  if (!top.requires_grad()) return 0;
+  if (!top.requires_grad()) return;
   torch::Tensor grad = torch::ones_like(top);
   std::vector<torch::Tensor> weights;
   for (const auto& p : module->parameters())
     if (p.requires_grad()) weights.push_back(p);
   torch::Tensor input_grad;
   model::WeightBackward w;
-  int64_t kept = 0;
   {
     model::ChargeTo charge(account);
-    if (!model::input_gradient(top, grad, input, weights, &input_grad, &w)) return 0;
+    int64_t stash = account->live();
+    account->reset_peak();
+    if (!model::input_gradient(top, grad, input, weights, &input_grad, &w)) return;
     input_grad = torch::Tensor();  // sent on
-    kept = account->live();
+    l.split_bytes = account->live();
+    l.split_workspace_bytes = account->peak() - stash;
     model::weight_gradients(w);
   }
-  return kept;
 }
 
 // The layer's memory as the meter sees it allocated on this thread: what one forward leaves
@@ -281,7 +283,7 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
     workspace = std::max(workspace, account->peak() - before);
   }
   l.workspace_bytes = std::max<int64_t>(0, workspace - l.parameter_bytes);
-  if (input.requires_grad()) l.split_bytes = split_bytes(model, module, input, targets);
+  if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
 }
 
 // The model's ties that train (`trains`) or the frozen ones.

@@ -42,6 +42,11 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
                      "steps %lld..%lld have no row (a run in between wrote none?), and train_s leaves out their time\n",
                      csv_path_.c_str(), (long long)last, (long long)resumed_step_, (long long)last + 1,
                      (long long)resumed_step_);
+    } else if (resumed_step_ > 0) {  // a new file for a resumed run: it is not the whole training
+      std::fprintf(stderr,
+                   "note: --metrics: %s holds no rows of the run being resumed (a new file?): its rows start at step "
+                   "%lld, and train_s and samples_per_s count this run's time alone\n",
+                   csv_path_.c_str(), (long long)resumed_step_ + 1);
     }
     // The kept rows are written to a file of their own first, which then replaces the partial
     // file: where they cannot be written, the partial file, perhaps their only copy, is intact.

@@ -98,6 +98,33 @@ double busy_bytes(const profile::Profile& p, const StageBytes& b, double scale) 
   return most;
 }
 
+// The same for a split B (zero-bubble's, b.split >= 0): layer l runs its B with what it keeps
+// for W beside what its chain has not yet freed (Layer::split_workspace_bytes), and the layers
+// after l hold what their W needs (Layer::split_bytes) in place of their stash. Counted as a
+// whole backward, gpt's second stage (zb-h1, real compute) was modelled at 26.8 MiB of tensors
+// and measured 29.6-30.1.
+double split_busy_bytes(const profile::Profile& p, const StageBytes& b, double scale) {
+  double most = 0, freed = 0;  // freed: what the layers after l let go of at their B
+  for (auto it = b.layers.rbegin(); it != b.layers.rend(); ++it) {
+    const auto& l = p.layers[*it];
+    double workspace = static_cast<double>(l.split_workspace_bytes > 0 ? l.split_workspace_bytes : l.workspace_bytes);
+    most = std::max(most, workspace * scale - freed);
+    freed += profile::stash_bytes_at(p, *it, scale) - std::max(0.0, profile::split_bytes_at(p, *it, scale));
+  }
+  return most;
+}
+
+// What a W holds beyond what its B kept: split, one layer's weight gradient before it is added
+// in; the first stage's, nothing (its B ran the whole backward); else (W a backward to the
+// weights, model/split_backward.h), a backward's.
+double weight_busy_bytes(const profile::Profile& p, int stage, const StageBytes& b, double busy) {
+  if (stage == 0) return 0;
+  if (b.split < 0) return busy;
+  double most = 0;
+  for (int l : b.layers) most = std::max(most, static_cast<double>(p.layers[l].parameter_bytes));
+  return most;
+}
+
 }  // namespace
 
 std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p, const MemoryOptions& given) {
@@ -105,8 +132,12 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
   if (options.optimizer_copies < 0) options.optimizer_copies = p.optimizer == "adam" || p.optimizer == "adamw" ? 2 : 1;
   std::vector<StageBytes> bytes = stage_bytes(s, p);
   double scale = 1.0 / s.microbatches;  // a microbatch's share of the profile's minibatch
-  std::vector<double> busy(s.num_stages);
-  for (int st = 0; st < s.num_stages; ++st) busy[st] = busy_bytes(p, bytes[st], scale);
+  std::vector<double> busy(s.num_stages), split_busy(s.num_stages), weight_busy(s.num_stages);
+  for (int st = 0; st < s.num_stages; ++st) {
+    busy[st] = busy_bytes(p, bytes[st], scale);
+    split_busy[st] = bytes[st].split >= 0 ? split_busy_bytes(p, bytes[st], scale) : busy[st];
+    weight_busy[st] = weight_busy_bytes(p, st, bytes[st], busy[st]);
+  }
   std::vector<WorkerMemory> out(s.num_workers());
   for (int w = 0; w < s.num_workers(); ++w) {
     const auto& list = s.actions[w];
@@ -212,7 +243,9 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
             break;
           }
           case ActionKind::kBackward:
-            at(now + std::max(busy[a.stage], b.input * scale) + (recompute ? b.stash_at(scale) : 0), in_flight);
+            at(now + std::max(split ? split_busy[a.stage] : busy[a.stage], b.input * scale) +
+                   (recompute ? b.stash_at(scale) : 0),
+               in_flight);
             if (!split) {
               release(a.stage, a.microbatch);
             } else if (b.split >= 0) {
@@ -229,6 +262,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
             }
             break;
           case ActionKind::kBackwardWeight: release(a.stage, a.microbatch); break;
+            at(now + weight_busy[a.stage], in_flight);
           default: break;
         }
       }

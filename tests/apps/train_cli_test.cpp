@@ -344,6 +344,44 @@ TEST(TrainCli, RowsMissingFromAResumedRunsMetricsAreNamed) {
       << slurp(tmp.path / "log");
 }
 
+// A --warmup-steps longer than the run is named (the rate stayed at a twentieth of --lr).
+TEST(TrainCli, AWarmUpLongerThanTheRunIsNamed) {
+  TempDir tmp("long-warmup");
+  auto args = [](const std::string& warmup) {
+    return std::vector<std::string>{
+        "train",   "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32",
+        "--steps", "5",      "--quiet",   "--warmup-steps",      warmup};
+  };
+  ASSERT_EQ(run(args("100"), tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  EXPECT_NE(slurp(tmp.path / "log")
+                .find("note: --warmup-steps 100 is more than this run's 5 steps: the rate rises to "
+                      "5/100 of --lr and never reaches it"),
+            std::string::npos)
+      << slurp(tmp.path / "log");
+  ASSERT_EQ(run(args("5"), tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  EXPECT_EQ(slurp(tmp.path / "log").find("--warmup-steps"), std::string::npos) << slurp(tmp.path / "log");
+}
+
+// A resumed run given a new metrics file says that the file starts at the resumed step and counts
+// this run's time alone (the earlier 10 rows went missing without a word).
+TEST(TrainCli, AResumedRunsNewMetricsFileSaysItIsNotTheWholeTraining) {
+  TempDir tmp("metrics-new");
+  std::vector<std::string> args = {"train",        "--data", "synthetic",        "--synthetic-samples",      "512",
+                                   "--batch-size", "32",     "--checkpoint-dir", (tmp.path / "ck").string(), "--quiet"};
+  std::vector<std::string> first = args, second = args;
+  first.insert(first.end(), {"--steps", "10", "--metrics", (tmp.path / "m1.csv").string()});
+  second.insert(second.end(), {"--steps", "12", "--resume", "--metrics", (tmp.path / "m2.csv").string()});
+  ASSERT_EQ(run(first, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  ASSERT_EQ(run(second, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  EXPECT_NE(slurp(tmp.path / "log")
+                .find((tmp.path / "m2.csv").string() +
+                      " holds no rows of the run being resumed (a new file?): its rows start at "
+                      "step 11"),
+            std::string::npos)
+      << slurp(tmp.path / "log");
+  EXPECT_EQ(slurp(tmp.path / "m2.csv").find("\n1,"), std::string::npos);
+}
+
 // 2bw's stages, the last included, lag a step: each warms its rate up over --stale-warmup
 // minibatches, and the metrics' lr column is the rate the last stage applied.
 TEST(TrainCli, TwoBwsStagesWarmUpAndTheCsvSaysTheirRate) {

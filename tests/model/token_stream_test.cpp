@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "model/batch_sampler.h"
@@ -52,8 +53,25 @@ TEST(TokenStream, WindowsAreShiftedHereAndValBinTests) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint16_t>(i % 64);
   write_ids(d.path / "train.bin", ids);
   auto m = small_gpt();
-  DataSplit held = load_own_data((d.path / "train.bin").string(), *m);
+  std::string train = (d.path / "train.bin").string();
+  // Where the test set comes from is said, unless --eval-data names another file.
+  auto said = [&](const std::function<DataSplit()>& load) {
+    ::testing::internal::CaptureStderr();
+    load();
+    return ::testing::internal::GetCapturedStderr();
+  };
+  DataSplit held = load_own_data(train, *m);
   // 800 / 8 = 100 windows of 9 tokens; without val.bin the last tenth tests.
+  EXPECT_NE(said([&] {
+              return load_own_data(train, *m);
+            }).find("no val.bin beside " + train + ": tests on its last tenth (10 windows), held out of training"),
+            std::string::npos);
+  // --eval-data naming the training file itself: the same, said.
+  EXPECT_NE(said([&] {
+              return load_own_data(train, *m, "uint16", train);
+            }).find("--eval-data " + train + " is the --data file: tests on its last tenth (10 windows)"),
+            std::string::npos);
+  EXPECT_EQ(load_own_data(train, *m, "uint16", train).train.size(), 90);
   EXPECT_EQ(held.train.size(), 90);
   EXPECT_EQ(held.test.size(), 10);
   EXPECT_EQ(held.vocab, 64);
@@ -69,9 +87,15 @@ TEST(TokenStream, WindowsAreShiftedHereAndValBinTests) {
   EXPECT_EQ(split.train.size(), 100);
   EXPECT_EQ(split.test.size(), 10);
   EXPECT_EQ(split.test.inputs.max().item<int64_t>(), 5);
+  EXPECT_NE(said([&] {
+              return load_own_data(train, *m);
+            }).find("tests on " + (d.path / "val.bin").string() + ", beside --data"),
+            std::string::npos);
   // --eval-data names the test set's file, over val.bin.
   write_ids(d.path / "other.bin", std::vector<uint16_t>(41, 9));
   DataSplit named = load_own_data((d.path / "train.bin").string(), *m, "uint16", (d.path / "other.bin").string());
+  EXPECT_EQ(said([&] { return load_own_data(train, *m, "uint16", (d.path / "other.bin").string()); }).find("tests on"),
+            std::string::npos);
   EXPECT_EQ(named.test.size(), 5);
   EXPECT_EQ(named.test.inputs.min().item<int64_t>(), 9);
   // uint32 ids read as such.

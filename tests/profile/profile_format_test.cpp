@@ -46,9 +46,12 @@ TEST(ProfileFormat, RoundTrips) {
   // A zero-bubble split's figures (optional): round trip, and keep their share at another batch.
   p.layers[1].input_gradient_ms = 1.5;
   p.layers[1].split_bytes = 4096;
+  p.layers[1].split_workspace_bytes = 2048;
   Profile r = profile_from_json(to_json(p), "r.json");
   EXPECT_DOUBLE_EQ(r.layers[1].input_gradient_ms, 1.5);
   EXPECT_EQ(r.layers[1].split_bytes, 4096);
+  EXPECT_EQ(r.layers[1].split_workspace_bytes, 2048);
+  EXPECT_EQ(with_batch_size(r, 2 * r.batch_size).layers[1].split_workspace_bytes, 4096);
   EXPECT_DOUBLE_EQ(input_gradient_share(r, 1), 0.75);
   EXPECT_DOUBLE_EQ(input_gradient_share(r, 0), kInputGradientShare);  // not measured
   EXPECT_DOUBLE_EQ(input_gradient_share(with_batch_size(r, 2 * r.batch_size), 1), 0.75);
@@ -85,6 +88,8 @@ TEST(ProfileFormat, EachValidationError) {
        "p.json: field 'layers[1].input_gradient_ms' must be at most the layer's backward_ms (2), which includes it, got 3"},
       {[](json& d) { d["layers"][1]["split_bytes"] = -1; },
        "p.json: field 'layers[1].split_bytes' must be in 0..1125899906842624, got -1"},
+      {[](json& d) { d["layers"][1]["split_workspace_bytes"] = -1; },
+       "p.json: field 'layers[1].split_workspace_bytes' must be in 0..1125899906842624, got -1"},
       {[](json& d) { d["precision"] = "fp16"; }, "p.json: field 'precision' must be fp32 or bf16, got 'fp16'"},
       {[](json& d) { d["optimizer"] = "lamb"; }, "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'"},
       {[](json& d) { d["timed"] = "warm"; }, "p.json: field 'timed' must be 'in sequence' or 'alone', got 'warm'"},

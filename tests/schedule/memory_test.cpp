@@ -130,16 +130,20 @@ TEST(MemoryModel, ASplitBackwardHoldsTheRecomputedStashUntilItsW) {
   EXPECT_LT(gpipe_again[1].activations, gpipe_plain[1].activations);
 }
 
+Schedule zb_h1_with_two_layers_on_the_last_stage() {
+  ScheduleOptions o;
+  o.microbatches = 4;
+  plan::Plan plan = straight_plan(2);
+  plan.stages[1].layers = {1, 2};
+  return make_schedule("zb-h1", plan, o);
+}
+
 // A split B frees what only the input gradient needed and keeps what W needs
 // (Layer::split_bytes), held until the W; not measured, the stash is held. The first stage's B
 // runs its whole backward, and a tie inside a stage runs W as a backward of its own: both hold
 // the stash whatever the profile says.
 TEST(MemoryModel, ASplitBackwardHoldsWhatItsWNeedsFromItsB) {
-  ScheduleOptions o;
-  o.microbatches = 4;
-  plan::Plan plan = straight_plan(2);
-  plan.stages[1].layers = {1, 2};
-  Schedule s = make_schedule("zb-h1", plan, o);
+  Schedule s = zb_h1_with_two_layers_on_the_last_stage();
   profile::Profile p = uniform_profile(3, 1, 2, kAct, kParams);
   auto activations = [&](int64_t split, bool tie = false) {
     profile::Profile q = p;
@@ -156,6 +160,24 @@ TEST(MemoryModel, ASplitBackwardHoldsWhatItsWNeedsFromItsB) {
   EXPECT_GT(more.second, stash.second);
   EXPECT_LT(less.second, stash.second);
   EXPECT_EQ(activations(3 * kAct, true), stash);
+}
+
+// A split B runs with what it keeps for W beside the part of the stash its chain has not yet
+// freed (Layer::split_workspace_bytes, measured); where the profile does not say, a whole
+// backward's workspace stands in. The first stage's B is a whole backward.
+TEST(MemoryModel, ASplitBackwardPeaksAtWhatItHoldsWhileItRuns) {
+  Schedule s = zb_h1_with_two_layers_on_the_last_stage();
+  profile::Profile p = uniform_profile(3, 1, 2, kAct, kParams);
+  for (auto& l : p.layers) l.split_bytes = kAct, l.workspace_bytes = 4 * kAct;
+  auto base = memory_per_worker(s, p, {});
+  for (auto& l : p.layers) l.split_workspace_bytes = 4 * kAct;
+  EXPECT_EQ(memory_per_worker(s, p, {})[1].activations, base[1].activations);
+  for (auto& l : p.layers) l.split_workspace_bytes = 12 * kAct;
+  auto more = memory_per_worker(s, p, {});
+  EXPECT_EQ(more[0].activations, base[0].activations);
+  // At most the difference of a quarter of the batch's workspaces: the microbatch's B.
+  EXPECT_GT(more[1].activations, base[1].activations);
+  EXPECT_LE(more[1].activations, base[1].activations + (12 - 4) * kAct / 4);
 }
 
 TEST(MemoryModel, NamesTheLayerOutsideTheSchedule) {
