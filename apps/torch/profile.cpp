@@ -76,6 +76,9 @@ int run_profile(ProfileFlags& flags) {
             << fwd << " ms, backward " << bwd << " ms (the layers timed " << p.timed << "), parameters "
             << p.total_parameter_bytes() << " bytes"
             << (buffers > 0 ? str(", buffers and frozen parameters ", buffers, " bytes") : "") << "\n";
+  for (const auto& group : p.alike)
+    std::cerr << "layers " << model::LayerSet(group).describe()
+              << " compute alike (the same code, shapes and memory): each takes the group's median times\n";
   return 0;
 }
 

@@ -128,6 +128,12 @@ double EmulatedLayerImpl::backward_ms(int64_t rows) const {
                                    : cost_.backward_ms_per_sample * static_cast<double>(rows);
 }
 
+void EmulatedLayerImpl::pretty_print(std::ostream& stream) const {
+  stream << "EmulatedLayer(waits";
+  for (int64_t rows : {1, 16, 256}) stream << ' ' << forward_ms(rows) << ' ' << backward_ms(rows);
+  stream << ", step " << cost_.step_ms << ", input gradient " << cost_.input_gradient_share << ")";
+}
+
 torch::Tensor EmulatedLayerImpl::forward(torch::Tensor x) {
   int64_t rows = x.size(0);
   return EmulatedCompute::apply(x, weight_, forward_ms(rows), backward_ms(rows), cost_.input_gradient_share,

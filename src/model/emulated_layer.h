@@ -49,6 +49,8 @@ class EmulatedLayerImpl : public torch::nn::Module {
   const EmulatedCost& cost() const { return cost_; }
   double forward_ms(int64_t rows) const;   // the waits of a microbatch of `rows`
   double backward_ms(int64_t rows) const;
+  // Its waits and step: two emulated layers of equal shapes differ by them (profile::time_alike).
+  void pretty_print(std::ostream& stream) const override;
 
  private:
   EmulatedCost cost_;

@@ -74,6 +74,7 @@ json to_json(const Profile& p) {
     for (const auto& t : *list) ties.push_back({{"layers", t.layers}, {"bytes", t.bytes}});
     out[field] = ties;
   }
+  if (!p.alike.empty()) out["alike_layers"] = p.alike;
   return out;
 }
 
@@ -181,6 +182,24 @@ Profile profile_from_json(const json& doc, const std::string& source) {
       }
       tie.bytes = ties[t]["bytes"].as_int_in(0, kMaxLayerBytes);
       (std::string(field) == "ties" ? p.ties : p.frozen_ties).push_back(std::move(tie));
+    }
+  }
+  if (root.has("alike_layers")) {
+    JsonField groups = root["alike_layers"];
+    std::vector<char> seen(n, 0);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      JsonField gl = groups[g];
+      if (gl.size() < 2) gl.fail(str("must list two layers or more, got ", gl.size()));
+      std::vector<int> members;
+      for (size_t k = 0; k < gl.size(); ++k) {
+        int64_t l = gl[k].as_int();
+        if (l < 0 || l >= static_cast<int64_t>(n) || (k > 0 && l <= members.back()))
+          gl[k].fail(str("must name layers in ascending order within 0..", n - 1, ", got ", l));
+        if (seen[l]) gl[k].fail(str("names layer ", l, ", which an earlier group holds"));
+        seen[l] = 1;
+        members.push_back(static_cast<int>(l));
+      }
+      p.alike.push_back(std::move(members));
     }
   }
   return p;

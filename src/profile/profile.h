@@ -97,6 +97,9 @@ struct Profile {
   // A frozen tie counted in `ties` took its bytes off the trainable parameters (a stage's
   // gradients went negative) and kept pipedream from splitting what needs no exchange.
   std::vector<Tie> frozen_ties;
+  // Layers that compute alike (time_alike: a transformer's blocks), whose times are each group's
+  // median. Each group ascending, two layers or more. Optional in the file ("alike_layers").
+  std::vector<std::vector<int>> alike;
 
   int num_layers() const { return static_cast<int>(layers.size()); }
   // True when every layer reads exactly the previous one (layer 0 reads nothing).
@@ -214,6 +217,12 @@ void require_timed(const Profile& profile, const std::string& path);
 // The most bytes one layer's activation or parameters may claim (1 PiB, beyond any device):
 // keeps sums over a profile's layers far from int64 overflow.
 inline constexpr int64_t kMaxLayerBytes = int64_t(1) << 50;
+
+// Layers whose keys are equal compute alike: their timed figures (forward, backward, input
+// gradient, step, each timing) become the group's medians, and Profile::alike lists the groups.
+// Timed in turn on a busy machine, gpt's eight identical blocks measured apart by noise alone,
+// and `train --stages 4` split them three ways in five runs.
+void time_alike(Profile& profile, const std::vector<std::string>& keys);
 
 // The same model at another batch size: times read from the layers' timings (linearly scaled
 // without), activation bytes scaled linearly; parameter bytes unchanged.

@@ -9,8 +9,9 @@
 #include "core/host_allocator.h"
 #include "model/flat_parameters.h"
 #include "model/memory_meter.h"
-#include "model/split_backward.h"
 #include "model/optimizer.h"
+#include "model/split_backward.h"
+#include "profile/alike_key.h"
 
 namespace pt::profile {
 
@@ -338,6 +339,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     sequence = time_in_sequence(model, layers, batch, targets, timed_batch_sizes(p.batch_size, profiler_options),
                                 profiler_options);
   p.timed = in_sequence ? "in sequence" : "alone";
+  std::vector<std::string> keys;
   for (int i = 0; i < model.num_layers(); ++i) {
     const auto& layer = model.layer(i);
     // A layer the model does not hold is built for its measurement and dropped after it: a model
@@ -386,6 +388,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
     for (auto& param : module->parameters()) param.mutable_grad() = torch::Tensor();
     l.inputs = layer.inputs;
+    keys.push_back(alike_key(module, input, next, l, i));
     p.layers.push_back(std::move(l));
     x = next;
     if (!model.holds(i)) {  // the layer built for its measurement goes, and the memory with it
@@ -396,6 +399,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   }
   p.ties = ties_of(model, true);
   p.frozen_ties = ties_of(model, false);
+  time_alike(p, keys);
   return p;
 }
 

@@ -102,12 +102,48 @@ TEST(ProfileFormat, EachValidationError) {
       {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 64, "forward_ms": 100, "backward_ms": 2.5}])"); },
        "p.json: field 'layers[0].timings[0].forward_ms' and 'backward_ms' are 100 and 2.5 ms at the profile's batch of 64, "
        "where the layer's forward_ms and backward_ms are 1.5 and 2.5"},
+      {[](json& d) { d["alike_layers"] = json::parse("[[1]]"); },
+       "p.json: field 'alike_layers[0]' must list two layers or more, got 1"},
+      {[](json& d) { d["alike_layers"] = json::parse("[[2, 1]]"); },
+       "p.json: field 'alike_layers[0][1]' must name layers in ascending order within 0..2, got 1"},
+      {[](json& d) { d["alike_layers"] = json::parse("[[0, 1], [1, 2]]"); },
+       "p.json: field 'alike_layers[1][0]' names layer 1, which an earlier group holds"},
   };
   for (const auto& c : cases) {
     json d = good();
     c.spoil(d);
     EXPECT_EQ(error_of(d), c.message);
   }
+}
+
+// Layers computing alike take their group's medians, figure by figure, and the file keeps the groups.
+TEST(ProfileFormat, AlikeLayersTakeTheirGroupsMedians) {
+  Profile p = profile_from_json(good(), "p.json");
+  Layer extra = p.layers[1];
+  p.layers.push_back(extra);  // layer 3
+  p.layers[1].forward_ms = 1, p.layers[2].forward_ms = 4, p.layers[3].forward_ms = 2;
+  p.layers[1].backward_ms = 6, p.layers[2].backward_ms = 3, p.layers[3].backward_ms = 5;
+  p.layers[1].input_gradient_ms = 6, p.layers[2].input_gradient_ms = 1, p.layers[3].input_gradient_ms = 2;
+  for (int l = 1; l <= 3; ++l) p.layers[l].timings = {{32, 0.5 * l, 1.0 * l}, {64, p.layers[l].forward_ms, p.layers[l].backward_ms}};
+  time_alike(p, {"a", "block", "block", "block"});
+  EXPECT_EQ(p.alike, (std::vector<std::vector<int>>{{1, 2, 3}}));
+  for (int l = 1; l <= 3; ++l) {
+    EXPECT_DOUBLE_EQ(p.layers[l].forward_ms, 2);
+    EXPECT_DOUBLE_EQ(p.layers[l].backward_ms, 5);
+    EXPECT_DOUBLE_EQ(p.layers[l].input_gradient_ms, 2);  // each figure's own median, at most the backward's
+    EXPECT_DOUBLE_EQ(p.layers[l].timings[0].forward_ms, 1);
+    EXPECT_DOUBLE_EQ(p.layers[l].timings[1].backward_ms, 5);
+  }
+  EXPECT_DOUBLE_EQ(p.layers[0].forward_ms, 1.5);  // alone in its group: as measured
+  Profile q = profile_from_json(to_json(p), "q.json");  // the timings at the batch still agree
+  EXPECT_EQ(q.alike, p.alike);
+  // Two of a kind: their mean.
+  p.layers[1].forward_ms = 1, p.layers[3].forward_ms = 4;
+  for (int l : {1, 3}) p.layers[l].timings.clear();
+  time_alike(p, {"a", "b", "c", "b"});
+  EXPECT_EQ(p.alike, (std::vector<std::vector<int>>{{1, 3}}));
+  EXPECT_DOUBLE_EQ(p.layers[3].forward_ms, 2.5);
+  EXPECT_DOUBLE_EQ(p.layers[2].forward_ms, 2);
 }
 
 // A layer timed at 16, 32 and 64 (a fixed cost of 1 ms a call, then 0.1 ms a sample, forward; the

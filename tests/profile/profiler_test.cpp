@@ -148,5 +148,39 @@ TEST(Profiler, TheLastLayerHoldsTheLossWithTargets) {
   EXPECT_GE(with_loss.layers[last].workspace_bytes, plain.layers[last].workspace_bytes + logits);
 }
 
+// Layers of the same code, shapes and memory take their group's medians (time_alike): gpt's
+// blocks are one group; a layer of other code but the same shapes and bytes (Tanh for ReLU),
+// and the first layer (its input takes no gradient), stay as measured.
+TEST(Profiler, LayersThatComputeAlikeAreTimedAlike) {
+  model::ModelOptions o;
+  o.width = 0.25, o.vocab = 64, o.seq_len = 32, o.depth = 3;
+  torch::manual_seed(3);
+  auto gpt = model::build_gpt(o);
+  Profile g = measure_profile(*gpt, torch::randint(0, 64, {8, 32}, torch::kLong), {0, 1});
+  ASSERT_EQ(g.num_layers(), 5);
+  EXPECT_EQ(g.alike, (std::vector<std::vector<int>>{{1, 2, 3}}));
+  for (int l : {2, 3}) {
+    EXPECT_EQ(g.layers[l].forward_ms, g.layers[1].forward_ms);
+    EXPECT_EQ(g.layers[l].backward_ms, g.layers[1].backward_ms);
+    EXPECT_EQ(g.layers[l].input_gradient_ms, g.layers[1].input_gradient_ms);
+  }
+
+  auto m = std::make_shared<model::LayeredModel>("mixed", model::Task::kClassification, std::vector<int64_t>{32}, false);
+  namespace nn = torch::nn;
+  for (bool tanh : {false, false, false, true, false})
+    m->add(tanh ? "tanh" : "relu", tanh ? nn::Sequential(nn::Linear(32, 32), nn::Tanh())
+                                        : nn::Sequential(nn::Linear(32, 32), nn::ReLU()));
+  Profile p = measure_profile(*m, torch::randn({16, 32}), {0, 1});
+  EXPECT_EQ(p.layers[3].stash_bytes, p.layers[2].stash_bytes);  // alike in bytes, not in code
+  EXPECT_EQ(p.alike, (std::vector<std::vector<int>>{{1, 2, 4}}));
+
+  // Emulated layers of equal shapes are alike when their waits are.
+  std::vector<model::EmulatedCost> costs(4);
+  for (auto& c : costs) c.name = "wait", c.forward_ms_per_sample = 0.001, c.backward_ms_per_sample = 0.002;
+  costs[3].backward_ms_per_sample = 0.003;
+  auto waits = model::build_emulated_model("waits", costs);
+  EXPECT_EQ(measure_profile(*waits, torch::zeros({8, 1}), {0, 1}).alike, (std::vector<std::vector<int>>{{1, 2}}));
+}
+
 }  // namespace
 }  // namespace pt::profile
