@@ -15,6 +15,7 @@
 #include "job/road.h"
 #include "model/compute_threads.h"
 #include "profile/emulation.h"
+#include "profile/profile_fits_model.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/launcher.h"
 
@@ -117,11 +118,18 @@ int train(TrainFlags& flags, bool& running) {
     note_resume(job, *m), note_pinned(job, job::usable_cores()), note_weight_delay(job), note_long_warmup(job),
         note_stale_warmup(job), note_cluster_transport(job, flags.transport);
   ModelFlags model_flags = flags.model;
-  // Each worker builds its stages' layers from the seed, as single-worker training builds them.
-  auto factory = [model_flags](const model::LayerSet& held) { return model_flags.build_model_only(held); };
+  // Each worker builds its stages' layers from the seed, as single-worker training builds them,
+  // and holds them against the profile given (an emulated model is the profile's own).
+  std::shared_ptr<const profile::Profile> given = flags.model.emulated() ? nullptr : r.profile;
+  auto factory = [model_flags, given, path = r.profile_path](const model::LayerSet& held) {
+    auto built = model_flags.build_model_only(held);
+    if (given) profile::check_profile_fits_model(*given, "--profile " + path, *built);
+    return built;
+  };
   auto report = [&](const job::PipelineResult& result) {
     print_result(result.train, label);
     print_modelled_memory(job, flags, label, data.bytes(), result.shared_memory);
+    note_over_planned_memory(result.train, job, flags, label, data.bytes());
     print_throughput(result.train, job, flags, label);
   };
   if (leads) print_training_line(job, *m, data, flags.transport, label);

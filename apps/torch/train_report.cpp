@@ -53,9 +53,11 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
               << "OS counts less: its figure is the host's, the account's stands for the device's)\n";
     return;
   }
-  // Each worker's peak is its own moment; their sum bounds what they held at once.
+  // Each worker's peak is its own moment; their sum bounds what they held at once, so the rest of
+  // the process is at least the difference.
   if (r.one_process)
-    std::cout << prefix << "  the process's peak less the workers' (" << bytes(sum) << " in all): " << bytes(rss[0] - sum);
+    std::cout << prefix << "  the process's peak less the workers' peaks (" << bytes(sum)
+              << " in all, each at its own moment): at least " << bytes(std::max<int64_t>(0, rss[0] - sum));
   else
     std::cout << prefix << "  a process's peak less its worker's tensors: up to " << bytes(most_apart);
   std::cout << " (LibTorch, the data, the runtime's buffers, and freed blocks malloc keeps for reuse)\n";
@@ -84,6 +86,40 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
   runtime::check_not_diverged(r);
   std::istringstream notes(runtime::unlearned_note(r));
   for (std::string note; std::getline(notes, note);) std::cerr << (label.empty() ? "" : "[" + label + "] ") << note << "\n";
+}
+
+void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags,
+                              const std::string& label, int64_t data_bytes) {
+  const plan::Plan& plan = job.plan;
+  if (plan.memory_cap_bytes <= 0) return;
+  // The tensors were planned under the cap less what it set aside for the process; where it set
+  // some aside (a calibrated cluster), a worker process's peak RSS less the data it holds (the
+  // planner sees none, docs/planner.md) is held against the whole cap too. Emulated tensors
+  // stand for the device's at --byte-scale, and their process is the host's.
+  const double tensors_cap = static_cast<double>(plan.memory_cap_bytes - plan.memory_cap_process_bytes);
+  const bool whole = plan.memory_cap_process_bytes > 0 && !r.one_process && !flags.model.emulated();
+  const double scale = flags.model.emulated() ? flags.model.emulation.byte_scale : 1.0;
+  std::string over;
+  bool processes = false;
+  for (size_t w = 0; w < r.peak_memory_bytes.size(); ++w) {
+    double tensors = static_cast<double>(r.peak_memory_bytes[w]) / scale;
+    double process = whole && w < r.peak_rss_bytes.size() ? static_cast<double>(r.peak_rss_bytes[w] - data_bytes) : 0;
+    if (tensors > tensors_cap) {
+      over += str(over.empty() ? "" : ", ", "w", w, "'s tensors ", human_bytes(tensors));
+    } else if (process > static_cast<double>(plan.memory_cap_bytes)) {
+      over += str(over.empty() ? "" : ", ", "w", w, "'s process ", human_bytes(process));
+      processes = true;
+    }
+  }
+  if (over.empty()) return;
+  if (processes) over += str(" (a process: its peak RSS less the data's ", human_bytes(static_cast<double>(data_bytes)), ")");
+  std::cerr << (label.empty() ? "" : "[" + label + "] ") << "warning: " << job.options.plan_source
+            << " was planned to fit " << human_bytes(static_cast<double>(plan.memory_cap_bytes))
+            << " a worker (its field 'memory_cap_bytes'"
+            << (plan.memory_cap_process_bytes > 0
+                    ? str(", of which its tensors ", human_bytes(tensors_cap), ", the process the rest")
+                    : std::string(", its tensors'"))
+            << "), and measured, over it: " << over << "\n";
 }
 
 void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label) {

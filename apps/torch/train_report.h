@@ -13,6 +13,13 @@ namespace pt::app {
 // NaN or infinite trained nothing usable: it fails (after printing), not exit 0.
 void print_result(const runtime::TrainResult& r, const std::string& label);
 
+// Where the plan was made to fit a memory cap (its memory_cap_bytes), a warning naming each
+// worker whose measured tensors are over the tensors' share of it, or, where the cap set some
+// aside for the process, whose process (its own, over gloo) held more than the cap beside the
+// data (`data_bytes`).
+void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags,
+                              const std::string& label, int64_t data_bytes);
+
 // The measured-vs-predicted line. With --profile (threads or gloo processes on this host), or with emulated
 // compute: the simulator's figure for this very run on this machine or its --cluster
 // (job/prediction.h). Otherwise the plan's own prediction, in ms per minibatch of the profile's

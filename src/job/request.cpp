@@ -247,14 +247,20 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
       divisors += found ? ", " : "";
       divisors += ++found > 8 ? std::string("...") : std::to_string(d);
     }
-    auto from = [&](bool file, bool given, const char* field, const char* flag) {
-      return file ? str(source, "'s field '", field, "'") : given ? str(flag) : str(flag, "'s default");
+    // A split made here has no file but the profile it splits, whose batch it takes (or the one
+    // measured here, at --batch-size's default).
+    const std::string plan_file = source != "the plan" ? source : "";
+    auto from = [&](bool file, const std::string& name, bool given, const char* field, const char* flag) {
+      return file && !name.empty() ? str(name, "'s field '", field, "'")
+             : given               ? str(flag)
+                                   : str(flag, "'s default");
     };
     throw ConfigError(str(options.microbatches, " microbatches (",
-                          from(file_microbatches, r.microbatches_given || !r.schedule_file.empty(), "microbatches",
-                               r.schedule_file.empty() ? "--microbatches" : "--schedule-file"),
+                          from(file_microbatches, plan_file, r.microbatches_given || !r.schedule_file.empty(),
+                               "microbatches", r.schedule_file.empty() ? "--microbatches" : "--schedule-file"),
                           ") do not divide the batch of ", options.train.batch_size, " (",
-                          from(file_batch, r.batch_size_given, "batch_size", "--batch-size"),
+                          from(file_batch, plan_file.empty() ? r.profile_path : plan_file, r.batch_size_given,
+                               "batch_size", "--batch-size"),
                           "); give --microbatches one of its divisors: ", divisors));
   }
   // The plan's bucket, where the planner chose one, unless --bucket-mb says.

@@ -1,8 +1,6 @@
 #include "model/scripted_model.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -11,13 +9,13 @@
 #include <map>
 
 #include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include "core/error.h"
 #include "core/json_doc.h"
 #include "core/tensor_file.h"
+#include "model/file_range.h"
 #include "model/model_digest.h"
 #include "model/random_draws.h"
 
@@ -141,33 +139,6 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
   bool draws_random_;
 };
 TORCH_MODULE(ScriptedLayer);
-
-// Bytes [offset, offset + size) of a file, as LibTorch's archive reader reads them: one layer's
-// TorchScript archive inside a model file, read where it lies (no copy of its bytes in memory).
-class FileRange : public caffe2::serialize::ReadAdapterInterface {
- public:
-  FileRange(const std::string& path, uint64_t offset, uint64_t size) : offset_(offset), size_(size) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw Error(str(path, ": cannot open: ", std::strerror(errno)));
-  }
-  ~FileRange() override { ::close(fd_); }
-  size_t size() const override { return size_; }
-  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
-    if (pos >= size_) return 0;
-    n = std::min<uint64_t>(n, size_ - pos);
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::pread(fd_, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(offset_ + pos + done));
-      if (r <= 0) break;
-      done += static_cast<size_t>(r);
-    }
-    return done;
-  }
-
- private:
-  int fd_;
-  uint64_t offset_, size_;
-};
 
 // One layer of a file of separate layers: where its archive lies and what it must hold.
 struct LayerEntry {

@@ -106,6 +106,10 @@ json to_json(const Plan& p) {
   if (p.deferred_step) doc["deferred_step"] = true;
   if (p.bucket_mb >= 0) doc["bucket_mb"] = p.bucket_mb;
   if (!p.allreduce.empty()) doc["allreduce"] = p.allreduce;
+  if (p.memory_cap_bytes > 0) {
+    doc["memory_cap_bytes"] = p.memory_cap_bytes;
+    doc["memory_cap_process_bytes"] = p.memory_cap_process_bytes;
+  }
   return doc;
 }
 
@@ -113,7 +117,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "plan", kPlanVersion);
   root.only_fields({"format", "workers", "stages", "predicted", "model", "ties", "batch_size", "cost_model", "schedule",
-                    "microbatches", "chunks", "deferred_step", "bucket_mb", "allreduce"});
+                    "microbatches", "chunks", "deferred_step", "bucket_mb", "allreduce", "memory_cap_bytes", "memory_cap_process_bytes"});
   Plan p;
   // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
   p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
@@ -156,6 +160,11 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     p.allreduce = root["allreduce"].as_string();
     if (p.allreduce != "ring" && p.allreduce != "hierarchical")
       root["allreduce"].fail(str("must be ring or hierarchical, got '", printable(p.allreduce), "'"));
+  }
+  if (root.has("memory_cap_bytes")) p.memory_cap_bytes = root["memory_cap_bytes"].as_int_at_least(1);
+  if (root.has("memory_cap_process_bytes")) {
+    if (p.memory_cap_bytes == 0) root["memory_cap_process_bytes"].fail("is a share of memory_cap_bytes, which is absent");
+    p.memory_cap_process_bytes = root["memory_cap_process_bytes"].as_int_in(0, p.memory_cap_bytes - 1);
   }
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");

@@ -63,6 +63,12 @@ struct Plan {
   // --allreduce says: a plan made with --allreduce hierarchical had simulated 50% slower from
   // its own file (VGG-16 data parallel on 4x2: 126.2 ms against the 84.1 it predicted).
   std::string allreduce;
+  // The memory per worker it was planned to fit (`plan --memory`, or the cluster's
+  // memory_bytes_per_worker; 0: none), and what of it the cluster set aside for a worker
+  // process besides its tensors (its process_bytes, as calibrate measured them; 0: the cap was
+  // the tensors'): `train --plan` says where a worker's measured peak is over it.
+  int64_t memory_cap_bytes = 0;
+  int64_t memory_cap_process_bytes = 0;
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
   // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).

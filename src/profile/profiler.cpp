@@ -8,10 +8,11 @@
 #include "core/median.h"
 #include "core/host_allocator.h"
 #include "model/flat_parameters.h"
-#include "model/memory_meter.h"
 #include "model/optimizer.h"
 #include "model/split_backward.h"
 #include "profile/alike_key.h"
+#include "profile/layer_memory.h"
+#include "profile/profile_fits_model.h"
 
 namespace pt::profile {
 
@@ -47,17 +48,6 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
   return median(times);
 }
 
-// The layer's forward into `out`; where `targets` is defined (the last layer), the model's loss
-// after it too, as the last stage computes it. Returns what the backward starts from.
-torch::Tensor forward(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                      const torch::Tensor& targets, torch::Tensor& out) {
-  {
-    model::ComputeScope scope(model.precision());
-    out = module->forward(input);
-  }
-  return targets.defined() ? model.loss(out, targets) : out;
-}
-
 // The layer's median forward and backward times on `input` (with the loss after it where
 // `targets` is defined), after o.warmup untimed runs; `out` gets its output. The parameters'
 // gradients stay defined (zeros plus the runs'), as the memory measurement wants them.
@@ -71,7 +61,7 @@ Timing time_layer(model::LayeredModel& model, torch::nn::Sequential& module, con
   for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
     double t0 = now_ms();
-    top = forward(model, module, input, targets, out);
+    top = layer_forward(model, module, input, targets, out);
     double t1 = now_ms();
     auto grad = torch::ones_like(top);
     double t2 = now_ms();
@@ -151,7 +141,7 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
         if (i > 0 && ins[i].is_floating_point()) ins[i].requires_grad_(true);
         torch::Tensor y = i + 1 == n && targets.defined() ? targets.narrow(0, at, b) : torch::Tensor();
         double t0 = now_ms();
-        tops[i] = forward(model, layers[i], ins[i], y, x);
+        tops[i] = layer_forward(model, layers[i], ins[i], y, x);
         if (timed) fwd[k][i].push_back(now_ms() - t0);
       }
       torch::Tensor grad;  // the input gradient of the layer after
@@ -183,7 +173,7 @@ double input_gradient_share(model::LayeredModel& model, torch::nn::Sequential& m
   std::vector<double> split_ms, whole_ms;
   for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
     torch::Tensor output;
-    torch::Tensor top = forward(model, module, input, targets, output);
+    torch::Tensor top = layer_forward(model, module, input, targets, output);
     if (!top.requires_grad()) return 0;
     torch::Tensor grad = torch::ones_like(top), input_grad;
     model::WeightBackward w;
@@ -191,7 +181,7 @@ double input_gradient_share(model::LayeredModel& model, torch::nn::Sequential& m
     if (!model::input_gradient(top, grad, input, weights, &input_grad, &w)) return 0;
     double t1 = now_ms();
     model::weight_gradients(w);
-    top = forward(model, module, input, targets, output);
+    top = layer_forward(model, module, input, targets, output);
     double t2 = now_ms();
     top.backward(grad);
     double t3 = now_ms();
@@ -200,91 +190,6 @@ double input_gradient_share(model::LayeredModel& model, torch::nn::Sequential& m
   input.mutable_grad() = torch::Tensor();
   double whole = median(whole_ms);
   return whole > 0 ? std::min(1.0, median(split_ms) / whole) : 0;
-}
-
-// Layer::split_bytes: what a forward and a split B leave for W, the output's gradient (held
-// as received) not counted, and Layer::split_workspace_bytes: the most B holds beyond the stash
-// while it runs; 0 where the backward does not split (a weight used twice).
-void measure_split_memory(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                          const torch::Tensor& targets, Layer& l) {
-  auto account = std::make_shared<model::MemoryAccount>();
-  torch::Tensor top;
-  {
-    model::ChargeTo charge(account);
-    torch::Tensor output;  // the loss's input, on the last layer: its graph keeps what it needs
-    top = forward(model, module, input, targets, output);
-  }
-  if (!top.requires_grad()) return;
-  torch::Tensor grad = torch::ones_like(top);
-  std::vector<torch::Tensor> weights;
-  for (const auto& p : module->parameters())
-    if (p.requires_grad()) weights.push_back(p);
-  torch::Tensor input_grad;
-  model::WeightBackward w;
-  {
-    model::ChargeTo charge(account);
-    int64_t stash = account->live();
-    account->reset_peak();
-    if (!model::input_gradient(top, grad, input, weights, &input_grad, &w)) return;
-    input_grad = torch::Tensor();  // sent on
-    l.split_bytes = account->live();
-    l.split_workspace_bytes = account->peak() - stash;
-    model::weight_gradients(w);
-  }
-}
-
-// The layer's memory as the meter sees it allocated on this thread: what one forward leaves
-// alive for the backward (Layer::stash_bytes: its output and what autograd saves), and the most
-// its forward or backward holds beyond that while running (Layer::workspace_bytes: scratch
-// buffers, the input gradient). The parameters' gradients exist beforehand, as in the runtime.
-// With `targets`, the loss's share too (measure_profile).
-void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                          const torch::Tensor& targets, Layer& l) {
-  model::install_memory_meter();
-  auto account = std::make_shared<model::MemoryAccount>();
-  torch::Tensor out;
-  {
-    model::ChargeTo charge(account);
-    torch::Tensor output;
-    out = forward(model, module, input, targets, output);
-  }
-  l.stash_bytes = account->live();
-  int64_t workspace = account->peak() - l.stash_bytes;
-  // Half the batch again: what it keeps beyond half the stash is kept whatever the batch
-  // (Layer::fixed_stash_bytes): bf16's weight casts. Under fp32 nothing is, and what a first call
-  // at a shape caches (mnist-cnn's worker read 13% over the model in one run of three) is none.
-  // Allocation rounding is no such part either: under 1% and 4 KiB is none.
-  int64_t half = input.dim() > 0 && model.precision() != model::Precision::kFloat32 ? input.size(0) / 2 : 0;
-  if (half >= 1) {
-    auto at_half = std::make_shared<model::MemoryAccount>();
-    torch::Tensor kept;
-    bool measured = true;
-    try {
-      model::ChargeTo charge(at_half);
-      torch::Tensor output;
-      kept = forward(model, module, input.narrow(0, 0, half), targets.defined() ? targets.narrow(0, 0, half) : targets,
-                     output);
-    } catch (const std::exception&) {  // a layer whose first dimension is not the batch: none measured
-      measured = false;
-    }
-    double n = static_cast<double>(input.size(0)), h = static_cast<double>(half);
-    double per_sample = static_cast<double>(l.stash_bytes - at_half->live()) / (n - h);
-    double fixed = static_cast<double>(l.stash_bytes) - per_sample * n;
-    if (measured && fixed > std::max(4096.0, 0.01 * static_cast<double>(l.stash_bytes)))
-      l.fixed_stash_bytes = std::min(l.stash_bytes, static_cast<int64_t>(std::llround(fixed)));
-  }
-  if (out.requires_grad()) {
-    torch::Tensor grad = torch::ones_like(out);
-    account->reset_peak();
-    int64_t before = account->live();
-    {
-      model::ChargeTo charge(account);
-      out.backward(grad);
-    }
-    workspace = std::max(workspace, account->peak() - before);
-  }
-  l.workspace_bytes = std::max<int64_t>(0, workspace - l.parameter_bytes);
-  if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
 }
 
 // The model's ties that train (`trains`) or the frozen ones.
@@ -357,7 +262,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       l.timings = sequence[i];
       main = l.timings.back();
       if (sizes.empty()) l.timings.clear();
-      forward(model, module, input, loss_targets, out);
+      layer_forward(model, module, input, loss_targets, out);
     } else {
       for (size_t k = 0; k < sizes.size(); ++k) {
         torch::Tensor in = xs[k].detach(), small;
@@ -378,9 +283,9 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     if (input.requires_grad())
       l.input_gradient_ms = l.backward_ms * input_gradient_share(model, module, input, loss_targets, profiler_options);
     l.activation_bytes = model::wire_bytes(out, model.wire_precision(i));  // what crosses to the next stage
-    for (const auto& param : module->parameters())
-      (param.requires_grad() ? l.parameter_bytes : l.buffer_bytes) += param.numel() * static_cast<int64_t>(param.element_size());
-    for (const auto& buffer : module->buffers()) l.buffer_bytes += buffer.numel() * static_cast<int64_t>(buffer.element_size());
+    LayerBytes bytes = layer_bytes(module);
+    l.parameter_bytes = bytes.parameters;
+    l.buffer_bytes = bytes.buffers;
     torch::Tensor next = on_the_wire(out, i);
     out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own

@@ -134,6 +134,21 @@ void own_bucket(Configuration& c, const profile::Profile& profile, const plan::C
   }
 }
 
+// Whether data parallelism on every worker (each the profile's batch, as its trial runs it, no
+// recomputation) fits the cap: only then is it the baseline a pinned search is compared with.
+bool data_parallelism_fits(const profile::Profile& profile, const plan::Cluster& cluster, const JointOptions& joint) {
+  if (joint.memory_cap == 0) return true;
+  const int n = cluster.workers();
+  plan::Plan dp = plan::data_parallel_plan(profile.num_layers(), n);
+  profile::Profile prof = profile::with_batch_size(profile, profile.batch_size * n);
+  schedule::ScheduleOptions options;
+  options.microbatches = n;
+  options = sim::weigh_schedule("dp", dp, options, prof, cluster);
+  schedule::Schedule s = schedule::make_unvalidated_schedule("dp", dp, options);
+  return schedule::peak_memory(schedule::memory_over_long_run("dp", dp, options, prof, joint.memory, &s)) <=
+         joint.memory_cap;
+}
+
 }  // namespace
 
 JointResult joint_search(const profile::Profile& profile, const plan::Cluster& cluster,
@@ -249,10 +264,9 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   double dp_per_sample = 0;
   for (const auto& c : r.ranked)
     if (c.plan.schedule == "dp" && c.plan.workers == cluster.workers()) dp_per_sample = c.ms_per_sample;
-  // A search pinned to another schedule weighed no data parallelism: without a memory cap it is
-  // replayed here as `plan` without the joint search replays it (else the table would say "does
-  // not fit").
-  if (dp_per_sample == 0 && joint.memory_cap == 0) {
+  // A search pinned to another schedule weighed no data parallelism: where it fits it is replayed
+  // here as `plan` without the joint search replays it (else the table would say "does not fit").
+  if (dp_per_sample == 0 && data_parallelism_fits(profile, cluster, joint)) {
     double ms = simulate_data_parallel(profile, cluster, plan_options, "pipedream");
     // At its own bucket where the candidates got theirs (at 25 MiB alone, `plan --schedule
     // pipedream` printed 1.23x over data parallelism where compare's rows give 0.85x).

@@ -3,6 +3,7 @@
 #include "referee/plan_decision.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -237,9 +238,16 @@ plan::Plan as_run(const plan::Plan& p) {
 }
 
 PlanDecision decide_plan(const plan::PlanOutcome& searched, const PlanRequest& request) {
-  if (request.joint) return decide_joint(searched, request);
-  if (searched.options.cost_model == plan::CostModel::kRealised) return decide_refereed(searched, request);
-  return decide_pipedream(searched, request.memory);
+  PlanDecision d = request.joint ? decide_joint(searched, request)
+                   : searched.options.cost_model == plan::CostModel::kRealised
+                       ? decide_refereed(searched, request)
+                       : decide_pipedream(searched, request.memory);
+  // The cap whole, the process's share with the tensors', as a worker's peak RSS is measured.
+  if (searched.memory_cap > 0 && searched.memory_cap != std::numeric_limits<int64_t>::max()) {
+    d.plan.memory_cap_bytes = d.shown.memory_cap_bytes = searched.memory_cap + searched.cluster.process_bytes;
+    d.plan.memory_cap_process_bytes = d.shown.memory_cap_process_bytes = searched.cluster.process_bytes;
+  }
+  return d;
 }
 
 }  // namespace pt::referee

@@ -744,6 +744,8 @@ TEST(PlanReferee, SimulateOfAJointPlanFileRunsItsScheduleAndBatch) {
   ASSERT_EQ(p.schedule, "1f1b");
   ASSERT_GT(p.microbatches, 4);
   ASSERT_NE(p.batch_size, profile::read_profile_json(path).batch_size);
+  EXPECT_EQ(p.memory_cap_bytes, int64_t{16} << 30);  // what train holds its workers' peaks against
+  EXPECT_EQ(p.memory_cap_process_bytes, 0);          // no calibrated cluster: the cap is the tensors'
   auto sim = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + cluster +
                                 " --plan " + file);
   ASSERT_EQ(sim.exit_code, 0) << sim.output;

@@ -891,6 +891,76 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
                      "--microbatches one of its divisors: 1, 2, 5, 10"),
             std::string::npos)
       << out;
+  // A split made here, with no plan file: the batch is --batch-size's default (it named "the
+  // plan's field 'batch_size'", a file the user had not given).
+  rc = run({"train", "--data", "synthetic", "--synthetic-samples", "64", "--steps", "1", "--quiet", "--stages", "2",
+            "--microbatches", "5"},
+           log);
+  out = slurp(log);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("5 microbatches (--microbatches) do not divide the batch of 64 (--batch-size's default)"),
+            std::string::npos)
+      << out;
+}
+
+// A profile of another size is refused by each worker that builds a layer it misrecords, over
+// threads and gloo, naming the file, the layer and both figures: mlp --width 2's profile trained
+// --width 1 with the memory modelled at 113 MiB of tensors where the run held 29, exit 0.
+TEST(TrainCli, AProfileOfAnotherSizeIsRefused) {
+  TempDir tmp("other-size");
+  fs::path profile = tmp.path / "profile.json", log = tmp.path / "log";
+  ASSERT_EQ(run({"profile", "--model", "mlp", "--width", "2", "--depth", "2", "--batch-size", "8", "-o", profile.string()},
+                log),
+            0)
+      << slurp(log);
+  for (const char* transport : {"threads", "gloo"}) {
+    int rc = run({"train", "--model", "mlp", "--width", "1", "--depth", "2", "--data", "synthetic", "--batch-size", "8",
+                  "--stages", "2", "--schedule", "1f1b", "--steps", "2", "--quiet", "--profile", profile.string(),
+                  "--transport", transport},
+                 log);
+    std::string out = slurp(log);
+    EXPECT_EQ(rc, 1) << transport << "\n" << out;
+    EXPECT_NE(out.find("--profile " + profile.string() + ": layer "), std::string::npos) << transport << "\n" << out;
+    EXPECT_NE(out.find("field 'parameter_bytes' is "), std::string::npos) << transport << "\n" << out;
+    EXPECT_NE(out.find("but the model built, mlp, holds "), std::string::npos) << transport << "\n" << out;
+  }
+}
+
+// A plan made under a memory cap (its memory_cap_bytes) warns where a worker's measured peak is
+// over it (a worker measured 236.9 MiB under a 230 MiB plan without a word), and only there.
+TEST(TrainCli, AWorkerOverThePlansMemoryCapIsNamed) {
+  TempDir tmp("plan-memory-cap");
+  fs::path log = tmp.path / "log";
+  auto train = [&](int64_t cap, int64_t process = 0, const char* transport = "threads") {
+    fs::path plan = tmp.path / str("plan-", cap, "-", process, ".json");
+    std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 2, "schedule": "1f1b", "memory_cap_bytes": )"
+                        << cap << R"(, "memory_cap_process_bytes": )" << process
+                        << R"(, "stages": [{"layers": [0, 1], "replicas": 1}, {"layers": [2, 3, 4], "replicas": 1}]})";
+    int rc = run({"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "2", "--quiet", "--plan",
+                  plan.string(), "--transport", transport},
+                 log);
+    return std::make_pair(rc, slurp(log));
+  };
+  auto [rc, out] = train(4096);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("was planned to fit 4.0 KiB a worker (its field 'memory_cap_bytes', its tensors'), and measured, "
+                     "over it: w0's tensors "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(", w1's tensors "), std::string::npos) << out;
+  std::tie(rc, out) = train(int64_t{1} << 40);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("memory_cap_bytes"), std::string::npos) << out;
+  // A cap that set some aside for the process holds a gloo worker's own process to it whole: the
+  // tensors (a few MiB) fit their 59 MiB, a process of LibTorch does not fit 60.
+  std::tie(rc, out) = train(60 << 20, 1 << 20, "gloo");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(its field 'memory_cap_bytes', of which its tensors 59.0 MiB, the process the rest), and "
+                     "measured, over it: w0's process "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(a process: its peak RSS less the data's "), std::string::npos) << out;
+  EXPECT_EQ(out.find("w0's tensors"), std::string::npos) << out;
 }
 
 // A checkpoint resumed under other optimizer settings says which, with both values: a cosine

@@ -16,6 +16,7 @@
 #include "pt_paths.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profile.h"
+#include "profile/profile_fits_model.h"
 
 namespace pt::app {
 namespace {
@@ -412,7 +413,13 @@ TEST(TrainFlags, ARunReadsItsProfileOnce) {
   fs::path tmp = fs::temp_directory_path() / ("pt_train_profile_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   std::string prof_file = (tmp / "prof.json").string(), plan_file = (tmp / "plan.json").string();
-  auto prof = runtime::testing::unit_profile(*runtime::testing::seeded_cnn(1));
+  auto cnn = runtime::testing::seeded_cnn(1);
+  auto prof = runtime::testing::unit_profile(*cnn);
+  for (int i = 0; i < prof.num_layers(); ++i) {  // the bytes the workers hold it against
+    profile::LayerBytes bytes = profile::layer_bytes(cnn->layer(i).module);
+    prof.layers[i].parameter_bytes = bytes.parameters;
+    prof.layers[i].buffer_bytes = bytes.buffers;
+  }
   profile::write_profile(prof, prof_file);
   plan::write_plan(plan::even_split(prof, 2), plan_file);
   for (const auto& how : std::vector<std::vector<std::string>>{{"--stages", "2"}, {"--plan", plan_file}}) {

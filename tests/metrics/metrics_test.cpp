@@ -161,6 +161,9 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_EQ(m.links[0].to, 1);
   EXPECT_EQ(m.links[0].bytes, 100);
   EXPECT_EQ(to_json(m)["peak_memory_bytes"], 3100);
+  // Named for what it is: the trace's stashes and weights, not a worker's whole tensors.
+  EXPECT_EQ(to_json(m)["peak_stash_weights_bytes"], 3100);
+  EXPECT_EQ(to_json(m)["workers"][1]["peak_stash_weights_bytes"], 3100);
   EXPECT_NE(format_metrics(m).find("worker  bubble  stash  versions  activations  weights"), std::string::npos);
   // The runtime's traces hold no parameter bytes, and each forward's output alone: their memory
   // columns read "weights 0 B" and a last stage's "activations 4 B" (its loss), as though measured.
@@ -176,6 +179,7 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_FALSE(doc["memory_known"].get<bool>());
   // --json said the same: null, not the loss's 4 bytes.
   EXPECT_TRUE(doc["peak_memory_bytes"].is_null()) << doc.dump();
+  EXPECT_TRUE(doc["peak_stash_weights_bytes"].is_null()) << doc.dump();
   EXPECT_TRUE(doc["workers"][1]["peak_activation_bytes"].is_null()) << doc.dump();
   EXPECT_TRUE(doc["workers"][1]["weight_bytes"].is_null()) << doc.dump();
 }

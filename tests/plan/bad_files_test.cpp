@@ -114,6 +114,26 @@ TEST(PlanFile, DataParallelismThatDoesNotFitIsNull) {
   EXPECT_EQ(to_json(p)["predicted"]["data_parallel_ms_per_minibatch"].get<double>(), 3.5);
 }
 
+// The memory cap a plan was made for goes to the file and back; absent is none, and a cap of
+// no bytes is refused by name.
+TEST(PlanFile, TheMemoryCapItWasPlannedForRoundTrips) {
+  const std::string head = R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0], "replicas": 1}])";
+  Plan p = plan_from_json(parse_json(head + "}", "p.json"), "p.json");
+  EXPECT_EQ(p.memory_cap_bytes, 0);
+  EXPECT_FALSE(to_json(p).contains("memory_cap_bytes"));
+  p.memory_cap_bytes = 241172480;
+  p.memory_cap_process_bytes = 104857600;
+  Plan back = plan_from_json(to_json(p), "p.json");
+  EXPECT_EQ(back.memory_cap_bytes, 241172480);
+  EXPECT_EQ(back.memory_cap_process_bytes, 104857600);
+  EXPECT_EQ(plan_error(head + R"(, "memory_cap_bytes": 0})"), "p.json: field 'memory_cap_bytes' must be >= 1, got 0");
+  EXPECT_EQ(plan_error(head + R"(, "memory_cap_process_bytes": 5})"),
+            "p.json: field 'memory_cap_process_bytes' is a share of memory_cap_bytes, which is absent");
+  EXPECT_NE(plan_error(head + R"(, "memory_cap_bytes": 100, "memory_cap_process_bytes": 100})")
+                .find("field 'memory_cap_process_bytes' must be in"),
+            std::string::npos);
+}
+
 TEST(BadPlanFile, MoreStagesThanLayersNamesBoth) {
   profile::Profile prof;
   prof.model = "tiny";

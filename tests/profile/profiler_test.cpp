@@ -7,6 +7,8 @@
 
 #include "model/emulated_layer.h"
 #include "model/zoo.h"
+#include "core/error.h"
+#include "profile/profile_fits_model.h"
 #include "profile/profiler.h"
 
 namespace pt::profile {
@@ -48,6 +50,29 @@ TEST(Profiler, MnistCnnExactBytes) {
   for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(torch::equal(a[k].detach(), b[k].detach())) << "parameter " << k;
   // What it measured reads back through the validating reader.
   EXPECT_EQ(to_json(profile_from_json(to_json(p), "x")), to_json(p));
+}
+
+// A profile is held against the model it is given for, layer by layer, by the bytes each holds:
+// one of another size is refused by file, layer, field and both figures.
+TEST(Profiler, AProfileOfAnotherModelIsRefusedByLayer) {
+  torch::manual_seed(0);
+  auto m = model::build_mnist_cnn({});
+  Profile p = measure_profile(*m, torch::randn({16, 1, 28, 28}), {1, 1});
+  EXPECT_NO_THROW(check_profile_fits_model(p, "p.json", *m));
+  Profile wider = p;
+  wider.layers[2].parameter_bytes += 4;
+  try {
+    check_profile_fits_model(wider, "p.json", *m);
+    ADD_FAILURE() << "a profile of other bytes was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "p.json: layer 2 ('fc1') field 'parameter_bytes' is 1255204 (1.2 MiB), but the model built, mnist-cnn, "
+              "holds 1255200 (1.2 MiB) there: the profile is of another model or size (`pipetrain profile` with this "
+              "run's model flags measures it)");
+  }
+  Profile shorter = p;
+  shorter.layers.pop_back();
+  EXPECT_THROW(check_profile_fits_model(shorter, "p.json", *m), ConfigError);
 }
 
 // Each layer is timed at the batch's halves down to a sixteenth too, on the first samples of the

@@ -391,6 +391,34 @@ TEST(JointPlan, DataParallelismIsWeighedAtItsOwnBucket) {
   EXPECT_NEAR(m.ms_per_minibatch, own.simulated.ms_per_minibatch, 1e-9 * own.simulated.ms_per_minibatch);
 }
 
+// A search pinned to one schedule under a memory cap compares it with data parallelism where
+// that fits the cap, and only there (`plan --schedule 1f1b --memory 100GB` said "does not fit"
+// of data parallelism needing 405 MiB a worker, and dropped the comparison).
+TEST(JointPlan, APinnedSearchUnderACapComparesWithDataParallelismWhereItFits) {
+  profile::Profile prof = profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json");
+  plan::Cluster cluster = plan::Cluster::flat(4, 10);
+  plan::PlanOptions po;
+  po.memory_bytes = std::numeric_limits<int64_t>::max();
+  JointOptions o;
+  JointResult all = joint_search(prof, cluster, po, o);
+  const Configuration* dp = nullptr;
+  for (const auto& c : all.ranked)
+    if (c.plan.schedule == "dp" && c.workers == cluster.workers()) dp = &c;
+  ASSERT_NE(dp, nullptr);
+  o.schedules = {"1f1b"};
+  o.memory_cap = dp->peak_memory;
+  JointResult fits = joint_search(prof, cluster, po, o);
+  ASSERT_FALSE(fits.ranked.empty());
+  for (const auto& c : fits.ranked) {
+    double want = dp->ms_per_sample * static_cast<double>(c.plan.batch_size);
+    EXPECT_NEAR(c.plan.data_parallel_ms_per_minibatch, want, 1e-9 * want) << c.plan.shape();
+  }
+  o.memory_cap = dp->peak_memory - 1;
+  JointResult over = joint_search(prof, cluster, po, o);
+  ASSERT_FALSE(over.ranked.empty()) << "no 1f1b configuration fits under data parallelism's peak: the case weighs nothing";
+  for (const auto& c : over.ranked) EXPECT_EQ(c.plan.data_parallel_ms_per_minibatch, 0) << c.plan.shape();
+}
+
 // GNMT-16 on 4x4 with 1 Gbit/s between servers, 1F1B: a fourth copy of the pipeline costs more
 // in its all-reduces across servers than it computes, so the search runs 4-4-4 on 12 workers
 // (--all-workers: 4-4-4-4 on all 16, slower). Its table compares the step of 4 copies, 256
