@@ -76,6 +76,13 @@ int run_profile(ProfileFlags& flags) {
             << fwd << " ms, backward " << bwd << " ms (the layers timed " << p.timed << "), parameters "
             << p.total_parameter_bytes() << " bytes"
             << (buffers > 0 ? str(", buffers and frozen parameters ", buffers, " bytes") : "") << "\n";
+  if (p.timing_spread > 0)
+    std::cerr << "the rounds at batch " << p.batch_size << " spread " << fixed(100 * p.timing_spread, 1)
+              << "% (10th to 90th percentile, of their median)\n";
+  if (p.timed_busy())
+    std::cerr << "warning: a spread over " << fixed(100 * profile::kBusySpread, 0)
+              << "%: other work competed for this core while it timed, and predictions from this profile will be "
+                 "off by as much; profile again on a quiet machine\n";
   for (const auto& group : p.alike)
     std::cerr << "layers " << model::LayerSet(group).describe()
               << " compute alike (the same code, shapes and memory): each takes the group's median times\n";
@@ -92,7 +99,7 @@ Register reg({"profile", kProfileDescription,
                  "machine (optimizer step, gradient accumulation) on its bytes x --byte-scale");
   app.add_option("--batch-size", flags->batch_size, "Minibatch size to profile")->capture_default_str();
   app.add_option("--warmup", flags->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (median kept; the layers timed in sequence repeat until their rounds have taken a second, up to 31)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (each layer alone: the median kept; in sequence: the mean less stalls over twice the median, the rounds repeating until they have taken a second, up to 31)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag_callback(
       "--alone", [flags] { flags->options.sequence_share = 0; },
       "Time each layer alone, built and dropped in turn (the default times the layers one after another, as a "

@@ -137,7 +137,11 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
     p.transport = flags.transport;
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "
-              << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms()) << ")\n";
+              << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());
+    if (prof.timed_busy())
+      std::cout << "; the profile's timed rounds spread " << fixed(100 * prof.timing_spread, 0)
+                << "%, a busy machine's: its prediction is as uncertain";
+    std::cout << ")\n";
     return;
   }
   // A plan of another batch predicted another run (the request's note says so at the start).

@@ -75,6 +75,7 @@ json to_json(const Profile& p) {
     out[field] = ties;
   }
   if (!p.alike.empty()) out["alike_layers"] = p.alike;
+  if (p.timing_spread > 0) out["timing_spread"] = p.timing_spread;
   return out;
 }
 
@@ -106,6 +107,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     if (p.timed != "in sequence" && p.timed != "alone")
       root["timed"].fail(str("must be 'in sequence' or 'alone', got '", p.timed, "'"));
   }
+  if (root.has("timing_spread")) p.timing_spread = root["timing_spread"].as_non_negative();
   JsonField layers = root["layers"];
   size_t n = layers.size();
   if (n == 0) layers.fail("must list at least one layer");
@@ -350,6 +352,8 @@ double split_bytes_at(const Profile& profile, int layer, double scale) {
   int64_t fixed = std::min(l.fixed_stash_bytes, l.split_bytes);
   return static_cast<double>(fixed) + static_cast<double>(l.split_bytes - fixed) * scale;
 }
+
+bool Profile::timed_busy() const { return timing_spread > kBusySpread; }
 
 double compute_step_ms(const Profile& profile, int layer) {
   return is_input_layer(profile, layer) ? 0 : profile.layers[layer].optimizer_ms;

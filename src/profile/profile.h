@@ -90,6 +90,12 @@ struct Profile {
   // profiler's way where its process holds the model) or "alone" (each layer by itself, again
   // and again: from warm caches, so faster than in a stage). Optional in the file ("alone").
   std::string timed = "alone";
+  // In sequence, how far the timed rounds disagreed: the spread of their times at the batch size
+  // from the 10th to the 90th percentile, over the median (round_spread). A busy machine's rounds
+  // disagree, and its profile predicts as badly. 0: not measured. Optional in the file.
+  double timing_spread = 0;
+  // Timed while other work competed for its core (timing_spread over kBusySpread).
+  bool timed_busy() const;
   std::vector<Layer> layers;
   std::vector<Tie> ties;  // trainable: one gradient and step, summed where a plan splits them
   // Frozen (no step updates them, each layer's buffer_bytes counts them): held once by a worker
@@ -166,6 +172,10 @@ std::vector<int64_t> own_parameter_bytes(const Profile& profile);
 // (W: no Layer::input_gradient_ms), a schedule that runs them apart (zero bubble) charges this
 // share of the backward to B and the rest to W (the zero-bubble paper's T_B ~ T_W).
 inline constexpr double kInputGradientShare = 0.5;
+// A spread of rounds (Profile::timing_spread) no quiet machine showed. mnist-cnn, gpt and mlp
+// profiled here spread 2.7-10%, also beside one busy process on the 2 cores; beside two, 34-119%,
+// and their times came out 29% longer.
+inline constexpr double kBusySpread = 0.2;
 // Of layer `layer`'s backward, the share its input gradient takes (Layer::input_gradient_ms, or
 // kInputGradientShare). gpt's blocks measure 0.59: charged 0.5, zb-h1 on 2 of its stages
 // simulated 7% over 1f1b where the two ran alike.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -107,20 +108,39 @@ std::vector<torch::nn::Sequential> layers_for_sequence(const model::LayeredModel
 // sum of each alone (bench/layers_in_sequence.cpp, across sittings), and a one-worker run
 // measured the longer: it ran at 0.81-0.87 of a simulation from layers timed alone, at
 // 0.99-1.01 of one timed in sequence.
-// (A layer's step is timed alone, measure_step_ms: one after another, each layer's step took
-// 1.7x the runtime's one step of their flat buffer, which a step per layer does not show.)
-std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
-                                                  std::vector<torch::nn::Sequential>& layers,
-                                                  const torch::Tensor& batch, const torch::Tensor& targets,
-                                                  const std::vector<int64_t>& sizes,
-                                                  const ProfilerOptions& profiler_options) {
+// The step too is timed as a stage takes it: once per round, after the batch's backward, on one
+// flat buffer of every weight (the runtime's StageReplica), a stash copy and the optimizer's
+// update, the weights put back after it. Timed per layer alone, on its own warm copies
+// (measure_step_ms), mnist-cnn's steps summed to 0.15 ms where the runtime's one step after the
+// backward took 0.25 (one after another, per layer, they had taken 1.7x the runtime's).
+// Each time kept is the mean of its rounds (typical_mean): a run's rate is its mean time, and its
+// actions' means ran 1.3-2.9% over their medians (mnist-cnn, one worker, 300 steps).
+struct SequenceTimes {
+  std::vector<std::vector<Timing>> layers;  // per layer, one per size
+  double step_ms = 0;                       // the whole model's step
+  double spread = 0;                        // of the rounds at the batch (Profile::timing_spread)
+};
+
+SequenceTimes time_in_sequence(model::LayeredModel& model, std::vector<torch::nn::Sequential>& layers,
+                               const torch::Tensor& batch, const torch::Tensor& targets,
+                               const std::vector<int64_t>& sizes, const ProfilerOptions& profiler_options) {
   const int n = model.num_layers();
-  std::vector<std::vector<Timing>> out(n);
-  // Gradients accumulate into a defined .grad, as in the runtime (time_layer).
+  SequenceTimes out;
+  out.layers.resize(n);
+  // The weights that train on one flat buffer, their gradients accumulating into its gradient
+  // buffer, as in the runtime (time_layer's defined .grad).
+  std::vector<torch::Tensor> trained;
   for (int i = 0; i < n; ++i)
-    for (auto& param : layers[i]->parameters()) param.mutable_grad() = torch::zeros_like(param);
+    for (auto& param : layers[i]->parameters())
+      if (param.requires_grad()) trained.push_back(param);
+  model::OptimizerOptions optimizer_options;
+  optimizer_options.kind = profiler_options.optimizer;
+  model::FlatParameters flat(trained, [&](const torch::Tensor& p) { return optimizer_options.decays(p); });
+  model::Optimizer optimizer(flat, optimizer_options);
+  std::vector<torch::Tensor> stash;
+  std::vector<double> steps;
   // Round by round over every size, not size by size: a slow spell of the machine falls on some
-  // rounds of every size, which the medians drop, rather than on every round of one size.
+  // rounds of every size, rather than on every round of one size.
   const size_t m = sizes.size();
   std::vector<std::vector<std::vector<double>>> fwd(m, std::vector<std::vector<double>>(n)), bwd = fwd;
   double timed_ms = 0;
@@ -153,13 +173,26 @@ std::vector<std::vector<Timing>> time_in_sequence(model::LayeredModel& model,
         grad = ins[i].requires_grad() ? ins[i].grad() : torch::Tensor();
       }
     }
+    if (!trained.empty()) {
+      torch::NoGradGuard no_grad;
+      double t0 = now_ms();
+      stash = flat.copy_weights(std::move(stash));
+      optimizer.step(1.0, r);
+      if (timed) steps.push_back(now_ms() - t0);
+      flat.swap_weights(stash);  // the weights as they were: the profile measures, it does not train
+    }
     if (timed) timed_ms += now_ms() - round_start;
     if (profiler_options.on_progress)
       profiler_options.on_progress("round", r + 1, profiler_options.warmup + profiler_options.repeats, now_ms() - round_start);
   }
   for (size_t k = 0; k < m; ++k)
-    for (int i = 0; i < n; ++i) out[i].push_back({sizes[k], median(fwd[k][i]), median(bwd[k][i])});
-  return out;  // the gradients stay defined, as time_layer leaves them
+    for (int i = 0; i < n; ++i) out.layers[i].push_back({sizes[k], typical_mean(fwd[k][i]), typical_mean(bwd[k][i])});
+  out.step_ms = typical_mean(steps);
+  std::vector<double> rounds(n > 0 ? fwd[m - 1][0].size() : 0, 0);  // each round's layers at the batch
+  for (int i = 0; i < n; ++i)
+    for (size_t r = 0; r < rounds.size(); ++r) rounds[r] += fwd[m - 1][i][r] + bwd[m - 1][i][r];
+  out.spread = round_spread(rounds);
+  return out;  // the gradients stay defined (zeroed by the last step), as time_layer leaves them
 }
 
 // Of the layer's backward, the share its input gradient alone takes (Layer::input_gradient_ms):
@@ -239,11 +272,26 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   };
   std::vector<torch::nn::Sequential> layers = layers_for_sequence(model, profiler_options);
   const bool in_sequence = !layers.empty();
-  std::vector<std::vector<Timing>> sequence;
+  SequenceTimes sequence;
   if (in_sequence)
     sequence = time_in_sequence(model, layers, batch, targets, timed_batch_sizes(p.batch_size, profiler_options),
                                 profiler_options);
+  // The whole step's time, shared by the layers in proportion to the weights each updates (a
+  // step is passes over the weights; a weight two layers share is counted at its first).
+  std::vector<double> step_share(model.num_layers(), 0);
+  if (in_sequence) {
+    std::set<const void*> seen;
+    double total = 0;
+    for (int i = 0; i < model.num_layers(); ++i) {
+      for (const auto& param : layers[i]->parameters())
+        if (param.requires_grad() && seen.insert(param.unsafeGetTensorImpl()).second)
+          step_share[i] += static_cast<double>(param.nbytes());
+      total += step_share[i];
+    }
+    for (double& share : step_share) share = total > 0 ? share / total : 0;
+  }
   p.timed = in_sequence ? "in sequence" : "alone";
+  p.timing_spread = sequence.spread;
   std::vector<std::string> keys;
   for (int i = 0; i < model.num_layers(); ++i) {
     const auto& layer = model.layer(i);
@@ -259,7 +307,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     Timing main;
     const double layer_start = now_ms();
     if (in_sequence) {
-      l.timings = sequence[i];
+      l.timings = sequence.layers[i];
       main = l.timings.back();
       if (sizes.empty()) l.timings.clear();
       layer_forward(model, module, input, loss_targets, out);
@@ -276,7 +324,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       if (!l.timings.empty()) l.timings.push_back(main);
       if (profiler_options.on_progress) profiler_options.on_progress("layer", i + 1, model.num_layers(), now_ms() - layer_start);
     }
-    l.optimizer_ms = measure_step_ms(module->parameters(), profiler_options);
+    l.optimizer_ms = in_sequence ? sequence.step_ms * step_share[i] : measure_step_ms(module->parameters(), profiler_options);
     l.name = layer.name;
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;

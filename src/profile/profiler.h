@@ -10,7 +10,7 @@ namespace pt::profile {
 
 struct ProfilerOptions {
   int warmup = 2;    // untimed repetitions first (allocator, caches)
-  int repeats = 7;   // timed repetitions; the median is kept
+  int repeats = 7;   // timed repetitions; kept: the median of each alone, the typical_mean in sequence
   std::string optimizer = "sgd";  // whose step optimizer_ms times: sgd, adam or adamw (model/optimizer.h)
   // The batch sizes each layer is timed at besides the batch's (Layer::timings), each below it;
   // empty: its halves down to a sixteenth (the microbatches of 2-16 a plan may split it into).

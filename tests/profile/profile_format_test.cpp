@@ -43,6 +43,13 @@ TEST(ProfileFormat, RoundTrips) {
   bf16["precision"] = "bf16";
   EXPECT_EQ(profile_from_json(bf16, "p.json").precision, "bf16");
   EXPECT_DOUBLE_EQ(compute_step_ms(p, 0), 0.25);
+  EXPECT_EQ(p.timing_spread, 0);  // optional: not measured
+  p.timing_spread = 0.07;
+  EXPECT_DOUBLE_EQ(profile_from_json(to_json(p), "s.json").timing_spread, 0.07);
+  EXPECT_FALSE(p.timed_busy());  // a quiet machine's spread
+  p.timing_spread = 0.34;        // beside two busy processes on 2 cores
+  EXPECT_TRUE(p.timed_busy());
+  p.timing_spread = 0;
   // A zero-bubble split's figures (optional): round trip, and keep their share at another batch.
   p.layers[1].input_gradient_ms = 1.5;
   p.layers[1].split_bytes = 4096;
@@ -93,6 +100,7 @@ TEST(ProfileFormat, EachValidationError) {
       {[](json& d) { d["precision"] = "fp16"; }, "p.json: field 'precision' must be fp32 or bf16, got 'fp16'"},
       {[](json& d) { d["optimizer"] = "lamb"; }, "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'"},
       {[](json& d) { d["timed"] = "warm"; }, "p.json: field 'timed' must be 'in sequence' or 'alone', got 'warm'"},
+      {[](json& d) { d["timing_spread"] = -0.1; }, "p.json: field 'timing_spread' must be >= 0, got -0.1"},
       {[](json& d) { d["layers"][0]["timings"] = json::parse(R"([{"batch": 32, "forward_ms": 1, "backward_ms": 1},
                                                                  {"batch": 16, "forward_ms": 1, "backward_ms": 1}])"); },
        "p.json: field 'layers[0].timings[1].batch' must be above the batch before it (32), got 16"},

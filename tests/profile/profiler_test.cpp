@@ -52,6 +52,26 @@ TEST(Profiler, MnistCnnExactBytes) {
   EXPECT_EQ(to_json(profile_from_json(to_json(p), "x")), to_json(p));
 }
 
+// Timed in sequence, the step is the runtime's: one step over a flat buffer of every weight after
+// the batch's backward, shared by the layers in proportion to the weights each holds; and it is
+// undone: the model's weights are as they were.
+TEST(Profiler, InSequenceTheStepIsOneFlatStepSharedByTheWeights) {
+  torch::manual_seed(0);
+  auto m = model::build_mnist_cnn({});
+  ProfilerOptions in_sequence{1, 3};
+  in_sequence.sequence_share = 0.25;
+  Profile p = measure_profile(*m, torch::randn({32, 1, 28, 28}), in_sequence, torch::randint(0, 10, {32}));
+  ASSERT_EQ(p.timed, "in sequence");
+  double per_byte = p.layers[0].optimizer_ms / static_cast<double>(p.layers[0].parameter_bytes);
+  EXPECT_GT(per_byte, 0);
+  for (const auto& l : p.layers)
+    EXPECT_NEAR(l.optimizer_ms / static_cast<double>(l.parameter_bytes), per_byte, 1e-9 * per_byte) << l.name;
+  torch::manual_seed(0);
+  auto fresh = model::build_mnist_cnn({});
+  auto a = m->parameters(), b = fresh->parameters();
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(torch::equal(a[k].detach(), b[k].detach())) << "parameter " << k;
+}
+
 // A profile is held against the model it is given for, layer by layer, by the bytes each holds:
 // one of another size is refused by file, layer, field and both figures.
 TEST(Profiler, AProfileOfAnotherModelIsRefusedByLayer) {
