@@ -1,6 +1,8 @@
 // pipetrain trace TRACE: metrics and pictures of a trace that `train --trace` (measured or
 // emulated) or `simulate --save-trace` wrote; --merge N first joins the per-worker files that
-// workers started outside the launcher (testbed, mpirun) leave as TRACE.worker<r>.
+// workers started outside the launcher (testbed, mpirun) leave as TRACE.worker<r>. --against
+// OTHER says where TRACE and OTHER part, action kind by kind (a run's --trace against its
+// --prediction-trace: metrics/trace_gap.h).
 #include <filesystem>
 #include <iostream>
 
@@ -8,13 +10,14 @@
 #include "core/error.h"
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
+#include "metrics/trace_gap.h"
 #include "schedule/trace.h"
 
 namespace pt::app {
 namespace {
 
 struct TraceFlags {
-  std::string path, svg, chrome, title;
+  std::string path, svg, chrome, title, against;
   int merge = 0;
   bool json = false;
 };
@@ -30,6 +33,20 @@ int run_trace(const TraceFlags& flags) {
   }
   schedule::Trace t = schedule::read_trace(flags.path);
   schedule::check_complete(t, flags.path);
+  if (!flags.against.empty()) {
+    schedule::Trace other = schedule::read_trace(flags.against);
+    schedule::check_complete(other, flags.against);
+    metrics::TraceGap gap = metrics::trace_gap(t, flags.path, other, flags.against);
+    if (flags.json) {
+      std::cout << metrics::to_json(gap).dump(1) << "\n";
+      return 0;
+    }
+    std::cout << t.schedule << ", " << t.num_stages << " stages, " << t.microbatches << " microbatches, "
+              << t.workers.size() << " workers: " << flags.path << " (" << t.source << ") against " << flags.against
+              << " (" << other.source << ")\n"
+              << metrics::format_trace_gap(gap);
+    return 0;
+  }
   metrics::Metrics m = metrics::compute_metrics(t);
   std::string title = flags.title.empty() ? str(t.schedule, ": ", t.num_stages, " stages, ", t.workers.size(), " workers (",
                                             t.source, ")")
@@ -52,7 +69,10 @@ Register reg({"trace", "Metrics and pictures of a trace (train --trace, simulate
   app.add_option("--svg", flags->svg, "Write the timeline as SVG");
   app.add_option("--chrome", flags->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
   app.add_option("--title", flags->title, "Title of the picture");
-  app.add_flag("--json", flags->json, "Print the metrics as JSON");
+  app.add_option("--against", flags->against,
+                 "Where TRACE and this trace of the same run part: each worker's computes and steps, kind by kind, and "
+                 "the time outside them, per minibatch (a run's --trace against its --prediction-trace)");
+  app.add_flag("--json", flags->json, "Print the metrics (with --against: the comparison) as JSON");
   return [flags] { return run_trace(*flags); };
 }});
 

@@ -49,6 +49,7 @@ void check_flags(TrainFlags& flags) {
     throw UsageError(str("--steps: must be >= 1, got ", o.train.steps));
   // Output paths before any training: a run must not end by failing to write its results.
   check_output_path(flags.trace_path, "--trace");
+  check_output_path(flags.prediction_trace_path, "--prediction-trace");
   check_output_path(o.train.metrics_path, "--metrics");
   if (o.checkpoint.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", o.checkpoint.every));
   if (!o.checkpoint.dir.empty() && o.checkpoint.every == 0 && !o.checkpoint.resume)

@@ -14,7 +14,7 @@ namespace {
 
 // Options that may differ between the workers of one job: where each writes its own outputs,
 // how much it says, how long it waits. Every other option is compared at rendezvous.
-const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--quiet", "--timeout",
+const std::set<std::string> kPerWorkerFlags = {"--metrics", "--trace", "--prediction-trace", "--quiet", "--timeout",
                                                "--rendezvous-timeout", "--print-job", "--max-input",
                                                "--no-pin-cores"};  // a worker's own core: this host's matter
 // Options that name a file, which workers compare by its contents (flag_digest.h), and those
@@ -37,6 +37,7 @@ const FlagRule kFlagRules[] = {
     {"--resume", "--checkpoint-dir", true, "give --checkpoint-dir D, where the checkpoints are"},
     {"--overwrite", "--checkpoint-dir", true, "give --checkpoint-dir D, the folder to take over"},
     {"--allreduce", "--cluster", true, "give --cluster FILE: which workers share a server"},
+    {"--prediction-trace", "--profile", true, "the prediction is --profile P's simulation of the run: give --profile"},
 };
 
 void check_flag_rules(const CLI::App& app) {
@@ -151,6 +152,9 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
   app.add_option("--transport", flags->transport, "threads (one process) or gloo (one process per worker)")
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
   app.add_option("--trace", flags->trace_path, "Write what ran as a pipetrain trace (JSON)");
+  app.add_option("--prediction-trace", flags->prediction_trace_path,
+                 "With --profile: write the simulation the run's throughput is set against, as a pipetrain trace; "
+                 "`pipetrain trace TRACE --against` it shows where the run and its prediction part");
   app.add_option("--checkpoint-dir", flags->request.options.checkpoint.dir, "Write checkpoints (per layer: any plan resumes them) here");
   app.add_option("--checkpoint-every", flags->request.options.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
       ->capture_default_str();

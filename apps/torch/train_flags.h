@@ -16,6 +16,7 @@ struct TrainFlags {
   ModelFlags model;
   job::Request request;
   std::string trace_path, transport = "threads";
+  std::string prediction_trace_path;  // --prediction-trace: the simulation --profile's prediction replayed
   CLI::Option* batch_size_flag = nullptr;  // to tell a given --batch-size from the default
   CLI::Option* steps_flag = nullptr;
   CLI::Option* lr_flag = nullptr;  // not given: the optimizer's default rate

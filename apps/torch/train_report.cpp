@@ -135,6 +135,7 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
                                ? job::predict_emulated_run(job, prof, flags.model.emulation.time_scale, flags.transport)
                                : job::predict_host_run(job, prof, cores, flags.transport);
     p.transport = flags.transport;
+    if (!flags.prediction_trace_path.empty()) schedule::write_trace(p.trace, flags.prediction_trace_path);
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "
               << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());

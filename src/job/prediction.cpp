@@ -36,8 +36,10 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
         *std::max_element(placed.begin(), placed.end()) < on_cores)
       sim_options.placement = placed;
     auto trace_over = [&](int minibatches) { return sim::simulate(*job.schedule_over(minibatches), p, links, sim_options); };
-    double steady = referee::settled_replay([&](int minibatches) { return metrics::compute_metrics(trace_over(minibatches)); })
-                        .ms_per_minibatch;
+    double steady = referee::settled_replay([&](int minibatches) {
+                      r.trace = trace_over(minibatches);  // the last is the settled one
+                      return metrics::compute_metrics(r.trace);
+                    }).ms_per_minibatch;
     if (job.typical->flush || job.segments.empty()) return steady;
     // An asynchronous run fills and drains its pipeline in each segment (an epoch, or up to an
     // evaluation or a checkpoint), which its measured rate counts: its own segments, each
@@ -97,6 +99,8 @@ RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profi
   bool links = !cluster.levels.empty() && transport != "threads";
   RunPrediction r = simulate_run(job, p, links ? &cluster : nullptr);
   r.simulated_ms *= time_scale;
+  for (auto& events : r.trace.workers)
+    for (auto& e : events) e.start_ms *= time_scale, e.end_ms *= time_scale;
   return r;
 }
 

@@ -8,6 +8,7 @@
 
 #include "job/job.h"
 #include "profile/profile.h"
+#include "schedule/trace.h"
 
 namespace pt::job {
 
@@ -24,6 +25,10 @@ struct RunPrediction {
   bool calibrated_host = false;  // that cluster: this host's hand-over, as calibrate measured it
   double action_us = 0;          // the host's time per action charged (Cluster::action_us; 0: none)
   std::string transport = "threads";  // how the run's workers talk (train --transport): named, not costed
+  // The replay simulated_ms was read from (an asynchronous run's steady state, where its segments'
+  // fill and drain weigh in the figure besides): train --prediction-trace writes it, and
+  // `pipetrain trace` sets the run's own trace against it, action kind by kind.
+  schedule::Trace trace;
   double ms() const { return simulated_ms; }
   std::string describe(const Job& job) const;  // "1f1b, 4 microbatches; ..."
 };

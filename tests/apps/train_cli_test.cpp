@@ -1368,4 +1368,61 @@ TEST(TrainCli, EmulatedVRunIsPredictedOnItsOwnWorkers) {
   EXPECT_GT(std::stod(m[1]), 0.3) << out;
 }
 
+// --prediction-trace writes the replay the printed figure was read from, and `trace --against`
+// sets the run's own trace beside it, worker by worker and action by action: emulated layers
+// wait the profile's times, so their forwards and backwards measure close to the simulated ones.
+TEST(TrainCli, APredictionTraceIsTheFiguresReplayAndTheRunIsSetAgainstIt) {
+  TempDir tmp("prediction-trace");
+  fs::path profile = tmp.path / "profile.json", measured = tmp.path / "run.json", predicted = tmp.path / "sim.json",
+           log = tmp.path / "log";
+  std::ofstream(profile) << R"({"format": "pipetrain.profile/1", "model": "two", "batch_size": 8, "layers": [
+      {"name": "a", "forward_ms": 6, "backward_ms": 12, "activation_bytes": 4096, "parameter_bytes": 4096},
+      {"name": "b", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096}]})";
+  ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--schedule", "1f1b",
+                 "--microbatches", "2", "--steps", "12", "--trace", measured.string(), "--prediction-trace",
+                 predicted.string()},
+                log),
+            0)
+      << slurp(log);
+  std::string out = slurp(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(simulated (\d+) samples/s for this run)"))) << out;
+  schedule::Trace sim = schedule::read_trace(predicted.string());
+  EXPECT_EQ(sim.source, "simulated");
+  EXPECT_EQ(sim.schedule, "1f1b");
+  EXPECT_EQ(sim.microbatches, 2);
+  EXPECT_NEAR(metrics::compute_metrics(sim).samples_per_s, std::stod(m[1]), 1.0) << out;
+
+  ASSERT_EQ(run({"trace", measured.string(), "--against", predicted.string(), "--json"}, log), 0) << slurp(log);
+  json gap = json::parse(slurp(log));
+  ASSERT_EQ(gap["workers"].size(), 2u) << gap.dump(1);
+  for (int w = 0; w < 2; ++w) {
+    const json& worker = gap["workers"][w];
+    for (const char* kind : {"F", "B"}) {
+      auto mean = worker["actions"][kind]["mean_ms"];
+      double run_ms = mean[0].get<double>(), sim_ms = mean[1].get<double>();
+      EXPECT_GT(sim_ms, 0) << w << kind;
+      EXPECT_GT(run_ms, 0.9 * sim_ms) << w << kind << " " << gap.dump(1);  // waits are never short
+      EXPECT_LT(run_ms, 2.0 * sim_ms) << w << kind << " " << gap.dump(1);
+      EXPECT_NEAR(worker["actions"][kind]["count_per_minibatch"][0].get<double>(), 2.0, 0.01) << w << kind;
+    }
+    for (int i = 0; i < 2; ++i)
+      EXPECT_NEAR(worker["compute_ms"][i].get<double>() + worker["outside_ms"][i].get<double>(),
+                  gap["ms_per_minibatch"][i].get<double>(), 1e-6);
+  }
+  // The stage of the longer layer (a) sets the pace.
+  EXPECT_EQ(gap["pace_worker"].get<int>(), 0) << gap.dump(1);
+  ASSERT_EQ(run({"trace", measured.string(), "--against", predicted.string()}, log), 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("worker 0 set the pace"), std::string::npos) << slurp(log);
+
+  // Without --profile there is no prediction to write.
+  EXPECT_EQ(run({"train", "--data", "synthetic", "--stages", "2", "--steps", "2", "--prediction-trace",
+                 predicted.string()},
+                log),
+            2)
+      << slurp(log);
+  EXPECT_NE(slurp(log).find("--prediction-trace: the prediction is --profile P's simulation"), std::string::npos)
+      << slurp(log);
+}
+
 }  // namespace pt::runtime

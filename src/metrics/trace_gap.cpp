@@ -1,0 +1,176 @@
+#include "metrics/trace_gap.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "metrics/metrics.h"
+
+namespace pt::metrics {
+
+using schedule::ActionKind;
+
+namespace {
+
+bool timed(ActionKind k) { return schedule::is_compute(k) || k == ActionKind::kStep; }
+
+void check_same_run(const schedule::Trace& a, const std::string& an, const schedule::Trace& b, const std::string& bn) {
+  auto differ = [&](const std::string& field, const std::string& x, const std::string& y) {
+    throw ConfigError(str(bn, ": field '", field, "' is ", y, " where ", an, "'s is ", x,
+                          ": the two traces are not of one run (compare a run's --trace with its --prediction-trace)"));
+  };
+  if (a.schedule != b.schedule) differ("schedule", "'" + a.schedule + "'", "'" + b.schedule + "'");
+  if (a.num_stages != b.num_stages) differ("stages", str(a.num_stages), str(b.num_stages));
+  if (a.microbatches != b.microbatches) differ("microbatches", str(a.microbatches), str(b.microbatches));
+  if (a.num_workers() != b.num_workers())
+    differ("workers", str(a.num_workers(), " workers"), str(b.num_workers(), " workers"));
+  if (a.batch_size > 0 && b.batch_size > 0 && a.batch_size != b.batch_size)
+    differ("batch_size", str(a.batch_size), str(b.batch_size));
+}
+
+// Each worker's F, B, W and ST in the window of `t`, per minibatch.
+std::vector<std::map<ActionKind, ActionTimes>> times_in_window(const schedule::Trace& t, const Metrics& m) {
+  std::vector<std::map<ActionKind, ActionTimes>> out(t.workers.size());
+  double window = m.window_end_ms - m.window_start_ms - m.paused_ms;
+  double minibatches = m.ms_per_minibatch > 0 ? window / m.ms_per_minibatch : 0;
+  if (minibatches <= 0) return out;
+  for (size_t w = 0; w < t.workers.size(); ++w) {
+    std::map<ActionKind, double> whole;  // the full times of those begun in the window
+    for (const auto& e : t.workers[w]) {
+      if (!timed(e.action.kind)) continue;
+      ActionTimes& a = out[w][e.action.kind];
+      // Clipped at the window's edges, as the bubble fraction counts them.
+      a.per_minibatch_ms +=
+          std::max(0.0, std::min(e.end_ms, m.window_end_ms) - std::max(e.start_ms, m.window_start_ms));
+      // Begun in the window; a whole trace's last step (of no time, at its end) is its own.
+      bool begun = e.start_ms >= m.window_start_ms &&
+                   (e.start_ms < m.window_end_ms || (!m.steady && e.start_ms <= m.window_end_ms));
+      if (begun) {
+        a.count_per_minibatch += 1;
+        whole[e.action.kind] += e.end_ms - e.start_ms;
+      }
+    }
+    for (auto& [kind, a] : out[w]) {
+      a.mean_ms = a.count_per_minibatch > 0 ? whole[kind] / a.count_per_minibatch : 0;
+      a.per_minibatch_ms /= minibatches;
+      a.count_per_minibatch /= minibatches;
+    }
+  }
+  return out;
+}
+
+std::string signed_fixed(double v, int digits) { return (v >= 0 ? "+" : "") + fixed(v, digits); }
+
+std::string percent_of(double v, double base) {  // not of a microsecond or less: noise
+  return base >= 1e-3 ? signed_fixed(100 * (v - base) / base, 1) + "%" : std::string("-");
+}
+
+}  // namespace
+
+TraceGap trace_gap(const schedule::Trace& first, const std::string& first_file, const schedule::Trace& second,
+                   const std::string& second_file) {
+  check_same_run(first, first_file, second, second_file);
+  TraceGap g;
+  g.names = first.source != second.source ? std::array<std::string, 2>{first.source, second.source}
+                                          : std::array<std::string, 2>{first_file, second_file};
+  std::array<std::vector<std::map<ActionKind, ActionTimes>>, 2> times;
+  const std::array<const schedule::Trace*, 2> traces{&first, &second};
+  for (int i = 0; i < 2; ++i) {
+    Metrics m = compute_metrics(*traces[i], Detail::kTiming);
+    g.ms_per_minibatch[i] = m.ms_per_minibatch;
+    g.whole_trace[i] = !m.steady && m.minibatches > 1;
+    times[i] = times_in_window(*traces[i], m);
+  }
+  double least_outside = 0;
+  for (int w = 0; w < first.num_workers(); ++w) {
+    WorkerGap wg;
+    for (int k = 0; k < schedule::kNumActionKinds; ++k) {
+      auto kind = static_cast<ActionKind>(k);
+      if (!times[0][w].count(kind) && !times[1][w].count(kind)) continue;
+      wg.kinds.push_back(kind);
+      std::array<ActionTimes, 2> pair;
+      for (int i = 0; i < 2; ++i) {
+        auto it = times[i][w].find(kind);
+        if (it != times[i][w].end()) pair[i] = it->second;
+        wg.compute_ms[i] += pair[i].per_minibatch_ms;
+      }
+      wg.times.push_back(pair);
+    }
+    for (int i = 0; i < 2; ++i) wg.outside_ms[i] = std::max(0.0, g.ms_per_minibatch[i] - wg.compute_ms[i]);
+    if (w == 0 || wg.outside_ms[0] < least_outside) least_outside = wg.outside_ms[0], g.pace_worker = w;
+    g.workers.push_back(std::move(wg));
+  }
+  return g;
+}
+
+std::string format_trace_gap(const TraceGap& g) {
+  std::ostringstream os;
+  const auto& [a, b] = g.names;
+  double gap = g.ms_per_minibatch[0] - g.ms_per_minibatch[1];
+  os << "time per minibatch: " << a << " " << fixed(g.ms_per_minibatch[0], 3) << " ms, " << b << " "
+     << fixed(g.ms_per_minibatch[1], 3) << " ms (" << signed_fixed(gap, 3) << " ms, "
+     << percent_of(g.ms_per_minibatch[0], g.ms_per_minibatch[1]) << ")\n";
+  for (int i = 0; i < 2; ++i)
+    if (g.whole_trace[i])
+      os << "  (" << g.names[i]
+         << ": no steady state in the trace, its whole length counted, fill and drain included)\n";
+  auto line = [&](const std::string& w, const std::string& what, const std::string& count, const std::string& each,
+                  const std::string& minibatch) {
+    os << std::setw(6) << w << "  " << std::left << std::setw(9) << what << std::setw(10) << count << std::setw(32)
+       << each << minibatch << std::right << "\n";
+  };
+  os << "each pair: " << a << " / " << b << "; 'a mb': actions per minibatch; 'other': the rest of the minibatch\n";
+  line("worker", "action", "a mb", "one action, ms", "a minibatch's, ms");
+  auto row = [&](int w, const std::string& what, const std::string& count, const std::string& each, double x,
+                 double y) {
+    line(str(w), what, count, each, fixed(x, 3) + " / " + fixed(y, 3) + "  (" + signed_fixed(x - y, 3) + ")");
+  };
+  for (size_t w = 0; w < g.workers.size(); ++w) {
+    const WorkerGap& wg = g.workers[w];
+    for (size_t k = 0; k < wg.kinds.size(); ++k) {
+      const auto& [x, y] = wg.times[k];
+      std::string count = std::fabs(x.count_per_minibatch - y.count_per_minibatch) < 0.05
+                              ? fixed(x.count_per_minibatch, 1)
+                              : fixed(x.count_per_minibatch, 1) + " / " + fixed(y.count_per_minibatch, 1);
+      std::string each =
+          fixed(x.mean_ms, 3) + " / " + fixed(y.mean_ms, 3) + " (" + percent_of(x.mean_ms, y.mean_ms) + ")";
+      row(static_cast<int>(w), schedule::kind_code(wg.kinds[k]), count, each, x.per_minibatch_ms, y.per_minibatch_ms);
+    }
+    row(static_cast<int>(w), "other", "", "waits, transfers, the host", wg.outside_ms[0], wg.outside_ms[1]);
+  }
+  const WorkerGap& p = g.workers.empty() ? WorkerGap{} : g.workers[g.pace_worker];
+  os << "worker " << g.pace_worker << " set the pace (the least time outside its computes and steps in the " << a
+     << " trace): of the " << signed_fixed(gap, 3) << " ms, " << signed_fixed(p.compute_ms[0] - p.compute_ms[1], 3)
+     << " in its computes and steps (" << percent_of(p.compute_ms[0], p.compute_ms[1]) << "), "
+     << signed_fixed(p.outside_ms[0] - p.outside_ms[1], 3) << " outside them\n";
+  return os.str();
+}
+
+json to_json(const TraceGap& g) {
+  auto pair = [](double x, double y) { return json::array({x, y}); };
+  json workers = json::array();
+  for (const auto& wg : g.workers) {
+    json kinds = json::object();
+    for (size_t k = 0; k < wg.kinds.size(); ++k) {
+      const auto& [x, y] = wg.times[k];
+      kinds[schedule::kind_code(wg.kinds[k])] = {
+          {"per_minibatch_ms", pair(x.per_minibatch_ms, y.per_minibatch_ms)},
+          {"count_per_minibatch", pair(x.count_per_minibatch, y.count_per_minibatch)},
+          {"mean_ms", pair(x.mean_ms, y.mean_ms)}};
+    }
+    workers.push_back({{"actions", kinds},
+                       {"compute_ms", pair(wg.compute_ms[0], wg.compute_ms[1])},
+                       {"outside_ms", pair(wg.outside_ms[0], wg.outside_ms[1])}});
+  }
+  return {{"traces", json::array({g.names[0], g.names[1]})},
+          {"ms_per_minibatch", pair(g.ms_per_minibatch[0], g.ms_per_minibatch[1])},
+          {"whole_trace", json::array({g.whole_trace[0], g.whole_trace[1]})},
+          {"pace_worker", g.pace_worker},
+          {"workers", workers}};
+}
+
+}  // namespace pt::metrics

@@ -1,0 +1,58 @@
+#pragma once
+// Where two traces of one run part: each worker's computes (F, B, W) and steps (ST), kind by
+// kind, and the rest of its minibatch, in each trace's steady window (metrics.h), per minibatch.
+// Made for a measured run against the simulation of it (train --prediction-trace), so that a
+// ratio of measured to simulated throughput can be read as "these actions ran slower than the
+// profile timed them" or "the workers waited longer than simulated"; any two traces of the same
+// schedule, stages, microbatches and workers compare.
+//
+// Every worker's minibatch is the same length in a trace (its window over its minibatches), so
+// for each worker: the gap in time per minibatch = the gap in its computes and steps + the gap
+// in the time outside them (waits for its inputs, transfers, all-reduce, the host's own work
+// between actions). The worker with the least time outside its computes in the first trace set
+// the pace; its split of the gap says which of the two the run lost its time to.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "schedule/action.h"
+#include "schedule/trace.h"
+
+namespace pt::metrics {
+
+// One kind of action on one worker in one trace's window.
+struct ActionTimes {
+  double per_minibatch_ms = 0;  // the time its actions took, per minibatch
+  double count_per_minibatch = 0;
+  double mean_ms = 0;           // one action's, on average (0: none ran)
+};
+
+struct WorkerGap {
+  std::vector<schedule::ActionKind> kinds;          // F, B, W, ST as either trace ran them
+  std::vector<std::array<ActionTimes, 2>> times;    // [kind][trace]
+  std::array<double, 2> compute_ms{};               // per minibatch, every kind above
+  std::array<double, 2> outside_ms{};               // per minibatch, the rest
+};
+
+struct TraceGap {
+  // What the report calls each: its source ("measured", "simulated") where they differ, else its file.
+  std::array<std::string, 2> names;
+  std::array<double, 2> ms_per_minibatch{};
+  // The trace holds more than one minibatch but no steady state: its whole length was measured,
+  // fill and drain included (one minibatch of a flushing schedule is its period).
+  std::array<bool, 2> whole_trace{};
+  std::vector<WorkerGap> workers;
+  int pace_worker = 0;                 // least time outside its computes in the first trace
+};
+
+// `first` against `second`, read from `first_file` and `second_file`. ConfigError naming both
+// files and the field where they are not traces of one run's schedule (schedule, stages,
+// microbatches, workers, batch size).
+TraceGap trace_gap(const schedule::Trace& first, const std::string& first_file, const schedule::Trace& second,
+                   const std::string& second_file);
+
+std::string format_trace_gap(const TraceGap& g);
+json to_json(const TraceGap& g);
+
+}  // namespace pt::metrics

@@ -1,0 +1,118 @@
+// Where a run and its simulation part (metrics/trace_gap.h): hand-written traces whose gap is
+// known, action by action.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "metrics/trace_gap.h"
+#include "schedule/trace.h"
+
+namespace pt::metrics {
+namespace {
+
+using schedule::parse_action;
+using schedule::Trace;
+
+// One minibatch of one microbatch over 2 stages: w0's forward (1 ms), w1's forward and backward
+// (f1, b1), w0's backward (2 ms), each stage's step (w0 0.5 ms, w1 0.25) at the end of its own.
+Trace two_stages(const char* source, double f1, double b1) {
+  Trace t;
+  t.source = source;
+  t.schedule = "1f1b";
+  t.num_stages = 2;
+  t.batch_size = 8;
+  auto ev = [](int w, const char* a, double s, double e) { return schedule::TraceEvent{parse_action(a, w), s, e, 0}; };
+  double back = 1 + f1 + b1;
+  t.workers = {{ev(0, "0F0", 0, 1), ev(0, "0SA0>1", 1, 1), ev(0, "0RG0<1", back, back), ev(0, "0B0", back, back + 2),
+                ev(0, "0ST0", back + 2, back + 2.5)},
+               {ev(1, "1RA0<0", 1, 1), ev(1, "1F0", 1, 1 + f1), ev(1, "1B0", 1 + f1, back), ev(1, "1SG0>0", back, back),
+                ev(1, "1ST0", back, back + 0.25)}};
+  return t;
+}
+
+// The run's second stage took 3 ms a backward where 2 were simulated: the minibatch is 1 ms
+// longer, all of it in worker 1's computes, which set the pace; worker 0 waited 1 ms longer.
+TEST(TraceGap, EachWorkersGapIsItsComputesAndStepsPlusTheRest) {
+  TraceGap g = trace_gap(two_stages("measured", 1, 3), "run.json", two_stages("simulated", 1, 2), "sim.json");
+  EXPECT_EQ(g.names[0], "measured");
+  EXPECT_EQ(g.names[1], "simulated");
+  EXPECT_DOUBLE_EQ(g.ms_per_minibatch[0], 7.5);
+  EXPECT_DOUBLE_EQ(g.ms_per_minibatch[1], 6.5);
+  ASSERT_EQ(g.workers.size(), 2u);
+  EXPECT_EQ(g.pace_worker, 1);
+  const WorkerGap& w1 = g.workers[1];
+  ASSERT_EQ(w1.kinds.size(), 3u);  // F, B, ST: transfers are not computes
+  EXPECT_EQ(w1.kinds[1], schedule::ActionKind::kBackward);
+  EXPECT_DOUBLE_EQ(w1.times[1][0].mean_ms, 3);
+  EXPECT_DOUBLE_EQ(w1.times[1][1].mean_ms, 2);
+  EXPECT_DOUBLE_EQ(w1.times[1][0].count_per_minibatch, 1);
+  EXPECT_DOUBLE_EQ(w1.compute_ms[0], 4.25);
+  EXPECT_DOUBLE_EQ(w1.compute_ms[1], 3.25);
+  EXPECT_DOUBLE_EQ(w1.outside_ms[0], w1.outside_ms[1]);
+  for (const WorkerGap& w : g.workers)
+    for (int i = 0; i < 2; ++i) EXPECT_DOUBLE_EQ(w.compute_ms[i] + w.outside_ms[i], g.ms_per_minibatch[i]);
+  EXPECT_DOUBLE_EQ(g.workers[0].compute_ms[0], g.workers[0].compute_ms[1]);
+  EXPECT_DOUBLE_EQ(g.workers[0].outside_ms[0] - g.workers[0].outside_ms[1], 1.0);
+  std::string text = format_trace_gap(g);
+  EXPECT_NE(text.find("worker 1 set the pace"), std::string::npos) << text;
+  EXPECT_NE(text.find("of the +1.000 ms, +1.000 in its computes and steps (+30.8%), +0.000 outside them"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("3.000 / 2.000 (+50.0%)"), std::string::npos) << text;
+  json doc = to_json(g);
+  EXPECT_DOUBLE_EQ(doc["workers"][1]["actions"]["B"]["mean_ms"][0].get<double>(), 3.0);
+  EXPECT_EQ(doc["pace_worker"].get<int>(), 1);
+}
+
+// Over many minibatches the figures are per minibatch of the steady window, warm-up left out.
+TEST(TraceGap, ManyMinibatchesCountPerMinibatchOfTheWindow) {
+  auto run = [](const char* source, double forward_ms) {
+    Trace t;
+    t.source = source;
+    t.schedule = "pipedream";
+    t.num_stages = 1;
+    t.batch_size = 8;
+    t.workers.resize(1);
+    double at = 0;
+    for (int i = 0; i < 12; ++i) {
+      double f = i == 0 ? 10 * forward_ms : forward_ms;  // a slow first minibatch: outside the window
+      t.workers[0].push_back({parse_action("0F" + std::to_string(i), 0), at, at + f, 0});
+      t.workers[0].push_back({parse_action("0B" + std::to_string(i), 0), at + f, at + f + 2, 0});
+      at += f + 2.5;  // 0.5 ms between minibatches: the host's
+    }
+    return t;
+  };
+  TraceGap g = trace_gap(run("measured", 1.5), "a.json", run("measured", 1), "b.json");
+  EXPECT_EQ(g.names[0], "a.json");  // two of one kind are named by their files
+  EXPECT_DOUBLE_EQ(g.ms_per_minibatch[0], 4.0);
+  EXPECT_DOUBLE_EQ(g.ms_per_minibatch[1], 3.5);
+  const WorkerGap& w = g.workers[0];
+  EXPECT_NEAR(w.times[0][0].count_per_minibatch, 1, 1e-9);
+  EXPECT_NEAR(w.times[0][0].mean_ms, 1.5, 1e-9);
+  EXPECT_NEAR(w.times[0][0].per_minibatch_ms, 1.5, 1e-9);
+  EXPECT_NEAR(w.outside_ms[0], 0.5, 1e-9);
+  EXPECT_NEAR(w.outside_ms[1], 0.5, 1e-9);
+}
+
+// Traces of two runs are refused, naming both files and the field that differs.
+TEST(TraceGap, TracesOfDifferentRunsAreRefusedByFileAndField) {
+  Trace a = two_stages("measured", 1, 2), b = two_stages("simulated", 1, 2);
+  b.microbatches = 4;
+  try {
+    trace_gap(a, "run.json", b, "sim.json");
+    FAIL() << "accepted traces of 1 and 4 microbatches";
+  } catch (const ConfigError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("sim.json: field 'microbatches' is 4 where run.json's is 1"), std::string::npos) << what;
+  }
+  b = two_stages("simulated", 1, 2);
+  b.schedule = "gpipe";
+  EXPECT_THROW(trace_gap(a, "run.json", b, "sim.json"), ConfigError);
+  b = two_stages("simulated", 1, 2);
+  b.batch_size = 16;
+  EXPECT_THROW(trace_gap(a, "run.json", b, "sim.json"), ConfigError);
+}
+
+}  // namespace
+}  // namespace pt::metrics
