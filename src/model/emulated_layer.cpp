@@ -107,12 +107,14 @@ torch::Tensor emulated_loss(const torch::Tensor& output) { return EmulatedLoss::
 
 EmulatedLayerImpl::EmulatedLayerImpl(EmulatedCost cost) : cost_(std::move(cost)) {
   if (cost_.output_floats_per_sample < 1 || cost_.parameter_floats < 0 || cost_.forward_ms_per_sample < 0 ||
-      cost_.backward_ms_per_sample < 0 || cost_.step_ms < 0 ||
+      cost_.backward_ms_per_sample < 0 || cost_.step_ms < 0 || cost_.stash_copy_ms < 0 ||
+      cost_.stash_copy_ms > cost_.step_ms ||
       !(cost_.input_gradient_share >= 0 && cost_.input_gradient_share <= 1))
     throw ConfigError(str("emulated layer '", cost_.name, "': output floats ", cost_.output_floats_per_sample,
                           " (must be >= 1), parameter floats ", cost_.parameter_floats, ", forward ",
                           cost_.forward_ms_per_sample, " ms, backward ", cost_.backward_ms_per_sample, " ms, step ",
-                          cost_.step_ms, " ms (must be >= 0), input-gradient share ", cost_.input_gradient_share,
+                          cost_.step_ms, " ms (must be >= 0) of which its stash copy ", cost_.stash_copy_ms,
+                          " ms (must be in 0..step), input-gradient share ", cost_.input_gradient_share,
                           " (must be in 0..1)"));
   // Every layer holds a weight, even an empty one, so that its backward has a weight gradient
   // to charge the weight half of its time to (see EmulatedCompute).
@@ -145,11 +147,11 @@ std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, cons
   if (costs.empty()) throw ConfigError(str("emulated model '", name, "': no layers"));
   auto m = std::make_shared<LayeredModel>(name, Task::kEmulated, std::vector<int64_t>{1}, false, held);
   for (const auto& c : costs) m->add(c.name, [c] { return torch::nn::Sequential(EmulatedLayer(c)); });
-  std::vector<double> step_ms;
-  for (const auto& c : costs) step_ms.push_back(c.step_ms);
-  m->set_device_step([step_ms](int first, int last, double host_ms) {
+  std::vector<double> step_ms, copy_ms;
+  for (const auto& c : costs) step_ms.push_back(c.step_ms), copy_ms.push_back(c.stash_copy_ms);
+  m->set_device_step([step_ms, copy_ms](int first, int last, double host_ms, bool stashed) {
     double device_ms = 0;
-    for (int l = first; l < last; ++l) device_ms += step_ms[l];
+    for (int l = first; l < last; ++l) device_ms += step_ms[l] - (stashed ? 0 : copy_ms[l]);
     // The host's step is the device's in this emulation; only the rest is waited.
     if (device_ms > host_ms) emulated_wait(device_ms - host_ms);
   });

@@ -34,6 +34,7 @@ struct EmulatedCost {
   std::function<double(int64_t rows)> forward_ms_at_rows = {}, backward_ms_at_rows = {};
   double input_gradient_share = 0.5;  // of the backward, charged to the input gradient (B)
   double step_ms = 0;                 // its optimizer step and stash copy, once per step (scaled)
+  double stash_copy_ms = 0;           // of step_ms, the copy: a step that stashes none waits less it
   int64_t output_floats_per_sample = 1;
   int64_t parameter_floats = 0;       // may be 0: the layer still holds an empty weight
   // What its forward keeps for the backward (the profile's stash bytes): allocated, never
@@ -60,8 +61,9 @@ TORCH_MODULE(EmulatedLayer);
 
 // A chain of emulated layers, one per cost, with Task::kEmulated (loss = emulated_loss,
 // which is zero) and a one-float input per sample (stage 0 reads its input from memory, so the
-// input's size crosses no link). A step of layers [first, last) takes the sum of their step_ms:
-// the model waits for what the host's step did not take (LayeredModel::device_step).
+// input's size crosses no link). A step of layers [first, last) takes the sum of their step_ms
+// (less their stash_copy_ms where it stashed no copy): the model waits for what the host's step
+// did not take (LayeredModel::device_step).
 std::shared_ptr<LayeredModel> build_emulated_model(const std::string& name, const std::vector<EmulatedCost>& costs,
                                                    const LayerSet& held = {});
 

@@ -101,11 +101,12 @@ class LayeredModel {
   // The device's share of an optimizer step. An emulated model (emulated_layer.h) stands for an
   // accelerator whose step over layers [first, last) takes the profile's time, which the host's
   // step on the emulated weights does not: after stepping, a stage calls device_step with the
-  // host's own time, and the model waits for the rest. Real models do nothing.
-  using DeviceStep = std::function<void(int first, int last, double host_ms)>;
+  // host's own time and whether the step stashed a copy of the weights (a schedule that
+  // flushes stashes none), and the model waits for the rest. Real models do nothing.
+  using DeviceStep = std::function<void(int first, int last, double host_ms, bool stashed)>;
   void set_device_step(DeviceStep d) { device_step_ = std::move(d); }
-  void device_step(int first, int last, double host_ms) const {
-    if (device_step_) device_step_(first, last, host_ms);
+  void device_step(int first, int last, double host_ms, bool stashed) const {
+    if (device_step_) device_step_(first, last, host_ms, stashed);
   }
 
   const std::string& name() const { return name_; }

@@ -77,7 +77,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
       forward_backward += layer.forward_ms + layer.backward_ms;
       fastest += layer.forward_ms * profile::layer_share_floor(layer, profile.batch_size, false) +
                  layer.backward_ms * profile::layer_share_floor(layer, profile.batch_size, true);
-      step += profile::compute_step_ms(profile, l);
+      step += profile::compute_step_ms(profile, l, /*stashes=*/false);  // one worker keeps no stash
     }
   double single = forward_backward * per_step + step + cluster.action_ms() * (2 * per_step + 1);
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch;

@@ -26,6 +26,7 @@ void time_alike(Profile& profile, const std::vector<std::string>& keys) {
     pool([](Layer& l) -> double& { return l.backward_ms; });
     pool([](Layer& l) -> double& { return l.input_gradient_ms; });
     pool([](Layer& l) -> double& { return l.optimizer_ms; });
+    pool([](Layer& l) -> double& { return l.stash_copy_ms; });  // at most the pooled optimizer_ms, as in each
     const size_t timings = profile.layers[members[0]].timings.size();
     for (int l : members) PT_CHECK(profile.layers[l].timings.size() == timings, "layer ", l, "'s timings");
     for (size_t k = 0; k < timings; ++k) {

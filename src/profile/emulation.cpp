@@ -37,6 +37,7 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
     }
     c.input_gradient_share = input_gradient_share(p, i);
     c.step_ms = compute_step_ms(p, i) * emulation_options.time_scale;
+    c.stash_copy_ms = (c.step_ms > 0 ? l.stash_copy_ms : 0) * emulation_options.time_scale;  // none on an Input
     c.output_floats_per_sample = floats_per_sample(i + 1 == n ? static_cast<double>(l.activation_bytes) : crossing[i]);
     c.parameter_floats = std::llround(static_cast<double>(l.parameter_bytes) * emulation_options.byte_scale / 4);
     c.stash_floats_per_sample = std::llround(static_cast<double>(stash_bytes(p, i)) * emulation_options.byte_scale / batch / 4);

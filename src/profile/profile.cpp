@@ -45,6 +45,7 @@ json to_json(const Profile& p) {
                   {"parameter_bytes", l.parameter_bytes},
                   {"inputs", l.inputs}};
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
+    if (l.stash_copy_ms > 0) layer["stash_copy_ms"] = l.stash_copy_ms;
     if (l.input_gradient_ms > 0) layer["input_gradient_ms"] = l.input_gradient_ms;
     if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
     if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
@@ -121,6 +122,12 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("optimizer_ms")) l.optimizer_ms = layer_ms(f["optimizer_ms"]);
+    if (f.has("stash_copy_ms")) {
+      l.stash_copy_ms = layer_ms(f["stash_copy_ms"]);
+      if (l.stash_copy_ms > l.optimizer_ms)
+        f["stash_copy_ms"].fail(str("must be at most the layer's optimizer_ms (", l.optimizer_ms,
+                                    "), which includes it, got ", l.stash_copy_ms));
+    }
     if (f.has("input_gradient_ms")) {
       l.input_gradient_ms = layer_ms(f["input_gradient_ms"]);
       if (l.input_gradient_ms > l.backward_ms)
@@ -355,8 +362,10 @@ double split_bytes_at(const Profile& profile, int layer, double scale) {
 
 bool Profile::timed_busy() const { return timing_spread > kBusySpread; }
 
-double compute_step_ms(const Profile& profile, int layer) {
-  return is_input_layer(profile, layer) ? 0 : profile.layers[layer].optimizer_ms;
+double compute_step_ms(const Profile& profile, int layer, bool stashes) {
+  if (is_input_layer(profile, layer)) return 0;
+  const Layer& l = profile.layers[layer];
+  return stashes ? l.optimizer_ms : l.optimizer_ms - l.stash_copy_ms;
 }
 
 void check_layer_count(size_t layers, const std::string& where) {

@@ -28,9 +28,14 @@ double now_ms() {
 // The runtime's own work on one layer's weights per minibatch (Layer::optimizer_ms): the
 // optimizer's step on flat buffers (SGD with momentum, or Adam's: 2-3x its passes over the
 // weights) and one copy of the weights (a stash), as StageReplica does them; on copies, so the
-// model's weights stay as they are.
-double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerOptions& profiler_options) {
-  if (params.empty()) return 0;
+// model's weights stay as they are. The copy is timed on its own too (Layer::stash_copy_ms).
+struct StepTimes {
+  double step_ms = 0;  // the copy and the optimizer's update
+  double copy_ms = 0;  // of it, the copy
+};
+
+StepTimes measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerOptions& profiler_options) {
+  if (params.empty()) return {};
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> copies;
   for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(p.requires_grad()));
@@ -39,14 +44,16 @@ double measure_step_ms(const std::vector<torch::Tensor>& params, const ProfilerO
   options.kind = profiler_options.optimizer;
   model::Optimizer optimizer(flat, options);
   std::vector<torch::Tensor> stash;
-  std::vector<double> times;
+  std::vector<double> times, copy_times;
   for (int r = 0; r < profiler_options.warmup + profiler_options.repeats; ++r) {
     double t0 = now_ms();
     stash = flat.copy_weights(std::move(stash));
+    double t1 = now_ms();
     optimizer.step(1.0, r);
-    if (r >= profiler_options.warmup) times.push_back(now_ms() - t0);
+    if (r >= profiler_options.warmup) times.push_back(now_ms() - t0), copy_times.push_back(t1 - t0);
   }
-  return median(times);
+  double step = median(times);
+  return {step, std::min(step, median(copy_times))};
 }
 
 // The layer's median forward and backward times on `input` (with the loss after it where
@@ -117,7 +124,7 @@ std::vector<torch::nn::Sequential> layers_for_sequence(const model::LayeredModel
 // actions' means ran 1.3-2.9% over their medians (mnist-cnn, one worker, 300 steps).
 struct SequenceTimes {
   std::vector<std::vector<Timing>> layers;  // per layer, one per size
-  double step_ms = 0;                       // the whole model's step
+  StepTimes step;                           // the whole model's step
   double spread = 0;                        // of the rounds at the batch (Profile::timing_spread)
 };
 
@@ -138,7 +145,7 @@ SequenceTimes time_in_sequence(model::LayeredModel& model, std::vector<torch::nn
   model::FlatParameters flat(trained, [&](const torch::Tensor& p) { return optimizer_options.decays(p); });
   model::Optimizer optimizer(flat, optimizer_options);
   std::vector<torch::Tensor> stash;
-  std::vector<double> steps;
+  std::vector<double> steps, copies;
   // Round by round over every size, not size by size: a slow spell of the machine falls on some
   // rounds of every size, rather than on every round of one size.
   const size_t m = sizes.size();
@@ -177,8 +184,9 @@ SequenceTimes time_in_sequence(model::LayeredModel& model, std::vector<torch::nn
       torch::NoGradGuard no_grad;
       double t0 = now_ms();
       stash = flat.copy_weights(std::move(stash));
+      double t1 = now_ms();
       optimizer.step(1.0, r);
-      if (timed) steps.push_back(now_ms() - t0);
+      if (timed) steps.push_back(now_ms() - t0), copies.push_back(t1 - t0);
       flat.swap_weights(stash);  // the weights as they were: the profile measures, it does not train
     }
     if (timed) timed_ms += now_ms() - round_start;
@@ -187,7 +195,8 @@ SequenceTimes time_in_sequence(model::LayeredModel& model, std::vector<torch::nn
   }
   for (size_t k = 0; k < m; ++k)
     for (int i = 0; i < n; ++i) out.layers[i].push_back({sizes[k], typical_mean(fwd[k][i]), typical_mean(bwd[k][i])});
-  out.step_ms = typical_mean(steps);
+  out.step.step_ms = typical_mean(steps);
+  out.step.copy_ms = std::min(out.step.step_ms, typical_mean(copies));
   std::vector<double> rounds(n > 0 ? fwd[m - 1][0].size() : 0, 0);  // each round's layers at the batch
   for (int i = 0; i < n; ++i)
     for (size_t r = 0; r < rounds.size(); ++r) rounds[r] += fwd[m - 1][i][r] + bwd[m - 1][i][r];
@@ -324,7 +333,10 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       if (!l.timings.empty()) l.timings.push_back(main);
       if (profiler_options.on_progress) profiler_options.on_progress("layer", i + 1, model.num_layers(), now_ms() - layer_start);
     }
-    l.optimizer_ms = in_sequence ? sequence.step_ms * step_share[i] : measure_step_ms(module->parameters(), profiler_options);
+    StepTimes step = in_sequence ? sequence.step : measure_step_ms(module->parameters(), profiler_options);
+    double share = in_sequence ? step_share[i] : 1.0;
+    l.optimizer_ms = step.step_ms * share;
+    l.stash_copy_ms = step.copy_ms * share;
     l.name = layer.name;
     l.forward_ms = main.forward_ms;
     l.backward_ms = main.backward_ms;

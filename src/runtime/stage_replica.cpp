@@ -299,6 +299,7 @@ void StageReplica::release_version_if_unused(int64_t version) {
 void StageReplica::step(double grad_scale, int64_t minibatch) {
   auto t0 = std::chrono::steady_clock::now();
   // Microbatches in flight keep the version their forward used: stash it before updating.
+  bool stashed = false;  // a flushing schedule's step never does (the profile's stash_copy_ms)
   if (stash_weights_) {
     bool needed = history_ > 0;
     for (const auto& [mb, f] : in_flight_) needed |= f.version == version_ && !runs_on_copy(f);
@@ -313,6 +314,7 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
     if (needed) {
       versions_[version_] = flat_->copy_weights(std::move(spare_), values_);
       spare_.clear();
+      stashed = true;
       peak_versions_ = std::max<int64_t>(peak_versions_, static_cast<int64_t>(versions_.size()));
     }
   }
@@ -330,7 +332,8 @@ void StageReplica::step(double grad_scale, int64_t minibatch) {
   else
     optimizer_.step(grad_scale, minibatch);
   model_->device_step(first_, last_,
-                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                      stashed);
   ++version_;
   PT_CHECK(history_ > 0 || static_cast<int64_t>(versions_.size()) + 1 <= max_versions_, versions_.size() + 1,
            " weight versions alive, more than the schedule's budget of ", max_versions_);

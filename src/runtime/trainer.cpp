@@ -201,7 +201,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
       grad_norm = torch::nn::utils::clip_grad_norm_(model.unique_parameters(), train_options.sgd.clip_grad_norm);
     double step_t0 = wall_ms();
     optimizer->step();
-    model.device_step(0, model.num_layers(), wall_ms() - step_t0);
+    model.device_step(0, model.num_layers(), wall_ms() - step_t0, /*stashed=*/false);
     double loss_value = loss.item<double>();
     train_ms += wall_ms() - t0;
     if (step == 0) result.first_loss = loss_value;

@@ -192,6 +192,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
   const std::map<std::string, std::vector<std::string>> per_worker = {
       {"--metrics", {"--metrics", (tmp / "m.csv").string()}},
       {"--trace", {"--trace", (tmp / "t.json").string()}},
+      {"--prediction-trace", {"--prediction-trace", (tmp / "p.json").string()}},
       {"--quiet", {"--quiet"}},
       {"--no-pin-cores", {"--no-pin-cores"}},
       {"--timeout", {"--timeout", "5"}},

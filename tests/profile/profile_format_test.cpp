@@ -10,7 +10,7 @@ json good() {
   return json::parse(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 64,
     "device": "cpu", "layers": [
       {"name": "a", "forward_ms": 1.5, "backward_ms": 2.5, "activation_bytes": 100,
-       "parameter_bytes": 40, "inputs": [], "optimizer_ms": 0.25},
+       "parameter_bytes": 40, "inputs": [], "optimizer_ms": 0.25, "stash_copy_ms": 0.125},
       {"name": "b", "forward_ms": 1, "backward_ms": 2, "activation_bytes": 10,
        "parameter_bytes": 0},
       {"name": "c", "forward_ms": 0, "backward_ms": 0, "activation_bytes": 10,
@@ -43,6 +43,9 @@ TEST(ProfileFormat, RoundTrips) {
   bf16["precision"] = "bf16";
   EXPECT_EQ(profile_from_json(bf16, "p.json").precision, "bf16");
   EXPECT_DOUBLE_EQ(compute_step_ms(p, 0), 0.25);
+  EXPECT_DOUBLE_EQ(p.layers[0].stash_copy_ms, 0.125);
+  EXPECT_DOUBLE_EQ(compute_step_ms(p, 0, /*stashes=*/false), 0.125);  // a flushing schedule makes no copy
+  EXPECT_DOUBLE_EQ(compute_step_ms(p, 1, false), 0);
   EXPECT_EQ(p.timing_spread, 0);  // optional: not measured
   p.timing_spread = 0.07;
   EXPECT_DOUBLE_EQ(profile_from_json(to_json(p), "s.json").timing_spread, 0.07);
@@ -91,6 +94,10 @@ TEST(ProfileFormat, EachValidationError) {
       {[](json& d) { d["layers"][1]["inputs"] = 3; }, "p.json: field 'layers[1].inputs' must be a list, got 3"},
       {[](json& d) { d["layers"][0]["optimizer_ms"] = -0.5; },
        "p.json: field 'layers[0].optimizer_ms' must be >= 0, got -0.5"},
+      {[](json& d) { d["layers"][0]["stash_copy_ms"] = 0.5; },
+       "p.json: field 'layers[0].stash_copy_ms' must be at most the layer's optimizer_ms (0.25), which includes it, got 0.5"},
+      {[](json& d) { d["layers"][0]["stash_copy_ms"] = -0.5; },
+       "p.json: field 'layers[0].stash_copy_ms' must be >= 0, got -0.5"},
       {[](json& d) { d["layers"][1]["input_gradient_ms"] = 3; },
        "p.json: field 'layers[1].input_gradient_ms' must be at most the layer's backward_ms (2), which includes it, got 3"},
       {[](json& d) { d["layers"][1]["split_bytes"] = -1; },

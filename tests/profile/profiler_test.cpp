@@ -66,6 +66,12 @@ TEST(Profiler, InSequenceTheStepIsOneFlatStepSharedByTheWeights) {
   EXPECT_GT(per_byte, 0);
   for (const auto& l : p.layers)
     EXPECT_NEAR(l.optimizer_ms / static_cast<double>(l.parameter_bytes), per_byte, 1e-9 * per_byte) << l.name;
+  // Its stash copy is timed apart (a flushing schedule makes none), shared alike, and is a part.
+  double copy_per_byte = p.layers[0].stash_copy_ms / static_cast<double>(p.layers[0].parameter_bytes);
+  EXPECT_GT(copy_per_byte, 0);
+  EXPECT_LT(copy_per_byte, per_byte);
+  for (const auto& l : p.layers)
+    EXPECT_NEAR(l.stash_copy_ms / static_cast<double>(l.parameter_bytes), copy_per_byte, 1e-9 * copy_per_byte) << l.name;
   torch::manual_seed(0);
   auto fresh = model::build_mnist_cnn({});
   auto a = m->parameters(), b = fresh->parameters();

@@ -129,22 +129,24 @@ TEST(Emulation, AStepWaitsTheProfiledTimeLessTheHostsOwnWork) {
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
   profile::Profile prof = chain_profile();
-  for (int i = 0; i < 4; ++i) prof.layers[i].optimizer_ms = 5.0 * (i + 1);
+  for (int i = 0; i < 4; ++i) prof.layers[i].optimizer_ms = 5.0 * (i + 1), prof.layers[i].stash_copy_ms = 2.0;
   auto model = build_emulated_model(prof, {2.0, 1.0});
-  auto timed = [&](int first, int last, double host_ms) {
+  auto timed = [&](int first, int last, double host_ms, bool stashed = true) {
     model::emulated_wait(0.0);  // at most 1 ms carried in from earlier waits
     Clock::time_point t0 = Clock::now();
-    model->device_step(first, last, host_ms);
+    model->device_step(first, last, host_ms, stashed);
     return ms_since(t0);
   };
-  double both = timed(1, 3, 0), hidden = timed(1, 3, 20), all_host = timed(1, 3, 100);
+  double both = timed(1, 3, 0), hidden = timed(1, 3, 20), all_host = timed(1, 3, 100), no_copy = timed(1, 3, 0, false);
   std::cout << "[ emulated ] step of layers 1-2 (50 ms scaled): host 0 ms -> " << both << " ms, host 20 -> " << hidden
-            << ", host 100 -> " << all_host << "\n";
+            << ", host 100 -> " << all_host << ", no stash copy -> " << no_copy << "\n";
   EXPECT_GE(both, 49.0);        // (10 + 15) x time scale 2
   EXPECT_LT(both, 50.0 + 15);   // late wake-ups only
   EXPECT_GE(hidden, 29.0);      // the host's 20 ms were the device's
   EXPECT_LT(hidden, 30.0 + 15);
   EXPECT_LT(all_host, 10.0);    // a host slower than the device waits nothing more
+  EXPECT_GE(no_copy, 41.0);     // a flush's step makes no copy: (10 + 15 - 2 x 2) x 2
+  EXPECT_LT(no_copy, 42.0 + 7);
 }
 
 TEST(Emulation, HostWorkInsideAPassIsHiddenButNeverMakesItFaster) {

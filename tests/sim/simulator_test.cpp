@@ -210,6 +210,22 @@ TEST(Simulator, StepChargesTheOptimizer) {
   EXPECT_NEAR(charged - base, 0.5, 1e-9);
 }
 
+// A flushing schedule stashes no weights, so its steps make no copy (Layer::stash_copy_ms): 1F1B's
+// minibatch is stage 0's copy shorter (its step is the last action of all); pipedream's steps
+// stash, and keep the whole optimizer_ms.
+TEST(Simulator, AFlushingStepMakesNoStashCopy) {
+  auto prof = uniform_profile(2, 1.0, 2.0);
+  auto plan = straight_plan(2);
+  prof.layers[0].optimizer_ms = 0.5;
+  prof.layers[1].optimizer_ms = 0.75;
+  auto flush = run("1f1b", plan, prof, {4}, free_links(2)).ms_per_minibatch;
+  auto stashing = run("pipedream", plan, prof, {4}, free_links(2)).ms_per_minibatch;
+  prof.layers[0].stash_copy_ms = 0.2;
+  prof.layers[1].stash_copy_ms = 0.3;
+  EXPECT_NEAR(flush - run("1f1b", plan, prof, {4}, free_links(2)).ms_per_minibatch, 0.2, 1e-9);
+  EXPECT_NEAR(run("pipedream", plan, prof, {4}, free_links(2)).ms_per_minibatch, stashing, 1e-9);
+}
+
 // The host's time per action (Cluster::action_us, measured by `calibrate`): every forward,
 // backward and step of a worker's list pays it once. 1F1B over p = 2 stages of m = 4
 // microbatches takes (m + p - 1) forwards and as many backwards one after another, and a step,
