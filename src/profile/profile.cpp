@@ -85,6 +85,13 @@ namespace {
 double layer_ms(const JsonField& f) {
   return check_layer_ms(f.as_non_negative(), [&] { return str(f.source(), ": field '", f.path(), "'"); });
 }
+// A part of the layer's time `whole_name` (the copy of its step, the input gradient of its
+// backward): at most that whole.
+double part_ms(const JsonField& f, const char* whole_name, double whole) {
+  double ms = layer_ms(f);
+  if (ms > whole) f.fail(str("must be at most the layer's ", whole_name, " (", whole, "), which includes it, got ", ms));
+  return ms;
+}
 }  // namespace
 
 Profile profile_from_json(const json& doc, const std::string& source) {
@@ -122,18 +129,9 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     l.activation_bytes = f["activation_bytes"].as_int_in(0, kMaxLayerBytes);
     l.parameter_bytes = f["parameter_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("optimizer_ms")) l.optimizer_ms = layer_ms(f["optimizer_ms"]);
-    if (f.has("stash_copy_ms")) {
-      l.stash_copy_ms = layer_ms(f["stash_copy_ms"]);
-      if (l.stash_copy_ms > l.optimizer_ms)
-        f["stash_copy_ms"].fail(str("must be at most the layer's optimizer_ms (", l.optimizer_ms,
-                                    "), which includes it, got ", l.stash_copy_ms));
-    }
-    if (f.has("input_gradient_ms")) {
-      l.input_gradient_ms = layer_ms(f["input_gradient_ms"]);
-      if (l.input_gradient_ms > l.backward_ms)
-        f["input_gradient_ms"].fail(str("must be at most the layer's backward_ms (", l.backward_ms,
-                                        "), which includes it, got ", l.input_gradient_ms));
-    }
+    if (f.has("stash_copy_ms")) l.stash_copy_ms = part_ms(f["stash_copy_ms"], "optimizer_ms", l.optimizer_ms);
+    if (f.has("input_gradient_ms"))
+      l.input_gradient_ms = part_ms(f["input_gradient_ms"], "backward_ms", l.backward_ms);
     if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
     if (f.has("split_bytes")) l.split_bytes = f["split_bytes"].as_int_in(0, kMaxLayerBytes);
@@ -363,9 +361,8 @@ double split_bytes_at(const Profile& profile, int layer, double scale) {
 bool Profile::timed_busy() const { return timing_spread > kBusySpread; }
 
 double compute_step_ms(const Profile& profile, int layer, bool stashes) {
-  if (is_input_layer(profile, layer)) return 0;
   const Layer& l = profile.layers[layer];
-  return stashes ? l.optimizer_ms : l.optimizer_ms - l.stash_copy_ms;
+  return is_input_layer(profile, layer) ? 0 : l.optimizer_ms - (stashes ? 0 : l.stash_copy_ms);
 }
 
 void check_layer_count(size_t layers, const std::string& where) {
