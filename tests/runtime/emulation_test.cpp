@@ -85,13 +85,21 @@ TEST(Emulation, EveryScheduleTakesThePredictedTimeWithAnIdleCpu) {
                              {"mp", plan::even_split(prof, 2), 1, 1}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.kind);
-    EmulatedRun r = run_emulated(c.kind, c.plan, c.microbatches, c.chunks);
-    double measured_ms = r.result.train.seconds * 1000;
-    std::cout << "[ emulated ] " << c.kind << ": measured " << measured_ms << " ms, simulated " << r.predicted_ms
-              << " ms, cpu " << r.cpu_s * 1000 << " ms\n";
-    ASSERT_GT(r.predicted_ms, 100);
+    EmulatedRun r;
+    double measured_ms = 0;
     // Loose bounds: this machine's 2 cores are shared, so wake-ups can come late; a missing
     // scale (x0.5), an uncharged backward or a busy wait (CPU time ~ wall time x workers) fails.
+    // A run over the upper bound is run once more: a fresh CI machine once stalled one run for
+    // 1.1 s (interleaved: 1486 ms against 372 simulated, 22 ms of CPU), which a slow schedule
+    // would repeat and a stall does not.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      r = run_emulated(c.kind, c.plan, c.microbatches, c.chunks);
+      measured_ms = r.result.train.seconds * 1000;
+      std::cout << "[ emulated ] " << c.kind << ": measured " << measured_ms << " ms, simulated " << r.predicted_ms
+                << " ms, cpu " << r.cpu_s * 1000 << " ms\n";
+      if (measured_ms < 1.6 * r.predicted_ms + 30) break;
+    }
+    ASSERT_GT(r.predicted_ms, 100);
     EXPECT_GT(measured_ms, 0.9 * r.predicted_ms);
     EXPECT_LT(measured_ms, 1.6 * r.predicted_ms + 30);
     EXPECT_LT(r.cpu_s * 1000, 0.5 * measured_ms);
