@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/fused_step.h"
+
 namespace pt::model {
 
 const std::vector<std::string>& optimizer_kinds() {
@@ -32,16 +34,47 @@ Optimizer::Optimizer(FlatParameters& flat, const OptimizerOptions& options) : fl
     for (const auto& g : flat_.grads()) buffers.push_back(torch::zeros_like(g));
 }
 
+namespace {
+
+// One flat buffer's step in one pass (fused_step.h) where its dtype is float or double.
+template <typename T>
+void fused_step(torch::Tensor& w, torch::Tensor& d, std::vector<std::vector<torch::Tensor>>& state, size_t b,
+                int64_t decayed, const OptimizerOptions& o, double grad_scale, double lr, double correction1,
+                double correction2_sqrt) {
+  T* state0 = state.empty() ? nullptr : state[0][b].data_ptr<T>();
+  if (!o.adam()) {
+    SgdStepArgs a{grad_scale, lr, o.weight_decay, o.momentum};
+    sgd_step<T>(w.data_ptr<T>(), d.data_ptr<T>(), state0, w.numel(), decayed, a);
+    return;
+  }
+  AdamStepArgs a{grad_scale, lr, o.weight_decay, o.kind == "adamw", o.beta1, o.beta2, o.eps, correction1,
+                 correction2_sqrt};
+  adam_step<T>(w.data_ptr<T>(), d.data_ptr<T>(), state0, state[1][b].data_ptr<T>(), w.numel(), decayed, a);
+}
+
+}  // namespace
+
 void Optimizer::step(double grad_scale, int64_t minibatch) {
   torch::NoGradGuard no_grad;
   double lr = learning_rate(options_, minibatch), wd = options_.weight_decay;
   ++steps_;
+  double correction1 = 1 - std::pow(options_.beta1, static_cast<double>(steps_));
+  double correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, static_cast<double>(steps_)));
   for (size_t b = 0; b < flat_.grads().size(); ++b) {
-    // The update is formed in the gradient buffer, which is zeroed after.
     torch::Tensor d = flat_.grads()[b], w = flat_.weights()[b];
-    if (grad_scale != 1.0) d.mul_(grad_scale);
     // The parameters weight decay shrinks lead the buffer (OptimizerOptions::decays).
     int64_t decayed = flat_.leading(b);
+    if (w.scalar_type() == torch::kFloat || w.scalar_type() == torch::kDouble) {
+      if (w.scalar_type() == torch::kFloat)
+        fused_step<float>(w, d, state_, b, decayed, options_, grad_scale, lr, correction1, correction2_sqrt);
+      else
+        fused_step<double>(w, d, state_, b, decayed, options_, grad_scale, lr, correction1, correction2_sqrt);
+      continue;
+    }
+    // Other dtypes (a model's own half or bfloat16 weights): the same formula a pass per operation,
+    // each rounded to the dtype as LibTorch rounds it. The update is formed in the gradient
+    // buffer, which is zeroed after.
+    if (grad_scale != 1.0) d.mul_(grad_scale);
     torch::Tensor d_decayed = d.narrow(0, 0, decayed), w_decayed = w.narrow(0, 0, decayed);
     if (!options_.adam()) {
       if (wd != 0) d_decayed.add_(w_decayed, wd);
@@ -60,8 +93,6 @@ void Optimizer::step(double grad_scale, int64_t minibatch) {
       torch::Tensor &m = state_[0][b], &v = state_[1][b];
       m.mul_(options_.beta1).add_(d, 1 - options_.beta1);
       v.mul_(options_.beta2).addcmul_(d, d, 1 - options_.beta2);
-      double correction1 = 1 - std::pow(options_.beta1, static_cast<double>(steps_));
-      double correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, static_cast<double>(steps_)));
       // denom formed in the gradient buffer, which is done with: no allocation.
       torch::sqrt_out(d, v).div_(correction2_sqrt).add_(options_.eps);
       w.addcdiv_(m, d, -lr / correction1);

@@ -64,8 +64,8 @@ const std::vector<std::string>& optimizer_kinds();
 // over the steps of total_steps after warmup_steps.
 double learning_rate(const OptimizerOptions& optimizer_options, int64_t step);
 
-// Steps the flat buffers of a stage replica in place: a few whole-buffer passes and no
-// allocation. The state buffers start at zero, which gives sgd's first step exactly torch's
+// Steps the flat buffers of a stage replica in place: one pass over float and double buffers
+// (fused_step.h), a pass per operation over others, no allocation. The state buffers start at zero, which gives sgd's first step exactly torch's
 // buf = d (0 * momentum + d == d) and adam's its zero-initialised moments.
 class Optimizer {
  public:
