@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 mkdir -p out/bench
 build/bench/bench_plan_speed > out/bench/plan_speed.txt
+build/bench/bench_optimizer_step 15 > out/bench/optimizer_step.txt
 bench/real_cpu.sh
 bench/runtime_vs_peers.sh
 bench/imported_vs_zoo.sh

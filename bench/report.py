@@ -609,6 +609,15 @@ def section_bf16(md):
                  "casts at each boundary stay what they were.")
 
 
+def section_optimizer_step(md):
+    section_text(md, "The optimizer step: one pass against torch.optim (measured)", "optimizer_step.txt",
+                 "`build/bench/bench_optimizer_step 15`: a stage's step (model/optimizer.h, one pass over each "
+                 "weight, gradient and state: model/fused_step.h) against LibTorch's own SGD, Adam and AdamW on "
+                 "the same float weights, gradients and settings (weight decay 0.01; sgd's momentum 0.9), one "
+                 "compute thread, steps interleaved, the medians of 14 after the first (which allocates the "
+                 "state). 'same weights': the two left bit-identical weights.")
+
+
 def section_async_accuracy(md):
     section_text(md, "Asynchronous training reaches one worker's accuracy (measured)", "async_accuracy.txt",
                  "`bench/async_accuracy.sh`: pipedream on 4 stages (`train --stages 4 --schedule pipedream`) "
@@ -672,6 +681,7 @@ def main():
     section_imported(md)
     section_families(md)
     section_bf16(md)
+    section_optimizer_step(md)
     section_async_accuracy(md)
     section_memory(md)
     path = os.path.join(DOCS, "results.md")

@@ -2,7 +2,7 @@
 // The optimizers' update (optimizer.h) as one pass over each element's weight, gradient and state,
 // where whole-buffer tensor operations make one pass per operation: sgd with momentum and weight
 // decay read and wrote its buffers 12 times a step, adam 23 times; fused, each once (1 to 256 MiB
-// of float weights, one thread: sgd 2.1-2.3x, adam and adamw 2.6-4.0x torch::optim's speed,
+// of float weights, one thread: sgd 2.1-2.6x, adam and adamw 2.3-4.0x torch::optim's speed,
 // bench/optimizer_step.cpp). Plain C++ on pointers, no LibTorch: every operation rounds as
 // LibTorch 1.13's CPU kernels round it (its add with a factor, and addcmul, are fused
 // multiply-adds where the CPU has them, as ATen's vectorized kernels make them), so a pipeline's
