@@ -14,6 +14,7 @@
 #include "apps/command.h"
 #include "core/error.h"
 #include "core/json_doc.h"
+#include "core/units.h"
 #include "model/compute_threads.h"
 #include "plan/link_fit.h"
 #include "job/calibration.h"
@@ -72,6 +73,9 @@ job::CalibrationOptions options_of(const CalibrateFlags& flags, bool gloo_one_ho
 
 // How close a fit must come to every point it prints before calibrate says why it does not.
 constexpr double kFitWithin = 0.10;
+// Cores slower than this share of the fastest's rate are noted: a worker on one falls behind its
+// profile by more than the profile's own rounds spread on a quiet machine (2-4% here).
+constexpr double kCoresAlike = 0.9;
 
 // Worker 0's result: the fits, the all-reduces against the fitted model, the file.
 // `one_host`: every worker ran on this machine (threads, or gloo ranks meeting on loopback), so
@@ -116,6 +120,16 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
               << a.measured_ms << " ms, the fitted model " << a.modelled_ms << " ms (" << 100 * off << "%)"
               << (taken > a.modelled_ms ? str("; plan and simulate take ", taken, " ms") : "") << "\n";
     if (std::abs(off) > kFitWithin) misses += str(misses.empty() ? "" : ", ", human_bytes(a.bytes));
+  }
+  if (!m.core_speeds.empty()) {
+    std::cerr << "each core alone, of the fastest one's rate:";
+    for (size_t c = 0; c < m.core_speeds.size(); ++c) std::cerr << " " << c << ": " << fixed(m.core_speeds[c], 2);
+    std::cerr << "\n";
+    if (double slowest = *std::min_element(m.core_speeds.begin(), m.core_speeds.end()); slowest < kCoresAlike)
+      std::cerr << "note: this host's cores do not run alike (the slowest at " << fixed(slowest, 2)
+                << " of the fastest's rate): "
+                << "a worker the kernel puts on a slower core runs that much under its profile, and the run under "
+                   "its prediction, which takes every core at the profile's rate\n";
   }
   // Rounds that disagree this much measured a busy spell, not the cores: a prediction on these
   // rates moves with it (the demo's went 30% under what it measured).

@@ -155,6 +155,7 @@ Measured measure_cluster(runtime::Transport& t, const plan::Cluster& shape, cons
     out.process_bytes = resident_besides_tensors();
     // Every worker waits at the end barrier: worker 0 computes alone, with threads of its own.
     out.core_rates = measure_core_rates(t.world_size(), 0.2, &out.core_rates_spread);
+    out.core_speeds = measure_core_speeds(usable_cores());
   }
   return out;
 }
@@ -240,6 +241,22 @@ std::vector<double> measure_core_rates(int most, double seconds, double* spread)
     if (spread && rates.back() > 0) *spread = std::max(*spread, (*hi - *lo) / median(r));
   }
   return rates;
+}
+
+std::vector<double> measure_core_speeds(int cores, double seconds) {
+  constexpr int kRounds = 3;
+  std::vector<std::vector<double>> rates(static_cast<size_t>(std::max(cores, 0)));
+  for (int round = 0; cores > 1 && round < kRounds; ++round)
+    for (int c = 0; c < cores; ++c) {
+      pin_to_core(c);  // the thread per_thread_rate starts inherits it
+      rates[c].push_back(per_thread_rate(1, seconds));
+      unpin();
+    }
+  std::vector<double> speeds;
+  for (const auto& r : rates) speeds.push_back(median(r));
+  double fastest = speeds.empty() ? 0 : *std::max_element(speeds.begin(), speeds.end());
+  for (double& v : speeds) v = fastest > 0 ? v / fastest : 1;
+  return speeds;
 }
 
 double measure_action_us(int steps, int microbatches) {

@@ -31,6 +31,7 @@ struct Measured {
   double core_rates_spread = 0;    // and how far its rounds disagreed
   double core_share = 1;           // measure_core_share, on worker 0 where one_host (plan::Cluster::core_share)
   int64_t process_bytes = 0;       // resident_besides_tensors on worker 0, before measure_core_rates (gloo's)
+  std::vector<double> core_speeds;  // measure_core_speeds, on worker 0
 };
 
 // What this process holds resident besides tensors, once its transfers and the action time are
@@ -51,6 +52,14 @@ double measure_action_us(int steps = 30, int microbatches = 8);
 // iterations per second over one thread's alone in the same round, median of 5 rounds.
 // `spread`, where given: the largest (highest - lowest) / median of the rounds over the n.
 std::vector<double> measure_core_rates(int most, double seconds = 0.25, double* spread = nullptr);
+
+// Each of the cores this process may use, alone, against the fastest (1): one thread pinned to it
+// trains mnist-cnn's layers on a microbatch of 16 for `seconds`, cores in turn, median of 3
+// rounds. A host's cores need not run alike: on this machine's 2 (a VM's) the same profile pinned
+// to core 0 took 13.3 ms and to core 1 11.2 (twice), minutes later 11.9 and 11.1, and a worker on
+// the slower core fell that far behind its profile. Printed by calibrate, which the prediction
+// does not use: which worker the kernel puts on which core is its own choice.
+std::vector<double> measure_core_speeds(int cores, double seconds = 0.2);
 
 // What one core gives two workers of the job pinned to it at once (workers 0 and 1: threads or
 // processes, as the transport runs them), against worker 0 alone on it (plan::Cluster::core_share):

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
 
@@ -63,6 +64,39 @@ std::vector<std::map<ActionKind, ActionTimes>> times_in_window(const schedule::T
   return out;
 }
 
+// Worker w's actions of each kind begun in the window, split by how much of each the other
+// workers' computes covered.
+std::map<ActionKind, CoRun> co_run_in_window(const schedule::Trace& t, const Metrics& m, size_t w) {
+  std::vector<std::pair<double, double>> others;  // their computes, merged into disjoint spans
+  for (size_t o = 0; o < t.workers.size(); ++o)
+    for (const auto& e : t.workers[o])
+      if (o != w && schedule::is_compute(e.action.kind)) others.emplace_back(e.start_ms, e.end_ms);
+  std::sort(others.begin(), others.end());
+  std::vector<std::pair<double, double>> spans;
+  for (const auto& [s, e] : others)
+    if (!spans.empty() && s <= spans.back().second)
+      spans.back().second = std::max(spans.back().second, e);
+    else
+      spans.emplace_back(s, e);
+  std::map<ActionKind, std::array<std::vector<double>, 2>> split;  // [alone, beside]
+  for (const auto& e : t.workers[w]) {
+    double ms = e.end_ms - e.start_ms;
+    if (!timed(e.action.kind) || ms <= 0 || e.start_ms < m.window_start_ms || e.start_ms >= m.window_end_ms) continue;
+    double covered = 0;
+    auto it = std::lower_bound(spans.begin(), spans.end(), std::make_pair(e.start_ms, e.start_ms));
+    if (it != spans.begin()) --it;
+    for (; it != spans.end() && it->first < e.end_ms; ++it)
+      covered += std::max(0.0, std::min(e.end_ms, it->second) - std::max(e.start_ms, it->first));
+    if (covered < 0.05 * ms) split[e.action.kind][0].push_back(ms);
+    if (covered > 0.95 * ms) split[e.action.kind][1].push_back(ms);
+  }
+  std::map<ActionKind, CoRun> out;
+  for (const auto& [kind, groups] : split)
+    out[kind] = {median(groups[0]), median(groups[1]), static_cast<int>(groups[0].size()),
+                 static_cast<int>(groups[1].size())};
+  return out;
+}
+
 std::string signed_fixed(double v, int digits) { return (v >= 0 ? "+" : "") + fixed(v, digits); }
 
 std::string percent_of(double v, double base) {  // not of a microsecond or less: noise
@@ -79,15 +113,18 @@ TraceGap trace_gap(const schedule::Trace& first, const std::string& first_file, 
                                           : std::array<std::string, 2>{first_file, second_file};
   std::array<std::vector<std::map<ActionKind, ActionTimes>>, 2> times;
   const std::array<const schedule::Trace*, 2> traces{&first, &second};
+  Metrics first_metrics;
   for (int i = 0; i < 2; ++i) {
     Metrics m = compute_metrics(*traces[i], Detail::kTiming);
     g.ms_per_minibatch[i] = m.ms_per_minibatch;
     g.whole_trace[i] = !m.steady && m.minibatches > 1;
     times[i] = times_in_window(*traces[i], m);
+    if (i == 0) first_metrics = m;
   }
   double least_outside = 0;
   for (int w = 0; w < first.num_workers(); ++w) {
     WorkerGap wg;
+    std::map<ActionKind, CoRun> co_run = co_run_in_window(first, first_metrics, static_cast<size_t>(w));
     for (int k = 0; k < schedule::kNumActionKinds; ++k) {
       auto kind = static_cast<ActionKind>(k);
       if (!times[0][w].count(kind) && !times[1][w].count(kind)) continue;
@@ -99,6 +136,7 @@ TraceGap trace_gap(const schedule::Trace& first, const std::string& first_file, 
         wg.compute_ms[i] += pair[i].per_minibatch_ms;
       }
       wg.times.push_back(pair);
+      wg.co_run.push_back(co_run[kind]);
     }
     for (int i = 0; i < 2; ++i) wg.outside_ms[i] = std::max(0.0, g.ms_per_minibatch[i] - wg.compute_ms[i]);
     if (w == 0 || wg.outside_ms[0] < least_outside) least_outside = wg.outside_ms[0], g.pace_worker = w;
@@ -142,6 +180,17 @@ std::string format_trace_gap(const TraceGap& g) {
     }
     row(static_cast<int>(w), "other", "", "waits, transfers, the host", wg.outside_ms[0], wg.outside_ms[1]);
   }
+  std::ostringstream beside;
+  for (size_t w = 0; w < g.workers.size(); ++w)
+    for (size_t k = 0; k < g.workers[w].kinds.size(); ++k)
+      if (const CoRun& c = g.workers[w].co_run[k]; c.alone > 0 && c.beside > 0)
+        beside << "  worker " << w << " " << schedule::kind_code(g.workers[w].kinds[k]) << ": " << fixed(c.alone_ms, 3)
+               << " ms alone (" << c.alone << "), " << fixed(c.beside_ms, 3) << " beside (" << c.beside << "), "
+               << percent_of(c.beside_ms, c.alone_ms) << "\n";
+  if (!beside.str().empty())
+    os << "in the " << a << " trace, one action's median time alone (no other worker computing) and beside "
+       << "another worker's compute throughout:\n"
+       << beside.str();
   const WorkerGap& p = g.workers.empty() ? WorkerGap{} : g.workers[g.pace_worker];
   os << "worker " << g.pace_worker << " set the pace (the least time outside its computes and steps in the " << a
      << " trace): of the " << signed_fixed(gap, 3) << " ms, " << signed_fixed(p.compute_ms[0] - p.compute_ms[1], 3)
@@ -160,7 +209,9 @@ json to_json(const TraceGap& g) {
       kinds[schedule::kind_code(wg.kinds[k])] = {
           {"per_minibatch_ms", pair(x.per_minibatch_ms, y.per_minibatch_ms)},
           {"count_per_minibatch", pair(x.count_per_minibatch, y.count_per_minibatch)},
-          {"mean_ms", pair(x.mean_ms, y.mean_ms)}};
+          {"mean_ms", pair(x.mean_ms, y.mean_ms)},
+          {"alone", {{"median_ms", wg.co_run[k].alone_ms}, {"count", wg.co_run[k].alone}}},
+          {"beside_another", {{"median_ms", wg.co_run[k].beside_ms}, {"count", wg.co_run[k].beside}}}};
     }
     workers.push_back({{"actions", kinds},
                        {"compute_ms", pair(wg.compute_ms[0], wg.compute_ms[1])},

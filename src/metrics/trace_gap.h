@@ -10,7 +10,8 @@
 // for each worker: the gap in time per minibatch = the gap in its computes and steps + the gap
 // in the time outside them (waits for its inputs, transfers, all-reduce, the host's own work
 // between actions). The worker with the least time outside its computes in the first trace set
-// the pace; its split of the gap says which of the two the run lost its time to.
+// the pace; its split of the gap says which of the two the run lost its time to. The first trace's
+// actions are also timed apart by what the other workers did meanwhile (CoRun).
 #include <array>
 #include <string>
 #include <vector>
@@ -28,9 +29,19 @@ struct ActionTimes {
   double mean_ms = 0;           // one action's, on average (0: none ran)
 };
 
+// A kind of action in the first trace's window, split by what the other workers did meanwhile:
+// "alone", none of them computed (under 5% of its time), "beside", another computed throughout
+// (over 95%). A compute that slows beside another core's (a shared cache, memory bandwidth) shows
+// here, which the simulator, charging each action its profiled time, does not model.
+struct CoRun {
+  double alone_ms = 0, beside_ms = 0;  // medians (0: none)
+  int alone = 0, beside = 0;           // how many
+};
+
 struct WorkerGap {
   std::vector<schedule::ActionKind> kinds;          // F, B, W, ST as either trace ran them
   std::vector<std::array<ActionTimes, 2>> times;    // [kind][trace]
+  std::vector<CoRun> co_run;                        // [kind], the first trace's
   std::array<double, 2> compute_ms{};               // per minibatch, every kind above
   std::array<double, 2> outside_ms{};               // per minibatch, the rest
 };

@@ -95,6 +95,48 @@ TEST(TraceGap, ManyMinibatchesCountPerMinibatchOfTheWindow) {
   EXPECT_NEAR(w.outside_ms[1], 0.5, 1e-9);
 }
 
+// An action is "alone" where no other worker computed during it and "beside" where another
+// computed throughout: worker 0's backward takes 1 ms on the minibatches where worker 1's
+// backward runs elsewhere and 1.5 ms on those where it runs over it.
+TEST(TraceGap, ActionsAloneAndBesideAnotherWorkersComputeAreTimedApart) {
+  Trace t;
+  t.source = "measured";
+  t.schedule = "pipedream";
+  t.num_stages = 2;
+  t.batch_size = 8;
+  t.workers.resize(2);
+  auto add = [&](int w, const std::string& a, double s, double e) {
+    t.workers[w].push_back({parse_action(std::to_string(w) + a, w), s, e, 0});
+  };
+  for (int i = 0; i < 16; ++i) {
+    double at = 5.0 * i;
+    bool odd = i % 2 == 1;
+    add(0, "F" + std::to_string(i), at, at + 1);
+    add(1, "F" + std::to_string(i), at + 1, at + 1.5);
+    add(0, "B" + std::to_string(i), at + 2, at + (odd ? 3.5 : 3));
+    add(1, "B" + std::to_string(i), at + (odd ? 1.8 : 3.2), at + (odd ? 4 : 4.5));
+  }
+  TraceGap g = trace_gap(t, "run.json", t, "run.json");
+  const WorkerGap& w0 = g.workers[0];
+  ASSERT_EQ(w0.kinds.size(), 2u);
+  const CoRun& f = w0.co_run[0];
+  const CoRun& b = w0.co_run[1];
+  EXPECT_GE(f.alone, 4);  // worker 1 never computes during a forward of worker 0 (the window: 4 minibatches)
+  EXPECT_EQ(f.beside, 0);
+  EXPECT_DOUBLE_EQ(f.alone_ms, 1);
+  EXPECT_EQ(b.alone, 2);
+  EXPECT_EQ(b.beside, 2);
+  EXPECT_DOUBLE_EQ(b.alone_ms, 1);
+  EXPECT_DOUBLE_EQ(b.beside_ms, 1.5);
+  std::string text = format_trace_gap(g);
+  EXPECT_NE(text.find("worker 0 B: 1.000 ms alone ("), std::string::npos) << text;
+  EXPECT_NE(text.find("1.500 beside ("), std::string::npos) << text;
+  EXPECT_NE(text.find("+50.0%"), std::string::npos) << text;
+  EXPECT_EQ(text.find("worker 0 F: "), std::string::npos) << "a kind never beside another is not listed\n" << text;
+  json doc = to_json(g);
+  EXPECT_DOUBLE_EQ(doc["workers"][0]["actions"]["B"]["beside_another"]["median_ms"].get<double>(), 1.5);
+}
+
 // Traces of two runs are refused, naming both files and the field that differs.
 TEST(TraceGap, TracesOfDifferentRunsAreRefusedByFileAndField) {
   Trace a = two_stages("measured", 1, 2), b = two_stages("simulated", 1, 2);
