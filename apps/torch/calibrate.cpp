@@ -122,8 +122,10 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
     if (std::abs(off) > kFitWithin) misses += str(misses.empty() ? "" : ", ", human_bytes(a.bytes));
   }
   if (!m.core_speeds.empty()) {
-    std::cerr << "each core alone, of the fastest one's rate:";
-    for (size_t c = 0; c < m.core_speeds.size(); ++c) std::cerr << " " << c << ": " << fixed(m.core_speeds[c], 2);
+    std::cerr << "each core alone, of the fastest one's rate (by CPU number):";
+    std::vector<int> cpus = job::usable_cpu_ids();
+    for (size_t c = 0; c < m.core_speeds.size(); ++c)
+      std::cerr << " " << (c < cpus.size() ? cpus[c] : static_cast<int>(c)) << ": " << fixed(m.core_speeds[c], 2);
     std::cerr << "\n";
     if (double slowest = *std::min_element(m.core_speeds.begin(), m.core_speeds.end()); slowest < kCoresAlike)
       std::cerr << "note: this host's cores do not run alike (the slowest at " << fixed(slowest, 2)

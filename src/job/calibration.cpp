@@ -244,13 +244,18 @@ std::vector<double> measure_core_rates(int most, double seconds, double* spread)
 }
 
 std::vector<double> measure_core_speeds(int cores, double seconds) {
+  if (cores < 2) return {};
   constexpr int kRounds = 3;
-  std::vector<std::vector<double>> rates(static_cast<size_t>(std::max(cores, 0)));
-  for (int round = 0; cores > 1 && round < kRounds; ++round)
+  // At most about 2 s in all on a host of many cores, never under 50 ms a core.
+  seconds = std::max(0.05, std::min(seconds, 2.0 / kRounds / cores));
+  struct Unpin {
+    ~Unpin() { unpin(); }
+  } unpin_after;  // also where a measurement throws
+  std::vector<std::vector<double>> rates(static_cast<size_t>(cores));
+  for (int round = 0; round < kRounds; ++round)
     for (int c = 0; c < cores; ++c) {
       pin_to_core(c);  // the thread per_thread_rate starts inherits it
       rates[c].push_back(per_thread_rate(1, seconds));
-      unpin();
     }
   std::vector<double> speeds;
   for (const auto& r : rates) speeds.push_back(median(r));

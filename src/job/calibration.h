@@ -53,9 +53,9 @@ double measure_action_us(int steps = 30, int microbatches = 8);
 // `spread`, where given: the largest (highest - lowest) / median of the rounds over the n.
 std::vector<double> measure_core_rates(int most, double seconds = 0.25, double* spread = nullptr);
 
-// Each of the cores this process may use, alone, against the fastest (1): one thread pinned to it
-// trains mnist-cnn's layers on a microbatch of 16 for `seconds`, cores in turn, median of 3
-// rounds. A host's cores need not run alike: on this machine's 2 (a VM's) the same profile pinned
+// Each of the cores this process may use (usable_cpu_ids' order), alone, against the fastest (1):
+// one thread pinned to it trains mnist-cnn's layers on a microbatch of 16 for `seconds` (less on
+// a host of many: about 2 s in all), cores in turn, median of 3 rounds; none under 2 cores. A host's cores need not run alike: on this machine's 2 (a VM's) the same profile pinned
 // to core 0 took 13.3 ms and to core 1 11.2 (twice), minutes later 11.9 and 11.1, and a worker on
 // the slower core fell that far behind its profile. Printed by calibrate, which the prediction
 // does not use: which worker the kernel puts on which core is its own choice.

@@ -34,6 +34,8 @@ const std::vector<int>& allowed_cpus() {
 
 }  // namespace
 
+std::vector<int> usable_cpu_ids() { return allowed_cpus(); }
+
 int usable_cores() { return std::max<int>(1, static_cast<int>(allowed_cpus().size())); }
 
 void place_workers(Job& job, const profile::Profile* profile, int cores) {

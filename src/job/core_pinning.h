@@ -12,6 +12,8 @@ namespace pt::job {
 
 // The cores this process may run on (sched_getaffinity), at least 1.
 int usable_cores();
+// Their CPU numbers, in the order pin_to_core counts them (empty where the kernel would not say).
+std::vector<int> usable_cpu_ids();
 
 // Sets job.cores_of_workers: where the job's workers outnumber `cores` and the profile is the
 // host's own (not emulated compute, which holds no core), each worker's core by its work per

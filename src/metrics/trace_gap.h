@@ -30,8 +30,8 @@ struct ActionTimes {
 };
 
 // A kind of action in the first trace's window, split by what the other workers did meanwhile:
-// "alone", none of them computed (under 5% of its time), "beside", another computed throughout
-// (over 95%). A compute that slows beside another core's (a shared cache, memory bandwidth) shows
+// "alone", none of them computed (their F, B and W, not their steps, under 5% of its time),
+// "beside", one or another computed throughout (over 95%). Meant for workers sharing one host. A compute that slows beside another core's (a shared cache, memory bandwidth) shows
 // here, which the simulator, charging each action its profiled time, does not model.
 struct CoRun {
   double alone_ms = 0, beside_ms = 0;  // medians (0: none)

@@ -67,8 +67,14 @@ inline void adam_range(T* w, T* d, T* m, T* v, int64_t from, int64_t to, bool de
 
 // A buffer in two ranges, its decayed parameters first (FlatParameters::leading); the FMA variants
 // are compiled for AVX2 and FMA, picked at run time (cpu_fuses_multiply_add).
+#if defined(__x86_64__) || defined(__i386__)
+#define PT_AVX2_FMA __attribute__((target("avx2,fma")))
+#else
+#define PT_AVX2_FMA  // elsewhere the FMA variants are built plain and never picked
+#endif
+
 template <typename T>
-__attribute__((target("avx2,fma"))) void sgd_fma(T* w, T* d, T* m, int64_t n, int64_t decayed, const SgdStepArgs& a) {
+PT_AVX2_FMA void sgd_fma(T* w, T* d, T* m, int64_t n, int64_t decayed, const SgdStepArgs& a) {
   sgd_range<T, true>(w, d, m, 0, decayed, true, a);
   sgd_range<T, true>(w, d, m, decayed, n, false, a);
 }
@@ -80,8 +86,7 @@ void sgd_plain(T* w, T* d, T* m, int64_t n, int64_t decayed, const SgdStepArgs& 
 }
 
 template <typename T>
-__attribute__((target("avx2,fma"))) void adam_fma(T* w, T* d, T* m, T* v, int64_t n, int64_t decayed,
-                                                  const AdamStepArgs& a) {
+PT_AVX2_FMA void adam_fma(T* w, T* d, T* m, T* v, int64_t n, int64_t decayed, const AdamStepArgs& a) {
   adam_range<T, true>(w, d, m, v, 0, decayed, true, a);
   adam_range<T, true>(w, d, m, v, decayed, n, false, a);
 }
@@ -97,9 +102,13 @@ void adam_plain(T* w, T* d, T* m, T* v, int64_t n, int64_t decayed, const AdamSt
 bool cpu_fuses_multiply_add() {
   // ATen picks its AVX2 (or AVX-512) kernels on such a CPU, unless told to take its default ones.
   static const bool fuses = [] {
+#if defined(__x86_64__) || defined(__i386__)
     const char* forced = std::getenv("ATEN_CPU_CAPABILITY");
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            std::string_view(forced ? forced : "") != "default";
+#else
+    return false;  // ATen's kernels on other CPUs are not matched here: the plain variant
+#endif
   }();
   return fuses;
 }
