@@ -77,7 +77,7 @@ void print_result(const runtime::TrainResult& r, const std::string& label) {
                                    " steps)")
                              : std::string("no loss (emulated layers compute none)"))
             << "\n";
-  if (r.test_accuracy >= 0) std::cout << "test accuracy " << 100 * r.test_accuracy << "%\n";
+  if (r.test_accuracy >= 0) std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << "%\n";  // as progress
   // A language model's per-token loss, and its perplexity (e^loss): what LM runs compare.
   if (r.test_loss >= 0)
     std::cout << "test loss " << r.test_loss

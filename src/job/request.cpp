@@ -31,6 +31,9 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
     return schedule::plan_of_schedule_file(*file, r.schedule_file, "--plan P or --stages N");
   }
   if (!r.plan_path.empty()) return plan::read_plan(r.plan_path);
+  if (options.schedule == "dp" && r.stages > 1)  // it ran data parallelism on 2 workers, saying nothing
+    throw UsageError(str("--stages ", r.stages, " with --schedule dp: data parallelism runs the whole model on every "
+                         "worker, one stage; give --workers N for N replicas, or a pipeline schedule for stages"));
   if (options.schedule == "dp" || (r.workers > 0 && r.stages == 0))  // --workers N: one stage on N
     return plan::data_parallel_plan(m.num_layers(), r.workers > 0 ? r.workers : 2);
   int stages = r.stages > 0 ? r.stages : 2;

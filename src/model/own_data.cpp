@@ -72,8 +72,10 @@ Shard parse_shard(caffe2::serialize::PyTorchStreamReader&& archive, const std::s
     if (why.find("isGenericDict") != std::string::npos)
       throw FormatError(str(path, ": holds a dict subclass (an OrderedDict?) LibTorch cannot read: save a plain dict, "
                                   "torch.save(dict(d), path)"));
-    throw FormatError(str(path, ": not a file torch.save wrote", one_entry ? " of a dict of two or more tensors" : "",
-                          " (torch.save({'x': ..., 'y': ...}, path)): ", why));
+    if (one_entry)  // {'x': ...} alone is the likely mistake: say what is missing, not the unpickler's opcode
+      throw FormatError(str(path, ": holds a dict of one entry (LibTorch 1.13 cannot read one; its unpickler said: ", why,
+                            "); a data file needs both 'x' and 'y': torch.save({'x': ..., 'y': ...}, path)"));
+    throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ", why));
   }
   if (!value.isGenericDict())
     throw FormatError(str(path, ": holds a ", value.tagKind(), "; expected a dict of tensors {'x': ..., 'y': ...}"));

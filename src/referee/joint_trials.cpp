@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "plan/split_ties.h"
 #include "referee/referee.h"
 
 namespace pt::referee::detail {
@@ -71,6 +72,36 @@ void for_each_uniform_plan(const profile::Profile& p, const plan::Cluster& clust
     }
     if (done) done(c);
   }
+}
+
+Refereed choose_pipedream(const std::vector<plan::Plan>& candidates, const profile::Profile& p,
+                          const plan::Cluster& cluster, const plan::PlanOptions& plan_options, bool own_buckets,
+                          bool with_uniform) {
+  Refereed r = choose(candidates, p, cluster, plan_options, "pipedream", own_buckets);
+  if (r.ranked.empty() || !with_uniform) return r;
+  // The uniform plans refereed apart, where they end faster: from the search's candidates alone
+  // GNMT on 2x2x4 at 200/50/5 Gbit/s got a 14-stage plan at 15.874 ms per minibatch, slower than
+  // its best on 12 of those workers (13.991). Apart, not among them: the referee's climbs start
+  // from the fastest it has replayed, and with them all it ended GNMT on 2x2x3 at 14.639 where
+  // the search's alone reach 13.991. Those pipedream can run: not splitting a tie (its stages
+  // step apart), none replicated under --straight.
+  std::vector<plan::Plan> uniform;
+  for_each_uniform_plan(p, cluster, plan_options, [&](const plan::Plan& u, const plan::Cluster&) {
+    bool replicated = std::any_of(u.stages.begin(), u.stages.end(), [](const plan::Stage& st) { return st.replicas > 1; });
+    if (u.num_stages() > 1 && !(plan_options.straight && replicated) && plan::split_ties(u, p).empty())
+      uniform.push_back(u);
+  });
+  try {
+    if (!uniform.empty()) {
+      Refereed u = choose(uniform, p, cluster, plan_options, "pipedream", own_buckets);
+      if (!u.ranked.empty() && ranks_before(u.ranked.front(), r.ranked.front())) {
+        u.uniform = true;
+        r = std::move(u);
+      }
+    }
+  } catch (const ConfigError&) {  // none can run pipedream's schedule: the search's stand
+  }
+  return r;
 }
 
 std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
@@ -170,11 +201,13 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
   if (wanted("dp") && (joint.microbatches == 0 || joint.microbatches == n))
     out.push_back({"dp", plan::data_parallel_plan(layers, n), n, 1, B * n});
   if (wanted("pipedream")) {
-    // What `plan` itself chooses among and from: the search's candidates refereed, with their
-    // local search and in-flight and deferred-step variants. A deferred variant the referee
-    // turned down (gaining under what pays for its staleness) stays out.
+    // What `plan` itself chooses among and from (choose_pipedream), with the referee's local
+    // search and in-flight and deferred-step variants: the uniform plans above alone, unrefereed,
+    // left GNMT-16 on 4x4 at 24.767 ms per minibatch where `plan` found 22.483. A deferred variant
+    // the referee turned down (gaining under what pays for its staleness) stays out.
     try {
-      Refereed rf = choose(plan::plan_candidates(p, cluster, plan_options), p, cluster, plan_options);
+      Refereed rf = choose_pipedream(plan::plan_candidates(p, cluster, plan_options), p, cluster, plan_options,
+                                     /*own_buckets=*/false, /*with_uniform=*/true);
       for (size_t i = 0; i < rf.ranked.size(); ++i)
         if (i == 0 || !rf.ranked[i].plan.deferred_step) out.push_back({"pipedream", rf.ranked[i].plan, 1, 1, B});
     } catch (const ConfigError&) {

@@ -11,6 +11,7 @@
 #include "plan/planner.h"
 #include "profile/profile.h"
 #include "referee/joint_search.h"
+#include "referee/referee.h"
 
 namespace pt::referee::detail {
 
@@ -30,6 +31,14 @@ struct Trial {
 void for_each_uniform_plan(const profile::Profile& p, const plan::Cluster& cluster, const plan::PlanOptions& plan_options,
                            const std::function<void(const plan::Plan& u, const plan::Cluster& c)>& visit,
                            const std::function<void(const plan::Cluster& c)>& done = {});
+
+// What `plan` chooses from under pipedream: the search's `candidates` refereed (referee.h's
+// choose) and, `with_uniform`, the uniform plans of two stages or more that pipedream can run
+// refereed apart, whichever list's first ranks before the other's (Refereed::uniform then set).
+// Throws ConfigError where none of the candidates can be scheduled.
+Refereed choose_pipedream(const std::vector<plan::Plan>& candidates, const profile::Profile& p,
+                          const plan::Cluster& cluster, const plan::PlanOptions& plan_options, bool own_buckets,
+                          bool with_uniform);
 
 // Every configuration of the kinds `joint` asks for, on `cluster` and (plan_options.fewer_workers)
 // on its smaller clusters, pipedream's from the referee's candidates.

@@ -43,7 +43,7 @@ std::string joint_summary(const Configuration& c, const JointOptions& joint, con
   for (const auto& st : c.plan.stages) recomputed += st.recompute;
   summary << ", recomputation on " << recomputed << " of " << c.plan.num_stages() << " stages, batch "
           << c.plan.batch_size << " per step\n  simulated " << c.ms_per_sample << " ms per sample ("
-          << static_cast<int64_t>(1000.0 / c.ms_per_sample) << " samples/s), peak memory per worker "
+          << fixed(1000.0 / c.ms_per_sample, 1) << " samples/s), peak memory per worker "
           << human_bytes(static_cast<double>(c.peak_memory));
   if (joint.memory_cap > 0 && cluster.process_bytes > 0)
     summary << " (the tensors' share of the " << human_bytes(static_cast<double>(joint.memory_cap + cluster.process_bytes))
@@ -133,46 +133,18 @@ PlanDecision unsimulated(const plan::PlanOutcome& out, const Refereed& r) {
   return d;
 }
 
-// The joint search's uniform plans of two stages or more (d stages of r replicas, on each smaller
-// cluster too) that pipedream can run: not splitting a tie (its stages step apart), none
-// replicated under --straight.
-std::vector<plan::Plan> uniform_candidates(const plan::PlanOutcome& out) {
-  std::vector<plan::Plan> candidates;
-  detail::for_each_uniform_plan(out.profile, out.cluster, out.options, [&](const plan::Plan& u, const plan::Cluster&) {
-    bool replicated = std::any_of(u.stages.begin(), u.stages.end(), [](const plan::Stage& st) { return st.replicas > 1; });
-    if (u.num_stages() > 1 && !(out.options.straight && replicated) && plan::split_ties(u, out.profile).empty())
-      candidates.push_back(u);
-  });
-  return candidates;
-}
-
 PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& request) {
-  Refereed r = choose(out.candidates, out.profile, out.cluster, out.options, "pipedream",
-                      /*own_buckets=*/!request.bucket_given);
-  // The uniform plans refereed apart, where they end faster (`plan --schedule pipedream` weighs
-  // them): from the search's candidates alone GNMT on 2x2x4 at 200/50/5 Gbit/s got a 14-stage plan
-  // at 15.874 ms per minibatch, slower than its best on 12 of those workers (13.991). Apart, not
-  // among them: the referee's climbs start from the fastest it has replayed, and with them all it
-  // ended GNMT on 2x2x3 at 14.639 where the search's alone reach 13.991. Without a memory cap
-  // (the search's candidates keep it; these do not).
-  if (!r.ranked.empty() && out.memory_cap <= 0) {
-    std::vector<plan::Plan> uniform = uniform_candidates(out);
-    try {
-      if (!uniform.empty()) {
-        Refereed u = choose(uniform, out.profile, out.cluster, out.options, "pipedream", !request.bucket_given);
-        if (!u.ranked.empty() && ranks_before(u.ranked.front(), r.ranked.front())) {
-          u.uniform = true;
-          r = std::move(u);
-        }
-      }
-    } catch (const ConfigError&) {  // none can run pipedream's schedule: the search's stand
-    }
-  }
+  // Without a memory cap the uniform plans too (the search's candidates keep it; these do not).
+  Refereed r = detail::choose_pipedream(out.candidates, out.profile, out.cluster, out.options,
+                                        /*own_buckets=*/!request.bucket_given, /*with_uniform=*/out.memory_cap <= 0);
   if (r.ranked.empty()) return unsimulated(out, r);
   const Candidate& chosen = r.ranked.front();
   PlanDecision d;
   d.plan = chosen.plan;
   plan::Plan& p = d.plan;
+  // A uniform plan refereed (its layers perhaps moved by the climbs) is the simulator's choice, as
+  // the joint search labels it: the plan header said "cost model even" under the default model.
+  if (p.cost_model == "even") p.cost_model = "pipetrain";
   // The plan's predicted time is its simulated steady state, the quantity it was ranked by.
   p.pipeline_ms_per_minibatch = chosen.simulated.ms_per_minibatch;
   p.data_parallel_ms_per_minibatch = r.data_parallel_ms;

@@ -109,16 +109,24 @@ void check_forwards(const Trace& t, const JsonField& workers) {
 }  // namespace
 
 void check_complete(const Trace& t, const std::string& source) {
-  std::vector<std::set<int>> forwards(t.num_stages);
+  std::vector<std::set<int>> forwards(t.num_stages), backwards(t.num_stages);
   std::set<int> microbatches;
   for (const auto& list : t.workers)
-    for (const auto& e : list)
+    for (const auto& e : list) {
       if (e.action.kind == ActionKind::kForward) forwards[e.action.stage].insert(e.action.microbatch), microbatches.insert(e.action.microbatch);
+      if (e.action.kind == ActionKind::kBackward || e.action.kind == ActionKind::kBackwardWeight)
+        backwards[e.action.stage].insert(e.action.microbatch);
+    }
   for (int mb : microbatches) {
-    for (int st = 0; st < t.num_stages; ++st)
+    for (int st = 0; st < t.num_stages; ++st) {
       if (!forwards[st].count(mb))
         throw FormatError(str(source, ": no forward of stage ", st, " for microbatch ", mb,
                               ", which other stages ran: not a whole run's trace"));
+      // A trace of forwards alone printed a whole run's throughput and bubbles.
+      if (!backwards[st].count(mb))
+        throw FormatError(str(source, ": no backward of stage ", st, " for microbatch ", mb,
+                              ", which its forward ran: not a whole run's trace"));
+    }
     int first = mb - mb % t.microbatches;
     for (int k = first; k < first + t.microbatches; ++k)
       if (!microbatches.count(k))

@@ -330,6 +330,7 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--stages", "2", "--resume"}, {"--resume: give --checkpoint-dir D"}},
       {{"--stages", "2", "--schedule", "1f1b", "--vertical-sync"}, {"--vertical-sync", "1f1b"}},
       {{"--plan", plan2, "--schedule", "dp"}, {"--schedule dp", "the plan has 2 stages"}},
+      {{"--stages", "2", "--schedule", "dp"}, {"--stages 2 with --schedule dp", "--workers N"}},  // ran dp on 2
       // A hierarchical all-reduce needs to know which workers share a server, and enough of them.
       {{"--stages", "2", "--allreduce", "hierarchical"}, {"--allreduce: give --cluster FILE"}},
       {{"--stages", "2", "--cluster", one, "--allreduce", "tree"}, {"--allreduce", "tree"}},

@@ -184,7 +184,7 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_TRUE(doc["workers"][1]["weight_bytes"].is_null()) << doc.dump();
 }
 
-// A trace with a stage's work, or a microbatch, taken out is no whole run's: `trace` measured
+// A trace with a stage's work, a microbatch or a backward taken out is no whole run's: `trace` measured
 // it at the full run's throughput (worker 1 emptied: the same 417.7 samples/s).
 TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
   auto refusal = [](const Trace& t) {
@@ -206,6 +206,17 @@ TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
                list.end());
   EXPECT_EQ(refusal(no_microbatch),
             "t.json: minibatch 0 has no microbatch 1 of its 2 (field 'microbatches'): not a whole run's trace");
+  // Its backwards taken out: `trace` printed a whole run's throughput and a bubble of 0.95.
+  Trace no_backward = two_stage_trace();
+  for (auto& list : no_backward.workers)
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [](const auto& e) {
+                                return e.action.kind == schedule::ActionKind::kBackward && e.action.stage == 1 &&
+                                       e.action.microbatch == 1;
+                              }),
+               list.end());
+  EXPECT_EQ(refusal(no_backward),
+            "t.json: no backward of stage 1 for microbatch 1, which its forward ran: not a whole run's trace");
 }
 
 // A trace read from a file may number its minibatches with gaps, up to 10^9: each id present

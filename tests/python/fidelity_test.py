@@ -517,7 +517,7 @@ class Errors(unittest.TestCase):
                          "needs class ids of shape [N]")
         self.train_fails({"x": x, "y": y.float()}, "'y' is Float", "int64")
         self.train_fails({"x": x, "x_test": x}, "no 'y'")
-        self.train_fails({"x": x}, "a dict of two or more tensors")
+        self.train_fails({"x": x}, "needs both 'x' and 'y'")
         self.train_fails({"x": x, "y": y, "labels": y}, "unknown key 'labels'")
         self.train_fails([x, y], "expected a dict of tensors")
         # LibTorch's unpickler asserts on an OrderedDict: its "INTERNAL ASSERT FAILED" was shown.
