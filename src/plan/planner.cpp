@@ -123,6 +123,7 @@ Plan to_plan(const std::vector<SearchStage>& stages, double search_ms, const Sta
     st.replicas = static_cast<int>(st.workers.size());
     st.compute_ms = ss.compute_ms;
     st.comm_ms = ss.comm_ms;
+    st.time_ms = ss.time_ms;
     plan.stages.push_back(std::move(st));
   }
   // Detached sinks go with the stage of the layer they read (stage 0 for an Input).

@@ -15,6 +15,7 @@ struct SearchStage {
   int from = 0, to = 0;       // states: the stage holds to \ from
   std::vector<int> workers;   // worker ids of its replicas
   double compute_ms = 0, comm_ms = 0;
+  double time_ms = 0;  // PipeDream's model: the stage's time as its search weighs it (0: not set)
 };
 
 struct SearchAlternative {

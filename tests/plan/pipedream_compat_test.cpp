@@ -90,5 +90,20 @@ TEST(PipedreamCompatVgg16, TwoLevelsDivideTheOuterAllReduceByTheInnerFanOut) {
   EXPECT_EQ(p.stages[0].replicas, 4);
 }
 
+// On one level each stage's time is the search's term for it, so the slowest is the plan's time
+// (the table's bottleneck): max(compute, comm) named a stage that computes longest where another's
+// compute and all-reduce set the time.
+TEST(PipedreamCompatVgg16, TheSlowestStagesTimeIsThePlans) {
+  for (int workers : {2, 3, 4, 6})
+    for (bool transfer : {false, true})
+      for (double gbps : {1.0, 10.0}) {
+        SCOPED_TRACE(std::to_string(workers) + " workers at " + std::to_string(gbps) + (transfer ? " with transfers" : ""));
+        Plan p = make_plan(vgg10(), Cluster::flat(workers, gbps), compat(transfer));
+        double slowest = 0;
+        for (const auto& st : p.stages) slowest = std::max(slowest, st.stage_time_ms());
+        EXPECT_NEAR(slowest, p.pipeline_ms_per_minibatch, kTol);
+      }
+}
+
 }  // namespace
 }  // namespace pt::plan
