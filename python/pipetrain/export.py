@@ -761,6 +761,8 @@ def export(args):
         raise ExportError(f"--kwargs: expected a JSON object, got {args.kwargs}")
     if args.layers < 0:
         raise ExportError(f"--layers: must be >= 0 (0: the model's natural boundaries), got {args.layers}")
+    if args.input_high < 1 and not DTYPES[args.input_dtype].is_floating_point:
+        raise ExportError(f"--input-high: integer inputs are drawn from [0, HIGH), so it must be >= 1, got {args.input_high}")
     # Before the work, where the file cannot be written.
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
@@ -791,6 +793,13 @@ def export(args):
     model.eval()  # analysis must not move BatchNorm's running statistics
     with state_kept(model):  # nor a buffer a forward updates in any mode
         if scripted_input or isinstance(model, torch.nn.Sequential):
+            try:  # as split_traced does, not a traceback from deep in the split or the check
+                with torch.no_grad():
+                    model(x)
+            except Exception as e:  # the user's model may raise anything
+                raise ExportError(f"--model: running it on the example batch ({input_description(x)}) failed: "
+                                  f"{type(e).__name__}: {e}. Check --input-shape, --input-dtype and --input-high "
+                                  "against what the model takes")
             names, modules, boundaries, exact = split_sequential(model, x, args.layers)
         else:
             names, modules, boundaries, exact = split_traced(model, x, x_other, args.layers, args.max_boundary_tensors)

@@ -267,6 +267,17 @@ class Fidelity(unittest.TestCase):
             self.assertIn(needle, r.stderr)
             self.assertNotIn("Traceback", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "m.pt")))
+        # An nn.Sequential the example batch does not fit, and integer inputs drawn from [0, 0):
+        # both printed Python tracebacks.
+        for extra, needle in ((["--input-shape", "4,5"], "running it on the example batch (4,5, float32) failed"),
+                              (["--input-shape", "4,12", "--input-dtype", "int64", "--input-high", "0"],
+                               "--input-high: integer inputs are drawn from [0, HIGH), so it must be >= 1, got 0")):
+            r = run_failing([PIPETRAIN, "export", "--model", "toy_models:dropout_mlp", "-o",
+                             os.path.join(self.tmp.name, "m.pt")] + extra)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(needle, r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "m.pt")))
 
     def test_a_language_model_without_loss_lm_is_told_so(self):
         """Token targets of the inputs' shape under the default cross-entropy: the refusal names
