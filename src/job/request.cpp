@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "model/data_checks.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
 #include "plan/split_ties.h"
@@ -58,7 +59,14 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
     int64_t batch = options.train.batch_size;
     // Times at the batch alone: the split weighs whole minibatches.
     profile::ProfilerOptions profiler_options{1, 3, options.train.sgd.kind, {batch}};
-    measured = profile::measure_profile(m, data.train.first_inputs(batch), profiler_options, data.train.first_targets(batch));
+    try {
+      measured = profile::measure_profile(m, data.train.first_inputs(batch), profiler_options, data.train.first_targets(batch));
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // the user's model failing at the batch (a TorchScript error): as workers say it
+      throw RuntimeFailure(str("timing the model's layers at a batch of ", batch, " for the split: ",
+                               model::explain_training_error(e.what())));
+    }
     prof = &measured;
   }
   if (prof->num_layers() != m.num_layers())

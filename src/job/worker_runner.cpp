@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "job/loss_report.h"
+#include "model/data_checks.h"
 #include "model/memory_meter.h"
 #include "model/optimizer.h"
 #include "runtime/checkpoint.h"
@@ -80,6 +81,7 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
   }
   return d;
 }
+
 }  // namespace
 
 void prepare_worker(Worker& worker, const Job& job) {
@@ -304,7 +306,8 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     return run;
   } catch (const std::exception& e) {
     std::string action = worker.current_action();
-    throw WorkerFailure(str("worker ", transport.rank(), " at ", action.empty() ? phase : action, ": ", e.what()),
+    throw WorkerFailure(str("worker ", transport.rank(), " at ", action.empty() ? phase : action, ": ",
+                            model::explain_training_error(e.what())),
                         dynamic_cast<const JobAborted*>(&e) != nullptr);
   }
 }

@@ -321,4 +321,11 @@ std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const t
              halves);
 }
 
+std::string explain_training_error(const std::string& error) {
+  if (error.find("Expected more than 1 value per channel when training") == std::string::npos) return error;
+  return "a BatchNorm layer got one value per channel: its microbatch holds one sample (a replica's share of "
+         "--batch-size over --microbatches); give a larger --batch-size or fewer --microbatches. LibTorch said: " +
+         error;
+}
+
 }  // namespace pt::model

@@ -24,4 +24,9 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
 // mean over samples, else how it showed otherwise (DataSplit::loss_not_a_mean).
 std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y);
 
+// A model's error at a forward in training, said in the user's terms first where LibTorch's (a
+// TorchScript traceback) does not: BatchNorm needs two values per channel or more, which a
+// microbatch of one sample without spatial extent does not give. Other errors as they are.
+std::string explain_training_error(const std::string& error);
+
 }  // namespace pt::model

@@ -515,6 +515,21 @@ class Errors(unittest.TestCase):
         self.assertNotIn("Traceback", r.stderr)
         self.assertFalse(os.path.exists(ck) or os.path.exists(metrics), "something was written")
 
+    def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
+        """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
+        model = os.path.join(self.tmp.name, "bn.pt")
+        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        path = os.path.join(self.tmp.name, "bn-data.pt")
+        torch.save({"x": torch.randn(40, 12), "y": torch.randint(0, 5, (40,))}, path)
+        # In a worker's forward, and in the timing of the layers for a split made here (at a batch of 1).
+        for batch, microbatches in (("4", "4"), ("1", "1")):
+            r = run_failing([PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "1", "--batch-size", batch,
+                             "--stages", "2", "--schedule", "1f1b", "--microbatches", microbatches])
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn("a BatchNorm layer got one value per channel", r.stderr)
+            self.assertIn("fewer --microbatches", r.stderr)
+
     def test_data_that_does_not_fit(self):
         x, y = torch.randn(40, 12), torch.randint(0, 5, (40,))
         self.train_fails({"x": torch.randn(40, 13), "y": y}, "data.pt", "'x' has shape [40, 13]", "takes [N, 12]")

@@ -185,6 +185,11 @@ def wide_mlp(width=2048, depth=8, classes=10):
     return nn.Sequential(*layers, nn.Linear(width, classes))
 
 
+def batch_norm_mlp():
+    """BatchNorm1d: in training it needs two samples or more a microbatch."""
+    return nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 5))
+
+
 def dropout_mlp():
     """Two dropouts, one on each side of any split into two stages."""
     return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Dropout(0.5), nn.Linear(32, 32), nn.ReLU(),
