@@ -132,7 +132,9 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     told_then_abandoned(transport.get(), e.what(), 0);
   } catch (const std::exception& e) {
     told_then_abandoned(transport.get(), str("worker ", config.rank, " at ", action, ": ", e.what()),
-                        action == "setup" ? std::min(60.0, options.rendezvous_timeout_s) : 0);
+                        action == "setup" && !dynamic_cast<const runtime::RankTaken*>(&e)
+                            ? std::min(60.0, options.rendezvous_timeout_s)
+                            : 0);
   }
 }
 

@@ -38,7 +38,7 @@ void GlooTransport::join_all() {
   // Counted, not set: a second process given a rank already taken is told so at once (it failed
   // on gloo's "Connection refused", or said nothing for 76 s when the job was running).
   if (int64_t joined = store_->add(key(config_.rank), 1); joined > 1)
-    throw TransportError(str("worker ", config_.rank, ": another process has joined the rendezvous at ",
+    throw RankTaken(str("worker ", config_.rank, ": another process has joined the rendezvous at ",
                              config_.master_addr, ":", config_.master_port, " as worker ", config_.rank,
                              " (RANK must differ for each worker of a job)"));
   std::vector<std::string> all;

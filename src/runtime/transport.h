@@ -74,4 +74,10 @@ struct JobAborted : TransportError {
   using TransportError::TransportError;
 };
 
+// Raised by a process given a rank another process of the job already holds: it is not one of
+// the job's workers, so it leaves without telling them to stop.
+struct RankTaken : TransportError {
+  using TransportError::TransportError;
+};
+
 }  // namespace pt::runtime

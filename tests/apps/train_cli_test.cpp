@@ -426,15 +426,19 @@ TEST(TrainCli, ARankTakenTwiceIsNamed) {
   std::string plan = (tmp.path / "plan.json").string();
   plan::write_plan(plan::even_split(prof, 2), plan);
   std::string port = std::to_string(free_tcp_port());
-  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "4",
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "40",
                                    "--batch-size", "32", "--plan", plan, "--schedule", "1f1b", "--transport", "gloo",
                                    "--quiet", "--timeout", "20", "--rendezvous-timeout", "20"};
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", port.c_str(), 1);
   ::setenv("PIPETRAIN_JOB_SECRET", "the-same-on-both-workers", 1);
+  // Both worker-1 processes start first and wait for worker 0's rendezvous, so both join while the
+  // job runs: started after worker 0, the second one (slow to start under CI's load) came when the
+  // job had ended and found the port closed.
   std::vector<pid_t> pids;
-  for (int r : {0, 1, 1}) {
+  for (int r : {1, 1, 0}) {
+    if (r == 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     ::setenv("RANK", std::to_string(r).c_str(), 1);
     pids.push_back(start(args, tmp.path / ("p" + std::to_string(pids.size()) + ".log")));
   }
