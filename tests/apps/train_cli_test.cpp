@@ -584,7 +584,8 @@ TEST(TrainCli, AnAccuracyRowsTimeIncludesThePipelinesDrain) {
   std::string log = slurp(tmp.path / "log");
   size_t at = log.find("steps 16, ");
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_NEAR(std::stod(rows.back()[5]), std::stod(log.substr(at + 10)), 0.002) << log << slurp(csv);
+  // Within a scheduler's slice or two: the bug read 37-53 ms early.
+  EXPECT_NEAR(std::stod(rows.back()[5]), std::stod(log.substr(at + 10)), 0.01) << log << slurp(csv);
 }
 
 // A replicated last stage's rows are stamped when the replicas stepped their minibatch: stamped at
@@ -609,7 +610,8 @@ TEST(TrainCli, AReplicatedLastStagesRowsAreStampedOnceItStepped) {
   std::string log = slurp(tmp.path / "log");
   size_t at = log.find("steps 8, ");
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_NEAR(std::stod(row[5]), std::stod(log.substr(at + 9)), 0.01) << log << slurp(csv);
+  // Within a few scheduler slices on 2 loaded cores: the bug read 46 ms early.
+  EXPECT_NEAR(std::stod(row[5]), std::stod(log.substr(at + 9)), 0.025) << log << slurp(csv);
 }
 
 // A checkpoint folder one worker does not see (another host's own disk) is named as not shared,
@@ -706,17 +708,20 @@ TEST(TrainCli, SecondRunIntoAFolderInUseIsRefused) {
   std::vector<std::string> common = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "32",
                                      "--stages", "2", "--schedule", "1f1b", "--quiet", "--checkpoint-dir", ck};
   std::vector<std::string> first = common;
-  // Long enough to be running when the second starts (about 0.3 s a step with its checkpoints).
   first.insert(first.end(), {"--steps", "60", "--checkpoint-every", "2", "--transport", "gloo"});
   pid_t a = start(first, tmp.path / "first.log");
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (newest_checkpoint(ck).empty() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_FALSE(newest_checkpoint(ck).empty()) << slurp(tmp.path / "first.log");
+  // The first job (its launcher and workers, one process group) is held while the second runs,
+  // still holding its lock: left running, it ended before a second process slow to start under
+  // CI's load reached the lock.
+  ::kill(-a, SIGSTOP);
   std::vector<std::string> second = common;
   second.insert(second.end(), {"--steps", "4", "--overwrite"});
   fs::path log = tmp.path / "second.log";
   EXPECT_NE(run(second, log), 0);
+  ::kill(-a, SIGCONT);
   EXPECT_NE(slurp(log).find("is in use by another run (pid "), std::string::npos) << slurp(log);
   int status = 0;
   ::waitpid(a, &status, 0);
@@ -1357,7 +1362,7 @@ TEST(TrainCli, EmulatedVRunIsPredictedOnItsOwnWorkers) {
       {"name": "d", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096}]})";
   std::ofstream(cluster) << R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 10}]})";
   ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--schedule", "zb-v",
-                 "--microbatches", "4", "--steps", "6", "--cluster", cluster.string()},
+                 "--microbatches", "4", "--steps", "12", "--cluster", cluster.string()},
                 log),
             0)
       << slurp(log);
@@ -1380,8 +1385,9 @@ TEST(TrainCli, APredictionTraceIsTheFiguresReplayAndTheRunIsSetAgainstIt) {
   fs::path profile = tmp.path / "profile.json", measured = tmp.path / "run.json", predicted = tmp.path / "sim.json",
            log = tmp.path / "log";
   std::ofstream(profile) << R"({"format": "pipetrain.profile/1", "model": "two", "batch_size": 8, "layers": [
-      {"name": "a", "forward_ms": 6, "backward_ms": 12, "activation_bytes": 4096, "parameter_bytes": 4096},
-      {"name": "b", "forward_ms": 4, "backward_ms": 8, "activation_bytes": 4096, "parameter_bytes": 4096}]})";
+      {"name": "a", "forward_ms": 12, "backward_ms": 24, "activation_bytes": 4096, "parameter_bytes": 4096},
+      {"name": "b", "forward_ms": 8, "backward_ms": 16, "activation_bytes": 4096, "parameter_bytes": 4096}]})";
+  // Times long enough that a stall of 100 ms on a loaded machine moves no mean past the bounds.
   ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--schedule", "1f1b",
                  "--microbatches", "2", "--steps", "12", "--trace", measured.string(), "--prediction-trace",
                  predicted.string()},
