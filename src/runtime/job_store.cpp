@@ -19,6 +19,7 @@
 #include "core/json_doc.h"
 #include "core/sha256.h"
 #include "runtime/job_secret.h"
+#include "runtime/launcher.h"
 #include "runtime/store_wire.h"
 #include "runtime/transport.h"
 
@@ -30,13 +31,17 @@ class JobStore::Server {
  public:
   Server(const std::string& host, int port, const std::string& secret, const std::string& where)
       : secret_(secret) {
-    addrinfo* res = resolve(host, port, where);
-    fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    bool ok = fd_ >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-              ::bind(fd_, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd_, 128) == 0;
+    fd_ = take_reserved_rendezvous_socket(port);  // bound by the launcher that started this worker
+    bool ok = fd_ >= 0 && ::listen(fd_, 128) == 0;
+    if (fd_ < 0) {
+      addrinfo* res = resolve(host, port, where);
+      fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      ok = fd_ >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+           ::bind(fd_, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd_, 128) == 0;
+      ::freeaddrinfo(res);
+    }
     int err = errno;
-    ::freeaddrinfo(res);
     if (!ok) {
       if (fd_ >= 0) ::close(fd_);
       throw TransportError(str("rendezvous: cannot listen on ", where, " (", std::strerror(err), ")"));

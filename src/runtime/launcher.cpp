@@ -1,6 +1,7 @@
 #include "runtime/launcher.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -35,6 +36,8 @@ namespace {
 // refused, not followed (a plain run would take its plan over --stages; each worker of a
 // torchrun job would train alone).
 constexpr const char* kLaunchPlanVar = "PIPETRAIN_LAUNCH_PLAN";
+// "FD:PORT": the socket that holds the rendezvous port for worker 0 (reserve_tcp_port).
+constexpr const char* kRendezvousSocketVar = "PIPETRAIN_RENDEZVOUS_SOCKET";
 
 // Whether this process runs one thread, and so may fork (/proc/self/task lists its threads).
 bool single_threaded() {
@@ -105,21 +108,44 @@ std::vector<std::string> self_argv() {
   return out;
 }
 
-int free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+ReservedPort reserve_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw RuntimeFailure(str("launcher: socket() failed: ", std::strerror(errno)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;  // the kernel picks one
   socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  int one = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     ::close(fd);
     throw RuntimeFailure(str("launcher: cannot find a free port: ", std::strerror(errno)));
   }
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  return {fd, ntohs(addr.sin_port)};
+}
+
+int free_tcp_port() {
+  ReservedPort held = reserve_tcp_port();
+  ::close(held.fd);
+  return held.port;
+}
+
+int take_reserved_rendezvous_socket(int port) {
+  const char* v = std::getenv(kRendezvousSocketVar);
+  if (!v) return -1;
+  int fd = -1, held = 0;
+  bool parsed = std::sscanf(v, "%d:%d", &fd, &held) == 2;
+  ::unsetenv(kRendezvousSocketVar);
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  // Only a socket bound to this very port: the variable may be stale (inherited from a shell).
+  if (!parsed || held != port || fd < 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      addr.sin_family != AF_INET || ntohs(addr.sin_port) != port)
+    return -1;
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
 }
 
 namespace {
@@ -136,10 +162,14 @@ std::string describe(int status) {
 
 // Starts worker `rank`: `argv` again, or where argv is null a fork of this process that returns
 // 0 here with the worker's environment set (the parent gets the child's pid either way).
-pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, int port, const std::string& secret) {
+pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, ReservedPort port,
+            const std::string& secret) {
   std::vector<std::string> env_strings = {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
-                                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port.port),
                                           std::string(kJobSecretVar) + "=" + secret};
+  // Worker 0 serves the rendezvous on the socket the launcher holds the port with.
+  if (rank == 0)
+    env_strings.push_back(str(kRendezvousSocketVar, "=", port.fd, ":", port.port));
   // Built before fork: after it only async-signal-safe calls may run in an exec'ing child.
   std::vector<char*> args;
   if (argv)
@@ -161,6 +191,7 @@ pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, int 
       return 0;
     }
     for (auto& e : env_strings) ::putenv(const_cast<char*>(e.c_str()));
+    if (rank == 0) ::fcntl(port.fd, F_SETFD, 0);  // kept across exec for worker 0 alone
     ::execv("/proc/self/exe", args.data());
     ::_exit(127);
   }
@@ -170,7 +201,7 @@ pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, int 
 // launch_gloo_workers, or where argv is null fork_gloo_workers' forks.
 Launch run_workers(int world_size, const std::vector<std::string>* argv, const std::string& trace_path, double grace_s) {
   if (world_size < 1) throw UsageError(str("launcher: world size must be >= 1, got ", world_size));
-  int port = free_tcp_port();
+  ReservedPort port = reserve_tcp_port();
   // A secret of this job's own, which its workers prove to each other at rendezvous.
   std::string secret = new_job_secret();
   std::vector<pid_t> pids;
@@ -178,8 +209,12 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
   std::cout.flush(), std::cerr.flush(), std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
     pids.push_back(spawn(argv, r, world_size, port, secret));
-    if (pids.back() == 0) return {true, 0};
+    if (pids.back() == 0) {
+      if (r > 0) ::close(port.fd);
+      return {true, 0};
+    }
   }
+  ::close(port.fd);  // worker 0 holds it now
   std::vector<bool> running(world_size, true);
   int left = world_size;
   int failed = -1;

@@ -50,6 +50,20 @@ std::vector<std::string> self_argv();
 // A TCP port free on 127.0.0.1 now (for the rendezvous).
 int free_tcp_port();
 
+// A TCP port on 127.0.0.1 held for the rendezvous: a socket bound to it, not listening (a
+// worker connecting early is refused, and retries, as before worker 0 starts). The launcher's
+// worker 0 inherits the socket (take_reserved_rendezvous_socket): with the port only looked up
+// and closed, another process could take it before worker 0, a second later, bound it.
+struct ReservedPort {
+  int fd = -1;
+  int port = 0;
+};
+ReservedPort reserve_tcp_port();
+
+// The socket reserve_tcp_port held for `port`, inherited from the launcher (close-on-exec set
+// again; taken once), or -1 where this process has none for that port.
+int take_reserved_rendezvous_socket(int port);
+
 // As launch_gloo_workers, with workers forked from this process where it runs one thread
 // (fork_gloo_job), else `argv` again.
 Launch fork_gloo_workers(int world_size, const std::vector<std::string>& argv, const std::string& trace_path = "",

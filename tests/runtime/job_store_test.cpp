@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "runtime/job_store.h"
@@ -46,6 +47,40 @@ int connect_to(const std::string& addr, int port) {
     return -1;
   }
   return fd;
+}
+
+// The launcher holds the rendezvous port with a bound socket that worker 0 inherits: until
+// worker 0 listens on it, nobody else can take the port and a worker connecting early is
+// refused (and retries); a variable naming another port, or no socket, is not taken.
+TEST(JobStore, WorkerZeroServesOnThePortTheLauncherHeld) {
+  ReservedPort held = reserve_tcp_port();
+  ASSERT_GE(held.fd, 0);
+  int other = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(held.port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_NE(::bind(other, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << "the held port was taken";
+  ::close(other);
+  EXPECT_EQ(connect_to("127.0.0.1", held.port), -1) << "a connection before worker 0 listens";
+
+  const std::string var = "PIPETRAIN_RENDEZVOUS_SOCKET";
+  ::setenv(var.c_str(), (std::to_string(held.fd) + ":" + std::to_string(held.port + 1)).c_str(), 1);
+  EXPECT_EQ(take_reserved_rendezvous_socket(held.port), -1);  // another port's
+  EXPECT_EQ(std::getenv(var.c_str()), nullptr);               // taken once, even when refused
+  ::setenv(var.c_str(), "99999:1", 1);
+  EXPECT_EQ(take_reserved_rendezvous_socket(1), -1);  // no such socket
+
+  ::setenv(var.c_str(), (std::to_string(held.fd) + ":" + std::to_string(held.port)).c_str(), 1);
+  JobStore server("127.0.0.1", held.port, true, kSecret, 5s);
+  EXPECT_EQ(std::getenv(var.c_str()), nullptr);
+  int listening = 0;
+  socklen_t len = sizeof listening;
+  ASSERT_EQ(::getsockopt(held.fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len), 0);
+  EXPECT_EQ(listening, 1) << "worker 0 listens on a socket of its own, not the one held";
+  JobStore client("127.0.0.1", held.port, false, kSecret, 5s);
+  server.set("a", bytes("one"));
+  EXPECT_EQ(client.get("a"), bytes("one"));
 }
 
 TEST(JobStore, ServesTheJobsWorkers) {
