@@ -131,7 +131,7 @@ int train(TrainFlags& flags, bool& running) {
     print_result(result.train, label);
     print_modelled_memory(job, flags, label, data.bytes(), result.shared_memory);
     note_over_planned_memory(result.train, job, flags, label, data.bytes());
-    print_throughput(result.train, job, flags, label);
+    print_throughput(result.train, result.trace, job, flags, label);
   };
   if (leads) print_training_line(job, *m, data, flags.transport, label);
   running = true;

@@ -12,6 +12,7 @@
 #include "job/gloo_job.h"
 #include "job/prediction.h"
 #include "job/threads_job.h"
+#include "metrics/trace_gap.h"
 #include "schedule/memory.h"
 
 namespace pt::app {
@@ -65,6 +66,35 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
 
 std::string process_kind(const std::string& transport) {
   return transport == "threads" ? "a threads run's process (every worker in it)" : "a gloo worker's process";
+}
+
+
+// Why a run missed its simulation, where its trace holds every worker's actions (a gloo worker
+// has its own alone): the pace-setting worker's gap, in its computes or outside them, and what
+// to measure again. The demo read 1.24 after its profile and calibrate both ran in a slow spell
+// of this machine (the model's layers 17% over the runs before and after): the computes' part.
+void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& simulated, const std::string& prefix) {
+  if (run.workers.empty()) return;
+  for (const auto& w : run.workers)
+    if (w.empty()) return;
+  metrics::TraceGap g;
+  try {
+    g = metrics::trace_gap(run, "the run", simulated, "its simulation");
+  } catch (const ConfigError& e) {
+    std::cerr << prefix << "note: the run's trace and its simulation do not compare: " << e.what() << "\n";
+    return;
+  }
+  const metrics::WorkerGap& p = g.workers[g.pace_worker];
+  const double computes = p.compute_ms[0] - p.compute_ms[1], outside = p.outside_ms[0] - p.outside_ms[1];
+  std::cerr << prefix << "note: off by more than " << fixed(100 * kPredictionMissNoted, 0) << "%: "
+            << metrics::pace_summary(g) << ": "
+            << (std::abs(computes) >= std::abs(outside)
+                    ? "its layers ran at another speed than the profile timed them (timed in a busier or a quieter "
+                      "spell of this machine than the run's?): profile again on a quiet machine"
+                    : "its waits, transfers and the host's own work took another time than simulated: give train "
+                      "a --cluster that `pipetrain calibrate` measured for this run's workers and transport")
+            << " (`pipetrain trace RUN --against SIM` of --trace RUN and --prediction-trace SIM sets them side by "
+               "side, action by action)\n";
 }
 
 }  // namespace
@@ -122,7 +152,8 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
             << "), and measured, over it: " << over << "\n";
 }
 
-void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label) {
+void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_trace, const job::Job& job,
+                      const TrainFlags& flags, const std::string& label) {
   if (r.steps <= 0) return;
   const plan::Plan& plan = job.plan;
   const job::PipelineOptions& job_options = job.options;
@@ -136,13 +167,14 @@ void print_throughput(const runtime::TrainResult& r, const job::Job& job, const 
                                : job::predict_host_run(job, prof, cores, flags.transport);
     p.transport = flags.transport;
     if (!flags.prediction_trace_path.empty()) schedule::write_trace(p.trace, flags.prediction_trace_path);
+    const double ratio = r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
-              << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio "
-              << r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());
+              << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio " << ratio;
     if (prof.timed_busy())
       std::cout << "; the profile's timed rounds spread " << fixed(100 * prof.timing_spread, 0)
                 << "%, a busy machine's: its prediction is as uncertain";
     std::cout << ")\n";
+    if (std::abs(ratio - 1) > kPredictionMissNoted) note_prediction_miss(run_trace, p.trace, prefix);
     return;
   }
   // A plan of another batch predicted another run (the request's note says so at the start).

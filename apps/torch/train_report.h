@@ -6,6 +6,7 @@
 #include "apps/torch/train_flags.h"
 #include "job/job.h"
 #include "runtime/trainer.h"
+#include "schedule/trace.h"
 
 namespace pt::app {
 
@@ -24,8 +25,12 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
 // compute: the simulator's figure for this very run on this machine or its --cluster
 // (job/prediction.h). Otherwise the plan's own prediction, in ms per minibatch of the profile's
 // batch size (emulated compute waits the profile's times x S), for the schedule and cluster it
-// was made for.
-void print_throughput(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags, const std::string& label);
+// was made for. Where the run missed the simulation by more than kPredictionMissNoted and
+// `run_trace` holds every worker's actions (threads), a note says which worker set the pace and
+// whether its computes or the time outside them made the gap (metrics::pace_summary).
+inline constexpr double kPredictionMissNoted = 0.1;
+void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_trace, const job::Job& job,
+                      const TrainFlags& flags, const std::string& label);
 
 // The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
 // profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale. With a

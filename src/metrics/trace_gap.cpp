@@ -191,12 +191,17 @@ std::string format_trace_gap(const TraceGap& g) {
     os << "in the " << a << " trace, one action's median time alone (no other worker computing) and beside "
        << "another worker's compute throughout:\n"
        << beside.str();
-  const WorkerGap& p = g.workers.empty() ? WorkerGap{} : g.workers[g.pace_worker];
-  os << "worker " << g.pace_worker << " set the pace (the least time outside its computes and steps in the " << a
-     << " trace): of the " << signed_fixed(gap, 3) << " ms, " << signed_fixed(p.compute_ms[0] - p.compute_ms[1], 3)
-     << " in its computes and steps (" << percent_of(p.compute_ms[0], p.compute_ms[1]) << "), "
-     << signed_fixed(p.outside_ms[0] - p.outside_ms[1], 3) << " outside them\n";
+  os << pace_summary(g) << "\n";
   return os.str();
+}
+
+std::string pace_summary(const TraceGap& g) {
+  const WorkerGap& p = g.workers.empty() ? WorkerGap{} : g.workers[g.pace_worker];
+  return str("worker ", g.pace_worker, " set the pace (the least time outside its computes and steps in the ",
+             g.names[0], " trace): of the ", signed_fixed(g.ms_per_minibatch[0] - g.ms_per_minibatch[1], 3),
+             " ms, ", signed_fixed(p.compute_ms[0] - p.compute_ms[1], 3), " in its computes and steps (",
+             percent_of(p.compute_ms[0], p.compute_ms[1]), "), ", signed_fixed(p.outside_ms[0] - p.outside_ms[1], 3),
+             " outside them");
 }
 
 json to_json(const TraceGap& g) {

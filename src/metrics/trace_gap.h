@@ -64,6 +64,9 @@ TraceGap trace_gap(const schedule::Trace& first, const std::string& first_file, 
                    const std::string& second_file);
 
 std::string format_trace_gap(const TraceGap& g);
+// Its last line: which worker set the pace, and how much of the gap per minibatch lay in its
+// computes and steps, how much outside them.
+std::string pace_summary(const TraceGap& g);
 json to_json(const TraceGap& g);
 
 }  // namespace pt::metrics

@@ -1195,6 +1195,42 @@ TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
 // With --profile, train prints the simulator's figure for the run it made (the schedule and
 // microbatches it ran, threads handing tensors over in memory, the machine's cores), and never
 // above what the cores can compute.
+// A run that misses its simulation by more than 10% is told where the time went: a profile whose
+// every time is 4x what the layers take (as one timed in a slow spell of the machine would read)
+// makes the simulation 4x slow, and the note puts the gap in the pace-setting worker's computes.
+TEST(TrainCli, AMissedPredictionSaysWhereItsTimeWent) {
+  TempDir tmp("missed");
+  fs::path profile = tmp.path / "profile.json", slow = tmp.path / "slow.json", log = tmp.path / "log";
+  ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--batch-size", "64", "-o", profile.string()}, log), 0) << slurp(log);
+  json p = parse_json(slurp(profile), "profile");
+  std::function<void(json&)> slower = [&](json& j) {
+    if (j.is_array())
+      for (auto& e : j) slower(e);
+    if (!j.is_object()) return;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      if (it->is_number() && key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) *it = 4 * it->get<double>();
+      else slower(*it);
+    }
+  };
+  slower(p["layers"]);
+  std::ofstream(slow) << p.dump();
+  ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule", "1f1b",
+                 "--microbatches", "4", "--steps", "30", "--profile", slow.string()},
+                log),
+            0)
+      << slurp(log);
+  std::string out = slurp(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(for this run \(1f1b.*; ratio ([0-9.]+))"))) << out;
+  EXPECT_GT(std::stod(m[1]), 2) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(note: off by more than 10%: worker (\d) set the pace .*: of the )"
+                                                   R"((-[0-9.]+) ms, (-[0-9.]+) in its computes and steps)")))
+      << out;
+  EXPECT_GT(std::stod(m[3]) / std::stod(m[2]), 0.5) << out;  // most of the gap
+  EXPECT_NE(out.find("its layers ran at another speed than the profile timed them"), std::string::npos) << out;
+}
+
 TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
   TempDir tmp("predicted");
   fs::path profile = tmp.path / "profile.json", plan = tmp.path / "plan.json", log = tmp.path / "log";
