@@ -69,8 +69,8 @@ std::string process_kind(const std::string& transport) {
 }
 
 
-// Why a run missed its simulation, where its trace holds every worker's actions (a gloo worker
-// has its own alone): the pace-setting worker's gap, in its computes or outside them, and what
+// Why a run missed its simulation, where its trace holds every worker's actions (gloo workers
+// on other hosts keep their own): the pace-setting worker's gap, in its computes or outside them, and what
 // to measure again. The demo read 1.24 after its profile and calibrate both ran in a slow spell
 // of this machine (the model's layers 17% over the runs before and after): the computes' part.
 void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& simulated, const std::string& prefix) {

@@ -26,8 +26,9 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
 // (job/prediction.h). Otherwise the plan's own prediction, in ms per minibatch of the profile's
 // batch size (emulated compute waits the profile's times x S), for the schedule and cluster it
 // was made for. Where the run missed the simulation by more than kPredictionMissNoted and
-// `run_trace` holds every worker's actions (threads), a note says which worker set the pace and
-// whether its computes or the time outside them made the gap (metrics::pace_summary).
+// `run_trace` holds every worker's actions (threads; gloo on one host: job/trace_gather.h), a
+// note says which worker set the pace and whether its computes or the time outside them made
+// the gap (metrics::pace_summary).
 inline constexpr double kPredictionMissNoted = 0.1;
 void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_trace, const job::Job& job,
                       const TrainFlags& flags, const std::string& label);

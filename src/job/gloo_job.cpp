@@ -7,6 +7,7 @@
 
 #include "job/core_pinning.h"
 #include "job/job_digest.h"
+#include "job/trace_gather.h"
 #include "runtime/checkpoint_lock.h"
 #include "runtime/shm_allreduce.h"
 #include "runtime/shm_channel.h"
@@ -121,6 +122,10 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     r.train = run.train;
     r.trace.workers[config.rank] = std::move(run.trace);
     r.trace.pauses = std::move(run.pauses);
+    if (job.gather_traces) {
+      action = "gathering the traces";
+      gather_traces(*transport, job.reporting, r.trace);
+    }
     for (auto [a, b] : pairs)
       if (a == config.rank || b == config.rank) r.shared_memory |= transport->has_channel(a == config.rank ? b : a);  // merge_worker_traces keeps what every worker's cover
     // Wait for every worker before tearing down the connections a peer may still be reading.
@@ -167,7 +172,12 @@ int train_with_gloo(const Job& job, const ModelFactory& factory, const model::La
       print_line_to_stderr(str("note: --metrics ", metrics, ": worker ", rank, " does not report; worker ", job.reporting,
                                " (the last stage's first replica) writes the metrics"));
     r = run_gloo_worker(job, factory, described, data, config);
-    if (!trace_path.empty()) schedule::write_trace(r.trace, trace_path + ".worker" + std::to_string(rank));
+    if (!trace_path.empty()) {  // its own part (the launcher merges them); the reporter may hold every worker's
+      schedule::Trace part = r.trace;
+      for (int w = 0; w < part.num_workers(); ++w)
+        if (w != rank) part.workers[w].clear();
+      schedule::write_trace(part, trace_path + ".worker" + std::to_string(rank));
+    }
   } catch (const ToldFailure&) {
     return 1;
   } catch (const std::exception& e) {

@@ -42,6 +42,9 @@ struct Job {
   // Where the workers outnumber the host's cores: the core each is pinned to (core_pinning.h,
   // place_workers); empty: none pinned.
   std::vector<int> cores_of_workers;
+  // gloo: the reporting worker gathers every worker's trace after training (trace_gather.h), to
+  // set the run against its simulation (a request with a profile).
+  bool gather_traces = false;
 
   int workers() const { return typical->num_workers(); }
   const model::OptimizerOptions& optimizer() const { return worker.sgd; }

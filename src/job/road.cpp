@@ -31,6 +31,7 @@ Job prepare_job(Request& r, Road road, model::LayeredModel& described, const mod
     return job;
   }
   Job job = make_job(settled.plan, settled.options, described, data, road != Road::kGlooWorker);
+  job.gather_traces = road != Road::kThreads && r.profile != nullptr;
   if (pin && workers_share_this_host()) place_workers(job, r.profile.get(), usable_cores());
   return job;
 }

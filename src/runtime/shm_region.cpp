@@ -64,8 +64,10 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::millise
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
+std::string SharedRegion::boot_id() { return read_line("/proc/sys/kernel/random/boot_id"); }
+
 std::string SharedRegion::host_key() {
-  std::string boot = read_line("/proc/sys/kernel/random/boot_id");
+  std::string boot = boot_id();
   std::string net = link_of("/proc/self/ns/net"), pid = link_of("/proc/self/ns/pid");
   if (boot.empty() || net.empty() || pid.empty()) return "";
   return boot + " " + net + " " + pid;

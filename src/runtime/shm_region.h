@@ -24,6 +24,9 @@ class SharedRegion {
   // and pid namespaces (the emulated testbed gives each worker a network of its own, whose links
   // its transfers must cross). Empty where it cannot be read.
   static std::string host_key();
+  // This boot of the kernel (its random boot_id), empty where it cannot be read: processes that
+  // read the same one share CLOCK_MONOTONIC, the steady clock their traces are timed on.
+  static std::string boot_id();
 
   // Collective over `ranks` (sorted, containing `rank`), through `store` under keys starting with
   // `prefix`: `bytes` shared by all of them (after the region's own page), or null on every member

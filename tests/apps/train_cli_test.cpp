@@ -1215,20 +1215,33 @@ TEST(TrainCli, AMissedPredictionSaysWhereItsTimeWent) {
   };
   slower(p["layers"]);
   std::ofstream(slow) << p.dump();
-  ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule", "1f1b",
-                 "--microbatches", "4", "--steps", "30", "--profile", slow.string()},
-                log),
-            0)
-      << slurp(log);
-  std::string out = slurp(log);
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(for this run \(1f1b.*; ratio ([0-9.]+))"))) << out;
-  EXPECT_GT(std::stod(m[1]), 2) << out;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(note: off by more than 10%: worker (\d) set the pace .*: of the )"
-                                                   R"((-[0-9.]+) ms, (-[0-9.]+) in its computes and steps)")))
-      << out;
-  EXPECT_GT(std::stod(m[3]) / std::stod(m[2]), 0.5) << out;  // most of the gap
-  EXPECT_NE(out.find("its layers ran at another speed than the profile timed them"), std::string::npos) << out;
+  // A gloo run's reporter gathers the other workers' traces for it; each still writes its own part.
+  std::vector<size_t> threads_events;
+  for (std::string transport : {"threads", "gloo"}) {
+    SCOPED_TRACE(transport);
+    fs::path trace = tmp.path / (transport + ".trace.json");
+    ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule", "1f1b",
+                   "--microbatches", "4", "--steps", "30", "--profile", slow.string(), "--transport", transport,
+                   "--trace", trace.string()},
+                  log),
+              0)
+        << slurp(log);
+    std::string out = slurp(log);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(for this run \(1f1b.*; ratio ([0-9.]+))"))) << out;
+    EXPECT_GT(std::stod(m[1]), 2) << out;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(note: off by more than 10%: worker (\d) set the pace .*: of the )"
+                                                     R"((-[0-9.]+) ms, (-[0-9.]+) in its computes and steps)")))
+        << out;
+    EXPECT_GT(std::stod(m[3]) / std::stod(m[2]), 0.5) << out;  // most of the gap
+    EXPECT_NE(out.find("its layers ran at another speed than the profile timed them"), std::string::npos) << out;
+    json written = parse_json(slurp(trace), trace.string());
+    ASSERT_EQ(written["workers"].size(), 2u);
+    std::vector<size_t> events;
+    for (const auto& w : written["workers"]) events.push_back(w.size());
+    if (transport == "threads") threads_events = events;
+    else EXPECT_EQ(events, threads_events);  // the same actions, each once
+  }
 }
 
 TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
