@@ -39,6 +39,7 @@ void LossReport::report(Pending::iterator it) {
   rec.lr = model::learning_rate(schedule_, rate_step_(minibatch));
   rec.loss_known = losses_known_;
   progress_.step(rec);
+  if (losses_known_) runtime::check_loss_finite(loss, minibatch + 1);
 }
 
 }  // namespace pt::job

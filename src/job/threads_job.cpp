@@ -8,6 +8,7 @@
 #include "runtime/progress.h"
 #include "profile/profile.h"
 #include "runtime/thread_transport.h"
+#include "runtime/trainer.h"
 
 namespace pt::job {
 
@@ -35,7 +36,7 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
   }
   // Each worker runs as a thread; the first failure that is not another's abort is reported.
   std::vector<std::string> errors(n);
-  std::vector<char> consequence(n, 0);
+  std::vector<char> consequence(n, 0), diverged(n, 0);
   std::vector<WorkerRun> runs(n);
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
@@ -47,6 +48,7 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
       } catch (const WorkerFailure& e) {
         errors[w] = e.what();
         consequence[w] = e.consequence;
+        diverged[w] = e.diverged;
         hub->abort(errors[w]);
       }
     });
@@ -57,6 +59,9 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
     if (!errors[w].empty() && !consequence[w] && first.empty()) first = errors[w];
   for (const auto& e : errors)
     if (first.empty() && !e.empty()) first = e;
+  // A diverged loss is the run's, not a worker's failure: said as the run's end says it.
+  for (int w = 0; w < n; ++w)
+    if (diverged[w]) throw runtime::TrainingDiverged(errors[w]);
   if (!first.empty()) throw RuntimeFailure("pipeline failed: " + first);
 
   PipelineResult r = result_header(job);

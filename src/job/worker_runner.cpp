@@ -13,6 +13,7 @@
 #include "model/optimizer.h"
 #include "runtime/checkpoint.h"
 #include "runtime/progress.h"
+#include "runtime/trainer.h"
 
 namespace pt::job {
 
@@ -304,6 +305,8 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     run.trace = worker.trace();
     run.pauses = worker.pauses();
     return run;
+  } catch (const runtime::TrainingDiverged& e) {
+    throw WorkerFailure(e.what(), false, true);
   } catch (const std::exception& e) {
     std::string action = worker.current_action();
     throw WorkerFailure(str("worker ", transport.rank(), " at ", action.empty() ? phase : action, ": ",

@@ -12,10 +12,14 @@
 namespace pt::job {
 
 // A worker's failure: "worker <rank> at <action>: <cause>". `consequence`: it stopped because
-// another worker aborted the job (JobAborted), so it is not the root cause.
+// another worker aborted the job (JobAborted), so it is not the root cause. `diverged`: the
+// reporting worker found the job's loss not finite (runtime::TrainingDiverged), said as it is:
+// the loss is the job's, not its worker's, and is reported between actions.
 struct WorkerFailure : RuntimeFailure {
-  WorkerFailure(const std::string& what, bool consequence) : RuntimeFailure(what), consequence(consequence) {}
+  WorkerFailure(const std::string& what, bool consequence, bool diverged = false)
+      : RuntimeFailure(what), consequence(consequence), diverged(diverged) {}
   bool consequence;
+  bool diverged;
 };
 
 struct WorkerRun {

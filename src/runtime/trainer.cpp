@@ -127,6 +127,9 @@ std::unique_ptr<torch::optim::Optimizer> torch_optimizer(const std::vector<torch
 }  // namespace
 
 namespace {
+constexpr const char* kNonFiniteCause = "a learning rate too high for the model, or inputs with NaN";
+constexpr const char* kDivergedAdvice = "lower --lr, or warm it up over more --warmup-steps";
+
 // A result's last losses: a caller's TrainResult may give only their mean.
 std::vector<double> last_losses(const TrainResult& r) {
   return r.final_losses.empty() ? std::vector<double>{r.final_loss} : r.final_losses;
@@ -138,9 +141,7 @@ bool risen_tenfold(double first, double to) {
 
 std::string divergence(double first, const std::vector<double>& recent, int64_t steps) {
   double mean = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
-  if (!std::isfinite(mean))
-    return str("the loss is ", mean, " after ", steps, " steps (a learning rate too high for the model, or inputs "
-               "with NaN)");
+  if (!std::isfinite(mean)) return str("the loss is ", mean, " after ", steps, " steps (", kNonFiniteCause, ")");
   // The whole window's median, then the ending's (a blow-up in the last few steps).
   for (size_t k : {recent.size(), std::min<size_t>(recent.size(), kEndingSteps)})
     if (double mid = median({recent.end() - static_cast<std::ptrdiff_t>(k), recent.end()}); risen_tenfold(first, mid))
@@ -153,7 +154,13 @@ std::string divergence(double first, const std::vector<double>& recent, int64_t 
 void check_not_diverged(const TrainResult& r) {
   if (r.steps <= 0 || !r.loss_known) return;
   if (std::string why = divergence(r.first_loss, last_losses(r), r.steps); !why.empty())
-    throw RuntimeFailure(str("training diverged: ", why, "; lower --lr, or warm it up over more --warmup-steps"));
+    throw RuntimeFailure(str("training diverged: ", why, "; ", kDivergedAdvice));
+}
+
+void check_loss_finite(double loss, int64_t step) {
+  if (!std::isfinite(loss))
+    throw TrainingDiverged(str("training diverged: the loss is ", loss, " at step ", step, " (", kNonFiniteCause,
+                             "); the run stopped there; ", kDivergedAdvice));
 }
 
 std::string unlearned_note(const TrainResult& r) {
@@ -212,6 +219,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
     rec.grad_norm = grad_norm;
     rec.lr = lr;
     progress.step(rec);
+    check_loss_finite(loss_value, step + 1);
     bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (train_options.evaluate && (epoch_end || (train_options.eval_every > 0 && (step + 1) % train_options.eval_every == 0))) {
       Evaluation e = evaluate(model, data.test, train_options.batch_size);
