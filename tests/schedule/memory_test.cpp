@@ -180,6 +180,21 @@ TEST(MemoryModel, ASplitBackwardPeaksAtWhatItHoldsWhileItRuns) {
   EXPECT_LE(more[1].activations, base[1].activations + (12 - 4) * kAct / 4);
 }
 
+// A W holds, while it runs, a layer's weight gradient before it is added in (its B having split
+// the backward; the first stage's B ran it whole). The charge sat after the W's `break` until
+// 2026-12-04 and never ran: a stage of a 100x larger layer peaked at its stashes alone.
+TEST(MemoryModel, AWHoldsItsLargestLayersWeightGradient) {
+  Schedule s = zb_h1_with_two_layers_on_the_last_stage();
+  profile::Profile p = uniform_profile(3, 1, 2, kAct, kParams);
+  for (auto& l : p.layers) l.split_bytes = kAct;
+  auto base = memory_per_worker(s, p, {});
+  p.layers[2].parameter_bytes = 100 * kAct;
+  auto large = memory_per_worker(s, p, {});
+  EXPECT_EQ(large[0].activations, base[0].activations);
+  EXPECT_GE(large[1].activations, 100 * kAct);
+  EXPECT_LE(large[1].activations, base[1].activations + 100 * kAct);
+}
+
 TEST(MemoryModel, NamesTheLayerOutsideTheSchedule) {
   Schedule s = make_schedule("1f1b", straight_plan(2), {});
   EXPECT_THROW(memory_per_worker(s, uniform_profile(3, 1, 1)), ConfigError);
