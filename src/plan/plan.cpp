@@ -49,6 +49,10 @@ int in_flight(const Plan& p, int s) {
   return noam(downstream, p.stages[s].replicas);
 }
 
+int pipedream_weight_versions(const Plan& p, int s, bool deferred_step) {
+  return in_flight(p, s) + (deferred_step && s == 0 && p.stages[s].replicas > 1 ? 1 : 0);
+}
+
 int least_in_flight(const std::vector<int>& replicas, int s, int next) {
   int r = replicas[s];
   return ((next - 1) * replicas[s + 1] + r - 1) / r + 1;

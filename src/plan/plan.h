@@ -109,6 +109,9 @@ Plan data_parallel_plan(int layers, int replicas);
 int paper_in_flight(const std::vector<int>& replicas, int s);
 // Stage s's minibatches in flight under the pipedream schedule: its in_flight, or the paper's.
 int in_flight(const Plan& p, int s);
+// Stage s's weight versions under the pipedream schedule: one for each minibatch in flight, and
+// one more on a replicated stage 0 whose step waits for its next forward (`deferred_step`).
+int pipedream_weight_versions(const Plan& p, int s, bool deferred_step);
 // The fewest stage s (not the last) may admit when stage s + 1 admits `next`: that stage runs
 // forward k + (next - 1) x its replicas before backward k, and a replica of stage s admits a
 // round's forwards only after the round (in flight - 1) back has stepped, that is after every

@@ -55,15 +55,18 @@ StageSums stage_sums(const Plan& plan, const profile::Profile& profile, const Cl
   StageSums sums;
   sums.compute.assign(p, 0), sums.backward.assign(p, 0), sums.act.assign(p, 0), sums.param.assign(p, 0);
   std::vector<char> outside = outside_search(profile);
-  for (int s = 0; s < p; ++s)
+  for (int s = 0; s < p; ++s) {
+    // Pipedream's step copies the weights only where forwards run ahead of it (Schedule::copies_weights).
+    bool copies = pipedream_weight_versions(plan, s, plan.deferred_step) > 1;
     for (int l : plan.stages[s].layers) {
       if (outside[l]) continue;
       sums.compute[s] += profile::compute_forward_ms(profile, l) + profile::compute_backward_ms(profile, l) +
-                         profile::compute_step_ms(profile, l);
+                         profile::compute_step_ms(profile, l, copies);
       sums.backward[s] += profile::compute_backward_ms(profile, l);
       sums.act[s] += static_cast<double>(profile.layers[l].activation_bytes);
       sums.param[s] += static_cast<double>(profile.layers[l].parameter_bytes);
     }
+  }
   for (int s = 0; s < p; ++s) {
     sums.compute[s] += host_ms_per_minibatch(cluster);
     sums.param[s] -= static_cast<double>(profile::tied_duplicate_bytes(profile, plan.stages[s].layers));

@@ -126,7 +126,7 @@ void estimate(Replay& r, const ReplayContext& c) {
   if (r.estimate || !r.error.empty()) return;
   try {
     plan::PlanEstimate e = plan::evaluate_plan(r.plan, c.profile, c.cluster, c.options);
-    if (!steady_state_in_closed_form(r.plan, c.kind, c.cluster)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes);
+    if (!steady_state_in_closed_form(r.plan, c.kind, c.cluster)) r.costs = stage_costs_of(r.plan, c.profile, c.options.bucket_bytes, c.kind);
     r.limit_ms = r.estimate_floor_ms = replay_floor_ms(r.plan, e, r.costs, c.profile, c.cluster, c.kind);
     r.estimate = std::move(e);
   } catch (const ConfigError& e) {
@@ -187,7 +187,7 @@ double floor_in_turn(const Replay& r, double best_ms) {
 
 metrics::Metrics periodic_replay(const plan::Plan& plan, const metrics::Metrics& settled, const ReplayContext& c) {
   if (settled.periodic) return settled;
-  std::vector<sim::StageCost> costs = stage_costs_of(plan, c.profile, c.options.bucket_bytes);
+  std::vector<sim::StageCost> costs = stage_costs_of(plan, c.profile, c.options.bucket_bytes, c.kind);
   Fingerprint structure = structure_of(c.kind, plan);
   SimulationMemo::Key key = fingerprint(structure, costs);
   key.first = ~key.first;  // the periodic replay's, beside the settled one's

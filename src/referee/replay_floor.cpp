@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "plan/physical_limit.h"
+#include "schedule/generators.h"
 #include "schedule/schedule.h"
 #include "sim/cycle_time.h"
 
@@ -37,9 +38,14 @@ double round_limit_ms(const plan::Plan& plan, const std::vector<sim::StageCost>&
   return limit;
 }
 
-std::vector<sim::StageCost> stage_costs_of(const plan::Plan& plan, const profile::Profile& profile, int64_t bucket_bytes) {
+std::vector<sim::StageCost> stage_costs_of(const plan::Plan& plan, const profile::Profile& profile, int64_t bucket_bytes,
+                                           const std::string& kind) {
   schedule::Schedule layers;
   layers.num_stages = plan.num_stages();
+  layers.flush = schedule::schedule_flushes(kind);
+  if (kind == "pipedream")  // which stages copy their weights (Schedule::copies_weights); 2bw's all do
+    for (int s = 0; s < plan.num_stages(); ++s)
+      layers.weight_versions.push_back(plan::pipedream_weight_versions(plan, s, plan.deferred_step));
   for (const auto& st : plan.stages) layers.stage_layers.push_back(st.layers);
   return sim::stage_costs(layers, profile, bucket_bytes);
 }
@@ -57,7 +63,7 @@ double replay_floor_ms(const plan::Plan& plan, const profile::Profile& profile, 
     plan::PlanOptions options;
     options.bucket_bytes = bucket_bytes;
     plan::PlanEstimate exact = plan::evaluate_plan(plan, profile, cluster, options);
-    std::vector<sim::StageCost> costs = stage_costs_of(plan, profile, bucket_bytes);
+    std::vector<sim::StageCost> costs = stage_costs_of(plan, profile, bucket_bytes, kind);
     double floor = replay_floor_ms(plan, exact, costs, profile, cluster, kind);
     return schedule ? std::max(floor, sim::cycle_time_ms(*schedule, costs, cluster, bucket_bytes)) : floor;
   } catch (const ConfigError&) {

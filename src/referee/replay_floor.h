@@ -36,8 +36,12 @@ double in_flight_limit_ms(const plan::Plan& plan, const std::vector<sim::StageCo
 // and the all-reduce (plan.h, deferred_step). No round is shorter, per replica count.
 double round_limit_ms(const plan::Plan& plan, const std::vector<sim::StageCost>& costs, const plan::Cluster& cluster);
 
-// The stages' costs the simulator charges `plan`'s schedule (sim::stage_costs of its layers).
-std::vector<sim::StageCost> stage_costs_of(const plan::Plan& plan, const profile::Profile& profile, int64_t bucket_bytes);
+// The stages' costs the simulator charges `plan`'s schedule of `kind` (sim::stage_costs of its
+// layers; an asynchronous stage's step copies the weights where forwards run ahead of it:
+// pipedream's replays charged no copy, nor did simulate its last stage's, and `plan` said 9.804 ms
+// a minibatch for a 2-stage plan that `simulate` ran at 9.936).
+std::vector<sim::StageCost> stage_costs_of(const plan::Plan& plan, const profile::Profile& profile, int64_t bucket_bytes,
+                                           const std::string& kind);
 
 // The floor of `plan` under schedule `kind` from its exact estimate and stage costs.
 double replay_floor_ms(const plan::Plan& plan, const plan::PlanEstimate& exact, const std::vector<sim::StageCost>& costs,

@@ -96,7 +96,7 @@ Schedule pipedream(const plan::Plan& plan, int minibatches, bool vertical_sync, 
   // Each of the NOAM minibatches in flight saw a different version (§3.3); a deferred step
   // keeps the version of the forward it follows one step longer.
   for (int st = 0; st < s.num_stages; ++st)
-    s.weight_versions[st] = plan::in_flight(plan, st) + (deferred_step && st == 0 && s.replicas(st) > 1 ? 1 : 0);
+    s.weight_versions[st] = plan::pipedream_weight_versions(plan, st, deferred_step);
   return s;
 }
 

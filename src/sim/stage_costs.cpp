@@ -15,8 +15,9 @@ std::vector<StageCost> stage_costs(const schedule::Schedule& s, const profile::P
       // A minibatch in s.microbatches microbatches: each at its own size (profile.h).
       out[st].forward_ms += profile::compute_forward_ms(p, l, s.microbatches);
       out[st].backward_ms += profile::compute_backward_ms(p, l, s.microbatches);
-      // A flushing schedule stashes no weights: its step makes no copy (runtime::StageReplica).
-      out[st].step_ms += profile::compute_step_ms(p, l, !s.flush);
+      // A flushing schedule stashes no weights, nor an asynchronous stage none of whose forwards
+      // runs ahead of its step: its step makes no copy (runtime::StageReplica).
+      out[st].step_ms += profile::compute_step_ms(p, l, s.copies_weights(st));
       out[st].stash_bytes += profile::stash_bytes(p, l);
       out[st].fixed_stash_bytes += std::llround(profile::stash_bytes_at(p, l, 0));
     }

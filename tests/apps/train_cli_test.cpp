@@ -1222,8 +1222,9 @@ TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {
 // microbatches it ran, threads handing tensors over in memory, the machine's cores), and never
 // above what the cores can compute.
 // A run that misses its simulation by more than 10% is told where the time went: a profile whose
-// every time is 4x what the layers take (as one timed in a slow spell of the machine would read)
-// makes the simulation 4x slow, and the note puts the gap in the pace-setting worker's computes.
+// every time is 8x what the layers take (as one timed in a slow spell of the machine would read)
+// makes the simulation 8x slow, and the note puts the gap in the pace-setting worker's computes.
+// (At 4x, a gloo run beside another test's on 2 cores read 1.85.)
 TEST(TrainCli, AMissedPredictionSaysWhereItsTimeWent) {
   TempDir tmp("missed");
   fs::path profile = tmp.path / "profile.json", slow = tmp.path / "slow.json", log = tmp.path / "log";
@@ -1235,7 +1236,7 @@ TEST(TrainCli, AMissedPredictionSaysWhereItsTimeWent) {
     if (!j.is_object()) return;
     for (auto it = j.begin(); it != j.end(); ++it) {
       const std::string& key = it.key();
-      if (it->is_number() && key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) *it = 4 * it->get<double>();
+      if (it->is_number() && key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) *it = 8 * it->get<double>();
       else slower(*it);
     }
   };

@@ -67,7 +67,7 @@ TEST(ReplayFloor, NeverAboveTheSteadyStateAndEachTermBinds) {
             if (paper)
               for (auto& st : p.stages) st.in_flight = 0;
             plan::PlanEstimate exact = plan::evaluate_plan(p, prof, cluster, options);
-            auto costs = referee::stage_costs_of(p, prof, options.bucket_bytes);
+            auto costs = referee::stage_costs_of(p, prof, options.bucket_bytes, "pipedream");
             double physical = plan::physical_limit(p, exact, prof, cluster).ms();
             double in_flight = referee::in_flight_limit_ms(p, costs, exact, cluster);
             double round = referee::round_limit_ms(p, costs, cluster);
@@ -112,7 +112,7 @@ TEST(CycleTime, NeverAboveTheSteadyStateAndAboveTheClosedFormsSomewhere) {
             if (p.num_stages() < 2 || (deferred && p.stages[0].replicas < 2)) continue;
             p.deferred_step = deferred;
             schedule::Schedule s = schedule::make_unvalidated_schedule("pipedream", p, {});
-            double cycle = sim::cycle_time_ms(s, referee::stage_costs_of(p, prof, bucket), cluster, bucket);
+            double cycle = sim::cycle_time_ms(s, referee::stage_costs_of(p, prof, bucket, "pipedream"), cluster, bucket);
             double steady = long_replay_ms(p, prof, cluster, bucket);
             std::string where = std::string(model) + " on " + cluster.describe() + ": " + p.shape() +
                                 (deferred ? " deferred" : "") + " bucket " + std::to_string(bucket);

@@ -211,8 +211,10 @@ TEST(Simulator, StepChargesTheOptimizer) {
 }
 
 // A flushing schedule stashes no weights, so its steps make no copy (Layer::stash_copy_ms): 1F1B's
-// minibatch is stage 0's copy shorter (its step is the last action of all); pipedream's steps
-// stash, and keep the whole optimizer_ms.
+// minibatch is stage 0's copy shorter (its step is the last action of all). Pipedream's stage 0,
+// two minibatches in flight, stashes and keeps the whole optimizer_ms; its last stage, whose
+// forward and backward follow each other, makes no copy (as runtime::StageReplica::step): the
+// stages take 1 + 2 + 0.5 and 1 + 2 + 0.75 - 0.3 ms, and the first sets the pace.
 TEST(Simulator, AFlushingStepMakesNoStashCopy) {
   auto prof = uniform_profile(2, 1.0, 2.0);
   auto plan = straight_plan(2);
@@ -223,6 +225,9 @@ TEST(Simulator, AFlushingStepMakesNoStashCopy) {
   prof.layers[0].stash_copy_ms = 0.2;
   prof.layers[1].stash_copy_ms = 0.3;
   EXPECT_NEAR(flush - run("1f1b", plan, prof, {4}, free_links(2)).ms_per_minibatch, 0.2, 1e-9);
+  EXPECT_NEAR(stashing, 3.75, 1e-9);
+  EXPECT_NEAR(run("pipedream", plan, prof, {4}, free_links(2)).ms_per_minibatch, 3.5, 1e-9);
+  prof.layers[1].stash_copy_ms = 0;  // the last stage's copy, charged: the pace again
   EXPECT_NEAR(run("pipedream", plan, prof, {4}, free_links(2)).ms_per_minibatch, stashing, 1e-9);
 }
 
