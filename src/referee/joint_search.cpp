@@ -311,6 +311,10 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
                                              : "",
                           r.async_split_tie > 0 ? str(" (", r.async_split_tie, " would split layers sharing a parameter ",
                                                       "under an asynchronous schedule, which cannot keep it one)")
+                                                : "",
+                          // It read as if the model were at fault (simulate runs a one-stage 1f1b).
+                          cluster.workers() < 2 ? ": a pipeline is planned on 2 workers or more (on one, train "
+                                                  "without --plan)"
                                                 : ""));
   }
   if (r.ranked.empty())
@@ -324,7 +328,8 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
                                     " as calibrate measured it)")
                               : std::string(),
                           ": the smallest of ", r.considered, " needs ",
-                          human_bytes(static_cast<double>(r.smallest_peak)), " (recomputing where that helps)"));
+                          human_bytes(static_cast<double>(r.smallest_peak)),
+                          " (recomputing where that helps): a larger --memory, or more workers"));
   return r.ranked.front();
 }
 

@@ -94,7 +94,11 @@ TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
       "levels": [{"fan_out": 2, "bandwidth_gbps": 10}]})");
   expect_rejected("plan --profile " + profile + " --cluster " + cluster + " --memory 300MiB", 1,
                   {"no configuration fits 200.0 MiB per worker (the tensors' share of the 300.0 MiB cap, less the "
-                   "process's 100.0 MiB as calibrate measured it): the smallest of"});
+                   "process's 100.0 MiB as calibrate measured it): the smallest of",
+                   "a larger --memory, or more workers"});
+  // A pipeline schedule on one worker: the workers are at fault, not the model's layers.
+  expect_rejected("plan --profile " + profile + " --workers 1 --bandwidth-gbps 1 --schedule 1f1b", 1,
+                  {"no configuration of 1f1b runs 2 layers on 1 workers: a pipeline is planned on 2 workers or more"});
 }
 
 TEST(CliErrors, StagesChunksAndWorkers) {
