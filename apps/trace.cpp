@@ -8,6 +8,7 @@
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
 #include "metrics/trace_gap.h"
@@ -41,14 +42,15 @@ int run_trace(const TraceFlags& flags) {
       std::cout << metrics::to_json(gap).dump(1) << "\n";
       return 0;
     }
-    std::cout << t.schedule << ", " << t.num_stages << " stages, " << t.microbatches << " microbatches, "
-              << t.workers.size() << " workers: " << flags.path << " (" << t.source << ") against " << flags.against
+    std::cout << t.schedule << ", " << counted(t.num_stages, "stage") << ", " << counted(t.microbatches, "microbatch", "microbatches")
+              << ", " << counted(static_cast<int64_t>(t.workers.size()), "worker") << ": " << flags.path << " (" << t.source << ") against " << flags.against
               << " (" << other.source << ")\n"
               << metrics::format_trace_gap(gap);
     return 0;
   }
   metrics::Metrics m = metrics::compute_metrics(t);
-  std::string title = flags.title.empty() ? str(t.schedule, ": ", t.num_stages, " stages, ", t.workers.size(), " workers (",
+  std::string title = flags.title.empty() ? str(t.schedule, ": ", counted(t.num_stages, "stage"), ", ",
+                                            counted(static_cast<int64_t>(t.workers.size()), "worker"), " (",
                                             t.source, ")")
                                       : flags.title;
   if (!flags.svg.empty()) write_text_file_atomic(flags.svg, metrics::timeline_svg(t, title));

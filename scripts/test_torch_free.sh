@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --only build-essential cmake ninja-build ccache pkg-config nlohmann-json3-dev libcli11-dev \
   googletest libgtest-dev zlib1g-dev
+export CCACHE_BASEDIR="$PWD"  # objects shared with build/ (scripts/build.sh)
 cmake -G Ninja -S . -B build-notorch -DCMAKE_BUILD_TYPE=Release -DPT_WITH_TORCH=OFF >/dev/null
 ninja -C build-notorch -j "${PT_JOBS:-2}"
 leaks=$(ninja -C build-notorch -t deps | grep -E '/(torch|ATen|c10|caffe2|gloo)/' | sort -u | head -20 || true)

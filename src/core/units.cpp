@@ -102,4 +102,8 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+std::string counted(int64_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
+}
+
 }  // namespace pt

@@ -19,5 +19,8 @@ constexpr double kBytesPerSecPerGbps = 1.25e8;
 
 std::string human_bytes(double bytes);  // "12.3 MiB"
 std::string fixed(double v, int digits);  // fixed(2.5, 3) = "2.500"
+// counted(1, "worker") = "1 worker", counted(4, "worker") = "4 workers", counted(2, "batch", "batches"):
+// a count in a sentence.
+std::string counted(int64_t n, const std::string& one, const std::string& many = "");
 
 }  // namespace pt

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "core/host_allocator.h"
 #include "model/batch_sampler.h"
 #include "runtime/checkpoint_lock.h"
@@ -118,7 +119,7 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
                          "worker)"));
   // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
   if (!options.cluster.levels.empty() && options.cluster.workers() < typical.num_workers())
-    throw ConfigError(str(options.cluster_source, ": the cluster has ", options.cluster.workers(), " workers but ",
+    throw ConfigError(str(options.cluster_source, ": the cluster has ", counted(options.cluster.workers(), "worker"), " but ",
                           options.plan_source, " under ", options.schedule, " uses ", typical.num_workers()));
   job.reporting = typical.stage_workers[typical.num_stages - 1][0];
   // Before the checkpoints start: a tie the schedule would train wrong (tied_gradients.h).

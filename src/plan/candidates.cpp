@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "core/fingerprint.h"
 #include "core/parallel.h"
 #include "plan/realised_cost.h"
@@ -101,7 +102,8 @@ std::vector<Plan> plan_candidates(const profile::Profile& profile, const Cluster
   bool announce = options.progress && cluster.workers() >= kAnnounceSearchWorkers;
   auto started = std::chrono::steady_clock::now();
   if (announce)
-    options.progress(str("searching splits of ", profile.num_layers(), " layers over ", cluster.workers(), " workers (",
+    options.progress(str("searching splits of ", counted(profile.num_layers(), "layer"), " over ",
+                         counted(cluster.workers(), "worker"), " (",
                          bounds.size() == 2 ? "all-reduce after each bucket, and after the backward, side by side"
                                             : "all-reduce after the backward",
                          ")"));

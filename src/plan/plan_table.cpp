@@ -40,8 +40,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                               bool one_worker_fits) {
   std::ostringstream os;
   os << "plan for '" << plan.model << "' (batch " << plan.batch_size << ") on "
-     << (plan.workers < cluster.workers() ? std::to_string(plan.workers) + " of " : "") << cluster.workers() << " workers, "
-     << cluster.describe() << ", cost model " << plan.cost_model << ": " << plan.num_stages() << " stages, shape "
+     << (plan.workers < cluster.workers() ? std::to_string(plan.workers) + " of " : "") << counted(cluster.workers(), "worker")
+     << ", " << cluster.describe() << ", cost model " << plan.cost_model << ": " << counted(plan.num_stages(), "stage")
+     << ", shape "
      << plan.shape() << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%5s  %-6s  %-44s  %8s  %-14s  %11s  %11s\n", "stage", "layers", "names",
@@ -119,9 +120,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
                             : std::string("one worker's time");
     if (cluster.host_cores > 0)
       os << "compute limit (" << whose << " / " << fixed(at_once, 2) << ", what this host's " << cluster.host_cores
-         << " cores give " << cluster.workers() << " workers at once): " << fixed(limit, 3) << " ms per minibatch; ";
+         << " cores give " << counted(cluster.workers(), "worker") << " at once): " << fixed(limit, 3) << " ms per minibatch; ";
     else
-      os << "compute limit (" << whose << " / " << cluster.workers() << " workers): " << fixed(limit, 3) << " ms per minibatch; ";
+      os << "compute limit (" << whose << " / " << counted(cluster.workers(), "worker") << "): " << fixed(limit, 3) << " ms per minibatch; ";
     if (sim > 0) os << "in simulation the plan reaches " << fixed(100 * limit / sim, 1) << "% of it, by the prediction ";
     else os << "the plan reaches ";
     os << fixed(100 * limit / pipe, 1) << "% of it\n";

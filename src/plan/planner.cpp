@@ -38,8 +38,8 @@ constexpr double kPipetrainWork = 6e7;
     why = str("its ", grouped, " layers to plan in ", nodes, " groups: a layer that costs nothing and only selects from "
               "another's output stays with it");
   if (options.straight && W > nodes)
-    throw ConfigError(str("--straight: ", W, " workers need ", W, " stages but '", profile.model, "' has only ", nodes,
-                          " layers to split", why.empty() ? "" : " (" + why + ")",
+    throw ConfigError(str("--straight: ", counted(W, "worker"), " need ", counted(W, "stage"), " but '", profile.model,
+                          "' has only ", counted(nodes, "layer"), " to split", why.empty() ? "" : " (" + why + ")",
                           "; use fewer workers or allow replication",
                           profile.ties.empty() ? "" : ", or a synchronous schedule (plan --schedule 1f1b, or auto)"));
   int64_t mem = memory_limit(cluster, options);

@@ -303,8 +303,8 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
   if (r.considered == 0) {
     std::string kinds;
     for (const auto& k : joint.schedules) kinds += (kinds.empty() ? "" : ", ") + k;
-    throw ConfigError(str("no configuration of ", kinds.empty() ? "any schedule" : kinds, " runs ", profile.num_layers(),
-                          " layers on ", cluster.workers(), " workers",
+    throw ConfigError(str("no configuration of ", kinds.empty() ? "any schedule" : kinds, " runs ",
+                          counted(profile.num_layers(), "layer"), " on ", counted(cluster.workers(), "worker"),
                           joint.microbatches > 0 ? str(" with ", joint.microbatches, " microbatches") : "",
                           r.not_straight > 0 ? str(" with one worker a stage (--straight left out ", r.not_straight,
                                                    " that replicate a stage)")

@@ -68,7 +68,7 @@ metrics::Metrics closed_form_metrics(const plan::PlanEstimate& e, const plan::Pl
                                      const std::string& kind) {
   metrics::Metrics m;
   m.schedule = kind;
-  m.source = str("closed form (data parallelism on ", p.workers, " workers)");
+  m.source = str("closed form (data parallelism on ", counted(p.workers, "worker"), ")");
   m.steady = true;
   m.minibatches = 0;
   m.ms_per_minibatch = e.pipeline_ms_per_minibatch;

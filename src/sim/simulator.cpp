@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include "core/error.h"
+#include "core/units.h"
 #include "plan/split_ties.h"
 #include "sim/core_placement.h"
 #include "sim/replay.h"
@@ -39,7 +40,7 @@ schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p,
 schedule::Trace simulate(const schedule::Schedule& s, const profile::Profile& p, const plan::Cluster& cluster,
                          const SimOptions& options, const std::vector<StageCost>& costs) {
   if (cluster.workers() < s.num_workers())
-    throw ConfigError(str("the ", s.kind, " schedule needs ", s.num_workers(), " workers but the cluster ",
+    throw ConfigError(str("the ", s.kind, " schedule needs ", counted(s.num_workers(), "worker"), " but the cluster ",
                           cluster.describe(), " has ", cluster.workers()));
   schedule::Trace t;
   t.source = "simulated";

@@ -98,7 +98,7 @@ TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
                    "a larger --memory, or more workers"});
   // A pipeline schedule on one worker: the workers are at fault, not the model's layers.
   expect_rejected("plan --profile " + profile + " --workers 1 --bandwidth-gbps 1 --schedule 1f1b", 1,
-                  {"no configuration of 1f1b runs 2 layers on 1 workers: a pipeline is planned on 2 workers or more"});
+                  {"no configuration of 1f1b runs 2 layers on 1 worker: a pipeline is planned on 2 workers or more"});
 }
 
 TEST(CliErrors, StagesChunksAndWorkers) {
@@ -141,7 +141,7 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   // disagrees with the cluster (exit 1), and what only a whole run shows.
   expect_rejected(kTrain + "--plan " + plan2 + " --stages 2", 2, {"--plan and --stages: give one of them"});
   std::string one = write("one_worker.json", R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 1, "bandwidth_gbps": 10}]})");
-  expect_rejected(kTrain + "--plan " + plan2 + " --cluster " + one, 1, {one, "has 1 workers but", "uses 2"});
+  expect_rejected(kTrain + "--plan " + plan2 + " --cluster " + one, 1, {one, "has 1 worker but", "uses 2"});
   // Two chunks on one worker: it hands its first chunk's output to its second itself (worker.cpp).
   expect_rejected(kTrain + "--schedule interleaved --stages 1 --chunks 2", 0, {"steps 1,"});
   // A write that fails is an error, not a cut file.

@@ -357,7 +357,7 @@ TEST(PlanReferee, PipedreamModelPlansUnderAMemoryCap) {
   EXPECT_NEAR(std::stod(m[1]), single / simulated, 0.006);
   auto tight = testing::shell_run(base + " --memory 8GB");
   ASSERT_EQ(tight.exit_code, 0) << tight.output;
-  EXPECT_NE(tight.output.find("cost model pipedream: 1 stages, shape 4"), std::string::npos) << tight.output;
+  EXPECT_NE(tight.output.find("cost model pipedream: 1 stage, shape 4"), std::string::npos) << tight.output;
   // PipeDream's formula counts data parallelism's stash as nothing; the memory model, which train
   // checks, does not, and the plan says it is over the cap by it.
   ASSERT_TRUE(std::regex_search(tight.output, m,

@@ -49,5 +49,13 @@ TEST(Units, Lists) {
   EXPECT_EQ(parse_int_list("-1", "--workers"), (std::vector<int64_t>{-1}));
 }
 
+TEST(Units, CountsAgreeWithTheirNouns) {
+  EXPECT_EQ(counted(1, "worker"), "1 worker");
+  EXPECT_EQ(counted(0, "worker"), "0 workers");
+  EXPECT_EQ(counted(4, "stage"), "4 stages");
+  EXPECT_EQ(counted(1, "microbatch", "microbatches"), "1 microbatch");
+  EXPECT_EQ(counted(8, "microbatch", "microbatches"), "8 microbatches");
+}
+
 }  // namespace
 }  // namespace pt
