@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json_doc.h"
 #include "core/tensor_file.h"
+#include "core/units.h"
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/layer_file.h"
 
@@ -47,8 +48,11 @@ int inspect(const std::string& path) {
             << " (" << m.layers << " layers), step " << m.step << ", batch size " << m.batch_size
             << ", seed " << m.seed << "\n"
             << (m.data.train_samples >= 0 ? "data " + printable(m.data.describe()) + "\n" : std::string())
-            << "written by schedule " << printable(m.schedule) << " on plan " << printable(m.plan) << " (" << m.workers
-            << (m.workers == 1 ? " worker)\n" : " workers)\n")
+            // One worker trains as a one-stage pipeline of one microbatch (the manifest says 1f1b).
+            << (m.workers == 1 && m.plan == "1"
+                    ? std::string("written by one worker (no pipeline)\n")
+                    : str("written by schedule ", printable(m.schedule), " on plan ", printable(m.plan), " (",
+                          counted(m.workers, "worker"), ")\n"))
             << printable(m.optimizer) << ": lr " << m.lr
             << (m.optimizer == "sgd" ? str(", momentum ", m.momentum) : std::string()) << ", weight decay "
             << m.weight_decay << (m.weight_decay_on == "all" ? "" : " on " + m.weight_decay_on)
@@ -92,7 +96,11 @@ int inspect(const std::string& path) {
     // "layer-3  16 parameters [8] [8], momentum, 3 buffers": the shapes belong to the parameters.
     std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters"
               << (shapes.empty() ? "" : " " + shapes)
-              << (layer.params.empty() ? "" : moments ? ", moments" : momentum ? ", momentum" : ", no optimizer state yet")
+              << (layer.params.empty()                      ? ""
+                  : moments                                  ? ", moments"
+                  : momentum                                 ? ", momentum"
+                  : m.optimizer == "sgd" && m.momentum == 0 ? ", no optimizer state (plain SGD keeps none)"
+                                                             : ", no optimizer state yet")
               << (layer.buffers.empty() ? "" : str(", ", layer.buffers.size(), layer.buffers.size() == 1 ? " buffer" : " buffers"))
               << "\n";
     params += n;

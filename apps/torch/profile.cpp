@@ -75,6 +75,8 @@ int run_profile(ProfileFlags& flags) {
   std::cerr << p.model << " at batch " << p.batch_size << ": " << p.num_layers() << " layers, forward "
             << fwd << " ms, backward " << bwd << " ms (the layers timed " << p.timed << "), parameters "
             << p.total_parameter_bytes() << " bytes"
+            // The file's per-layer figures count a tied parameter at each layer holding it.
+            << (p.ties.empty() ? "" : str(" (", counted(static_cast<int64_t>(p.ties.size()), "tie"), " counted once)"))
             << (buffers > 0 ? str(", buffers and frozen parameters ", buffers, " bytes") : "") << "\n";
   if (p.timing_spread > 0)
     std::cerr << "the rounds at batch " << p.batch_size << " spread " << fixed(100 * p.timing_spread, 1)

@@ -153,8 +153,9 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
       ->check(CLI::IsMember({"threads", "gloo"}))->capture_default_str();
   app.add_option("--trace", flags->trace_path, "Write what ran as a pipetrain trace (JSON)");
   app.add_option("--prediction-trace", flags->prediction_trace_path,
-                 "With --profile: write the simulation the run's throughput is set against, as a pipetrain trace; "
-                 "`pipetrain trace TRACE --against` it shows where the run and its prediction part");
+                 "With --profile: write the simulation the run's throughput is set against, as a pipetrain trace "
+                 "(its steady state; an asynchronous run's figure weighs its segments' fill and drain besides, "
+                 "and says so); `pipetrain trace TRACE --against` it shows where the run and its prediction part");
   app.add_option("--checkpoint-dir", flags->request.options.checkpoint.dir, "Write checkpoints (per layer: any plan resumes them) here");
   app.add_option("--checkpoint-every", flags->request.options.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
       ->capture_default_str();

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <iostream>
 #include <sstream>
-#include <thread>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -86,8 +85,12 @@ void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& sim
   }
   const metrics::WorkerGap& p = g.workers[g.pace_worker];
   const double computes = p.compute_ms[0] - p.compute_ms[1], outside = p.outside_ms[0] - p.outside_ms[1];
-  std::cerr << prefix << "note: off by more than " << fixed(100 * kPredictionMissNoted, 0) << "%: "
-            << metrics::pace_summary(g) << ": "
+  // The ratio is over the whole run (its start, and an asynchronous run's fills and drains); the
+  // traces' gap is over their steady states, which is what the breakdown below splits.
+  std::cerr << prefix << "note: off by more than " << fixed(100 * kPredictionMissNoted, 0) << "%; in the steady state "
+            << "the run took " << fixed(g.ms_per_minibatch[0], 3) << " ms a minibatch, its simulation "
+            << fixed(g.ms_per_minibatch[1], 3) << " (ratio " << fixed(g.ms_per_minibatch[1] / g.ms_per_minibatch[0], 3)
+            << "): " << metrics::pace_summary(g) << ": "
             << (std::abs(computes) >= std::abs(outside)
                     ? "its layers ran at another speed than the profile timed them (timed in a busier or a quieter "
                       "spell of this machine than the run's?): profile again on a quiet machine"
@@ -191,8 +194,8 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
     std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << job_options.schedule;
   std::cout << " (ratio " << r.samples_per_s / predicted;
   if (label.empty())
-    std::cout << "; the plan assumes one device per worker, this machine has " << std::thread::hardware_concurrency()
-              << " cores; --profile P, with a --cluster from `pipetrain calibrate`, predicts this run";
+    std::cout << "; the plan assumes one device per worker, this run has " << counted(job::usable_cores(), "core")
+              << "; --profile P, with a --cluster from `pipetrain calibrate`, predicts this run";
   std::cout << ")\n";
 }
 

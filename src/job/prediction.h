@@ -19,6 +19,7 @@ struct RunPrediction {
   // memory, or the cluster's).
   double simulated_ms = 0;
   double core_each_ms = 0;   // per minibatch: one core per worker (0: simulated_ms is that)
+  double steady_ms = 0;      // per minibatch: `trace`'s steady state (simulated_ms less any fill and drain)
   int cores = 0;
   int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
   bool on_cluster = false;   // links of the job's --cluster, not memory

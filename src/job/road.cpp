@@ -58,11 +58,12 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
   if (road != Road::kThreads)
     return train_with_gloo(job, factory, described, data, trace_path, on_result, road == Road::kGlooWorker);
   PipelineResult result = run_on_threads(job, factory, data);
-  on_result(result);
+  // Written before the report, which may still fail the run (a diverged loss): what ran is kept.
   if (!trace_path.empty()) {
     schedule::write_trace(result.trace, trace_path);
     std::cerr << "wrote " << trace_path << "\n";
   }
+  on_result(result);
   return 0;
 }
 

@@ -28,8 +28,8 @@ TensorRecord floats(const std::string& name, const std::vector<float>& values) {
 }
 
 // A checkpoint of two layers at step 12 whose second layer's momentum holds `bad` (or nothing
-// wrong when bad is 0).
-fs::path write_checkpoint(const fs::path& dir, float bad) {
+// wrong when bad is 0); `one_plain_worker`: one worker's, of SGD without momentum (no state).
+fs::path write_checkpoint(const fs::path& dir, float bad, bool one_plain_worker = false) {
   fs::path step = dir / runtime::checkpoint_dir_name(12);
   fs::create_directories(step);
   runtime::CheckpointManifest m;
@@ -39,13 +39,15 @@ fs::path write_checkpoint(const fs::path& dir, float bad) {
   m.step = 12;
   m.batch_size = 8;
   m.schedule = "1f1b";
-  m.plan = "1-1";
-  m.workers = 2;
+  m.plan = one_plain_worker ? "1" : "1-1";
+  m.workers = one_plain_worker ? 1 : 2;
   m.lr = 0.1;
+  m.momentum = one_plain_worker ? 0 : 0.9;
   for (int l = 0; l < 2; ++l) {
     runtime::LayerFile f;
     f.params.push_back(floats("param.0", {1, 2, 3}));
-    f.momentum.push_back(floats("momentum.0", {0, l == 1 && bad != 0 ? bad : 0.5f, 0}));
+    if (one_plain_worker) f.momentum.push_back(std::nullopt);
+    else f.momentum.push_back(floats("momentum.0", {0, l == 1 && bad != 0 ? bad : 0.5f, 0}));
     if (l == 1) f.buffers = {floats("running_mean", {0, 0, 0}), floats("running_var", {1, 1, 1})};
     std::string name = "layer-" + std::to_string(l) + ".tensors", bytes = runtime::layer_file_bytes(f);
     write_text_file_atomic((step / name).string(), bytes);
@@ -97,6 +99,19 @@ TEST(CheckpointInspect, ListsTheStepsInOrderAndMarksAnIncompleteOne) {
       << r.output;
   EXPECT_NE(r.output.find("newest: " + (dir / runtime::checkpoint_dir_name(12)).string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("on plan 1-1 (2 workers)"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// One worker's run of plain SGD: said as what it was (the manifest calls it a one-stage 1f1b), and
+// its layers hold no optimizer state because SGD without momentum keeps none, not "yet".
+TEST(CheckpointInspect, OneWorkersPlainSgdIsSaidAsItRan) {
+  fs::path dir = fs::temp_directory_path() / ("pt_inspect_plain_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto r = inspect(write_checkpoint(dir, 0, true));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("written by one worker (no pipeline)\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 parameters [3], no optimizer state (plain SGD keeps none)\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("yet"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 

@@ -349,7 +349,11 @@ class Families(unittest.TestCase):
                         "int64", lambda: fm.llama(vocab=2048, d=64, depth=4), tokens[:, :16].contiguous(),
                         tokens[:, 1:].contiguous(), lm_loss, "lm")
         prof, out = os.path.join(w, "llama-wide.prof.json"), os.path.join(w, "llama-wide.plan.json")
-        fid.run([fid.PIPETRAIN, "profile", "--model", case.model_file, "--loss", "lm", "--batch-size", str(B), "-o", prof])
+        profiled = fid.run([fid.PIPETRAIN, "profile", "--model", case.model_file, "--loss", "lm", "--batch-size", str(B),
+                            "-o", prof])
+        # Its total counts the tie once, as PyTorch lists the parameters (the file's layers each hold it).
+        want = 4 * sum(p.numel() for p in case.make_model().parameters())
+        self.assertIn(f"parameters {want} bytes (1 tie counted once)", profiled.stderr)
         cluster = ["--workers", "4", "--bandwidth-gbps", "10", "--memory", "4MB", "--time-limit", "4"]
         # Every plan holding the tie in one stage holds the whole model: none fits the cap.
         dp = fid.run_failing([fid.PIPETRAIN, "plan", "--profile", prof, "--schedule", "dp"] + cluster)
