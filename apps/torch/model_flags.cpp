@@ -227,4 +227,9 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only(const model::L
   return m;
 }
 
+std::vector<FlagPath> ModelFlags::input_paths() const {
+  return {{"--model", model},         {"--model's checksum", model + ".sha256"}, {"--data", data},
+          {"--eval-data", eval_data}, {"--data-dir", data_dir},                  {"--text", text}};
+}
+
 }  // namespace pt::app

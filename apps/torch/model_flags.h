@@ -2,9 +2,11 @@
 // Flags shared by the subcommands that build a model and load data (train, profile).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "core/json_doc.h"
 #include "model/dataset.h"
 #include "model/zoo.h"
 #include "profile/profile.h"
@@ -35,6 +37,8 @@ struct ModelFlags {
   // --compute, --time-scale, --byte-scale (train only).
   void add_emulation_to(CLI::App& app);
   bool emulated() const { return compute == "emulated"; }
+  // The files and folders these flags read, for check_outputs_apart (a model file's .sha256 too).
+  std::vector<FlagPath> input_paths() const;
   // Reads profile_path once (emulated compute only); UsageError when it is not set.
   const profile::Profile& emulated_profile();
   std::shared_ptr<const profile::Profile> shared_emulated_profile() { return emulated_profile(), profile_; }

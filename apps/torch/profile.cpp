@@ -37,10 +37,22 @@ int run_profile(ProfileFlags& flags) {
   model::use_one_compute_thread();
   keep_freed_host_memory();
   if (flags.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", flags.batch_size));
+  // Before the timing: the profile must be writable, and not over a file the run reads.
+  check_output_path(flags.output == "-" ? "" : flags.output, "-o");
+  check_outputs_apart(flags.model.input_paths(), {{"-o", flags.output}});
+  // Synthetic data of at least a batch: a refusal of that many samples is the batch's.
+  const int64_t given_samples = flags.model.synthetic_samples;
   if (flags.model.data.empty() && flags.model.model != "mnist-cnn" && !model::is_language_model(flags.model.model))
     flags.model.synthetic_samples = std::max(flags.model.synthetic_samples, flags.batch_size);
   model::DataSplit data;
-  auto m = flags.model.build(&data);
+  std::shared_ptr<model::LayeredModel> m;
+  try {
+    m = flags.model.build(&data);
+  } catch (const UsageError& e) {
+    if (flags.model.synthetic_samples == given_samples) throw;
+    throw UsageError(str("--batch-size ", flags.batch_size, ": profiling it takes synthetic data of as many samples, and ",
+                         e.what()));
+  }
   if (flags.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", flags.batch_size, " is larger than the ", data.train.size(), " samples"));
   // A slow model's profile says where it is (a full-size AWD-LSTM at batch 32: 20 s a round).

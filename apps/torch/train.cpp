@@ -51,6 +51,12 @@ void check_flags(TrainFlags& flags) {
   check_output_path(flags.trace_path, "--trace");
   check_output_path(flags.prediction_trace_path, "--prediction-trace");
   check_output_path(o.train.metrics_path, "--metrics");
+  std::vector<FlagPath> inputs = flags.model.input_paths();
+  const job::Request& r = flags.request;
+  inputs.insert(inputs.end(), {{"--plan", r.plan_path}, {"--profile", r.profile_path}, {"--cluster", r.cluster_path},
+                               {"--schedule-file", r.schedule_file}, {"--checkpoint-dir", o.checkpoint.dir}});
+  check_outputs_apart(inputs, {{"--metrics", o.train.metrics_path}, {"--trace", flags.trace_path},
+                               {"--prediction-trace", flags.prediction_trace_path}});
   if (o.checkpoint.every < 0) throw UsageError(str("--checkpoint-every: must be >= 0, got ", o.checkpoint.every));
   if (!o.checkpoint.dir.empty() && o.checkpoint.every == 0 && !o.checkpoint.resume)
     std::cerr << "note: --checkpoint-dir without --checkpoint-every: one checkpoint at the end of training\n";

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -319,6 +320,35 @@ void check_output_path(const std::string& given, const std::string& flag) {
     throw UsageError(str(flag, ": '", path, "' is in '", dir, "', which is not a directory"));
   if (::access(dir.c_str(), W_OK) != 0)
     throw UsageError(str(flag, ": cannot write in '", dir, "' (", std::strerror(errno), ")"));
+}
+
+void check_outputs_apart(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs) {
+  namespace fs = std::filesystem;
+  auto key = [](const std::string& path) {
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(fs::absolute(output_target(path)), ec);
+    return ec ? fs::path(path).lexically_normal().string() : p.string();
+  };
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const FlagPath& out = outputs[o];
+    if (out.path.empty() || out.path == "-") continue;
+    const std::string written = key(out.path);
+    for (const FlagPath& in : inputs) {
+      std::error_code ec;
+      if (in.path.empty() || !fs::exists(in.path, ec)) continue;
+      const std::string read = key(in.path);
+      if (written == read)
+        throw UsageError(str(out.flag, " '", out.path, "' is ", in.flag, " '", in.path,
+                             "', which the run reads: writing it would destroy it; give another path"));
+      if (fs::is_directory(in.path, ec) && written.compare(0, read.size() + 1, read + "/") == 0)
+        throw UsageError(str(out.flag, " '", out.path, "' lies in ", in.flag, " '", in.path,
+                             "', a folder the run reads or writes as a whole; give a path outside it"));
+    }
+    for (size_t k = 0; k < o; ++k)
+      if (!outputs[k].path.empty() && key(outputs[k].path) == written)
+        throw UsageError(str(out.flag, " '", out.path, "' is ", outputs[k].flag, " '", outputs[k].path,
+                             "' too: one would overwrite the other; give each its own path"));
+  }
 }
 
 json read_json_file(const std::string& path) { return parse_json(read_text_file(path, kMaxJsonFileBytes), path); }

@@ -81,6 +81,14 @@ std::string read_text_file(const std::string& path, int64_t max_bytes = kMaxInpu
 // not a directory, in an existing directory this process may write, or an existing writable
 // file or device. Nothing to check when path is empty.
 void check_output_path(const std::string& path, const std::string& flag);
+// A flag's path, for check_outputs_apart.
+struct FlagPath {
+  std::string flag, path;
+};
+// Refuses (UsageError naming both flags) an output that is, by any path, one of the command's
+// inputs that exist, a file inside an input folder, or another of its outputs: `--metrics` given
+// the --data file's path wrote its rows over the data, exit 0. Empty paths are skipped.
+void check_outputs_apart(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs);
 // Reads a regular file of at most max_bytes, checking both before reading anything: a device,
 // a FIFO or a file that is too large is refused with an error naming it.
 std::string read_regular_file(const std::string& path, int64_t max_bytes);

@@ -146,7 +146,7 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   }
   JsonField files = root["files"];
   if (files.size() != static_cast<size_t>(m.layers))
-    files.fail(str("lists ", files.size(), " files but the model has ", m.layers, " layers"));
+    files.fail(str("lists ", files.size(), " files but field 'layers' is ", m.layers, " (a file a layer)"));
   for (size_t i = 0; i < files.size(); ++i) {
     JsonField f = files[i];
     CheckpointFile cf;

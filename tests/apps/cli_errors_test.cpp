@@ -133,6 +133,29 @@ TEST(CliErrors, TrainingValues) {
 }
 
 // Issue 17, item 8: each of these used to train something else, fail late, or hang.
+// An output over one of the run's own files is refused before anything runs, and the file is
+// left as it was: --metrics given the --data file's path wrote its rows over the data, exit 0.
+TEST(CliErrors, AnOutputOverAnInputIsRefused) {
+  const std::string text = R"({"format": "pipetrain.plan/1", "workers": 2, "stages": [
+      {"layers": [0, 1, 2], "replicas": 1}, {"layers": [3, 4], "replicas": 1}]})";
+  std::string plan = write("kept_plan.json", text);
+  expect_rejected(kTrain + "--plan " + plan + " --metrics " + plan, 2,
+                  {"--metrics '" + plan + "' is --plan '" + plan + "', which the run reads"});
+  // By another path to the same file, too.
+  std::string other = (fs::path(plan).parent_path() / "." / fs::path(plan).filename()).string();
+  expect_rejected(kTrain + "--plan " + plan + " --trace " + other, 2, {"--trace '" + other + "' is --plan"});
+  std::ifstream in(plan);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text);
+  std::string csv = (scratch() / "both.csv").string();
+  expect_rejected(kTrain + "--metrics " + csv + " --trace " + csv, 2, {"--trace '" + csv + "' is --metrics"});
+  fs::path folder = scratch() / "checkpoints";
+  fs::create_directories(folder);
+  expect_rejected(kTrain + "--checkpoint-dir " + folder.string() + " --metrics " + (folder / "m.csv").string(), 2,
+                  {"lies in --checkpoint-dir"});
+  expect_rejected("profile --model mnist-cnn --data synthetic --batch-size 16 --eval-data " + plan + " -o " + plan, 2,
+                  {"-o '" + plan + "' is --eval-data"});
+}
+
 TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   std::string plan2 = write("two_stages.json", R"({"format": "pipetrain.plan/1", "workers": 2, "stages": [
       {"layers": [0, 1, 2], "replicas": 1}, {"layers": [3, 4], "replicas": 1}]})");

@@ -493,7 +493,7 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
     std::string from, to, expect;
   };
   for (const Case& c : {Case{"\"step\": 12", "\"step\": -1", "step"}, Case{"\"layer-1.tensors\"", "\"../x\"", "files[1].name"},
-                        Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but the model has 3 layers"},
+                        Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but field 'layers' is 3"},
                         Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"},
                         Case{"\"run_id\": \"0123456789abcdef\"", "\"run_id\": \"../x\"", "run_id"},
                         Case{"\"cosine\"", "\"linear\"", "field 'sgd.lr_schedule' must be constant or cosine, got 'linear'"},
