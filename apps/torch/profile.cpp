@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "model/compute_threads.h"
+#include "model/data_checks.h"
 #include "core/host_allocator.h"
 #include "apps/command.h"
 #include "apps/torch/model_flags.h"
@@ -74,6 +75,12 @@ int run_profile(ProfileFlags& flags) {
                               ? " (the loss takes the model's output and the targets: a language model's export "
                                 "needs --loss lm)"
                               : ""));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // the model's own code failing (a TorchScript error)
+    throw ConfigError(str("profiling ", m->name(), " on ", data.name, " failed: ",
+                          model::explain_training_error(e.what(), "a batch of one sample was timed (--batch-size or "
+                                                                  "--batch-sizes 1); time batches of 2 or more")));
   }
   if (flags.output.empty() || flags.output == "-") {
     std::cout << profile::to_json(p).dump(1) << "\n";

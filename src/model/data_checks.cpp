@@ -321,11 +321,13 @@ std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const t
              halves);
 }
 
-std::string explain_training_error(const std::string& error) {
-  if (error.find("Expected more than 1 value per channel when training") == std::string::npos) return error;
-  return "a BatchNorm layer got one value per channel: its microbatch holds one sample (a replica's share of "
-         "--batch-size over --microbatches); give a larger --batch-size or fewer --microbatches. LibTorch said: " +
-         error;
+std::string explain_training_error(const std::string& error, const std::string& remedy) {
+  const std::string said = "Expected more than 1 value per channel when training";
+  size_t at = error.rfind(said);
+  if (at == std::string::npos) return error;
+  // TorchScript's traceback only walks down to BatchNorm's own check: its last line says it all.
+  std::string line = error.substr(at, error.find('\n', at) - at);
+  return "a BatchNorm layer got one value per channel: " + remedy + " (LibTorch said: " + line + ")";
 }
 
 }  // namespace pt::model

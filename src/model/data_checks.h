@@ -26,7 +26,11 @@ std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const t
 
 // A model's error at a forward in training, said in the user's terms first where LibTorch's (a
 // TorchScript traceback) does not: BatchNorm needs two values per channel or more, which a
-// microbatch of one sample without spatial extent does not give. Other errors as they are.
-std::string explain_training_error(const std::string& error);
+// microbatch of one sample without spatial extent does not give; `remedy` says why the batch holds
+// one and which flags give it more. Other errors as they are.
+inline constexpr const char* kMicrobatchOfOne =
+    "its microbatch holds one sample (a replica's share of --batch-size over --microbatches); give a larger "
+    "--batch-size or fewer --microbatches";
+std::string explain_training_error(const std::string& error, const std::string& remedy = kMicrobatchOfOne);
 
 }  // namespace pt::model

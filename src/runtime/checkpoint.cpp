@@ -301,11 +301,22 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options) {
     try {
       start.manifest = read_verified_manifest(newest);
     } catch (const FormatError& e) {
-      // Not taken in its place without a word: the damage may be the user's to look at first.
-      std::string older = newest_checkpoint(dir, checkpoint_step_of(fs::path(newest).filename().string()));
-      if (older.empty()) throw;
-      throw FormatError(str(e.what(), "; the checkpoint before it, ", fs::path(older).filename().string(),
-                            ", resumes once ", fs::path(newest).filename().string(), " is moved out of '", dir, "'"));
+      // Not taken in its place without a word: the damage may be the user's to look at first. The
+      // one offered instead is verified too (a hint to a second damaged one cost a second failure).
+      std::string moved = fs::path(newest).filename().string(), earlier, older = newest;
+      while (!(older = newest_checkpoint(dir, checkpoint_step_of(fs::path(older).filename().string()))).empty()) {
+        try {
+          read_verified_manifest(older);
+          break;
+        } catch (const FormatError&) {
+          earlier += (earlier.empty() ? "" : ", ") + fs::path(older).filename().string();
+        }
+      }
+      if (older.empty() && earlier.empty()) throw;
+      if (older.empty()) throw FormatError(str(e.what(), "; no earlier checkpoint verifies either (", earlier, ")"));
+      throw FormatError(str(e.what(), "; the newest checkpoint that verifies, ", fs::path(older).filename().string(),
+                            ", resumes once ", moved, earlier.empty() ? " is" : ", " + earlier + " are",
+                            " moved out of '", dir, "'"));
     }
     start.run_id = start.manifest.run_id;
   } else {

@@ -300,8 +300,8 @@ void expect_resume_error(const std::string& dir, const std::string& expect) {
   }
 }
 
-// A damaged newest checkpoint names the one before it, which resumes once it is moved aside (the
-// error alone left the user to find it).
+// A damaged newest checkpoint names the newest one that verifies, which resumes once the damaged
+// are moved aside (the error alone left the user to find it).
 TEST(Checkpoint, ADamagedNewestCheckpointNamesTheOneBefore) {
   TempDir dir;
   std::string d = dir.path.string();
@@ -312,8 +312,15 @@ TEST(Checkpoint, ADamagedNewestCheckpointNamesTheOneBefore) {
   bytes[bytes.size() / 2] ^= 0x55;
   write_text_file_atomic(layer.string(), bytes);
   expect_resume_error(d, layer.string() + ": checksum");
-  expect_resume_error(d, "; the checkpoint before it, " + checkpoint_dir_name(2) + ", resumes once " +
+  expect_resume_error(d, "; the newest checkpoint that verifies, " + checkpoint_dir_name(2) + ", resumes once " +
                              checkpoint_dir_name(4) + " is moved out of '" + d + "'");
+  // The one offered is verified first: with it damaged too, none is offered.
+  fs::path earlier = dir.path / checkpoint_dir_name(2) / "layer-1.tensors";
+  std::string kept = read_text_file(earlier.string()), flipped = kept;
+  flipped[flipped.size() / 2] ^= 0x55;
+  write_text_file_atomic(earlier.string(), flipped);
+  expect_resume_error(d, "; no earlier checkpoint verifies either (" + checkpoint_dir_name(2) + ")");
+  write_text_file_atomic(earlier.string(), kept);
   fs::rename(dir.path / checkpoint_dir_name(4), dir.path.parent_path() / ("moved-" + checkpoint_dir_name(4)));
   auto resumed = run(stages(2), options("1f1b", 4, d, 2, true));
   auto uninterrupted = run(stages(2), options("1f1b", 4, "", 0, false));
