@@ -64,6 +64,10 @@ constexpr double kLargestMb = 64, kLargestMbOneHost = 16;
 job::CalibrationOptions options_of(const CalibrateFlags& flags, bool gloo_one_host = false) {
   job::CalibrationOptions calibration_options;
   double largest = flags.max_mb > 0 ? flags.max_mb : gloo_one_host ? kLargestMbOneHost : kLargestMb;
+  double most_mb = static_cast<double>(job::default_calibration_sizes().back()) / (1 << 20);
+  if (largest > most_mb)  // it was capped there without a word
+    throw UsageError(str("--max-mb: at most ", most_mb, " (calibrate's sizes are 1 KiB x 4^k up to ", most_mb,
+                         " MiB), got ", largest));
   for (int64_t s : job::default_calibration_sizes())
     if (static_cast<double>(s) <= largest * (1 << 20)) calibration_options.sizes.push_back(s);
   if (calibration_options.sizes.size() < 2) throw UsageError(str("--max-mb: ", largest, " leaves fewer than two message sizes (1 KiB x 4^k)"));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -49,13 +50,37 @@ class StringReader : public caffe2::serialize::ReadAdapterInterface {
 // a 192 MiB file into a string, copied it into the vector, and made the tensors beside both).
 Shard parse_shard(caffe2::serialize::PyTorchStreamReader&& archive, const std::string& path);
 
+// Why the archive reader refused a file, in the user's terms where its first byte tells: torch.save's
+// legacy format (torch before 1.6, or _use_new_zipfile_serialization=False) is a bare pickle, which
+// begins with pickle's PROTO opcode, and LibTorch does not read it.
+[[noreturn]] void not_an_archive(const std::string& path, int first_byte, const c10::Error& e) {
+  if (first_byte == 0x80)
+    throw FormatError(str(path, ": written in torch.save's legacy format (torch before 1.6, or "
+                                "_use_new_zipfile_serialization=False), which LibTorch cannot read: load it in Python "
+                                "and save it again, torch.save(torch.load(path), path)"));
+  throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ",
+                        e.what_without_backtrace()));
+}
+
+// An IValue's kind as Python names it ('x' held a dict: "is a GenericDict").
+std::string python_kind(const c10::IValue& v) {
+  if (v.isGenericDict()) return "dict";
+  if (v.isList()) return "list";
+  if (v.isTuple()) return "tuple";
+  if (v.isString()) return "str";
+  if (v.isBool()) return "bool";
+  if (v.isInt()) return "int";
+  if (v.isDouble()) return "float";
+  if (v.isNone()) return "None";
+  return v.tagKind();
+}
+
 Shard parse_shard(const std::string& bytes, const std::string& path) {
   std::optional<caffe2::serialize::PyTorchStreamReader> archive;
   try {
     archive.emplace(std::make_shared<StringReader>(bytes));
   } catch (const c10::Error& e) {
-    throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ",
-                          e.what_without_backtrace()));
+    not_an_archive(path, bytes.empty() ? -1 : static_cast<unsigned char>(bytes[0]), e);
   }
   return parse_shard(std::move(*archive), path);
 }
@@ -65,27 +90,31 @@ Shard parse_shard(caffe2::serialize::PyTorchStreamReader&& archive, const std::s
   try {
     value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, archive);
   } catch (const c10::Error& e) {
-    // LibTorch 1.13's unpickler lacks SETITEM, which pickle uses for a dict of one entry, and
-    // fails its own assertion on a dict subclass (OrderedDict): say what to save instead.
+    // LibTorch 1.13's unpickler lacks SETITEM and APPEND, which pickle uses for a dict or a list of
+    // one entry, and fails its own assertion on a dict subclass (OrderedDict): say what to save instead.
     std::string why = e.what_without_backtrace();
-    bool one_entry = why.find("Unknown opcode") != std::string::npos;
     if (why.find("isGenericDict") != std::string::npos)
       throw FormatError(str(path, ": holds a dict subclass (an OrderedDict?) LibTorch cannot read: save a plain dict, "
                                   "torch.save(dict(d), path)"));
-    if (one_entry)  // {'x': ...} alone is the likely mistake: say what is missing, not the unpickler's opcode
-      throw FormatError(str(path, ": holds a dict of one entry (LibTorch 1.13 cannot read one; its unpickler said: ", why,
-                            "); a data file needs both 'x' and 'y': torch.save({'x': ..., 'y': ...}, path)"));
+    const char* one = why.find("Unknown opcode for unpickling at 0x73") != std::string::npos   ? "a dict"
+                      : why.find("Unknown opcode for unpickling at 0x61") != std::string::npos ? "a list"
+                                                                                               : nullptr;
+    if (one)  // {'x': ...} alone is the likely mistake: say what a data file holds, not the unpickler's opcode
+      throw FormatError(str(path, ": holds ", one, " of one entry (the file's own or one inside it), which LibTorch 1.13 "
+                            "cannot read (its unpickler said: ", why, "); a data file is a dict of tensors, 'x' and 'y' "
+                            "(optionally 'x_test' and 'y_test'): torch.save({'x': ..., 'y': ...}, path)"));
     throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ", why));
   }
   if (!value.isGenericDict())
-    throw FormatError(str(path, ": holds a ", value.tagKind(), "; expected a dict of tensors {'x': ..., 'y': ...}"));
+    throw FormatError(str(path, ": holds a ", python_kind(value), "; expected a dict of tensors {'x': ..., 'y': ...}"));
   Shard shard;
   for (const auto& entry : value.toGenericDict()) {
-    if (!entry.key().isString()) throw FormatError(str(path, ": a key is a ", entry.key().tagKind(), ", not a string"));
+    if (!entry.key().isString()) throw FormatError(str(path, ": a key is a ", python_kind(entry.key()), ", not a string"));
     std::string key = entry.key().toStringRef();
     if (key != "x" && key != "y" && key != "x_test" && key != "y_test")
       throw FormatError(str(path, ": unknown key '", key, "' (x, y, x_test, y_test)"));
-    if (!entry.value().isTensor()) throw FormatError(str(path, ": '", key, "' is a ", entry.value().tagKind(), ", not a tensor"));
+    if (!entry.value().isTensor())
+      throw FormatError(str(path, ": '", key, "' is a ", python_kind(entry.value()), ", not a tensor"));
     shard[key] = entry.value().toTensor().contiguous();
   }
   for (const char* key : {"x", "y"})
@@ -104,8 +133,8 @@ Shard read_shard(const std::string& path) {
   try {
     archive.emplace(path);
   } catch (const c10::Error& e) {
-    throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ",
-                          e.what_without_backtrace()));
+    std::ifstream in(path, std::ios::binary);
+    not_an_archive(path, in.get(), e);
   }
   return parse_shard(std::move(*archive), path);
 }

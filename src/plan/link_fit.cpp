@@ -222,7 +222,8 @@ CalibrationRecord read_calibration_record(const JsonField& record, const Cluster
     JsonField points = l["points_bytes_ms"];
     for (size_t k = 0; k < points.size(); ++k) {
       if (points[k].size() != 2) points[k].fail("must be [bytes, ms], got " + brief(points[k].raw()));
-      lc.points.push_back({points[k][0].as_non_negative(), points[k][1].as_non_negative()});
+      lc.points.push_back({static_cast<double>(points[k][0].as_int_in(1, kMostCalibratedBytes)),
+                           points[k][1].as_non_negative()});
     }
     try {
       lc.fit = fit_alpha_beta(lc.points);
@@ -236,7 +237,7 @@ CalibrationRecord read_calibration_record(const JsonField& record, const Cluster
     JsonField a = reduces[i];
     AllreduceCheck c;
     c.group = read_allreduce_group(a["group"], shape.workers());
-    c.bytes = a["bytes"].as_non_negative();
+    c.bytes = static_cast<double>(a["bytes"].as_int_in(1, kMostCalibratedBytes));
     c.measured_ms = a["measured_ms"].as_non_negative();
     if (!(c.measured_ms > 0 && c.measured_ms <= kMostAllreduceMs))
       a["measured_ms"].fail(str("must be a time in (0, ", kMostAllreduceMs, "] ms (calibrate measures one in seconds), got ",

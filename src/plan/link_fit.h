@@ -86,6 +86,9 @@ struct CalibrationRecord {
 };
 CalibrationRecord read_calibration_record(const JsonField& record, const Cluster& shape);
 inline constexpr double kMostAllreduceMs = 3.6e6;
+// A message or all-reduce calibrate measures is whole bytes, at most 1 TiB (it sends up to 64 MiB
+// and all-reduces a stage's weights): 1e300 or 0.5 bytes fitted the terms to 0.
+inline constexpr int64_t kMostCalibratedBytes = int64_t{1} << 40;
 
 // `calibrated` fitted again from its own calibration record (its points, all-reduces and time
 // per action), under this version's model, without measuring again: what `calibrate --refit`

@@ -180,6 +180,11 @@ TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
   auto small = testing::shell_run(kBinary + " calibrate --workers 2 --max-mb 0.001");
   EXPECT_NE(small.exit_code, 0);
   EXPECT_NE(small.output.find("--max-mb"), std::string::npos) << small.output;
+  // Above the largest size it sends: it was capped at 64 MiB without a word.
+  auto large = testing::shell_run(kBinary + " calibrate --workers 2 --max-mb 100");
+  EXPECT_EQ(large.exit_code, 2);
+  EXPECT_NE(large.output.find("--max-mb: at most 64 (calibrate's sizes are 1 KiB x 4^k up to 64 MiB), got 100"),
+            std::string::npos) << large.output;
   auto forever = testing::shell_run(kBinary + " calibrate --workers 2 --timeout inf");
   EXPECT_EQ(forever.exit_code, 2);
   EXPECT_NE(forever.output.find("--timeout: must be a finite number > 0, got 'inf'"), std::string::npos) << forever.output;

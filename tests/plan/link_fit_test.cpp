@@ -338,6 +338,11 @@ TEST(LinkFit, RefitTakesTheRecordsOwnMeasurements) {
   refused(bare, "c.json: missing field 'calibration.levels'");
   edited("/levels/0/workers", {1, 1}, "c.json: field 'calibration.levels[0].workers' names worker 1 twice");
   edited("/levels/0/points_bytes_ms/0", {1024, 0.1, 5}, "c.json: field 'calibration.levels[0].points_bytes_ms[0]' must be [bytes, ms], got [1024,0.1,5]");
+  // Bytes are whole and within what calibrate sends (1e300 or 0.5 bytes fitted the terms to 0).
+  edited("/allreduce/1/bytes", 1e300, "c.json: field 'calibration.allreduce[1].bytes' must be a whole number of magnitude at most");
+  edited("/allreduce/1/bytes", 1e13, "c.json: field 'calibration.allreduce[1].bytes' must be in 1..1099511627776, got 10000000000000");
+  edited("/allreduce/1/bytes", 0.5, "c.json: field 'calibration.allreduce[1].bytes' must be a whole number, got 0.5");
+  edited("/levels/0/points_bytes_ms/2/0", 0, "c.json: field 'calibration.levels[0].points_bytes_ms[2][0]' must be in 1..");
   edited("/transport", "carrier-pigeon", "c.json: field 'calibration.transport' must be threads or gloo (what calibrate measured over), got 'carrier-pigeon'");
 }
 

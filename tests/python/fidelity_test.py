@@ -503,9 +503,9 @@ class Errors(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def train_fails(self, data, *needles, extra=()):
+    def train_fails(self, data, *needles, extra=(), legacy=False):
         path = os.path.join(self.tmp.name, "data.pt")
-        torch.save(data, path)
+        torch.save(data, path, _use_new_zipfile_serialization=not legacy)
         ck, metrics = os.path.join(self.tmp.name, "ck"), os.path.join(self.tmp.name, "m.csv")
         r = run_failing([PIPETRAIN, "train", "--model", self.model, "--data", path, "--steps", "1", "--batch-size", "4",
                          "--checkpoint-dir", ck, "--metrics", metrics, *extra])
@@ -550,7 +550,12 @@ class Errors(unittest.TestCase):
                          "needs class ids of shape [N]")
         self.train_fails({"x": x, "y": y.float()}, "'y' is Float", "int64")
         self.train_fails({"x": x, "x_test": x}, "no 'y'")
-        self.train_fails({"x": x}, "needs both 'x' and 'y'")
+        self.train_fails({"x": x}, "holds a dict of one entry", "a data file is a dict of tensors, 'x' and 'y'")
+        # Said as Python names them (it said "'x' is a GenericDict"), and where LibTorch's unpickler
+        # fails on a list of one, that (it said "a dict of one entry").
+        self.train_fails({"x": {"a": x, "b": x}, "y": y}, "'x' is a dict, not a tensor")
+        self.train_fails({"x": [x], "y": y}, "holds a list of one entry")
+        self.train_fails({"x": x, "y": y}, "torch.save's legacy format", "save it again", legacy=True)
         self.train_fails({"x": x, "y": y, "labels": y}, "unknown key 'labels'")
         self.train_fails([x, y], "expected a dict of tensors")
         # LibTorch's unpickler asserts on an OrderedDict: its "INTERNAL ASSERT FAILED" was shown.
