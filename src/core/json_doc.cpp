@@ -318,8 +318,16 @@ void check_output_path(const std::string& given, const std::string& flag) {
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw UsageError(str(flag, ": '", path, "' is in '", dir, "', which is not a directory"));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw UsageError(str(flag, ": cannot write in '", dir, "' (", std::strerror(errno), ")"));
+  if (int err = create_error_in(dir)) throw UsageError(str(flag, ": cannot write in '", dir, "' (", std::strerror(err), ")"));
+}
+
+int create_error_in(const std::string& dir) {
+  std::string probe = dir + "/.pt-write-test-" + std::to_string(::getpid());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return 0;
 }
 
 void check_outputs_apart(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs) {

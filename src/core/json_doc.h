@@ -81,6 +81,10 @@ std::string read_text_file(const std::string& path, int64_t max_bytes = kMaxInpu
 // not a directory, in an existing directory this process may write, or an existing writable
 // file or device. Nothing to check when path is empty.
 void check_output_path(const std::string& path, const std::string& flag);
+// 0 where this process can create a file in `dir`, else the errno creating one gave: tried, not
+// asked of access(), which grants root any folder (--metrics /proc/x.csv passed it and failed once
+// training had started).
+int create_error_in(const std::string& dir);
 // A flag's path, for check_outputs_apart.
 struct FlagPath {
   std::string flag, path;

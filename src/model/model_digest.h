@@ -8,9 +8,9 @@
 
 namespace pt::model {
 
-// The SHA-256 of the file at `path` (hex), whose stat is `st`.
-std::string file_digest(const std::string& path, const struct stat& st);
-// ConfigError where `path`.sha256 exists and records another digest than `digest`.
-void check_digest(const std::string& path, const std::string& digest);
+// The SHA-256 of the file at `path` (hex), whose stat is `st`, checked: ConfigError where
+// `path`.sha256 exists and records another digest; without one, FormatError where a record of the
+// archive does not match its CRC-32 (zip_records.h).
+std::string verified_digest(const std::string& path, const struct stat& st);
 
 }  // namespace pt::model

@@ -236,8 +236,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
     throw UsageError(str("--model: ", path, " is not a file (a model file comes from `pipetrain export`)"));
   // A model file is code (docs/runtime.md, "What pipetrain trusts"): its digest is printed and
   // kept in checkpoints, and checked against the one `pipetrain export` wrote beside it.
-  std::string digest = file_digest(path, st);
-  check_digest(path, digest);
+  std::string digest = verified_digest(path, st);
   // Only pipetrain.json is read here: a file of separate layers (pipetrain.model/2) is then read
   // a layer at a time, and only the layers this model holds.
   std::string meta_text;

@@ -291,11 +291,7 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options) {
                           fs::path(newest).filename().string(), "): give --resume to continue it, or --overwrite to ",
                           "replace them, or another folder"));
   fs::create_directories(dir, ec);
-  std::string probe = (fs::path(dir) / (".write-test-" + std::to_string(::getpid()))).string();
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) throw UsageError(str("--checkpoint-dir: cannot write in '", dir, "': ", std::strerror(errno)));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (int err = create_error_in(dir)) throw UsageError(str("--checkpoint-dir: cannot write in '", dir, "': ", std::strerror(err)));
   if (options.resume && !newest.empty()) {
     start.resume_from = newest;
     try {

@@ -143,5 +143,18 @@ TEST(WriteFile, ReplacesOnlyRegularFiles) {
   fs::remove_all(dir);
 }
 
+// A folder is tried, not asked of access(), which grants root any: --metrics /proc/x.csv passed the
+// checks before the run and failed once training had started.
+TEST(WriteFile, AFolderNoFileCanBeMadeInIsRefusedUpFront) {
+  try {
+    check_output_path("/proc/x.csv", "--metrics");
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--metrics: cannot write in '/proc' ("), std::string::npos) << e.what();
+  }
+  EXPECT_NE(create_error_in("/proc"), 0);
+  EXPECT_EQ(create_error_in(std::filesystem::temp_directory_path().string()), 0);
+}
+
 }  // namespace
 }  // namespace pt

@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -635,6 +636,24 @@ class Errors(unittest.TestCase):
         r = run_failing([PIPETRAIN, "train", "--model", changed, "--steps", "1"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("the file changed since it was exported", r.stderr)
+        # Copied without its .sha256: its zip records' CRC-32s, which LibTorch does not check (a
+        # flipped weight byte trained, exit 0). The copy as it was trains.
+        import zipfile
+        bare = os.path.join(self.tmp.name, "bare.pt")
+        shutil.copy(self.model, bare)
+        r = run([PIPETRAIN, "train", "--model", bare, "--steps", "1", "--batch-size", "4"])
+        with zipfile.ZipFile(bare) as z:
+            record = max(z.infolist(), key=lambda i: i.file_size)
+        with open(bare, "r+b") as f:
+            f.seek(record.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+            f.seek(record.header_offset + 30 + name_len + extra_len + record.file_size // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0x10]))
+        r = run_failing([PIPETRAIN, "train", "--model", bare, "--steps", "1", "--batch-size", "4"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(f"bare.pt: record '{record.filename}' does not match its CRC-32", r.stderr)
 
     def test_what_export_cannot_split(self):
         out = os.path.join(self.tmp.name, "x.pt")
