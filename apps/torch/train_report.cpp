@@ -172,7 +172,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
     if (!flags.prediction_trace_path.empty()) schedule::write_trace(p.trace, flags.prediction_trace_path);
     const double ratio = r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());
     std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
-              << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio " << ratio;
+              << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio " << fixed(ratio, 3);
     if (prof.timed_busy())
       std::cout << "; the profile's timed rounds spread " << fixed(100 * prof.timing_spread, 0)
                 << "%, a busy machine's: its prediction is as uncertain";
