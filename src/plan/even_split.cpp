@@ -103,6 +103,38 @@ double largest_linked_stage_ms(const profile::Profile& profile, const Plan& spli
   return most;
 }
 
+Plan fewest_bytes_split(const profile::Profile& profile, int stages) {
+  Plan p = even_split(profile, stages);  // checks the counts; its layers are replaced below
+  const int n = profile.num_layers();
+  std::vector<double> prefix = compute_prefix(profile);
+  std::vector<int> each(n);
+  for (int l = 0; l < n; ++l) each[l] = l;
+  std::vector<double> crossing = profile::cut_bytes(profile, each, n);
+  // best[k][i]: (bytes over the cuts, largest stage) splitting layers [0, i) into k stages, in
+  // that order: the fewest bytes, and among those the most even split.
+  using Cost = std::pair<double, double>;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<Cost>> best(stages + 1, std::vector<Cost>(n + 1, {inf, inf}));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = {0, 0};
+  for (int k = 1; k <= stages; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {
+        Cost t{best[k - 1][j].first + (j > 0 ? crossing[j - 1] : 0),
+               std::max(best[k - 1][j].second, prefix[i] - prefix[j])};
+        if (t < best[k][i]) best[k][i] = t, cut[k][i] = j;
+      }
+  for (int k = stages, i = n; k >= 1; --k) {
+    int j = cut[k][i];
+    p.stages[k - 1].layers.clear();
+    for (int l = j; l < i; ++l) p.stages[k - 1].layers.push_back(l);
+    p.stages[k - 1].compute_ms = prefix[i] - prefix[j];
+    i = j;
+  }
+  p.pipeline_ms_per_minibatch = best[stages][n].second;
+  return p;
+}
+
 Plan v_split(const profile::Profile& profile, int workers) {
   const int chunks = 2 * workers, n = profile.num_layers();
   Plan p = even_split(profile, chunks);  // checks the counts; its layers are replaced below

@@ -80,6 +80,13 @@ struct Plan {
   int stage_of_worker(int worker) const;   // -1 when the worker holds no stage
   int replica_index(int worker) const;     // position of the worker among its stage's replicas
   std::string shape() const;               // PipeDream's notation, e.g. "15-1"
+  // Whether `other`'s stages hold the same layers, stage by stage (two splits the search tries).
+  bool same_split(const Plan& other) const {
+    if (other.stages.size() != stages.size()) return false;
+    for (size_t k = 0; k < stages.size(); ++k)
+      if (stages[k].layers != other.stages[k].layers) return false;
+    return true;
+  }
 };
 
 inline constexpr int kPlanVersion = 1;

@@ -146,8 +146,12 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     if (r == 1 && d > 1) {
       // mp runs one microbatch at a time: splitting the minibatch only shrinks its memory, so
       // it is split only where the microbatches are pinned.
-      if (wanted("mp"))
-        for (int m : joint.microbatches > 0 ? per_copy(1) : std::vector<int>{1}) out.push_back({"mp", u, m, 1, B});
+      if (wanted("mp")) {
+        std::vector<plan::Plan> mp_splits = {u, plan::fewest_bytes_split(p, d)};
+        if (mp_splits[0].same_split(mp_splits[1])) mp_splits.pop_back();
+        for (int m : joint.microbatches > 0 ? per_copy(1) : std::vector<int>{1})
+          for (const plan::Plan& split : mp_splits) out.push_back({"mp", split, m, 1, B});
+      }
       if (wanted("zb-h1"))
         for (int m : per_copy(1)) out.push_back({"zb-h1", u, m, 1, B});
       // The V schedules, two chunks per worker in a V: the even split into 2d chunks, and the
@@ -155,9 +159,7 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
       std::vector<plan::Plan> v_splits;
       if (2 * d <= layers) {
         v_splits = {plan::even_split(p, 2 * d), plan::v_split(p, d)};
-        bool same = true;
-        for (int c = 0; c < 2 * d; ++c) same = same && v_splits[0].stages[c].layers == v_splits[1].stages[c].layers;
-        if (same) v_splits.pop_back();
+        if (v_splits[0].same_split(v_splits[1])) v_splits.pop_back();
       }
       for (const char* kind : {"zb-v", "v-half", "v-min", "dualpipev"})
         if (wanted(kind))

@@ -37,8 +37,8 @@ bool one_worker_fits(const profile::Profile& profile, int64_t cap) {
 std::string joint_summary(const Configuration& c, const JointOptions& joint, const plan::Cluster& cluster) {
   std::ostringstream summary;
   summary << "joint search (" << joint.objective << "): schedule " << c.plan.schedule;
-  if (c.plan.microbatches > 0) summary << ", " << c.plan.microbatches << " microbatches";
-  if (c.plan.chunks > 0) summary << ", " << c.plan.chunks << " chunks";
+  if (c.plan.microbatches > 0) summary << ", " << counted(c.plan.microbatches, "microbatch", "microbatches");
+  if (c.plan.chunks > 0) summary << ", " << counted(c.plan.chunks, "chunk");
   int recomputed = 0;
   for (const auto& st : c.plan.stages) recomputed += st.recompute;
   summary << ", recomputation on " << recomputed << " of " << c.plan.num_stages() << " stages, batch "

@@ -245,6 +245,13 @@ void Replay::finish_running(double end) {
     int w = r.worker;
     if (r.send) {  // a transfer: its data is at the peer, whose next action may now start
       arrive(w, *r.send, r.begin, end, r.bytes);
+      auto channel = channels_.find({w, r.send->peer});
+      if (channel->second.empty()) {
+        channels_.erase(channel);
+      } else {  // the pair's next message follows it
+        start_message(w, *channel->second.front(), end);
+        channel->second.pop_front();
+      }
       consider(r.send->peer);
       continue;
     }

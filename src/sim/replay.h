@@ -4,7 +4,9 @@
 // is replay.cpp's; its link bookings (transfers, all-reduces, tie exchanges) replay_links.cpp's.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <limits>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -148,6 +150,13 @@ class Replay {
   mutable std::vector<double> rates_;   // rates()' scratch
   mutable std::vector<int> on_core_;    // rates()' scratch: items per core
   std::vector<Running> running_;    // on shared cores: the computes running at now_
+  // On shared cores: the pairs (sender, receiver) with a message running, and the sends waiting
+  // behind it. One host's workers hand a pair's messages over one after another (gloo's through
+  // the pair's ring each way, shm_channel.h): side by side, 4 sends of 47 MiB from one worker
+  // each took the whole link rate.
+  std::map<std::pair<int, int>, std::deque<const Action*>> channels_;
+  void start_message(int w, const Action& a, double at);
+  int64_t message_bytes(const Action& a) const;  // a send's: its boundary's per microbatch
   std::vector<char> busy_;          // [worker]: its compute is in running_
   double now_ = 0;                  // on shared cores: the time running_ is at
   std::vector<size_t> pc_;

@@ -9,21 +9,32 @@
 namespace pt::sim::detail {
 
 void Replay::send(int w, const Action& a, double posted) {
-  bool act = a.kind == ActionKind::kSendActivation;
-  int64_t bytes = static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
-  int level = level_between(w, a.peer);
-  double ms = cluster_.message_ms(level, static_cast<double>(bytes));
-  if (cores_ > 0) {  // on one host's shared cores: the message's time is their work
+  if (cores_ > 0) {  // on one host's shared cores: the message's time is their work, the pair's in turn
+    auto [channel, idle] = channels_.try_emplace({w, a.peer});
+    if (!idle) return channel->second.push_back(&a);
     posted = std::max(posted, now_);
     advance(posted);
-    running_.push_back({w, ms, posted, 0, ms, bytes, &a});
-    return;
+    return start_message(w, a, posted);
   }
+  int64_t bytes = message_bytes(a);
+  int level = level_between(w, a.peer);
+  double ms = cluster_.message_ms(level, static_cast<double>(bytes));
   std::array<Port*, 2> ports = {egress(w, level), ingress(a.peer, level)};
   double start = earliest_free(ports, posted, ms), end = start + ms;
   reserve(ports, start, end);
   booked_ += static_cast<int64_t>(ports.size());
   arrive(w, a, start, end, bytes);
+}
+
+int64_t Replay::message_bytes(const Action& a) const {
+  bool act = a.kind == ActionKind::kSendActivation;
+  return static_cast<int64_t>(costs_[act ? a.stage : a.stage - 1].boundary_bytes * scale_);
+}
+
+void Replay::start_message(int w, const Action& a, double at) {
+  int64_t bytes = message_bytes(a);
+  double ms = cluster_.message_ms(level_between(w, a.peer), static_cast<double>(bytes));
+  running_.push_back({w, ms, at, 0, ms, bytes, &a});
 }
 
 void Replay::arrive(int w, const Action& a, double begin, double end, int64_t bytes) {

@@ -331,6 +331,28 @@ TEST(Simulator, TransfersShareTheCoresWithTheComputes) {
   EXPECT_NEAR(stage_one_starts(1), 1.5, 1e-9);
 }
 
+// One host's workers hand a pair's messages over one after another (gloo's ring each way per
+// pair): 4 activations of 2.5 ms each at 10 Gbit/s, posted 0.25 ms apart, leave in turn, with
+// as many cores as workers too (side by side, each took the whole rate: 40 Gbit/s from one link).
+TEST(Simulator, APairsMessagesOnSharedCoresGoInTurn) {
+  auto prof = uniform_profile(2, 1.0, 1.0, 12500000);
+  for (int cores : {1, 2, 4}) {
+    SimOptions o;
+    o.cores = cores;
+    auto t = simulate(make_schedule("gpipe", straight_plan(2), {4}), prof, plan::Cluster::flat(2, 10), o);
+    std::vector<std::pair<double, double>> sends;
+    for (const auto& e : t.workers[0])
+      if (e.action.kind == schedule::ActionKind::kSendActivation) sends.push_back({e.start_ms, e.end_ms});
+    ASSERT_EQ(sends.size(), 4u);
+    std::sort(sends.begin(), sends.end());
+    for (size_t k = 0; k < sends.size(); ++k) {
+      EXPECT_GE(sends[k].second - sends[k].first, 2.5 - 1e-9) << cores << " cores, send " << k;
+      if (k > 0) EXPECT_GE(sends[k].first, sends[k - 1].second - 1e-9) << cores << " cores, send " << k;
+    }
+    EXPECT_GE(sends.back().second, 0.25 + 4 * 2.5 - 1e-9) << cores << " cores";
+  }
+}
+
 TEST(Simulator, TransfersUseInnermostLevelAndOverlapCompute) {
   // 2 stages on 2 servers joined at 1 Gbit/s: a 1.25 MB activation takes 10 ms at m = 1.
   plan::Cluster c;
