@@ -75,9 +75,7 @@ namespace {
 struct LinkedStageMs {
   LinkedStageMs(const profile::Profile& profile, double ms_per_byte)
       : prefix(compute_prefix(profile)), ms_per_byte(ms_per_byte), n(profile.num_layers()) {
-    std::vector<int> each(n);
-    for (int l = 0; l < n; ++l) each[l] = l;
-    if (n > 0) crossing = profile::cut_bytes(profile, each, n);
+    crossing = profile::bytes_after_each_layer(profile);
   }
   double operator()(int j, int i) const {
     double bytes = (j > 0 ? crossing[j - 1] : 0) + (i < n ? crossing[i - 1] : 0);
@@ -107,9 +105,7 @@ Plan fewest_bytes_split(const profile::Profile& profile, int stages) {
   Plan p = even_split(profile, stages);  // checks the counts; its layers are replaced below
   const int n = profile.num_layers();
   std::vector<double> prefix = compute_prefix(profile);
-  std::vector<int> each(n);
-  for (int l = 0; l < n; ++l) each[l] = l;
-  std::vector<double> crossing = profile::cut_bytes(profile, each, n);
+  std::vector<double> crossing = profile::bytes_after_each_layer(profile);
   // best[k][i]: (bytes over the cuts, largest stage) splitting layers [0, i) into k stages, in
   // that order: the fewest bytes, and among those the most even split.
   using Cost = std::pair<double, double>;

@@ -18,9 +18,7 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
   };
   // Each layer's output tensor carries what crosses the cut after it (skip tensors included),
   // so that every stage boundary sends the bytes the cost engine charges for it.
-  std::vector<int> own(n);
-  for (int i = 0; i < n; ++i) own[i] = i;
-  std::vector<double> crossing = cut_bytes(p, own, n);
+  std::vector<double> crossing = bytes_after_each_layer(p);
   std::vector<model::EmulatedCost> out;
   for (int i = 0; i < n; ++i) {
     const auto& l = p.layers[i];

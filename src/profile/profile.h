@@ -211,6 +211,8 @@ std::vector<GradientBucket> gradient_buckets(const Profile& profile, const std::
 // (the planner's search space pins them to stage 0 and does not track them).
 std::vector<double> cut_bytes(const Profile& profile, const std::vector<int>& stage_of, int stages,
                               bool count_input_layers = true);
+// cut_bytes with each layer a stage of its own: out[c] crosses the cut after layer c.
+std::vector<double> bytes_after_each_layer(const Profile& profile);
 
 inline constexpr int kProfileVersion = 1;
 // The most layers a profile may have, and the longest time one layer may take (ms, forward or

@@ -80,4 +80,10 @@ std::vector<double> cut_bytes(const Profile& profile, const std::vector<int>& st
   return out;
 }
 
+std::vector<double> bytes_after_each_layer(const Profile& profile) {
+  std::vector<int> own(profile.num_layers());
+  for (int l = 0; l < profile.num_layers(); ++l) own[l] = l;
+  return cut_bytes(profile, own, profile.num_layers());
+}
+
 }  // namespace pt::profile

@@ -128,9 +128,7 @@ TEST(JointPlan, SplitsWeighTheLinksNotOnlyTheCompute) {
   plan::Cluster cluster = plan::Cluster::flat(8, 10);
   double ms_per_byte = cluster.transfer_ms(0, 1.0);
   int n = prof.num_layers();
-  std::vector<int> each(n);
-  for (int l = 0; l < n; ++l) each[l] = l;
-  std::vector<double> crossing = profile::cut_bytes(prof, each, n);
+  std::vector<double> crossing = profile::bytes_after_each_layer(prof);
   // The largest stage time counting its links: its compute, or the bytes over its two cuts.
   auto worst = [&](const plan::Plan& p) {
     double most = 0;
@@ -168,9 +166,7 @@ TEST(JointPlan, SplitsWeighTheLinksNotOnlyTheCompute) {
 TEST(JointPlan, ModelParallelismCutsWhereTheFewestBytesCross) {
   profile::Profile prof = profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json");
   int n = prof.num_layers();
-  std::vector<int> each(n);
-  for (int l = 0; l < n; ++l) each[l] = l;
-  std::vector<double> crossing = profile::cut_bytes(prof, each, n);
+  std::vector<double> crossing = profile::bytes_after_each_layer(prof);
   auto bytes_over_cuts = [&](const plan::Plan& p) {
     double sum = 0;
     for (size_t k = 1; k < p.stages.size(); ++k) sum += crossing[p.stages[k].layers.front() - 1];
@@ -194,8 +190,8 @@ TEST(JointPlan, ModelParallelismCutsWhereTheFewestBytesCross) {
   double best_ms = best.ms_per_sample * static_cast<double>(best.plan.batch_size), fastest_cut = 1e300;
   for (int a = 0; a + 1 < n; ++a) {
     plan::Plan cut = plan::even_split(prof, 2);
-    cut.stages[0].layers.assign(each.begin(), each.begin() + a + 1);
-    cut.stages[1].layers.assign(each.begin() + a + 1, each.end());
+    cut.stages[0].layers.clear(), cut.stages[1].layers.clear();
+    for (int l = 0; l < n; ++l) cut.stages[l > a].layers.push_back(l);
     schedule::ScheduleOptions so;
     so.microbatches = 1;
     fastest_cut = std::min(fastest_cut, metrics::compute_metrics(sim::simulate(schedule::make_schedule("mp", cut, so),
