@@ -105,7 +105,6 @@ int run_compare(CompareFlags& flags) {
 Register reg({"compare", "Simulate every schedule and data parallelism side by side on one profile and cluster",
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<CompareFlags>();
-  flags->options.microbatches = 8;  // dp-split's floor where not pinned
   app.add_option("--profile", flags->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();
   add_cluster_flags(app, flags->cluster);
   // Only what the search pins: the rows' minibatches and options are the search's own.

@@ -17,7 +17,7 @@
 namespace pt::referee {
 
 struct ComparisonOptions {
-  schedule::ScheduleOptions schedule;  // microbatches: pinned where given, else dp-split's floor
+  schedule::ScheduleOptions schedule;  // microbatches: pinned where given (microbatches_given)
   bool microbatches_given = false;
   int chunks = 0;                      // interleaved's chunks per worker, pinned (0: searched)
   int64_t memory_bytes = 0;            // per worker; 0: the cluster's (plan::memory_limit)

@@ -53,6 +53,33 @@ TEST(Compare, FiguresStayWithinThePhysicalLimitAndDpIsPerWorkerBatches) {
   }
 }
 
+// dp-split runs what its label says: one microbatch a worker, as a user splits a batch over
+// data-parallel workers (it ran 8 on 4 workers under "1 batch / 4": ResNet-18 102.02 ms a
+// minibatch, where 4 take 83.00), and a pinned --microbatches is shown in the label.
+TEST(Compare, DataParallelSplitRunsOneMicrobatchAWorker) {
+  std::string path = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/resnet18.json";
+  std::string cluster = " --workers 4 --bandwidth-gbps 10";
+  auto split_row = [&](const std::string& more) {
+    json doc = compare_json("--profile " + path + cluster + more);
+    for (const auto& r : doc["rows"])
+      if (r["row"] == "dp-split") return r;
+    ADD_FAILURE() << "no dp-split row" << more;
+    return json();
+  };
+  json own = split_row("");
+  std::string label = own["plan"].get<std::string>();
+  EXPECT_EQ(label.rfind("1 batch / 4 b", 0), 0u) << label;
+  auto simulated = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --json --profile " + path +
+                                          cluster + " --schedule dp --microbatches 4 --bucket-mb " +
+                                          label.substr(label.rfind(" b") + 2) + " 2>/dev/null",
+                                      false);
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+  double ms = parse_json(simulated.output, "simulate output")["ms_per_minibatch"].get<double>();
+  EXPECT_NEAR(own["ms_per_minibatch"].get<double>(), ms, 1e-6 * ms);
+  std::string pinned = split_row(" --microbatches 8")["plan"].get<std::string>();
+  EXPECT_EQ(pinned.rfind("1 batch / 4 m8 b", 0), 0u) << pinned;
+}
+
 // Under --memory the baselines are shown fit or not, and marked: PipeDream's VGG-16 on 4 workers
 // under 8 GB printed a dp row of 15.6 GiB unmarked, where `plan` says data parallelism does not
 // fit. Every row the planner made stays within the cap.
