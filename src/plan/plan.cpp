@@ -286,7 +286,10 @@ void check_plan_fits(const Plan& p, const profile::Profile& prof, const std::str
   if (std::find(stage_of.begin(), stage_of.begin() + std::min(planned, n), -1) == stage_of.begin() + std::min(planned, n) &&
       planned < n)
     throw ConfigError(str(plan_source, ": its stages hold layers 0..", planned - 1, " but the profile of '", prof.model,
-                          "' has ", n, " layers (0..", n - 1, "): it was made for another model"));
+                          "' has ", n, " layers (0..", n - 1, "): ",
+                          p.model == prof.model ? str("layers ", planned, "..", n - 1, " are in no stage, though the plan "
+                                                      "names this model")
+                                                : std::string("it was made for another model")));
   for (int l = 0; l < n; ++l) {
     if (stage_of[l] == -1)
       throw ConfigError(str(plan_source, ": layer ", l, " (", prof.layers[l].name, ") is in no stage"));

@@ -227,6 +227,10 @@ Profile profile_from_pipedream_json(const json& doc, const std::string& source) 
       JsonField list = f["activation_bytes_list"];
       for (size_t k = 0; k < list.size(); ++k) total += list[k].as_non_negative();
       node.layer.activation_bytes = to_bytes(total, list);
+      // Both given: they must agree (a list of [1, 2] beside 9437184 planned on 3 bytes, unsaid).
+      if (f.has("activation_bytes") && std::abs(f["activation_bytes"].as_non_negative() - total) > 0.5)
+        list.fail(str("sums to ", node.layer.activation_bytes, " bytes, but field 'activation_bytes' beside it is ",
+                      brief(f["activation_bytes"].raw()), " (the list is the layer's outputs, their sum its bytes)"));
     } else {
       JsonField bytes = f["activation_bytes"];
       node.layer.activation_bytes = to_bytes(bytes.as_non_negative(), bytes);
@@ -260,7 +264,7 @@ namespace {
 // JSON (either flavour) rather than graph.txt.
 bool is_json_text(const std::string& text) {
   size_t first = text.find_first_not_of(" \t\r\n");
-  return first != std::string::npos && text[first] == '{';
+  return first != std::string::npos && (text[first] == '{' || text[first] == '[');  // `[]`: JSON, not a graph
 }
 }  // namespace
 

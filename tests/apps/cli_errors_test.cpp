@@ -239,6 +239,10 @@ TEST(CliErrors, BadFilesBehindFlagsNameTheFile) {
   std::string other = write("other_model_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "model": "gpt.pt",
       "stages": [{"layers": [0, 1, 2], "replicas": 1}]})");
   expect_rejected(kTrain + "--plan " + other, 1, {other, "the plan is for model 'gpt.pt' but --model is 'mnist-cnn'"});
+  // A plan of this model missing its last layers says so (it said "made for another model").
+  std::string shortened = write("short_plan.json", R"({"format": "pipetrain.plan/1", "workers": 1, "model": "mnist-cnn",
+      "stages": [{"layers": [0, 1, 2], "replicas": 1}]})");
+  expect_rejected(kTrain + "--plan " + shortened, 1, {shortened, "layers 3..4 are in no stage, though the plan names this model"});
   std::string garbled = write("garbled_plan.json", "{\"format\": \"pipetrain.plan/1\", \"workers\": ");
   expect_rejected(kTrain + "--plan " + garbled, 1, {garbled, "not valid JSON"});
   std::string profile = write("bad_profile.txt", "a -- A -- forward_compute_time=-1, backward_compute_time=1, "

@@ -107,6 +107,23 @@ TEST(Metrics, AWindowIsPeriodicWhereItsGapsRepeat) {
   EXPECT_FALSE(m.periodic);
 }
 
+// A window faster than the busiest worker's share of the work is not called a steady state: a
+// 4-step run whose first minibatch took 10 ms and the others 2 reads its middle window.
+TEST(Metrics, AWindowThatHasNotSettledIsNotCalledSteady) {
+  Trace t = one_worker_trace("1f1b", "measured");
+  double at = 0;
+  for (int i = 0; i < 4; ++i) {
+    double len = i == 0 ? 10 : 2;
+    add_minibatch(t, std::to_string(i), at, len / 2, len / 2);
+    at += len;
+  }
+  Metrics m = compute_metrics(t);
+  ASSERT_TRUE(m.steady);
+  EXPECT_FALSE(m.settled);
+  EXPECT_EQ(format_metrics(m).find("steady state"), std::string::npos) << format_metrics(m);
+  EXPECT_NE(format_metrics(m).find("middle window: too few to settle"), std::string::npos) << format_metrics(m);
+}
+
 // A measured run pauses between segments for the test-set evaluation and checkpoints
 // (Trace::pauses): the steady state is training's. One worker at 3 ms a minibatch with a 600 ms
 // evaluation after minibatch 29 of 60 read 34.6 ms a minibatch before the pause was left out.

@@ -292,6 +292,13 @@ TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
       "parameter_bytes": 1}], "edges": []})", "f.json"),
             "f.json: field 'layers[0].activation_bytes_list': 1e+300 bytes is more than pipetrain accepts for one layer "
             "(1125899906842624)");
+  // A JSON array is JSON, not a graph.txt line it was parsed as.
+  EXPECT_EQ(profile_error("[]", "f.json").rfind("f.json: a JSON document that is neither a pipetrain profile", 0), 0u);
+  // A layer's outputs and their sum beside them must agree: [1, 2] beside 9437184 planned on 3 bytes.
+  EXPECT_EQ(profile_error(R"({"layers": [{"id": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes_list": [1, 2],
+      "activation_bytes": 9437184, "parameter_bytes": 1}], "edges": []})", "f.json"),
+            "f.json: field 'layers[0].activation_bytes_list' sums to 3 bytes, but field 'activation_bytes' beside it is "
+            "9437184 (the list is the layer's outputs, their sum its bytes)");
   EXPECT_EQ(profile_error(R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 1, "layers": [{"name": "a",
       "forward_ms": 1, "backward_ms": 1, "activation_bytes": 2e15, "parameter_bytes": 1}]})", "p.json"),
             "p.json: field 'layers[0].activation_bytes' must be in 0..1125899906842624, got 2000000000000000");
