@@ -22,6 +22,7 @@
 #include "model/data_checks.h"
 #include "model/shard_store.h"
 #include "model/token_stream.h"
+#include "model/zip_records.h"
 
 namespace pt::model {
 
@@ -199,6 +200,7 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
   for (const auto& file : files) {
     check_input_size(file, InputKind::data);
     std::string bytes = read_regular_file(file, input_limit(InputKind::data));
+    check_zip_records(file);  // as it is read now; the later reads of a shard are not checked again
     Shard s = parse_shard(bytes, file);
     check_shard(s, model, out, file);
     if (sizes.empty()) not_a_mean = loss_not_a_mean(model, s["x"], s["y"]);
@@ -327,6 +329,7 @@ DataSplit load_own_data(const std::string& path, LayeredModel& model, const std:
                          "y_test, or the part held out)"));
   if (tokens) return load_token_stream(path, model, token_dtype, eval_path);
   if (S_ISDIR(st.st_mode)) return load_shards(path, model);
+  check_zip_records(path);  // once: its records' CRC-32s, which LibTorch does not check
   Shard s = read_shard(path);
   torch::Tensor out;
   check_shard(s, model, out, path);

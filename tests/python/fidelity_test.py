@@ -516,6 +516,28 @@ class Errors(unittest.TestCase):
         self.assertNotIn("Traceback", r.stderr)
         self.assertFalse(os.path.exists(ck) or os.path.exists(metrics), "something was written")
 
+    def test_a_damaged_data_file_is_refused(self):
+        """A flipped byte in a data file's tensor trained on (LibTorch does not check its CRC-32s)."""
+        import zipfile
+        path = os.path.join(self.tmp.name, "damaged.pt")
+        torch.save({"x": torch.randn(40, 12), "y": torch.randint(0, 5, (40,))}, path)
+        with zipfile.ZipFile(path) as z:
+            record = max(z.infolist(), key=lambda i: i.file_size)
+        with open(path, "r+b") as f:
+            f.seek(record.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+            f.seek(record.header_offset + 30 + name_len + extra_len + record.file_size // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0x10]))
+        shards = os.path.join(self.tmp.name, "damaged-shards")
+        os.makedirs(shards)
+        os.link(path, os.path.join(shards, "a.pt"))
+        for data in (path, shards):
+            r = run_failing([PIPETRAIN, "train", "--model", self.model, "--data", data, "--steps", "1", "--batch-size", "4"])
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"record '{record.filename}' does not match its CRC-32", r.stderr)
+
     def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
         """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
         model = os.path.join(self.tmp.name, "bn.pt")
