@@ -490,6 +490,22 @@ def run_failing(args):
     return subprocess.run(args, capture_output=True, text=True, env=env)
 
 
+def flip_a_byte_of_the_largest_record(path):
+    """Flips a bit in the middle of the zip archive's largest record (a tensor's bytes), leaving
+    its recorded CRC-32 as it was; returns the record's name."""
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        record = max(z.infolist(), key=lambda i: i.file_size)
+    with open(path, "r+b") as f:
+        f.seek(record.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", f.read(4))
+        f.seek(record.header_offset + 30 + name_len + extra_len + record.file_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x10]))
+    return record.filename
+
+
 class Errors(unittest.TestCase):
     """A model or a data file that does not fit: a clear error before training, nothing written."""
 
@@ -518,25 +534,16 @@ class Errors(unittest.TestCase):
 
     def test_a_damaged_data_file_is_refused(self):
         """A flipped byte in a data file's tensor trained on (LibTorch does not check its CRC-32s)."""
-        import zipfile
         path = os.path.join(self.tmp.name, "damaged.pt")
         torch.save({"x": torch.randn(40, 12), "y": torch.randint(0, 5, (40,))}, path)
-        with zipfile.ZipFile(path) as z:
-            record = max(z.infolist(), key=lambda i: i.file_size)
-        with open(path, "r+b") as f:
-            f.seek(record.header_offset + 26)
-            name_len, extra_len = struct.unpack("<HH", f.read(4))
-            f.seek(record.header_offset + 30 + name_len + extra_len + record.file_size // 2)
-            byte = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([byte[0] ^ 0x10]))
+        record = flip_a_byte_of_the_largest_record(path)
         shards = os.path.join(self.tmp.name, "damaged-shards")
         os.makedirs(shards)
         os.link(path, os.path.join(shards, "a.pt"))
         for data in (path, shards):
             r = run_failing([PIPETRAIN, "train", "--model", self.model, "--data", data, "--steps", "1", "--batch-size", "4"])
             self.assertNotEqual(r.returncode, 0, r.stderr)
-            self.assertIn(f"record '{record.filename}' does not match its CRC-32", r.stderr)
+            self.assertIn(f"record '{record}' does not match its CRC-32", r.stderr)
 
     def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
         """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
@@ -660,22 +667,13 @@ class Errors(unittest.TestCase):
         self.assertIn("the file changed since it was exported", r.stderr)
         # Copied without its .sha256: its zip records' CRC-32s, which LibTorch does not check (a
         # flipped weight byte trained, exit 0). The copy as it was trains.
-        import zipfile
         bare = os.path.join(self.tmp.name, "bare.pt")
         shutil.copy(self.model, bare)
         r = run([PIPETRAIN, "train", "--model", bare, "--steps", "1", "--batch-size", "4"])
-        with zipfile.ZipFile(bare) as z:
-            record = max(z.infolist(), key=lambda i: i.file_size)
-        with open(bare, "r+b") as f:
-            f.seek(record.header_offset + 26)
-            name_len, extra_len = struct.unpack("<HH", f.read(4))
-            f.seek(record.header_offset + 30 + name_len + extra_len + record.file_size // 2)
-            byte = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([byte[0] ^ 0x10]))
+        record = flip_a_byte_of_the_largest_record(bare)
         r = run_failing([PIPETRAIN, "train", "--model", bare, "--steps", "1", "--batch-size", "4"])
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn(f"bare.pt: record '{record.filename}' does not match its CRC-32", r.stderr)
+        self.assertIn(f"bare.pt: record '{record}' does not match its CRC-32", r.stderr)
 
     def test_what_export_cannot_split(self):
         out = os.path.join(self.tmp.name, "x.pt")
