@@ -52,7 +52,9 @@ int inspect(const std::string& path) {
             << (m.workers == 1 && m.plan == "1"
                     ? std::string("written by one worker (no pipeline)\n")
                     : str("written by schedule ", printable(m.schedule), " on plan ", printable(m.plan), " (",
-                          counted(m.workers, "worker"), ")\n"))
+                          counted(m.workers, "worker"),
+                          m.microbatches > 0 ? ", " + counted(m.microbatches, "microbatch", "microbatches") : "",
+                          m.deferred_batch_norm == 1 ? ", BatchNorm statistics deferred" : "", ")\n"))
             << printable(m.optimizer) << ": lr " << m.lr
             << (m.optimizer == "sgd" ? str(", momentum ", m.momentum) : std::string()) << ", weight decay "
             << m.weight_decay << (m.weight_decay_on == "all" ? "" : " on " + m.weight_decay_on)

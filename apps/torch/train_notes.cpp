@@ -165,6 +165,17 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
     std::cerr << "note: " << job.resume_from << " was trained in " << cm.precision << " and this run computes in "
               << model::to_string(m.precision()) << ": steps " << cm.step + 1
               << " on differ from an uninterrupted run's\n";
+  // A model's BatchNorms follow the microbatches and whether their statistics are deferred: where
+  // either changed, its statistics differ from an uninterrupted run's (it was not said).
+  std::string batches;
+  if (cm.microbatches > 0 && cm.microbatches != job.typical->microbatches)
+    batches = str("microbatches a minibatch ", cm.microbatches, " -> ", job.typical->microbatches);
+  if (cm.deferred_batch_norm >= 0 && (cm.deferred_batch_norm == 1) != job.options.deferred_batch_norm)
+    batches += str(batches.empty() ? "" : "; ", "--deferred-batch-norm ",
+                   cm.deferred_batch_norm == 1 ? "on -> off" : "off -> on");
+  if (!batches.empty() && m.deferrable_batch_norms() > 0)
+    std::cerr << "note: " << job.resume_from << " was trained with other batches for its BatchNorms (" << batches
+              << "): steps " << cm.step + 1 << " on differ from an uninterrupted run's\n";
   if (!cm.model_sha256.empty() && cm.model_sha256 != m.file_sha256())
     std::cerr << "note: " << job.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
               << ", not this one (" << m.file_sha256() << "): its weights load if the layers' shapes match, but "

@@ -60,6 +60,11 @@ struct CheckpointManifest {
   // older files (-1, ""), and then not compared on resume.
   double beta1 = -1, beta2 = -1, eps = -1, clip_grad_norm = -1;
   std::string precision;
+  // A minibatch's microbatches and whether BatchNorm's statistics were deferred (WorkerOptions):
+  // a model's BatchNorms follow them, so a resume under others differs from an uninterrupted run
+  // (absent in older files: 0 and -1, not compared).
+  int microbatches = 0;
+  int deferred_batch_norm = -1;
   std::vector<CheckpointFile> files;  // one per layer, in layer order
   // Parameters shared between layers (model::TieGroup): each group's (layer, parameter index)
   // pairs. Every layer's file holds its copy, so readers count a group once (absent in older

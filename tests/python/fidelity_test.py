@@ -545,6 +545,31 @@ class Errors(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, r.stderr)
             self.assertIn(f"record '{record}' does not match its CRC-32", r.stderr)
 
+    def test_resuming_with_other_batches_for_batch_norm_is_said(self):
+        """A model's BatchNorms follow the microbatches and --deferred-batch-norm: a resume under
+        others trained on, exit 0, to other statistics and losses, without a word."""
+        model = os.path.join(self.tmp.name, "bn-resume.pt")
+        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        path = os.path.join(self.tmp.name, "bn-resume-data.pt")
+        torch.save({"x": torch.randn(64, 12), "y": torch.randint(0, 5, (64,))}, path)
+        train = [PIPETRAIN, "train", "--model", model, "--data", path, "--batch-size", "8", "--stages", "2",
+                 "--schedule", "1f1b", "--quiet"]
+        for name, again, said in (("same", [], None),
+                                  ("other", ["--microbatches", "2"],
+                                   "was trained with other batches for its BatchNorms (microbatches a minibatch 4 -> 2; "
+                                   "--deferred-batch-norm on -> off): steps 3 on differ")):
+            ck = os.path.join(self.tmp.name, "bn-ck-" + name)
+            run(train + ["--steps", "2", "--checkpoint-dir", ck, "--microbatches", "4", "--deferred-batch-norm"])
+            r = run(train + ["--steps", "4", "--checkpoint-dir", ck, "--resume"] +
+                    (again or ["--microbatches", "4", "--deferred-batch-norm"]))
+            if said:
+                self.assertIn(said, r.stderr)
+            else:
+                self.assertNotIn("other batches for its BatchNorms", r.stderr)
+        r = run([PIPETRAIN, "checkpoint", "inspect", ck])
+        self.assertIn("(2 workers, 2 microbatches)", r.stdout)
+
     def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
         """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
         model = os.path.join(self.tmp.name, "bn.pt")
