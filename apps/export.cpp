@@ -30,6 +30,10 @@ int run_export(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // TorchScript writes a module's constants in the order of a Python set, which follows the
+  // string hash's per-process seed: the same model exported twice gave two files (two SHA-256s,
+  // and pipetrain.weights refused a checkpoint of the other). A fixed seed makes the file the same.
+  ::setenv("PYTHONHASHSEED", "0", /*overwrite=*/0);
   ::execv(python.c_str(), argv.data());
   std::cerr << "pipetrain export: cannot run " << python << ": " << std::strerror(errno) << "\n";
   return 1;

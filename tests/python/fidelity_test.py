@@ -545,6 +545,21 @@ class Errors(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, r.stderr)
             self.assertIn(f"record '{record}' does not match its CRC-32", r.stderr)
 
+    def test_the_same_export_writes_the_same_file(self):
+        """TorchScript wrote a module's constants in an order that followed Python's per-process
+        string hash seed: the same model exported twice had two SHA-256s, and pipetrain.weights
+        refused a checkpoint trained from the other."""
+        digests = set()
+        for k in range(3):
+            folder = os.path.join(self.tmp.name, f"again{k}")
+            os.makedirs(folder)
+            out = os.path.join(folder, "rs.pt")
+            # Through the binary: each export its own interpreter, as users run it.
+            run([PIPETRAIN, "export", "--model", "family_models:resnet_small", "--input-shape", "4,3,8,8", "-o", out])
+            with open(out + ".sha256") as f:
+                digests.add(f.read().split()[0])
+        self.assertEqual(len(digests), 1, digests)
+
     def test_resuming_with_other_batches_for_batch_norm_is_said(self):
         """A model's BatchNorms follow the microbatches and --deferred-batch-norm: a resume under
         others trained on, exit 0, to other statistics and losses, without a word."""
