@@ -99,7 +99,7 @@ StateSpace build_state_space(const profile::Profile& p, int max_states, size_t m
     else if (detached[l]) s.attached.push_back(l);
     else planned.push_back(l);
   }
-  if (planned.empty())
+  if (!profile::has_layer_to_plan(p))  // a file is refused for it where it is read (read_any_profile)
     throw ConfigError(str("profile of '", p.model, "' has no layer to plan besides its Input source(s)"));
   detail::NodeStates nodes = detail::node_states(p, planned, max_states, max_pairs, merge_projections);
   const detail::NodeGraph& g = nodes.graph;

@@ -269,15 +269,23 @@ bool is_json_text(const std::string& text) {
 }  // namespace
 
 Profile parse_any_profile(const std::string& text, const std::string& source) {
-  if (is_json_text(text)) {
+  Profile p;
+  if (!is_json_text(text)) {
+    p = profile_from_pipedream_graph(text, source);
+  } else {
     json doc = parse_json(text, source);
-    if (doc.is_object() && doc.contains("format")) return profile_from_json(doc, source);
-    if (doc.is_object() && doc.contains("layers") && doc.contains("edges"))
-      return profile_from_pipedream_json(doc, source);
-    throw FormatError(str(source, ": a JSON document that is neither a pipetrain profile (no \"format\") nor "
-                                  "PipeDream's JSON figures (no \"layers\" and \"edges\")"));
+    if (doc.is_object() && doc.contains("format")) p = profile_from_json(doc, source);
+    else if (doc.is_object() && doc.contains("layers") && doc.contains("edges"))
+      p = profile_from_pipedream_json(doc, source);
+    else
+      throw FormatError(str(source, ": a JSON document that is neither a pipetrain profile (no \"format\") nor "
+                                    "PipeDream's JSON figures (no \"layers\" and \"edges\")"));
   }
-  return profile_from_pipedream_graph(text, source);
+  // Every command failed on it later, or printed a table of nothing, without naming the file.
+  if (!has_layer_to_plan(p))
+    throw FormatError(str(source, ": no layer besides its Input source(s) (and unread outputs): nothing to train or "
+                                  "plan; a profile of the whole model has them"));
+  return p;
 }
 
 namespace {

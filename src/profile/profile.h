@@ -129,6 +129,8 @@ bool is_detached_sink(const Profile& profile, int layer);
 // is_detached_sink of every layer at once, in one pass over the edges (the planner asks it of
 // every layer of every plan it weighs: one layer at a time, GNMT's cost grew with its square).
 std::vector<char> detached_sinks(const Profile& profile);
+// Whether any layer is neither an Input source nor a detached sink: one to place on a stage.
+bool has_layer_to_plan(const Profile& profile);
 
 // The cost engine's per-layer rules (docs/design.md, "One cost model"), for the planner, the
 // simulator and emulation alike.

@@ -292,6 +292,12 @@ TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
       "parameter_bytes": 1}], "edges": []})", "f.json"),
             "f.json: field 'layers[0].activation_bytes_list': 1e+300 bytes is more than pipetrain accepts for one layer "
             "(1125899906842624)");
+  // A profile of its Input alone is named where it is read (plan said "profile of 'pipedream' has
+  // no layer to plan", simulate that 4 microbatches do not divide a batch of 1, compare printed rows).
+  EXPECT_EQ(profile_error(R"({"layers": [{"id": "n1", "name": "Input", "forward_ms": 1, "backward_ms": 0,
+      "activation_bytes": 10, "parameter_bytes": 0}], "edges": []})", "f.json"),
+            "f.json: no layer besides its Input source(s) (and unread outputs): nothing to train or plan; a profile "
+            "of the whole model has them");
   // A JSON array is JSON, not a graph.txt line it was parsed as.
   EXPECT_EQ(profile_error("[]", "f.json").rfind("f.json: a JSON document that is neither a pipetrain profile", 0), 0u);
   // A layer's outputs and their sum beside them must agree: [1, 2] beside 9437184 planned on 3 bytes.
