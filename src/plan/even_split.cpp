@@ -101,7 +101,7 @@ double largest_linked_stage_ms(const profile::Profile& profile, const Plan& spli
   return most;
 }
 
-Plan fewest_bytes_split(const profile::Profile& profile, int stages) {
+Plan fewest_bytes_split(const profile::Profile& profile, int stages, const std::function<bool(int, int)>& fits) {
   Plan p = even_split(profile, stages);  // checks the counts; its layers are replaced below
   const int n = profile.num_layers();
   std::vector<double> prefix = compute_prefix(profile);
@@ -116,10 +116,13 @@ Plan fewest_bytes_split(const profile::Profile& profile, int stages) {
   for (int k = 1; k <= stages; ++k)
     for (int i = k; i <= n; ++i)
       for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j].first == inf || (fits && !fits(j, i))) continue;
         Cost t{best[k - 1][j].first + (j > 0 ? crossing[j - 1] : 0),
                std::max(best[k - 1][j].second, prefix[i] - prefix[j])};
         if (t < best[k][i]) best[k][i] = t, cut[k][i] = j;
       }
+  if (best[stages][n].first == inf)
+    throw ConfigError(str("no split of ", n, " layers into ", stages, " stages fits every stage"));
   for (int k = stages, i = n; k >= 1; --k) {
     int j = cut[k][i];
     p.stages[k - 1].layers.clear();

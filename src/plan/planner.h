@@ -111,8 +111,12 @@ double largest_linked_stage_ms(const profile::Profile& profile, const Plan& spli
 // model parallelism runs its stages one after another, so its time is the compute, the same for
 // every split, and the transfers over the cuts. The balanced split, which pipelines want, cut
 // AlexNet where 32 MiB cross (mp 138.5 ms a minibatch at 10 Gbit/s, against 92.0 ms cut where
-// less does); the joint search tries both (the fewer bytes may not fit a stage in memory).
-Plan fewest_bytes_split(const profile::Profile& profile, int stages);
+// less does); the joint search tries both, and under a memory cap the fewest bytes among the
+// splits whose every stage `fits` (layers [first, end)): AlexNet on 4 workers under 1.1 GB ran
+// mp on 3, 508.8 ms a minibatch, where 4 stages that fit cross fewer bytes. Throws ConfigError
+// where no split fits.
+Plan fewest_bytes_split(const profile::Profile& profile, int stages,
+                        const std::function<bool(int first, int end)>& fits = nullptr);
 // A split for the V schedules (zb-v, v-half, v-min, dualpipev), beside the even one: 2 x
 // `workers` contiguous chunks, worker w holding chunk w and chunk 2 workers - 1 - w. From cuts at
 // equal shares of the time, chunk boundaries move a layer at a time while that lowers the busiest

@@ -18,6 +18,7 @@
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
 #include "schedule/generators.h"
+#include "schedule/memory.h"
 #include "../schedule/uniform_profile.h"
 #include "sim/simulator.h"
 
@@ -186,7 +187,7 @@ TEST(JointPlan, ModelParallelismCutsWhereTheFewestBytesCross) {
   plan::PlanOptions po;
   JointOptions o;
   o.schedules = {"mp"};
-  const Configuration& best = chosen(joint_search(prof, cluster, po, o), o, prof, cluster);
+  const Configuration best = chosen(joint_search(prof, cluster, po, o), o, prof, cluster);
   double best_ms = best.ms_per_sample * static_cast<double>(best.plan.batch_size), fastest_cut = 1e300;
   for (int a = 0; a + 1 < n; ++a) {
     plan::Plan cut = plan::even_split(prof, 2);
@@ -198,6 +199,57 @@ TEST(JointPlan, ModelParallelismCutsWhereTheFewestBytesCross) {
                                                                                prof, cluster)).ms_per_minibatch);
   }
   EXPECT_LE(best_ms, fastest_cut * (1 + 1e-9)) << best.plan.shape();
+}
+
+// Under a memory cap, model parallelism's split is the fewest bytes among those that fit: AlexNet
+// on 4 workers under 1.1 GiB ran mp on 3 at the balanced split, 508.8 ms a minibatch, where a
+// 2-stage cut that fits runs in about 100 (the fewest-bytes split holds the fully connected
+// layers on one worker, over the cap).
+TEST(JointPlan, ModelParallelismUnderACapCutsWhereTheFewestBytesThatFitCross) {
+  profile::Profile prof = profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json");
+  const int n = prof.num_layers();
+  // The split itself: the fewest bytes among the splits that `fits`, against every 3-stage cut.
+  std::vector<double> crossing = profile::bytes_after_each_layer(prof);
+  auto short_stage = [](int first, int end) { return end - first <= 9; };
+  plan::Plan three = plan::fewest_bytes_split(prof, 3, short_stage);
+  double fewest3 = 1e300;
+  for (int a = 1; a < n; ++a)
+    for (int b = a + 1; b < n; ++b)
+      if (short_stage(0, a) && short_stage(a, b) && short_stage(b, n)) fewest3 = std::min(fewest3, crossing[a - 1] + crossing[b - 1]);
+  for (const auto& st : three.stages) EXPECT_LE(st.layers.size(), 9u);
+  EXPECT_EQ(crossing[three.stages[1].layers.front() - 1] + crossing[three.stages[2].layers.front() - 1], fewest3);
+  EXPECT_THROW(plan::fewest_bytes_split(prof, 2, short_stage), ConfigError);  // 23 layers in 2 stages of 9
+  // The search's mp against every 2- and 3-stage cut that fits, simulated as mp.
+  plan::Cluster cluster = plan::Cluster::flat(4, 10);
+  plan::PlanOptions po;
+  JointOptions o;
+  o.schedules = {"mp"};
+  o.memory_cap = static_cast<int64_t>(1.1 * (1 << 30));
+  const Configuration best = chosen(joint_search(prof, cluster, po, o), o, prof, cluster);
+  EXPECT_LE(best.peak_memory, o.memory_cap);
+  double best_ms = best.ms_per_sample * static_cast<double>(best.plan.batch_size), fastest_cut = 1e300;
+  int fitting = 0;
+  auto try_cut = [&](std::vector<int> cuts) {
+    plan::Plan cut = plan::even_split(prof, static_cast<int>(cuts.size()) + 1);
+    cuts.insert(cuts.begin(), 0), cuts.push_back(n);
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      cut.stages[k].layers.clear();
+      for (int l = cuts[k]; l < cuts[k + 1]; ++l) cut.stages[k].layers.push_back(l);
+    }
+    schedule::ScheduleOptions so;
+    so.microbatches = 1;
+    schedule::Schedule s = schedule::make_schedule("mp", cut, so);
+    if (schedule::peak_memory(schedule::memory_over_long_run("mp", cut, so, prof, o.memory, &s)) > o.memory_cap) return;
+    ++fitting;
+    fastest_cut = std::min(fastest_cut, metrics::compute_metrics(sim::simulate(s, prof, cluster)).ms_per_minibatch);
+  };
+  for (int a = 1; a < n; ++a) {
+    try_cut({a});
+    for (int b = a + 1; b < n; ++b) try_cut({a, b});
+  }
+  ASSERT_GT(fitting, 0);
+  EXPECT_LE(best_ms, fastest_cut * (1 + 1e-9)) << best.plan.shape();
+  EXPECT_LT(best_ms, 200.0);  // 508.8 at the balanced split
 }
 
 // --straight (one worker a stage) holds in the joint search too: VGG-16 on 4 workers at 10
