@@ -230,6 +230,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                                                              : std::string("--model is"),
                           " '", m.name(), "'"));
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
+  if (source != "the plan") note_planned_settings(plan, source, r.precision, options.train.sgd.kind);
   if (defaulted && !data_parallel && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
   note_split_measured_here(r, options, plan, source);
@@ -301,6 +302,18 @@ void note_profile_settings(const profile::Profile& profile, const std::string& p
   if (profile.optimizer != optimizer)
     std::cerr << "note: " << path << " timed " << profile.optimizer << "'s step and this run steps with " << optimizer
               << " (`pipetrain profile --optimizer " << optimizer << "` times it)\n";
+}
+
+void note_planned_settings(const plan::Plan& plan, const std::string& path, const std::string& precision,
+                           const std::string& optimizer) {
+  if (!plan.precision.empty() && plan.precision != precision)
+    std::cerr << "note: " << path << " was planned from a profile measured in " << plan.precision
+              << " and this run computes in " << precision << ": its times, memory and the bytes crossing between "
+              << "stages are " << plan.precision << "'s (plan from `pipetrain profile --precision " << precision
+              << "`)\n";
+  if (!plan.optimizer.empty() && plan.optimizer != optimizer)
+    std::cerr << "note: " << path << " was planned for " << plan.optimizer << "'s step and state, and this run steps "
+              << "with " << optimizer << " (plan from `pipetrain profile --optimizer " << optimizer << "`)\n";
 }
 
 }  // namespace pt::job

@@ -67,5 +67,8 @@ Settled settle_request(const Request& request, model::LayeredModel& model, const
 // run's, or timed another optimizer's step.
 void note_profile_settings(const profile::Profile& profile, const std::string& path, const std::string& precision,
                            const std::string& optimizer);
+// The same where a plan file was made from such a profile (its precision and optimizer fields).
+void note_planned_settings(const plan::Plan& plan, const std::string& path, const std::string& precision,
+                           const std::string& optimizer);
 
 }  // namespace pt::job

@@ -59,8 +59,10 @@ Shard parse_shard(caffe2::serialize::PyTorchStreamReader&& archive, const std::s
     throw FormatError(str(path, ": written in torch.save's legacy format (torch before 1.6, or "
                                 "_use_new_zipfile_serialization=False), which LibTorch cannot read: load it in Python "
                                 "and save it again, torch.save(torch.load(path), path)"));
+  // A file of token ids is told by its name (FILE.bin): one named otherwise reached this reader.
+  const char* tokens = first_byte != 'P' ? "; if it holds token ids, name it FILE.bin (token files are told by that suffix)" : "";
   throw FormatError(str(path, ": not a file torch.save wrote (torch.save({'x': ..., 'y': ...}, path)): ",
-                        e.what_without_backtrace()));
+                        e.what_without_backtrace(), tokens));
 }
 
 // An IValue's kind as Python names it ('x' held a dict: "is a GenericDict").
@@ -290,7 +292,7 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
     std::cerr << "note: "
               << (eval_path.empty() ? str("no val.bin beside ", path)
                                     : str("--eval-data ", eval_path, " is the --data file"))
-              << ": tests on its last tenth (" << held << " windows), held out of training\n";
+              << ": tests on its last tenth (" << held << (held == 1 ? " window" : " windows") << "), held out of training\n";
   if (test_n < test_windows)
     std::cerr << "note: " << (separate ? val : path) << ": tests on the first " << test_n << " of its " << test_windows
               << (separate ? "" : " held-out") << " windows (the test set is held in memory)\n";

@@ -114,6 +114,8 @@ json to_json(const Plan& p) {
     doc["memory_cap_bytes"] = p.memory_cap_bytes;
     doc["memory_cap_process_bytes"] = p.memory_cap_process_bytes;
   }
+  if (!p.precision.empty()) doc["precision"] = p.precision;
+  if (!p.optimizer.empty()) doc["optimizer"] = p.optimizer;
   return doc;
 }
 
@@ -121,7 +123,8 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "plan", kPlanVersion);
   root.only_fields({"format", "workers", "stages", "predicted", "model", "ties", "batch_size", "cost_model", "schedule",
-                    "microbatches", "chunks", "deferred_step", "bucket_mb", "allreduce", "memory_cap_bytes", "memory_cap_process_bytes"});
+                    "microbatches", "chunks", "deferred_step", "bucket_mb", "allreduce", "memory_cap_bytes", "memory_cap_process_bytes",
+                    "precision", "optimizer"});
   Plan p;
   // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
   p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
@@ -169,6 +172,16 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   if (root.has("memory_cap_process_bytes")) {
     if (p.memory_cap_bytes == 0) root["memory_cap_process_bytes"].fail("is a share of memory_cap_bytes, which is absent");
     p.memory_cap_process_bytes = root["memory_cap_process_bytes"].as_int_in(0, p.memory_cap_bytes - 1);
+  }
+  if (root.has("precision")) {
+    p.precision = root["precision"].as_string();
+    if (p.precision != "fp32" && p.precision != "bf16")
+      root["precision"].fail(str("must be fp32 or bf16, got '", printable(p.precision), "'"));
+  }
+  if (root.has("optimizer")) {
+    p.optimizer = root["optimizer"].as_string();
+    if (p.optimizer != "sgd" && p.optimizer != "adam" && p.optimizer != "adamw")
+      root["optimizer"].fail(str("must be sgd, adam or adamw, got '", printable(p.optimizer), "'"));
   }
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");

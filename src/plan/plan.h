@@ -69,6 +69,10 @@ struct Plan {
   // the tensors'): `train --plan` says where a worker's measured peak is over it.
   int64_t memory_cap_bytes = 0;
   int64_t memory_cap_process_bytes = 0;
+  // What the profile it was planned from measured (profile.h): the precision its layers computed
+  // in and the optimizer whose step and state it weighed ("": not known). `train --plan` notes a
+  // run that differs, as it notes a --profile's: the plan's times and memory are the profile's.
+  std::string precision, optimizer;
   double pipeline_ms_per_minibatch = 0;
   double data_parallel_ms_per_minibatch = 0;
   // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).

@@ -859,6 +859,33 @@ TEST(TrainCli, SamplesLeftOutOfEachEpochAreNamed) {
       << out;
 }
 
+// A plan made from a bf16 AdamW profile, trained in fp32 with SGD, says so as a --profile of them
+// does: its times and memory are the profile's (it said nothing).
+TEST(TrainCli, APlanOfAnotherPrecisionOrOptimizerIsNoted) {
+  TempDir tmp("plan-precision");
+  fs::path plan = tmp.path / "plan.json", log = tmp.path / "log";
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 2, "batch_size": 16, "schedule": "1f1b",
+    "precision": "bf16", "optimizer": "adamw",
+    "stages": [{"layers": [0, 1], "replicas": 1}, {"layers": [2, 3, 4], "replicas": 1}]})";
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "64", "--steps", "1",
+                                     "--quiet", "--plan", plan.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run(args, log), 0) << slurp(log);
+    return slurp(log);
+  };
+  std::string out = train({});
+  EXPECT_NE(out.find("note: " + plan.string() + " was planned from a profile measured in bf16 and this run computes in "
+                     "fp32"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("note: " + plan.string() + " was planned for adamw's step and state, and this run steps with sgd"),
+            std::string::npos)
+      << out;
+  out = train({"--precision", "bf16", "--optimizer", "adamw"});
+  EXPECT_EQ(out.find("was planned"), std::string::npos) << out;
+}
+
 // A plan file's microbatches that do not divide the batch are named as the file's field (the
 // message named --microbatches and --batch-size, which the user had not given).
 TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {

@@ -134,6 +134,21 @@ TEST(PlanFile, TheMemoryCapItWasPlannedForRoundTrips) {
             std::string::npos);
 }
 
+// A plan records the precision and optimizer of the profile it was planned from: a bf16 AdamW
+// plan trained in fp32 with SGD said nothing, where the same profile given as --profile did.
+TEST(PlanFile, ThePrecisionAndOptimizerItWasPlannedForRoundTrip) {
+  const std::string head = R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0], "replicas": 1}])";
+  Plan p = plan_from_json(parse_json(head + "}", "p.json"), "p.json");
+  EXPECT_EQ(p.precision, "");
+  EXPECT_FALSE(to_json(p).contains("precision"));
+  p.precision = "bf16", p.optimizer = "adamw";
+  Plan back = plan_from_json(to_json(p), "p.json");
+  EXPECT_EQ(back.precision, "bf16");
+  EXPECT_EQ(back.optimizer, "adamw");
+  EXPECT_EQ(plan_error(head + R"(, "precision": "fp16"})"), "p.json: field 'precision' must be fp32 or bf16, got 'fp16'");
+  EXPECT_EQ(plan_error(head + R"(, "optimizer": "lamb"})"), "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'");
+}
+
 TEST(BadPlanFile, MoreStagesThanLayersNamesBoth) {
   profile::Profile prof;
   prof.model = "tiny";

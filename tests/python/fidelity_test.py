@@ -626,6 +626,14 @@ class Errors(unittest.TestCase):
         self.train_fails({"x": {"a": x, "b": x}, "y": y}, "'x' is a dict, not a tensor")
         self.train_fails({"x": [x], "y": y}, "holds a list of one entry")
         self.train_fails({"x": x, "y": y}, "torch.save's legacy format", "save it again", legacy=True)
+        # Token ids in a file not named .bin reached the archive reader, whose words alone were shown.
+        tokens = os.path.join(self.tmp.name, "tokens.dat")
+        with open(tokens, "wb") as f:
+            f.write(struct.pack("<64H", *range(64)))
+        r = run_failing([PIPETRAIN, "train", "--model", self.model, "--data", tokens, "--steps", "1"])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tokens.dat: not a file torch.save wrote", r.stderr)
+        self.assertIn("if it holds token ids, name it FILE.bin", r.stderr)
         self.train_fails({"x": x, "y": y, "labels": y}, "unknown key 'labels'")
         self.train_fails([x, y], "expected a dict of tensors")
         # LibTorch's unpickler asserts on an OrderedDict: its "INTERNAL ASSERT FAILED" was shown.
