@@ -66,7 +66,13 @@ class LossReport {
     while (!pending_.empty() && pending_.begin()->first < minibatch) report(pending_.begin());
   }
   // Training ended at minibatch `end` (exclusive) now: a row reported later keeps this time.
-  void trained_until(int64_t end) { trained_secs_[end] = train_seconds(); }
+  // `drained`: every worker has ended it (a pause or the run's end follows), so its last row is
+  // stamped now, not when a replica stepped it: the stages before the last drain after that step
+  // (a replicated last stage's last row read 0.085 s where the run took 0.088, 1f1b on 3 stages).
+  void trained_until(int64_t end, bool drained) {
+    trained_secs_[end] = train_seconds();
+    if (drained) drained_.insert(end);
+  }
   // A resumed run's first loss is its checkpoint's, where that records one.
   void resumed_from(double first_loss) { resumed_first_ = first_loss; }
   double first_loss() const {
@@ -107,6 +113,7 @@ class LossReport {
   std::map<int64_t, double> trained_secs_;  // segment end (minibatch, exclusive) -> train_seconds() then
   std::map<int64_t, double> step_secs_;     // minibatch -> its replica's training time at its end (gathered)
   std::set<int64_t> unstamped_;             // this replica's minibatches not yet stepped (gathered)
+  std::set<int64_t> drained_;               // segment ends every worker had reached when stamped
   double start_ms_, last_loss_ = 0, paused_ms_ = 0, last_secs_ = 0;
   double resumed_first_ = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> recent_;

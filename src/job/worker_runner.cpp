@@ -246,9 +246,9 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
         losses.flush();
         return;
       }
-      losses.trained_until(end);
       bool pauses = (options.train.evaluate && seg.evaluate) || (!options.checkpoint.dir.empty() && seg.checkpoint) ||
                     end >= job.first_step + job.steps;
+      losses.trained_until(end, pauses);  // a pause's segment ended on every worker (run_worker_segments)
       if (++segment % kLossBlock != 0 && !pauses) return;
       take_lists();  // the block before's: sent a block ago
       int64_t tag = loss_tag(block++);
