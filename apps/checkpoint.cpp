@@ -62,8 +62,7 @@ int inspect(const std::string& path) {
             << (m.clip_grad_norm > 0 ? str(", gradients clipped to norm ", m.clip_grad_norm) : "")
             << (m.precision.empty() ? "" : ", in " + m.precision)
             << (m.lr_schedule.empty() ? std::string()
-                                      : str(", lr schedule ", m.lr_schedule,
-                                            m.lr_schedule == "cosine" ? str(" over ", m.schedule_steps, " steps") : "",
+                                      : str(", lr schedule ", runtime::lr_course(m.lr_schedule, m.schedule_steps, m.min_lr),
                                             m.warmup_steps > 0 ? str(" after ", m.warmup_steps, " warm-up steps") : ""))
             << "\n"
             << (std::isfinite(m.first_loss) ? str("the run's first step's loss ", m.first_loss, " (a resume judges divergence by it)\n")

@@ -87,10 +87,14 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "Scale each step's gradient to at most this norm, as torch.nn.utils.clip_grad_norm_ (0: off): the "
                  "whole model's norm under a synchronous schedule, each stage's own under pipedream and 2bw")
       ->capture_default_str();
-  app.add_option("--lr-schedule", t.sgd.lr_schedule, "Learning rate over the run: constant, or cosine (decays to 0)")
+  app.add_option("--lr-schedule", t.sgd.lr_schedule,
+                 "Learning rate over the run: constant, or cosine or linear, which decay from --lr to --min-lr by the "
+                 "last step (nanoGPT's cosine; transformers' linear schedule)")
+      ->capture_default_str();
+  app.add_option("--min-lr", t.sgd.min_lr, "Where --lr-schedule cosine or linear ends (nanoGPT's min_lr; often --lr / 10)")
       ->capture_default_str();
   app.add_option("--warmup-steps", t.sgd.warmup_steps, "Minibatches of linear learning-rate warm-up: step s (from 0) takes (s+1)/N of --lr, and the "
-                 "cosine starts from --lr at step N")
+                 "decay starts from --lr at step N")
       ->capture_default_str();
   app.add_option("--eval-every", t.eval_every,
                  "Also measure test accuracy every N minibatches (pipelines drain there; for time-to-accuracy)");

@@ -36,10 +36,8 @@ void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::str
            now.clip_grad_norm > 0 ? number(now.clip_grad_norm) : "off");
   }
   if (!cm.lr_schedule.empty()) {  // older checkpoints do not say
-    auto course = [](const std::string& schedule, int64_t steps) {
-      return schedule == "cosine" ? str("cosine over ", steps, " steps") : schedule;
-    };
-    differ("lr schedule", course(cm.lr_schedule, cm.schedule_steps), course(now.lr_schedule, total), &rates);
+    differ("lr schedule", runtime::lr_course(cm.lr_schedule, cm.schedule_steps, cm.min_lr),
+           runtime::lr_course(now.lr_schedule, total, now.min_lr), &rates);
     differ("warm-up steps", str(cm.warmup_steps), str(now.warmup_steps), &rates);
   }
   // The rates differ only where the steps trained took others than this run's would have: a
@@ -48,7 +46,7 @@ void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::str
   if (!rates.empty()) {
     model::OptimizerOptions was = now, is = now;
     was.lr = cm.lr, was.warmup_steps = cm.warmup_steps, was.total_steps = cm.schedule_steps;
-    if (!cm.lr_schedule.empty()) was.lr_schedule = cm.lr_schedule;
+    if (!cm.lr_schedule.empty()) was.lr_schedule = cm.lr_schedule, was.min_lr = cm.min_lr;
     is.total_steps = total;
     bool same = true;
     for (int64_t k = 0; k < cm.step && same; ++k) same = model::learning_rate(was, k) == model::learning_rate(is, k);
@@ -114,7 +112,8 @@ void note_long_warmup(const job::Job& job) {
   if (sgd.warmup_steps <= sgd.total_steps) return;
   std::cerr << "note: --warmup-steps " << sgd.warmup_steps << " is more than this run's " << sgd.total_steps
             << " steps: the rate rises to " << sgd.total_steps << "/" << sgd.warmup_steps
-            << " of --lr and never reaches it" << (sgd.lr_schedule == "cosine" ? ", and the cosine never starts" : "")
+            << " of --lr and never reaches it"
+            << (model::lr_decays(sgd.lr_schedule) ? str(", and the ", sgd.lr_schedule, " decay never starts") : "")
             << "\n";
 }
 
@@ -127,14 +126,14 @@ void note_stale_warmup(const job::Job& job) {
     int64_t steps = runtime::stage_optimizer(s, st, job.worker).stale_warmup_steps;
     if (steps > longest) longest = steps, stage = st;
   }
-  bool cosine = sgd.lr_schedule == "cosine";
-  if (longest <= sgd.warmup_steps || (longest <= sgd.total_steps && !cosine)) return;
+  bool decays = model::lr_decays(sgd.lr_schedule);
+  if (longest <= sgd.warmup_steps || (longest <= sgd.total_steps && !decays)) return;
   std::cerr << "note: " << s.kind << "'s stale stages warm their rate up over as many as " << longest
             << " minibatches (stage " << stage << ": --stale-warmup " << job.worker.stale_warmup << " times its lag)";
   if (longest > sgd.total_steps) std::cerr << ", more than this run's " << sgd.total_steps << " steps: they never reach --lr";
-  if (cosine)
-    std::cerr << (longest > sgd.total_steps ? ";" : ",") << " the cosine, which starts after --warmup-steps ("
-              << sgd.warmup_steps << "), multiplies their ramp";
+  if (decays)
+    std::cerr << (longest > sgd.total_steps ? ";" : ",") << " the " << sgd.lr_schedule
+              << " decay, which starts after --warmup-steps (" << sgd.warmup_steps << "), takes their ramp down";
   std::cerr << " (--stale-warmup 0 turns the warm-up off)\n";
 }
 

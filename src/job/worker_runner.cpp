@@ -76,6 +76,7 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
   d.lr_schedule = job.optimizer().lr_schedule;
   d.warmup_steps = job.optimizer().warmup_steps;
   d.schedule_steps = job.optimizer().total_steps;
+  d.min_lr = job.optimizer().min_lr;
   d.data = job.data;
   for (const auto& group : m.tie_groups()) {
     std::vector<std::pair<int, int>> members;

@@ -12,18 +12,27 @@ const std::vector<std::string>& optimizer_kinds() {
   return kinds;
 }
 
+const std::vector<std::string>& lr_schedules() {
+  static const std::vector<std::string> schedules{"constant", "cosine", "linear"};
+  return schedules;
+}
+
 double learning_rate(const OptimizerOptions& optimizer_options, int64_t step) {
   const int64_t warmup = std::max<int64_t>(optimizer_options.warmup_steps, 0), total = optimizer_options.total_steps;
   const int64_t ramp = std::max(warmup, optimizer_options.stale_warmup_steps);
   double lr = optimizer_options.lr;
   if (step < ramp) lr *= static_cast<double>(step + 1) / static_cast<double>(ramp);
-  // The cosine from the rate over the steps after the warm-up, as LM recipes lay them out (the two
-  // were multiplied from step 0, so a warm-up of 100 in 150 steps never reached 0.4 of the rate).
-  // Not any one recipe's steps exactly: step s < W takes (s+1)/W of the rate (transformers' cosine
-  // schedule s/W, nanoGPT's (s+1)/(W+1)), so steps W-1 and W both take the whole rate.
-  if (optimizer_options.lr_schedule == "cosine" && total > 0 && step >= warmup) {
+  // The decay from the rate to min_lr over the steps after the warm-up, as LM recipes lay them out
+  // (the two were multiplied from step 0, so a warm-up of 100 in 150 steps never reached 0.4 of
+  // the rate). Not any one recipe's steps exactly: step s < W takes (s+1)/W of the rate
+  // (transformers' schedules s/W, nanoGPT's (s+1)/(W+1)), so steps W-1 and W both take the whole
+  // rate; after it, transformers' linear schedule (T-s)/(T-W) and nanoGPT's cosine, each to min_lr.
+  if (lr_decays(optimizer_options.lr_schedule) && total > 0 && step >= warmup) {
     double span = static_cast<double>(std::max<int64_t>(total - warmup, 1));
-    lr *= 0.5 * (1 + std::cos(M_PI * std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0)));
+    double done = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
+    double left = optimizer_options.lr_schedule == "cosine" ? 0.5 * (1 + std::cos(M_PI * done)) : 1 - done;
+    double floor = std::min(optimizer_options.min_lr, lr);  // never above a stale stage's ramp
+    lr = floor + (lr - floor) * left;
   }
   return lr;
 }

@@ -34,9 +34,11 @@ struct OptimizerOptions {
   // not biases and norm scales, as nanoGPT and most LM recipes set their groups.
   std::string weight_decay_on = "all";
   bool decays(const torch::Tensor& p) const { return weight_decay_on != "matrices" || p.dim() >= 2; }
-  // Learning rate over the run: "constant", or "cosine" (decays to 0 at total_steps, the run's
-  // minibatch count, which the trainer fills in); both after a linear warm-up of warmup_steps.
+  // Learning rate over the run: "constant", or "cosine" or "linear", which decay from lr to min_lr
+  // at total_steps (the run's minibatch count, which the trainer fills in), as nanoGPT's cosine
+  // and transformers' linear schedule do; each after a linear warm-up of warmup_steps.
   std::string lr_schedule = "constant";
+  double min_lr = 0;
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;
   // pipedream: a stale stage's longer ramp (runtime/worker.h, stale_warmup); the cosine still
@@ -58,6 +60,9 @@ struct OptimizerOptions {
 
 // The optimizer kinds train accepts, for its flag and its errors.
 const std::vector<std::string>& optimizer_kinds();
+// The learning-rate schedules (OptimizerOptions::lr_schedule), and whether one decays to min_lr.
+const std::vector<std::string>& lr_schedules();
+inline bool lr_decays(const std::string& schedule) { return schedule == "cosine" || schedule == "linear"; }
 
 // The learning rate of the step that applies minibatch `step` (0-based): a linear warm-up over
 // warmup_steps (or a stale stage's longer one) to lr, then (cosine) half a cosine from lr to 0

@@ -214,8 +214,8 @@ PlanDecision decide_plan(const plan::PlanOutcome& searched, const PlanRequest& r
                    : searched.options.cost_model == plan::CostModel::kRealised
                        ? decide_refereed(searched, request)
                        : decide_pipedream(searched, request.memory);
-  d.plan.precision = d.shown.precision = searched.profile.precision;
-  d.plan.optimizer = d.shown.optimizer = searched.profile.optimizer;
+  for (plan::Plan* p : {&d.plan, &d.shown}) p->precision = searched.profile.precision, p->optimizer = searched.profile.optimizer;
+  for (plan::Plan& p : d.top) p.precision = searched.profile.precision, p.optimizer = searched.profile.optimizer;
   // The cap whole, the process's share with the tensors', as a worker's peak RSS is measured.
   if (searched.memory_cap > 0 && searched.memory_cap != std::numeric_limits<int64_t>::max()) {
     d.plan.memory_cap_bytes = d.shown.memory_cap_bytes = searched.memory_cap + searched.cluster.process_bytes;

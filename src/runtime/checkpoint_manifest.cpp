@@ -66,6 +66,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
     doc["sgd"]["lr_schedule"] = m.lr_schedule;
     doc["sgd"]["warmup_steps"] = m.warmup_steps;
     doc["sgd"]["schedule_steps"] = m.schedule_steps;
+    doc["sgd"]["min_lr"] = m.min_lr;
   }
   if (m.data.train_samples >= 0)
     doc["data"] = {{"name", m.data.name}, {"train_samples", m.data.train_samples}, {"crc32", m.data.crc32}};
@@ -143,10 +144,11 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   }
   if (sgd.has("lr_schedule")) {  // written since the resume notes on the learning rate
     m.lr_schedule = sgd["lr_schedule"].as_string();
-    if (m.lr_schedule != "constant" && m.lr_schedule != "cosine")
-      sgd["lr_schedule"].fail(str("must be constant or cosine, got '", m.lr_schedule, "'"));
+    if (m.lr_schedule != "constant" && m.lr_schedule != "cosine" && m.lr_schedule != "linear")
+      sgd["lr_schedule"].fail(str("must be constant, cosine or linear, got '", printable(m.lr_schedule), "'"));
     m.warmup_steps = sgd["warmup_steps"].as_int_at_least(0);
     m.schedule_steps = sgd["schedule_steps"].as_int_at_least(0);
+    if (sgd.has("min_lr")) m.min_lr = sgd["min_lr"].as_non_negative();
   }
   JsonField files = root["files"];
   if (files.size() != static_cast<size_t>(m.layers))
@@ -298,6 +300,11 @@ CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
     if (crc != f.crc32) throw FormatError(str(file, ": checksum ", crc, " does not match the manifest's ", f.crc32));
   }
   return m;
+}
+
+std::string lr_course(const std::string& schedule, int64_t steps, double min_lr) {
+  if (schedule.empty() || schedule == "constant") return schedule;  // the others decay
+  return str(schedule, min_lr > 0 ? str(" to ", min_lr) : "", " over ", steps, " steps");
 }
 
 }  // namespace pt::runtime

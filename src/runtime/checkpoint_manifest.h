@@ -56,6 +56,7 @@ struct CheckpointManifest {
   // schedule spans (the run's minibatch count). Absent in older files: lr_schedule "".
   std::string lr_schedule;
   int64_t warmup_steps = 0, schedule_steps = 0;
+  double min_lr = 0;  // where cosine and linear end (older files: 0, as they decayed to)
   // Adam's betas and eps, the clipping cap (0: none) and the precision computed in: absent in
   // older files (-1, ""), and then not compared on resume.
   double beta1 = -1, beta2 = -1, eps = -1, clip_grad_norm = -1;
@@ -103,5 +104,9 @@ std::string newest_checkpoint(const std::string& dir, int64_t before = INT64_MAX
 // Reads <checkpoint>/manifest.json and checks every file's size and checksum: FormatError
 // naming the file and what differs (truncated, wrong checksum, missing).
 CheckpointManifest read_verified_manifest(const std::string& checkpoint);
+
+// A learning rate's course as `checkpoint inspect` and a resume's notes say it: "constant",
+// "cosine over 40 steps", "linear to 0.0003 over 40 steps" (model/optimizer.h's schedules).
+std::string lr_course(const std::string& schedule, int64_t steps, double min_lr);
 
 }  // namespace pt::runtime

@@ -63,8 +63,14 @@ void check_train_values(const TrainOptions& train_options) {
   if (!(train_options.sgd.lr > 0 && train_options.sgd.lr <= kFloatMax))
     throw UsageError(str("--lr: must be > 0 and at most ", kFloatMax, " (float32's largest), got ", train_options.sgd.lr));
   if (!(train_options.sgd.momentum >= 0 && train_options.sgd.momentum < 1)) throw UsageError(str("--momentum: must be in [0, 1), got ", train_options.sgd.momentum));
-  if (train_options.sgd.lr_schedule != "constant" && train_options.sgd.lr_schedule != "cosine")
-    throw UsageError(str("--lr-schedule: must be constant or cosine, got '", train_options.sgd.lr_schedule, "'"));
+  const auto& schedules = model::lr_schedules();
+  if (std::find(schedules.begin(), schedules.end(), train_options.sgd.lr_schedule) == schedules.end())
+    throw UsageError(str("--lr-schedule: must be constant, cosine or linear, got '", train_options.sgd.lr_schedule, "'"));
+  if (!(train_options.sgd.min_lr >= 0 && train_options.sgd.min_lr <= train_options.sgd.lr))
+    throw UsageError(str("--min-lr: must be in [0, --lr] (", train_options.sgd.lr, "), got ", train_options.sgd.min_lr));
+  if (train_options.sgd.min_lr > 0 && !model::lr_decays(train_options.sgd.lr_schedule))
+    throw UsageError(str("--min-lr is where a decay ends; --lr-schedule ", train_options.sgd.lr_schedule,
+                         " keeps --lr (give --lr-schedule cosine or linear)"));
   if (train_options.sgd.warmup_steps < 0) throw UsageError(str("--warmup-steps: must be >= 0, got ", train_options.sgd.warmup_steps));
   const auto& kinds = model::optimizer_kinds();
   if (std::find(kinds.begin(), kinds.end(), train_options.sgd.kind) == kinds.end())

@@ -155,6 +155,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--clip-grad-norm", {{"--clip-grad-norm", "1"}}},
       {"--precision", {{"--precision", "bf16"}}},
       {"--lr-schedule", {{"--lr-schedule", "cosine"}}},
+      {"--min-lr", {{"--lr-schedule", "linear", "--min-lr", "0.001"}, {"--lr-schedule"}}},
       {"--microbatches", {{"--microbatches", "2"}}},
       {"--model", {{"--model", "lstm-lm", "--seq-len", "4"}, {"--profile"}}},
       {"--momentum", {{"--momentum", "0"}}},
@@ -252,6 +253,10 @@ TEST(TrainFlags, BadValuesNameFlagAndValue) {
       {{"--stages", "2", "--schedule", "interleaved", "--chunks", "0"}, {"--chunks", "got 0"}},
       {{"--schedule", "dp", "--workers", "-2"}, {"--workers", "-2"}},
       {{"--lr", "-0.5"}, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got -0.5"}},
+      {{"--lr-schedule", "exp"}, {"--lr-schedule: must be constant, cosine or linear, got 'exp'"}},
+      {{"--lr-schedule", "linear", "--min-lr", "0.5"}, {"--min-lr: must be in [0, --lr] (0.02), got 0.5"}},
+      {{"--lr-schedule", "cosine", "--min-lr", "-1"}, {"--min-lr: must be in [0, --lr] (0.02), got -1"}},
+      {{"--min-lr", "0.001"}, {"--min-lr is where a decay ends; --lr-schedule constant keeps --lr"}},
   };
   for (const auto& c : cases) {
     TrainRun r = run_train(with(with(base, one), c.args));

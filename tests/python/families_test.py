@@ -9,6 +9,7 @@ cannot do that refuse it.
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 import tempfile
@@ -185,6 +186,35 @@ class Families(unittest.TestCase):
         shown = fid.run([fid.PIPETRAIN, "checkpoint", "inspect",
                          os.path.join(case.work, "llama-matrices-1f1b-2-gloo")]).stdout
         self.assertIn("weight decay 0.1 on matrices", shown)
+
+    def test_the_rate_decays_to_min_lr(self):
+        """--lr-schedule linear and cosine to --min-lr, after ADAMW's warm-up, as PyTorch's AdamW
+        under a LambdaLR of transformers' linear and nanoGPT's cosine schedule to a floor of a tenth
+        of the rate: one worker, and 1F1B over 2 gloo processes. The floor matters: the weights end
+        apart from a decay to 0."""
+        case = self.cases["llama"]
+        steps, warmup = LLAMA_STEPS, 2
+
+        def decaying(schedule, floor):
+            def factor(s):
+                if s < warmup:
+                    return (s + 1) / warmup
+                done = (s - warmup) / (steps - warmup)
+                left = 1 - done if schedule == "linear" else 0.5 * (1 + math.cos(math.pi * done))
+                return floor + (1 - floor) * left
+            return (fid.ADAMW[0] + ["--lr-schedule", schedule, "--min-lr", str(0.01 * floor)], fid.ADAMW[1],
+                    lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, factor))
+
+        for schedule in ("linear", "cosine"):
+            optimizer = decaying(schedule, 0.1)
+            self.assertGreater(fid.max_relative_error(case.want(1, 0.0, optimizer, steps),
+                                                      case.want(1, 0.0, decaying(schedule, 0.0), steps)), 1e-4)
+            self.check("llama", f"{schedule}-one-worker", [], 1, optimizer=optimizer, steps=steps)
+            self.check("llama", f"{schedule}-1f1b-2-gloo",
+                       ["--schedule", "1f1b", "--stages", "2", "--microbatches", "2", "--transport", "gloo"],
+                       2, optimizer=optimizer, steps=steps)
+        shown = fid.run([fid.PIPETRAIN, "checkpoint", "inspect", os.path.join(case.work, "llama-cosine-1f1b-2-gloo")]).stdout
+        self.assertIn(f"lr schedule cosine to 0.001 over {steps} steps after 2 warm-up steps", shown)
 
     def test_llama_in_bf16(self):
         """--precision bf16 against PyTorch's eager torch.autocast("cpu", torch.bfloat16) with the

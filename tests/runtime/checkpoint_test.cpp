@@ -477,12 +477,16 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   m.lr_schedule = "cosine";
   m.warmup_steps = 3;
   m.schedule_steps = 40;
+  m.min_lr = 0.001;
   m.files = {{"layer-0.tensors", 0, 10, 123}, {"layer-1.tensors", 1, 20, 4294967295u}};
   auto back = manifest_from_json(manifest_to_json(m), "m.json");
   EXPECT_EQ(back.step, 12);
   EXPECT_EQ(back.lr_schedule, "cosine");
   EXPECT_EQ(back.warmup_steps, 3);
   EXPECT_EQ(back.schedule_steps, 40);
+  EXPECT_EQ(back.min_lr, 0.001);
+  EXPECT_EQ(lr_course(back.lr_schedule, back.schedule_steps, back.min_lr), "cosine to 0.001 over 40 steps");
+  EXPECT_EQ(lr_course("linear", 40, 0), "linear over 40 steps");
   {  // an older manifest, without the learning rate's course: read as unknown
     std::string text = manifest_to_json(m);
     for (const char* key : {"\"lr_schedule\"", "\"warmup_steps\"", "\"schedule_steps\""}) {  // a line each
@@ -503,7 +507,8 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
                         Case{"\"layers\": 2", "\"layers\": 3", "lists 2 files but field 'layers' is 3"},
                         Case{"\"crc32\": 123", "\"crc32\": 99999999999", "crc32"},
                         Case{"\"run_id\": \"0123456789abcdef\"", "\"run_id\": \"../x\"", "run_id"},
-                        Case{"\"cosine\"", "\"linear\"", "field 'sgd.lr_schedule' must be constant or cosine, got 'linear'"},
+                        Case{"\"cosine\"", "\"exp\"", "field 'sgd.lr_schedule' must be constant, cosine or linear, got 'exp'"},
+                        Case{"\"min_lr\": 0.001", "\"min_lr\": -1", "sgd.min_lr"},
                         Case{"\"schedule_steps\": 40", "\"schedule_steps\": -2", "sgd.schedule_steps"}}) {
     std::string text = manifest_to_json(m);
     ASSERT_NE(text.find(c.from), std::string::npos) << c.from;

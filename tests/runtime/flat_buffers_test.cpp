@@ -191,16 +191,20 @@ TEST(Sgd, OnePassStepIsTorchOptimBitForBitInEveryVariant) {
   }
 }
 
-// Weight prediction (SpecTrain): a copy of the weights moved `steps` updates along momentum's
-// velocity, w - steps * lr * buf, at the learning rate of the given step; the weights stay.
+// A rate of 0.5 over 150 steps, the first 100 a warm-up, then `schedule`.
+model::OptimizerOptions warmed_up_then(const std::string& schedule) {
+  model::OptimizerOptions o;
+  o.lr = 0.5;
+  o.lr_schedule = schedule;
+  o.total_steps = 150;
+  o.warmup_steps = 100;
+  return o;
+}
+
 // A warm-up, then the cosine over the steps after it (nanoGPT's and transformers' schedule): the
 // two were multiplied from step 0, so a warm-up of 100 in 150 steps never passed 0.4 of the rate.
 TEST(Sgd, CosineDecaysFromTheRateAfterTheWarmUp) {
-  model::OptimizerOptions o;
-  o.lr = 0.5;
-  o.lr_schedule = "cosine";
-  o.total_steps = 150;
-  o.warmup_steps = 100;
+  model::OptimizerOptions o = warmed_up_then("cosine");
   EXPECT_DOUBLE_EQ(model::learning_rate(o, 0), 0.5 / 100);
   EXPECT_DOUBLE_EQ(model::learning_rate(o, 49), 0.5 * 50 / 100);
   EXPECT_DOUBLE_EQ(model::learning_rate(o, 100), 0.5);  // the rate itself, once warmed up
@@ -222,6 +226,29 @@ TEST(Sgd, CosineDecaysFromTheRateAfterTheWarmUp) {
   EXPECT_DOUBLE_EQ(model::learning_rate(o, 10), 0.5);
 }
 
+// transformers' linear schedule after the warm-up, and either decay ending at --min-lr (nanoGPT's
+// min_lr) rather than 0; a stale stage's ramp is never raised to it.
+TEST(Sgd, LinearAndCosineDecayToTheFloor) {
+  model::OptimizerOptions o = warmed_up_then("linear");
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 49), 0.5 * 50 / 100);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 100), 0.5);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 120), 0.5 * (150 - 120) / 50.0);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 150), 0);
+  o.min_lr = 0.05;
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 49), 0.5 * 50 / 100);  // the warm-up starts from 0 still
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 120), 0.05 + 0.45 * (150 - 120) / 50.0);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 150), 0.05);
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 400), 0.05);
+  o.lr_schedule = "cosine";
+  EXPECT_NEAR(model::learning_rate(o, 125), 0.05 + 0.45 * 0.5 * (1 + std::cos(M_PI * 25 / 50)), 1e-15);
+  EXPECT_NEAR(model::learning_rate(o, 150), 0.05, 1e-15);
+  o.warmup_steps = 10;
+  o.stale_warmup_steps = 1000;  // a ramp under the floor stays the ramp
+  EXPECT_DOUBLE_EQ(model::learning_rate(o, 20), 0.5 * 21 / 1000);
+}
+
+// Weight prediction (SpecTrain): a copy of the weights moved `steps` updates along momentum's
+// velocity, w - steps * lr * buf, at the learning rate of the given step; the weights stay.
 TEST(Sgd, PredictionFollowsTheVelocity) {
   auto m = seeded_cnn(9);
   model::FlatParameters flat(m->parameters());
