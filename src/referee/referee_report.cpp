@@ -79,7 +79,8 @@ std::string format_top(const Refereed& r, const profile::Profile& profile, int k
      << r.ranked.size() << " candidates, replayed under the " << r.schedule
      << " schedule (fastest simulated first; at equal time, fewer workers and no deferred step first; simulated "
         "with the options' all-reduce bucket, the first and data parallelism with their own (variant bN: N MiB); "
-        "peak memory per worker by the memory model, as train checks it):\n";
+        "peak memory per worker by the memory model, as train checks it)"
+     << (k < static_cast<int>(r.ranked.size()) ? str("; the fastest ", k, ":\n") : std::string(":\n"));
   char line[512];
   std::snprintf(line, sizeof line, "%4s  %-30s  %-14s  %12s  %12s  %11s  %s\n", "rank", "shape @ first layers", "variant",
                 "estimate_ms", "simulated_ms", "peak_memory", "why not chosen");

@@ -177,6 +177,9 @@ TEST(PlanReferee, TopListsCandidatesFastestFirstAndSaysWhyEachLost) {
   // 15-1 @conv5_3, with @fc6 0.4% behind at 29.0 ms).
   EXPECT_NE(r.output.find("1  15-1 @fc6"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("% slower in simulation; stage"), std::string::npos) << r.output;
+  // More were replayed than --top shows: the header says which it lists (it said "best 12
+  // candidates" over 4 rows).
+  EXPECT_NE(r.output.find("as train checks it); the fastest 4:\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("links (each worker has a full-duplex link per level)"), std::string::npos) << r.output;
   // A candidate simulated well over the search's estimate says where the time went (the closed
   // form's bottleneck does not explain it: 15-1 @conv5_3, "compute 22.50 ms", simulates at 28.9).
