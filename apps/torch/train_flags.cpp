@@ -88,8 +88,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "whole model's norm under a synchronous schedule, each stage's own under pipedream and 2bw")
       ->capture_default_str();
   app.add_option("--lr-schedule", t.sgd.lr_schedule,
-                 "Learning rate over the run: constant, or cosine or linear, which decay from --lr to --min-lr by the "
-                 "last step (nanoGPT's cosine; transformers' linear schedule)")
+                 "Learning rate over the run: constant, or cosine or linear, which decay from --lr towards --min-lr, "
+                 "reached one step past the last (nanoGPT's cosine; transformers' linear schedule)")
       ->capture_default_str();
   app.add_option("--min-lr", t.sgd.min_lr, "Where --lr-schedule cosine or linear ends (nanoGPT's min_lr; often --lr / 10)")
       ->capture_default_str();

@@ -1,5 +1,7 @@
 #include "job/road.h"
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 
 #include "core/units.h"
@@ -9,6 +11,7 @@
 #include "model/memory_meter.h"
 #include "profile/pipedream_graph.h"
 #include "runtime/launcher.h"
+#include "runtime/progress.h"
 
 namespace pt::job {
 
@@ -40,9 +43,14 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
             const model::DataSplit& data, const std::string& trace_path,
             const std::function<void(const PipelineResult&)>& on_result) {
   if (road == Road::kGlooLauncher) {  // one process per worker on this host: forks of this one, or this binary again
+    double started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     runtime::Launch launch = runtime::fork_gloo_job(job.plan, job.workers(), trace_path);
     if (!launch.worker) {
       if (launch.status == 0 && !trace_path.empty()) std::cerr << "wrote " << trace_path << "\n";
+      // A reporting worker a signal ended (a kill -9, or the launcher's stop after another failed)
+      // could not say where its rows are.
+      bool reporter_signalled = std::count(launch.signalled.begin(), launch.signalled.end(), job.reporting) > 0;
+      if (launch.status != 0 && reporter_signalled) runtime::note_metrics_left(job.options.train.metrics_path, started);
       // A process of the job too, and on a small model the largest (381 MiB beside workers of
       // 304-326): it read the data and checked the model before starting them. Where LibTorch
       // has started threads (OpenBLAS's, after a forward) they are new processes, not forks.

@@ -69,7 +69,11 @@ std::string launched_plan_path() {
   return value.substr(colon + 1);
 }
 
-int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path) {
+namespace {
+Launch run_workers(int world_size, const std::vector<std::string>* argv, const std::string& trace_path, double grace_s);
+
+// launch_gloo_job, with what became of each worker.
+Launch launch_with_plan(const plan::Plan& plan, int workers, const std::string& trace_path) {
   // The plan lives in an anonymous in-memory file that the workers inherit: nothing is left
   // behind when the launcher is killed, whatever the signal.
   std::string text = plan::to_json(plan).dump(1) + "\n";
@@ -86,14 +90,20 @@ int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trac
   // Each worker opens its inherited descriptor by path, which starts reading at 0.
   std::string value = std::to_string(::getpid()) + ":/proc/self/fd/" + std::to_string(fd);
   ::setenv(kLaunchPlanVar, value.c_str(), 1);
-  int rc = launch_gloo_workers(workers, self_argv(), trace_path);
+  std::vector<std::string> argv = self_argv();
+  Launch launch = run_workers(workers, &argv, trace_path, 3);
   ::unsetenv(kLaunchPlanVar);
   ::close(fd);
-  return rc;
+  return launch;
+}
+}  // namespace
+
+int launch_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path) {
+  return launch_with_plan(plan, workers, trace_path).status;
 }
 
 Launch fork_gloo_job(const plan::Plan& plan, int workers, const std::string& trace_path) {
-  if (!single_threaded()) return {false, launch_gloo_job(plan, workers, trace_path), false};
+  if (!single_threaded()) return launch_with_plan(plan, workers, trace_path);
   // One thread: no other can start one before the fork, so the workers are forks.
   Launch launch = fork_gloo_workers(workers, self_argv(), trace_path);
   launch.forked = true;
@@ -218,6 +228,7 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
   std::vector<bool> running(world_size, true);
   int left = world_size;
   int failed = -1;
+  Launch out;
   while (left > 0) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, 0);
@@ -229,6 +240,7 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
     if (r >= world_size) continue;  // not ours
     running[r] = false;
     --left;
+    if (WIFSIGNALED(status)) out.signalled.push_back(r);
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (!ok && failed < 0) {
       failed = r;
@@ -244,6 +256,7 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
           if (q < world_size && running[q]) {
             running[q] = false;
             --left;
+            if (WIFSIGNALED(status)) out.signalled.push_back(q);
             // Workers often fail together (a dead peer breaks the others' connections): report
             // every failure that is not our SIGTERM, so the root cause is named even when a
             // consequence was reaped first.
@@ -256,12 +269,15 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
         }
       }
       for (int o = 0; o < world_size; ++o)
-        if (running[o]) ::kill(pids[o], SIGKILL);
+        if (running[o]) ::kill(pids[o], SIGKILL), out.signalled.push_back(o);
     }
   }
-  if (failed >= 0) return {false, 1};
+  if (failed >= 0) {
+    out.status = 1;
+    return out;
+  }
   if (!trace_path.empty()) schedule::merge_worker_traces(world_size, trace_path);
-  return {false, 0};
+  return out;
 }
 
 }  // namespace

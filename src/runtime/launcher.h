@@ -33,6 +33,7 @@ struct Launch {
   bool worker = false;  // this process is a worker forked by the launcher: run the worker's part
   int status = 0;       // the launcher's: 0 when every worker succeeded (launch_gloo_workers)
   bool forked = false;  // the launcher's: its workers were forks (they share its pages), not new processes
+  std::vector<int> signalled;  // the launcher's: the workers a signal ended (none ran its own clean-up)
 };
 
 // As launch_gloo_job, but the workers are forks of this process, which has set up the command

@@ -100,6 +100,15 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
   return rows;
 }
 
+void note_metrics_left(const std::string& metrics_path, double since) {
+  if (metrics_path.empty()) return;
+  std::string target = output_target(metrics_path), partial = target + ".partial";
+  struct stat st;
+  if (::stat(partial.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<double>(st.st_mtime) + 1 < since) return;
+  std::fprintf(stderr, "note: --metrics: the rows up to the failure are in %s (%s is as it was)\n", partial.c_str(),
+               target.c_str());
+}
+
 Progress::~Progress() {
   // Torn down without finish(): the run failed. Its rows stay in the partial file, as a killed
   // run's do (a resume reads them there), and an earlier file stays as it was (a failed run's
@@ -109,8 +118,7 @@ Progress::~Progress() {
     if (csv_ && !csv_partial_.empty()) {
       std::fclose(csv_);
       csv_ = nullptr;
-      std::fprintf(stderr, "note: --metrics: the rows up to the failure are in %s (%s is as it was)\n",
-                   csv_partial_.c_str(), csv_path_.c_str());
+      note_metrics_left(csv_path_, 0);
     }
     close_csv();
   } catch (const Error&) {

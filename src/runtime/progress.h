@@ -25,6 +25,11 @@ struct StepRecord {
   bool loss_known = true;  // false: nothing computed one (emulated layers): no figure, not 0
 };
 
+// After a run failed: says where its metrics rows are, where `metrics_path`'s partial file was
+// written at or after `since` (a run's start, seconds since the epoch); says nothing otherwise.
+// A gloo launcher calls it for a worker killed before it could say so itself.
+void note_metrics_left(const std::string& metrics_path, double since);
+
 class Progress {
  public:
   // total_steps for the ETA; metrics_path "" = no CSV. One CSV row per step; the test

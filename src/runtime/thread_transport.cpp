@@ -69,13 +69,21 @@ uint64_t ThreadHub::allreduce_add(int rank, const std::vector<torch::Tensor>& te
   check_aborted_locked();
   uint64_t k = added_[{group, rank}]++;
   Reduction& r = reductions_[{group, k}];
-  if (values && r.arrived == 0) {
-    // The hub's memory, not the first arriver's: which worker that is changes from step to step,
-    // and a device's all-reduce keeps no second copy of the bucket (gloo's workers reduce in place).
-    model::ChargeTo hub_memory(nullptr);
-    for (const auto& t : tensors) r.sum.push_back(t.detach().clone());
-  } else if (values) {
-    for (size_t i = 0; i < tensors.size(); ++i) r.sum[i].add_(tensors[i]);
+  if (values) {
+    size_t place = static_cast<size_t>(std::find(group.begin(), group.end(), rank) - group.begin());
+    r.parked[place] = tensors;
+    for (auto next = r.parked.find(r.summed); next != r.parked.end(); next = r.parked.find(r.summed)) {
+      if (r.summed == 0) {
+        // The hub's memory, not the first member's: a device's all-reduce keeps no second copy
+        // of the bucket (gloo's workers reduce in place).
+        model::ChargeTo hub_memory(nullptr);
+        for (const auto& t : next->second) r.sum.push_back(t.detach().clone());
+      } else {
+        for (size_t i = 0; i < next->second.size(); ++i) r.sum[i].add_(next->second[i]);
+      }
+      r.parked.erase(next);
+      ++r.summed;
+    }
   }
   if (++r.arrived == static_cast<int>(group.size())) notify_locked(group);
   return k;

@@ -51,9 +51,15 @@ class ThreadHub {
   using Clock = std::chrono::steady_clock;
   std::map<std::tuple<int, int, int64_t>, std::vector<std::pair<torch::Tensor, Clock::time_point>>> mailboxes_;
   // A group's sums under way, by their number: the members' contributions, then the result
-  // until every member has taken it. Several may be under way (a stage's buckets).
+  // until every member has taken it. Several may be under way (a stage's buckets). The sum adds
+  // the members in the group's order whatever order they arrive in, as a gloo ring's does: in
+  // arrival order three replicas' sums differed run to run (float addition does not associate),
+  // and so did the weights of a run repeated. A member ahead of its turn leaves its tensors
+  // parked (the transport's contract keeps them untouched until its wait), not a copy.
   struct Reduction {
     std::vector<torch::Tensor> sum;
+    std::map<size_t, std::vector<torch::Tensor>> parked;  // by place in the group
+    size_t summed = 0;                                     // the first `summed` places are in `sum`
     int arrived = 0, collected = 0;
   };
   std::map<std::pair<std::vector<int>, uint64_t>, Reduction> reductions_;

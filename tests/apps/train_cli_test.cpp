@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <set>
@@ -166,6 +167,41 @@ void kill_resume_equals_uninterrupted(const std::string& transport) {
 
 TEST(TrainCli, KilledThreadsRunResumesToTheSameWeights) { kill_resume_equals_uninterrupted("threads"); }
 TEST(TrainCli, KilledGlooRunResumesToTheSameWeights) { kill_resume_equals_uninterrupted("gloo"); }
+
+// A gloo job whose reporting worker was killed (the OOM killer's signal) said where the rows of
+// its --metrics were only when the worker died of an error it could report; killed, the rows
+// were in FILE.partial unsaid. The launcher says so now.
+TEST(TrainCli, AKilledReportingWorkersMetricsAreNamed) {
+  TempDir tmp("killed_reporter");
+  std::string plan = (tmp.path / "plan.json").string();
+  plan::write_plan(plan::even_split(unit_profile(*seeded_cnn(3)), 2), plan);
+  fs::path metrics = tmp.path / "m.csv", log = tmp.path / "log";
+  pid_t pid = start({"train", "--data", "synthetic", "--synthetic-samples", "4096", "--epochs", "1000", "--batch-size",
+                     "32", "--plan", plan, "--transport", "gloo", "--metrics", metrics.string(), "--quiet"},
+                    log);
+  fs::path partial = metrics.string() + ".partial";
+  auto rows = [&] {
+    std::string text = slurp(partial);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (rows() < 3 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(rows(), 3) << slurp(log);
+  // The workers are the launcher's children in rank order; worker 1 holds the last stage and reports.
+  std::istringstream children(slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  std::vector<pid_t> workers{std::istream_iterator<pid_t>(children), std::istream_iterator<pid_t>()};
+  ASSERT_EQ(workers.size(), 2u);
+  ::kill(workers[1], SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  std::string said = slurp(log);
+  EXPECT_NE(said.find("worker 1 was killed by signal 9"), std::string::npos) << said;
+  EXPECT_NE(said.find("note: --metrics: the rows up to the failure are in " + partial.string()), std::string::npos)
+      << said;
+  EXPECT_GE(rows(), 3);
+  EXPECT_FALSE(fs::exists(metrics));
+}
 
 TEST(TrainCli, MpirunStartsAGlooJob) {
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (openmpi-bin)";
