@@ -120,8 +120,10 @@ void ShmAllreduce::meet(uint64_t phase, std::chrono::steady_clock::time_point de
     if (std::chrono::steady_clock::now() > deadline) {
       std::string who;
       for (int m : missing) who += (who.empty() ? "" : ", ") + std::to_string(r.ranks()[m]);
+      // Of several missing, some may only wait on another (a later stage on the stalled worker's sends).
       throw TransportError(str(what, ": worker", missing.size() > 1 ? "s " : " ", who, " did not arrive within ",
-                               std::chrono::duration<double>(timeout).count(), " s"));
+                               std::chrono::duration<double>(timeout).count(), " s",
+                               missing.size() > 1 ? " (stalled, or waiting on a worker that is)" : ""));
     }
   }
 }
