@@ -790,6 +790,11 @@ def export(args):
     x = example_input(shape, dtype, args.input_high)
     x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
     was_training = model.training
+    if not was_training:  # kept, as PyTorch would train it, but rarely meant: say so
+        print(f"note: --model: {args.model} returned its model in evaluation mode (.eval()), and the file keeps "
+              "it: it trains so, BatchNorm normalising by running statistics it never updates and dropout off; "
+              "return it in training mode, the default, to train as model.train() does",
+              file=sys.stderr)
     model.eval()  # analysis must not move BatchNorm's running statistics
     with state_kept(model):  # nor a buffer a forward updates in any mode
         if scripted_input or isinstance(model, torch.nn.Sequential):

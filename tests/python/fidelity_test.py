@@ -745,6 +745,17 @@ class Errors(unittest.TestCase):
                 self.assertNotIn("Traceback", r.stderr)
                 self.assertFalse(os.path.exists(out))
 
+    def test_a_model_returned_in_evaluation_mode_is_noted(self):
+        """A factory returning model.eval() exported and trained in evaluation mode without a word
+        (BatchNorm's running statistics never moved), as PyTorch would train it: now said at export."""
+        out = os.path.join(self.tmp.name, "evalmode.pt")
+        r = export(["--model", "toy_models:batch_norm_in_eval_mode", "--input-shape", "8,16", "-o", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("returned its model in evaluation mode (.eval())", r.stderr)
+        r = export(["--model", "toy_models:spare_head", "--input-shape", "8,4", "-o", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("evaluation mode", r.stderr)
+
     def test_a_forward_that_reads_self_training(self):
         """Export traced in eval mode, so what reads self.training outside torch.nn's layers was
         frozen to evaluation (F.dropout never dropped, a training-only branch never ran), exit 0. A

@@ -295,3 +295,8 @@ def shared_in_sequential():
     shared = nn.Linear(16, 16)
     return nn.Sequential(nn.Linear(12, 16), nn.Tanh(), shared, nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), shared,
                          nn.Tanh(), nn.Linear(16, 5))
+
+
+def batch_norm_in_eval_mode():
+    # What a user writes to switch dropout off, which also freezes BatchNorm's statistics.
+    return nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4)).eval()
