@@ -14,6 +14,7 @@
 #include "profile/pipedream_graph.h"
 #include "referee/steady_replay.h"
 #include "schedule/generators.h"
+#include "schedule/given_order.h"
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
 #include "schedule/validate.h"
@@ -97,7 +98,11 @@ int run_simulate(SimulateFlags flags) {
     if (flags.kind != "dp")
       std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }
-  schedule::ScheduleOptions options = sim::weigh_schedule(flags.kind, plan, flags.options, prof, cluster);
+  // The planner's order where this is the run it planned (train runs it too), else weighed here.
+  schedule::ScheduleOptions options = flags.options;
+  options.order = schedule::plan_order(plan, flags.plan, flags.kind, options.microbatches, options.chunks);
+  options.order_source = flags.plan + ": field 'order'";
+  if (options.order.empty()) options = sim::weigh_schedule(flags.kind, plan, flags.options, prof, cluster);
   schedule::Schedule s = flags.schedule_file.empty() ? schedule::make_schedule(flags.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, flags.schedule_file);
   std::string kind = flags.schedule_file.empty() ? flags.kind : flags.schedule_file;

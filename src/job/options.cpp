@@ -37,6 +37,8 @@ schedule::Schedule generate_schedule(const plan::Plan& plan, const PipelineOptio
   schedule_options.vertical_sync = options.vertical_sync;
   schedule_options.activation_budget = options.activation_budget;
   schedule_options.action_times = options.action_times;
+  schedule_options.order = options.order;
+  schedule_options.order_source = options.order_source;
   return schedule::make_schedule(options.schedule, plan, schedule_options);
 }
 

@@ -25,6 +25,8 @@ struct PipelineOptions {
   int chunks = 1;             // interleaved
   schedule::ActivationBudget activation_budget;  // zb-h1 and the V schedules (generators.h)
   schedule::ActionTimes action_times;            // interleaved-zb and the V schedules (generators.h)
+  std::vector<std::string> order;  // the plan's compute order (schedule/given_order.h); empty: the generator's
+  std::string order_source;        // names it in errors
   bool vertical_sync = false; // pipedream
   runtime::TrainOptions train;
   bool stash_weights = true;  // off only to show what stashing prevents (tests)

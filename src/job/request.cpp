@@ -14,6 +14,7 @@
 #include "runtime/gloo_transport.h"
 #include "runtime/launcher.h"
 #include "schedule/generators.h"
+#include "schedule/given_order.h"
 #include "schedule/schedule_file.h"
 #include "sim/weigh_schedule.h"
 
@@ -145,8 +146,11 @@ void note_split_measured_here(const Request& r, const PipelineOptions& options, 
 // order they timed.
 void weigh_schedule(const Request& r, PipelineOptions& options, const plan::Plan& plan) {
   const std::string& kind = options.schedule;
-  if (!r.schedule_file.empty() || !(schedule::takes_activation_budget(kind) || schedule::takes_action_times(kind)))
-    return;
+  if (!r.schedule_file.empty()) return;
+  // The planner's own order, where this is the run it planned: wherever it runs, as it timed it.
+  options.order_source = options.plan_source + ": field 'order'";
+  options.order = schedule::plan_order(plan, options.plan_source, kind, options.microbatches, options.chunks);
+  if (!options.order.empty() || !schedule::order_is_weighed(kind)) return;
   if (!r.profile) {
     if (!r.plan_path.empty())  // a planner's plan was simulated with the weighed order
       std::cerr << "note: " << kind << " without --profile counts microbatches for its memory budget and times "

@@ -116,6 +116,7 @@ json to_json(const Plan& p) {
   }
   if (!p.precision.empty()) doc["precision"] = p.precision;
   if (!p.optimizer.empty()) doc["optimizer"] = p.optimizer;
+  if (!p.order.empty()) doc["order"] = p.order;
   return doc;
 }
 
@@ -124,7 +125,7 @@ Plan plan_from_json(const json& doc, const std::string& source) {
   expect_format(root, "plan", kPlanVersion);
   root.only_fields({"format", "workers", "stages", "predicted", "model", "ties", "batch_size", "cost_model", "schedule",
                     "microbatches", "chunks", "deferred_step", "bucket_mb", "allreduce", "memory_cap_bytes", "memory_cap_process_bytes",
-                    "precision", "optimizer"});
+                    "precision", "optimizer", "order"});
   Plan p;
   // Bounded before narrowing to int, so 4294967297 is an error rather than 1.
   p.workers = static_cast<int>(root["workers"].as_int_in(1, kMaxWorkers));
@@ -182,6 +183,13 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     p.optimizer = root["optimizer"].as_string();
     if (p.optimizer != "sgd" && p.optimizer != "adam" && p.optimizer != "adamw")
       root["optimizer"].fail(str("must be sgd, adam or adamw, got '", printable(p.optimizer), "'"));
+  }
+  if (root.has("order")) {  // its actions are checked against the schedule it orders (given_order.h)
+    JsonField order = root["order"];
+    if (p.schedule.empty()) order.fail("orders a schedule, but the plan names none (field 'schedule')");
+    if (order.size() == 0 || order.size() > static_cast<size_t>(kMaxWorkers))
+      order.fail(str("must list 1..", kMaxWorkers, " workers' orders, got ", order.size()));
+    for (size_t w = 0; w < order.size(); ++w) p.order.push_back(order[w].as_string());
   }
   JsonField stages = root["stages"];
   if (stages.size() == 0) stages.fail("must list at least one stage");

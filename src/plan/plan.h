@@ -78,6 +78,12 @@ struct Plan {
   // The simulator's steady state for the plan under `simulated_schedule` (0: not simulated).
   double simulated_ms_per_minibatch = 0;
   std::string simulated_schedule;
+  // Where the joint search chose a schedule whose order it weighs by the profile and the cluster
+  // (zb-h1, interleaved-zb, the V schedules): each worker's computes in the order it timed and
+  // held to the memory cap, one string a worker of the run ("0F0 0F1 2F0 2B0 2W0 ..."). train and
+  // simulate run it for this schedule, microbatches and chunks wherever they run
+  // (schedule/given_order.h); empty: each orders its own.
+  std::vector<std::string> order;
   std::vector<std::string> notes;  // the planner's remarks (e.g. graph coarsened); not in the JSON
 
   int num_stages() const { return static_cast<int>(stages.size()); }

@@ -15,6 +15,7 @@
 #include "referee/referee.h"
 #include "referee/replay_ahead.h"
 #include "schedule/generators.h"
+#include "schedule/given_order.h"
 #include "schedule/memory.h"
 
 namespace pt::referee {
@@ -75,11 +76,12 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
   const Configuration& c = chosen(r, joint, out.profile, out.cluster);
   PlanDecision d;
   d.plan = c.plan;
-  if (!out.profile.ties.empty()) {  // as the schedule places the stages (a V puts two on a worker)
-    schedule::Schedule s = schedule::make_unvalidated_schedule(c.plan.schedule, c.plan, c.run);
-    for (const auto& note : plan::split_tie_notes(out.profile, s.stage_layers, s.stage_workers, out.cluster))
-      d.plan.notes.push_back(note);
-  }
+  schedule::Schedule s = schedule::make_unvalidated_schedule(c.plan.schedule, c.plan, c.run);
+  // as the schedule places the stages (a V puts two on a worker)
+  for (const auto& note : plan::split_tie_notes(out.profile, s.stage_layers, s.stage_workers, out.cluster))
+    d.plan.notes.push_back(note);
+  // The order timed and held to the cap, for train and simulate to run wherever they run.
+  if (schedule::order_is_weighed(c.plan.schedule)) d.plan.order = schedule::compute_order(s);
   d.shown = as_run(d.plan);
   d.one_worker_fits = one_worker_fits(out.profile, joint.memory_cap);
   d.summary = joint_summary(c, joint, out.cluster);

@@ -45,6 +45,10 @@ struct ScheduleOptions {
   bool deferred_step = false;  // pipedream: as the plan's deferred_step (plan.h), whichever says so
   ActivationBudget activation_budget{};  // zb-h1, zb-v, v-half, v-min (takes_activation_budget)
   ActionTimes action_times{};            // interleaved-zb, zb-v, v-half, v-min (takes_action_times)
+  // Each worker's computes in this order in place of the generator's (given_order.h: the plan's,
+  // as plan_order gives it); `order_source` names it in errors. Empty: the generator's.
+  std::vector<std::string> order{};
+  std::string order_source{};
 };
 
 // Bounds shared by every entry point (train, simulate, compare): beyond them a schedule has

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "schedule/comm_pass.h"
 #include "schedule/generators.h"
+#include "schedule/given_order.h"
 #include "schedule/validate.h"
 
 namespace pt::schedule {
@@ -40,8 +41,9 @@ void check_schedule_options(const ScheduleOptions& schedule_options) {
     throw UsageError(str("--minibatches: must be in 0..", kMaxMinibatches, " (0: the default), got ", schedule_options.minibatches));
 }
 
-Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& schedule_options) {
-  check_schedule_options(schedule_options);
+namespace {
+
+Schedule generate_kind(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& schedule_options) {
   int minibatches = schedule_options.minibatches > 0 ? schedule_options.minibatches : default_minibatches(plan);
   if (!is_interleaved(kind) && schedule_options.chunks != 1)
     throw UsageError(str("--chunks ", schedule_options.chunks, " applies to --schedule interleaved and interleaved-zb only, not '",
@@ -64,9 +66,16 @@ Schedule generate(const std::string& kind, const plan::Plan& plan, const Schedul
   throw UsageError(str("--schedule: unknown kind '", kind, "' (known: ", known.str(), ")"));
 }
 
-namespace {
 std::atomic<int64_t> made{0};
+
 }  // namespace
+
+Schedule generate(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& schedule_options) {
+  check_schedule_options(schedule_options);
+  Schedule s = generate_kind(kind, plan, schedule_options);
+  if (!schedule_options.order.empty()) follow_order(s, schedule_options.order, schedule_options.order_source);
+  return s;
+}
 
 Schedule make_schedule(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& options) {
   Schedule s = make_unvalidated_schedule(kind, plan, options);

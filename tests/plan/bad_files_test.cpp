@@ -149,6 +149,23 @@ TEST(PlanFile, ThePrecisionAndOptimizerItWasPlannedForRoundTrip) {
   EXPECT_EQ(plan_error(head + R"(, "optimizer": "lamb"})"), "p.json: field 'optimizer' must be sgd, adam or adamw, got 'lamb'");
 }
 
+// The planner's compute order (Plan::order) round-trips; its actions are the schedule's to check
+// (schedule/given_order.h), and an order with no schedule to order is refused here.
+TEST(PlanFile, TheOrderItWasPlannedWithRoundTrips) {
+  const std::string head = R"({"format": "pipetrain.plan/1", "workers": 1, "stages": [{"layers": [0], "replicas": 1}])";
+  Plan p = plan_from_json(parse_json(head + "}", "p.json"), "p.json");
+  EXPECT_FALSE(to_json(p).contains("order"));
+  p.schedule = "zb-h1", p.order = {"0F0 0B0 0W0"};
+  Plan back = plan_from_json(to_json(p), "p.json");
+  EXPECT_EQ(back.order, p.order);
+  EXPECT_EQ(plan_error(head + R"(, "order": ["0F0 0B0 0W0"]})"),
+            "p.json: field 'order' orders a schedule, but the plan names none (field 'schedule')");
+  EXPECT_EQ(plan_error(head + R"(, "schedule": "zb-h1", "order": []})"),
+            "p.json: field 'order' must list 1..1000000 workers' orders, got 0");
+  EXPECT_NE(plan_error(head + R"(, "schedule": "zb-h1", "order": [3]})").find("p.json: field 'order[0]'"),
+            std::string::npos);
+}
+
 TEST(BadPlanFile, MoreStagesThanLayersNamesBoth) {
   profile::Profile prof;
   prof.model = "tiny";
