@@ -37,10 +37,10 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 try:
     from pipetrain.batch_norm import DeferrableBatchNorm, make_deferrable
-    from pipetrain.export_check import ExportError, check_chain, state_kept
+    from pipetrain.export_check import ExportError, check_chain, check_leaf_inputs, state_kept
 except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
-    from export_check import ExportError, check_chain, state_kept
+    from export_check import ExportError, check_chain, check_leaf_inputs, state_kept
 
 FORMAT = "pipetrain.model/2"
 # The input dtypes pipetrain trains on (src/model/scripted_model.cpp): float64 and int32 were
@@ -368,12 +368,29 @@ class Graph:
             if len(idx) > 1:
                 spans.append((min(idx), max(idx), f"'{target}' is used by nodes on both sides"))
         for n in self.ops:
-            inplace = (n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__")) or \
-                n.kwargs.get("inplace", False) is True
-            if inplace and n.args and isinstance(n.args[0], torch.fx.Node):
+            if self.in_place(n) and n.args and isinstance(n.args[0], torch.fx.Node):
                 src = n.args[0]
                 spans.append((self.index.get(src, -1), self.index[n], f"'{n.name}' modifies '{src.name}' in place"))
         return spans
+
+    _IN_PLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+    def in_place(self, n):
+        """Whether node n writes into its first argument: x.relu_(), F.relu(x, inplace=True), x += y,
+        or a module built with inplace=True (torchvision's nn.ReLU(inplace=True)). A layer that
+        began with one modified its input, which a stage receives as a leaf whose gradient it needs:
+        squeezenet1_0 --layers 22 put features.1, a ReLU(inplace=True), alone, and profile and every
+        split failed in TorchScript's words."""
+        if n.kwargs.get("inplace", False) is True:
+            return True
+        if n.op == "call_method":
+            return n.target.endswith("_") and not n.target.endswith("__")
+        if n.op == "call_function":
+            name = getattr(n.target, "__name__", "")
+            return n.target in self._IN_PLACE_OPERATORS or (name.endswith("_") and not name.endswith("__"))
+        if n.op == "call_module":
+            return getattr(self.gm.get_submodule(n.target), "inplace", False) is True
+        return False
 
     def is_state(self, n):
         """A get_attr of a parameter or a buffer (not a constant the tracer made of a tensor
@@ -638,16 +655,19 @@ def split_sequential(model, x, layers):
     # a tie of the first.
     named = list(model.named_children()) if isinstance(model, torch.jit.ScriptModule) else \
         [(n, m) for n, m in model._modules.items() if m is not None]
-    if layers <= 0 or layers >= len(named):
-        groups = [[i] for i in range(len(named))]
-    else:
+    groups = [[i] for i in range(len(named))]
+    # A child built with inplace=True writes into its input: it joins the layer before it (as
+    # split_traced never cuts before one), or a stage starting with it fails on its leaf input.
+    for j in range(len(groups) - 1, 0, -1):
+        if getattr(named[groups[j][0]][1], "inplace", False) is True:
+            groups[j - 1:j + 1] = [groups[j - 1] + groups[j]]
+    if 0 < layers < len(groups):
         times = []
         with torch.no_grad():
             h = x
             for _, c in named:
                 times.append(time_call(lambda: c(h)))
                 h = c(h)
-        groups = [[i] for i in range(len(named))]
         while len(groups) > layers:
             j = min(range(len(groups) - 1), key=lambda g: sum(times[i] for i in groups[g] + groups[g + 1]))
             groups[j:j + 2] = [groups[j] + groups[j + 1]]
@@ -821,6 +841,7 @@ def export(args):
     top = LossHolder(import_callable(args.loss, "--loss")()) if args.loss else Top()
     scripted_layers = compiled_layers(children)
     check_chain(model, scripted_layers, x)
+    check_leaf_inputs(model, scripted_layers, names, x)
     if was_training:
         for m in scripted_layers:
             m.train()

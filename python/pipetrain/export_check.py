@@ -104,3 +104,23 @@ def check_chain(model, layers, x):
             "torch.autograd.Function (the trace keeps its forward, and autograd of that replaces its backward: "
             "write it with tensor operations whose gradient is the one wanted, e.g. x + (f(x) - x).detach() for a "
             "straight-through estimator)")
+
+
+def check_leaf_inputs(model, layers, names, x):
+    """Refuses (ExportError) a layer that writes into its input: a pipeline stage receives its input
+    as a leaf whose gradient it needs, and `pipetrain profile` times each layer so, where autograd
+    forbids the write (export keeps such an operation with what made its input; this catches one
+    inside a submodule's own code)."""
+    with state_kept(model, *layers):
+        h = x
+        for i, (m, name) in enumerate(zip(layers, names)):
+            given = h.detach().requires_grad_() if i > 0 and h.is_floating_point() else h
+            try:
+                h = m(given).detach()
+            except RuntimeError as e:
+                if "in-place" not in str(e):
+                    raise
+                why = str(e).strip().splitlines()[-1].removeprefix("RuntimeError: ").rstrip(".")
+                raise ExportError(f"--model: layer {i} ({name}) writes into its input in place, which a pipeline "
+                                  f"stage starting with it receives as a leaf whose gradient it needs (autograd: {why}). Make the operation out of place "
+                                  "(inplace=False, x = x + y), or export with another --layers") from None

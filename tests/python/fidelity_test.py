@@ -756,6 +756,25 @@ class Errors(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("evaluation mode", r.stderr)
 
+    def test_no_layer_begins_by_writing_into_its_input(self):
+        """A layer that began with an in-place write (squeezenet1_0 --layers 22 put features.1, a
+        ReLU(inplace=True), alone) exported, exit 0, and profile and every split failed on the leaf
+        input a stage receives, in TorchScript's words. Export keeps such a write with what made its
+        input, and refuses, by layer, one it cannot see."""
+        data = os.path.join(self.tmp.name, "inplace-data.pt")
+        torch.save({"x": torch.randn(16, 16), "y": torch.randint(0, 4, (16,))}, data)
+        for toy, layers in (("in_place_activation", "3"), ("in_place_activation_sequential", "0")):
+            out = os.path.join(self.tmp.name, toy + ".pt")
+            r = export(["--model", "toy_models:" + toy, "--input-shape", "8,16", "--layers", layers, "-o", out])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("2 layers", r.stdout)
+            run([PIPETRAIN, "profile", "--model", out, "--data", data, "--batch-size", "8", "-o",
+                 os.path.join(self.tmp.name, toy + ".json")])
+        r = export(["--model", "toy_models:writes_its_input", "--input-shape", "8,16", "-o",
+                    os.path.join(self.tmp.name, "writes.pt")])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("layer 1 (1) writes into its input in place", r.stderr)
+
     def test_a_forward_that_reads_self_training(self):
         """Export traced in eval mode, so what reads self.training outside torch.nn's layers was
         frozen to evaluation (F.dropout never dropped, a training-only branch never ran), exit 0. A

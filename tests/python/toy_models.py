@@ -300,3 +300,31 @@ def shared_in_sequential():
 def batch_norm_in_eval_mode():
     # What a user writes to switch dropout off, which also freezes BatchNorm's statistics.
     return nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4)).eval()
+
+
+class InPlaceActivation(nn.Module):
+    # torchvision's habit: the activation after a layer with weights built with inplace=True.
+    def __init__(self):
+        super().__init__()
+        self.a, self.act, self.b = nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.b(self.act(self.a(x)))
+
+
+def in_place_activation():
+    return InPlaceActivation()
+
+
+def in_place_activation_sequential():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 4))
+
+
+class DoublesItsInput(nn.Module):
+    # Code of its own that writes into its input, with no inplace flag to read.
+    def forward(self, x):
+        return x.mul_(2)
+
+
+def writes_its_input():
+    return nn.Sequential(nn.Linear(16, 32), DoublesItsInput(), nn.Linear(32, 4))
