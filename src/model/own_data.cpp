@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -142,6 +143,19 @@ Shard read_shard(const std::string& path) {
   return parse_shard(std::move(*archive), path);
 }
 
+// A file's CRC-32, read in blocks.
+uint32_t file_crc32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str(path, ": cannot open file"));
+  std::vector<char> block(size_t{4} << 20);
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(block.data()), static_cast<uInt>(in.gcount()));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
 std::vector<std::string> shard_files(const std::string& dir) {
   std::vector<std::string> files;
   if (DIR* d = ::opendir(dir.c_str())) {
@@ -202,7 +216,7 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
   for (const auto& file : files) {
     check_input_size(file, InputKind::data);
     std::string bytes = read_regular_file(file, input_limit(InputKind::data));
-    check_zip_records(file);  // as it is read now; the later reads of a shard are not checked again
+    check_zip_records(file);  // as it is read now; a later read checks its CRC-32 against this one's
     Shard s = parse_shard(bytes, file);
     check_shard(s, model, out, file);
     if (sizes.empty()) not_a_mean = loss_not_a_mean(model, s["x"], s["y"]);
@@ -228,7 +242,15 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
   } else {
     split.test = {torch::cat(x_test), torch::cat(y_test)};
   }
-  auto load = [](const std::string& file) {
+  // A shard rewritten while training (a data pipeline's next version, same sample count) trained
+  // on unchecked samples without a word: its CRC-32 must still be the one checked.
+  std::map<std::string, uint32_t> checked;
+  for (size_t k = 0; k < files.size(); ++k) checked[files[k]] = crcs[k];
+  auto load = [checked](const std::string& file) {
+    uint32_t now = file_crc32(file), then = checked.at(file);
+    if (now != then)
+      throw FormatError(str(file, " changed since it was checked when training began (its CRC-32 is ", now, ", was ",
+                            then, "): a shard must stay as it is until the run ends"));
     Shard s = read_shard(file);
     return std::make_pair(s["x"], s["y"]);
   };

@@ -2,10 +2,15 @@
 // epoch reads every shard once (the sampler walks them one at a time) and covers every sample once.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 
+#include "core/error.h"
 #include "model/batch_sampler.h"
+#include "model/own_data.h"
 #include "model/shard_store.h"
+#include "model/zoo.h"
 
 namespace pt::model {
 namespace {
@@ -57,6 +62,33 @@ TEST(ShardStore, AShuffledEpochReadsEachShardOnce) {
   // Unsharded, the same seed gives a different order: the shards' walk is not a plain shuffle.
   BatchSampler plain(store.size(), batch, 3, true);
   EXPECT_NE(plain.batch(0), BatchSampler(store.size(), batch, 3, true, sizes).batch(0));
+}
+
+// A shard rewritten during training with as many samples trained on them unchecked, exit 0: a
+// read after the first must find the CRC-32 the check found.
+TEST(ShardStore, AShardRewrittenSinceItWasCheckedIsRefused) {
+  std::string dir = ::testing::TempDir() + "rewritten_shards";
+  std::filesystem::create_directories(dir);
+  auto write = [&](int k, float value) {
+    c10::Dict<std::string, torch::Tensor> d;
+    d.insert("x", torch::full({8, 1, 28, 28}, value));
+    d.insert("y", torch::zeros({8}, torch::kInt64));
+    std::vector<char> bytes = torch::pickle_save(c10::IValue(d));
+    std::ofstream(dir + "/s" + std::to_string(k) + ".pt", std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  for (int k = 0; k < 3; ++k) write(k, 0.5f);  // s2: the test set
+  auto model = build_mnist_cnn({});
+  DataSplit split = load_own_data(dir, *model);
+  EXPECT_FLOAT_EQ(split.train.on_disk->gather({0}, false).flatten()[0].item<float>(), 0.5f);
+  write(1, 0.25f);
+  try {
+    split.train.on_disk->gather({8}, false);
+    ADD_FAILURE() << "a rewritten shard was read";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/s1.pt changed since it was checked"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
