@@ -83,21 +83,9 @@ void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& sim
     std::cerr << prefix << "note: the run's trace and its simulation do not compare: " << e.what() << "\n";
     return;
   }
-  const metrics::WorkerGap& p = g.workers[g.pace_worker];
-  const double computes = p.compute_ms[0] - p.compute_ms[1], outside = p.outside_ms[0] - p.outside_ms[1];
   // The ratio is over the whole run (its start, and an asynchronous run's fills and drains); the
-  // traces' gap is over their steady states, which is what the breakdown below splits.
-  std::cerr << prefix << "note: off by more than " << fixed(100 * kPredictionMissNoted, 0) << "%; in the steady state "
-            << "the run took " << fixed(g.ms_per_minibatch[0], 3) << " ms a minibatch, its simulation "
-            << fixed(g.ms_per_minibatch[1], 3) << " (ratio " << fixed(g.ms_per_minibatch[1] / g.ms_per_minibatch[0], 3)
-            << "): " << metrics::pace_summary(g) << ": "
-            << (std::abs(computes) >= std::abs(outside)
-                    ? "its layers ran at another speed than the profile timed them (timed in a busier or a quieter "
-                      "spell of this machine than the run's?): profile again on a quiet machine"
-                    : "its waits, transfers and the host's own work took another time than simulated: give train "
-                      "a --cluster that `pipetrain calibrate` measured for this run's workers and transport")
-            << " (`pipetrain trace RUN --against SIM` of --trace RUN and --prediction-trace SIM sets them side by "
-               "side, action by action)\n";
+  // traces' gap is over their steady states, which the note splits.
+  std::cerr << prefix << "note: " << metrics::prediction_miss_note(g, kPredictionMissNoted) << "\n";
 }
 
 }  // namespace

@@ -204,6 +204,28 @@ std::string pace_summary(const TraceGap& g) {
              " outside them");
 }
 
+std::string prediction_miss_note(const TraceGap& g, double threshold) {
+  const double steady = g.ms_per_minibatch[1] / g.ms_per_minibatch[0];
+  std::string times = str("the run took ", fixed(g.ms_per_minibatch[0], 3), " ms a minibatch, its simulation ",
+                          fixed(g.ms_per_minibatch[1], 3), " (ratio ", fixed(steady, 3), ")");
+  std::string side_by_side = " (`pipetrain trace RUN --against SIM` of --trace RUN and --prediction-trace SIM sets "
+                             "them side by side, action by action)";
+  std::string over = str("off by more than ", fixed(100 * threshold, 0), "%");
+  if (std::abs(steady - 1) <= threshold)
+    return str(over, " over the whole run, within it in the steady state, where ", times,
+               ": the rest lies outside it, in the run's start (the allocator's first blocks, each layer's first runs) "
+               "or its pipeline's fills and drains, which a longer run spreads thinner", side_by_side);
+  const WorkerGap& p = g.workers[g.pace_worker];
+  const double computes = p.compute_ms[0] - p.compute_ms[1], outside = p.outside_ms[0] - p.outside_ms[1];
+  return str(over, "; in the steady state ", times, ": ", pace_summary(g), ": ",
+             std::abs(computes) >= std::abs(outside)
+                 ? "its layers ran at another speed than the profile timed them (timed in a busier or a quieter spell of "
+                   "this machine than the run's?): profile again on a quiet machine"
+                 : "its waits, transfers and the host's own work took another time than simulated: give train a "
+                   "--cluster that `pipetrain calibrate` measured for this run's workers and transport",
+             side_by_side);
+}
+
 json to_json(const TraceGap& g) {
   auto pair = [](double x, double y) { return json::array({x, y}); };
   json workers = json::array();
