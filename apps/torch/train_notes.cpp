@@ -1,5 +1,6 @@
 #include "apps/torch/train_notes.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "core/error.h"
@@ -95,6 +96,27 @@ void note_weight_delay(const job::Job& job) {
             << s.microbatches << (s.microbatches == 1 ? " microbatch" : " microbatches")
             << " a minibatch do not cover the pipeline's warm-up (on a straight pipeline of p stages, p - 1 do)"
             << (job.worker.weight_prediction ? "; each minibatch runs on weights predicted that far ahead" : "")
+            << "\n";
+}
+
+// Below it BatchNorm's statistics grow noisy: Wu and He (Group Normalization, ECCV 2018) saw
+// ResNet-50's ImageNet error rise steeply under 8 images a batch. Here regnet_y_400mf at batch 32
+// and lr 0.05 ended 12 steps at loss 6.5 in one microbatch and diverged (4.7e10) in 16 of 2.
+constexpr int64_t kFewBatchNormSamples = 8;
+
+void note_few_batch_norm_samples(const job::Job& job, const model::LayeredModel& m) {
+  const int microbatches = job.typical->microbatches;
+  const int64_t batch = job.options.train.batch_size, samples = batch / std::max(1, microbatches);
+  if (microbatches <= 1 || samples >= kFewBatchNormSamples) return;
+  const int64_t norms = m.deferrable_batch_norms();
+  if (norms == 0) return;
+  std::cerr << "note: " << m.name() << "'s " << norms << (norms == 1 ? " BatchNorm normalises" : " BatchNorms normalise")
+            << " each microbatch over its own " << samples << " sample" << (samples == 1 ? "" : "s")
+            << ", not the minibatch's " << batch << " (as PyTorch normalises a batch of " << samples
+            << "): statistics over so few train otherwise (ResNet-50's ImageNet error rises steeply under 8 images a "
+               "batch, Wu and He, Group Normalization); fewer --microbatches keep more samples in each"
+            << (job.options.deferred_batch_norm ? "" : " (--deferred-batch-norm keeps the running statistics of the "
+                                                       "minibatch, not what training normalises by)")
             << "\n";
 }
 

@@ -28,6 +28,9 @@ void note_long_warmup(const job::Job& job);
 // run, or that a cosine multiplies, keeps that stage under --lr where the run's own schedule
 // would not.
 void note_stale_warmup(const job::Job& job);
+// BatchNorms that normalise microbatches of few samples (kFewBatchNormSamples): their statistics,
+// over so few, train otherwise than the minibatch's.
+void note_few_batch_norm_samples(const job::Job& job, const model::LayeredModel& m);
 // A --cluster calibrated over another transport than this run's: its process_bytes, link rates
 // and all-reduces are that transport's (a threads process's 180 MiB charged to each gloo rank put
 // their modelled peak RSS 39% over the OS's).
