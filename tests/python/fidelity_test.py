@@ -585,15 +585,19 @@ class Errors(unittest.TestCase):
         r = run([PIPETRAIN, "checkpoint", "inspect", ck])
         self.assertIn("(2 workers, 2 microbatches)", r.stdout)
 
+    def batch_norm_mlp(self, name, samples):
+        """toy_models.batch_norm_mlp exported as NAME.pt, and a data file of SAMPLES for it."""
+        model, data = os.path.join(self.tmp.name, name + ".pt"), os.path.join(self.tmp.name, name + "-data.pt")
+        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        torch.save({"x": torch.randn(samples, 12), "y": torch.randint(0, 5, (samples,))}, data)
+        return model, data
+
     def test_batch_norm_over_few_samples_a_microbatch_is_noted(self):
         """A plan's microbatches of 2 samples trained a BatchNorm network over statistics of 2, as
         PyTorch would a batch of 2, without a word (regnet_y_400mf diverged in 16 microbatches of 2
         where one of 32 did not)."""
-        model = os.path.join(self.tmp.name, "bn-few.pt")
-        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
-        self.assertEqual(r.returncode, 0, r.stderr)
-        data = os.path.join(self.tmp.name, "bn-few-data.pt")
-        torch.save({"x": torch.randn(64, 12), "y": torch.randint(0, 5, (64,))}, data)
+        model, data = self.batch_norm_mlp("bn-few", 64)
         base = [PIPETRAIN, "train", "--model", model, "--data", data, "--batch-size", "8", "--steps", "2", "--quiet",
                 "--stages", "2", "--schedule", "1f1b"]
         r = run(base + ["--microbatches", "4"])
@@ -604,11 +608,7 @@ class Errors(unittest.TestCase):
 
     def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
         """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
-        model = os.path.join(self.tmp.name, "bn.pt")
-        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
-        self.assertEqual(r.returncode, 0, r.stderr)
-        path = os.path.join(self.tmp.name, "bn-data.pt")
-        torch.save({"x": torch.randn(40, 12), "y": torch.randint(0, 5, (40,))}, path)
+        model, path = self.batch_norm_mlp("bn", 40)
         # In a worker's forward, in the timing of the layers for a split made here (at a batch of 1),
         # and in profile's: each with the flags that give it more, without the 70-line traceback.
         train = [PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "1", "--stages", "2", "--schedule",
