@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/optimizer.h"
 #include "plan/plan_table.h"
+#include "profile/profile.h"
 #include "plan/split_ties.h"
 #include "runtime/worker.h"
 
@@ -99,15 +100,10 @@ void note_weight_delay(const job::Job& job) {
             << "\n";
 }
 
-// Below it BatchNorm's statistics grow noisy: Wu and He (Group Normalization, ECCV 2018) saw
-// ResNet-50's ImageNet error rise steeply under 8 images a batch. Here regnet_y_400mf at batch 32
-// and lr 0.05 ended 12 steps at loss 6.5 in one microbatch and diverged (4.7e10) in 16 of 2.
-constexpr int64_t kFewBatchNormSamples = 8;
-
 void note_few_batch_norm_samples(const job::Job& job, const model::LayeredModel& m) {
   const int microbatches = job.typical->microbatches;
   const int64_t batch = job.options.train.batch_size, samples = batch / std::max(1, microbatches);
-  if (microbatches <= 1 || samples >= kFewBatchNormSamples) return;
+  if (microbatches <= 1 || samples >= profile::kFewBatchNormSamples) return;
   const int64_t norms = m.deferrable_batch_norms();
   if (norms == 0) return;
   std::cerr << "note: " << m.name() << "'s " << norms << (norms == 1 ? " BatchNorm normalises" : " BatchNorms normalise")

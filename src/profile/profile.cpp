@@ -77,6 +77,7 @@ json to_json(const Profile& p) {
   }
   if (!p.alike.empty()) out["alike_layers"] = p.alike;
   if (p.timing_spread > 0) out["timing_spread"] = p.timing_spread;
+  if (p.batch_norms > 0) out["batch_norms"] = p.batch_norms;
   return out;
 }
 
@@ -116,6 +117,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
       root["timed"].fail(str("must be 'in sequence' or 'alone', got '", p.timed, "'"));
   }
   if (root.has("timing_spread")) p.timing_spread = root["timing_spread"].as_non_negative();
+  if (root.has("batch_norms")) p.batch_norms = root["batch_norms"].as_int_in(0, int64_t{1} << 40);
   JsonField layers = root["layers"];
   size_t n = layers.size();
   if (n == 0) layers.fail("must list at least one layer");

@@ -81,6 +81,12 @@ struct Tie {
   int64_t bytes = 0;        // the parameter's size (each layer's parameter_bytes counts it)
 };
 
+// Below this many samples a batch, BatchNorm's statistics grow noisy: Wu and He (Group
+// Normalization, ECCV 2018) saw ResNet-50's ImageNet error rise steeply under 8 images a batch.
+// regnet_y_400mf at batch 32 and lr 0.05 ended 12 steps at loss 6.5 in one microbatch and
+// diverged (4.7e10) in 16 microbatches of 2.
+inline constexpr int64_t kFewBatchNormSamples = 8;
+
 struct Profile {
   std::string model;
   int64_t batch_size = 1;
@@ -101,6 +107,10 @@ struct Profile {
   double timing_spread = 0;
   // Timed while other work competed for its core (timing_spread over kBusySpread).
   bool timed_busy() const;
+  // The BatchNorms that normalise each microbatch in training (export's DeferrableBatchNorm):
+  // under kFewBatchNormSamples a microbatch they train otherwise than the minibatch would, which
+  // `plan` notes where it splits the batch so. 0: none, or not known. Optional in the file.
+  int64_t batch_norms = 0;
   std::vector<Layer> layers;
   std::vector<Tie> ties;  // trainable: one gradient and step, summed where a plan splits them
   // Frozen (no step updates them, each layer's buffer_bytes counts them): held once by a worker

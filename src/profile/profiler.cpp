@@ -268,6 +268,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   p.device = "cpu";
   p.precision = model::to_string(model.precision());
   p.optimizer = profiler_options.optimizer;
+  p.batch_norms = model.deferrable_batch_norms();
   model.train(true);
   torch::Tensor x = batch;
   // The smaller batches' own inputs, each the first samples of the batch through the layers so far.

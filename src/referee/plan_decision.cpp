@@ -82,6 +82,7 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
     d.plan.notes.push_back(note);
   // The order timed and held to the cap, for train and simulate to run wherever they run.
   if (schedule::order_is_weighed(c.plan.schedule)) d.plan.order = schedule::compute_order(s);
+  note_few_batch_norm_samples(d.plan, out.profile);
   d.shown = as_run(d.plan);
   d.one_worker_fits = one_worker_fits(out.profile, joint.memory_cap);
   d.summary = joint_summary(c, joint, out.cluster);

@@ -104,6 +104,17 @@ void note_asynchronous(plan::Plan& plan) {
                            "consistent); 1f1b and gpipe run this plan synchronously"));
 }
 
+void note_few_batch_norm_samples(plan::Plan& plan, const profile::Profile& profile) {
+  const int64_t batch = plan.batch_size > 0 ? plan.batch_size : profile.batch_size;
+  const int64_t samples = batch / std::max(1, plan.microbatches);
+  if (profile.batch_norms == 0 || plan.microbatches <= 1 || samples >= profile::kFewBatchNormSamples) return;
+  plan.notes.push_back(str(profile.model, "'s ", profile.batch_norms, " BatchNorm", profile.batch_norms == 1 ? "" : "s",
+                           " normalise each of the ", plan.microbatches, " microbatches over its own ", samples,
+                           " sample", samples == 1 ? "" : "s", ", not the batch of ", batch,
+                           ": statistics over so few train otherwise (noisy under ", profile::kFewBatchNormSamples,
+                           "); `plan --microbatches N` pins fewer"));
+}
+
 void note_deferred_step(plan::Plan& plan, const Refereed& r) {
   double plain = 0;  // the same plan stepping before its next forward, if replayed
   auto same = [](const plan::Plan& a, const plan::Plan& b) {

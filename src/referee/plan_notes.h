@@ -6,6 +6,7 @@
 #include "plan/cluster.h"
 #include "plan/plan.h"
 #include "plan/plan_command.h"
+#include "profile/profile.h"
 #include "referee/referee.h"
 
 namespace pt::referee {
@@ -24,6 +25,10 @@ void note_unreplayed_faster(plan::Plan& plan, const Refereed& r);
 void note_time_limit(plan::Plan& plan, const Refereed& r, const plan::PlanOptions& options);
 // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
 void note_asynchronous(plan::Plan& plan);
+// A BatchNorm model (Profile::batch_norms) split into microbatches of fewer than
+// kFewBatchNormSamples samples: they train otherwise than the batch (the joint search weighs time
+// and memory alone).
+void note_few_batch_norm_samples(plan::Plan& plan, const profile::Profile& profile);
 // The deferred step (plan.h), with the same plan's time without it where it was replayed.
 void note_deferred_step(plan::Plan& plan, const Refereed& r);
 // A plan on fewer workers than the cluster's, with the best replayed on all of them.

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/files.h"
 #include "core/json_doc.h"
 #include "core/units.h"
 #include "plan/plan.h"
@@ -936,6 +937,27 @@ TEST(PlanReferee, AZeroBubblePlanRunsItsOwnOrderOnAnyCluster) {
                                 " --workers 2 --bandwidth-gbps 100000 --plan " + file + " --emit-schedule " + emitted);
   ASSERT_EQ(sim.exit_code, 0) << sim.output;
   EXPECT_EQ(schedule::compute_order(schedule::read_schedule_file(emitted)), p.order);
+}
+
+// A BatchNorm model's plan split into microbatches of fewer than 8 samples says so: pinned to zb-h1
+// under a cap, regnet_y_400mf's was 16 microbatches of 2, which diverged where one of 32 trained.
+TEST(PlanReferee, MicrobatchesOfFewSamplesForBatchNormsAreNoted) {
+  std::string path = ::testing::TempDir() + "batch_norm_profile.json";
+  json prof = parse_json(read_text_file(std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json"), "vgg16.json");
+  prof["batch_norms"] = 13;
+  std::ofstream(path) << prof.dump();
+  const int64_t batch = prof["batch_size"].get<int64_t>();
+  ASSERT_EQ(batch, 64);
+  for (int microbatches : {16, 4}) {
+    auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
+                                      " --workers 4 --bandwidth-gbps 10 --schedule 1f1b --microbatches " +
+                                      std::to_string(microbatches));
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+    EXPECT_EQ(planned.output.find("13 BatchNorms normalise each of the 16 microbatches over its own 4 samples, not "
+                                  "the batch of 64") != std::string::npos,
+              microbatches == 16)
+        << planned.output;
+  }
 }
 
 // Past --time-limit the referee replays nothing more (the first candidate always), stops its

@@ -53,6 +53,11 @@ TEST(ProfileFormat, RoundTrips) {
   p.timing_spread = 0.34;        // beside two busy processes on 2 cores
   EXPECT_TRUE(p.timed_busy());
   p.timing_spread = 0;
+  EXPECT_EQ(p.batch_norms, 0);  // optional: none, or not known
+  EXPECT_FALSE(to_json(p).contains("batch_norms"));
+  p.batch_norms = 53;
+  EXPECT_EQ(with_batch_size(profile_from_json(to_json(p), "b.json"), 8).batch_norms, 53);
+  p.batch_norms = 0;
   // A zero-bubble split's figures (optional): round trip, and keep their share at another batch.
   p.layers[1].input_gradient_ms = 1.5;
   p.layers[1].split_bytes = 4096;

@@ -605,6 +605,11 @@ class Errors(unittest.TestCase):
                       "minibatch's 8", r.stderr)
         r = run(base + ["--microbatches", "1"])
         self.assertNotIn("each microbatch over its own", r.stderr)
+        # The profile counts them, for `plan` to note a split into microbatches of few samples.
+        prof = os.path.join(self.tmp.name, "bn-few.json")
+        run([PIPETRAIN, "profile", "--model", model, "--data", data, "--batch-size", "32", "-o", prof])
+        with open(prof) as f:
+            self.assertEqual(json.load(f)["batch_norms"], 1)
 
     def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
         """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
