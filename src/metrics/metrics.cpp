@@ -277,10 +277,14 @@ std::string format_metrics(const Metrics& m) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(3);
   // A window that does not hold the busiest worker's share of the work is a run too short to
-  // settle (a 4-step train read 11.6 ms a minibatch "steady state" where it ran at 14.3).
+  // settle (a 4-step train read 11.6 ms a minibatch "steady state" where it ran at 14.3); a
+  // replay's that does not yet repeat can still move (Metrics::periodic). A measured window's
+  // gaps never repeat to the microsecond: settled, it is the run's steady state.
+  const bool repeats = m.periodic || m.source != "simulated";
   os << "schedule " << m.schedule << " (" << m.source << ", " << m.minibatches << " minibatch"
-     << (m.steady && m.settled ? "es, steady state"
-         : m.steady            ? "es, middle window: too few to settle, the busiest worker's work takes longer"
+     << (m.steady && m.settled && repeats ? "es, steady state"
+         : m.steady && m.settled ? "es, middle window, not yet repeating: a longer replay may run at another pace"
+         : m.steady              ? "es, middle window: too few to settle, the busiest worker's work takes longer"
          : m.minibatches > 1   ? "es, whole run: too few for a steady state"
                                : "")
      << ")\n";
