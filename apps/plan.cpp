@@ -97,7 +97,8 @@ int run_plan(Flags& flags) {
   referee::PlanDecision decision = referee::decide_plan(out, request);
   std::string table = plan::format_plan_table(decision.shown, out.profile, out.cluster, decision.one_worker_fits) +
                       decision.summary;
-  std::string json = to_json(decision.plan).dump(1) + "\n";
+  // As it runs: an interleaved or V plan's file lists the workers its chunks share.
+  std::string json = to_json(decision.shown).dump(1) + "\n";
   if (!flags.output.empty()) {
     write_text_file_atomic(flags.output, json);
     std::cerr << "wrote " << flags.output << "\n";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -231,17 +232,35 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (f.has("in_flight")) st.in_flight = static_cast<int>(f["in_flight"].as_int_in(1, kMaxMicrobatches));
     p.stages.push_back(std::move(st));
   }
-  // Checked before assign_workers, which would otherwise number every claimed replica.
-  if (replicas != p.workers)
-    root["workers"].fail(str("is ", p.workers, " but the stages' replicas add up to ", replicas));
-  int declared = p.workers;
-  if (!all_ids) assign_workers(p);
-  std::set<int> seen;
-  for (size_t s = 0; s < p.stages.size(); ++s)
-    for (int w : p.stages[s].workers)
-      if (!seen.insert(w).second)
-        root["stages"][s]["workers"].fail(str("has worker id ", w, " which another replica uses too"));
-  p.workers = declared;
+  // An interleaved or V plan as it runs (what `plan` writes) lists a worker on several stages:
+  // read as one worker a stage, its placement kept for the schedule to check (shared_workers).
+  std::map<int, size_t> stage_of;  // worker -> the first stage listing it
+  bool shared = false;
+  for (size_t s = 0; s < p.stages.size() && all_ids; ++s) {
+    std::set<int> own;
+    for (int w : p.stages[s].workers) {
+      if (!own.insert(w).second)
+        root["stages"][s]["workers"].fail(str("has worker id ", w, " twice (a replica is a worker of its own)"));
+      auto [first, fresh] = stage_of.emplace(w, s);
+      if (!fresh && p.schedule.empty())
+        root["stages"][s]["workers"].fail(str("has worker id ", w, " which stage ", first->second, " uses too: stages "
+                                              "share a worker only under the schedule that places them (field "
+                                              "'schedule': interleaved, interleaved-zb or a V schedule)"));
+      shared = shared || !fresh;
+    }
+  }
+  if (shared) {
+    if (static_cast<int>(stage_of.size()) != p.workers)
+      root["workers"].fail(str("is ", p.workers, " but the stages are placed on ", stage_of.size(), " workers"));
+    for (const auto& st : p.stages) p.shared_workers.push_back(st.workers);
+    p.shared_workers_source = source + ": field 'stages'";
+    assign_workers(p);
+  } else {
+    // Checked before assign_workers, which would otherwise number every claimed replica.
+    if (replicas != p.workers)
+      root["workers"].fail(str("is ", p.workers, " but the stages' replicas add up to ", replicas));
+    if (!all_ids) assign_workers(p);
+  }
   if (root.has("predicted")) {
     JsonField pred = root["predicted"];
     pred.only_fields({"pipeline_ms_per_minibatch", "data_parallel_ms_per_minibatch", "simulated_ms_per_minibatch",

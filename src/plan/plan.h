@@ -33,10 +33,16 @@ struct Stage {
 struct Plan {
   // The stages' worker ids, each stage's replicas their own. Under an interleaved or V schedule
   // the stages are model chunks that share workers, which the schedule places (stage s on worker
-  // s mod p interleaved, on min(s, 2p - 1 - s) in a V): `workers` counts the chunks, and the run
-  // takes the schedule's count (referee::as_run gives the plan as it runs).
+  // s mod p interleaved, on min(s, 2p - 1 - s) in a V): here `workers` counts the chunks, and the
+  // run takes the schedule's count (referee::as_run gives the plan as it runs, as `plan` writes it).
   int workers = 1;
   std::vector<Stage> stages;
+  // A file that lists a worker on several stages (an interleaved or V plan as it runs): the
+  // stages above are numbered a worker a stage all the same, and the file's placement is kept
+  // here, stage by stage, with where it was read, for the schedule that runs the plan's kind to
+  // check against its own (schedule/generator_util.h, check_shared_workers).
+  std::vector<std::vector<int>> shared_workers;
+  std::string shared_workers_source;
   std::string model;          // from the profile, when known
   // Layers that share a parameter (the profile's ties, profile.h), when known: check_plan_fits
   // holds them against a model's own, so a plan made for other ties is refused. (The runtime
@@ -109,7 +115,8 @@ json to_json(const Plan& p);
 // The cluster a plan runs on: `cluster` with the plan's all-reduce unless --allreduce was given.
 struct Cluster;
 Cluster cluster_for_plan(Cluster cluster, const Plan& plan, bool allreduce_given);
-// Missing stage "workers" are filled in stage by stage. Checks ids are consistent.
+// Missing stage "workers" are filled in stage by stage. Checks ids are consistent; ids shared by
+// stages are read into `shared_workers` where the plan names a schedule.
 Plan plan_from_json(const json& doc, const std::string& source);
 Plan read_plan(const std::string& path);
 void write_plan(const Plan& p, const std::string& path);  // atomic

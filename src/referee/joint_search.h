@@ -91,7 +91,15 @@ struct JointResult {
   int async_split_tie = 0;              // left out: an asynchronous schedule splitting a tie
   int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
   int64_t smallest_peak = 0;           // the least peak memory of any configuration
+  // Configurations faster than the first that split a BatchNorm model's batch into microbatches
+  // of fewer than profile::kFewBatchNormSamples (few_batch_norm_samples), ranked after it.
+  int faster_on_few_batch_norm_samples = 0;
 };
+
+// Whether `plan` splits a BatchNorm model's batch into microbatches of fewer than
+// profile::kFewBatchNormSamples, which the search ranks after every other unless --microbatches
+// pins the split: the BatchNorms normalise each microbatch over its own samples.
+bool few_batch_norm_samples(const plan::Plan& plan, const profile::Profile& profile, const JointOptions& joint);
 
 // Every configuration that fits, best first (none when nothing fits: see chosen).
 JointResult joint_search(const profile::Profile& profile, const plan::Cluster& cluster, const plan::PlanOptions& plan_options,

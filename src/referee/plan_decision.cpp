@@ -83,6 +83,12 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
   // The order timed and held to the cap, for train and simulate to run wherever they run.
   if (schedule::order_is_weighed(c.plan.schedule)) d.plan.order = schedule::compute_order(s);
   note_few_batch_norm_samples(d.plan, out.profile);
+  if (r.faster_on_few_batch_norm_samples > 0)
+    d.plan.notes.push_back(str(counted(r.faster_on_few_batch_norm_samples, "faster configuration"), " split the batch ",
+                               "into microbatches of fewer than ", profile::kFewBatchNormSamples, " samples, which ",
+                               out.profile.model, "'s ", counted(out.profile.batch_norms, "BatchNorm"),
+                               " would normalise over; ranked after this one (`plan --microbatches N` pins a split, "
+                               "--top K lists them)"));
   d.shown = as_run(d.plan);
   d.one_worker_fits = one_worker_fits(out.profile, joint.memory_cap);
   d.summary = joint_summary(c, joint, out.cluster);

@@ -7,9 +7,28 @@
 
 namespace pt::schedule::detail {
 
+namespace {
+// The file's placement of a plan whose stages share workers (plan::Plan::shared_workers) against
+// the schedule's own, where the schedule is the plan's (another kind places its stages itself).
+// `placed` is the plan as the schedule places it, whose copy of the file's placement is dropped.
+void check_shared_workers(const plan::Plan& plan, plan::Plan& placed, const std::string& kind, const std::string& rule) {
+  const bool given = !plan.shared_workers.empty() && kind == plan.schedule;
+  for (int st = 0; given && st < plan.num_stages(); ++st)
+    if (plan.shared_workers[st] != placed.stages[st].workers)
+      throw ConfigError(str(plan.shared_workers_source, ": stage ", st, " is listed on worker ",
+                            plan.shared_workers[st].front(), " but ", kind, " runs it on worker ",
+                            placed.stages[st].workers.front(), " (", rule, ")"));
+  placed.shared_workers.clear();
+}
+}  // namespace
+
 Schedule skeleton(const plan::Plan& plan, const std::string& kind, int microbatches, int minibatches) {
   if (microbatches < 1) throw UsageError(str("--microbatches: must be >= 1, got ", microbatches));
   if (plan.num_stages() < 1) throw ConfigError("the plan has no stages");
+  if (!plan.shared_workers.empty() && kind == plan.schedule)
+    throw ConfigError(str(plan.shared_workers_source, ": its stages share workers, which the ", kind,
+                          " schedule does not place (a worker a stage's replica; interleaved, interleaved-zb and the "
+                          "V schedules share them)"));
   Schedule s;
   s.kind = kind;
   s.num_stages = plan.num_stages();
@@ -39,6 +58,7 @@ Schedule v_skeleton(const plan::Plan& plan, const std::string& kind, int microba
   plan::Plan placed = plan;
   placed.workers = stages / 2;
   for (int st = 0; st < stages; ++st) placed.stages[st].workers = {std::min(st, stages - 1 - st)};
+  check_shared_workers(plan, placed, kind, str("stage s on worker min(s, ", stages - 1, " - s), a V"));
   Schedule s = skeleton(placed, kind, microbatches, 1);
   s.chunks = 2;
   s.split_backward.assign(stages, true);
@@ -59,6 +79,9 @@ Schedule looped_skeleton(const plan::Plan& plan, const std::string& kind, int mi
   plan::Plan placed = plan;
   placed.workers = p;
   for (int st = 0; st < stages; ++st) placed.stages[st].workers = {st % p};
+  if (plan.chunks == 0 || plan.chunks == chunks)  // the file placed its own chunks
+    check_shared_workers(plan, placed, kind, str("stage s on worker s mod ", p, " with ", chunks, " chunks"));
+  placed.shared_workers.clear();
   Schedule s = skeleton(placed, kind, microbatches, 1);
   s.chunks = chunks;
   return s;

@@ -132,8 +132,8 @@ Schedule model_parallel(const plan::Plan& plan, int microbatches);
 const std::vector<std::string>& schedule_kinds();
 // What a plan file says of how it runs, applied where the caller did not say it: its schedule
 // (which must be one of schedule_kinds(): ConfigError naming `source` and the field otherwise),
-// its microbatches and its chunks. `kind` is left as it is where `kind_given`; the others where
-// theirs are. `train --plan` and `simulate --plan` both follow it, so that they run the plan's run.
+// its microbatches and its chunks (where the kind run is interleaved). `kind` is left as it is
+// where `kind_given`; the others where theirs are. `train --plan` and `simulate --plan` both follow it, so that they run the plan's run.
 struct GivenSettings {
   bool kind = false, microbatches = false, chunks = false;
 };

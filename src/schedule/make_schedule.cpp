@@ -28,7 +28,9 @@ void follow_plan(const plan::Plan& plan, const std::string& source, const GivenS
     if (!given.kind) kind = plan.schedule;
   }
   if (plan.microbatches > 0 && !given.microbatches) microbatches = plan.microbatches;
-  if (plan.chunks > 0 && !given.chunks) chunks = plan.chunks;
+  // Chunks are the interleaved kinds' alone: another --schedule on an interleaved plan was refused
+  // for a "--chunks 2" the user never gave.
+  if (plan.chunks > 0 && !given.chunks && is_interleaved(kind)) chunks = plan.chunks;
 }
 
 bool schedule_flushes(const std::string& kind) { return kind != "pipedream" && kind != "2bw"; }

@@ -939,6 +939,26 @@ TEST(PlanReferee, AZeroBubblePlanRunsItsOwnOrderOnAnyCluster) {
   EXPECT_EQ(schedule::compute_order(schedule::read_schedule_file(emitted)), p.order);
 }
 
+// An interleaved or V plan's file lists the workers its chunks run on: an interleaved plan of 4
+// chunks on 2 workers read "workers": 4, a worker a chunk, where its table said 2. simulate runs
+// the file at the plan's time, and another --schedule on it no longer meets the plan's chunks.
+TEST(PlanReferee, AnInterleavedOrVPlansFileListsTheWorkersItRunsOn) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json", cluster = " --workers 2 --bandwidth-gbps 10";
+  for (const std::string kind : {"interleaved", "zb-v"}) {
+    std::string file = ::testing::TempDir() + kind + "_placed_plan.json";
+    auto [doc, ms] = plan_then_simulate(path, "--schedule " + kind, cluster, file);
+    ASSERT_GT(ms, 0);
+    std::set<int> used;
+    for (const auto& st : doc["stages"]) used.insert(st["workers"][0].get<int>());
+    EXPECT_EQ(doc["workers"].get<size_t>(), used.size()) << doc.dump();
+    EXPECT_EQ(doc["stages"].size(), 2 * used.size()) << doc.dump();
+    EXPECT_NEAR(ms, doc["predicted"]["simulated_ms_per_minibatch"].get<double>(), 1e-3);
+    auto other = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --plan " +
+                                    file + " --workers 4 --bandwidth-gbps 10 --schedule 1f1b");  // a worker a chunk
+    EXPECT_EQ(other.exit_code, 0) << other.output;
+  }
+}
+
 // A BatchNorm model's plan split into microbatches of fewer than 8 samples says so: pinned to zb-h1
 // under a cap, regnet_y_400mf's was 16 microbatches of 2, which diverged where one of 32 trained.
 TEST(PlanReferee, MicrobatchesOfFewSamplesForBatchNormsAreNoted) {
@@ -957,6 +977,38 @@ TEST(PlanReferee, MicrobatchesOfFewSamplesForBatchNormsAreNoted) {
                                   "the batch of 64") != std::string::npos,
               microbatches == 16)
         << planned.output;
+  }
+}
+
+// Unpinned, the search ranks a BatchNorm model's microbatches of fewer than 8 samples after every
+// other split, and says how many faster ones it set back: vgg16's 1f1b plan is 64 microbatches of
+// one sample; given BatchNorms, it is a split of 8 samples or more.
+TEST(PlanReferee, TheSearchSetsBackMicrobatchesOfFewSamplesForBatchNorms) {
+  std::string path = ::testing::TempDir() + "batch_norm_search_profile.json";
+  std::string vgg = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  json prof = parse_json(read_text_file(vgg), "vgg16.json");
+  prof["batch_norms"] = 13;
+  std::ofstream(path) << prof.dump();
+  for (const std::string& profile : {vgg, path}) {
+    auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --profile " + profile +
+                                          " --workers 4 --bandwidth-gbps 10 --schedule 1f1b 2>&1 >/dev/null",
+                                      false);
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+    auto json_out = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --json --profile " + profile +
+                                           " --workers 4 --bandwidth-gbps 10 --schedule 1f1b 2>/dev/null",
+                                       false);
+    json doc = parse_json(json_out.output, "plan");
+    const int64_t samples = doc["batch_size"].get<int64_t>() / doc["microbatches"].get<int64_t>();
+    if (profile == vgg) {
+      EXPECT_LT(samples, 8) << doc.dump();  // or this test shows nothing
+      EXPECT_EQ(planned.output.find("BatchNorm"), std::string::npos) << planned.output;
+    } else {
+      EXPECT_GE(samples, 8) << doc.dump();
+      EXPECT_NE(planned.output.find("faster configurations split the batch into microbatches of fewer than 8 samples, "
+                                    "which vgg16's 13 BatchNorms would normalise over"),
+                std::string::npos)
+          << planned.output;
+    }
   }
 }
 

@@ -58,7 +58,16 @@ TEST(BadPlanFile, NamesFieldAndValue) {
   EXPECT_EQ(plan_error(head + R"("workers": 3, "stages": [{"layers": [0], "replicas": 1}, {"layers": [1], "replicas": 1}]})"),
             "p.json: field 'workers' is 3 but the stages' replicas add up to 2");
   EXPECT_EQ(plan_error(head + R"("workers": 2, "stages": [{"layers": [0], "replicas": 2, "workers": [1, 1]}]})"),
-            "p.json: field 'stages[0].workers' has worker id 1 which another replica uses too");
+            "p.json: field 'stages[0].workers' has worker id 1 twice (a replica is a worker of its own)");
+  // Stages share a worker under the schedule that places them (schedule/generator_util.h).
+  const std::string shared = R"("stages": [{"layers": [0], "replicas": 1, "workers": [0]},
+      {"layers": [1], "replicas": 1, "workers": [1]}, {"layers": [2], "replicas": 1, "workers": [0]}]})";
+  EXPECT_EQ(plan_error(head + R"("workers": 2, )" + shared),
+            "p.json: field 'stages[2].workers' has worker id 0 which stage 0 uses too: stages share a worker only "
+            "under the schedule that places them (field 'schedule': interleaved, interleaved-zb or a V schedule)");
+  EXPECT_EQ(plan_error(head + R"("workers": 3, "schedule": "zb-v", )" + shared),
+            "p.json: field 'workers' is 3 but the stages are placed on 2 workers");
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "zb-v", )" + shared), "(no error)");
   EXPECT_EQ(plan_error(head + R"("workers": 2, "stages": [{"layers": [0], "replicas": 2, "workers": [0, 7]}]})"),
             "p.json: field 'stages[0].workers' has worker id 7 which is out of range 0..1");
   EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "compute_ms": 1e999}]})"),
