@@ -91,9 +91,11 @@ int run_compare(CompareFlags& flags) {
             << " where not shown). A minibatch is a\n"
                "step's batch (a pipeline copied r times steps on r x "
             << prof.batch_size << "; pipedream on " << prof.batch_size
-            << " per replica); samples/s compare them. Asynchronous schedules (2bw, pipedream) are measured in the\n"
-               "steady state; peak memory is the memory model's, fullest worker. dp is the baseline: every worker a\n"
-               "minibatch of batch "
+            << " per replica); samples/s compare them.\n"
+               "Asynchronous schedules (2bw, pipedream) are measured in the steady state; bubble is the idle share of\n"
+               "the workers a plan uses (a row on fewer workers leaves the rest idle, which its samples/s counts);\n"
+               "peak memory is the memory model's, fullest worker. dp is the baseline: every worker a minibatch of\n"
+               "batch "
             << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
   // The baselines are what users run, fit or not (the planner's rows are planned within the
   // cap): a dp row over it is marked, as `plan` says it does not fit.
