@@ -26,8 +26,13 @@ json job_digest(const Job& job, const model::LayeredModel& model, const model::D
   const plan::Plan& plan = job.plan;
   const PipelineOptions& options = job.options;
   const runtime::TrainOptions& t = options.train;
+  // As the job places it: an interleaved or V run's chunks on the workers they share (--print-job
+  // read "workers": 4 for 4 chunks on 2), as `plan` writes its file.
+  plan::Plan placed = plan;
+  placed.workers = job.workers();
+  for (int s = 0; s < placed.num_stages(); ++s) placed.stages[s].workers = job.typical->stage_workers[s];
   return json{{"version", kPipetrainVersion},
-              {"plan", plan::to_json(plan)},
+              {"plan", plan::to_json(placed)},
               {"schedule", options.schedule},
               {"microbatches", options.microbatches},
               {"chunks", options.chunks},

@@ -414,6 +414,25 @@ TEST(TrainFlags, FilesCompareByContents) {
   fs::remove_all(tmp);
 }
 
+// The job's plan as it runs: an interleaved plan of 4 chunks on 2 workers, listed as `plan` writes
+// it, digests as 2 workers, each chunk on the worker the schedule runs it on (--print-job read
+// "workers": 4, a worker a chunk).
+TEST(TrainFlags, TheJobsPlanListsTheWorkersItRunsOn) {
+  fs::path file = fs::temp_directory_path() / ("pt_train_placed_" + std::to_string(::getpid()) + ".json");
+  json stages = json::array();
+  for (const auto& [layers, worker] : std::vector<std::pair<std::vector<int>, int>>{{{0}, 0}, {{1}, 1}, {{2, 3}, 0}, {{4}, 1}})
+    stages.push_back({{"layers", layers}, {"replicas", 1}, {"workers", {worker}}});
+  std::ofstream(file) << json{{"format", "pipetrain.plan/1"}, {"workers", 2}, {"schedule", "interleaved"},
+                              {"chunks", 2}, {"microbatches", 4}, {"stages", stages}}.dump();
+  TrainRun r = run_train({"--data", "synthetic", "--synthetic-samples", "256", "--steps", "2", "--plan", file.string(),
+                          "--print-job"});
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.digest["plan"]["workers"], 2);
+  EXPECT_EQ(r.digest["plan"]["stages"][2]["workers"], json::array({0}));
+  EXPECT_EQ(r.digest["plan"]["stages"][3]["workers"], json::array({1}));
+  fs::remove(file);
+}
+
 // A training run reads its --profile once (the split, the zero-bubble budget, the prediction and
 // the memory model all take that one), where it read it up to five times.
 TEST(TrainFlags, ARunReadsItsProfileOnce) {
