@@ -90,10 +90,12 @@ void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& sim
 
 }  // namespace
 
-void print_result(const runtime::TrainResult& r, const std::string& label) {
+void print_result(const runtime::TrainResult& r, const std::string& label, int64_t first_step) {
   if (!label.empty()) std::cout << "[" << label << "] ";
-  std::cout << "steps " << r.steps << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, "
+  // A resumed run's steps, time and rate are its own (the --metrics file's are the whole training's).
+  std::cout << "steps " << r.steps
+            << (first_step > 0 ? str(" (", first_step + 1, "..", first_step + r.steps, ", resumed)") : std::string())
+            << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s) << " samples/s, "
             << (r.loss_known ? str("final loss ", r.final_loss, " (mean of the last ", std::min(runtime::kFinalLossSteps, r.steps),
                                    " steps)")
                              : std::string("no loss (emulated layers compute none)"))

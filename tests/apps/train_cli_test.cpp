@@ -378,6 +378,8 @@ TEST(TrainCli, RowsMissingFromAResumedRunsMetricsAreNamed) {
                                          "holds 20 steps: steps 6..20 have no row"),
             std::string::npos)
       << slurp(tmp.path / "log");
+  // Its result line counts its own steps, and says which: "steps 10" read as the whole run's.
+  EXPECT_NE(slurp(tmp.path / "log").find("steps 10 (21..30, resumed), "), std::string::npos) << slurp(tmp.path / "log");
 }
 
 // A --warmup-steps longer than the run is named (the rate stayed at a twentieth of --lr).
