@@ -75,9 +75,8 @@ EOF
     if [[ $threads == 1 ]]; then
       "$bin" train "${train[@]}" > "$log" 2>&1 || { echo "| $model | $cap_text | (train failed: $(tail -1 "$log")) |||||||||"; continue; }
     else
-      # An interleaved plan lists workers x chunks stages, stage s on worker s mod workers; a V
-      # plan two per worker (plan.h).
-      workers=$(python3 -c "import json; p = json.load(open('$plan_file')); v = p.get('schedule') in ('zb-v', 'v-half', 'v-min', 'dualpipev'); print(p['workers'] // (2 if v else max(1, p.get('chunks', 1))))")
+      # The workers the plan runs on (an interleaved or V plan's chunks share them: plan.h).
+      workers=$(python3 -c "import json; print(json.load(open('$plan_file'))['workers'])")
       rate=$(python3 -c "print(max(1, int(100e3 * $B / $S)))")mbit
       scripts/testbed.sh --workers "$workers" --rate "$rate" --out "$out/testbed-$model-$cap" -- "${train[@]}" > "$log" 2>&1 ||
         { echo "| $model | $cap_text | (testbed failed: $(tail -1 "$log")) |||||||||"; continue; }
