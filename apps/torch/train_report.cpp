@@ -38,11 +38,10 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
   if (tensors.empty()) return;
   std::cout << prefix << "peak tensor memory per worker (measured, the allocator's account of its weights, gradients, "
             << "optimizer state, stashes and activations):";
-  int64_t sum = 0, most_apart = 0;
+  int64_t sum = 0;
   for (size_t w = 0; w < tensors.size(); ++w) {
     std::cout << (w ? ", " : " ") << "w" << w << " " << bytes(tensors[w]);
     sum += tensors[w];
-    if (w < rss.size()) most_apart = std::max(most_apart, rss[w] - tensors[w]);
   }
   std::cout << "\n";
   if (rss.empty()) return;
@@ -54,12 +53,16 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
     return;
   }
   // Each worker's peak is its own moment; their sum bounds what they held at once, so the rest of
-  // the process is at least the difference.
-  if (r.one_process)
+  // the process is at least the difference. A gloo process's is at least its peak less its
+  // worker's (the largest of them read "up to", a bound the other way).
+  if (r.one_process) {
     std::cout << prefix << "  the process's peak less the workers' peaks (" << bytes(sum)
               << " in all, each at its own moment): at least " << bytes(std::max<int64_t>(0, rss[0] - sum));
-  else
-    std::cout << prefix << "  a process's peak less its worker's tensors: up to " << bytes(most_apart);
+  } else {
+    std::cout << prefix << "  each process's peak less its worker's tensors, at least what it held besides them:";
+    for (size_t w = 0; w < tensors.size() && w < rss.size(); ++w)
+      std::cout << (w ? ", " : " ") << "w" << w << " " << bytes(std::max<int64_t>(0, rss[w] - tensors[w]));
+  }
   std::cout << " (LibTorch, the data, the runtime's buffers, and freed blocks malloc keeps for reuse)\n";
 }
 

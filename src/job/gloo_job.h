@@ -17,13 +17,14 @@ namespace pt::job {
 // compared with every other worker's at rendezvous, its ties make all-reduce groups). The
 // result's trace holds world-size entries, only this worker's filled;
 // train.steps/final_loss/test_accuracy are meaningful on the reporting worker. `worker_out`,
-// when given, receives the worker (tests read its replicas). Rank 0 holds the checkpoint
+// when given, receives the worker (tests read its replicas). `trace_path`, where given, gets this
+// worker's part of the trace as TRACE.worker<rank> (the launcher merges them). Rank 0 holds the checkpoint
 // folder's lock. Throws RuntimeFailure "worker <rank> at <action>: <cause>", said on stderr
 // (after "pipetrain ") before the transport is aborted, so this process can exit without waiting
 // for its peers, whose exits may bring the launcher's SIGTERM here.
 PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
                                const model::DataSplit& data, const runtime::GlooConfig& config,
-                               std::unique_ptr<runtime::Worker>* worker_out = nullptr);
+                               std::unique_ptr<runtime::Worker>* worker_out = nullptr, const std::string& trace_path = "");
 
 // The shared memory each worker maps resident for its transfers where a gloo job's workers share
 // a host (PipelineResult::shared_memory): both rings of each channel that carries tensors, filled

@@ -34,7 +34,8 @@ constexpr int64_t kLossBlock = 16;
 // count down from -1 by test batches x stages), and apart from every training tag (>= 0).
 int64_t loss_tag(int64_t block) { return -(int64_t{1} << 28) - block % (int64_t{1} << 20); }
 
-// Every worker's measured peak, on every worker (a sum of one-hot vectors).
+}  // namespace
+
 std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
   std::vector<int> all(transport.world_size());
   std::iota(all.begin(), all.end(), 0);
@@ -45,8 +46,6 @@ std::vector<int64_t> gather_peaks(Transport& transport, int64_t mine) {
   for (int w = 0; w < transport.world_size(); ++w) out.push_back(static_cast<int64_t>(t[0][w].item<double>()));
   return out;
 }
-
-}  // namespace
 
 namespace {
 runtime::CheckpointManifest job_description(const Job& job, const model::LayeredModel& m) {

@@ -52,6 +52,9 @@ void run_worker_segments(runtime::Worker& worker, runtime::Transport& transport,
                          const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
                          const TrainedCallback& trained = nullptr, const RunLossSource& run_loss = nullptr);
 
+// Every worker's `mine` (a measured peak), on every worker: a collective of all of them.
+std::vector<int64_t> gather_peaks(runtime::Transport& transport, int64_t mine);
+
 // Runs worker.rank()'s share of the job; trace times are relative to trace_origin_ms (wall_ms()).
 // Throws WorkerFailure; the caller aborts the transport so that the other workers stop.
 // `memory`: the worker's account (build_worker_model), charged with what its training allocates.
