@@ -203,6 +203,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   mo.optimizer_copies = job_options.train.sgd.state_copies();
   mo.weight_prediction = job_options.weight_prediction;
   if (flags.transport == "threads") mo.receives_ahead = 0, mo.sends_ahead = schedule::kThreadsSendsAhead;
+  else if (shared_memory) mo.receives_ahead = schedule::kSharedMemoryReceivesAhead;
   auto over = [&](int minibatches) { return *job.schedule_over(minibatches); };
   auto memory = schedule::memory_per_worker(over(0), over, prof, mo);  // a long run's
   std::cout << prefix << "peak tensor memory per worker (modelled):";

@@ -15,6 +15,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "pt_paths.h"
 
@@ -75,6 +76,18 @@ double largest_printed(const std::string& output, const std::string& head) {
   return most;
 }
 
+// Each worker's figure on the first line that starts with `head` ("w0 16.5 MiB, w1 ...").
+std::vector<double> per_worker(const std::string& output, const std::string& head) {
+  std::vector<double> out;
+  size_t at = output.find(head);
+  if (at == std::string::npos) return out;
+  std::string line = output.substr(at, output.find('\n', at) - at);
+  std::regex figure(R"(w[0-9]+ ([0-9.]+) (B|KiB|MiB|GiB|TiB))");
+  for (std::sregex_iterator it(line.begin(), line.end(), figure), end; it != end; ++it)
+    out.push_back(bytes_of((*it)[1], (*it)[2]));
+  return out;
+}
+
 const std::string kModel = "train --model mlp --width 4 --depth 8 --data synthetic --synthetic-samples 64 "
                            "--batch-size 8 --steps 2 --quiet --timeout 120 ";
 
@@ -128,6 +141,25 @@ TEST(StageMemory, ThePeaksPrintedIncludeWritingTheTrace) {
                             largest_printed(gloo.output, "peak RSS of the launcher"));
   EXPECT_NEAR(printed, gloo.peak_rss, 0.01 * gloo.peak_rss) << gloo.output;
   std::remove(trace.c_str());
+}
+
+// gloo workers on one host receive through shared memory, whose reader copies a tensor in as it
+// arrives, not when its receive is posted (schedule::kSharedMemoryReceivesAhead): modelled as
+// posted 8 ahead, mnist-cnn's 2 pipedream stages read 22.2 and 22.3 MiB against 16.5 measured.
+TEST(StageMemory, GlooWorkersTensorsOnOneHostAreModelledAsTheyArrive) {
+  std::string dir = ::testing::TempDir() + "stage_memory_shm_" + std::to_string(::getpid()) + "/";
+  ::mkdir(dir.c_str(), 0755);
+  Measured profiled = run_measured("profile -o " + dir + "cnn.json");
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output;
+  Measured run = run_measured("train --stages 2 --schedule pipedream --steps 40 --quiet --timeout 120 --transport gloo "
+                              "--profile " + dir + "cnn.json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::vector<double> measured = per_worker(run.output, "peak tensor memory per worker (measured");
+  std::vector<double> modelled = per_worker(run.output, "peak tensor memory per worker (modelled)");
+  ASSERT_EQ(measured.size(), 2u) << run.output;
+  ASSERT_EQ(modelled.size(), 2u) << run.output;
+  for (size_t w = 0; w < 2; ++w) EXPECT_NEAR(modelled[w], measured[w], 0.10 * measured[w]) << "w" << w << "\n" << run.output;
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // What the memory model prints as a process's peak RSS (its tensors, the data, and what calibrate
