@@ -82,9 +82,6 @@ int run_plan(Flags& flags) {
   }
   referee::PlanRequest request;
   request.joint = flags.plan.joint;
-  if (request.joint && !flags.save_top.empty())
-    throw UsageError("--save-top: the joint search (--schedule, --microbatches, --objective, a memory cap) ranks "
-                     "configurations, not plan files; --save-top writes the plan search's candidates");
   if (request.joint) request.joint_options = joint_options(flags, out.memory_cap);
   if (!request.joint && pipedream && (flags.top > 0 || flags.explain))
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "

@@ -90,6 +90,14 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
                                " would normalise over; ranked after this one (`plan --microbatches N` pins a split, "
                                "--top K lists them)"));
   d.shown = as_run(d.plan);
+  // The --top best as plan files (plan --save-top): each configuration's plan with the order timed
+  // where its kind weighs one, placed as it runs.
+  for (size_t k = 0; k < r.ranked.size() && k < static_cast<size_t>(request.top); ++k) {
+    plan::Plan q = k == 0 ? d.plan : r.ranked[k].plan;
+    if (k > 0 && schedule::order_is_weighed(q.schedule))
+      q.order = schedule::compute_order(schedule::make_unvalidated_schedule(q.schedule, q, r.ranked[k].run));
+    d.top.push_back(as_run(q));
+  }
   d.one_worker_fits = one_worker_fits(out.profile, joint.memory_cap);
   d.summary = joint_summary(c, joint, out.cluster);
   if (request.top > 0) d.reports += "\n" + format_configurations(r, request.top);
@@ -232,6 +240,8 @@ PlanDecision decide_plan(const plan::PlanOutcome& searched, const PlanRequest& r
   if (searched.memory_cap > 0 && searched.memory_cap != std::numeric_limits<int64_t>::max()) {
     d.plan.memory_cap_bytes = d.shown.memory_cap_bytes = searched.memory_cap + searched.cluster.process_bytes;
     d.plan.memory_cap_process_bytes = d.shown.memory_cap_process_bytes = searched.cluster.process_bytes;
+    for (plan::Plan& p : d.top)  // each was held to it
+      p.memory_cap_bytes = d.plan.memory_cap_bytes, p.memory_cap_process_bytes = d.plan.memory_cap_process_bytes;
   }
   return d;
 }

@@ -39,7 +39,7 @@ struct PlanDecision {
   std::string reports;  // --top's and --explain's, each after a blank line
   // The --top best candidates as plan files run them (the first is `plan`): the schedule they
   // were replayed under, the bucket each was timed with, their simulated time as the prediction.
-  // So each can be trained and measured (plan --save-top DIR). Empty for the joint search.
+  // So each can be trained and measured (plan --save-top DIR); the joint search's, placed as they run.
   std::vector<plan::Plan> top;
 };
 
