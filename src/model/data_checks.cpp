@@ -298,6 +298,17 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
                           lm ? " token scores (ids 0.." : " classes (ids 0..", classes - 1, ")"));
 }
 
+std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y) {
+  if (!model.has_own_loss() || !y.defined() || y.is_floating_point() || model.class_dim(out, y)) return "";
+  std::string shapes = str("the model outputs ", per_sample_shape(out), " against targets [N",
+                           y.dim() > 1 ? ", " : "", dims_after(y, 1), "]");
+  bool both = LayeredModel::classes_along(out, y, 1);  // and so the last, or class_dim had taken it
+  return str("no test accuracy is counted (the test loss is): the model file's own loss does not say which of its "
+             "output's dimensions holds the classes, and ", shapes, ", where ",
+             both ? str("dimension 1 and the last (", out.dim() - 1, ") both fit") : std::string("neither dimension 1 nor the last fits"),
+             " (--loss lm or cross-entropy, which replace the file's loss, count along the last or dimension 1)");
+}
+
 // The runtime scales each microbatch's loss by 1/m, so a minibatch's loss is the mean of its
 // microbatches': the whole minibatch's only for a loss that averages over its samples. A file's
 // own loss that sums them, or averages over the targets it does not ignore, trained another

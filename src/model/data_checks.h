@@ -20,6 +20,10 @@ void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::str
 // `y` (key `yk`) against `x` and the model's output `out`: the task's targets, or the file's own loss.
 void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
                    const LayeredModel& model, const torch::Tensor& out, const std::string& source);
+// Why a model file's own loss leaves no test accuracy for integer targets `y` against its output
+// `out` (LayeredModel::class_dim): its shapes fit no class dimension, or two; "" where one fits,
+// and for every other loss and float targets (mse's, which have none to count).
+std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y);
 // A model file's own loss tried on the first samples whole and in two halves: "" where it is a
 // mean over samples, else how it showed otherwise (DataSplit::loss_not_a_mean).
 std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y);

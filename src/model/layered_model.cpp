@@ -157,16 +157,30 @@ torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tenso
   return torch::nn::functional::cross_entropy(output, target);
 }
 
-int64_t LayeredModel::correct(const torch::Tensor& output, const torch::Tensor& target) const {
-  if (!has_accuracy()) return 0;
-  // Classes lie along dimension 1 for cross-entropy ([N, C, H, W] per pixel), the last for an LM.
-  int64_t dim = task_ == Task::kClassification ? 1 : -1;
-  if (output.dim() < 2 || output.argmax(dim).sizes() != target.sizes()) return 0;
-  return output.argmax(dim).eq(target).sum().item<int64_t>();
+// Per sample: the probe's output and the test set's targets need not hold as many samples.
+bool LayeredModel::classes_along(const torch::Tensor& output, const torch::Tensor& target, int64_t dim) {
+  if (dim < 1 || output.dim() != target.dim() + 1) return false;
+  std::vector<int64_t> rest(output.sizes().begin() + 1, output.sizes().end());
+  rest.erase(rest.begin() + (dim - 1));
+  return torch::IntArrayRef(rest) == target.sizes().slice(1);
 }
 
-int64_t LayeredModel::targets_per_sample() const {
-  return task_ == Task::kLanguageModel ? sample_shape_.at(0) : 1;
+std::optional<int64_t> LayeredModel::class_dim(const torch::Tensor& output, const torch::Tensor& target) const {
+  if (task_ == Task::kRegression || task_ == Task::kEmulated || target.is_floating_point()) return std::nullopt;
+  auto fits = [&](int64_t dim) { return classes_along(output, target, dim); };
+  int64_t last = output.dim() - 1;
+  if (task_ == Task::kLanguageModel) return fits(last) ? std::optional<int64_t>(last) : std::nullopt;
+  if (!custom_loss_) return fits(1) ? std::optional<int64_t>(1) : std::nullopt;
+  if (fits(1) && fits(last) && last != 1) return std::nullopt;
+  if (fits(1)) return 1;
+  if (fits(last)) return last;
+  return std::nullopt;
+}
+
+int64_t LayeredModel::correct(const torch::Tensor& output, const torch::Tensor& target) const {
+  std::optional<int64_t> dim = class_dim(output, target);
+  if (!dim) return 0;
+  return output.argmax(*dim).eq(target).sum().item<int64_t>();
 }
 
 std::vector<torch::Tensor> LayeredModel::layer_parameters(int i) const {

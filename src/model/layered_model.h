@@ -125,11 +125,16 @@ class LayeredModel {
   // dropped after it (its initial weights).
   torch::Tensor forward(torch::Tensor x, int first = 0, int last = -1);
   torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
-  // Number of correct predictions (classification: argmax; LM: per token; 0 when the task has
-  // no accuracy, has_accuracy() false).
+  // The dimension of `output` whose argmax predicts `target`'s class ids: 1 for cross-entropy
+  // ([N, C, d1..dk] against [N, d1..dk]), the last for an LM; none for mse, float targets, or a
+  // file's own loss whose shapes leave it open. That loss says nothing of where its classes lie:
+  // the one of dimension 1 and the last that leaves the targets' shape, per sample, is taken, and
+  // where both do (an LM's [N, T, V] against [N, T] with T = V), neither.
+  std::optional<int64_t> class_dim(const torch::Tensor& output, const torch::Tensor& target) const;
+  // Whether `output` less its dimension `dim` has `target`'s shape, per sample.
+  static bool classes_along(const torch::Tensor& output, const torch::Tensor& target, int64_t dim);
+  // Number of correct predictions along class_dim (each of an LM's tokens counts); 0 without one.
   int64_t correct(const torch::Tensor& output, const torch::Tensor& target) const;
-  int64_t targets_per_sample() const;
-  bool has_accuracy() const { return task_ == Task::kClassification || task_ == Task::kLanguageModel; }  // 1, or the sequence length for an LM
 
   // Each layer's parameters in layer order: a tied tensor once per layer holding it (per-layer
   // offsets index this list; FlatParameters keeps one slot for it).

@@ -198,9 +198,18 @@ void check_shard(const Shard& s, LayeredModel& model, torch::Tensor& out, const 
   if (s.count("x_test")) check_targets(s.at("x_test"), s.at("y_test"), "x_test", "y_test", model, out, file);
 }
 
+// Said where a file's own loss leaves no accuracy to count: it printed the argmax along dimension 1
+// of an LM's [N, T, V] against [N, T] targets, 0.00% or a figure of no meaning.
+void say_if_no_accuracy(const DataSplit& split, const LayeredModel& model, const torch::Tensor& out) {
+  std::string why = no_accuracy_reason(model, out, split.test.targets);
+  if (!why.empty()) std::cerr << "note: " << why << "\n";
+}
+
+// The sizes the job's digest records.
 void set_sizes(DataSplit& split, const LayeredModel& model, const torch::Tensor& out) {
   if (model.task() == Task::kLanguageModel) split.vocab = out.size(-1);
   else if (model.task() == Task::kClassification) split.classes = out.size(1);
+  say_if_no_accuracy(split, model, out);
 }
 
 // A directory of shards: each is read and checked once now, then only its size and CRC are
@@ -273,9 +282,11 @@ constexpr int64_t kMostTestWindows = 1024;
 DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& dtype,
                             const std::string& eval_path) {
   std::vector<int64_t> shape = model.sample_shape();
-  if (model.task() != Task::kLanguageModel && model.integer_input() && shape.size() == 1)
+  // A file's own loss takes the windows' next tokens as its targets, where it accepts them (below).
+  bool lm = model.task() == Task::kLanguageModel || model.has_own_loss();
+  if (!lm && model.integer_input() && shape.size() == 1)
     throw UsageError(str("--data ", path, ": a file of token ids trains a language model; give --loss lm"));
-  if (model.task() != Task::kLanguageModel || !model.integer_input() || shape.size() != 1)
+  if (!lm || !model.integer_input() || shape.size() != 1)
     throw UsageError(str("--data ", path, ": a file of token ids trains a language model that takes [N, T] token ids ",
                          "(a model file exported with --input-dtype int64, trained with --loss lm); ", model.name(),
                          " is not one"));
@@ -338,6 +349,11 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   split.train.on_disk = train_stream;
   check_token_ids(model, train_stream->gather({std::min(train.max_at / seq, n - held - 1)}, false), "tokens", path);
   split.vocab = vocab;
+  if (model.has_own_loss()) {
+    check_targets(split.test.inputs, split.test.targets, "tokens", "next tokens", model, out, separate ? val : path);
+    split.loss_not_a_mean = loss_not_a_mean(model, split.test.inputs, split.test.targets);
+    say_if_no_accuracy(split, model, out);
+  }
   return split;
 }
 

@@ -20,10 +20,6 @@ torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices
   return t.index_select(0, idx);
 }
 
-bool counts_correct(const model::LayeredModel& model, const torch::Tensor& target) {
-  return model.task() != model::Task::kRegression && !target.is_floating_point();
-}
-
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size) {
   torch::NoGradGuard no_grad;
   model.train(false);
@@ -34,7 +30,7 @@ Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int6
     int64_t n = std::min(batch_size, test.size() - first);
     auto out = model.forward(test.input_rows(first, n));
     auto target = test.target_rows(first, n);
-    counts = counts && counts_correct(model, target);
+    counts = counts && model.class_dim(out, target).has_value();
     correct += model.correct(out, target);
     total += target.numel();
     loss += model.loss(out, target).item<double>() * static_cast<double>(n);  // a batch's mean, weighed by its samples

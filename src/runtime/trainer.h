@@ -96,10 +96,6 @@ struct Evaluation {
   double loss = -1;
 };
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size);
-// Whether an evaluation counts `model`'s right answers against `target`: a task with classes,
-// and targets that are class ids. A model file's own loss over float targets (a regression
-// under the file's loss, no --loss) printed "test accuracy 0%", argmax against them.
-bool counts_correct(const model::LayeredModel& model, const torch::Tensor& target);
 
 // The data rows of `indices` as one minibatch.
 torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);

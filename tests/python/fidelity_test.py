@@ -297,6 +297,39 @@ class Fidelity(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"--data {ids}: a file of token ids trains a language model; give --loss lm", r.stderr)
 
+    def test_a_language_models_own_loss_counts_next_tokens(self):
+        """A language model exported with its own loss: the test accuracy counts each token's
+        scores over the vocabulary (it took the argmax over the tokens: 0.00% here, where T != V),
+        as --loss lm counts, on its data file and on a token file (which was refused for a model
+        file without --loss lm, dropping the file's loss); where T = V no figure is given, and said."""
+        c = self.lm
+        own = os.path.join(self.tmp.name, "lm-own-loss.pt")
+        export(["--model", "toy_models:tiny_lm", "--input-shape", f"{BATCH},16", "--input-dtype", "int64",
+                "--input-high", "32", "--loss", "toy_models:token_cross_entropy", "-o", own])
+        ids = os.path.join(self.tmp.name, "own-loss-ids.bin")
+        c.x.flatten().repeat(10).to(torch.int16).numpy().tofile(ids)  # 22 windows to test on
+        common = ["--steps", "2", "--batch-size", str(BATCH), "--no-shuffle", "--quiet"]
+        for data in (c.data_file, ids):
+            with self.subTest(data=data):
+                want = run([PIPETRAIN, "train", "--model", c.model_file, "--data", data, "--loss", "lm"] + common)
+                got = run([PIPETRAIN, "train", "--model", own, "--data", data, "--schedule", "1f1b", "--stages",
+                           "2"] + common)
+                accuracy = [line for line in want.stdout.splitlines() if line.startswith("test accuracy")]
+                self.assertEqual(len(accuracy), 1, want.stdout)
+                self.assertNotEqual(accuracy[0], "test accuracy 0.00%")
+                self.assertIn(accuracy[0] + "\n", got.stdout)
+                self.assertNotIn("perplexity", got.stdout)  # e^loss only of pipetrain's own cross-entropy
+        square = os.path.join(self.tmp.name, "lm-own-loss-square.pt")
+        export(["--model", "toy_models:tiny_lm", "--kwargs", '{"vocab": 16}', "--input-shape", f"{BATCH},16",
+                "--input-dtype", "int64", "--input-high", "16", "--loss", "toy_models:token_cross_entropy",
+                "-o", square])
+        data = os.path.join(self.tmp.name, "square-data.pt")
+        torch.save({"x": c.x % 16, "y": c.y % 16}, data)
+        r = run([PIPETRAIN, "train", "--model", square, "--data", data] + common)
+        self.assertNotIn("test accuracy", r.stdout)
+        self.assertIn("note: no test accuracy is counted (the test loss is)", r.stderr)
+        self.assertIn("dimension 1 and the last (2) both fit", r.stderr)
+
     def test_weights_of_another_model_are_refused(self):
         """Read back with another model's file, a checkpoint names both layer counts (it failed
         later, on a tie or a shape)."""

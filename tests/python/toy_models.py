@@ -176,6 +176,17 @@ def padded_cross_entropy():
     return nn.CrossEntropyLoss(ignore_index=-100)
 
 
+class TokenCrossEntropy(nn.Module):
+    """A language model's next-token loss, as people write it: scores [N, T, V] flattened."""
+
+    def forward(self, output, target):
+        return nn.functional.cross_entropy(output.reshape(-1, output.size(-1)), target.reshape(-1))
+
+
+def token_cross_entropy():
+    return TokenCrossEntropy()
+
+
 def wide_mlp(width=2048, depth=8, classes=10):
     """Dense layers whose weights dwarf a process's own memory: what a worker that reads only its
     stage's layers of a model file saves shows in its peak RSS."""

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/data_checks.h"
 #include "model/zoo.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
@@ -231,6 +232,37 @@ TEST(Trainer, OwnLossOverFloatTargetsMeasuresNoAccuracy) {
   m->set_loss([](const torch::Tensor& out, const torch::Tensor& y) { return out.sum() * 0 + y.sum() * 0; });
   test.targets = torch::zeros({32}, torch::kLong);  // class ids: the one output's argmax is always right
   EXPECT_EQ(evaluate(*m, test, 8).accuracy, 1.0);
+}
+
+// A file's own loss says nothing of where its classes lie: an LM's [N, T, V] against [N, T] counted
+// the argmax along T (0.00% where T != V, a figure of no meaning where T = V). The dimension its
+// shapes leave is taken, and where two do, none.
+TEST(Trainer, OwnLossCountsClassesAlongTheDimensionItsShapesLeave) {
+  auto m = std::make_shared<model::LayeredModel>("own-lm", model::Task::kClassification, std::vector<int64_t>{3}, true);
+  m->add("head", torch::nn::Sequential(torch::nn::Embedding(5, 5)));
+  auto ids = [](std::vector<int64_t> sizes) { return torch::zeros(sizes, torch::kLong); };
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 3, 5}), ids({2, 5})), 1) << "cross-entropy's: classes along dimension 1";
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 3, 5}), ids({2, 3})), std::nullopt);
+  m->set_loss([](const torch::Tensor& out, const torch::Tensor& y) {
+    return torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape({-1}));
+  });
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 3, 5}), ids({8, 3})), 2);
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 10}), ids({8})), 1);
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 10, 7, 7}), ids({8, 7, 7})), 1);
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 4, 4}), ids({2, 4})), std::nullopt) << "dimensions 1 and 2 both fit";
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 3, 5}), ids({2, 4})), std::nullopt);
+  EXPECT_EQ(m->class_dim(torch::zeros({2, 3, 5}), torch::zeros({2, 3})), std::nullopt) << "float targets";
+  EXPECT_EQ(model::no_accuracy_reason(*m, torch::zeros({2, 3, 5}), ids({8, 3})), "");
+  EXPECT_NE(model::no_accuracy_reason(*m, torch::zeros({2, 4, 4}), ids({8, 4})).find("dimension 1 and the last (2) both fit"),
+            std::string::npos);
+  // An evaluation counts each token whose score is highest at its next token's id.
+  model::Dataset test;
+  test.inputs = torch::tensor({0, 1, 2, 3, 4, 0}, torch::kLong).reshape({2, 3});
+  test.targets = test.inputs.clone();
+  test.targets[1][2] = 3;  // an identity embedding predicts each input id: all but this one right
+  torch::NoGradGuard no_grad;
+  m->parameters()[0].copy_(torch::eye(5));
+  EXPECT_NEAR(evaluate(*m, test, 2).accuracy, 5.0 / 6, 1e-12);
 }
 
 TEST(Trainer, BadOptionsNameTheFlag) {
