@@ -30,7 +30,8 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
   links.host_cores = 0;
   // Over the default minibatches until the window settles and repeats, as `simulate` replays it.
   auto replay = [&](int on_cores) {
-    sim::SimOptions sim_options{options.bucket_bytes};
+    sim::SimOptions sim_options;
+    sim_options.bucket_bytes = options.bucket_bytes;
     sim_options.cores = on_cores;
     // As the runtime pinned them, where they were placed on as many cores as this replay's.
     const auto& placed = job.cores_of_workers;

@@ -7,6 +7,8 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -367,6 +369,14 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   model->set_exact_outputs(std::move(exact));
   bool own_loss = (!per_layer || has_loss) && top.find_method("loss").has_value();
   if (per_layer && has_loss && !own_loss) meta["loss"].fail("is true but the file's module has no loss method");
+  if (own_loss && !loss.empty()) {  // the user's own, dropped without a word; said once a process
+    static std::mutex mutex;
+    static std::set<std::string> said;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (said.insert(path).second)
+      std::cerr << "note: --loss " << loss << " replaces " << path << "'s own loss (export --loss; leave --loss out to "
+                << "train with it)\n";
+  }
   if (own_loss && loss.empty()) {
     // A pipetrain.model/1 file's top module holds every layer: the loss keeps a copy of it alone.
     torch::jit::Module holder = top;

@@ -319,6 +319,9 @@ class Fidelity(unittest.TestCase):
                 self.assertNotEqual(accuracy[0], "test accuracy 0.00%")
                 self.assertIn(accuracy[0] + "\n", got.stdout)
                 self.assertNotIn("perplexity", got.stdout)  # e^loss only of pipetrain's own cross-entropy
+        # --loss names pipetrain's in place of the file's: said (it was dropped without a word).
+        r = run([PIPETRAIN, "train", "--model", own, "--data", c.data_file, "--loss", "lm"] + common)
+        self.assertEqual(r.stderr.count(f"note: --loss lm replaces {own}'s own loss"), 1, r.stderr)
         square = os.path.join(self.tmp.name, "lm-own-loss-square.pt")
         export(["--model", "toy_models:tiny_lm", "--kwargs", '{"vocab": 16}', "--input-shape", f"{BATCH},16",
                 "--input-dtype", "int64", "--input-high", "16", "--loss", "toy_models:token_cross_entropy",
