@@ -185,7 +185,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   // the same stages with other bubbles.
   if (!plan.simulated_schedule.empty() && plan.simulated_schedule != job_options.schedule)
     std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << job_options.schedule;
-  std::cout << " (ratio " << r.samples_per_s / predicted;
+  std::cout << " (ratio " << fixed(r.samples_per_s / predicted, 3);
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this run has " << counted(job::usable_cores(), "core")
               << "; --profile P, with a --cluster from `pipetrain calibrate`, predicts this run";
