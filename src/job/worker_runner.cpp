@@ -195,12 +195,13 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     // The rates the last stage applied, its stale warm-up included (2bw's last stage lags too).
     LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered,
                       runtime::stage_optimizer(typical, typical.num_stages - 1, job.worker),
-                      options.trace_source != "emulated", rate_step);
+                      options.trace_source != "emulated", rate_step, !typical.flush);
     if (!job.resume_from.empty()) losses.resumed_from(job.resume_manifest.first_loss);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss, seconds) triples, to send
     if (run.reports) {
       worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
-      if (gathered) worker.set_step_callback([&](int64_t minibatch) { losses.stepped(minibatch, losses.train_seconds()); });
+      if (gathered || !typical.flush)
+        worker.set_step_callback([&](int64_t minibatch) { losses.stepped(minibatch, losses.train_seconds()); });
       worker.set_grad_norm_callback([&](int64_t minibatch, double norm) { losses.add_grad_norm(minibatch, norm); });
     }
     if (sends_losses) {
@@ -239,6 +240,9 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     auto gather_losses = [&](const Segment& seg) {
       if (&seg == &job.segments.back()) trained_s = losses.train_seconds();
       int64_t end = seg.first_minibatch + seg.minibatches;
+      bool pauses = (options.train.evaluate && seg.evaluate) || (!options.checkpoint.dir.empty() && seg.checkpoint) ||
+                    end >= job.first_step + job.steps;
+      losses.trained_until(end, pauses);  // a pause's segment ended on every worker (run_worker_segments)
       if (!gathered) {
         // The segment's last minibatch is reported now, its training time before any evaluation or
         // checkpoint after it: reported at the next loss, its row counted them as training (the
@@ -246,9 +250,6 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
         losses.flush();
         return;
       }
-      bool pauses = (options.train.evaluate && seg.evaluate) || (!options.checkpoint.dir.empty() && seg.checkpoint) ||
-                    end >= job.first_step + job.steps;
-      losses.trained_until(end, pauses);  // a pause's segment ended on every worker (run_worker_segments)
       if (++segment % kLossBlock != 0 && !pauses) return;
       take_lists();  // the block before's: sent a block ago
       int64_t tag = loss_tag(block++);
