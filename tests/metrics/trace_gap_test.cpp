@@ -112,6 +112,32 @@ TEST(TraceGap, ManyMinibatchesCountPerMinibatchOfTheWindow) {
   EXPECT_NEAR(w.outside_ms[1], 0.5, 1e-9);
 }
 
+// Actions that cross the window's edges count by their share inside it, so that the count times
+// one action's mean is the minibatch's time: counted whole where begun inside, worker 0's
+// forwards (1.25 ms up to 1.4, the window cutting the first and last) read 1.35 ms x 1 beside
+// 1.3 ms a minibatch (pipedream on 2 stages: 1.08 x 5.117 beside 5.134).
+TEST(TraceGap, TheCountTimesOneActionIsTheMinibatchsTime) {
+  Trace t;
+  t.source = "measured";
+  t.schedule = "pipedream";
+  t.num_stages = 2;
+  t.batch_size = 8;
+  t.workers.resize(2);
+  for (int k = 0; k < 12; ++k) {
+    double at = 4.5 * k;
+    std::string i = std::to_string(k);
+    t.workers[0].push_back({parse_action("0F" + i, 0), at, at + 1 + 0.05 * k, 0});
+    t.workers[0].push_back({parse_action("0B" + i, 0), at + 1.5, at + 4, 0});
+    t.workers[1].push_back({parse_action("1F" + i, 1), at + 3.5, at + 5.2, 0});  // each minibatch's last
+  }
+  TraceGap g = trace_gap(t, "a.json", t, "b.json");
+  EXPECT_DOUBLE_EQ(g.ms_per_minibatch[0], 4.5);
+  for (const WorkerGap& w : g.workers)
+    for (const auto& pair : w.times)
+      for (const ActionTimes& a : pair) EXPECT_NEAR(a.count_per_minibatch * a.mean_ms, a.per_minibatch_ms, 1e-9);
+  EXPECT_NEAR(g.workers[0].times[0][0].per_minibatch_ms, 1.3, 1e-9);
+}
+
 // An action is "alone" where no other worker computed during it and "beside" where another
 // computed throughout: worker 0's backward takes 1 ms on the minibatches where worker 1's
 // backward runs elsewhere and 1.5 ms on those where it runs over it.
