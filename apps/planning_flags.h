@@ -22,7 +22,8 @@ void add_schedule_options(CLI::App& app, schedule::ScheduleOptions& schedule_opt
 // 2bw on the paper's weight versions, no predicted copies), where the default models train's.
 void add_no_weight_prediction_flag(CLI::App& app, bool& no_weight_prediction);
 
-// Even split of the profile into `stages` single-replica stages, fewer when it has fewer layers.
-plan::Plan straight_plan(const profile::Profile& p, int stages);
+// Even split of the profile into `stages` single-replica stages; a ConfigError naming `why` (what
+// asked for them) where it has fewer layers.
+plan::Plan straight_plan(const profile::Profile& p, int stages, const std::string& why);
 
 }  // namespace pt::app

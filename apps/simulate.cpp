@@ -84,7 +84,7 @@ int run_simulate(SimulateFlags flags) {
     }
   } else if (!flags.schedule_file.empty()) {
     // Without a plan: the file's stages, an even split into them for a CSV, which names no layers.
-    plan = file.stage_layers.empty() ? straight_plan(prof, file.num_stages)
+    plan = file.stage_layers.empty() ? straight_plan(prof, file.num_stages, "--schedule-file " + flags.schedule_file)
                                      : schedule::plan_of_schedule_file(file, flags.schedule_file, "--plan");
     plan::check_plan_fits(plan, prof, flags.schedule_file);
   } else {
@@ -93,8 +93,13 @@ int run_simulate(SimulateFlags flags) {
     int stages = schedule::is_interleaved(flags.kind) ? cluster.workers() * flags.options.chunks
                  : schedule::is_v_schedule(flags.kind) ? 2 * cluster.workers()
                                          : cluster.workers();
-    plan = straight_plan(prof, stages);
-    // Data parallelism makes its own one-stage plan from the workers (make_schedule).
+    std::string workers = flags.cluster.file.empty() ? "--workers " + flags.cluster.workers : flags.cluster.file;
+    std::string why = schedule::is_interleaved(flags.kind) ? str(workers, " x --chunks ", flags.options.chunks)
+                      : schedule::is_v_schedule(flags.kind) ? str(workers, " under ", flags.kind, " (two stages each)")
+                                                            : workers;
+    plan = flags.kind == "dp" ? plan::data_parallel_plan(prof.num_layers(), cluster.workers())
+                              : straight_plan(prof, stages, "an even split for " + why);
+    // Data parallelism: one stage on every worker, however few the layers.
     if (flags.kind != "dp")
       std::cerr << "no --plan: even split of '" << prof.model << "' into " << plan.num_stages() << " stages\n";
   }

@@ -109,6 +109,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     const schedule::Schedule& schedule = job.schedule_of(seg);
     worker.run(schedule, seg.first_minibatch);
     bool evaluates = options.train.evaluate && seg.evaluate, checkpoints = checkpointer && seg.checkpoint;
+    double stopped = 0;  // when this worker's training of the segment ended: its pause in the trace starts there
     if (evaluates || checkpoints || &seg == &job.segments.back()) {
       // The segment's training is over on every worker before its last rows are reported: an
       // asynchronous pipeline's first stage steps its last minibatch after the last stage, the
@@ -116,6 +117,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
       // training for weights that existed at 0.29 (pipedream on 5 stages); the drain went to the
       // next row, and the run's last row fell short of its total.
       worker.finish_sends();
+      stopped = wall_ms();
       transport.barrier();
     }
     if (trained) trained(seg);
@@ -145,7 +147,11 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
       // A checkpoint is a pause as an evaluation is, in the trace and in the training time.
       if (on_evaluated) on_evaluated(seg, Evaluation{}, wall_ms() - saving);
     }
-    worker.mark_pause(paused, wall_ms());
+    // The trace's common pause runs from the last worker's stop to the first one's resume, as the
+    // training time's does. From each worker's exit from the barrier, it left the barrier's wake-ups
+    // to training: on a busy machine 1.8 ms of each pause, and 20 evaluations in 40 steps made the
+    // trace's training 0.501 s where the actions ran 0.480 (train said 0.477).
+    worker.mark_pause(stopped, wall_ms());
   }
   worker.finish_sends();
 }

@@ -104,6 +104,22 @@ TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
 TEST(CliErrors, StagesChunksAndWorkers) {
   expect_rejected(kTrain + "--stages 9 --schedule 1f1b", 2, {"--stages", "9 stages", "mnist-cnn"});
   expect_rejected(kTrain + "--stages 0", 2, {"--stages", "0"});  // CLI11 range check
+  // simulate's even split has a stage per worker (per chunk, per arm of a V): it made as many as
+  // the layers allowed and ran them on fewer workers without a word (interleaved on 4 x 2 chunks
+  // of 2 layers ran on 1, its bubble that of a worker that never waits).
+  std::string profile = write("two.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 8, "layers": [
+      {"name": "a", "forward_ms": 1, "backward_ms": 2, "activation_bytes": 1, "parameter_bytes": 1},
+      {"name": "b", "forward_ms": 1, "backward_ms": 2, "activation_bytes": 1, "parameter_bytes": 1}]})");
+  const std::string sim = "simulate --profile " + profile + " --bandwidth-gbps 1 ";
+  expect_rejected(sim + "--workers 2 --schedule interleaved --chunks 2", 1,
+                  {"--workers 2 x --chunks 2 makes 4 stages, but the profile of 'm' has 2 layers"});
+  expect_rejected(sim + "--workers 2 --schedule zb-v", 1, {"--workers 2 under zb-v (two stages each) makes 4 stages"});
+  expect_rejected(sim + "--workers 3 --schedule 1f1b", 1, {"--workers 3 makes 3 stages"});
+  // Data parallelism has one stage, on every worker the cluster has (it ran on 2 of 4, one per layer).
+  pt::testing::ShellRun dp = pipetrain(sim + "--workers 4 --schedule dp --microbatches 4");
+  EXPECT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_NE(dp.output.find("dp on 4 "), std::string::npos) << dp.output;
+  EXPECT_NE(dp.output.find("\n     3 "), std::string::npos) << dp.output;  // a row for the fourth worker
   expect_rejected("plan --profile x.json --workers 0 --bandwidth-gbps 1", 2, {"--workers", "got 0"});
   expect_rejected("plan --profile x.json --workers 4 --bandwidth-gbps -1", 2, {"--bandwidth-gbps", "got -1"});
   // --top raises --candidates to list them all, but not a bad value into a good one (it said "got 0").

@@ -33,11 +33,12 @@ struct InFlight : Peak {
 };
 
 // A worker's transport that counts activations in flight; `slow` takes each received
-// activation 5 ms late, a next stage slower than the one feeding it.
+// activation 5 ms late, a next stage slower than the one feeding it; `late_ms` leaves each
+// barrier that much late, a thread woken after a busy core's timer tick.
 class CountingTransport : public Transport {
  public:
-  CountingTransport(std::shared_ptr<ThreadHub> hub, int rank, InFlight& counts, bool slow)
-      : inner_(std::move(hub), rank), counts_(counts), slow_(slow) {}
+  CountingTransport(std::shared_ptr<ThreadHub> hub, int rank, InFlight& counts, bool slow, int late_ms = 0)
+      : inner_(std::move(hub), rank), counts_(counts), slow_(slow), late_ms_(late_ms) {}
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   std::shared_ptr<PendingTransfer> isend(const torch::Tensor& t, int peer, int64_t tag) override {
@@ -86,6 +87,7 @@ class CountingTransport : public Transport {
   }
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
     inner_.allreduce_sum(tensors, group);
+    if (tensors.size() == 1 && tensors[0].numel() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms_));
   }
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override {
     return inner_.allreduce_start(std::move(t), group);
@@ -96,6 +98,7 @@ class CountingTransport : public Transport {
   ThreadTransport inner_;
   InFlight& counts_;
   bool slow_;
+  int late_ms_;
 };
 
 void expect_bounded_evaluation(const std::string& kind, int stages, int chunks) {
@@ -189,6 +192,50 @@ TEST(Evaluation, RunsTheTrainingsMicrobatches) {
   for (auto& t : threads) t.join();
   EXPECT_GE(accuracy[1], 0);  // the last stage evaluated
   EXPECT_EQ(counts.rows.load(), 4) << "samples in an evaluation's activation (a microbatch: 16 / 4)";
+}
+
+// A worker's pause in the trace starts when its training of the segment ended, not when it left
+// the barrier before the evaluation: the trace's common pause (the last worker's start to the
+// first one's end) counted a late wake-up as training, 1.8 ms of each evaluation on a busy machine,
+// where train's training time did not.
+TEST(Evaluation, APauseStartsWhereTheWorkersTrainingEnded) {
+  auto whole = testing::seeded_cnn(3);
+  auto data = model::synthetic_data(*whole, 64, 16, 10, 5);
+  PipelineOptions o;
+  o.schedule = "1f1b";
+  o.microbatches = 2;
+  o.train.batch_size = 16;
+  o.train.steps = 4;
+  o.train.eval_every = 2;
+  o.train.quiet = true;
+  o.timeout_s = 20;
+  Job job = make_job(plan::even_split(testing::unit_profile(*whole), 2), o,
+                     *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  auto hub = std::make_shared<ThreadHub>(2, o.timeout_s);
+  InFlight counts;
+  std::vector<std::unique_ptr<CountingTransport>> transports;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int w = 0; w < 2; ++w) {
+    transports.push_back(std::make_unique<CountingTransport>(hub, w, counts, false, w == 1 ? 30 : 0));
+    workers.push_back(std::make_unique<Worker>(w, testing::seeded_cnn(3, model::LayerSet(job.typical->worker_layers(w))),
+                                               data, *transports[w], job.worker));
+  }
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w)
+    threads.emplace_back([&, w] { run_worker_segments(*workers[w], *transports[w], job, data, nullptr); });
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < 2; ++w) {
+    SCOPED_TRACE(str("worker ", w));
+    const auto& pauses = workers[w]->pauses();
+    ASSERT_EQ(pauses.size(), 2u);  // after minibatches 2 and 4
+    for (const auto& [start, end] : pauses) {
+      double trained = 0;  // the end of its last action before the pause
+      for (const auto& e : workers[w]->trace())
+        if (e.end_ms <= start) trained = std::max(trained, e.end_ms);
+      EXPECT_LT(start - trained, 10) << "ms from its last action to its pause";
+      EXPECT_GT(end - start, 30) << "the late barriers are the pause's";
+    }
+  }
 }
 
 }  // namespace
