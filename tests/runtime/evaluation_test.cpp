@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "job/worker_runner.h"
@@ -157,6 +158,35 @@ TEST(Evaluation, NoStageRunsMoreThanAFewRoundsAheadOfTheNext) {
   expect_bounded_evaluation("zb-v", 4, 1);
 }
 
+// A 1f1b job of the seeded CNN on 2 stages, its 2 workers run on threads through CountingTransports
+// (worker 1's barriers `late_ms` late); `on_evaluated(worker, evaluation)` after each evaluation.
+struct TwoStageRun {
+  InFlight counts;
+  std::vector<std::unique_ptr<Worker>> workers;
+};
+std::unique_ptr<TwoStageRun> run_two_stages(const PipelineOptions& o, const model::DataSplit& data, int late_ms,
+                                            const std::function<void(int, const Evaluation&)>& on_evaluated) {
+  auto whole = testing::seeded_cnn(3);
+  Job job = make_job(plan::even_split(testing::unit_profile(*whole), 2), o,
+                     *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  auto run = std::make_unique<TwoStageRun>();
+  auto hub = std::make_shared<ThreadHub>(2, o.timeout_s);
+  std::vector<std::unique_ptr<CountingTransport>> transports;
+  for (int w = 0; w < 2; ++w) {
+    transports.push_back(std::make_unique<CountingTransport>(hub, w, run->counts, false, w == 1 ? late_ms : 0));
+    run->workers.push_back(std::make_unique<Worker>(
+        w, testing::seeded_cnn(3, model::LayerSet(job.typical->worker_layers(w))), data, *transports[w], job.worker));
+  }
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w)
+    threads.emplace_back([&, w] {
+      run_worker_segments(*run->workers[w], *transports[w], job, data,
+                          [&](const Segment&, const Evaluation& e, double) { on_evaluated(w, e); });
+    });
+  for (auto& t : threads) t.join();
+  return run;
+}
+
 // A job's evaluations (run_worker_segments) run the training's microbatches, not its whole
 // minibatch: no forward of an evaluation holds more than one of training does (a language
 // model's last stage held 4x training's logits, job/worker_runner.cpp).
@@ -170,28 +200,10 @@ TEST(Evaluation, RunsTheTrainingsMicrobatches) {
   o.train.steps = 2;
   o.train.quiet = true;
   o.timeout_s = 20;
-  Job job = make_job(plan::even_split(testing::unit_profile(*whole), 2), o,
-                     *testing::seeded_cnn(3, model::LayerSet::none()), data);
-  ASSERT_TRUE(job.segments.back().evaluate);
-  auto hub = std::make_shared<ThreadHub>(2, o.timeout_s);
-  InFlight counts;
-  std::vector<std::unique_ptr<CountingTransport>> transports;
-  std::vector<std::unique_ptr<Worker>> workers;
-  for (int w = 0; w < 2; ++w) {
-    transports.push_back(std::make_unique<CountingTransport>(hub, w, counts, false));
-    workers.push_back(std::make_unique<Worker>(w, testing::seeded_cnn(3, model::LayerSet(job.typical->worker_layers(w))),
-                                               data, *transports[w], job.worker));
-  }
   std::vector<double> accuracy(2, -2);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w)
-    threads.emplace_back([&, w] {
-      run_worker_segments(*workers[w], *transports[w], job, data,
-                          [&](const Segment&, const Evaluation& e, double) { accuracy[w] = e.accuracy; });
-    });
-  for (auto& t : threads) t.join();
+  auto run = run_two_stages(o, data, 0, [&](int w, const Evaluation& e) { accuracy[w] = e.accuracy; });
   EXPECT_GE(accuracy[1], 0);  // the last stage evaluated
-  EXPECT_EQ(counts.rows.load(), 4) << "samples in an evaluation's activation (a microbatch: 16 / 4)";
+  EXPECT_EQ(run->counts.rows.load(), 4) << "samples in an evaluation's activation (a microbatch: 16 / 4)";
 }
 
 // A worker's pause in the trace starts when its training of the segment ended, not when it left
@@ -209,21 +221,8 @@ TEST(Evaluation, APauseStartsWhereTheWorkersTrainingEnded) {
   o.train.eval_every = 2;
   o.train.quiet = true;
   o.timeout_s = 20;
-  Job job = make_job(plan::even_split(testing::unit_profile(*whole), 2), o,
-                     *testing::seeded_cnn(3, model::LayerSet::none()), data);
-  auto hub = std::make_shared<ThreadHub>(2, o.timeout_s);
-  InFlight counts;
-  std::vector<std::unique_ptr<CountingTransport>> transports;
-  std::vector<std::unique_ptr<Worker>> workers;
-  for (int w = 0; w < 2; ++w) {
-    transports.push_back(std::make_unique<CountingTransport>(hub, w, counts, false, w == 1 ? 30 : 0));
-    workers.push_back(std::make_unique<Worker>(w, testing::seeded_cnn(3, model::LayerSet(job.typical->worker_layers(w))),
-                                               data, *transports[w], job.worker));
-  }
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w)
-    threads.emplace_back([&, w] { run_worker_segments(*workers[w], *transports[w], job, data, nullptr); });
-  for (auto& t : threads) t.join();
+  auto run = run_two_stages(o, data, 30, [](int, const Evaluation&) {});
+  const auto& workers = run->workers;
   for (int w = 0; w < 2; ++w) {
     SCOPED_TRACE(str("worker ", w));
     const auto& pauses = workers[w]->pauses();
