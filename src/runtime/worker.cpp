@@ -213,8 +213,13 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     execute(s, a, offset, first_minibatch);
     schedule::TraceEvent e;
     e.action = a;
+    // Numbered over the run, not the segment: a flush's steps and all-reduces by its minibatch, an
+    // asynchronous schedule's from its segment's first (its minibatches', or pipedream's rounds'). Numbered
+    // within each segment, the collectives of successive segments shared ids, and `trace` counted
+    // one of them: pipedream with a replicated stage and an evaluation every 4 of 16 steps read
+    // 2.5 MiB all-reduced where 10.0 were.
     e.action.microbatch = static_cast<int>(a.kind == ActionKind::kAllReduce || a.kind == ActionKind::kStep
-                                               ? (s.flush ? first_minibatch : a.microbatch)
+                                               ? (s.flush ? first_minibatch : first_minibatch + a.microbatch)
                                                : a.microbatch + offset);
     // A compute starts when its input has arrived: the wait for it is the link's, not compute.
     e.start_ms = t0 + waited_ms_ - origin_ms_;

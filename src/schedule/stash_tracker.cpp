@@ -34,8 +34,8 @@ void StashTracker::on(const Action& a, bool split, int64_t bytes) {
     st.in_flight.erase(it);
   } else if (a.kind == ActionKind::kStep) {
     ++st.steps;
-    // Counted in Steps, not by the Step's minibatch: a measured trace numbers its Steps within
-    // each segment and its forwards from the run's start.
+    // Counted in Steps, not by the Step's minibatch: a measured trace numbers a flush's Steps by
+    // minibatch and its forwards by microbatch.
     for (auto c = st.minibatch_copies.begin(); c != st.minibatch_copies.end();)
       if (c->second <= st.steps) c = st.minibatch_copies.erase(c), --st.own_copies;
       else ++c;
