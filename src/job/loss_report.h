@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "job/training_clock.h"
 #include "model/optimizer.h"
 #include "runtime/checkpoint.h"
 #include "runtime/progress.h"
@@ -32,12 +33,13 @@ class LossReport {
   // as gathered losses do. An asynchronous schedule's last stage runs the next minibatch's forward
   // before its row is written: stamped then, pipedream's first row read 27.6 ms where its step
   // ended at 20.3.
-  LossReport(runtime::Progress& progress, int64_t per_epoch, int64_t batch_size, int microbatches, bool gathered,
-             const model::OptimizerOptions& schedule, bool losses_known, std::function<int64_t(int64_t)> rate_step,
-             bool stamped_at_steps = false)
-      : progress_(progress), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
+  // `clock`: the job's training time (the rows' train_s), which outlives this.
+  LossReport(runtime::Progress& progress, const TrainingClock& clock, int64_t per_epoch, int64_t batch_size,
+             int microbatches, bool gathered, const model::OptimizerOptions& schedule, bool losses_known,
+             std::function<int64_t(int64_t)> rate_step, bool stamped_at_steps = false)
+      : progress_(progress), clock_(clock), per_epoch_(per_epoch), batch_size_(batch_size), microbatches_(microbatches),
         gathered_(gathered), stamped_(gathered || stamped_at_steps), losses_known_(losses_known), schedule_(schedule),
-        rate_step_(std::move(rate_step)), start_ms_(runtime::wall_ms()) {}
+        rate_step_(std::move(rate_step)) {}
   bool losses_known() const { return losses_known_; }
 
   // `secs`: the training time its replica had when it ended (gathered losses, which arrive later).
@@ -98,14 +100,14 @@ class LossReport {
     return {true, first_loss(), final_losses(), static_cast<int64_t>(recent_.size())};
   }
   double last_loss() const { return last_loss_; }
-  void add_pause_ms(double ms) { paused_ms_ += ms; }
-  double train_seconds() const { return (runtime::wall_ms() - start_ms_ - paused_ms_) / 1000; }
+  double train_seconds() const { return clock_.seconds(); }
 
  private:
   using Pending = std::map<int64_t, std::pair<double, int>>;  // minibatch -> (loss sum, microbatches)
   void report(Pending::iterator it);
 
   runtime::Progress& progress_;
+  const TrainingClock& clock_;
   int64_t per_epoch_, batch_size_;
   int microbatches_;
   int64_t reported_ = 0;  // minibatches reported by this run
@@ -119,7 +121,7 @@ class LossReport {
   std::map<int64_t, double> step_secs_;     // minibatch -> its replica's training time at its end (stamped_)
   std::set<int64_t> unstamped_;             // this replica's minibatches not yet stepped (stamped_)
   std::set<int64_t> drained_;               // segment ends every worker had reached when stamped
-  double start_ms_, last_loss_ = 0, paused_ms_ = 0, last_secs_ = 0;
+  double last_loss_ = 0, last_secs_ = 0;
   double resumed_first_ = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> recent_;
 };

@@ -98,7 +98,7 @@ void prepare_worker(Worker& worker, const Job& job) {
 }
 
 void run_worker_segments(Worker& worker, Transport& transport, const Job& job, const model::DataSplit& data,
-                         const EvaluatedCallback& on_evaluated, const TrainedCallback& trained,
+                         TrainingClock& clock, const EvaluatedCallback& on_evaluated, const TrainedCallback& trained,
                          const RunLossSource& run_loss) {
   const PipelineOptions& options = job.options;
   std::unique_ptr<runtime::Checkpointer> checkpointer;
@@ -118,7 +118,7 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
       // next row, and the run's last row fell short of its total.
       worker.finish_sends();
       stopped = wall_ms();
-      transport.barrier();
+      clock.stop(transport);
     }
     if (trained) trained(seg);
     if (!evaluates && !checkpoints) continue;
@@ -128,7 +128,6 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     // last stage held 4x the logits training does, and its process peaked at 148-190 MiB
     // against 120-133 (2 gloo processes).
     model::ChargeTo uncharged(nullptr);
-    double paused = wall_ms();
     Evaluation e;
     if (evaluates) {
       e = worker.evaluate(schedule, data.test, options.train.batch_size / schedule.microbatches);
@@ -139,19 +138,16 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     }
     // Before the checkpoint exists, the rows up to it are written: a job killed just after it
     // lost that step's row, its accuracy too, for good (the resume starts after it).
-    double saving = wall_ms();
-    if (on_evaluated) on_evaluated(seg, e, saving - paused);
-    if (checkpoints) {
+    if (on_evaluated) on_evaluated(seg, e);
+    if (checkpoints)
       checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches,
                          run_loss ? run_loss() : runtime::RunLoss{});
-      // A checkpoint is a pause as an evaluation is, in the trace and in the training time.
-      if (on_evaluated) on_evaluated(seg, Evaluation{}, wall_ms() - saving);
-    }
     // The trace's common pause runs from the last worker's stop to the first one's resume, as the
-    // training time's does. From each worker's exit from the barrier, it left the barrier's wake-ups
-    // to training: on a busy machine 1.8 ms of each pause, and 20 evaluations in 40 steps made the
-    // trace's training 0.501 s where the actions ran 0.480 (train said 0.477).
+    // training time's does (TrainingClock). From each worker's exit from the barrier, it left the
+    // barrier's wake-ups to training: on a busy machine 1.8 ms of each pause, and 20 evaluations in
+    // 40 steps made the trace's training 0.501 s where the actions ran 0.480.
     worker.mark_pause(stopped, wall_ms());
+    clock.resume();
   }
   worker.finish_sends();
 }
@@ -177,6 +173,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     phase = "the start barrier (every worker's stages built; --timeout)";
     transport.barrier();
     phase = "training (between segments)";
+    TrainingClock clock;
     // Counted as the steps are, by position in the data's order (past minibatches skipped).
     int64_t last_step = job.segments.empty() ? job.first_step + job.steps
                                              : job.segments.back().first_minibatch + job.segments.back().minibatches;
@@ -199,7 +196,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       return m;
     };
     // The rates the last stage applied, its stale warm-up included (2bw's last stage lags too).
-    LossReport losses(progress, job.per_epoch, options.train.batch_size, typical.microbatches, gathered,
+    LossReport losses(progress, clock, job.per_epoch, options.train.batch_size, typical.microbatches, gathered,
                       runtime::stage_optimizer(typical, typical.num_stages - 1, job.worker),
                       options.trace_source != "emulated", rate_step, !typical.flush);
     if (!job.resume_from.empty()) losses.resumed_from(job.resume_manifest.first_loss);
@@ -277,9 +274,8 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     worker.set_trace_origin(trace_origin_ms);
     Evaluation evaluated;
     run_worker_segments(
-        worker, transport, job, data,
-        [&](const Segment& seg, const Evaluation& e, double ms) {
-          losses.add_pause_ms(ms);
+        worker, transport, job, data, clock,
+        [&](const Segment& seg, const Evaluation& e) {
           if (e.accuracy >= 0 || e.loss >= 0) {
             evaluated = e;
             StepRecord rec{seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, e.accuracy};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "job/job.h"
+#include "job/training_clock.h"
 #include "runtime/checkpoint.h"
 
 namespace pt::job {
@@ -33,12 +34,13 @@ struct WorkerRun {
 // (when the job's options evaluate), the test-set evaluation through the pipeline.
 // With a checkpoint folder, the workers write a checkpoint after the segments that call for
 // one (collectively, through `transport`); a resumed job first loads the checkpoint's layers.
-// `on_evaluated(segment, evaluation, ms)` is called after the pause's evaluation, before its
-// checkpoint is written, and again after the checkpoint, with the ms each took (the figures < 0
-// where there was none, and on workers without the last stage).
+// `on_evaluated(segment, evaluation)` is called after the pause's evaluation, before its
+// checkpoint is written (the figures < 0 where there was none, and on workers without the last
+// stage). `clock` stops at each pause's barrier and at the job's end (the collective of them all)
+// and resumes after the pause.
 // `trained(segment)`, where given, is called on every worker after each segment's training (once
 // every worker has ended it, where a pause or the job's end follows), before its pause.
-using EvaluatedCallback = std::function<void(const Segment&, const runtime::Evaluation&, double ms)>;
+using EvaluatedCallback = std::function<void(const Segment&, const runtime::Evaluation&)>;
 using TrainedCallback = std::function<void(const Segment&)>;
 // `run_loss()`, where given, is the run's loss so far (the reporting worker's; called on every
 // worker before each checkpoint, after `trained`), which the checkpoint judges and records.
@@ -49,7 +51,7 @@ void prepare_worker(runtime::Worker& worker, const Job& job);
 // Each segment runs the schedule the job made for it (Job::schedule_of): the runner derives none.
 // The worker is prepared first (prepare_worker).
 void run_worker_segments(runtime::Worker& worker, runtime::Transport& transport, const Job& job,
-                         const model::DataSplit& data, const EvaluatedCallback& on_evaluated,
+                         const model::DataSplit& data, TrainingClock& clock, const EvaluatedCallback& on_evaluated,
                          const TrainedCallback& trained = nullptr, const RunLossSource& run_loss = nullptr);
 
 // Every worker's `mine` (a measured peak), on every worker: a collective of all of them.

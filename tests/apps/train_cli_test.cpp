@@ -532,8 +532,9 @@ TEST(TrainCli, AWorkerThatFailsBeforeJoiningStopsTheOthers) {
       std::string log = slurp(tmp.path / ("w" + std::to_string(r) + ".log"));
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
       EXPECT_NE(log.find("missing.pt is your own data"), std::string::npos) << log;
-      if (r != bad)
+      if (r != bad) {
         EXPECT_NE(log.find(str("the job stops: worker ", bad, ": ")), std::string::npos) << log;
+      }
     }
     double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     EXPECT_LT(took, 30) << "the healthy worker waited for the rendezvous' timeout";
@@ -912,6 +913,18 @@ TEST(TrainCli, TheTracesSteadyStateLeavesOutTheEvaluations) {
           }
     }
     EXPECT_LT(t.pauses[0].second, last_end) << transport;  // the first epoch's, before the second trains
+    // The training time printed is the trace's span less its pauses: each pause from the last
+    // worker's stop to the first one's resume (job::TrainingClock). The reporter timed its own
+    // pauses, and beside a busy process printed 454.9 ms where the trace spanned 456.7 less its
+    // pauses. The span's ends: the first action's start, the last one's end.
+    std::string out = slurp(log);
+    size_t at = out.find("steps 64, ");
+    ASSERT_NE(at, std::string::npos) << out;
+    double first_start = last_end, paused = 0;
+    for (const auto& w : t.workers)
+      for (const auto& e : w) first_start = std::min(first_start, e.start_ms);
+    for (const auto& [start, end] : t.pauses) paused += std::min(end, last_end) - std::min(start, last_end);
+    EXPECT_NEAR(std::stod(out.substr(at + 10)) * 1000, last_end - first_start - paused, 1.0) << transport << "\n" << out;
     ASSERT_EQ(run({"trace", trace}, log), 0) << slurp(log);
     EXPECT_NE(slurp(log).find("of evaluations and checkpoints in the window left out"), std::string::npos) << slurp(log);
   }
@@ -959,9 +972,10 @@ TEST(TrainCli, AnAsynchronousTracesCollectivesAreCountedOverEverySegment) {
     for (const auto& list : t.workers) {
       std::set<std::pair<int, int>> steps;
       for (const auto& e : list)
-        if (e.action.kind == schedule::ActionKind::kStep)
+        if (e.action.kind == schedule::ActionKind::kStep) {
           EXPECT_TRUE(steps.insert({e.action.stage, e.action.microbatch}).second)
               << "--eval-every " << every << ": " << schedule::to_string(e.action) << " twice";
+        }
     }
   }
   EXPECT_GT(bytes[0], 0);
@@ -996,8 +1010,9 @@ TEST(TrainCli, AClusterCalibratedOverAnotherTransportIsNamed) {
     // Over its own transport the model is printed: the process's figure, a worker's tensors and the data.
     EXPECT_EQ(out.find("peak RSS (modelled): ") != std::string::npos, true) << transport << "\n" << out;
     EXPECT_EQ(out.find("peak RSS per worker process (modelled)"), std::string::npos) << transport << "\n" << out;
-    if (transport == "threads")
+    if (transport == "threads") {
       EXPECT_NE(out.find(" for this process (the tensors above, the data "), std::string::npos) << out;
+    }
   }
 }
 

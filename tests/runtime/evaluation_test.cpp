@@ -88,7 +88,7 @@ class CountingTransport : public Transport {
   }
   void allreduce_sum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
     inner_.allreduce_sum(tensors, group);
-    if (tensors.size() == 1 && tensors[0].numel() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms_));
+    std::this_thread::sleep_for(std::chrono::milliseconds(late_ms_));
   }
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override {
     return inner_.allreduce_start(std::move(t), group);
@@ -180,8 +180,9 @@ std::unique_ptr<TwoStageRun> run_two_stages(const PipelineOptions& o, const mode
   std::vector<std::thread> threads;
   for (int w = 0; w < 2; ++w)
     threads.emplace_back([&, w] {
-      run_worker_segments(*run->workers[w], *transports[w], job, data,
-                          [&](const Segment&, const Evaluation& e, double) { on_evaluated(w, e); });
+      TrainingClock clock;
+      run_worker_segments(*run->workers[w], *transports[w], job, data, clock,
+                          [&](const Segment&, const Evaluation& e) { on_evaluated(w, e); });
     });
   for (auto& t : threads) t.join();
   return run;

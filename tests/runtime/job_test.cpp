@@ -41,7 +41,9 @@ void expect_each_schedule_made_once(const std::string& kind, int replicas, int64
   EXPECT_EQ(made, static_cast<int64_t>(schedules_needed(job)));
   std::set<int> lengths;
   for (const auto& seg : job.segments) lengths.insert(seg.minibatches);
-  if (!job.typical->flush) EXPECT_GT(lengths.size(), 1u);  // the case is one the count can fail
+  if (!job.typical->flush) {
+    EXPECT_GT(lengths.size(), 1u);  // the case is one the count can fail
+  }
   auto result = run_on_threads(job, [](const model::LayerSet& held) { return testing::seeded_cnn(3, held); }, data);
   EXPECT_EQ(schedule::schedules_made() - before, made) << "the runners generated schedules of their own";
   EXPECT_EQ(result.train.steps, job.steps);
