@@ -159,7 +159,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
     const profile::Profile& prof = *flags.request.profile;
     int cores = job::usable_cores();
     job::RunPrediction p = flags.model.emulated()
-                               ? job::predict_emulated_run(job, prof, flags.model.emulation.time_scale, flags.transport)
+                               ? job::predict_emulated_run(job, prof, flags.model.emulation, flags.transport)
                                : job::predict_host_run(job, prof, cores, flags.transport);
     p.transport = flags.transport;
     if (!flags.prediction_trace_path.empty()) schedule::write_trace(p.trace, flags.prediction_trace_path);

@@ -95,21 +95,16 @@ RunPrediction predict_host_run(const Job& job, const profile::Profile& profile, 
   return r;
 }
 
-RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale,
-                                   const std::string& transport) {
+RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile,
+                                   const profile::EmulationOptions& emulation, const std::string& transport) {
   plan::check_plan_fits(job.plan, profile, "plan");
-  profile::Profile p = profile::with_batch_size(profile, job.options.train.batch_size);
+  profile::Profile p = profile::as_emulated(profile::with_batch_size(profile, job.options.train.batch_size), emulation);
   const plan::Cluster& cluster = job.options.cluster;
   // Threads hand tensors over in memory whatever the --cluster says (its links are crossed by
   // gloo processes, shaped on the testbed): at 0.1 Gbit/s the prediction was 632 samples/s for a
   // threads run that went at 1,772.
   bool links = !cluster.levels.empty() && transport != "threads";
-  RunPrediction r = simulate_run(job, p, links ? &cluster : nullptr);
-  r.simulated_ms *= time_scale;
-  r.steady_ms *= time_scale;
-  for (auto& events : r.trace.workers)
-    for (auto& e : events) e.start_ms *= time_scale, e.end_ms *= time_scale;
-  return r;
+  return simulate_run(job, p, links ? &cluster : nullptr);
 }
 
 std::string RunPrediction::describe(const Job& job) const {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "job/job.h"
+#include "profile/emulation.h"
 #include "profile/profile.h"
 #include "schedule/trace.h"
 
@@ -40,9 +41,10 @@ struct RunPrediction {
 // the profile does not fit the plan.
 RunPrediction predict_host_run(const Job& job, const profile::Profile& profile, int cores,
                                const std::string& transport);
-// Emulated compute waits the profile's times x time_scale, so the host's cores are no limit; its
-// links are the job's cluster (as the testbed shapes them) or, without one, memory.
-RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile, double time_scale,
-                                   const std::string& transport);
+// Emulated compute waits the profile's times x S and moves its bytes x B (profile::as_emulated), so
+// the host's cores are no limit; its links are the job's cluster (as the testbed shapes them) or,
+// without one, memory.
+RunPrediction predict_emulated_run(const Job& job, const profile::Profile& profile,
+                                   const profile::EmulationOptions& emulation, const std::string& transport);
 
 }  // namespace pt::job

@@ -44,6 +44,22 @@ std::vector<model::EmulatedCost> emulated_costs(const profile::Profile& p, const
   return out;
 }
 
+Profile as_emulated(const Profile& p, const EmulationOptions& emulation_options) {
+  const double time = emulation_options.time_scale, bytes = emulation_options.byte_scale;
+  auto scaled = [bytes](int64_t& b) { b = std::llround(static_cast<double>(b) * bytes); };
+  Profile out = p;
+  for (auto& l : out.layers) {
+    for (double* ms : {&l.forward_ms, &l.backward_ms, &l.optimizer_ms, &l.stash_copy_ms, &l.input_gradient_ms}) *ms *= time;
+    for (auto& t : l.timings) t.forward_ms *= time, t.backward_ms *= time;
+    for (int64_t* b : {&l.activation_bytes, &l.parameter_bytes, &l.stash_bytes, &l.fixed_stash_bytes, &l.split_bytes,
+                       &l.workspace_bytes, &l.split_workspace_bytes, &l.buffer_bytes})
+      scaled(*b);
+  }
+  for (auto* ties : {&out.ties, &out.frozen_ties})
+    for (auto& tie : *ties) scaled(tie.bytes);
+  return out;
+}
+
 std::shared_ptr<model::LayeredModel> build_emulated_model(const profile::Profile& p, const EmulationOptions& emulation_options,
                                                           const model::LayerSet& held) {
   return model::build_emulated_model(p.model, emulated_costs(p, emulation_options), held);
