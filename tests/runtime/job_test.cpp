@@ -152,42 +152,42 @@ TEST(Job, AnAsynchronousRunIsPredictedOverItsOwnSegments) {
   EXPECT_LT(long_run, 1.02 * predicted_ms(300));  // long runs: the steady state
 }
 
-// Emulated compute on threads hands its tensors over in memory whatever links the --cluster
-// gives (gloo processes cross them, shaped on the testbed): at 0.1 Gbit/s the prediction was 632
-// samples/s for a threads run that went at 1,772.
-TEST(Job, EmulatedThreadsCrossNoClusterLinks) {
+// The seeded CNN's 1f1b job on 2 stages, 4 microbatches of 8, on `cluster`, predicted as emulated
+// compute at `emulation`'s scales over `transport`.
+double predicted_emulated_ms(const plan::Cluster& cluster, const profile::EmulationOptions& emulation,
+                             const std::string& transport) {
   auto m = testing::seeded_cnn(3);
   auto data = model::synthetic_data(*m, 256, 16, 10, 5);
   profile::Profile prof = testing::unit_profile(*m);
   PipelineOptions o;
   o.schedule = "1f1b", o.microbatches = 4, o.train.batch_size = 32, o.train.steps = 8, o.train.quiet = true;
-  Job in_memory = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
-  o.cluster = plan::Cluster::flat(2, 0.001);  // 1 Mbit/s
-  Job slow = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
-  double memory_ms = job::predict_emulated_run(in_memory, prof, {}, "threads").simulated_ms;
-  EXPECT_DOUBLE_EQ(job::predict_emulated_run(slow, prof, {}, "threads").simulated_ms, memory_ms);
-  EXPECT_GT(job::predict_emulated_run(slow, prof, {}, "gloo").simulated_ms, 1.5 * memory_ms);
+  o.cluster = cluster;
+  Job job = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
+  return job::predict_emulated_run(job, prof, emulation, transport).simulated_ms;
+}
+
+// Emulated compute on threads hands its tensors over in memory whatever links the --cluster
+// gives (gloo processes cross them, shaped on the testbed): at 0.1 Gbit/s the prediction was 632
+// samples/s for a threads run that went at 1,772.
+TEST(Job, EmulatedThreadsCrossNoClusterLinks) {
+  double memory_ms = predicted_emulated_ms({}, {}, "threads");
+  plan::Cluster slow = plan::Cluster::flat(2, 0.001);  // 1 Mbit/s
+  EXPECT_DOUBLE_EQ(predicted_emulated_ms(slow, {}, "threads"), memory_ms);
+  EXPECT_GT(predicted_emulated_ms(slow, {}, "gloo"), 1.5 * memory_ms);
 }
 
 // Emulated compute waits the profile's times x S, but the host's time per action (a calibrated
 // --cluster's action_us) is real time: scaled with the compute, awd-lm at S = 1e-3 was predicted
 // at 1,162,201 samples/s, its host's 0.109 ms a minibatch charged as 0.000109.
 TEST(Job, AnEmulatedRunsHostTimePerActionIsNotScaled) {
-  auto m = testing::seeded_cnn(3);
-  auto data = model::synthetic_data(*m, 256, 16, 10, 5);
-  profile::Profile prof = testing::unit_profile(*m);
-  PipelineOptions o;
-  o.schedule = "1f1b", o.microbatches = 4, o.train.batch_size = 32, o.train.steps = 8, o.train.quiet = true;
-  Job free = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
-  o.cluster.action_us = 100;
-  Job charged = make_job(plan::even_split(prof, 2), o, *testing::seeded_cnn(3, model::LayerSet::none()), data);
   const profile::EmulationOptions tiny{1e-3, 1e-3};
-  double compute_ms = job::predict_emulated_run(free, prof, tiny, "threads").simulated_ms;
-  double with_host_ms = job::predict_emulated_run(charged, prof, tiny, "threads").simulated_ms;
+  plan::Cluster host;
+  host.action_us = 100;
+  double compute_ms = predicted_emulated_ms({}, tiny, "threads");
   // Each worker runs 4 forwards, 4 backwards and a step a minibatch: at least 0.9 ms of its own.
-  EXPECT_GT(with_host_ms - compute_ms, 0.85) << compute_ms << " ms without the host's time";
+  EXPECT_GT(predicted_emulated_ms(host, tiny, "threads") - compute_ms, 0.85) << compute_ms << " ms without it";
   // And the compute is the profile's x S.
-  EXPECT_NEAR(compute_ms, 1e-3 * job::predict_emulated_run(free, prof, {}, "threads").simulated_ms, 1e-9);
+  EXPECT_NEAR(compute_ms, 1e-3 * predicted_emulated_ms({}, {}, "threads"), 1e-9);
 }
 
 // Workers spread over hosts are not placed on this host's cores: the environment says how many
