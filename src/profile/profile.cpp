@@ -78,6 +78,7 @@ json to_json(const Profile& p) {
   if (!p.alike.empty()) out["alike_layers"] = p.alike;
   if (p.timing_spread > 0) out["timing_spread"] = p.timing_spread;
   if (p.batch_norms > 0) out["batch_norms"] = p.batch_norms;
+  if (p.input_bytes > 0) out["input_bytes"] = p.input_bytes;
   return out;
 }
 
@@ -118,6 +119,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
   }
   if (root.has("timing_spread")) p.timing_spread = root["timing_spread"].as_non_negative();
   if (root.has("batch_norms")) p.batch_norms = root["batch_norms"].as_int_in(0, int64_t{1} << 40);
+  if (root.has("input_bytes")) p.input_bytes = root["input_bytes"].as_int_in(0, kMaxLayerBytes);
   JsonField layers = root["layers"];
   size_t n = layers.size();
   if (n == 0) layers.fail("must list at least one layer");
@@ -227,6 +229,7 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
   double f = static_cast<double>(batch_size) / static_cast<double>(p.batch_size);
   Profile out = p;
   out.batch_size = batch_size;
+  out.input_bytes = static_cast<int64_t>(std::llround(static_cast<double>(p.input_bytes) * f));
   for (auto& l : out.layers) {
     l.forward_ms = forward_ms_at(l, static_cast<double>(batch_size), p.batch_size);
     double backward = backward_ms_at(l, static_cast<double>(batch_size), p.batch_size);

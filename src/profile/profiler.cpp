@@ -271,6 +271,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   // The zoo's models hold none; counting builds every layer not held (a gloo launcher splitting an
   // 8-layer MLP built its 1.6 GB one layer at a time, its peak RSS then over its ranks').
   p.batch_norms = model.file_sha256().empty() ? 0 : model.deferrable_batch_norms();
+  p.input_bytes = static_cast<int64_t>(batch.nbytes());
   model.train(true);
   torch::Tensor x = batch;
   // The smaller batches' own inputs, each the first samples of the batch through the layers so far.

@@ -88,9 +88,8 @@ void Worker::setup(const schedule::Schedule& s) {
       buckets_[st] = std::make_unique<GradientBuckets>(
           replicas_[st]->flat(), options_.bucket_bytes > 0 ? options_.bucket_bytes : std::numeric_limits<int64_t>::max(),
           transport_, group);
-    // A minibatch's entry version is at most the stage-0 in-flight count behind the newest; 2bw's
-    // is weight_delay behind.
-    if (s.vertical_sync) replicas_[st]->keep_history(2 * s.num_workers() + 2);
+    // 2bw's entry version is weight_delay behind the newest.
+    if (s.vertical_sync) replicas_[st]->keep_history(s.vertical_sync_history());
     if (s.weight_delay > 0 && options_.weight_prediction) replicas_[st]->predict_per_minibatch();
     if (s.weight_delay > 0 && !replicas_[st]->predicts_per_minibatch()) replicas_[st]->keep_history(s.weight_delay);
   }

@@ -13,7 +13,8 @@
 //   activations  the peak, along the list, of
 //                  - per microbatch in flight from its forward to its last backward (B, or W
 //                    where split): the stage's stash (profile::stash_bytes of its layers) and
-//                    its input (the bytes crossing into the stage), or its input and the output
+//                    its input (the bytes crossing into the stage; the first stage's, the data:
+//                    profile::Profile::input_bytes), or its input and the output
 //                    it sent (held by the send until the backward) with recomputation;
 //                  - received tensors from when their receive is posted (the runtime posts up to
 //                    receives_ahead ahead of their place; a received activation is the input

@@ -58,6 +58,10 @@ TEST(ProfileFormat, RoundTrips) {
   p.batch_norms = 53;
   EXPECT_EQ(with_batch_size(profile_from_json(to_json(p), "b.json"), 8).batch_norms, 53);
   p.batch_norms = 0;
+  EXPECT_FALSE(to_json(p).contains("input_bytes"));  // optional: not measured
+  p.input_bytes = 6000;
+  EXPECT_EQ(with_batch_size(profile_from_json(to_json(p), "i.json"), 2 * p.batch_size).input_bytes, 12000);
+  p.input_bytes = 0;
   // A zero-bubble split's figures (optional): round trip, and keep their share at another batch.
   p.layers[1].input_gradient_ms = 1.5;
   p.layers[1].split_bytes = 4096;
