@@ -29,6 +29,12 @@ std::vector<WorkerMemory> memory(const std::string& kind, plan::Plan plan, int m
   return memory_per_worker(make_schedule(kind, plan, o), uniform_profile(plan.num_stages(), 1, 2, kAct, kParams), mo);
 }
 
+Schedule schedule_of(const std::string& kind, int stages, int microbatches) {
+  ScheduleOptions o;
+  o.microbatches = microbatches;
+  return make_schedule(kind, straight_plan(stages), o);
+}
+
 TEST(MemoryModel, GPipeStashesEveryMicrobatch1F1BOnlyThoseInFlight) {
   // 4 stages, 8 microbatches of 1/8 of the batch: GPipe keeps all 8 on every stage, 1F1B
   // stage s keeps 4 - s. Between threads a received input costs the receiver nothing.
@@ -52,9 +58,7 @@ TEST(MemoryModel, GPipeStashesEveryMicrobatch1F1BOnlyThoseInFlight) {
 // moments (plan, simulate and compare counted SGD's one copy for an Adam profile, and a plan held
 // to a 21 MiB cap trained at 26.1).
 TEST(MemoryModel, OptimizerStateFollowsTheProfilesOptimizer) {
-  ScheduleOptions o;
-  o.microbatches = 4;
-  Schedule s = make_schedule("1f1b", straight_plan(2), o);
+  Schedule s = schedule_of("1f1b", 2, 4);
   profile::Profile p = uniform_profile(2, 1, 2, kAct, kParams);
   MemoryOptions mo;
   EXPECT_EQ(memory_per_worker(s, p, mo)[0].optimizer, kParams);  // sgd's momentum
@@ -111,14 +115,11 @@ TEST(MemoryModel, VerticalSyncHoldsItsHistoryOnEveryStage) {
 // input_bytes), which no layer's stash counts: resnet18's first stage under gpipe was modelled
 // 18.4 MiB under its measured 116.5, 4 microbatches of its images.
 TEST(MemoryModel, TheFirstStageHoldsItsMicrobatchesData) {
-  ScheduleOptions o;
-  o.microbatches = 4;
-  Schedule s = make_schedule("gpipe", straight_plan(2), o);
+  Schedule s = schedule_of("gpipe", 2, 4);
   profile::Profile p = uniform_profile(2, 1, 2, kAct, kParams);
-  MemoryOptions mo;
-  auto without = memory_per_worker(s, p, mo);
+  auto without = memory_per_worker(s, p, {});
   p.input_bytes = 4000;
-  auto with = memory_per_worker(s, p, mo);
+  auto with = memory_per_worker(s, p, {});
   EXPECT_EQ(with[0].activations - without[0].activations, 4 * 4000 / 4);
   EXPECT_EQ(with[1].activations, without[1].activations);
   EXPECT_EQ(profile::with_batch_size(p, 32).input_bytes, 2000);
