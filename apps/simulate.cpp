@@ -108,6 +108,8 @@ int run_simulate(SimulateFlags flags) {
   options.order = schedule::plan_order(plan, flags.plan, flags.kind, options.microbatches, options.chunks);
   options.order_source = flags.plan + ": field 'order'";
   if (options.order.empty()) options = sim::weigh_schedule(flags.kind, plan, flags.options, prof, cluster);
+  std::string budget_note = schedule::activation_budget_note(flags.kind, options.activation_budget);
+  if (!budget_note.empty()) std::cerr << "note: " << budget_note << "\n";
   schedule::Schedule s = flags.schedule_file.empty() ? schedule::make_schedule(flags.kind, plan, options)
                                                  : schedule::bind_schedule(std::move(file), plan, flags.schedule_file);
   std::string kind = flags.schedule_file.empty() ? flags.kind : flags.schedule_file;

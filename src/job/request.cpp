@@ -167,6 +167,8 @@ void weigh_schedule(const Request& r, PipelineOptions& options, const plan::Plan
                           r.over_links ? options.cluster : plan::Cluster{});
   options.activation_budget = weighed.activation_budget;
   options.action_times = weighed.action_times;
+  std::string budget_note = schedule::activation_budget_note(kind, options.activation_budget);
+  if (!budget_note.empty()) std::cerr << "note: " << budget_note << "\n";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "referee/joint_search.h"
 #include "referee/referee.h"
 #include "referee/steady_replay.h"
+#include "schedule/generators.h"
 #include "schedule/memory.h"
 
 namespace pt::referee {
@@ -75,6 +76,8 @@ Comparison compare_schedules(const profile::Profile& prof, const plan::Cluster& 
       if (std::any_of(c.plan.stages.begin(), c.plan.stages.end(), [](const plan::Stage& st) { return st.recompute; }))
         how += " rc";
       out.rows.push_back({kind, c.plan.shape() + how, short_shape(c.plan) + how, c.simulated, "", c.peak_memory});
+      std::string budget_note = schedule::activation_budget_note(kind, c.run.activation_budget);
+      if (!budget_note.empty()) options.note("note: " + budget_note);
     } catch (const ConfigError& e) {
       options.note(str("skipping ", kind, ": ", e.what()));
     }

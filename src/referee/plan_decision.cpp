@@ -80,6 +80,8 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
   // as the schedule places the stages (a V puts two on a worker)
   for (const auto& note : plan::split_tie_notes(out.profile, s.stage_layers, s.stage_workers, out.cluster))
     d.plan.notes.push_back(note);
+  std::string budget_note = schedule::activation_budget_note(c.plan.schedule, c.run.activation_budget);
+  if (!budget_note.empty()) d.plan.notes.push_back(budget_note);
   // The order timed and held to the cap, for train and simulate to run wherever they run.
   if (schedule::order_is_weighed(c.plan.schedule)) d.plan.order = schedule::compute_order(s);
   note_few_batch_norm_samples(d.plan, out.profile);

@@ -45,18 +45,19 @@ Schedule zb_v(const plan::Plan& plan, int microbatches, const std::string& kind,
   Schedule s = detail::v_skeleton(plan, kind, microbatches);
   const int stages = s.num_stages, p = stages / 2;
 
-  // What an F of each stage adds, and each worker's budget: at least a microbatch through both of
-  // its chunks, so that the V always moves.
+  // What an F of each stage adds, and each worker's budget (v_worker_limits; counted: at least a
+  // microbatch through both of its chunks, so that the V always moves).
   const bool weighed = !budget.stage_held.empty();
   if (weighed && static_cast<int>(budget.stage_held.size()) != stages)
     throw InternalError(str(kind, ": a budget for ", budget.stage_held.size(), " stages, the plan has ", stages));
   detail::ChunkBudget b;
   b.adds = weighed ? budget.stage_held : std::vector<double>(stages, 1.0);
+  if (weighed) b.limit = v_worker_limits(kind, budget);
   std::vector<std::vector<int>> chunks(p);
   for (int w = 0; w < p; ++w) {
     chunks[w] = {w, stages - 1 - w};
-    double both = b.adds[w] + b.adds[stages - 1 - w];
-    b.limit.push_back(std::max(both, weighed ? budget.per_worker : v_schedule_limit(kind, p)) * (1 + 1e-9));
+    if (!weighed) b.limit.push_back(std::max(2, v_schedule_limit(kind, p)));
+    b.limit[w] *= 1 + 1e-9;
   }
   detail::zero_bubble_clock(s, chunks, b, times, kind);
   detail::append_flush(s, 0);
