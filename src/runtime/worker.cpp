@@ -89,7 +89,6 @@ void Worker::setup(const schedule::Schedule& s) {
           replicas_[st]->flat(), options_.bucket_bytes > 0 ? options_.bucket_bytes : std::numeric_limits<int64_t>::max(),
           transport_, group);
     // 2bw's entry version is weight_delay behind the newest.
-    if (s.vertical_sync) replicas_[st]->keep_history(s.vertical_sync_history());
     if (s.weight_delay > 0 && options_.weight_prediction) replicas_[st]->predict_per_minibatch();
     if (s.weight_delay > 0 && !replicas_[st]->predicts_per_minibatch()) replicas_[st]->keep_history(s.weight_delay);
   }
@@ -158,20 +157,13 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
   setup(s);
   for (auto& [st, norms] : batch_norms_)
     for (auto& n : norms) n.set_deferred(deferred_stages_.count(st) > 0);
-  entry_version_.clear();
   // Every stage steps once per minibatch, so at a segment's start all versions are equal: the
   // versions a segment's minibatches run on count from there (a segment starts drained).
   base_version_ = replicas_.empty() ? 0 : replicas_.begin()->second->version();
-  if (s.vertical_sync) {
-    for (int w : s.stage_workers[0]) {
-      int64_t steps = 0;
-      for (const Action& a : s.actions[w]) {
-        if (a.stage != 0) continue;
-        if (a.kind == ActionKind::kStep) ++steps;
-        if (a.kind == ActionKind::kForward) entry_version_[a.microbatch] = steps;
-      }
-    }
-  }
+  entry_version_ = s.vertical_sync_entries();
+  // Each segment's lists say how far back its forwards reach (a short one's less).
+  if (s.vertical_sync)
+    for (auto& [st, r] : replicas_) r->keep_history(s.vertical_sync_history(st));
   int64_t offset = first_minibatch * s.microbatches;
   const auto& list = s.actions[rank_];
   predict_steps_.clear();

@@ -168,7 +168,7 @@ class Worker {
   std::string current_;
   // Vertical sync: the weight version stage 0 had when each microbatch of the running
   // schedule entered (the count of stage-0 Steps before its forward), plus the base version.
-  std::map<int64_t, int64_t> entry_version_;
+  std::map<int, int64_t> entry_version_;
   // Weight prediction: (stage, microbatch of the running schedule) -> the stage's steps between
   // its forward and its backward, read from this worker's list.
   std::map<std::pair<int, int>, int> predict_steps_;

@@ -276,7 +276,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
       double params = bytes[st].params;
       // Vertical sync keeps its history and the newest: counted by the stashes alone, pipedream's
       // 3-stage mlp was modelled at 46.5 / 24.0 / 19.4 MiB of tensors and measured 95.1 / 52.3 / 51.2.
-      int kept = std::max(versions.weight_versions(st), s.vertical_sync_history() + (s.vertical_sync ? 1 : 0));
+      int kept = std::max(versions.weight_versions(st), s.vertical_sync_history(st) + (s.vertical_sync ? 1 : 0));
       m.weights += static_cast<int64_t>(params * kept + bytes[st].buffers);
       m.gradients += static_cast<int64_t>(params);
       m.optimizer += options.optimizer_copies * static_cast<int64_t>(params);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -48,6 +49,44 @@ std::map<std::pair<int, int>, int> steps_in_flight(const std::vector<Action>& li
     }
   }
   return out;
+}
+
+std::map<int, int64_t> Schedule::vertical_sync_entries() const {
+  std::map<int, int64_t> entry;
+  if (!vertical_sync) return entry;
+  for (int w : stage_workers[0]) {
+    int64_t steps = 0;
+    for (const Action& a : actions[w]) {
+      if (a.stage != 0) continue;
+      if (a.kind == ActionKind::kStep) ++steps;
+      if (a.kind == ActionKind::kForward) entry[a.microbatch] = steps;
+    }
+  }
+  return entry;
+}
+
+int Schedule::vertical_sync_history(int st) const {
+  if (!vertical_sync) return 0;
+  const std::map<int, int64_t> entry = vertical_sync_entries();
+  const bool split = st < static_cast<int>(split_backward.size()) && split_backward[st];
+  int64_t history = 1;
+  for (int w : stage_workers[st]) {
+    int64_t steps = 0;  // this stage's, on this worker: its version less the segment's first
+    std::set<int> in_flight;
+    for (const Action& a : actions[w]) {
+      if (a.stage != st) continue;
+      if (a.kind == ActionKind::kForward) {
+        history = std::max(history, steps - entry.at(a.microbatch));
+        in_flight.insert(a.microbatch);
+      } else if ((a.kind == ActionKind::kBackward && !split) || a.kind == ActionKind::kBackwardWeight) {
+        in_flight.erase(a.microbatch);
+      } else if (a.kind == ActionKind::kStep) {
+        ++steps;  // the step drops the versions older than its history: those in flight stay
+        for (int mb : in_flight) history = std::max(history, steps - entry.at(mb));
+      }
+    }
+  }
+  return static_cast<int>(history);
 }
 
 std::vector<bool> Schedule::completes_gradients(int worker) const {

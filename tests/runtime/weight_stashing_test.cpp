@@ -171,6 +171,38 @@ TEST(VerticalSync, EveryStageUsesTheEntryVersion) {
   EXPECT_GT(stages_disagreeing(false), 20);
 }
 
+// Each stage keeps the versions its lists reach back to (Schedule::vertical_sync_history), not
+// 2W + 2: over segments of two lengths (evaluations every 5 minibatches, a short last one)
+// every forward still finds its entry version (the replica
+// throws where it was not kept, or was dropped in use), every stage runs on it, and no replica
+// ever holds more than its history.
+TEST(VerticalSync, EachStageKeepsOnlyTheVersionsItsListsReachBackTo) {
+  auto m = seeded_cnn(4);
+  auto data = model::synthetic_data(*m, 512, 32, 10, 5);
+  PipelineOptions o = recorded_pipedream();
+  o.vertical_sync = true;
+  o.weight_prediction = false;
+  o.train.steps = 22;
+  o.train.eval_every = 5;
+  o.train.evaluate = true;
+  plan::Plan plan = plan::even_split(unit_profile(*m), 4);
+  std::vector<std::unique_ptr<Worker>> workers;
+  ASSERT_NO_THROW(
+      train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(4, held); }, data, plan, o, &workers));
+  schedule::Schedule s = generate_schedule(plan, o, 6);
+  const auto& entry = workers[0]->replica(0)->used_versions();  // minibatch -> stage 0's version
+  ASSERT_EQ(entry.size(), 22u);
+  for (int st = 0; st < 4; ++st) {
+    int history = s.vertical_sync_history(st);
+    EXPECT_EQ(history, 3) << "stage " << st;  // 4 stages: stage 0's 3 in flight behind
+    for (int w : s.stage_workers[st]) {
+      StageReplica* rep = workers[w]->replica(st);
+      EXPECT_LE(rep->peak_versions_held(), 3) << "stage " << st << " worker " << w;
+      for (const auto& [mb, v] : rep->used_versions()) EXPECT_EQ(v, entry.at(mb)) << "stage " << st << " minibatch " << mb;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pt::runtime
 

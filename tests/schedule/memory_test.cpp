@@ -100,15 +100,21 @@ TEST(MemoryModel, WeightVersionsFollowTheSchedule) {
 // Vertical sync keeps a history of weight versions on every stage whether a microbatch uses them
 // or not (Schedule::vertical_sync_history, as the runtime's StageReplica::keep_history): counted by
 // the stashes alone, a 3-stage mlp was modelled at 46.5 / 24.0 / 19.4 MiB of tensors and measured
-// 95.1 / 52.3 / 51.2.
+// 95.1 / 52.3 / 51.2. The history is what the lists reach back to: on 4 stages stage 0 steps
+// minibatch j with j + 1..j + 3 in flight, entered at versions j - 2..j, and the last stage runs
+// minibatch k at its version k on stage 0's k - 3: 3 behind the newest everywhere, 4 versions
+// kept (it was 2W + 2 = 10 behind, 11 kept).
 TEST(MemoryModel, VerticalSyncHoldsItsHistoryOnEveryStage) {
   ScheduleOptions o;
   o.vertical_sync = true;
   Schedule s = make_schedule("pipedream", straight_plan(4), o);
-  ASSERT_EQ(s.vertical_sync_history(), 10);
   MemoryOptions mo;
   auto m = memory_per_worker(s, uniform_profile(4, 1, 2, kAct, kParams), mo);
-  for (int st = 0; st < 4; ++st) EXPECT_EQ(m[st].weights, 11 * kParams) << "stage " << st;
+  for (int st = 0; st < 4; ++st) {
+    EXPECT_EQ(s.vertical_sync_history(st), 3) << "stage " << st;
+    EXPECT_EQ(m[st].weights, 4 * kParams) << "stage " << st;
+  }
+  EXPECT_EQ(make_schedule("pipedream", straight_plan(4), {}).vertical_sync_history(0), 0);
 }
 
 // The first stage holds each microbatch's data from its forward to its backward (the profile's
