@@ -33,8 +33,10 @@ std::vector<double> v_worker_limits(const std::string& kind, const ActivationBud
   std::vector<double> limits;
   for (int w = 0; w < p; ++w) {
     double first = budget.stage_held[w], later = budget.stage_held[stages - 1 - w];
-    // As many of its first chunk as if its later stashed alike, within the papers' count.
-    double firsts = std::min(v_schedule_share(kind, p) * 2 * p - 1, (budget.per_worker - first) / first);
+    // As many whole microbatches of its first chunk as if its later stashed alike, within the
+    // papers' count: a raise never adds part of one.
+    double firsts =
+        std::floor(std::min(v_schedule_share(kind, p) * 2 * p - 1, (budget.per_worker - first) / first) + 1e-9);
     limits.push_back(std::max({budget.per_worker, first + later, later + firsts * first}));
   }
   return limits;
@@ -59,11 +61,12 @@ std::string activation_budget_note(const std::string& kind, const ActivationBudg
   auto times = [&](double x) { return str(std::round(x / budget.per_worker * 100) / 100); };
   const int room = fits(budget.per_worker);
   return str(kind, ": its budget (", kind == "zb-v" ? "1F1B's peak" : kind + "'s share of 1F1B's peak",
-             " of stashed activations) leaves ", who, " too little room to pipeline: on worker ", w, " stage ", later,
-             " stashes ", times(budget.stage_held[later]), "x the budget a microbatch, leaving room for ", room,
-             room == 1 ? " microbatch" : " microbatches", " of stage ", w, " beside it. It may hold up to ",
-             fits(limits[w]), " there instead (as many as if stage ", later, " stashed like stage ", w,
-             ", within the paper's count), ", times(limits[w]), "x the budget; the memory figures count what it holds");
+             " of stashed activations) leaves ", who, " less room to pipeline than chunks that stash alike: on worker ",
+             w, " stage ", later, " stashes ", times(budget.stage_held[later]),
+             "x the budget a microbatch, leaving room for ", room, room == 1 ? " microbatch" : " microbatches",
+             " of stage ", w, " beside it. It may hold up to ", fits(limits[w]), " there instead (as many as if stage ",
+             later, " stashed like stage ", w, ", within the paper's count), ", times(limits[w]),
+             "x the budget; the memory figures count what it holds");
 }
 
 }  // namespace pt::schedule

@@ -98,8 +98,8 @@ double v_schedule_share(const std::string& kind, int workers);
 ActivationBudget activation_budget_from_profile(const std::string& kind, const plan::Plan& plan,
                                                 const profile::Profile& profile);
 // What worker w of a V (its chunks w and 2p - 1 - w) may hold under a budget in bytes: the budget,
-// a microbatch through both chunks, and beside one microbatch of its later chunk as many of its
-// first as if the later stashed like the first (within the papers' count, 2p x the kind's share
+// a microbatch through both chunks, and beside one microbatch of its later chunk as many whole
+// microbatches of its first as if the later stashed like the first (within the papers' count, 2p x the kind's share
 // chunk-microbatches). A heavy later chunk (gnmt16's classifier, 0.98x 1F1B's peak a microbatch,
 // on worker 0 beside the first chunk) left room for one microbatch at a time: zb-v ran 231.5 ms
 // per minibatch on 8 workers where 1F1B runs 85.6; it now runs 80.8, holding 1.23x 1F1B's peak.

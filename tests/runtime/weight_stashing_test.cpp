@@ -198,7 +198,8 @@ TEST(VerticalSync, EachStageKeepsOnlyTheVersionsItsListsReachBackTo) {
     for (int w : s.stage_workers[st]) {
       StageReplica* rep = workers[w]->replica(st);
       EXPECT_LE(rep->peak_versions_held(), 3) << "stage " << st << " worker " << w;
-      for (const auto& [mb, v] : rep->used_versions()) EXPECT_EQ(v, entry.at(mb)) << "stage " << st << " minibatch " << mb;
+      for (const auto& [mb, v] : rep->used_versions())
+        EXPECT_EQ(v, entry.at(mb)) << "stage " << st << " minibatch " << mb;
     }
   }
 }
