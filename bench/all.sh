@@ -15,6 +15,7 @@ bench/imported_vs_zoo.sh
 /usr/bin/python3 bench/python/families_throughput.py --pipetrain build/pipetrain | tee out/bench/families.txt
 bench/bf16.sh
 bench/async_accuracy.sh
+bench/replica_gradients.sh
 bench/staleness.sh
 /usr/bin/python3 bench/python/real_compute.py --pipetrain build/pipetrain | tee out/bench/real_compute.txt
 /usr/bin/python3 bench/python/planner_choice.py --pipetrain build/pipetrain | tee out/bench/planner_choice.txt

@@ -627,6 +627,15 @@ def section_async_accuracy(md):
                  "up over 100 s minibatches (docs/runtime.md).")
 
 
+def section_replica_gradients(md):
+    section_text(md, "pipedream's replicated stages: their gradients' mean or sum (measured)", "replica_gradients.txt",
+                 "`bench/replica_gradients.sh`: pipedream with replicated stages, each replica a whole minibatch "
+                 "of 64, a round of r minibatches stepping once with their gradients' mean (the default since "
+                 "2026-12-05, PipeDream's and DDP's) or their sum (`--replica-gradients sum`, r times the rate); "
+                 "every stage replicated on 4 and 8 workers (`train --workers N --schedule pipedream`), and 1-3 "
+                 "and 3-1 (conv1-conv2 | fc1-fc3); two epochs at the CLI's defaults, threads, beside one worker.")
+
+
 def section_memory(md):
     section_text(md, "Memory per process: the memory model against the OS (measured)", "memory_per_process.txt",
                  "`bench/memory_per_process.sh`: mlp --width 4 --depth 8 on 4 stages of 4 gloo processes; modelled = "
@@ -683,6 +692,7 @@ def main():
     section_bf16(md)
     section_optimizer_step(md)
     section_async_accuracy(md)
+    section_replica_gradients(md)
     section_memory(md)
     path = os.path.join(DOCS, "results.md")
     if "--update" in sys.argv[1:]:

@@ -142,6 +142,14 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "many minibatches times s (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--replica-gradients",
+         [flags](const std::string& v) { flags->request.options.sum_replica_gradients = v == "sum"; },
+         "pipedream: a replicated stage's round of r minibatches (one per replica) steps with the mean of their "
+         "gradients, as PipeDream and DDP (a step on r minibatches at --lr), or their sum (r times --lr: what an "
+         "unreplicated stage's r steps move, to first order; large r x --lr diverges)")
+      ->check(CLI::IsMember({"mean", "sum"}))
+      ->default_str("mean");
   app.add_flag_callback("--deferred-step", [flags] { flags->request.deferred_step = 1; },
                         "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's "
                         "tail (its weights lag one more update); default: the plan's deferred_step");

@@ -28,6 +28,9 @@ void note_long_warmup(const job::Job& job);
 // run, or that a cosine multiplies, keeps that stage under --lr where the run's own schedule
 // would not.
 void note_stale_warmup(const job::Job& job);
+// pipedream's replicated stages: each round of r minibatches is one step on r x the batch (its
+// gradients' mean, or sum), and where every stage is replicated, what --schedule dp does instead.
+void note_replica_rounds(const job::Job& job);
 // BatchNorms that normalise microbatches of few samples (kFewBatchNormSamples): their statistics,
 // over so few, train otherwise than the minibatch's.
 void note_few_batch_norm_samples(const job::Job& job, const model::LayeredModel& m);

@@ -76,6 +76,7 @@ runtime::WorkerOptions worker_options(const PipelineOptions& options, const mode
   w.stash_weights = options.stash_weights;
   w.weight_prediction = options.weight_prediction;
   w.stale_warmup = options.stale_warmup;
+  w.sum_replica_gradients = options.sum_replica_gradients;
   w.deferred_batch_norm = options.deferred_batch_norm;
   w.record_weight_sums = options.record_weight_sums;
   w.shuffle = options.train.shuffle;

@@ -39,6 +39,7 @@ json job_digest(const Job& job, const model::LayeredModel& model, const model::D
               {"vertical_sync", options.vertical_sync},
               {"weight_prediction", options.weight_prediction},
               {"stale_warmup", options.stale_warmup},
+              {"sum_replica_gradients", options.sum_replica_gradients},
               {"deferred_batch_norm", options.deferred_batch_norm},
               {"model", model.name()},
               {"layers", layers_of(model)},

@@ -32,6 +32,7 @@ struct PipelineOptions {
   bool stash_weights = true;  // off only to show what stashing prevents (tests)
   bool weight_prediction = true;  // pipedream and 2bw (WorkerOptions::weight_prediction)
   int64_t stale_warmup = runtime::WorkerOptions{}.stale_warmup;  // pipedream (WorkerOptions::stale_warmup)
+  bool sum_replica_gradients = false;  // pipedream (WorkerOptions::sum_replica_gradients)
   bool deferred_batch_norm = false;  // WorkerOptions::deferred_batch_norm
   bool record_weight_sums = false;
   std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated

@@ -317,27 +317,28 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       if (it != buckets_.end()) it->second->finish();
       break;
     }
-    case ActionKind::kStep:
-      // A replicated stage steps once per round of its r minibatches with their summed
-      // gradients: to first order the r steps an unreplicated stage takes over the same
-      // minibatches, so every stage learns at the same rate per sample. (PipeDream's DDP
-      // averages them, which leaves the replicated stage r times behind: mnist-cnn 1-3, two
-      // epochs, 83.9% test accuracy against 85.9% summed; docs/results.md.) Synchronous
-      // schedules already scaled each microbatch's loss by 1/m, so they sum too.
+    case ActionKind::kStep: {
+      // The all-reduce summed the replicas' gradients. Synchronous schedules scaled each
+      // microbatch's loss by 1/m, so the sum is the minibatch's; pipedream's replicas each close
+      // a whole minibatch, and the round steps with their mean (WorkerOptions::sum_replica_gradients).
       // A Step's microbatch field is the minibatch it closes (within this schedule).
+      const bool round = s.kind == "pipedream";
+      const double mean = round && !options_.sum_replica_gradients ? 1.0 / s.replicas(a.stage) : 1.0;
       // --clip-grad-norm: a synchronous minibatch's scale was worked out before the first step;
-      // an asynchronous stage steps on its own and clips by its own gradient's norm.
+      // an asynchronous stage steps on its own and clips by the norm of the gradient it steps with.
       if (options_.sgd.clip_grad_norm > 0 && !s.flush) {
-        clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (std::sqrt(rep->flat().grad_squares()) + 1e-6));
+        double norm = mean * std::sqrt(rep->flat().grad_squares());
+        clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (norm + 1e-6));
       }
       if (deferred_stages_.count(a.stage)) fold_batch_norms(s, a.stage);
       // Every replica of a round steps at the rate of the round's first minibatch: pipedream's
       // replicas each close a minibatch of their own, and stepping at its own rate under a
       // warm-up or a cosine set them apart for good (1.5e-3 after 10 steps).
-      rep->step(clip_scale_, first_minibatch + (s.kind == "pipedream" ? a.microbatch - a.microbatch % s.replicas(a.stage)
-                                                                         : a.microbatch));
+      rep->step(clip_scale_ * mean,
+                first_minibatch + (round ? a.microbatch - a.microbatch % s.replicas(a.stage) : a.microbatch));
       if (on_step_ && a.stage == s.num_stages - 1) on_step_(first_minibatch + a.microbatch);
       break;
+    }
   }
 }
 

@@ -37,6 +37,12 @@ struct WorkerOptions {
   // training, where the gradients change fastest, is where stale ones hurt most (PipeMare,
   // Yang et al. 2021, reschedules the rate by delay for that reason).
   int64_t stale_warmup = 100;
+  // pipedream: a replicated stage's r replicas each take a whole minibatch, and the round steps
+  // once with the mean of their r gradients, as PipeDream (DistributedDataParallel) and DDP do:
+  // a step on r minibatches at the run's rate. true: with their sum, r times the rate, which
+  // tracks an unreplicated stage's r steps to first order but diverges where r x the rate is
+  // past what the model takes (mnist-cnn on 8 replicas at 0.02: 10% accuracy, chance).
+  bool sum_replica_gradients = false;
   // BatchNorm's running statistics over the whole minibatch, every replica's (model/deferred_batch_norm.h).
   bool deferred_batch_norm = false;
   bool record_weight_sums = false;  // tests of weight stashing

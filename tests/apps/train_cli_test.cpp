@@ -584,6 +584,35 @@ TEST(TrainCli, ReplicatedPipedreamReportsEachStepsTimeRateAndPauses) {
   for (const auto& p : doc["pauses"]) EXPECT_GT(p[1].get<double>() - p[0].get<double>(), 1.0) << doc["pauses"].dump();
 }
 
+// pipedream's replicated stage steps once a round with its replicas' mean gradient (the runtime's
+// PipelineEquivalence test holds the weights): the note says so, and with every stage replicated,
+// that each step trains on r x the batch where --schedule dp would not. Summed (the default until
+// 2026-12-05, said nowhere), the 8 replicas of `plan --workers 8` trained mnist-cnn to chance.
+TEST(TrainCli, PipedreamsReplicaRoundsAreNoted) {
+  TempDir tmp("replica-rounds");
+  for (const char* reduce : {"mean", "sum"}) {
+    ASSERT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "8", "--steps", "4",
+                   "--schedule", "pipedream", "--workers", "2", "--replica-gradients", reduce, "--quiet"},
+                  tmp.path / "log"),
+              0)
+        << slurp(tmp.path / "log");
+    std::string out = slurp(tmp.path / "log");
+    EXPECT_NE(out.find(str("note: pipedream: stage 0's replicas take a minibatch each, and a round of r (one a "
+                           "replica) is one step with their gradients' ",
+                           std::string(reduce) == "mean" ? "mean, at --lr" : "sum: r times --lr", ", on r x 8 samples")),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("with every stage replicated, each step trains on 16 samples or more, where --schedule dp"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(run({"train", "--data", "synthetic", "--steps", "2", "--schedule", "pipedream", "--workers", "2",
+                 "--replica-gradients", "average"},
+                tmp.path / "log"),
+            0);
+  EXPECT_NE(slurp(tmp.path / "log").find("--replica-gradients"), std::string::npos) << slurp(tmp.path / "log");
+}
+
 // An accuracy row's training time is when the weights it evaluated existed: under pipedream the
 // first stage steps a segment's last minibatch after the reporter, the last stage, has its loss,
 // and rows stamped before that drain read 0.186 s for weights that existed at 0.29 (5 stages);

@@ -173,6 +173,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--seq-len", {{"--seq-len", "16"}}},
       {"--stages", {{"--stages", "3"}, {"--stages"}}},
       {"--stale-warmup", {{"--stale-warmup", "5"}}},
+      {"--replica-gradients", {{"--replica-gradients", "sum"}}},
       {"--steps", {{"--steps", "3"}, {"--steps"}}},
       {"--synthetic-samples", {{"--synthetic-samples", "512"}, {"--synthetic-samples"}}},
       {"--text", {{"--data", "text", "--model", "lstm-lm", "--text", text_file, "--seq-len", "4"}, {"--data", "--synthetic-samples", "--profile"}}},
