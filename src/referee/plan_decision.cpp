@@ -184,13 +184,23 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
   note_unreplayed_faster(p, r);
   if (r.timed_out) note_time_limit(p, r, out.options);
   if (p.num_stages() > 1) note_asynchronous(p);
+  note_replica_rounds(p);
   if (p.deferred_step) note_deferred_step(p, r);
   if (p.workers < out.cluster.workers()) note_fewer_workers(p, r, out.cluster);
   note_hierarchical_data_parallel(p, r, out);
-  if (p.num_stages() > 1)
-    p.notes.push_back("staleness costs accuracy per epoch, most where the largest stage is the first and "
-                      "unreplicated (mnist-cnn, 2 epochs: one worker 89.5%; pipedream 3-1 88.8-89.0%, 1-3 "
-                      "85.9%); 1f1b on this plan computes one worker's gradients");
+  if (p.num_stages() > 1 && p.schedule == "pipedream") {
+    // The figures behind --objective time-to-accuracy (joint_search.h), not a sum-of-replicas run's
+    // (until 2026-12-05 this note read 1-3 at 85.9% where one worker reached 89.5%).
+    std::string measured;
+    for (const auto& [lag, steps] : kMeasuredStalenessSteps)
+      if (lag > 0)
+        measured += measured.empty() ? str(fixed(steps, 2), "x one worker's steps where its weights lagged ", lag,
+                                           lag == 1 ? " update" : " updates")
+                                     : str(", ", fixed(steps, 2), "x where ", lag);
+    p.notes.push_back(str("staleness costs steps to an accuracy: mnist-cnn needed ", measured,
+                          " (bench/staleness.sh; `plan --objective time-to-accuracy` weighs it); 1f1b on this plan "
+                          "computes one worker's gradients"));
+  }
   d.shown = p;
   if (request.top > 0) d.reports += "\n" + format_top(r, out.profile, request.top, request.memory);
   for (size_t k = 0; k < r.ranked.size() && k < static_cast<size_t>(request.top); ++k) {

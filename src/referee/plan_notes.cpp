@@ -104,6 +104,21 @@ void note_asynchronous(plan::Plan& plan) {
                            "consistent); 1f1b and gpipe run this plan synchronously"));
 }
 
+void note_replica_rounds(plan::Plan& plan) {
+  int fewest = plan.stages[0].replicas, most = fewest;
+  for (const auto& st : plan.stages) fewest = std::min(fewest, st.replicas), most = std::max(most, st.replicas);
+  if (plan.schedule != "pipedream" || most < 2) return;
+  const int64_t batch = plan.batch_size;
+  std::string who = plan.num_stages() == 1 ? str("the stage's ", fewest, " replicas") : "a replicated stage's replicas";
+  plan.notes.push_back(str("under pipedream ", who, " take a minibatch each and step once a round with their gradients' "
+                           "mean, on ", most == fewest ? str(most) : "r", " x ", batch,
+                           " samples (train --replica-gradients sum: r times the rate)",
+                           fewest > 1 ? str("; with every stage replicated, a step trains on ", fewest * batch,
+                                            " samples or more, where `train --schedule dp` splits each minibatch of ",
+                                            batch, " over the replicas and steps as one worker does")
+                                      : ""));
+}
+
 void note_few_batch_norm_samples(plan::Plan& plan, const profile::Profile& profile) {
   const int64_t batch = plan.batch_size > 0 ? plan.batch_size : profile.batch_size;
   const int64_t samples = batch / std::max(1, plan.microbatches);

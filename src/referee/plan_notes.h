@@ -25,6 +25,9 @@ void note_unreplayed_faster(plan::Plan& plan, const Refereed& r);
 void note_time_limit(plan::Plan& plan, const Refereed& r, const plan::PlanOptions& options);
 // Statistical efficiency (issue 12): what the pipedream schedule trades for speed.
 void note_asynchronous(plan::Plan& plan);
+// pipedream's replicated stages: a round of r minibatches is one step on r x the batch (their
+// gradients' mean, runtime/worker.h); with every stage replicated, what --schedule dp does instead.
+void note_replica_rounds(plan::Plan& plan);
 // A BatchNorm model (Profile::batch_norms) split into microbatches of fewer than
 // kFewBatchNormSamples samples: they train otherwise than the batch (the joint search weighs time
 // and memory alone).

@@ -1019,6 +1019,38 @@ TEST(PlanReferee, TheSearchSetsBackMicrobatchesOfFewSamplesForBatchNorms) {
   }
 }
 
+// pipedream's replicated stages step once a round with their gradients' mean (runtime/worker.h):
+// the plan says on how many samples, and where every stage is replicated, what --schedule dp does
+// instead. The staleness note cites the steps the time-to-accuracy objective weighs: it cited a
+// run whose replicated stage summed its round (1-3 at 85.9%), the default until 2026-12-05.
+TEST(PlanReferee, PipedreamsReplicaRoundsAndStalenessAreNoted) {
+  std::string base = std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SOURCE_DIR + "/data/profiles/";
+  auto dp = testing::shell_run(base + "resnet50.json --workers 4 --bandwidth-gbps 100");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  ASSERT_NE(dp.output.find("1 stage, shape 4"), std::string::npos) << dp.output;
+  EXPECT_NE(dp.output.find("under pipedream the stage's 4 replicas take a minibatch each and step once a round with "
+                           "their gradients' mean, on 4 x 128 samples"),
+            std::string::npos)
+      << dp.output;
+  EXPECT_NE(dp.output.find("with every stage replicated, a step trains on 512 samples or more, where `train "
+                           "--schedule dp` splits each minibatch of 128"),
+            std::string::npos)
+      << dp.output;
+  EXPECT_EQ(dp.output.find("staleness costs"), std::string::npos) << dp.output;
+  auto mixed = testing::shell_run(base + "vgg16.json --workers 4,4 --bandwidth-gbps 96,10");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+  ASSERT_NE(mixed.output.find("shape 15-1"), std::string::npos) << mixed.output;
+  EXPECT_NE(mixed.output.find("under pipedream a replicated stage's replicas take a minibatch each and step once a "
+                              "round with their gradients' mean, on r x 64 samples"),
+            std::string::npos)
+      << mixed.output;
+  EXPECT_EQ(mixed.output.find("with every stage replicated"), std::string::npos) << mixed.output;
+  EXPECT_NE(mixed.output.find("staleness costs steps to an accuracy: mnist-cnn needed 1.00x one worker's steps where "
+                              "its weights lagged 1 update, 1.44x where 3"),
+            std::string::npos)
+      << mixed.output;
+}
+
 // Past --time-limit the referee replays nothing more (the first candidate always), stops its
 // local search, keeps the 25 MiB bucket, and the plan says so; with time, none of these notes.
 TEST(PlanReferee, TheTimeLimitStopsTheRefereeAndThePlanSaysSo) {
