@@ -160,27 +160,9 @@ void note_stale_warmup(const job::Job& job) {
 }
 
 void note_replica_rounds(const job::Job& job) {
-  const schedule::Schedule& s = *job.typical;
-  if (s.kind != "pipedream") return;
-  std::vector<int> replicated;
-  int fewest = s.replicas(0);
-  for (int st = 0; st < s.num_stages; ++st) {
-    if (s.replicas(st) > 1) replicated.push_back(st);
-    fewest = std::min(fewest, s.replicas(st));
-  }
-  if (replicated.empty()) return;
-  const int64_t batch = job.options.train.batch_size;
-  const bool sum = job.worker.sum_replica_gradients;
-  std::cerr << "note: pipedream: " << (replicated.size() == 1 ? "stage " : "stages ")
-            << plan::format_id_ranges(replicated) << "'s replicas take a minibatch each, and a round of r (one a "
-            << "replica) is one step with their gradients' " << (sum ? "sum: r times --lr" : "mean, at --lr")
-            << ", on r x " << batch << " samples (" << (sum ? "--replica-gradients mean: as" : "as PipeDream and")
-            << " DDP)";
-  if (fewest > 1)
-    std::cerr << "; with every stage replicated, each step trains on " << fewest * batch
-              << " samples or more, where --schedule dp splits each minibatch of " << batch
-              << " over the replicas and steps as one worker does";
-  std::cerr << "\n";
+  if (job.typical->kind != "pipedream") return;
+  std::string note = plan::replica_rounds_note(job.plan, job.options.train.batch_size, job.worker.sum_replica_gradients);
+  if (!note.empty()) std::cerr << "note: " << note << "\n";
 }
 
 void note_pinned(const job::Job& job, int cores) {

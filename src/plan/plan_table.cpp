@@ -145,4 +145,19 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
   return os.str();
 }
 
+std::string replica_rounds_note(const Plan& plan, int64_t batch, bool sum) {
+  int fewest = plan.stages[0].replicas, most = fewest;
+  for (const auto& st : plan.stages) fewest = std::min(fewest, st.replicas), most = std::max(most, st.replicas);
+  if (most < 2) return "";
+  std::string who = plan.num_stages() == 1 ? str("the stage's ", fewest, " replicas") : "a replicated stage's replicas";
+  std::string out = str("under pipedream ", who, " take a minibatch each and step once a round with their gradients' ",
+                        sum ? "sum" : "mean", ", on ", most == fewest ? str(most) : "r", " x ", batch, " samples",
+                        sum ? " at r times the rate (train --replica-gradients mean: their mean, as PipeDream and DDP)"
+                            : ", as PipeDream and DDP do (train --replica-gradients sum: r times the rate)");
+  if (fewest > 1)
+    out += str("; with every stage replicated, a step trains on ", fewest * batch, " samples or more, where `train "
+               "--schedule dp` splits each minibatch of ", batch, " over the replicas and steps as one worker does");
+  return out;
+}
+
 }  // namespace pt::plan

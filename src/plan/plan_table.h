@@ -19,4 +19,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
 // "0-3,8-11": sorted ids as ranges.
 std::string format_id_ranges(std::vector<int> ids);
 
+// pipedream's replicated stages (runtime/worker.h, sum_replica_gradients): a round of r minibatches,
+// one a replica, is one step on r x the batch with their gradients' mean (or `sum`); where every
+// stage is replicated, what `train --schedule dp` does instead. Empty where no stage is replicated.
+std::string replica_rounds_note(const Plan& plan, int64_t batch, bool sum);
+
 }  // namespace pt::plan

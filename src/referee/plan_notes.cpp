@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "plan/plan_table.h"
 #include "referee/replay_ahead.h"
 
 namespace pt::referee {
@@ -105,18 +106,9 @@ void note_asynchronous(plan::Plan& plan) {
 }
 
 void note_replica_rounds(plan::Plan& plan) {
-  int fewest = plan.stages[0].replicas, most = fewest;
-  for (const auto& st : plan.stages) fewest = std::min(fewest, st.replicas), most = std::max(most, st.replicas);
-  if (plan.schedule != "pipedream" || most < 2) return;
-  const int64_t batch = plan.batch_size;
-  std::string who = plan.num_stages() == 1 ? str("the stage's ", fewest, " replicas") : "a replicated stage's replicas";
-  plan.notes.push_back(str("under pipedream ", who, " take a minibatch each and step once a round with their gradients' "
-                           "mean, on ", most == fewest ? str(most) : "r", " x ", batch,
-                           " samples (train --replica-gradients sum: r times the rate)",
-                           fewest > 1 ? str("; with every stage replicated, a step trains on ", fewest * batch,
-                                            " samples or more, where `train --schedule dp` splits each minibatch of ",
-                                            batch, " over the replicas and steps as one worker does")
-                                      : ""));
+  if (plan.schedule != "pipedream") return;
+  std::string note = plan::replica_rounds_note(plan, plan.batch_size, false);
+  if (!note.empty()) plan.notes.push_back(note);
 }
 
 void note_few_batch_norm_samples(plan::Plan& plan, const profile::Profile& profile) {

@@ -597,12 +597,12 @@ TEST(TrainCli, PipedreamsReplicaRoundsAreNoted) {
               0)
         << slurp(tmp.path / "log");
     std::string out = slurp(tmp.path / "log");
-    EXPECT_NE(out.find(str("note: pipedream: stage 0's replicas take a minibatch each, and a round of r (one a "
-                           "replica) is one step with their gradients' ",
-                           std::string(reduce) == "mean" ? "mean, at --lr" : "sum: r times --lr", ", on r x 8 samples")),
+    EXPECT_NE(out.find(str("note: under pipedream the stage's 2 replicas take a minibatch each and step once a round "
+                           "with their gradients' ", reduce, ", on 2 x 8 samples",
+                           std::string(reduce) == "mean" ? ", as PipeDream and DDP do" : " at r times the rate")),
               std::string::npos)
         << out;
-    EXPECT_NE(out.find("with every stage replicated, each step trains on 16 samples or more, where --schedule dp"),
+    EXPECT_NE(out.find("with every stage replicated, a step trains on 16 samples or more, where `train --schedule dp`"),
               std::string::npos)
         << out;
   }
