@@ -23,6 +23,17 @@ void check_pipeline_options(const PipelineOptions& options, const plan::Plan& pl
     if (plan.stages[st].replicas > 1)
       throw UsageError(str("--vertical-sync: needs one replica per stage, but stage ", st, " of plan ", plan.shape(),
                            " has ", plan.stages[st].replicas));
+  // The asynchronous schedules' own settings change nothing under the others: refused, not
+  // ignored, so that a run does not look tuned by a flag it never used.
+  const bool stale = options.schedule == "pipedream" || options.schedule == "2bw";
+  if (!stale && options.stale_warmup != runtime::WorkerOptions{}.stale_warmup)
+    throw UsageError(str("--stale-warmup: only pipedream and 2bw have gradients that lag, not ", options.schedule,
+                         " (got ", options.stale_warmup, ")"));
+  if (!stale && !options.weight_prediction)
+    throw UsageError(str("--no-weight-prediction: only pipedream and 2bw predict weights, not ", options.schedule));
+  if (options.sum_replica_gradients && options.schedule != "pipedream")
+    throw UsageError(str("--replica-gradients sum: only pipedream steps a replicated stage once per round of "
+                         "minibatches; ", options.schedule, " all-reduces each minibatch's gradient"));
   if (options.schedule == "dp" && plan.num_stages() > 1)
     throw UsageError(str("--schedule dp: data parallelism runs one stage on every worker, but the plan has ",
                          plan.num_stages(), " stages (use a pipeline schedule, or no --plan)"));

@@ -237,7 +237,7 @@ TEST(TrainCli, GlooWorkersThatDisagreeStop) {
   for (const Case& c : {Case{{"--seed", "7"}, "'seed'"}, Case{{"--plan", plan3}, "'plan.stages[0].workers[0]'"},
                         Case{{"--lr", "0.5"}, "'sgd.lr'"}, Case{{"--momentum", "0"}, "'sgd.momentum': worker 0 has 0.9, worker 1 has 0.0)"},
                         Case{{"--no-shuffle"}, "'flags.--no-shuffle'"},
-                        Case{{"--no-weight-prediction"}, "'weight_prediction'"}}) {
+                        Case{{"--weight-decay", "0.01"}, "'sgd.weight_decay'"}}) {
     SCOPED_TRACE(c.field);
     std::string port = std::to_string(free_tcp_port());
     std::vector<pid_t> pids;

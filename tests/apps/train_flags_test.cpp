@@ -161,7 +161,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--momentum", {{"--momentum", "0"}}},
       {"--no-deferred-step", {{"--no-deferred-step"}}},
       {"--no-shuffle", {{"--no-shuffle"}}},
-      {"--no-weight-prediction", {{"--no-weight-prediction"}}},
+      {"--no-weight-prediction", {{"--no-weight-prediction", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--overwrite", {{"--overwrite", "--checkpoint-dir", (tmp / "ck").string()}}},
       {"--plan", {{"--plan", plan_file}, {"--stages"}}},
       {"--profile", {{"--profile", slower_file}, {"--profile"}}},
@@ -172,8 +172,8 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--seed", {{"--seed", "7"}}},
       {"--seq-len", {{"--seq-len", "16"}}},
       {"--stages", {{"--stages", "3"}, {"--stages"}}},
-      {"--stale-warmup", {{"--stale-warmup", "5"}}},
-      {"--replica-gradients", {{"--replica-gradients", "sum"}}},
+      {"--stale-warmup", {{"--stale-warmup", "5", "--schedule", "pipedream"}, {"--schedule"}}},
+      {"--replica-gradients", {{"--replica-gradients", "sum", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--steps", {{"--steps", "3"}, {"--steps"}}},
       {"--synthetic-samples", {{"--synthetic-samples", "512"}, {"--synthetic-samples"}}},
       {"--text", {{"--data", "text", "--model", "lstm-lm", "--text", text_file, "--seq-len", "4"}, {"--data", "--synthetic-samples", "--profile"}}},
@@ -340,6 +340,12 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       // A hierarchical all-reduce needs to know which workers share a server, and enough of them.
       {{"--stages", "2", "--allreduce", "hierarchical"}, {"--allreduce: give --cluster FILE"}},
       {{"--stages", "2", "--cluster", one, "--allreduce", "tree"}, {"--allreduce", "tree"}},
+      // The asynchronous schedules' settings are refused under the others (they were ignored).
+      {{"--stages", "2", "--schedule", "gpipe", "--stale-warmup", "5"}, {"--stale-warmup", "not gpipe", "got 5"}},
+      {{"--stages", "2", "--schedule", "1f1b", "--no-weight-prediction"}, {"--no-weight-prediction", "not 1f1b"}},
+      {{"--plan", replicated, "--schedule", "1f1b", "--replica-gradients", "sum"},
+       {"--replica-gradients sum", "1f1b all-reduces"}},
+      {{"--plan", replicated, "--schedule", "2bw", "--replica-gradients", "sum"}, {"--replica-gradients sum", "2bw"}},
       {{"--plan", replicated, "--schedule", "pipedream", "--vertical-sync"},
        {"--vertical-sync: needs one replica per stage", "stage 0 of plan 2-1 has 2"}},
       // Outputs are checked before training.
