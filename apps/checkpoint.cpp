@@ -133,7 +133,7 @@ int inspect(const std::string& path) {
   return 0;
 }
 
-Register reg({"checkpoint", "Inspect training checkpoints: pipetrain checkpoint inspect DIR",
+Register checkpoint_command({"checkpoint", "Inspect training checkpoints: pipetrain checkpoint inspect DIR",
               [](CLI::App& app) -> std::function<int()> {
   auto dir = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("inspect", "Print what a checkpoint holds and verify its files");

@@ -104,7 +104,7 @@ int run_compare(CompareFlags& flags) {
   return 0;
 }
 
-Register reg({"compare", "Simulate every schedule and data parallelism side by side on one profile and cluster",
+Register compare_command({"compare", "Simulate every schedule and data parallelism side by side on one profile and cluster",
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<CompareFlags>();
   app.add_option("--profile", flags->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();

@@ -39,7 +39,7 @@ int run_export(const std::vector<std::string>& args) {
   return 1;
 }
 
-Register reg({"export", "Export your PyTorch model (MODULE:CALLABLE) as a chain of layers pipetrain trains (--help)",
+Register export_command({"export", "Export your PyTorch model (MODULE:CALLABLE) as a chain of layers pipetrain trains (--help)",
               nullptr, run_export});
 
 }  // namespace

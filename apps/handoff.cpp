@@ -3,8 +3,8 @@
 
 namespace pt::app {
 namespace {
-Register train({"train", kTrainDescription, nullptr});
-Register profile({"profile", kProfileDescription, nullptr});
-Register calibrate({"calibrate", kCalibrateDescription, nullptr});
+Register train_command({"train", kTrainDescription, nullptr});
+Register profile_command({"profile", kProfileDescription, nullptr});
+Register calibrate_command({"calibrate", kCalibrateDescription, nullptr});
 }  // namespace
 }  // namespace pt::app

@@ -114,7 +114,7 @@ int run_plan(Flags& flags) {
   return 0;
 }
 
-Register reg({"plan", "Split a profiled model into replicated pipeline stages for a cluster (PipeDream's planner)",
+Register plan_command({"plan", "Split a profiled model into replicated pipeline stages for a cluster (PipeDream's planner)",
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<Flags>();
   app.add_option("--profile", flags->plan.profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();

@@ -191,7 +191,7 @@ int run_simulate(SimulateFlags flags) {
   return 0;
 }
 
-Register reg({"simulate", "Replay a schedule of a plan on a virtual clock: time, bubbles, memory, pictures",
+Register simulate_command({"simulate", "Replay a schedule of a plan on a virtual clock: time, bubbles, memory, pictures",
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<SimulateFlags>();
   app.add_option("--profile", flags->profile, "Profile: pipetrain JSON, PipeDream JSON figures, or graph.txt")->required();

@@ -63,7 +63,7 @@ int run_trace(const TraceFlags& flags) {
   return 0;
 }
 
-Register reg({"trace", "Metrics and pictures of a trace (train --trace, simulate --save-trace)",
+Register trace_command({"trace", "Metrics and pictures of a trace (train --trace, simulate --save-trace)",
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<TraceFlags>();
   app.add_option("trace", flags->path, "Trace file (pipetrain.trace/1)")->required();

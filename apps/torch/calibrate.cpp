@@ -270,7 +270,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   return launch.worker ? run_gloo_worker(flags, shape) : launch.status;
 }
 
-Register reg({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::function<int()> {
+Register calibrate_command({"calibrate", kCalibrateDescription, [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<CalibrateFlags>();
   app.add_option("--workers", flags->workers, "The cluster's shape: workers per level, innermost first (e.g. 4 or 4,4)");
   app.add_option("--transport", flags->transport,

@@ -110,7 +110,7 @@ int run_profile(ProfileFlags& flags) {
   return 0;
 }
 
-Register reg({"profile", kProfileDescription,
+Register profile_command({"profile", kProfileDescription,
               [](CLI::App& app) -> std::function<int()> {
   auto flags = std::make_shared<ProfileFlags>();
   flags->model.add_to(app);

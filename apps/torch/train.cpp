@@ -158,7 +158,7 @@ int run_train(TrainFlags& flags) {
   }
 }
 
-Register reg({"train", kTrainDescription, [](CLI::App& app) -> std::function<int()> {
+Register train_command({"train", kTrainDescription, [](CLI::App& app) -> std::function<int()> {
                 auto flags = std::make_shared<TrainFlags>();
                 add_train_flags(app, flags);
                 return [flags, &app] {

@@ -14,7 +14,6 @@ namespace {
 constexpr int64_t kRegionBudget = int64_t{16} << 20;  // all slots of a region together
 constexpr int64_t kSmallestChunk = int64_t{64} << 10;
 constexpr auto kSpin = std::chrono::microseconds(20);      // before sleeping on the bell
-constexpr auto kSlice = std::chrono::milliseconds(50);     // between checks of abort, deadline, peers
 
 struct alignas(64) Bell {
   std::atomic<uint32_t> rung;  // by every member that reaches a phase
@@ -114,7 +113,7 @@ void ShmAllreduce::meet(uint64_t phase, std::chrono::steady_clock::time_point de
       continue;
     }
     r.check_members({}, what);  // aborted by a member
-    futex_wait(&bell, seen, kSlice);
+    futex_wait(&bell, seen, kFutexSlice);
     check_aborted();
     r.check_members(missing, what);
     if (std::chrono::steady_clock::now() > deadline) {

@@ -11,8 +11,6 @@ namespace pt::runtime {
 
 namespace {
 
-constexpr auto kSlice = std::chrono::milliseconds(50);  // between checks of stop, abort, deadline, peer
-
 // Before each message's bytes: its tag, their count and the tensor's header.
 struct MessageHeader {
   int64_t tag;
@@ -133,7 +131,7 @@ bool ShmChannel::write(Ring& r, const char* src, size_t n, std::chrono::steady_c
       check_aborted_();
       if (std::chrono::steady_clock::now() > deadline)
         throw TransportError(str("send timed out after ", timeout_.count() / 1000.0, " s (", what, ")"));
-      futex_wait(&r.space, seen, kSlice);
+      futex_wait(&r.space, seen, kFutexSlice);
       continue;
     }
     size_t at = static_cast<size_t>(head % kRingBytes), k = std::min({n, free, kRingBytes - at});
@@ -156,7 +154,7 @@ bool ShmChannel::read(Ring& r, char* dst, size_t n) {
     if (ready == 0) {
       if (stopping_) return false;
       region_->check_members({peer}, "the shared-memory channel");
-      futex_wait(&r.data, seen, kSlice);
+      futex_wait(&r.data, seen, kFutexSlice);
       continue;
     }
     size_t at = static_cast<size_t>(tail % kRingBytes), k = std::min({n, ready, kRingBytes - at});

@@ -60,6 +60,10 @@ class SharedRegion {
   std::vector<int> ranks_;
 };
 
+// How long a waiter on a futex word sleeps between its checks of stop, abort, its deadline and
+// its peers (shm_channel.cpp, shm_allreduce.cpp).
+constexpr auto kFutexSlice = std::chrono::milliseconds(50);
+
 // A futex word in a region: wake every waiter; wait while it still reads `seen`, for at most `slice`.
 void futex_wake_all(std::atomic<uint32_t>* word);
 void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::milliseconds slice);
