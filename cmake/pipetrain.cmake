@@ -2,17 +2,12 @@
 
 # pt_torch_target(TARGET): LibTorch include/link plus the shared precompiled header, so each
 # LibTorch translation unit does not re-parse torch/torch.h (about 30 s each on this machine).
-# Its sources compile as unity batches of 8: even with the header precompiled, each unit spent
-# 85% of its time instantiating and optimising the same LibTorch templates again (gcc
-# -ftime-report), and batching cut the LibTorch targets' compile from 2,180 to 710 CPU-seconds
-# on a clean build. Names private to a file must therefore differ from its neighbours'.
 function(pt_torch_target target)
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   target_compile_definitions(${target} PUBLIC USE_C10D_GLOO)
   if(TARGET pt_torch_pch)
     target_precompile_headers(${target} REUSE_FROM pt_torch_pch)
   endif()
-  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
 endfunction()
 
 # pt_test(NAME LABEL [TORCH_PARTS] [SERIAL] [COST SECONDS] SOURCES... [LIBS ...]): a GoogleTest executable registered
