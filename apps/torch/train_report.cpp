@@ -70,7 +70,6 @@ std::string process_kind(const std::string& transport) {
   return transport == "threads" ? "a threads run's process (every worker in it)" : "a gloo worker's process";
 }
 
-
 // Why a run missed its simulation, where its trace holds every worker's actions (gloo workers
 // on other hosts keep their own): the pace-setting worker's gap, in its computes or outside them, and what
 // to measure again. The demo read 1.24 after its profile and calibrate both ran in a slow spell
@@ -89,6 +88,25 @@ void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& sim
   // The ratio is over the whole run (its start, and an asynchronous run's fills and drains); the
   // traces' gap is over their steady states, which the note splits.
   std::cerr << prefix << "note: " << metrics::prediction_miss_note(g, kPredictionMissNoted) << "\n";
+}
+
+// "1f1b, 4 microbatches", "interleaved, 8 microbatches, 2 chunks", "pipedream" (microbatches: 0 or 1 unsaid).
+std::string schedule_setting(const std::string& schedule, int microbatches, int chunks) {
+  return str(schedule, microbatches > 1 ? str(", ", microbatches, " microbatches") : std::string(),
+             chunks > 1 ? str(", ", chunks, " chunks") : std::string());
+}
+
+// The schedule a plan's prediction is for: the one its planner simulated, else the one it names.
+const std::string& planned_schedule(const plan::Plan& plan) {
+  return plan.simulated_schedule.empty() ? plan.schedule : plan.simulated_schedule;
+}
+
+// Whether the run's schedule, microbatches or chunks differ from those the plan's prediction is
+// for (--schedule, --microbatches or --chunks given over the plan's).
+bool ran_other_than_planned(const plan::Plan& plan, const job::Job& job) {
+  return planned_schedule(plan) != job.options.schedule ||
+         (plan.microbatches > 0 && plan.microbatches != job.typical->microbatches) ||
+         (plan.chunks > 0 && plan.chunks != job.typical->chunks);
 }
 
 }  // namespace
@@ -176,15 +194,25 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   // A plan of another batch predicted another run (the request's note says so at the start).
   if (plan.pipeline_ms_per_minibatch <= 0 || (plan.batch_size > 0 && plan.batch_size != job_options.train.batch_size))
     return;
+  // A split made here (--stages, no --profile) holds its busiest stage's compute alone, which
+  // predicts no run: no bubble, transfer or step (1f1b on 2 stages, 4 microbatches, read 7285
+  // samples/s as the planner's where the simulator, given the profile, says 5495).
+  if (plan.simulated_ms_per_minibatch <= 0 && plan.cost_model == "even") {
+    std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s (the "
+              << "stages were split here by their compute alone, which predicts no run: with --profile P, from "
+              << "`pipetrain profile`, train simulates this one)\n";
+    return;
+  }
   int64_t planned_batch = job_options.train.batch_size;
   double scale = flags.model.emulated() ? flags.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
   std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
             << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
-  // The planner predicts (and its referee simulates) the schedule it names; another one runs
-  // the same stages with other bubbles.
-  if (!plan.simulated_schedule.empty() && plan.simulated_schedule != job_options.schedule)
-    std::cout << " for the " << plan.simulated_schedule << " schedule, this ran " << job_options.schedule;
+  // The planner predicts (and its referee simulates) the schedule, microbatches and chunks it
+  // names; others run the same stages with other bubbles.
+  if (!planned_schedule(plan).empty() && ran_other_than_planned(plan, job))
+    std::cout << " for " << schedule_setting(planned_schedule(plan), plan.microbatches, plan.chunks) << ", this ran "
+              << schedule_setting(job_options.schedule, job.typical->microbatches, job.typical->chunks);
   std::cout << " (ratio " << fixed(r.samples_per_s / predicted, 3);
   if (label.empty())
     std::cout << "; the plan assumes one device per worker, this run has " << counted(job::usable_cores(), "core")

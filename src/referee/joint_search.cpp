@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -46,13 +47,19 @@ std::string recompute_text(const plan::Plan& p) {
 
 // Each stage's compute and communication per minibatch of the step, one replica's share, from its
 // replay: the plan table's columns, as the planner gives them (plan/realised_cost.cpp): the
-// sends, and the all-reduce left exposed, over the steady window, by the worker's compute. Every
-// all-reduce counted whole, the warm-up's too, read 3.093 ms for an AlexNet stage `plan` put at
-// 2.517 (its sends; the deferred step hides the rest). The even split's own figures are at the
-// profile's batch, not the step's, and count no sends (comm 0.000 for a VGG-16 cut sending
-// 102.8 MB a minibatch).
-void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Metrics& steady, plan::Plan& p) {
-  std::vector<double> compute(p.num_stages(), 0.0), link(p.num_stages(), 0.0), exposed(p.num_stages(), 0.0);
+// sends of its busiest worker on its busiest level (links of two levels carry at once), and the
+// all-reduce left exposed, over the steady window, by the worker's compute; its time the larger
+// of compute and sends, plus that all-reduce. Every all-reduce counted whole, the warm-up's too,
+// read 3.093 ms for an AlexNet stage `plan` put at 2.517 (its sends; the deferred step hides the
+// rest). The even split's own figures are at the profile's batch, not the step's, and count no
+// sends (comm 0.000 for a VGG-16 cut sending 102.8 MB a minibatch). The replicas' mean sends,
+// every level's summed, gave VGG-16 15-1 on 4x4 0.281 and 4.217 ms where `plan` gives 0.343 and
+// 4.110; the larger of the two columns as the time put GNMT-16's bottleneck on stage 2 (17.8 ms
+// of compute) where stage 3 computes 14.3 and waits 8.2 for its all-reduce.
+void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Metrics& steady, const plan::Cluster& cluster,
+                   plan::Plan& p) {
+  std::vector<double> compute(p.num_stages(), 0.0), exposed(p.num_stages(), 0.0);
+  std::vector<std::map<std::pair<int, int>, double>> sends(p.num_stages());  // (worker, level) -> ms
   // The optimizer's steps too, as the planner's compute counts them (forward, backward, step):
   // without them a `--schedule auto` plan's table put VGG-16's second stage at 33.986 ms where
   // `plan` put the same stage at 39.563.
@@ -64,7 +71,8 @@ void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Met
       if (st < 0 || st >= p.num_stages()) continue;
       double d = e.end_ms - e.start_ms;
       if (computes(e.action.kind)) compute[st] += d;
-      if (schedule::is_send(e.action.kind)) link[st] += d;
+      if (schedule::is_send(e.action.kind) && e.action.peer >= 0 && e.action.peer != e.action.worker)
+        sends[st][{e.action.worker, cluster.level_between(e.action.worker, e.action.peer)}] += d;
       if (e.action.kind != schedule::ActionKind::kAllReduce) continue;
       double a = std::max(e.start_ms, from), b = std::min(e.end_ms, to), hidden = 0;
       if (b <= a) continue;
@@ -75,10 +83,14 @@ void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Met
   // The steady window's minibatches: its length at the steady pace.
   double in_window = steady.ms_per_minibatch > 0 ? (to - from) / steady.ms_per_minibatch : 0;
   for (int st = 0; st < p.num_stages(); ++st) {
-    double n = static_cast<double>(std::max(1, minibatches)) * p.stages[st].replicas;
-    p.stages[st].compute_ms = compute[st] / n;
-    p.stages[st].comm_ms = link[st] / n + (in_window > 0 ? exposed[st] / (in_window * p.stages[st].replicas) : 0);
-    p.stages[st].time_ms = 0;
+    const double m = std::max(1, minibatches), r = p.stages[st].replicas;
+    double link = 0;
+    for (const auto& [where, ms] : sends[st]) link = std::max(link, ms / m);
+    const double allreduce = in_window > 0 ? exposed[st] / (in_window * r) : 0;
+    plan::Stage& stage = p.stages[st];
+    stage.compute_ms = compute[st] / (m * r);
+    stage.comm_ms = link + allreduce;
+    stage.time_ms = std::max(stage.compute_ms, link) + allreduce;
   }
 }
 
@@ -110,8 +122,8 @@ double staleness_step_multiplier(const StalenessSteps& measured, int k) {
 namespace {
 
 // A configuration's figures from its replay (the time per sample weighed as the objective says).
-void take_replay(Configuration& c, SteadyReplay rp, const JointOptions& joint) {
-  stage_figures(rp.trace, rp.minibatches, rp.metrics, c.plan);
+void take_replay(Configuration& c, SteadyReplay rp, const plan::Cluster& cluster, const JointOptions& joint) {
+  stage_figures(rp.trace, rp.minibatches, rp.metrics, cluster, c.plan);
   c.simulated = std::move(rp.metrics);
   c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(c.plan.batch_size);
   c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? staleness_step_multiplier(joint.staleness_steps, c.staleness) : 1.0);
@@ -133,7 +145,7 @@ void own_bucket(Configuration& c, const profile::Profile& profile, const plan::C
     if (std::abs(mb - own_mb) <= 1e-9) continue;
     SteadyReplay rp = replay_config(s, c.plan, c.run, prof, cluster, static_cast<int64_t>(mb * (1 << 20)), joint);
     if (rp.metrics.ms_per_minibatch < c.simulated.ms_per_minibatch * (1 - 1e-9)) {
-      take_replay(c, std::move(rp), joint);
+      take_replay(c, std::move(rp), cluster, joint);
       c.plan.bucket_mb = mb;
     }
   }
@@ -152,6 +164,23 @@ bool data_parallelism_fits(const profile::Profile& profile, const plan::Cluster&
   schedule::Schedule s = schedule::make_unvalidated_schedule("dp", dp, options);
   return schedule::peak_memory(schedule::memory_over_long_run("dp", dp, options, prof, joint.memory, &s)) <=
          joint.memory_cap;
+}
+
+// Equal objectives, to the replay's rounding (the same plan's steps in another order differ at 1e-15).
+bool as_fast(const Configuration& a, const Configuration& b) {
+  double ta = a.objective_ms_per_sample, tb = b.objective_ms_per_sample;
+  return std::abs(ta - tb) <= 1e-9 * std::max(ta, tb);
+}
+
+// Why a configuration as fast as the best ranks after it (ranks_first's order).
+std::string as_fast_but(const Configuration& c, const Configuration& best) {
+  if (c.workers != best.workers) return "as fast, on more workers";
+  if (c.staleness != best.staleness)
+    return str("as fast, its weights ", counted(c.staleness, "update"), " stale against ", best.staleness);
+  if (c.peak_memory != best.peak_memory)
+    return str("as fast, its peak ", human_bytes(static_cast<double>(c.peak_memory)), " against ",
+               human_bytes(static_cast<double>(best.peak_memory)));
+  return "as fast; an equal configuration was found first";
 }
 
 }  // namespace
@@ -222,7 +251,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         c.run = schedule_options;
         c.workers = s.num_workers();
         c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
-        take_replay(c, replay_config(s, t.plan, schedule_options, prof, cluster, plan_options.bucket_bytes, joint), joint);
+        take_replay(c, replay_config(s, t.plan, schedule_options, prof, cluster, plan_options.bucket_bytes, joint), cluster,
+                    joint);
         c.memory = memory;
         c.peak_memory = peak;
         plan::Plan& p = c.plan;
@@ -250,7 +280,9 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     }
   }
   // Nothing is added to a configuration's time; at an equal objective, fewer workers first (the
-  // same throughput for less hardware), as the referee ranks (ranks_before). A BatchNorm model's
+  // same throughput for less hardware), as the referee ranks (ranks_before), then the fresher
+  // weights, then the smaller peak: GPT-2048 on 4x4 under 80 GB chose 2bw's 8 microbatches at
+  // 65.6 GiB, weights 2 updates stale, over 16 as fast at 35.9 GiB and 1 ("0.0% slower"). A BatchNorm model's
   // microbatches of fewer than kFewBatchNormSamples come after every other, unless --microbatches
   // pins them: the fastest split regnet_y_400mf (53 BatchNorms, batch 32) into 16 microbatches
   // of 2, and it diverged where one microbatch of 32 trained.
@@ -258,8 +290,10 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
                          const Configuration& a, const Configuration& b) {
     if (few(a) != few(b)) return few(b);
     double ta = a.objective_ms_per_sample, tb = b.objective_ms_per_sample;
-    if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
-    return a.workers < b.workers;
+    if (!as_fast(a, b)) return ta < tb;
+    if (a.workers != b.workers) return a.workers < b.workers;
+    if (a.staleness != b.staleness) return a.staleness < b.staleness;
+    return a.peak_memory < b.peak_memory;
   };
   std::stable_sort(r.ranked.begin(), r.ranked.end(), ranks_first);
   // The ranking's replays all used the options' bucket, as the referee's do, and another bucket
@@ -304,11 +338,12 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     // (an asynchronous best's weighted one made a synchronous row 81% slower at 121% the time).
     bool weighed = joint.objective == "time-to-accuracy";
     const int64_t samples = c.plan.batch_size / std::max(1, c.plan.microbatches);
-    c.why_not = str(few_batch_norm_samples(c.plan, profile, joint)
-                        ? str("BatchNorm over ", counted(samples, "sample"), " a microbatch; ")
-                        : "",
-                    fixed(std::max(0.0, 100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1)), 1),
-                    "% slower",
+    const bool few = few_batch_norm_samples(c.plan, profile, joint);
+    c.why_not = str(few ? str("BatchNorm over ", counted(samples, "sample"), " a microbatch; ") : "",
+                    !as_fast(c, best) ? str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1),
+                                            "% slower")
+                    : few != few_batch_norm_samples(best.plan, profile, joint) ? std::string("as fast")
+                                                                                : as_fast_but(c, best),
                     weighed ? str(" to accuracy (", fixed(c.objective_ms_per_sample, 4), " against ",
                                   fixed(best.objective_ms_per_sample, 4), " ms a sample, staleness weighed)")
                             : "",

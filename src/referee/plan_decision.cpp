@@ -55,8 +55,8 @@ std::string joint_summary(const Configuration& c, const JointOptions& joint, con
                "from `pipetrain calibrate` counts)";
   summary << "\n";
   if (c.staleness > 0)
-    summary << "  asynchronous: a stage's weights lag up to " << c.staleness
-            << " updates (--objective time-to-accuracy weighs it)\n";
+    summary << "  asynchronous: a stage's weights lag up to " << counted(c.staleness, "update")
+            << " (--objective time-to-accuracy weighs it)\n";
   // PipeDream-2BW's lag of one holds where a replica's microbatches of one minibatch cover its
   // warm-up (schedule::two_bw): VGG-16 2-2-2 with 2 microbatches lags 2, and the paper's form
   // keeps 3 versions. The runtime predicts by default (the memory model counts its copies).
@@ -189,8 +189,8 @@ PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& re
   if (p.workers < out.cluster.workers()) note_fewer_workers(p, r, out.cluster);
   note_hierarchical_data_parallel(p, r, out);
   if (p.num_stages() > 1 && p.schedule == "pipedream") {
-    // The figures behind --objective time-to-accuracy (joint_search.h), not a sum-of-replicas run's
-    // (until 2026-12-05 this note read 1-3 at 85.9% where one worker reached 89.5%).
+    // The figures behind --objective time-to-accuracy (joint_search.h), measured with replicas that
+    // step on their round's mean, as train does by default; not a run that sums the round.
     std::string measured;
     for (const auto& [lag, steps] : kMeasuredStalenessSteps)
       if (lag > 0)

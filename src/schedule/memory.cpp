@@ -263,8 +263,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
             }
             break;
           case ActionKind::kBackwardWeight:
-            // While it runs it holds its stash and its weight gradient's workspace, then frees
-            // them. (Written after the `break` until 2026-12-04, this charge never ran.)
+            // While it runs it holds its stash and its weight gradient's workspace, then frees them.
             at(now + weight_busy[a.stage], in_flight);
             release(a.stage, a.microbatch);
             break;

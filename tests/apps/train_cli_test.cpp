@@ -1601,6 +1601,28 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
     EXPECT_EQ(other_batch.find("its predicted throughput does not apply") == std::string::npos, planned) << other_batch;
     EXPECT_EQ(other_batch.find("planner predicted") != std::string::npos, planned) << other_batch;
   }
+  // The plan's figure is for its 2 microbatches: a run of 4 says so beside it (only another
+  // schedule was said).
+  ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--plan", other.string(), "--microbatches", "4",
+                 "--steps", "2"},
+                log),
+            0)
+      << slurp(log);
+  std::string more = slurp(log);
+  EXPECT_NE(more.find(" samples/s for 1f1b, 2 microbatches, this ran 1f1b, 4 microbatches (ratio "), std::string::npos)
+      << more;
+  // A split made here without a profile balances its stages' compute alone, no prediction of the
+  // run: none is printed (its busiest stage's time was, as the planner's).
+  ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule", "1f1b", "--steps",
+                 "2"},
+                log),
+            0)
+      << slurp(log);
+  std::string split_here = slurp(log);
+  EXPECT_EQ(split_here.find("planner predicted"), std::string::npos) << split_here;
+  EXPECT_NE(split_here.find("split here by their compute alone, which predicts no run: with --profile P"),
+            std::string::npos)
+      << split_here;
   // Gloo processes are not threads: the figure says which ran and that their transfers were free.
   ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--stages", "2", "--steps", "4",
                  "--transport", "gloo", "--time-scale", "0.1", "--byte-scale", "0.01"},
