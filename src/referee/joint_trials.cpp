@@ -175,6 +175,34 @@ Refereed choose_pipedream(const std::vector<plan::Plan>& candidates, const profi
   return r;
 }
 
+namespace {
+
+// What makes two trials run alike: the kind, its settings, and each stage's layers, workers,
+// minibatches in flight and recomputation.
+std::string trial_key(const Trial& t) {
+  std::string key = str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, " n", t.minibatches,
+                        t.plan.deferred_step ? " ds" : "");
+  for (const auto& st : t.plan.stages) {
+    key += str(" | f", st.in_flight, st.recompute ? " rc" : "", " l");
+    for (int l : st.layers) key += str(",", l);
+    key += " w";
+    for (int w : st.workers) key += str(",", w);
+  }
+  return key;
+}
+
+// Each trial once: the referee's pipedream candidates include the uniform plans tried beside
+// them (GNMT-16 on 4x4 listed 4-4-4-4 twice in `plan --top`, rows alike but for their rank).
+std::vector<Trial> each_once(std::vector<Trial> all) {
+  std::set<std::string> seen;
+  std::vector<Trial> out;
+  for (Trial& t : all)
+    if (seen.insert(trial_key(t)).second) out.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace
+
 std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
                           const plan::PlanOptions& plan_options, const JointOptions& joint) {
   int n = cluster.workers(), layers = p.num_layers();
@@ -304,7 +332,7 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
       // no candidate schedules under pipedream: the uniform plans above remain
     }
   }
-  return out;
+  return each_once(std::move(out));
 }
 
 }  // namespace pt::referee::detail

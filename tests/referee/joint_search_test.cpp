@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 
 #include "referee/joint_search.h"
 #include "referee/referee.h"
@@ -377,6 +378,25 @@ TEST(JointPlan, AStagesSendsAreItsBusiestLinksAndItsTimeAddsTheExposedAllReduce)
     if (four.plan.stages[s].stage_time_ms() > four.plan.stages[bottleneck].stage_time_ms()) bottleneck = s;
   EXPECT_EQ(bottleneck, 3);
   EXPECT_NEAR(four.plan.stages[3].stage_time_ms(), four.simulated.ms_per_minibatch, 0.01 * four.simulated.ms_per_minibatch);
+}
+
+// Each configuration is built and listed once: the referee's pipedream candidates held the uniform
+// 4-4-4-4 the search also tries, and GNMT-16 on 4x4 listed it twice, rows alike but for their rank.
+TEST(JointPlan, EachConfigurationIsTriedOnce) {
+  profile::Profile prof = load("gnmt16");
+  plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,10");
+  plan::PlanOptions po;
+  po.candidates = plan::PlanFlags{}.candidates;  // as `plan` searches
+  JointOptions o;
+  o.schedules = {"pipedream"};
+  JointResult r = joint_search(prof, cluster, po, o);
+  std::set<std::string> seen;
+  for (const Configuration& c : r.ranked) {
+    std::string key = str(c.plan.schedule, " ", c.plan.microbatches, " ", c.plan.batch_size, " ", c.plan.deferred_step,
+                          " ", plan::to_json(c.plan)["stages"].dump());
+    EXPECT_TRUE(seen.insert(key).second) << key;
+  }
+  EXPECT_GT(seen.size(), 10u);
 }
 
 // Configurations as fast as one another rank by fewer workers, then fresher weights, then the
