@@ -1,5 +1,7 @@
 // pipetrain profile: measures a model layer by layer and writes the profile format.
 #include <iostream>
+#include <numeric>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -89,8 +91,10 @@ int run_profile(ProfileFlags& flags) {
     std::cerr << "wrote " << flags.output << "\n";
   }
   double fwd = 0, bwd = 0;
-  int64_t buffers = 0;
-  for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms, buffers += l.buffer_bytes;
+  std::vector<int> every(p.num_layers());
+  std::iota(every.begin(), every.end(), 0);
+  for (const auto& l : p.layers) fwd += l.forward_ms, bwd += l.backward_ms;
+  const int64_t buffers = profile::buffer_bytes(p, every);  // a frozen tie's once
   std::cerr << p.model << " at batch " << p.batch_size << ": " << p.num_layers() << " layers, forward "
             << fwd << " ms, backward " << bwd << " ms (the layers timed " << p.timed << "), parameters "
             << p.total_parameter_bytes() << " bytes"

@@ -32,6 +32,11 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
     } else {
       std::cout << prefix << "peak RSS per worker process (measured, as the OS counts it):";
       for (size_t w = 0; w < rss.size(); ++w) std::cout << (w ? ", " : " ") << "w" << w << " " << bytes(rss[w]);
+      const auto& shared = r.shared_memory_bytes;
+      if (std::any_of(shared.begin(), shared.end(), [](int64_t b) { return b > 0; })) {
+        std::cout << "; of it, the shared memory their transfers mapped:";
+        for (size_t w = 0; w < shared.size(); ++w) std::cout << (w ? ", " : " ") << "w" << w << " " << bytes(shared[w]);
+      }
       std::cout << "\n";
     }
   }
@@ -137,8 +142,9 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
   const plan::Plan& plan = job.plan;
   if (plan.memory_cap_bytes <= 0) return;
   // The tensors were planned under the cap less what it set aside for the process; where it set
-  // some aside (a calibrated cluster), a worker process's peak RSS less the data it holds (the
-  // planner sees none, docs/planner.md) is held against the whole cap too. Emulated tensors
+  // some aside (a calibrated cluster), a worker process's peak RSS less the data it holds and the
+  // shared memory of its transfers (the planner sees neither, docs/planner.md; calibrate's
+  // process_bytes leave the latter out) is held against the whole cap too. Emulated tensors
   // stand for the device's at --byte-scale, and their process is the host's.
   const double tensors_cap = static_cast<double>(plan.memory_cap_bytes - plan.memory_cap_process_bytes);
   const bool whole = plan.memory_cap_process_bytes > 0 && !r.one_process && !flags.model.emulated();
@@ -147,7 +153,9 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
   bool processes = false;
   for (size_t w = 0; w < r.peak_memory_bytes.size(); ++w) {
     double tensors = static_cast<double>(r.peak_memory_bytes[w]) / scale;
-    double process = whole && w < r.peak_rss_bytes.size() ? static_cast<double>(r.peak_rss_bytes[w] - data_bytes) : 0;
+    const int64_t shared = w < r.shared_memory_bytes.size() ? r.shared_memory_bytes[w] : 0;
+    double process =
+        whole && w < r.peak_rss_bytes.size() ? static_cast<double>(r.peak_rss_bytes[w] - data_bytes - shared) : 0;
     if (tensors > tensors_cap) {
       over += str(over.empty() ? "" : ", ", "w", w, "'s tensors ", human_bytes(tensors));
     } else if (process > static_cast<double>(plan.memory_cap_bytes)) {
@@ -156,7 +164,9 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
     }
   }
   if (over.empty()) return;
-  if (processes) over += str(" (a process: its peak RSS less the data's ", human_bytes(static_cast<double>(data_bytes)), ")");
+  if (processes)
+    over += str(" (a process: its peak RSS less the data's ", human_bytes(static_cast<double>(data_bytes)),
+                r.shared_memory_bytes.empty() ? "" : " and its transfers' shared memory", ")");
   std::cerr << (label.empty() ? "" : "[" + label + "] ") << "warning: " << job.options.plan_source
             << " was planned to fit " << human_bytes(static_cast<double>(plan.memory_cap_bytes))
             << " a worker (its field 'memory_cap_bytes'"

@@ -14,14 +14,16 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// How far repeated timings disagree: the 10th to the 90th percentile (nearest ranks), over the
-// median; one stall does not count, a busy spell does. Fewer than two, or a median of 0: 0.
+// How far repeated timings disagree: the 10th to the 90th percentile (nearest ranks: of N sorted,
+// the ceil(N/10)-th and the ceil(9N/10)-th), over the median; from 10 rounds on one stall does
+// not count, a busy spell does (of 9 or fewer the upper rank is the largest). Fewer than two, or
+// a median of 0: 0.
 inline double round_spread(std::vector<double> v) {
   const double mid = median(v);
   if (v.size() < 2 || mid <= 0) return 0;
   std::sort(v.begin(), v.end());
-  const size_t n = v.size() - 1;
-  return (v[n - n / 10] - v[n / 10]) / mid;
+  const size_t n = v.size();
+  return (v[(9 * n + 9) / 10 - 1] - v[(n + 9) / 10 - 1]) / mid;
 }
 
 // The mean of repeated timings, less those over twice their median: a run's rate follows its

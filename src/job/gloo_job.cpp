@@ -139,7 +139,8 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     // grows by most: read at the end of training, w0 printed 153.9 MiB of its 156.3.
     action = "the peak RSS's gathering";
     std::vector<int64_t> rss = gather_peaks(*transport, model::process_peak_rss_bytes());
-    if (!r.train.peak_rss_bytes.empty()) r.train.peak_rss_bytes = rss;
+    std::vector<int64_t> shared = gather_peaks(*transport, model::process_shared_memory_bytes());
+    if (!r.train.peak_rss_bytes.empty()) r.train.peak_rss_bytes = rss, r.train.shared_memory_bytes = shared;
     for (auto [a, b] : pairs)
       if (a == config.rank || b == config.rank) r.shared_memory |= transport->has_channel(a == config.rank ? b : a);  // merge_worker_traces keeps what every worker's cover
     // Wait for every worker before tearing down the connections a peer may still be reading.

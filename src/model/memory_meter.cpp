@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <new>
@@ -11,7 +12,25 @@
 
 namespace pt::model {
 
+namespace {
+
+// A "Name: N kB" line of /proc/self/status, in bytes; -1 where it is missing.
+int64_t status_kib_field(const char* format) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, format, &kib) == 1) break;
+  std::fclose(f);
+  return kib < 0 ? -1 : static_cast<int64_t>(kib) * 1024;
+}
+
+}  // namespace
+
 int64_t process_peak_rss_bytes() {
+  int64_t hwm = status_kib_field("VmHWM: %lld kB");
+  if (hwm >= 0) return hwm;
   struct rusage u;
   if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
   return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
@@ -26,16 +45,7 @@ int64_t process_rss_bytes() {
   return read == 2 ? resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE)) : -1;
 }
 
-int64_t process_shared_memory_bytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  long long kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "RssShmem: %lld kB", &kib) == 1) break;
-  std::fclose(f);
-  return static_cast<int64_t>(kib) * 1024;
-}
+int64_t process_shared_memory_bytes() { return std::max<int64_t>(0, status_kib_field("RssShmem: %lld kB")); }
 
 void MemoryAccount::add(int64_t bytes) {
   int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;

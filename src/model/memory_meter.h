@@ -51,9 +51,11 @@ std::shared_ptr<MemoryAccount> charged_account();
 // counting allocator did not make is left as it is.
 void move_charge(const c10::DataPtr& block, std::shared_ptr<MemoryAccount> account);
 
-// This process's peak resident set as the OS counts it (getrusage's ru_maxrss), in bytes: what a
-// memory limit (a device's size, a cgroup) holds a worker to. Beyond the accounts above it holds
-// LibTorch's code and data, the data set, the runtime's buffers and freed blocks malloc keeps.
+// This process's peak resident set as the OS counts it (/proc/self/status's VmHWM; getrusage's
+// ru_maxrss where that is unreadable), in bytes: what a memory limit (a device's size, a cgroup)
+// holds a worker to. Beyond the accounts above it holds LibTorch's code and data, the data set,
+// the runtime's buffers and freed blocks malloc keeps. Not ru_maxrss: it survives execve, so a
+// gloo worker the launcher forked and exec'd started at the launcher's resident set.
 int64_t process_peak_rss_bytes();
 // Its resident set now (/proc/self/statm), in bytes.
 int64_t process_rss_bytes();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <utility>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -24,6 +25,27 @@ double now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
+
+// The copies of tied parameters at every layer but the first holding each, as (layer, index into
+// the layer's parameters): built one layer at a time (a model file read per layer), the copies
+// are tensors of their own, and a step over both charged the tie twice (a llama's embedding and
+// head: 0.12 ms each, 64% over the model's weights).
+using LaterCopies = std::set<std::pair<int, int>>;
+LaterCopies later_tie_copies(const model::LayeredModel& model) {
+  LaterCopies out;
+  for (const auto& g : model.tie_groups())
+    for (size_t k = 1; k < g.members.size(); ++k) out.insert({g.members[k].layer, g.members[k].param});
+  return out;
+}
+
+// The weights layer `i` steps: those that train, a tied one at its first layer only.
+std::vector<torch::Tensor> stepped_weights(const torch::nn::Sequential& layer, int i, const LaterCopies& later) {
+  std::vector<torch::Tensor> out;
+  auto params = layer->parameters();
+  for (size_t k = 0; k < params.size(); ++k)
+    if (params[k].requires_grad() && !later.count({i, static_cast<int>(k)})) out.push_back(params[k]);
+  return out;
+}
 
 // The runtime's own work on one layer's weights per minibatch (Layer::optimizer_ms): the
 // optimizer's step on flat buffers (SGD with momentum, or Adam's: 2-3x its passes over the
@@ -130,16 +152,17 @@ struct SequenceTimes {
 
 SequenceTimes time_in_sequence(model::LayeredModel& model, std::vector<torch::nn::Sequential>& layers,
                                const torch::Tensor& batch, const torch::Tensor& targets,
-                               const std::vector<int64_t>& sizes, const ProfilerOptions& profiler_options) {
+                               const std::vector<int64_t>& sizes, const LaterCopies& later,
+                               const ProfilerOptions& profiler_options) {
   const int n = model.num_layers();
   SequenceTimes out;
   out.layers.resize(n);
   // The weights that train on one flat buffer, their gradients accumulating into its gradient
-  // buffer, as in the runtime (time_layer's defined .grad).
+  // buffer, as in the runtime (time_layer's defined .grad); a tie's once, as a stage holding both
+  // its layers steps it.
   std::vector<torch::Tensor> trained;
   for (int i = 0; i < n; ++i)
-    for (auto& param : layers[i]->parameters())
-      if (param.requires_grad()) trained.push_back(param);
+    for (auto& param : stepped_weights(layers[i], i, later)) trained.push_back(param);
   model::OptimizerOptions optimizer_options;
   optimizer_options.kind = profiler_options.optimizer;
   model::FlatParameters flat(trained, [&](const torch::Tensor& p) { return optimizer_options.decays(p); });
@@ -285,9 +308,10 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
   };
   std::vector<torch::nn::Sequential> layers = layers_for_sequence(model, profiler_options);
   const bool in_sequence = !layers.empty();
+  const LaterCopies later = later_tie_copies(model);
   SequenceTimes sequence;
   if (in_sequence)
-    sequence = time_in_sequence(model, layers, batch, targets, timed_batch_sizes(p.batch_size, profiler_options),
+    sequence = time_in_sequence(model, layers, batch, targets, timed_batch_sizes(p.batch_size, profiler_options), later,
                                 profiler_options);
   // The whole step's time, shared by the layers in proportion to the weights each updates (a
   // step is passes over the weights; a weight two layers share is counted at its first).
@@ -296,9 +320,8 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     std::set<const void*> seen;
     double total = 0;
     for (int i = 0; i < model.num_layers(); ++i) {
-      for (const auto& param : layers[i]->parameters())
-        if (param.requires_grad() && seen.insert(param.unsafeGetTensorImpl()).second)
-          step_share[i] += static_cast<double>(param.nbytes());
+      for (const auto& param : stepped_weights(layers[i], i, later))
+        if (seen.insert(param.unsafeGetTensorImpl()).second) step_share[i] += static_cast<double>(param.nbytes());
       total += step_share[i];
     }
     for (double& share : step_share) share = total > 0 ? share / total : 0;
@@ -337,7 +360,7 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
       if (!l.timings.empty()) l.timings.push_back(main);
       if (profiler_options.on_progress) profiler_options.on_progress("layer", i + 1, model.num_layers(), now_ms() - layer_start);
     }
-    StepTimes step = in_sequence ? sequence.step : measure_step_ms(module->parameters(), profiler_options);
+    StepTimes step = in_sequence ? sequence.step : measure_step_ms(stepped_weights(module, i, later), profiler_options);
     double share = in_sequence ? step_share[i] : 1.0;
     l.optimizer_ms = step.step_ms * share;
     l.stash_copy_ms = step.copy_ms * share;

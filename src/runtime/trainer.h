@@ -45,9 +45,12 @@ struct TrainResult {
   // weights, gradients, optimizer state, stashed versions and activations; by worker, empty
   // when not measured.
   std::vector<int64_t> peak_memory_bytes;
-  // The peak resident set of the process each worker ran in, as the OS counts it (getrusage):
+  // The peak resident set of the process each worker ran in, as the OS counts it (VmHWM):
   // one figure repeated for the threads of one process; by worker, empty when not measured.
   std::vector<int64_t> peak_rss_bytes;
+  // Gloo processes: of each one's resident set, the shared memory it mapped for its transfers on
+  // one host (RssShmem, at the end: mapped for the whole run), which a plan's cap leaves out.
+  std::vector<int64_t> shared_memory_bytes;
   bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
 };
 

@@ -1,6 +1,9 @@
 // What repeated timings keep: the median, and the mean less the stalls (typical_mean).
 #include <gtest/gtest.h>
 
+#include <numeric>
+#include <vector>
+
 #include "core/median.h"
 
 namespace pt {
@@ -28,6 +31,12 @@ TEST(Median, TheSpreadOfRoundsLeavesOutOneStall) {
   EXPECT_DOUBLE_EQ(round_spread({1, 1, 1, 1, 1, 10, 1, 1, 1, 1, 1}), 0);
   EXPECT_DOUBLE_EQ(round_spread({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}), 8.0 / 6);
   EXPECT_DOUBLE_EQ(round_spread({2, 3}), 1 / 2.5);
+  // Nearest ranks at any count: of 10 the 1st and the 9th (the 10th, a stall, left out), of 20
+  // the 2nd and the 18th (the 19th was taken).
+  EXPECT_DOUBLE_EQ(round_spread({1, 1, 1, 1, 10, 1, 1, 1, 1, 1}), 0);
+  std::vector<double> twenty(20);
+  std::iota(twenty.begin(), twenty.end(), 1.0);
+  EXPECT_DOUBLE_EQ(round_spread(twenty), (18.0 - 2.0) / 10.5);
   EXPECT_DOUBLE_EQ(round_spread({4}), 0);
   EXPECT_DOUBLE_EQ(round_spread({}), 0);
 }

@@ -5,18 +5,12 @@
 #include <fstream>
 #include <string>
 
+#include "model/memory_meter.h"
 #include "model/own_data.h"
 #include "model/zoo.h"
 
 namespace pt::model {
 namespace {
-
-int64_t peak_rss() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
 
 TEST(OwnData, AFileIsHeldOnceAsItsTensors) {
   std::string path = ::testing::TempDir() + "own_data_memory.pt";
@@ -32,10 +26,10 @@ TEST(OwnData, AFileIsHeldOnceAsItsTensors) {
   auto model = build_mnist_cnn({});
   std::ofstream reset("/proc/self/clear_refs");  // the peak back to what is resident now
   reset << "5" << std::flush;
-  if (!reset || peak_rss() < 0) GTEST_SKIP() << "this kernel does not reset or report a process's peak memory";
-  int64_t before = peak_rss();
+  if (!reset || process_peak_rss_bytes() < 0) GTEST_SKIP() << "this kernel does not reset or report a process's peak memory";
+  int64_t before = process_peak_rss_bytes();
   DataSplit split = load_own_data(path, *model);
-  int64_t rise = peak_rss() - before;
+  int64_t rise = process_peak_rss_bytes() - before;
   EXPECT_EQ(split.train.size() + split.test.size(), 12288);
   EXPECT_GT(rise, file_bytes * 9 / 10) << "the tensors themselves are resident";
   // Beside them, the checks' probe forward of mnist-cnn and their blocks: 18 MiB here, and a copy

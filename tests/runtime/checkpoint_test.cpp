@@ -14,6 +14,7 @@
 #include "core/json_doc.h"
 #include "pipeline_test_util.h"
 #include "core/input_limits.h"
+#include "model/memory_meter.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_lock.h"
 
@@ -226,14 +227,6 @@ TEST(Checkpoint, ResumingOnOtherDataIsRefused) {
   EXPECT_EQ(read_verified_manifest(newest_checkpoint(d)).step, 4);
 }
 
-// Peak resident memory of this process (VmHWM), in bytes; -1 where /proc does not say.
-int64_t peak_rss() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
-
 // The data's CRC reads the tensor where it lies: a copy of Fashion-MNIST's training images
 // (188 MB) was each gloo worker's peak resident memory, 150 MiB over its training.
 TEST(Checkpoint, TheDataCrcReadsTheTensorInPlace) {
@@ -245,11 +238,11 @@ TEST(Checkpoint, TheDataCrcReadsTheTensorInPlace) {
   torch::Tensor big = torch::ones({24 << 20}, torch::kFloat32);  // 96 MiB, resident
   std::ofstream reset("/proc/self/clear_refs");                  // the peak back to what is resident now
   reset << "5" << std::flush;
-  if (!reset || peak_rss() < 0) GTEST_SKIP() << "this kernel does not reset or report a process's peak memory";
-  int64_t before = peak_rss();
+  if (!reset || model::process_peak_rss_bytes() < 0) GTEST_SKIP() << "this kernel does not reset or report a process's peak memory";
+  int64_t before = model::process_peak_rss_bytes();
   uint32_t crc = job::tensor_crc32(big);
   EXPECT_NE(crc, 0u);
-  EXPECT_LT(peak_rss() - before, int64_t{16} << 20) << "the CRC of 96 MiB raised the peak by that much";
+  EXPECT_LT(model::process_peak_rss_bytes() - before, int64_t{16} << 20) << "the CRC of 96 MiB raised the peak by that much";
 }
 
 // Images kept as bytes are named by the CRC of the floats the model takes, as when a float copy
