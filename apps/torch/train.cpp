@@ -134,7 +134,7 @@ int train(TrainFlags& flags, bool& running) {
     return built;
   };
   auto report = [&](const job::PipelineResult& result) {
-    print_result(result.train, label, job.first_step);
+    print_result(result.train, label, job);
     print_modelled_memory(job, flags, label, data.bytes(), result.shared_memory);
     note_over_planned_memory(result.train, job, flags, label, data.bytes());
     print_throughput(result.train, result.trace, job, flags, label);

@@ -116,11 +116,13 @@ bool ran_other_than_planned(const plan::Plan& plan, const job::Job& job) {
 
 }  // namespace
 
-void print_result(const runtime::TrainResult& r, const std::string& label, int64_t first_step) {
+void print_result(const runtime::TrainResult& r, const std::string& label, const job::Job& job) {
   if (!label.empty()) std::cout << "[" << label << "] ";
   // A resumed run's steps, time and rate are its own (the --metrics file's are the whole training's).
   std::cout << "steps " << r.steps
-            << (first_step > 0 ? str(" (", first_step + 1, "..", first_step + r.steps, ", resumed)") : std::string())
+            << (job.first_step > 0
+                    ? str(" (", job.first_step_trained(), "..", job.last_step_trained(), ", resumed)")
+                    : std::string())
             << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s) << " samples/s, "
             << (r.loss_known ? str("final loss ", r.final_loss, " (mean of the last ", std::min(runtime::kFinalLossSteps, r.steps),
                                    " steps)")
@@ -128,9 +130,9 @@ void print_result(const runtime::TrainResult& r, const std::string& label, int64
             << "\n";
   if (r.test_accuracy >= 0) std::cout << "test accuracy " << fixed(100 * r.test_accuracy, 2) << "%\n";  // as progress
   // A language model's per-token loss, and its perplexity (e^loss): what LM runs compare.
-  if (r.test_loss >= 0)
-    std::cout << "test loss " << r.test_loss
-              << (r.language_model ? str(" (perplexity ", std::exp(r.test_loss), ")") : std::string()) << "\n";
+  if (r.test_loss)
+    std::cout << "test loss " << *r.test_loss
+              << (r.language_model ? str(" (perplexity ", std::exp(*r.test_loss), ")") : std::string()) << "\n";
   print_measured_memory(r, label);
   runtime::check_not_diverged(r);
   std::istringstream notes(runtime::unlearned_note(r));

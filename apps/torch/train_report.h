@@ -11,9 +11,9 @@
 namespace pt::app {
 
 // Every figure of an emulated run carries its label (docs/emulation.md). A run whose loss ended
-// NaN or infinite trained nothing usable: it fails (after printing), not exit 0. `first_step`: the
-// step a resumed run began after (0: none), whose steps the line numbers.
-void print_result(const runtime::TrainResult& r, const std::string& label, int64_t first_step);
+// NaN or infinite trained nothing usable: it fails (after printing), not exit 0. A resumed run's
+// line names the steps it trained (Job::first_step_trained, last_step_trained).
+void print_result(const runtime::TrainResult& r, const std::string& label, const job::Job& job);
 
 // Where the plan was made to fit a memory cap (its memory_cap_bytes), a warning naming each
 // worker whose measured tensors are over the tensors' share of it, or, where the cap set some

@@ -61,11 +61,13 @@ class DeferrableBatchNorm(nn.Module):
 
 
 def make_deferrable(model: nn.Module) -> int:
-    """Replaces every BatchNorm1d/2d/3d of `model` that keeps running statistics, in place;
-    returns how many."""
+    """Replaces every BatchNorm1d/2d/3d of `model` that keeps running statistics and trains, in
+    place; returns how many. One its user froze (.eval()) normalises by statistics that do not
+    move: nothing to defer, and it stays as it is, in its mode."""
     count = 0
     for name, child in list(model.named_children()):
-        if type(child) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d) and child.track_running_stats:
+        if type(child) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d) and child.track_running_stats \
+                and child.training:
             setattr(model, name, DeferrableBatchNorm(child))
             count += 1
         else:

@@ -810,6 +810,18 @@ def export(args):
     x = example_input(shape, dtype, args.input_high)
     x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
     was_training = model.training
+    # Each module's own mode, which the file keeps and the runtime trains it in (analysis below
+    # runs in evaluation mode): a fine-tuned backbone's frozen BatchNorm in a model that trains.
+    modes = {m: m.training for m in model.modules()}
+    frozen = []  # the outermost of them
+    for n, m in model.named_modules() if was_training else ():
+        if n and not m.training and not any(n.startswith(f + ".") for f in frozen):
+            frozen.append(n)
+    if frozen:
+        print(f"note: --model: {args.model} holds {len(frozen)} module{'s' if len(frozen) > 1 else ''} in evaluation "
+              f"mode in a model that trains ({', '.join(frozen[:5])}{', ...' if len(frozen) > 5 else ''}): the file "
+              "keeps them so and they train so, as eager PyTorch runs them (a BatchNorm normalising by its running "
+              "statistics, which do not move; dropout off)", file=sys.stderr)
     if not was_training:  # kept, as PyTorch would train it, but rarely meant: say so
         print(f"note: --model: {args.model} returned its model in evaluation mode (.eval()), and the file keeps "
               "it: it trains so, BatchNorm normalising by running statistics it never updates and dropout off; "
@@ -842,9 +854,12 @@ def export(args):
     scripted_layers = compiled_layers(children)
     check_chain(model, scripted_layers, x)
     check_leaf_inputs(model, scripted_layers, names, x)
-    if was_training:
-        for m in scripted_layers:
-            m.train()
+    for layer, compiled in zip(children.values(), scripted_layers):
+        compiled.train(was_training)
+        own = dict(layer.named_modules())
+        for name, sub in compiled.named_modules():  # a module before those it holds
+            if name and own.get(name) in modes:
+                sub.train(modes[own[name]])
     records, index = layer_records(scripted_layers)
     try:
         scripted = torch.jit.script(top)

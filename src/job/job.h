@@ -47,6 +47,13 @@ struct Job {
   bool gather_traces = false;
 
   int workers() const { return typical->num_workers(); }
+  // The first and the last step trained (1-based positions in the data's order): pipedream's
+  // replicas skip the minibatches of an epoch's end short of a round, which `steps` does not count
+  // (resumed after an epoch of 15 of 16, a run of 30 printed 16..45 where it trained 17..47).
+  int64_t first_step_trained() const { return (segments.empty() ? first_step : segments.front().first_minibatch) + 1; }
+  int64_t last_step_trained() const {
+    return segments.empty() ? first_step + steps : segments.back().first_minibatch + segments.back().minibatches;
+  }
   const model::OptimizerOptions& optimizer() const { return worker.sgd; }
   // The schedule of a segment, made with the job.
   const schedule::Schedule& schedule_of(const Segment& segment) const;

@@ -276,7 +276,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     run_worker_segments(
         worker, transport, job, data, clock,
         [&](const Segment& seg, const Evaluation& e) {
-          if (e.accuracy >= 0 || e.loss >= 0) {
+          if (e.accuracy >= 0 || e.loss) {
             evaluated = e;
             StepRecord rec{seg.first_minibatch + seg.minibatches, seg.epoch, losses.last_loss(), 0, e.accuracy};
             rec.test_loss = e.loss;

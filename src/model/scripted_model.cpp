@@ -43,6 +43,8 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
     for (const auto& p : module_.named_parameters(/*recurse=*/true))
       register_parameter(escaped(p.name), p.value, p.value.requires_grad());
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(escaped(b.name), b.value);
+    for (const auto& sub : module_.named_modules())
+      if (!sub.value.is_training()) held_in_eval_.push_back(sub.value);
   }
 
   bool draws_random() const override { return draws_random_; }
@@ -52,9 +54,16 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
     return module_.forward({std::move(x)}).toTensor();
   }
 
+  // The modules the file holds in evaluation mode stay so while the layer trains, as eager
+  // PyTorch keeps them: a fine-tuned backbone's frozen BatchNorm (its statistics fixed), a
+  // dropout switched off, or every module of a model exported in evaluation mode. The script
+  // module's train(true) put each back in training mode: the frozen BatchNorm normalised by its
+  // batches and moved its statistics.
   void train(bool on) override {
     torch::nn::Module::train(on);
     module_.train(on);
+    if (on)
+      for (auto& m : held_in_eval_) m.train(false);
   }
 
   // Makes parameter `k` (in named_parameters order) the tensor `t`, in the script module that
@@ -138,6 +147,7 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
     return name;
   }
   torch::jit::Module module_;
+  std::vector<torch::jit::Module> held_in_eval_;  // as the file holds them (train)
   bool draws_random_;
 };
 TORCH_MODULE(ScriptedLayer);

@@ -56,8 +56,8 @@ std::string recompute_text(const plan::Plan& p) {
 // every level's summed, gave VGG-16 15-1 on 4x4 0.281 and 4.217 ms where `plan` gives 0.343 and
 // 4.110; the larger of the two columns as the time put GNMT-16's bottleneck on stage 2 (17.8 ms
 // of compute) where stage 3 computes 14.3 and waits 8.2 for its all-reduce.
-void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Metrics& steady, const plan::Cluster& cluster,
-                   plan::Plan& p) {
+void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Metrics& steady,
+                   const plan::Cluster& cluster, plan::Plan& p) {
   std::vector<double> compute(p.num_stages(), 0.0), exposed(p.num_stages(), 0.0);
   std::vector<std::map<std::pair<int, int>, double>> sends(p.num_stages());  // (worker, level) -> ms
   // The optimizer's steps too, as the planner's compute counts them (forward, backward, step):
@@ -340,8 +340,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     const int64_t samples = c.plan.batch_size / std::max(1, c.plan.microbatches);
     const bool few = few_batch_norm_samples(c.plan, profile, joint);
     c.why_not = str(few ? str("BatchNorm over ", counted(samples, "sample"), " a microbatch; ") : "",
-                    !as_fast(c, best) ? str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1),
-                                            "% slower")
+                    !as_fast(c, best)
+                        ? str(fixed(100 * (c.objective_ms_per_sample / best.objective_ms_per_sample - 1), 1), "% slower")
                     : few != few_batch_norm_samples(best.plan, profile, joint) ? std::string("as fast")
                                                                                 : as_fast_but(c, best),
                     weighed ? str(" to accuracy (", fixed(c.objective_ms_per_sample, 4), " against ",
@@ -412,7 +412,8 @@ std::string format_configurations(const JointResult& r, int k) {
     for (int s = 1; s < c.plan.num_stages(); ++s) shape += str(s == 1 ? " @" : ",", c.plan.stages[s].layers.front());
     if (shape.size() > 22) shape = shape.substr(0, 19) + "...";
     marked = marked || pipeline_major || c.plan.deferred_step;
-    std::snprintf(line, sizeof line, "%-3d %-12s %-22s %6d %-10s %10.4f %12.1f %11s  %s\n", i + 1, c.plan.schedule.c_str(),
+    std::snprintf(line, sizeof line, "%-3d %-12s %-22s %6d %-10s %10.4f %12.1f %11s  %s\n", i + 1,
+                  c.plan.schedule.c_str(),
                   shape.c_str(), c.plan.microbatches, recompute_text(c.plan).c_str(), c.ms_per_sample,
                   1000.0 / c.ms_per_sample, human_bytes(static_cast<double>(c.peak_memory)).c_str(),
                   i == 0 ? "chosen" : c.why_not.c_str());

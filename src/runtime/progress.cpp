@@ -164,7 +164,7 @@ void Progress::flush_pending() {
   if (r.peak_memory_bytes >= 0) std::snprintf(peak, sizeof peak, "%lld", (long long)r.peak_memory_bytes);
   char test_loss[32] = "";
   // A NaN is written as one ("nan"): an empty field reads "not measured" (a diverged run's was).
-  if (!(r.test_loss < 0)) std::snprintf(test_loss, sizeof test_loss, "%.6f", r.test_loss);
+  if (r.test_loss) std::snprintf(test_loss, sizeof test_loss, "%.6f", *r.test_loss);
   char grad_norm[32] = "";
   if (!(r.grad_norm < 0)) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
   char lr[32] = "";
@@ -225,7 +225,7 @@ void Progress::evaluated(const StepRecord& r) {
   if (has_pending_) pending_.test_accuracy = r.test_accuracy, pending_.test_loss = r.test_loss;
   if (quiet_) return;
   std::string figures = r.test_accuracy >= 0 ? str("test accuracy ", fixed(100 * r.test_accuracy, 2), "%") : "";
-  if (r.test_loss >= 0) figures += str(figures.empty() ? "" : ", ", "test loss ", fixed(r.test_loss, 4));
+  if (r.test_loss) figures += str(figures.empty() ? "" : ", ", "test loss ", fixed(*r.test_loss, 4));
   std::fprintf(stderr, "%sepoch %lld step %lld: %s\n", tty_ ? "\n" : "", (long long)r.epoch + 1,
                (long long)(has_pending_ ? pending_.step : r.step), figures.c_str());
 }

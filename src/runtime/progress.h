@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ struct StepRecord {
   double test_accuracy = -1;  // < 0: not evaluated at this step
   double train_s = 0;         // training time so far in this run, evaluations excluded
   int64_t peak_memory_bytes = -1;  // the reporting worker's measured peak so far (< 0: not measured)
-  double test_loss = -1;           // the test set's mean loss, where evaluated
+  std::optional<double> test_loss = std::nullopt;  // the test set's mean loss where evaluated (any sign, NaN)
   // The whole model's gradient norm before clipping (--clip-grad-norm under a synchronous
   // schedule, or one worker's; < 0: not computed).
   double grad_norm = -1;

@@ -2,6 +2,7 @@
 // Single-worker training: the reference every parallel schedule is tested against, and the
 // baseline of the benchmarks. A plain loop: minibatch -> forward -> loss -> backward -> SGD.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ struct TrainResult {
   double final_loss = 0;       // mean loss of the last kFinalLossSteps steps
   std::vector<double> final_losses;  // those steps' losses, in order (divergence judges their median)
   double test_accuracy = -1;   // -1 when not evaluated
-  double test_loss = -1;       // the test set's mean loss (a language model's: per token); -1 when not evaluated
+  // The test set's mean loss (a language model's: per token); none: not evaluated.
+  std::optional<double> test_loss = std::nullopt;
   bool language_model = false; // its loss is per token: a perplexity is e^test_loss
   bool loss_known = true;       // false: emulated layers compute no loss (final_loss is no figure)
   // Measured peak of the tensor memory each worker holds (model/memory_meter.h): its layers'
@@ -94,9 +96,12 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
 // evaluate 10,000 samples here, against 0.6 s at the training's 64.
 // What an evaluation measures: the share predicted right (-1 where the loss has none: mse) and
 // the mean loss over the samples (a language model's per token; its perplexity is e^loss).
+// A loss may be negative (a model file's own: a Gaussian NLL, a negative similarity), and NaN
+// where training diverged: none means not evaluated (a -1 for it dropped every negative loss,
+// and a pipeline's whole evaluation with it where no accuracy was counted).
 struct Evaluation {
   double accuracy = -1;
-  double loss = -1;
+  std::optional<double> loss = std::nullopt;
 };
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size);
 

@@ -383,6 +383,24 @@ TEST(TrainCli, RowsMissingFromAResumedRunsMetricsAreNamed) {
   EXPECT_NE(slurp(tmp.path / "log").find("steps 10 (21..30, resumed), "), std::string::npos) << slurp(tmp.path / "log");
 }
 
+// Pipedream's 3 replicas take rounds of 3: an epoch of 16 minibatches trains 15, its 16th left
+// out. A resumed run's line names the steps it trained, positions in the data: it printed 16..45
+// for a run that trained 17..47 (its checkpoint step-00000047).
+TEST(TrainCli, AResumedRunNamesTheStepsItTrained) {
+  TempDir tmp("resumed-range");
+  std::vector<std::string> args = {"train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "32",
+                                   "--workers", "3", "--schedule", "pipedream", "--checkpoint-dir",
+                                   (tmp.path / "ck").string(), "--quiet"};
+  std::vector<std::string> first = args, second = args;
+  first.insert(first.end(), {"--epochs", "1"});
+  second.insert(second.end(), {"--epochs", "3", "--resume"});
+  ASSERT_EQ(run(first, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  ASSERT_EQ(run(second, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+  std::string out = slurp(tmp.path / "log");
+  EXPECT_NE(out.find("steps 30 (17..47, resumed), "), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(tmp.path / "ck" / "step-00000047")) << out;
+}
+
 // A --warmup-steps longer than the run is named (the rate stayed at a twentieth of --lr).
 TEST(TrainCli, AWarmUpLongerThanTheRunIsNamed) {
   TempDir tmp("long-warmup");

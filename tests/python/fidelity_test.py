@@ -226,6 +226,21 @@ class Fidelity(unittest.TestCase):
                            ["--schedule", "1f1b", "--stages", str(stages), "--microbatches", "2",
                             "--transport", transport], 2)
 
+    def test_a_frozen_batch_norm_stays_frozen(self):
+        """A BatchNorm its user froze (.eval()) in a model that trains was trained in training mode:
+        export set every module training, and so did the runtime. It normalised by its batches and
+        moved its statistics, exit 0. Each module now trains in the mode the user left it, as in
+        eager PyTorch: the weights and the statistics are the reference's."""
+        g = torch.Generator().manual_seed(11)
+        n = BATCH * STEPS
+        case = Case(self.tmp.name, "frozen-bn", "toy_models:frozen_batch_norm", "{}", f"{BATCH},16", "float32",
+                    toy_models.frozen_batch_norm, torch.randn(n, 16, generator=g),
+                    torch.randint(0, 4, (n,), generator=g), torch.nn.functional.cross_entropy, "cross-entropy")
+        self.run_all(case, runs=((1, "threads"), (2, "threads")))
+        r = export(["--model", "toy_models:frozen_batch_norm", "--input-shape", "8,16", "-o",
+                    os.path.join(self.tmp.name, "frozen-again.pt")])
+        self.assertIn("holds 1 module in evaluation mode in a model that trains (body.1)", r.stderr)
+
     def test_resnet18(self):
         # Two of the five runs: each of ResNet-18's costs 5-10 s of CPU (11M parameters written to
         # every checkpoint, read back, and TorchScript's first runs), and the language model

@@ -313,6 +313,30 @@ def batch_norm_in_eval_mode():
     return nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4)).eval()
 
 
+class FrozenBatchNorm(nn.Module):
+    # A fine-tuned backbone's habit: a BatchNorm frozen (.eval(): its statistics fixed) in a model
+    # that trains, kept so by train(), as such code overrides it.
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4))
+        with torch.no_grad():  # statistics of its own, as a pretrained BatchNorm holds
+            self.body[1].running_mean.uniform_(-0.5, 0.5)
+            self.body[1].running_var.uniform_(0.5, 2.0)
+        self.body[1].eval()
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.body[1].eval()
+        return self
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def frozen_batch_norm():
+    return FrozenBatchNorm()
+
+
 class InPlaceActivation(nn.Module):
     # torchvision's habit: the activation after a layer with weights built with inplace=True.
     def __init__(self):

@@ -136,7 +136,8 @@ void expect_bounded_evaluation(const std::string& kind, int stages, int chunks) 
   Evaluation alone = evaluate(*whole, data.test, o.train.batch_size);
   const Evaluation& piped = results[s.stage_workers.back()[0]];
   EXPECT_NEAR(piped.accuracy, alone.accuracy, 1e-12);
-  EXPECT_NEAR(piped.loss, alone.loss, 1e-5 * std::max(1.0, alone.loss));
+  ASSERT_TRUE(piped.loss && alone.loss);
+  EXPECT_NEAR(*piped.loss, *alone.loss, 1e-5 * std::max(1.0, *alone.loss));
   EXPECT_EQ(counts.now.load(), 0);
   // Each link holds at most kEvaluationAhead rounds sent ahead and the one its receiver takes;
   // without the credits the first worker sent all 30 rounds before the second took its third.

@@ -87,6 +87,24 @@ TEST(Progress, ANanIsWrittenNotLeftEmpty) {
   EXPECT_NE(second.find(",nan,nan,"), std::string::npos) << second;  // diverged: said
 }
 
+// A model file's own loss may be negative (a Gaussian NLL): its test loss is written, not taken
+// for "not evaluated" (a -1 for that dropped every negative loss from the file and the lines).
+TEST(Progress, ANegativeTestLossIsWritten) {
+  std::string path = ::testing::TempDir() + "negative_metrics.csv";
+  {
+    Progress progress(1, path, true);
+    StepRecord r{1, 0, -0.25};
+    r.test_loss = -0.5;
+    progress.step(r);
+    progress.finish();
+  }
+  std::ifstream in(path);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  EXPECT_NE(row.find(",-0.500000,"), std::string::npos) << row;
+}
+
 // A resumed run's rows give the rate over the whole training, as their train_s does: its own
 // rate started again at its first step (a resumed mnist-cnn's read 576 where the run went at 780).
 TEST(Progress, AResumedRunsRateIsTheWholeTrainings) {
@@ -228,7 +246,8 @@ TEST(Trainer, OwnLossOverFloatTargetsMeasuresNoAccuracy) {
   test.targets = torch::randn({32});
   Evaluation e = evaluate(*m, test, 8);
   EXPECT_EQ(e.accuracy, -1);
-  EXPECT_GT(e.loss, 0);
+  ASSERT_TRUE(e.loss.has_value());
+  EXPECT_GT(*e.loss, 0);
   m->set_loss([](const torch::Tensor& out, const torch::Tensor& y) { return out.sum() * 0 + y.sum() * 0; });
   test.targets = torch::zeros({32}, torch::kLong);  // class ids: the one output's argmax is always right
   EXPECT_EQ(evaluate(*m, test, 8).accuracy, 1.0);
