@@ -4,7 +4,7 @@
 // Samples kept on disk in shards (shard_store.h) are walked shard by shard: the shards in a
 // shuffled order, the samples shuffled within each, so a minibatch needs at most two shards.
 // An epoch of more than kStoredOrderMost samples (a token file's windows: 4 GiB of uint16 ids
-// are 120 M windows of 17, whose order took 1 GB in each sampler) is shuffled by a keyed
+// are 134 M windows of 17, whose order took 1 GB in each sampler) is shuffled by a keyed
 // bijection worked out per sample instead of a stored order.
 #include <cstdint>
 #include <numeric>
