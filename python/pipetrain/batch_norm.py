@@ -60,16 +60,22 @@ class DeferrableBatchNorm(nn.Module):
                             self.eps)
 
 
-def make_deferrable(model: nn.Module) -> int:
+def make_deferrable(model: nn.Module, made=None) -> int:
     """Replaces every BatchNorm1d/2d/3d of `model` that keeps running statistics and trains, in
     place; returns how many. One its user froze (.eval()) normalises by statistics that do not
-    move: nothing to defer, and it stays as it is, in its mode."""
+    move: nothing to defer, and it stays as it is, in its mode. One held at several places (an
+    nn.Sequential holding it twice) is replaced by one module at each, as it was one there."""
+    made = {} if made is None else made
     count = 0
-    for name, child in list(model.named_children()):
-        if type(child) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d) and child.track_running_stats \
+    for name, child in list(model._modules.items()):  # named_children() lists a module held twice once
+        if id(child) in made:
+            setattr(model, name, made[id(child)])
+        elif type(child) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d) and child.track_running_stats \
                 and child.training:
-            setattr(model, name, DeferrableBatchNorm(child))
+            made[id(child)] = DeferrableBatchNorm(child)
+            setattr(model, name, made[id(child)])
             count += 1
-        else:
-            count += make_deferrable(child)
+        elif child is not None:
+            made[id(child)] = child
+            count += make_deferrable(child, made)
     return count

@@ -661,6 +661,20 @@ def split_sequential(model, x, layers):
     for j in range(len(groups) - 1, 0, -1):
         if getattr(named[groups[j][0]][1], "inplace", False) is True:
             groups[j - 1:j + 1] = [groups[j - 1] + groups[j]]
+    # Buffers held by several children (a BatchNorm held twice) keep one layer: the runtime ties
+    # parameters across layers, not running statistics, and each layer kept a set of its own.
+    holders = collections.defaultdict(list)
+    for i, (_, m) in enumerate(named):
+        for b in {id(b): b for b in m.buffers()}:
+            holders[b].append(i)
+    for first, last in sorted({(h[0], h[-1]) for h in holders.values() if h[0] != h[-1]}):
+        lo = next(j for j, g in enumerate(groups) if first in g)
+        hi = next(j for j, g in enumerate(groups) if last in g)
+        if lo < hi:
+            print(f"note: {named[first][0]} and {named[last][0]} hold the same buffers (one module held twice): "
+                  f"{named[groups[lo][0]][0]}..{named[groups[hi][-1]][0]} are one layer, so they keep one set of "
+                  "running statistics", file=sys.stderr)
+            groups[lo:hi + 1] = [sum(groups[lo:hi + 1], [])]
     if 0 < layers < len(groups):
         times = []
         with torch.no_grad():
@@ -686,6 +700,19 @@ def tie_groups(layers):
             if not owners[id(p)] or owners[id(p)][-1]["layer"] != i:
                 owners[id(p)].append({"layer": i, "parameter": path})
     return [g for g in owners.values() if len(g) > 1]
+
+
+def held_elsewhere(model, layers):
+    """{path in the model's state_dict: the path the file holds its tensor at}, for the tensors a
+    layer holds at one path only (a module an nn.Sequential holds twice inside one layer: the file
+    lists its first path), so that python/pipetrain/weights.py gives back every path."""
+    first, in_file = {}, set()
+    for m in layers:
+        for path, t in list(m.named_parameters()) + list(m.named_buffers()):
+            first.setdefault(id(t), path)
+            in_file.add(path)
+    return {path: first[id(t)] for path, t in model.state_dict(keep_vars=True).items()
+            if path not in in_file and id(t) in first}
 
 
 class Top(torch.nn.Module):
@@ -850,6 +877,7 @@ def export(args):
     children = collections.OrderedDict((f"l{i}_" + "".join(c if c.isalnum() else "_" for c in n), m)
                                        for i, (n, m) in enumerate(zip(names, modules)))
     ties = tie_groups(list(children.values()))
+    aliases = held_elsewhere(model, list(children.values()))
     top = LossHolder(import_callable(args.loss, "--loss")()) if args.loss else Top()
     scripted_layers = compiled_layers(children)
     check_chain(model, scripted_layers, x)
@@ -869,7 +897,7 @@ def export(args):
             "children": list(children.keys()), "boundary_tensors": boundaries,
             "exact_boundaries": exact,
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
-            "loss": bool(args.loss), "ties": ties, "deferrable_batch_norms": deferrable, "layer_files": index}
+            "loss": bool(args.loss), "ties": ties, "aliases": aliases, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"
     try:
         torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta), **records})

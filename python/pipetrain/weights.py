@@ -147,6 +147,9 @@ def trained_state(model_file, checkpoint):
                 continue  # a constant torch.fx made in forward, or deferred BatchNorm's sums: not the model's
             if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none
                 state[name] = tensors[f"buffer.{i}"]
+    for path, held in meta.get("aliases", {}).items():  # a module held at several paths in one layer
+        if held in state:
+            state[path] = state[held]
     for group in meta.get("ties", []):
         # One parameter held by several layers: each stage's copy took the same steps.
         first = state[group[0]["parameter"]]

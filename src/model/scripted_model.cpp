@@ -40,9 +40,9 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
  public:
   explicit ScriptedLayerImpl(torch::jit::Module module)
       : module_(std::move(module)), draws_random_(script_draws_random(module_)) {
-    for (const auto& p : module_.named_parameters(/*recurse=*/true))
+    for (const auto& p : once(module_.named_parameters(/*recurse=*/true)))
       register_parameter(escaped(p.name), p.value, p.value.requires_grad());
-    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(escaped(b.name), b.value);
+    for (const auto& b : once(module_.named_buffers(/*recurse=*/true))) register_buffer(escaped(b.name), b.value);
     for (const auto& sub : module_.named_modules())
       if (!sub.value.is_training()) held_in_eval_.push_back(sub.value);
   }
@@ -70,8 +70,7 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
   // computes with it and in this module: a tie group's copies in two layers of one worker, read
   // apart from a file of separate layers, become one tensor.
   void share_parameter(size_t k, const torch::Tensor& t) {
-    std::vector<torch::jit::NameTensor> list;
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) list.push_back(p);
+    std::vector<torch::jit::NameTensor> list = once(module_.named_parameters(/*recurse=*/true));
     PT_CHECK(k < list.size(), k, " of ", list.size());
     std::string path = list[k].name;
     torch::jit::Module owner = module_;
@@ -84,9 +83,11 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
   // python/pipetrain/batch_norm.py's modules: those holding a pt_microbatches buffer.
   std::vector<DeferredBatchNorm> deferred_batch_norms() override {
     std::vector<DeferredBatchNorm> out;
+    std::set<const void*> seen;  // one held at two paths is one set of sums, folded once
     for (const auto& sub : module_.named_modules()) {
       torch::jit::Module m = sub.value;
-      if (!m.hasattr("pt_microbatches")) continue;
+      if (!m.hasattr("pt_microbatches") || !seen.insert(m.attr("pt_sum").toTensor().unsafeGetTensorImpl()).second)
+        continue;
       auto type = m.type();
       if (!type->hasConstant("momentum_value") || !type->hasConstant("cumulative"))
         throw FormatError(str("layer module '", sub.name, "' holds pt_microbatches but not the constants of a deferrable "
@@ -110,7 +111,7 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
 
   std::vector<std::string> parameter_names() const {
     std::vector<std::string> out;
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.push_back(p.name);
+    for (const auto& p : once(module_.named_parameters(/*recurse=*/true))) out.push_back(p.name);
     return out;
   }
 
@@ -140,6 +141,17 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
   }
 
  private:
+  // Each tensor at the first path that holds it, as Python's named_parameters() lists them:
+  // LibTorch lists a module an nn.Sequential holds twice under both paths (the layer was refused
+  // as holding more parameters than its pipetrain.json lists).
+  template <typename List>
+  static std::vector<torch::jit::NameTensor> once(const List& list) {
+    std::vector<torch::jit::NameTensor> out;
+    std::set<const void*> seen;
+    for (const auto& t : list)
+      if (seen.insert(t.value.unsafeGetTensorImpl()).second) out.push_back(t);
+    return out;
+  }
   // torch::nn::Module names may not hold dots.
   static std::string escaped(std::string name) {
     for (char& c : name)

@@ -308,6 +308,12 @@ def shared_in_sequential():
                          nn.Tanh(), nn.Linear(16, 5))
 
 
+def shared_batch_norm_in_sequential():
+    """One BatchNorm held twice by an nn.Sequential: one set of running statistics, moved by both uses."""
+    shared = nn.BatchNorm1d(16)
+    return nn.Sequential(nn.Linear(12, 16), shared, nn.Tanh(), nn.Linear(16, 16), shared, nn.Tanh(), nn.Linear(16, 5))
+
+
 def batch_norm_in_eval_mode():
     # What a user writes to switch dropout off, which also freezes BatchNorm's statistics.
     return nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4)).eval()
