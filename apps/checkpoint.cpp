@@ -11,6 +11,8 @@
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "core/input_limits.h"
 #include "core/json_doc.h"
 #include "core/tensor_file.h"
 #include "core/units.h"
@@ -22,6 +24,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The run that wrote checkpoint `dir` ("" where its manifest cannot be read).
+std::string run_of(const fs::path& dir) {
+  std::string manifest = (dir / "manifest.json").string();
+  try {
+    return runtime::manifest_from_json(read_regular_file(manifest, input_limit(InputKind::manifest)), manifest).run_id;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 int inspect(const std::string& path) {
   // D is a checkpoint directory (step-N) or the --checkpoint-dir holding several.
   std::string checkpoint = fs::exists(fs::path(path) / "manifest.json") ? path : runtime::newest_checkpoint(path);
@@ -31,12 +43,18 @@ int inspect(const std::string& path) {
   }
   if (checkpoint != path) {
     // In step order (the directory's is the file system's), a folder without a manifest (a run
-    // killed while writing it) marked, as --resume passes it over.
+    // killed while writing it) marked, as --resume passes it over; so is one of another run than
+    // the newest (a run started afresh in the folder keeps them, without --overwrite).
     std::vector<std::pair<int64_t, std::string>> steps;
+    const std::string newest_run = run_of(checkpoint);
     for (const auto& e : fs::directory_iterator(path))
-      if (int64_t step = runtime::checkpoint_step_of(e.path().filename().string()); step >= 0)
+      if (int64_t step = runtime::checkpoint_step_of(e.path().filename().string()); step >= 0) {
+        std::string run = run_of(e.path());
         steps.emplace_back(step, e.path().filename().string() +
-                                     (fs::exists(e.path() / "manifest.json") ? "" : " (incomplete: no manifest.json)"));
+                                     (!fs::exists(e.path() / "manifest.json") ? " (incomplete: no manifest.json)"
+                                      : run != newest_run                      ? " (another run: " + run + ")"
+                                                                               : ""));
+      }
     std::sort(steps.begin(), steps.end());
     std::cout << "checkpoints in " << path << ":";
     for (const auto& [step, name] : steps) std::cout << " " << name;
@@ -46,7 +64,7 @@ int inspect(const std::string& path) {
   // The manifest's text is the file's, not ours: shown with its control characters escaped.
   std::cout << "model " << printable(m.model) << (m.model_sha256.empty() ? "" : " (model file sha256 " + m.model_sha256 + ")")
             << " (" << m.layers << " layers), step " << m.step << ", batch size " << m.batch_size
-            << ", seed " << m.seed << "\n"
+            << ", seed " << m.seed << ", run " << m.run_id << "\n"
             << (m.data.train_samples >= 0 ? "data " + printable(m.data.describe()) + "\n" : std::string())
             // One worker trains as a one-stage pipeline of one microbatch (the manifest says 1f1b).
             << (m.workers == 1 && m.plan == "1"

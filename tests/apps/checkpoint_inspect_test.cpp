@@ -27,16 +27,17 @@ TensorRecord floats(const std::string& name, const std::vector<float>& values) {
   return t;
 }
 
-// A checkpoint of two layers at step 12 whose second layer's momentum holds `bad` (or nothing
-// wrong when bad is 0); `one_plain_worker`: one worker's, of SGD without momentum (no state).
-fs::path write_checkpoint(const fs::path& dir, float bad, bool one_plain_worker = false) {
-  fs::path step = dir / runtime::checkpoint_dir_name(12);
+// A checkpoint of two layers at step `at` of run `run` whose second layer's momentum holds `bad`
+// (or nothing wrong when bad is 0); `one_plain_worker`: one worker's, of SGD without momentum (no state).
+fs::path write_checkpoint(const fs::path& dir, float bad, bool one_plain_worker = false, int64_t at = 12,
+                          const std::string& run = "0123456789abcdef") {
+  fs::path step = dir / runtime::checkpoint_dir_name(at);
   fs::create_directories(step);
   runtime::CheckpointManifest m;
-  m.run_id = "0123456789abcdef";
+  m.run_id = run;
   m.model = "two-layers";
   m.layers = 2;
-  m.step = 12;
+  m.step = at;
   m.batch_size = 8;
   m.schedule = "1f1b";
   m.plan = one_plain_worker ? "1" : "1-1";
@@ -99,6 +100,25 @@ TEST(CheckpointInspect, ListsTheStepsInOrderAndMarksAnIncompleteOne) {
       << r.output;
   EXPECT_NE(r.output.find("newest: " + (dir / runtime::checkpoint_dir_name(12)).string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("on plan 1-1 (2 workers)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", seed 0, run 0123456789abcdef\n"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// A run started afresh in a folder keeps the steps of the run before it: they are marked, as
+// --resume continues the newest's run (they were listed as one run's).
+TEST(CheckpointInspect, MarksTheStepsOfAnotherRun) {
+  fs::path dir = fs::temp_directory_path() / ("pt_inspect_runs_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  write_checkpoint(dir, 0, false, 12, "aaaa");
+  write_checkpoint(dir, 0, false, 4, "bbbb");
+  write_checkpoint(dir, 0, false, 8, "bbbb");
+  auto r = inspect(dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(": " + runtime::checkpoint_dir_name(4) + " (another run: bbbb) " + runtime::checkpoint_dir_name(8) +
+                          " (another run: bbbb) " + runtime::checkpoint_dir_name(12) + "\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step 12, batch size 8, seed 0, run aaaa\n"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 
