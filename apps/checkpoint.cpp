@@ -44,7 +44,7 @@ int inspect(const std::string& path) {
   if (checkpoint != path) {
     // In step order (the directory's is the file system's), a folder without a manifest (a run
     // killed while writing it) marked, as --resume passes it over; so is one of another run than
-    // the newest (a run started afresh in the folder keeps them, without --overwrite).
+    // the newest (an --overwrite run killed before it removed them).
     std::vector<std::pair<int64_t, std::string>> steps;
     const std::string newest_run = run_of(checkpoint);
     for (const auto& e : fs::directory_iterator(path))

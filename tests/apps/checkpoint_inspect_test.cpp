@@ -104,8 +104,8 @@ TEST(CheckpointInspect, ListsTheStepsInOrderAndMarksAnIncompleteOne) {
   fs::remove_all(dir);
 }
 
-// A run started afresh in a folder keeps the steps of the run before it: they are marked, as
-// --resume continues the newest's run (they were listed as one run's).
+// A folder holding two runs' steps (an --overwrite run killed before it removed the earlier
+// run's): they are marked, as --resume continues the newest's run (they were listed as one run's).
 TEST(CheckpointInspect, MarksTheStepsOfAnotherRun) {
   fs::path dir = fs::temp_directory_path() / ("pt_inspect_runs_" + std::to_string(::getpid()));
   fs::remove_all(dir);
