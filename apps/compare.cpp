@@ -61,7 +61,7 @@ int run_compare(CompareFlags& flags) {
       json j = metrics::to_json(r.m);
       j["row"] = r.kind;
       j["plan"] = r.plan;
-      j["modelled_peak_memory_bytes"] = r.peak_memory;
+      j["peak_memory_bytes"] = j["modelled_peak_memory_bytes"] = r.peak_memory;
       if (c.memory_cap > 0) j["over_memory_cap"] = r.peak_memory > c.memory_cap;
       if (!r.scaling.empty()) j["scaling"] = r.scaling;
       if (dp_rate > 0) j["speedup_over_dp"] = r.m.samples_per_s / dp_rate;

@@ -179,7 +179,9 @@ int run_simulate(SimulateFlags flags) {
                     : schedule::memory_per_worker(s, prof, memory_options);
   if (flags.json) {
     json doc = metrics::to_json(m);
-    doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);
+    doc["peak_memory_bytes"] = doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);
+    for (size_t w = 0; w < memory.size() && w < doc["workers"].size(); ++w)
+      doc["workers"][w]["peak_memory_bytes"] = memory[w].total();
     std::cout << doc.dump(1) << "\n";
     return 0;
   }

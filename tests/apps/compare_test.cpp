@@ -91,6 +91,8 @@ TEST(Compare, RowsOverTheMemoryCapAreMarked) {
   for (const auto& r : doc["rows"]) {
     bool marked = r["over_memory_cap"].get<bool>();
     EXPECT_EQ(marked, r["modelled_peak_memory_bytes"].get<double>() > cap) << r["row"];
+    // The peak a row names is the modelled one (it was the trace's stashes and weights alone).
+    EXPECT_EQ(r["peak_memory_bytes"], r["modelled_peak_memory_bytes"]) << r["row"];
     std::string row = r["row"].get<std::string>();
     if (row != "dp" && row != "dp-split") {
       EXPECT_FALSE(marked) << row;
