@@ -45,11 +45,14 @@ class Builder:
         self.model, self.batch, self.layers = model, batch, []
 
     def add(self, name, fwd_flops, out_elems, params, in_elems, rate=DENSE_TFLOPS, inputs=None, first=False,
-            extra_elems=0, stash_elems=None):
+            extra_elems=0, stash_elems=None, token_ids=False):
         """One layer; flops for the whole minibatch; elems per sample (extra_elems: element-wise
         kernels' traffic; stash_elems: what its forward keeps for the backward, when more than its
-        output); params in floats."""
+        output); params in floats. The first layer's input is the model's (token_ids: int64 ids),
+        which the first stage holds per microbatch in flight (the profile's input_bytes)."""
         n = self.batch
+        if first:
+            self.input_bytes = in_elems * n * (8 if token_ids else F32)
         moved = (in_elems + out_elems + extra_elems) * n * F32 + params * F32
         fwd = fwd_flops / (rate * 1e9) + moved / (MEM_GBS * 1e6)
         bwd_factor = 1.0 if first else 2.0
@@ -67,7 +70,8 @@ class Builder:
 
     def doc(self):
         return {"format": "pipetrain.profile/1", "model": self.model, "batch_size": self.batch,
-                "device": ACCELERATOR, "recipe": "scripts/accelerator_profiles.py", "layers": self.layers}
+                "device": ACCELERATOR, "recipe": "scripts/accelerator_profiles.py", "input_bytes": self.input_bytes,
+                "layers": self.layers}
 
 
 def conv(b, name, cin, cout, k, size_in, stride=1, pool=False, first=False):
@@ -139,7 +143,7 @@ def gnmt16(batch, src_len=25, tgt_len=25, hidden=1024, vocab=32000):
     the encoder output rides through every stage boundary in the decoder."""
     b = Builder("gnmt16", batch)
     h = hidden
-    b.add("enc_embed", 0, src_len * h, vocab * h, src_len, first=True)
+    b.add("enc_embed", 0, src_len * h, vocab * h, src_len, first=True, token_ids=True)
     b.add("enc_lstm1", lstm_flops(h, h, src_len, batch, 2), src_len * 2 * h, lstm_params(h, h, 2), src_len * h,
           rate=RNN_TFLOPS)
     b.add("enc_lstm2", lstm_flops(2 * h, h, src_len, batch), src_len * h, lstm_params(2 * h, h), src_len * 2 * h,
@@ -166,7 +170,7 @@ def awd_lm(batch, seq=70, emb=400, hidden=1150, vocab=10000):
     """AWD-LSTM language model (Merity et al., 2018) on Penn Treebank sizes: embedding 400, LSTM
     1150-1150-400, tied decoder; PipeDream's AWD LM."""
     b = Builder("awd-lm", batch)
-    b.add("embed", 0, seq * emb, vocab * emb, seq, first=True)
+    b.add("embed", 0, seq * emb, vocab * emb, seq, first=True, token_ids=True)
     sizes = [(emb, hidden), (hidden, hidden), (hidden, emb)]
     for i, (inp, h) in enumerate(sizes, 1):
         b.add(f"lstm{i}", lstm_flops(inp, h, seq, batch), seq * h, lstm_params(inp, h), seq * inp, rate=RNN_TFLOPS)
@@ -182,7 +186,7 @@ def gpt(batch, blocks=24, hidden=2048, seq=1024, heads=16, vocab=50257):
     activations, not the weights, fill a 16 GB device, which is what recomputation is for."""
     b = Builder("gpt-2048", batch)
     s, h, a = seq, hidden, heads
-    b.add("embed", 0, s * h, vocab * h + s * h, s, first=True)
+    b.add("embed", 0, s * h, vocab * h + s * h, s, first=True, token_ids=True)
     for i in range(1, blocks + 1):
         flops = (24 * s * h * h + 4 * s * s * h) * batch  # QKV, projection, MLP (4h); scores and context
         b.add(f"block{i}", flops, s * h, 12 * h * h + 13 * h, s * h, extra_elems=16 * s * h + 2 * a * s * s,

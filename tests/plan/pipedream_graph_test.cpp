@@ -80,6 +80,9 @@ TEST(PipedreamGraph, ReadAnyProfileDetectsTheThreeFormats) {
   Profile g = read_any_profile((dir / "graph.txt").string());
   EXPECT_EQ(g.model, "tiny");
   EXPECT_EQ(g.num_layers(), 2);
+  // The Input node's batch is the input the first stage holds per microbatch in flight, which
+  // the memory model charges there (it was 0: AlexNet's first stage 147 MiB short a microbatch).
+  EXPECT_EQ(g.input_bytes, 100);
 
   json figures = {{"model", "tiny"}, {"profiled_batch_size", 32},
                   {"layers", {{{"id", "n1"}, {"name", "Input"}, {"forward_ms", 1}, {"backward_ms", 0},
@@ -92,6 +95,7 @@ TEST(PipedreamGraph, ReadAnyProfileDetectsTheThreeFormats) {
   EXPECT_EQ(f.batch_size, 32);
   EXPECT_EQ(f.layers[1].activation_bytes, 12);
   EXPECT_EQ(f.layers[1].inputs, (std::vector<int>{0}));
+  EXPECT_EQ(f.input_bytes, 8);
 
   Profile own;
   own.model = "own";
