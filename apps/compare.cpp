@@ -15,6 +15,7 @@
 #include "profile/pipedream_graph.h"
 #include "referee/comparison.h"
 #include "referee/referee.h"
+#include "schedule/memory.h"
 
 namespace pt::app {
 namespace {
@@ -94,8 +95,8 @@ int run_compare(CompareFlags& flags) {
             << " per replica); samples/s compare them.\n"
                "Asynchronous schedules (2bw, pipedream) are measured in the steady state; bubble is the idle share of\n"
                "the workers a plan uses (a row on fewer workers leaves the rest idle, which its samples/s counts);\n"
-               "peak memory is the memory model's, fullest worker. dp is the baseline: every worker a minibatch of\n"
-               "batch "
+               "peak memory is the memory model's, fullest worker: "
+            << schedule::kSeparateProcessesMemory << ".\ndp is the baseline: every worker a minibatch of batch "
             << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
   // The baselines are what users run, fit or not (the planner's rows are planned within the
   // cap): a dp row over it is marked, as `plan` says it does not fit.

@@ -186,8 +186,8 @@ int run_simulate(SimulateFlags flags) {
     return 0;
   }
   std::cout << title << "\n" << metrics::format_metrics(m);
-  std::cout << "memory per worker by the memory model (weights, gradients, optimizer state, activations; what train checks): "
-               "peak "
+  std::cout << "memory per worker by the memory model (weights, gradients, optimizer state, activations; "
+            << schedule::kSeparateProcessesMemory << "): peak "
             << human_bytes(static_cast<double>(schedule::peak_memory(memory))) << "\n";
   if (flags.grid) std::cout << "\n" << metrics::time_grid(trace) << "\nper-worker order:\n" << schedule::format_grid(s, {}, true);
   return 0;

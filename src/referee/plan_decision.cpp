@@ -106,8 +106,7 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
   if (request.explain) {
     // As separate processes or devices, whose receives hold their own buffers: train's model on
     // threads, where a received tensor is the sender's, held less (mnist-cnn's w0 496 KiB, 717 here).
-    d.reports += "\nmemory per worker (modelled, each a process or device of its own; on threads, where a received "
-                 "tensor is the sender's, `train --profile` models and holds less):\n";
+    d.reports += str("\nmemory per worker (modelled, ", schedule::kSeparateProcessesMemory, "):\n");
     for (size_t w = 0; w < c.memory.size(); ++w)
       d.reports += str("  w", w, ": ", schedule::describe(c.memory[w]), "\n");
   }

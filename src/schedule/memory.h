@@ -79,6 +79,12 @@ inline constexpr int kThreadsSendsAhead = 1;
 // worker of 0.5 MiB +9%), where 8 posted ahead (over TCP, or a device's) read up to 37% over.
 inline constexpr int kSharedMemoryReceivesAhead = 1;
 
+// What the default MemoryOptions model, said beside their figures (plan, simulate, compare):
+// simulate printed "what train checks" for a figure train on threads models a third lower.
+inline constexpr const char* kSeparateProcessesMemory =
+    "each worker a process or device of its own; on threads, where a received tensor is the sender's, `train "
+    "--profile` models and holds less";
+
 struct WorkerMemory {
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
   int64_t process = 0;     // the process's own (MemoryOptions::process_bytes)
