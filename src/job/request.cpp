@@ -303,7 +303,8 @@ void note_profile_settings(const profile::Profile& profile, const std::string& p
                            const std::string& optimizer) {
   if (profile.precision != precision)
     std::cerr << "note: " << path << " was measured in " << profile.precision << " and this run computes in "
-              << precision << ": its times, and the bytes crossing between stages, are " << profile.precision
+              << precision << ": its times, the activations the memory model holds, and the bytes crossing between "
+              << "stages are " << profile.precision
               << "'s (`pipetrain profile --precision " << precision << "` measures this run's)\n";
   if (profile.optimizer != optimizer)
     std::cerr << "note: " << path << " timed " << profile.optimizer << "'s step and this run steps with " << optimizer
