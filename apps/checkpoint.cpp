@@ -146,6 +146,12 @@ int inspect(const std::string& path) {
   std::cout << "total " << params - copies << " parameters";
   if (copies > 0) std::cout << " (" << m.ties.size() << " tied, counted once; the layer files hold " << params << ")";
   std::cout << ", " << bytes << " bytes\n";
+  if (!m.replica_buffers.empty()) {
+    int64_t own = 0;
+    for (const auto& f : m.replica_buffers) own += f.bytes;
+    std::cout << "and the buffers of the other replicas of replicated stages, which each keeps: "
+              << counted(static_cast<int64_t>(m.replica_buffers.size()), "file") << ", " << own << " bytes\n";
+  }
   if (!first_bad.empty())
     throw FormatError(str(first_bad, ": the run had diverged by step ", m.step, "; train --resume refuses it"));
   return 0;

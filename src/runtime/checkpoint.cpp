@@ -22,6 +22,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".tensors"; }
+std::string replica_file_name(int layer, int replica) {
+  return "layer-" + std::to_string(layer) + ".replica-" + std::to_string(replica) + ".tensors";
+}
 std::string temp_dir_name(int64_t step) { return ".tmp-" + checkpoint_dir_name(step); }
 
 // A file pipetrain writes into a temporary checkpoint folder: a layer file, the manifest, or a
@@ -155,13 +158,22 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
     throw RuntimeFailure(str("checkpoint at step ", step, ": worker 0 made ", tmp.string(), " but worker ",
                              transport.rank(), " does not see it: --checkpoint-dir must be a folder every worker "
                              "shares (one file system, as NFS gives machines)"));
-  // Replica 0 of each stage writes that stage's layers: replicas hold equal weights.
+  // Replica 0 of each stage writes that stage's layers: replicas hold equal weights. The others
+  // write their buffers, which each keeps (CheckpointManifest::replica_buffers).
   for (size_t st = 0; st < stage_workers_.size(); ++st) {
-    if (stage_workers_[st][0] != transport.rank()) continue;
+    const auto& holders = stage_workers_[st];
+    size_t r = std::find(holders.begin(), holders.end(), transport.rank()) - holders.begin();
+    if (r == holders.size()) continue;
     StageReplica* rep = worker.replica(static_cast<int>(st));
     PT_CHECK(rep, "worker ", transport.rank(), " holds no replica of stage ", st);
     for (int layer : stage_layers_[st]) {
       LayerState state = rep->layer_state(layer);
+      if (r > 0) {
+        if (state.buffers.empty()) continue;
+        LayerState own;
+        own.buffers = std::move(state.buffers);
+        state = std::move(own);
+      }
       // A diverged run writes no checkpoint: with `keep` it would rotate out the last good ones
       // (a run at --lr 100 kept only steps 10 and 12, both NaN, and resuming was refused), and
       // with --overwrite remove the previous run's. The job stops here, the folder as it was.
@@ -170,7 +182,8 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
         throw RuntimeFailure(str("training diverged by step ", step, ": layer ", layer, "'s ", bad,
                                  " holds NaN or infinite values; no checkpoint written for this step, ", kept(),
                                  ". Lower --lr, or warm it up over more --warmup-steps"));
-      write_layer_state((tmp / layer_file_name(layer)).string(), state);
+      write_layer_state((tmp / (r == 0 ? layer_file_name(layer) : replica_file_name(layer, static_cast<int>(r)))).string(),
+                        state);
     }
   }
   transport.barrier();
@@ -183,6 +196,14 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
     std::string name = layer_file_name(layer), path = (tmp / name).string();
     m.files.push_back({name, layer, static_cast<int64_t>(fs::file_size(path)), crc32_of_file(path)});
   }
+  m.replica_buffers.clear();
+  for (size_t st = 0; st < stage_workers_.size(); ++st)
+    for (int layer : stage_layers_[st])
+      for (int r = 1; r < static_cast<int>(stage_workers_[st].size()); ++r) {
+        std::string name = replica_file_name(layer, r), path = (tmp / name).string();
+        if (fs::exists(path))  // a layer without buffers has none
+          m.replica_buffers.push_back({name, layer, static_cast<int64_t>(fs::file_size(path)), crc32_of_file(path), r});
+      }
   write_text_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
   fsync_dir(tmp);
   // Into place: a step directory exists only complete. One of the same step (a resumed run
@@ -251,6 +272,18 @@ void load_checkpoint(Worker& worker, const schedule::Schedule& typical, const st
         throw FormatError(str(path, ": ", bad, " holds NaN or infinite values (a checkpoint of a run that diverged); "
                               "resume an earlier checkpoint or start afresh"));
       rep->load_layer_state(layer, std::move(state), path);
+      // A replica's own buffers where the checkpoint kept them: a run on fewer replicas leaves
+      // the rest, and one on more gives its new replicas replica 0's.
+      const auto& holders = typical.stage_workers[st];
+      int r = static_cast<int>(std::find(holders.begin(), holders.end(), worker.rank()) - holders.begin());
+      for (const auto& own : manifest.replica_buffers)
+        if (r > 0 && own.layer == layer && own.replica == r) {
+          std::string own_path = (fs::path(checkpoint) / own.name).string();
+          LayerState buffers = read_layer_state(own_path);
+          if (std::string bad = first_non_finite(buffers); !bad.empty())
+            throw FormatError(str(own_path, ": ", bad, " holds NaN or infinite values; resume an earlier checkpoint"));
+          rep->load_layer_buffers(layer, buffers.buffers, own_path);
+        }
     }
   }
 }

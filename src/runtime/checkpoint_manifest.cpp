@@ -53,6 +53,13 @@ std::string manifest_to_json(const CheckpointManifest& m) {
                        {"weight_decay_on", m.weight_decay_on}}},
               {"optimizer", m.optimizer},
               {"files", files}};
+  if (!m.replica_buffers.empty()) {
+    json replicas = json::array();
+    for (const auto& f : m.replica_buffers)
+      replicas.push_back({{"name", f.name}, {"layer", f.layer}, {"replica", f.replica}, {"bytes", f.bytes},
+                          {"crc32", f.crc32}});
+    doc["replica_buffers"] = replicas;
+  }
   if (m.eps >= 0) {  // unknown (an older file's) stays unknown
     doc["sgd"]["betas"] = json::array({m.beta1, m.beta2});
     doc["sgd"]["eps"] = m.eps;
@@ -153,19 +160,31 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   JsonField files = root["files"];
   if (files.size() != static_cast<size_t>(m.layers))
     files.fail(str("lists ", files.size(), " files but field 'layers' is ", m.layers, " (a file a layer)"));
-  for (size_t i = 0; i < files.size(); ++i) {
-    JsonField f = files[i];
+  // Only plain names inside the checkpoint directory: a manifest must not point elsewhere.
+  auto file_of = [](JsonField f) {
     CheckpointFile cf;
     cf.name = f["name"].as_string();
-    // Only plain names inside the checkpoint directory: a manifest must not point elsewhere.
     if (cf.name.empty() || cf.name.find('/') != std::string::npos || cf.name == "." || cf.name == "..")
       f["name"].fail("must be a file name inside the checkpoint directory");
-    int64_t layer = f["layer"].as_int_at_least(0);
-    if (layer != static_cast<int64_t>(i)) f["layer"].fail(str("must be ", i, " (files are in layer order)"));
-    cf.layer = static_cast<int>(i);
     cf.bytes = f["bytes"].as_int_at_least(0);
     cf.crc32 = static_cast<uint32_t>(f["crc32"].as_int_in(0, 0xffffffffLL));
+    return cf;
+  };
+  for (size_t i = 0; i < files.size(); ++i) {
+    CheckpointFile cf = file_of(files[i]);
+    int64_t layer = files[i]["layer"].as_int_at_least(0);
+    if (layer != static_cast<int64_t>(i)) files[i]["layer"].fail(str("must be ", i, " (files are in layer order)"));
+    cf.layer = static_cast<int>(i);
     m.files.push_back(cf);
+  }
+  if (root.has("replica_buffers")) {  // written since 2026-12-06
+    JsonField replicas = root["replica_buffers"];
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      CheckpointFile cf = file_of(replicas[i]);
+      cf.layer = static_cast<int>(replicas[i]["layer"].as_int_in(0, m.layers - 1));
+      cf.replica = static_cast<int>(replicas[i]["replica"].as_int_in(1, 1 << 20));
+      m.replica_buffers.push_back(cf);
+    }
   }
   if (root.has("data")) {  // written since issue 70 (resuming on other data)
     JsonField d = root["data"];
@@ -284,7 +303,9 @@ CheckpointManifest read_verified_manifest(const std::string& checkpoint) {
   int64_t named = checkpoint_step_of((folder.filename().empty() ? folder.parent_path() : folder).filename().string());
   if (named >= 0 && named != m.step)
     throw FormatError(str(path, ": field \"step\" is ", m.step, " but the folder is step ", named));
-  for (const auto& f : m.files) {
+  std::vector<CheckpointFile> all = m.files;
+  all.insert(all.end(), m.replica_buffers.begin(), m.replica_buffers.end());
+  for (const auto& f : all) {
     std::string file = (fs::path(checkpoint) / f.name).string();
     std::error_code ec;
     if (!fs::exists(file, ec)) throw FormatError(str(file, ": missing (listed in ", path, ")"));

@@ -21,6 +21,7 @@ struct CheckpointFile {
   int layer = -1;       // the model layer it holds
   int64_t bytes = 0;
   uint32_t crc32 = 0;
+  int replica = 0;      // a replica_buffers file's: the replica of its layer's stage (>= 1)
 };
 
 // The data a run trained on: its name, its training samples and a CRC-32 of them (their tensors,
@@ -67,6 +68,11 @@ struct CheckpointManifest {
   int microbatches = 0;
   int deferred_batch_norm = -1;
   std::vector<CheckpointFile> files;  // one per layer, in layer order
+  // The buffers of a replicated stage's other replicas (layer-<i>.replica-<r>.tensors, buffers
+  // only): nothing keeps a replica's buffers in step with replica 0's, so a resume that gave
+  // every replica replica 0's trained another model than the run it continued (a forward that
+  // reads a running average it updates, dp on 2 workers: 7e-4 apart). Absent in older files.
+  std::vector<CheckpointFile> replica_buffers;
   // Parameters shared between layers (model::TieGroup): each group's (layer, parameter index)
   // pairs. Every layer's file holds its copy, so readers count a group once (absent in older
   // files: none known).

@@ -86,6 +86,8 @@ class StageReplica {
   // resume reads the checkpoint's straight into (a borrowed tie's is its holder's to load).
   LayerState layer_state(int layer, bool storage = false) const;
   void load_layer_state(int layer, const LayerState& s, const std::string& source);
+  // Its buffers alone (a replica's own, which a checkpoint keeps beside replica 0's layer file).
+  void load_layer_buffers(int layer, const std::vector<torch::Tensor>& buffers, const std::string& source);
   int first_layer() const { return first_; }
   int last_layer() const { return last_; }  // exclusive
 

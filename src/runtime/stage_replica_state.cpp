@@ -56,16 +56,21 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
   // A layer without parameters records no count (a ReLU's file): it set the stage's to 0 where it
   // came last, and Adam's bias corrections started over on a resume into another split.
   if (optimizer_.options().adam() && n > 0) optimizer_.set_steps_taken(s.optimizer_steps);
-  auto buffers = model_->layer(layer).module->buffers();
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay
-  if (s.buffers.size() != buffers.size())
-    throw ConfigError(str(source, ": holds ", s.buffers.size(), " buffers for layer ", layer, " ('",
+  load_layer_buffers(layer, s.buffers, source);
+}
+
+void StageReplica::load_layer_buffers(int layer, const std::vector<torch::Tensor>& saved, const std::string& source) {
+  torch::NoGradGuard no_grad;
+  auto buffers = model_->layer(layer).module->buffers();
+  if (saved.size() != buffers.size())
+    throw ConfigError(str(source, ": holds ", saved.size(), " buffers for layer ", layer, " ('",
                           model_->layer(layer).name, "') but the model's layer has ", buffers.size()));
   for (size_t i = 0; i < buffers.size(); ++i) {
-    if (!s.buffers[i].sizes().equals(buffers[i].sizes()) || s.buffers[i].scalar_type() != buffers[i].scalar_type())
+    if (!saved[i].sizes().equals(buffers[i].sizes()) || saved[i].scalar_type() != buffers[i].scalar_type())
       throw ConfigError(pt::str(source, ": buffer ", i, " of layer ", layer, " ('", model_->layer(layer).name,
-                                "') has shape ", s.buffers[i].sizes(), " but the model's has ", buffers[i].sizes()));
-    buffers[i].copy_(s.buffers[i]);
+                                "') has shape ", saved[i].sizes(), " but the model's has ", buffers[i].sizes()));
+    buffers[i].copy_(saved[i]);
   }
 }
 

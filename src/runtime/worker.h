@@ -98,6 +98,7 @@ class Worker {
   }
   const std::vector<std::pair<double, double>>& pauses() const { return pauses_; }
   StageReplica* replica(int stage);
+  int rank() const { return rank_; }
   std::string current_action() const { return current_; }
 
  private:

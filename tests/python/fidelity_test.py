@@ -934,6 +934,32 @@ class Errors(unittest.TestCase):
                                                 ["--stages", "3", "--schedule", "1f1b", "--microbatches", "2"])
         self.assertLess(max_relative_error(got, want), 1e-6)
 
+    def test_a_replicas_own_buffers_survive_a_resume(self):
+        """Nothing keeps a replica's buffers in step with replica 0's, and a checkpoint held replica
+        0's alone: resumed, a forward reading the running average it updates trained 7e-4 apart
+        from the run it continued (dp on 2 workers), exit 0. Each replica's own are kept now."""
+        import shutil
+        model = os.path.join(self.tmp.name, "stateful_dp.pt")
+        r = export(["--model", "toy_models:stateful_forward", "--input-shape", f"{BATCH},12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = torch.Generator().manual_seed(3)
+        data = os.path.join(self.tmp.name, "stateful_dp.data.pt")
+        torch.save({"x": torch.randn(256, 12, generator=g), "y": torch.randint(0, 5, (256,), generator=g)}, data)
+        straight, resumed = (os.path.join(self.tmp.name, "dp-" + n) for n in ("straight", "resumed"))
+        args = [PIPETRAIN, "train", "--model", model, "--data", data, "--batch-size", "16", "--workers", "2",
+                "--schedule", "dp", "--steps", "12", "--checkpoint-every", "6", "--quiet"]
+        run(args + ["--checkpoint-dir", straight])
+        os.makedirs(resumed)
+        shutil.copytree(os.path.join(straight, "step-00000006"), os.path.join(resumed, "step-00000006"))
+        run(args + ["--checkpoint-dir", resumed, "--resume"])
+        want, got = (os.path.join(d, "step-00000012") for d in (straight, resumed))
+        files = sorted(f for f in os.listdir(want) if f != "manifest.json")
+        self.assertTrue(any(".replica-1." in f for f in files), files)
+        self.assertEqual(files, sorted(f for f in os.listdir(got) if f != "manifest.json"))
+        for f in files:
+            with open(os.path.join(want, f), "rb") as a, open(os.path.join(got, f), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+
     def test_a_module_held_twice_inside_one_layer_trains_as_eager(self):
         """LibTorch listed its weights under both paths: train refused the layer as holding 10
         parameters where pipetrain.json lists 8. pipetrain.weights gives back both paths."""

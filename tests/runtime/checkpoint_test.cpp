@@ -522,6 +522,29 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
   EXPECT_EQ(manifest_to_json(m).find("first_loss"), std::string::npos);
   m.first_loss = -0.5625;
   EXPECT_EQ(manifest_from_json(manifest_to_json(m), "m.json").first_loss, -0.5625);
+  // A replicated stage's other replicas' buffers: kept with their layer and replica, and checked.
+  EXPECT_EQ(manifest_to_json(m).find("replica_buffers"), std::string::npos);  // none: as before
+  m.replica_buffers = {{"layer-1.replica-2.tensors", 1, 30, 7, 2}};
+  auto replicas = manifest_from_json(manifest_to_json(m), "m.json").replica_buffers;
+  ASSERT_EQ(replicas.size(), 1u);
+  EXPECT_EQ(replicas[0].name, "layer-1.replica-2.tensors");
+  EXPECT_EQ(replicas[0].layer, 1);
+  EXPECT_EQ(replicas[0].replica, 2);
+  EXPECT_EQ(replicas[0].bytes, 30);
+  EXPECT_EQ(replicas[0].crc32, 7u);
+  for (const Case& c : {Case{"\"replica\": 2", "\"replica\": 0", "replica_buffers[0].replica"},
+                        Case{"\"layer-1.replica-2.tensors\"", "\"/etc/x\"", "replica_buffers[0].name"}}) {
+    std::string text = manifest_to_json(m);
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    try {
+      manifest_from_json(text, "m.json");
+      ADD_FAILURE() << "no error for " << c.to;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+  m.replica_buffers.clear();
   // A tied parameter is listed once: a self-tie, or one in two groups, miscounted the parameters.
   m.ties = {{{0, 0}, {1, 0}}};
   EXPECT_EQ(manifest_from_json(manifest_to_json(m), "m.json").ties, m.ties);
