@@ -120,6 +120,12 @@ void use_schedule_file(const Request& r, PipelineOptions& options, const plan::P
   if (!file->flush)
     throw UsageError(str("--schedule-file ", path, ": its schedule (", file->kind, ") does not flush; train "
                          "runs synchronous schedules from a file (the asynchronous ones: --schedule pipedream or 2bw)"));
+  // Each minibatch runs the file again from its first action: a file of two ran the data's
+  // minibatches 0,1,1,2,2,... with two steps each, 12 steps of a 6-step run, and exited 0.
+  if (file->minibatches != 1)
+    throw UsageError(str("--schedule-file ", path, ": minibatches is ", file->minibatches, "; train runs a synchronous "
+                         "file's one minibatch again for each minibatch of the run, so the file must cover 1 "
+                         "(`pipetrain simulate --emit-schedule` writes one)"));
   auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(*file), plan, path));
   options.microbatches = s->microbatches;
   options.chunks = s->chunks;

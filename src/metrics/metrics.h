@@ -7,8 +7,9 @@
 // one) measures the steady state: with done(k) the end of the k-th minibatch to finish (its
 // last compute; replicated stages finish them out of order), the window is
 // [done(e), done(K-1-e)] with e = K/3 (asynchronous schedules: at least workers / microbatches
-// and the most minibatches in flight at once, which warm-up and drain each span), shortened to
-// whole periods of the steady state (the least common multiple of the replica counts of the
+// and the most minibatches in flight at once, which warm-up and drain each span; they fill and
+// drain at each of a measured run's pauses too, so e and K count in its longest segment),
+// shortened to whole periods of the steady state (the least common multiple of the replica counts of the
 // stages whose replicas take whole minibatches in turn; 1 where they split each minibatch),
 // and the time per minibatch its length over the minibatches finished in it, which leaves
 // warm-up and drain out. A trace too short for a whole period there is measured whole (an upper

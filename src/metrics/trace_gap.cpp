@@ -214,6 +214,15 @@ std::string prediction_miss_note(const TraceGap& g, double threshold) {
   std::string side_by_side = " (`pipetrain trace RUN --against SIM` of --trace RUN and --prediction-trace SIM sets "
                              "them side by side, action by action)";
   std::string over = str("off by more than ", fixed(100 * threshold, 0), "%");
+  // A run too short for a steady state, or whose pauses leave no stretch long enough for one, is
+  // measured whole, fills and drains included, which its simulation's steady state leaves out.
+  if (g.whole_trace[0] && !g.whole_trace[1])
+    return str(over, " over the whole run; the run has no steady state to set against its simulation's (",
+               fixed(g.ms_per_minibatch[0], 3), " ms a minibatch over the whole run, fills and drains included, ",
+               fixed(g.ms_per_minibatch[1], 3), " in the simulation's steady state): too few minibatches between "
+               "its start, its pauses (evaluations and checkpoints, at each of which an asynchronous pipeline "
+               "drains and fills again) and its end. The whole-run figures above are the comparison; a longer run, "
+               "or a larger --eval-every or --checkpoint-every, leaves a steady state to measure", side_by_side);
   if (std::abs(steady - 1) <= threshold)
     return str(over, " over the whole run, within it in the steady state, where ", times,
                ": the rest lies outside it, in the run's start (the allocator's first blocks, each layer's first runs) "

@@ -71,7 +71,8 @@ std::string pace_summary(const TraceGap& g);
 // (a share) over the whole run ("off by more than 10%; ..."): the steady states' times, and, where
 // they too are that far apart, pace_summary and what to do; where they are not, that the gap lies
 // outside them (a 20-step regnet run: 0.897 over the run, 0.982 in its steady state, and the note
-// blamed the layers' speed on the +0.8 ms there was).
+// blamed the layers' speed on the +0.8 ms there was); where the run has no steady state (measured
+// whole), that it has none, and not a steady-state split.
 std::string prediction_miss_note(const TraceGap& g, double threshold);
 json to_json(const TraceGap& g);
 

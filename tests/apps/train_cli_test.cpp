@@ -1457,6 +1457,26 @@ TEST(TrainCli, ScheduleFileIsValidatedBeforeItRuns) {
                             " runs 2 microbatches per minibatch (its own); leave --microbatches out or give 2"),
             std::string::npos)
       << slurp(log);
+  // A file of two minibatches ran the data's 0,1,1,2,2,... with two steps each: 12 steps of a 6-step
+  // run, exit 0. Refused, naming the field.
+  fs::path two = tmp.path / "two.json";
+  std::ofstream(two) << R"({"format": "pipetrain.schedule/1", "kind": "1f1b", "flush": true, "chunks": 1,
+      "microbatches": 2, "minibatches": 2, "weight_delay": 0, "vertical_sync": false, "stages": [
+      {"layers": [0, 1], "workers": [0], "weight_versions": 1, "split_backward": false},
+      {"layers": [2, 3, 4], "workers": [1], "weight_versions": 1, "split_backward": false}], "workers": [
+      ["0F0", "0SA0>1", "0F1", "0SA1>1", "0RG0<1", "0B0", "0RG1<1", "0B1", "0ST0",
+       "0F2", "0SA2>1", "0F3", "0SA3>1", "0RG2<1", "0B2", "0RG3<1", "0B3", "0ST1"],
+      ["1RA0<0", "1F0", "1RA1<0", "1B0", "1SG0>0", "1F1", "1B1", "1SG1>0", "1ST0",
+       "1RA2<0", "1F2", "1RA3<0", "1B2", "1SG2>0", "1F3", "1B3", "1SG3>0", "1ST1"]]})";
+  EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--schedule-file", two.string(), "--steps",
+                 "6"},
+                log),
+            2)
+      << slurp(log);
+  EXPECT_NE(slurp(log).find("--schedule-file " + two.string() + ": minibatches is 2; train runs a synchronous file's "
+                            "one minibatch again for each minibatch of the run"),
+            std::string::npos)
+      << slurp(log);
 }
 
 TEST(TrainCli, DeferredStepFollowsThePlanUnlessTheFlagsSay) {

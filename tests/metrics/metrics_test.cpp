@@ -155,6 +155,39 @@ TEST(Metrics, PausesBetweenSegmentsAreLeftOut) {
   EXPECT_NEAR(compute_metrics(t).ms_per_minibatch, 3.0 + 600.0 / 19, 1e-9);  // the window's 19 gaps
 }
 
+// An asynchronous pipeline fills and drains at each pause (pipedream evaluating every 4
+// minibatches read 13.6 ms a minibatch across its segments where each took 13.7 to 24.6): its
+// window lies in its longest segment, and a run whose segments are all too short has none.
+TEST(Metrics, AnAsynchronousRunsWindowLiesBetweenItsPauses) {
+  auto segmented = [](int every) {
+    Trace t = one_worker_trace("pipedream", "measured");
+    double at = 0;
+    for (int i = 0; i < 60; ++i) {
+      if (i > 0 && i % every == 0) {
+        t.pauses.push_back({at, at + 600});
+        at += 600;
+      }
+      double forward = i % every == 0 ? 11 : 1;  // each segment's first minibatch fills the pipeline
+      add_minibatch(t, std::to_string(i), at, forward, 2);
+      at += forward + 2;
+    }
+    return t;
+  };
+  Metrics m = compute_metrics(segmented(10));
+  EXPECT_TRUE(m.steady);
+  EXPECT_DOUBLE_EQ(m.paused_ms, 0);
+  EXPECT_NEAR(m.ms_per_minibatch, 3.0, 1e-9);
+  Metrics short_segments = compute_metrics(segmented(2));
+  EXPECT_FALSE(short_segments.steady);
+  EXPECT_NEAR(short_segments.ms_per_minibatch, (30 * 13 + 30 * 3) / 60.0, 1e-9);  // every fill counted
+  Metrics flushing = compute_metrics([&] {  // a flushing schedule's pauses cost it no fill: left out
+    Trace t = segmented(10);
+    t.schedule = "1f1b";
+    return t;
+  }());
+  EXPECT_DOUBLE_EQ(flushing.paused_ms, 600);  // the pause after minibatch 29, in the middle third
+}
+
 // The optimizer step is work, not a wait: a worker that computes 6 ms of 11 and steps for 2
 // idles 3.
 TEST(Metrics, AStepIsNotABubble) {

@@ -81,6 +81,15 @@ TEST(TraceGap, TheMissNoteSaysWhetherTheSteadyStatesMissedToo) {
                        "6.700 ms a minibatch, its simulation 6.500 (ratio 0.970): the rest lies outside it", 0), 0u)
       << near;
   EXPECT_EQ(near.find("set the pace"), std::string::npos) << near;
+  // A run with no steady state (its pauses left none) is no steady state to split: it was set
+  // against the simulation's and blamed on the transport.
+  TraceGap whole = trace_gap(two_stages("measured", 1, 3), "run.json", two_stages("simulated", 1, 2), "sim.json");
+  whole.whole_trace[0] = true;
+  std::string none = prediction_miss_note(whole, 0.10);
+  EXPECT_EQ(none.rfind("off by more than 10% over the whole run; the run has no steady state to set against its "
+                       "simulation's (7.500 ms a minibatch over the whole run, fills and drains included, 6.500 in the "
+                       "simulation's steady state)", 0), 0u) << none;
+  EXPECT_EQ(none.find("set the pace"), std::string::npos) << none;
 }
 
 TEST(TraceGap, ManyMinibatchesCountPerMinibatchOfTheWindow) {

@@ -208,13 +208,8 @@ TEST(Evaluation, RunsTheTrainingsMicrobatches) {
   EXPECT_EQ(run->counts.rows.load(), 4) << "samples in an evaluation's activation (a microbatch: 16 / 4)";
 }
 
-// A worker's pause in the trace starts when its training of the segment ended, not when it left
-// the barrier before the evaluation: the trace's common pause (the last worker's start to the
-// first one's end) counted a late wake-up as training, 1.8 ms of each evaluation on a busy machine,
-// where train's training time did not.
-TEST(Evaluation, APauseStartsWhereTheWorkersTrainingEnded) {
-  auto whole = testing::seeded_cnn(3);
-  auto data = model::synthetic_data(*whole, 64, 16, 10, 5);
+// 1f1b on 2 stages, 4 steps of 2 microbatches, evaluating after steps 2 and 4.
+PipelineOptions evaluating_every_second() {
   PipelineOptions o;
   o.schedule = "1f1b";
   o.microbatches = 2;
@@ -223,6 +218,16 @@ TEST(Evaluation, APauseStartsWhereTheWorkersTrainingEnded) {
   o.train.eval_every = 2;
   o.train.quiet = true;
   o.timeout_s = 20;
+  return o;
+}
+
+// A worker's pause in the trace starts when its training of the segment ended, not when it left
+// the barrier before the evaluation: the trace's common pause (the last worker's start to the
+// first one's end) counted a late wake-up as training, 1.8 ms of each evaluation on a busy machine,
+// where train's training time did not.
+TEST(Evaluation, APauseStartsWhereTheWorkersTrainingEnded) {
+  auto data = model::synthetic_data(*testing::seeded_cnn(3), 64, 16, 10, 5);
+  PipelineOptions o = evaluating_every_second();
   auto run = run_two_stages(o, data, 30, [](int, const Evaluation&) {});
   const auto& workers = run->workers;
   for (int w = 0; w < 2; ++w) {
@@ -236,6 +241,25 @@ TEST(Evaluation, APauseStartsWhereTheWorkersTrainingEnded) {
       EXPECT_LT(start - trained, 10) << "ms from its last action to its pause";
       EXPECT_GT(end - start, 30) << "the late barriers are the pause's";
     }
+  }
+}
+
+// A pause ends when the last worker has done its part of it, not when the first resumes: worker 0
+// ends a checkpoint alone (CRCs, manifest, rename) and the reporter writes its rows, and the
+// others, which left at once, ended the common pause then, so that work counted as training (a
+// checkpoint every 10 steps: 3,231 samples/s read for 3,354).
+TEST(Evaluation, APauseEndsWhenTheLastWorkerHasDoneItsPart) {
+  auto data = model::synthetic_data(*testing::seeded_cnn(3), 64, 16, 10, 5);
+  PipelineOptions o = evaluating_every_second();
+  auto run = run_two_stages(o, data, 0, [](int w, const Evaluation&) {
+    if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(60));  // its part alone
+  });
+  for (size_t p = 0; p < 2; ++p) {
+    SCOPED_TRACE(str("pause ", p));
+    const auto& alone = run->workers[0]->pauses().at(p);
+    const auto& other = run->workers[1]->pauses().at(p);
+    double common = std::min(alone.second, other.second) - std::max(alone.first, other.first);
+    EXPECT_GT(common, 55) << "ms of the common pause: worker 0's 60 ms alone are in it";
   }
 }
 
