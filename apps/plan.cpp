@@ -7,6 +7,7 @@
 #include "apps/command.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/host_allocator.h"
 #include "core/json_doc.h"
 #include "plan/plan_command.h"
@@ -55,6 +56,10 @@ referee::JointOptions joint_options(const Flags& flags, int64_t memory_cap) {
 
 int run_plan(Flags& flags) {
   keep_freed_host_memory();
+  // Before the search: `-o` given the profile's path replaced the profile with the plan, exit 0.
+  check_output_path(flags.output, "-o");
+  check_outputs_apart({{"--profile", flags.plan.profile}, {"--cluster", flags.plan.cluster.file}},
+                      {{"-o", flags.output}, {"--save-top", flags.save_top}});
   if (!flags.save_top.empty() && flags.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
   if (!flags.save_top.empty() && !std::filesystem::is_directory(flags.save_top)) {
     std::error_code made;  // as -o needs no file made first, the folder is made where its parent is

@@ -8,6 +8,7 @@
 #include "core/host_allocator.h"
 #include "apps/planning_flags.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
 #include "plan/planner.h"
@@ -52,6 +53,14 @@ void follow_plan(SimulateFlags& flags, const plan::Plan& plan) {
 
 int run_simulate(SimulateFlags flags) {
   keep_freed_host_memory();
+  // Before any is written: `--svg` given the profile's path replaced it with the picture, exit 0,
+  // and a bad last path left the earlier outputs written.
+  const std::vector<FlagPath> outputs = {{"--emit-schedule", flags.schedule_out}, {"--svg", flags.svg},
+                                         {"--trace", flags.chrome}, {"--save-trace", flags.trace_out}};
+  for (const auto& [flag, path] : outputs) check_output_path(path, flag);
+  check_outputs_apart({{"--profile", flags.profile}, {"--plan", flags.plan}, {"--schedule-file", flags.schedule_file},
+                       {"--cluster", flags.cluster.file}},
+                      outputs);
   schedule::check_schedule_options(flags.options);  // before --chunks multiplies the workers
   auto prof = profile::read_any_profile(flags.profile);  // as plan reads it: PipeDream's files too
   profile::require_timed(prof, flags.profile);

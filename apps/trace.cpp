@@ -8,6 +8,7 @@
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/units.h"
 #include "metrics/metrics.h"
 #include "metrics/timeline.h"
@@ -25,6 +26,10 @@ struct TraceFlags {
 
 int run_trace(const TraceFlags& flags) {
   if (flags.merge < 0 || flags.merge > 100000) throw UsageError(str("--merge: must be in 0..100000, got ", flags.merge));
+  // `--chrome` given the trace's own path replaced it, exit 0, and the next `trace` of it failed.
+  const std::vector<FlagPath> outputs = {{"--svg", flags.svg}, {"--chrome", flags.chrome}};
+  for (const auto& [flag, path] : outputs) check_output_path(path, flag);
+  check_outputs_apart({{"TRACE", flags.path}, {"--against", flags.against}}, outputs);
   if (flags.merge > 0) {
     for (int r = 0; r < flags.merge; ++r)
       if (!std::filesystem::exists(flags.path + ".worker" + std::to_string(r)))

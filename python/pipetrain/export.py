@@ -18,6 +18,7 @@ import collections
 import contextlib
 import dis
 import importlib
+import importlib.util
 import inspect
 import hashlib
 import io
@@ -90,6 +91,26 @@ def import_callable(spec, flag):
     if not callable(obj):
         raise ExportError(f"{flag}: '{spec}' is not callable")
     return obj
+
+
+def input_files(args):
+    """(flag, path) of each file the export reads: --model's TorchScript file, or the source of the
+    modules --model and --loss name (`export --model models:mlp -o models.py` wrote the TorchScript
+    zip over the user's models.py, exit 0)."""
+    files = []
+    for flag, spec in (("--model", args.model), ("--loss", args.loss)):
+        if not spec:
+            continue
+        if flag == "--model" and os.path.isfile(spec):
+            files.append((flag, spec))
+            continue
+        try:
+            found = importlib.util.find_spec(spec.partition(":")[0])
+        except (ImportError, ValueError):  # import_callable names it later
+            continue
+        if found is not None and found.origin and os.path.isfile(found.origin):
+            files.append((flag, found.origin))
+    return files
 
 
 def example_input(shape, dtype, high, batch=None):
@@ -816,6 +837,12 @@ def export(args):
         raise ExportError(f"-o {args.output}: no folder {folder}")
     if not os.access(folder, os.W_OK):
         raise ExportError(f"-o {args.output}: the folder {folder} is not writable")
+    if os.path.isdir(args.output):
+        raise ExportError(f"-o {args.output}: is a folder; give the file to write")
+    for flag, source in input_files(args):
+        if os.path.realpath(source) == os.path.realpath(args.output):
+            raise ExportError(f"-o {args.output}: is {flag}'s file {source}, which this command reads: writing it "
+                              f"would destroy it; give another path")
     dtype = DTYPES[args.input_dtype]
     torch.manual_seed(args.seed)
     if os.path.isfile(args.model):

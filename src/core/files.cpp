@@ -106,7 +106,7 @@ void check_outputs_apart(const std::vector<FlagPath>& inputs, const std::vector<
       const std::string read = key(in.path);
       if (written == read)
         throw UsageError(str(out.flag, " '", out.path, "' is ", in.flag, " '", in.path,
-                             "', which the run reads: writing it would destroy it; give another path"));
+                             "', which this command reads: writing it would destroy it; give another path"));
       if (fs::is_directory(in.path, ec) && written.compare(0, read.size() + 1, read + "/") == 0)
         throw UsageError(str(out.flag, " '", out.path, "' lies in ", in.flag, " '", in.path,
                              "', a folder the run reads or writes as a whole; give a path outside it"));

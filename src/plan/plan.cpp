@@ -256,6 +256,18 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     p.shared_workers_source = source + ": field 'stages'";
     assign_workers(p);
   } else {
+    // Worker ids that give each stage its own worker contradict a schedule that runs several
+    // stages on each (interleaved over chunks; a V, two), which the file names: 2 stages on workers
+    // 0 and 1, interleaved over 2 chunks, ran on worker 0 alone, exit 0. (Without ids, `workers`
+    // counts the chunks, and the schedule places them.)
+    bool v = p.schedule == "zb-v" || p.schedule == "v-half" || p.schedule == "v-min" || p.schedule == "dualpipev";
+    if (all_ids && p.stages.size() > 1 && (p.chunks > 1 || v))
+      root["stages"].fail(str("gives each of its ", p.stages.size(), " stages a worker of its own, but ", p.schedule,
+                              v ? " runs two stages on each worker (in a V)"
+                                : str(" over ", p.chunks, " chunks runs ", p.chunks, " on each (stage s on worker s mod ",
+                                      p.stages.size() / p.chunks, ")"),
+                              ": list each worker on its stages, as `pipetrain plan` writes them, or leave the workers "
+                              "out"));
     // Checked before assign_workers, which would otherwise number every claimed replica.
     if (replicas != p.workers)
       root["workers"].fail(str("is ", p.workers, " but the stages' replicas add up to ", replicas));

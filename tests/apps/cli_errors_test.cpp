@@ -156,7 +156,7 @@ TEST(CliErrors, AnOutputOverAnInputIsRefused) {
       {"layers": [0, 1, 2], "replicas": 1}, {"layers": [3, 4], "replicas": 1}]})";
   std::string plan = write("kept_plan.json", text);
   expect_rejected(kTrain + "--plan " + plan + " --metrics " + plan, 2,
-                  {"--metrics '" + plan + "' is --plan '" + plan + "', which the run reads"});
+                  {"--metrics '" + plan + "' is --plan '" + plan + "', which this command reads"});
   // By another path to the same file, too.
   std::string other = (fs::path(plan).parent_path() / "." / fs::path(plan).filename()).string();
   expect_rejected(kTrain + "--plan " + plan + " --trace " + other, 2, {"--trace '" + other + "' is --plan"});
@@ -170,6 +170,30 @@ TEST(CliErrors, AnOutputOverAnInputIsRefused) {
                   {"lies in --checkpoint-dir"});
   expect_rejected("profile --model mnist-cnn --data synthetic --batch-size 16 --eval-data " + plan + " -o " + plan, 2,
                   {"-o '" + plan + "' is --eval-data"});
+  // plan, simulate and trace wrote over their inputs, exit 0: `plan -o` over the profile, `simulate
+  // --svg` over it, `trace --chrome` over the trace (whose next reading then failed).
+  std::ifstream vgg(std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json");
+  const std::string profile_text(std::istreambuf_iterator<char>(vgg), {});
+  std::string profile = write("kept_profile.json", profile_text);
+  const std::string cluster = " --workers 2 --bandwidth-gbps 10";
+  expect_rejected("plan --profile " + profile + cluster + " -o " + profile, 2,
+                  {"-o '" + profile + "' is --profile '" + profile + "', which this command reads"});
+  expect_rejected("simulate --profile " + profile + cluster + " --svg " + profile, 2, {"--svg '" + profile + "' is --profile"});
+  expect_rejected("simulate --profile " + profile + cluster + " --plan " + plan + " --emit-schedule " + plan, 2,
+                  {"--emit-schedule '" + plan + "' is --plan"});
+  std::string svg = (scratch() / "t.svg").string();
+  expect_rejected("simulate --profile " + profile + cluster + " --svg " + svg + " --save-trace " + svg, 2,
+                  {"--save-trace '" + svg + "' is --svg '" + svg + "' too"});
+  EXPECT_FALSE(fs::exists(svg)) << "nothing written before the refusal";
+  std::string trace = (scratch() / "t.json").string();
+  ASSERT_EQ(pipetrain("simulate --profile " + profile + cluster + " --save-trace " + trace).exit_code, 0);
+  expect_rejected("trace " + trace + " --chrome " + trace, 2, {"--chrome '" + trace + "' is TRACE"});
+  expect_rejected("trace " + trace + " --svg /nonexistent/t.svg", 2, {"--svg: '/nonexistent/t.svg'"});
+  EXPECT_EQ(pipetrain("trace " + trace).exit_code, 0);
+  std::ifstream kept(profile);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), profile_text);
+  std::ifstream plan_kept(plan);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(plan_kept), {}), text);
 }
 
 TEST(CliErrors, EveryCombinationWorksOrIsRefused) {

@@ -68,6 +68,18 @@ TEST(BadPlanFile, NamesFieldAndValue) {
   EXPECT_EQ(plan_error(head + R"("workers": 3, "schedule": "zb-v", )" + shared),
             "p.json: field 'workers' is 3 but the stages are placed on 2 workers");
   EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "zb-v", )" + shared), "(no error)");
+  // Ids that give each stage a worker contradict a schedule that places several on each: 2 stages
+  // on workers 0 and 1, interleaved over 2 chunks, ran on worker 0 alone, exit 0.
+  const std::string own = R"("stages": [{"layers": [0], "replicas": 1, "workers": [0]},
+      {"layers": [1], "replicas": 1, "workers": [1]}]})";
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "interleaved", "chunks": 2, )" + own),
+            "p.json: field 'stages' gives each of its 2 stages a worker of its own, but interleaved over 2 chunks runs "
+            "2 on each (stage s on worker s mod 1): list each worker on its stages, as `pipetrain plan` writes them, "
+            "or leave the workers out");
+  EXPECT_NE(plan_error(head + R"("workers": 2, "schedule": "dualpipev", )" + own)
+                .find("but dualpipev runs two stages on each worker (in a V)"),
+            std::string::npos);
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "interleaved", "chunks": 1, )" + own), "(no error)");
   EXPECT_EQ(plan_error(head + R"("workers": 2, "stages": [{"layers": [0], "replicas": 2, "workers": [0, 7]}]})"),
             "p.json: field 'stages[0].workers' has worker id 7 which is out of range 0..1");
   EXPECT_EQ(plan_error(head + R"("workers": 1, "stages": [{"layers": [0], "replicas": 1, "compute_ms": 1e999}]})"),

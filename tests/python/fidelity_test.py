@@ -295,6 +295,35 @@ class Fidelity(unittest.TestCase):
             self.assertNotIn("Traceback", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "m.pt")))
 
+    def test_export_keeps_the_files_it_reads(self):
+        """-o given the model's own source (MODULE:CALLABLE's module) or its TorchScript file wrote
+        the TorchScript zip over it, exit 0; -o a folder failed after the export's work."""
+        folder = os.path.join(self.tmp.name, "own")
+        os.makedirs(folder, exist_ok=True)
+        source = os.path.join(folder, "own_models.py")
+        text = "import torch\n\ndef mlp():\n    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())\n"
+        with open(source, "w") as f:
+            f.write(text)
+        env = dict(os.environ, PYTHONPATH=folder)
+        base = [PIPETRAIN, "export", "--model", "own_models:mlp", "--input-shape", "2,4"]
+        for out, needle in ((source, f"-o {source}: is --model's file {source}, which this command reads"),
+                            (folder, f"-o {folder}: is a folder")):
+            r = subprocess.run(base + ["-o", out], capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(needle, r.stderr)
+        with open(source) as f:
+            self.assertEqual(f.read(), text)
+        scripted = os.path.join(folder, "m.pt")
+        subprocess.run(base + ["-o", scripted], capture_output=True, text=True, env=env, check=True)
+        with open(scripted, "rb") as f:
+            zipped = f.read()
+        r = subprocess.run([PIPETRAIN, "export", "--model", scripted, "--input-shape", "2,4", "-o", scripted],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"-o {scripted}: is --model's file", r.stderr)
+        with open(scripted, "rb") as f:
+            self.assertEqual(f.read(), zipped)
+
     def test_a_language_model_without_loss_lm_is_told_so(self):
         """Token targets of the inputs' shape under the default cross-entropy: the refusal names
         --loss lm and the shift (it named only cross-entropy's [N, 256])."""
