@@ -1,6 +1,9 @@
 #include "apps/torch/model_flags.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include <torch/torch.h>
 
@@ -55,10 +58,17 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
   app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  // CLI11 took -1 for an unsigned seed and wrapped it to 18446744073709551615.
+  // CLI11 took -1 for an unsigned seed and wrapped it to 18446744073709551615, and a seed past
+  // 2^64 - 1 became that one: two seeds, one run.
   app.add_option("--seed", seed,
                  "Seed for the zoo's initial weights (a model file's are the file's), data order and synthetic data")
-      ->check(CLI::NonNegativeNumber)
+      ->check([](const std::string& s) -> std::string {
+        errno = 0;
+        bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+        if (digits) std::strtoull(s.c_str(), nullptr, 10);
+        return digits && errno != ERANGE ? ""
+                                         : str("must be an integer in 0..", std::numeric_limits<uint64_t>::max(), ", got ", s);
+      })
       ->capture_default_str();
   app.add_option("--precision", precision,
                  "fp32, or bf16 as torch.autocast(\"cpu\", torch.bfloat16) computes, with fp32 weights and optimizer "

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "core/error.h"
 #include "core/units.h"
 #include "job/core_pinning.h"
 #include "job/gloo_job.h"
@@ -67,14 +68,22 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
     return train_with_gloo(job, factory, described, data, trace_path, on_result, road == Road::kGlooWorker);
   PipelineResult result = run_on_threads(job, factory, data);
   // Written before the report, which may still fail the run (a diverged loss): what ran is kept.
+  // A trace that cannot be written (a full disk) fails the run after the report: it printed only
+  // "write failed", the run's loss, accuracy and throughput lost.
+  std::string unwritten;
   if (!trace_path.empty()) {
-    schedule::write_trace(result.trace, trace_path);
-    std::cerr << "wrote " << trace_path << "\n";
+    try {
+      schedule::write_trace(result.trace, trace_path);
+      std::cerr << "wrote " << trace_path << "\n";
+    } catch (const Error& e) {
+      unwritten = e.what();
+    }
   }
   // The process's peak to the report, the trace's writing included (read at the end of training,
   // it printed 249.6 MiB of the 270.7 the kernel counted).
   for (int64_t& rss : result.train.peak_rss_bytes) rss = std::max(rss, model::process_peak_rss_bytes());
   on_result(result);
+  if (!unwritten.empty()) throw RuntimeFailure(str("--trace: ", unwritten, " (the run's report is above)"));
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/input_limits.h"
 #include "core/json_doc.h"
+#include "core/units.h"
 #include "model/idx_reader.h"
 #include "model/zoo.h"
 
@@ -114,10 +115,13 @@ DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64
   constexpr double kMaxBytes = 8.0 * (1 << 30);
   double per_sample = 8;  // int64 token or float32 value, and a target
   for (int64_t d : model.sample_shape()) per_sample *= static_cast<double>(d);
-  if (train_samples < 1 || test_samples < 1 || (train_samples + test_samples) * per_sample > kMaxBytes)
+  // In double: the int64 sum of 2^63 - 1 samples and their test share wrapped negative ("would take
+  // -9223372036854775808 bytes"), and the check passed on to LibTorch's overflow.
+  const double bytes = (static_cast<double>(train_samples) + static_cast<double>(test_samples)) * per_sample;
+  if (train_samples < 1 || test_samples < 1 || bytes > kMaxBytes)
     throw UsageError(str("--synthetic-samples: ", train_samples, " training and ", test_samples, " test samples of ",
-                         model.name(), " would take ", static_cast<int64_t>((train_samples + test_samples) * per_sample),
-                         " bytes (must be >= 1 and fit in ", static_cast<int64_t>(kMaxBytes), " bytes)"));
+                         model.name(), " would take ", human_bytes(bytes), " (must be >= 1 and fit in ",
+                         human_bytes(kMaxBytes), ")"));
   torch::Generator gen = at::detail::createCPUGenerator(seed);
   auto make = [&](int64_t n) {
     std::vector<int64_t> shape{n};

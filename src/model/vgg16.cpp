@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "model/zoo.h"
 
 namespace pt::model {
@@ -15,6 +16,10 @@ std::shared_ptr<LayeredModel> build_vgg16(const ModelOptions& model_options, con
   int64_t size = model_options.image_size > 0 ? model_options.image_size : 224;
   int64_t channels = model_options.channels > 0 ? model_options.channels : 3;
   int64_t classes = model_options.classes > 0 ? model_options.classes : 1000;
+  // Else LibTorch's "Output size is too small" and its stack, at the first forward (fashion-mnist's 28).
+  if (size < 32)
+    throw UsageError(str("vgg16: its five 2x2 max-pools need images of 32 px or more, got ", size, " (--image-size, or "
+                         "the data's own: fashion-mnist's are 28; --data synthetic --image-size 32 runs it)"));
   auto scaled = [&](int64_t c) { return std::max<int64_t>(1, std::llround(c * model_options.width)); };
   auto m = std::make_shared<LayeredModel>("vgg16", Task::kClassification,
                                           std::vector<int64_t>{channels, size, size}, false, held, model_options.seed);

@@ -323,7 +323,10 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options) {
     throw ConfigError(str("--checkpoint-dir '", dir, "' holds checkpoints of an earlier run (newest ",
                           fs::path(newest).filename().string(), "): give --resume to continue it, or --overwrite to ",
                           "replace them, or another folder"));
-  fs::create_directories(dir, ec);
+  // Its own error first: a folder it could not make (a parent this process may not write) was
+  // reported as "No such file or directory", trying a file in it.
+  if (!fs::create_directories(dir, ec) && ec)
+    throw UsageError(str("--checkpoint-dir: cannot make '", dir, "': ", ec.message()));
   if (int err = create_error_in(dir)) throw UsageError(str("--checkpoint-dir: cannot write in '", dir, "': ", std::strerror(err)));
   if (options.resume && !newest.empty()) {
     start.resume_from = newest;

@@ -137,7 +137,15 @@ TEST(CliErrors, TrainingValues) {
   expect_rejected(kTrainBase + "--steps 1 --batch-size -1 --stages 2", 2, {"--batch-size: must be >= 1, got -1"});
   expect_rejected(kTrain + "--lr 1e39", 2, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got 1e+39"});
   expect_rejected(kTrain + "--weight-decay 1e308", 2, {"--weight-decay: must be >= 0 and at most"});
-  expect_rejected(kTrain + "--seed -1", 2, {"--seed"});
+  expect_rejected(kTrain + "--seed -1", 2, {"--seed: must be an integer in 0..18446744073709551615, got -1"});
+  // A seed past 2^64 - 1 became that one: two seeds, one run.
+  expect_rejected(kTrain + "--seed 18446744073709551616", 2, {"--seed: must be an integer in 0..18446744073709551615"});
+  // Its int64 sum with the test share wrapped: LibTorch's overflow and stack, or "-9223372036854775808 bytes".
+  expect_rejected("train --data synthetic --synthetic-samples 9223372036854775807 --model mnist-cnn", 2,
+                  {"--synthetic-samples: 9223372036854775807 training", "TiB (must be >= 1 and fit in 8.00 GiB)"});
+  // Five pools of 28 px: LibTorch's "Output size is too small" and its stack, at the first forward.
+  expect_rejected("train --model vgg16 --width 0.05 --data fashion-mnist --steps 1 --batch-size 4", 2,
+                  {"vgg16: its five 2x2 max-pools need images of 32 px or more, got 28"});
   // A run meant for adamw that forgot --optimizer trained with sgd, its --betas and --eps unread.
   expect_rejected(kTrain + "--betas 0.9,0.95", 2, {"--betas and --eps are adam's and adamw's; --optimizer sgd takes --momentum"});
   expect_rejected(kTrain + "--eps 1e-6", 2, {"--betas and --eps are adam's and adamw's"});
@@ -146,6 +154,15 @@ TEST(CliErrors, TrainingValues) {
   // mnist-cnn builds in milliseconds (vgg16's 138M weights took 2.5 s before the refusal).
   expect_rejected("train --data synthetic --synthetic-samples 10000000000 --model mnist-cnn", 2,
                   {"--synthetic-samples: 10000000000 training"});
+}
+
+// A trace that cannot be written at the end (a full disk) fails the run after its report: it
+// printed only "write failed", the loss, accuracy and throughput lost.
+TEST(CliErrors, ATraceThatCannotBeWrittenFailsAfterTheReport) {
+  auto r = pipetrain(kTrain + "--stages 2 --trace /dev/full");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--trace: /dev/full: write failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("throughput: measured"), std::string::npos) << r.output;
 }
 
 // Issue 17, item 8: each of these used to train something else, fail late, or hang.
