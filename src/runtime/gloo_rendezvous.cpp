@@ -41,12 +41,24 @@ void GlooTransport::join_all() {
     throw RankTaken(str("worker ", config_.rank, ": another process has joined the rendezvous at ",
                              config_.master_addr, ":", config_.master_port, " as worker ", config_.rank,
                              " (RANK must differ for each worker of a job)"));
-  std::vector<std::string> all;
-  for (int r = 0; r < config_.world_size; ++r) all.push_back(key(r));
-  using Clock = std::chrono::steady_clock;
   // --rendezvous-timeout itself: the wait for the others to start (it waited the larger of it and
   // --timeout, which gloo's groups need for their collectives).
   auto limit = std::chrono::milliseconds(static_cast<int64_t>(config_.rendezvous_timeout_s * 1000));
+  await_every_worker(key, "join the rendezvous", limit, [&] {
+    if (!store_->check({kFailedKey})) return;
+    std::vector<uint8_t> said = store_->get(kFailedKey);
+    store_->set(failure_read_key(config_.rank), {1});
+    throw TransportError(str("worker ", config_.rank, ": the job stops: ", std::string(said.begin(), said.end()),
+                             " (before it joined the rendezvous at ", config_.master_addr, ":", config_.master_port,
+                             ")"));
+  });
+}
+
+void GlooTransport::await_every_worker(const std::function<std::string(int)>& key, const std::string& what,
+                                       std::chrono::milliseconds limit, const std::function<void()>& each_look) {
+  std::vector<std::string> all;
+  for (int r = 0; r < config_.world_size; ++r) all.push_back(key(r));
+  using Clock = std::chrono::steady_clock;
   auto start = Clock::now(), next_note = start + std::chrono::seconds(10);
   auto missing = [&] {
     std::string out;
@@ -56,21 +68,16 @@ void GlooTransport::join_all() {
     return str(n == 1 ? "worker " : "workers ", out, " of ", config_.world_size);
   };
   while (!store_->check(all)) {
-    if (store_->check({kFailedKey})) {
-      std::vector<uint8_t> said = store_->get(kFailedKey);
-      store_->set(failure_read_key(config_.rank), {1});
-      throw TransportError(str("worker ", config_.rank, ": the job stops: ", std::string(said.begin(), said.end()),
-                               " (before it joined the rendezvous at ", config_.master_addr, ":", config_.master_port,
-                               ")"));
-    }
+    each_look();
     auto now = Clock::now();
     auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
     if (now - start > limit)
-      throw TransportError(str("worker ", config_.rank, ": ", missing(), " never joined the rendezvous at ",
-                               config_.master_addr, ":", config_.master_port, " within ", waited,
-                               " s; did they start, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?"));
-    if (now >= next_note) {  // a worker that never started is named while the others wait
-      print_line_to_stderr(str("pipetrain worker ", config_.rank, ": waiting for ", missing(), " to join the rendezvous at ",
+      throw TransportError(str("worker ", config_.rank, ": ", missing(), " did not ", what, " at ", config_.master_addr,
+                               ":", config_.master_port, " within ", waited,
+                               " s; did they start, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and are "
+                               "they running (not stopped)?"));
+    if (now >= next_note) {  // a worker that never started, or stopped, is named while the others wait
+      print_line_to_stderr(str("pipetrain worker ", config_.rank, ": waiting for ", missing(), " to ", what, " at ",
                                config_.master_addr, ":", config_.master_port, " (", waited, " s of ",
                                std::chrono::duration_cast<std::chrono::seconds>(limit).count(), ")"));
       next_note += std::chrono::seconds(10);
@@ -83,6 +90,8 @@ void GlooTransport::check_agreement(const json& digest) {
   auto key = [](int r) { return "pipetrain/digest/" + std::to_string(r); };
   std::string mine = digest.dump();
   store_->set(key(config_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  // Named while it waits: a worker stopped after joining held the others silently (store's get).
+  await_every_worker(key, "describe its job (after it joined)", rendezvous_timeout_, [] {});
   std::vector<json> all(config_.world_size);
   for (int r = 0; r < config_.world_size; ++r) {
     std::vector<uint8_t> bytes = store_->get(key(r));

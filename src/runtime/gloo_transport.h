@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -123,6 +124,11 @@ class GlooTransport : public Transport {
   // Every worker announces itself at rendezvous and waits for the others; every 10 s it names
   // the workers still missing, and after the rendezvous timeout fails naming them.
   void join_all();
+  // Until every worker r has set key(r) in the store: every 10 s it names the workers still
+  // missing (`what` they have not done), and after `limit` fails naming them; `each_look` runs at
+  // each look (join_all's check for a worker that failed before joining).
+  void await_every_worker(const std::function<std::string(int)>& key, const std::string& what,
+                          std::chrono::milliseconds limit, const std::function<void()>& each_look);
   void prepare_groups(const std::vector<std::vector<int>>& groups);
   // Makes a shared-memory channel (shm_channel.h) for each pair (a < b) that holds this worker and
   // shares its host; every worker lists the pairs in one order. Transfers between the workers of

@@ -473,7 +473,7 @@ TEST(CliErrors, HostilePassLowItems) {
                                   "--rendezvous-timeout 2 --timeout 60 --profile " + prof);
   EXPECT_EQ(w.exit_code, 1) << w.output;
   // Within --rendezvous-timeout, not the larger --timeout (it waited 60 s here).
-  EXPECT_NE(w.output.find("worker 1 of 2 never joined the rendezvous at 127.0.0.1:" + port + " within 2 s"),
+  EXPECT_NE(w.output.find("worker 1 of 2 did not join the rendezvous at 127.0.0.1:" + port + " within 2 s"),
             std::string::npos)
       << w.output;
 }

@@ -127,6 +127,23 @@ TEST(GlooWorkerChild, Run) {
       code = 1;
     }
     t.barrier();
+  } else if (mode == "undescribed") {
+    // Worker 1 joins and never describes its job (a worker stopped just after joining): worker 0
+    // names it within the rendezvous timeout (it waited on the store's get, saying nothing).
+    GlooConfig config = gloo_config_from_env();
+    config.timeout_s = config.rendezvous_timeout_s = 3;
+    GlooTransport t(config);
+    auto start = std::chrono::steady_clock::now();
+    if (config.rank == 1) std::this_thread::sleep_for(std::chrono::seconds(5));
+    try {
+      if (config.rank == 0) t.check_agreement(json{{"job", 1}}), code = 1;
+    } catch (const TransportError& e) {
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      bool named = std::string(e.what()).find("worker 1 of 2 did not describe its job (after it joined)") !=
+                   std::string::npos;
+      if (!named || waited > 4.5) std::cerr << "after " << waited << " s: " << e.what() << std::endl;
+      code = named && waited <= 4.5 ? 0 : 1;
+    }
   } else if (mode == "shm") {
     // Sums of several sizes and both dtypes over 3 workers on this host through shared memory (or,
     // where any worker's PIPETRAIN_SHARED_MEMORY is 0, through gloo on every worker alike).
@@ -313,6 +330,13 @@ TEST(GlooJob, WorkersOnOneHostAllReduceAndTransferThroughSharedMemory) {
   // Each region's name is removed once every member has it mapped.
   for (const auto& e : fs::directory_iterator("/dev/shm"))
     EXPECT_EQ(e.path().filename().string().rfind("pipetrain-", 0), std::string::npos) << e.path();
+}
+
+TEST(GlooJob, AWorkerThatJoinedAndDescribesNoJobIsNamed) {
+  ::setenv("PT_GLOO_TEST_MODE", "undescribed", 1);
+  int rc = launch_gloo_workers(2, child_argv());
+  ::unsetenv("PT_GLOO_TEST_MODE");
+  EXPECT_EQ(rc, 0);
 }
 
 TEST(GlooJob, HierarchicalAllreduceSumsShardsAcrossServers) {
