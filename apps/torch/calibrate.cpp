@@ -126,14 +126,16 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
     if (std::abs(off) > kFitWithin) misses += str(misses.empty() ? "" : ", ", human_bytes(a.bytes));
   }
   if (!m.core_speeds.empty()) {
+    // Rounded down: 0.8996, rounded to 0.90, was printed as the reason for a note below 0.9.
+    auto share = [](double s) { return fixed(std::floor(s * 1000) / 1000, 3); };
     std::cerr << "each core alone, of the fastest one's rate (by CPU number):";
     std::vector<int> cpus = job::usable_cpu_ids();
     for (size_t c = 0; c < m.core_speeds.size(); ++c)
-      std::cerr << " " << (c < cpus.size() ? cpus[c] : static_cast<int>(c)) << ": " << fixed(m.core_speeds[c], 2);
+      std::cerr << " " << (c < cpus.size() ? cpus[c] : static_cast<int>(c)) << ": " << share(m.core_speeds[c]);
     std::cerr << "\n";
     if (double slowest = *std::min_element(m.core_speeds.begin(), m.core_speeds.end()); slowest < kCoresAlike)
-      std::cerr << "note: this host's cores do not run alike (the slowest at " << fixed(slowest, 2)
-                << " of the fastest's rate): "
+      std::cerr << "note: this host's cores do not run alike (the slowest at " << share(slowest)
+                << " of the fastest's rate, under " << kCoresAlike << "): "
                 << "a worker the kernel puts on a slower core runs that much under its profile, and the run under "
                    "its prediction, which takes every core at the profile's rate\n";
   }

@@ -321,7 +321,14 @@ std::string format_metrics(const Metrics& m) {
     os << "peak stash+weights  " << human_bytes(static_cast<double>(m.peak_memory_bytes())) << "\n";
   else
     os << "memory              not in the " << m.source << " trace: train prints each worker's measured tensors\n";
-  if (m.allreduce_bytes) os << "all-reduced         " << human_bytes(static_cast<double>(m.allreduce_bytes)) << "\n";
+  // Totals over the trace, which may hold 1 minibatch or 300: the same link read 784.0 KiB in one
+  // and 229.7 MiB in another beside per-minibatch times, with nothing to say which.
+  auto bytes_over_trace = [&](int64_t bytes) {
+    if (m.minibatches <= 1) return human_bytes(static_cast<double>(bytes)) + " (one minibatch)";
+    return str(human_bytes(static_cast<double>(bytes)), " over ", m.minibatches, " minibatches, ",
+               human_bytes(static_cast<double>(bytes) / m.minibatches), " a minibatch");
+  };
+  if (m.allreduce_bytes) os << "all-reduced         " << bytes_over_trace(m.allreduce_bytes) << "\n";
   os << "worker  bubble  stash  versions" << (m.memory_known ? "  activations  weights" : "") << "\n";
   for (size_t w = 0; w < m.workers.size(); ++w) {
     const auto& x = m.workers[w];
@@ -333,7 +340,7 @@ std::string format_metrics(const Metrics& m) {
     os << "\n";
   }
   for (const auto& l : m.links)
-    os << "link " << l.from << " -> " << l.to << "  " << human_bytes(static_cast<double>(l.bytes)) << "\n";
+    os << "link " << l.from << " -> " << l.to << "  " << bytes_over_trace(l.bytes) << "\n";
   return os.str();
 }
 

@@ -74,7 +74,10 @@ std::string timeline_svg(const schedule::Trace& t, const std::string& title) {
   }
   const char* kPaused = "#bab0ac";
   const std::string paused_name = "paused: evaluation or checkpoint";
-  if (!t.pauses.empty())
+  // The pauses inside the axis (a run's final evaluation lies after its last action, and none
+  // drawn kept the legend's entry).
+  auto drawn = [&](const std::pair<double, double>& p) { return std::min(p.second, t0 + span) > std::max(p.first, t0); };
+  if (std::any_of(t.pauses.begin(), t.pauses.end(), drawn))
     os << "<rect x=\"" << lx << "\" y=\"32\" width=\"14\" height=\"12\" fill=\"" << kPaused << "\"/>"
        << "<text x=\"" << lx + 18 << "\" y=\"42\">" << paused_name << "</text>\n";
   // Rows.
@@ -109,9 +112,9 @@ std::string timeline_svg(const schedule::Trace& t, const std::string& title) {
   }
   // A measured run's pauses (test-set evaluations, checkpoints: no worker trained) over every
   // row, named: they read as idle workers when left blank (3 evaluations, 4.9 s of a 7 s axis).
-  for (const auto& [from, to] : t.pauses) {
-    double a = std::max(from, t0), b = std::min(to, t0 + span);
-    if (b <= a) continue;
+  for (const auto& pause : t.pauses) {
+    if (!drawn(pause)) continue;
+    double a = std::max(pause.first, t0), b = std::min(pause.second, t0 + span);
     os << "<rect x=\"" << x(a) << "\" y=\"" << kTop << "\" width=\"" << std::max(x(b) - x(a), 0.5) << "\" height=\""
        << t.num_workers() * row_h - kGap << "\" fill=\"" << kPaused << "\" fill-opacity=\"0.6\"><title>paused "
        << a - t0 << "-" << b - t0 << " ms: no worker trained (a test-set evaluation or a checkpoint)</title></rect>\n";

@@ -199,6 +199,23 @@ TEST(Metrics, AStepIsNotABubble) {
   EXPECT_DOUBLE_EQ(m.workers[1].bubble_fraction, 3 / 11.0);
 }
 
+// The bytes a link carried are the trace's, which may hold one minibatch or hundreds: the text
+// says over how many, and a minibatch's share (the same link read 784.0 KiB and 229.7 MiB).
+TEST(Metrics, LinkBytesSayOverHowManyMinibatches) {
+  Trace t = two_stage_trace();
+  EXPECT_NE(format_metrics(compute_metrics(t)).find("link 0 -> 1  100 B (one minibatch)"), std::string::npos)
+      << format_metrics(compute_metrics(t));
+  Trace twice = t;  // a second minibatch, 20 ms later
+  for (size_t w = 0; w < 2; ++w)
+    for (auto e : t.workers[w]) {
+      e.action.microbatch += 2;
+      e.start_ms += 20, e.end_ms += 20;
+      twice.workers[w].push_back(e);
+    }
+  std::string text = format_metrics(compute_metrics(twice));
+  EXPECT_NE(text.find("link 0 -> 1  200 B over 2 minibatches, 100 B a minibatch"), std::string::npos) << text;
+}
+
 TEST(Metrics, FromAMeasuredTrace) {
   Metrics m = compute_metrics(two_stage_trace());
   EXPECT_EQ(m.source, "measured");
@@ -359,6 +376,9 @@ TEST(Timeline, SvgHasRowsLegendAxisAndLabels) {
   std::string paused = timeline_svg(later, "t");
   EXPECT_NE(paused.find("paused: evaluation or checkpoint</text>"), std::string::npos);
   EXPECT_NE(paused.find("<title>paused 0.50-2.50 ms: no worker trained"), std::string::npos) << paused;
+  // A pause after the last action (a run's final evaluation) is not drawn, nor named in the legend.
+  later.pauses = {{20.0, 30.0}};
+  EXPECT_EQ(timeline_svg(later, "t").find("paused"), std::string::npos);
 }
 
 TEST(Timeline, ChromeTraceHasOneEventPerTraceEvent) {
