@@ -183,6 +183,9 @@ Road choose_road(Request& r, const std::string& transport) {
   auto& o = r.options;
   bool parallel = !r.plan_path.empty() || r.stages > 0 || r.workers > 0 || o.schedule != "none" ||
                   !r.schedule_file.empty();
+  // Refused as a pipeline refuses it (one worker took --microbatches 0 and -1 without a word).
+  if (r.microbatches_given && o.microbatches < 1)
+    throw UsageError(str("--microbatches: must be >= 1, got ", o.microbatches));
   // One worker trains each minibatch whole: --microbatches changes what BatchNorm sees in a pipeline.
   if (!parallel && r.microbatches_given && o.microbatches != 1)
     std::cerr << "note: --microbatches " << o.microbatches << " is for pipelines (--stages, --plan, "

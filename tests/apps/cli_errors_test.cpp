@@ -137,6 +137,7 @@ TEST(CliErrors, TrainingValues) {
   expect_rejected(kTrainBase + "--steps 1 --batch-size -1 --stages 2", 2, {"--batch-size: must be >= 1, got -1"});
   expect_rejected(kTrain + "--lr 1e39", 2, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got 1e+39"});
   expect_rejected(kTrain + "--weight-decay 1e308", 2, {"--weight-decay: must be >= 0 and at most"});
+  expect_rejected(kTrain + "--microbatches 0", 2, {"--microbatches: must be >= 1, got 0"});  // one worker took it
   expect_rejected(kTrain + "--seed -1", 2, {"--seed: must be an integer in 0..18446744073709551615, got -1"});
   // A seed past 2^64 - 1 became that one: two seeds, one run.
   expect_rejected(kTrain + "--seed 18446744073709551616", 2, {"--seed: must be an integer in 0..18446744073709551615"});
