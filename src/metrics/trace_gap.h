@@ -53,6 +53,9 @@ struct TraceGap {
   // The trace holds more than one minibatch but no steady state: its whole length was measured,
   // fill and drain included (one minibatch of a flushing schedule is its period).
   std::array<bool, 2> whole_trace{};
+  // The first trace's time per minibatch over its whole length (its pauses left out): its start,
+  // fills and drains included.
+  double first_whole_ms = 0;
   std::vector<WorkerGap> workers;
   int pace_worker = 0;                 // least time outside its computes in the first trace
 };

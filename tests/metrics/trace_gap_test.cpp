@@ -75,6 +75,16 @@ TEST(TraceGap, TheMissNoteSaysWhetherTheSteadyStatesMissedToo) {
   EXPECT_EQ(apart.rfind("off by more than 10%; in the steady state the run took 7.500 ms a minibatch, its simulation "
                         "6.500 (ratio 0.867): worker 1 set the pace", 0), 0u) << apart;
   EXPECT_NE(apart.find("its layers ran at another speed than the profile timed them"), std::string::npos) << apart;
+  EXPECT_EQ(apart.find("besides"), std::string::npos) << apart;  // one minibatch: the whole run is its steady state
+  // A run's start beside a steady state that missed too: said (a run at 22.2 ms a minibatch over its
+  // length, 13.8 in its steady state, was told only of the steady state's gap).
+  TraceGap slow_start = trace_gap(two_stages("measured", 1, 3), "run.json", two_stages("simulated", 1, 2), "sim.json");
+  slow_start.first_whole_ms = 12;
+  std::string start = prediction_miss_note(slow_start, 0.10);
+  EXPECT_NE(start.find("; besides, over its whole length the run took 12.000 ms a minibatch, +4.500 outside its "
+                       "steady state: its start"),
+            std::string::npos)
+      << start;
   std::string near = prediction_miss_note(
       trace_gap(two_stages("measured", 1, 2.2), "run.json", two_stages("simulated", 1, 2), "sim.json"), 0.10);
   EXPECT_EQ(near.rfind("off by more than 10% over the whole run, within it in the steady state, where the run took "
