@@ -39,6 +39,8 @@ int inspect(const std::string& path) {
   std::string checkpoint = fs::exists(fs::path(path) / "manifest.json") ? path : runtime::newest_checkpoint(path);
   if (checkpoint.empty()) {
     if (!fs::exists(path)) throw ConfigError(str(path, ": does not exist"));
+    if (!fs::is_directory(path))
+      throw ConfigError(str(path, ": is not a folder (give a checkpoint, step-N, or the --checkpoint-dir holding them)"));
     throw ConfigError(str(path, ": holds no complete checkpoint (no step-N directory with a manifest.json)"));
   }
   if (checkpoint != path) {

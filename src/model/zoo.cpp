@@ -20,7 +20,8 @@ void check_model_options(const ModelOptions& model_options) {
   };
   for (const Bound& b : {Bound{"--image-size", model_options.image_size, 4096}, Bound{"--classes", model_options.classes, 1000000},
                          Bound{"--seq-len", model_options.seq_len, kMaxSeqLen}, Bound{"--depth", model_options.depth, 1024}})
-    if (b.value < 0 || b.value > b.max) throw UsageError(str(b.flag, ": must be in 0..", b.max, ", got ", b.value));
+    // 1..max: the flags refuse 0, the default's mark here (-1 read "must be in 0..", 0 "must be >= 1").
+    if (b.value < 0 || b.value > b.max) throw UsageError(str(b.flag, ": must be in 1..", b.max, ", got ", b.value));
 }
 
 std::shared_ptr<LayeredModel> build_model(const std::string& name, const ModelOptions& model_options, const LayerSet& held) {

@@ -271,6 +271,9 @@ bool is_json_text(const std::string& text) {
 Profile parse_any_profile(const std::string& text, const std::string& source) {
   Profile p;
   bool pipedreams = true;
+  // Read as a graph.txt, an empty file "has no layers".
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw FormatError(str(source, ": is empty (a profile is pipetrain's JSON, PipeDream's JSON figures or a graph.txt)"));
   if (!is_json_text(text)) {
     p = profile_from_pipedream_graph(text, source);
   } else {

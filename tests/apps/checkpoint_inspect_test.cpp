@@ -119,6 +119,11 @@ TEST(CheckpointInspect, MarksTheStepsOfAnotherRun) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("step 12, batch size 8, seed 0, run aaaa\n"), std::string::npos) << r.output;
+  // A file, not a folder: said so (it "held no complete checkpoint").
+  fs::path manifest = dir / runtime::checkpoint_dir_name(12) / "manifest.json";
+  auto file = inspect(manifest);
+  EXPECT_EQ(file.exit_code, 1) << file.output;
+  EXPECT_NE(file.output.find(manifest.string() + ": is not a folder"), std::string::npos) << file.output;
   fs::remove_all(dir);
 }
 

@@ -276,8 +276,8 @@ TEST(TrainFlags, BadValuesNameFlagAndValue) {
     for (const auto& w : c.words) EXPECT_NE(r.error.find(w), std::string::npos) << "missing '" << w << "' in: " << r.error;
   }
   const std::vector<Case> models = {
-      {{"--data", "synthetic", "--model", "vgg16", "--image-size", "100000"}, {"--image-size: must be in 0..4096, got 100000"}},
-      {{"--model", "gpt", "--seq-len", "1000000"}, {"--seq-len: must be in 0..65536, got 1000000"}},
+      {{"--data", "synthetic", "--model", "vgg16", "--image-size", "100000"}, {"--image-size: must be in 1..4096, got 100000"}},
+      {{"--model", "gpt", "--seq-len", "1000000"}, {"--seq-len: must be in 1..65536, got 1000000"}},
       {{"--model", "gpt", "--seq-len", "-5"}, {"--seq-len", "got -5"}},
       // 0 passed for the model's default, and a class count the data set fixes was let go unsaid.
       {{"--model", "gpt", "--depth", "0"}, {"--depth: must be >= 1, got 0 (leave the flag out"}},

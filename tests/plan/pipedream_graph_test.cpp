@@ -68,6 +68,8 @@ TEST(PipedreamGraph, RejectsCyclesBadLinesNegativeTimesAndUnknownNodes) {
             std::string::npos);
   std::string missing = "a -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1\n";
   EXPECT_NE(error_of([&] { profile_from_pipedream_graph(missing, "m.txt"); }).find("parameter_size"), std::string::npos);
+  // Read as a graph.txt, an empty file "has no layers".
+  EXPECT_NE(error_of([&] { parse_any_profile(" \n", "e.json"); }).find("e.json: is empty (a profile is"), std::string::npos);
 }
 
 TEST(PipedreamGraph, ReadAnyProfileDetectsTheThreeFormats) {
