@@ -9,6 +9,7 @@
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "model/data_checks.h"
 #include "model/own_data.h"
 #include "model/scripted_model.h"
 #include "profile/pipedream_graph.h"
@@ -51,9 +52,10 @@ void ModelFlags::add_to(CLI::App& app) {
       });
   app.add_option("--eval-data", eval_data,
                  "--data FILE.bin: the token file to test on (default: val.bin beside it, else its last tenth)");
-  app.add_option("--token-dtype", token_dtype, "--data FILE.bin: its ids' type, uint16 (nanoGPT's) or uint32")
-      ->check(CLI::IsMember({"uint16", "uint32"}))
-      ->capture_default_str();
+  app.add_option("--token-dtype", token_dtype,
+                 "--data FILE.bin: its ids' type, uint16 (nanoGPT's; the default, but a file whose every other id is 0, "
+                 "as uint32 ids read so, is refused unless given) or uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
   app.add_option("--data-dir", data_dir, "Directory of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
   app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
@@ -202,6 +204,15 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
     if (m->sample_shape() != std::vector<int64_t>{1, 28, 28} || m->integer_input())
       throw UsageError(str("--data fashion-mnist: its images are float32 [N, 1, 28, 28]; ", model, " takes another input"));
     *data_out = model::load_fashion_mnist(data_dir);
+    // A model file of fewer classes failed at its first forward, in LibTorch's "Target 6 is out of
+    // bounds" and its stack; own data's labels are checked so (data_checks.h).
+    // (The zoo's take their classes from the data.)
+    if (!m->file_sha256().empty() && m->task() == model::Task::kClassification && !m->has_own_loss()) {
+      torch::Tensor out = model::probe_output(*m, data_out->train.gather_inputs({0, 1}), data_dir);
+      if (out.dim() == 2 && out.size(1) < data_out->classes)
+        throw UsageError(str("--data fashion-mnist: its labels are classes 0..", data_out->classes - 1, ", but ", model,
+                             " outputs ", out.size(1), " classes"));
+    }
   } else {
     // Synthetic data of the model's input, its targets in the range of what it outputs (a
     // forward that builds one layer at a time: this process holds none).

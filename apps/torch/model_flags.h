@@ -20,7 +20,7 @@ struct ModelFlags {
   std::string loss;  // model files only: "" = the file's loss method or cross-entropy
   std::string data;  // "" = the model's default: fashion-mnist, text or synthetic; or FILE.pt, DIR
   std::string data_dir = model::kFashionMnistDir;
-  std::string token_dtype = "uint16";  // --data FILE.bin
+  std::string token_dtype;  // --data FILE.bin: "" not given (uint16, and ids that look uint32 refused)
   std::string eval_data;               // --eval-data FILE.bin
   std::string text = model::kDefaultTextFile;
   int64_t synthetic_samples = 2048;

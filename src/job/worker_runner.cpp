@@ -302,6 +302,7 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
       run.train.final_loss = losses.final_loss();
       run.train.final_losses = losses.final_losses();
       run.train.loss_known = losses.losses_known();
+      run.train.shuffled = options.train.shuffle;
       run.train.test_accuracy = evaluated.accuracy;
       run.train.test_loss = evaluated.loss;
       run.train.peak_memory_bytes = peaks;

@@ -245,6 +245,9 @@ DataSplit load_shards(const std::string& dir, LayeredModel& model) {
                             "is held out for testing when no shard has x_test)"));
     Shard last = read_shard(files.back());
     split.test = {last["x"], last["y"]};
+    // In name order, where shard_10.pt comes before shard_9.pt: which one tests is said.
+    std::cerr << "note: " << dir << ": no shard holds x_test, so the last in name order, " << files.back()
+              << ", is the test set (" << split.test.size() << " samples), held out of training\n";
     files.pop_back();
     sizes.pop_back();
     crcs.pop_back();
@@ -279,7 +282,7 @@ constexpr int64_t kMostTestWindows = 1024;
 // --data FILE.bin: a language model's tokenized corpus (token_stream.h). The test set is
 // `eval_path` (--eval-data), else val.bin beside it (nanoGPT's pair), else the last tenth of its
 // windows; at most kMostTestWindows of them, in memory.
-DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& dtype,
+DataSplit load_token_stream(const std::string& path, LayeredModel& model, const std::string& given,
                             const std::string& eval_path) {
   std::vector<int64_t> shape = model.sample_shape();
   // A file's own loss takes the windows' next tokens as its targets, where it accepts them (below).
@@ -291,6 +294,7 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
                          "(a model file exported with --input-dtype int64, trained with --loss lm); ", model.name(),
                          " is not one"));
   int64_t seq = shape[0];
+  const std::string dtype = given.empty() ? "uint16" : given;  // "": not given
   TokenFile train = scan_token_file(path, dtype);
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   std::string val = eval_path.empty() ? dir + "/val.bin" : eval_path;
@@ -299,10 +303,15 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
     throw UsageError(str("--eval-data: ", eval_path, " does not exist"));
   bool separate = ::stat(val.c_str(), &b) == 0 && ::stat(path.c_str(), &a) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
   TokenFile test = separate ? scan_token_file(val, dtype, eval_path.empty() ? "val.bin beside --data" : "--eval-data") : train;
+  // Read so, uint32 ids trained on every other token as id 0, exit 0, after a note: refused unless
+  // the user says they are uint16.
   for (const TokenFile* f : {&train, &test})
-    if (f->like_uint32 && (f == &train || separate))
-      std::cerr << "note: " << f->path << ": every other id is 0, as uint32 ids read as uint16 are (their high "
-                << "halves): if it holds uint32 ids, give --token-dtype uint32\n";
+    if (f->like_uint32 && (f == &train || separate)) {
+      std::string what = str(f->path, ": every other id is 0, as uint32 ids read as uint16 are (their high halves)");
+      if (given.empty())
+        throw FormatError(str(what, ": give --token-dtype uint32, or --token-dtype uint16 if they are uint16 ids"));
+      std::cerr << "note: " << what << ": if it holds uint32 ids, give --token-dtype uint32\n";
+    }
   int64_t n = TokenStream::windows(train.tokens, seq);
   int64_t held = separate ? 0 : n / 10;
   if (n - held < 1 || (separate ? TokenStream::windows(test.tokens, seq) : held) < 1)

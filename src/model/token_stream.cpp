@@ -27,6 +27,11 @@ void read_at(int fd, char* out, int64_t n, int64_t offset, const std::string& pa
   }
 }
 
+TokenFile::FileState state_of(const struct stat& st) {
+  return {static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
 int64_t id_at(const char* p, int64_t token_bytes) {
   if (token_bytes == 2) {
     uint16_t v;
@@ -54,6 +59,7 @@ TokenFile scan_token_file(const std::string& path, const std::string& dtype, con
     ::close(fd);
     throw UsageError(str(flag, ": ", path, " is not a regular file"));
   }
+  f.state = state_of(st);
   int64_t size = st.st_size;
   if (size % f.token_bytes != 0) {
     ::close(fd);
@@ -92,6 +98,19 @@ TokenStream::TokenStream(TokenFile file, int64_t seq_len, int64_t first, int64_t
            "windows ", first_, "+", count_, " of ", file_.path);
   fd_ = ::open(file_.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw Error(str(file_.path, ": cannot open: ", std::strerror(errno)));
+  check_unchanged();  // the path may name another file by now
+}
+
+void TokenStream::check_unchanged() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) throw Error(str(file_.path, ": cannot stat: ", std::strerror(errno)));
+  TokenFile::FileState now = state_of(st);
+  if (now == file_.state) return;
+  throw FormatError(str(file_.path, ": changed since it was checked when training began (",
+                        now.inode != file_.state.inode ? "another file by that name"
+                        : now.bytes != file_.state.bytes ? str(now.bytes, " bytes, was ", file_.state.bytes)
+                                                         : std::string("written to since"),
+                        "; its CRC-32 was ", file_.crc32, "): train on a copy that nothing writes"));
 }
 
 TokenStream::~TokenStream() {
@@ -108,6 +127,7 @@ torch::Tensor TokenStream::gather(const std::vector<int64_t>& indices, bool targ
     read_at(fd_, buf.data(), static_cast<int64_t>(buf.size()), token * file_.token_bytes, file_.path);
     for (int64_t k = 0; k < seq_len_; ++k) *o++ = id_at(buf.data() + k * file_.token_bytes, file_.token_bytes);
   }
+  check_unchanged();  // after the reads, which a write before or among them shows in: an fstat a batch
   return out;
 }
 

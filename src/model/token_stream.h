@@ -23,6 +23,14 @@ struct TokenFile {
   // uint16 ids whose every odd one is 0 and some even one is not: uint32 ids read as uint16 look
   // so (their high halves), and trained on every other token as id 0, exit 0.
   bool like_uint32 = false;
+  // What fstat said when it was read through (FileState): a file rewritten while training was
+  // trained on unsaid, the checkpoints vouching for the CRC above (shards were refused).
+  struct FileState {
+    int64_t device = 0, inode = 0, bytes = 0, modified_ns = 0;
+    bool operator==(const FileState& o) const {
+      return device == o.device && inode == o.inode && bytes == o.bytes && modified_ns == o.modified_ns;
+    }
+  } state;
 };
 
 // Reads `path` through once (CRC-32, the largest id), in chunks. FormatError naming the file:
@@ -48,6 +56,7 @@ class TokenStream : public SampleStore {
   TokenFile file_;
   int64_t seq_len_, first_, count_;
   int fd_ = -1;  // shared by the worker threads: pread keeps no offset
+  void check_unchanged() const;  // FormatError where the open file is no longer what was scanned
 };
 
 }  // namespace pt::model

@@ -138,7 +138,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
     return newest.empty() ? str(options_.dir, " holds none") : str(options_.dir, " keeps ", newest, " and those before");
   };
   if (run.known) {
-    if (std::string why = divergence(run.first, run.recent, run.steps); !why.empty())
+    if (std::string why = divergence(run.first, run.recent, run.steps, base_.shuffle); !why.empty())
       throw RuntimeFailure(str("training diverged by step ", step, ": ", why, "; no checkpoint written for this step, ",
                                kept(), ". Lower --lr, or warm it up over more --warmup-steps"));
   }

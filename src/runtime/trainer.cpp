@@ -141,9 +141,10 @@ bool risen_tenfold(double first, double to) {
 }
 }  // namespace
 
-std::string divergence(double first, const std::vector<double>& recent, int64_t steps) {
+std::string divergence(double first, const std::vector<double>& recent, int64_t steps, bool shuffled) {
   double mean = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
   if (!std::isfinite(mean)) return str("the loss is ", mean, " after ", steps, " steps (", kNonFiniteCause, ")");
+  if (!shuffled) return "";
   // The whole window's median, then the ending's (a blow-up in the last few steps).
   for (size_t k : {recent.size(), std::min<size_t>(recent.size(), kEndingSteps)})
     if (double mid = median({recent.end() - static_cast<std::ptrdiff_t>(k), recent.end()}); risen_tenfold(first, mid))
@@ -155,7 +156,7 @@ std::string divergence(double first, const std::vector<double>& recent, int64_t 
 
 void check_not_diverged(const TrainResult& r) {
   if (r.steps <= 0 || !r.loss_known) return;
-  if (std::string why = divergence(r.first_loss, last_losses(r), r.steps); !why.empty())
+  if (std::string why = divergence(r.first_loss, last_losses(r), r.steps, r.shuffled); !why.empty())
     throw RuntimeFailure(str("training diverged: ", why, "; ", kDivergedAdvice));
 }
 
@@ -170,7 +171,7 @@ std::string unlearned_note(const TrainResult& r) {
   std::vector<double> last = last_losses(r);
   double mid = median(last);
   std::string notes;
-  if (risen_tenfold(r.first_loss, r.final_loss) && divergence(r.first_loss, last, r.steps).empty())
+  if (risen_tenfold(r.first_loss, r.final_loss) && divergence(r.first_loss, last, r.steps, r.shuffled).empty())
     notes = str("note: the loss spiked: the mean of the last ", last.size(), " steps is ", r.final_loss,
                 ", their median ", mid, ", from ", r.first_loss, " at the first step (a learning rate that overshoots "
                 "at times; a lower --lr or more --warmup-steps steadies it)");
@@ -190,6 +191,7 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
   Progress progress(total, train_options.metrics_path, train_options.quiet);
   model.train(true);
   TrainResult result;
+  result.shuffled = train_options.shuffle;
   std::deque<double> recent;
   double train_ms = 0;
   model::OptimizerOptions schedule = train_options.sgd;

@@ -43,6 +43,7 @@ struct TrainResult {
   std::optional<double> test_loss = std::nullopt;
   bool language_model = false; // its loss is per token: a perplexity is e^test_loss
   bool loss_known = true;       // false: emulated layers compute no loss (final_loss is no figure)
+  bool shuffled = true;         // TrainOptions::shuffle: whether a loss's rise can say it diverged
   // Measured peak of the tensor memory each worker holds (model/memory_meter.h): its layers'
   // weights, gradients, optimizer state, stashed versions and activations; by worker, empty
   // when not measured.
@@ -77,8 +78,10 @@ struct TrainingDiverged : RuntimeFailure {
 void check_loss_finite(double loss, int64_t step);
 // Why a loss that began at `first` and whose last steps (up to kFinalLossSteps of `steps`) read
 // `recent` diverged, or "" where it did not: check_not_diverged's rule, which a checkpoint applies
-// too before it keeps the weights.
-std::string divergence(double first, const std::vector<double>& recent, int64_t steps);
+// too before it keeps the weights. Minibatches in the data's order (`shuffled` false) rise and fall
+// with it, so only a loss that is not finite says so: one-hot rows sorted by target rose from 7.5
+// to 77.5 at a rate of 1e-30, and the run was failed as diverged, its checkpoint unwritten.
+std::string divergence(double first, const std::vector<double>& recent, int64_t steps, bool shuffled = true);
 // A loss whose mean rose as a divergence would but not its medians (a spike), and one whose last
 // steps' median ended no lower than it started, over kLearnedSteps steps or more: "" where
 // neither, else a note for each (not an error: a tiny rate ends there too, and a spike may pass).

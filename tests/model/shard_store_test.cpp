@@ -79,7 +79,13 @@ TEST(ShardStore, AShardRewrittenSinceItWasCheckedIsRefused) {
   };
   for (int k = 0; k < 3; ++k) write(k, 0.5f);  // s2: the test set
   auto model = build_mnist_cnn({});
+  ::testing::internal::CaptureStderr();
   DataSplit split = load_own_data(dir, *model);
+  // Which shard tests is said: in name order shard_10.pt came before shard_9.pt, unsaid.
+  std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("no shard holds x_test, so the last in name order, " + dir + "/s2.pt, is the test set (8 samples)"),
+            std::string::npos)
+      << said;
   EXPECT_FLOAT_EQ(split.train.on_disk->gather({0}, false).flatten()[0].item<float>(), 0.5f);
   write(1, 0.25f);
   try {

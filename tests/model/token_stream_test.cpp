@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "core/error.h"
 #include "model/batch_sampler.h"
 #include "model/own_data.h"
+#include "model/token_stream.h"
 #include "model/zoo.h"
 
 namespace pt::model {
@@ -105,6 +107,29 @@ TEST(TokenStream, WindowsAreShiftedHereAndValBinTests) {
   EXPECT_EQ(wide.train.gather_targets({5})[0][3].item<int64_t>(), 7);
 }
 
+// A file written to while training was trained on unsaid, exit 0, the checkpoints vouching for
+// the CRC it had at the start (a shard folder's files are refused so).
+TEST(TokenStream, AFileChangedWhileTrainingIsRefused) {
+  TempDir d;
+  fs::path path = d.path / "train.bin";
+  write_ids(path, std::vector<uint16_t>(801, 1));
+  TokenStream stream(scan_token_file(path.string(), "uint16"), 8, 0, 100);
+  EXPECT_EQ(stream.gather({0, 5}, false).sum().item<int64_t>(), 16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a modification time of its own
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);  // in place, the same size
+    f.write(std::string(16, '\0').data(), 16);
+  }
+  std::string changed = error_of([&] { stream.gather({0}, false); });
+  EXPECT_NE(changed.find("train.bin: changed since it was checked when training began (written to since; its CRC-32 "
+                         "was "),
+            std::string::npos)
+      << changed;
+  write_ids(path, std::vector<uint16_t>(900, 1));  // longer
+  changed = error_of([&] { stream.gather({0}, false); });
+  EXPECT_NE(changed.find("(1800 bytes, was 1602;"), std::string::npos) << changed;
+}
+
 TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
   TempDir d;
   auto m = small_gpt();
@@ -133,6 +158,12 @@ TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
   load_own_data((d.path / "u32.bin").string(), *m);
   std::string said = testing::internal::GetCapturedStderr();
   EXPECT_NE(said.find("u32.bin: every other id is 0, as uint32 ids read as uint16 are"), std::string::npos) << said;
+  // --token-dtype not given (""): refused, not noted (read so, they trained on every other token as id 0).
+  std::string refused = error_of([&] { load_own_data((d.path / "u32.bin").string(), *m, ""); });
+  EXPECT_NE(refused.find("u32.bin: every other id is 0, as uint32 ids read as uint16 are (their high halves): give "
+                         "--token-dtype uint32, or --token-dtype uint16 if they are uint16 ids"),
+            std::string::npos)
+      << refused;
   testing::internal::CaptureStderr();
   load_own_data((d.path / "u32.bin").string(), *m, "uint32");
   write_ids(d.path / "plain.bin", std::vector<uint16_t>(802, 1));

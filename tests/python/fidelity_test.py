@@ -324,6 +324,23 @@ class Fidelity(unittest.TestCase):
         with open(scripted, "rb") as f:
             self.assertEqual(f.read(), zipped)
 
+    def test_fashion_mnist_labels_past_a_model_files_classes_are_refused(self):
+        """A model file of 5 classes on Fashion-MNIST's 10 failed at its first forward, in LibTorch's
+        "Target 6 is out of bounds" and its stack; own data's labels were checked so already."""
+        folder = os.path.join(self.tmp.name, "five")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "five_models.py"), "w") as f:
+            f.write("import torch\n\ndef five():\n"
+                    "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 5))\n")
+        env = dict(os.environ, PYTHONPATH=folder)
+        model = os.path.join(folder, "five.pt")
+        subprocess.run([PIPETRAIN, "export", "--model", "five_models:five", "--input-shape", "2,1,28,28", "-o", model],
+                       capture_output=True, text=True, env=env, check=True)
+        r = run_failing([PIPETRAIN, "train", "--model", model, "--data", "fashion-mnist", "--steps", "1"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"--data fashion-mnist: its labels are classes 0..9, but {model} outputs 5 classes", r.stderr)
+        self.assertNotIn("out of bounds", r.stderr)
+
     def test_a_language_model_without_loss_lm_is_told_so(self):
         """Token targets of the inputs' shape under the default cross-entropy: the refusal names
         --loss lm and the shift (it named only cross-entropy's [N, 256])."""

@@ -177,6 +177,14 @@ TEST(Trainer, ALossThatRoseIsDivergedAndOneThatDidNotFallIsNoted) {
               std::string::npos) << e.what();
   }
   EXPECT_THROW(check_not_diverged(flat(30, 2.3, NAN)), RuntimeFailure);
+  // In the data's order (--no-shuffle) the loss follows the data: a rise says nothing, NaN still
+  // does (one-hot rows sorted by target rose 7.5 to 77.5 at a rate of 1e-30: failed as diverged).
+  TrainResult ordered = flat(30, 7.5, 77.5);
+  ordered.shuffled = false;
+  EXPECT_NO_THROW(check_not_diverged(ordered));
+  EXPECT_EQ(divergence(7.5, {77.5, 77.5}, 30, /*shuffled=*/false), "");
+  ordered.final_losses.back() = ordered.final_loss = NAN;
+  EXPECT_THROW(check_not_diverged(ordered), RuntimeFailure);
   TrainResult emulated = flat(30, 2.3, 1e9);
   emulated.loss_known = false;  // no loss: nothing to judge
   EXPECT_NO_THROW(check_not_diverged(emulated));
