@@ -97,7 +97,8 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "decay starts from --lr at step N")
       ->capture_default_str();
   app.add_option("--eval-every", t.eval_every,
-                 "Also measure test accuracy every N minibatches (pipelines drain there; for time-to-accuracy)");
+                 "Also measure test accuracy every N minibatches (pipelines drain there, so pipedream's and 2bw's weights "
+                 "are less stale after each; for time-to-accuracy)");
   app.add_option("--metrics", t.metrics_path, "Write per-step metrics to this CSV file");
   app.add_flag("--quiet", t.quiet, "No progress output");
   app.add_flag("--no-shuffle", [&t](int64_t) { t.shuffle = false; },
@@ -169,7 +170,9 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "(its steady state; an asynchronous run's figure weighs its segments' fill and drain besides, "
                  "and says so); `pipetrain trace TRACE --against` it shows where the run and its prediction part");
   app.add_option("--checkpoint-dir", flags->request.options.checkpoint.dir, "Write checkpoints (per layer: any plan resumes them) here");
-  app.add_option("--checkpoint-every", flags->request.options.checkpoint.every, "Minibatches between checkpoints (0: at the end only)")
+  app.add_option("--checkpoint-every", flags->request.options.checkpoint.every,
+                 "Minibatches between checkpoints (0: at the end only; pipelines drain there, so pipedream's and 2bw's "
+                 "weights are less stale after each, as after --eval-every's)")
       ->capture_default_str();
   app.add_flag("--resume", flags->request.options.checkpoint.resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   app.add_flag("--overwrite", flags->request.options.checkpoint.overwrite,

@@ -254,7 +254,12 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   }
   // Weight versions build up as an asynchronous pipeline fills: a 4-step pipedream run's first
   // worker measured 834 MiB against this 962, which it reached by step 8.
-  if (!job.typical->flush) std::cout << " (a long run's: every weight version stashed)";
+  // Predicting, a stage keeps no stash of versions but a predicted copy per minibatch in flight
+  // (said "every weight version stashed" where none was).
+  if (!job.typical->flush)
+    std::cout << (schedule::predicts_copies(*job.typical, mo)
+                      ? " (a long run's: a predicted copy of the weights for every minibatch in flight)"
+                      : " (a long run's: every weight version stashed)");
   std::cout << "\n";
   // Emulated layers hold their weights, stashes and what crosses a stage, but run no kernels: the
   // device's scratch is not made (mnist-cnn's first stage: 2.7 MiB measured, 3.8 modelled).

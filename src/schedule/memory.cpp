@@ -143,8 +143,7 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Pr
     const auto& list = s.actions[w];
     WorkerMemory& m = out[w];
     StashTracker versions;
-    // The runtime predicts where the optimizer has a velocity to follow (a state to keep).
-    bool predicting = options.weight_prediction && options.optimizer_copies > 0 && s.predicts_weights();
+    bool predicting = predicts_copies(s, options);
     if (predicting && s.weight_delay > 0) versions.share_predictions(s.microbatches);
     else versions.delay_weights(s.weight_delay, s.microbatches);
     if (predicting)

@@ -64,6 +64,12 @@ struct MemoryOptions {
   int64_t process_bytes = 0;
 };
 
+// Whether the runtime predicts `s`'s weights under `o`: where the optimizer has a velocity to follow
+// (a state to keep), a predicted copy per minibatch in flight in place of stashed versions.
+inline bool predicts_copies(const Schedule& s, const MemoryOptions& o) {
+  return o.weight_prediction && o.optimizer_copies > 0 && s.predicts_weights();
+}
+
 // Within one process (the threads transport) a send completes at once, but the gradient sent
 // stays the sender's until the receiver's backward has used it: about one per peer in a steady
 // 1F1B. Measured with the last layer alone on the last stage (MeasuredMemory's models, every

@@ -1678,6 +1678,10 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
   // Emulated layers compute no loss: none is printed (it said "final loss 0").
   EXPECT_NE(gloo.find("no loss (emulated layers compute none)"), std::string::npos) << gloo;
   EXPECT_EQ(gloo.find("final loss"), std::string::npos) << gloo;
+  // pipedream (the default here) predicts each minibatch's weights and stashes none: said so (it
+  // read "every weight version stashed").
+  EXPECT_NE(gloo.find("(a long run's: a predicted copy of the weights for every minibatch in flight)"), std::string::npos)
+      << gloo;
   // With a cluster calibrated on threads (the demo's), the prediction charges the hand-over,
   // the host's time per action and the all-reduce as measured: never faster than the same
   // cluster's cores with the hand-over free (the measured core rates can differ from even
