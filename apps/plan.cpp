@@ -57,7 +57,6 @@ referee::JointOptions joint_options(const Flags& flags, int64_t memory_cap) {
 int run_plan(Flags& flags) {
   keep_freed_host_memory();
   // Before the search: `-o` given the profile's path replaced the profile with the plan, exit 0.
-  check_output_path(flags.output, "-o");
   check_outputs_apart({{"--profile", flags.plan.profile}, {"--cluster", flags.plan.cluster.file}},
                       {{"-o", flags.output}, {"--save-top", flags.save_top}});
   if (!flags.save_top.empty() && flags.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
@@ -67,6 +66,7 @@ int run_plan(Flags& flags) {
       throw UsageError(str("--save-top '", flags.save_top, "': cannot make the folder (",
                            made ? made.message() : "a file of that name is there", ")"));
   }
+  check_output_path(flags.output, "-o");  // after --save-top's folder, which may hold it
   if (flags.top < 0 || flags.top > plan::kMaxCandidates)
     throw UsageError(str("--top: must be in 0..", plan::kMaxCandidates, ", got ", flags.top));
   // Every candidate --top lists is refereed (a bad --candidates is left for its own message).

@@ -335,7 +335,8 @@ TEST(BadProfileFile, GraphTxtAndJsonFiguresNameLineFieldAndValue) {
             "g.txt line 1 activation_size: 1e+300 bytes is more than pipetrain accepts for one layer (1125899906842624)");
   EXPECT_EQ(profile_error(line("A\xb0", "1"), "g.txt"), "g.txt line 1: the description is not valid UTF-8");
   EXPECT_EQ(profile_error(line("A", "-5"), "g.txt"), "g.txt line 1 activation_size: must be >= 0, got -5");
-  EXPECT_EQ(profile_error("", "g.txt"), "g.txt: has no layers");
+  EXPECT_EQ(profile_error("", "g.txt"),
+            "g.txt: is empty (a profile is pipetrain's JSON, PipeDream's JSON figures or a graph.txt)");
   // A field given twice was read as its last value.
   EXPECT_EQ(profile_error("a -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, "
                           "parameter_size=1, forward_compute_time=99999\n",
