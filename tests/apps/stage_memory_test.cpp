@@ -108,11 +108,16 @@ TEST(StageMemory, FourStagesHoldAQuarterOfTheModelEachAsTheOsCountsIt) {
   EXPECT_LE(threads_ratio, 1.25) << threads.output;
 
   // What the runs print is what the OS counted: one worker's and the threads' process peak, and
-  // the largest gloo rank's (wait4 also counts the launcher, which holds no stage).
+  // the largest of the gloo ranks' and the launcher's, which wait4 counts too. The launcher holds
+  // no stage, but builds each layer once to check the model, and its peak sits near the ranks': 553
+  // MiB against ranks of 540 at e35d80e, 619 at a commit that changed only help texts and labels
+  // (the allocator's layout: one 4096 x 4096 layer, 64 MiB, kept or given back).
   EXPECT_NEAR(largest_printed(one.output, "peak RSS (measured"), one.peak_rss, 0.10 * one.peak_rss) << one.output;
   EXPECT_NEAR(largest_printed(threads.output, "peak RSS (measured"), threads.peak_rss, 0.10 * threads.peak_rss)
       << threads.output;
-  EXPECT_NEAR(largest_printed(gloo.output, "peak RSS per worker process"), gloo.peak_rss, 0.10 * gloo.peak_rss)
+  EXPECT_NEAR(std::max(largest_printed(gloo.output, "peak RSS per worker process"),
+                       largest_printed(gloo.output, "peak RSS of the launcher process")),
+              gloo.peak_rss, 0.10 * gloo.peak_rss)
       << gloo.output;
   // The threads' workers hold their stages' tensors, a quarter of the state each and no more.
   double tensors = largest_printed(threads.output, "peak tensor memory per worker");
