@@ -1603,11 +1603,27 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
   // The plan as pipedream, whose replicas take rounds of 3 minibatches: the prediction replays a
   // long segment in whole rounds (it replayed 128 of 201, and the run failed after training, its
   // trace unwritten); a short run's figure counts its fill and drain and says the steady state
-  // beside it, which is what --prediction-trace holds.
+  // beside it, which is what --prediction-trace holds. Its second stage is made the bottleneck
+  // (three times the first's share of a minibatch): where the first's replicas were, as measured
+  // in CI once, the second hid in their wait and 6 minibatches took 6 steady periods exactly.
+  double first = 0, second = 0;
+  for (size_t i = 0; i < p["layers"].size(); ++i)
+    (i < 2 ? first : second) += p["layers"][i]["forward_ms"].get<double>() + p["layers"][i]["backward_ms"].get<double>();
+  json slow_second = p;
+  for (size_t i = 2; i < p["layers"].size(); ++i) {
+    json& l = slow_second["layers"][i];
+    for (const char* field : {"forward_ms", "backward_ms", "input_gradient_ms"})
+      if (l.contains(field)) l[field] = l[field].get<double>() * first / second;
+    if (l.contains("timings"))
+      for (json& t : l["timings"])
+        for (const char* field : {"forward_ms", "backward_ms"}) t[field] = t[field].get<double>() * first / second;
+  }
+  fs::path async_profile = tmp.path / "slow-second.json";
+  std::ofstream(async_profile) << slow_second.dump();
   fs::path run_trace = tmp.path / "run.json", predicted = tmp.path / "predicted.json";
   for (const char* steps : {"201", "6"}) {
     SCOPED_TRACE(steps);
-    ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--plan", plan.string(), "--steps",
+    ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", async_profile.string(), "--plan", plan.string(), "--steps",
                    steps, "--time-scale", "0.1", "--byte-scale", "0.01", "--synthetic-samples", "16384", "--trace",
                    run_trace.string(), "--prediction-trace", predicted.string()},
                   log),
