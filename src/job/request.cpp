@@ -266,6 +266,10 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   bool file_microbatches = plan.microbatches > 0 && !r.microbatches_given && r.schedule_file.empty();
   bool default_microbatches = !r.microbatches_given && r.schedule_file.empty();
   bool file_batch = plan.batch_size > 0 && !r.batch_size_given;
+  const std::string batch_file = source != "the plan" ? source : r.profile_path;
+  if (file_batch && !batch_file.empty() && options.train.batch_size > data.train.size())  // check_train_options names --batch-size
+    throw ConfigError(str(batch_file, ": field 'batch_size': ", options.train.batch_size, " is larger than the ",
+                          data.train.size(), " training samples of ", data.name, "; give --batch-size"));
   if ((file_microbatches || default_microbatches || file_batch) && options.microbatches > 0 &&
       options.train.batch_size % options.microbatches != 0) {
     std::string divisors;
@@ -286,7 +290,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                           from(file_microbatches, plan_file, r.microbatches_given || !r.schedule_file.empty(),
                                "microbatches", r.schedule_file.empty() ? "--microbatches" : "--schedule-file"),
                           ") do not divide the batch of ", options.train.batch_size, " (",
-                          from(file_batch, plan_file.empty() ? r.profile_path : plan_file, r.batch_size_given,
+                          from(file_batch, batch_file, r.batch_size_given,
                                "batch_size", "--batch-size"),
                           "); give --microbatches one of its divisors: ", divisors));
   }

@@ -105,8 +105,9 @@ void note_metrics_left(const std::string& metrics_path, double since) {
   std::string target = output_target(metrics_path), partial = target + ".partial";
   struct stat st;
   if (::stat(partial.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<double>(st.st_mtime) + 1 < since) return;
-  std::fprintf(stderr, "note: --metrics: the rows up to the failure are in %s (%s is as it was)\n", partial.c_str(),
-               target.c_str());
+  bool earlier = ::stat(target.c_str(), &st) == 0;
+  std::fprintf(stderr, "note: --metrics: the rows up to the failure are in %s (%s %s)\n", partial.c_str(),
+               target.c_str(), earlier ? "is as it was" : "was not written");
 }
 
 Progress::~Progress() {

@@ -198,7 +198,10 @@ TEST(TrainCli, AKilledReportingWorkersMetricsAreNamed) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
   std::string said = slurp(log);
   EXPECT_NE(said.find("worker 1 was killed by signal 9"), std::string::npos) << said;
-  EXPECT_NE(said.find("note: --metrics: the rows up to the failure are in " + partial.string()), std::string::npos)
+  // No earlier file to keep: it said "(m.csv is as it was)".
+  EXPECT_NE(said.find("note: --metrics: the rows up to the failure are in " + partial.string() + " (" +
+                      metrics.string() + " was not written)"),
+            std::string::npos)
       << said;
   EXPECT_GE(rows(), 3);
   EXPECT_FALSE(fs::exists(metrics));
@@ -1149,6 +1152,15 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
       << out;
   std::tie(rc, out) = train({"--batch-size", "64"});
   EXPECT_NE(out.find("'s field 'microbatches') do not divide the batch of 64 (--batch-size)"), std::string::npos) << out;
+  // The file's batch, larger than the data: it named --batch-size, which was not given.
+  rc = run({"train", "--data", "synthetic", "--synthetic-samples", "100", "--steps", "1", "--quiet", "--plan",
+            plan.string()},
+           log);
+  out = slurp(log);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(plan.string() + R"(: field 'batch_size': 128 is larger than the \d+ )"
+                                                                R"(training samples of synthetic; give --batch-size)")))
+      << out;
   std::tie(rc, out) = train({"--microbatches", "3"});
   EXPECT_NE(out.find("3 microbatches (--microbatches) do not divide the batch of 128 (" + plan.string() +
                      "'s field 'batch_size')"),
