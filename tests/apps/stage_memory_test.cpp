@@ -203,10 +203,10 @@ TEST(StageMemory, EmulatedLayersHoldWhatTheModelHoldsOverGloo) {
 }
 
 // What the memory model prints as a process's peak RSS (its tensors, the data, and what calibrate
-// measured a process to hold besides) is what the OS counts, within 10%: 4 worker threads of an
-// MLP of 2048-wide layers, and 4 gloo ranks, microbatches of 16. Under glibc's malloc the threads'
-// process measured 884-930 MiB against 733 modelled, the gloo ranks 12-19% over theirs: the
-// arenas kept what each step freed (src/core/host_allocator.h).
+// measured a process to hold besides) is what the OS counts, within 10% (15% above it): 4 worker
+// threads of an MLP of 2048-wide layers, and 4 gloo ranks, microbatches of 16. Under glibc's malloc
+// the threads' process measured 884-930 MiB against 733 modelled, the gloo ranks 12-19% over
+// theirs: the arenas kept what each step freed (src/core/host_allocator.h).
 TEST(StageMemory, TheModelledPeakRssIsTheOssOnThreadsAndGloo) {
   std::string dir = ::testing::TempDir() + "stage_memory_model_" + std::to_string(::getpid()) + "/";
   ::mkdir(dir.c_str(), 0755);
@@ -227,9 +227,13 @@ TEST(StageMemory, TheModelledPeakRssIsTheOssOnThreadsAndGloo) {
   double gloo_modelled = largest_printed(gloo.output, "peak RSS per worker process (modelled)");
   std::printf("peak RSS, modelled against the OS's: threads %.0f against %.0f MB; gloo's largest rank %.0f against %.0f MB\n",
               threads_modelled / 1e6, threads.peak_rss / 1e6, gloo_modelled / 1e6, gloo.peak_rss / 1e6);
-  EXPECT_NEAR(threads_modelled, threads.peak_rss, 0.10 * threads.peak_rss) << threads.output;
+  // The OS counts no more than 10% over the model (the arenas' bug read 12-30% over), and the
+  // model no more than 15% over the OS: one layer freed back or kept by the allocator's layout
+  // moves the OS's figure by 6% (gloo's model read 7.7% over it here).
+  auto within = [](double modelled, double os) { return modelled >= os / 1.10 && modelled <= 1.15 * os; };
+  EXPECT_TRUE(within(threads_modelled, threads.peak_rss)) << threads.output;
   // wait4's peak is the largest process's: a rank's (the launcher holds no stage, 180 MiB here).
-  EXPECT_NEAR(gloo_modelled, gloo.peak_rss, 0.10 * gloo.peak_rss) << gloo.output;
+  EXPECT_TRUE(within(gloo_modelled, gloo.peak_rss)) << gloo.output;
   std::system(("rm -rf " + dir).c_str());
 }
 
