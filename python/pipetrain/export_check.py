@@ -68,7 +68,8 @@ def _chain(layers):
 
 
 def check_chain(model, layers, x):
-    """Refuses (ExportError) layers whose output or gradients differ from the model's."""
+    """Refuses (ExportError) layers whose output or gradients differ from the model's. Returns the
+    trainable parameters (name, parameter) to which the model's forward gives no gradient."""
     named, seen = [], set()
     for name, p in model.named_parameters():
         if p.requires_grad and id(p) not in seen:
@@ -85,8 +86,10 @@ def check_chain(model, layers, x):
                           f"(max difference {(got - expected).abs().max().item() if got.shape == expected.shape else 'shape'}); "
                           "its forward may not be a chain of its children")
     scale = max([g.abs().max().item() for g in want if g is not None] + [0.0])
-    for (name, _), g_want, g_have in zip(named, want, have):
+    gradient_free = []
+    for (name, p), g_want, g_have in zip(named, want, have):
         if g_want is None and g_have is None:
+            gradient_free.append((name, p))
             continue
         if g_want is None:
             why = "the model's forward gives it no gradient, the chain one"
@@ -104,6 +107,35 @@ def check_chain(model, layers, x):
             "torch.autograd.Function (the trace keeps its forward, and autograd of that replaces its backward: "
             "write it with tensor operations whose gradient is the one wanted, e.g. x + (f(x) - x).detach() for a "
             "straight-through estimator)")
+    return gradient_free
+
+
+def reached_without_gradient(model, x, candidates):
+    """Of `candidates` (name, parameter), none of which gets a gradient, those that move the model's
+    output on the example batch: read under torch.no_grad() or through .detach(). A parameter the
+    batch does not reach (an expert no row was routed to) is not one; nor is any where the output
+    is not the same on two forwards (noise drawn in evaluation mode), which cannot tell."""
+    if not candidates:
+        return []
+    def output():
+        with torch.no_grad(), state_kept(model):
+            return model(x.clone())
+    base = output()
+    if not isinstance(base, torch.Tensor) or not torch.equal(base, output()):
+        return []
+    found = []
+    for name, p in candidates:
+        saved = p.detach().clone()
+        with torch.no_grad():  # a draw of its own scale: a constant shift can cancel (a softmax's bias)
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3), dtype=p.dtype) * (1 + saved.abs()))
+        try:
+            moved = output()
+        finally:
+            with torch.no_grad():
+                p.copy_(saved)
+        if not torch.equal(moved, base):
+            found.append((name, p))
+    return found
 
 
 def check_leaf_inputs(model, layers, names, x):

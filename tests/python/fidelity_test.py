@@ -931,10 +931,10 @@ class Errors(unittest.TestCase):
                 self.assertIn(needle, r.stderr)
                 self.assertFalse(os.path.exists(out))
 
-    def train_against_eager(self, name, make, microbatches, extra, tag="", export_extra=()):
+    def train_against_eager(self, name, make, microbatches, extra, tag="", export_extra=(), optimizer=None):
         """The model exported and trained by pipetrain, and by eager PyTorch on the same rows, the
         test set's evaluation included (a buffer a forward updates in any mode moves there too,
-        each microbatch of it): their states."""
+        each microbatch of it): their states. SGD, or `optimizer` (ADAMW's form)."""
         model = os.path.join(self.tmp.name, name + ".pt")
         r = export(["--model", f"toy_models:{name}", "--input-shape", f"{BATCH},12", "-o", model, *export_extra])
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -944,9 +944,10 @@ class Errors(unittest.TestCase):
         x_test = torch.randn(BATCH, 12, generator=g)
         data, ck = os.path.join(self.tmp.name, name + "-data.pt"), os.path.join(self.tmp.name, name + tag + "-ck")
         torch.save({"x": x, "y": y, "x_test": x_test, "y_test": y[:BATCH]}, data)
+        stepping = optimizer[0] if optimizer else ["--lr", str(LR), "--momentum", str(MOMENTUM)]
         run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", str(STEPS), "--batch-size", str(BATCH),
-             "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--checkpoint-dir", ck] + extra)
-        want = reference(make, x, y, torch.nn.functional.cross_entropy, microbatches)
+             "--no-shuffle", "--quiet", "--checkpoint-dir", ck] + stepping + extra)
+        want = reference(make, x, y, torch.nn.functional.cross_entropy, microbatches, optimizer=optimizer)
         torch.manual_seed(0)
         eager = make()
         start = {k: v.clone() for k, v in eager.state_dict().items()}
@@ -973,6 +974,22 @@ class Errors(unittest.TestCase):
                 self.assertEqual(got["a1.calls"].item(), STEPS * microbatches + microbatches)
                 self.assertTrue(torch.equal(got["stem.lin.weight"], start["stem.lin.weight"]), "the frozen stem trained")
                 self.assertLess(max_relative_error(got, want), 1e-6)
+
+    def test_a_parameter_the_forward_gives_no_gradient_takes_no_step(self):
+        """torch.optim skips a parameter without a gradient: one read under torch.no_grad() (a
+        submodule's) or through .detach(). pipetrain stepped it with a zero gradient, and AdamW's
+        weight decay moved it (1.2e-3 in 4 steps on 2 stages), exit 0. export keeps it frozen now."""
+        for name, make, param in (("stateful_forward", toy_models.stateful_forward, "stem.lin.weight"),
+                                  ("detached_offset", toy_models.detached_offset, "offset")):
+            for stages in (1, 2):
+                with self.subTest(model=name, stages=stages):
+                    extra = [] if stages == 1 else ["--stages", "2", "--schedule", "1f1b", "--microbatches", "2"]
+                    got, want, start = self.train_against_eager(name, make, 1 if stages == 1 else 2, extra,
+                                                                tag=f"-adamw{stages}", optimizer=ADAMW)
+                    self.assertIn(f"get no gradient from it (read under torch.no_grad() or through .detach()): {param}",
+                                  self.export_stderr)
+                    self.assertTrue(torch.equal(got[param], start[param]), f"{param} moved")
+                    self.assertLess(max_relative_error(got, want), 2e-5)
 
     def test_a_module_an_nn_sequential_holds_twice_is_a_tie(self):
         """named_children() lists it once: the chain had a layer fewer than the model, refused."""

@@ -254,6 +254,22 @@ class FrozenByNoGrad(nn.Module):
             return torch.tanh(self.lin(x))
 
 
+class DetachedOffset(nn.Module):
+    """A parameter read through .detach(): it moves the output, and no gradient reaches it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.head = nn.Linear(12, 16), nn.Linear(16, 5)
+        self.offset = nn.Parameter(torch.randn(16) * 0.1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.lin(x) + self.offset.detach()))
+
+
+def detached_offset():
+    return DetachedOffset()
+
+
 class Averages(nn.Module):
     """Updates its buffers in every mode, as a monitor or a running mean outside BatchNorm does: a
     counter rebound by +=, an average moved in place and read by the output."""
