@@ -149,6 +149,19 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
     throw ConfigError(str(job.resume_from, ": the checkpoint is at step ", job.first_step, ", and this run ends at step ",
                           total, ": nothing to train (give more --steps or --epochs to go on)"));
   check_resume_fits(job, options, described);
+  // An asynchronous plan's replicas take each epoch's minibatches in whole rounds from its start.
+  // A checkpoint within a round (written by another plan, or a synchronous schedule) resumed so
+  // skipped the epoch's last minibatches, which the run it continues would train: a 1f1b run at
+  // step 35 of epochs of 10, resumed under pipedream's rounds of 2, trained 36..39 of 40, exit 0.
+  const int64_t unit = replica_round(typical, plan), into = job.first_step % std::max<int64_t>(job.per_epoch, 1);
+  if (!job.resume_from.empty() && into % unit != 0) {
+    const int64_t epoch_end = std::min(total, job.first_step - into + job.per_epoch);
+    throw ConfigError(str(job.resume_from, ": the checkpoint is at step ", job.first_step, ", ", into, " minibatches into",
+                          " its epoch of ", job.per_epoch, ", no whole number of the rounds of ", unit, " in which the",
+                          " replicas of plan ", plan.shape(), " under ", options.schedule, " take an epoch's minibatches;",
+                          " resume up to the epoch's end (--steps ", epoch_end, ") with a synchronous schedule or the",
+                          " plan that wrote it, then go on with this one"));
+  }
   // --checkpoint-every 0 with a directory: one checkpoint, at the end (every `total` steps).
   int64_t every = options.checkpoint.dir.empty() ? 0 : options.checkpoint.every > 0 ? options.checkpoint.every : std::max<int64_t>(total, 1);
   job.segments = plan_segments(typical, plan, job.per_epoch, total, job.first_step, every,
@@ -162,7 +175,11 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
             ? job.typical
             : std::make_shared<const schedule::Schedule>(generate_schedule(plan, options, seg.minibatches));
   }
-  int64_t asked = total - job.first_step, unit = replica_round(typical, plan);
+  int64_t asked = total - job.first_step;
+  if (job.steps == 0)  // what check_whole_rounds and the resume's checks above leave out
+    throw ConfigError(str(options.schedule, ": nothing would train: the replicas of plan ", plan.shape(),
+                          " take minibatches in rounds of ", unit, ", and no whole round lies in the ", asked,
+                          " minibatches from step ", job.first_step, " to ", total));
   if (leads && job.steps < asked)
     std::cerr << "note: the replicas of plan " << plan.shape() << " under " << options.schedule
               << " take minibatches in rounds of " << unit << ", and an epoch of " << job.per_epoch << " minibatches of "
