@@ -77,13 +77,9 @@ void print_training_line(const job::Job& job, const model::LayeredModel& m, cons
   }
   // Each stage's layers: a split measured here (--stages without --profile) varies with the
   // machine's timing from run to run, and an asynchronous schedule's weights with it.
-  std::string layers;
-  for (const auto& st : plan.stages)
-    layers += str(layers.empty() ? "" : " | ", st.layers.front(),
-                  st.layers.size() > 1 ? str("-", st.layers.back()) : std::string());
   std::cerr << "training " << m.name() << " on " << data.name << " with " << job.options.schedule << ", plan "
             << plan.shape() << " (" << workers << (workers == 1 ? " worker, " : " workers, ") << plan.num_stages()
-            << (plan.num_stages() == 1 ? " stage: layers " : " stages: layers ") << layers << "), " << microbatches
+            << (plan.num_stages() == 1 ? " stage: layers " : " stages: layers ") << plan.split() << "), " << microbatches
             << (microbatches == 1 ? " microbatch" : " microbatches") << ", transport " << transport
             << (label.empty() ? "" : ", " + label) << "\n";
   note_split_ties(m, *job.typical);

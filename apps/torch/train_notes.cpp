@@ -203,6 +203,13 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   if (!batches.empty() && m.deferrable_batch_norms() > 0)
     std::cerr << "note: " << job.resume_from << " was trained with other batches for its BatchNorms (" << batches
               << "): steps " << cm.step + 1 << " on differ from an uninterrupted run's\n";
+  // An asynchronous run's weights lag by its split, replicas and flags: resumed under others
+  // (--stale-warmup 0, or a split --stages measured again), it moved 6.5e-4 off the run it
+  // continued, unsaid. A synchronous schedule's split changes no weight.
+  const std::string lag = job::weight_lag(job);
+  if (!cm.weight_lag.empty() && !lag.empty() && cm.weight_lag != lag)
+    std::cerr << "note: " << job.resume_from << " was trained with other settings of its weights' lag (" << cm.weight_lag
+              << " -> " << lag << "): steps " << cm.step + 1 << " on differ from an uninterrupted run's\n";
   if (!cm.model_sha256.empty() && cm.model_sha256 != m.file_sha256())
     std::cerr << "note: " << job.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
               << ", not this one (" << m.file_sha256() << "): its weights load if the layers' shapes match, but "

@@ -190,6 +190,18 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
   return job;
 }
 
+std::string weight_lag(const Job& job) {
+  const schedule::Schedule& typical = *job.typical;
+  const PipelineOptions& options = job.options;
+  if (typical.flush) return "";
+  std::string s = str(options.schedule, " on plan ", job.plan.shape(), ": layers ", job.plan.split(),
+                      "; weight prediction ", options.weight_prediction ? "on" : "off");
+  if (options.schedule == "2bw") return str(s, "; weights lag ", typical.weight_delay, " steps");
+  return str(s, "; stale warm-up ", options.stale_warmup, "; vertical sync ", options.vertical_sync ? "on" : "off",
+             "; replica gradients ", options.sum_replica_gradients ? "sum" : "mean", "; deferred step ",
+             job.plan.deferred_step ? "on" : "off");
+}
+
 PipelineResult result_header(const Job& job) {
   const schedule::Schedule& typical = *job.typical;
   PipelineResult r;

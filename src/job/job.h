@@ -90,6 +90,11 @@ struct PipelineResult {
 // event list per worker; both transports fill in the rest.
 PipelineResult result_header(const Job& job);
 
+// What sets an asynchronous run's weight lag, as checkpoints record it: the schedule, each stage's
+// layers and replicas, and the flags of its lag ("pipedream on plan 2-1: layers 0-1 | 2-4; weight
+// prediction on; ..."); "" for a synchronous schedule, whose split and flags change no weight.
+std::string weight_lag(const Job& job);
+
 // Builds the model holding the layers given (model::LayerSet): each worker asks for its stages'
 // only (docs/runtime.md, "A worker holds only its stage"), and the job first for none, a
 // description (names, graph, ties) to check the plan against.

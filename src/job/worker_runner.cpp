@@ -72,6 +72,7 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
   d.precision = model::to_string(m.precision());
   d.microbatches = job.typical->microbatches;
   d.deferred_batch_norm = options.deferred_batch_norm ? 1 : 0;
+  d.weight_lag = weight_lag(job);
   d.lr_schedule = job.optimizer().lr_schedule;
   d.warmup_steps = job.optimizer().warmup_steps;
   d.schedule_steps = job.optimizer().total_steps;

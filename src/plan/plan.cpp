@@ -32,6 +32,13 @@ std::string Plan::shape() const {
   return os.str();
 }
 
+std::string Plan::split() const {
+  std::string layers;
+  for (const auto& st : stages)
+    layers += str(layers.empty() ? "" : " | ", st.layers.front(), st.layers.size() > 1 ? str("-", st.layers.back()) : std::string());
+  return layers;
+}
+
 namespace {
 // PipeDream's NOAM from the workers of stage s and the stages after it and s's replicas.
 int noam(int downstream, int r) { return std::max(1, (downstream + r - 1) / r); }

@@ -96,6 +96,7 @@ struct Plan {
   int stage_of_worker(int worker) const;   // -1 when the worker holds no stage
   int replica_index(int worker) const;     // position of the worker among its stage's replicas
   std::string shape() const;               // PipeDream's notation, e.g. "15-1"
+  std::string split() const;               // each stage's layers, e.g. "0-1 | 2-4"
   // Whether `other`'s stages hold the same layers, stage by stage (two splits the search tries).
   bool same_split(const Plan& other) const {
     if (other.stages.size() != stages.size()) return false;

@@ -68,6 +68,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   if (!m.precision.empty()) doc["precision"] = m.precision;
   if (m.microbatches > 0) doc["microbatches"] = m.microbatches;
   if (m.deferred_batch_norm >= 0) doc["deferred_batch_norm"] = m.deferred_batch_norm == 1;
+  if (!m.weight_lag.empty()) doc["weight_lag"] = m.weight_lag;
   if (std::isfinite(m.first_loss)) doc["first_loss"] = m.first_loss;
   if (!m.lr_schedule.empty()) {  // unknown (an older file's) stays unknown
     doc["sgd"]["lr_schedule"] = m.lr_schedule;
@@ -146,6 +147,7 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   }
   if (root.has("microbatches")) m.microbatches = static_cast<int>(root["microbatches"].as_int_in(1, 1 << 30));
   if (root.has("deferred_batch_norm")) m.deferred_batch_norm = root["deferred_batch_norm"].as_bool() ? 1 : 0;
+  if (root.has("weight_lag")) m.weight_lag = root["weight_lag"].as_string();
   if (root.has("first_loss")) {  // written since a resume judges the whole run's divergence
     m.first_loss = root["first_loss"].as_number();
   }

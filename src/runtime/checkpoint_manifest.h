@@ -67,6 +67,11 @@ struct CheckpointManifest {
   // (absent in older files: 0 and -1, not compared).
   int microbatches = 0;
   int deferred_batch_norm = -1;
+  // What sets an asynchronous schedule's weight lag (job::weight_lag): the schedule, each stage's
+  // layers and replicas, and the flags of its lag. A resume under others differs from an
+  // uninterrupted run, where a synchronous one computes the same (absent in older files and for
+  // synchronous schedules: "", not compared).
+  std::string weight_lag;
   std::vector<CheckpointFile> files;  // one per layer, in layer order
   // The buffers of a replicated stage's other replicas (layer-<i>.replica-<r>.tensors, buffers
   // only): nothing keeps a replica's buffers in step with replica 0's, so a resume that gave

@@ -203,6 +203,48 @@ TEST(TrainCli, AResumeWithinAReplicaRoundIsRefused) {
   EXPECT_NE(out.find("steps 4 (41..44, resumed)"), std::string::npos) << out;
 }
 
+// What sets an asynchronous run's weight lag is recorded, and a resume under other settings says
+// so: --stale-warmup 0 on resume moved the weights 6.5e-4 off the run it continued, unsaid.
+TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
+  TempDir tmp("resume-lag");
+  fs::path plan = tmp.path / "plan.json", other = tmp.path / "other.json", ck = tmp.path / "ck", log = tmp.path / "log";
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 2, "schedule": "pipedream", "stages": [
+      {"layers": [0, 1], "replicas": 1}, {"layers": [2, 3, 4], "replicas": 1}]})";
+  std::ofstream(other) << R"({"format": "pipetrain.plan/1", "workers": 2, "schedule": "pipedream", "stages": [
+      {"layers": [0, 1, 2], "replicas": 1}, {"layers": [3, 4], "replicas": 1}]})";
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--model", "mnist-cnn", "--data", "synthetic", "--synthetic-samples",
+                                     "640", "--checkpoint-dir", ck.string(), "--checkpoint-every", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int rc = run(args, log);
+    return std::make_pair(rc, slurp(log));
+  };
+  auto [rc, out] = train({"--plan", plan.string(), "--steps", "4", "--quiet"});
+  ASSERT_EQ(rc, 0) << out;
+  const std::string lag = "pipedream on plan 1-1: layers 0-1 | 2-4; weight prediction on; stale warm-up 100; vertical "
+                          "sync off; replica gradients mean; deferred step off";
+  EXPECT_NE(slurp(ck / "step-00000004" / "manifest.json").find("\"weight_lag\": \"" + lag + "\""), std::string::npos);
+  std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "6", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
+  std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "8", "--resume", "--stale-warmup", "0"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("/step-00000006 was trained with other settings of its weights' lag (" + lag + " -> " +
+                     "pipedream on plan 1-1: layers 0-1 | 2-4; weight prediction on; stale warm-up 0;"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("): steps 7 on differ from an uninterrupted run's"), std::string::npos) << out;
+  std::tie(rc, out) = train({"--plan", other.string(), "--steps", "10", "--resume", "--stale-warmup", "0"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("-> pipedream on plan 1-1: layers 0-2 | 3-4;"), std::string::npos) << out;
+  // A synchronous schedule's split changes no weight: nothing to say.
+  std::tie(rc, out) = train({"--plan", plan.string(), "--schedule", "1f1b", "--steps", "12", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = train({"--plan", other.string(), "--schedule", "1f1b", "--steps", "14", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
+}
+
 TEST(TrainCli, AKilledReportingWorkersMetricsAreNamed) {
   TempDir tmp("killed_reporter");
   std::string plan = (tmp.path / "plan.json").string();
