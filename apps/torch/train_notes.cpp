@@ -203,6 +203,9 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   if (!batches.empty() && m.deferrable_batch_norms() > 0)
     std::cerr << "note: " << job.resume_from << " was trained with other batches for its BatchNorms (" << batches
               << "): steps " << cm.step + 1 << " on differ from an uninterrupted run's\n";
+  if (cm.data.train_samples >= 0 && cm.data.name != job.data.name)  // the same samples (check_resume_fits)
+    std::cerr << "note: " << job.resume_from << " was trained on " << cm.data.name << ", and this run reads "
+              << job.data.describe() << ": the same samples\n";
   // An asynchronous run's weights lag by its split, replicas and flags: resumed under others
   // (--stale-warmup 0, or a split --stages measured again), it moved 6.5e-4 off the run it
   // continued, unsaid. A synchronous schedule's split changes no weight.

@@ -32,9 +32,12 @@ struct DataIdentity {
   int64_t train_samples = -1;
   uint32_t crc32 = 0;
   std::string describe() const;  // "synthetic (2048 training samples, CRC-32 1a2b3c4d)"
+  // The same samples, whatever path they were read by: a file moved, or named from another folder
+  // ("file:../d.pt" and "file:d.pt"), was refused as other data. The kind ("file", "tokens") must match.
   bool operator==(const DataIdentity& o) const {
-    return name == o.name && train_samples == o.train_samples && crc32 == o.crc32;
+    return kind() == o.kind() && train_samples == o.train_samples && crc32 == o.crc32;
   }
+  std::string kind() const { return name.substr(0, name.find(':')); }
 };
 
 struct CheckpointManifest {

@@ -997,6 +997,38 @@ class Errors(unittest.TestCase):
                                                 ["--stages", "3", "--schedule", "1f1b", "--microbatches", "2"])
         self.assertLess(max_relative_error(got, want), 1e-6)
 
+    def test_the_same_data_by_another_path_resumes(self):
+        """A checkpoint names its data by path and CRC: the same file moved, or named from another
+        folder, was refused as other data ("trained on file:../d.pt ..., but this run's data is
+        file:d.pt ...", the same CRC). The same samples resume, said; other samples are refused."""
+        model = os.path.join(self.tmp.name, "moved_data_model.pt")
+        r = export(["--model", "toy_models:detached_offset", "--input-shape", f"{BATCH},12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        first, moved = (os.path.join(self.tmp.name, d) for d in ("data-here", "data-moved"))
+        os.makedirs(first)
+        g = torch.Generator().manual_seed(3)
+        torch.save({"x": torch.randn(64, 12, generator=g), "y": torch.randint(0, 5, (64,), generator=g)},
+                   os.path.join(first, "d.pt"))
+        ck = os.path.join(self.tmp.name, "moved-data-ck")
+
+        def train(folder, steps):
+            return subprocess.run([PIPETRAIN, "train", "--model", model, "--data", os.path.join(folder, "d.pt"),
+                                   "--batch-size", "8", "--steps", str(steps), "--checkpoint-dir", ck]
+                                  + (["--resume"] if steps > 2 else []), capture_output=True, text=True)
+        r = train(first, 2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        os.rename(first, moved)
+        r = train(moved, 4)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"was trained on file:{first}/d.pt, and this run reads file:{moved}/d.pt (", r.stderr)
+        self.assertIn("): the same samples", r.stderr)
+        torch.save({"x": torch.randn(64, 12, generator=g), "y": torch.randint(0, 5, (64,), generator=g)},
+                   os.path.join(moved, "d.pt"))
+        r = train(moved, 6)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"the checkpoint was trained on file:{moved}/d.pt (", r.stderr)
+        self.assertIn("but this run's data is", r.stderr)
+
     def test_a_replicas_own_buffers_survive_a_resume(self):
         """Nothing keeps a replica's buffers in step with replica 0's, and a checkpoint held replica
         0's alone: resumed, a forward reading the running average it updates trained 7e-4 apart
