@@ -35,6 +35,7 @@ struct PipelineOptions {
   bool sum_replica_gradients = false;  // pipedream (WorkerOptions::sum_replica_gradients)
   bool deferred_batch_norm = false;  // WorkerOptions::deferred_batch_norm
   bool record_weight_sums = false;
+  bool timed_layers = false;  // the split was timed here (--stages without --profile): each layer ran
   std::string trace_source = "measured";  // the trace's label: "emulated" for --compute emulated
   double timeout_s = 30;      // longest wait for a peer (a transfer, an all-reduce) before the job fails
   double rendezvous_timeout_s = 300;  // gloo: longest wait for every worker to start (GlooConfig)

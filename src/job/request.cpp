@@ -24,9 +24,9 @@ namespace {
 
 // The plan to run: the launcher's, --plan FILE, an even split into --stages N by the profile,
 // (dp) one stage replicated over --workers, or a JSON --schedule-file's stages (the file, read
-// for them, is kept in `file`).
+// for them, is kept in `file`). `timed`: whether it timed the model's layers here for the split.
 plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::LayeredModel& m, const model::DataSplit& data,
-                     std::optional<schedule::Schedule>& file) {
+                     std::optional<schedule::Schedule>& file, bool& timed) {
   if (!r.launched_plan.empty()) return plan::read_plan(r.launched_plan);
   if (!r.schedule_file.empty() && r.plan_path.empty() && r.stages == 0) {
     file = schedule::read_schedule_file(r.schedule_file);
@@ -69,6 +69,7 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
                                model::explain_training_error(e.what(), "--batch-size is 1; give 2 or more")));
     }
     prof = &measured;
+    timed = true;
   }
   if (prof->num_layers() != m.num_layers())
     throw ConfigError(str("--profile: ", r.profile_path, " has ", prof->num_layers(), " layers but ", m.name(), " has ",
@@ -229,7 +230,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   if (defaulted) options.schedule = data_parallel ? "dp" : "pipedream";
   if (r.profile) note_profile_settings(*r.profile, r.profile_path, r.precision, options.train.sgd.kind);
   std::optional<schedule::Schedule> file;  // --schedule-file, read once
-  s.plan = pick_plan(r, options, m, data, file);
+  s.plan = pick_plan(r, options, m, data, file, options.timed_layers);
   plan::Plan& plan = s.plan;
   // Whatever its source (a file, the launcher's, a split made here), the plan must fit the model.
   // A JSON schedule file without --plan gives the stages its own layers.

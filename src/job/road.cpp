@@ -58,7 +58,9 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
       if (launch.status == 0)
         std::cout << "peak RSS of the launcher process (measured, as the OS counts it): "
                   << human_bytes(static_cast<double>(model::process_peak_rss_bytes()))
-                  << " (it read the data and checked the model, then "
+                  << " (it read the data and checked the model"
+                  << (job.options.timed_layers ? ", timed each layer for the split (--stages without --profile)" : "")
+                  << ", then "
                   << (launch.forked ? "forked the workers, which share its pages" : "started the workers as new processes, each of which reads the data again")
                   << (trace_path.empty() ? std::string() : str("; it merged their traces into ", trace_path)) << ")\n";
       return launch.status;

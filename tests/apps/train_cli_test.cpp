@@ -1788,8 +1788,21 @@ TEST(TrainCli, ThroughputIsPredictedForTheRunItMade) {
       << slurp(log);
   std::string gloo = slurp(log);
   EXPECT_NE(gloo.find("2 workers as gloo processes, their transfers not charged: no --cluster"), std::string::npos) << gloo;
-  // The launcher is a process of the job too: its peak is said.
+  // The launcher is a process of the job too: its peak is said, and what raised it.
   EXPECT_NE(gloo.find("peak RSS of the launcher process (measured, as the OS counts it): "), std::string::npos) << gloo;
+  EXPECT_EQ(gloo.find("timed each layer"), std::string::npos) << gloo;
+  // A split timed here ran each layer in the launcher: 531 of an MLP launcher's 701 MiB, said to be
+  // the data and the model's check alone.
+  ASSERT_EQ(run({"train", "--model", "mnist-cnn", "--data", "synthetic", "--stages", "2", "--schedule", "1f1b", "--steps",
+                 "2", "--transport", "gloo"},
+                log),
+            0)
+      << slurp(log);
+  std::string timed = slurp(log);
+  EXPECT_NE(timed.find(" (it read the data and checked the model, timed each layer for the split (--stages without "
+                       "--profile), then "),
+            std::string::npos)
+      << timed;
   // Emulated layers compute no loss: none is printed (it said "final loss 0").
   EXPECT_NE(gloo.find("no loss (emulated layers compute none)"), std::string::npos) << gloo;
   EXPECT_EQ(gloo.find("final loss"), std::string::npos) << gloo;
