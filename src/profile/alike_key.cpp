@@ -53,7 +53,7 @@ std::string alike_key(const torch::nn::Sequential& module, const torch::Tensor& 
   k << "|reads";
   for (int src : l.inputs) k << ' ' << index - src;
   k << "|bytes " << l.activation_bytes << ' ' << l.parameter_bytes << ' ' << l.buffer_bytes << ' ' << l.stash_bytes
-    << ' ' << l.fixed_stash_bytes << ' ' << l.split_bytes << ' ' << l.workspace_bytes << ' '
+    << ' ' << l.fixed_stash_bytes << ' ' << l.split_bytes << ' ' << l.workspace_bytes << ' ' << l.fixed_workspace_bytes << ' '
     << l.split_workspace_bytes;
   return k.str();
 }

@@ -52,7 +52,7 @@ Profile as_emulated(const Profile& p, const EmulationOptions& emulation_options)
     for (double* ms : {&l.forward_ms, &l.backward_ms, &l.optimizer_ms, &l.stash_copy_ms, &l.input_gradient_ms}) *ms *= time;
     for (auto& t : l.timings) t.forward_ms *= time, t.backward_ms *= time;
     for (int64_t* b : {&l.activation_bytes, &l.parameter_bytes, &l.stash_bytes, &l.fixed_stash_bytes, &l.split_bytes,
-                       &l.workspace_bytes, &l.split_workspace_bytes, &l.buffer_bytes})
+                       &l.workspace_bytes, &l.fixed_workspace_bytes, &l.split_workspace_bytes, &l.buffer_bytes})
       scaled(*b);
   }
   for (auto* ties : {&out.ties, &out.frozen_ties})

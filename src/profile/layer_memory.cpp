@@ -66,29 +66,6 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
   }
   l.stash_bytes = account->live();
   int64_t workspace = account->peak() - l.stash_bytes;
-  // Half the batch again: what it keeps beyond half the stash is kept whatever the batch
-  // (Layer::fixed_stash_bytes): bf16's weight casts. Under fp32 nothing is, and what a first call
-  // at a shape caches (mnist-cnn's worker read 13% over the model in one run of three) is none.
-  // Allocation rounding is no such part either: under 1% and 4 KiB is none.
-  int64_t half = input.dim() > 0 && model.precision() != model::Precision::kFloat32 ? input.size(0) / 2 : 0;
-  if (half >= 1) {
-    auto at_half = std::make_shared<model::MemoryAccount>();
-    torch::Tensor kept;
-    bool measured = true;
-    try {
-      model::ChargeTo charge(at_half);
-      torch::Tensor output;
-      kept = layer_forward(model, module, input.narrow(0, 0, half), targets.defined() ? targets.narrow(0, 0, half) : targets,
-                     output);
-    } catch (const std::exception&) {  // a layer whose first dimension is not the batch: none measured
-      measured = false;
-    }
-    double n = static_cast<double>(input.size(0)), h = static_cast<double>(half);
-    double per_sample = static_cast<double>(l.stash_bytes - at_half->live()) / (n - h);
-    double fixed = static_cast<double>(l.stash_bytes) - per_sample * n;
-    if (measured && fixed > std::max(4096.0, 0.01 * static_cast<double>(l.stash_bytes)))
-      l.fixed_stash_bytes = std::min(l.stash_bytes, static_cast<int64_t>(std::llround(fixed)));
-  }
   if (out.requires_grad()) {
     torch::Tensor grad = torch::ones_like(out);
     account->reset_peak();
@@ -100,6 +77,53 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
     workspace = std::max(workspace, account->peak() - before);
   }
   l.workspace_bytes = std::max<int64_t>(0, workspace - l.parameter_bytes);
+  out = torch::Tensor();
+  // An eighth of the batch again, near a microbatch's size: what a forward keeps and a backward
+  // needs beyond an eighth of them is theirs whatever the batch (Layer::fixed_stash_bytes,
+  // Layer::fixed_workspace_bytes): bf16's weight casts; an LSTM's weight gradients summed over its
+  // steps. At half the batch, mnist-cnn's convolutions read a fixed part that microbatches of 4
+  // did not hold (its first worker modelled 30% over). What a first call at a shape caches
+  // (mnist-cnn's worker read 13% over the model in one run of three) is none, nor is allocation
+  // rounding: under 1% and 4 KiB is none.
+  int64_t small = input.dim() > 0 ? input.size(0) / 8 : 0;
+  if (small < 1) {
+    if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
+    return;
+  }
+  // Its stash and its workspace at that batch, charged to `at_small`. Once uncharged first: a
+  // first call at a shape caches what later calls reuse, and read as a fixed part.
+  auto at_small = std::make_shared<model::MemoryAccount>();
+  int64_t stash_at_small = 0, workspace_at_small = 0;
+  try {
+    for (bool charged : {false, true}) {
+      model::ChargeTo charge(charged ? at_small : nullptr);
+      torch::Tensor output;
+      // A leaf of its own: a view's gradient is its base's, the whole batch's, and read as fixed.
+      torch::Tensor part = input.narrow(0, 0, small).detach().requires_grad_(input.requires_grad());
+      torch::Tensor kept =
+          layer_forward(model, module, part, targets.defined() ? targets.narrow(0, 0, small) : targets, output);
+      stash_at_small = at_small->live();
+      workspace_at_small = at_small->peak() - stash_at_small;
+      if (!kept.requires_grad()) continue;
+      at_small->reset_peak();
+      int64_t before = at_small->live();
+      kept.backward(torch::ones_like(kept));
+      workspace_at_small = std::max(workspace_at_small, at_small->peak() - before);
+    }
+  } catch (const std::exception&) {  // a layer whose first dimension is not the batch: none measured
+    if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
+    return;
+  }
+  const double n = static_cast<double>(input.size(0)), h = static_cast<double>(small);
+  // What a line through (h, at h) and (n, at n) leaves at 0 samples, where it is a part worth counting.
+  auto fixed_of = [&](int64_t at_n, int64_t at_h) -> int64_t {
+    double fixed = static_cast<double>(at_n) - static_cast<double>(at_n - at_h) / (n - h) * n;
+    return fixed > std::max(4096.0, 0.01 * static_cast<double>(at_n)) ? std::min(at_n, static_cast<int64_t>(std::llround(fixed)))
+                                                                     : 0;
+  };
+  // Under fp32 no stash is kept whatever the batch (a first call's caches read as one).
+  if (model.precision() != model::Precision::kFloat32) l.fixed_stash_bytes = fixed_of(l.stash_bytes, stash_at_small);
+  l.fixed_workspace_bytes = fixed_of(l.workspace_bytes, std::max<int64_t>(0, workspace_at_small - l.parameter_bytes));
   if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
 }
 

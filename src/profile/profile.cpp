@@ -51,6 +51,7 @@ json to_json(const Profile& p) {
     if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
     if (l.split_bytes > 0) layer["split_bytes"] = l.split_bytes;
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
+    if (l.fixed_workspace_bytes > 0) layer["fixed_workspace_bytes"] = l.fixed_workspace_bytes;
     if (l.split_workspace_bytes > 0) layer["split_workspace_bytes"] = l.split_workspace_bytes;
     if (l.buffer_bytes > 0) layer["buffer_bytes"] = l.buffer_bytes;
     if (!l.timings.empty()) {
@@ -140,6 +141,8 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
     if (f.has("split_bytes")) l.split_bytes = f["split_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("fixed_workspace_bytes"))
+      l.fixed_workspace_bytes = f["fixed_workspace_bytes"].as_int_in(0, l.workspace_bytes);
     if (f.has("split_workspace_bytes"))
       l.split_workspace_bytes = f["split_workspace_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("buffer_bytes")) l.buffer_bytes = f["buffer_bytes"].as_int_in(0, kMaxLayerBytes);
@@ -241,7 +244,7 @@ Profile with_batch_size(const Profile& p, int64_t batch_size) {
       int64_t fixed = std::min(l.fixed_stash_bytes, l.split_bytes);
       l.split_bytes = fixed + static_cast<int64_t>(std::llround(static_cast<double>(l.split_bytes - fixed) * f));
     }
-    l.workspace_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.workspace_bytes) * f));
+    l.workspace_bytes = static_cast<int64_t>(std::llround(workspace_bytes_at(p, static_cast<int>(&l - out.layers.data()), f)));
     l.split_workspace_bytes = static_cast<int64_t>(std::llround(static_cast<double>(l.split_workspace_bytes) * f));
   }
   return out;
@@ -329,6 +332,12 @@ int64_t stash_bytes(const Profile& profile, int layer) {
 double stash_bytes_at(const Profile& profile, int layer, double scale) {
   int64_t whole = stash_bytes(profile, layer), fixed = std::min(profile.layers[layer].fixed_stash_bytes, whole);
   return static_cast<double>(fixed) + static_cast<double>(whole - fixed) * scale;
+}
+
+double workspace_bytes_at(const Profile& profile, int layer, double scale) {
+  const Layer& l = profile.layers[layer];
+  int64_t fixed = std::min(l.fixed_workspace_bytes, l.workspace_bytes);
+  return static_cast<double>(fixed) + static_cast<double>(l.workspace_bytes - fixed) * scale;
 }
 
 double split_bytes_at(const Profile& profile, int layer, double scale) {

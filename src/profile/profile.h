@@ -43,7 +43,7 @@ struct Layer {
   // Of stash_bytes, what a forward keeps whatever its batch: under bf16, the cast of each weight
   // autograd saves, a copy per microbatch in flight, which scaled by the microbatch's share of
   // the batch left a dualpipev worker 25% over `plan --memory`'s cap. Measured by `pipetrain
-  // profile` at the batch and its half; optional (0).
+  // profile` at the batch and an eighth of it; optional (0).
   int64_t fixed_stash_bytes = 0;
   // Bytes a zero-bubble B (the input gradient alone) leaves alive until its W, whole minibatch:
   // what the nodes feeding a weight saved (a matmul's input), the gradients that reached them
@@ -55,6 +55,12 @@ struct Layer {
   // gradients passing through), whole minibatch, besides one gradient of its parameters (the
   // backward makes it before adding it in); measured, optional (0: not measured).
   int64_t workspace_bytes = 0;
+  // Of workspace_bytes, what a backward needs whatever its batch: an LSTM's weight gradients
+  // summed over its time steps, parameter-sized. Scaled by a microbatch's share of the batch,
+  // lstm-lm's workers were modelled 15% under the OS at 8 microbatches, and a plan under `plan
+  // --memory` ran over its cap. Measured by `pipetrain profile` at the batch and an eighth of it;
+  // optional (0).
+  int64_t fixed_workspace_bytes = 0;
   // The same for a zero-bubble B: beyond the stash, the most it holds while it runs (the
   // gradients it keeps for W beside what the chain has not yet freed, the input gradient), whole
   // minibatch. gpt's block: 16.8 MB at batch 64 against a whole backward's 11.8 + 0.8. Measured
@@ -177,6 +183,8 @@ double compute_step_ms(const Profile& profile, int layer, bool stashes = true);
 int64_t stash_bytes(const Profile& profile, int layer);
 // What a forward of `scale` of the profile's batch keeps: the fixed part whole, the rest scaled.
 double stash_bytes_at(const Profile& profile, int layer, double scale);
+// Layer `layer`'s workspace_bytes at `scale` of the profile's batch: its fixed part whole.
+double workspace_bytes_at(const Profile& profile, int layer, double scale);
 // What a zero-bubble B of `scale` of the batch leaves until its W (Layer::split_bytes, its fixed
 // part the stash's); negative where not measured.
 double split_bytes_at(const Profile& profile, int layer, double scale);

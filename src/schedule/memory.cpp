@@ -92,7 +92,7 @@ double busy_bytes(const profile::Profile& p, const StageBytes& b, double scale) 
   double most = 0, after = 0;  // after: stash of the layers after l
   for (auto it = b.layers.rbegin(); it != b.layers.rend(); ++it) {
     const auto& l = p.layers[*it];
-    most = std::max(most, static_cast<double>(l.workspace_bytes) * scale + static_cast<double>(l.parameter_bytes) - after);
+    most = std::max(most, profile::workspace_bytes_at(p, *it, scale) + static_cast<double>(l.parameter_bytes) - after);
     after += profile::stash_bytes_at(p, *it, scale);
   }
   return most;
