@@ -101,7 +101,8 @@ int run_compare(CompareFlags& flags) {
   // The baselines are what users run, fit or not (the planner's rows are planned within the
   // cap): a dp row over it is marked, as `plan` says it does not fit.
   if (c.memory_cap > 0)
-    std::cout << "Rows marked \"over the cap\" need more memory per worker than --memory allows.\n";
+    std::cout << "Rows marked \"over the cap\" need more memory per worker than "
+              << (flags.memory.empty() ? "the --cluster file's memory_bytes_per_worker" : "--memory") << " allows.\n";
   return 0;
 }
 

@@ -50,6 +50,8 @@ referee::JointOptions joint_options(const Flags& flags, int64_t memory_cap) {
   joint.objective = flags.objective;
   if (flags.staleness_cost >= 0) joint.staleness_steps = {{0, 1.0}, {1, 1.0 + flags.staleness_cost}};
   joint.memory_cap = memory_cap;
+  if (flags.plan.memory.empty())  // a cluster file's cap
+    joint.memory_cap_named = str("memory_bytes_per_worker in '", flags.plan.cluster.file, "'");
   joint.own_buckets = flags.bucket_flag->count() == 0;
   return joint;
 }
@@ -81,12 +83,8 @@ int run_plan(Flags& flags) {
   if (flags.plan.joint && pipedream)
     throw UsageError("--schedule, --microbatches and --objective use the joint search, which needs --cost-model "
                      "pipetrain");
-  if (!flags.plan.joint && out.memory_cap > 0 && !pipedream) {  // a cluster file's cap: search jointly too
-    flags.plan.joint = true;
-    out = plan::run_plan_command(flags.plan);
-  }
   referee::PlanRequest request;
-  request.joint = flags.plan.joint;
+  request.joint = out.joint;  // a cluster file's cap too
   if (request.joint) request.joint_options = joint_options(flags, out.memory_cap);
   if (!request.joint && pipedream && (flags.top > 0 || flags.explain))
     throw UsageError("--top and --explain use the pipetrain cost model's exact evaluation and the simulator; "

@@ -10,9 +10,11 @@ namespace pt::plan {
 namespace {
 
 // Contiguous split of the layers (topological order) into `stages` single-replica stages that
-// minimises the largest stage_ms(j, i) of a stage of layers [j, i).
+// minimises the largest stage_ms(j, i) of a stage of layers [j, i), among those whose every stage
+// `fits` where given.
 template <class StageMs>
-Plan balanced_split(const profile::Profile& profile, int stages, const std::vector<double>& prefix, StageMs stage_ms) {
+Plan balanced_split(const profile::Profile& profile, int stages, const std::vector<double>& prefix, StageMs stage_ms,
+                    const StageFits& fits = nullptr) {
   int n = profile.num_layers();
   if (stages < 1 || stages > n)
     throw UsageError(str("--stages: ", stages, " stages is not possible for '", profile.model,
@@ -25,6 +27,7 @@ Plan balanced_split(const profile::Profile& profile, int stages, const std::vect
   for (int k = 1; k <= stages; ++k)
     for (int i = k; i <= n; ++i)
       for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == inf || (fits && !fits(k - 1, j, i))) continue;
         double t = std::max(best[k - 1][j], stage_ms(j, i));
         // Ties go to the later cut so that equal-cost layers spread evenly.
         if (t <= best[k][i]) {
@@ -32,6 +35,7 @@ Plan balanced_split(const profile::Profile& profile, int stages, const std::vect
           cut[k][i] = j;
         }
       }
+  if (best[stages][n] == inf) throw ConfigError(str("no split of ", n, " layers into ", stages, " stages fits every stage"));
   Plan p;
   p.model = profile.model;
   for (const auto& t : profile.ties) p.ties.push_back(t.layers);
@@ -93,6 +97,11 @@ Plan link_aware_split(const profile::Profile& profile, int stages, double ms_per
   return balanced_split(profile, stages, stage_ms.prefix, stage_ms);
 }
 
+Plan balanced_split_fitting(const profile::Profile& profile, int stages, double ms_per_byte, const StageFits& fits) {
+  LinkedStageMs stage_ms(profile, ms_per_byte);
+  return balanced_split(profile, stages, stage_ms.prefix, stage_ms, fits);
+}
+
 double largest_linked_stage_ms(const profile::Profile& profile, const Plan& split, double ms_per_byte) {
   LinkedStageMs stage_ms(profile, ms_per_byte);
   double most = 0;
@@ -101,7 +110,7 @@ double largest_linked_stage_ms(const profile::Profile& profile, const Plan& spli
   return most;
 }
 
-Plan fewest_bytes_split(const profile::Profile& profile, int stages, const std::function<bool(int, int)>& fits) {
+Plan fewest_bytes_split(const profile::Profile& profile, int stages, const StageFits& fits) {
   Plan p = even_split(profile, stages);  // checks the counts; its layers are replaced below
   const int n = profile.num_layers();
   std::vector<double> prefix = compute_prefix(profile);
@@ -116,7 +125,7 @@ Plan fewest_bytes_split(const profile::Profile& profile, int stages, const std::
   for (int k = 1; k <= stages; ++k)
     for (int i = k; i <= n; ++i)
       for (int j = k - 1; j < i; ++j) {
-        if (best[k - 1][j].first == inf || (fits && !fits(j, i))) continue;
+        if (best[k - 1][j].first == inf || (fits && !fits(k - 1, j, i))) continue;
         Cost t{best[k - 1][j].first + (j > 0 ? crossing[j - 1] : 0),
                std::max(best[k - 1][j].second, prefix[i] - prefix[j])};
         if (t < best[k][i]) best[k][i] = t, cut[k][i] = j;

@@ -44,7 +44,8 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   out.profile = profile::read_any_profile(f.profile);
   profile::require_timed(out.profile, f.profile);
   out.memory_cap = memory_limit(out.cluster, options);
-  if (f.joint) out.options.memory_bytes = options.memory_bytes = std::numeric_limits<int64_t>::max();
+  out.joint = f.joint || (out.memory_cap > 0 && options.cost_model == CostModel::kRealised);
+  if (out.joint) out.options.memory_bytes = options.memory_bytes = std::numeric_limits<int64_t>::max();
   out.candidates = plan_candidates(out.profile, out.cluster, options);
   PT_CHECK(!out.candidates.empty(), "the planner returned no candidate");
   out.plan = out.candidates.front();

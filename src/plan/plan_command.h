@@ -28,7 +28,7 @@ struct PlanFlags {
   double time_limit_s = PlanOptions{}.time_limit_s;  // --time-limit
   std::function<void(const std::string&)> progress;  // PlanOptions::progress
   // The joint search (src/referee/joint_search.h) keeps plans under the memory cap with the memory model:
-  // the candidates here are searched without it.
+  // the candidates here are searched without it (as under a cluster file's cap, PlanOutcome::joint).
   bool joint = false;
 };
 
@@ -39,6 +39,10 @@ struct PlanOutcome {
   Plan plan;                     // the best predicted (candidates[0])
   std::vector<Plan> candidates;  // plan_candidates: pipetrain model, best predicted first
   int64_t memory_cap = 0;        // per worker: --memory, or the cluster's (0: none)
+  // PlanFlags::joint, or a cluster file's cap under the pipetrain model: the pipetrain model plans
+  // under a cap jointly (searched here without it, a 200 MiB cap was refused as too small for any
+  // plan before the joint search could look).
+  bool joint = false;
   std::string table;  // the readable form
   std::string json;   // the plan format of docs/design.md
 };

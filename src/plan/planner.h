@@ -105,6 +105,14 @@ Plan even_split(const profile::Profile& profile, int stages);
 // convolution from its ReLU, 25 MB a microbatch of 2 samples, and the joint search's best 1F1B
 // plan under 2 GB ran 4x slower than one worker.
 Plan link_aware_split(const profile::Profile& profile, int stages, double ms_per_byte);
+// Whether a stage, the `stage`th of a split (from 0), of layers [first, end) fits what it must
+// (a memory cap: a stage's memory depends on its place, as 1F1B's first stage holds the most
+// microbatches in flight).
+using StageFits = std::function<bool(int stage, int first, int end)>;
+// The link-aware split (ms_per_byte 0: the even split) among the splits whose every stage
+// `fits`: VGG-16 under 100 MB on 4 workers had no 1F1B plan from the balanced splits (their
+// smallest 114 MiB), where model parallelism's fit at 95. Throws ConfigError where none fits.
+Plan balanced_split_fitting(const profile::Profile& profile, int stages, double ms_per_byte, const StageFits& fits);
 // What link_aware_split minimises, of a contiguous split: its largest stage counting the links.
 double largest_linked_stage_ms(const profile::Profile& profile, const Plan& split, double ms_per_byte);
 // A contiguous split into `stages` whose cuts carry the fewest bytes (the most even such split):
@@ -115,8 +123,7 @@ double largest_linked_stage_ms(const profile::Profile& profile, const Plan& spli
 // splits whose every stage `fits` (layers [first, end)): AlexNet on 4 workers under 1.1 GB ran
 // mp on 3, 508.8 ms a minibatch, where 4 stages that fit cross fewer bytes. Throws ConfigError
 // where no split fits.
-Plan fewest_bytes_split(const profile::Profile& profile, int stages,
-                        const std::function<bool(int first, int end)>& fits = nullptr);
+Plan fewest_bytes_split(const profile::Profile& profile, int stages, const StageFits& fits = nullptr);
 // A split for the V schedules (zb-v, v-half, v-min, dualpipev), beside the even one: 2 x
 // `workers` contiguous chunks, worker w holding chunk w and chunk 2 workers - 1 - w. From cuts at
 // equal shares of the time, chunk boundaries move a layer at a time while that lowers the busiest

@@ -20,13 +20,16 @@ double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, doubl
   return end;
 }
 
+std::string memory_limit_named(const PlanOptions& options) {
+  return options.memory_bytes > 0 ? "--memory" : "the cluster's memory_bytes_per_worker";
+}
+
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
   int64_t cap = options.memory_bytes > 0 ? options.memory_bytes : cluster.memory_bytes_per_worker;
   if (cap <= 0 || cap == std::numeric_limits<int64_t>::max()) return cap;
   // A cap the process alone fills: said so (it searched under "1 B per worker").
   if (cap <= cluster.process_bytes)
-    throw ConfigError(str(options.memory_bytes > 0 ? "--memory " : "the cluster's memory_bytes_per_worker ",
-                          human_bytes(static_cast<double>(cap)), " is no more than the ",
+    throw ConfigError(str(memory_limit_named(options), " ", human_bytes(static_cast<double>(cap)), " is no more than the ",
                           human_bytes(static_cast<double>(cluster.process_bytes)),
                           " a worker process holds besides its tensors (the cluster's process_bytes, as calibrate "
                           "measured it): no plan fits"));

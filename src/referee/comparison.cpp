@@ -51,6 +51,7 @@ Comparison compare_schedules(const profile::Profile& prof, const plan::Cluster& 
   JointOptions joint;
   joint.own_buckets = true;  // each row at the bucket it runs fastest with, as `plan` chooses
   joint.memory_cap = out.memory_cap = plan::memory_limit(cluster, plan_options);
+  if (options.memory_bytes <= 0) joint.memory_cap_named = "memory_bytes_per_worker in the --cluster file";
   plan_options.memory_bytes = std::numeric_limits<int64_t>::max();  // the candidates; the cap is the memory model's
   if (options.microbatches_given) joint.microbatches = options.schedule.microbatches;
   joint.chunks = options.chunks;

@@ -6,17 +6,19 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/split_ties.h"
 #include "referee/joint_trials.h"
 #include "referee/referee.h"
+#include "referee/splits_under_cap.h"
 #include "referee/steady_replay.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
@@ -32,17 +34,6 @@ std::vector<bool> stages_over(const schedule::Schedule& s, const std::vector<sch
   for (int st = 0; st < s.num_stages; ++st)
     for (int w : s.stage_workers[st]) over[st] = over[st] || m[w].total() > cap;
   return over;
-}
-
-std::string recompute_text(const plan::Plan& p) {
-  int n = 0;
-  for (const auto& st : p.stages) n += st.recompute;
-  if (n == 0) return "none";
-  if (n == p.num_stages()) return "all";
-  std::string s;
-  for (int i = 0; i < p.num_stages(); ++i)
-    if (p.stages[i].recompute) s += (s.empty() ? "" : ",") + std::to_string(i);
-  return "stages " + s;
 }
 
 // Each stage's compute and communication per minibatch of the step, one replica's share, from its
@@ -130,6 +121,28 @@ void take_replay(Configuration& c, SteadyReplay rp, const plan::Cluster& cluster
   c.plan.pipeline_ms_per_minibatch = c.plan.simulated_ms_per_minibatch = c.simulated.ms_per_minibatch;
 }
 
+// A trial's configuration on schedule `s` (options `o`, `prof` the profile at its batch), replayed.
+Configuration configured(const detail::Trial& t, const schedule::Schedule& s, const schedule::ScheduleOptions& o,
+                         const profile::Profile& prof, const profile::Profile& profile, const plan::Cluster& cluster,
+                         const plan::PlanOptions& plan_options, const JointOptions& joint) {
+  Configuration c;
+  c.plan = t.plan;
+  c.plan.batch_size = t.batch;
+  c.run = o;
+  c.workers = s.num_workers();
+  c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
+  take_replay(c, replay_config(s, t.plan, o, prof, cluster, plan_options.bucket_bytes, joint), cluster, joint);
+  plan::Plan& p = c.plan;
+  p.schedule = t.kind;
+  p.microbatches = t.kind == "pipedream" ? 0 : t.microbatches;
+  p.chunks = schedule::is_interleaved(t.kind) ? t.chunks : 0;
+  p.batch_size = t.batch;
+  p.model = profile.model;
+  if (p.cost_model.empty() || p.cost_model == "even") p.cost_model = "pipetrain";
+  p.simulated_schedule = t.kind;
+  return c;
+}
+
 // JointOptions::own_buckets for one configuration: replayed as its trial was with each of
 // choose_bucket's sizes, the fastest kept (the options' at a tie); bucket_mb records it.
 void own_bucket(Configuration& c, const profile::Profile& profile, const plan::Cluster& cluster,
@@ -206,22 +219,29 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   // validated. Validating each was a fifth of the search.
   std::array<double, 2> best_objective = {std::numeric_limits<double>::infinity(),
                                            std::numeric_limits<double>::infinity()};
-  for (detail::Trial& t : detail::trials(profile, cluster, plan_options, joint)) {
+  // Trials over the cap at every recomputation that a split of their stages under it may save
+  // (splits_under_cap.h), each with its objective as it stands.
+  std::vector<std::pair<double, detail::Trial>> over;
+  std::set<std::string> weighed;
+  // `deferring`: one over the cap joins `over` (a split of it under the cap is not searched again).
+  auto weigh = [&](detail::Trial t, bool deferring) {
+    if (!weighed.insert(detail::trial_key(t)).second) return;
     // --straight holds here too: one worker a stage, no copies (VGG-16 on 4 workers with
     // --straight --memory 4GB chose 2-2, with --schedule auto data parallelism).
     if (plan_options.straight && std::any_of(t.plan.stages.begin(), t.plan.stages.end(),
                                    [](const plan::Stage& st) { return st.replicas > 1; })) {
       ++r.not_straight;
-      continue;
+      return;
     }
     // A tie split over stages needs the stages to step together: an asynchronous schedule
     // would train its copies apart (runtime/tied_gradients.h), and train refuses it.
     if (!schedule::schedule_flushes(t.kind) && !plan::split_ties(t.plan, profile).empty()) {
       ++r.async_split_tie;
-      continue;
+      return;
     }
+    const detail::Trial as_given = t;
     profile::Profile prof = profile::with_batch_size(profile, t.batch);
-    schedule::ScheduleOptions schedule_options;
+    schedule::ScheduleOptions schedule_options, given_options;
     schedule_options.microbatches = t.microbatches;
     schedule_options.chunks = t.chunks;
     schedule_options.minibatches = t.minibatches;
@@ -231,40 +251,30 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         // Weighed for the plan as it stands, recomputation included, as train weighs it.
         schedule_options = sim::weigh_schedule(t.kind, t.plan, schedule_options, prof, cluster);
         schedule::Schedule s = schedule::make_unvalidated_schedule(t.kind, t.plan, schedule_options);
-        if (mode == 0) ++r.considered;
+        if (mode == 0) ++r.considered, given_options = schedule_options;
         auto memory = schedule::memory_over_long_run(t.kind, t.plan, schedule_options, prof, joint.memory, &s);
         int64_t peak = schedule::peak_memory(memory);
         r.smallest_peak = std::min(r.smallest_peak, peak);
         if (joint.memory_cap > 0 && peak > joint.memory_cap) {
           if (mode == 2) {
             ++r.over_cap;
+            if (deferring && detail::splits_under_cap(as_given)) {
+              s = schedule::make_unvalidated_schedule(t.kind, as_given.plan, given_options);
+              over.emplace_back(configured(as_given, s, given_options, prof, profile, cluster, plan_options, joint)
+                                    .objective_ms_per_sample, as_given);
+            }
             break;
           }
-          std::vector<bool> over = stages_over(s, memory, joint.memory_cap);
+          std::vector<bool> held_over = stages_over(s, memory, joint.memory_cap);
           for (int st = 0; st < t.plan.num_stages(); ++st)
-            t.plan.stages[st].recompute = mode == 1 || over[st] || t.plan.stages[st].recompute;
+            t.plan.stages[st].recompute = mode == 1 || held_over[st] || t.plan.stages[st].recompute;
           continue;
         }
-        Configuration c;
-        c.plan = t.plan;
-        c.plan.batch_size = t.batch;
-        c.run = schedule_options;
-        c.workers = s.num_workers();
-        c.staleness = s.flush ? 0 : *std::max_element(s.weight_versions.begin(), s.weight_versions.end()) - 1;
-        take_replay(c, replay_config(s, t.plan, schedule_options, prof, cluster, plan_options.bucket_bytes, joint), cluster,
-                    joint);
+        Configuration c = configured(t, s, schedule_options, prof, profile, cluster, plan_options, joint);
         c.memory = memory;
         c.peak_memory = peak;
-        plan::Plan& p = c.plan;
-        p.schedule = t.kind;
-        p.microbatches = t.kind == "pipedream" ? 0 : t.microbatches;
-        p.chunks = schedule::is_interleaved(t.kind) ? t.chunks : 0;
-        p.batch_size = t.batch;
-        p.model = profile.model;
-        if (p.cost_model.empty() || p.cost_model == "even") p.cost_model = "pipetrain";
-        p.simulated_schedule = t.kind;
         // Ranked by few BatchNorm samples first (ranks_first), each side has its own best.
-        double& best = best_objective[few_batch_norm_samples(p, profile, joint)];
+        double& best = best_objective[few_batch_norm_samples(c.plan, profile, joint)];
         if (c.objective_ms_per_sample <= best * (1 + 1e-9)) {
           schedule::validate(s);
           best = std::min(best, c.objective_ms_per_sample);
@@ -277,6 +287,26 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         ++r.invalid;  // a generator's schedule the validator rejects: left out, and counted
         break;
       }
+    }
+  };
+  for (detail::Trial& t : detail::trials(profile, cluster, plan_options, joint)) weigh(std::move(t), true);
+  // Those over the cap, fastest first, each split so that its workers fit where it could still
+  // rank first: such a split is no better balanced than the one it replaces (searching every
+  // one took DenseNet-121 on 16 workers minutes).
+  std::stable_sort(over.begin(), over.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // By the trial's kind, settings and stages (where its workers are holds no more or less).
+  std::map<std::string, detail::SplitsUnderCap> searches;
+  for (auto& [objective, t] : over) {
+    plan::Plan given = t.plan;
+    given.microbatches = t.kind == "pipedream" ? 0 : t.microbatches, given.batch_size = t.batch;
+    if (objective > best_objective[few_batch_norm_samples(given, profile, joint)] * (1 + 1e-9)) continue;
+    std::string key = str(t.kind, " m", t.microbatches, " B", t.batch, " n", t.minibatches);
+    for (const auto& st : t.plan.stages) key += str(" | f", st.in_flight, " x", st.replicas);
+    auto search = searches.try_emplace(key, profile, t, cluster, joint).first;
+    const int w = t.plan.workers;
+    if (auto fitting = search->second.split(t.plan, w > 1 ? cluster.transfer_ms(cluster.range_level(0, w - 1), 1.0) : 0)) {
+      t.plan = std::move(*fitting);
+      weigh(std::move(t), false);
     }
   }
   // Nothing is added to a configuration's time; at an equal objective, fewer workers first (the
@@ -351,76 +381,6 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
                     "; bubble ", fixed(100 * c.simulated.bubble_fraction, 0), "%");
   }
   return r;
-}
-
-const Configuration& chosen(const JointResult& r, const JointOptions& joint, const profile::Profile& profile,
-                           const plan::Cluster& cluster) {
-  if (r.considered == 0) {
-    std::string kinds;
-    for (const auto& k : joint.schedules) kinds += (kinds.empty() ? "" : ", ") + k;
-    throw ConfigError(str("no configuration of ", kinds.empty() ? "any schedule" : kinds, " runs ",
-                          counted(profile.num_layers(), "layer"), " on ", counted(cluster.workers(), "worker"),
-                          joint.microbatches > 0 ? str(" with ", joint.microbatches, " microbatches") : "",
-                          r.not_straight > 0 ? str(" with one worker a stage (--straight left out ", r.not_straight,
-                                                   " that replicate a stage)")
-                                             : "",
-                          r.async_split_tie > 0 ? str(" (", r.async_split_tie, " would split layers sharing a parameter ",
-                                                      "under an asynchronous schedule, which cannot keep it one)")
-                                                : "",
-                          // It read as if the model were at fault (simulate runs a one-stage 1f1b).
-                          cluster.workers() < 2 ? ": a pipeline is planned on 2 workers or more (on one, train "
-                                                  "without --plan)"
-                                                : ""));
-  }
-  if (r.ranked.empty())
-    throw ConfigError(str("no configuration fits ", human_bytes(static_cast<double>(joint.memory_cap)),
-                          " per worker",
-                          // The user gave the whole cap: name it and what calibrate took off it.
-                          cluster.process_bytes > 0
-                              ? str(" (the tensors' share of the ",
-                                    human_bytes(static_cast<double>(joint.memory_cap + cluster.process_bytes)),
-                                    " cap, less the process's ", human_bytes(static_cast<double>(cluster.process_bytes)),
-                                    " as calibrate measured it)")
-                              : std::string(),
-                          ": the smallest of ", r.considered, " needs ",
-                          human_bytes(static_cast<double>(r.smallest_peak)),
-                          " (recomputing where that helps): a larger --memory, or more workers"));
-  return r.ranked.front();
-}
-
-std::string format_configurations(const JointResult& r, int k) {
-  std::ostringstream os;
-  os << "configurations (" << r.considered << " built, " << r.over_cap << " over the memory cap";
-  if (r.invalid > 0) os << ", " << r.invalid << " rejected by the schedule validator";
-  os << "):\n";
-  char line[512];
-  std::snprintf(line, sizeof line, "%-3s %-12s %-22s %6s %-10s %10s %12s %11s  %s\n", "#", "schedule",
-                "plan @ first layers", "micro", "recompute", "ms/sample", "samples/s", "peak mem", "why not");
-  os << line;
-  bool marked = false;
-  for (int i = 0; i < std::min<int>(k, static_cast<int>(r.ranked.size())); ++i) {
-    const Configuration& c = r.ranked[i];
-    // Placements and a deferred step told apart: two rows read "1f1b 2-2" at 0.96 and 1.22 ms a
-    // sample, one stage-major and one pipeline-major.
-    bool pipeline_major = false;
-    for (const auto& st : c.plan.stages)
-      pipeline_major = pipeline_major || (st.workers.size() > 1 && st.workers[1] != st.workers[0] + 1);
-    std::string shape = c.plan.shape() + (c.plan.chunks > 1 ? str(" x", c.plan.chunks) : "") +
-                        (pipeline_major ? " pm" : "") + (c.plan.deferred_step ? " ds" : "");
-    // Where each later stage starts: one shape splits the layers several ways (GNMT-16's
-    // 4-4-4-4 at 0.3513 and 0.3959 ms a sample read alike).
-    for (int s = 1; s < c.plan.num_stages(); ++s) shape += str(s == 1 ? " @" : ",", c.plan.stages[s].layers.front());
-    if (shape.size() > 22) shape = shape.substr(0, 19) + "...";
-    marked = marked || pipeline_major || c.plan.deferred_step;
-    std::snprintf(line, sizeof line, "%-3d %-12s %-22s %6d %-10s %10.4f %12.1f %11s  %s\n", i + 1,
-                  c.plan.schedule.c_str(),
-                  shape.c_str(), c.plan.microbatches, recompute_text(c.plan).c_str(), c.ms_per_sample,
-                  1000.0 / c.ms_per_sample, human_bytes(static_cast<double>(c.peak_memory)).c_str(),
-                  i == 0 ? "chosen" : c.why_not.c_str());
-    os << line;
-  }
-  if (marked) os << "pm: each copy's stages side by side (pipeline-major placement); ds: a deferred step\n";
-  return os.str();
 }
 
 }  // namespace pt::referee

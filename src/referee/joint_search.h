@@ -62,6 +62,7 @@ struct JointOptions {
   // measured the same way.
   StalenessSteps staleness_steps = kMeasuredStalenessSteps;
   int64_t memory_cap = 0;              // per worker (0: none)
+  std::string memory_cap_named = "--memory";  // where the cap came from, as a refusal names it
   schedule::MemoryOptions memory;      // as between processes (gloo) or devices
   // Each schedule's best configuration and data parallelism's on every worker (the baseline)
   // get the all-reduce bucket they run fastest with (referee.h, choose_bucket's sizes), and all

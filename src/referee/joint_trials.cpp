@@ -4,8 +4,6 @@
 #include "referee/joint_trials.h"
 
 #include <algorithm>
-#include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,8 +11,6 @@
 #include "core/error.h"
 #include "plan/split_ties.h"
 #include "referee/referee.h"
-#include "schedule/memory.h"
-#include "sim/weigh_schedule.h"
 
 namespace pt::referee::detail {
 namespace {
@@ -35,72 +31,6 @@ std::vector<plan::Plan> splits(const profile::Profile& p, int d, const plan::Clu
     out.push_back(std::move(linked));
   return out;
 }
-
-// Model parallelism's splits under the memory cap, with m microbatches a minibatch: where the
-// fewest-bytes split (planner.h) does not fit, the fewest bytes among the splits whose every
-// worker does. A worker's memory in mp is its stage's layers' and the bytes over its two cuts'
-// (what it receives and sends), so a stage is weighed by the memory model between its own cuts,
-// the layers either side a stage each. Weighing every range was minutes on DenseNet-121's 429
-// layers, so each first layer's longest stage that fits is searched by halving, as if a longer
-// stage never held less: where one does, a split is missed, never let through over the cap (the
-// joint search weighs each whole plan again).
-class MpSplitsUnderCap {
- public:
-  MpSplitsUnderCap(const profile::Profile& p, int m, const plan::Cluster& cluster, const JointOptions& joint)
-      : p_(p), m_(m), cluster_(cluster), joint_(joint), n_(p.num_layers()), parameters_(n_ + 1, 0) {
-    for (int l = 0; l < n_; ++l) parameters_[l + 1] = parameters_[l] + p.layers[l].parameter_bytes;
-  }
-
-  // The split to try besides `fewest` (the fewest-bytes split) where that one is over the cap.
-  std::optional<plan::Plan> split(const plan::Plan& fewest) {
-    if (schedule::peak_memory(memory(fewest)) <= joint_.memory_cap) return std::nullopt;
-    if (longest_.empty()) {
-      longest_.assign(n_, 0);
-      for (int first = 0; first < n_; ++first) {
-        int lo = first, hi = n_;  // fits(first, lo) holds (lo == first: none yet); hi is the last to try
-        while (lo < hi) {
-          int mid = (lo + hi + 1) / 2;
-          if (fits(first, mid)) lo = mid; else hi = mid - 1;
-        }
-        longest_[first] = lo;
-      }
-    }
-    try {
-      return plan::fewest_bytes_split(p_, fewest.num_stages(), [&](int first, int end) { return end <= longest_[first]; });
-    } catch (const ConfigError&) {
-      return std::nullopt;  // no split into that many stages fits
-    }
-  }
-
- private:
-  std::vector<schedule::WorkerMemory> memory(const plan::Plan& plan) const {
-    schedule::ScheduleOptions options;
-    options.microbatches = m_;
-    options = sim::weigh_schedule("mp", plan, options, p_, cluster_);
-    return schedule::memory_over_long_run("mp", plan, options, p_, joint_.memory);
-  }
-  bool fits(int first, int end) const {
-    if (2 * (parameters_[end] - parameters_[first]) > joint_.memory_cap) return false;  // weights and gradients
-    std::vector<std::pair<int, int>> ranges;
-    if (first > 0) ranges.emplace_back(0, first);
-    ranges.emplace_back(first, end);
-    if (end < n_) ranges.emplace_back(end, n_);
-    plan::Plan probe = plan::even_split(p_, static_cast<int>(ranges.size()));
-    for (size_t k = 0; k < ranges.size(); ++k) {
-      probe.stages[k].layers.clear();
-      for (int l = ranges[k].first; l < ranges[k].second; ++l) probe.stages[k].layers.push_back(l);
-    }
-    return memory(probe)[first > 0 ? 1 : 0].total() <= joint_.memory_cap;
-  }
-
-  const profile::Profile& p_;
-  int m_;
-  const plan::Cluster& cluster_;
-  const JointOptions& joint_;
-  int n_;
-  std::vector<int64_t> parameters_;  // prefix sums
-  std::vector<int> longest_;         // [first layer] -> the end of its longest stage that fits
-};
 
 // d stages of `split`, r replicas each: stage-major placement puts a stage's replicas side by
 // side, pipeline-major a copy's stages.
@@ -175,10 +105,6 @@ Refereed choose_pipedream(const std::vector<plan::Plan>& candidates, const profi
   return r;
 }
 
-namespace {
-
-// What makes two trials run alike: the kind, its settings, and each stage's layers, workers,
-// minibatches in flight and recomputation.
 std::string trial_key(const Trial& t) {
   std::string key = str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, " n", t.minibatches,
                         t.plan.deferred_step ? " ds" : "");
@@ -190,6 +116,8 @@ std::string trial_key(const Trial& t) {
   }
   return key;
 }
+
+namespace {
 
 // Each trial once: the referee's pipedream candidates include the uniform plans tried beside
 // them (GNMT-16 on 4x4 listed 4-4-4-4 twice in `plan --top`, rows alike but for their rank).
@@ -225,7 +153,6 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     return ms;
   };
   std::vector<Trial> out;
-  std::map<int, MpSplitsUnderCap> mp_under_cap;  // by microbatches a minibatch
   // The uniform plans on every worker, and (fewer_workers) on each smaller cluster's.
   auto visit = [&](const plan::Plan& u, const plan::Cluster&) {
     int d = u.num_stages(), r = u.stages.front().replicas;
@@ -249,10 +176,6 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
       if (wanted("mp")) {
         for (int m : joint.microbatches > 0 ? per_copy(1) : std::vector<int>{1}) {
           std::vector<plan::Plan> mp_splits = {u, plan::fewest_bytes_split(p, d)};
-          if (joint.memory_cap > 0) {
-            auto under_cap = mp_under_cap.try_emplace(m, p, m, cluster, joint).first;
-            if (auto fitting = under_cap->second.split(mp_splits[1])) mp_splits.push_back(std::move(*fitting));
-          }
           // Each split on u's workers, once: the even and the link-aware u share the others.
           for (plan::Plan& split : mp_splits) {
             split.workers = u.workers;

@@ -24,6 +24,10 @@ struct Trial {
   int minibatches = 0;  // asynchronous kinds: minibatches simulated (0: default_minibatches)
 };
 
+// What makes two trials run alike: the kind, its settings, and each stage's layers, workers,
+// minibatches in flight and recomputation.
+std::string trial_key(const Trial& t);
+
 // Each uniform plan: d stages of `splits` (the even split, and the link-aware one where it differs)
 // of r replicas each, stage-major and (several levels) pipeline-major, on the w = d r workers of
 // `cluster` and (plan_options.fewer_workers) of each smaller cluster, which `visit` is given

@@ -133,7 +133,12 @@ PlanDecision decide_pipedream(const plan::PlanOutcome& out, const schedule::Memo
     if (peak > out.memory_cap)
       d.plan.notes.push_back(str("memory: PipeDream's optimizer keeps the ", human_bytes(static_cast<double>(out.memory_cap)),
                                  " cap by its own formula (a stage's minibatches in flight x its activations and "
-                                 "weights); the memory model, which train checks, puts this plan at ",
+                                 "weights",
+                                 // Its ceil((M - m) / m) copies are none for one stage over all M workers.
+                                 d.plan.num_stages() == 1 ? ", none for one stage on every worker: data parallelism "
+                                                            "passes any cap"
+                                                          : "",
+                                 "); the memory model, which train checks, puts this plan at ",
                                  human_bytes(static_cast<double>(peak)),
                                  " per worker (weights, gradients, optimizer state, stashed versions and activations), over "
                                  "the cap; --cost-model pipetrain plans under the cap by the memory model"));

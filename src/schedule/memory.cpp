@@ -127,162 +127,212 @@ double weight_busy_bytes(const profile::Profile& p, int stage, const StageBytes&
 
 }  // namespace
 
-std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p, const MemoryOptions& given) {
-  MemoryOptions options = given;
-  if (options.optimizer_copies < 0) options.optimizer_copies = p.optimizer == "adam" || p.optimizer == "adamw" ? 2 : 1;
-  std::vector<StageBytes> bytes = stage_bytes(s, p);
-  double scale = 1.0 / s.microbatches;  // a microbatch's share of the profile's minibatch
-  std::vector<double> busy(s.num_stages), split_busy(s.num_stages), weight_busy(s.num_stages);
+namespace {
+
+// What a schedule's stages hold, from its layers: each microbatch's share of the profile's
+// bytes, and what a forward, a backward and a W hold while they run.
+struct LayerBytes {
+  std::vector<StageBytes> bytes;
+  double scale = 1;  // a microbatch's share of the profile's minibatch
+  std::vector<double> busy, split_busy, weight_busy;
+};
+
+LayerBytes layer_bytes(const Schedule& s, const profile::Profile& p) {
+  LayerBytes lb;
+  lb.bytes = stage_bytes(s, p);
+  lb.scale = 1.0 / s.microbatches;
+  lb.busy.resize(s.num_stages), lb.split_busy.resize(s.num_stages), lb.weight_busy.resize(s.num_stages);
   for (int st = 0; st < s.num_stages; ++st) {
-    busy[st] = busy_bytes(p, bytes[st], scale);
-    split_busy[st] = bytes[st].split >= 0 ? split_busy_bytes(p, bytes[st], scale) : busy[st];
-    weight_busy[st] = weight_busy_bytes(p, st, bytes[st], busy[st]);
+    lb.busy[st] = busy_bytes(p, lb.bytes[st], lb.scale);
+    lb.split_busy[st] = lb.bytes[st].split >= 0 ? split_busy_bytes(p, lb.bytes[st], lb.scale) : lb.busy[st];
+    lb.weight_busy[st] = weight_busy_bytes(p, st, lb.bytes[st], lb.busy[st]);
   }
-  std::vector<WorkerMemory> out(s.num_workers());
-  for (int w = 0; w < s.num_workers(); ++w) {
-    const auto& list = s.actions[w];
-    WorkerMemory& m = out[w];
-    StashTracker versions;
-    bool predicting = predicts_copies(s, options);
-    if (predicting && s.weight_delay > 0) versions.share_predictions(s.microbatches);
-    else versions.delay_weights(s.weight_delay, s.microbatches);
-    if (predicting)
-      for (const auto& [key, steps] : s.steps_in_flight(w))
-        if (steps > 0) versions.predicted(key.first, key.second, steps);
-    // The stages this worker holds, in order, and per (stage, microbatch) the bytes held until
-    // its last backward and the received gradients: flat arrays (maps were a sixth of the joint
-    // search's time).
-    std::vector<int> local(s.num_stages, -1), stages;
-    int microbatches = 1;
-    for (const Action& a : list) {
-      if (local[a.stage] < 0) local[a.stage] = 0, stages.push_back(a.stage);
-      microbatches = std::max(microbatches, a.microbatch + 1);
-    }
-    std::sort(stages.begin(), stages.end());
-    for (size_t i = 0; i < stages.size(); ++i) local[stages[i]] = static_cast<int>(i);
-    std::vector<double> held(stages.size() * microbatches, 0.0), grads(held.size(), 0.0);
-    auto slot = [&](int stage, int mb) { return static_cast<size_t>(local[stage]) * microbatches + mb; };
-    double now = 0, peak = 0;
-    int in_flight = 0;
-    bool measuring = true;
-    auto at = [&](double v, int k) {
-      if (measuring && v > peak) peak = v, m.peak_in_flight = k;
-    };
-    // Receives posted ahead as the runtime posts them (Worker::run): a received tensor is held
-    // from its post.
-    size_t next_receive = 0;
-    int outstanding = 0;
-    // Gradient sends not yet waited for hold their input gradients (Worker::send): the last
-    // sends_ahead to each peer, and a run's last ones until the next run's first receive. (An
-    // activation's send is waited for at its backward: the output is in the stash until then.)
-    std::map<int, std::deque<double>> sending;
-    double earlier = 0;  // the previous run's
-    auto sent = [&](int peer, double bytes) {
-      if (options.sends_ahead <= 0) return;
-      auto& q = sending[peer];
-      q.push_back(bytes);
-      now += bytes;
-      if (static_cast<int>(q.size()) > options.sends_ahead) {
-        now -= q.front();
-        q.pop_front();
-      }
-    };
-    auto post_ahead = [&] {
-      for (; next_receive < list.size() && outstanding < options.receives_ahead; ++next_receive) {
-        const Action& r = list[next_receive];
-        if (r.kind != ActionKind::kRecvActivation && r.kind != ActionKind::kRecvGradient) continue;
-        ++outstanding;
-        bool activation = r.kind == ActionKind::kRecvActivation;
-        double b = (activation ? bytes[r.stage].input : bytes[r.stage].output) * scale;
-        (activation ? held : grads)[slot(r.stage, r.microbatch)] += b;
-        now += b;
-      }
-    };
-    auto release = [&](int stage, int mb) {
-      size_t i = slot(stage, mb);
-      now -= held[i] + grads[i];
-      held[i] = grads[i] = 0;
-      --in_flight;
-    };
-    // A synchronous list is one minibatch, run again and again: a first pass leaves the sends
-    // a run ends with, and the second is measured.
-    for (int pass = s.flush ? 0 : 1; pass < 2; ++pass) {
-      measuring = pass == 1;
-      next_receive = 0;
-      outstanding = 0;
-      if (pass == 1)
-        for (auto& [peer, q] : sending) {
-          for (double b : q) earlier += b;
-          q.clear();
-        }
-      for (const Action& a : list) {
-        post_ahead();
-        at(now, in_flight);
-        bool split = s.split_backward[a.stage];
-        if (measuring) versions.on(a, split);
-        const StageBytes& b = bytes[a.stage];
-        bool recompute = s.recomputes(a.stage);
-        switch (a.kind) {
-          case ActionKind::kRecvActivation:
-          case ActionKind::kRecvGradient:
-            if (outstanding > 0) --outstanding;  // reached: its place in the window frees
-            now -= earlier;                      // the previous run's sends are done
-            earlier = 0;
-            break;
-          case ActionKind::kSendGradient: sent(a.peer, b.input * scale); break;
-          case ActionKind::kForward: {
-            // Recomputing, it keeps only its input, and the output it sent until its backward
-            // (held by the send; within one process, by the receiver until about then). The last
-            // stage sends none: its output is the loss.
-            double kept = !recompute ? b.stash_at(scale) : a.stage == s.num_stages - 1 ? 0 : b.output * scale;
-            if (a.stage == 0) kept += b.input * scale;  // the data, held until its backward
-            held[slot(a.stage, a.microbatch)] += kept;
-            now += kept;
-            ++in_flight;
-            at(now + busy[a.stage], in_flight);
-            break;
-          }
-          case ActionKind::kBackward:
-            at(now + std::max(split ? split_busy[a.stage] : busy[a.stage], a.stage > 0 ? b.input * scale : 0) +
-                   (recompute ? b.stash_at(scale) : 0),
-               in_flight);
-            if (!split) {
-              release(a.stage, a.microbatch);
-            } else if (b.split >= 0) {
-              // B frees what only the input gradient needed and keeps what W needs.
-              double kept = b.split_at(scale) - (recompute ? 0 : b.stash_at(scale));
-              held[slot(a.stage, a.microbatch)] += kept;
-              now += kept;
-            } else if (recompute) {
-              // Its W needs what the recomputed forward saved: held until then. Counted freed at
-              // B, a zb-h1 last stage's recomputation saved 0.3 MiB in the model and nothing in
-              // a run, and `plan --memory` chose it to fit a cap the run then exceeded.
-              held[slot(a.stage, a.microbatch)] += b.stash_at(scale);
-              now += b.stash_at(scale);
-            }
-            break;
-          case ActionKind::kBackwardWeight:
-            // While it runs it holds its stash and its weight gradient's workspace, then frees them.
-            at(now + weight_busy[a.stage], in_flight);
-            release(a.stage, a.microbatch);
-            break;
-          default: break;
-        }
-      }
-    }
-    for (int st : stages) {
-      double params = bytes[st].params;
+  return lb;
+}
+
+MemoryOptions resolved(const MemoryOptions& given, const profile::Profile& p) {
+  MemoryOptions options = given;
+  if (options.optimizer_copies < 0) options.optimizer_copies = optimizer_copies(p);
+  return options;
+}
+
+}  // namespace
+
+std::vector<int> weight_versions_kept(const Schedule& s, int w, const profile::Profile& p, const MemoryOptions& given) {
+  const MemoryOptions options = resolved(given, p);
+  StashTracker versions;
+  bool predicting = predicts_copies(s, options);
+  if (predicting && s.weight_delay > 0) versions.share_predictions(s.microbatches);
+  else versions.delay_weights(s.weight_delay, s.microbatches);
+  if (predicting)
+    for (const auto& [key, steps] : s.steps_in_flight(w))
+      if (steps > 0) versions.predicted(key.first, key.second, steps);
+  for (const Action& a : s.actions[w]) versions.on(a, s.split_backward[a.stage]);
+  std::vector<int> kept(s.num_stages, 0);
+  for (const Action& a : s.actions[w])
+    if (kept[a.stage] == 0)
       // Vertical sync keeps its history and the newest: counted by the stashes alone, pipedream's
       // 3-stage mlp was modelled at 46.5 / 24.0 / 19.4 MiB of tensors and measured 95.1 / 52.3 / 51.2.
-      int kept = std::max(versions.weight_versions(st), s.vertical_sync_history(st) + (s.vertical_sync ? 1 : 0));
-      m.weights += static_cast<int64_t>(params * kept + bytes[st].buffers);
-      m.gradients += static_cast<int64_t>(params);
-      m.optimizer += options.optimizer_copies * static_cast<int64_t>(params);
-    }
-    m.activations = static_cast<int64_t>(peak);
-    m.process = options.process_bytes;
+      kept[a.stage] = std::max(versions.weight_versions(a.stage),
+                               s.vertical_sync_history(a.stage) + (s.vertical_sync ? 1 : 0));
+  return kept;
+}
+
+namespace {
+
+// Worker w's memory: `kept` its weight versions per stage (weight_versions_kept).
+WorkerMemory worker_memory(const Schedule& s, int w, const LayerBytes& lb, const std::vector<int>& kept,
+                           const MemoryOptions& options) {
+  const std::vector<StageBytes>& bytes = lb.bytes;
+  const double scale = lb.scale;
+  const std::vector<double>&busy = lb.busy, &split_busy = lb.split_busy, &weight_busy = lb.weight_busy;
+  WorkerMemory m;
+  const auto& list = s.actions[w];
+  // The stages this worker holds, in order, and per (stage, microbatch) the bytes held until
+  // its last backward and the received gradients: flat arrays (maps were a sixth of the joint
+  // search's time).
+  std::vector<int> local(s.num_stages, -1), stages;
+  int microbatches = 1;
+  for (const Action& a : list) {
+    if (local[a.stage] < 0) local[a.stage] = 0, stages.push_back(a.stage);
+    microbatches = std::max(microbatches, a.microbatch + 1);
   }
+  std::sort(stages.begin(), stages.end());
+  for (size_t i = 0; i < stages.size(); ++i) local[stages[i]] = static_cast<int>(i);
+  std::vector<double> held(stages.size() * microbatches, 0.0), grads(held.size(), 0.0);
+  auto slot = [&](int stage, int mb) { return static_cast<size_t>(local[stage]) * microbatches + mb; };
+  double now = 0, peak = 0;
+  int in_flight = 0;
+  bool measuring = true;
+  auto at = [&](double v, int k) {
+    if (measuring && v > peak) peak = v, m.peak_in_flight = k;
+  };
+  // Receives posted ahead as the runtime posts them (Worker::run): a received tensor is held
+  // from its post.
+  size_t next_receive = 0;
+  int outstanding = 0;
+  // Gradient sends not yet waited for hold their input gradients (Worker::send): the last
+  // sends_ahead to each peer, and a run's last ones until the next run's first receive. (An
+  // activation's send is waited for at its backward: the output is in the stash until then.)
+  std::map<int, std::deque<double>> sending;
+  double earlier = 0;  // the previous run's
+  auto sent = [&](int peer, double bytes) {
+    if (options.sends_ahead <= 0) return;
+    auto& q = sending[peer];
+    q.push_back(bytes);
+    now += bytes;
+    if (static_cast<int>(q.size()) > options.sends_ahead) {
+      now -= q.front();
+      q.pop_front();
+    }
+  };
+  auto post_ahead = [&] {
+    for (; next_receive < list.size() && outstanding < options.receives_ahead; ++next_receive) {
+      const Action& r = list[next_receive];
+      if (r.kind != ActionKind::kRecvActivation && r.kind != ActionKind::kRecvGradient) continue;
+      ++outstanding;
+      bool activation = r.kind == ActionKind::kRecvActivation;
+      double b = (activation ? bytes[r.stage].input : bytes[r.stage].output) * scale;
+      (activation ? held : grads)[slot(r.stage, r.microbatch)] += b;
+      now += b;
+    }
+  };
+  auto release = [&](int stage, int mb) {
+    size_t i = slot(stage, mb);
+    now -= held[i] + grads[i];
+    held[i] = grads[i] = 0;
+    --in_flight;
+  };
+  // A synchronous list is one minibatch, run again and again: a first pass leaves the sends
+  // a run ends with, and the second is measured.
+  for (int pass = s.flush ? 0 : 1; pass < 2; ++pass) {
+    measuring = pass == 1;
+    next_receive = 0;
+    outstanding = 0;
+    if (pass == 1)
+      for (auto& [peer, q] : sending) {
+        for (double b : q) earlier += b;
+        q.clear();
+      }
+    for (const Action& a : list) {
+      post_ahead();
+      at(now, in_flight);
+      bool split = s.split_backward[a.stage];
+      const StageBytes& b = bytes[a.stage];
+      bool recompute = s.recomputes(a.stage);
+      switch (a.kind) {
+        case ActionKind::kRecvActivation:
+        case ActionKind::kRecvGradient:
+          if (outstanding > 0) --outstanding;  // reached: its place in the window frees
+          now -= earlier;                      // the previous run's sends are done
+          earlier = 0;
+          break;
+        case ActionKind::kSendGradient: sent(a.peer, b.input * scale); break;
+        case ActionKind::kForward: {
+          // Recomputing, it keeps only its input, and the output it sent until its backward
+          // (held by the send; within one process, by the receiver until about then). The last
+          // stage sends none: its output is the loss.
+          double kept = !recompute ? b.stash_at(scale) : a.stage == s.num_stages - 1 ? 0 : b.output * scale;
+          if (a.stage == 0) kept += b.input * scale;  // the data, held until its backward
+          held[slot(a.stage, a.microbatch)] += kept;
+          now += kept;
+          ++in_flight;
+          at(now + busy[a.stage], in_flight);
+          break;
+        }
+        case ActionKind::kBackward:
+          at(now + std::max(split ? split_busy[a.stage] : busy[a.stage], a.stage > 0 ? b.input * scale : 0) +
+                 (recompute ? b.stash_at(scale) : 0),
+             in_flight);
+          if (!split) {
+            release(a.stage, a.microbatch);
+          } else if (b.split >= 0) {
+            // B frees what only the input gradient needed and keeps what W needs.
+            double kept = b.split_at(scale) - (recompute ? 0 : b.stash_at(scale));
+            held[slot(a.stage, a.microbatch)] += kept;
+            now += kept;
+          } else if (recompute) {
+            // Its W needs what the recomputed forward saved: held until then. Counted freed at
+            // B, a zb-h1 last stage's recomputation saved 0.3 MiB in the model and nothing in
+            // a run, and `plan --memory` chose it to fit a cap the run then exceeded.
+            held[slot(a.stage, a.microbatch)] += b.stash_at(scale);
+            now += b.stash_at(scale);
+          }
+          break;
+        case ActionKind::kBackwardWeight:
+          // While it runs it holds its stash and its weight gradient's workspace, then frees them.
+          at(now + weight_busy[a.stage], in_flight);
+          release(a.stage, a.microbatch);
+          break;
+        default: break;
+      }
+    }
+  }
+  for (int st : stages) {
+    double params = bytes[st].params;
+    m.weights += static_cast<int64_t>(params * kept[st] + bytes[st].buffers);
+    m.gradients += static_cast<int64_t>(params);
+    m.optimizer += options.optimizer_copies * static_cast<int64_t>(params);
+  }
+  m.activations = static_cast<int64_t>(peak);
+  m.process = options.process_bytes;
+  return m;
+}
+
+}  // namespace
+
+std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p, const MemoryOptions& given) {
+  const MemoryOptions options = resolved(given, p);
+  const LayerBytes lb = layer_bytes(s, p);
+  std::vector<WorkerMemory> out(s.num_workers());
+  for (int w = 0; w < s.num_workers(); ++w) out[w] = worker_memory(s, w, lb, weight_versions_kept(s, w, p, options), options);
   return out;
+}
+
+WorkerMemory memory_of_worker(const Schedule& s, int worker, const profile::Profile& p, const MemoryOptions& given,
+                              const std::vector<int>* kept) {
+  const MemoryOptions options = resolved(given, p);
+  return worker_memory(s, worker, layer_bytes(s, p), kept ? *kept : weight_versions_kept(s, worker, p, options), options);
 }
 
 int memory_minibatches(const Schedule& s, const MemoryOptions& options) {
@@ -316,6 +366,8 @@ std::vector<WorkerMemory> memory_over_long_run(const std::string& kind, const pl
   if (built) return memory_per_worker(*built, over, p, memory);
   return memory_per_worker(make_unvalidated_schedule(kind, plan, options), over, p, memory);
 }
+
+int optimizer_copies(const profile::Profile& p) { return p.optimizer == "adam" || p.optimizer == "adamw" ? 2 : 1; }
 
 int64_t peak_memory(const std::vector<WorkerMemory>& workers) {
   int64_t most = 0;

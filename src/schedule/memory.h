@@ -105,6 +105,13 @@ std::vector<int> stage_of_layers(const Schedule& s, const profile::Profile& p);
 
 std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const profile::Profile& p,
                                             const MemoryOptions& options = {});
+// One worker's alone (the joint search weighs a stage at a time: planner.h's StageFits), with
+// `kept` its weight_versions_kept where given: they depend on the lists alone, not the layers.
+WorkerMemory memory_of_worker(const Schedule& s, int worker, const profile::Profile& p, const MemoryOptions& options = {},
+                              const std::vector<int>* kept = nullptr);
+// [stage] -> the weight versions worker w keeps of it along its list (0: a stage it does not
+// hold): a stash per version in flight, vertical sync's history, 2BW's double buffer.
+std::vector<int> weight_versions_kept(const Schedule& s, int w, const profile::Profile& p, const MemoryOptions& options = {});
 // An asynchronous schedule's lists are one run of its minibatches, and near a list's end a
 // worker has fewer receives left than it would post ahead in a longer run: VGG-16 15-1 on 4x4
 // over its default 105 minibatches gives each first-stage replica 7, and the model holds one
@@ -124,6 +131,8 @@ std::vector<WorkerMemory> memory_per_worker(const Schedule& s, const std::functi
 std::vector<WorkerMemory> memory_over_long_run(const std::string& kind, const plan::Plan& plan,
                                                const ScheduleOptions& options, const profile::Profile& p,
                                                const MemoryOptions& memory = {}, const Schedule* built = nullptr);
+// MemoryOptions::optimizer_copies where it is < 0: the profile's optimizer's.
+int optimizer_copies(const profile::Profile& p);
 // The largest total over the workers.
 int64_t peak_memory(const std::vector<WorkerMemory>& workers);
 // "weights 1.2 GiB + gradients ... = total" for reports.

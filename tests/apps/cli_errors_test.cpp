@@ -96,6 +96,15 @@ TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
                   {"no configuration fits 200.0 MiB per worker (the tensors' share of the 300.0 MiB cap, less the "
                    "process's 100.0 MiB as calibrate measured it): the smallest of",
                    "a larger --memory, or more workers"});
+  // A cluster file's cap: its field named, not a flag the user did not give.
+  std::string capped = write("capped_cluster.json", R"({"format": "pipetrain.cluster/1", "memory_bytes_per_worker": 209715200,
+      "levels": [{"fan_out": 2, "bandwidth_gbps": 10}]})");
+  expect_rejected("plan --profile " + profile + " --cluster " + capped, 1,
+                  {"no configuration fits 200.0 MiB per worker", "a larger memory_bytes_per_worker in '" + capped +
+                   "', or more workers"});
+  auto compared = pipetrain("compare --profile " + profile + " --cluster " + capped);
+  EXPECT_NE(compared.output.find("a larger memory_bytes_per_worker in the --cluster file, or more workers"),
+            std::string::npos) << compared.output;
   // A pipeline schedule on one worker: the workers are at fault, not the model's layers.
   expect_rejected("plan --profile " + profile + " --workers 1 --bandwidth-gbps 1 --schedule 1f1b", 1,
                   {"no configuration of 1f1b runs 2 layers on 1 worker: a pipeline is planned on 2 workers or more"});

@@ -13,6 +13,7 @@
 #include "plan/plan_command.h"
 #include "plan/planner.h"
 #include "plan/realised_cost.h"
+#include "profile/pipedream_graph.h"
 
 namespace pt::plan {
 namespace {
@@ -128,7 +129,20 @@ TEST(PlanErrors, ImpossiblePlansSayWhy) {
   expect_error(f, "config", {"--straight", "4 workers", "3 layers"});
   f = good();
   f.memory = "1KB";
-  expect_error(f, "config", {"memory", "too small", "tiny"});
+  // Under the pipetrain model a cap is the joint search's, whose refusal names it (the candidates
+  // are searched without it: a cluster file's cap of 200 MiB was refused here as too small for any
+  // plan, before the joint search could look).
+  EXPECT_TRUE(run_plan_command(f).joint);
+  PlanOptions capped;
+  capped.memory_bytes = 1024;
+  Cluster two = Cluster::flat(2, 10);
+  try {
+    plan_candidates(profile::read_any_profile(f.profile), two, capped);
+    ADD_FAILURE() << "a 1 KiB cap planned";
+  } catch (const ConfigError& e) {
+    for (const char* w : {"memory of 1.0 KiB per worker (--memory) is too small", "tiny"})
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
   f.cost_model = "pipedream";
   // PipeDream's stash is ceil((M−m)/m') copies of the stage: none for the last stage, so its
   // data-parallel plan always fits (an inconsistency kept by the compat model, docs/planner.md).

@@ -211,12 +211,12 @@ TEST(JointPlan, ModelParallelismUnderACapCutsWhereTheFewestBytesThatFitCross) {
   const int n = prof.num_layers();
   // The split itself: the fewest bytes among the splits that `fits`, against every 3-stage cut.
   std::vector<double> crossing = profile::bytes_after_each_layer(prof);
-  auto short_stage = [](int first, int end) { return end - first <= 9; };
+  auto short_stage = [](int, int first, int end) { return end - first <= 9; };
   plan::Plan three = plan::fewest_bytes_split(prof, 3, short_stage);
   double fewest3 = 1e300;
   for (int a = 1; a < n; ++a)
     for (int b = a + 1; b < n; ++b)
-      if (short_stage(0, a) && short_stage(a, b) && short_stage(b, n)) fewest3 = std::min(fewest3, crossing[a - 1] + crossing[b - 1]);
+      if (short_stage(0, 0, a) && short_stage(1, a, b) && short_stage(2, b, n)) fewest3 = std::min(fewest3, crossing[a - 1] + crossing[b - 1]);
   for (const auto& st : three.stages) EXPECT_LE(st.layers.size(), 9u);
   EXPECT_EQ(crossing[three.stages[1].layers.front() - 1] + crossing[three.stages[2].layers.front() - 1], fewest3);
   EXPECT_THROW(plan::fewest_bytes_split(prof, 2, short_stage), ConfigError);  // 23 layers in 2 stages of 9
@@ -251,6 +251,81 @@ TEST(JointPlan, ModelParallelismUnderACapCutsWhereTheFewestBytesThatFitCross) {
   ASSERT_GT(fitting, 0);
   EXPECT_LE(best_ms, fastest_cut * (1 + 1e-9)) << best.plan.shape();
   EXPECT_LT(best_ms, 200.0);  // 508.8 at the balanced split
+}
+
+// A pipeline's split under a cap is the most balanced among those whose every stage fits at its
+// place (a stage's memory depends on it: 1F1B's first holds the most microbatches in flight):
+// against every 3-stage cut of AlexNet, with each place allowing other lengths.
+TEST(JointPlan, ABalancedSplitUnderACapIsTheMostBalancedThatFits) {
+  profile::Profile prof = profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json");
+  const int n = prof.num_layers();
+  std::vector<double> prefix(n + 1, 0);
+  for (int l = 0; l < n; ++l)
+    prefix[l + 1] = prefix[l] + profile::compute_forward_ms(prof, l) + profile::compute_backward_ms(prof, l);
+  for (int longest : {4, 8, 12}) {
+    auto fits = [&](int stage, int first, int end) { return end - first <= (stage == 0 ? longest : 9); };
+    double best = 1e300;
+    for (int a = 1; a < n; ++a)
+      for (int b = a + 1; b < n; ++b)
+        if (fits(0, 0, a) && fits(1, a, b) && fits(2, b, n))
+          best = std::min(best, std::max({prefix[a], prefix[b] - prefix[a], prefix[n] - prefix[b]}));
+    if (best == 1e300) {
+      EXPECT_THROW(plan::balanced_split_fitting(prof, 3, 0, fits), ConfigError) << longest;
+      continue;
+    }
+    plan::Plan split = plan::balanced_split_fitting(prof, 3, 0, fits);
+    double largest = 0;
+    for (int k = 0; k < 3; ++k) {
+      const auto& layers = split.stages[k].layers;
+      EXPECT_TRUE(fits(k, layers.front(), layers.back() + 1)) << longest << " stage " << k;
+      largest = std::max(largest, prefix[layers.back() + 1] - prefix[layers.front()]);
+    }
+    EXPECT_NEAR(largest, best, 1e-9) << longest;
+  }
+}
+
+// Under a cap, a pinned pipeline's search splits its stages where each fits: GNMT-8 on 2 workers
+// under 1.5 GB with 1F1B's 4 microbatches was refused ("the smallest of 1 needs" more), the
+// balanced split's first stage over the cap, where other cuts fit. Against every 2-stage cut,
+// simulated: the choice is as fast as the fastest that fits, or, none fitting, a refusal.
+TEST(JointPlan, APinnedPipelineUnderACapSplitsWhereItsStagesFit) {
+  const std::string dir = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/";
+  int fitted = 0;
+  for (const auto& [model, gib] : std::vector<std::pair<std::string, double>>{{"gnmt", 1.46}, {"vgg16", 3.0}}) {
+    profile::Profile prof = profile::read_any_profile(dir + model + ".json");
+    const int n = prof.num_layers();
+    plan::Cluster cluster = plan::Cluster::flat(2, 10);
+    JointOptions o;
+    o.schedules = {"1f1b"};
+    o.microbatches = 4;
+    o.memory_cap = static_cast<int64_t>(gib * (1 << 30));
+    schedule::ScheduleOptions so;
+    so.microbatches = 4;
+    auto peak = [&](const plan::Plan& cut) {
+      return schedule::peak_memory(schedule::memory_over_long_run("1f1b", cut, so, prof, o.memory));
+    };
+    EXPECT_GT(peak(plan::even_split(prof, 2)), o.memory_cap) << model;  // what the search tried alone
+    double fastest_cut = 1e300;
+    for (int a = 1; a < n; ++a) {
+      plan::Plan cut = plan::even_split(prof, 2);
+      cut.stages[0].layers.clear(), cut.stages[1].layers.clear();
+      for (int l = 0; l < n; ++l) cut.stages[l >= a].layers.push_back(l);
+      if (peak(cut) > o.memory_cap) continue;
+      fastest_cut = std::min(fastest_cut, metrics::compute_metrics(sim::simulate(schedule::make_schedule("1f1b", cut, so),
+                                                                                 prof, cluster)).ms_per_minibatch);
+    }
+    JointResult r = joint_search(prof, cluster, plan::PlanOptions{}, o);
+    if (fastest_cut == 1e300) {
+      EXPECT_THROW(chosen(r, o, prof, cluster), ConfigError) << model;
+      continue;
+    }
+    ++fitted;
+    const Configuration& best = chosen(r, o, prof, cluster);
+    EXPECT_LE(best.peak_memory, o.memory_cap) << model;
+    EXPECT_LE(best.ms_per_sample * static_cast<double>(best.plan.batch_size), fastest_cut * (1 + 1e-9))
+        << model << " " << best.plan.shape();
+  }
+  EXPECT_EQ(fitted, 1);  // GNMT's cuts fit; VGG-16's fully connected layers hold over 3 GiB on either side
 }
 
 // --straight (one worker a stage) holds in the joint search too: VGG-16 on 4 workers at 10
