@@ -1,5 +1,7 @@
 #include "job/job.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include "core/error.h"
@@ -143,6 +145,14 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
   job.resume_from = start.resume_from;
   job.resume_manifest = start.manifest;
   if (!job.resume_from.empty()) job.first_step = job.resume_manifest.step;
+  if (leads && !start.passed_over.empty()) {
+    std::sort(start.passed_over.begin(), start.passed_over.end());
+    std::string names;
+    for (const auto& name : start.passed_over) names += (names.empty() ? "" : ", ") + name;
+    std::cerr << "note: --resume: " << names << " in '" << options.checkpoint.dir << "' "
+              << (start.passed_over.size() == 1 ? "is" : "are") << " no checkpoint (no manifest.json that reads): "
+              << "resuming from the newest that is, " << std::filesystem::path(job.resume_from).filename().string() << "\n";
+  }
   if (!options.checkpoint.dir.empty()) job.data = data_identity(data);
   // A finished run resumed trains nothing: said, rather than "steps 0, final loss 0".
   if (!job.resume_from.empty() && job.first_step >= total)
@@ -174,6 +184,12 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
         typical.flush || seg.minibatches == static_cast<int>(typical.minibatches)
             ? job.typical
             : std::make_shared<const schedule::Schedule>(generate_schedule(plan, options, seg.minibatches));
+  }
+  if (leads && !options.checkpoint.dir.empty()) {
+    std::vector<int64_t> written;  // the steps this run checkpoints at
+    for (const auto& seg : job.segments)
+      if (seg.checkpoint) written.push_back(seg.first_minibatch + seg.minibatches);
+    runtime::check_checkpoint_steps(options.checkpoint.dir, written);
   }
   int64_t asked = total - job.first_step;
   if (job.steps == 0)  // what check_whole_rounds and the resume's checks above leave out

@@ -305,6 +305,17 @@ void check_checkpoint_fits(const CheckpointManifest& m, const std::string& check
                           shuffle ? "shuffles" : "does not (--no-shuffle)", " (the data order depends on it)"));
 }
 
+void check_checkpoint_steps(const std::string& dir, const std::vector<int64_t>& steps) {
+  std::error_code ec;
+  for (int64_t step : steps) {
+    fs::path at = fs::path(dir) / checkpoint_dir_name(step);
+    // A checkpoint is replaced, and what an older pipetrain left half deleted removed, by the save.
+    if (fs::exists(fs::symlink_status(at, ec)) && !is_checkpoint(at) && !half_deleted_checkpoint(at))
+      throw ConfigError(str("--checkpoint-dir: '", at.string(), "' is not a checkpoint (no manifest.json that reads), ",
+                            "and this run writes its step-", step, " checkpoint there: move it away"));
+  }
+}
+
 CheckpointStart start_checkpoints(const CheckpointOptions& options) {
   CheckpointStart start;
   if (options.dir.empty()) return start;
@@ -351,6 +362,11 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options) {
                             " moved out of '", dir, "'"));
     }
     start.run_id = start.manifest.run_id;
+    const int64_t resumed = checkpoint_step_of(fs::path(newest).filename().string());
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      int64_t step = checkpoint_step_of(e.path().filename().string());
+      if (step > resumed && !is_checkpoint(e.path())) start.passed_over.push_back(e.path().filename().string());
+    }
   } else {
     start.run_id = new_run_id();
   }

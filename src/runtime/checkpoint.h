@@ -29,6 +29,9 @@ struct CheckpointStart {
   std::string run_id;           // this run's: the resumed checkpoint's, or a new one
   std::string resume_from;      // the verified checkpoint to resume; "" for none
   CheckpointManifest manifest;  // its manifest
+  // Resuming: the step folders after the one resumed that are no checkpoint (no manifest.json),
+  // for a note: the resume was silently an earlier step's.
+  std::vector<std::string> passed_over;
 };
 
 // Before training: a run owns its checkpoint folder. Creates options.dir and proves it writable
@@ -37,6 +40,9 @@ struct CheckpointStart {
 // without it, a folder that holds checkpoints is refused (ConfigError: give --resume or
 // --overwrite). Nothing happens when options.dir is empty.
 CheckpointStart start_checkpoints(const CheckpointOptions& options);
+// Before training: a step folder this run will write a checkpoint into (`steps`) that holds
+// something else is refused now (ConfigError naming it), not when the run reaches the step.
+void check_checkpoint_steps(const std::string& dir, const std::vector<int64_t>& steps);
 
 // One layer's state (stage_replica.h) as a layer file (layer_file.h; an undefined tensor stands
 // for a buffer not yet created), and back. Both go a tensor at a time between the file and the

@@ -245,6 +245,37 @@ TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
   EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
 }
 
+// Step folders that are no checkpoint: one this run would write into is refused before training
+// (it was, after training up to it), and those after the one resumed are named (the resume was
+// silently an earlier step's).
+TEST(TrainCli, StepFoldersThatAreNoCheckpointAreNamedBeforeTraining) {
+  TempDir tmp("not-checkpoints");
+  fs::path ck = tmp.path / "ck", log = tmp.path / "log";
+  auto train = [&](const std::string& steps, bool resume) {
+    std::vector<std::string> args = {"train", "--model", "mnist-cnn", "--data", "synthetic", "--synthetic-samples", "640",
+                                     "--checkpoint-dir", ck.string(), "--checkpoint-every", "2", "--steps", steps};
+    if (resume) args.push_back("--resume");
+    int rc = run(args, log);
+    return std::make_pair(rc, slurp(log));
+  };
+  auto [rc, out] = train("2", false);
+  ASSERT_EQ(rc, 0) << out;
+  fs::create_directories(ck / "step-00000004");
+  std::ofstream(ck / "step-00000004" / "notes.txt") << "mine";
+  fs::create_directories(ck / "step-00000009");
+  std::tie(rc, out) = train("6", true);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("step-00000004' is not a checkpoint (no manifest.json that reads), and this run writes its step-4 "
+                     "checkpoint there: move it away"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step 3/"), std::string::npos) << out;  // refused before training
+  EXPECT_FALSE(fs::exists(ck / ".tmp-step-00000004"));
+  fs::remove_all(ck / "step-00000004");
+  std::tie(rc, out) = train("4", true);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("note: --resume: step-00000009 in '" + ck.string() + "' is no checkpoint (no manifest.json that "
+                     "reads): resuming from the newest that is, step-00000002"), std::string::npos) << out;
+}
+
 TEST(TrainCli, AKilledReportingWorkersMetricsAreNamed) {
   TempDir tmp("killed_reporter");
   std::string plan = (tmp.path / "plan.json").string();

@@ -643,8 +643,11 @@ TEST(Checkpoint, CleanupRemovesOnlyWhatPipetrainWrote) {
     run(stages(2), options("1f1b", 2, d.string(), 2, false));
     ADD_FAILURE() << "a folder that is not a checkpoint was replaced";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("exists and is not a checkpoint"));
+    // Before training: it was refused only once the run had trained up to that step.
+    EXPECT_THAT(e.what(), HasSubstr(checkpoint_dir_name(2) + "' is not a checkpoint (no manifest.json that reads), and "
+                                    "this run writes its step-2 checkpoint there: move it away"));
   }
+  EXPECT_FALSE(fs::exists(d / (".tmp-" + checkpoint_dir_name(2))));  // no checkpoint was made
   EXPECT_TRUE(fs::is_directory(d / checkpoint_dir_name(2)));
   EXPECT_TRUE(fs::is_empty(d / checkpoint_dir_name(2)));
 }
