@@ -67,6 +67,12 @@ void check_resume_fits(const Job& job, const PipelineOptions& options, const mod
   if (was.train_samples >= 0 && !(was == job.data))
     throw ConfigError(str(job.resume_from, "/manifest.json: the checkpoint was trained on ", was.describe(),
                           ", but this run's data is ", job.data.describe(),
+                          // Where the flags named the same data, a model flag made it other (a
+                          // change of width read as a change of data alone).
+                          was.kind() == "synthetic" && job.data.kind() == "synthetic"
+                              ? " (synthetic data is drawn for the model's sample shape and classes: a model flag "
+                                "such as --width, --classes, --image-size or --seq-len changes it too)"
+                              : "",
                           ": resume it on the data it was trained on, or start a new run (--overwrite)"));
 }
 

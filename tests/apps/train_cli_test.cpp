@@ -270,6 +270,11 @@ TEST(TrainCli, StepFoldersThatAreNoCheckpointAreNamedBeforeTraining) {
   EXPECT_EQ(out.find("step 3/"), std::string::npos) << out;  // refused before training
   EXPECT_FALSE(fs::exists(ck / ".tmp-step-00000004"));
   fs::remove_all(ck / "step-00000004");
+  // A model flag that changes the synthetic data says so (it read as other data alone).
+  int classes = run({"train", "--model", "mnist-cnn", "--classes", "5", "--data", "synthetic", "--synthetic-samples", "640",
+                     "--checkpoint-dir", ck.string(), "--steps", "4", "--resume"}, log);
+  EXPECT_NE(classes, 0);
+  EXPECT_NE(slurp(log).find("a model flag such as --width, --classes"), std::string::npos) << slurp(log);
   std::tie(rc, out) = train("4", true);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("note: --resume: step-00000009 in '" + ck.string() + "' is no checkpoint (no manifest.json that "
