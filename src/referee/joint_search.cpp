@@ -300,7 +300,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     plan::Plan given = t.plan;
     given.microbatches = t.kind == "pipedream" ? 0 : t.microbatches, given.batch_size = t.batch;
     if (objective > best_objective[few_batch_norm_samples(given, profile, joint)] * (1 + 1e-9)) continue;
-    std::string key = str(t.kind, " m", t.microbatches, " B", t.batch, " n", t.minibatches);
+    std::string key =
+        str(t.kind, " m", t.microbatches, " B", t.batch, " n", t.minibatches, t.plan.deferred_step ? " ds" : "");
     for (const auto& st : t.plan.stages) key += str(" | f", st.in_flight, " x", st.replicas);
     auto search = searches.try_emplace(key, profile, t, cluster, joint).first;
     const int w = t.plan.workers;

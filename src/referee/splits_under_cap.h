@@ -23,7 +23,8 @@ namespace pt::referee::detail {
 // interleaved schedules) on two stages or more.
 bool splits_under_cap(const Trial& t);
 
-// A stage's memory is weighed by the memory model at its place among the stages: on the trial's
+// A stage's memory is weighed by the memory model at its place among the stages, without
+// recomputation or else with it (the joint search adds it where a stage is over): on the trial's
 // schedule, the layers either side of it on the stages before and after (model parallelism
 // holds the same wherever a stage stands: the layers either side a stage each). The schedule's
 // lists are the trial's, only their layers moved: a zero-bubble order weighed by the layers'
