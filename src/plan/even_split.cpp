@@ -143,6 +143,61 @@ Plan fewest_bytes_split(const profile::Profile& profile, int stages, const Stage
   return p;
 }
 
+std::vector<int> rebalance_chunks(const profile::Profile& profile, std::vector<int> cuts,
+                                  const std::vector<int>& worker_of_chunk, double ms_per_byte, const WorkerOver& over) {
+  const int chunks = static_cast<int>(worker_of_chunk.size());
+  PT_CHECK(static_cast<int>(cuts.size()) == chunks + 1, "rebalance_chunks: ", cuts.size(), " cuts for ", chunks,
+           " chunks");
+  const int workers = *std::max_element(worker_of_chunk.begin(), worker_of_chunk.end()) + 1;
+  LinkedStageMs chunk_ms(profile, ms_per_byte);
+  // Each worker's bytes over, kept as the cuts move: a move changes its two chunks' workers' alone.
+  std::vector<int64_t> over_of(workers, 0);
+  if (over)
+    for (int w = 0; w < workers; ++w) over_of[w] = over(w, cuts);
+  struct Score {
+    int64_t over;
+    double most, squares;
+  };
+  auto score = [&](const std::vector<int>& b, const std::vector<int64_t>& by_worker) {
+    std::vector<double> t(workers, 0);
+    for (int c = 0; c < chunks; ++c) t[worker_of_chunk[c]] += chunk_ms(b[c], b[c + 1]);
+    Score s{0, 0, 0};
+    for (int w = 0; w < workers; ++w) s.over += by_worker[w], s.most = std::max(s.most, t[w]), s.squares += t[w] * t[w];
+    return s;
+  };
+  // Each move lowers the score strictly, so the search ends; a layer per move bounds it too.
+  Score best = score(cuts, over_of);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int c = 1; c < chunks; ++c)
+      for (int d : {-1, 1}) {
+        std::vector<int> next = cuts;
+        next[c] += d;
+        if (next[c] <= next[c - 1] || next[c] >= next[c + 1]) continue;
+        std::vector<int64_t> next_over = over_of;
+        if (over)
+          for (int w : {worker_of_chunk[c - 1], worker_of_chunk[c]}) next_over[w] = over(w, next);
+        Score s = score(next, next_over);
+        if (s.over < best.over ||
+            (s.over == best.over && (s.most < best.most - 1e-9 ||
+                                     (s.most <= best.most + 1e-9 && s.squares < best.squares * (1 - 1e-12))))) {
+          best = s, cuts = std::move(next), over_of = std::move(next_over), moved = true;
+        }
+      }
+  }
+  return cuts;
+}
+
+void cut_at(Plan& p, const profile::Profile& profile, const std::vector<int>& cuts) {
+  PT_CHECK(cuts.size() == p.stages.size() + 1, "cut_at: ", cuts.size(), " cuts for ", p.stages.size(), " stages");
+  std::vector<double> prefix = compute_prefix(profile);
+  for (size_t c = 0; c < p.stages.size(); ++c) {
+    p.stages[c].layers.clear();
+    for (int l = cuts[c]; l < cuts[c + 1]; ++l) p.stages[c].layers.push_back(l);
+    p.stages[c].compute_ms = prefix[cuts[c + 1]] - prefix[cuts[c]];
+  }
+}
+
 Plan v_split(const profile::Profile& profile, int workers) {
   const int chunks = 2 * workers, n = profile.num_layers();
   Plan p = even_split(profile, chunks);  // checks the counts; its layers are replaced below
@@ -150,7 +205,7 @@ Plan v_split(const profile::Profile& profile, int workers) {
   std::vector<double> prefix = compute_prefix(profile);
   // Start from cuts at equal shares of the time (each chunk at least one layer): unlike the even
   // split, which lowers the largest chunk first, this spreads the heavier and lighter chunks
-  // along the V, and the search below keeps them spread.
+  // along the V, and the search keeps them spread.
   std::vector<int> cut(chunks + 1, 0);
   cut[chunks] = n;
   for (int c = 1; c < chunks; ++c) {
@@ -159,36 +214,13 @@ Plan v_split(const profile::Profile& profile, int workers) {
     if (at > 0 && share - prefix[at - 1] < prefix[at] - share) --at;  // the nearer cut
     cut[c] = std::clamp(at, cut[c - 1] + 1, n - (chunks - c));
   }
-  auto score = [&](const std::vector<int>& b) {
-    double most = 0, squares = 0;
-    for (int w = 0; w < workers; ++w) {
-      int far = chunks - 1 - w;
-      double t = prefix[b[w + 1]] - prefix[b[w]] + prefix[b[far + 1]] - prefix[b[far]];
-      most = std::max(most, t), squares += t * t;
-    }
-    return std::make_pair(most, squares);
-  };
-  // Each move lowers the score strictly, so the search ends; a layer per move bounds it too.
-  auto best = score(cut);
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (int c = 1; c < chunks; ++c)
-      for (int d : {-1, 1}) {
-        std::vector<int> next = cut;
-        next[c] += d;
-        if (next[c] <= next[c - 1] || next[c] >= next[c + 1]) continue;
-        auto s = score(next);
-        if (s.first < best.first - 1e-9 || (s.first <= best.first + 1e-9 && s.second < best.second * (1 - 1e-12))) {
-          best = s, cut = next, moved = true;
-        }
-      }
-  }
-  for (int c = 0; c < chunks; ++c) {
-    p.stages[c].layers.clear();
-    for (int l = cut[c]; l < cut[c + 1]; ++l) p.stages[c].layers.push_back(l);
-    p.stages[c].compute_ms = prefix[cut[c + 1]] - prefix[cut[c]];
-  }
-  p.pipeline_ms_per_minibatch = best.first;  // the busiest worker's pair
+  std::vector<int> worker_of_chunk(chunks);
+  for (int c = 0; c < chunks; ++c) worker_of_chunk[c] = c < workers ? c : chunks - 1 - c;
+  cut = rebalance_chunks(profile, std::move(cut), worker_of_chunk, 0);
+  cut_at(p, profile, cut);
+  double most = 0;  // the busiest worker's pair
+  for (int w = 0; w < workers; ++w) most = std::max(most, p.stages[w].compute_ms + p.stages[chunks - 1 - w].compute_ms);
+  p.pipeline_ms_per_minibatch = most;
   return p;
 }
 

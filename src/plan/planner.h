@@ -131,5 +131,19 @@ Plan fewest_bytes_split(const profile::Profile& profile, int stages, const Stage
 // depends on where the heavier chunks fall along the V, which only the simulator tells: the joint
 // planner tries both.
 Plan v_split(const profile::Profile& profile, int workers);
+// How many bytes `worker` holds over a memory cap where chunk c holds layers [cuts[c], cuts[c+1]) (0: it fits).
+using WorkerOver = std::function<int64_t(int worker, const std::vector<int>& cuts)>;
+// v_split's search, for any chunks a worker holds (`worker_of_chunk`: [chunk] -> worker): from
+// `cuts`, a boundary moves a layer at a time while that lowers the bytes the workers are `over`
+// in all (where given), then the busiest worker's time, then the sum of the squares of every
+// worker's; a worker's time is its chunks' compute, each chunk's the larger of it and its link's
+// as link_aware_split weighs it at `ms_per_byte` (0: compute alone). Under a cap the V and interleaved schedules' workers each hold two chunks far apart,
+// which no split stage by stage (balanced_split_fitting) weighs: VGG-16 on 4 workers under 2 GB
+// had no zb-v plan from v_split's cuts or the even ones (2.22 GiB the least).
+std::vector<int> rebalance_chunks(const profile::Profile& profile, std::vector<int> cuts,
+                                  const std::vector<int>& worker_of_chunk, double ms_per_byte,
+                                  const WorkerOver& over = nullptr);
+// `p`'s stages given layers [cuts[k], cuts[k+1]) and their compute.
+void cut_at(Plan& p, const profile::Profile& profile, const std::vector<int>& cuts);
 
 }  // namespace pt::plan

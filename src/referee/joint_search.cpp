@@ -304,10 +304,10 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         str(t.kind, " m", t.microbatches, " B", t.batch, " n", t.minibatches, t.plan.deferred_step ? " ds" : "");
     for (const auto& st : t.plan.stages) key += str(" | f", st.in_flight, " x", st.replicas);
     auto search = searches.try_emplace(key, profile, t, cluster, joint).first;
-    const int w = t.plan.workers;
-    if (auto fitting = search->second.split(t.plan, w > 1 ? cluster.transfer_ms(cluster.range_level(0, w - 1), 1.0) : 0)) {
-      t.plan = std::move(*fitting);
-      weigh(std::move(t), false);
+    for (plan::Plan& fitting : search->second.splits(t.plan)) {
+      detail::Trial split = t;
+      split.plan = std::move(fitting);
+      weigh(std::move(split), false);
     }
   }
   // Nothing is added to a configuration's time; at an equal objective, fewer workers first (the

@@ -19,9 +19,11 @@
 
 namespace pt::referee::detail {
 
-// Whether a kind's trials have such a split: those of one chunk a worker (not the V and
-// interleaved schedules) on two stages or more.
+// Whether a trial has such a split: a pipeline of two stages or more (of chunks: one worker each).
 bool splits_under_cap(const Trial& t);
+// Whether its workers each hold chunks (the V and interleaved schedules): a worker's memory is
+// its chunks' together, so no stage fits on its own, and the split is plan::rebalance_chunks'.
+bool held_in_chunks(const Trial& t);
 
 // A stage's memory is weighed by the memory model at its place among the stages, without
 // recomputation or else with it (the joint search adds it where a stage is over): on the trial's
@@ -39,11 +41,13 @@ class SplitsUnderCap {
   SplitsUnderCap(const profile::Profile& p, const Trial& shape, const plan::Cluster& cluster, const JointOptions& joint);
 
   // `tried` (the shape's plan; model parallelism's, any number of stages) with its layers split
-  // so that every worker fits the cap: std::nullopt where none does. `ms_per_byte`: the link a
-  // pipeline's balanced split weighs (0: compute alone).
-  std::optional<plan::Plan> split(const plan::Plan& tried, double ms_per_byte);
+  // so that every worker fits the cap: none where none does. A pipeline's split weighs the link
+  // across its workers, as link_aware_split does; a chunked one's two, with the link and without.
+  std::vector<plan::Plan> splits(const plan::Plan& tried);
 
  private:
+  std::optional<plan::Plan> split_chunks(const plan::Plan& tried, double ms_per_byte);
+  double ms_per_byte(const plan::Plan& tried);
   schedule::Schedule& probe(int stages);
   bool fits(int place, int first, int end);
   bool anywhere() const { return trial_.kind == "mp"; }  // a stage holds the same at every place

@@ -13,6 +13,7 @@
 #include "referee/referee.h"
 #include "core/error.h"
 #include "plan/plan_command.h"
+#include "plan/planner.h"
 #include "plan/split_ties.h"
 #include "profile/pipedream_graph.h"
 #include "profile/profile.h"
@@ -22,6 +23,7 @@
 #include "schedule/memory.h"
 #include "../schedule/uniform_profile.h"
 #include "sim/simulator.h"
+#include "sim/weigh_schedule.h"
 
 namespace pt::referee {
 namespace {
@@ -331,6 +333,60 @@ TEST(JointPlan, APinnedPipelineUnderACapSplitsWhereItsStagesFit) {
         << model << " " << best.plan.shape();
   }
   EXPECT_EQ(fitted, 2);  // GNMT's cuts fit; VGG-16's fully connected layers hold over 3 GiB on either side
+}
+
+// The V and interleaved schedules' workers each hold two chunks far apart: under a cap their
+// cuts move until every worker fits. VGG-16 on 4 workers under 2 GB had neither a zb-v nor an
+// interleaved plan (the least of their own splits 2.22 and 2.02 GiB, recomputing).
+TEST(JointPlan, AChunkedScheduleUnderACapMovesItsCutsUntilEveryWorkerFits) {
+  profile::Profile prof =
+      profile::read_any_profile(std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/vgg16.json");
+  plan::Cluster cluster = plan::Cluster::flat(4, 10);
+  for (const std::string kind : {"zb-v", "interleaved"}) {
+    JointOptions o;
+    o.schedules = {kind};
+    o.memory_cap = int64_t{2} << 30;
+    JointResult r = joint_search(prof, cluster, plan::PlanOptions{}, o);
+    const Configuration& best = chosen(r, o, prof, cluster);
+    EXPECT_EQ(best.plan.schedule, kind);
+    // Its memory again, from the plan alone, over a long run as train weighs it.
+    schedule::ScheduleOptions so;
+    so.microbatches = best.plan.microbatches, so.chunks = std::max(1, best.plan.chunks);
+    profile::Profile at_batch = profile::with_batch_size(prof, best.plan.batch_size);
+    so = sim::weigh_schedule(kind, best.plan, so, at_batch, cluster);
+    EXPECT_LE(schedule::peak_memory(schedule::memory_over_long_run(kind, best.plan, so, at_batch, o.memory)),
+              o.memory_cap) << kind;
+    // The splits the search had tried before, even or V, with recomputation everywhere: all over.
+    const int chunks = best.plan.num_stages();
+    std::vector<plan::Plan> own = {plan::even_split(at_batch, chunks)};
+    if (kind == "zb-v") own.push_back(plan::v_split(at_batch, chunks / 2));
+    for (plan::Plan p : own) {
+      p.microbatches = best.plan.microbatches, p.chunks = best.plan.chunks, p.batch_size = best.plan.batch_size;
+      for (auto& st : p.stages) st.recompute = true;
+      EXPECT_GT(schedule::peak_memory(schedule::memory_over_long_run(kind, p, so, at_batch, o.memory)), o.memory_cap)
+          << kind << " " << p.shape();
+    }
+  }
+}
+
+// v_split's search with a cap: a worker over it sheds layers first, then the busiest worker.
+TEST(JointPlan, RebalancedChunksMeetACapBeforeTheyBalance) {
+  profile::Profile prof = schedule::testing::uniform_profile(16, 1.0, 2.0, 1 << 10, 1 << 20, 1);
+  const std::vector<int> worker_of_chunk = {0, 1, 1, 0};  // a V on 2 workers
+  // Worker 0 may hold 5 layers at most, worker 1 any number.
+  auto held = [&](int w, const std::vector<int>& cuts) {
+    int layers = 0;
+    for (int c = 0; c < 4; ++c) layers += worker_of_chunk[c] == w ? cuts[c + 1] - cuts[c] : 0;
+    return layers;
+  };
+  plan::WorkerOver over = [&](int w, const std::vector<int>& cuts) -> int64_t {
+    return w == 0 ? std::max(0, held(0, cuts) - 5) : 0;
+  };
+  std::vector<int> balanced = plan::rebalance_chunks(prof, {0, 4, 8, 12, 16}, worker_of_chunk, 0);
+  EXPECT_EQ(held(0, balanced), 8);
+  std::vector<int> fitting = plan::rebalance_chunks(prof, {0, 4, 8, 12, 16}, worker_of_chunk, 0, over);
+  EXPECT_EQ(held(0, fitting), 5);  // no fewer: the busiest worker, 1, as light as the cap lets it be
+  EXPECT_EQ(held(1, fitting), 11);
 }
 
 // --straight (one worker a stage) holds in the joint search too: VGG-16 on 4 workers at 10
