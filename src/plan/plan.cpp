@@ -85,11 +85,18 @@ Plan data_parallel_plan(int layers, int replicas) {
 }
 
 json to_json(const Plan& p) {
+  // A plan read with its stages sharing workers is written as read (plan_from_json numbers its
+  // stages a worker each and keeps the placement aside): the gloo launcher hands each worker the
+  // plan so, and every interleaved and V plan file was refused by the workers it started.
+  const bool shared = !p.shared_workers.empty();
+  std::set<int> placed;
+  for (const auto& on : p.shared_workers) placed.insert(on.begin(), on.end());
   json stages = json::array();
-  for (const auto& st : p.stages) {
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const Stage& st = p.stages[s];
     stages.push_back({{"layers", st.layers},
                       {"replicas", st.replicas},
-                      {"workers", st.workers},
+                      {"workers", shared ? p.shared_workers[s] : st.workers},
                       {"compute_ms", st.compute_ms},
                       {"comm_ms", st.comm_ms}});
     if (st.time_ms > 0) stages.back()["time_ms"] = st.time_ms;
@@ -97,7 +104,7 @@ json to_json(const Plan& p) {
     if (st.in_flight > 0) stages.back()["in_flight"] = st.in_flight;
   }
   json doc = {{"format", format_tag("plan", kPlanVersion)},
-              {"workers", p.workers},
+              {"workers", shared ? static_cast<int>(placed.size()) : p.workers},
               {"stages", stages},
               {"predicted",
                {{"pipeline_ms_per_minibatch", p.pipeline_ms_per_minibatch},

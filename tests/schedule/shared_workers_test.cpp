@@ -42,6 +42,21 @@ TEST(SharedWorkers, APlanListedAsItRunsReadsAsAWorkerAStage) {
             (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}));
 }
 
+// Written again as read: the gloo launcher hands each worker the plan through to_json, and every
+// worker refused an interleaved or V plan file, written a worker a stage.
+TEST(SharedWorkers, APlanReadWithItsPlacementIsWrittenWithIt) {
+  for (const auto& [kind, on] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"interleaved", {0, 1, 0, 1}}, {"zb-v", {0, 1, 1, 0}}}) {
+    plan::Plan p = four_stages(kind, on);
+    json written = plan::to_json(p);
+    EXPECT_EQ(written["workers"], 2) << kind;
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(written["stages"][s]["workers"], json::array({on[s]})) << kind;
+    plan::Plan again = plan::plan_from_json(written, "again.json");
+    EXPECT_EQ(again.shared_workers, p.shared_workers) << kind;
+    EXPECT_EQ(again.workers, p.workers) << kind;
+  }
+}
+
 TEST(SharedWorkers, APlacementThatIsNotTheSchedulesIsRefusedByStage) {
   EXPECT_EQ(error_of("interleaved", four_stages("interleaved", {1, 0, 1, 0})),
             "p.json: field 'stages': stage 0 is listed on worker 1 but interleaved runs it on worker 0 (stage s on "
