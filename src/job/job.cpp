@@ -231,7 +231,9 @@ PipelineResult result_header(const Job& job) {
   r.stages = typical.num_stages;
   r.reporting = job.reporting;
   r.trace.source = job.options.trace_source;
-  r.trace.schedule = job.options.schedule;
+  // The schedule's own kind, as the simulator stamps its trace: a schedule file's run was
+  // stamped "file" against its prediction's "1f1b", and `trace --against` refused the pair.
+  r.trace.schedule = typical.kind;
   r.trace.num_stages = typical.num_stages;
   r.trace.microbatches = typical.microbatches;
   r.trace.weight_delay = typical.weight_delay;

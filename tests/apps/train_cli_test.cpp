@@ -2016,6 +2016,22 @@ TEST(TrainCli, APredictionTraceIsTheFiguresReplayAndTheRunIsSetAgainstIt) {
   ASSERT_EQ(run({"trace", measured.string(), "--against", predicted.string()}, log), 0) << slurp(log);
   EXPECT_NE(slurp(log).find("worker 0 set the pace"), std::string::npos) << slurp(log);
 
+  // The same order from a schedule file: the run's trace was stamped 'file', its replay '1f1b',
+  // and `trace --against` refused them as traces of two runs.
+  fs::path order = tmp.path / "order.json";
+  ASSERT_EQ(run({"simulate", "--profile", profile.string(), "--workers", "2", "--bandwidth-gbps", "100", "--schedule",
+                 "1f1b", "--microbatches", "2", "--emit-schedule", order.string()},
+                log),
+            0)
+      << slurp(log);
+  ASSERT_EQ(run({"train", "--compute", "emulated", "--profile", profile.string(), "--schedule-file", order.string(),
+                 "--steps", "4", "--trace", measured.string(), "--prediction-trace", predicted.string()},
+                log),
+            0)
+      << slurp(log);
+  EXPECT_EQ(slurp(log).find("do not compare"), std::string::npos) << slurp(log);
+  EXPECT_EQ(run({"trace", measured.string(), "--against", predicted.string()}, log), 0) << slurp(log);
+
   // Without --profile there is no prediction to write.
   EXPECT_EQ(run({"train", "--data", "synthetic", "--stages", "2", "--steps", "2", "--prediction-trace",
                  predicted.string()},
