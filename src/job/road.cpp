@@ -67,7 +67,10 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
     }
   }
   if (road != Road::kThreads)
-    return train_with_gloo(job, factory, described, data, trace_path, on_result, road == Road::kGlooWorker);
+    // Started apart (torchrun, mpirun), not by this launcher, whether it forked its workers or ran
+    // this binary again (which said "worker 0 does not report" where the launcher is quiet).
+    return train_with_gloo(job, factory, described, data, trace_path, on_result,
+                           road == Road::kGlooWorker && runtime::started_apart());
   PipelineResult result = run_on_threads(job, factory, data);
   // Written before the report, which may still fail the run (a diverged loss): what ran is kept.
   // A trace that cannot be written (a full disk) fails the run after the report: it printed only

@@ -314,6 +314,28 @@ TEST(TrainCli, AKilledReportingWorkersMetricsAreNamed) {
       << said;
   EXPECT_GE(rows(), 3);
   EXPECT_FALSE(fs::exists(metrics));
+  // Its workers were this launcher's: the note for workers started apart (torchrun) is not theirs.
+  EXPECT_EQ(said.find("does not report"), std::string::npos) << said;
+}
+
+// A launcher that timed the layers has LibTorch's threads and runs this binary again for each
+// worker, which said "worker 0 does not report" as a worker torchrun started would.
+TEST(TrainCli, ALaunchersWorkersStartedAgainSayNothingOfTheMetrics) {
+  TempDir tmp("exec_workers");
+  fs::path metrics = tmp.path / "m.csv", log = tmp.path / "log";
+  // OpenBLAS's own threads (the tests run with one) make the launcher's timing leave it threaded.
+  const char* had = std::getenv("OPENBLAS_NUM_THREADS");
+  std::string before = had ? had : "";
+  ::setenv("OPENBLAS_NUM_THREADS", "2", 1);
+  int status = run({"train", "--data", "synthetic", "--stages", "2", "--steps", "2", "--transport", "gloo",
+                    "--metrics", metrics.string()},
+                   log);
+  had ? ::setenv("OPENBLAS_NUM_THREADS", before.c_str(), 1) : ::unsetenv("OPENBLAS_NUM_THREADS");
+  ASSERT_EQ(status, 0) << slurp(log);
+  std::string said = slurp(log);
+  ASSERT_NE(said.find("started the workers as new processes"), std::string::npos) << said;
+  EXPECT_EQ(said.find("does not report"), std::string::npos) << said;
+  EXPECT_TRUE(fs::exists(metrics));
 }
 
 TEST(TrainCli, MpirunStartsAGlooJob) {
