@@ -267,13 +267,6 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
     std::cout << prefix << "  (the device's, as the profile measured the real layers: their backward's scratch (workspace) "
                            "and each weight gradient's temporary, which emulated layers do not make, so they measure "
                            "under it)\n";
-  // Within one process a received gradient is its sender's tensor, and a split backward's stage
-  // keeps it to its W; the model holds each for one send (kThreadsSendsAhead). Emulated zb-h1 on
-  // 4 stages: the last worker measured 8.2 MiB against 6.2; mnist-cnn's 57.7 KiB against 45.2.
-  const auto& split = job.typical->split_backward;
-  if (flags.transport == "threads" && std::count(split.begin(), split.end(), true) > 0)
-    std::cout << prefix << "  (on threads a stage's sent gradients live until the receiving stage's W, which "
-              << job.typical->kind << " defers: a sender can measure over this)\n";
   // As the OS counts it: each process holds its tensors, the data and what calibrate measured a
   // worker process to hold besides (the cluster's process_bytes).
   int64_t process = job_options.cluster.process_bytes;
