@@ -91,6 +91,18 @@ std::vector<double> per_worker(const std::string& output, const std::string& hea
 const std::string kModel = "train --model mlp --width 4 --depth 8 --data synthetic --synthetic-samples 64 "
                            "--batch-size 8 --steps 2 --quiet --timeout 120 ";
 
+// Each of `workers` workers' measured tensors between `under` and `over` times the modelled.
+void expect_measured_within_model(const std::string& output, size_t workers, double over, double under) {
+  std::vector<double> measured = per_worker(output, "peak tensor memory per worker (measured");
+  std::vector<double> modelled = per_worker(output, "peak tensor memory per worker (modelled)");
+  ASSERT_EQ(measured.size(), workers) << output;
+  ASSERT_EQ(modelled.size(), workers) << output;
+  for (size_t w = 0; w < workers; ++w) {
+    EXPECT_LE(measured[w], over * modelled[w]) << "w" << w << "\n" << output;
+    EXPECT_GE(measured[w], under * modelled[w]) << "w" << w << "\n" << output;
+  }
+}
+
 TEST(StageMemory, FourStagesHoldAQuarterOfTheModelEachAsTheOsCountsIt) {
   Measured one = run_measured(kModel);
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -190,14 +202,7 @@ TEST(StageMemory, EmulatedLayersHoldWhatTheModelHoldsOverGloo) {
     Measured run = run_measured("train --compute emulated --profile " + dir + "acts.json --stages 4 --schedule " +
                                 schedule + " --microbatches 4 --steps 6 --quiet --timeout 120 --transport gloo");
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    std::vector<double> measured = per_worker(run.output, "peak tensor memory per worker (measured");
-    std::vector<double> modelled = per_worker(run.output, "peak tensor memory per worker (modelled)");
-    ASSERT_EQ(measured.size(), 4u) << run.output;
-    ASSERT_EQ(modelled.size(), 4u) << run.output;
-    for (size_t w = 0; w < 4; ++w) {
-      EXPECT_LE(measured[w], 1.35 * modelled[w]) << "w" << w << "\n" << run.output;
-      EXPECT_GE(measured[w], 0.85 * modelled[w]) << "w" << w << "\n" << run.output;
-    }
+    expect_measured_within_model(run.output, 4, 1.35, 0.85);
   }
   std::system(("rm -rf " + dir).c_str());
 }
@@ -218,14 +223,7 @@ TEST(StageMemory, ZeroBubbleStagesOnThreadsHoldWhatTheModelHolds) {
     Measured run = run_measured("train " + model + "--profile " + dir + "vgg.json --stages 4 --schedule " + schedule +
                                 " --microbatches 4 --steps 6 --quiet --timeout 120");
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    std::vector<double> measured = per_worker(run.output, "peak tensor memory per worker (measured");
-    std::vector<double> modelled = per_worker(run.output, "peak tensor memory per worker (modelled)");
-    ASSERT_EQ(measured.size(), 4u) << run.output;
-    ASSERT_EQ(modelled.size(), 4u) << run.output;
-    for (size_t w = 0; w < 4; ++w) {
-      EXPECT_LE(measured[w], 1.02 * modelled[w]) << "w" << w << "\n" << run.output;
-      EXPECT_GE(measured[w], 0.85 * modelled[w]) << "w" << w << "\n" << run.output;
-    }
+    expect_measured_within_model(run.output, 4, 1.02, 0.85);
   }
   std::system(("rm -rf " + dir).c_str());
 }
