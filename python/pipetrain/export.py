@@ -747,6 +747,18 @@ class Top(torch.nn.Module):
         return x  # unused: pipetrain runs the layers one by one
 
 
+def made_loss(spec):
+    """The loss --loss names, made: one with parameters of its own is refused, as pipetrain's
+    optimizer steps the model's layers alone (a temperature was neither trained nor checkpointed)."""
+    loss = import_callable(spec, "--loss")()
+    own = [n for n, p in loss.named_parameters() if p.requires_grad] if isinstance(loss, torch.nn.Module) else []
+    if own:
+        raise ExportError(f"--loss: the loss holds parameters of its own ({', '.join(own)}), which pipetrain would "
+                          "neither train nor checkpoint: it steps the model's layers alone; move them into the "
+                          "model (its last layer), or make them buffers if they are constants")
+    return loss
+
+
 class LossHolder(Top):
     def __init__(self, loss):
         super().__init__()
@@ -905,7 +917,7 @@ def export(args):
                                        for i, (n, m) in enumerate(zip(names, modules)))
     ties = tie_groups(list(children.values()))
     aliases = held_elsewhere(model, list(children.values()))
-    top = LossHolder(import_callable(args.loss, "--loss")()) if args.loss else Top()
+    top = LossHolder(made_loss(args.loss)) if args.loss else Top()
     scripted_layers = compiled_layers(children)
     gradient_free = check_chain(model, scripted_layers, x)
     check_leaf_inputs(model, scripted_layers, names, x)

@@ -77,7 +77,14 @@ def check_chain(model, layers, x):
             named.append((name, p))
     params = [p for _, p in named]
     with state_kept(model, *layers):
-        expected, want = _gradients(model, x, params)
+        try:
+            expected, want = _gradients(model, x, params)
+        except ExportError:
+            raise
+        except Exception as e:  # the user's own forward or backward, run eagerly: a traceback said nothing more
+            why = str(e).strip().splitlines()
+            raise ExportError(f"--model: the model's own forward and backward fail on the example batch, run as "
+                              f"PyTorch runs them: {why[-1] if why else type(e).__name__}") from None
     with state_kept(model, *layers):
         got, have = _gradients(_chain(layers), x, params)
     if not isinstance(expected, torch.Tensor) or got.shape != expected.shape or \

@@ -24,8 +24,6 @@ std::string shape_of(const torch::Tensor& t) {
 
 std::string dtype_of(const torch::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 // "H, W" of [N, C, H, W] from dimension `from` on.
 std::string dims_after(const torch::Tensor& t, int64_t from) {
   std::string out;
@@ -215,6 +213,42 @@ void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::str
   record_forward(key, "ok");
 }
 
+namespace {
+
+// A file's own loss on the probe's output and the first targets: it must take them, give the
+// output a gradient and return one number. A loss that detached the output trained nothing, exit
+// 0; one per sample (reduction 'none') failed at the first step in a C++ backtrace.
+void check_own_loss_trains(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y, const std::string& yk,
+                           const std::string& source) {
+  torch::AutoGradMode grad(true);
+  torch::Tensor scores = out.is_floating_point() ? out.detach().requires_grad_(true) : out;
+  torch::Tensor loss;
+  try {
+    loss = model.loss(scores, y);
+  } catch (const std::exception& e) {
+    throw FormatError(str(source, ": the model file's own loss refuses '", yk, "' (", shape_of(y), ", ", dtype_of(y),
+                          ") against the output ", shape_of(out), ": ", last_line(e.what())));
+  }
+  if (loss.numel() != 1)
+    throw FormatError(str(source, ": the model file's own loss returns a tensor of shape ", shape_of(loss),
+                          ", where a loss is one number (a mean over the samples: reduction 'mean', not 'none')"));
+  if (scores.requires_grad() && !loss.requires_grad())
+    throw FormatError(str(source, ": the model file's own loss gives the output no gradient, so nothing would train "
+                          "(does it detach the output, or score it through argmax or a comparison?)"));
+}
+
+}  // namespace
+
+void check_lm_output(const torch::Tensor& out, c10::IntArrayRef sample, const std::string& source) {
+  const int64_t d = static_cast<int64_t>(sample.size());
+  if (out.dim() == d + 2 && out.sizes().slice(1, sample.size()) == sample) return;
+  std::string tokens = "[N";
+  for (int64_t t : sample) tokens += str(", ", t);
+  throw FormatError(str(source, ": --loss lm needs the model's output [N, T, V] for tokens [N, T] (a score for each "
+                        "id of the vocabulary at every token, the samples first), but it outputs ", shape_of(out),
+                        " for tokens ", tokens, "] (a sequence-first model's [T, N, V]: transpose it to [N, T, V])"));
+}
+
 // The targets against x and what the model outputs.
 void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
                    const LayeredModel& model, const torch::Tensor& out, const std::string& source) {
@@ -235,13 +269,9 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
     // sample's output repeated, where that output is small (a class's scores, not a language
     // model's vocabulary per token): a label past the classes at sample 40 failed at its
     // minibatch, in a traceback that named neither the file nor the sample.
+    if (y.is_floating_point()) check_finite(y, yk, source);
+    check_own_loss_trains(model, out, y.narrow(0, 0, out.size(0)), yk, source);
     torch::NoGradGuard no_grad;
-    try {
-      model.loss(out, y.narrow(0, 0, out.size(0)));
-    } catch (const std::exception& e) {
-      throw FormatError(str(source, ": the model file's own loss refuses '", yk, "' (", shape_of(y), ", ", dtype_of(y),
-                            ") against the output ", shape_of(out), ": ", first_line(e.what())));
-    }
     constexpr int64_t kMostValues = int64_t{1} << 22;  // a piece's repeated output, 16 MiB of floats
     int64_t per_sample = out.numel() / std::max<int64_t>(1, out.size(0)), rows = kMostValues / std::max<int64_t>(1, per_sample);
     if (out.size(0) < 1 || per_sample > (int64_t{1} << 16)) return;
@@ -276,6 +306,11 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
   if (y.scalar_type() != torch::kInt64)
     throw FormatError(str(source, ": '", yk, "' is ", dtype_of(y), "; class ids are int64 (y.long())"));
   bool lm = task == Task::kLanguageModel;
+  if (lm) check_lm_output(out, x.sizes().slice(1), source);
+  if (!lm && out.dim() < 2)
+    throw FormatError(str(source, ": cross-entropy needs the model's output [N, C] (a score for each class, or [N, C, "
+                          "d1, ...] for one per position), but it outputs ", per_sample_shape(out),
+                          " (for a regression model: --loss mse)"));
   // Cross-entropy as PyTorch's: output [N, C, d1..dk] and class ids [N, d1..dk] (one per pixel
   // or token; k = 0 for a class per sample).
   bool fits = lm ? y.sizes() == x.sizes() : out.dim() >= 2 && y.sizes().slice(1) == out.sizes().slice(2);

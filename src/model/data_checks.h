@@ -18,6 +18,8 @@ void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredMo
 // The sample holding the largest token id run through the model.
 void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::string& xk, const std::string& source);
 // `y` (key `yk`) against `x` and the model's output `out`: the task's targets, or the file's own loss.
+// A language model's output for windows of `sample` tokens: [N, T, V], the samples first.
+void check_lm_output(const torch::Tensor& out, c10::IntArrayRef sample, const std::string& source);
 void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::string& xk, const std::string& yk,
                    const LayeredModel& model, const torch::Tensor& out, const std::string& source);
 // Why a model file's own loss leaves no test accuracy for integer targets `y` against its output

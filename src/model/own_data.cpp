@@ -347,6 +347,7 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   // first windows, holding an id past it, failed the lookup in a TorchScript traceback.
   torch::Tensor first = split.test.inputs.narrow(0, 0, std::min<int64_t>(1, split.test.inputs.size(0)));
   torch::Tensor out = probe_output(model, torch::zeros_like(first), separate ? val : path);
+  if (model.task() == Task::kLanguageModel) check_lm_output(out, first.sizes().slice(1), separate ? val : path);
   int64_t vocab = out.size(-1);
   for (const TokenFile* f : {&train, &test})
     if (f->max_id >= vocab)

@@ -783,6 +783,63 @@ class Errors(unittest.TestCase):
         self.assertIn("label-past.pt: the model file's own loss refuses 'y' at sample 20 (5)", r.stderr)
         self.assertIn("Target 5 is out of bounds", r.stderr)
 
+    def test_a_language_models_output_puts_its_samples_first(self):
+        """A model whose scores are [T, N, V] (the sequence first) trained under --loss lm on
+        misaligned targets, exit 0: the loss stayed at ln V and no accuracy was printed."""
+        model = os.path.join(self.tmp.name, "seq-first.pt")
+        r = export(["--model", "toy_models:sequence_first_lm", "--input-shape", "4,8", "--input-dtype", "int64",
+                    "--input-high", "32", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        x = torch.randint(0, 32, (40, 8))
+        path = os.path.join(self.tmp.name, "tokens.pt")
+        torch.save({"x": x, "y": x}, path)
+        ids = os.path.join(self.tmp.name, "tokens.bin")
+        x.flatten().to(torch.int16).numpy().tofile(ids)
+        for data in (path, ids):
+            with self.subTest(data=data):
+                r = run_failing([PIPETRAIN, "train", "--model", model, "--data", data, "--loss", "lm", "--steps", "1",
+                                 "--batch-size", "4"])
+                self.assertNotEqual(r.returncode, 0, r.stderr)
+                self.assertIn("--loss lm needs the model's output [N, T, V] for tokens [N, T]", r.stderr)
+                self.assertIn(f"it outputs [8, {2 if data == path else 1}, 32] for tokens [N, 8]", r.stderr)
+
+    def test_a_file_loss_that_cannot_train_is_refused(self):
+        """A loss that detaches the output trained nothing, exit 0 (every weight as it started); one
+        per sample failed at the first step in a C++ traceback; NaN in float targets blamed --lr."""
+        cases = [("toy_models:detached_cross_entropy", torch.randint(0, 5, (40,)),
+                  "gives the output no gradient, so nothing would train"),
+                 ("toy_models:unreduced_cross_entropy", torch.randint(0, 5, (40,)),
+                  "returns a tensor of shape [2], where a loss is one number")]
+        nan = torch.randn(40, 5)
+        nan[7, 1] = float("nan")
+        cases.append(("toy_models:squared_error", nan, "'y' holds nan (sample 7)"))
+        for loss, y, needle in cases:
+            with self.subTest(loss=loss):
+                model = os.path.join(self.tmp.name, loss.split(":")[1] + ".pt")
+                r = export(["--model", "toy_models:encoder_decoder", "--input-shape", "4,12", "--loss", loss, "-o", model])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                path = os.path.join(self.tmp.name, "loss-data.pt")
+                torch.save({"x": torch.randn(40, 12), "y": y}, path)
+                r = run_failing([PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "1", "--batch-size", "4"])
+                self.assertNotEqual(r.returncode, 0, r.stderr)
+                self.assertIn(needle, r.stderr)
+                self.assertNotIn("Exception raised from", r.stderr)  # no C++ backtrace
+
+    def test_a_model_whose_own_backward_fails_is_refused_at_export(self):
+        """The export's check ran the model's backward eagerly and died in a Python traceback."""
+        r = export(["--model", "toy_models:in_place_after_tanh", "--input-shape", "4,12", "-o",
+                    os.path.join(self.tmp.name, "in-place.pt")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--model: the model's own forward and backward fail on the example batch", r.stderr)
+        self.assertIn("modified by an inplace operation", r.stderr)
+
+    def test_a_loss_with_parameters_is_refused_at_export(self):
+        """A loss's own parameter was neither trained nor checkpointed, without a word."""
+        r = export(["--model", "toy_models:encoder_decoder", "--input-shape", "4,12", "--loss",
+                    "toy_models:tempered_cross_entropy", "-o", os.path.join(self.tmp.name, "tempered.pt")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--loss: the loss holds parameters of its own (temperature)", r.stderr)
+
     def test_a_directory_of_one_shard_without_a_test_set(self):
         shards = os.path.join(self.tmp.name, "one-shard")
         os.makedirs(shards, exist_ok=True)

@@ -187,6 +187,74 @@ def token_cross_entropy():
     return TokenCrossEntropy()
 
 
+class SequenceFirstLM(nn.Module):
+    """Token ids [N, T] -> logits [T, N, vocab]: the sequence first, as nn.Transformer's default."""
+
+    def __init__(self, vocab=32, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens)).transpose(0, 1)
+
+
+def sequence_first_lm():
+    return SequenceFirstLM()
+
+
+class DetachedCrossEntropy(nn.Module):
+    """A loss that gives the output no gradient: nothing would train."""
+
+    def forward(self, output, target):
+        return nn.functional.cross_entropy(output.detach(), target)
+
+
+def detached_cross_entropy():
+    return DetachedCrossEntropy()
+
+
+def unreduced_cross_entropy():
+    """A loss per sample (reduction 'none'), not one number."""
+    return nn.CrossEntropyLoss(reduction="none")
+
+
+class TemperedCrossEntropy(nn.Module):
+    """A loss with a parameter of its own, which the model's optimizer would never see."""
+
+    def __init__(self):
+        super().__init__()
+        self.temperature = nn.Parameter(torch.ones(()))
+
+    def forward(self, output, target):
+        return nn.functional.cross_entropy(output * self.temperature, target)
+
+
+def tempered_cross_entropy():
+    return TemperedCrossEntropy()
+
+
+def squared_error():
+    return nn.MSELoss()
+
+
+class InPlaceAfterTanh(nn.Module):
+    """A forward that changes in place what tanh saved for its backward: PyTorch's own backward fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc(x))
+        h.add_(1)
+        return h
+
+
+def in_place_after_tanh():
+    return InPlaceAfterTanh()
+
+
 def wide_mlp(width=2048, depth=8, classes=10):
     """Dense layers whose weights dwarf a process's own memory: what a worker that reads only its
     stage's layers of a model file saves shows in its peak RSS."""
