@@ -257,8 +257,9 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
     else if (source != "the plan")
       std::cerr << "note: " << source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
                 << options.train.batch_size << ", so its predicted throughput does not apply\n";
-    else  // split here from the profile, whose times this run's prediction scales to its batch
-      std::cerr << "note: " << r.profile_path << " was measured at batch " << plan.batch_size
+    else  // split here from the profile (or the layers timed here), whose times the prediction scales to its batch
+      std::cerr << "note: " << (r.profile_path.empty() ? std::string("the layers timed here for the split") : r.profile_path)
+                << " " << (r.profile_path.empty() ? "ran" : "was measured") << " at batch " << plan.batch_size
                 << "; training with --batch-size " << options.train.batch_size << ", the split and the prediction "
                 << "take its times scaled to that batch\n";
   }
