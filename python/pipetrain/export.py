@@ -265,6 +265,37 @@ def traced_otherwise(m):
     return "training" in source or any(mode in source for mode in GRAD_MODES)
 
 
+def defaults_of(model):
+    """The forward's arguments after the first that have defaults, at their defaults: pipetrain feeds
+    one tensor, as model(x) runs (forward(self, x, mask=None) was refused as taking 3 inputs)."""
+    params = list(inspect.signature(model.forward).parameters.values())[1:]
+    return {p.name: p.default for p in params
+            if p.default is not inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def traced_with_defaults(tracer, model):
+    """tracer.trace(model) with the arguments defaults_of gives baked in: fx keeps a placeholder
+    for each and asserts it is that value, which the one input the chain takes leaves out."""
+    concrete = defaults_of(model)
+    graph = tracer.trace(model, concrete_args=concrete or None)
+    if not concrete:
+        return graph
+    checks = (torch._assert, torch.fx._symbolic_trace._assert_is_none)
+    fed = []  # what the asserts read (a comparison with the value), erased once unused
+    for n in reversed(list(graph.nodes)):
+        if n.op == "call_function" and n.target in checks:
+            fed += [a for a in n.args if isinstance(a, torch.fx.Node)]
+            graph.erase_node(n)
+    for n in fed:
+        if n.op == "call_function" and not n.users:
+            graph.erase_node(n)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for n in placeholders[1:]:
+        if not n.users:
+            graph.erase_node(n)
+    return graph
+
+
 def trace(model):
     """A GraphModule of `model`. Where tracing fails inside a submodule (a branch on a tensor's
     value), that submodule becomes one operation, kept whole, and tracing starts again; a failure
@@ -278,7 +309,7 @@ def trace(model):
         tracer = ChainTracer(leaves)
         try:
             with traceable():
-                graph = tracer.trace(model)
+                graph = traced_with_defaults(tracer, model)
             gm = torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
             was = model.training
             model.train(not was)
@@ -286,7 +317,7 @@ def trace(model):
             attributes = set(vars(model))
             try:
                 with traceable():
-                    other = tracer.trace(model)
+                    other = traced_with_defaults(tracer, model)
                 # fx names the constants it adds to the model anew (_tensor_constant3 for the first
                 # trace's 0): compared by what they are, and taken off the model again.
                 code = torch.fx.GraphModule(model, other, "other").code

@@ -241,6 +241,15 @@ class Fidelity(unittest.TestCase):
                     os.path.join(self.tmp.name, "frozen-again.pt")])
         self.assertIn("holds 1 module in evaluation mode in a model that trains (body.1)", r.stderr)
 
+    def test_a_forward_with_optional_arguments_trains_at_their_defaults(self):
+        """forward(self, x, scale=2.0, mask=None) was refused as taking 3 inputs, where model(x) runs."""
+        g = torch.Generator().manual_seed(13)
+        n = BATCH * STEPS
+        case = Case(self.tmp.name, "optional", "toy_models:optional_arguments", "{}", f"{BATCH},12", "float32",
+                    toy_models.optional_arguments, torch.randn(n, 12, generator=g),
+                    torch.randint(0, 5, (n,), generator=g), torch.nn.functional.cross_entropy, "cross-entropy")
+        self.run_all(case, runs=((1, "threads"), (2, "threads")))
+
     def test_resnet18(self):
         # Two of the five runs: each of ResNet-18's costs 5-10 s of CPU (11M parameters written to
         # every checkpoint, read back, and TorchScript's first runs), and the language model

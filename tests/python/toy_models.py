@@ -238,6 +238,25 @@ def squared_error():
     return nn.MSELoss()
 
 
+class OptionalArguments(nn.Module):
+    """forward(x, scale=2.0, mask=None), as transformer code writes its options: model(x) runs it."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(12, 16)
+        self.b = nn.Linear(16, 5)
+
+    def forward(self, x, scale: float = 2.0, mask=None):
+        h = torch.relu(self.a(x)) * scale
+        if mask is not None:
+            h = h * mask
+        return self.b(h)
+
+
+def optional_arguments():
+    return OptionalArguments()
+
+
 class InPlaceAfterTanh(nn.Module):
     """A forward that changes in place what tanh saved for its backward: PyTorch's own backward fails."""
 
