@@ -269,8 +269,11 @@ def defaults_of(model):
     """The forward's arguments after the first that have defaults, at their defaults: pipetrain feeds
     one tensor, as model(x) runs (forward(self, x, mask=None) was refused as taking 3 inputs)."""
     params = list(inspect.signature(model.forward).parameters.values())[1:]
+    # Plain values only: fx flattens a tuple's or a list's (pytree) into inputs of their own, and a
+    # forward taking such a default stays refused as taking several inputs.
     return {p.name: p.default for p in params
-            if p.default is not inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and
+            (p.default is None or isinstance(p.default, (bool, int, float, str)))}
 
 
 def traced_with_defaults(tracer, model):
@@ -280,17 +283,19 @@ def traced_with_defaults(tracer, model):
     graph = tracer.trace(model, concrete_args=concrete or None)
     if not concrete:
         return graph
-    checks = (torch._assert, torch.fx._symbolic_trace._assert_is_none)
-    fed = []  # what the asserts read (a comparison with the value), erased once unused
+    baked = [n for n in graph.nodes if n.op == "placeholder"][1:]
+    # fx's own checks read a baked placeholder, or its comparison with the value: the forward's
+    # own torch._assert calls read neither and stay.
+    compared = {n for n in graph.nodes if n.op == "call_function" and n.target is operator.eq and
+                any(a in baked for a in n.args)}
     for n in reversed(list(graph.nodes)):
-        if n.op == "call_function" and n.target in checks:
-            fed += [a for a in n.args if isinstance(a, torch.fx.Node)]
+        if n.op == "call_function" and n.target in (torch._assert, torch.fx._symbolic_trace._assert_is_none) and \
+                n.args and (n.args[0] in baked or n.args[0] in compared):
             graph.erase_node(n)
-    for n in fed:
-        if n.op == "call_function" and not n.users:
+    for n in compared:
+        if not n.users:
             graph.erase_node(n)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    for n in placeholders[1:]:
+    for n in baked:
         if not n.users:
             graph.erase_node(n)
     return graph

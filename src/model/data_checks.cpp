@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -40,8 +41,13 @@ std::string per_sample_shape(const torch::Tensor& out) {
 // A NaN or an infinity in float data trained on until the loss turned NaN, and the run then
 // blamed the learning rate: the first sample holding one is named instead. In blocks of rows,
 // so that a large file does not need a mask of its own size.
-void check_finite(const torch::Tensor& t, const std::string& key, const std::string& source) {
-  if (!t.is_floating_point() || t.numel() == 0) return;
+struct NonFinite {
+  int64_t row;
+  float value;
+};
+
+std::optional<NonFinite> first_non_finite(const torch::Tensor& t) {
+  if (!t.is_floating_point() || t.numel() == 0) return std::nullopt;
   // Blocks of about a million elements: isfinite takes an abs of its input, a float copy of the
   // block beside the data (4096 samples of 3072 floats were 48 MiB).
   const int64_t kRows = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, t.numel() / t.size(0)));
@@ -51,10 +57,18 @@ void check_finite(const torch::Tensor& t, const std::string& key, const std::str
     if (!bad.any().item<bool>()) continue;
     int64_t row = bad.to(torch::kInt64).argmax().item<int64_t>();
     torch::Tensor sample = block[row].reshape({-1});
-    float value = sample.index({sample.isfinite().logical_not()})[0].item<float>();
-    throw FormatError(str(source, ": '", key, "' holds ", value, " (sample ", first + row,
-                          "): a NaN or an infinity in the data makes the loss NaN; clean or drop such samples"));
+    return NonFinite{first + row, sample.index({sample.isfinite().logical_not()})[0].item<float>()};
   }
+  return std::nullopt;
+}
+
+void refuse_non_finite(const NonFinite& bad, const std::string& key, const std::string& source) {
+  throw FormatError(str(source, ": '", key, "' holds ", bad.value, " (sample ", bad.row,
+                        "): a NaN or an infinity in the data makes the loss NaN; clean or drop such samples"));
+}
+
+void check_finite(const torch::Tensor& t, const std::string& key, const std::string& source) {
+  if (auto bad = first_non_finite(t)) refuse_non_finite(*bad, key, source);
 }
 
 
@@ -221,7 +235,8 @@ namespace {
 void check_own_loss_trains(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y, const std::string& yk,
                            const std::string& source) {
   torch::AutoGradMode grad(true);
-  torch::Tensor scores = out.is_floating_point() ? out.detach().requires_grad_(true) : out;
+  // Not a leaf, as in training: a loss may change its input in place (out -= out.max(...)).
+  torch::Tensor scores = out.is_floating_point() ? out.detach().requires_grad_(true).clone() : out;
   torch::Tensor loss;
   try {
     loss = model.loss(scores, y);
@@ -240,8 +255,13 @@ void check_own_loss_trains(const LayeredModel& model, const torch::Tensor& out, 
 }  // namespace
 
 void check_lm_output(const torch::Tensor& out, c10::IntArrayRef sample, const std::string& source) {
+  // [N, T, V], [N, T, 1, V] or [N x T, V] (flattened): --loss lm reads its rows of V as the tokens in order.
   const int64_t d = static_cast<int64_t>(sample.size());
-  if (out.dim() == d + 2 && out.sizes().slice(1, sample.size()) == sample) return;
+  const int64_t per_sample = c10::multiply_integers(sample);
+  if (out.dim() == 2 && per_sample > 0 && out.size(0) % per_sample == 0) return;
+  bool ones = true;
+  for (int64_t k = d + 1; k + 1 < out.dim(); ++k) ones = ones && out.size(k) == 1;
+  if (out.dim() >= d + 2 && out.sizes().slice(1, sample.size()) == sample && ones) return;
   std::string tokens = "[N";
   for (int64_t t : sample) tokens += str(", ", t);
   throw FormatError(str(source, ": --loss lm needs the model's output [N, T, V] for tokens [N, T] (a score for each "
@@ -269,8 +289,20 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
     // sample's output repeated, where that output is small (a class's scores, not a language
     // model's vocabulary per token): a label past the classes at sample 40 failed at its
     // minibatch, in a traceback that named neither the file nor the sample.
-    if (y.is_floating_point()) check_finite(y, yk, source);
-    check_own_loss_trains(model, out, y.narrow(0, 0, out.size(0)), yk, source);
+    // Checked on as many samples as both hold: a test set of one sample against a 2-sample probe.
+    const int64_t n = std::min(out.size(0), y.size(0));
+    check_own_loss_trains(model, out.narrow(0, 0, n), y.narrow(0, 0, n), yk, source);
+    // A NaN or an infinity in float targets the loss masks (a missing label) is its business; one
+    // that makes the loss NaN is the data's (it trained until the run blamed --lr).
+    if (auto bad = first_non_finite(y)) {
+      torch::NoGradGuard no_grad;
+      bool masked = false;
+      try {
+        masked = torch::isfinite(model.loss(out.narrow(0, 0, 1), y.narrow(0, bad->row, 1))).all().item<bool>();
+      } catch (const std::exception&) {  // refused below, naming the sample
+      }
+      if (!masked) refuse_non_finite(*bad, yk, source);
+    }
     torch::NoGradGuard no_grad;
     constexpr int64_t kMostValues = int64_t{1} << 22;  // a piece's repeated output, 16 MiB of floats
     int64_t per_sample = out.numel() / std::max<int64_t>(1, out.size(0)), rows = kMostValues / std::max<int64_t>(1, per_sample);

@@ -294,14 +294,15 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   // rank first: such a split is no better balanced than the one it replaces (searching every
   // one took DenseNet-121 on 16 workers minutes).
   std::stable_sort(over.begin(), over.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  // By the trial's kind, settings and stages (where its workers are holds no more or less).
+  // By the trial's kind, settings and stages (where its workers are holds no more or less; the
+  // chunks a worker holds do: interleaved's 2 chunks on 4 workers and 4 on 2 have 8 stages each).
   std::map<std::string, detail::SplitsUnderCap> searches;
   for (auto& [objective, t] : over) {
     plan::Plan given = t.plan;
     given.microbatches = t.kind == "pipedream" ? 0 : t.microbatches, given.batch_size = t.batch;
     if (objective > best_objective[few_batch_norm_samples(given, profile, joint)] * (1 + 1e-9)) continue;
     std::string key =
-        str(t.kind, " m", t.microbatches, " B", t.batch, " n", t.minibatches, t.plan.deferred_step ? " ds" : "");
+        str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, " n", t.minibatches, t.plan.deferred_step ? " ds" : "");
     for (const auto& st : t.plan.stages) key += str(" | f", st.in_flight, " x", st.replicas);
     auto search = searches.try_emplace(key, profile, t, cluster, joint).first;
     for (plan::Plan& fitting : search->second.splits(t.plan)) {

@@ -842,6 +842,25 @@ class Errors(unittest.TestCase):
         self.assertIn("--model: the model's own forward and backward fail on the example batch", r.stderr)
         self.assertIn("modified by an inplace operation", r.stderr)
 
+    def test_a_file_loss_that_trains_is_not_refused(self):
+        """The checks above refuse no loss that trains: one that shifts its input in place (the
+        check's leaf output refused it), one that masks NaN targets, and any loss on a test set
+        of one sample (checked against a probe of two, it failed in a C++ error)."""
+        nan = torch.randn(40, 5)
+        nan[7, 1] = float("nan")
+        one = {"x_test": torch.randn(1, 12), "y_test": torch.randint(0, 5, (1,))}
+        for loss, data in (("toy_models:shifted_cross_entropy", {"y": torch.randint(0, 5, (40,))}),
+                           ("toy_models:masked_squared_error", {"y": nan}),
+                           ("toy_models:half_cross_entropy", dict(one, y=torch.randint(0, 5, (40,))))):
+            with self.subTest(loss=loss):
+                model = os.path.join(self.tmp.name, loss.split(":")[1] + ".pt")
+                r = export(["--model", "toy_models:encoder_decoder", "--input-shape", "4,12", "--loss", loss, "-o", model])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                path = os.path.join(self.tmp.name, "trains.pt")
+                torch.save(dict(data, x=torch.randn(40, 12)), path)
+                r = run_failing([PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "2", "--batch-size", "4"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_a_loss_with_parameters_is_refused_at_export(self):
         """A loss's own parameter was neither trained nor checkpointed, without a word."""
         r = export(["--model", "toy_models:encoder_decoder", "--input-shape", "4,12", "--loss",

@@ -219,6 +219,30 @@ def unreduced_cross_entropy():
     return nn.CrossEntropyLoss(reduction="none")
 
 
+class ShiftedCrossEntropy(nn.Module):
+    """Cross-entropy that shifts the scores in place first, as numerically careful code does."""
+
+    def forward(self, output, target):
+        output -= output.max(1, keepdim=True).values.detach()
+        return nn.functional.cross_entropy(output, target)
+
+
+def shifted_cross_entropy():
+    return ShiftedCrossEntropy()
+
+
+class MaskedSquaredError(nn.Module):
+    """Squared error over the targets that are not NaN (a missing label)."""
+
+    def forward(self, output, target):
+        known = torch.isfinite(target)
+        return ((output - torch.nan_to_num(target)) ** 2 * known).sum() / known.sum().clamp(min=1) / output.size(0)
+
+
+def masked_squared_error():
+    return MaskedSquaredError()
+
+
 class TemperedCrossEntropy(nn.Module):
     """A loss with a parameter of its own, which the model's optimizer would never see."""
 
