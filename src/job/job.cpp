@@ -124,8 +124,9 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
                          options.schedule, " splits each minibatch into ", typical.microbatches,
                          " microbatches and averages their losses, the minibatch's loss only where the loss is a "
                          "mean over samples (reduction='sum' is not, nor a mean over the targets an ignore_index "
-                         "keeps): export a loss that averages over samples, or train each minibatch whole (one "
-                         "worker)"));
+                         "keeps): export a loss that averages over samples, train each minibatch whole (one "
+                         "worker), or give --loss lm or cross-entropy, which skip targets of -100 and weigh each "
+                         "microbatch by the targets it keeps"));
   // The workers the schedule runs on: a V or interleaved schedule puts several stages on one.
   if (!options.cluster.levels.empty() && options.cluster.workers() < typical.num_workers())
     throw ConfigError(str(options.cluster_source, ": the cluster has ", counted(options.cluster.workers(), "worker"), " but ",

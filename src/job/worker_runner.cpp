@@ -204,13 +204,13 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     if (!job.resume_from.empty()) losses.resumed_from(job.resume_manifest.first_loss);
     std::vector<double> mine{0};  // their count, then this segment's (minibatch, loss, seconds) triples, to send
     if (run.reports) {
-      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) { losses.add(minibatch, loss); });
+      worker.set_loss_callback([&](int64_t minibatch, double loss) { losses.add(minibatch, loss); });
       if (gathered || !typical.flush)
         worker.set_step_callback([&](int64_t minibatch) { losses.stepped(minibatch, losses.train_seconds()); });
       worker.set_grad_norm_callback([&](int64_t minibatch, double norm) { losses.add_grad_norm(minibatch, norm); });
     }
     if (sends_losses) {
-      worker.set_loss_callback([&](int64_t minibatch, double loss, int64_t, int64_t) {
+      worker.set_loss_callback([&](int64_t minibatch, double loss) {
         mine.push_back(static_cast<double>(minibatch));
         mine.push_back(loss);
         mine.push_back(-1);  // its time once stepped

@@ -360,9 +360,17 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
                       : std::string()));
   int64_t classes = lm ? out.size(-1) : out.size(1);
   int64_t lo = y.min().item<int64_t>(), hi = y.max().item<int64_t>();
+  if (lo == LayeredModel::kIgnoredTarget) {  // padding, which cross-entropy skips
+    torch::Tensor kept = y.ne(LayeredModel::kIgnoredTarget);
+    if (!kept.any().item<bool>())
+      throw FormatError(str(source, ": every target of '", yk, "' is ", LayeredModel::kIgnoredTarget,
+                            " (padding, which cross-entropy skips): there is nothing to learn or test"));
+    lo = y.masked_select(kept).min().item<int64_t>();
+  }
   if (lo < 0 || hi >= classes)
     throw FormatError(str(source, ": '", yk, "' holds ", lo < 0 ? lo : hi, " but the model outputs ", classes,
-                          lm ? " token scores (ids 0.." : " classes (ids 0..", classes - 1, ")"));
+                          lm ? " token scores (ids 0.." : " classes (ids 0..", classes - 1, ", or ",
+                          LayeredModel::kIgnoredTarget, " for a target to skip)"));
 }
 
 std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y) {

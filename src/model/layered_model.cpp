@@ -152,9 +152,23 @@ torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tenso
       throw Error(pt::str("loss mse: the model's output is ", output.sizes(), " but the target is ", target.sizes()));
     return torch::nn::functional::mse_loss(output, target);
   }
+  // A batch of padding alone: PyTorch's mean over no target is 0/0; it adds nothing to a minibatch.
+  if (!target.ne(kIgnoredTarget).any().item<bool>()) return output.sum() * 0;
   if (task_ == Task::kLanguageModel)
     return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}));
   return torch::nn::functional::cross_entropy(output, target);
+}
+
+bool LayeredModel::skips_ignored_targets() const {
+  return !custom_loss_ && (task_ == Task::kClassification || task_ == Task::kLanguageModel);
+}
+
+int64_t LayeredModel::kept_targets(const torch::Tensor& target) const {
+  return skips_ignored_targets() ? target.ne(kIgnoredTarget).sum().item<int64_t>() : target.numel();
+}
+
+int64_t LayeredModel::loss_weight(const torch::Tensor& target) const {
+  return skips_ignored_targets() ? kept_targets(target) : target.size(0);
 }
 
 // Per sample: the probe's output and the test set's targets need not hold as many samples.

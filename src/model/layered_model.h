@@ -125,6 +125,16 @@ class LayeredModel {
   // dropped after it (its initial weights).
   torch::Tensor forward(torch::Tensor x, int first = 0, int last = -1);
   torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
+  // PyTorch's ignore_index: a target the built-in cross-entropy losses (classes, --loss lm) skip,
+  // as its own do; they average over the targets they keep (padding at a text's end).
+  static constexpr int64_t kIgnoredTarget = -100;
+  bool skips_ignored_targets() const;
+  // The targets an accuracy counts and a built-in cross-entropy averages over: those not ignored
+  // where it skips some, else every one.
+  int64_t kept_targets(const torch::Tensor& target) const;
+  // What loss() averages over, to weigh batches by: the kept targets where it skips some, else
+  // the samples (a mean over samples: mse, a file's own loss).
+  int64_t loss_weight(const torch::Tensor& target) const;
   // The dimension of `output` whose argmax predicts `target`'s class ids: 1 for cross-entropy
   // ([N, C, d1..dk] against [N, d1..dk]), the last for an LM; none for mse, float targets, or a
   // file's own loss whose shapes leave it open. That loss says nothing of where its classes lie:

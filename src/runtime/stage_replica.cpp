@@ -102,7 +102,6 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
     out = model_->forward(f.input, first_, last_);
     if (recompute_ && !checked_determinism_ && values_) check_recomputable(f.input, out);
     if (is_last_) {
-      last_correct_ = model_->correct(out.detach(), target);
       torch::Tensor loss = model_->loss(out, target);
       last_loss_ = loss.item<double>();
       out = loss * loss_scale;

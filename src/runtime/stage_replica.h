@@ -106,7 +106,6 @@ class StageReplica {
   // the predicted copies (the memory model's WorkerMemory::weights counts the same).
   int64_t peak_weight_copies() const { return peak_copies_; }
   double last_loss() const { return last_loss_; }
-  int64_t last_correct() const { return last_correct_; }
   int64_t activation_bytes(int64_t mb) const;
   // Sum of the weights a microbatch's forward/backward ran with: tests check stashing with it.
   std::map<int64_t, std::pair<double, double>>& weight_sums() { return weight_sums_; }
@@ -179,7 +178,6 @@ class StageReplica {
   int64_t history_ = 0;
   std::map<int64_t, int64_t> used_versions_;
   double last_loss_ = 0;
-  int64_t last_correct_ = 0;
   bool record_sums_ = false;
   std::map<int64_t, std::pair<double, double>> weight_sums_;
 };

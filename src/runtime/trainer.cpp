@@ -23,22 +23,28 @@ torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size) {
   torch::NoGradGuard no_grad;
   model.train(false);
-  bool counts = true;
-  int64_t correct = 0, total = 0;
-  double loss = 0;
+  EvaluationTally tally;
   for (int64_t first = 0; first < test.size(); first += batch_size) {
     int64_t n = std::min(batch_size, test.size() - first);
-    auto out = model.forward(test.input_rows(first, n));
-    auto target = test.target_rows(first, n);
-    counts = counts && model.class_dim(out, target).has_value();
-    correct += model.correct(out, target);
-    total += target.numel();
-    loss += model.loss(out, target).item<double>() * static_cast<double>(n);  // a batch's mean, weighed by its samples
+    tally.add(model, model.forward(test.input_rows(first, n)), test.target_rows(first, n));
   }
   model.train(true);
+  return tally.result();
+}
+
+void EvaluationTally::add(const model::LayeredModel& model, const torch::Tensor& output, const torch::Tensor& target) {
+  counts_ = counts_ && model.class_dim(output, target).has_value();
+  correct_ += model.correct(output, target);
+  targets_ += model.kept_targets(target);
+  int64_t weight = model.loss_weight(target);
+  loss_ += model.loss(output, target).item<double>() * static_cast<double>(weight);
+  weight_ += weight;
+}
+
+Evaluation EvaluationTally::result() const {
   Evaluation e;
-  if (counts) e.accuracy = total ? static_cast<double>(correct) / total : 0;
-  if (test.size() > 0) e.loss = loss / static_cast<double>(test.size());
+  if (counts_ && targets_ > 0) e.accuracy = static_cast<double>(correct_) / static_cast<double>(targets_);
+  if (weight_ > 0) e.loss = loss_ / static_cast<double>(weight_);
   return e;
 }
 

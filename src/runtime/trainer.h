@@ -98,7 +98,8 @@ TrainResult train_single_worker(model::LayeredModel& model, const model::DataSpl
 // step, over glibc's 32 MiB mmap threshold, and faulted them in afresh each time: 10 s to
 // evaluate 10,000 samples here, against 0.6 s at the training's 64.
 // What an evaluation measures: the share predicted right (-1 where the loss has none: mse) and
-// the mean loss over the samples (a language model's per token; its perplexity is e^loss).
+// the mean loss over the samples (cross-entropy's over the targets it keeps, a language model's per
+// token; its perplexity is e^loss).
 // A loss may be negative (a model file's own: a Gaussian NLL, a negative similarity), and NaN
 // where training diverged: none means not evaluated (a -1 for it dropped every negative loss,
 // and a pipeline's whole evaluation with it where no accuracy was counted).
@@ -107,6 +108,20 @@ struct Evaluation {
   std::optional<double> loss = std::nullopt;
 };
 Evaluation evaluate(model::LayeredModel& model, const model::Dataset& test, int64_t batch_size);
+
+// Sums a test set's batches into an Evaluation: each batch's mean loss weighed by what it is a
+// mean over (LayeredModel::loss_weight), so that padding counts for nothing; the accuracy over
+// the targets kept.
+class EvaluationTally {
+ public:
+  void add(const model::LayeredModel& model, const torch::Tensor& output, const torch::Tensor& target);
+  Evaluation result() const;
+
+ private:
+  bool counts_ = true;
+  int64_t correct_ = 0, targets_ = 0, weight_ = 0;
+  double loss_ = 0;
+};
 
 // The data rows of `indices` as one minibatch.
 torch::Tensor gather(const torch::Tensor& t, const std::vector<int64_t>& indices);

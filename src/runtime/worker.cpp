@@ -147,10 +147,18 @@ torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro,
   if (minibatch != cached_minibatch_) {
     cached_indices_ = sampler_.batch(minibatch);
     cached_minibatch_ = minibatch;
+    cached_kept_ = -1;
   }
   int64_t size = options_.batch_size / microbatches;
   std::vector<int64_t> rows(cached_indices_.begin() + micro * size, cached_indices_.begin() + (micro + 1) * size);
   return targets ? data_.train.gather_targets(rows) : data_.train.gather_inputs(rows);
+}
+
+double Worker::loss_share(const torch::Tensor& target, int microbatches) {
+  if (!model_->skips_ignored_targets()) return 1.0 / microbatches;
+  if (cached_kept_ < 0) cached_kept_ = model_->kept_targets(data_.train.gather_targets(cached_indices_));
+  // A minibatch of padding alone trains nothing (each loss is 0, LayeredModel::loss).
+  return cached_kept_ > 0 ? static_cast<double>(model_->kept_targets(target)) / static_cast<double>(cached_kept_) : 0;
 }
 
 void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
@@ -256,15 +264,16 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       }
       bool last = a.stage == s.num_stages - 1;
       torch::Tensor target = last ? batch_rows(true, minibatch, micro, m) : torch::Tensor();
+      const double share = last ? loss_share(target, m) : 1.0 / m;
       int64_t version = s.vertical_sync ? base_version_ + entry_version_.at(a.microbatch)
                         : s.weight_delay > 0 && !rep->predicts_per_minibatch()
                             ? base_version_ + std::max(0, a.microbatch / s.microbatches - s.weight_delay)
                             : -1;
       auto ahead = predict_steps_.find({a.stage, a.microbatch});
-      torch::Tensor out = rep->forward(mb, input, target, 1.0 / m, version,
+      torch::Tensor out = rep->forward(mb, input, target, share, version,
                                        ahead == predict_steps_.end() ? 0 : ahead->second, minibatch);
       if (last) {
-        if (on_loss_) on_loss_(minibatch, rep->last_loss() / m, rep->last_correct(), target.numel());
+        if (on_loss_) on_loss_(minibatch, rep->last_loss() * share);
       } else {
         outputs_[key] = out;
       }

@@ -57,9 +57,9 @@ model::OptimizerOptions stage_optimizer(const schedule::Schedule& s, int stage, 
 
 class Worker {
  public:
-  // Called on a last-stage worker after the forward of each microbatch: (minibatch, loss of
-  // the microbatch, correct predictions, targets in it).
-  using LossCallback = std::function<void(int64_t minibatch, double loss, int64_t correct, int64_t targets)>;
+  // Called on a last-stage worker after the forward of each microbatch: (minibatch, the
+  // microbatch's share of the minibatch's loss).
+  using LossCallback = std::function<void(int64_t minibatch, double loss)>;
   // Called on a last-stage worker after each step of it, with the (global) minibatch it closes.
   using StepCallback = std::function<void(int64_t minibatch)>;
 
@@ -113,6 +113,11 @@ class Worker {
   static constexpr int kSendsAhead = 8;     // sends to one peer not yet waited for
   // Inputs (targets false) or targets of microbatch `micro` of `minibatch`.
   torch::Tensor batch_rows(bool targets, int64_t minibatch, int64_t micro, int microbatches);
+  // The share of its minibatch's loss a microbatch of `target` carries: 1/m, or where the loss
+  // skips padding, its kept targets over the minibatch's, so that the microbatches' losses sum
+  // to the minibatch's mean over its kept targets (1/m each had weighed a padded one's tokens
+  // up). After batch_rows of that minibatch.
+  double loss_share(const torch::Tensor& target, int microbatches);
   static int64_t tag(int direction, int stage, int64_t mb, int stages);
   // --clip-grad-norm under a synchronous schedule: the whole model's gradient norm, summed over
   // every worker, and the scale every step of this minibatch takes (1 where under the cap).
@@ -166,6 +171,7 @@ class Worker {
   int64_t sent_bytes_ = 0;  // the bytes of the last send (its trace event's)
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;
+  int64_t cached_kept_ = -1;  // the targets its loss keeps (-1: not counted yet)
   LossCallback on_loss_;
   StepCallback on_step_;
   GradNormCallback on_grad_norm_;

@@ -16,9 +16,8 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
   setup(s);
   torch::NoGradGuard no_grad;
   model_->train(false);
-  int64_t correct = 0, total = 0;
-  double loss = 0;
-  bool holds_last = false, counts = true;
+  EvaluationTally tally;
+  bool holds_last = false;
   // A negative tag space keeps evaluation apart from training transfers: the activation into
   // stage st of round r, then (after every round's) the credit its receiver returns for it.
   const int64_t rounds = (test.size() + batch - 1) / batch, stages = s.num_stages;
@@ -59,11 +58,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
       }
       x = model_->forward(x, layers.front(), layers.back() + 1);
       if (st == s.num_stages - 1) {
-        auto target = test.target_rows(first, n);
-        counts = counts && model_->class_dim(x, target).has_value();
-        correct += model_->correct(x, target);
-        total += target.numel();
-        loss += model_->loss(x, target).item<double>() * static_cast<double>(n);
+        tally.add(*model_, x, test.target_rows(first, n));
         holds_last = true;
       } else {
         int to = s.stage_workers[st + 1][0];
@@ -82,11 +77,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
     for (auto& c : posted) c->wait();
   for (auto& r : returned) r->wait();
   model_->train(true);
-  Evaluation e;
-  if (!holds_last) return e;
-  if (counts && total > 0) e.accuracy = static_cast<double>(correct) / total;
-  if (test.size() > 0) e.loss = loss / static_cast<double>(test.size());
-  return e;
+  return holds_last ? tally.result() : Evaluation();
 }
 
 

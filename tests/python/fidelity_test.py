@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -589,6 +590,81 @@ class Fidelity(unittest.TestCase):
             with self.subTest(transport=transport):
                 self.check(self.encdec, f"1f1b-6-{transport}",
                            ["--schedule", "1f1b", "--stages", "6", "--microbatches", "2", "--transport", transport], 2)
+
+
+    def test_padded_targets_train_as_pytorchs_ignore_index(self):
+        """Targets of -100 (PyTorch's ignore_index: padding after a text's end, a pixel without a
+        label) train as eager PyTorch trains each minibatch whole: cross-entropy's mean over the
+        targets it keeps. They were refused ("'y' holds -100"); a pipeline weighing each
+        microbatch 1/m would weigh a padded microbatch's tokens up. Here the samples keep 0 to all
+        16 of their tokens (a microbatch of padding alone, whose mean is 0/0), and the test loss
+        and accuracy count the kept tokens alone."""
+        c = self.lm
+        g = torch.Generator().manual_seed(11)
+        y = c.y.clone()
+        keep = torch.randint(0, 17, (y.size(0),), generator=g)
+        keep[0] = keep[1] = 0  # the first microbatch of 4: padding alone
+        keep[2] = 16
+        y[torch.arange(16).expand_as(y) >= keep[:, None]] = -100
+        data = os.path.join(self.tmp.name, "padded-lm.pt")
+        torch.save({"x": c.x, "y": y, "x_test": c.x[:BATCH], "y_test": y[:BATCH]}, data)
+
+        def token_loss(out, t):
+            return torch.nn.functional.cross_entropy(out.reshape(-1, out.size(-1)), t.reshape(-1))
+        want = reference(c.make_model, c.x, y, token_loss, 1)
+        model = c._seeded()
+        model.load_state_dict(want)
+        model.eval()
+        with torch.no_grad():
+            out = model(c.x[:BATCH])
+        test_loss = token_loss(out, y[:BATCH]).item()
+        kept = y[:BATCH] != -100
+        test_accuracy = (out.argmax(-1)[kept] == y[:BATCH][kept]).double().mean().item()
+        for tag, extra in (("one-worker", []),
+                           ("1f1b-2-threads", ["--schedule", "1f1b", "--stages", "2", "--microbatches", "4"]),
+                           ("gpipe-2-gloo", ["--schedule", "gpipe", "--stages", "2", "--microbatches", "4",
+                                             "--transport", "gloo"]),
+                           ("dp-2-threads", ["--schedule", "dp", "--workers", "2", "--microbatches", "4"])):
+            with self.subTest(run=tag):
+                ck = os.path.join(self.tmp.name, "padded-" + tag)
+                r = run([PIPETRAIN, "train", "--model", c.model_file, "--data", data, "--loss", "lm", "--steps",
+                         str(STEPS), "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM),
+                         "--no-shuffle", "--checkpoint-dir", ck, "--timeout", "60"] + extra)
+                err = max_relative_error(trained_state(c.model_file, ck), want)
+                print(f"padded lm {tag}: max relative error {err:.2e}", file=sys.stderr)
+                self.assertLess(err, 1e-5)
+                if tag == "one-worker":  # the minibatch whole, as the reference computes it
+                    self.assertEqual(err, 0.0)
+                printed = re.search(r"^test loss (\S+)", r.stdout, re.M)
+                self.assertIsNotNone(printed, r.stdout)
+                self.assertAlmostEqual(float(printed.group(1)), test_loss, delta=1e-5 * test_loss)
+                self.assertIn(f"test accuracy {100 * test_accuracy:.2f}%", r.stdout)
+        # A class per sample, some unlabelled: cross-entropy skips them as --loss lm does.
+        e = self.encdec
+        labels = e.y.clone()
+        labels[torch.randperm(labels.size(0), generator=g)[:labels.size(0) // 3]] = -100
+        data = os.path.join(self.tmp.name, "unlabelled.pt")
+        torch.save({"x": e.x, "y": labels, "x_test": e.x[:BATCH], "y_test": labels[:BATCH]}, data)
+        ck = os.path.join(self.tmp.name, "unlabelled-1f1b")
+        run([PIPETRAIN, "train", "--model", e.model_file, "--data", data, "--steps", str(STEPS), "--batch-size",
+             str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--checkpoint-dir",
+             ck, "--timeout", "60", "--schedule", "1f1b", "--stages", "3", "--microbatches", "4"])
+        err = max_relative_error(trained_state(e.model_file, ck),
+                                 reference(e.make_model, e.x, labels, torch.nn.functional.cross_entropy, 1))
+        print(f"unlabelled samples 1f1b-3: max relative error {err:.2e}", file=sys.stderr)
+        self.assertLess(err, 1e-5)
+        # Other negative targets stay refused, and a file of padding alone has nothing to train on.
+        for bad, said in ((-5, "'y' holds -5 but the model outputs 32 token scores (ids 0..31, or -100 for a "
+                                "target to skip)"),
+                          (-100, "every target of 'y' is -100")):
+            with self.subTest(bad=bad):
+                path = os.path.join(self.tmp.name, f"bad-padding{bad}.pt")
+                torch.save({"x": c.x, "y": torch.where(y == -100, bad, y) if bad != -100 else torch.full_like(y, -100)},
+                           path)
+                r = run_failing([PIPETRAIN, "train", "--model", c.model_file, "--data", path, "--loss", "lm",
+                                 "--steps", "1", "--batch-size", str(BATCH)])
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(said, r.stderr)
 
 
 def run_failing(args):
