@@ -81,7 +81,7 @@ int run_profile(ProfileFlags& flags) {
     throw;
   } catch (const std::exception& e) {  // the model's own code failing (a TorchScript error)
     throw ConfigError(str("profiling ", m->name(), " on ", data.name, " failed: ",
-                          model::explain_training_error(e.what(), "a batch of one sample was timed (--batch-size or "
+                          model::explain_training_error(e, "a batch of one sample was timed (--batch-size or "
                                                                   "--batch-sizes 1); time batches of 2 or more")));
   }
   if (flags.output.empty() || flags.output == "-") {

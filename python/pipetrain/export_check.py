@@ -41,10 +41,15 @@ def state_kept(*modules):
 
 def _gradients(run, x, params):
     """run(x)'s output, and each parameter's gradient of a fixed random projection of it (None
-    where the output does not reach the parameter)."""
+    where the output does not reach the parameter). Each run draws the same random numbers: a
+    forward that samples in evaluation mode (a VAE's torch.randn_like, noise injected) draws
+    them in the same order in the model and in its chain, and the runtime keys each layer's
+    draws (docs/runtime.md); the user's generator is left as it was."""
     for p in params:
         p.grad = None
-    out = run(x.clone())  # a clone each: a forward that modifies its input in place
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        out = run(x.clone())  # a clone each: a forward that modifies its input in place
     if isinstance(out, torch.Tensor) and out.is_floating_point() and out.requires_grad:
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)
         (out * weights).sum().backward()

@@ -66,7 +66,7 @@ plan::Plan pick_plan(const Request& r, const PipelineOptions& options, model::La
       throw;
     } catch (const std::exception& e) {  // the user's model failing at the batch (a TorchScript error): as workers say it
       throw RuntimeFailure(str("timing the model's layers at a batch of ", batch, " for the split: ",
-                               model::explain_training_error(e.what(), "--batch-size is 1; give 2 or more")));
+                               model::explain_training_error(e, "--batch-size is 1; give 2 or more")));
     }
     prof = &measured;
     timed = true;

@@ -317,10 +317,8 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     throw WorkerFailure(e.what(), false, true);
   } catch (const std::exception& e) {
     std::string action = worker.current_action();
-    // LibTorch's errors carry a C++ backtrace, which says nothing to the user.
-    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
     throw WorkerFailure(str("worker ", transport.rank(), " at ", action.empty() ? phase : action, ": ",
-                            model::explain_training_error(c10 ? c10->what_without_backtrace() : e.what())),
+                            model::explain_training_error(e)),
                         dynamic_cast<const JobAborted*>(&e) != nullptr);
   }
 }

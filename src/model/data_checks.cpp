@@ -252,6 +252,30 @@ void check_own_loss_trains(const LayeredModel& model, const torch::Tensor& out, 
                           "(does it detach the output, or score it through argmax or a comparison?)"));
 }
 
+// The built-in loss on the probe's output and the first targets, once their shapes and values
+// pass: an output LibTorch's CPU kernels cannot take (float16) failed at the first step, named by
+// the kernel alone ("log_softmax_lastdim_kernel_impl" not implemented for 'Half').
+void check_loss_runs(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y, const std::string& source) {
+  int64_t n = std::min(out.size(0), y.size(0));
+  std::string why;
+  try {
+    model.loss(out.narrow(0, 0, n), y.narrow(0, 0, n));
+  } catch (const c10::Error& e) {
+    why = last_line(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    why = last_line(e.what());
+  }
+  if (!why.empty()) {
+    Task task = model.task();
+    throw FormatError(str(source, ": the model's output (", dtype_of(out), ", ", per_sample_shape(out), ") fails ",
+                          task == Task::kRegression ? "--loss mse" : task == Task::kLanguageModel ? "--loss lm" : "cross-entropy",
+                          ": ", why,
+                          out.scalar_type() == torch::kHalf
+                              ? " (LibTorch's CPU kernels lack float16: return output.float(), or train with --precision bf16)"
+                              : ""));
+  }
+}
+
 }  // namespace
 
 void check_lm_output(const torch::Tensor& out, c10::IntArrayRef sample, const std::string& source) {
@@ -281,6 +305,7 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
     if (y.sizes().slice(1) != out.sizes().slice(1))
       throw FormatError(str(source, ": '", yk, "' has shape ", shape_of(y), " but the model outputs ", per_sample_shape(out)));
     check_finite(y, yk, source);
+    check_loss_runs(model, out, y, source);
     return;
   }
   if (model.has_own_loss()) {
@@ -371,6 +396,7 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
     throw FormatError(str(source, ": '", yk, "' holds ", lo < 0 ? lo : hi, " but the model outputs ", classes,
                           lm ? " token scores (ids 0.." : " classes (ids 0..", classes - 1, ", or ",
                           LayeredModel::kIgnoredTarget, " for a target to skip)"));
+  check_loss_runs(model, out, y, source);
 }
 
 std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y) {
@@ -407,7 +433,9 @@ std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const t
              halves);
 }
 
-std::string explain_training_error(const std::string& error, const std::string& remedy) {
+std::string explain_training_error(const std::exception& e, const std::string& remedy) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  const std::string error = c10 ? c10->what_without_backtrace() : e.what();
   const std::string said = "Expected more than 1 value per channel when training";
   size_t at = error.rfind(said);
   if (at == std::string::npos) return error;

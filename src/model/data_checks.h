@@ -37,6 +37,7 @@ std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const t
 inline constexpr const char* kMicrobatchOfOne =
     "its microbatch holds one sample (a replica's share of --batch-size over --microbatches); give a larger "
     "--batch-size or fewer --microbatches";
-std::string explain_training_error(const std::string& error, const std::string& remedy = kMicrobatchOfOne);
+// LibTorch's own errors without their C++ backtrace, which says nothing to the user.
+std::string explain_training_error(const std::exception& error, const std::string& remedy = kMicrobatchOfOne);
 
 }  // namespace pt::model

@@ -584,6 +584,36 @@ class Fidelity(unittest.TestCase):
         self.assertEqual(max_relative_error(trained("dp-gloo", ["--schedule", "dp", "--workers", "2", "--microbatches", "4",
                                                                 "--transport", "gloo"]), dp), 0.0)
 
+    def test_noise_drawn_in_every_mode_trains_pipelined(self):
+        """A forward that samples outside dropout (a VAE's torch.randn_like, drawn in evaluation mode
+        too) was refused at export: its check ran the model and its chain of layers on other draws
+        ("the chain of layers does not compute what the model computes"). Each check now runs on the
+        same draws; the runtime keys them by layer and microbatch, so the pipelines train the
+        weights of one stage of the same microbatches, recomputed or not, on threads or gloo."""
+        model = os.path.join(self.tmp.name, "reparameterized.pt")
+        r = export(["--model", "toy_models:reparameterized", "--input-shape", "8,12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        data = os.path.join(self.tmp.name, "reparameterized-data.pt")
+        g = torch.Generator().manual_seed(5)
+        n = BATCH * 4
+        torch.save({"x": torch.randn(n, 12, generator=g), "y": torch.randint(0, 5, (n,), generator=g)}, data)
+
+        def trained(tag, extra):
+            ck = os.path.join(self.tmp.name, f"reparameterized-{tag}")
+            run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", "4", "--batch-size", str(BATCH),
+                 "--lr", "0.05", "--no-shuffle", "--quiet", "--checkpoint-dir", ck, "--timeout", "60",
+                 "--schedule", "1f1b", "--microbatches", "4"] + extra)
+            return trained_state(model, ck)
+
+        want = trained("one-stage", ["--stages", "1"])
+        torch.manual_seed(0)
+        initial = toy_models.reparameterized().state_dict()
+        self.assertGreater(max((want[k] - initial[k]).abs().max().item() for k in want), 1e-3)
+        for tag, extra in [("threads-2", ["--stages", "2"]), ("gloo-3", ["--stages", "3", "--transport", "gloo"]),
+                           ("recomputed", ["--stages", "2", "--recompute"])]:
+            with self.subTest(run=tag):
+                self.assertEqual(max_relative_error(trained(tag, extra), want), 0.0, tag)
+
     def test_boundary_of_two_tensors_trains_pipelined(self):
         self.assertIn("2 boundaries carrying several tensors", self.encdec.export_log)
         for transport in ("threads", "gloo"):
@@ -887,6 +917,21 @@ class Errors(unittest.TestCase):
                 self.assertNotEqual(r.returncode, 0, r.stderr)
                 self.assertIn("--loss lm needs the model's output [N, T, V] for tokens [N, T]", r.stderr)
                 self.assertIn(f"it outputs [8, {2 if data == path else 1}, 32] for tokens [N, 8]", r.stderr)
+
+    def test_a_float16_output_is_named_before_training(self):
+        """Scores in float16 failed at the first step, named by a kernel ("pipeline failed: worker 0
+        at 0F0: "log_softmax_lastdim_kernel_impl" not implemented for 'Half'")."""
+        model = os.path.join(self.tmp.name, "half-output.pt")
+        r = export(["--model", "toy_models:half_output", "--input-shape", "4,12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        path = os.path.join(self.tmp.name, "half-data.pt")
+        torch.save({"x": torch.randn(16, 12), "y": torch.randint(0, 5, (16,))}, path)
+        r = run_failing([PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "1", "--batch-size", "4",
+                         "--stages", "2", "--schedule", "1f1b"])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"{path}: the model's output (Half, [N, 5]) fails cross-entropy: ", r.stderr)
+        self.assertIn("return output.float(), or train with --precision bf16", r.stderr)
+        self.assertNotIn("pipeline failed", r.stderr)
 
     def test_a_file_loss_that_cannot_train_is_refused(self):
         """A loss that detaches the output trained nothing, exit 0 (every weight as it started); one

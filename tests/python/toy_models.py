@@ -319,6 +319,39 @@ def dropout_mlp():
                          nn.Linear(32, 5))
 
 
+class Reparameterized(nn.Module):
+    """A VAE's sampling step: z = mu + sigma x noise, drawn in every mode (not a dropout)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder, self.mu, self.log_var = nn.Linear(12, 32), nn.Linear(32, 8), nn.Linear(32, 8)
+        self.decoder = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 5))
+
+    def forward(self, x):
+        h = torch.tanh(self.encoder(x))
+        mu, log_var = self.mu(h), self.log_var(h)
+        return self.decoder(mu + torch.exp(0.5 * log_var) * torch.randn_like(mu))
+
+
+def reparameterized():
+    return Reparameterized()
+
+
+class HalfOutput(nn.Module):
+    """Scores returned in float16, which LibTorch's CPU losses do not take."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(12, 16), nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))).half()
+
+
+def half_output():
+    return HalfOutput()
+
+
 class NoGradStem(nn.Module):
     """torch.no_grad() in the model's own forward: its stem does not train."""
 
