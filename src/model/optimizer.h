@@ -101,15 +101,27 @@ class Optimizer {
   torch::Tensor state(const FlatParameters::Slot& s, int which, bool storage = false) const;
   // Loads one parameter's state `which` (checkpoints); undefined means none yet (zeros).
   void set_state(const FlatParameters::Slot& s, int which, const torch::Tensor& m);
-  // adam's steps so far (its bias corrections'); a checkpoint carries it.
-  int64_t steps_taken() const { return steps_; }
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  // adam's steps so far of slot `slot` (its bias corrections'), as torch.optim keeps a count per
+  // parameter; a checkpoint carries one per layer. Layers resumed into one stage from a plan
+  // whose stages stepped at other rates (pipedream's replicated stage steps once a round) keep
+  // their own: one count for the stage restarted a layer's bias correction (0.12 of a weight off).
+  int64_t steps_taken(size_t slot) const { return slot_steps_.at(slot); }
+  int64_t steps_taken() const;  // the largest
+  void set_steps_taken(size_t slot, int64_t steps);
 
  private:
+  // A range of a flat buffer whose parameters have taken the same number of steps.
+  struct Run {
+    int64_t offset = 0, numel = 0, steps = 0;
+  };
+  const std::vector<std::vector<Run>>& runs() const;  // per buffer, covering it
+  void step_run(size_t buffer, const Run& run, double grad_scale, int64_t minibatch);
+
   FlatParameters& flat_;
   std::vector<std::vector<torch::Tensor>> state_;  // [which][flat buffer]
   bool has_state_ = false;                         // a step ran or a checkpoint loaded some
-  int64_t steps_ = 0;
+  std::vector<int64_t> slot_steps_;                // per slot of flat_
+  mutable std::vector<std::vector<Run>> runs_;     // of slot_steps_; empty: to be formed
   OptimizerOptions options_;
 };
 

@@ -24,7 +24,14 @@ LayerState StageReplica::layer_state(int layer, bool storage) const {
                      : slot_of_[i] == kNoSlot ? torch::Tensor()  // frozen: none, as before a first step
                                               : optimizer_.state(flat_->slots()[slot_of_[i]], which, storage));
   }
-  if (optimizer_.options().adam()) s.optimizer_steps = optimizer_.steps_taken();
+  if (optimizer_.options().adam()) {  // the layer's own count (a tied or frozen layer's: the stage's)
+    s.optimizer_steps = optimizer_.steps_taken();
+    for (size_t i = offset; i < offset + n; ++i)
+      if (!owner_[i] && slot_of_[i] != kNoSlot) {
+        s.optimizer_steps = optimizer_.steps_taken(slot_of_[i]);
+        break;
+      }
+  }
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach());
   return s;
 }
@@ -51,11 +58,9 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
       const auto& slot = flat_->slots()[slot_of_[offset + i]];
       optimizer_.set_state(slot, 0, s.momentum[i]);
       optimizer_.set_state(slot, 1, i < s.variance.size() ? s.variance[i] : torch::Tensor());
+      if (optimizer_.options().adam()) optimizer_.set_steps_taken(slot_of_[offset + i], s.optimizer_steps);
     }
   }
-  // A layer without parameters records no count (a ReLU's file): it set the stage's to 0 where it
-  // came last, and Adam's bias corrections started over on a resume into another split.
-  if (optimizer_.options().adam() && n > 0) optimizer_.set_steps_taken(s.optimizer_steps);
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay
   load_layer_buffers(layer, s.buffers, source);
 }

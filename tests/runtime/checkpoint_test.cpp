@@ -114,24 +114,28 @@ TEST(Checkpoint, AdamStateResumesExactlyAndIntoOtherPlans) {
   }
 }
 
+// Linear, ReLU, Linear: a middle layer without parameters.
+std::shared_ptr<model::LayeredModel> relu_mlp(const model::LayerSet& held = {}) {
+  auto m = std::make_shared<model::LayeredModel>("relu-mlp", model::Task::kClassification, std::vector<int64_t>{8},
+                                                 false, held, 7);
+  m->add("fc", [] { return torch::nn::Sequential(torch::nn::Linear(8, 16)); });
+  m->add("relu", [] { return torch::nn::Sequential(torch::nn::ReLU()); });
+  m->add("out", [] { return torch::nn::Sequential(torch::nn::Linear(16, 4)); });
+  return m;
+}
+
+PipelineOptions with_adam(PipelineOptions o) {
+  o.train.sgd.kind = "adam";
+  o.train.sgd.lr = 0.01;
+  return o;
+}
+
 // A stage whose last layer holds no parameters (a ReLU's file records no Adam step count) keeps
 // the count of the layers that do: it was set to 0, and Adam's bias corrections started over on
 // a resume into such a split (2.4e-3 off the uninterrupted run after 2 steps, exit 0).
 TEST(Checkpoint, AdamResumesIntoAStageEndingInALayerWithoutParameters) {
-  auto make = [](const model::LayerSet& held = {}) {
-    auto m = std::make_shared<model::LayeredModel>("relu-mlp", model::Task::kClassification, std::vector<int64_t>{8},
-                                                   false, held, 7);
-    m->add("fc", [] { return torch::nn::Sequential(torch::nn::Linear(8, 16)); });
-    m->add("relu", [] { return torch::nn::Sequential(torch::nn::ReLU()); });
-    m->add("out", [] { return torch::nn::Sequential(torch::nn::Linear(16, 4)); });
-    return m;
-  };
-  auto data = model::synthetic_data(*make(), 256, 32, 4, 5);
-  auto adam = [](PipelineOptions o) {
-    o.train.sgd.kind = "adam";
-    o.train.sgd.lr = 0.01;
-    return o;
-  };
+  auto make = relu_mlp;
+  auto data = model::synthetic_data(*relu_mlp(), 256, 32, 4, 5);
   auto split = [](std::vector<int> first, std::vector<int> second) {
     plan::Plan p = plan::data_parallel_plan(3, 1);
     p.stages = {{first, 1, {0}}, {second, 1, {1}}};
@@ -144,10 +148,38 @@ TEST(Checkpoint, AdamResumesIntoAStageEndingInALayerWithoutParameters) {
     return pipeline_weights(generate_schedule(p, o, 1), workers);
   };
   TempDir full, parts;
-  auto uninterrupted = weights(split({0}, {1, 2}), adam(options("1f1b", 6, full.path.string(), 2, false)));
-  weights(split({0}, {1, 2}), adam(options("1f1b", 4, parts.path.string(), 2, false)));
-  auto resumed = weights(split({0, 1}, {2}), adam(options("1f1b", 6, parts.path.string(), 2, true)));
+  auto uninterrupted = weights(split({0}, {1, 2}), with_adam(options("1f1b", 6, full.path.string(), 2, false)));
+  weights(split({0}, {1, 2}), with_adam(options("1f1b", 4, parts.path.string(), 2, false)));
+  auto resumed = weights(split({0, 1}, {2}), with_adam(options("1f1b", 6, parts.path.string(), 2, true)));
   EXPECT_LE(max_relative_error(resumed, uninterrupted), 1e-6);
+}
+
+// pipedream's replicated stage steps once a round, so its layers' Adam counts trail the others';
+// resumed into a stage that holds layers of both, each keeps its own count, as torch.optim keeps
+// one per parameter: the stage kept one, the last layer's, and restarted the others' bias
+// corrections (0.12 of a weight off the split that keeps them apart, exit 0).
+TEST(Checkpoint, AdamCountsOfLayersThatSteppedApartResumeIntoOneStage) {
+  auto make = relu_mlp;
+  auto data = model::synthetic_data(*relu_mlp(), 256, 32, 4, 5);
+  auto weights = [&](const plan::Plan& p, const PipelineOptions& o) {
+    std::vector<std::unique_ptr<Worker>> workers;
+    train_pipeline(make, data, p, o, &workers);
+    return pipeline_weights(generate_schedule(p, o, 1), workers);
+  };
+  plan::Plan replicated = plan::data_parallel_plan(3, 1);
+  replicated.stages = {{{0}, 2, {0, 1}}, {{1, 2}, 1, {2}}};
+  replicated.workers = 3;
+  plan::Plan apart = replicated, whole = replicated;
+  apart.stages = {{{0}, 1, {0}}, {{1, 2}, 1, {1}}};
+  apart.workers = 2;
+  whole.stages = {{{0, 1, 2}, 1, {0}}};
+  whole.workers = 1;
+  TempDir first, second;
+  train_pipeline(make, data, replicated, with_adam(options("pipedream", 8, first.path.string(), 8, false)));
+  fs::copy(first.path, second.path, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  auto kept_apart = weights(apart, with_adam(options("1f1b", 12, first.path.string(), 0, true)));
+  auto in_one = weights(whole, with_adam(options("1f1b", 12, second.path.string(), 0, true)));
+  EXPECT_LE(max_relative_error(in_one, kept_apart), 1e-6);
 }
 
 // BatchNorm's running statistics are part of what a checkpoint keeps: a resumed run ends with
