@@ -307,7 +307,8 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
   // the user says they are uint16.
   for (const TokenFile* f : {&train, &test})
     if (f->like_uint32 && (f == &train || separate)) {
-      std::string what = str(f->path, ": every other id is 0, as uint32 ids read as uint16 are (their high halves)");
+      std::string what = str(f->path, ": every other id is ", f->odd_max == 0 ? "0" : str("at most ", f->odd_max),
+                             ", as uint32 ids read as uint16 are (their high halves)");
       if (given.empty())
         throw FormatError(str(what, ": give --token-dtype uint32, or --token-dtype uint16 if they are uint16 ids"));
       std::cerr << "note: " << what << ": if it holds uint32 ids, give --token-dtype uint32\n";
@@ -358,6 +359,9 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
                                                                       : "; tokenized for another vocabulary?)"));
   split.train.on_disk = train_stream;
   check_token_ids(model, train_stream->gather({std::min(train.max_at / seq, n - held - 1)}, false), "tokens", path);
+  // The windows tested on, held in memory: the largest id may lie among them alone (the held-out
+  // tenth, val.bin), and an id the embedding lacks failed the evaluation after training.
+  check_token_ids(model, split.test.inputs, "test windows", separate ? val : path);
   split.vocab = vocab;
   if (model.has_own_loss()) {
     check_targets(split.test.inputs, split.test.targets, "tokens", "next tokens", model, out, separate ? val : path);

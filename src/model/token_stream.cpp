@@ -70,7 +70,7 @@ TokenFile scan_token_file(const std::string& path, const std::string& dtype, con
   constexpr int64_t kChunk = int64_t{16} << 20;
   std::vector<char> buf(static_cast<size_t>(std::min<int64_t>(kChunk, std::max<int64_t>(size, 1))));
   uLong crc = ::crc32(0L, Z_NULL, 0);
-  bool odd_nonzero = false, even_nonzero = false;
+  int64_t even_max = 0;
   try {
     for (int64_t at = 0; at < size; at += kChunk) {  // kChunk holds whole pairs of ids
       int64_t n = std::min(kChunk, size - at);
@@ -79,7 +79,8 @@ TokenFile scan_token_file(const std::string& path, const std::string& dtype, con
       for (int64_t i = 0; i < n; i += f.token_bytes) {
         int64_t id = id_at(buf.data() + i, f.token_bytes);
         if (id > f.max_id || (at == 0 && i == 0)) f.max_id = id, f.max_at = (at + i) / f.token_bytes;
-        ((i / f.token_bytes) % 2 ? odd_nonzero : even_nonzero) |= id != 0;
+        int64_t& half_max = (i / f.token_bytes) % 2 ? f.odd_max : even_max;
+        half_max = std::max(half_max, id);
       }
     }
   } catch (...) {
@@ -88,7 +89,8 @@ TokenFile scan_token_file(const std::string& path, const std::string& dtype, con
   }
   ::close(fd);
   f.crc32 = static_cast<uint32_t>(crc);
-  f.like_uint32 = f.token_bytes == 2 && f.tokens % 2 == 0 && even_nonzero && !odd_nonzero;
+  f.like_uint32 = f.token_bytes == 2 && f.tokens % 2 == 0 && even_max > 0 &&
+                  (f.odd_max == 0 || (f.odd_max <= TokenFile::kHighHalvesAtMost && even_max >= TokenFile::kLowHalvesReach));
   return f;
 }
 

@@ -20,9 +20,14 @@ struct TokenFile {
   uint32_t crc32 = 0;          // of the whole file
   int64_t max_id = 0;          // the largest id, and the first token holding it
   int64_t max_at = 0;
-  // uint16 ids whose every odd one is 0 and some even one is not: uint32 ids read as uint16 look
-  // so (their high halves), and trained on every other token as id 0, exit 0.
+  // uint16 ids read so look like uint32 ids (TokenFile::kHighHalvesAtMost): their odd ids are
+  // the high halves, 0 below 65,536 (trained on every other token as id 0, exit 0), 0 or 1 for a
+  // vocabulary of 100,277 (cl100k's: trained on garbage, exit 0). The largest odd id.
   bool like_uint32 = false;
+  int64_t odd_max = 0;
+  // Odd ids at most this, where the even ones reach kLowHalvesReach: no text's uint16 ids, whose
+  // odd and even ones spread alike; uint32 ids of a vocabulary up to 1M (16 x 65,536).
+  static constexpr int64_t kHighHalvesAtMost = 15, kLowHalvesReach = 4096;
   // What fstat said when it was read through (FileState): a file rewritten while training was
   // trained on unsaid, the checkpoints vouching for the CRC above (shards were refused).
   struct FileState {

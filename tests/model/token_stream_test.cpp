@@ -164,12 +164,39 @@ TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
                          "--token-dtype uint32, or --token-dtype uint16 if they are uint16 ids"),
             std::string::npos)
       << refused;
+  // Ids of a vocabulary past 65,536 (cl100k's 100,277): their high halves are 0 or 1, and read so
+  // they trained on garbage, exit 0.
+  std::vector<uint16_t> large(1602, 0);
+  for (size_t i = 0; i < large.size(); i += 2) {
+    uint32_t id = 30000 + 50 * static_cast<uint32_t>(i);  // up to 110,000
+    large[i] = static_cast<uint16_t>(id & 0xffff);
+    large[i + 1] = static_cast<uint16_t>(id >> 16);
+  }
+  write_ids(d.path / "u32-large.bin", large);
+  refused = error_of([&] { load_own_data((d.path / "u32-large.bin").string(), *m, ""); });
+  EXPECT_NE(refused.find("u32-large.bin: every other id is at most 1, as uint32 ids read as uint16 are (their high "
+                         "halves): give --token-dtype uint32"),
+            std::string::npos)
+      << refused;
   testing::internal::CaptureStderr();
   load_own_data((d.path / "u32.bin").string(), *m, "uint32");
   write_ids(d.path / "plain.bin", std::vector<uint16_t>(802, 1));
   load_own_data((d.path / "plain.bin").string(), *m);
   said = testing::internal::GetCapturedStderr();
   EXPECT_EQ(said.find("every other id"), std::string::npos) << said;
+  // An embedding of fewer rows than the vocabulary the head scores: an id past it among the windows
+  // tested on alone (the held-out tenth, val.bin) passed, and failed the evaluation after training.
+  auto narrow = std::make_shared<LayeredModel>("narrow-lm", Task::kLanguageModel, std::vector<int64_t>{8}, true,
+                                               LayerSet{}, 1);
+  narrow->add("embed", [] { return torch::nn::Sequential(torch::nn::Embedding(32, 16)); });
+  narrow->add("head", [] { return torch::nn::Sequential(torch::nn::Linear(16, 64)); });
+  std::vector<uint16_t> held_out(801, 1);
+  held_out[790] = 40;  // in the last tenth
+  write_ids(d.path / "held-out.bin", held_out);
+  std::string tested = error_of([&] { load_own_data((d.path / "held-out.bin").string(), *narrow); });
+  EXPECT_NE(tested.find("held-out.bin: 'test windows' holds token id 40 (sample 8), which the model refuses"),
+            std::string::npos)
+      << tested;
   write_ids(d.path / "short.bin", std::vector<uint16_t>(12, 1));
   std::string shrt = error_of([&] { load_own_data((d.path / "short.bin").string(), *m); });
   EXPECT_NE(shrt.find("12 tokens make too few windows of 9"), std::string::npos) << shrt;
