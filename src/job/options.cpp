@@ -8,7 +8,8 @@ void check_pipeline_options(const PipelineOptions& options, const plan::Plan& pl
   runtime::check_train_options(options.train, data);
   if (options.microbatches < 1 || options.microbatches > schedule::kMaxMicrobatches)
     throw UsageError(str("--microbatches: must be in 1..", schedule::kMaxMicrobatches, ", got ", options.microbatches));
-  if (options.train.batch_size % options.microbatches != 0)
+  // pipedream runs each minibatch whole: a --microbatches it never uses need not divide the batch.
+  if (options.schedule != "pipedream" && options.train.batch_size % options.microbatches != 0)
     throw UsageError(str("--microbatches: ", options.microbatches, " does not divide --batch-size ", options.train.batch_size));
   if (options.chunks < 1 || options.chunks > schedule::kMaxChunks)
     throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", options.chunks));

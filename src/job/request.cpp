@@ -273,7 +273,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
     throw ConfigError(str(batch_file, ": field 'batch_size': ", options.train.batch_size, " is larger than the ",
                           data.train.size(), " training samples of ", data.name, "; give --batch-size"));
   if ((file_microbatches || default_microbatches || file_batch) && options.microbatches > 0 &&
-      options.train.batch_size % options.microbatches != 0) {
+      options.schedule != "pipedream" && options.train.batch_size % options.microbatches != 0) {
     std::string divisors;
     for (int64_t d = 1, found = 0; d <= options.train.batch_size && found <= 8; ++d) {
       if (options.train.batch_size % d != 0) continue;

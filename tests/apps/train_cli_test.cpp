@@ -1316,7 +1316,7 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
   EXPECT_NE(out.find("--microbatches: 3 does not divide --batch-size 64"), std::string::npos) << out;
   // The default count, which the user did not give, is named as the default, with what divides.
   rc = run({"train", "--data", "synthetic", "--synthetic-samples", "64", "--steps", "1", "--quiet", "--stages", "2",
-            "--batch-size", "10"},
+            "--schedule", "1f1b", "--batch-size", "10"},
            log);
   out = slurp(log);
   EXPECT_EQ(rc, 1) << out;
@@ -1324,10 +1324,16 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
                      "--microbatches one of its divisors: 1, 2, 5, 10"),
             std::string::npos)
       << out;
+  // pipedream (the default here) runs each minibatch whole: the count it never uses was refused.
+  rc = run({"train", "--data", "synthetic", "--synthetic-samples", "64", "--steps", "1", "--quiet", "--stages", "2",
+            "--batch-size", "10"},
+           log);
+  out = slurp(log);
+  EXPECT_EQ(rc, 0) << out;
   // A split made here, with no plan file: the batch is --batch-size's default (it named "the
   // plan's field 'batch_size'", a file the user had not given).
   rc = run({"train", "--data", "synthetic", "--synthetic-samples", "64", "--steps", "1", "--quiet", "--stages", "2",
-            "--microbatches", "5"},
+            "--schedule", "gpipe", "--microbatches", "5"},
            log);
   out = slurp(log);
   EXPECT_EQ(rc, 1) << out;
