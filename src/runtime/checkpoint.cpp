@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".tensors"; }
-std::string replica_file_name(int layer, int replica) {
-  return "layer-" + std::to_string(layer) + ".replica-" + std::to_string(replica) + ".tensors";
-}
 std::string temp_dir_name(int64_t step) { return ".tmp-" + checkpoint_dir_name(step); }
 
 // A file pipetrain writes into a temporary checkpoint folder: a layer file, the manifest, or a

@@ -177,6 +177,8 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     int64_t layer = files[i]["layer"].as_int_at_least(0);
     if (layer != static_cast<int64_t>(i)) files[i]["layer"].fail(str("must be ", i, " (files are in layer order)"));
     cf.layer = static_cast<int>(i);
+    // The name is the layer's: two names swapped with their CRCs loaded each layer's state into the other.
+    if (cf.name != layer_file_name(cf.layer)) files[i]["name"].fail(str("must be ", layer_file_name(cf.layer)));
     m.files.push_back(cf);
   }
   if (root.has("replica_buffers")) {  // written since 2026-12-06
@@ -185,6 +187,8 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
       CheckpointFile cf = file_of(replicas[i]);
       cf.layer = static_cast<int>(replicas[i]["layer"].as_int_in(0, m.layers - 1));
       cf.replica = static_cast<int>(replicas[i]["replica"].as_int_in(1, 1 << 20));
+      if (cf.name != replica_file_name(cf.layer, cf.replica))
+        replicas[i]["name"].fail(str("must be ", replica_file_name(cf.layer, cf.replica)));
       m.replica_buffers.push_back(cf);
     }
   }
@@ -246,6 +250,12 @@ uint32_t crc32_of(const void* data, size_t size, uint32_t before) {
     off += n;
   }
   return static_cast<uint32_t>(crc);
+}
+
+std::string layer_file_name(int layer) { return "layer-" + std::to_string(layer) + ".tensors"; }
+
+std::string replica_file_name(int layer, int replica) {
+  return "layer-" + std::to_string(layer) + ".replica-" + std::to_string(replica) + ".tensors";
 }
 
 std::string checkpoint_dir_name(int64_t step) {

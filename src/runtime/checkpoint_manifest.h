@@ -109,6 +109,9 @@ uint32_t crc32_of_file(const std::string& path);
 // the name is not one).
 std::string checkpoint_dir_name(int64_t step);
 int64_t checkpoint_step_of(const std::string& name);
+// The file of layer N's state ("layer-3.tensors"), and of a replica's own buffers beside it.
+std::string layer_file_name(int layer);
+std::string replica_file_name(int layer, int replica);
 
 // The newest complete checkpoint under `dir` (a step-N directory with a manifest.json), or ""
 // when there is none; with `before`, the newest of an earlier step. Temporary directories of

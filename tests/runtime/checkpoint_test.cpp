@@ -547,7 +547,11 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
                         Case{"\"min_lr\": 0.001", "\"min_lr\": -1", "sgd.min_lr"},
                         Case{"\"schedule_steps\": 40", "\"schedule_steps\": -2", "sgd.schedule_steps"},
                         Case{"\"replica\": 2", "\"replica\": 0", "replica_buffers[0].replica"},
-                        Case{"\"layer-1.replica-2.tensors\"", "\"/etc/x\"", "replica_buffers[0].name"}}) {
+                        Case{"\"layer-1.replica-2.tensors\"", "\"/etc/x\"", "replica_buffers[0].name"},
+                        // Another layer's file (two names swapped with their CRCs loaded each into the other).
+                        Case{"\"layer-1.tensors\"", "\"layer-0.tensors\"", "files[1].name' must be layer-1.tensors"},
+                        Case{"\"layer-1.replica-2.tensors\"", "\"layer-1.replica-3.tensors\"",
+                             "replica_buffers[0].name' must be layer-1.replica-2.tensors"}}) {
     std::string text = manifest_to_json(m);
     ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
