@@ -215,16 +215,12 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
     }
   } else {
     // Synthetic data of the model's input, its targets in the range of what it outputs (a
-    // forward that builds one layer at a time: this process holds none).
-    torch::Tensor out;
-    {
-      torch::NoGradGuard no_grad;
-      m->train(false);
-      std::vector<int64_t> shape{1};
-      for (int64_t d : m->sample_shape()) shape.push_back(d);
-      out = m->forward(m->integer_input() ? torch::zeros(shape, torch::kInt64) : torch::zeros(shape));
-      m->train(true);
-    }
+    // forward that builds one layer at a time: this process holds none), checked as a data
+    // file's first samples are (a failing model printed a TorchScript traceback).
+    std::vector<int64_t> shape{1};
+    for (int64_t d : m->sample_shape()) shape.push_back(d);
+    torch::Tensor out = model::probe_output(
+        *m, m->integer_input() ? torch::zeros(shape, torch::kInt64) : torch::zeros(shape), "--data synthetic");
     if (m->task() == model::Task::kRegression)
       throw UsageError("--loss mse: synthetic data has class targets; give --data FILE.pt with float32 'y'");
     *data_out = model::synthetic_data(*m, synthetic_samples, std::max<int64_t>(1, synthetic_samples / 8),

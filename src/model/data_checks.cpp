@@ -147,24 +147,44 @@ class CheckForward {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> saved_;
 };
 
+// Where a bf16 forward fails and an fp32 one runs, the precision is to blame, not the data.
+void blame_bf16(LayeredModel& model, const torch::Tensor& first, const std::string& why) {
+  if (model.precision() != Precision::kBFloat16) return;
+  model.set_precision(Precision::kFloat32);
+  bool fp32_runs = true;
+  try {
+    CheckForward forward(model);
+    forward(first);
+  } catch (const std::exception&) {
+    fp32_runs = false;
+  }
+  model.set_precision(Precision::kBFloat16);
+  if (fp32_runs)
+    throw UsageError(str("--precision bf16: the model fails under bf16 autocast in evaluation mode without gradients (as "
+                         "pipetrain checks and tests it), where it runs in fp32: ", why,
+                         ". One known cause: PyTorch 1.13's fused nn.MultiheadAttention path, taken so, mixes bf16 and "
+                         "fp32. Train in fp32"));
+}
+
 torch::Tensor probe_forward(LayeredModel& model, const torch::Tensor& first, const torch::Tensor& x,
                             const std::string& source) {
-  CheckForward forward(model);
-  torch::Tensor out;
+  std::string why;
   try {
-    out = forward(first);
+    CheckForward forward(model);
+    return forward(first);
   } catch (const Error&) {  // pipetrain's own: the model file's (a layer's archive read late), named already
     throw;
   } catch (const c10::Error& e) {
-    throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", e.what_without_backtrace()));
+    why = e.what_without_backtrace();
   } catch (const std::exception& e) {  // TorchScript's interpreter raises its own kind, its traceback in what()
-    std::string why = e.what();
+    why = e.what();
     size_t last = why.find_last_not_of("\n");
     size_t line = why.rfind('\n', last == std::string::npos ? 0 : last);
-    throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ",
-                          line == std::string::npos ? why : why.substr(line + 1)));
+    if (line != std::string::npos) why = why.substr(line + 1);
   }
-  return out;
+  why.erase(why.find_last_not_of(" \n") + 1);
+  blame_bf16(model, first, why);
+  throw FormatError(str(source, ": the model fails on 'x' of shape ", shape_of(x), ": ", why));
 }
 
 }  // namespace
@@ -221,6 +241,7 @@ void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::str
     CheckForward forward(model);
     forward(x.narrow(0, row, 1));
   } catch (const std::exception& e) {
+    blame_bf16(model, x.narrow(0, row, 1), last_line(e.what()));
     throw FormatError(str(source, ": '", xk, "' holds token id ", hi, " (sample ", row, "), which the model refuses: ",
                           last_line(e.what()), " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
   }

@@ -404,6 +404,22 @@ class Fidelity(unittest.TestCase):
         self.assertIn("note: no test accuracy is counted (the test loss is)", r.stderr)
         self.assertIn("dimension 1 and the last (2) both fit", r.stderr)
 
+    def test_a_model_that_fails_in_bf16_alone_blames_the_precision(self):
+        """nn.MultiheadAttention's fused path (evaluation mode, no gradients: how pipetrain checks
+        and tests a model) fails under bf16 autocast in PyTorch 1.13. The error blamed the data
+        file and its key 'x' (a token file has none), or printed a TorchScript traceback on
+        synthetic data."""
+        c = self.lm
+        for data in (c.data_file, "synthetic"):
+            with self.subTest(data=data):
+                r = run_failing([PIPETRAIN, "train", "--model", c.model_file, "--data", data, "--loss", "lm",
+                                 "--precision", "bf16", "--steps", "1", "--batch-size", str(BATCH)])
+                self.assertNotEqual(r.returncode, 0, r.stderr)
+                self.assertIn("--precision bf16: the model fails under bf16 autocast in evaluation mode without "
+                              "gradients (as pipetrain checks and tests it), where it runs in fp32: ", r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertNotIn("'x'", r.stderr)
+
     def test_weights_of_another_model_are_refused(self):
         """Read back with another model's file, a checkpoint names both layer counts (it failed
         later, on a tie or a shape)."""
