@@ -208,11 +208,16 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
               << job.data.describe() << ": the same samples\n";
   // An asynchronous run's weights lag by its split, replicas and flags: resumed under others
   // (--stale-warmup 0, or a split --stages measured again), it moved 6.5e-4 off the run it
-  // continued, unsaid. A synchronous schedule's split changes no weight.
+  // continued, unsaid; a synchronous run's lag none (its split changes no weight), and one resumed
+  // under pipedream moved 0.074 off it, unsaid. An asynchronous checkpoint before 2026-12-06
+  // records no lag.
   const std::string lag = job::weight_lag(job);
-  if (!cm.weight_lag.empty() && !lag.empty() && cm.weight_lag != lag)
-    std::cerr << "note: " << job.resume_from << " was trained with other settings of its weights' lag (" << cm.weight_lag
-              << " -> " << lag << "): steps " << cm.step + 1 << " on differ from an uninterrupted run's\n";
+  const bool lag_recorded = !cm.weight_lag.empty() || (cm.schedule != "pipedream" && cm.schedule != "2bw");
+  auto lag_of = [](const std::string& l, const std::string& kind) { return l.empty() ? kind + ": none" : l; };
+  if (lag_recorded && cm.weight_lag != lag)
+    std::cerr << "note: " << job.resume_from << " was trained with other settings of its weights' lag ("
+              << lag_of(cm.weight_lag, cm.schedule) << " -> " << lag_of(lag, job.options.schedule) << "): steps "
+              << cm.step + 1 << " on differ from an uninterrupted run's\n";
   if (!cm.model_sha256.empty() && cm.model_sha256 != m.file_sha256())
     std::cerr << "note: " << job.resume_from << " was trained by the model file of sha256 " << cm.model_sha256
               << ", not this one (" << m.file_sha256() << "): its weights load if the layers' shapes match, but "

@@ -237,12 +237,18 @@ TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
   std::tie(rc, out) = train({"--plan", other.string(), "--steps", "10", "--resume", "--stale-warmup", "0"});
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("-> pipedream on plan 1-1: layers 0-2 | 3-4;"), std::string::npos) << out;
-  // A synchronous schedule's split changes no weight: nothing to say.
+  // From asynchronous to synchronous and back, said: 1f1b's checkpoint resumed under pipedream
+  // moved 0.074 off the run it continued, unsaid.
   std::tie(rc, out) = train({"--plan", plan.string(), "--schedule", "1f1b", "--steps", "12", "--resume"});
   ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("-> 1f1b: none): steps 11 on differ"), std::string::npos) << out;
+  // A synchronous schedule's split changes no weight: nothing to say.
   std::tie(rc, out) = train({"--plan", other.string(), "--schedule", "1f1b", "--steps", "14", "--resume"});
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
+  std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "16", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("weights' lag (1f1b: none -> " + lag + "): steps 15 on differ"), std::string::npos) << out;
 }
 
 // Step folders that are no checkpoint: one this run would write into is refused before training
