@@ -48,7 +48,7 @@ def _gradients(run, x, params):
     for p in params:
         p.grad = None
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(4)
+        torch.random.default_generator.manual_seed(4)
         out = run(x.clone())  # a clone each: a forward that modifies its input in place
     if isinstance(out, torch.Tensor) and out.is_floating_point() and out.requires_grad:
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)

@@ -155,7 +155,7 @@ void blame_bf16(LayeredModel& model, const torch::Tensor& first, const std::stri
   try {
     CheckForward forward(model);
     forward(first);
-  } catch (const std::exception&) {
+  } catch (...) {
     fp32_runs = false;
   }
   model.set_precision(Precision::kBFloat16);
@@ -241,9 +241,10 @@ void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::str
     CheckForward forward(model);
     forward(x.narrow(0, row, 1));
   } catch (const std::exception& e) {
-    blame_bf16(model, x.narrow(0, row, 1), last_line(e.what()));
+    const std::string why = last_line(without_backtrace(e));
+    blame_bf16(model, x.narrow(0, row, 1), why);
     throw FormatError(str(source, ": '", xk, "' holds token id ", hi, " (sample ", row, "), which the model refuses: ",
-                          last_line(e.what()), " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
+                          why, " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
   }
   record_forward(key, "ok");
 }
@@ -277,14 +278,16 @@ void check_own_loss_trains(const LayeredModel& model, const torch::Tensor& out, 
 // pass: an output LibTorch's CPU kernels cannot take (float16) failed at the first step, named by
 // the kernel alone ("log_softmax_lastdim_kernel_impl" not implemented for 'Half').
 void check_loss_runs(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y, const std::string& source) {
-  int64_t n = std::min(out.size(0), y.size(0));
+  // The probe's samples: an LM's output flattened to [N x T, V] holds T rows a sample.
+  const int64_t rows = model.task() == Task::kLanguageModel && out.dim() == 2 && y.dim() >= 1 && y.size(0) > 0
+                           ? std::max<int64_t>(1, y[0].numel())
+                           : 1;
+  const int64_t n = std::min(out.size(0) / rows, y.size(0));
   std::string why;
   try {
-    model.loss(out.narrow(0, 0, n), y.narrow(0, 0, n));
-  } catch (const c10::Error& e) {
-    why = last_line(e.what_without_backtrace());
+    model.loss(out.narrow(0, 0, n * rows), y.narrow(0, 0, n));
   } catch (const std::exception& e) {
-    why = last_line(e.what());
+    why = last_line(without_backtrace(e));
   }
   if (!why.empty()) {
     Task task = model.task();
@@ -454,9 +457,13 @@ std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const t
              halves);
 }
 
-std::string explain_training_error(const std::exception& e, const std::string& remedy) {
+std::string without_backtrace(const std::exception& e) {
   const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-  const std::string error = c10 ? c10->what_without_backtrace() : e.what();
+  return c10 ? c10->what_without_backtrace() : e.what();
+}
+
+std::string explain_training_error(const std::exception& e, const std::string& remedy) {
+  const std::string error = without_backtrace(e);
   const std::string said = "Expected more than 1 value per channel when training";
   size_t at = error.rfind(said);
   if (at == std::string::npos) return error;

@@ -38,6 +38,7 @@ inline constexpr const char* kMicrobatchOfOne =
     "its microbatch holds one sample (a replica's share of --batch-size over --microbatches); give a larger "
     "--batch-size or fewer --microbatches";
 // LibTorch's own errors without their C++ backtrace, which says nothing to the user.
+std::string without_backtrace(const std::exception& e);
 std::string explain_training_error(const std::exception& error, const std::string& remedy = kMicrobatchOfOne);
 
 }  // namespace pt::model

@@ -153,7 +153,7 @@ torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tenso
     return torch::nn::functional::mse_loss(output, target);
   }
   // A batch of padding alone: PyTorch's mean over no target is 0/0; it adds nothing to a minibatch.
-  if (!target.ne(kIgnoredTarget).any().item<bool>()) return output.sum() * 0;
+  if (!target.ne(kIgnoredTarget).any().item<bool>()) return output.narrow(0, 0, 0).sum();  // 0 (an -inf logit: no NaN)
   if (task_ == Task::kLanguageModel)
     return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}));
   return torch::nn::functional::cross_entropy(output, target);

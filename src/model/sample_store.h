@@ -20,6 +20,8 @@ class SampleStore {
   virtual std::vector<int64_t> shard_sizes() const = 0;
   // CRC-32 of each file it reads (job digests, checkpoints' data identity).
   virtual std::vector<uint32_t> crcs() const = 0;
+  // Whether a target may be padding (LayeredModel::kIgnoredTarget): a token file's unsigned ids are not.
+  virtual bool may_pad() const { return true; }
 };
 
 }  // namespace pt::model

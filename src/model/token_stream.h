@@ -54,6 +54,7 @@ class TokenStream : public SampleStore {
   torch::Tensor gather(const std::vector<int64_t>& indices, bool targets) const override;  // int64 [n, seq_len]
   std::vector<int64_t> shard_sizes() const override { return {}; }
   std::vector<uint32_t> crcs() const override { return {file_.crc32}; }
+  bool may_pad() const override { return false; }
   // Windows of seq_len + 1 tokens a file of `tokens` holds.
   static int64_t windows(int64_t tokens, int64_t seq_len) { return tokens > seq_len ? (tokens - 1) / seq_len : 0; }
 

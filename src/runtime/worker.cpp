@@ -155,7 +155,8 @@ torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro,
 }
 
 double Worker::loss_share(const torch::Tensor& target, int microbatches) {
-  if (!model_->skips_ignored_targets()) return 1.0 / microbatches;
+  if (!model_->skips_ignored_targets() || (data_.train.on_disk && !data_.train.on_disk->may_pad()))
+    return 1.0 / microbatches;
   if (cached_kept_ < 0) cached_kept_ = model_->kept_targets(data_.train.gather_targets(cached_indices_));
   // A minibatch of padding alone trains nothing (each loss is 0, LayeredModel::loss).
   return cached_kept_ > 0 ? static_cast<double>(model_->kept_targets(target)) / static_cast<double>(cached_kept_) : 0;
@@ -328,7 +329,7 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
     }
     case ActionKind::kStep: {
       // The all-reduce summed the replicas' gradients. Synchronous schedules scaled each
-      // microbatch's loss by 1/m, so the sum is the minibatch's; pipedream's replicas each close
+      // microbatch's loss by its share (loss_share), so the sum is the minibatch's; pipedream's replicas each close
       // a whole minibatch, and the round steps with their mean (WorkerOptions::sum_replica_gradients).
       // A Step's microbatch field is the minibatch it closes (within this schedule).
       const bool round = s.kind == "pipedream";

@@ -404,6 +404,22 @@ class Fidelity(unittest.TestCase):
         self.assertIn("note: no test accuracy is counted (the test loss is)", r.stderr)
         self.assertIn("dimension 1 and the last (2) both fit", r.stderr)
 
+    def test_a_flattened_lm_output_trains_as_eager(self):
+        """--loss lm takes scores flattened to [N x T, V]; the built-in loss's check on the probe
+        narrowed them to 2 rows against 2 samples' targets, and refused them."""
+        c = self.lm
+        model = os.path.join(self.tmp.name, "flat-lm.pt")
+        r = export(["--model", "toy_models:flat_lm", "--input-shape", f"{BATCH},16", "--input-dtype", "int64",
+                    "--input-high", "32", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ck = os.path.join(self.tmp.name, "flat-lm")
+        run([PIPETRAIN, "train", "--model", model, "--data", c.data_file, "--loss", "lm", "--steps", str(STEPS),
+             "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet",
+             "--checkpoint-dir", ck, "--timeout", "60"])
+        want = reference(toy_models.flat_lm, c.x, c.y,
+                         lambda out, y: torch.nn.functional.cross_entropy(out, y.reshape(-1)), 1)
+        self.assertEqual(max_relative_error(trained_state(model, ck), want), 0.0)
+
     def test_a_model_that_fails_in_bf16_alone_blames_the_precision(self):
         """nn.MultiheadAttention's fused path (evaluation mode, no gradients: how pipetrain checks
         and tests a model) fails under bf16 autocast in PyTorch 1.13. The error blamed the data

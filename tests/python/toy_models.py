@@ -337,6 +337,18 @@ def reparameterized():
     return Reparameterized()
 
 
+class FlatLM(TinyLM):
+    """TinyLM whose scores come flattened, [N x T, vocab], as a model written for its own loss."""
+
+    def forward(self, tokens):
+        out = super().forward(tokens)
+        return out.reshape(-1, out.size(-1))
+
+
+def flat_lm(**kw):
+    return FlatLM(**kw)
+
+
 class HalfOutput(nn.Module):
     """Scores returned in float16, which LibTorch's CPU losses do not take."""
 
