@@ -1,6 +1,7 @@
 #include "model/layered_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <set>
 
@@ -152,11 +153,13 @@ torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tenso
       throw Error(pt::str("loss mse: the model's output is ", output.sizes(), " but the target is ", target.sizes()));
     return torch::nn::functional::mse_loss(output, target);
   }
-  // A batch of padding alone: PyTorch's mean over no target is 0/0; it adds nothing to a minibatch.
-  if (!target.ne(kIgnoredTarget).any().item<bool>()) return output.narrow(0, 0, 0).sum();  // 0 (an -inf logit: no NaN)
-  if (task_ == Task::kLanguageModel)
-    return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}));
-  return torch::nn::functional::cross_entropy(output, target);
+  torch::Tensor loss = task_ == Task::kLanguageModel
+                           ? torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}))
+                           : torch::nn::functional::cross_entropy(output, target);
+  // A batch of padding alone: PyTorch's mean over no target is 0/0; it adds nothing to a minibatch
+  // (0 without reading the logits, so an -inf among them gives no NaN either).
+  if (std::isnan(loss.item<double>()) && !target.ne(kIgnoredTarget).any().item<bool>()) return output.narrow(0, 0, 0).sum();
+  return loss;
 }
 
 bool LayeredModel::skips_ignored_targets() const {

@@ -155,8 +155,12 @@ torch::Tensor Worker::batch_rows(bool targets, int64_t minibatch, int64_t micro,
 }
 
 double Worker::loss_share(const torch::Tensor& target, int microbatches) {
-  if (!model_->skips_ignored_targets() || (data_.train.on_disk && !data_.train.on_disk->may_pad()))
-    return 1.0 / microbatches;
+  if (!model_->skips_ignored_targets()) return 1.0 / microbatches;
+  // Looked for once: counting each microbatch's targets cost mnist-cnn's 1F1B 3% of its time.
+  if (padded_ < 0)
+    padded_ = data_.train.on_disk ? data_.train.on_disk->may_pad()
+                                  : data_.train.targets.eq(model::LayeredModel::kIgnoredTarget).any().item<bool>();
+  if (!padded_) return 1.0 / microbatches;
   if (cached_kept_ < 0) cached_kept_ = model_->kept_targets(data_.train.gather_targets(cached_indices_));
   // A minibatch of padding alone trains nothing (each loss is 0, LayeredModel::loss).
   return cached_kept_ > 0 ? static_cast<double>(model_->kept_targets(target)) / static_cast<double>(cached_kept_) : 0;

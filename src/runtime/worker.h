@@ -172,6 +172,7 @@ class Worker {
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;
   int64_t cached_kept_ = -1;  // the targets its loss keeps (-1: not counted yet)
+  int padded_ = -1;           // whether the training targets hold padding (-1: not looked yet)
   LossCallback on_loss_;
   StepCallback on_step_;
   GradNormCallback on_grad_norm_;
