@@ -203,6 +203,12 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   if (!batches.empty() && m.deferrable_batch_norms() > 0)
     std::cerr << "note: " << job.resume_from << " was trained with other batches for its BatchNorms (" << batches
               << "): steps " << cm.step + 1 << " on differ from an uninterrupted run's\n";
+  // Dropout's masks are drawn by microbatch (LayeredModel::set_draw_key): resumed with other
+  // microbatches, a model's masks, and so its steps, are another run's (it was not said).
+  if (cm.microbatches > 0 && cm.microbatches != job.typical->microbatches && m.any_layer_draws())
+    std::cerr << "note: " << job.resume_from << " was trained with " << cm.microbatches << " microbatches a minibatch and "
+              << "this run takes " << job.typical->microbatches << ": dropout's masks are drawn by microbatch, so steps "
+              << cm.step + 1 << " on differ from an uninterrupted run's\n";
   if (cm.data.train_samples >= 0 && cm.data.name != job.data.name)  // the same samples (check_resume_fits)
     std::cerr << "note: " << job.resume_from << " was trained on " << cm.data.name << ", and this run reads "
               << job.data.describe() << ": the same samples\n";

@@ -216,7 +216,8 @@ Job make_job(const plan::Plan& plan, const PipelineOptions& options, const model
 std::string weight_lag(const Job& job) {
   const schedule::Schedule& typical = *job.typical;
   const PipelineOptions& options = job.options;
-  if (typical.flush) return "";
+  // One worker runs each minibatch on the weights it updates: no lag, whatever the schedule.
+  if (typical.flush || (typical.num_workers() == 1 && typical.weight_delay == 0)) return "";
   std::string s = str(options.schedule, " on plan ", job.plan.shape(), ": layers ", job.plan.split(),
                       "; weight prediction ", options.weight_prediction ? "on" : "off");
   if (options.schedule == "2bw") return str(s, "; weights lag ", typical.weight_delay, " steps");

@@ -308,6 +308,12 @@ int64_t LayeredModel::deferrable_batch_norms() const {
   return found;
 }
 
+bool LayeredModel::any_layer_draws() const {
+  for (int l = 0; l < num_layers(); ++l)
+    if (holds(l) ? layers_[l].draws_random : model::draws_random(*make_layer(l))) return true;
+  return false;
+}
+
 void LayeredModel::train(bool on) {
   is_training_ = on;
   for (auto& l : layers_)

@@ -167,6 +167,8 @@ class LayeredModel {
   std::vector<DeferredBatchNorm> deferred_batch_norms(int first, int last) const;
   // How many there are in the model, held or not (a layer not held is built to count them).
   int64_t deferrable_batch_norms() const;
+  // Whether a layer's forward draws random numbers in training (dropout), held here or not.
+  bool any_layer_draws() const;
   void train(bool on = true);  // the held layers
   // Random draws (dropout masks) come from a generator seeded by (seed, layer, key) for each
   // forward of a layer that draws, never from the process's one generator: the workers of a

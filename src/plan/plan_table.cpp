@@ -45,8 +45,11 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
      << ", shape "
      << plan.shape() << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%5s  %-6s  %-44s  %8s  %-14s  %11s  %11s\n", "stage", "layers", "names",
-                "replicas", "workers", "compute_ms", "comm_ms");
+  // stage_ms is what the bottleneck is chosen by: compute and communication as they overlap, with
+  // what else the cost model charges (the all-reduce, the host's actions, the in-flight limit).
+  // Without it the bottleneck printed did not follow from the columns shown.
+  std::snprintf(line, sizeof line, "%5s  %-6s  %-44s  %8s  %-14s  %11s  %11s  %11s\n", "stage", "layers", "names",
+                "replicas", "workers", "compute_ms", "comm_ms", "stage_ms");
   os << line;
   int bottleneck = 0;
   for (int s = 0; s < plan.num_stages(); ++s) {
@@ -54,9 +57,9 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
     if (st.stage_time_ms() > plan.stages[bottleneck].stage_time_ms()) bottleneck = s;
     std::string ids = format_id_ranges(st.workers);
     if (ids.size() > 14) ids = ids.substr(0, 11) + "...";
-    std::snprintf(line, sizeof line, "%5d  %-6zu  %-44s  %8d  %-14s  %11s  %11s\n", s, st.layers.size(),
+    std::snprintf(line, sizeof line, "%5d  %-6zu  %-44s  %8d  %-14s  %11s  %11s  %11s\n", s, st.layers.size(),
                   layer_summary(st, profile).c_str(), st.replicas, ids.c_str(), fixed(st.compute_ms, 3).c_str(),
-                  fixed(st.comm_ms, 3).c_str());
+                  fixed(st.comm_ms, 3).c_str(), fixed(st.stage_time_ms(), 3).c_str());
     os << line;
   }
   // One worker's time is per minibatch of the profile's batch; a joint search's step may take
@@ -82,7 +85,7 @@ std::string format_plan_table(const Plan& plan, const profile::Profile& profile,
     }
   double single = forward_backward * per_step + step + cluster.action_ms() * (2 * per_step + 1);
   double pipe = plan.pipeline_ms_per_minibatch, dp = plan.data_parallel_ms_per_minibatch;
-  os << "bottleneck: stage " << bottleneck << "\n";
+  os << "bottleneck: stage " << bottleneck << " (the largest stage_ms)\n";
   // A refereed plan's prediction is its simulated steady state (docs/design.md: one timing model);
   // PipeDream's optimizer's is its own formula, and the simulation follows on a line of its own.
   bool simulated = plan.simulated_ms_per_minibatch > 0 && pipe > 0 &&

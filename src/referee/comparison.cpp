@@ -24,7 +24,9 @@ std::string short_shape(const plan::Plan& p) {
   if (shape.size() <= 14) return shape;
   bool uniform = true;
   for (const auto& st : p.stages) uniform = uniform && st.replicas == p.stages[0].replicas;
-  if (uniform) return str(p.num_stages(), " stages x", p.stages[0].replicas);
+  // Replicas, never "x": the column's "x" is chunks ("16 stages x1 x2" read as 1 chunk and 2).
+  const int first = p.stages[0].replicas;
+  if (uniform) return str(first, "-", first, "-..-", first, " (", p.num_stages(), ")");
   return str(shape.substr(0, 8), ".. (", p.num_stages(), ")");
 }
 

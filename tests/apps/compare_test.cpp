@@ -4,8 +4,12 @@
 // the profile's batch (issue 12: it used to split one minibatch over 16 workers and print 20x).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <sstream>
+
 #include "core/json_doc.h"
 #include "profile/profile.h"
+#include "referee/comparison.h"
 #include "pt_paths.h"
 #include "tests/apps/shell_run.h"
 
@@ -139,6 +143,34 @@ TEST(Compare, PinnedChunksAndMicrobatchesReachEveryRow) {
                                 " --workers 4 --bandwidth-gbps 10 --chunks 1 2>&1", false);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--chunks: must be in 2.."), std::string::npos) << bad.output;
+}
+
+// The table's "x" is chunks alone: a long plan's replicas were shortened to "16 stages x1", and
+// interleaved's cell read "16 stages x1 x2", 1 chunk and 2.
+TEST(Compare, TheTableSaysXOfChunksAlone) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/gpt-2048.json";
+  auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain compare --profile " + path +
+                                  " --workers 8 --bandwidth-gbps 100 2>&1",
+                              false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  int rows = 0, long_plans = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string kind;
+    fields >> kind;
+    if (kind.empty() || kind == "dp" || kind == "dp-split" || kind == "schedule" ||
+        std::find(referee::compared_schedules().begin(), referee::compared_schedules().end(), kind) ==
+            referee::compared_schedules().end())
+      continue;
+    ++rows;
+    const std::string cell = line.substr(15, 24);
+    const size_t xs = std::count(cell.begin(), cell.end(), 'x');
+    EXPECT_EQ(xs, kind.rfind("interleaved", 0) == 0 ? 1u : 0u) << line;
+    if (cell.find("..") != std::string::npos) ++long_plans;
+  }
+  EXPECT_EQ(rows, static_cast<int>(referee::compared_schedules().size()));
+  EXPECT_GT(long_plans, 0);  // the case shortened
 }
 
 }  // namespace

@@ -249,6 +249,14 @@ TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
   std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "16", "--resume"});
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("weights' lag (1f1b: none -> " + lag + "): steps 15 on differ"), std::string::npos) << out;
+  // One worker runs each minibatch on the weights it updates: pipedream there lags nothing, and a
+  // synchronous checkpoint resumed under it was said to.
+  std::tie(rc, out) = train({"--stages", "2", "--schedule", "1f1b", "--steps", "18", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = train({"--stages", "1", "--schedule", "pipedream", "--steps", "20", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("resuming from"), std::string::npos) << out;
+  EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
 }
 
 // Step folders that are no checkpoint: one this run would write into is refused before training

@@ -807,11 +807,7 @@ class Errors(unittest.TestCase):
     def test_resuming_with_other_batches_for_batch_norm_is_said(self):
         """A model's BatchNorms follow the microbatches and --deferred-batch-norm: a resume under
         others trained on, exit 0, to other statistics and losses, without a word."""
-        model = os.path.join(self.tmp.name, "bn-resume.pt")
-        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
-        self.assertEqual(r.returncode, 0, r.stderr)
-        path = os.path.join(self.tmp.name, "bn-resume-data.pt")
-        torch.save({"x": torch.randn(64, 12), "y": torch.randint(0, 5, (64,))}, path)
+        model, path = self.toy_mlp("batch_norm_mlp", "bn-resume", 64)
         train = [PIPETRAIN, "train", "--model", model, "--data", path, "--batch-size", "8", "--stages", "2",
                  "--schedule", "1f1b", "--quiet"]
         for name, again, said in (("same", [], None),
@@ -829,10 +825,28 @@ class Errors(unittest.TestCase):
         r = run([PIPETRAIN, "checkpoint", "inspect", ck])
         self.assertIn("(2 workers, 2 microbatches)", r.stdout)
 
-    def batch_norm_mlp(self, name, samples):
-        """toy_models.batch_norm_mlp exported as NAME.pt, and a data file of SAMPLES for it."""
+    def test_resuming_a_dropout_model_with_other_microbatches_is_said(self):
+        """Dropout's masks are drawn by microbatch: resumed with other --microbatches, a model
+        trained on other masks than the run it continued, exit 0, without a word."""
+        model, path = self.toy_mlp("dropout_mlp", "dropout-resume", 64)
+        train = [PIPETRAIN, "train", "--model", model, "--data", path, "--batch-size", "8", "--stages", "2",
+                 "--schedule", "1f1b", "--quiet"]
+        said = "was trained with 4 microbatches a minibatch and this run takes 2: dropout's masks are drawn by microbatch"
+        for name, microbatches in (("same", "4"), ("other", "2")):
+            ck = os.path.join(self.tmp.name, "dropout-ck-" + name)
+            run(train + ["--steps", "2", "--checkpoint-dir", ck, "--microbatches", "4"])
+            r = run(train + ["--steps", "4", "--checkpoint-dir", ck, "--resume", "--microbatches", microbatches])
+            self.assertIn("resuming from", r.stderr)
+            if microbatches == "4":
+                self.assertNotIn("dropout's masks", r.stderr)
+            else:
+                self.assertIn(said, r.stderr)
+
+    def toy_mlp(self, factory, name, samples):
+        """toy_models.FACTORY (12 features in, 5 classes out) exported as NAME.pt, and a data file
+        of SAMPLES for it."""
         model, data = os.path.join(self.tmp.name, name + ".pt"), os.path.join(self.tmp.name, name + "-data.pt")
-        r = export(["--model", "toy_models:batch_norm_mlp", "--input-shape", "4,12", "-o", model])
+        r = export(["--model", "toy_models:" + factory, "--input-shape", "4,12", "-o", model])
         self.assertEqual(r.returncode, 0, r.stderr)
         torch.save({"x": torch.randn(samples, 12), "y": torch.randint(0, 5, (samples,))}, data)
         return model, data
@@ -841,7 +855,7 @@ class Errors(unittest.TestCase):
         """A plan's microbatches of 2 samples trained a BatchNorm network over statistics of 2, as
         PyTorch would a batch of 2, without a word (regnet_y_400mf diverged in 16 microbatches of 2
         where one of 32 did not)."""
-        model, data = self.batch_norm_mlp("bn-few", 64)
+        model, data = self.toy_mlp("batch_norm_mlp", "bn-few", 64)
         base = [PIPETRAIN, "train", "--model", model, "--data", data, "--batch-size", "8", "--steps", "2", "--quiet",
                 "--stages", "2", "--schedule", "1f1b"]
         r = run(base + ["--microbatches", "4"])
@@ -857,7 +871,7 @@ class Errors(unittest.TestCase):
 
     def test_batch_norm_at_one_sample_a_microbatch_is_said_in_its_terms(self):
         """It failed at the first forward with a TorchScript traceback alone (as eager PyTorch fails)."""
-        model, path = self.batch_norm_mlp("bn", 40)
+        model, path = self.toy_mlp("batch_norm_mlp", "bn", 40)
         # In a worker's forward, in the timing of the layers for a split made here (at a batch of 1),
         # and in profile's: each with the flags that give it more, without the 70-line traceback.
         train = [PIPETRAIN, "train", "--model", model, "--data", path, "--steps", "1", "--stages", "2", "--schedule",
