@@ -14,8 +14,15 @@
 #include "core/error.h"
 #include "core/json_doc.h"
 #include "core/units.h"
+#include "model/memory_meter.h"
 
 namespace pt::runtime {
+
+namespace {
+// The columns before peak_rss_bytes came (2026-12-06): a file of them still resumes.
+constexpr const char* kColumnsBeforeRss =
+    "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
+}  // namespace
 
 double wall_ms() {
   using namespace std::chrono;
@@ -30,7 +37,7 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     bool through = ::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
     csv_path_ = output_target(metrics_path);  // a link stays a link (json_doc.h)
     csv_partial_ = through ? "" : csv_path_ + ".partial";
-    const std::string header = "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
+    const std::string header = str(kColumnsBeforeRss, ",peak_rss_bytes");
     // Read before the partial file is opened afresh: a killed run's rows are there.
     std::vector<std::string> earlier = resumed_step_ > 0 && !through ? earlier_rows(header) : std::vector<std::string>{};
     keeps_earlier_ = !earlier.empty();
@@ -80,7 +87,10 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
   std::ifstream in(partial ? csv_partial_ : csv_path_);
   std::vector<std::string> rows;
   std::string line;
-  if (!in || !std::getline(in, line) || line != header) return rows;  // none, or not this format: the run's rows alone
+  if (!in || !std::getline(in, line)) return rows;
+  // A file without the last column has its rows' left empty: not measured.
+  const bool without_rss = line == kColumnsBeforeRss;
+  if (line != header && !without_rss) return rows;  // not this format: the run's rows alone
   while (std::getline(in, line)) {
     // step, samples_per_s and train_s, the first, fourth and sixth fields; rows past the
     // checkpoint are trained again
@@ -94,7 +104,7 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
       if (k == 5) train_s = std::strtod(field.c_str(), nullptr);
     }
     if (step < 1 || step > resumed_step_) continue;
-    rows.push_back(line);
+    rows.push_back(without_rss ? line + "," : line);
     if (train_s >= train_s_before_) train_s_before_ = train_s, samples_before_ = rate * train_s;
   }
   return rows;
@@ -170,6 +180,8 @@ void Progress::flush_pending() {
   if (!(r.grad_norm < 0)) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
   char lr[32] = "";
   if (r.lr >= 0) std::snprintf(lr, sizeof lr, "%.6g", r.lr);
+  char rss[32] = "";
+  if (r.peak_rss_bytes >= 0) std::snprintf(rss, sizeof rss, "%lld", (long long)r.peak_rss_bytes);
   // Steps and epochs counted from 1, as the progress lines count them (the column counted epochs from 0).
   char loss[32] = "";
   if (r.loss_known) std::snprintf(loss, sizeof loss, "%.6f", r.loss);
@@ -177,8 +189,8 @@ void Progress::flush_pending() {
   // step, which read as a drop of a quarter where a run of mnist-cnn was resumed.
   double rate = train_s_before_ > 0 ? (samples_before_ + r.samples_per_s * r.train_s) / (train_s_before_ + r.train_s)
                                     : r.samples_per_s;
-  if (std::fprintf(csv_, "%lld,%lld,%s,%.1f,%s,%.3f,%s,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, loss,
-                   rate, acc, train_s_before_ + r.train_s, peak, test_loss, grad_norm, lr) < 0 ||
+  if (std::fprintf(csv_, "%lld,%lld,%s,%.1f,%s,%.3f,%s,%s,%s,%s,%s\n", (long long)r.step, (long long)r.epoch + 1, loss,
+                   rate, acc, train_s_before_ + r.train_s, peak, test_loss, grad_norm, lr, rss) < 0 ||
       std::fflush(csv_) != 0)
     write_failed();
 }
@@ -197,6 +209,7 @@ void Progress::step(const StepRecord& r) {
   flush_pending();
   pending_ = r;
   has_pending_ = true;
+  if (csv_) pending_.peak_rss_bytes = model::process_peak_rss_bytes();  // a few µs: one /proc read
   if (quiet_) return;
   double now = wall_ms();
   double elapsed_s = (now - start_ms_) / 1000;

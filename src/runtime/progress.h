@@ -23,6 +23,10 @@ struct StepRecord {
   // schedule, or one worker's; < 0: not computed).
   double grad_norm = -1;
   double lr = -1;  // the learning rate the step applied (the schedule's, warm-up and decay; < 0: not known)
+  // The writing process's peak resident set when the step's record arrived, as the OS counts it
+  // (VmHWM): Progress reads it; < 0 not read. A threads run's is the whole job's, a gloo run's
+  // the reporting worker's process's. peak_memory_bytes above counts tensors alone.
+  int64_t peak_rss_bytes = -1;
   bool loss_known = true;  // false: nothing computed one (emulated layers): no figure, not 0
 };
 

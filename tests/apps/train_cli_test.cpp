@@ -725,13 +725,14 @@ TEST(TrainCli, ReplicatedPipedreamReportsEachStepsTimeRateAndPauses) {
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
-  ASSERT_EQ(line, "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr");
+  ASSERT_EQ(line,
+            "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr,peak_rss_bytes");
   std::vector<double> train_s, lr;
   for (; std::getline(in, line);) {
     std::stringstream row(line);
     std::vector<std::string> f;
     for (std::string field; std::getline(row, field, ',');) f.push_back(field);
-    ASSERT_EQ(f.size(), 10u) << line;
+    ASSERT_EQ(f.size(), 11u) << line;
     train_s.push_back(std::stod(f[5]));
     lr.push_back(std::stod(f[9]));
   }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/data_checks.h"
+#include "model/memory_meter.h"
 #include "model/zoo.h"
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
@@ -46,7 +47,8 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   std::vector<std::string> lines;
   while (std::getline(in, line)) lines.push_back(line);
   ASSERT_EQ(lines.size(), 13u);
-  EXPECT_EQ(lines[0], "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr");
+  EXPECT_EQ(lines[0],
+            "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr,peak_rss_bytes");
   auto field = [&](int row, int col) {
     std::stringstream ss(lines[row]);
     std::string f;
@@ -58,6 +60,17 @@ TEST(Trainer, MetricsCsvHasOneRowPerStepAndTheAccuracy) {
   EXPECT_EQ(field(1, 4), "");   // not evaluated after step 1
   EXPECT_NE(field(8, 4), "");   // end of epoch 1 (8 steps of 32 of 256 samples)
   EXPECT_NE(field(12, 4), "");  // end of the run
+  // The OS's figure for this process, which ran the training: never falling, and no more than
+  // the peak read after it.
+  const int64_t after = model::process_peak_rss_bytes();
+  int64_t before = 0;
+  for (int row = 1; row <= 12; ++row) {
+    const int64_t rss = std::stoll(field(row, 10));
+    EXPECT_GE(rss, before) << lines[row];
+    EXPECT_LE(rss, after) << lines[row];
+    before = rss;
+  }
+  EXPECT_GT(before, 16 << 20);  // LibTorch alone holds more
   EXPECT_GT(std::stod(field(12, 5)), std::stod(field(1, 5)));  // training seconds grow
   // The test loss beside the accuracy, where evaluated: 10 classes at about chance here.
   EXPECT_EQ(field(1, 7), "");
@@ -83,7 +96,8 @@ TEST(Progress, ANanIsWrittenNotLeftEmpty) {
   std::getline(in, header);
   std::getline(in, first);
   std::getline(in, second);
-  EXPECT_EQ(first.substr(first.size() - 4), ",,,,");  // not measured: empty
+  const std::string before_rss = first.substr(0, first.rfind(','));
+  EXPECT_EQ(before_rss.substr(before_rss.size() - 4), ",,,,") << first;  // not measured: empty
   EXPECT_NE(second.find(",nan,nan,"), std::string::npos) << second;  // diverged: said
 }
 
@@ -127,7 +141,9 @@ TEST(Progress, AResumedRunsRateIsTheWholeTrainings) {
   std::vector<std::string> rows;
   for (std::string line; std::getline(in, line);) rows.push_back(line);
   ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[2].substr(0, 16), "2,1,2.2,100.0,,4");
+  // Written before peak_rss_bytes came, its rows are kept with that field empty.
+  EXPECT_EQ(rows[0].substr(rows[0].size() - 18), ",lr,peak_rss_bytes");
+  EXPECT_EQ(rows[2], "2,1,2.2,100.0,,4.000,,,,,");
   EXPECT_EQ(rows[3].substr(0, 27), "3,1,2.100000,83.3,,6.000,,,") << rows[3];  // (400 + 100) / (4 + 2)
   EXPECT_EQ(rows[4].substr(0, 27), "4,1,2.100000,75.0,,8.000,,,") << rows[4];  // (400 + 200) / (4 + 4)
 }
