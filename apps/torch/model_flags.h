@@ -26,6 +26,7 @@ struct ModelFlags {
   int64_t synthetic_samples = 2048;
   uint64_t seed = 0;
   std::string precision = "fp32";  // --precision: fp32 or bf16 (model/precision.h)
+  double label_smoothing = 0;      // --label-smoothing (LayeredModel::set_label_smoothing)
 
   // Emulated compute (docs/emulation.md): with compute == "emulated" the model is built from the
   // profile at profile_path (set by the subcommand: train's --profile), not from --model.

@@ -192,6 +192,10 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
     std::cerr << "note: " << job.resume_from << " was trained in " << cm.precision << " and this run computes in "
               << model::to_string(m.precision()) << ": steps " << cm.step + 1
               << " on differ from an uninterrupted run's\n";
+  if (cm.label_smoothing >= 0 && cm.label_smoothing != m.label_smoothing())
+    std::cerr << "note: " << job.resume_from << " was trained with --label-smoothing " << cm.label_smoothing
+              << " and this run smooths by " << m.label_smoothing() << ": steps " << cm.step + 1
+              << " on differ from an uninterrupted run's\n";
   // A model's BatchNorms follow the microbatches and whether their statistics are deferred: where
   // either changed, its statistics differ from an uninterrupted run's (it was not said).
   std::string batches;

@@ -45,6 +45,7 @@ json job_digest(const Job& job, const model::LayeredModel& model, const model::D
               {"layers", layers_of(model)},
               {"model_sha256", model.file_sha256()},
               {"precision", model::to_string(model.precision())},
+              {"label_smoothing", model.label_smoothing()},
               {"seed", t.seed},
               {"batch_size", t.batch_size},
               {"epochs", t.epochs},

@@ -70,6 +70,7 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
   d.beta1 = options.train.sgd.beta1, d.beta2 = options.train.sgd.beta2, d.eps = options.train.sgd.eps;
   d.clip_grad_norm = options.train.sgd.clip_grad_norm;
   d.precision = model::to_string(m.precision());
+  d.label_smoothing = m.label_smoothing();
   d.microbatches = job.typical->microbatches;
   d.deferred_batch_norm = options.deferred_batch_norm ? 1 : 0;
   d.weight_lag = weight_lag(job);

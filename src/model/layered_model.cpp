@@ -153,13 +153,28 @@ torch::Tensor LayeredModel::loss(const torch::Tensor& output, const torch::Tenso
       throw Error(pt::str("loss mse: the model's output is ", output.sizes(), " but the target is ", target.sizes()));
     return torch::nn::functional::mse_loss(output, target);
   }
-  torch::Tensor loss = task_ == Task::kLanguageModel
-                           ? torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}))
-                           : torch::nn::functional::cross_entropy(output, target);
+  const auto smoothed =
+      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(is_training_ ? label_smoothing_ : 0.0);
+  torch::Tensor loss =
+      task_ == Task::kLanguageModel
+          ? torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}), smoothed)
+          : torch::nn::functional::cross_entropy(output, target, smoothed);
   // A batch of padding alone: PyTorch's mean over no target is 0/0; it adds nothing to a minibatch
   // (0 without reading the logits, so an -inf among them gives no NaN either).
   if (std::isnan(loss.item<double>()) && !target.ne(kIgnoredTarget).any().item<bool>()) return output.narrow(0, 0, 0).sum();
   return loss;
+}
+
+void LayeredModel::set_label_smoothing(double smoothing) {
+  if (!(smoothing >= 0 && smoothing <= 1))
+    throw UsageError(pt::str("--label-smoothing: must be in 0..1 (PyTorch's label_smoothing), got ", smoothing));
+  if (smoothing > 0 && (custom_loss_ || task_ == Task::kRegression || task_ == Task::kEmulated))
+    throw UsageError(
+        custom_loss_ ? pt::str("--label-smoothing: ", name_, " trains with its own loss method, which the flag does not "
+                               "reach: smooth in it, or give --loss cross-entropy (or lm) to train with the built-in one")
+        : task_ == Task::kRegression ? std::string("--label-smoothing: --loss mse has no classes to smooth")
+                                     : std::string("--label-smoothing: emulated compute computes no loss to smooth"));
+  label_smoothing_ = smoothing;
 }
 
 bool LayeredModel::skips_ignored_targets() const {

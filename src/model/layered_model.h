@@ -89,6 +89,12 @@ class LayeredModel {
   // Replaces the task's loss (the accuracy still follows the task).
   void set_loss(LossFunction loss) { custom_loss_ = std::move(loss); }
   bool has_own_loss() const { return static_cast<bool>(custom_loss_); }
+  // The built-in cross-entropy's label smoothing in training (--label-smoothing; PyTorch's
+  // label_smoothing, ignored targets skipped as ever). An evaluation's loss is the plain
+  // cross-entropy, whose exp is the perplexity. Throws UsageError where no built-in
+  // cross-entropy trains the model (mse, a file's own loss, emulated compute).
+  void set_label_smoothing(double smoothing);
+  double label_smoothing() const { return label_smoothing_; }
   // The precision forward and loss compute in (precision.h): under bf16, in an autocast scope.
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
@@ -194,6 +200,7 @@ class LayeredModel {
   bool is_training_ = true;
   int64_t draw_key_ = 0;
   LossFunction custom_loss_;
+  double label_smoothing_ = 0;
   Precision precision_ = Precision::kFloat32;
   std::vector<bool> exact_outputs_;  // [layer]: wire_precision; empty: none
   DeviceStep device_step_;

@@ -66,6 +66,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
     doc["sgd"]["clip_grad_norm"] = m.clip_grad_norm;
   }
   if (!m.precision.empty()) doc["precision"] = m.precision;
+  if (m.label_smoothing >= 0) doc["label_smoothing"] = m.label_smoothing;
   if (m.microbatches > 0) doc["microbatches"] = m.microbatches;
   if (m.deferred_batch_norm >= 0) doc["deferred_batch_norm"] = m.deferred_batch_norm == 1;
   if (!m.weight_lag.empty()) doc["weight_lag"] = m.weight_lag;
@@ -140,6 +141,7 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.eps = sgd["eps"].as_non_negative();
     m.clip_grad_norm = sgd["clip_grad_norm"].as_non_negative();
   }
+  if (root.has("label_smoothing")) m.label_smoothing = root["label_smoothing"].as_non_negative();
   if (root.has("precision")) {
     m.precision = root["precision"].as_string();
     if (m.precision != "fp32" && m.precision != "bf16")

@@ -65,6 +65,7 @@ struct CheckpointManifest {
   // older files (-1, ""), and then not compared on resume.
   double beta1 = -1, beta2 = -1, eps = -1, clip_grad_norm = -1;
   std::string precision;
+  double label_smoothing = -1;  // the cross-entropy's in training (absent in older files: -1, not compared)
   // A minibatch's microbatches and whether BatchNorm's statistics were deferred (WorkerOptions):
   // a model's BatchNorms follow them, so a resume under others differs from an uninterrupted run
   // (absent in older files: 0 and -1, not compared).

@@ -715,6 +715,63 @@ class Fidelity(unittest.TestCase):
                                  reference(e.make_model, e.x, labels, torch.nn.functional.cross_entropy, 1))
         print(f"unlabelled samples 1f1b-3: max relative error {err:.2e}", file=sys.stderr)
         self.assertLess(err, 1e-5)
+
+    def test_label_smoothing_trains_as_pytorchs(self):
+        """--label-smoothing as PyTorch's cross_entropy(label_smoothing=) trains (ViT's and
+        translation's recipes; no flag reached it): eager PyTorch's weights, padding skipped as
+        ever, and the test loss the plain cross-entropy, whose exp is the perplexity."""
+        c = self.lm
+        y = c.y.clone()
+        y[1::2, 12:] = -100  # every other text ends early
+
+        def token_loss(smoothing):
+            return lambda out, t: torch.nn.functional.cross_entropy(out.reshape(-1, out.size(-1)), t.reshape(-1),
+                                                                    label_smoothing=smoothing)
+        want = reference(c.make_model, c.x, y, token_loss(0.1), 1)
+        data = os.path.join(self.tmp.name, "smoothed-lm.pt")
+        torch.save({"x": c.x, "y": y, "x_test": c.x[:BATCH], "y_test": y[:BATCH]}, data)
+        model = c._seeded()
+        model.load_state_dict(want)
+        model.eval()
+        with torch.no_grad():
+            test_loss = token_loss(0.0)(model(c.x[:BATCH]), y[:BATCH]).item()
+        for tag, extra in (("one-worker", []),
+                           ("1f1b-2-gloo", ["--schedule", "1f1b", "--stages", "2", "--microbatches", "4",
+                                            "--transport", "gloo"])):
+            with self.subTest(run=tag):
+                ck = os.path.join(self.tmp.name, "smoothed-" + tag)
+                r = run([PIPETRAIN, "train", "--model", c.model_file, "--data", data, "--loss", "lm", "--steps",
+                         str(STEPS), "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM),
+                         "--no-shuffle", "--checkpoint-dir", ck, "--timeout", "60", "--label-smoothing", "0.1"] + extra)
+                err = max_relative_error(trained_state(c.model_file, ck), want)
+                print(f"label smoothing lm {tag}: max relative error {err:.2e}", file=sys.stderr)
+                self.assertLess(err, 1e-5)
+                if tag == "one-worker":
+                    self.assertEqual(err, 0.0)
+                printed = re.search(r"^test loss (\S+)", r.stdout, re.M)
+                self.assertIsNotNone(printed, r.stdout)
+                self.assertAlmostEqual(float(printed.group(1)), test_loss, delta=1e-5 * test_loss)
+        # Resumed under another smoothing: said.
+        r = run([PIPETRAIN, "train", "--model", c.model_file, "--data", data, "--loss", "lm", "--steps",
+                 str(STEPS + 1), "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM),
+                 "--no-shuffle", "--quiet", "--checkpoint-dir", os.path.join(self.tmp.name, "smoothed-one-worker"),
+                 "--resume", "--label-smoothing", "0.2"])
+        self.assertNotIn("other optimizer settings", r.stderr)
+        self.assertIn(f"was trained with --label-smoothing 0.1 and this run smooths by 0.2: steps {STEPS + 1} on "
+                      "differ", r.stderr)
+        # A class per sample, on 3 stages.
+        e = self.encdec
+        data = os.path.join(self.tmp.name, "smoothed-classes.pt")
+        torch.save({"x": e.x, "y": e.y, "x_test": e.x[:BATCH], "y_test": e.y[:BATCH]}, data)
+        ck = os.path.join(self.tmp.name, "smoothed-1f1b")
+        run([PIPETRAIN, "train", "--model", e.model_file, "--data", data, "--steps", str(STEPS), "--batch-size",
+             str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--checkpoint-dir",
+             ck, "--timeout", "60", "--schedule", "1f1b", "--stages", "3", "--microbatches", "4",
+             "--label-smoothing", "0.2"])
+        smoothed = lambda out, t: torch.nn.functional.cross_entropy(out, t, label_smoothing=0.2)
+        err = max_relative_error(trained_state(e.model_file, ck), reference(e.make_model, e.x, e.y, smoothed, 1))
+        print(f"label smoothing classes 1f1b-3: max relative error {err:.2e}", file=sys.stderr)
+        self.assertLess(err, 1e-5)
         # Other negative targets stay refused, and a file of padding alone has nothing to train on.
         for bad, said in ((-5, "'y' holds -5 but the model outputs 32 token scores (ids 0..31, or -100 for a "
                                 "target to skip)"),
@@ -841,6 +898,19 @@ class Errors(unittest.TestCase):
                 self.assertNotIn("dropout's masks", r.stderr)
             else:
                 self.assertIn(said, r.stderr)
+
+    def test_label_smoothing_without_the_built_in_cross_entropy_is_refused(self):
+        """--label-smoothing smooths the built-in cross-entropy alone: under mse, or outside [0, 1],
+        it is refused by name, not dropped."""
+        model, data = self.toy_mlp("batch_norm_mlp", "smooth-mse", 16)
+        torch.save({"x": torch.randn(16, 12), "y": torch.randn(16, 5)}, data)
+        base = [PIPETRAIN, "train", "--model", model, "--data", data, "--batch-size", "8", "--steps", "1", "--quiet"]
+        for extra, said in ((["--loss", "mse", "--label-smoothing", "0.1"], "--label-smoothing: --loss mse has no "
+                                                                            "classes to smooth"),
+                            (["--label-smoothing", "1.5"], "--label-smoothing: must be in 0..1")):
+            r = run_failing(base + extra)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(said, r.stderr)
 
     def toy_mlp(self, factory, name, samples):
         """toy_models.FACTORY (12 features in, 5 classes out) exported as NAME.pt, and a data file
