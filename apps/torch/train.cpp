@@ -13,6 +13,7 @@
 #include "job/core_pinning.h"
 #include "job/job_digest.h"
 #include "job/road.h"
+#include "job/worker_data.h"
 #include "model/compute_threads.h"
 #include "profile/emulation.h"
 #include "profile/profile_fits_model.h"
@@ -131,8 +132,10 @@ int train(TrainFlags& flags, bool& running) {
   };
   auto report = [&](const job::PipelineResult& result) {
     print_result(result.train, label, job);
-    print_modelled_memory(job, flags, label, data.bytes(), result.shared_memory);
-    note_over_planned_memory(result.train, job, flags, label, data.bytes());
+    // Each process's own: a gloo worker released what its stages do not read (job/worker_data.h).
+    const std::vector<int64_t> data_bytes = job::data_bytes_per_worker(job, data, result.train.one_process);
+    print_modelled_memory(job, flags, label, data_bytes, result.shared_memory);
+    note_over_planned_memory(result.train, job, flags, label, data_bytes);
     print_throughput(result.train, result.trace, job, flags, label);
   };
   if (leads) print_training_line(job, *m, data, flags.transport, label);

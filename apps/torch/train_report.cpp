@@ -71,6 +71,14 @@ void print_measured_memory(const runtime::TrainResult& r, const std::string& lab
   std::cout << " (LibTorch, the data, the runtime's buffers, and freed blocks malloc keeps for reuse)\n";
 }
 
+// "X", or "X to Y" where the figures differ (each worker's).
+std::string bytes_span(const std::vector<int64_t>& bytes) {
+  if (bytes.empty()) return human_bytes(0);
+  double least = static_cast<double>(*std::min_element(bytes.begin(), bytes.end()));
+  double most = static_cast<double>(*std::max_element(bytes.begin(), bytes.end()));
+  return least == most ? human_bytes(most) : human_bytes(least) + " to " + human_bytes(most);
+}
+
 std::string process_kind(const std::string& transport) {
   return transport == "threads" ? "a threads run's process (every worker in it)" : "a gloo worker's process";
 }
@@ -140,7 +148,7 @@ void print_result(const runtime::TrainResult& r, const std::string& label, const
 }
 
 void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags,
-                              const std::string& label, int64_t data_bytes) {
+                              const std::string& label, const std::vector<int64_t>& data_bytes) {
   const plan::Plan& plan = job.plan;
   if (plan.memory_cap_bytes <= 0) return;
   // The tensors were planned under the cap less what it set aside for the process; where it set
@@ -157,7 +165,9 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
     double tensors = static_cast<double>(r.peak_memory_bytes[w]) / scale;
     const int64_t shared = w < r.shared_memory_bytes.size() ? r.shared_memory_bytes[w] : 0;
     double process =
-        whole && w < r.peak_rss_bytes.size() ? static_cast<double>(r.peak_rss_bytes[w] - data_bytes - shared) : 0;
+        whole && w < r.peak_rss_bytes.size() && w < data_bytes.size()
+            ? static_cast<double>(r.peak_rss_bytes[w] - data_bytes[w] - shared)
+            : 0;
     if (tensors > tensors_cap) {
       over += str(over.empty() ? "" : ", ", "w", w, "'s tensors ", human_bytes(tensors));
     } else if (process > static_cast<double>(plan.memory_cap_bytes)) {
@@ -167,7 +177,7 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
   }
   if (over.empty()) return;
   if (processes)
-    over += str(" (a process: its peak RSS less the data's ", human_bytes(static_cast<double>(data_bytes)),
+    over += str(" (a process: its peak RSS less the data it holds, ", bytes_span(data_bytes),
                 r.shared_memory_bytes.empty() ? "" : " and its transfers' shared memory", ")");
   std::cerr << (label.empty() ? "" : "[" + label + "] ") << "warning: " << job.options.plan_source
             << " was planned to fit " << human_bytes(static_cast<double>(plan.memory_cap_bytes))
@@ -232,8 +242,8 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   std::cout << ")\n";
 }
 
-void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label, int64_t data_bytes,
-                           bool shared_memory) {
+void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label,
+                           const std::vector<int64_t>& data_bytes, bool shared_memory) {
   if (!flags.request.profile) return;
   const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
@@ -280,7 +290,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
               << process_kind(flags.transport) << " (calibrate with --transport " << flags.transport << ")\n";
     return;
   }
-  std::string besides = str(" (the tensors above, the data ", human_bytes(static_cast<double>(data_bytes)),
+  std::string besides = str(" (the tensors above, the data ", bytes_span(data_bytes),
                             " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");
   // Emulated layers write little of the device's tensors they allocate: the OS counted 328 MiB of
   // an emulated VGG-16's 597 modelled, which a run of the real layers would hold.
@@ -293,7 +303,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
       besides.insert(besides.size() - 1, str(", and the all-reduce's sums ", human_bytes(static_cast<double>(sums)),
                                              " (a copy of each replicated stage's gradients)"));
     std::cout << prefix << "peak RSS (modelled): "
-              << human_bytes(tensors + static_cast<double>(process + data_bytes + sums)) << " for this process"
+              << human_bytes(tensors + static_cast<double>(process + data_bytes.front() + sums)) << " for this process"
               << besides << "\n";
     return;
   }
@@ -303,16 +313,13 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
     std::vector<int64_t> gradients;
     for (const auto& m : memory) gradients.push_back(static_cast<int64_t>(static_cast<double>(m.gradients) * scale));
     shared = job::shared_memory_per_worker(job, gradients);
-    double least = static_cast<double>(*std::min_element(shared.begin(), shared.end()));
-    double most = static_cast<double>(*std::max_element(shared.begin(), shared.end()));
-    besides.insert(besides.size() - 1, str(", and ", least == most ? "" : human_bytes(least) + " to ", human_bytes(most),
-                                           " of shared memory for its transfers"));
+    besides.insert(besides.size() - 1, str(", and ", bytes_span(shared), " of shared memory for its transfers"));
   }
   std::cout << prefix << "peak RSS per worker process (modelled):";
   for (size_t w = 0; w < memory.size(); ++w)
     std::cout << (w ? ", " : " ") << "w" << w << " "
               << human_bytes(static_cast<double>(memory[w].tensors()) * scale +
-                             static_cast<double>(process + data_bytes + shared[w]));
+                             static_cast<double>(process + data_bytes[w] + shared[w]));
   std::cout << besides << "\n";
 }
 

@@ -8,6 +8,7 @@
 #include "job/core_pinning.h"
 #include "job/job_digest.h"
 #include "job/trace_gather.h"
+#include "job/worker_data.h"
 #include "job/worker_runner.h"
 #include "model/memory_meter.h"
 #include "runtime/checkpoint_lock.h"
@@ -70,9 +71,14 @@ std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<
   return bytes;
 }
 
-PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
-                               const model::DataSplit& data, const runtime::GlooConfig& config,
-                               std::unique_ptr<runtime::Worker>* worker_out, const std::string& trace_path) {
+namespace {
+
+// `releasable`: `data` itself, where it is this process's own to release what the worker's
+// stages never read (once the workers have agreed on all of it); null: kept whole.
+PipelineResult run_gloo_worker_on(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
+                                  const model::DataSplit& data, model::DataSplit* releasable,
+                                  const runtime::GlooConfig& config, std::unique_ptr<runtime::Worker>* worker_out,
+                                  const std::string& trace_path) {
   // A peer that dies leaves a closed socket; writing to it must fail the transfer, not kill us.
   std::signal(SIGPIPE, SIG_IGN);
   const PipelineOptions& options = job.options;
@@ -97,6 +103,7 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
     transport = std::make_unique<runtime::GlooTransport>(c);
     action = "checking that the workers agree";
     transport->check_agreement(job_digest(job, described, data));
+    if (releasable) release_unread_data(job, config.rank, *releasable);
     action = "creating all-reduce groups";
     std::vector<std::vector<int>> groups;
     for (auto g : typical.stage_workers) {
@@ -158,6 +165,14 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
   }
 }
 
+}  // namespace
+
+PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
+                               model::DataSplit& data, const runtime::GlooConfig& config,
+                               std::unique_ptr<runtime::Worker>* worker_out, const std::string& trace_path) {
+  return run_gloo_worker_on(job, factory, described, data, &data, config, worker_out, trace_path);
+}
+
 PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                                const PipelineOptions& options, const runtime::GlooConfig& config,
                                std::unique_ptr<runtime::Worker>* worker_out) {
@@ -169,11 +184,11 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
   } catch (const std::exception& e) {
     throw RuntimeFailure(str("worker ", config.rank, " at setup: ", e.what()));
   }
-  return run_gloo_worker(job, factory, *described, data, config, worker_out);
+  return run_gloo_worker_on(job, factory, *described, data, nullptr, config, worker_out, "");
 }
 
 int train_with_gloo(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
-                    const model::DataSplit& data, const std::string& trace_path,
+                    model::DataSplit& data, const std::string& trace_path,
                     const std::function<void(const PipelineResult&)>& on_result, bool started_apart) {
   int rank = -1;
   PipelineResult r;

@@ -21,9 +21,10 @@ namespace pt::job {
 // worker's part of the trace as TRACE.worker<rank> (the launcher merges them). Rank 0 holds the checkpoint
 // folder's lock. Throws RuntimeFailure "worker <rank> at <action>: <cause>", said on stderr
 // (after "pipetrain ") before the transport is aborted, so this process can exit without waiting
-// for its peers, whose exits may bring the launcher's SIGTERM here.
+// for its peers, whose exits may bring the launcher's SIGTERM here. Once the workers agree on
+// `data`, this process releases what the worker's stages never read (worker_data.h).
 PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
-                               const model::DataSplit& data, const runtime::GlooConfig& config,
+                               model::DataSplit& data, const runtime::GlooConfig& config,
                                std::unique_ptr<runtime::Worker>* worker_out = nullptr, const std::string& trace_path = "");
 
 // The shared memory each worker maps resident for its transfers where a gloo job's workers share
@@ -34,7 +35,7 @@ PipelineResult run_gloo_worker(const Job& job, const ModelFactory& factory, cons
 // (schedule::WorkerMemory::gradients).
 std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<int64_t>& gradients);
 
-// A library caller's road: make_job, then run_gloo_worker.
+// A library caller's road: make_job, then run_gloo_worker, `data` kept whole.
 PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSplit& data, const plan::Plan& plan,
                                const PipelineOptions& options, const runtime::GlooConfig& config,
                                std::unique_ptr<runtime::Worker>* worker_out = nullptr);
@@ -47,7 +48,7 @@ PipelineResult run_gloo_worker(const ModelFactory& factory, const model::DataSpl
 // "pipetrain worker <rank>: <action>: <cause>" to stderr and returns 1. `started_apart`: by
 // torchrun or mpirun, not this launcher.
 int train_with_gloo(const Job& job, const ModelFactory& factory, const model::LayeredModel& described,
-                    const model::DataSplit& data, const std::string& trace_path,
+                    model::DataSplit& data, const std::string& trace_path,
                     const std::function<void(const PipelineResult&)>& on_result, bool started_apart = false);
 
 }  // namespace pt::job

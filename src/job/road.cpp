@@ -41,7 +41,7 @@ Job prepare_job(Request& r, Road road, model::LayeredModel& described, const mod
 }
 
 int run_job(const Job& job, Road road, const ModelFactory& factory, const model::LayeredModel& described,
-            const model::DataSplit& data, const std::string& trace_path,
+            model::DataSplit& data, const std::string& trace_path,
             const std::function<void(const PipelineResult&)>& on_result) {
   if (road == Road::kGlooLauncher) {  // one process per worker on this host: forks of this one, or this binary again
     double started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

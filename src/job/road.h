@@ -22,9 +22,10 @@ Job prepare_job(Request& request, Road road, model::LayeredModel& described, con
 // from this one (the launcher waits for them) or started by torchrun or mpirun (this process is
 // one of them). `on_result` gets the reporting worker's result, in the process that holds it.
 // The trace goes to `trace_path` when given. Returns the exit status; a worker's failure is
-// printed, naming the worker, and returns non-zero (threads: RuntimeFailure is thrown).
+// printed, naming the worker, and returns non-zero (threads: RuntimeFailure is thrown). A gloo
+// worker's process releases the part of `data` its stages never read (worker_data.h).
 int run_job(const Job& job, Road road, const ModelFactory& factory, const model::LayeredModel& described,
-            const model::DataSplit& data, const std::string& trace_path,
+            model::DataSplit& data, const std::string& trace_path,
             const std::function<void(const PipelineResult&)>& on_result);
 
 }  // namespace pt::job

@@ -62,20 +62,45 @@ torch::Tensor scaled(const torch::Tensor& rows, const PixelScale& pixels) {
 }
 }  // namespace
 
+void Dataset::release(bool released_targets) {
+  if (on_disk) return;  // read from disk as asked: nothing held
+  released_rows = size();
+  torch::Tensor& t = released_targets ? targets : inputs;
+  (released_targets ? released_target_bytes : released_input_bytes) += held(t);
+  t = torch::Tensor();
+}
+
+namespace {
+// A read of what a worker released, which its stages do not read: a bug here, said as one.
+void check_held(const torch::Tensor& t, const char* what) {
+  if (!t.defined())
+    throw Error(str("internal: this worker released the data's ", what, ", which its stages do not read, and a read "
+                    "of them came (job::release_unread_data)"));
+}
+}  // namespace
+
 torch::Tensor Dataset::gather_inputs(const std::vector<int64_t>& indices) const {
   if (on_disk) return on_disk->gather(indices, false);
+  check_held(inputs, "inputs");
   return scaled(inputs.index_select(0, torch::tensor(indices, torch::kInt64)), pixels);
 }
 
 // Rows of their own, as gather_inputs' are: a model may modify its input in place (x.mul_(2)),
 // and an evaluation on views of the test set changed it for the next.
 torch::Tensor Dataset::input_rows(int64_t first, int64_t n) const {
+  check_held(inputs, "inputs");
   torch::Tensor rows = inputs.narrow(0, first, n);
   return pixels.on() ? scaled(rows, pixels) : rows.clone();
 }
 
+torch::Tensor Dataset::target_rows(int64_t first, int64_t n) const {
+  check_held(targets, "targets");
+  return targets.narrow(0, first, n);
+}
+
 torch::Tensor Dataset::gather_targets(const std::vector<int64_t>& indices) const {
   if (on_disk) return on_disk->gather(indices, true);
+  check_held(targets, "targets");
   return targets.index_select(0, torch::tensor(indices, torch::kInt64));
 }
 
@@ -94,7 +119,7 @@ torch::Tensor Dataset::first_inputs(int64_t n) const {
 
 torch::Tensor Dataset::first_targets(int64_t n) const {
   n = std::min(n, size());
-  return on_disk ? on_disk->gather(first_rows(n), true) : targets.narrow(0, 0, n);
+  return on_disk ? on_disk->gather(first_rows(n), true) : target_rows(0, n);
 }
 
 DataSplit load_fashion_mnist(const std::string& dir) {

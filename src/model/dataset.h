@@ -24,22 +24,34 @@ struct Dataset {
   // --data DIR or FILE.bin: the samples stay on disk (sample_store.h).
   std::shared_ptr<const SampleStore> on_disk = {};
   PixelScale pixels = {};  // on: `inputs` are uint8 pixels, scaled as they are drawn
-  int64_t size() const { return on_disk ? on_disk->size() : inputs.defined() ? inputs.size(0) : 0; }
+  int64_t size() const {
+    return on_disk ? on_disk->size() : inputs.defined() ? inputs.size(0) : released_rows >= 0 ? released_rows : 0;
+  }
   // Rows of a minibatch, from memory or from disk, as the model takes them.
   torch::Tensor gather_inputs(const std::vector<int64_t>& indices) const;
   torch::Tensor gather_targets(const std::vector<int64_t>& indices) const;
   // Rows first..first+n of samples held in memory (the test set's rounds).
   torch::Tensor input_rows(int64_t first, int64_t n) const;
-  torch::Tensor target_rows(int64_t first, int64_t n) const { return targets.narrow(0, first, n); }
+  torch::Tensor target_rows(int64_t first, int64_t n) const;
   torch::Tensor first_inputs(int64_t n) const;   // the first n samples' inputs (profiling)
   torch::Tensor first_targets(int64_t n) const;  // and their targets
   // Samples per shard ({} in memory): the batch sampler walks shards one at a time.
   std::vector<int64_t> shard_sizes() const { return on_disk ? on_disk->shard_sizes() : std::vector<int64_t>{}; }
   // The bytes it holds in memory (samples on disk: none).
-  int64_t bytes() const {
-    auto of = [](const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
-    return of(inputs) + of(targets);
-  }
+  int64_t bytes() const { return held(inputs) + held(targets); }
+  // The bytes loaded into memory, held or released since.
+  int64_t input_bytes() const { return held(inputs) + released_input_bytes; }
+  int64_t target_bytes() const { return held(targets) + released_target_bytes; }
+  // Lets go of the inputs (or the targets), which a gloo worker whose stages never read them
+  // need not hold (job::release_unread_data): the sample count and their bytes stay known, and
+  // a read of them throws.
+  void release(bool targets);
+  // What release() let go of (members, not private: the struct is built as {inputs, targets}).
+  int64_t released_rows = -1;  // -1: nothing released
+  int64_t released_input_bytes = 0, released_target_bytes = 0;
+
+ private:
+  static int64_t held(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 };
 
 struct DataSplit {

@@ -604,7 +604,12 @@ TEST(TrainCli, TwoBwsStagesWarmUpAndTheCsvSaysTheirRate) {
     std::string line;
     std::getline(in, line);
     std::vector<double> lr;
-    while (std::getline(in, line)) lr.push_back(std::stod(line.substr(line.rfind(',') + 1)));
+    while (std::getline(in, line)) {  // the tenth column
+      std::stringstream row(line);
+      std::string field;
+      for (int k = 0; k < 10; ++k) std::getline(row, field, ',');
+      lr.push_back(std::stod(field));
+    }
     std::vector<double> want = paper ? std::vector<double>{0.01, 0.02, 0.03, 0.04, 0.04, 0.04}
                                      : std::vector<double>(6, 0.04);
     ASSERT_EQ(lr.size(), want.size()) << slurp(csv);

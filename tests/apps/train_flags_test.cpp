@@ -147,6 +147,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--epochs", {{"--epochs", "3"}}},
       {"--eval-every", {{"--eval-every", "1"}}},
       {"--image-size", {{"--image-size", "32"}}},
+      {"--label-smoothing", {{"--label-smoothing", "0.1"}}},
       {"--loss", {{"--model", model_file, "--loss", "cross-entropy"}, {"--profile"}}},
       {"--lr", {{"--lr", "0.5"}}},
       {"--optimizer", {{"--optimizer", "adam"}}},
