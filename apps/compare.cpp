@@ -86,7 +86,7 @@ int run_compare(CompareFlags& flags) {
               << r.m.bubble_fraction << std::setw(13) << human_bytes(static_cast<double>(r.peak_memory))
               << (c.memory_cap > 0 && r.peak_memory > c.memory_cap ? "  over the cap" : "") << "\n";
   }
-  std::cout << "\nplan: the stages' replicas (a long plan shortened, its stages counted in brackets), x chunks,\n"
+  std::cout << "\nplan: the stages' replicas (a long plan shortened, its stages counted in parentheses), x chunks,\n"
                "m microbatches per step, rc recomputation, bN all-reduce buckets of N MiB (each row at the fastest of\n"
             << referee::bucket_choices_text() << " for its plan; " << str(default_bucket_mb)
             << " where not shown). A minibatch is a step's batch\n(a pipeline copied r times steps on r x "

@@ -222,7 +222,9 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   // under pipedream moved 0.074 off it, unsaid. An asynchronous checkpoint before 2026-12-06
   // records no lag.
   const std::string lag = job::weight_lag(job);
-  const bool lag_recorded = !cm.weight_lag.empty() || (cm.schedule != "pipedream" && cm.schedule != "2bw");
+  // One worker lags nothing and records no lag, as a synchronous run (job::weight_lag).
+  const bool lag_recorded =
+      !cm.weight_lag.empty() || (cm.schedule != "pipedream" && cm.schedule != "2bw") || cm.workers == 1;
   auto lag_of = [](const std::string& l, const std::string& kind) { return l.empty() ? kind + ": none" : l; };
   if (lag_recorded && cm.weight_lag != lag)
     std::cerr << "note: " << job.resume_from << " was trained with other settings of its weights' lag ("

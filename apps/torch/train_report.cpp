@@ -148,7 +148,7 @@ void print_result(const runtime::TrainResult& r, const std::string& label, const
 }
 
 void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags,
-                              const std::string& label, const std::vector<int64_t>& data_bytes) {
+                              const std::string& label, const job::DataHeld& data) {
   const plan::Plan& plan = job.plan;
   if (plan.memory_cap_bytes <= 0) return;
   // The tensors were planned under the cap less what it set aside for the process; where it set
@@ -165,9 +165,7 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
     double tensors = static_cast<double>(r.peak_memory_bytes[w]) / scale;
     const int64_t shared = w < r.shared_memory_bytes.size() ? r.shared_memory_bytes[w] : 0;
     double process =
-        whole && w < r.peak_rss_bytes.size() && w < data_bytes.size()
-            ? static_cast<double>(r.peak_rss_bytes[w] - data_bytes[w] - shared)
-            : 0;
+        whole && w < r.peak_rss_bytes.size() ? static_cast<double>(r.peak_rss_bytes[w] - data.peak_share(w) - shared) : 0;
     if (tensors > tensors_cap) {
       over += str(over.empty() ? "" : ", ", "w", w, "'s tensors ", human_bytes(tensors));
     } else if (process > static_cast<double>(plan.memory_cap_bytes)) {
@@ -176,9 +174,12 @@ void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job
     }
   }
   if (over.empty()) return;
-  if (processes)
-    over += str(" (a process: its peak RSS less the data it holds, ", bytes_span(data_bytes),
+  if (processes) {
+    std::vector<int64_t> shares;
+    for (size_t w = 0; w < data.training.size(); ++w) shares.push_back(data.peak_share(w));
+    over += str(" (a process: its peak RSS less the data's ", bytes_span(shares),
                 r.shared_memory_bytes.empty() ? "" : " and its transfers' shared memory", ")");
+  }
   std::cerr << (label.empty() ? "" : "[" + label + "] ") << "warning: " << job.options.plan_source
             << " was planned to fit " << human_bytes(static_cast<double>(plan.memory_cap_bytes))
             << " a worker (its field 'memory_cap_bytes'"
@@ -243,7 +244,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
 }
 
 void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label,
-                           const std::vector<int64_t>& data_bytes, bool shared_memory) {
+                           const job::DataHeld& data, bool shared_memory) {
   if (!flags.request.profile) return;
   const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
@@ -290,7 +291,11 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
               << process_kind(flags.transport) << " (calibrate with --transport " << flags.transport << ")\n";
     return;
   }
-  std::string besides = str(" (the tensors above, the data ", bytes_span(data_bytes),
+  std::string besides = str(" (the tensors above, the data ", bytes_span(data.training),
+                            data.at_start > 0 ? str(" (a forked worker starts holding all ", human_bytes(static_cast<double>(
+                                                                                                 data.at_start)),
+                                                    ", its peak at least the process and that)")
+                                              : std::string(),
                             " and the process ", human_bytes(static_cast<double>(process)), " as calibrate measured it)");
   // Emulated layers write little of the device's tensors they allocate: the OS counted 328 MiB of
   // an emulated VGG-16's 597 modelled, which a run of the real layers would hold.
@@ -303,7 +308,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
       besides.insert(besides.size() - 1, str(", and the all-reduce's sums ", human_bytes(static_cast<double>(sums)),
                                              " (a copy of each replicated stage's gradients)"));
     std::cout << prefix << "peak RSS (modelled): "
-              << human_bytes(tensors + static_cast<double>(process + data_bytes.front() + sums)) << " for this process"
+              << human_bytes(tensors + static_cast<double>(process + data.training.front() + sums)) << " for this process"
               << besides << "\n";
     return;
   }
@@ -318,8 +323,9 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   std::cout << prefix << "peak RSS per worker process (modelled):";
   for (size_t w = 0; w < memory.size(); ++w)
     std::cout << (w ? ", " : " ") << "w" << w << " "
-              << human_bytes(static_cast<double>(memory[w].tensors()) * scale +
-                             static_cast<double>(process + data_bytes[w] + shared[w]));
+              << human_bytes(std::max(static_cast<double>(memory[w].tensors()) * scale +
+                                          static_cast<double>(process + data.training[w] + shared[w]),
+                                      static_cast<double>(process + data.at_start)));
   std::cout << besides << "\n";
 }
 

@@ -5,6 +5,7 @@
 
 #include "apps/torch/train_flags.h"
 #include "job/job.h"
+#include "job/worker_data.h"
 #include "runtime/trainer.h"
 #include "schedule/trace.h"
 
@@ -18,9 +19,9 @@ void print_result(const runtime::TrainResult& r, const std::string& label, const
 // Where the plan was made to fit a memory cap (its memory_cap_bytes), a warning naming each
 // worker whose measured tensors are over the tensors' share of it, or, where the cap set some
 // aside for the process, whose process (its own, over gloo) held more than the cap beside the
-// data it holds (`data_bytes`, each worker's process's: job::data_bytes_per_worker).
+// data it holds (`data`, each worker's process's: job::data_held_per_worker).
 void note_over_planned_memory(const runtime::TrainResult& r, const job::Job& job, const TrainFlags& flags,
-                              const std::string& label, const std::vector<int64_t>& data_bytes);
+                              const std::string& label, const job::DataHeld& data);
 
 // The measured-vs-predicted line. With --profile (threads or gloo processes on this host), or with emulated
 // compute: the simulator's figure for this very run on this machine or its --cluster
@@ -37,10 +38,10 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
 // The memory model's figure for each worker (schedule/memory.h), beside the measured one, when a
 // profile gives the bytes: emulated runs hold the profile's bytes x --byte-scale. With a
 // calibrated --cluster (its process_bytes), also each process's peak RSS.
-// `data_bytes`: the data each worker's process holds (job::data_bytes_per_worker); `shared_memory`: gloo
+// `data`: the data each worker's process holds (job::data_held_per_worker); `shared_memory`: gloo
 // workers mapped one host's shared memory for their transfers (PipelineResult::shared_memory),
 // which each process holds too (job::shared_memory_per_worker).
 void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const std::string& label,
-                           const std::vector<int64_t>& data_bytes, bool shared_memory = false);
+                           const job::DataHeld& data, bool shared_memory = false);
 
 }  // namespace pt::app

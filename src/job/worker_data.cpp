@@ -21,16 +21,21 @@ void release_unread_data(const Job& job, int worker, model::DataSplit& data) {
   release_freed_host_memory();
 }
 
-std::vector<int64_t> data_bytes_per_worker(const Job& job, const model::DataSplit& data, bool one_process) {
+int64_t DataHeld::peak_share(size_t worker) const {
+  return std::max(worker < training.size() ? training[worker] : 0, at_start);
+}
+
+DataHeld data_held_per_worker(const Job& job, const model::DataSplit& data, bool one_process, bool forked) {
   const int64_t inputs = data.train.input_bytes() + data.test.input_bytes();
   const int64_t targets = data.train.target_bytes() + data.test.target_bytes();
-  std::vector<int64_t> bytes(static_cast<size_t>(job.workers()), inputs + targets);
-  if (one_process) return bytes;
+  DataHeld held{std::vector<int64_t>(static_cast<size_t>(job.workers()), inputs + targets),
+                !one_process && forked ? inputs + targets : 0};
+  if (one_process) return held;
   for (int w = 0; w < job.workers(); ++w) {
     const DataRead read = data_read_by(job, w);
-    bytes[static_cast<size_t>(w)] = (read.inputs ? inputs : 0) + (read.targets ? targets : 0);
+    held.training[static_cast<size_t>(w)] = (read.inputs ? inputs : 0) + (read.targets ? targets : 0);
   }
-  return bytes;
+  return held;
 }
 
 }  // namespace pt::job

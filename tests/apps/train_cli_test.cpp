@@ -257,6 +257,10 @@ TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("resuming from"), std::string::npos) << out;
   EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
+  // and its checkpoint, which records no lag, resumed under a pipeline's lag is said to change it.
+  std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "22", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("weights' lag (pipedream: none -> " + lag + "): steps 21 on differ"), std::string::npos) << out;
 }
 
 // Step folders that are no checkpoint: one this run would write into is refused before training
