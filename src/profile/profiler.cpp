@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/memory_limit.h"
 #include "core/median.h"
 #include "core/host_allocator.h"
 #include "model/flat_parameters.h"
@@ -108,13 +109,13 @@ Timing time_layer(model::LayeredModel& model, torch::nn::Sequential& module, con
 
 // The layers time_in_sequence runs: every one, those the model does not hold built for it, where
 // their weights, gradients and the steps' two copies take at most ProfilerOptions::sequence_share
-// of this machine's memory; none otherwise (a model larger than the machine is timed one layer at
+// of the memory this process may use (core/memory_limit.h); none otherwise (a model larger than the machine is timed one layer at
 // a time, each alone).
 std::vector<torch::nn::Sequential> layers_for_sequence(const model::LayeredModel& model,
                                                        const ProfilerOptions& profiler_options) {
-  const int64_t budget = static_cast<int64_t>(profiler_options.sequence_share *
-                                              static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
-                                              static_cast<double>(::sysconf(_SC_PAGESIZE)));
+  // The memory this process may use, a cgroup's limit where one is set (it read the machine's).
+  const int64_t budget =
+      static_cast<int64_t>(profiler_options.sequence_share * static_cast<double>(usable_memory_bytes()));
   std::vector<torch::nn::Sequential> layers;
   if (profiler_options.sequence_share <= 0) return layers;
   int64_t bytes = 0;
