@@ -115,12 +115,20 @@ bool input_gradient(const torch::Tensor& output, const torch::Tensor& output_gra
 
 void weight_gradients(WeightBackward& w) {
   for (auto& part : w.parts) {
-    bool any = false;
-    for (const auto& g : part.grads) any = any || g.defined();
-    if (!any) continue;  // nothing reached the node: a whole backward accumulated nothing here either
+    // Only the inputs a gradient reached: the engine's root takes the device of each it is given,
+    // and an undefined one (GroupNorm's mean and rstd, outputs nothing used) aborted the process
+    // from inside LibTorch. The node sees the others undefined, as in a whole backward.
+    ag::edge_list roots;
+    ag::variable_list grads;
+    for (size_t r = 0; r < part.roots.size(); ++r)
+      if (part.grads[r].defined()) {
+        roots.push_back(part.roots[r]);
+        grads.push_back(part.grads[r]);
+      }
+    if (roots.empty()) continue;  // nothing reached the node: a whole backward accumulated nothing here either
     // The chain below the node leads to no weight of this part (its side is its own), so the
     // engine runs the node's weight outputs and its side alone.
-    ag::Engine::get_default_engine().execute(part.roots, part.grads, /*keep_graph=*/true, /*create_graph=*/false,
+    ag::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/true, /*create_graph=*/false,
                                              /*accumulate_grad=*/true, part.weights);
   }
   w.parts.clear();

@@ -1,6 +1,7 @@
 // Zero-bubble's B and W on one stage (runtime/split_backward.h): together they give the input
 // and weight gradients of a whole backward, and W runs no node of the input-gradient chain
-// again; a weight used twice in the stage falls back to a backward to the weights.
+// again; a weight used twice in the stage falls back to a backward to the weights; a node some of
+// whose outputs get no gradient (GroupNorm's mean and rstd) runs at W from those that do.
 #include <gtest/gtest.h>
 
 #include "model/layered_model.h"
@@ -23,16 +24,21 @@ struct Counted : torch::autograd::Function<Counted> {
   }
 };
 
-// Layers: Linear, then the stage under test: Linear, Counted, Linear (`tied`: the last Linear
-// is the first one of the stage again).
-std::shared_ptr<model::LayeredModel> model_of(bool tied) {
+enum class Stage { kPlain, kTied, kGroupNorm };
+
+// Layers: Linear, then the stage under test: Linear, Counted, Linear (kTied: the last Linear is
+// the first one of the stage again; kGroupNorm: a GroupNorm before it).
+std::shared_ptr<model::LayeredModel> model_of(Stage stage) {
+  bool tied = stage == Stage::kTied;
   torch::manual_seed(7);
   auto m = std::make_shared<model::LayeredModel>("split", model::Task::kClassification, std::vector<int64_t>{6}, false);
   torch::nn::Linear first(6, 6), shared(6, 6);
   m->add("l0", torch::nn::Sequential(torch::nn::Linear(6, 6)));
   m->add("l1", torch::nn::Sequential(shared));
   m->add("counted", torch::nn::Sequential(torch::nn::Functional([](torch::Tensor x) { return Counted::apply(x); })));
-  m->add("l3", tied ? torch::nn::Sequential(shared) : torch::nn::Sequential(first));
+  m->add("l3", tied                        ? torch::nn::Sequential(shared)
+               : stage == Stage::kGroupNorm ? torch::nn::Sequential(torch::nn::GroupNorm(2, 6), first)
+                                            : torch::nn::Sequential(first));
   return m;
 }
 
@@ -42,8 +48,8 @@ struct Backward {
   int b_calls = 0, w_calls = 0;  // Counted's backwards at B and at W
 };
 
-Backward run(bool tied, bool split) {
-  StageReplica r(model_of(tied), 1, 4, false, model::OptimizerOptions{}, false, 1);
+Backward run(Stage stage, bool split) {
+  StageReplica r(model_of(stage), 1, 4, false, model::OptimizerOptions{}, false, 1);
   torch::manual_seed(8);
   torch::Tensor x = torch::randn({5, 6}), g = torch::randn({5, 6});
   r.forward(0, x, {}, 1);
@@ -67,7 +73,7 @@ void expect_same(const Backward& a, const Backward& b) {
 }
 
 TEST(SplitBackward, GivesTheWholeBackwardsGradientsAndRunsTheChainOnce) {
-  Backward whole = run(false, false), split = run(false, true);
+  Backward whole = run(Stage::kPlain, false), split = run(Stage::kPlain, true);
   expect_same(split, whole);
   EXPECT_EQ(whole.b_calls, 1);
   EXPECT_EQ(split.b_calls, 1);
@@ -75,9 +81,17 @@ TEST(SplitBackward, GivesTheWholeBackwardsGradientsAndRunsTheChainOnce) {
 }
 
 TEST(SplitBackward, AWeightUsedTwiceInTheStageFallsBackToABackwardToTheWeights) {
-  Backward whole = run(true, false), split = run(true, true);
+  Backward whole = run(Stage::kTied, false), split = run(Stage::kTied, true);
   expect_same(split, whole);
   EXPECT_EQ(split.w_calls, 1);
+}
+
+// Its W aborted the process from inside LibTorch: a gradient it did not get was handed to the
+// engine as an undefined tensor (profile, --stages and zero-bubble schedules of such models).
+TEST(SplitBackward, ANodeWhoseOtherOutputsGetNoGradientRunsAtW) {
+  Backward whole = run(Stage::kGroupNorm, false), split = run(Stage::kGroupNorm, true);
+  expect_same(split, whole);
+  EXPECT_EQ(split.w_calls, 0);
 }
 
 }  // namespace
