@@ -13,6 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+try:
+    from pipetrain.module_swap import replace_modules
+except ImportError:  # run as a script from python/pipetrain
+    from module_swap import replace_modules
+
 
 class DeferrableBatchNorm(nn.Module):
     __constants__ = ["eps", "cumulative", "momentum_value", "input_dims"]
@@ -60,22 +65,10 @@ class DeferrableBatchNorm(nn.Module):
                             self.eps)
 
 
-def make_deferrable(model: nn.Module, made=None) -> int:
+def make_deferrable(model: nn.Module) -> int:
     """Replaces every BatchNorm1d/2d/3d of `model` that keeps running statistics and trains, in
     place; returns how many. One its user froze (.eval()) normalises by statistics that do not
-    move: nothing to defer, and it stays as it is, in its mode. One held at several places (an
-    nn.Sequential holding it twice) is replaced by one module at each, as it was one there."""
-    made = {} if made is None else made
-    count = 0
-    for name, child in list(model._modules.items()):  # named_children() lists a module held twice once
-        if id(child) in made:
-            setattr(model, name, made[id(child)])
-        elif type(child) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d) and child.track_running_stats \
-                and child.training:
-            made[id(child)] = DeferrableBatchNorm(child)
-            setattr(model, name, made[id(child)])
-            count += 1
-        elif child is not None:
-            made[id(child)] = child
-            count += make_deferrable(child, made)
-    return count
+    move: nothing to defer, and it stays as it is, in its mode."""
+    return replace_modules(model, lambda child: DeferrableBatchNorm(child)
+                           if type(child) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+                           and child.track_running_stats and child.training else None)

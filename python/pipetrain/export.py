@@ -38,10 +38,14 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 try:
     from pipetrain.batch_norm import DeferrableBatchNorm, make_deferrable
-    from pipetrain.export_check import ExportError, check_chain, check_leaf_inputs, reached_without_gradient, state_kept
+    from pipetrain.module_swap import renorming, replace_modules
+    from pipetrain.export_check import ExportError, check_chain, check_leaf_inputs, reached_without_gradient, state_kept, \
+        WeightsKept
 except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
-    from export_check import ExportError, check_chain, check_leaf_inputs, reached_without_gradient, state_kept
+    from module_swap import renorming, replace_modules
+    from export_check import ExportError, check_chain, check_leaf_inputs, reached_without_gradient, state_kept, \
+        WeightsKept
 
 FORMAT = "pipetrain.model/2"
 # The input dtypes pipetrain trains on (src/model/scripted_model.cpp): float64 and int32 were
@@ -832,7 +836,9 @@ def compiled_layers(children):
                 f" ({hook} has forward hooks, as torch.nn.utils.weight_norm and spectral_norm install: TorchScript "
                 "cannot run them; compute the reparametrised weight in the module's own forward)" if hook else ""))
         for w in said:
-            warned.setdefault(str(w.message).strip(), []).append(f"{i} ('{name}')")
+            layers = warned.setdefault(str(w.message).strip(), [])
+            if f"{i} ('{name}')" not in layers:  # said once for each of a layer's modules (its 2 encoder layers)
+                layers.append(f"{i} ('{name}')")
     # TorchScript's warnings name its own internals: each said once, with its layers and what it
     # means (nn.TransformerEncoderLayer's "'batch_first' was found in ScriptModule constants": its
     # __constants__ lists an attribute its forward does not read). The one about "instance-level
@@ -909,6 +915,14 @@ def export(args):
             raise ExportError(f"--model: {args.model} returned {type(model).__name__}, not an nn.Module")
         scripted_input = False
     deferrable = 0 if scripted_input else make_deferrable(model)  # same math until train defers it
+    if not scripted_input:
+        replace_modules(model, renorming)  # an embedding's max_norm, which TorchScript drops
+    def remake():
+        if scripted_input:
+            return torch.jit.load(args.model)
+        torch.manual_seed(args.seed)
+        return make(**kwargs)
+    weights = WeightsKept(model, remake)  # before the first of export's forwards
     x = example_input(shape, dtype, args.input_high)
     x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
     was_training = model.training
@@ -969,6 +983,7 @@ def export(args):
         for name, sub in compiled.named_modules():  # a module before those it holds
             if name and own.get(name) in modes:
                 sub.train(modes[own[name]])
+    weights.put_back()
     records, index = layer_records(scripted_layers)
     try:
         scripted = torch.jit.script(top)
@@ -1005,6 +1020,15 @@ def export(args):
         print(f"  {n}")
     def listed(names):
         return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    # torch.fx keeps torch.nn's own modules whole, these stacks too: one layer a stage cannot split.
+    stacks = [(n, m) for n, m in model.named_modules()
+              if isinstance(m, (torch.nn.TransformerEncoder, torch.nn.TransformerDecoder, torch.nn.Transformer))]
+    for n, m in stacks:
+        if not any(n.startswith(o + ".") for o, _ in stacks if o != n):
+            share = sum(p.numel() for p in m.parameters()) / max(1, params)
+            print(f"note: {n} ({type(m).__name__}) is one layer, as torch.fx keeps torch.nn's own modules whole: "
+                  f"{share:.0%} of the parameters, which no split divides; to split it into its layers, hold them in "
+                  "an nn.ModuleList and call each in turn in your forward", file=sys.stderr)
     unused = [n for n, p in model.named_parameters() if id(p) not in held]
     if unused:  # a head kept for later, a branch switched off: said, since they go untrained
         shown = listed(unused)

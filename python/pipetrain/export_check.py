@@ -6,6 +6,7 @@ then replaces its backward) or a buffer the forward rebinds would train another 
 if only the output were compared.
 """
 import contextlib
+import hashlib
 
 import torch
 
@@ -37,6 +38,46 @@ def state_kept(*modules):
             for m, name, b, value in saved:
                 m._buffers[name] = b
                 b.copy_(value)
+
+
+def _digest(p):
+    """A parameter's bytes, hashed in place (no copy: one of every parameter would double export's
+    memory). Its version counter would not do: the check for gradients that never reach a
+    parameter moves it and back."""
+    return hashlib.blake2b(p.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data).digest()
+
+
+class WeightsKept:
+    """The parameters as they were before export's forwards, put back before the file is written.
+    An embedding with max_norm renormalises the rows it looks up, in place, on every forward: the
+    file held the rows the analysis and the check had moved (exit 0, 0.67 off eager's weights
+    after 3 steps). A moved parameter's first values come from the model built again by `remake`
+    (the callable under the same seed, or the TorchScript file read again), where that gives the
+    same model; copies kept of every parameter would double export's memory for a rare case."""
+
+    def __init__(self, model, remake):
+        self.model, self.remake = model, remake
+        self.digests = {n: _digest(p) for n, p in model.named_parameters()}
+
+    def put_back(self):
+        params = dict(self.model.named_parameters())
+        moved = [n for n, p in params.items() if _digest(p) != self.digests[n]]
+        if not moved:
+            return
+        first, again = (dict(self.remake().named_parameters()) for _ in range(2))
+        # The same model again: every parameter the forwards left alone equal to its rebuilt one,
+        # and the moved ones equal in two builds.
+        same = all(n in first and n in again and first[n].shape == params[n].shape for n in params) and all(
+            _digest(first[n]) == (_digest(again[n]) if n in moved else self.digests[n]) for n in params)
+        if not same:
+            raise ExportError(f"--model: its forward changes {len(moved)} parameter{'s' if len(moved) > 1 else ''} "
+                              f"in place ({', '.join(moved[:5])}{', ...' if len(moved) > 5 else ''}), and building it "
+                              "again under the same --seed gives another model, so export cannot put their first "
+                              "values back after the forwards it runs to analyse and check it: seed every random "
+                              "draw of its construction from torch's generator, or change them outside forward")
+        with torch.no_grad():
+            for n in moved:
+                params[n].copy_(first[n])
 
 
 def _gradients(run, x, params):

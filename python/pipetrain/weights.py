@@ -21,8 +21,11 @@ import zlib
 
 import torch
 
+# Every dtype a tensor file may hold (src/core/tensor_file.cpp): a bool buffer (GPT-2's causal
+# mask) ended the command with "pipetrain.weights: 'bool'".
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32,
-          "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16}
+          "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "bool": torch.bool}
 
 
 def read_tensor_file(path):

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -139,7 +140,22 @@ class CheckForward {
   }
   CheckForward(const CheckForward&) = delete;
   CheckForward& operator=(const CheckForward&) = delete;
-  torch::Tensor operator()(const torch::Tensor& x) { return model_.forward(x.clone()); }
+  // A layer at a time: one whose forward changes its weights in place (an embedding's max_norm
+  // renormalises the rows it looks up) gets them back, since a check trains nothing. A layer's
+  // weights are copied while it runs, not the model's.
+  torch::Tensor operator()(const torch::Tensor& x) {
+    torch::Tensor h = x.clone();
+    for (int i = 0; i < model_.num_layers(); ++i) {
+      std::vector<std::tuple<torch::Tensor, torch::Tensor, uint32_t>> weights;
+      if (model_.holds(i))
+        for (const auto& p : model_.layer(i).module->parameters())
+          weights.emplace_back(p, p.detach().clone(), p._version());
+      h = model_.forward(h, i, i + 1);
+      for (auto& [p, value, version] : weights)
+        if (p._version() != version) saved_.emplace_back(p, value);
+    }
+    return h;
+  }
 
  private:
   torch::NoGradGuard no_grad_;
@@ -464,6 +480,12 @@ std::string without_backtrace(const std::exception& e) {
 
 std::string explain_training_error(const std::exception& e, const std::string& remedy) {
   const std::string error = without_backtrace(e);
+  // Autograd's check that what a backward saved was not changed since: in a pipeline, by a later
+  // microbatch's forward on the same stage (an embedding's max_norm renormalises its weight).
+  if (error.find("has been modified by an inplace operation") != std::string::npos)
+    return "a layer changes in place, at each forward, a tensor an earlier microbatch's backward needs (an embedding "
+           "with max_norm renormalises its weight so): its stage must run each backward before its next forward, as "
+           "eager PyTorch does: one worker, or --schedule 1f1b or gpipe with --microbatches 1 (LibTorch said: " + error.substr(0, error.find('\n')) + ")";
   const std::string said = "Expected more than 1 value per channel when training";
   size_t at = error.rfind(said);
   if (at == std::string::npos) return error;

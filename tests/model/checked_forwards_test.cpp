@@ -82,5 +82,31 @@ TEST(CheckedForwards, TheRecordKeepsOneLinePerCheckAndStaysSmall) {
   EXPECT_GT(lines(), before);
 }
 
+// A layer whose forward halves its weight in place, as an embedding's max_norm renormalises the
+// rows it looks up.
+struct ShrinkingImpl : torch::nn::Module {
+  ShrinkingImpl() : w(register_parameter("w", torch::full({4}, 3.0))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    {
+      torch::NoGradGuard no_grad;
+      w.mul_(0.5);
+    }
+    return x * w;
+  }
+  torch::Tensor w;
+};
+TORCH_MODULE(Shrinking);
+
+// The check trains nothing: the weights a forward changed in place are put back (the check's
+// forward left a max_norm embedding's first rows renormalised before training began).
+TEST(CheckedForwards, AForwardThatChangesItsWeightsLeavesThemAsTheyWere) {
+  LayeredModel m("shrinks", Task::kClassification, {4}, false);
+  Shrinking layer;
+  m.add("shrinking", [layer] { return torch::nn::Sequential(layer); });
+  torch::Tensor out = probe_output(m, torch::ones({3, 4}), "data.pt");
+  EXPECT_TRUE(torch::equal(out, torch::full({2, 4}, 1.5)));
+  EXPECT_TRUE(torch::equal(layer->w, torch::full({4}, 3.0))) << layer->w;
+}
+
 }  // namespace
 }  // namespace pt::model

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import zipfile
 
 # The references compute on one thread, as each pipetrain worker does, OpenBLAS's threads too:
 # torch.set_num_threads leaves OpenBLAS's pool as it is, whose GEMMs on 2 threads summed in
@@ -716,6 +717,45 @@ class Fidelity(unittest.TestCase):
         print(f"unlabelled samples 1f1b-3: max relative error {err:.2e}", file=sys.stderr)
         self.assertLess(err, 1e-5)
 
+    def test_an_embedding_with_max_norm_renormalises_as_pytorchs(self):
+        """nn.Embedding and nn.EmbeddingBag with max_norm renormalise the rows they look up, in
+        place, at every forward, evaluations too. TorchScript drops that, and export's own forwards
+        had renormalised every row of the file's initial weights: 0.67 off eager after 3 steps,
+        exit 0. Two forwards in flight on their stage fail in PyTorch's autograd, as in eager
+        PyTorch, and are said in those terms. Its bool buffer reads back (pipetrain.weights
+        stopped at "'bool'")."""
+        model_file = os.path.join(self.tmp.name, "max-norm.pt")
+        r = export(["--model", "toy_models:max_norm_bag", "--input-shape", f"{BATCH},6", "--input-dtype", "int64",
+                    "--input-high", "32", "-o", model_file])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = torch.Generator().manual_seed(5)
+        x = torch.randint(0, 16, (STEPS * BATCH, 6), generator=g)  # rows 16..31 are never looked up
+        y = torch.randint(0, 4, (STEPS * BATCH,), generator=g)
+        data = os.path.join(self.tmp.name, "max-norm-data.pt")
+        torch.save({"x": x, "y": y, "x_test": x[:BATCH], "y_test": y[:BATCH]}, data)
+        model = toy_models.max_norm_bag()
+        model.load_state_dict(reference(toy_models.max_norm_bag, x, y, torch.nn.functional.cross_entropy, 1))
+        model.eval()
+        with torch.no_grad():
+            model(x[:BATCH])  # the test set's evaluation renormalises too
+        want = {k: v.clone() for k, v in model.state_dict().items()}
+        self.assertGreater(want["emb.weight"][16:].norm(dim=1).min().item(), 2.0)
+        args = [PIPETRAIN, "train", "--model", model_file, "--data", data, "--steps", str(STEPS), "--batch-size",
+                str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM), "--no-shuffle", "--quiet", "--timeout", "60"]
+        for tag, extra in (("one-worker", []),
+                           ("1f1b-2-gloo", ["--schedule", "1f1b", "--stages", "2", "--microbatches", "1",
+                                            "--transport", "gloo"])):
+            with self.subTest(run=tag):
+                ck = os.path.join(self.tmp.name, "max-norm-" + tag)
+                run(args + ["--checkpoint-dir", ck] + extra)
+                err = max_relative_error(trained_state(model_file, ck), want)
+                print(f"max_norm embeddings {tag}: max relative error {err:.2e}", file=sys.stderr)
+                self.assertLess(err, 1e-6)
+        r = run_failing(args + ["--schedule", "1f1b", "--stages", "2", "--microbatches", "2"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("an embedding with max_norm renormalises its weight so): its stage must run each backward "
+                      "before its next forward", r.stderr)
+
     def test_label_smoothing_trains_as_pytorchs(self):
         """--label-smoothing as PyTorch's cross_entropy(label_smoothing=) trains (ViT's and
         translation's recipes; no flag reached it): eager PyTorch's weights, padding skipped as
@@ -1078,6 +1118,43 @@ class Errors(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--model: the model's own forward and backward fail on the example batch", r.stderr)
         self.assertIn("modified by an inplace operation", r.stderr)
+
+    def test_a_forward_that_changes_its_parameters_exports_their_first_values(self):
+        """Export's own forwards moved them (a weight clipped as the forward runs, the same at every
+        forward, which the check of the chain cannot tell), and the file started from the moved
+        values, exit 0. They are put back from the model built again; where building it again
+        gives another model, export refuses."""
+        out = os.path.join(self.tmp.name, "clips.pt")
+        r = export(["--model", "toy_models:clips_its_weight", "--input-shape", "4,12", "-o", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        torch.manual_seed(0)
+        first = toy_models.clips_its_weight().state_dict()
+        self.assertGreater(first["body.lin.weight"].abs().max().item(), 0.1)
+        held = {}
+        with zipfile.ZipFile(out) as z:  # each layer's own archive (python/pipetrain/export.py)
+            for record in z.namelist():
+                if re.search(r"/extra/layer-\d+\.pt$", record):
+                    held.update(torch.jit.load(io.BytesIO(z.read(record))).named_parameters())
+        self.assertEqual(sorted(held), sorted(first))
+        for n, p in held.items():
+            self.assertTrue(torch.equal(p, first[n]), n)
+        r = export(["--model", "toy_models:clips_another_weight", "--input-shape", "4,12", "-o", out + "2"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--model: its forward changes 1 parameter in place (body.lin.weight), and building it again "
+                      "under the same --seed gives another model", r.stderr)
+        self.assertFalse(os.path.exists(out + "2"))
+
+    def test_a_transformer_stack_kept_whole_is_said(self):
+        """nn.TransformerEncoder stays one layer (torch.fx keeps torch.nn's modules whole), which
+        no split divides: said, with the way to split it, where export said nothing."""
+        r = export(["--model", "toy_models:stacked_encoder", "--input-shape", "4,6", "--input-dtype", "int64",
+                    "--input-high", "32", "-o", os.path.join(self.tmp.name, "stacked.pt")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"note: encoder \(TransformerEncoder\) is one layer, as torch.fx keeps torch.nn's own "
+                                   r"modules whole: \d+% of the parameters")
+        self.assertIn("hold them in an nn.ModuleList", r.stderr)
+        # TorchScript's warning on its 2 encoder layers names the layer once (it said "layers 1 (...), 1 (...)").
+        self.assertIn("note: TorchScript warned compiling layer 1 ('l1_encoder'): ", r.stderr)
 
     def test_a_file_loss_that_trains_is_not_refused(self):
         """The checks above refuse no loss that trains: one that shifts its input in place (the

@@ -541,3 +541,78 @@ class DoublesItsInput(nn.Module):
 
 def writes_its_input():
     return nn.Sequential(nn.Linear(16, 32), DoublesItsInput(), nn.Linear(32, 4))
+
+
+class MaxNormBag(nn.Module):
+    """Token ids [N, T] -> 4 classes through embeddings with max_norm, which renormalise the rows
+    they look up, in place, at every forward; a feature masked by a bool buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 16, max_norm=1.0)
+        self.bag = nn.EmbeddingBag(32, 8, max_norm=0.5, mode="mean")
+        self.fc = nn.Linear(24, 4)
+        self.register_buffer("keep", torch.arange(24) != 3)  # a bool buffer, as GPT-2's causal mask
+
+    def forward(self, x):
+        return self.fc(torch.cat([self.emb(x).mean(1), self.bag(x)], 1).masked_fill(~self.keep, 0.0))
+
+
+def max_norm_bag():
+    return MaxNormBag()
+
+
+class ClippingLinear(nn.Module):
+    """A forward that changes its parameter in place by hand: weight clipping as it runs (WGAN's),
+    the same at every forward, which the check of the chain against the model cannot tell."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(12, 5)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.lin.weight.clamp_(-0.1, 0.1)
+        return self.lin(x)
+
+
+class ClipsItsWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = ClippingLinear()
+
+    def forward(self, x):
+        return self.body(x).tanh()
+
+
+def clips_its_weight():
+    return ClipsItsWeight()
+
+
+_builds = [0]
+
+
+def clips_another_weight():
+    """The same, but each build draws other weights (its generator is not torch's)."""
+    _builds[0] += 1
+    m = ClipsItsWeight()
+    with torch.no_grad():
+        m.body.lin.weight.add_(_builds[0])
+    return m
+
+
+class StackedEncoder(nn.Module):
+    """Token ids [N, T] -> 4 classes through torch's own nn.TransformerEncoder."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 16)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, 0.0, batch_first=True), 2)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.emb(x)).mean(1))
+
+
+def stacked_encoder():
+    return StackedEncoder()
