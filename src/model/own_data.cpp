@@ -356,7 +356,10 @@ DataSplit load_token_stream(const std::string& path, LayeredModel& model, const 
       throw FormatError(str(f->path, ": token ", f->max_at, " is id ", f->max_id, ", past the model's vocabulary of ",
                             vocab, " (ids 0..", vocab - 1,
                             f->token_bytes == 4 && f->max_id > 65535 ? "; is it uint16 data, --token-dtype?)"
-                                                                      : "; tokenized for another vocabulary?)"));
+                            // uint32 ids whose high halves are not all 0 pass the check above.
+                            : f->token_bytes == 2 && f->tokens % 2 == 0
+                                ? "; tokenized for another vocabulary, or uint32 ids: --token-dtype uint32?)"
+                                : "; tokenized for another vocabulary?)"));
   split.train.on_disk = train_stream;
   check_token_ids(model, train_stream->gather({std::min(train.max_at / seq, n - held - 1)}, false), "tokens", path);
   // The windows tested on, held in memory: the largest id may lie among them alone (the held-out

@@ -246,6 +246,10 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (f.has("in_flight")) st.in_flight = static_cast<int>(f["in_flight"].as_int_in(1, kMaxMicrobatches));
     p.stages.push_back(std::move(st));
   }
+  // Said here, of the file: train's refusal named a --schedule dp the user never gave.
+  if (p.schedule == "dp" && p.stages.size() > 1)
+    root["schedule"].fail(str("is dp, which runs one stage on every worker, but the plan has ", p.stages.size(),
+                              " stages: name a pipeline schedule, or leave it out"));
   // An interleaved or V plan as it runs (what `plan` writes) lists a worker on several stages:
   // read as one worker a stage, its placement kept for the schedule to check (shared_workers).
   std::map<int, size_t> stage_of;  // worker -> the first stage listing it

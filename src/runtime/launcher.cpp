@@ -170,6 +170,16 @@ std::string describe(int status) {
   return "stopped";
 }
 
+// Whether a process is stopped (SIGSTOP, Ctrl-Z, a debugger): a stopped worker fails nothing
+// itself, the others time out waiting for it, and the first of them to exit was named alone.
+bool is_stopped(pid_t pid) {
+  std::ifstream in(str("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  size_t end = line.rfind(')');  // the state follows the command's name, which may hold anything
+  return end != std::string::npos && end + 2 < line.size() && (line[end + 2] == 'T' || line[end + 2] == 't');
+}
+
 // Starts worker `rank`: `argv` again, or where argv is null a fork of this process that returns
 // 0 here with the worker's environment set (the parent gets the child's pid either way).
 pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, ReservedPort port,
@@ -245,6 +255,10 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
     if (!ok && failed < 0) {
       failed = r;
       print_line_to_stderr(str("pipetrain: worker ", r, " ", describe(status), "; stopping the other workers"));
+      for (int o = 0; o < world_size; ++o)
+        if (running[o] && is_stopped(pids[o]))
+          print_line_to_stderr(str("pipetrain: worker ", o, " (pid ", pids[o], ") is stopped (SIGSTOP, Ctrl-Z or a "
+                                   "debugger): the others' timeouts waiting on it follow from that"));
       for (int o = 0; o < world_size; ++o)
         if (running[o]) ::kill(pids[o], SIGTERM);
       // Escalate for workers that do not stop (stuck in a blocking call).

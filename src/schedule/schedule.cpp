@@ -211,8 +211,9 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
     JsonField row = workers[w];
     for (size_t i = 0; i < row.size(); ++i) {
       Action a;
+      std::string text = row[i].as_string();  // its own error names the field: not caught below
       try {
-        a = parse_action(row[i].as_string(), w);
+        a = parse_action(text, w);
       } catch (const FormatError& e) {
         row[i].fail(e.what());
       }

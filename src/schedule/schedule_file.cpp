@@ -211,6 +211,9 @@ void check_no_deadlock(const Schedule& s, const std::string& path, bool csv) {
 
 Schedule read_schedule_file(const std::string& path, int plan_stages) {
   std::string text = read_input(path, InputKind::schedule);
+  // A spreadsheet's "CSV UTF-8" starts with a byte-order mark, which read as part of the first
+  // action ("'\xEF\xBB\xBF0F0' has no stage number", the mark unseen in the message).
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') return schedule_from_json(parse_json(text, path), path);
   return schedule_from_csv(text, path, plan_stages);

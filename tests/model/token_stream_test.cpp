@@ -146,6 +146,16 @@ TEST(TokenStream, BadFilesAreNamedWithTheOffendingId) {
                       "vocabulary?)"),
             std::string::npos)
       << past;
+  // uint32 ids past 65535 read as uint16 (their high halves not all 0, so not caught as such): the
+  // hint names --token-dtype too, where the ids pair up (an even count).
+  std::vector<uint16_t> wide(802, 0);
+  for (size_t i = 0; i < wide.size(); i += 2) wide[i] = 4464, wide[i + 1] = 1;  // 70000 each
+  write_ids(d.path / "wide.bin", wide);
+  std::string wide_said = error_of([&] { load_own_data((d.path / "wide.bin").string(), *m); });
+  EXPECT_NE(wide_said.find("wide.bin: token 0 is id 4464, past the model's vocabulary of 64 (ids 0..63; tokenized for "
+                           "another vocabulary, or uint32 ids: --token-dtype uint32?)"),
+            std::string::npos)
+      << wide_said;
   // Read as uint32, uint16 ids pair up past 65535: that hint is given.
   write_ids(d.path / "paired.bin", std::vector<uint16_t>(802, 1));  // as uint32: 401 ids of 65537
   std::string paired = error_of([&] { load_own_data((d.path / "paired.bin").string(), *m, "uint32"); });

@@ -483,6 +483,24 @@ TEST(ForkedWorkers, ReturnToTheCallerWithTheirEnvironment) {
   fs::remove_all(dir);
 }
 
+// A stopped worker fails nothing itself: its peers time out waiting on it, and the launcher
+// named the first of them to exit alone (a helper's audit: pipedream on 3 gloo workers, worker 0
+// stopped, and the closing lines named workers 2 and 1).
+TEST(ForkedWorkers, AStoppedOneIsNamedWhenThePeersGiveUp) {
+  ::testing::internal::CaptureStderr();
+  Launch l = fork_gloo_workers(2, child_argv(), "", 1);
+  if (l.worker) {
+    if (env_or("RANK", "") == "0") ::raise(SIGSTOP);
+    ::usleep(500 * 1000);  // a peer's timeout
+    ::_exit(3);
+  }
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(l.status, 1);
+  EXPECT_NE(err.find("pipetrain: worker 1 exited with status 3; stopping the other workers"), std::string::npos) << err;
+  EXPECT_NE(err.find("pipetrain: worker 0 (pid "), std::string::npos) << err;
+  EXPECT_NE(err.find(") is stopped (SIGSTOP, Ctrl-Z or a debugger)"), std::string::npos) << err;
+}
+
 TEST(ForkedWorkers, AFailedOneStopsTheOthers) {
   auto t0 = std::chrono::steady_clock::now();
   ::testing::internal::CaptureStderr();

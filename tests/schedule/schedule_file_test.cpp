@@ -92,6 +92,9 @@ TEST(ScheduleFile, CsvOfActionsGivesTheGeneratorsSchedule) {
   // torch.distributed.pipelining's own cells that move data are left out; blanks are idle slots.
   Schedule s = from_file("comms.csv", "0F0,0SEND_F0,,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", straight_plan(2));
   EXPECT_EQ(to_text(s, true), "w0: 0F0 0B0 0ST0\nw1: 1F0 1B0 1ST0\n");
+  // A spreadsheet's "CSV UTF-8" leads with a byte-order mark: read past, not taken for the first cell.
+  Schedule marked = from_file("marked.csv", "\xEF\xBB\xBF" "0F0,0B0\n,1F0,1B0\n", straight_plan(2));
+  EXPECT_EQ(to_text(marked, true), "w0: 0F0 0B0 0ST0\nw1: 1F0 1B0 1ST0\n");
 }
 
 // What the error says, or "" when the file was accepted.
@@ -160,6 +163,12 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   EXPECT_NE(e.find("field 'stages[1].weight_versions' is 1000000000: more than one for each of the 2 microbatches"),
             std::string::npos)
       << e;
+  // An action that is not a string: the field named once (it was twice, "F: field 'workers[0][0]' F: field ...").
+  doc = to_json(s);
+  doc["workers"][0][0] = 7;
+  e = error_of("action.json", doc.dump(), two);
+  EXPECT_NE(e.find("action.json: field 'workers[0][0]' must be a string, got 7"), std::string::npos) << e;
+  EXPECT_EQ(e.find("action.json", e.find("action.json") + 1), std::string::npos) << e;
   // Chunks that are not the most stages a worker holds (every action's chunk follows from them).
   for (int chunks : {2, 7}) {
     doc = to_json(s);
