@@ -146,6 +146,18 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
                                "write it; move it out of ", root.string()));
     fs::create_directories(tmp);
   }
+  // A write that fails (a full disk, a worker lost) leaves no half checkpoint taking the room the
+  // user must free: it stayed until the next run's save. Worker 0 removes it on the way out.
+  struct Partial {
+    fs::path dir;
+    bool leader, done = false;
+    ~Partial() {
+      try {
+        if (leader && !done) remove_temp_checkpoint(dir);
+      } catch (...) {  // leaving it is what the next save cleans up, as before
+      }
+    }
+  } partial{tmp, leader};
   transport.barrier();
   // Worker 0 made the folder; one this worker cannot see is on a file system they do not share
   // (each host's own disk): that said, not only "cannot write file".
@@ -202,6 +214,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
       }
   write_text_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
   fsync_dir(tmp);
+  partial.done = true;  // complete: a refusal below leaves it to be moved into place by hand
   // Into place: a step directory exists only complete. One of the same step (a resumed run
   // passing it again) is moved aside first, since rename cannot replace a full directory.
   fs::path final_dir = root / checkpoint_dir_name(step);

@@ -4,9 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -314,6 +317,34 @@ TEST(Checkpoint, InterruptedWriteLeavesThePreviousOne) {
   auto uninterrupted = run(stages(2), options("1f1b", 4, "", 0, false));
   EXPECT_TRUE(bitwise_equal(resumed, uninterrupted));
   EXPECT_FALSE(fs::exists(dir.path / (".tmp-" + checkpoint_dir_name(4))));
+}
+
+// A write that fails part way (here a file-size limit, as a full disk fails it) leaves no
+// half-written temporary behind: it held the disk's room until the next run's save.
+TEST(Checkpoint, AFailedWriteLeavesNoHalfCheckpoint) {
+  TempDir dir;
+  std::string d = dir.path.string();
+  run(stages(2), options("1f1b", 2, d + "/sizes", 2, false));
+  uintmax_t largest = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(d) / "sizes" / checkpoint_dir_name(2)))
+    largest = std::max(largest, fs::file_size(e.path()));
+  rlimit was{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &was), 0);
+  rlimit small = was;
+  small.rlim_cur = largest / 2;  // the largest layer file cannot be written
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // a write past it fails with EFBIG, not the signal
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  bool failed = false;
+  try {
+    run(stages(2), options("1f1b", 2, d + "/full", 2, false));
+  } catch (const std::exception&) {
+    failed = true;
+  }
+  ::setrlimit(RLIMIT_FSIZE, &was);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(failed);
+  EXPECT_FALSE(fs::exists(fs::path(d) / "full" / (".tmp-" + checkpoint_dir_name(2))));
+  EXPECT_FALSE(fs::exists(fs::path(d) / "full" / checkpoint_dir_name(2)));
 }
 
 void expect_resume_error(const std::string& dir, const std::string& expect) {
