@@ -39,13 +39,13 @@ from torch.fx.passes.shape_prop import ShapeProp
 try:
     from pipetrain.batch_norm import DeferrableBatchNorm, make_deferrable
     from pipetrain.module_swap import renorming, replace_modules
-    from pipetrain.export_check import ExportError, check_chain, check_leaf_inputs, reached_without_gradient, state_kept, \
-        WeightsKept
+    from pipetrain.export_check import (ExportError, WeightsKept, check_chain, check_leaf_inputs,
+                                        reached_without_gradient, state_kept)
 except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
     from module_swap import renorming, replace_modules
-    from export_check import ExportError, check_chain, check_leaf_inputs, reached_without_gradient, state_kept, \
-        WeightsKept
+    from export_check import (ExportError, WeightsKept, check_chain, check_leaf_inputs, reached_without_gradient,
+                              state_kept)
 
 FORMAT = "pipetrain.model/2"
 # The input dtypes pipetrain trains on (src/model/scripted_model.cpp): float64 and int32 were

@@ -485,7 +485,8 @@ std::string explain_training_error(const std::exception& e, const std::string& r
   if (error.find("has been modified by an inplace operation") != std::string::npos)
     return "a layer changes in place, at each forward, a tensor an earlier microbatch's backward needs (an embedding "
            "with max_norm renormalises its weight so): its stage must run each backward before its next forward, as "
-           "eager PyTorch does: one worker, or --schedule 1f1b or gpipe with --microbatches 1 (LibTorch said: " + error.substr(0, error.find('\n')) + ")";
+           "eager PyTorch does: one worker, or --schedule 1f1b or gpipe with --microbatches 1 (LibTorch said: " +
+           error.substr(0, error.find('\n')) + ")";
   const std::string said = "Expected more than 1 value per channel when training";
   size_t at = error.rfind(said);
   if (at == std::string::npos) return error;

@@ -90,7 +90,8 @@ TEST(BadPlanFile, NamesFieldAndValue) {
   EXPECT_EQ(plan_error(head + R"("workers": 1, "schedule": "", "stages": [{"layers": [0], "replicas": 1}]})"),
             "p.json: field 'schedule' must name a schedule, or be left out");
   // Data parallelism over several stages: train's refusal named a --schedule dp never given.
-  EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "dp", "stages": [{"layers": [0], "replicas": 1}, {"layers": [1], "replicas": 1}]})"),
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "dp", "stages": [{"layers": [0], "replicas": 1}, )" +
+                       R"({"layers": [1], "replicas": 1}]})"),
             "p.json: field 'schedule' is dp, which runs one stage on every worker, but the plan has 2 stages: name a "
             "pipeline schedule, or leave it out");
   // PipeDream runs each minibatch whole: the plan's 4 microbatches were ignored without a word.

@@ -1150,8 +1150,8 @@ class Errors(unittest.TestCase):
         r = export(["--model", "toy_models:stacked_encoder", "--input-shape", "4,6", "--input-dtype", "int64",
                     "--input-high", "32", "-o", os.path.join(self.tmp.name, "stacked.pt")])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stderr, r"note: encoder \(TransformerEncoder\) is one layer, as torch.fx keeps torch.nn's own "
-                                   r"modules whole: \d+% of the parameters")
+        self.assertRegex(r.stderr, r"note: encoder \(TransformerEncoder\) is one layer, as torch.fx keeps "
+                                   r"torch.nn's own modules whole: \d+% of the parameters")
         self.assertIn("hold them in an nn.ModuleList", r.stderr)
         # TorchScript's warning on its 2 encoder layers names the layer once (it said "layers 1 (...), 1 (...)").
         self.assertIn("note: TorchScript warned compiling layer 1 ('l1_encoder'): ", r.stderr)
