@@ -41,7 +41,40 @@ std::vector<std::pair<ag::Node*, bool>> nodes_below(ag::Node* root, const ag::No
   return order;
 }
 
+// The weights' accumulators drop what reaches them while B runs. LibTorch 1.13's CopySlices (an
+// in-place op on a slice: h[:, :3] *= scale) marks every next edge of the node it wraps as needed,
+// so a backward to the input alone accumulated `scale`'s gradient, and W accumulated it again:
+// doubled on every zero-bubble schedule, exit 0 (a helper's audit).
+class AccumulatorsHeld {
+ public:
+  explicit AccumulatorsHeld(const std::vector<torch::Tensor>& weights) {
+    std::unordered_set<const ag::Node*> seen;
+    for (const auto& p : weights)
+      if (auto a = ag::impl::try_get_grad_accumulator(p); a && seen.insert(a.get()).second) {
+        a->add_pre_hook(std::make_unique<Drop>());
+        held_.push_back(std::move(a));
+      }
+  }
+  ~AccumulatorsHeld() {
+    for (auto& a : held_) a->pre_hooks().pop_back();  // nothing runs between: ours is the last
+  }
+  AccumulatorsHeld(const AccumulatorsHeld&) = delete;
+  AccumulatorsHeld& operator=(const AccumulatorsHeld&) = delete;
+
+ private:
+  struct Drop : ag::FunctionPreHook {
+    ag::variable_list operator()(const ag::variable_list& grads) override { return ag::variable_list(grads.size()); }
+  };
+  std::vector<std::shared_ptr<ag::Node>> held_;
+};
+
 }  // namespace
+
+void backward_to_input(const torch::Tensor& output, const torch::Tensor& output_grad, const torch::Tensor& input,
+                       const std::vector<torch::Tensor>& weights) {
+  AccumulatorsHeld held(weights);
+  torch::autograd::backward({output}, {output_grad}, /*retain_graph=*/true, /*create_graph=*/false, {input});
+}
 
 bool input_gradient(const torch::Tensor& output, const torch::Tensor& output_grad, const torch::Tensor& input,
                     const std::vector<torch::Tensor>& weights, torch::Tensor* input_grad, WeightBackward* w) {
@@ -101,9 +134,12 @@ bool input_gradient(const torch::Tensor& output, const torch::Tensor& output_gra
                               n->release_variables();
                               return outputs;
                             }))});
-  ag::variable_list got = ag::Engine::get_default_engine().execute({out_edge}, {output_grad}, /*keep_graph=*/true,
-                                                                   /*create_graph=*/false,
-                                                                   /*accumulate_grad=*/false, capture);
+  ag::variable_list got;
+  {
+    AccumulatorsHeld held(weights);
+    got = ag::Engine::get_default_engine().execute({out_edge}, {output_grad}, /*keep_graph=*/true,
+                                                   /*create_graph=*/false, /*accumulate_grad=*/false, capture);
+  }
   for (auto& [n, key] : hooks) n->del_post_hook(key);
   *input_grad = got[0];
   size_t k = 1;

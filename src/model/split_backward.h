@@ -32,6 +32,11 @@ struct WeightBackward {
 bool input_gradient(const torch::Tensor& output, const torch::Tensor& output_grad, const torch::Tensor& input,
                     const std::vector<torch::Tensor>& weights, torch::Tensor* input_grad, WeightBackward* w);
 
+// B where input_gradient could not split it: a backward to `input` alone, the graph kept for a
+// backward to the weights at W, which alone accumulates their gradients.
+void backward_to_input(const torch::Tensor& output, const torch::Tensor& output_grad, const torch::Tensor& input,
+                       const std::vector<torch::Tensor>& weights);
+
 // W: accumulates the weights' gradients (their accumulators' hooks run, as in a backward).
 void weight_gradients(WeightBackward& w);
 

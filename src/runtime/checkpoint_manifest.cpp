@@ -117,8 +117,16 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   m.batch_size = root["batch_size"].as_int_at_least(1);
   m.seed = static_cast<uint64_t>(root["seed"].as_int_at_least(0));
   if (root.has("shuffle")) m.shuffle = root["shuffle"].as_bool();
+  // What a resume's notes print ("written by 1f1b on plan 2-1"): a schedule's name and a plan's shape.
+  // (The names are the schedule library's, which this torch-free format does not link: their form.)
   m.schedule = root["schedule"].as_string();
+  if (m.schedule.empty() || m.schedule.size() > 32 ||
+      m.schedule.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
+    root["schedule"].fail(str("must name a schedule (1f1b, zb-v, file), got '", printable(m.schedule), "'"));
   m.plan = root["plan"].as_string();
+  bool shape = !m.plan.empty() && m.plan.front() != '-' && m.plan.back() != '-' &&
+               m.plan.find("--") == std::string::npos && m.plan.find_first_not_of("0123456789-") == std::string::npos;
+  if (!shape) root["plan"].fail(str("must be a plan's shape (replicas per stage: 2-1-1), got '", printable(m.plan), "'"));
   m.workers = static_cast<int>(root["workers"].as_int_in(1, 1 << 20));
   JsonField sgd = root["sgd"];
   m.lr = sgd["lr"].as_non_negative();

@@ -241,7 +241,7 @@ torch::Tensor StageReplica::backward(int64_t mb, const torch::Tensor& output_gra
       else if (values_)
         f.split = model::input_gradient(f.output, f.output_grad, f.input, trainable(), &input_grad, &f.weight_backward);
       if (!whole && !f.split)
-        torch::autograd::backward({f.output}, {f.output_grad}, /*retain_graph=*/true, false, {f.input});
+        model::backward_to_input(f.output, f.output_grad, f.input, trainable());
     }
     for (auto& [b, own] : buffers) b.set_data(own);
   });

@@ -578,6 +578,9 @@ TEST(CheckpointManifest, RoundTripsAndRejectsBadFields) {
                         Case{"\"min_lr\": 0.001", "\"min_lr\": -1", "sgd.min_lr"},
                         Case{"\"schedule_steps\": 40", "\"schedule_steps\": -2", "sgd.schedule_steps"},
                         Case{"\"replica\": 2", "\"replica\": 0", "replica_buffers[0].replica"},
+                        // Printed by a resume's notes ("written by bogus on plan 7-x"; a helper's audit).
+                        Case{"\"1f1b\"", "\"Bogus\\n\"", "field 'schedule' must name a schedule (1f1b, zb-v, file), got "},
+                        Case{"\"1-1\"", "\"7-x\"", "field 'plan' must be a plan's shape (replicas per stage: 2-1-1), got '7-x'"},
                         Case{"\"layer-1.replica-2.tensors\"", "\"/etc/x\"", "replica_buffers[0].name"},
                         // Another layer's file (two names swapped with their CRCs loaded each into the other).
                         Case{"\"layer-1.tensors\"", "\"layer-0.tensors\"", "files[1].name' must be layer-1.tensors"},

@@ -24,21 +24,36 @@ struct Counted : torch::autograd::Function<Counted> {
   }
 };
 
-enum class Stage { kPlain, kTied, kGroupNorm };
+// A parameter scaling a slice in place (h[:, :3] *= scale): autograd's CopySlices.
+struct SliceScaleImpl : torch::nn::Module {
+  SliceScaleImpl() : scale(register_parameter("scale", torch::full({3}, 1.5))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = x * 1.0;
+    h.narrow(1, 0, 3).mul_(scale);
+    return h;
+  }
+  torch::Tensor scale;
+};
+TORCH_MODULE(SliceScale);
+
+enum class Stage { kPlain, kTied, kGroupNorm, kSliceScale, kTiedSliceScale };
 
 // Layers: Linear, then the stage under test: Linear, Counted, Linear (kTied: the last Linear is
-// the first one of the stage again; kGroupNorm: a GroupNorm before it).
+// the first one of the stage again; kGroupNorm: a GroupNorm before it; kSliceScale: a SliceScale
+// before it).
 std::shared_ptr<model::LayeredModel> model_of(Stage stage) {
-  bool tied = stage == Stage::kTied;
+  bool tied = stage == Stage::kTied || stage == Stage::kTiedSliceScale;
+  bool slice = stage == Stage::kSliceScale || stage == Stage::kTiedSliceScale;
   torch::manual_seed(7);
   auto m = std::make_shared<model::LayeredModel>("split", model::Task::kClassification, std::vector<int64_t>{6}, false);
   torch::nn::Linear first(6, 6), shared(6, 6);
   m->add("l0", torch::nn::Sequential(torch::nn::Linear(6, 6)));
   m->add("l1", torch::nn::Sequential(shared));
   m->add("counted", torch::nn::Sequential(torch::nn::Functional([](torch::Tensor x) { return Counted::apply(x); })));
-  m->add("l3", tied                        ? torch::nn::Sequential(shared)
-               : stage == Stage::kGroupNorm ? torch::nn::Sequential(torch::nn::GroupNorm(2, 6), first)
-                                            : torch::nn::Sequential(first));
+  torch::nn::Sequential last = tied ? torch::nn::Sequential(shared) : torch::nn::Sequential(first);
+  if (stage == Stage::kGroupNorm) last = torch::nn::Sequential(torch::nn::GroupNorm(2, 6), first);
+  if (slice) last = torch::nn::Sequential(SliceScale(), tied ? shared : first);
+  m->add("l3", last);
   return m;
 }
 
@@ -92,6 +107,17 @@ TEST(SplitBackward, ANodeWhoseOtherOutputsGetNoGradientRunsAtW) {
   Backward whole = run(Stage::kGroupNorm, false), split = run(Stage::kGroupNorm, true);
   expect_same(split, whole);
   EXPECT_EQ(split.w_calls, 0);
+}
+
+// B accumulated `scale`'s gradient (CopySlices marks the node it wraps as needed, with its weight
+// edges) and W again: doubled, exit 0, on every zero-bubble schedule; also where the split falls
+// back to two backward calls (a weight used twice).
+TEST(SplitBackward, AParameterScalingASliceInPlaceGetsItsGradientOnce) {
+  for (Stage stage : {Stage::kSliceScale, Stage::kTiedSliceScale}) {
+    SCOPED_TRACE(stage == Stage::kSliceScale ? "split" : "fallback");
+    Backward whole = run(stage, false), split = run(stage, true);
+    expect_same(split, whole);
+  }
 }
 
 }  // namespace
