@@ -81,8 +81,15 @@ int run_profile(ProfileFlags& flags) {
     throw;
   } catch (const std::exception& e) {  // the model's own code failing (a TorchScript error)
     throw ConfigError(str("profiling ", m->name(), " on ", data.name, " failed: ",
-                          model::explain_training_error(e, "a batch of one sample was timed (--batch-size or "
-                                                                  "--batch-sizes 1); time batches of 2 or more")));
+                          model::explain_training_error(
+                              e, flags.options.batch_sizes.empty() && flags.batch_size > 1
+                                     // The defaults' doing (batch 8: 1, 2 and 4), not a flag the user gave.
+                                     ? str("a batch of one sample was timed (by default the batch's halves down to a "
+                                           "sixteenth: ", flags.batch_size / std::min<int64_t>(flags.batch_size, 16),
+                                           " of --batch-size ", flags.batch_size, "); give --batch-sizes of 2 or "
+                                           "more (2,4), or a larger --batch-size")
+                                     : "a batch of one sample was timed (--batch-size or --batch-sizes 1); time "
+                                       "batches of 2 or more")));
   }
   if (flags.output.empty() || flags.output == "-") {
     std::cout << profile::to_json(p).dump(1) << "\n";

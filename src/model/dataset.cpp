@@ -148,13 +148,17 @@ DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64
                          model.name(), " would take ", human_bytes(bytes), " (must be >= 1 and fit in ",
                          human_bytes(kMaxBytes), ")"));
   torch::Generator gen = at::detail::createCPUGenerator(seed);
+  // Token ids in, a class per sample out (a text classifier: --loss cross-entropy on a model file
+  // of integer input), its targets a class a sample: they were a language model's, a token each.
+  const bool classifies_tokens =
+      model.integer_input() && model.task() == Task::kClassification && !model.has_own_loss();
   auto make = [&](int64_t n) {
     std::vector<int64_t> shape{n};
     for (int64_t d : model.sample_shape()) shape.push_back(d);
     Dataset d;
     if (model.integer_input()) {
       d.inputs = torch::randint(classes_or_vocab, shape, gen, torch::kInt64);
-      d.targets = torch::randint(classes_or_vocab, shape, gen, torch::kInt64);
+      d.targets = torch::randint(classes_or_vocab, classifies_tokens ? std::vector<int64_t>{n} : shape, gen, torch::kInt64);
     } else {
       d.inputs = torch::randn(shape, gen);
       d.targets = torch::randint(classes_or_vocab, {n}, gen, torch::kInt64);
@@ -165,7 +169,7 @@ DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64
   s.name = "synthetic";
   s.train = make(train_samples);
   s.test = make(test_samples);
-  (model.integer_input() ? s.vocab : s.classes) = classes_or_vocab;
+  (model.integer_input() && !classifies_tokens ? s.vocab : s.classes) = classes_or_vocab;
   return s;
 }
 

@@ -989,7 +989,12 @@ class Errors(unittest.TestCase):
         for command, remedy in ((train + ["--batch-size", "4", "--microbatches", "4"], "fewer --microbatches"),
                                 (train + ["--batch-size", "1", "--microbatches", "1"], "--batch-size is 1; give 2"),
                                 ([PIPETRAIN, "profile", "--model", model, "--data", path, "--batch-size", "1", "-o",
-                                  os.path.join(self.tmp.name, "p.json")], "time batches of 2 or more")):
+                                  os.path.join(self.tmp.name, "p.json")], "time batches of 2 or more"),
+                                # The default sizes' doing: it blamed --batch-sizes 1, which was never given.
+                                ([PIPETRAIN, "profile", "--model", model, "--data", path, "--batch-size", "8", "-o",
+                                  os.path.join(self.tmp.name, "p.json")],
+                                 "(by default the batch's halves down to a sixteenth: 1 of --batch-size 8); give "
+                                 "--batch-sizes of 2 or more (2,4)")):
             r = run_failing(command)
             self.assertNotEqual(r.returncode, 0, r.stderr)
             self.assertIn("a BatchNorm layer got one value per channel", r.stderr)
@@ -1143,6 +1148,19 @@ class Errors(unittest.TestCase):
         self.assertIn("--model: its forward changes 1 parameter in place (body.lin.weight), and building it again "
                       "under the same --seed gives another model", r.stderr)
         self.assertFalse(os.path.exists(out + "2"))
+
+    def test_a_text_classifier_profiles_and_trains_on_synthetic_data(self):
+        """Token ids in, a class a sample out: synthetic data gave it a language model's targets, a
+        token each, and profile failed ("0D or 1D target tensor expected") under --loss cross-entropy."""
+        model = os.path.join(self.tmp.name, "text-classifier.pt")
+        r = export(["--model", "toy_models:max_norm_bag", "--input-shape", "8,6", "--input-dtype", "int64",
+                    "--input-high", "32", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        run([PIPETRAIN, "profile", "--model", model, "--loss", "cross-entropy", "--batch-size", "8", "-o",
+             os.path.join(self.tmp.name, "text-classifier.json")])
+        r = run([PIPETRAIN, "train", "--model", model, "--loss", "cross-entropy", "--data", "synthetic", "--batch-size",
+                 "8", "--steps", "2", "--quiet"])
+        self.assertRegex(r.stdout, r"test accuracy \d")
 
     def test_a_transformer_stack_kept_whole_is_said(self):
         """nn.TransformerEncoder stays one layer (torch.fx keeps torch.nn's modules whole), which
