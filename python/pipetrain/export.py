@@ -518,7 +518,12 @@ def node_times(gm, x):
             times[n] = min(times[n], time.perf_counter() - t0)
             return out
 
-    with torch.no_grad():
+    try:
+        with torch.no_grad():
+            for _ in range(3):
+                Timed(gm).run(x)
+    except Exception:  # torch's own: nn.MultiheadAttention(bias=False)'s fast path, taken without grad, fails
+        times.clear()
         for _ in range(3):
             Timed(gm).run(x)
     return times
@@ -832,7 +837,15 @@ def compiled_layers(children):
                 scripted.append(torch.jit.script(m))
         except Exception as e:
             hook = hooked(m)
-            raise ExportError(f"--model: TorchScript cannot compile layer {i} ('{name}'): {e}" + (
+            # torch 1.13's own forward reads in_proj_bias.dtype and in_proj_weight.dtype, None without
+            # a bias or with keys and values of another width: its traceback named neither.
+            mha = [n for n, sub in m.named_modules() if isinstance(sub, torch.nn.MultiheadAttention)
+                   and (sub.in_proj_bias is None or sub.in_proj_weight is None)]
+            raise ExportError(f"--model: TorchScript cannot compile layer {i} ('{name}'): " + (
+                f"{mha[0]} is an nn.MultiheadAttention with bias=False or kdim/vdim other than embed_dim, which "
+                "torch 1.13's TorchScript cannot compile (its forward reads the dtype of in_proj_bias or "
+                "in_proj_weight, None then): give it bias=True and keys and values of embed_dim, or write the "
+                "attention with nn.Linear projections. TorchScript said: " if mha else "") + f"{e}" + (
                 f" ({hook} has forward hooks, as torch.nn.utils.weight_norm and spectral_norm install: TorchScript "
                 "cannot run them; compute the reparametrised weight in the module's own forward)" if hook else ""))
         for w in said:

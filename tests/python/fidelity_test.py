@@ -1162,6 +1162,16 @@ class Errors(unittest.TestCase):
                  "8", "--steps", "2", "--quiet"])
         self.assertRegex(r.stdout, r"test accuracy \d")
 
+    def test_attention_torchscript_cannot_compile_is_named(self):
+        """torch 1.13's TorchScript fails on nn.MultiheadAttention(bias=False) inside torch's own
+        code ("'NoneType' object has no attribute or method 'dtype'"), which named neither."""
+        r = export(["--model", "toy_models:unbiased_attention", "--input-shape", "4,3,12", "-o",
+                    os.path.join(self.tmp.name, "unbiased.pt")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("attn is an nn.MultiheadAttention with bias=False or kdim/vdim other than embed_dim, which "
+                      "torch 1.13's TorchScript cannot compile", r.stderr)
+        self.assertIn("give it bias=True", r.stderr)
+
     def test_a_transformer_stack_kept_whole_is_said(self):
         """nn.TransformerEncoder stays one layer (torch.fx keeps torch.nn's modules whole), which
         no split divides: said, with the way to split it, where export said nothing."""
