@@ -83,6 +83,13 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
                  "norm scales, as LM recipes group them)")
       ->check(CLI::IsMember({"all", "matrices"}))
       ->capture_default_str();
+  app.add_option("--zero-grad", t.sgd.zero_grad,
+                 "A parameter no backward reached in a step (an expert no row was routed to), as torch.optim treats "
+                 "one after optimizer.zero_grad(set_to_none=...): none (torch 2's default) skips it that step (no "
+                 "decay, momentum or Adam count); zeros (torch 1.13's default) skips it until its first gradient, "
+                 "then steps it with a zero one")
+      ->check(CLI::IsMember(model::zero_grad_modes()))
+      ->capture_default_str();
   app.add_option("--clip-grad-norm", t.sgd.clip_grad_norm,
                  "Scale each step's gradient to at most this norm, as torch.nn.utils.clip_grad_norm_ (0: off): the "
                  "whole model's norm under a synchronous schedule, each stage's own under pipedream and 2bw")

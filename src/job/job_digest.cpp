@@ -56,6 +56,7 @@ json job_digest(const Job& job, const model::LayeredModel& model, const model::D
               {"task", static_cast<int>(model.task())},
               {"stash_weights", options.stash_weights},
               {"sgd", json{{"lr", t.sgd.lr}, {"momentum", t.sgd.momentum}, {"weight_decay", t.sgd.weight_decay}, {"weight_decay_on", t.sgd.weight_decay_on},
+                           {"zero_grad", t.sgd.zero_grad},
                            {"lr_schedule", t.sgd.lr_schedule}, {"min_lr", t.sgd.min_lr}, {"warmup_steps", t.sgd.warmup_steps},
                            {"total_steps", t.sgd.total_steps}, {"clip_grad_norm", t.sgd.clip_grad_norm},
                            {"optimizer", t.sgd.kind}, {"betas", {t.sgd.beta1, t.sgd.beta2}}, {"eps", t.sgd.eps}}},

@@ -1,5 +1,6 @@
 #include "model/flat_parameters.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -7,6 +8,9 @@
 #include "core/host_allocator.h"
 
 namespace pt::model {
+namespace {
+constexpr unsigned kNoHook = static_cast<unsigned>(-1);
+}  // namespace
 
 FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params,
                                const std::function<bool(const torch::Tensor&)>& first) {
@@ -44,6 +48,32 @@ FlatParameters::FlatParameters(const std::vector<torch::Tensor>& params,
   for (const auto& [dtype, b] : buffer_of) grads_[b] = torch::zeros({sizes[b]}, torch::TensorOptions().dtype(dtype));
   for (auto& s : slots_)
     s.param.mutable_grad() = grads_[s.buffer].narrow(0, s.offset, s.numel).view(s.param.sizes());
+  reached_ = std::make_shared<torch::Tensor>(torch::zeros({static_cast<int64_t>(slots_.size())}));
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    if (!slots_[k].param.requires_grad()) {
+      hooks_.push_back(kNoHook);
+      continue;
+    }
+    // Runs inside AccumulateGrad with a defined gradient only: the split backward's B, whose
+    // accumulators drop what reaches them (split_backward.cpp), does not count.
+    hooks_.push_back(slots_[k].param.register_hook([reached = reached_, k](const torch::Tensor&) {
+      reached->data_ptr<float>()[k] = 1;
+    }));
+  }
+}
+
+FlatParameters::~FlatParameters() {
+  for (size_t k = 0; k < slots_.size(); ++k)
+    if (hooks_[k] != kNoHook) slots_[k].param.remove_hook(hooks_[k]);
+}
+
+bool FlatParameters::gradient_is_zero(size_t slot) const {
+  const Slot& s = slots_.at(slot);
+  torch::Tensor g = grads_[s.buffer].narrow(0, s.offset, s.numel);
+  auto scan = [&](const auto* p) { return std::all_of(p, p + s.numel, [](auto v) { return v == 0; }); };
+  if (g.scalar_type() == torch::kFloat) return scan(g.data_ptr<float>());
+  if (g.scalar_type() == torch::kDouble) return scan(g.data_ptr<double>());
+  return !g.ne(0).any().item<bool>();
 }
 
 std::vector<torch::Tensor> FlatParameters::copy_weights(std::vector<torch::Tensor> reuse, bool values) const {

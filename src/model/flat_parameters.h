@@ -7,6 +7,7 @@
 // (AccumulateGrad with grad mode off), as PyTorch DDP's gradient_as_bucket_view relies on.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <torch/torch.h>
@@ -21,6 +22,9 @@ class FlatParameters {
   // that a step treats them as one range: leading(b) elements of buffer b.
   explicit FlatParameters(const std::vector<torch::Tensor>& params,
                           const std::function<bool(const torch::Tensor&)>& first = {});
+  ~FlatParameters();  // removes the parameters' hooks
+  FlatParameters(const FlatParameters&) = delete;
+  FlatParameters& operator=(const FlatParameters&) = delete;
 
   // Where one distinct parameter lives: buffer, first element, element count.
   struct Slot {
@@ -46,10 +50,22 @@ class FlatParameters {
   // The sum of every gradient's square (sum_of_squares over the buffers): --clip-grad-norm's norm.
   double grad_squares() const;
 
+  // Which slots a backward reached since clear_reached(): one float per slot, 1 where autograd
+  // delivered a gradient (a hook on the parameter). torch.optim skips a parameter whose .grad is
+  // None, an expert no row was routed to, where the flat .grad is zeros and was stepped (decayed,
+  // its Adam count advanced: a helper's audit). A replicated stage sums it over its replicas.
+  torch::Tensor& reached() { return *reached_; }
+  bool reached(size_t slot) const { return reached_->data_ptr<float>()[slot] > 0; }
+  void clear_reached() { reached_->zero_(); }
+  // Whether slot `slot`'s gradient is zero in every element (it stops at the first that is not).
+  bool gradient_is_zero(size_t slot) const;
+
  private:
   std::vector<Slot> slots_;
   std::vector<torch::Tensor> weights_, grads_;
   std::vector<int64_t> leading_;
+  std::shared_ptr<torch::Tensor> reached_;  // shared with the hooks
+  std::vector<unsigned> hooks_;             // per slot; kNoHook where the parameter takes no gradient
 };
 
 // The sum of t's squared elements in double precision, without copying t: blocks of a few

@@ -12,6 +12,11 @@ const std::vector<std::string>& optimizer_kinds() {
   return kinds;
 }
 
+const std::vector<std::string>& zero_grad_modes() {
+  static const std::vector<std::string> modes{"none", "zeros"};
+  return modes;
+}
+
 const std::vector<std::string>& lr_schedules() {
   static const std::vector<std::string> schedules{"constant", "cosine", "linear"};
   return schedules;
@@ -97,9 +102,54 @@ void fused_step(torch::Tensor& w, torch::Tensor& d, std::vector<torch::Tensor>& 
 
 void Optimizer::step(double grad_scale, int64_t minibatch) {
   torch::NoGradGuard no_grad;
-  count_step();
-  for (size_t b = 0; b < flat_.grads().size(); ++b)
-    for (const Run& r : runs()[b]) step_run(b, r, grad_scale, minibatch);
+  std::vector<char> taken = taken_slots();
+  if (std::find(taken.begin(), taken.end(), 0) == taken.end()) {
+    count_step();
+    for (size_t b = 0; b < flat_.grads().size(); ++b)
+      for (const Run& r : runs()[b]) step_run(b, r, grad_scale, minibatch);
+  } else {
+    step_taken(taken, grad_scale, minibatch);
+  }
+  flat_.clear_reached();
+}
+
+std::vector<char> Optimizer::taken_slots() const {
+  std::vector<char> taken(flat_.slots().size());
+  for (size_t k = 0; k < taken.size(); ++k)
+    taken[k] = flat_.reached(k) || (options_.zero_grad == "zeros" && slot_steps_[k] > 0) || !flat_.gradient_is_zero(k);
+  return taken;
+}
+
+void Optimizer::step_taken(const std::vector<char>& taken, double grad_scale, int64_t minibatch) {
+  const auto& slots = flat_.slots();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    if (taken[k]) {
+      ++slot_steps_[k];
+      has_state_ = !state_.empty();
+    } else {  // zero already, but for a value a caller wrote without a backward
+      flat_.grads()[slots[k].buffer].narrow(0, slots[k].offset, slots[k].numel).zero_();
+    }
+  }
+  runs_.clear();
+  // The taken slots in buffer order, neighbours of one step count stepped as one range.
+  std::vector<size_t> order;
+  for (size_t k = 0; k < slots.size(); ++k)
+    if (taken[k]) order.push_back(k);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_pair(slots[a].buffer, slots[a].offset) < std::make_pair(slots[b].buffer, slots[b].offset);
+  });
+  for (size_t i = 0; i < order.size();) {
+    const auto& first = slots[order[i]];
+    Run r{first.offset, first.numel, slot_steps_[order[i]]};
+    size_t j = i + 1;
+    for (; j < order.size(); ++j) {
+      const auto& s = slots[order[j]];
+      if (s.buffer != first.buffer || s.offset != r.offset + r.numel || slot_steps_[order[j]] != r.steps) break;
+      r.numel += s.numel;
+    }
+    step_run(first.buffer, r, grad_scale, minibatch);
+    i = j;
+  }
 }
 
 void Optimizer::step_run(size_t b, const Run& r, double grad_scale, int64_t minibatch) {

@@ -50,6 +50,11 @@ struct OptimizerOptions {
   // split tie's once: worker.h); under pipedream and 2bw each stage's own (its step has no other).
   double clip_grad_norm = 0;
   std::string kind = "sgd";  // sgd, adam or adamw (train --optimizer)
+  // A parameter no backward reached in a step (FlatParameters::reached), as torch.optim treats
+  // one after optimizer.zero_grad(set_to_none=...) (train --zero-grad): "none" (torch 2's
+  // default) skips it that step: no decay, no momentum, no Adam count; "zeros" (torch 1.13's
+  // default) skips it until its first gradient, and steps it with a zero gradient after.
+  std::string zero_grad = "none";
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw (train --betas, --eps)
 
   bool adam() const { return kind == "adam" || kind == "adamw"; }
@@ -60,6 +65,8 @@ struct OptimizerOptions {
 
 // The optimizer kinds train accepts, for its flag and its errors.
 const std::vector<std::string>& optimizer_kinds();
+// OptimizerOptions::zero_grad's values.
+const std::vector<std::string>& zero_grad_modes();
 // The learning-rate schedules (OptimizerOptions::lr_schedule), and whether one decays to min_lr.
 const std::vector<std::string>& lr_schedules();
 inline bool lr_decays(const std::string& schedule) { return schedule == "cosine" || schedule == "linear"; }
@@ -76,7 +83,8 @@ class Optimizer {
  public:
   Optimizer(FlatParameters& flat, const OptimizerOptions& options);
   // Applies the accumulated gradients (scaled by `grad_scale`) of minibatch `minibatch` (which
-  // picks the learning rate, lr_schedule) and zeroes them.
+  // picks the learning rate, lr_schedule) to the parameters they reached (OptimizerOptions::
+  // zero_grad) and zeroes them.
   void step(double grad_scale, int64_t minibatch);
   // A step of weights that hold no values (an emulated model's, emulated_layer.h): counted as
   // step counts it, with no pass over the buffers; the device's time for it is waited instead
@@ -115,6 +123,10 @@ class Optimizer {
     int64_t offset = 0, numel = 0, steps = 0;
   };
   const std::vector<std::vector<Run>>& runs() const;  // per buffer, covering it
+  // Per slot, whether this step takes it: a gradient reached it, here or (its sum non-zero) on a
+  // replica or a tie's other stage; under zero_grad "zeros", also any slot stepped before.
+  std::vector<char> taken_slots() const;
+  void step_taken(const std::vector<char>& taken, double grad_scale, int64_t minibatch);
   void step_run(size_t buffer, const Run& run, double grad_scale, int64_t minibatch);
 
   FlatParameters& flat_;

@@ -263,6 +263,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   root.only_fields({"format", "levels", "memory_bytes_per_worker", "allreduce", "reduce_us_per_mib", "allreduce_step_us",
                     "action_us", "process_bytes", "core_rates", "core_share", "host_cores", "calibration"});
   Cluster c;
+  c.source = str("'", source, "'");
   JsonField levels = root["levels"];
   if (levels.size() == 0) levels.fail("must list at least one level");
   for (size_t i = 0; i < levels.size(); ++i) {
@@ -354,6 +355,7 @@ Cluster cluster_from_shorthand(const std::string& workers, const std::string& ba
     c.levels.push_back({name, static_cast<int>(fan[k]), bw[k]});
   }
   c.memory_bytes_per_worker = memory_bytes;
+  c.source = str("--workers '", workers, "'");
   check_cluster(c, "--workers");
   return c;
 }

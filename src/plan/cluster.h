@@ -36,6 +36,7 @@ struct AllreducePhase {
 struct Cluster {
   std::vector<Level> levels;             // innermost first
   int64_t memory_bytes_per_worker = 0;   // 0 = unlimited
+  std::string source;                    // where it was given ("'c.json'", "--workers '4,4'"), for messages
   // How a group all-reduces (cluster field "allreduce", flag --allreduce): kRing, one ring over
   // every member; kHierarchical, where a group has k > 1 members in each of m > 1 units of the
   // level below its own and that is faster: an all-reduce inside each unit, then member i of

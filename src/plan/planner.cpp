@@ -79,7 +79,8 @@ const char* name_of(CostModel m) { return m == CostModel::kPipedream ? "pipedrea
 StateSpace search_space(const profile::Profile& profile, const Cluster& cluster, const PlanOptions& options) {
   if (cluster.levels.empty()) throw ConfigError("cluster has no levels");
   if (cluster.workers() > kMaxPlanWorkers)
-    throw ConfigError(str("the cluster ", cluster.describe(), " has ", cluster.workers(), " workers; the planner handles at ",
+    throw ConfigError(str("the cluster ", cluster.describe(), cluster.source.empty() ? "" : " of " + cluster.source,
+                          " has ", cluster.workers(), " workers; the planner handles at ",
                           "most ", kMaxPlanWorkers, " (its search grows with the square of the workers)"));
   if (options.memory_bytes < 0) throw UsageError(str("--memory: must be >= 0, got ", options.memory_bytes));
   bool compat = options.cost_model == CostModel::kPipedream;

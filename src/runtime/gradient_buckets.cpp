@@ -79,6 +79,16 @@ void GradientBuckets::finish() {
     b.transfer->wait();
     b.transfer.reset();
   }
+  // A slot whose sum is zero in every element was reached by no replica, or with a zero gradient
+  // (a zero-initialised layer's first step): the replicas sum which of them it reached, so that
+  // each steps it or none does (Optimizer::taken_slots). They hold the same sums, so all ask or
+  // none; a slot with a non-zero sum was reached, and none costs a collective.
+  for (size_t k = 0; k < flat_.slots().size(); ++k)
+    if (flat_.gradient_is_zero(k)) {
+      std::vector<torch::Tensor> reached{flat_.reached()};
+      transport_.allreduce_sum(reached, group_);
+      break;
+    }
 }
 
 }  // namespace pt::runtime

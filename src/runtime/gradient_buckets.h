@@ -27,7 +27,8 @@ class GradientBuckets {
 
   // The next backward completes the gradients: start each bucket's all-reduce once it is full.
   void arm();
-  // Starts the buckets not started yet, waits for all, disarms. The gradients are then summed.
+  // Starts the buckets not started yet, waits for all, disarms. The gradients are then summed,
+  // and where one sums to zero, which replicas a backward reached (FlatParameters::reached).
   void finish();
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
 

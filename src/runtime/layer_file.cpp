@@ -43,9 +43,10 @@ LayerFile layer_file_of(const std::vector<TensorRecord>& all, const std::string&
   bool any_variance = std::any_of(f.variance.begin(), f.variance.end(), [](const auto& v) { return v.has_value(); });
   if (!any_variance) f.variance.clear();
   if (i < all.size() && all[i].name == kSteps) {
-    if (all[i].dtype != "int64" || all[i].shape != std::vector<int64_t>{1})
+    auto n = static_cast<int64_t>(f.params.size());
+    if (all[i].dtype != "int64" || (all[i].shape != std::vector<int64_t>{1} && all[i].shape != std::vector<int64_t>{n}))
       throw FormatError(str(source, ": '", kSteps, "' is ", all[i].dtype, " ", shape_text(all[i].shape),
-                            ", expected int64 [1]"));
+                            ", expected int64 [1] or [", n, "] (one count per parameter)"));
     f.optimizer_steps = all[i++];
   }
   for (; i < all.size() && all[i].name.rfind(kBuffer, 0) != 0; ++i)

@@ -6,8 +6,9 @@
 // Tensors are named "param.<k>" for the layer's k-th parameter, in the layer's parameter order,
 // then "momentum.<k>" for the optimizer's first state of parameter k (sgd's momentum buffer,
 // adam's first moment), of the same shape and dtype, absent until that parameter's first
-// optimizer step, then "variance.<k>" for adam's second moment the same way, then under adam
-// "optimizer_steps" (int64 [1]: its step count, for the bias corrections), then "buffer.<k>" for
+// optimizer step, then "variance.<k>" for adam's second moment the same way, then
+// "optimizer_steps" (int64 [1], the layer's step count, or [params], each parameter's where they
+// differ: one no backward reached skips a step; adam's bias corrections), then "buffer.<k>" for
 // the layer's k-th buffer (BatchNorm's running statistics), in the layer's buffer order (absent
 // in checkpoints written before buffers were kept: the model's own are used).
 #include <optional>

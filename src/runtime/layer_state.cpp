@@ -1,4 +1,5 @@
 // A stage replica's layer state to and from its layer file (checkpoint.h).
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -51,10 +52,13 @@ void write_layer_state(const std::string& path, const LayerState& s) {
   for (const auto& m : s.momentum) parts.momentum.push_back(m.defined() ? std::optional(plain(m)) : std::nullopt);
   parts.momentum.resize(parts.params.size());
   for (const auto& v : s.variance) parts.variance.push_back(v.defined() ? std::optional(plain(v)) : std::nullopt);
-  if (!parts.variance.empty()) {
-    parts.variance.resize(parts.params.size());
-    parts.optimizer_steps = torch::full({1}, s.optimizer_steps, torch::kInt64);
-  }
+  if (!parts.variance.empty()) parts.variance.resize(parts.params.size());
+  // One count where the layer's parameters agree (nearly always), else one per parameter.
+  const auto& steps = s.optimizer_steps;
+  if (!steps.empty())
+    parts.optimizer_steps = std::all_of(steps.begin(), steps.end(), [&](int64_t c) { return c == steps[0]; })
+                                ? torch::full({1}, steps[0], torch::kInt64)
+                                : torch::tensor(steps, torch::kInt64);
   for (const auto& b : s.buffers) parts.buffers.push_back(plain(b));
   std::vector<TensorRecord> heads;
   std::vector<const void*> bytes;
@@ -78,7 +82,10 @@ LayerState read_layer_state(const std::string& path, const LayerState* into) {
     s.momentum.push_back(f.momentum[k] ? read_tensor(file, *f.momentum[k], at(&LayerState::momentum, k)) : torch::Tensor());
   for (size_t k = 0; k < f.variance.size(); ++k)
     s.variance.push_back(f.variance[k] ? read_tensor(file, *f.variance[k], at(&LayerState::variance, k)) : torch::Tensor());
-  if (f.optimizer_steps) s.optimizer_steps = read_tensor(file, *f.optimizer_steps).item<int64_t>();
+  if (f.optimizer_steps) {
+    torch::Tensor steps = read_tensor(file, *f.optimizer_steps);
+    s.optimizer_steps.assign(steps.data_ptr<int64_t>(), steps.data_ptr<int64_t>() + steps.numel());
+  }
   for (size_t k = 0; k < f.buffers.size(); ++k) s.buffers.push_back(read_tensor(file, f.buffers[k], at(&LayerState::buffers, k)));
   return s;
 }

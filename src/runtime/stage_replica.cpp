@@ -53,6 +53,20 @@ StageReplica::StageReplica(std::shared_ptr<model::LayeredModel> model, int first
   }
 }
 
+torch::Tensor StageReplica::reached_flag(const torch::Tensor& p) {
+  const auto& slots = flat_->slots();
+  for (size_t k = 0; k < slots.size(); ++k)
+    if (slots[k].param.is_same(p)) return flat_->reached().narrow(0, static_cast<int64_t>(k), 1);
+  return {};
+}
+
+int64_t StageReplica::steps_of(const torch::Tensor& p) const {
+  const auto& slots = flat_->slots();
+  for (size_t k = 0; k < slots.size(); ++k)
+    if (slots[k].param.is_same(p)) return optimizer_.steps_taken(k);
+  throw InternalError("steps_of a parameter this replica does not hold");
+}
+
 bool StageReplica::holds(const torch::Tensor& p) const {
   for (const auto& slot : flat_->slots())
     if (slot.param.is_same(p)) return true;

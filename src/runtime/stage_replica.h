@@ -22,7 +22,9 @@ struct LayerState {
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> momentum;  // sgd's momentum, adam's first moment (undefined: none yet)
   std::vector<torch::Tensor> variance;  // adam's second moment (empty under sgd)
-  int64_t optimizer_steps = 0;          // adam's steps so far (its bias corrections)
+  // Each parameter's optimizer steps so far (adam's bias corrections; a parameter no backward
+  // reached skips steps: model::OptimizerOptions::zero_grad); empty where a file holds none.
+  std::vector<int64_t> optimizer_steps;
   std::vector<torch::Tensor> buffers;  // the layer's buffers (BatchNorm's running statistics)
 };
 
@@ -93,10 +95,13 @@ class StageReplica {
 
   // The flat weight and gradient buffers (all-reduce buckets are ranges of the gradients).
   model::FlatParameters& flat() { return *flat_; }
+  // p's one-element view of flat().reached(); undefined where this replica does not step p.
+  torch::Tensor reached_flag(const torch::Tensor& p);
   // Whether `p` is one of this replica's own parameters (flattened and stepped here), and its
   // optimizer state (a copy; undefined before the first step).
   bool holds(const torch::Tensor& p) const;
   torch::Tensor state_of(const torch::Tensor& p, int which) const;  // model::Optimizer::state
+  int64_t steps_of(const torch::Tensor& p) const;                   // model::Optimizer::steps_taken
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   int64_t version() const { return version_; }
   int64_t stash_size() const { return static_cast<int64_t>(in_flight_.size()); }

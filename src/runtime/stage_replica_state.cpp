@@ -24,14 +24,13 @@ LayerState StageReplica::layer_state(int layer, bool storage) const {
                      : slot_of_[i] == kNoSlot ? torch::Tensor()  // frozen: none, as before a first step
                                               : optimizer_.state(flat_->slots()[slot_of_[i]], which, storage));
   }
-  if (optimizer_.options().adam()) {  // the layer's own count (a tied or frozen layer's: the stage's)
-    s.optimizer_steps = optimizer_.steps_taken();
-    for (size_t i = offset; i < offset + n; ++i)
-      if (!owner_[i] && slot_of_[i] != kNoSlot) {
-        s.optimizer_steps = optimizer_.steps_taken(slot_of_[i]);
-        break;
-      }
-  }
+  // Each parameter's own count: a borrowed one's from its holder (a V schedule's head tied to the
+  // embedding in the worker's other chunk wrote this chunk's, 0, and a resume restarted Adam's bias
+  // correction: a helper's audit); a frozen one's the stage's.
+  for (size_t i = offset; i < offset + n; ++i)
+    s.optimizer_steps.push_back(owner_[i]                ? owner_[i]->steps_of(params_[i])
+                                : slot_of_[i] == kNoSlot ? optimizer_.steps_taken()
+                                                         : optimizer_.steps_taken(slot_of_[i]));
   for (const auto& b : model_->layer(layer).module->buffers()) s.buffers.push_back(b.detach());
   return s;
 }
@@ -58,7 +57,8 @@ void StageReplica::load_layer_state(int layer, const LayerState& s, const std::s
       const auto& slot = flat_->slots()[slot_of_[offset + i]];
       optimizer_.set_state(slot, 0, s.momentum[i]);
       optimizer_.set_state(slot, 1, i < s.variance.size() ? s.variance[i] : torch::Tensor());
-      if (optimizer_.options().adam()) optimizer_.set_steps_taken(slot_of_[offset + i], s.optimizer_steps);
+      if (!s.optimizer_steps.empty())  // one count for the layer, or one per parameter
+        optimizer_.set_steps_taken(slot_of_[offset + i], s.optimizer_steps[s.optimizer_steps.size() == 1 ? 0 : i]);
     }
   }
   if (s.buffers.empty()) return;  // a checkpoint from before buffers were kept: the model's own stay

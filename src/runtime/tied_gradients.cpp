@@ -108,16 +108,23 @@ TiedGradients::TiedGradients(const std::vector<model::TieGroup>& ties, const mod
   }
 }
 
-void TiedGradients::exchange(Transport& transport, model::LayeredModel& model) {
+void TiedGradients::exchange(Transport& transport, model::LayeredModel& model,
+                             const std::function<torch::Tensor(const torch::Tensor&)>& reached_of) {
   torch::NoGradGuard no_grad;
   // Every worker runs its groups in tie-group order, so the collectives of groups that share
   // workers meet in the same order on each of them.
   for (auto& m : mine_) {
-    torch::Tensor grad = model.layer_parameters(m.member.layer).at(m.member.param).mutable_grad();
-    PT_CHECK(grad.defined(), "tied parameter of layer ", m.member.layer, " has no gradient buffer");
-    std::vector<torch::Tensor> sum{m.replicas > 1 ? grad / m.replicas : grad.clone()};
+    const torch::Tensor& param = model.layer_parameters(m.member.layer).at(m.member.param);
+    torch::Tensor grad = param.mutable_grad();
+    torch::Tensor reached = reached_of(param);
+    PT_CHECK(grad.defined() && reached.defined(), "tied parameter of layer ", m.member.layer,
+             " has no gradient buffer");
+    // The flag rides at the end of the gradient: 0 or 1 from each copy, exact in any dtype.
+    torch::Tensor share = m.replicas > 1 ? grad.reshape(-1) / m.replicas : grad.reshape(-1);
+    std::vector<torch::Tensor> sum{torch::cat({share, reached.to(grad.scalar_type())})};
     transport.allreduce_sum(sum, m.workers);
-    grad.copy_(sum[0]);
+    grad.copy_(sum[0].narrow(0, 0, grad.numel()).view(grad.sizes()));
+    reached.copy_(sum[0].narrow(0, grad.numel(), 1));
   }
 }
 

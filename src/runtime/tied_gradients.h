@@ -8,6 +8,7 @@
 // Only synchronous schedules can do this: pipedream and 2bw step each stage at its own time on
 // its own weight version, so the copies would see different gradients at different versions.
 // The constructor refuses them, and any placement it cannot exchange correctly.
+#include <functional>
 #include <vector>
 
 #include "model/layered_model.h"
@@ -39,7 +40,10 @@ class TiedGradients {
   size_t exchange_before() const { return first_step_; }
   // Sums each tie group's gradients over the stages that hold it. A replicated stage's
   // replicas already hold the stage's sum (its all-reduce ran), so each adds 1/r of it.
-  void exchange(Transport& transport, model::LayeredModel& model);
+  // `reached_of(p)`: p's one-element FlatParameters::reached flag, summed with the gradient so
+  // that every copy steps where any stage's backward reached one.
+  void exchange(Transport& transport, model::LayeredModel& model,
+                const std::function<torch::Tensor(const torch::Tensor&)>& reached_of);
 
  private:
   struct Mine {

@@ -207,7 +207,12 @@ void Worker::run(const schedule::Schedule& s, int64_t first_minibatch) {
     double t0 = wall_ms();
     if (completes_gradients_[i] && buckets_.count(a.stage)) buckets_[a.stage]->arm();
     if (i == tied_->exchange_before()) {
-      if (tied_->active()) tied_->exchange(transport_, *model_);
+      if (tied_->active())
+        tied_->exchange(transport_, *model_, [this](const torch::Tensor& p) {
+          for (auto& [stage, rep] : replicas_)
+            if (torch::Tensor flag = rep->reached_flag(p); flag.defined()) return flag;
+          return torch::Tensor();
+        });
       if (options_.sgd.clip_grad_norm > 0 && s.flush) {
         double norm = global_grad_norm(s);
         clip_scale_ = std::min(1.0, options_.sgd.clip_grad_norm / (norm + 1e-6));

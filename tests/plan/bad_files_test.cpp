@@ -400,6 +400,12 @@ TEST(BadProfileFile, LimitsAreNamed) {
   EXPECT_EQ(error_of([&] { make_plan(two, Cluster::flat(2048, 10), {}); }),
             "the cluster 2048 (network 10 Gbps) has 2048 workers; the planner handles at most 1024 (its search grows "
             "with the square of the workers)");
+  Cluster wide = cluster_from_json(parse_json(R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 4, )"
+                                              R"("bandwidth_gbps": 96}, {"fan_out": 512, "bandwidth_gbps": 10}]})",
+                                              "wide.json"), "wide.json");
+  EXPECT_EQ(error_of([&] { make_plan(two, wide, {}); }),
+            "the cluster 4x512 (level0 96 Gbps, level1 10 Gbps) of 'wide.json' has 2048 workers; the planner handles "
+            "at most 1024 (its search grows with the square of the workers)");
 }
 
 // A profile that times no layer plans and simulates at 0 ms per minibatch (`plan` chose one

@@ -632,3 +632,45 @@ class UnbiasedAttention(nn.Module):
 
 def unbiased_attention():
     return UnbiasedAttention()
+
+
+class TopOneExperts(nn.Module):
+    """Top-1 mixture of experts as MoE code writes it: an expert no row was routed to is skipped,
+    so its parameters get no gradient that step (export keeps this branch on data whole)."""
+
+    def __init__(self, d=16, experts=4):
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Linear(d, d) for _ in range(experts))
+        with torch.no_grad():
+            self.router.bias.copy_(torch.tensor([0.0, 0.0, 0.0, -1.5]))  # the last: rarely chosen
+
+    def forward(self, h):
+        choice = self.router(h).argmax(-1)
+        out = h.clone()
+        for e, expert in enumerate(self.experts):
+            rows = (choice == e).nonzero().flatten()
+            if rows.numel() > 0:
+                out = out.index_add(0, rows, torch.tanh(expert(h.index_select(0, rows))))
+        return out
+
+
+class RoutedExperts(nn.Module):
+    """TopOneExperts between two linears. The head starts at zero, as zero-initialised output
+    layers do: every gradient but the head's is zero at the first step, reached or not."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(12, 16)
+        self.moe = TopOneExperts()
+        self.head = nn.Linear(16, 5)
+        with torch.no_grad():
+            self.head.weight.zero_()
+
+    def forward(self, x):
+        return self.head(self.moe(torch.tanh(self.inp(x))))
+
+
+def routed_experts():
+    torch.manual_seed(0)
+    return RoutedExperts()

@@ -100,7 +100,7 @@ TEST(Checkpoint, AdamStateResumesExactlyAndIntoOtherPlans) {
   auto manifest = read_verified_manifest(newest_checkpoint(parts.path.string()));
   EXPECT_EQ(manifest.optimizer, "adamw");
   LayerState layer = read_layer_state(newest_checkpoint(parts.path.string()) + "/" + manifest.files[0].name);
-  EXPECT_EQ(layer.optimizer_steps, 6);
+  EXPECT_EQ(layer.optimizer_steps, std::vector<int64_t>{6});
   ASSERT_EQ(layer.variance.size(), layer.params.size());
   EXPECT_TRUE(layer.variance[0].defined());
   // Into another plan: 2 steps on 3 stages, 4 more on 2.
