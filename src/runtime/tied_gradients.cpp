@@ -114,7 +114,7 @@ void TiedGradients::exchange(Transport& transport, model::LayeredModel& model,
   // Every worker runs its groups in tie-group order, so the collectives of groups that share
   // workers meet in the same order on each of them.
   for (auto& m : mine_) {
-    const torch::Tensor& param = model.layer_parameters(m.member.layer).at(m.member.param);
+    torch::Tensor param = model.layer_parameters(m.member.layer).at(m.member.param);  // a copy: the list is a temporary
     torch::Tensor grad = param.mutable_grad();
     torch::Tensor reached = reached_of(param);
     PT_CHECK(grad.defined() && reached.defined(), "tied parameter of layer ", m.member.layer,

@@ -2094,4 +2094,26 @@ TEST(TrainCli, APredictionTraceIsTheFiguresReplayAndTheRunIsSetAgainstIt) {
       << slurp(log);
 }
 
+// On threads the process that trains first timed each layer for the split (--stages without
+// --profile): a 104M-parameter model's process peaked at 1.07 GiB, 324 MiB of it from the timing,
+// and the report put that on LibTorch and the data (a helper's audit). It says so now.
+TEST(TrainCli, AThreadsReportSaysTheProcessTimedTheLayersForTheSplit) {
+  TempDir tmp("timed-split");
+  fs::path profile = tmp.path / "profile.json";
+  ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--batch-size", "64", "-o", profile.string()}, tmp.path / "log"), 0)
+      << slurp(tmp.path / "log");
+  for (bool timed : {true, false}) {
+    std::vector<std::string> args{"train", "--data", "synthetic", "--synthetic-samples", "256", "--steps", "2",
+                                  "--stages", "2", "--schedule", "1f1b", "--quiet"};
+    if (!timed) args.insert(args.end(), {"--profile", profile.string()});
+    ASSERT_EQ(run(args, tmp.path / "log"), 0) << slurp(tmp.path / "log");
+    std::string out = slurp(tmp.path / "log");
+    EXPECT_EQ(out.find(" workers, which timed each layer for the split first (--stages without --profile)") !=
+                  std::string::npos,
+              timed)
+        << out;
+    EXPECT_EQ(out.find(" (timing each layer for the split, LibTorch, the data, ") != std::string::npos, timed) << out;
+  }
+}
+
 }  // namespace pt::runtime

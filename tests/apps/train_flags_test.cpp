@@ -188,6 +188,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--warmup-steps", {{"--warmup-steps", "3"}}},
       {"--weight-decay", {{"--weight-decay", "0.001"}}},
       {"--weight-decay-on", {{"--weight-decay-on", "matrices"}}},
+      {"--zero-grad", {{"--zero-grad", "zeros"}}},
       {"--width", {{"--width", "2"}}},
       {"--workers", {{"--workers", "2", "--schedule", "dp"}, {"--stages", "--schedule"}}},
   };
