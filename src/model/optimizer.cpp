@@ -122,14 +122,11 @@ std::vector<char> Optimizer::taken_slots() const {
 
 void Optimizer::step_taken(const std::vector<char>& taken, double grad_scale, int64_t minibatch) {
   const auto& slots = flat_.slots();
-  for (size_t k = 0; k < slots.size(); ++k) {
+  for (size_t k = 0; k < slots.size(); ++k)  // a slot not taken holds a zero gradient (taken_slots)
     if (taken[k]) {
       ++slot_steps_[k];
       has_state_ = !state_.empty();
-    } else {  // zero already, but for a value a caller wrote without a backward
-      flat_.grads()[slots[k].buffer].narrow(0, slots[k].offset, slots[k].numel).zero_();
     }
-  }
   runs_.clear();
   // The taken slots in buffer order, neighbours of one step count stepped as one range.
   std::vector<size_t> order;

@@ -133,6 +133,43 @@ TEST(Sgd, FlatAdamIsTorchAdamExactly) {
   }
 }
 
+// A parameter no backward reached is skipped, as torch.optim skips a .grad of None: here the
+// middle of three, which the loss reads only at steps 1 and 2. zero_grad "none" steps it at those
+// two alone; "zeros" from its first gradient on (a zero one at step 3). LibTorch's AdamW with
+// decay is stepped the same way, its .grad set to none (or zeros) by hand.
+TEST(Sgd, AParameterNoBackwardReachedIsSkipped) {
+  auto loss_at = [](const std::vector<torch::Tensor>& p, int step) {
+    torch::Tensor h = p[0] * 2;
+    if (step == 1 || step == 2) h = h * p[1];
+    return (h * p[2]).pow(2).sum();
+  };
+  for (const std::string mode : {"none", "zeros"}) {
+    SCOPED_TRACE(mode);
+    torch::manual_seed(4);
+    std::vector<torch::Tensor> ours, theirs;
+    for (int i = 0; i < 3; ++i) {
+      ours.push_back(torch::randn({5}).requires_grad_());
+      theirs.push_back(ours.back().detach().clone().requires_grad_());
+    }
+    model::FlatParameters flat(ours);
+    model::OptimizerOptions o{0.01, 0.9, 0.1};
+    o.kind = "adamw";
+    o.zero_grad = mode;
+    model::Optimizer adam(flat, o);
+    torch::optim::AdamW reference(theirs, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+    for (int step = 0; step < 4; ++step) {
+      loss_at(ours, step).backward();
+      adam.step(1.0, step);
+      for (auto& p : theirs) p.mutable_grad() = mode == "none" || !p.grad().defined() ? torch::Tensor() : p.grad().zero_();
+      loss_at(theirs, step).backward();
+      reference.step();
+    }
+    EXPECT_EQ(adam.steps_taken(1), mode == "none" ? 2 : 3);
+    EXPECT_EQ(adam.steps_taken(0), 4);
+    for (int i = 0; i < 3; ++i) EXPECT_LE((ours[i] - theirs[i]).abs().max().item<double>(), 1e-7) << "parameter " << i;
+  }
+}
+
 // The one-pass step (model/fused_step.h) is LibTorch's optimizers bit for bit in every variant a
 // run can ask for: float and double weights, sgd with and without momentum, adam and adamw, decay
 // on the matrices only (torch's two parameter groups), gradients scaled before the step (here by
