@@ -241,13 +241,23 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
   Launch out;
   while (left > 0) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, 0);
+    pid_t pid = ::waitpid(-1, &status, WUNTRACED);
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;
     }
     int r = static_cast<int>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
     if (r >= world_size) continue;  // not ours
+    // Said when it happens: a worker stopped before the job starts left the others silent for
+    // --rendezvous-timeout (300 s). Not where it runs again already (Ctrl-Z stopped this process
+    // too, and `fg` resumed them all).
+    if (WIFSTOPPED(status)) {
+      if (is_stopped(pid))
+        print_line_to_stderr(str("pipetrain: worker ", r, " (pid ", pid, ") is stopped (SIGSTOP, Ctrl-Z or a debugger): "
+                                 "the others wait for it until their timeouts (train --timeout, --rendezvous-timeout "
+                                 "while the job starts); kill -CONT ", pid, " resumes it"));
+      continue;
+    }
     running[r] = false;
     --left;
     if (WIFSIGNALED(status)) out.signalled.push_back(r);

@@ -499,6 +499,9 @@ TEST(ForkedWorkers, AStoppedOneIsNamedWhenThePeersGiveUp) {
   EXPECT_NE(err.find("pipetrain: worker 1 exited with status 3; stopping the other workers"), std::string::npos) << err;
   EXPECT_NE(err.find("pipetrain: worker 0 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find(") is stopped (SIGSTOP, Ctrl-Z or a debugger)"), std::string::npos) << err;
+  // Said as it stopped, before the peer's timeout (before the job starts that wait was 300 s, silent).
+  size_t told = err.find(") is stopped (SIGSTOP, Ctrl-Z or a debugger): the others wait for it until their timeouts");
+  EXPECT_LT(told, err.find("pipetrain: worker 1 exited with status 3")) << err;
 }
 
 TEST(ForkedWorkers, AFailedOneStopsTheOthers) {
