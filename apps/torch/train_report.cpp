@@ -95,7 +95,8 @@ std::string process_kind(const std::string& transport) {
 // on other hosts keep their own): the pace-setting worker's gap, in its computes or outside them, and what
 // to measure again. The demo read 1.24 after its profile and calibrate both ran in a slow spell
 // of this machine (the model's layers 17% over the runs before and after): the computes' part.
-void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& simulated, const std::string& prefix) {
+void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& simulated, const std::string& prefix,
+                          const metrics::MissContext& context) {
   if (run.workers.empty()) return;
   for (const auto& w : run.workers)
     if (w.empty()) return;
@@ -108,7 +109,7 @@ void note_prediction_miss(const schedule::Trace& run, const schedule::Trace& sim
   }
   // The ratio is over the whole run (its start, and an asynchronous run's fills and drains); the
   // traces' gap is over their steady states, which the note splits.
-  std::cerr << prefix << "note: " << metrics::prediction_miss_note(g, kPredictionMissNoted) << "\n";
+  std::cerr << prefix << "note: " << metrics::prediction_miss_note(g, kPredictionMissNoted, context) << "\n";
 }
 
 // "1f1b, 4 microbatches", "interleaved, 8 microbatches, 2 chunks", "pipedream" (microbatches: 0 or 1 unsaid).
@@ -219,7 +220,13 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
       std::cout << "; the profile's timed rounds spread " << fixed(100 * prof.timing_spread, 0)
                 << "%, a busy machine's: its prediction is as uncertain";
     std::cout << ")\n";
-    if (std::abs(ratio - 1) > kPredictionMissNoted) note_prediction_miss(run_trace, p.trace, prefix);
+    if (std::abs(ratio - 1) > kPredictionMissNoted) {
+      metrics::MissContext context;
+      context.calibrated = job_options.cluster.calibrated_over() == flags.transport;
+      if (context.calibrated && job_options.cluster.core_share < 1) context.core_share = job_options.cluster.core_share;
+      context.microbatch_samples = job_options.train.batch_size / std::max(1, job.typical->microbatches);
+      note_prediction_miss(run_trace, p.trace, prefix, context);
+    }
     return;
   }
   // A plan of another batch predicted another run (the request's note says so at the start).
@@ -245,9 +252,11 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
     std::cout << " for " << schedule_setting(planned_schedule(plan), plan.microbatches, plan.chunks) << ", this ran "
               << schedule_setting(job_options.schedule, job.typical->microbatches, job.typical->chunks);
   std::cout << " (ratio " << fixed(r.samples_per_s / predicted, 3);
+  // A plan made on a cluster `calibrate` measured here already shares the cores (a helper's audit).
   if (label.empty())
-    std::cout << "; the plan assumes one device per worker, this run has " << counted(job::usable_cores(), "core")
-              << "; --profile P, with a --cluster from `pipetrain calibrate`, predicts this run";
+    std::cout << "; the plan's figure is its cluster's: one device per worker, unless `pipetrain calibrate` measured "
+              << "that cluster on this host of " << counted(job::usable_cores(), "core")
+              << "; --profile P, with a --cluster from `pipetrain calibrate`, simulates this run";
   std::cout << ")\n";
 }
 

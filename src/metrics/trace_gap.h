@@ -75,8 +75,13 @@ std::string pace_summary(const TraceGap& g);
 // they too are that far apart, pace_summary and what to do; where they are not, that the gap lies
 // outside them (a 20-step regnet run: 0.897 over the run, 0.982 in its steady state, and the note
 // blamed the layers' speed on the +0.8 ms there was); where the run has no steady state (measured
-// whole), that it has none, and not a steady-state split.
-std::string prediction_miss_note(const TraceGap& g, double threshold);
+// whole), that it has none, and not a steady-state split. `run` says what the advice may assume.
+struct MissContext {
+  bool calibrated = false;         // the run's cluster was calibrated over its transport
+  double core_share = 1;           // that cluster's share of a core two computes get beside each other
+  int64_t microbatch_samples = 0;  // samples a microbatch (0: unknown)
+};
+std::string prediction_miss_note(const TraceGap& g, double threshold, const MissContext& run = {});
 json to_json(const TraceGap& g);
 
 }  // namespace pt::metrics
