@@ -224,7 +224,6 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
       metrics::MissContext context;
       context.calibrated = job_options.cluster.calibrated_over() == flags.transport;
       if (context.calibrated && job_options.cluster.core_share < 1) context.core_share = job_options.cluster.core_share;
-      context.microbatch_samples = job_options.train.batch_size / std::max(1, job.typical->microbatches);
       note_prediction_miss(run_trace, p.trace, prefix, context);
     }
     return;

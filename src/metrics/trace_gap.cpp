@@ -256,10 +256,6 @@ std::string prediction_miss_note(const TraceGap& g, double threshold, const Miss
   if (run.core_share < 1)
     in_computes += str(", and calibrate again: the cluster slows two computes side by side to ",
                        fixed(run.core_share, 3), " of a core each, a share that moved by 0.1-0.2 between calibrations");
-  if (computes < 0 && run.microbatch_samples > 0 && run.microbatch_samples <= 8)
-    in_computes += str(". Where that does not close it: at microbatches of ", run.microbatch_samples,
-                       " samples the profile times layers slower than a stage runs them (mnist-cnn at 4 samples: "
-                       "0.97 ms a forward profiled, 0.70 run)");
   std::string outside_computes =
       run.calibrated ? "its waits, transfers and the host's own work took another time than simulated, though the "
                        "cluster was calibrated for this transport: `pipetrain calibrate` again (its figures move "

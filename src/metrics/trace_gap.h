@@ -79,7 +79,6 @@ std::string pace_summary(const TraceGap& g);
 struct MissContext {
   bool calibrated = false;         // the run's cluster was calibrated over its transport
   double core_share = 1;           // that cluster's share of a core two computes get beside each other
-  int64_t microbatch_samples = 0;  // samples a microbatch (0: unknown)
 };
 std::string prediction_miss_note(const TraceGap& g, double threshold, const MissContext& run = {});
 json to_json(const TraceGap& g);

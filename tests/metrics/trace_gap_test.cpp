@@ -104,8 +104,8 @@ TEST(TraceGap, TheMissNoteSaysWhetherTheSteadyStatesMissedToo) {
 
 // The note's advice fits the run (a helper's audit of predictions on real compute): a run faster
 // over its length than in its steady state was told of fills and drains, which only slow one; a run
-// on a cluster calibrated for its transport was told to give one; a calibrated core share and small
-// microbatches, which moved the computes, went unsaid.
+// on a cluster calibrated for its transport was told to give one; a calibrated core share, which
+// moved the computes, went unsaid.
 TEST(TraceGap, TheMissNoteAdvisesWhatTheRunDidNotHave) {
   TraceGap fast = trace_gap(two_stages("measured", 1, 2.2), "run.json", two_stages("simulated", 1, 2), "sim.json");
   fast.first_whole_ms = 6.0;  // faster than the steady state's 6.7
@@ -115,7 +115,7 @@ TEST(TraceGap, TheMissNoteAdvisesWhatTheRunDidNotHave) {
             std::string::npos)
       << swing;
   EXPECT_EQ(swing.find("fills and drains"), std::string::npos) << swing;
-  // Computes faster than simulated, on a calibrated cluster that shares the cores, microbatches of 4.
+  // Computes faster than simulated, on a calibrated cluster that shares the cores.
   TraceGap quick = trace_gap(two_stages("measured", 1, 3), "run.json", two_stages("simulated", 1, 3), "sim.json");
   WorkerGap& pace = quick.workers[quick.pace_worker];
   pace.compute_ms[0] -= 1;
@@ -123,12 +123,8 @@ TEST(TraceGap, TheMissNoteAdvisesWhatTheRunDidNotHave) {
   MissContext context;
   context.calibrated = true;
   context.core_share = 0.878;
-  context.microbatch_samples = 4;
   std::string computes = prediction_miss_note(quick, 0.10, context);
   EXPECT_NE(computes.find("and calibrate again: the cluster slows two computes side by side to 0.878 of a core each"),
-            std::string::npos)
-      << computes;
-  EXPECT_NE(computes.find("at microbatches of 4 samples the profile times layers slower than a stage runs them"),
             std::string::npos)
       << computes;
   EXPECT_EQ(prediction_miss_note(quick, 0.10).find("calibrate again"), std::string::npos);
