@@ -9,7 +9,7 @@
 
 #include "apps/command.h"
 #include "core/error.h"
-#include "model/data_checks.h"
+#include "model/check_forward.h"
 #include "model/own_data.h"
 #include "model/scripted_model.h"
 #include "profile/pipedream_graph.h"
@@ -209,7 +209,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_from_file(model::DataSpli
       throw UsageError(str("--data fashion-mnist: its images are float32 [N, 1, 28, 28]; ", model, " takes another input"));
     *data_out = model::load_fashion_mnist(data_dir);
     // A model file of fewer classes failed at its first forward, in LibTorch's "Target 6 is out of
-    // bounds" and its stack; own data's labels are checked so (data_checks.h).
+    // bounds" and its stack; own data's labels are checked so (check_forward.h).
     // (The zoo's take their classes from the data.)
     if (!m->file_sha256().empty() && m->task() == model::Task::kClassification && !m->has_own_loss()) {
       torch::Tensor out = model::probe_output(*m, data_out->train.gather_inputs({0, 1}), data_dir);

@@ -1,8 +1,9 @@
 #pragma once
-// A user's data checked against the model before training (own_data.h loads it): the inputs'
-// dtype and shape, token ids against the embedding, the targets against what the model outputs,
-// and a loss kept in the model file against the way a pipeline averages microbatches. Each error
-// is a FormatError naming the file (`source`), the key and what the model expects.
+// A user's data checked against the model before training (own_data.h loads it; the forwards
+// that run the model on it are check_forward.h's): the inputs' dtype and shape, the targets against
+// what the model outputs, and a loss kept in the model file against the way a pipeline averages
+// microbatches. Each error is a FormatError naming the file (`source`), the key and what the model
+// expects.
 #include <string>
 
 #include <torch/torch.h>
@@ -11,12 +12,8 @@
 
 namespace pt::model {
 
-// What the model computes on the first two samples of `x`, in eval mode.
-torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const std::string& source);
 // `x` (key `xk`) against the model's input: dtype, shape, finite values.
 void check_inputs(const torch::Tensor& x, const std::string& xk, const LayeredModel& model, const std::string& source);
-// The sample holding the largest token id run through the model.
-void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::string& xk, const std::string& source);
 // `y` (key `yk`) against `x` and the model's output `out`: the task's targets, or the file's own loss.
 // A language model's output for windows of `sample` tokens: [N, T, V], the samples first.
 void check_lm_output(const torch::Tensor& out, c10::IntArrayRef sample, const std::string& source);

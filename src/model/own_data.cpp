@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/input_limits.h"
 #include "core/json_doc.h"
+#include "model/check_forward.h"
 #include "model/data_checks.h"
 #include "model/shard_store.h"
 #include "model/token_stream.h"

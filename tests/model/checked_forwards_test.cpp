@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "model/data_checks.h"
+#include "model/check_forward.h"
 #include "model/layered_model.h"
 
 namespace pt::model {
