@@ -107,6 +107,10 @@ int run(int argc, char** argv) {
 // a write that failed (a full disk, a closed pipe end) fails the command, where it exited 0 with
 // the output lost.
 int main(int argc, char** argv) {
+  // Line by line even into a pipe or a file, as into a terminal: `train ... > log 2>&1` keeps the
+  // order things happened in, what goes to stderr (progress, "wrote ...", a worker's error) between
+  // the standard output's lines, not before all of them or inside one where a 4 KiB buffer ended.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int status = pt::app::run(argc, argv);
   errno = 0;
   std::cout.flush();

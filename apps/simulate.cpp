@@ -18,6 +18,7 @@
 #include "schedule/given_order.h"
 #include "schedule/memory.h"
 #include "schedule/schedule_file.h"
+#include "schedule/schedule_notes.h"
 #include "schedule/validate.h"
 #include "sim/core_placement.h"
 #include "sim/simulator.h"
@@ -140,6 +141,8 @@ int run_simulate(SimulateFlags flags) {
                                                                                             : std::string("--microbatches"),
                           ") do not divide the batch of ", prof.batch_size, " (",
                           !flags.plan.empty() && plan.batch_size > 0 ? flags.plan : flags.profile, "): train refuses it"));
+  for (const std::string& note : {schedule::weight_delay_note(s, !flags.no_weight_prediction), schedule::one_chunk_note(s)})
+    if (!note.empty()) std::cerr << "note: " << note << "\n";
   // It ran 1 without a word (train notes it alike).
   if (flags.kind == "pipedream" && flags.microbatches_flag->count() > 0 && flags.options.microbatches != 1)
     std::cerr << "note: --microbatches " << flags.options.microbatches << " is not used: pipedream runs each minibatch "

@@ -78,8 +78,9 @@ void ModelFlags::add_to(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--precision", precision,
                  "fp32, or bf16 as torch.autocast(\"cpu\", torch.bfloat16) computes, with fp32 weights and optimizer "
-                 "state; activations and their gradients cross stages in bf16 (where autocast keeps them fp32: a "
-                 "pipeline's weights differ from one worker's)")
+                 "state; activations and their gradients cross stages in bf16 and arrive as fp32 (a pipeline's "
+                 "weights differ slightly from one worker's where a cut's next layer does not cast its input to bf16: "
+                 "docs/runtime.md)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
 }

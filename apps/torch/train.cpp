@@ -119,8 +119,9 @@ int train(TrainFlags& flags, bool& running) {
     return 0;
   }
   if (leads)
-    note_resume(job, *m), note_pinned(job, job::usable_cores()), note_weight_delay(job), note_long_warmup(job),
-        note_stale_warmup(job), note_replica_rounds(job), note_cluster_transport(job, flags.transport), note_few_batch_norm_samples(job, *m);
+    note_resume(job, *m), note_pinned(job, job::usable_cores()), note_schedule(job), note_long_warmup(job),
+        note_stale_warmup(job), note_replica_rounds(job), note_unused_bucket(job, r.bucket_given),
+        note_cluster_transport(job, flags.transport), note_few_batch_norm_samples(job, *m);
   ModelFlags model_flags = flags.model;
   // Each worker builds its stages' layers from the seed, as single-worker training builds them,
   // and holds them against the profile given (an emulated model is the profile's own).

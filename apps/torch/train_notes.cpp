@@ -9,6 +9,7 @@
 #include "profile/profile.h"
 #include "plan/split_ties.h"
 #include "runtime/worker.h"
+#include "schedule/schedule_notes.h"
 
 namespace pt::app {
 
@@ -29,6 +30,7 @@ void note_resumed_settings(const runtime::CheckpointManifest& cm, const std::str
   differ("momentum", number(cm.momentum), number(now.momentum));
   differ("weight decay", number(cm.weight_decay), number(now.weight_decay));
   differ("weight decay on", cm.weight_decay_on, now.weight_decay_on);
+  if (!cm.zero_grad.empty()) differ("--zero-grad", cm.zero_grad, now.zero_grad);
   if (cm.eps >= 0) {  // older checkpoints do not say
     if (now.adam() && cm.optimizer != "sgd") {
       differ("betas", str(number(cm.beta1), ",", number(cm.beta2)), str(number(now.beta1), ",", number(now.beta2)));
@@ -88,16 +90,17 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s) 
       std::cerr << "note: " << plan::split_tie_note(t, layers[t.group], groups[t.group].bytes, names) << "\n";
 }
 
-// 2bw's delay where a minibatch's microbatches do not cover the warm-up: PipeDream-2BW's update
-// has delay 1, and this ran 2 without a word (docs/schedules.md).
-void note_weight_delay(const job::Job& job) {
-  const schedule::Schedule& s = *job.typical;
-  if (s.kind != "2bw" || s.weight_delay <= 1) return;
-  std::cerr << "note: 2bw's weights lag " << s.weight_delay << " steps here, not PipeDream-2BW's 1: "
-            << s.microbatches << (s.microbatches == 1 ? " microbatch" : " microbatches")
-            << " a minibatch do not cover the pipeline's warm-up (on a straight pipeline of p stages, p - 1 do)"
-            << (job.worker.weight_prediction ? "; each minibatch runs on weights predicted that far ahead" : "")
-            << "\n";
+void note_unused_bucket(const job::Job& job, bool bucket_given) {
+  for (const auto& st : job.plan.stages)
+    if (st.replicas > 1) return;
+  if (bucket_given)
+    std::cerr << "note: --bucket-mb changes nothing here: no stage is replicated, so no gradient is all-reduced\n";
+}
+
+void note_schedule(const job::Job& job) {
+  for (const std::string& note : {schedule::weight_delay_note(*job.typical, job.worker.weight_prediction),
+                                  schedule::one_chunk_note(*job.typical)})
+    if (!note.empty()) std::cerr << "note: " << note << "\n";
 }
 
 void note_few_batch_norm_samples(const job::Job& job, const model::LayeredModel& m) {

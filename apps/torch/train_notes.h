@@ -19,8 +19,11 @@ void note_split_ties(const model::LayeredModel& m, const schedule::Schedule& s);
 void note_resume(const job::Job& job, const model::LayeredModel& m);
 // Workers that outnumber the host's cores: the core each is pinned to (job/core_pinning.h).
 void note_pinned(const job::Job& job, int cores);
-// 2bw's weights lagging more than PipeDream-2BW's one step (too few microbatches for the warm-up).
-void note_weight_delay(const job::Job& job);
+// A schedule that runs otherwise than its name promises (schedule/schedule_notes.h): 2bw's weights
+// lagging more than PipeDream-2BW's one step, interleaved with one chunk a worker.
+void note_schedule(const job::Job& job);
+// --bucket-mb given where no stage is replicated: no gradient is all-reduced (it was taken without a word).
+void note_unused_bucket(const job::Job& job, bool bucket_given);
 // A --warmup-steps longer than the run: the rate never reaches --lr.
 void note_long_warmup(const job::Job& job);
 

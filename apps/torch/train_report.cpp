@@ -140,7 +140,7 @@ void print_result(const runtime::TrainResult& r, const std::string& label, const
             << (job.first_step > 0
                     ? str(" (", job.first_step_trained(), "..", job.last_step_trained(), ", resumed)")
                     : std::string())
-            << ", " << r.seconds << " s, " << static_cast<int64_t>(r.samples_per_s) << " samples/s, "
+            << ", " << r.seconds << " s, " << std::llround(r.samples_per_s) << " samples/s, "
             << (r.loss_known ? str("final loss ", r.final_loss, " (mean of the last ", std::min(runtime::kFinalLossSteps, r.steps),
                                    " steps)")
                              : std::string("no loss (emulated layers compute none)"))
@@ -204,7 +204,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   const plan::Plan& plan = job.plan;
   const job::PipelineOptions& job_options = job.options;
   std::string prefix = label.empty() ? "" : "[" + label + "] ";
-  auto rate = [&](double ms) { return static_cast<int64_t>(job_options.train.batch_size * 1000.0 / ms); };
+  auto rate = [&](double ms) { return std::llround(job_options.train.batch_size * 1000.0 / ms); };
   if (flags.request.profile) {
     const profile::Profile& prof = *flags.request.profile;
     int cores = job::usable_cores();
@@ -214,7 +214,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
     p.transport = flags.transport;
     if (!flags.prediction_trace_path.empty()) schedule::write_trace(p.trace, flags.prediction_trace_path);
     const double ratio = r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());
-    std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s, simulated "
+    std::cout << prefix << "throughput: measured " << std::llround(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio " << fixed(ratio, 3);
     if (prof.timed_busy())
       std::cout << "; the profile's timed rounds spread " << fixed(100 * prof.timing_spread, 0)
@@ -235,7 +235,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   // predicts no run: no bubble, transfer or step (1f1b on 2 stages, 4 microbatches, read 7285
   // samples/s as the planner's where the simulator, given the profile, says 5495).
   if (plan.simulated_ms_per_minibatch <= 0 && plan.cost_model == "even") {
-    std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s) << " samples/s (the "
+    std::cout << prefix << "throughput: measured " << std::llround(r.samples_per_s) << " samples/s (the "
               << "stages were split here by their compute alone, which predicts no run: with --profile P, from "
               << "`pipetrain profile`, train simulates this one)\n";
     return;
@@ -243,8 +243,8 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   int64_t planned_batch = job_options.train.batch_size;
   double scale = flags.model.emulated() ? flags.model.emulation.time_scale : 1.0;
   double predicted = planned_batch * 1000.0 / (plan.pipeline_ms_per_minibatch * scale);
-  std::cout << prefix << "throughput: measured " << static_cast<int64_t>(r.samples_per_s)
-            << " samples/s, planner predicted " << static_cast<int64_t>(predicted) << " samples/s";
+  std::cout << prefix << "throughput: measured " << std::llround(r.samples_per_s)
+            << " samples/s, planner predicted " << std::llround(predicted) << " samples/s";
   // The planner predicts (and its referee simulates) the schedule, microbatches and chunks it
   // names; others run the same stages with other bubbles.
   if (!planned_schedule(plan).empty() && ran_other_than_planned(plan, job))

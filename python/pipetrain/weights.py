@@ -174,12 +174,34 @@ def main(argv=None):
     if not os.path.isdir(folder):
         print(f"pipetrain.weights: -o {a.output}: no folder {folder} to write it in", file=sys.stderr)
         return 1
+    # The files it reads are not written over (-o naming the model file replaced it, exit 0): the
+    # model, its .sha256 beside it, and anything under the checkpoint folder.
+    out = os.path.realpath(a.output)
+    ck = os.path.realpath(a.checkpoint)
+    for reads in (a.model, a.model + ".sha256"):
+        if os.path.realpath(reads) == out:
+            print(f"pipetrain.weights: -o {a.output} is {reads}, which this command reads: writing it would destroy "
+                  f"it; give another -o", file=sys.stderr)
+            return 1
+    if out == ck or out.startswith(ck + os.sep):
+        print(f"pipetrain.weights: -o {a.output} lies in the checkpoint {a.checkpoint}, which this command reads; "
+              f"give a path outside it", file=sys.stderr)
+        return 1
     try:
         state = trained_state(a.model, a.checkpoint)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         print(f"pipetrain.weights: {e}", file=sys.stderr)
         return 1
-    torch.save(state, a.output)
+    # Whole or not at all: a failed write leaves an earlier file of that name as it was.
+    tmp = f"{a.output}.tmp-{os.getpid()}"
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, a.output)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        print(f"pipetrain.weights: -o {a.output}: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {a.output}: {len(state)} tensors from {newest_checkpoint(a.checkpoint)}")
     return 0
 

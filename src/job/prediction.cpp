@@ -120,7 +120,7 @@ std::string RunPrediction::describe(const Job& job) const {
            : on_cluster             ? w + " on the job's --cluster"
            : transport == "threads" ? on + ", transfers in memory"
                                     : on + ", their transfers not charged: no --cluster calibrated over " + transport);
-  auto rate = [&](double ms) { return static_cast<int64_t>(options.train.batch_size * 1000.0 / ms); };
+  auto rate = [&](double ms) { return std::llround(options.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
     s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");
   // Without it a model of small layers is simulated as if the runtime's own work were free: an

@@ -102,8 +102,9 @@ void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, c
   if (r.recompute)
     for (auto& st : plan.stages) st.recompute = true;
   if (r.deferred_step >= 0) plan.deferred_step = r.deferred_step == 1;
-  if (r.deferred_step == 1 && options.schedule != "pipedream")
-    throw UsageError(str("--deferred-step: only the pipedream schedule defers a step, not ", options.schedule));
+  if (r.deferred_step >= 0 && options.schedule != "pipedream")  // --no-deferred-step too: it changed nothing
+    throw UsageError(str(r.deferred_step == 1 ? "--deferred-step" : "--no-deferred-step",
+                         ": only the pipedream schedule defers a step, not ", options.schedule));
   // It ran 1 without a word.
   if (options.schedule == "pipedream" && r.microbatches_given && options.microbatches != 1)
     std::cerr << "note: --microbatches " << options.microbatches << " is not used: pipedream runs each minibatch "

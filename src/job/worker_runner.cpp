@@ -67,6 +67,7 @@ runtime::CheckpointManifest job_description(const Job& job, const model::Layered
   d.optimizer = options.train.sgd.kind;
   d.weight_decay = options.train.sgd.weight_decay;
   d.weight_decay_on = options.train.sgd.weight_decay_on;
+  d.zero_grad = options.train.sgd.zero_grad;
   d.beta1 = options.train.sgd.beta1, d.beta2 = options.train.sgd.beta2, d.eps = options.train.sgd.eps;
   d.clip_grad_norm = options.train.sgd.clip_grad_norm;
   d.precision = model::to_string(m.precision());

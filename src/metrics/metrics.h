@@ -52,7 +52,8 @@ struct Metrics {
   double paused_ms = 0;          // of the window, the trace's pauses (Trace::pauses): left out
   double ms_per_minibatch = 0;
   // Whether the window's time per minibatch is at least the busiest worker's compute and steps
-  // per minibatch over the whole trace, as every steady state is. An asynchronous pipeline whose
+  // per minibatch over the whole trace (each kind and stage at its median time), as every steady
+  // state is. An asynchronous pipeline whose
   // bottleneck's queue is still filling runs its first minibatches faster than that (VGG-16 9-1
   // on 16 workers with a deferred step: 38.34 ms per minibatch over the default 63 minibatches,
   // 39.56 from 126 on, its last stage's compute); a longer replay settles it.

@@ -100,6 +100,26 @@ std::map<ActionKind, CoRun> co_run_in_window(const schedule::Trace& t, const Met
   return out;
 }
 
+// Its pauses within [from, to].
+double paused_between(const schedule::Trace& t, double from, double to) {
+  double paused = 0;
+  for (const auto& [start, end] : t.pauses) paused += std::max(0.0, std::min(end, to) - std::max(start, from));
+  return paused;
+}
+
+// `m` over the whole trace: where its middle window is short of the busiest worker's typical work
+// per minibatch (Metrics::settled), it is no steady state, and the trace is compared whole, as
+// one too short for a window (train set a 2-stage pipedream run's unsettled window, 17.3 ms a
+// minibatch, against its simulation's steady state as the run's).
+Metrics over_whole_trace(const schedule::Trace& t, Metrics m) {
+  m.steady = false;
+  m.window_start_ms = t.start_ms();
+  m.window_end_ms = t.end_ms();
+  m.paused_ms = paused_between(t, m.window_start_ms, m.window_end_ms);
+  m.ms_per_minibatch = (m.window_end_ms - m.window_start_ms - m.paused_ms) / std::max(1, m.minibatches);
+  return m;
+}
+
 std::string signed_fixed(double v, int digits) { return (v >= 0 ? "+" : "") + fixed(v, digits); }
 
 std::string percent_of(double v, double base) {  // not of a microsecond or less: noise
@@ -119,15 +139,13 @@ TraceGap trace_gap(const schedule::Trace& first, const std::string& first_file, 
   Metrics first_metrics;
   for (int i = 0; i < 2; ++i) {
     Metrics m = compute_metrics(*traces[i], Detail::kTiming);
+    if (m.steady && !m.settled) m = over_whole_trace(*traces[i], m);
     g.ms_per_minibatch[i] = m.ms_per_minibatch;
     g.whole_trace[i] = !m.steady && m.minibatches > 1;
     times[i] = times_in_window(*traces[i], m);
     if (i == 0) first_metrics = m;
   }
-  double paused = 0;
-  for (const auto& [start, end] : first.pauses)
-    paused += std::max(0.0, std::min(end, first.end_ms()) - std::max(start, first.start_ms()));
-  g.first_whole_ms = (first.end_ms() - first.start_ms() - paused) / std::max(1, first_metrics.minibatches);
+  g.first_whole_ms = over_whole_trace(first, first_metrics).ms_per_minibatch;
   double least_outside = 0;
   for (int w = 0; w < first.num_workers(); ++w) {
     WorkerGap wg;

@@ -50,8 +50,9 @@ struct TraceGap {
   // What the report calls each: its source ("measured", "simulated") where they differ, else its file.
   std::array<std::string, 2> names;
   std::array<double, 2> ms_per_minibatch{};
-  // The trace holds more than one minibatch but no steady state: its whole length was measured,
-  // fill and drain included (one minibatch of a flushing schedule is its period).
+  // The trace holds more than one minibatch but no steady state (no middle window, or one that
+  // had not settled, Metrics::settled): its whole length was measured, fill and drain included
+  // (one minibatch of a flushing schedule is its period).
   std::array<bool, 2> whole_trace{};
   // The first trace's time per minibatch over its whole length (its pauses left out): its start,
   // fills and drains included.

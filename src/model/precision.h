@@ -34,9 +34,10 @@ class ComputeScope {
 };
 
 // A tensor crossing a stage boundary (an activation forward, its gradient back) travels in bf16
-// under bf16 and arrives as fp32, the dtype one worker's next layer would have had as its input
-// (the residual stream of a transformer: a bf16 one made PyTorch 1.13's CPU LayerNorm fail on its
-// fp32 weight). Only floating tensors change; fp32 changes nothing.
+// under bf16 and arrives as fp32 (the residual stream of a transformer, fp32 in one worker: a bf16
+// one made PyTorch 1.13's CPU LayerNorm fail on its fp32 weight). Where the layer before left bf16
+// (a Linear), one worker's next layer had it in bf16 (docs/runtime.md, Precision). Only floating
+// tensors change; fp32 changes nothing.
 torch::Tensor to_wire(const torch::Tensor& t, Precision p);
 torch::Tensor from_wire(const torch::Tensor& t, Precision p);
 // The bytes `t` takes on the wire (the profile's activation_bytes).

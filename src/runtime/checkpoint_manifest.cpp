@@ -65,6 +65,7 @@ std::string manifest_to_json(const CheckpointManifest& m) {
     doc["sgd"]["eps"] = m.eps;
     doc["sgd"]["clip_grad_norm"] = m.clip_grad_norm;
   }
+  if (!m.zero_grad.empty()) doc["sgd"]["zero_grad"] = m.zero_grad;
   if (!m.precision.empty()) doc["precision"] = m.precision;
   if (m.label_smoothing >= 0) doc["label_smoothing"] = m.label_smoothing;
   if (m.microbatches > 0) doc["microbatches"] = m.microbatches;
@@ -148,6 +149,11 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.beta1 = betas[0].as_non_negative(), m.beta2 = betas[1].as_non_negative();
     m.eps = sgd["eps"].as_non_negative();
     m.clip_grad_norm = sgd["clip_grad_norm"].as_non_negative();
+  }
+  if (sgd.has("zero_grad")) {  // written since --zero-grad
+    m.zero_grad = sgd["zero_grad"].as_string();
+    if (m.zero_grad != "none" && m.zero_grad != "zeros")  // model::zero_grad_modes()
+      sgd["zero_grad"].fail(str("must be none or zeros, got '", printable(m.zero_grad), "'"));
   }
   if (root.has("label_smoothing")) m.label_smoothing = root["label_smoothing"].as_non_negative();
   if (root.has("precision")) {

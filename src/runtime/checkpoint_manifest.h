@@ -54,6 +54,9 @@ struct CheckpointManifest {
   int workers = 0;
   double lr = 0, momentum = 0, weight_decay = 0;
   std::string weight_decay_on = "all";  // model::OptimizerOptions::weight_decay_on (older files: all)
+  // model::OptimizerOptions::zero_grad: which parameters a step takes (absent in older files: "",
+  // not compared on resume).
+  std::string zero_grad;
   // Which optimizer's state the layer files hold (model::OptimizerOptions::kind; older files: sgd).
   std::string optimizer = "sgd";
   // The learning rate's course (model::OptimizerOptions): its schedule, warm-up, and the steps the

@@ -1454,11 +1454,14 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   EXPECT_NE(out.find("was trained with other optimizer settings (lr 0.02 -> 0.05; lr schedule cosine over 4 steps -> "
                      "cosine over 8 steps): steps 5 on follow this run's"),
             std::string::npos) << out;
-  // Adam's betas and eps, and the clipping cap, too (a resume took new ones without a word).
-  train("adam", {"--steps", "4", "--optimizer", "adam", "--lr", "0.001", "--betas", "0.9,0.95", "--clip-grad-norm", "0.5"});
+  // Adam's betas and eps, the clipping cap and --zero-grad too (a resume took new ones without a
+  // word: another --zero-grad moved a top-1 mixture of experts' weights 7.2e-3 off an uninterrupted run's).
+  train("adam", {"--steps", "4", "--optimizer", "adam", "--lr", "0.001", "--betas", "0.9,0.95", "--clip-grad-norm", "0.5",
+                 "--zero-grad", "zeros"});
   out = train("adam", {"--steps", "8", "--optimizer", "adam", "--lr", "0.001", "--betas", "0.5,0.6", "--eps", "0.001",
                        "--clip-grad-norm", "50", "--resume"});
-  EXPECT_NE(out.find("other optimizer settings (betas 0.9,0.95 -> 0.5,0.6; eps 1e-08 -> 0.001; clip grad norm 0.5 -> 50)"),
+  EXPECT_NE(out.find("other optimizer settings (--zero-grad zeros -> none; betas 0.9,0.95 -> 0.5,0.6; eps 1e-08 -> "
+                     "0.001; clip grad norm 0.5 -> 50)"),
             std::string::npos) << out;
   // The metrics file of a resumed run keeps the earlier run's rows (a resume wrote its own over
   // them), up to the checkpoint: a row past it, as a killed run leaves, is trained again.

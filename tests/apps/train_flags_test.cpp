@@ -160,7 +160,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--microbatches", {{"--microbatches", "2"}}},
       {"--model", {{"--model", "lstm-lm", "--seq-len", "4"}, {"--profile"}}},
       {"--momentum", {{"--momentum", "0"}}},
-      {"--no-deferred-step", {{"--no-deferred-step"}}},
+      {"--no-deferred-step", {{"--no-deferred-step", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--no-shuffle", {{"--no-shuffle"}}},
       {"--no-weight-prediction", {{"--no-weight-prediction", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--overwrite", {{"--overwrite", "--checkpoint-dir", (tmp / "ck").string()}}},
@@ -358,6 +358,9 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--checkpoint-dir", tmp.string(), "--checkpoint-every", "-3"}, {"--checkpoint-every: must be >= 0, got -3"}},
       {{"--plan", replicated, "--schedule", "1f1b", "--deferred-step"},
        {"--deferred-step: only the pipedream schedule defers a step, not 1f1b"}},
+      // Its opposite too: under gpipe it changed nothing, exit 0.
+      {{"--plan", replicated, "--schedule", "gpipe", "--no-deferred-step"},
+       {"--no-deferred-step: only the pipedream schedule defers a step, not gpipe"}},
   };
   for (const auto& c : cases) {
     TrainRun r = run_train(with(with(base, one_step), c.args));

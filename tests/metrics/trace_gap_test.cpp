@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "metrics/trace_gap.h"
@@ -28,6 +29,26 @@ Trace two_stages(const char* source, double f1, double b1) {
                 ev(0, "0ST0", back + 2, back + 2.5)},
                {ev(1, "1RA0<0", 1, 1), ev(1, "1F0", 1, 1 + f1), ev(1, "1B0", 1 + f1, back), ev(1, "1SG0>0", back, back),
                 ev(1, "1ST0", back, back + 0.25)}};
+  return t;
+}
+
+// One worker of one stage, minibatch i's forward forward_ms[i] and backward backward_ms, each
+// minibatch `gap` ms after the last.
+Trace one_worker(const char* source, const char* schedule, const std::vector<double>& forward_ms, double backward_ms,
+                 double gap = 0) {
+  Trace t;
+  t.source = source;
+  t.schedule = schedule;
+  t.num_stages = 1;
+  t.batch_size = 8;
+  t.workers.resize(1);
+  double at = 0;
+  for (size_t i = 0; i < forward_ms.size(); ++i) {
+    double f = forward_ms[i];
+    t.workers[0].push_back({parse_action("0F" + std::to_string(i), 0), at, at + f, 0});
+    t.workers[0].push_back({parse_action("0B" + std::to_string(i), 0), at + f, at + f + backward_ms, 0});
+    at += f + backward_ms + gap;
+  }
   return t;
 }
 
@@ -102,6 +123,23 @@ TEST(TraceGap, TheMissNoteSaysWhetherTheSteadyStatesMissedToo) {
   EXPECT_EQ(none.find("set the pace"), std::string::npos) << none;
 }
 
+// A run's middle window that had not settled (Metrics::settled) is no steady state: the run is
+// measured whole against its simulation. train set a 2-stage pipedream run's unsettled window
+// against its simulation's steady state as "in the steady state the run took 17.303 ms".
+TEST(TraceGap, AnUnsettledWindowIsNoSteadyState) {
+  // The fourth of 6 minibatches 2 ms in the run, the others 10: its middle window is that one.
+  std::vector<double> run = {9, 9, 9, 1, 9, 9}, simulated(6, 9);
+  TraceGap g =
+      trace_gap(one_worker("measured", "1f1b", run, 1), "run.json", one_worker("simulated", "1f1b", simulated, 1), "sim.json");
+  EXPECT_TRUE(g.whole_trace[0]);
+  EXPECT_FALSE(g.whole_trace[1]);
+  EXPECT_DOUBLE_EQ(g.ms_per_minibatch[0], 52.0 / 6);  // the whole run, not the window's 2 ms
+  EXPECT_DOUBLE_EQ(g.workers[0].compute_ms[0], 52.0 / 6);
+  std::string note = prediction_miss_note(g, 0.10);
+  EXPECT_EQ(note.rfind("off by more than 10% over the whole run; the run has no steady state", 0), 0u) << note;
+  EXPECT_EQ(note.find("in the steady state, where"), std::string::npos) << note;
+}
+
 // The note's advice fits the run (a helper's audit of predictions on real compute): a run faster
 // over its length than in its steady state was told of fills and drains, which only slow one; a run
 // on a cluster calibrated for its transport was told to give one; a calibrated core share, which
@@ -141,23 +179,13 @@ TEST(TraceGap, TheMissNoteAdvisesWhatTheRunDidNotHave) {
 }
 
 TEST(TraceGap, ManyMinibatchesCountPerMinibatchOfTheWindow) {
-  auto run = [](const char* source, double forward_ms) {
-    Trace t;
-    t.source = source;
-    t.schedule = "pipedream";
-    t.num_stages = 1;
-    t.batch_size = 8;
-    t.workers.resize(1);
-    double at = 0;
-    for (int i = 0; i < 12; ++i) {
-      double f = i == 0 ? 10 * forward_ms : forward_ms;  // a slow first minibatch: outside the window
-      t.workers[0].push_back({parse_action("0F" + std::to_string(i), 0), at, at + f, 0});
-      t.workers[0].push_back({parse_action("0B" + std::to_string(i), 0), at + f, at + f + 2, 0});
-      at += f + 2.5;  // 0.5 ms between minibatches: the host's
-    }
-    return t;
+  // A slow first minibatch (10x its forward), outside the window; 0.5 ms between minibatches: the host's.
+  auto run = [](double forward_ms) {
+    std::vector<double> forwards(12, forward_ms);
+    forwards[0] *= 10;
+    return one_worker("measured", "pipedream", forwards, 2, 0.5);
   };
-  TraceGap g = trace_gap(run("measured", 1.5), "a.json", run("measured", 1), "b.json");
+  TraceGap g = trace_gap(run(1.5), "a.json", run(1), "b.json");
   EXPECT_EQ(g.names[0], "a.json");  // two of one kind are named by their files
   EXPECT_DOUBLE_EQ(g.ms_per_minibatch[0], 4.0);
   EXPECT_DOUBLE_EQ(g.ms_per_minibatch[1], 3.5);

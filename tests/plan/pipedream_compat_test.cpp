@@ -3,6 +3,7 @@
 // (profiler/image_classification/profiles/vgg16/graph.txt, V100, batch 128).
 #include <gtest/gtest.h>
 
+#include "plan/plan_table.h"
 #include "plan/planner.h"
 #include "profile/pipedream_graph.h"
 
@@ -103,6 +104,28 @@ TEST(PipedreamCompatVgg16, TheSlowestStagesTimeIsThePlans) {
         for (const auto& st : p.stages) slowest = std::max(slowest, st.stage_time_ms());
         EXPECT_NEAR(slowest, p.pipeline_ms_per_minibatch, kTol);
       }
+}
+
+// Stages that tie for the slowest are the bottleneck together: an interleaved gpt plan whose stages
+// 1 and 7-14 tie at 935.769 ms named stage 14 alone.
+TEST(PipedreamCompatVgg16, StagesThatTieForTheSlowestAreNamedTogether) {
+  profile::Profile profile = vgg10();
+  Plan p;
+  p.workers = 4;
+  for (int s = 0; s < 4; ++s) {
+    Stage st;
+    st.layers = {s};
+    if (s == 3)
+      for (int l = 4; l < profile.num_layers(); ++l) st.layers.push_back(l);
+    st.workers = {s};
+    st.compute_ms = s == 1 || s == 3 ? 2.0 : 1.0;
+    p.stages.push_back(st);
+  }
+  std::string table = format_plan_table(p, profile, Cluster::flat(4, 10));
+  EXPECT_NE(table.find("bottleneck: stages 1,3 (the largest stage_ms)"), std::string::npos) << table;
+  p.stages[3].compute_ms = 1.5;
+  table = format_plan_table(p, profile, Cluster::flat(4, 10));
+  EXPECT_NE(table.find("bottleneck: stage 1 (the largest stage_ms)"), std::string::npos) << table;
 }
 
 }  // namespace

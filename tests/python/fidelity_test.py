@@ -449,6 +449,23 @@ class Fidelity(unittest.TestCase):
             trained_state(self.encdec.model_file, ck)
         self.assertIn("not the model it was trained from", str(e.exception))
         self.assertIn("embed.weight", trained_state(c.model_file, ck))  # its own model reads back
+        # Its command line writes over none of the files it reads (-o the model file replaced the
+        # export with a state dict, exit 0).
+        with open(c.model_file, "rb") as f:
+            model_bytes = f.read()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        for out in (c.model_file, os.path.join(ck, "step-00000001", "manifest.json")):
+            r = subprocess.run([sys.executable, "-m", "pipetrain.weights", c.model_file, ck, "-o", out],
+                               capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("which this command reads", r.stderr)
+        with open(c.model_file, "rb") as f:
+            self.assertEqual(f.read(), model_bytes)
+        saved = os.path.join(self.tmp.name, "lm-weights.pt")
+        r = subprocess.run([sys.executable, "-m", "pipetrain.weights", c.model_file, ck, "-o", saved],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("embed.weight", torch.load(saved))
 
     def test_a_damaged_checkpoint_is_refused(self):
         """A flipped bit in a layer file is refused by its CRC-32, naming the file, as --resume
