@@ -45,6 +45,22 @@ int hand_off(const std::string& name, char** argv) {
   return 1;
 }
 
+// A value left empty (`--checkpoint-dir "$CK"` with CK unset) or one that is the next flag
+// (`--metrics= --quiet`) is refused: taken, the first turned checkpoints and --resume off and the
+// second wrote the metrics to a file named --quiet, exit 0 both.
+void refuse_missing_values(CLI::App& app) {
+  static const CLI::Validator given(
+      [](std::string& v) -> std::string {
+        if (v.empty()) return "the value is empty (an unset shell variable?)";
+        if (v.rfind("--", 0) == 0) return "'" + v + "' is a flag, not this option's value";
+        return "";
+      },
+      "", "a value");
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_size_max() > 0) o->check(given);
+  for (CLI::App* sub : app.get_subcommands({})) refuse_missing_values(*sub);
+}
+
 int run(int argc, char** argv) {
   auto& commands = pt::app::registry();
   if (argc > 1)
@@ -70,6 +86,7 @@ int run(int argc, char** argv) {
     sub->add_option("--max-input", max_input,
                     "KIND=SIZE: read input files of KIND up to SIZE (caps: " + pt::input_limits_text() + ")");
     for (CLI::App* nested : sub->get_subcommands({})) nested->fallthrough();
+    refuse_missing_values(*sub);
   }
   try {
     app.parse(argc, argv);

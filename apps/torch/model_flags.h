@@ -16,6 +16,7 @@ namespace pt::app {
 
 struct ModelFlags {
   std::string model = "mnist-cnn";
+  bool model_given = false;  // --model on the command line (emulated compute refuses one of another model)
   model::ModelOptions options;
   std::string loss;  // model files only: "" = the file's loss method or cross-entropy
   std::string data;  // "" = the model's default: fashion-mnist, text or synthetic; or FILE.pt, DIR

@@ -158,11 +158,14 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
          "unreplicated stage's r steps move, to first order; large r x --lr diverges)")
       ->check(CLI::IsMember({"mean", "sum"}))
       ->default_str("mean");
-  app.add_flag_callback("--deferred-step", [flags] { flags->request.deferred_step = 1; },
-                        "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's "
-                        "tail (its weights lag one more update); default: the plan's deferred_step");
+  // Both at once: the last one given won, without a word.
+  CLI::Option* deferred = app.add_flag_callback(
+      "--deferred-step", [flags] { flags->request.deferred_step = 1; },
+      "pipedream: a replicated first stage steps after its next forward, hiding its all-reduce's tail (its weights "
+      "lag one more update); default: the plan's deferred_step");
   app.add_flag_callback("--no-deferred-step", [flags] { flags->request.deferred_step = 0; },
-                        "pipedream: step before the next forward even where the plan defers it");
+                        "pipedream: step before the next forward even where the plan defers it")
+      ->excludes(deferred);
   app.add_option("--cluster", flags->request.cluster_path,
                  "Cluster file (pipetrain.cluster/1): which workers share a server, for --allreduce hierarchical");
   app.add_option("--allreduce", flags->request.allreduce,

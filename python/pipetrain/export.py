@@ -23,6 +23,7 @@ import inspect
 import hashlib
 import io
 import json
+import math
 import linecache
 import operator
 import os
@@ -888,8 +889,21 @@ def export(args):
         shape = []
     if not shape or any(s < 1 for s in shape):
         raise ExportError(f"--input-shape: expected positive sizes, batch first (64,3,32,32), got '{args.input_shape}'")
+    # The example batch and one of 1.5x its samples are made whole: a shape past memory ended in
+    # LibTorch's allocation traceback.
+    example_bytes = math.prod(shape) * 5 // 2 * torch.empty((), dtype=DTYPES[args.input_dtype]).element_size()
+    if example_bytes > 8 << 30:
+        raise ExportError(f"--input-shape: {args.input_shape} takes {example_bytes / 2**30:.3g} "
+                          f"GiB as the example batches export runs (the batch and one of 1.5x its samples); give a "
+                          f"small batch: the example's samples only show the model its input's shape")
+    def unique_keys(pairs):  # the last of two values was taken without a word
+        keys = [k for k, _ in pairs]
+        for k in keys:
+            if keys.count(k) > 1:
+                raise ExportError(f"--kwargs: key '{k}' is given {keys.count(k)} times")
+        return dict(pairs)
     try:
-        kwargs = json.loads(args.kwargs)
+        kwargs = json.loads(args.kwargs, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise ExportError(f"--kwargs: not JSON: {e}")
     if not isinstance(kwargs, dict):

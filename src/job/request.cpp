@@ -129,6 +129,10 @@ void use_schedule_file(const Request& r, PipelineOptions& options, const plan::P
                          "file's one minibatch again for each minibatch of the run, so the file must cover 1 "
                          "(`pipetrain simulate --emit-schedule` writes one)"));
   auto s = std::make_shared<const schedule::Schedule>(schedule::bind_schedule(std::move(*file), plan, path));
+  // Said of the file, not of a --microbatches never given.
+  if (options.train.batch_size % s->microbatches != 0)
+    throw UsageError(str("--schedule-file ", path, ": its ", s->microbatches, " microbatches do not divide --batch-size ",
+                         options.train.batch_size));
   options.microbatches = s->microbatches;
   options.chunks = s->chunks;
   options.schedule_file = s;
@@ -241,8 +245,10 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
       : !r.schedule_file.empty() && r.stages == 0 ? str("--schedule-file ", r.schedule_file)
                                                  : std::string("the plan");
   // The model first: a plan of another model fails the fit on some layer, which names neither.
+  // A split made here of another model's --profile named neither the profile nor its file.
   if (!plan.model.empty() && plan.model != m.name())
-    throw ConfigError(str(source, ": the plan is for model '", plan.model, "' but ",
+    throw ConfigError(str(source == "the plan" && !r.profile_path.empty() ? "--profile " + r.profile_path : source,
+                          ": the ", source == "the plan" ? "profile" : "plan", " is for model '", plan.model, "' but ",
                           options.trace_source == "emulated" ? "--profile " + r.profile_path + " profiles"
                                                              : std::string("--model is"),
                           " '", m.name(), "'"));

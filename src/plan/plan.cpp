@@ -282,8 +282,11 @@ Plan plan_from_json(const json& doc, const std::string& source) {
     if (all_ids && p.stages.size() > 1 && (p.chunks > 1 || v))
       root["stages"].fail(str("gives each of its ", p.stages.size(), " stages a worker of its own, but ", p.schedule,
                               v ? " runs two stages on each worker (in a V)"
-                                : str(" over ", p.chunks, " chunks runs ", p.chunks, " on each (stage s on worker s mod ",
-                                      p.stages.size() / p.chunks, ")"),
+                                : p.stages.size() % p.chunks != 0  // (it read "on worker s mod 0")
+                                    ? str(" over ", p.chunks, " chunks runs ", p.chunks, " on each worker, and ",
+                                          p.stages.size(), " stages are no whole number of chunks a worker")
+                                    : str(" over ", p.chunks, " chunks runs ", p.chunks, " on each (stage s on worker s mod ",
+                                          p.stages.size() / p.chunks, ")"),
                               ": list each worker on its stages, as `pipetrain plan` writes them, or leave the workers "
                               "out"));
     // Checked before assign_workers, which would otherwise number every claimed replica.

@@ -19,6 +19,14 @@
 namespace pt::runtime {
 
 namespace {
+std::vector<std::string> split_fields(const std::string& line) {
+  std::vector<std::string> fields;
+  std::istringstream row(line);
+  for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
+  if (!line.empty() && line.back() == ',') fields.emplace_back();  // getline drops an empty last field
+  return fields;
+}
+
 // The columns before peak_rss_bytes came (2026-12-06): a file of them still resumes.
 constexpr const char* kColumnsBeforeRss =
     "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr";
@@ -91,21 +99,40 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
   // A file without the last column has its rows' left empty: not measured.
   const bool without_rss = line == kColumnsBeforeRss;
   if (line != header && !without_rss) return rows;  // not this format: the run's rows alone
-  while (std::getline(in, line)) {
-    // step, samples_per_s and train_s, the first, fourth and sixth fields; rows past the
-    // checkpoint are trained again
-    std::istringstream row(line);
-    std::string field;
-    int64_t step = 0;
-    double rate = 0, train_s = 0;
-    for (int k = 0; k < 6 && std::getline(row, field, ','); ++k) {
-      if (k == 0) step = std::strtoll(field.c_str(), nullptr, 10);
-      if (k == 3) rate = std::strtod(field.c_str(), nullptr);
-      if (k == 5) train_s = std::strtod(field.c_str(), nullptr);
+  std::vector<std::string> names = split_fields(line);
+  int64_t last_step = 0;
+  for (int number = 2; std::getline(in, line); ++number) {
+    if (in.eof()) break;  // no newline after it: a row a killed run was writing
+    // Each row kept is checked first: an inf in train_s made every new row's inf and its rate
+    // nan, a row twice left 30 rows for 20 steps, exit 0. Rows past the checkpoint are dropped.
+    std::vector<std::string> fields = split_fields(line);
+    auto refuse = [&](size_t k, const std::string& why) {
+      throw UsageError(str("--metrics ", partial ? csv_partial_ : csv_path_, ": line ", number, ", field '",
+                           k < names.size() ? names[k] : "?", "' is '", printable(k < fields.size() ? fields[k] : ""),
+                           "': ", why, "; a resumed run continues the file's rows, so fix the row or give another "
+                           "--metrics"));
+    };
+    char* end = nullptr;
+    const int64_t step = fields.empty() ? 0 : std::strtoll(fields[0].c_str(), &end, 10);
+    if (fields.empty() || fields[0].empty() || *end != '\0' || step <= last_step)
+      refuse(0, str("steps are whole numbers, each above the row before's (", last_step, ")"));
+    last_step = step;
+    if (step > resumed_step_) continue;
+    if (fields.size() != names.size())
+      throw UsageError(str("--metrics ", partial ? csv_partial_ : csv_path_, ": line ", number, " has ", fields.size(),
+                           " fields where the header names ", names.size(), "; fix the row or give another --metrics"));
+    std::vector<double> value(fields.size(), 0);
+    for (size_t k = 1; k < fields.size(); ++k) {
+      if (fields[k].empty()) continue;  // not measured at that step
+      value[k] = std::strtod(fields[k].c_str(), &end);
+      if (end != fields[k].c_str() + fields[k].size()) refuse(k, "not a number");
     }
-    if (step < 1 || step > resumed_step_) continue;
+    // samples_per_s and train_s, the fourth and sixth fields, carry on into this run's rows
+    for (size_t k : {size_t{3}, size_t{5}})
+      if (!std::isfinite(value[k]) || value[k] < 0) refuse(k, "it must be a finite number >= 0");
+    if (value[5] < train_s_before_) refuse(5, str("it falls below the row before's ", train_s_before_));
     rows.push_back(without_rss ? line + "," : line);
-    if (train_s >= train_s_before_) train_s_before_ = train_s, samples_before_ = rate * train_s;
+    train_s_before_ = value[5], samples_before_ = value[3] * value[5];
   }
   return rows;
 }

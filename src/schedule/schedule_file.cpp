@@ -73,8 +73,10 @@ Schedule schedule_from_csv(const std::string& text, const std::string& path, int
                   mb_text = cell.substr(type_end);
       if (is_left_out(type)) continue;
       if (stage_text.empty() || stage_text.size() > 6) bad("has no stage number, or one past 999999");
-      if (mb_text.empty() || mb_text.size() > 6 || !std::all_of(mb_text.begin(), mb_text.end(), ::isdigit))
+      if (mb_text.empty() || !std::all_of(mb_text.begin(), mb_text.end(), ::isdigit))
         bad("has no microbatch number after its type");
+      if (mb_text.size() > 6)  // the number is there, past any a run takes (it was said to be missing)
+        bad(str("names microbatch ", mb_text, "; at most ", kMaxMicrobatches, " are run"));
       int stage = std::stoi(stage_text), mb = std::stoi(mb_text);
       if (plan_stages > 0 && stage >= plan_stages)
         bad(str("names stage ", stage, ", but the plan has ", plan_stages, " stage", plan_stages == 1 ? "" : "s",

@@ -62,6 +62,23 @@ const std::string kTrain = kTrainBase + "--batch-size 16 --steps 1 ";
 // Train's values are checked one by one in process (TrainFlags.BadValuesNameFlagAndValue); here
 // one of each way a refusal reaches the exit code: train's own check, CLI11's conversion and range
 // checks, and a check on the built model.
+// A helper's audit of bad input (each ran with exit 0): an empty value (`--checkpoint-dir "$CK"`, CK
+// unset) turned checkpoints and --resume off; `--metrics= --quiet` wrote the metrics to a file named
+// --quiet; emulated compute trained the profile's model whatever --model or --data said; real
+// compute took --time-scale; --deferred-step and --no-deferred-step together took the last.
+TEST(CliErrors, ValuesAndFlagsThatWouldChangeNothingAreRefused) {
+  expect_rejected(kTrain + "--checkpoint-dir '' --resume", 2, {"--checkpoint-dir: the value is empty"});
+  expect_rejected(kTrain + "--metrics= --steps 2", 2, {"--metrics: '--steps' is a flag, not this option's value"});
+  expect_rejected("plan --profile x.json --workers 2 --bandwidth-gbps 10 -o ''", 2, {"--output: the value is empty"});
+  const std::string profile = std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json";
+  expect_rejected(kTrain + "--compute emulated --profile " + profile + " --model mnist-cnn", 2,
+                  {"--model mnist-cnn: emulated compute runs the layers of --profile", "a profile of 'vgg16'"});
+  expect_rejected("train --quiet --batch-size 16 --steps 1 --compute emulated --profile " + profile + " --data fashion-mnist",
+                  2, {"--data fashion-mnist: emulated compute trains on synthetic data"});
+  expect_rejected(kTrain + "--time-scale 2", 2, {"--time-scale: for --compute emulated"});
+  expect_rejected(kTrain + "--deferred-step --no-deferred-step", 2, {"--deferred-step excludes --no-deferred-step"});
+}
+
 TEST(CliErrors, MicrobatchCounts) {
   expect_rejected(kTrain + "--stages 2 --schedule 1f1b --microbatches -3", 2, {"--microbatches", "got -3"});
   // Too large for an int: CLI11 rejects it while parsing (exit code 104, ConversionError).

@@ -132,7 +132,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--allreduce", {{"--cluster", cluster_file, "--allreduce", "ring"}}},
       {"--batch-size", {{"--batch-size", "32"}}},
       {"--bucket-mb", {{"--bucket-mb", "1"}}},
-      {"--byte-scale", {{"--byte-scale", "2"}}},
+      {"--byte-scale", {{"--compute", "emulated", "--byte-scale", "2"}}},  // real compute refuses it
       {"--checkpoint-dir", {{"--checkpoint-dir", (tmp / "ck").string()}}},
       {"--checkpoint-every", {{"--checkpoint-every", "5", "--checkpoint-dir", (tmp / "ck").string()}}},
       {"--chunks", {{"--chunks", "2", "--schedule", "interleaved"}, {"--schedule"}}},
@@ -182,7 +182,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
        {{"--model", lm_file, "--loss", "lm", "--data", tokens_file, "--token-dtype", "uint32"}, {"--data", "--synthetic-samples", "--profile"}}},
       {"--eval-data",
        {{"--model", lm_file, "--loss", "lm", "--data", tokens_file, "--eval-data", tokens_file}, {"--data", "--synthetic-samples", "--profile"}}},
-      {"--time-scale", {{"--time-scale", "2"}}},
+      {"--time-scale", {{"--compute", "emulated", "--time-scale", "2"}}},
       {"--transport", {{"--transport", "gloo"}}},
       {"--vertical-sync", {{"--vertical-sync", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--warmup-steps", {{"--warmup-steps", "3"}}},
@@ -319,6 +319,10 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
   for (auto& l : untimed.layers) l.forward_ms = l.backward_ms = l.optimizer_ms = 0, l.timings.clear();
   std::string untimed_file = (tmp / "untimed.json").string();
   profile::write_profile(untimed, untimed_file);
+  profile::Profile renamed = runtime::testing::unit_profile(*runtime::testing::seeded_cnn(1));
+  renamed.model = "vgg16";
+  std::string renamed_file = (tmp / "renamed.json").string();
+  profile::write_profile(renamed, renamed_file);
   std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
       {"layers": [0, 1, 2], "replicas": 2}, {"layers": [3, 4], "replicas": 1}]})");
   const std::vector<std::string> base = {"--data", "synthetic", "--synthetic-samples", "64", "--quiet"};
@@ -355,9 +359,16 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--trace", tmp.string()}, {"--trace", "is a directory"}},
       {{"--metrics", "/nonexistent/dir/out"}, {"--metrics", "/nonexistent/dir", "not a directory"}},
       {{"--metrics", tmp.string()}, {"--metrics", "is a directory"}},
+      {{"--metrics", (tmp / "new.csv").string(), "--checkpoint-dir", (tmp / "new.csv").string()},
+       {"--metrics", "is --checkpoint-dir", "new.csv"}},
       {{"--checkpoint-dir", tmp.string(), "--checkpoint-every", "-3"}, {"--checkpoint-every: must be >= 0, got -3"}},
       {{"--plan", replicated, "--schedule", "1f1b", "--deferred-step"},
        {"--deferred-step: only the pipedream schedule defers a step, not 1f1b"}},
+      // A schedule file's microbatches are the file's (the error named a --microbatches never given),
+      // and a split of another model's profile names the profile (it said "the plan").
+      {{"--stages", "2", "--schedule-file", write("three.csv", "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n")},
+       {"three.csv: its 3 microbatches do not divide --batch-size 16"}},
+      {{"--stages", "2", "--profile", renamed_file}, {"renamed.json: the profile is for model 'vgg16' but --model is 'mnist-cnn'"}},
       // Its opposite too: under gpipe it changed nothing, exit 0.
       {{"--plan", replicated, "--schedule", "gpipe", "--no-deferred-step"},
        {"--no-deferred-step: only the pipedream schedule defers a step, not gpipe"}},

@@ -76,6 +76,11 @@ TEST(BadPlanFile, NamesFieldAndValue) {
             "p.json: field 'stages' gives each of its 2 stages a worker of its own, but interleaved over 2 chunks runs "
             "2 on each (stage s on worker s mod 1): list each worker on its stages, as `pipetrain plan` writes them, "
             "or leave the workers out");
+  // Chunks that do not divide the stages (it read "stage s on worker s mod 0").
+  EXPECT_EQ(plan_error(head + R"("workers": 2, "schedule": "interleaved", "chunks": 3, )" + own),
+            "p.json: field 'stages' gives each of its 2 stages a worker of its own, but interleaved over 3 chunks runs "
+            "3 on each worker, and 2 stages are no whole number of chunks a worker: list each worker on its stages, "
+            "as `pipetrain plan` writes them, or leave the workers out");
   EXPECT_NE(plan_error(head + R"("workers": 2, "schedule": "dualpipev", )" + own)
                 .find("but dualpipev runs two stages on each worker (in a V)"),
             std::string::npos);

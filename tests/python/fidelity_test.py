@@ -295,11 +295,14 @@ class Fidelity(unittest.TestCase):
             self.assertIn(needle, r.stderr)
             self.assertNotIn("Traceback", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "m.pt")))
-        # An nn.Sequential the example batch does not fit, and integer inputs drawn from [0, 0):
-        # both printed Python tracebacks.
+        # An nn.Sequential the example batch does not fit, integer inputs drawn from [0, 0) and an
+        # example past memory: all printed Python tracebacks. A key given twice was taken at its last.
         for extra, needle in ((["--input-shape", "4,5"], "running it on the example batch (4,5, float32) failed"),
                               (["--input-shape", "4,12", "--input-dtype", "int64", "--input-high", "0"],
-                               "--input-high: integer inputs are drawn from [0, HIGH), so it must be >= 1, got 0")):
+                               "--input-high: integer inputs are drawn from [0, HIGH), so it must be >= 1, got 0"),
+                              (["--input-shape", "99999999,99999999"], "--input-shape: 99999999,99999999 takes"),
+                              (["--input-shape", "4,12", "--kwargs", '{"p": 0.1, "p": 0.2}'],
+                               "--kwargs: key 'p' is given 2 times")):
             r = run_failing([PIPETRAIN, "export", "--model", "toy_models:dropout_mlp", "-o",
                              os.path.join(self.tmp.name, "m.pt")] + extra)
             self.assertEqual(r.returncode, 2, r.stderr)

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 
@@ -146,6 +148,41 @@ TEST(Progress, AResumedRunsRateIsTheWholeTrainings) {
   EXPECT_EQ(rows[2], "2,1,2.2,100.0,,4.000,,,,,");
   EXPECT_EQ(rows[3].substr(0, 27), "3,1,2.100000,83.3,,6.000,,,") << rows[3];  // (400 + 100) / (4 + 2)
   EXPECT_EQ(rows[4].substr(0, 27), "4,1,2.100000,75.0,,8.000,,,") << rows[4];  // (400 + 200) / (4 + 4)
+}
+
+// The rows a resumed run keeps are checked first, naming the file, the line and the field, and
+// the file is left as it was: an inf in train_s made every new row's train_s inf and its rate nan,
+// and a row twice left 30 rows for 20 steps, exit 0. A row past the checkpoint, or one a killed
+// run left half written, is dropped as before.
+TEST(Progress, AResumedRunsRowsAreCheckedBeforeTheyAreKept) {
+  std::string path = ::testing::TempDir() + "checked_metrics.csv";
+  const std::string header =
+      "step,epoch,loss,samples_per_s,test_accuracy,train_s,peak_memory_bytes,test_loss,grad_norm,lr,peak_rss_bytes\n";
+  auto refused = [&](const std::string& rows) {
+    { std::ofstream(path) << header << rows; }
+    std::remove((path + ".partial").c_str());  // a resume reads a killed run's partial file first
+    std::string error;
+    try {
+      Progress progress(4, path, true, 2);
+    } catch (const UsageError& e) {
+      error = e.what();
+    }
+    std::ifstream in(path);
+    std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(kept, header + rows);
+    return error;
+  };
+  EXPECT_NE(refused("1,1,2.3,100.0,,2.000,,,,,\n2,1,2.2,100.0,,inf,,,,,\n")
+                .find("checked_metrics.csv: line 3, field 'train_s' is 'inf': it must be a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(refused("1,1,2.3,100.0,,2.000,,,,,\n1,1,2.3,100.0,,2.000,,,,,\n").find("line 3, field 'step' is '1'"),
+            std::string::npos);
+  EXPECT_NE(refused("1,1,2.3,abc,,2.000,,,,,\n").find("field 'samples_per_s' is 'abc': not a number"),
+            std::string::npos);
+  EXPECT_NE(refused("1,1,2.3,100.0,,2.000\n").find("line 2 has 6 fields where the header names 11"),
+            std::string::npos);
+  // Past the checkpoint (step 3) and half written (no newline): dropped, not refused.
+  EXPECT_EQ(refused("1,1,2.3,100.0,,2.000,,,,,\n2,1,2.2,100.0,,4.000,,,,,\n3,1,9.9\n4,1,2.1,1"), "");
 }
 
 TEST(Trainer, EvalEveryAddsAccuracyRows) {

@@ -128,6 +128,10 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   // Cells and shapes that name the file and the place.
   e = error_of("cell.csv", "0F0,0X1\n1F0,1B0\n", two);
   EXPECT_NE(e.find("cell.csv: rank 0, column 1: '0X1' has type 'X'"), std::string::npos) << e;
+  // A number past any a run takes is named, not said to be missing.
+  e = error_of("huge.csv", "0F0,0F99999999999\n1F0,1B0\n", two);
+  EXPECT_NE(e.find("huge.csv: rank 0, column 1: '0F99999999999' names microbatch 99999999999; at most"),
+            std::string::npos) << e;
   e = error_of("two_ranks.csv", "0F0,0B0\n0F1,1F0,1B0,0B1\n", two);
   EXPECT_NE(e.find("stage 0 runs on rank 0 and rank 1"), std::string::npos) << e;
   e = error_of("stages.csv", "0F0,0B0\n1F0,1B0\n2F0,2B0\n", two);
