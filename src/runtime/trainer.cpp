@@ -95,6 +95,10 @@ void check_train_values(const TrainOptions& train_options) {
   if (!(train_options.sgd.weight_decay >= 0 && train_options.sgd.weight_decay <= kFloatMax))
     throw UsageError(str("--weight-decay: must be >= 0 and at most ", kFloatMax, " (float32's largest), got ",
                          train_options.sgd.weight_decay));
+  // As the betas under sgd: which parameters a decay of 0 shrinks changes nothing.
+  if (train_options.sgd.weight_decay == 0 && train_options.sgd.weight_decay_on != defaults.weight_decay_on)
+    throw UsageError(str("--weight-decay-on ", train_options.sgd.weight_decay_on,
+                         ": --weight-decay is 0, so it shrinks no parameter; give --weight-decay"));
 }
 
 int64_t total_steps(const TrainOptions& train_options, int64_t training_samples) {

@@ -186,10 +186,12 @@ Trace trace_from_json(const json& doc, const std::string& source) {
   // A trace of no computation measures nothing (0.000 ms per minibatch); and a worker holds at
   // most kMaxChunks stages ("stages": 1000000000 was taken). A worker's part of a trace holds
   // its own events only, so stages without events are no error.
-  bool computes = false;
+  bool computes = false, timed = false;
   for (const auto& list : t.workers)
-    for (const auto& e : list) computes |= is_compute(e.action.kind);
+    for (const auto& e : list) computes |= is_compute(e.action.kind), timed |= e.end_ms > e.start_ms;
   if (!computes) workers.fail("holds no compute event: a trace of no computation measures nothing");
+  // Every action of no length (it printed 0.000 ms a minibatch and 0.0 samples/s).
+  if (!timed) workers.fail("holds no event that takes time (each ends where it starts): it measures nothing");
   if (static_cast<int64_t>(t.num_stages) > static_cast<int64_t>(t.workers.size()) * kMaxChunks)
     root["stages"].fail(str("is ", t.num_stages, ", more than its ", t.workers.size(), " workers hold (at most ",
                             kMaxChunks, " stages each)"));

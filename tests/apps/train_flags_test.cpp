@@ -187,7 +187,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--vertical-sync", {{"--vertical-sync", "--schedule", "pipedream"}, {"--schedule"}}},
       {"--warmup-steps", {{"--warmup-steps", "3"}}},
       {"--weight-decay", {{"--weight-decay", "0.001"}}},
-      {"--weight-decay-on", {{"--weight-decay-on", "matrices"}}},
+      {"--weight-decay-on", {{"--weight-decay-on", "matrices", "--weight-decay", "0.001"}}},
       {"--zero-grad", {{"--zero-grad", "zeros"}}},
       {"--width", {{"--width", "2"}}},
       {"--workers", {{"--workers", "2", "--schedule", "dp"}, {"--stages", "--schedule"}}},
@@ -369,6 +369,8 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--stages", "2", "--schedule-file", write("three.csv", "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n")},
        {"three.csv: its 3 microbatches do not divide --batch-size 16"}},
       {{"--stages", "2", "--profile", renamed_file}, {"renamed.json: the profile is for model 'vgg16' but --model is 'mnist-cnn'"}},
+      // Which parameters a decay of 0 shrinks changes nothing.
+      {{"--weight-decay-on", "matrices"}, {"--weight-decay-on matrices: --weight-decay is 0"}},
       // Its opposite too: under gpipe it changed nothing, exit 0.
       {{"--plan", replicated, "--schedule", "gpipe", "--no-deferred-step"},
        {"--no-deferred-step: only the pipedream schedule defers a step, not gpipe"}},

@@ -508,6 +508,10 @@ TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
   bad = doc;
   for (auto& w : bad["workers"]) w = json::array();
   EXPECT_NE(trace_error(bad).find("holds no compute event"), std::string::npos) << trace_error(bad);
+  bad = doc;  // every action of no length: 0.000 ms a minibatch and 0.0 samples/s, exit 0
+  for (auto& w : bad["workers"])
+    for (auto& e : w) e["end_ms"] = e["start_ms"];
+  EXPECT_NE(trace_error(bad).find("holds no event that takes time"), std::string::npos) << trace_error(bad);
   doc["pauses"][1] = json::array({20, 9});
   EXPECT_NE(trace_error(doc).find("pauses[1][1]"), std::string::npos) << trace_error(doc);
   EXPECT_NE(trace_error(doc).find("before the pause's start 20"), std::string::npos) << trace_error(doc);
