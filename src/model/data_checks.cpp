@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
@@ -264,6 +265,11 @@ std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& o
              "output's dimensions holds the classes, and ", shapes, ", where ",
              both ? str("dimension 1 and the last (", out.dim() - 1, ") both fit") : std::string("neither dimension 1 nor the last fits"),
              " (--loss lm or cross-entropy, which replace the file's loss, count along the last or dimension 1)");
+}
+
+void say_if_no_accuracy(const DataSplit& split, const LayeredModel& model, const torch::Tensor& out) {
+  std::string why = no_accuracy_reason(model, out, split.test.targets);
+  if (!why.empty()) std::cerr << "note: " << why << "\n";
 }
 
 // The runtime scales each microbatch's loss by 1/m, so a minibatch's loss is the mean of its

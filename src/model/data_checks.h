@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "model/dataset.h"
 #include "model/layered_model.h"
 
 namespace pt::model {
@@ -23,6 +24,9 @@ void check_targets(const torch::Tensor& x, const torch::Tensor& y, const std::st
 // `out` (LayeredModel::class_dim): its shapes fit no class dimension, or two; "" where one fits,
 // and for every other loss and float targets (mse's, which have none to count).
 std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& out, const torch::Tensor& y);
+// The note of no_accuracy_reason on the test set's targets, where there is one: it printed the
+// argmax along dimension 1 of an LM's [N, T, V] against [N, T] targets, 0.00% or a figure of no meaning.
+void say_if_no_accuracy(const DataSplit& split, const LayeredModel& model, const torch::Tensor& out);
 // A model file's own loss tried on the first samples whole and in two halves: "" where it is a
 // mean over samples, else how it showed otherwise (DataSplit::loss_not_a_mean).
 std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y);
