@@ -442,6 +442,66 @@ class Averages(nn.Module):
         return torch.tanh(self.lin(x - self.mean))
 
 
+def sparse_embedding():
+    """nn.Embedding(sparse=True): its gradient is a sparse tensor."""
+    return nn.Sequential(nn.Embedding(32, 8, sparse=True), nn.Flatten(), nn.Linear(96, 4))
+
+
+class HashedBigrams(nn.Module):
+    """fastText's hashed bigrams: ids past 2^24 made at the input and looked up after the stack."""
+
+    def __init__(self, buckets=4099):
+        super().__init__()
+        self.emb, self.buckets = nn.Embedding(64, 16), buckets
+        self.blocks = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+        self.hashed, self.head = nn.Embedding(buckets, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        bigrams = x[:, :-1] * 1000003 + x[:, 1:]
+        h = self.emb(x).mean(1)
+        for b in self.blocks:
+            h = torch.tanh(b(h))
+        return self.head(h + self.hashed(bigrams % self.buckets).mean(1))
+
+
+def hashed_bigrams():
+    return HashedBigrams()
+
+
+class RunningMean(nn.Module):
+    """Subtracts a running mean of its input, updated in training (a branch on self.training:
+    export keeps the module whole)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.register_buffer("m", torch.zeros(d))
+
+    def forward(self, x):
+        if self.training:
+            self.m.mul_(0.9).add_(0.1 * x.detach().mean(0))
+        return x - self.m
+
+
+class MeanReadAtTheOutput(nn.Module):
+    """A normaliser whose statistics the output reads again by attribute, layers later (as
+    observation normalisers are written)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.norm = nn.Linear(12, 16), RunningMean(16)
+        self.blocks, self.head = nn.ModuleList(nn.Linear(16, 16) for _ in range(3)), nn.Linear(16, 5)
+
+    def forward(self, x):
+        h = self.norm(self.inp(x))
+        for b in self.blocks:
+            h = torch.tanh(b(h))
+        return self.head(h + self.norm.m)
+
+
+def mean_read_at_the_output():
+    return MeanReadAtTheOutput()
+
+
 class StatefulForward(nn.Module):
     """What fx runs once while tracing unless told otherwise: its input modified in place, a
     buffer of its own forward updated in place, submodules that update theirs, a frozen stem."""
