@@ -47,9 +47,13 @@ std::vector<bool> stages_over(const schedule::Schedule& s, const std::vector<sch
 // every level's summed, gave VGG-16 15-1 on 4x4 0.281 and 4.217 ms where `plan` gives 0.343 and
 // 4.110; the larger of the two columns as the time put GNMT-16's bottleneck on stage 2 (17.8 ms
 // of compute) where stage 3 computes 14.3 and waits 8.2 for its all-reduce.
-void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Metrics& steady,
-                   const plan::Cluster& cluster, plan::Plan& p) {
+void stage_figures(const schedule::Trace& t, const metrics::Metrics& steady, const plan::Cluster& cluster,
+                   plan::Plan& p) {
   std::vector<double> compute(p.num_stages(), 0.0), exposed(p.num_stages(), 0.0);
+  // The minibatches the trace holds, its own count: the count a lengthened replay was asked for
+  // is not a synchronous one's, which covers its own (dualpipev at 32 microbatches printed each
+  // stage's compute at 1/8: 1.878 ms for a layer of 15.02).
+  std::set<int> minibatches;
   std::vector<std::map<std::pair<int, int>, double>> sends(p.num_stages());  // (worker, level) -> ms
   // The optimizer's steps too, as the planner's compute counts them (forward, backward, step):
   // without them a `--schedule auto` plan's table put VGG-16's second stage at 33.986 ms where
@@ -62,6 +66,7 @@ void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Met
       if (st < 0 || st >= p.num_stages()) continue;
       double d = e.end_ms - e.start_ms;
       if (computes(e.action.kind)) compute[st] += d;
+      if (e.action.kind == schedule::ActionKind::kForward) minibatches.insert(e.action.microbatch / std::max(1, t.microbatches));
       if (schedule::is_send(e.action.kind) && e.action.peer >= 0 && e.action.peer != e.action.worker)
         sends[st][{e.action.worker, cluster.level_between(e.action.worker, e.action.peer)}] += d;
       if (e.action.kind != schedule::ActionKind::kAllReduce) continue;
@@ -74,7 +79,7 @@ void stage_figures(const schedule::Trace& t, int minibatches, const metrics::Met
   // The steady window's minibatches: its length at the steady pace.
   double in_window = steady.ms_per_minibatch > 0 ? (to - from) / steady.ms_per_minibatch : 0;
   for (int st = 0; st < p.num_stages(); ++st) {
-    const double m = std::max(1, minibatches), r = p.stages[st].replicas;
+    const double m = std::max<double>(1, static_cast<double>(minibatches.size())), r = p.stages[st].replicas;
     double link = 0;
     for (const auto& [where, ms] : sends[st]) link = std::max(link, ms / m);
     const double allreduce = in_window > 0 ? exposed[st] / (in_window * r) : 0;
@@ -114,7 +119,7 @@ namespace {
 
 // A configuration's figures from its replay (the time per sample weighed as the objective says).
 void take_replay(Configuration& c, SteadyReplay rp, const plan::Cluster& cluster, const JointOptions& joint) {
-  stage_figures(rp.trace, rp.minibatches, rp.metrics, cluster, c.plan);
+  stage_figures(rp.trace, rp.metrics, cluster, c.plan);
   c.simulated = std::move(rp.metrics);
   c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(c.plan.batch_size);
   c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? staleness_step_multiplier(joint.staleness_steps, c.staleness) : 1.0);

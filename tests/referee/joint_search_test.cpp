@@ -516,6 +516,30 @@ TEST(JointPlan, AStagesSendsAreItsBusiestLinksAndItsTimeAddsTheExposedAllReduce)
   EXPECT_NEAR(four.plan.stages[3].stage_time_ms(), four.simulated.ms_per_minibatch, 0.01 * four.simulated.ms_per_minibatch);
 }
 
+// A stage's compute is per minibatch of the trace the replay made: a synchronous schedule covers
+// its own minibatches, not the count a longer replay asks for (dualpipev at 32 microbatches put each
+// stage's compute at 1/8 of its layers': 1.878 ms for a layer of 15.02).
+TEST(JointPlan, AStagesComputeIsItsLayersWhateverTheMicrobatches) {
+  profile::Profile prof = load("vgg16");
+  plan::Cluster cluster = plan::Cluster::flat(4, 10);
+  plan::PlanOptions po;
+  for (int microbatches : {4, 32}) {
+    SCOPED_TRACE(microbatches);
+    JointOptions o;
+    o.schedules = {"dualpipev"};
+    o.microbatches = microbatches;
+    JointResult r = joint_search(prof, cluster, po, o);
+    const Configuration& best = chosen(r, o, prof, cluster);
+    ASSERT_EQ(best.plan.schedule, "dualpipev");
+    ASSERT_GE(best.plan.num_stages(), 4);  // a V: two stages a worker
+    for (const plan::Stage& st : best.plan.stages) {
+      double layers = 0;  // forward, backward and step, as the planner counts a stage
+      for (int l : st.layers) layers += prof.layers[l].forward_ms + prof.layers[l].backward_ms;
+      EXPECT_GT(st.compute_ms, 0.9 * layers * best.plan.batch_size / prof.batch_size);
+    }
+  }
+}
+
 // Each configuration is built and listed once: the referee's pipedream candidates held the uniform
 // 4-4-4-4 the search also tries, and GNMT-16 on 4x4 listed it twice, rows alike but for their rank.
 TEST(JointPlan, EachConfigurationIsTriedOnce) {
