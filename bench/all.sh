@@ -12,7 +12,10 @@ build/bench/bench_optimizer_step 15 > out/bench/optimizer_step.txt
 bench/real_cpu.sh
 bench/runtime_vs_peers.sh
 bench/imported_vs_zoo.sh
-/usr/bin/python3 bench/python/families_throughput.py --pipetrain build/pipetrain | tee out/bench/families.txt
+# Eager PyTorch on the allocator pipetrain computes with (runtime_vs_peers.sh): under glibc's
+# malloc eager ran 1.19-1.63x slower here, which measured the allocator, not pipetrain.
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
+  /usr/bin/python3 bench/python/families_throughput.py --pipetrain build/pipetrain | tee out/bench/families.txt
 bench/bf16.sh
 bench/async_accuracy.sh
 bench/replica_gradients.sh

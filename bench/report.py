@@ -539,7 +539,7 @@ def section_plan_speed(md):
     md.append("## Planning speed: `pipetrain plan` end to end (measured)\n")
     path = os.path.join(OUT, "plan_speed.txt")
     if not os.path.exists(path):
-        md.append("*bench_plan_speed did not run.*\n")
+        md.append("(not run)\n")  # the mark update_sections keeps the section's old figures by
         return
     text = open(path).read()
     end = text[text.find("end to end"):] if "end to end" in text else ""
@@ -571,12 +571,17 @@ def section_peers(md):
                  "peers.txt",
                  "`bench/runtime_vs_peers.sh`: mnist-cnn on Fashion-MNIST, a minibatch of 64 per step in every run "
                  "(data parallelism splits it over 2 workers, as DDP's global batch of 64 does), one compute thread "
-                 "per worker on this machine's 2 cores; rounds interleaved, medians. The peers are written here "
+                 "per worker on this machine's 2 cores; rounds interleaved, each ratio the median of the rounds' own "
+                 "ratios (listed after it). The peers are written here "
                  "(`bench/python/peers.py`) on Debian's python3-torch and the same OpenBLAS: DDP over gloo with 2 "
                  "processes, and a GPipe of 2 processes (conv | fc, 4 microbatches, point-to-point over gloo); the "
-                 "plain loop is `bench_trainer_overhead`'s LibTorch C++ loop. Every process allocates through tcmalloc "
-                 "(src/core/host_allocator.h; the peers through LD_PRELOAD): under glibc's defaults PyTorch here "
-                 "returned its activations to the kernel every step and ran at a third of its speed.")
+                 "plain loop is `bench_trainer_overhead`'s LibTorch C++ loop, pipetrain's one worker `pipetrain "
+                 "train`. Every process allocates through tcmalloc (src/core/host_allocator.h; the peers through "
+                 "LD_PRELOAD): under glibc's defaults PyTorch here returned its activations to the kernel every step "
+                 "and ran at a third of its speed; and computes with one OpenBLAS thread (the peers through "
+                 "OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) leaves OpenBLAS one a core). pipetrain's gloo "
+                 "workers on one host all-reduce and hand tensors over through shared memory; the rows `-tcp` run "
+                 "them over gloo's TCP, as the peers run (PIPETRAIN_SHARED_MEMORY=0), and the goal is theirs.")
 
 
 def section_imported(md):
@@ -591,7 +596,11 @@ def section_families(md):
                  "`bench/python/families_throughput.py`: the models of `tests/python/family_models.py` (each "
                  "small: widths 8-32), exported as written, trained for 40 steps of batch 32 by eager PyTorch "
                  "(torch.optim.SGD, on 1 and on all threads), by pipetrain on one worker and by pipetrain's 1F1B on "
-                 "2 stages with 4 microbatches (a thread per stage); runs interleaved, medians. Their weights agree "
+                 "2 stages with 4 microbatches (a thread per stage); runs interleaved, medians. Eager PyTorch allocates "
+                 "through tcmalloc as pipetrain does (LD_PRELOAD in bench/all.sh) and sets OpenBLAS's threads with "
+                 "torch's: under glibc's malloc it had run 1.19-1.63x slower here, and "
+                 "pipetrain's one worker read 1.07-1.23x eager's (2026-11-29), where on the same footing it runs a "
+                 "little under eager on models this small (its per-step work weighs on little compute). Their weights agree "
                  "with eager PyTorch to 1e-5 (`family_fidelity`, docs/import.md). Models this small gain nothing "
                  "from a pipeline on 2 cores: a microbatch of 8 token sequences is a few hundred microseconds of "
                  "compute, which the per-microbatch work of the runtime (transfers, autograd's graph per "

@@ -26,7 +26,9 @@ double plain_libtorch_steps_per_s(const pt::model::DataSplit& data, int64_t step
   double t0 = pt::runtime::wall_ms();
   for (int64_t s = 0; s < steps; ++s) {
     auto idx = sampler.batch(s);
-    auto x = pt::runtime::gather(data.train.inputs, idx), y = pt::runtime::gather(data.train.targets, idx);
+    // The rows as pipetrain draws them: its images are held as bytes and scaled as drawn (the raw
+    // bytes, gathered, stopped the loop at its first convolution).
+    auto x = data.train.gather_inputs(idx), y = data.train.gather_targets(idx);
     sgd.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(net->forward(x), y);
     loss.backward();

@@ -5,6 +5,7 @@ stages (a thread per stage), side by side; runs interleaved, medians of REPEATS.
     /usr/bin/python3 bench/python/families_throughput.py --pipetrain build/pipetrain [--steps 40] [--repeats 3]
 """
 import argparse
+import ctypes
 import os
 import re
 import statistics
@@ -43,8 +44,19 @@ def loss_fn(flag):
     return torch.nn.functional.cross_entropy
 
 
+def blas_threads(n):
+    """OpenBLAS's own threads, which torch.set_num_threads leaves at one per core: a one-thread
+    eager run then ran 1.10-1.27x slower than with one, where each pipetrain worker computes with
+    one (src/model/compute_threads.cpp)."""
+    try:
+        ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(n)
+    except (OSError, AttributeError):  # another BLAS: its threads are torch's
+        pass
+
+
 def eager_rate(make, x, y, flag, steps, threads):
     torch.set_num_threads(threads)
+    blas_threads(threads)
     torch.manual_seed(0)
     model = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
