@@ -46,7 +46,8 @@ torch::Tensor CheckForward::operator()(const torch::Tensor& x) {
   for (int i = 0; i < model_.num_layers(); ++i) {
     std::vector<std::tuple<torch::Tensor, torch::Tensor, uint32_t>> weights;
     if (model_.holds(i))
-      for (const auto& p : model_.layer(i).module->parameters()) weights.emplace_back(p, p.detach().clone(), p._version());
+      for (const auto& p : model_.layer(i).module->parameters())
+        weights.emplace_back(p, p.detach().clone(), p._version());
     h = model_.forward(h, i, i + 1);
     for (auto& [p, value, version] : weights)
       if (p._version() != version) saved_.emplace_back(p, value);
