@@ -61,7 +61,8 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
 
 std::string format_configurations(const JointResult& r, int k) {
   std::ostringstream os;
-  os << "configurations (" << r.considered << " built, " << r.over_cap << " over the memory cap";
+  os << "configurations (" << r.considered << " built, " << r.climbed << " of them by moving a split's boundaries, "
+     << r.over_cap << " over the memory cap";
   if (r.invalid > 0) os << ", " << r.invalid << " rejected by the schedule validator";
   os << "):\n";
   char line[512];

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -18,7 +19,9 @@
 #include "plan/split_ties.h"
 #include "referee/joint_trials.h"
 #include "referee/referee.h"
+#include "referee/split_climb.h"
 #include "referee/splits_under_cap.h"
+#include "referee/stage_figures.h"
 #include "referee/steady_replay.h"
 #include "schedule/generators.h"
 #include "schedule/memory.h"
@@ -36,60 +39,6 @@ std::vector<bool> stages_over(const schedule::Schedule& s, const std::vector<sch
   return over;
 }
 
-// Each stage's compute and communication per minibatch of the step, one replica's share, from its
-// replay: the plan table's columns, as the planner gives them (plan/realised_cost.cpp): the
-// sends of its busiest worker on its busiest level (links of two levels carry at once), and the
-// all-reduce left exposed, over the steady window, by the worker's compute; its time the larger
-// of compute and sends, plus that all-reduce. Every all-reduce counted whole, the warm-up's too,
-// read 3.093 ms for an AlexNet stage `plan` put at 2.517 (its sends; the deferred step hides the
-// rest). The even split's own figures are at the profile's batch, not the step's, and count no
-// sends (comm 0.000 for a VGG-16 cut sending 102.8 MB a minibatch). The replicas' mean sends,
-// every level's summed, gave VGG-16 15-1 on 4x4 0.281 and 4.217 ms where `plan` gives 0.343 and
-// 4.110; the larger of the two columns as the time put GNMT-16's bottleneck on stage 2 (17.8 ms
-// of compute) where stage 3 computes 14.3 and waits 8.2 for its all-reduce.
-void stage_figures(const schedule::Trace& t, const metrics::Metrics& steady, const plan::Cluster& cluster,
-                   plan::Plan& p) {
-  std::vector<double> compute(p.num_stages(), 0.0), exposed(p.num_stages(), 0.0);
-  // The minibatches the trace holds, its own count: the count a lengthened replay was asked for
-  // is not a synchronous one's, which covers its own (dualpipev at 32 microbatches printed each
-  // stage's compute at 1/8: 1.878 ms for a layer of 15.02).
-  std::set<int> minibatches;
-  std::vector<std::map<std::pair<int, int>, double>> sends(p.num_stages());  // (worker, level) -> ms
-  // The optimizer's steps too, as the planner's compute counts them (forward, backward, step):
-  // without them a `--schedule auto` plan's table put VGG-16's second stage at 33.986 ms where
-  // `plan` put the same stage at 39.563.
-  auto computes = [](schedule::ActionKind k) { return schedule::is_compute(k) || k == schedule::ActionKind::kStep; };
-  const double from = steady.window_start_ms, to = steady.window_end_ms;
-  for (const auto& list : t.workers)
-    for (const auto& e : list) {
-      int st = e.action.stage;
-      if (st < 0 || st >= p.num_stages()) continue;
-      double d = e.end_ms - e.start_ms;
-      if (computes(e.action.kind)) compute[st] += d;
-      if (e.action.kind == schedule::ActionKind::kForward) minibatches.insert(e.action.microbatch / std::max(1, t.microbatches));
-      if (schedule::is_send(e.action.kind) && e.action.peer >= 0 && e.action.peer != e.action.worker)
-        sends[st][{e.action.worker, cluster.level_between(e.action.worker, e.action.peer)}] += d;
-      if (e.action.kind != schedule::ActionKind::kAllReduce) continue;
-      double a = std::max(e.start_ms, from), b = std::min(e.end_ms, to), hidden = 0;
-      if (b <= a) continue;
-      for (const auto& c : list)  // one compute at a time on a worker: the overlaps add up
-        if (computes(c.action.kind)) hidden += std::max(0.0, std::min(b, c.end_ms) - std::max(a, c.start_ms));
-      exposed[st] += b - a - hidden;
-    }
-  // The steady window's minibatches: its length at the steady pace.
-  double in_window = steady.ms_per_minibatch > 0 ? (to - from) / steady.ms_per_minibatch : 0;
-  for (int st = 0; st < p.num_stages(); ++st) {
-    const double m = std::max<double>(1, static_cast<double>(minibatches.size())), r = p.stages[st].replicas;
-    double link = 0;
-    for (const auto& [where, ms] : sends[st]) link = std::max(link, ms / m);
-    const double allreduce = in_window > 0 ? exposed[st] / (in_window * r) : 0;
-    plan::Stage& stage = p.stages[st];
-    stage.compute_ms = compute[st] / (m * r);
-    stage.comm_ms = link + allreduce;
-    stage.time_ms = std::max(stage.compute_ms, link) + allreduce;
-  }
-}
-
 // A configuration's replay with `bucket_bytes`: over its schedule's minibatches and, where the
 // window has not settled or repeated, longer, from the trial's own count too (2BW's few dozen):
 // GNMT-Large's 2BW on 16 workers measured 95.0 ms a minibatch over 24, where it runs at 97.7
@@ -103,6 +52,9 @@ SteadyReplay replay_config(const schedule::Schedule& s, const plan::Plan& plan,
   how.sim.weight_prediction = joint.memory.weight_prediction;
   return steady_replay(s.kind, plan, schedule_options, prof, cluster, how, &s);
 }
+
+// The shapes of each kind whose best split the search climbs from (split_climb.h).
+constexpr int kClimbsPerKind = 3;
 
 }  // namespace
 
@@ -119,7 +71,7 @@ namespace {
 
 // A configuration's figures from its replay (the time per sample weighed as the objective says).
 void take_replay(Configuration& c, SteadyReplay rp, const plan::Cluster& cluster, const JointOptions& joint) {
-  stage_figures(rp.trace, rp.metrics, cluster, c.plan);
+  detail::stage_figures(rp.trace, rp.metrics, cluster, c.plan);
   c.simulated = std::move(rp.metrics);
   c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(c.plan.batch_size);
   c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? staleness_step_multiplier(joint.staleness_steps, c.staleness) : 1.0);
@@ -217,6 +169,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   }
   if (joint.objective != "throughput" && joint.objective != "time-to-accuracy")
     throw UsageError(str("--objective: must be throughput or time-to-accuracy, got '", joint.objective, "'"));
+  const auto began = std::chrono::steady_clock::now();
   JointResult r;
   r.smallest_peak = std::numeric_limits<int64_t>::max();
   // Schedules are built unvalidated, as the referee's replays are (the tests validate every
@@ -227,22 +180,28 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   // Trials over the cap at every recomputation that a split of their stages under it may save
   // (splits_under_cap.h), each with its objective as it stands.
   std::vector<std::pair<double, detail::Trial>> over;
-  std::set<std::string> weighed;
-  // `deferring`: one over the cap joins `over` (a split of it under the cap is not searched again).
-  auto weigh = [&](detail::Trial t, bool deferring) {
-    if (!weighed.insert(detail::trial_key(t)).second) return;
+  // Those that fit, as given (the climb's starting points), and each trial's objective by its key.
+  std::vector<std::pair<double, detail::Trial>> fits;
+  std::map<std::string, double> weighed;
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  // The trial's objective where it fits (kNone where not). `deferring`: one over the cap joins
+  // `over` (a split of it under the cap is not searched again).
+  auto weigh = [&](detail::Trial t, bool deferring) -> double {
+    auto [seen, fresh] = weighed.try_emplace(detail::trial_key(t), kNone);
+    if (!fresh) return seen->second;
+    double& objective = seen->second;
     // --straight holds here too: one worker a stage, no copies (VGG-16 on 4 workers with
     // --straight --memory 4GB chose 2-2, with --schedule auto data parallelism).
     if (plan_options.straight && std::any_of(t.plan.stages.begin(), t.plan.stages.end(),
                                    [](const plan::Stage& st) { return st.replicas > 1; })) {
       ++r.not_straight;
-      return;
+      return kNone;
     }
     // A tie split over stages needs the stages to step together: an asynchronous schedule
     // would train its copies apart (runtime/tied_gradients.h), and train refuses it.
     if (!schedule::schedule_flushes(t.kind) && !plan::split_ties(t.plan, profile).empty()) {
       ++r.async_split_tie;
-      return;
+      return kNone;
     }
     const detail::Trial as_given = t;
     profile::Profile prof = profile::with_batch_size(profile, t.batch);
@@ -284,6 +243,8 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
           schedule::validate(s);
           best = std::min(best, c.objective_ms_per_sample);
         }
+        objective = c.objective_ms_per_sample;
+        fits.emplace_back(objective, as_given);
         r.ranked.push_back(std::move(c));
         break;
       } catch (const ConfigError&) {
@@ -293,6 +254,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
         break;
       }
     }
+    return objective;
   };
   for (detail::Trial& t : detail::trials(profile, cluster, plan_options, joint)) weigh(std::move(t), true);
   // Those over the cap, fastest first, each split so that its workers fit where it could still
@@ -316,6 +278,24 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
       weigh(std::move(split), false);
     }
   }
+  // The best splits climbed (split_climb.h): a few shapes of each kind, fastest first.
+  // Where each climb ends is ranked, not the splits it passed on its way (`--top` listed a climb's
+  // steps, each a layer apart, in place of other shapes).
+  const int built = r.considered;
+  const size_t before_climbs = r.ranked.size();
+  const auto deadline = plan_options.planning_deadline(began);
+  std::set<std::string> ends;
+  for (const auto& [objective, start] : detail::climb_starts(fits, kClimbsPerKind))
+    ends.insert(detail::trial_key(detail::climb_split(
+        start, objective, [&](const detail::Trial& t) { return weigh(t, false); }, deadline, r.climb_timed_out)));
+  r.climbed = r.considered - built;
+  size_t kept = before_climbs;
+  for (size_t i = before_climbs; i < r.ranked.size(); ++i)
+    if (ends.count(detail::trial_key(fits[i].second))) {
+      if (kept != i) r.ranked[kept] = std::move(r.ranked[i]);  // (a move onto itself empties it)
+      ++kept;
+    }
+  r.ranked.erase(r.ranked.begin() + static_cast<std::ptrdiff_t>(kept), r.ranked.end());
   // Nothing is added to a configuration's time; at an equal objective, fewer workers first (the
   // same throughput for less hardware), as the referee ranks (ranks_before), then the fresher
   // weights, then the smaller peak: GPT-2048 on 4x4 under 80 GB chose 2bw's 8 microbatches at

@@ -20,7 +20,8 @@
 // stays the one on all n.
 // Each is tried without recomputation and, when it does not fit the cap, with recomputation on
 // the stages of the workers over it, then on every stage. Configurations over the cap are never
-// chosen. The objective:
+// chosen. The best split of each of a kind's fastest shapes is then climbed, its boundaries moved
+// a layer at a time while the simulator finds a move faster (split_climb.h). The objective:
 //  - throughput: the simulated time per sample;
 //  - time-to-accuracy: the time to train to a given accuracy, the time per sample times the
 //    steps it takes: x the steps an asynchronous schedule whose stages' weights lag up to k
@@ -91,6 +92,9 @@ struct JointResult {
   int not_straight = 0;                 // left out by --straight: a stage replicated
   int async_split_tie = 0;              // left out: an asynchronous schedule splitting a tie
   int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
+  // Of those built, the splits the climb tried (split_climb.h), and whether --time-limit stopped it.
+  int climbed = 0;
+  bool climb_timed_out = false;
   int64_t smallest_peak = 0;           // the least peak memory of any configuration
   // Configurations faster than the first that split a BatchNorm model's batch into microbatches
   // of fewer than profile::kFewBatchNormSamples (few_batch_norm_samples), ranked after it.

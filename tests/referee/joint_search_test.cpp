@@ -4,8 +4,11 @@
 // prints, the search pinned to that schedule), never over the cap in the memory model, and it
 // uses recomputation only when that is what fits.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -76,7 +79,11 @@ void check_cluster(const plan::Cluster& cluster, bool fewer_workers = true,
       if (cap > 0) {
         EXPECT_LE(best.peak_memory, cap);
       }
+      const auto& kinds = schedule::schedule_kinds();
       for (const auto& c : r.ranked) {
+        // Each ranked whole (dropping the climb's steps once moved a configuration onto itself,
+        // leaving one without a schedule, and `plan --schedule gpipe` on GPT-2048 failed).
+        EXPECT_NE(std::find(kinds.begin(), kinds.end(), c.plan.schedule), kinds.end()) << c.plan.shape();
         // Fastest first: nothing is added to any configuration's simulated time.
         EXPECT_GE(c.ms_per_sample, best.ms_per_sample * (1 - 1e-12));
         if (cap > 0) {
@@ -161,6 +168,69 @@ TEST(JointPlan, SplitsWeighTheLinksNotOnlyTheCompute) {
   JointResult r = joint_search(prof, cluster, po, o);
   const Configuration& best = chosen(r, o, prof, cluster);
   EXPECT_LT(best.ms_per_sample, charged_ms(prof) / static_cast<double>(prof.batch_size)) << best.plan.shape();
+}
+
+// The search's splits were the even and link-aware ones alone: on a 5-layer profile whose
+// second layer holds most weights and whose middle cuts carry 16 MB, 1F1B on 4 workers at
+// 10 Gbit/s ran 0 | 1-2 | 3 | 4 at 25.496 ms a minibatch, GPipe 0 | 1-2 | 3-4 at 27.081 and
+// ZB-H1 0 | 1-2 | 3 | 4 at 24.183, where 0 | 1-3 | 4 runs each at 22.669, 22.906 and 22.412
+// (a helper's enumeration through `simulate`). The climb over the boundaries finds it: the plan
+// is never slower than `simulate` says any split into 2 to 4 single-worker stages runs.
+TEST(JointPlan, TheClimbFindsTheFastestSplitThatSimulateFinds) {
+  const std::string text = R"({"format": "pipetrain.profile/1", "model": "r12", "batch_size": 32,
+    "input_bytes": 1000000, "layers": [
+    {"name": "l0", "forward_ms": 3.076, "backward_ms": 6.224, "activation_bytes": 4000000, "parameter_bytes": 100000, "optimizer_ms": 0.01},
+    {"name": "l1", "forward_ms": 0.748, "backward_ms": 1.486, "activation_bytes": 16000000, "parameter_bytes": 100000000, "optimizer_ms": 0},
+    {"name": "l2", "forward_ms": 4.013, "backward_ms": 8.426, "activation_bytes": 16000000, "parameter_bytes": 1000000, "optimizer_ms": 0},
+    {"name": "l3", "forward_ms": 2.812, "backward_ms": 4.631, "activation_bytes": 1000000, "parameter_bytes": 0, "optimizer_ms": 0.1},
+    {"name": "l4", "forward_ms": 2.363, "backward_ms": 5.289, "activation_bytes": 100000, "parameter_bytes": 0, "optimizer_ms": 0}]})";
+  namespace fs = std::filesystem;
+  fs::path tmp = fs::temp_directory_path() / ("pt_split_climb_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const std::string prof_file = (tmp / "r12.json").string(), plan_file = (tmp / "plan.json").string();
+  { std::ofstream(prof_file) << text; }
+  profile::Profile prof = profile::parse_any_profile(text, prof_file);
+  plan::Cluster cluster = plan::Cluster::flat(4, 10);
+  const std::string cluster_flags = " --workers 4 --bandwidth-gbps 10";
+  // `simulate`'s time per minibatch of a plan.
+  auto simulated = [&](const plan::Plan& p) {
+    plan::write_plan(p, plan_file);
+    auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + prof_file +
+                                cluster_flags + " --plan " + plan_file);
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(r.output, m, std::regex("time per minibatch +([0-9.]+) ms"))) << r.output;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  for (const char* kind : {"1f1b", "gpipe", "zb-h1"}) {
+    SCOPED_TRACE(kind);
+    plan::PlanOptions po;
+    JointOptions o;
+    o.schedules = {kind};
+    JointResult r = joint_search(prof, cluster, po, o);
+    const Configuration& best = chosen(r, o, prof, cluster);
+    EXPECT_GT(r.climbed, 0);
+    const double ms = best.simulated.ms_per_minibatch;
+    EXPECT_NEAR(simulated(best.plan), ms, 1e-3);
+    EXPECT_EQ(best.plan.num_stages(), 3);
+    if (best.plan.num_stages() == 3) EXPECT_EQ(best.plan.stages[1].layers, (std::vector<int>{1, 2, 3}));
+    // Every split into d stages, one worker each, at the chosen microbatches: cuts after layers
+    // drawn from 0..3 (bit c: a cut after layer c).
+    for (int cuts = 1; cuts < 16; ++cuts) {
+      int d = 1 + __builtin_popcount(cuts);
+      if (d > 4) continue;
+      plan::Plan q = best.plan;
+      q.order.clear();
+      q.stages.assign(d, plan::Stage{});
+      for (int l = 0, st = 0; l < prof.num_layers(); ++l) {
+        q.stages[st].layers.push_back(l);
+        if (l < 4 && (cuts >> l & 1)) ++st;
+      }
+      for (int st = 0; st < d; ++st) q.stages[st].workers = {st}, q.stages[st].replicas = 1;
+      q.workers = d;
+      EXPECT_LE(ms, simulated(q) * (1 + 1e-4)) << q.shape() << " cuts " << cuts;
+    }
+  }
+  fs::remove_all(tmp);
 }
 
 // Model parallelism runs its stages one after another: its time is the compute, the same for
@@ -562,6 +632,8 @@ TEST(JointPlan, EachConfigurationIsTriedOnce) {
 // Configurations as fast as one another rank by fewer workers, then fresher weights, then the
 // smaller peak, and say so: GPT-2048 on 4x4 under 80 GB chose 2bw's 8 microbatches (65.6 GiB,
 // weights 2 updates stale) over 16 (35.9 GiB, 1) and 32 (21.9 GiB, 1), each "0.0% slower".
+// (Since the split climb, 16 and 8 microbatches of a better split tie first, and 32, 16 and 8 of
+// the even split further down.)
 TEST(JointPlan, AsFastConfigurationsRankByWorkersStalenessThenMemory) {
   profile::Profile prof = load("gpt-2048");
   plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,10");
@@ -588,8 +660,24 @@ TEST(JointPlan, AsFastConfigurationsRankByWorkersStalenessThenMemory) {
       EXPECT_LE(best.peak_memory, c.peak_memory) << c.plan.microbatches;
     }
   }
-  EXPECT_GE(as_fast, 2);
-  EXPECT_LT(best.peak_memory, int64_t{30} << 30) << best.plan.microbatches;
+  EXPECT_GE(as_fast, 1);
+  // Every run of ties in that order, and some told apart by their staleness, some by their peak.
+  int by_staleness = 0, by_peak = 0;
+  for (size_t i = 1; i < r.ranked.size(); ++i) {
+    const Configuration &a = r.ranked[i - 1], &c = r.ranked[i];
+    if (c.objective_ms_per_sample > a.objective_ms_per_sample * (1 + 1e-9)) continue;
+    EXPECT_LE(a.workers, c.workers) << i;
+    if (a.workers != c.workers) continue;
+    EXPECT_LE(a.staleness, c.staleness) << i;
+    if (a.staleness != c.staleness) {
+      ++by_staleness;
+      continue;
+    }
+    EXPECT_LE(a.peak_memory, c.peak_memory) << i;
+    by_peak += a.peak_memory < c.peak_memory;
+  }
+  EXPECT_GE(by_staleness, 1);
+  EXPECT_GE(by_peak, 1);
 }
 
 // The GPT-like profile (scripts/accelerator_profiles.py) on 8 V100-class workers: with
@@ -754,14 +842,15 @@ TEST(JointPlan, APinnedSearchUnderACapComparesWithDataParallelismWhereItFits) {
   for (const auto& c : over.ranked) EXPECT_EQ(c.plan.data_parallel_ms_per_minibatch, 0) << c.plan.shape();
 }
 
-// GNMT-16 on 4x4 with 1 Gbit/s between servers, 1F1B: a fourth copy of the pipeline costs more
-// in its all-reduces across servers than it computes, so the search runs 4-4-4 on 12 workers
-// (--all-workers: 4-4-4-4 on all 16, slower). Its table compares the step of 4 copies, 256
+// GNMT-16 on 4x4 with 0.8 Gbit/s between servers, 1F1B: a fourth stage costs more in its
+// all-reduces across servers than it saves, so the search runs 4-4-4 on 12 workers
+// (--all-workers: 4-4-4-4 on all 16, slower). (At 1 Gbit/s it did so until the split climb found
+// 4-4-4-4 split at layers 5, 9 and 15: 1.0137 ms a sample against 4-4-4's 1.0403.) Its table compares the step of 4 copies, 256
 // samples, with one worker's time for 256 samples (it compared it with one worker's 64, and
 // warned that a plan 3.8x faster than one worker was slower).
 TEST(JointPlan, SynchronousSchedulesMayIdleWorkersAndTheTableComparesLikeWithLike) {
   profile::Profile prof = load("gnmt16");
-  plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,1");
+  plan::Cluster cluster = plan::cluster_from_shorthand("4,4", "96,0.8");
   plan::PlanOptions po;
   JointOptions o;
   o.schedules = {"1f1b"};
@@ -775,7 +864,7 @@ TEST(JointPlan, SynchronousSchedulesMayIdleWorkersAndTheTableComparesLikeWithLik
   }
 
   auto r = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + PT_SOURCE_DIR +
-                              "/data/profiles/gnmt16.json --workers 4,4 --bandwidth-gbps 96,1 --schedule 1f1b");
+                              "/data/profiles/gnmt16.json --workers 4,4 --bandwidth-gbps 96,0.8 --schedule 1f1b");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("on ([0-9]+) of 16 workers"))) << r.output;

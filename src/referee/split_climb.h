@@ -1,0 +1,37 @@
+#pragma once
+// The joint search's climb over a configuration's split (internal to src/referee): its layers'
+// boundaries moved one layer at a time, each split replayed, the fastest kept, until no move is
+// faster. The even and link-aware splits the search starts from balance the layers' compute and,
+// at most, their bytes over one link's time; the simulator sees more (a worker's sends behind its
+// compute, both directions of a cut, the warm-up), and on a 5-layer profile at 10 Gbit/s split
+// [0] | [1, 2, 3] | [4] ran 1F1B at 22.669 ms a minibatch where the best of those splits ran
+// 25.496 (the pipedream plans get the referee's own climb, referee.h).
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "plan/plan.h"
+#include "referee/joint_trials.h"
+
+namespace pt::referee::detail {
+
+// The splits one layer away from `p`: a stage's last layer moved to the stage after it, or its
+// first to the stage before, where each keeps a layer; replicas, workers and in-flight kept.
+std::vector<plan::Plan> moved_boundaries(const plan::Plan& p);
+
+// A trial's objective where it runs and fits (infinity where not); weighing it may rank it.
+using WeighTrial = std::function<double(const Trial&)>;
+
+// Steepest descent from `start` (its objective `start_objective`) over moved_boundaries; the
+// trial it ends on. Each move must gain more than the replay's rounding. Past `deadline` no move
+// is weighed (`timed_out` set).
+Trial climb_split(const Trial& start, double start_objective, const WeighTrial& weigh,
+                  std::chrono::steady_clock::time_point deadline, bool& timed_out);
+
+// The trials the climb starts from, from the fitting ones weighed (objective, trial): for each
+// schedule kind but pipedream's and data parallelism, the best of each shape (the kind's
+// settings, the stage count, each stage's replicas and workers), at most `per_kind` of them,
+// fastest first.
+std::vector<std::pair<double, Trial>> climb_starts(const std::vector<std::pair<double, Trial>>& fitting, int per_kind);
+
+}  // namespace pt::referee::detail
