@@ -44,7 +44,8 @@ struct PlanOptions {
   int fewest_workers = 0;
   // The most seconds planning takes, counted from `started` (plan --time-limit): past them the
   // simulator replays no further candidate (at least one is) and no other all-reduce bucket, and
-  // the plan says so in a note. The search itself always completes. 0: no limit.
+  // the joint search moves no further split boundary (referee/split_climb.h); the plan says so in
+  // a note. The planner's search itself always completes. 0: no limit.
   double time_limit_s = 8;
   // When planning began (`pipetrain plan` sets it as it starts); unset, the referee counts from
   // its own start.

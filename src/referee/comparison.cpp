@@ -72,6 +72,10 @@ Comparison compare_schedules(const profile::Profile& prof, const plan::Cluster& 
     try {
       JointResult best = joint_search(prof, cluster, plan_options, joint);
       const Configuration& c = chosen(best, joint, prof, cluster);
+      if (best.climb_timed_out)
+        options.note(str("note: ", kind, ": the time limit stopped moving its split's boundaries (",
+                         plan_options.time_limit_s, " s; `plan --schedule ", kind,
+                         " --time-limit 0` searches on)"));
       std::string how;
       if (c.plan.chunks > 1) how += str(" x", c.plan.chunks);
       if (c.plan.microbatches > 0) how += str(" m", c.plan.microbatches);

@@ -72,6 +72,7 @@ namespace {
 // A configuration's figures from its replay (the time per sample weighed as the objective says).
 void take_replay(Configuration& c, SteadyReplay rp, const plan::Cluster& cluster, const JointOptions& joint) {
   detail::stage_figures(rp.trace, rp.metrics, cluster, c.plan);
+  c.replayed_minibatches = rp.minibatches;
   c.simulated = std::move(rp.metrics);
   c.ms_per_sample = c.simulated.ms_per_minibatch / static_cast<double>(c.plan.batch_size);
   c.objective_ms_per_sample = c.ms_per_sample * (joint.objective == "time-to-accuracy" ? staleness_step_multiplier(joint.staleness_steps, c.staleness) : 1.0);
@@ -181,12 +182,13 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   // (splits_under_cap.h), each with its objective as it stands.
   std::vector<std::pair<double, detail::Trial>> over;
   // Those that fit, as given (the climb's starting points), and each trial's objective by its key.
-  std::vector<std::pair<double, detail::Trial>> fits;
+  std::vector<detail::Weighed> fits;
   std::map<std::string, double> weighed;
   constexpr double kNone = std::numeric_limits<double>::infinity();
   // The trial's objective where it fits (kNone where not). `deferring`: one over the cap joins
-  // `over` (a split of it under the cap is not searched again).
-  auto weigh = [&](detail::Trial t, bool deferring) -> double {
+  // `over` (a split of it under the cap is not searched again). `climbing`: a split the climb
+  // tries, which the counts of those left out leave out.
+  auto weigh = [&](detail::Trial t, bool deferring, bool climbing = false) -> double {
     auto [seen, fresh] = weighed.try_emplace(detail::trial_key(t), kNone);
     if (!fresh) return seen->second;
     double& objective = seen->second;
@@ -200,7 +202,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     // A tie split over stages needs the stages to step together: an asynchronous schedule
     // would train its copies apart (runtime/tied_gradients.h), and train refuses it.
     if (!schedule::schedule_flushes(t.kind) && !plan::split_ties(t.plan, profile).empty()) {
-      ++r.async_split_tie;
+      if (!climbing) ++r.async_split_tie;
       return kNone;
     }
     const detail::Trial as_given = t;
@@ -208,15 +210,23 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     schedule::ScheduleOptions schedule_options, given_options;
     schedule_options.microbatches = t.microbatches;
     schedule_options.chunks = t.chunks;
-    schedule_options.minibatches = t.minibatches;
+    // An asynchronous run's memory over as many minibatches as its replay took to settle, once
+    // known (0: memory_minibatches'), as `simulate` weighs it: ResNet-50 13-3 under pipedream on
+    // 4x4 held 11.74 GiB at most over the 234 the memory model ran, 12.02 from 468 on, and `plan
+    // --memory 11.9GB --top 8` listed it as fitting.
+    int memory_run = 0;
     // Without recomputation; over the cap, with it where needed, then everywhere.
     for (int mode = 0; mode < 3; ++mode) {
       try {
         // Weighed for the plan as it stands, recomputation included, as train weighs it.
         schedule_options = sim::weigh_schedule(t.kind, t.plan, schedule_options, prof, cluster);
         schedule::Schedule s = schedule::make_unvalidated_schedule(t.kind, t.plan, schedule_options);
-        if (mode == 0) ++r.considered, given_options = schedule_options;
-        auto memory = schedule::memory_over_long_run(t.kind, t.plan, schedule_options, prof, joint.memory, &s);
+        if (mode == 0 && memory_run == 0) ++r.considered, given_options = schedule_options;
+        schedule::ScheduleOptions memory_options = schedule_options;
+        if (memory_run > 0) memory_options.minibatches = memory_run;
+        auto memory = memory_run > 0
+                          ? schedule::memory_over_long_run(t.kind, t.plan, memory_options, prof, joint.memory)
+                          : schedule::memory_over_long_run(t.kind, t.plan, schedule_options, prof, joint.memory, &s);
         int64_t peak = schedule::peak_memory(memory);
         r.smallest_peak = std::min(r.smallest_peak, peak);
         if (joint.memory_cap > 0 && peak > joint.memory_cap) {
@@ -235,6 +245,11 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
           continue;
         }
         Configuration c = configured(t, s, schedule_options, prof, profile, cluster, plan_options, joint);
+        if (!s.flush && c.replayed_minibatches > std::max(memory_run, schedule::memory_minibatches(s, joint.memory))) {
+          memory_run = c.replayed_minibatches;
+          --mode;  // this mode again, its memory over the longer run
+          continue;
+        }
         c.memory = memory;
         c.peak_memory = peak;
         // Ranked by few BatchNorm samples first (ranks_first), each side has its own best.
@@ -244,7 +259,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
           best = std::min(best, c.objective_ms_per_sample);
         }
         objective = c.objective_ms_per_sample;
-        fits.emplace_back(objective, as_given);
+        fits.push_back({objective, few_batch_norm_samples(c.plan, profile, joint), as_given});
         r.ranked.push_back(std::move(c));
         break;
       } catch (const ConfigError&) {
@@ -269,7 +284,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     given.microbatches = t.kind == "pipedream" ? 0 : t.microbatches, given.batch_size = t.batch;
     if (objective > best_objective[few_batch_norm_samples(given, profile, joint)] * (1 + 1e-9)) continue;
     std::string key =
-        str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, " n", t.minibatches, t.plan.deferred_step ? " ds" : "");
+        str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, t.plan.deferred_step ? " ds" : "");
     for (const auto& st : t.plan.stages) key += str(" | f", st.in_flight, " x", st.replicas);
     auto search = searches.try_emplace(key, profile, t, cluster, joint).first;
     for (plan::Plan& fitting : search->second.splits(t.plan)) {
@@ -280,18 +295,20 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   }
   // The best splits climbed (split_climb.h): a few shapes of each kind, fastest first.
   // Where each climb ends is ranked, not the splits it passed on its way (`--top` listed a climb's
-  // steps, each a layer apart, in place of other shapes).
+  // steps, each a layer apart, in place of other shapes; a step as fast as the end, with a smaller
+  // peak, goes too: the climb keeps the first of equals it finds).
   const int built = r.considered;
   const size_t before_climbs = r.ranked.size();
   const auto deadline = plan_options.planning_deadline(began);
   std::set<std::string> ends;
-  for (const auto& [objective, start] : detail::climb_starts(fits, kClimbsPerKind))
+  for (const detail::Weighed& start : detail::climb_starts(fits, kClimbsPerKind))
     ends.insert(detail::trial_key(detail::climb_split(
-        start, objective, [&](const detail::Trial& t) { return weigh(t, false); }, deadline, r.climb_timed_out)));
+        start.trial, start.objective, [&](const detail::Trial& t) { return weigh(t, false, true); }, deadline,
+        r.climb_timed_out)));
   r.climbed = r.considered - built;
   size_t kept = before_climbs;
   for (size_t i = before_climbs; i < r.ranked.size(); ++i)
-    if (ends.count(detail::trial_key(fits[i].second))) {
+    if (ends.count(detail::trial_key(fits[i].trial))) {
       if (kept != i) r.ranked[kept] = std::move(r.ranked[i]);  // (a move onto itself empties it)
       ++kept;
     }

@@ -81,6 +81,7 @@ struct Configuration {
   int staleness = 0;                   // updates a stage's weights lag at most
   std::string why_not;                 // for all but the chosen
   schedule::ScheduleOptions run;       // the schedule's options it was replayed with
+  int replayed_minibatches = 0;        // its replay's, lengthened until it settled (memory is weighed over as many)
   // The workers its schedule runs on: an interleaved or V plan's stages (chunks) share them, and
   // plan.workers counts the stages.
   int workers = 0;

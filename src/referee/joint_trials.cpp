@@ -106,7 +106,7 @@ Refereed choose_pipedream(const std::vector<plan::Plan>& candidates, const profi
 }
 
 std::string trial_key(const Trial& t) {
-  std::string key = str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, " n", t.minibatches,
+  std::string key = str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch,
                         t.plan.deferred_step ? " ds" : "");
   for (const auto& st : t.plan.stages) {
     key += str(" | f", st.in_flight, st.recompute ? " rc" : "", " l");
@@ -159,15 +159,12 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
     if (d > 1) {
       for (const char* kind : {"1f1b", "gpipe", "2bw"})
         if (wanted(kind))
-          // 2BW: a minibatch of r x m microbatches is a whole round of every stage, so a few
-          // dozen past the warm-up make its steady state (the default, sized for PipeDream's
-          // one-microbatch minibatches, simulates thousands of microbatches here). Its double
-          // buffering can alternate two gaps between minibatches: the middle third (metrics.h)
-          // needs several to see them repeat; 6 minibatches measured one gap, 0.6-5% under.
-          for (int m : per_copy(r)) {
-            int enough = std::max(24, 2 * ((2 * d + r * m - 1) / (r * m)));  // a steady state past the warm-up
-            out.push_back({kind, u, r * m, 1, B * r, kind == std::string("2bw") ? enough : 0});
-          }
+          // 2BW over the minibatches `simulate` starts from (default_minibatches), lengthened as
+          // it lengthens them: from a few dozen of its own, whose window could look repeating
+          // while the pace still drifted, the split climb chose VGG-16 8-8 on 4x4 at 96/10 Gbit/s
+          // for its 690.511 ms a minibatch over 24, where it runs at 698.187 from 96 on (the
+          // search took 3.3 s either way).
+          for (int m : per_copy(r)) out.push_back({kind, u, r * m, 1, B * r});
       if (wanted("pipedream")) out.push_back({"pipedream", u, 1, 1, B});
     }
     if (r == 1 && d > 1) {

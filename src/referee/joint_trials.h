@@ -21,7 +21,6 @@ struct Trial {
   plan::Plan plan;
   int microbatches = 1, chunks = 1;
   int64_t batch = 1;
-  int minibatches = 0;  // asynchronous kinds: minibatches simulated (0: default_minibatches)
 };
 
 // What makes two trials run alike: the kind, its settings, and each stage's layers, workers,

@@ -92,9 +92,9 @@ PlanDecision decide_joint(const plan::PlanOutcome& out, const PlanRequest& reque
                                " would normalise over; ranked after this one (`plan --microbatches N` pins a split, "
                                "--top K lists them)"));
   if (r.climb_timed_out)
-    d.plan.notes.push_back(str("time limit: the search stopped moving the splits' boundaries at ", out.options.time_limit_s,
-                               " s of planning (--time-limit); the plan is the best of the ", r.considered,
-                               " configurations built"));
+    d.plan.notes.push_back(str("time limit: the search stopped moving the splits' boundaries at ",
+                               out.options.time_limit_s, " s of planning (--time-limit), ", r.considered,
+                               " configurations built; the plan is the best of those that fit"));
   d.shown = as_run(d.plan);
   // The --top best as plan files (plan --save-top): each configuration's plan with the order timed
   // where its kind weighs one, placed as it runs.

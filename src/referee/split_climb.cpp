@@ -59,25 +59,31 @@ Trial climb_split(const Trial& start, double start_objective, const WeighTrial& 
   return at;
 }
 
-std::vector<std::pair<double, Trial>> climb_starts(const std::vector<std::pair<double, Trial>>& fitting, int per_kind) {
-  std::map<std::string, std::pair<double, Trial>> best_of_shape;
-  for (const auto& [objective, t] : fitting) {
+std::vector<Weighed> climb_starts(const std::vector<Weighed>& fits, int per_kind) {
+  // Ranked as the search ranks: few BatchNorm samples last, then by the objective.
+  auto before = [](const Weighed& a, const Weighed& b) {
+    if (a.few_batch_norm_samples != b.few_batch_norm_samples) return b.few_batch_norm_samples;
+    return a.objective < b.objective;
+  };
+  std::map<std::string, Weighed> best_of_shape;
+  for (const Weighed& w : fits) {
+    const Trial& t = w.trial;
     if (t.kind == "pipedream" || t.kind == "dp" || t.plan.num_stages() < 2) continue;
-    std::string shape = str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch, " n", t.minibatches);
+    std::string shape = str(t.kind, " m", t.microbatches, " v", t.chunks, " B", t.batch);
     for (const auto& st : t.plan.stages) {
       shape += str(" | f", st.in_flight, " w");
       for (int w : st.workers) shape += str(",", w);
     }
-    auto [it, fresh] = best_of_shape.try_emplace(shape, objective, t);
-    if (!fresh && objective < it->second.first) it->second = {objective, t};
+    auto [it, fresh] = best_of_shape.try_emplace(shape, w);
+    if (!fresh && before(w, it->second)) it->second = w;
   }
-  std::vector<std::pair<double, Trial>> all;
+  std::vector<Weighed> all;
   for (auto& [shape, entry] : best_of_shape) all.push_back(std::move(entry));
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(all.begin(), all.end(), before);
   std::map<std::string, int> taken;
-  std::vector<std::pair<double, Trial>> out;
-  for (auto& entry : all)
-    if (taken[entry.second.kind]++ < per_kind) out.push_back(std::move(entry));
+  std::vector<Weighed> out;
+  for (Weighed& entry : all)
+    if (taken[entry.trial.kind]++ < per_kind) out.push_back(std::move(entry));
   return out;
 }
 

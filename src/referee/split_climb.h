@@ -19,6 +19,14 @@ namespace pt::referee::detail {
 // first to the stage before, where each keeps a layer; replicas, workers and in-flight kept.
 std::vector<plan::Plan> moved_boundaries(const plan::Plan& p);
 
+// A trial that fits, weighed: its objective, and whether it splits a BatchNorm model's batch into
+// microbatches too small (few_batch_norm_samples: ranked after every other).
+struct Weighed {
+  double objective = 0;
+  bool few_batch_norm_samples = false;
+  Trial trial;
+};
+
 // A trial's objective where it runs and fits (infinity where not); weighing it may rank it.
 using WeighTrial = std::function<double(const Trial&)>;
 
@@ -28,10 +36,10 @@ using WeighTrial = std::function<double(const Trial&)>;
 Trial climb_split(const Trial& start, double start_objective, const WeighTrial& weigh,
                   std::chrono::steady_clock::time_point deadline, bool& timed_out);
 
-// The trials the climb starts from, from the fitting ones weighed (objective, trial): for each
-// schedule kind but pipedream's and data parallelism, the best of each shape (the kind's
-// settings, the stage count, each stage's replicas and workers), at most `per_kind` of them,
-// fastest first.
-std::vector<std::pair<double, Trial>> climb_starts(const std::vector<std::pair<double, Trial>>& fitting, int per_kind);
+// The trials the climb starts from, of those that fit: for each schedule kind but pipedream's
+// and data parallelism, the best of each shape (the kind's settings, the stage count, each
+// stage's replicas and workers), at most `per_kind` of them, in the search's order (few BatchNorm
+// samples last: such shapes, often the fastest, had taken every start from the one chosen).
+std::vector<Weighed> climb_starts(const std::vector<Weighed>& fits, int per_kind);
 
 }  // namespace pt::referee::detail

@@ -130,7 +130,6 @@ schedule::Schedule& SplitsUnderCap::probe(int stages) {
   schedule::ScheduleOptions options;
   options.microbatches = trial_.microbatches;
   options.chunks = trial_.chunks;
-  options.minibatches = trial_.minibatches;
   options = sim::weigh_schedule(trial_.kind, plan, options, p_, cluster_);
   schedule::Schedule s = schedule::make_unvalidated_schedule(trial_.kind, plan, options);
   // As long a run as memory_over_long_run weighs.
