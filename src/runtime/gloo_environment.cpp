@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "runtime/gloo_transport.h"
 #include "runtime/job_secret.h"
@@ -71,6 +72,12 @@ int gloo_local_world_size_in_env() {
 
 GlooConfig gloo_config_from_env() {
   GlooConfig c;
+  // Both torchrun's and mpirun's, disagreeing (a RANK left in the environment under mpirun):
+  // RANK was taken, and every process claimed the same rank.
+  for (auto [ours, mpis] : {std::pair{"RANK", "OMPI_COMM_WORLD_RANK"}, std::pair{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}})
+    if (env(ours) && env(mpis) && std::string(env(ours)) != env(mpis))
+      throw ConfigError(str("gloo transport: ", ours, "=", env(ours), " and ", mpis, "=", env(mpis),
+                            " disagree: unset ", ours, " under mpirun, or run without mpirun"));
   const char *rank_var = "RANK", *size_var = "WORLD_SIZE";
   if (!env("RANK") && env("OMPI_COMM_WORLD_RANK")) {
     rank_var = "OMPI_COMM_WORLD_RANK";

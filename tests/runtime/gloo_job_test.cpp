@@ -556,6 +556,18 @@ TEST(GlooConfig, BadEnvironmentNamesTheVariable) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("OMPI_COMM_WORLD_RANK=3"), std::string::npos) << e.what();
   }
+  // mpirun's and torchrun's ranks both set, disagreeing: RANK was taken (every process rank 0).
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  try {
+    gloo_config_from_env();
+    ADD_FAILURE() << "no error for RANK=0 beside OMPI_COMM_WORLD_RANK=1";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK=0 and OMPI_COMM_WORLD_RANK=1 disagree"), std::string::npos) << e.what();
+  }
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
   ::unsetenv("OMPI_COMM_WORLD_RANK");
   ::unsetenv("OMPI_COMM_WORLD_SIZE");
   // The job secret: required, and long enough.
