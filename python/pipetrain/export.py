@@ -621,12 +621,19 @@ def build_layer(graph, lo, hi, inputs, outputs):
 
 def carrier_dtype(layouts):
     """The dtype a boundary's tensors travel in, packed into one: its first float tensor's, or
-    float64 where it packs integers, which float64 holds exactly up to 2^53 (float32 only to 2^24:
-    hashed bigram ids crossed rounded and looked up other rows, exit 0). A float32 or bf16 tensor
-    goes to float64 and back unchanged."""
+    float64 where it packs integers (float32 holds them exactly only to 2^24: hashed bigram ids
+    crossed rounded and looked up other rows, exit 0). A float32 or bf16 tensor goes to float64
+    and back unchanged; an int64 one crosses as two halves (carried_halves)."""
     if any(not d.is_floating_point for _, d in layouts):
         return torch.float64
     return layouts[0][1]
+
+
+def carried_halves(d):
+    """How many carrier elements an element of dtype d takes: an int64 crosses as its high and low
+    32 bits, each exact in float64, which holds integers exactly only to 2^53 (ids hashed into
+    int64's range crossed rounded and looked up other rows, 0.2 off eager with exit 0)."""
+    return 2 if d == torch.int64 else 1
 
 
 def pack(g, values, layouts):
@@ -634,7 +641,12 @@ def pack(g, values, layouts):
     flat = []
     for v, (_, d) in zip(values, layouts):
         f = g.call_method("reshape", (v, -1))
-        flat.append(f if d == dtype else g.call_method("to", (f, dtype)))
+        if carried_halves(d) == 2:
+            high = g.call_function(operator.rshift, (f, 32))  # arithmetic: keeps the sign
+            low = g.call_function(operator.and_, (f, 0xFFFFFFFF))
+            flat += [g.call_method("to", (high, dtype)), g.call_method("to", (low, dtype))]
+        else:
+            flat.append(f if d == dtype else g.call_method("to", (f, dtype)))
     return g.call_function(torch.cat, (flat, 0))
 
 
@@ -642,8 +654,8 @@ def unpack(g, x, layouts):
     """Inverse of pack: the batch is what the packed length leaves after the fixed-size parts."""
     dtype = carrier_dtype(layouts)
     per_sample, fixed = 0, 0
-    for shape, _ in layouts:
-        n = 1
+    for shape, d in layouts:
+        n = carried_halves(d)
         for s in shape:
             n *= abs(s)
         if -1 in shape:
@@ -653,16 +665,27 @@ def unpack(g, x, layouts):
     numel = g.call_method("numel", (x,))
     batch = g.call_function(operator.floordiv, (g.call_function(operator.sub, (numel, fixed)), max(per_sample, 1)))
     out, offset = [], 0
+
+    def take(size):
+        nonlocal offset
+        part = g.call_method("narrow", (x, 0, offset, size))
+        offset = g.call_function(operator.add, (offset, size)) if not isinstance(offset, int) or \
+            not isinstance(size, int) else offset + size
+        return part
+
     for shape, d in layouts:
         n = 1
         for s in shape:
             n *= abs(s)
         size = g.call_function(operator.mul, (batch, n)) if -1 in shape else n
-        part = g.call_method("narrow", (x, 0, offset, size))
-        part = g.call_method("reshape", (part, tuple(shape)))
-        out.append(part if d == dtype else g.call_method("to", (part, d)))
-        offset = g.call_function(operator.add, (offset, size)) if not isinstance(offset, int) or \
-            not isinstance(size, int) else offset + size
+        if carried_halves(d) == 2:
+            high = g.call_method("to", (take(size), d))
+            low = g.call_method("to", (take(size), d))
+            part = g.call_function(operator.or_, (g.call_function(operator.lshift, (high, 32)), low))
+        else:
+            part = take(size)
+            part = part if d == dtype else g.call_method("to", (part, d))
+        out.append(g.call_method("reshape", (part, tuple(shape))))
     return out
 
 

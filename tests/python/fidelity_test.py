@@ -1506,6 +1506,30 @@ class Errors(unittest.TestCase):
                      "--no-shuffle", "--quiet", "--checkpoint-dir", ck] + extra)
                 self.assertLess(max_relative_error(trained_state(model, ck), want), 1e-6)
 
+    def test_int64_ids_cross_a_packed_boundary_exact(self):
+        """Ids hashed into int64's range (here 2^55 to 2^62) packed beside activations at a cut
+        crossed as float64, exact only up to 2^53: the second embedding looked up other rows, 0.2 off
+        eager on one worker and on two, exit 0, from a file exported with ids below 2^31 (one exported
+        with ids past 2^53 was refused as a chain that does not compute the model). An int64 crosses
+        as its two 32-bit halves."""
+        model, data = os.path.join(self.tmp.name, "ids64.pt"), os.path.join(self.tmp.name, "ids64-data.pt")
+        r = export(["--model", "toy_models:hashed_ids", "--input-shape", f"{BATCH},6", "--input-dtype", "int64",
+                    "--input-high", str(2 ** 31), "--layers", "4", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("boundaries carrying several tensors", r.stdout)
+        g = torch.Generator().manual_seed(7)
+        x, y = torch.randint(2 ** 55, 2 ** 62, (BATCH * STEPS, 6), generator=g), torch.randint(0, 4, (BATCH * STEPS,), generator=g)
+        torch.save({"x": x, "y": y, "x_test": x[:BATCH], "y_test": y[:BATCH]}, data)
+        want = reference(toy_models.hashed_ids, x, y, torch.nn.functional.cross_entropy, 1)
+        for stages in (1, 2):
+            with self.subTest(stages=stages):
+                ck = os.path.join(self.tmp.name, f"ids64-{stages}-ck")
+                extra = [] if stages == 1 else ["--stages", str(stages), "--schedule", "1f1b", "--microbatches", "1"]
+                run([PIPETRAIN, "train", "--model", model, "--data", data, "--loss", "cross-entropy", "--steps",
+                     str(STEPS), "--batch-size", str(BATCH), "--lr", str(LR), "--momentum", str(MOMENTUM),
+                     "--no-shuffle", "--quiet", "--checkpoint-dir", ck] + extra)
+                self.assertLess(max_relative_error(trained_state(model, ck), want), 1e-6)
+
     def test_a_buffer_read_again_layers_later_stays_with_its_module(self):
         """A running mean a submodule updates, read again by attribute at the output: export cut
         between them, each layer kept its own copy of the buffer, and the later one never moved
