@@ -135,13 +135,14 @@ double Cluster::ring_correction(const AllreducePhase& unit, double bytes) const 
   return 1;
 }
 
-void Cluster::correct_rings(const std::vector<std::tuple<std::vector<int>, double, double>>& measured) {
-  ring_corrections.clear();
+void Cluster::correct_rings(const std::vector<std::tuple<std::vector<int>, double, double>>& measured,
+                            const Cluster& terms) {
+  PT_CHECK(terms.ring_corrections.empty() && terms.workers() == workers(), "terms of another shape or corrected");
   std::vector<RingCorrection> out;
   for (const auto& [group, bytes, ms] : measured) {
-    auto phases = allreduce_phases(group, 1.0);
+    auto phases = terms.allreduce_phases(group, 1.0);
     if (phases.size() != 1 || !(bytes > 0) || !(ms > 0)) continue;
-    double factor = std::max(1.0, ms / allreduce_ms(phases, bytes));
+    double factor = std::max(1.0, ms / terms.allreduce_ms(phases, bytes));
     auto it = std::find_if(out.begin(), out.end(), [&](const RingCorrection& r) {
       return r.level == phases[0].level && r.steps == phases[0].steps;
     });
@@ -322,13 +323,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     c.calibration = record;
   }
   check_cluster(c, source);
-  JsonField record = root.has("calibration") ? root["calibration"] : root;
-  if (root.has("calibration") && !record.has("emulated")) {
-    std::vector<std::tuple<std::vector<int>, double, double>> measured;
-    for (const AllreduceCheck& a : read_calibration_record(record, c).checks)
-      measured.emplace_back(a.group, a.bytes, a.measured_ms);
-    c.correct_rings(measured);
-  }
+  if (root.has("calibration") && !root["calibration"].has("emulated")) correct_rings_as_measured(c, root["calibration"]);
   return c;
 }
 

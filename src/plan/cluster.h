@@ -139,9 +139,12 @@ struct Cluster {
   };
   std::vector<RingCorrection> ring_corrections;
   double ring_correction(const AllreducePhase& unit, double bytes) const;
-  // Sets ring_corrections from all-reduces measured as (group, bytes, ms), against this cluster's
-  // own terms; any set before are dropped first.
-  void correct_rings(const std::vector<std::tuple<std::vector<int>, double, double>>& measured);
+  // Sets ring_corrections from all-reduces measured as (group, bytes, ms), against `terms`: this
+  // cluster's shape with the latency, rate and host terms calibrate fitted beside them (edits to
+  // the file's levels or --latency-us later scale the model the factors multiply, not the
+  // factors: judged against the edited terms, 500 us more a message made dp 7% faster); any set
+  // before are dropped first.
+  void correct_rings(const std::vector<std::tuple<std::vector<int>, double, double>>& measured, const Cluster& terms);
   // Phases one after another, `steps` steps each: the all-reduce of `bytes` whose phases for one
   // byte are `unit_phases` (allreduce_phases(group, 1.0), computed once for many sizes).
   double allreduce_ms(const std::vector<AllreducePhase>& unit_phases, double bytes) const;

@@ -65,6 +65,14 @@ AlphaBeta fit_alpha_beta(const std::vector<LinkPoint>& unsorted) {
   return fit;
 }
 
+namespace {
+std::vector<std::tuple<std::vector<int>, double, double>> measured_allreduces(const std::vector<AllreduceCheck>& checks) {
+  std::vector<std::tuple<std::vector<int>, double, double>> out;
+  for (const auto& a : checks) out.emplace_back(a.group, a.bytes, a.measured_ms);
+  return out;
+}
+}  // namespace
+
 Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibration>& levels,
                            const std::vector<AllreduceCheck>& checks, double action_us, const std::string& transport,
                            const std::string& when) {
@@ -102,10 +110,32 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
                                    {"modelled_ms", c.allreduce_ms(a.group, a.bytes)},
                                    {"error", c.allreduce_ms(a.group, a.bytes) / a.measured_ms - 1}});
   c.calibration = record;
-  std::vector<std::tuple<std::vector<int>, double, double>> measured;
-  for (const auto& a : checks) measured.emplace_back(a.group, a.bytes, a.measured_ms);
-  c.correct_rings(measured);
+  c.correct_rings(measured_allreduces(checks), c);
   return c;
+}
+
+void correct_rings_as_measured(Cluster& c, const JsonField& record) {
+  CalibrationRecord r = read_calibration_record(record, c);
+  Cluster terms = c;
+  terms.ring_corrections.clear();
+  // Each term as written beside the measurements, within the limits of the cluster's own fields;
+  // the record's points' fit where a hand-written record leaves it out.
+  auto term = [](const JsonField& owner, const char* field, double fallback, double lo, double hi, const char* unit) {
+    if (!owner.has(field)) return fallback;
+    double v = owner[field].as_number();
+    if (!(v >= lo && v <= hi)) owner[field].fail(str("must be in ", lo, "..", hi, " ", unit, ", got ", v));
+    return v;
+  };
+  for (size_t i = 0; i < r.levels.size(); ++i) {
+    const LevelCalibration& l = r.levels[i];
+    Level& level = terms.levels[l.level];
+    level.latency_us = term(record["levels"][i], "latency_us", l.fit.latency_us, 0, 1e7, "microseconds");
+    level.bandwidth_gbps = term(record["levels"][i], "bandwidth_gbps", l.fit.bandwidth_gbps, kMinBandwidthGbps,
+                                kMaxBandwidthGbps, "Gbit/s");
+  }
+  terms.reduce_us_per_mib = term(record, "reduce_us_per_mib", terms.reduce_us_per_mib, 0, 1e7, "microseconds per MiB");
+  terms.allreduce_step_us = term(record, "allreduce_step_us", terms.allreduce_step_us, 0, 1e7, "microseconds");
+  c.correct_rings(measured_allreduces(r.checks), terms);
 }
 
 HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceCheck>& checks) {
@@ -219,6 +249,12 @@ CalibrationRecord read_calibration_record(const JsonField& record, const Cluster
         l["workers"].fail(str("names worker ", w, ", not among the cluster's ", shape.workers(), " workers"));
     if (pair[0] == pair[1]) l["workers"].fail(str("names worker ", pair[0], " twice (a link joins two workers)"));
     lc.a = static_cast<int>(pair[0]), lc.b = static_cast<int>(pair[1]);
+    // A shape edited after calibrate (a level's fan_out) puts its measured pairs and all-reduces
+    // on other links than the ones measured, and their corrections on other rings.
+    if (int joined = shape.level_between(lc.a, lc.b); joined != lc.level)
+      l["workers"].fail(str("names workers ", lc.a, " and ", lc.b, ", joined at level ", joined, " (",
+                            shape.levels[joined].name, ") of this cluster, not at level ", lc.level,
+                            ", where calibrate measured them: the levels' fan_out changed after; calibrate again"));
     JsonField points = l["points_bytes_ms"];
     for (size_t k = 0; k < points.size(); ++k) {
       if (points[k].size() != 2) points[k].fail("must be [bytes, ms], got " + brief(points[k].raw()));

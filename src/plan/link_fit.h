@@ -85,6 +85,9 @@ struct CalibrationRecord {
   std::string transport, when;
 };
 CalibrationRecord read_calibration_record(const JsonField& record, const Cluster& shape);
+// Sets c's ring corrections from its calibration record's all-reduces, judged against the terms
+// calibrate fitted beside them (the record's own), whatever the file's levels now say.
+void correct_rings_as_measured(Cluster& c, const JsonField& record);
 inline constexpr double kMostAllreduceMs = 3.6e6;
 // A message or all-reduce calibrate measures is whole bytes, at most 1 TiB (it sends up to 64 MiB
 // and all-reduces a stage's weights): 1e300 or 0.5 bytes fitted the terms to 0.

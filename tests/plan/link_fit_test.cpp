@@ -235,6 +235,46 @@ TEST(LinkFit, ARingTakesTheTimeItWasMeasuredAtWhereTheModelFallsShort) {
   }
 }
 
+TEST(LinkFit, AnEditedLatencyLengthensTheMeasuredRingsNeverShortensThem) {
+  // The corrections were judged against the file's levels as they stood: 500 us more a message
+  // in a calibrated file made an all-reduce past the measured sizes faster (awd-lm dp on 2x2,
+  // 465.1 -> 432.9 ms a minibatch), and --latency-us, applied after, gave another figure (489.0)
+  // than the same latency written in the file.
+  LevelCalibration level{0, 0, 1, points_of(60, 20, 0, 1), {}};
+  level.fit = fit_alpha_beta(level.points);
+  std::vector<int> all{0, 1, 2, 3};
+  std::vector<AllreduceCheck> checks{{all, 16384, 0.7, 0}, {all, 1 << 20, 6.0, 0}, {all, 16 << 20, 20.0, 0}};
+  json doc = to_json(calibrated_cluster(cluster_from_shorthand("4", "1"), {level}, checks, 0, "gloo", "now"));
+  Cluster as_calibrated = cluster_from_json(doc, "c.json");
+  for (double bytes : {4096.0, 65536.0, 4194304.0, 67108864.0}) {
+    double before = 0;
+    for (double latency_us : {0.0, 60.0, 500.0, 5000.0}) {
+      json edited = doc;
+      edited["levels"][0]["latency_us"] = latency_us;
+      double ms = cluster_from_json(edited, "c.json").allreduce_ms(all, bytes);
+      EXPECT_GE(ms, before) << bytes << " bytes at " << latency_us << " us";
+      before = ms;
+      Cluster flagged = as_calibrated;  // as --latency-us sets it (cluster_from_flags)
+      flagged.levels[0].latency_us = latency_us;
+      EXPECT_NEAR(flagged.allreduce_ms(all, bytes), ms, 1e-12 * ms) << bytes << " bytes at " << latency_us << " us";
+    }
+  }
+  // A level's fan_out edited after calibrate puts its measured pairs on other links.
+  LevelCalibration inner{0, 0, 1, points_of(20, 40, 0, 1), {}}, outer{1, 0, 2, points_of(200, 2, 0, 1), {}};
+  inner.fit = fit_alpha_beta(inner.points), outer.fit = fit_alpha_beta(outer.points);
+  json two = to_json(calibrated_cluster(cluster_from_shorthand("2,2", "1,1"), {inner, outer}, {}, 0, "gloo", "now"));
+  two["levels"][0]["fan_out"] = 4, two["levels"][1]["fan_out"] = 1;
+  try {
+    cluster_from_json(two, "c.json");
+    ADD_FAILURE() << "a 2x2 calibration read as 4x1";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.json: field 'calibration.levels[1].workers' names workers 0 and 2, joined "
+                                         "at level 0 (server)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LinkFit, AStepsHostTimeHidesBehindItsMessage) {
   // calibrate on the 8-worker testbed (100 Mbit/s links, 8 gloo processes on 2 cores): 16 KiB
   // took 27.6 ms, 12x its links' 2.3, while 1 and 16 MiB came within 1% and 5% of theirs. A host
