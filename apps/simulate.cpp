@@ -154,6 +154,9 @@ int run_simulate(SimulateFlags flags) {
   sim_options.cores = flags.cores;
   sim_options.weight_prediction = !flags.no_weight_prediction;
   const int cores = flags.cores > 0 ? flags.cores : cluster.host_cores;
+  if (flags.cores > 0 && cluster.host_cores > 0 && flags.cores != cluster.host_cores && !cluster.core_rates.empty())
+    std::cerr << "note: --cores " << flags.cores << ": the cluster's core_rates were measured on its host_cores "
+              << cluster.host_cores << "; on " << flags.cores << " the computes share the cores by time-slicing alone\n";
   if (flags.pin_cores && flags.no_pin_cores) throw UsageError("--pin-cores and --no-pin-cores: give one of them");
   if (flags.pin_cores && cores == 0)
     throw UsageError("--pin-cores: the workers share no cores to pin them to: give --cores, or a --cluster with "
@@ -175,7 +178,8 @@ int run_simulate(SimulateFlags flags) {
   const metrics::Metrics& m = replay.metrics;
   const schedule::Trace& trace = replay.trace;
   if (!flags.schedule_out.empty()) write_text_file_atomic(flags.schedule_out, schedule::to_json(s).dump(1) + "\n");
-  std::string title = str(kind, " on ", cluster.describe(), ": ", s.num_stages, " stages, ", s.microbatches,
+  std::string title = str(kind, " on ", cluster.describe(), flags.cores > 0 ? str(", on --cores ", flags.cores) : "",
+                          ": ", s.num_stages, " stages, ", s.microbatches,
                           " microbatches", s.chunks > 1 ? str(", ", s.chunks, " chunks") : "", " (simulated, ",
                           prof.model, " batch ", prof.batch_size, ")");
   if (!flags.svg.empty()) write_text_file_atomic(flags.svg, metrics::timeline_svg(trace, title));

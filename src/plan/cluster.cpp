@@ -241,7 +241,10 @@ std::string Cluster::calibrated_over() const {
 double Cluster::core_rate(int running, int cores) const {
   if (running <= 0) return 1;
   size_t n = static_cast<size_t>(running);
-  if (core_rates.empty()) return std::min(1.0, static_cast<double>(cores) / running);
+  // Rates measured on host_cores cores say nothing of another count (simulate --cores 4 on a
+  // cluster calibrated on 2 ran as on 2).
+  if (core_rates.empty() || (host_cores > 0 && cores != host_cores))
+    return std::min(1.0, static_cast<double>(cores) / running);
   if (n <= core_rates.size()) return core_rates[n - 1];
   // Past the measured, the last rate shared out as time-slicing shares the cores: a list shorter
   // than the cores (a hand-edited [1] on 2) halved 2 workers' rate, where 2 cores run them whole.

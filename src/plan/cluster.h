@@ -87,9 +87,9 @@ struct Cluster {
   // shares them out as SimOptions::cores says, so plan, simulate and compare weigh the run this
   // host will make. 0 (a typed cluster, or ranks spread over machines): a device per worker.
   int host_cores = 0;
-  // The rate of each of `running` computes on `cores` cores: core_rates where measured (beyond
-  // them, the last one's shared out as min(1, cores / running) shares the cores), else
-  // min(1, cores / running).
+  // The rate of each of `running` computes on `cores` cores: core_rates where measured, on
+  // host_cores cores (beyond them, the last one's shared out as min(1, cores / running) shares
+  // the cores), else min(1, cores / running).
   double core_rate(int running, int cores) const;
   // How `pipetrain calibrate` measured the levels (link_fit.h: when, over which transport, every
   // point and fit, all-reduces against the model); null for a typed cluster. Carried through the
@@ -140,7 +140,7 @@ struct Cluster {
   std::vector<RingCorrection> ring_corrections;
   double ring_correction(const AllreducePhase& unit, double bytes) const;
   // Sets ring_corrections from all-reduces measured as (group, bytes, ms), against `terms`: this
-  // cluster's shape with the latency, rate and host terms calibrate fitted beside them (edits to
+  // cluster's shape with the latency, rate and host terms calibrate wrote beside them (edits to
   // the file's levels or --latency-us later scale the model the factors multiply, not the
   // factors: judged against the edited terms, 500 us more a message made dp 7% faster); any set
   // before are dropped first.

@@ -301,10 +301,11 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
   const size_t before_climbs = r.ranked.size();
   const auto deadline = plan_options.planning_deadline(began);
   std::set<std::string> ends;
+  const std::vector<double> bytes_after = profile::bytes_after_each_layer(profile);
   for (const detail::Weighed& start : detail::climb_starts(fits, kClimbsPerKind))
     ends.insert(detail::trial_key(detail::climb_split(
-        start.trial, start.objective, [&](const detail::Trial& t) { return weigh(t, false, true); }, deadline,
-        r.climb_timed_out)));
+        start.trial, start.objective, [&](const detail::Trial& t) { return weigh(t, false, true); }, bytes_after,
+        deadline, r.climb_timed_out)));
   r.climbed = r.considered - built;
   size_t kept = before_climbs;
   for (size_t i = before_climbs; i < r.ranked.size(); ++i)

@@ -268,7 +268,12 @@ TEST(BadClusterFile, NamesFieldAndValue) {
     c.core_rates = {1};
     EXPECT_DOUBLE_EQ(c.core_rate(2, 2), 1);
     EXPECT_DOUBLE_EQ(c.core_rate(4, 2), 0.5);
-    c.core_rates = {1, 0.9};
+    // Measured on the host's 2 cores, the rates say nothing of 4 (simulate --cores 4 ran 2
+    // workers at 0.9 and 4 at 0.45, as on 2).
+    c.core_rates = {1, 0.9}, c.host_cores = 2;
+    EXPECT_DOUBLE_EQ(c.core_rate(2, 2), 0.9);
+    EXPECT_DOUBLE_EQ(c.core_rate(2, 4), 1);
+    EXPECT_DOUBLE_EQ(c.core_rate(4, 4), 1);
     c.core_rates.clear();
     EXPECT_DOUBLE_EQ(c.core_rate(3, 2), 2.0 / 3);  // unmeasured: time-slicing alone
   }
