@@ -193,6 +193,16 @@ int run_simulate(SimulateFlags flags) {
   auto memory = flags.schedule_file.empty()
                     ? schedule::memory_over_long_run(flags.kind, plan, options, prof, memory_options, &s)
                     : schedule::memory_per_worker(s, prof, memory_options);
+  // The cluster's cap, which plan and compare plan under: a plan over it was simulated without a word.
+  const int64_t peak = schedule::peak_memory(memory);
+  if (cluster.memory_bytes_per_worker > 0 && peak > cluster.memory_bytes_per_worker - cluster.process_bytes)
+    std::cerr << "warning: a worker's tensors peak at " << human_bytes(static_cast<double>(peak)) << ", over the "
+              << human_bytes(static_cast<double>(cluster.memory_bytes_per_worker)) << " of the cluster's "
+              << "memory_bytes_per_worker"
+              << (cluster.process_bytes > 0 ? str(" less the ", human_bytes(static_cast<double>(cluster.process_bytes)),
+                                                   " a worker process holds besides them (process_bytes)")
+                                            : std::string())
+              << ": this plan does not fit the cluster (plan --memory finds one that does)\n";
   if (flags.json) {
     json doc = metrics::to_json(m);
     doc["peak_memory_bytes"] = doc["memory_model_peak_bytes"] = schedule::peak_memory(memory);

@@ -6,19 +6,20 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
-#include <filesystem>
 #include <ctime>
 #include <iostream>
 #include <thread>
 
 #include "apps/command.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/json_doc.h"
 #include "core/units.h"
 #include "model/compute_threads.h"
 #include "plan/link_fit.h"
 #include "job/calibration.h"
 #include "job/core_pinning.h"
+#include "job/options.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/launcher.h"
 #include "runtime/thread_transport.h"
@@ -250,6 +251,8 @@ int run_refit(const CalibrateFlags& flags) {
 int run_calibrate(const CalibrateFlags& flags) {
   if (!flags.refit.empty()) return run_refit(flags);
   if (flags.workers.empty()) throw UsageError("--workers: required (the cluster's shape), unless --refit");
+  if (!(flags.timeout_s <= job::kMostTimeoutS))
+    throw UsageError(str("--timeout: must be in (0, ", job::kMostTimeoutS, "] seconds, got ", flags.timeout_s));
   model::use_one_compute_thread();
   if (flags.transport != "threads" && flags.transport != "gloo")
     throw UsageError(str("--transport: must be threads or gloo, got '", flags.transport, "'"));
@@ -260,12 +263,9 @@ int run_calibrate(const CalibrateFlags& flags) {
     throw UsageError(str("--workers '", flags.workers, "': ", shape.workers(), " workers on this machine (a ",
                          flags.transport == "threads" ? "thread" : "process", " each); at most ", kMaxLocalWorkers,
                          " here, or start the gloo workers across machines with mpirun or torchrun"));
-  // The file's folder before the measuring, not after it.
-  if (!flags.output.empty() && flags.output != "-") {
-    std::filesystem::path dir = std::filesystem::absolute(flags.output).parent_path();
-    if (!std::filesystem::is_directory(dir))
-      throw UsageError(str("-o '", flags.output, "': no folder ", dir.string(), " to write the cluster file in"));
-  }
+  // The file's folder before the measuring, not after it (-o /tmp measured for seconds, on a
+  // testbed minutes, then failed on the folder).
+  if (flags.output != "-") check_output_path(flags.output, "-o");
   if (flags.transport == "threads") return run_threads(flags, shape);
   if (runtime::launched_as_gloo_worker()) return run_gloo_worker(flags, shape);
   runtime::Launch launch = runtime::fork_gloo_workers(shape.workers(), runtime::self_argv());

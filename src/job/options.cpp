@@ -13,9 +13,8 @@ void check_pipeline_options(const PipelineOptions& options, const plan::Plan& pl
     throw UsageError(str("--microbatches: ", options.microbatches, " does not divide --batch-size ", options.train.batch_size));
   if (options.chunks < 1 || options.chunks > schedule::kMaxChunks)
     throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", options.chunks));
-  // A week: beyond it a deadline computed from now overflows the clock.
-  if (!(options.timeout_s > 0 && options.timeout_s <= 604800))
-    throw UsageError(str("--timeout: must be in (0, 604800] seconds, got ", options.timeout_s));
+  if (!(options.timeout_s > 0 && options.timeout_s <= kMostTimeoutS))
+    throw UsageError(str("--timeout: must be in (0, ", kMostTimeoutS, "] seconds, got ", options.timeout_s));
   if (options.vertical_sync && options.schedule != "pipedream")
     throw UsageError(str("--vertical-sync: only the pipedream schedule keeps weight versions to sync, not ", options.schedule));
   // Versions count a stage's steps; a replicated stage steps once per round, so its versions

@@ -16,6 +16,11 @@
 
 namespace pt::job {
 
+// The longest wait for a peer (--timeout of train and calibrate): a week; far beyond it a deadline
+// computed from now overflows the clock (calibrate --timeout 1e10 failed at once, saying it had
+// waited 1e10 s).
+inline constexpr double kMostTimeoutS = 604800;
+
 struct PipelineOptions {
   std::string schedule = "pipedream";
   // train --schedule-file: the schedule to run, bound to the plan and validated

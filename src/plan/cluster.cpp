@@ -275,6 +275,7 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     f.only_fields({"name", "fan_out", "bandwidth_gbps", "latency_us"});
     Level l;
     l.name = f.has("name") ? f["name"].as_string() : str("level", i);
+    if (l.name.empty()) f["name"].fail("must name the level (a blank read \"2x2 ( 10 Gbps\"), or be left out");
     l.fan_out = static_cast<int>(f["fan_out"].as_int_in(1, kMaxWorkers));
     l.bandwidth_gbps = f["bandwidth_gbps"].as_number();
     if (!(l.bandwidth_gbps >= kMinBandwidthGbps && l.bandwidth_gbps <= kMaxBandwidthGbps))

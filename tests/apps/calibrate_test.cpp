@@ -169,8 +169,14 @@ TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
   // A folder that is not there is named before anything is measured.
   auto nowhere = testing::shell_run(kBinary + " calibrate --workers 2 -o /nonexistent-pt/cluster.json");
   EXPECT_NE(nowhere.exit_code, 0);
-  EXPECT_NE(nowhere.output.find("no folder /nonexistent-pt"), std::string::npos) << nowhere.output;
+  EXPECT_NE(nowhere.output.find("-o: '/nonexistent-pt/cluster.json' is in '/nonexistent-pt', which is not a directory"),
+            std::string::npos) << nowhere.output;
   EXPECT_EQ(nowhere.output.find("calibrate: workers"), std::string::npos) << nowhere.output;
+  // So is a folder given as the file (-o /tmp measured everything, then failed on it).
+  auto folder = testing::shell_run(kBinary + " calibrate --workers 2 -o /tmp");
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_NE(folder.output.find("-o: '/tmp' is a directory"), std::string::npos) << folder.output;
+  EXPECT_EQ(folder.output.find("level 0"), std::string::npos) << folder.output;
   // A thread each: 100,000 of them aborted the process.
   auto many = testing::shell_run(kBinary + " calibrate --workers 100000 --max-mb 0.01");
   EXPECT_EQ(many.exit_code, 2);
@@ -187,6 +193,10 @@ TEST(Calibrate, ShapesThatCannotBeMeasuredAreNamed) {
   auto forever = testing::shell_run(kBinary + " calibrate --workers 2 --timeout inf");
   EXPECT_EQ(forever.exit_code, 2);
   EXPECT_NE(forever.output.find("--timeout: must be a finite number > 0, got 'inf'"), std::string::npos) << forever.output;
+  // A deadline past the clock's range failed the first all-reduce at once, "waited 1e+10 s".
+  auto ages = testing::shell_run(kBinary + " calibrate --workers 2 --timeout 1e10");
+  EXPECT_EQ(ages.exit_code, 2);
+  EXPECT_NE(ages.output.find("--timeout: must be in (0, 604800] seconds, got 1e+10"), std::string::npos) << ages.output;
 }
 
 }  // namespace

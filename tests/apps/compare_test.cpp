@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include "core/json_doc.h"
@@ -112,6 +113,17 @@ TEST(Compare, RowsOverTheMemoryCapAreMarked) {
   EXPECT_NE(text.output.find("fullest worker: each worker a process or device of its own; on threads"),
             std::string::npos)
       << text.output;
+  // simulate of a plan over a cluster's own cap says so (it printed the peak alone).
+  std::string capped = ::testing::TempDir() + "capped_cluster.json";
+  { std::ofstream(capped) << R"({"format": "pipetrain.cluster/1", "memory_bytes_per_worker": 6442450944,
+                               "levels": [{"fan_out": 4, "bandwidth_gbps": 10}]})"; }
+  std::string simulate = std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + path + " --cluster " + capped;
+  auto over_cap = testing::shell_run(simulate + " --schedule 1f1b");  // 6.75 GiB
+  EXPECT_EQ(over_cap.exit_code, 0) << over_cap.output;
+  EXPECT_NE(over_cap.output.find("over the 6.00 GiB of the cluster's memory_bytes_per_worker: this plan does not fit"),
+            std::string::npos) << over_cap.output;
+  auto within = testing::shell_run(simulate + " --schedule dp");  // 5.36 GiB
+  EXPECT_EQ(within.output.find("does not fit"), std::string::npos) << within.output;
 }
 
 // What the user pins, every row it applies to keeps: --chunks the interleaved rows (they showed

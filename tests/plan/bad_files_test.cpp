@@ -254,6 +254,8 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   // taken off a memory cap, which bounds the process's peak RSS.
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": -5})"),
             "c.json: field 'process_bytes' must be in 0..1125899906842624, got -5");
+  EXPECT_EQ(cluster_error(head + R"([{"name": "", "fan_out": 2, "bandwidth_gbps": 1}]})"),
+            "c.json: field 'levels[0].name' must name the level (a blank read \"2x2 ( 10 Gbps\"), or be left out");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 0]})"),
             "c.json: field 'core_rates[1]' must be a rate in (0, 2] of one compute alone, got 0");
   {
