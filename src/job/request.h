@@ -67,6 +67,11 @@ Settled settle_request(const Request& request, model::LayeredModel& model, const
 // run's, or timed another optimizer's step.
 void note_profile_settings(const profile::Profile& profile, const std::string& path, const std::string& precision,
                            const std::string& optimizer);
+// ConfigError naming `path` where `profile` is another model's, or was measured on inputs of
+// another size than `data`'s (a sequence length, an image size: each layer's bytes and times are
+// another run's).
+void check_profile_fits_data(const profile::Profile& profile, const std::string& path, const model::LayeredModel& model,
+                             const model::DataSplit& data);
 // The same where a plan file was made from such a profile (its precision and optimizer fields).
 void note_planned_settings(const plan::Plan& plan, const std::string& path, const std::string& precision,
                            const std::string& optimizer);

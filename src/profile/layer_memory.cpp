@@ -65,6 +65,7 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
     out = layer_forward(model, module, input, targets, output);
   }
   l.stash_bytes = account->live();
+  l.stash_measured = true;
   int64_t workspace = account->peak() - l.stash_bytes;
   if (out.requires_grad()) {
     torch::Tensor grad = torch::ones_like(out);

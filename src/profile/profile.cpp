@@ -47,7 +47,7 @@ json to_json(const Profile& p) {
     if (l.optimizer_ms > 0) layer["optimizer_ms"] = l.optimizer_ms;
     if (l.stash_copy_ms > 0) layer["stash_copy_ms"] = l.stash_copy_ms;
     if (l.input_gradient_ms > 0) layer["input_gradient_ms"] = l.input_gradient_ms;
-    if (l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
+    if (l.stash_measured || l.stash_bytes > 0) layer["stash_bytes"] = l.stash_bytes;
     if (l.fixed_stash_bytes > 0) layer["fixed_stash_bytes"] = l.fixed_stash_bytes;
     if (l.split_bytes > 0) layer["split_bytes"] = l.split_bytes;
     if (l.workspace_bytes > 0) layer["workspace_bytes"] = l.workspace_bytes;
@@ -137,7 +137,7 @@ Profile profile_from_json(const json& doc, const std::string& source) {
     if (f.has("stash_copy_ms")) l.stash_copy_ms = part_ms(f["stash_copy_ms"], "optimizer_ms", l.optimizer_ms);
     if (f.has("input_gradient_ms"))
       l.input_gradient_ms = part_ms(f["input_gradient_ms"], "backward_ms", l.backward_ms);
-    if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes);
+    if (f.has("stash_bytes")) l.stash_bytes = f["stash_bytes"].as_int_in(0, kMaxLayerBytes), l.stash_measured = true;
     if (f.has("fixed_stash_bytes")) l.fixed_stash_bytes = f["fixed_stash_bytes"].as_int_in(0, l.stash_bytes);
     if (f.has("split_bytes")) l.split_bytes = f["split_bytes"].as_int_in(0, kMaxLayerBytes);
     if (f.has("workspace_bytes")) l.workspace_bytes = f["workspace_bytes"].as_int_in(0, kMaxLayerBytes);
@@ -326,7 +326,7 @@ double compute_backward_ms(const Profile& profile, int layer, int microbatches) 
 int64_t stash_bytes(const Profile& profile, int layer) {
   if (is_input_layer(profile, layer)) return 0;
   const Layer& l = profile.layers[layer];
-  return l.stash_bytes > 0 ? l.stash_bytes : l.activation_bytes;
+  return l.stash_measured || l.stash_bytes > 0 ? l.stash_bytes : l.activation_bytes;
 }
 
 double stash_bytes_at(const Profile& profile, int layer, double scale) {

@@ -37,9 +37,12 @@ struct Layer {
   // (0: not measured, kInputGradientShare of the backward).
   double input_gradient_ms = 0;
   // Bytes the layer's forward leaves alive until its backward (its output and what autograd
-  // saves), whole minibatch. Measured by `pipetrain profile`; optional (0: not measured, and
+  // saves), whole minibatch. Measured by `pipetrain profile`; optional (absent: not measured, and
   // stash_bytes() falls back to activation_bytes, PipeDream's assumption).
   int64_t stash_bytes = 0;
+  // Whether stash_bytes was measured: a view's 0 (Flatten) was written as no field and read back as
+  // a whole activation (a BatchNorm CNN's second stage modelled at 3.8 MiB, 2.4 measured).
+  bool stash_measured = false;
   // Of stash_bytes, what a forward keeps whatever its batch: under bf16, the cast of each weight
   // autograd saves, a copy per microbatch in flight, which scaled by the microbatch's share of
   // the batch left a dualpipev worker 25% over `plan --memory`'s cap. Measured by `pipetrain

@@ -323,6 +323,12 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
   renamed.model = "vgg16";
   std::string renamed_file = (tmp / "renamed.json").string();
   profile::write_profile(renamed, renamed_file);
+  // Measured on inputs twice the size (another image size, a sequence length): train predicted
+  // lstm-lm at --seq-len 64 from a profile at 8 at 13.7x its measured speed, exit 0.
+  profile::Profile resized = runtime::testing::unit_profile(*runtime::testing::seeded_cnn(1));
+  resized.input_bytes = resized.batch_size * 2 * 28 * 28 * 4;
+  std::string resized_file = (tmp / "resized.json").string();
+  profile::write_profile(resized, resized_file);
   std::string replicated = write("replicated.json", R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
       {"layers": [0, 1, 2], "replicas": 2}, {"layers": [3, 4], "replicas": 1}]})");
   const std::vector<std::string> base = {"--data", "synthetic", "--synthetic-samples", "64", "--quiet"};
@@ -369,6 +375,10 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--stages", "2", "--schedule-file", write("three.csv", "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n")},
        {"three.csv: its 3 microbatches do not divide --batch-size 16"}},
       {{"--stages", "2", "--profile", renamed_file}, {"renamed.json: the profile is for model 'vgg16' but --model is 'mnist-cnn'"}},
+      // Another model's profile on one worker and under data parallelism too (they took it).
+      {{"--profile", renamed_file}, {"renamed.json: the profile is for model 'vgg16' but --model is 'mnist-cnn'"}},
+      {{"--workers", "2", "--profile", renamed_file}, {"renamed.json: the profile is for model 'vgg16'"}},
+      {{"--profile", resized_file}, {"resized.json: measured on inputs of", "(field 'input_bytes'), where synthetic gives 3136 bytes a sample"}},
       // Which parameters a decay of 0 shrinks changes nothing.
       {{"--weight-decay-on", "matrices"}, {"--weight-decay-on matrices: --weight-decay is 0"}},
       // Its opposite too: under gpipe it changed nothing, exit 0.

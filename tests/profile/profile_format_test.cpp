@@ -74,6 +74,13 @@ TEST(ProfileFormat, RoundTrips) {
   EXPECT_DOUBLE_EQ(input_gradient_share(r, 1), 0.75);
   EXPECT_DOUBLE_EQ(input_gradient_share(r, 0), kInputGradientShare);  // not measured
   EXPECT_DOUBLE_EQ(input_gradient_share(with_batch_size(r, 2 * r.batch_size), 1), 0.75);
+  // A stash measured at 0 (a view: Flatten) stays 0 through the file; one not measured is the
+  // activation (it was written as no field and read back as a whole activation).
+  EXPECT_EQ(stash_bytes(p, 1), 10);
+  p.layers[1].stash_bytes = 0, p.layers[1].stash_measured = true;
+  Profile v = profile_from_json(to_json(p), "v.json");
+  EXPECT_EQ(stash_bytes(v, 1), 0);
+  EXPECT_EQ(stash_bytes(with_batch_size(v, 2 * v.batch_size), 1), 0);
 }
 
 TEST(ProfileFormat, EachValidationError) {
