@@ -39,9 +39,39 @@ std::string tick_label(double ms) {
   return os.str();
 }
 
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629's table), 0 where there is none.
+size_t utf8_length(const std::string& s, size_t i) {
+  auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  auto in = [](unsigned v, unsigned lo, unsigned hi) { return v >= lo && v <= hi; };
+  unsigned b = at(0);
+  if (b < 0x80) return 1;
+  if (in(b, 0xC2, 0xDF)) return in(at(1), 0x80, 0xBF) ? 2 : 0;
+  if (in(b, 0xE0, 0xEF)) {
+    unsigned lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+    return in(at(1), lo, hi) && in(at(2), 0x80, 0xBF) ? 3 : 0;
+  }
+  if (in(b, 0xF0, 0xF4)) {
+    unsigned lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+    return in(at(1), lo, hi) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
+  }
+  return 0;
+}
+
+// Text fit for XML: markup escaped, and a control character or a byte of no UTF-8 sequence as '?'
+// (a title or schedule name holding either made an SVG no XML parser reads).
 std::string escape(const std::string& s) {
   std::string out;
-  for (char c : s) out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+  for (size_t i = 0; i < s.size();) {
+    size_t n = utf8_length(s, i);
+    char c = s[i];
+    if (n == 0 || (n == 1 && static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n'))
+      out += '?', n = 1;
+    else if (n == 1)
+      out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+    else
+      out.append(s, i, n);
+    i += n;
+  }
   return out;
 }
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -90,20 +91,35 @@ void check_computes(const std::vector<TraceEvent>& list, const JsonField& row) {
   }
 }
 
-// Every backward (and weight gradient) follows its microbatch's forward of that stage.
+// Every backward (and weight gradient) follows its microbatch's forward of that stage: there is
+// one, and on the worker that ran it (one clock) it ended before the backward starts (a backward
+// moved before its forward was read as a longer run, 29.6 ms a minibatch where it took 19.6).
 void check_forwards(const Trace& t, const JsonField& workers) {
-  std::set<std::pair<int, int>> forwards;
-  for (const auto& list : t.workers)
-    for (const auto& e : list)
-      if (e.action.kind == ActionKind::kForward) forwards.insert({e.action.stage, e.action.microbatch});
+  std::map<std::pair<int, int>, std::pair<size_t, double>> forwards;  // (stage, mb) -> worker, end
+  for (size_t w = 0; w < t.workers.size(); ++w)
+    for (const auto& e : t.workers[w])
+      if (e.action.kind == ActionKind::kForward) forwards[{e.action.stage, e.action.microbatch}] = {w, e.end_ms};
   for (size_t w = 0; w < t.workers.size(); ++w)
     for (size_t i = 0; i < t.workers[w].size(); ++i) {
-      const Action& a = t.workers[w][i].action;
-      if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) &&
-          !forwards.count({a.stage, a.microbatch}))
+      const TraceEvent& e = t.workers[w][i];
+      const Action& a = e.action;
+      if (a.kind != ActionKind::kBackward && a.kind != ActionKind::kBackwardWeight) continue;
+      auto f = forwards.find({a.stage, a.microbatch});
+      if (f == forwards.end())
         workers[w][i]["action"].fail(str("is '", to_string(a), "', with no forward of stage ", a.stage, " microbatch ",
                                          a.microbatch, " in the trace"));
+      const auto [fw, ends] = f->second;
+      if (fw == w && e.start_ms < ends - 1e-9 * std::max(1.0, std::abs(ends)))
+        workers[w][i]["start_ms"].fail(str("is ", e.start_ms, ": '", to_string(a), "' starts before its forward ends, at ",
+                                           ends, " on this worker"));
     }
+}
+
+// A transfer's peer is another worker of the trace ("0SA0>7" in a trace of 2 printed a link 0 -> 7).
+void check_peer(const Action& a, size_t worker, size_t workers, const JsonField& f) {
+  if (!is_p2p(a.kind)) return;
+  if (a.peer < 0 || static_cast<size_t>(a.peer) >= workers || static_cast<size_t>(a.peer) == worker)
+    f.fail(str("is '", to_string(a), "', whose peer ", a.peer, " is not another of the trace's ", workers, " workers"));
 }
 
 }  // namespace
@@ -133,6 +149,10 @@ void check_complete(const Trace& t, const std::string& source) {
         throw FormatError(str(source, ": minibatch ", mb / t.microbatches, " has no microbatch ", k, " of its ",
                               t.microbatches, " (field 'microbatches'): not a whole run's trace"));
   }
+  // A worker of the run computes (a row appended empty was counted a worker idle throughout).
+  for (size_t w = 0; w < t.workers.size(); ++w)
+    if (std::none_of(t.workers[w].begin(), t.workers[w].end(), [](const TraceEvent& e) { return is_compute(e.action.kind); }))
+      throw FormatError(str(source, ": worker ", w, " runs no compute: not a whole run's trace"));
 }
 
 Trace trace_from_json(const json& doc, const std::string& source) {
@@ -170,6 +190,7 @@ Trace trace_from_json(const json& doc, const std::string& source) {
       }
       if (e.action.stage >= t.num_stages)
         f["action"].fail(str("names stage ", e.action.stage, " of a trace of ", t.num_stages, " stages"));
+      check_peer(e.action, w, workers.size(), f["action"]);
       if (f.has("chunk")) e.action.chunk = static_cast<int>(f["chunk"].as_int_in(0, kMostInt));
       // Times within 10^12 ms (31 years): beyond, the metrics' differences lose every digit
       // (an end_ms of 1e308 made a bubble fraction of -0.089).

@@ -278,6 +278,32 @@ TEST(Metrics, FromAMeasuredTrace) {
   EXPECT_TRUE(doc["workers"][1]["weight_bytes"].is_null()) << doc.dump();
 }
 
+// Events no run makes, read without a word and measured: a backward moved before its forward
+// (29.6 ms a minibatch where the run took 19.6), a send to a worker the trace does not have.
+TEST(Metrics, ATraceOfImpossibleEventsIsRefused) {
+  auto read_error = [](const Trace& t) {
+    try {
+      schedule::trace_from_json(schedule::to_json(t), "t.json");
+      return std::string("(none)");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(read_error(two_stage_trace()), "(none)");
+  Trace early = two_stage_trace();
+  early.workers[0][5].start_ms = -1, early.workers[0][5].end_ms = -0.5;  // 0B0, before 0F0's 0 to 1
+  std::string e = read_error(early);
+  EXPECT_NE(e.find("t.json: field 'workers[0][5].start_ms' is -1: '0B0' starts before its forward ends, at 1"),
+            std::string::npos) << e;
+  for (const char* send : {"0SA0>7", "0SA0>0"}) {
+    Trace astray = two_stage_trace();
+    astray.workers[0][1].action = parse_action(send, 0);
+    e = read_error(astray);
+    EXPECT_NE(e.find(std::string("is '") + send + "', whose peer"), std::string::npos) << e;
+    EXPECT_NE(e.find("is not another of the trace's 2 workers"), std::string::npos) << e;
+  }
+}
+
 // A trace with a stage's work, a microbatch or a backward taken out is no whole run's: `trace` measured
 // it at the full run's throughput (worker 1 emptied: the same 417.7 samples/s).
 TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
@@ -294,6 +320,10 @@ TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
   no_stage.workers[1].clear();
   EXPECT_EQ(refusal(no_stage),
             "t.json: no forward of stage 1 for microbatch 0, which other stages ran: not a whole run's trace");
+  // A row appended empty was counted a worker idle throughout (mean bubble 0.461 -> 0.641).
+  Trace empty_row = two_stage_trace();
+  empty_row.workers.emplace_back();
+  EXPECT_EQ(refusal(empty_row), "t.json: worker 2 runs no compute: not a whole run's trace");
   Trace no_microbatch = two_stage_trace();
   for (auto& list : no_microbatch.workers)
     list.erase(std::remove_if(list.begin(), list.end(), [](const auto& e) { return e.action.microbatch == 1; }),
@@ -389,6 +419,10 @@ TEST(Timeline, SvgHasRowsLegendAxisAndLabels) {
     for (auto& e : worker) e.start_ms += 4.5, e.end_ms += 4.5;
   EXPECT_NE(timeline_svg(later, "t").find(">0B1 9.00-11.00 ms<"), std::string::npos);
   EXPECT_EQ(svg.find("paused"), std::string::npos);
+  // A control character or a byte of no UTF-8 sequence made an SVG no XML parser reads; a whole
+  // sequence (é, 2 bytes; 😀, 4) is kept.
+  std::string odd = timeline_svg(two_stage_trace(), "run \x01 \xff \xed\xa0\x80 \"q\" \xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_NE(odd.find("run ? ? ??? &quot;q&quot; \xc3\xa9 \xf0\x9f\x98\x80"), std::string::npos) << odd.substr(0, 400);
   // A measured run's pauses are drawn and named over every row (they were left blank: idle
   // workers to the eye); the optimizer steps' marks say when.
   later.pauses = {{5.0, 7.0}};
