@@ -55,7 +55,7 @@ void measure_split_memory(model::LayeredModel& model, torch::nn::Sequential& mod
 }  // namespace
 
 void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                          const torch::Tensor& targets, Layer& l) {
+                          const torch::Tensor& targets, Layer& l, EighthBatch& eighth) {
   model::install_memory_meter();
   auto account = std::make_shared<model::MemoryAccount>();
   torch::Tensor out;
@@ -86,8 +86,9 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
   // did not hold (its first worker modelled 30% over). What a first call at a shape caches
   // (mnist-cnn's worker read 13% over the model in one run of three) is none, nor is allocation
   // rounding: under 1% and 4 KiB is none.
-  int64_t small = input.dim() > 0 ? input.size(0) / 8 : 0;
-  if (small < 1) {
+  eighth.output = torch::Tensor();
+  const int64_t small = eighth.samples;
+  if (small < 1 || !eighth.input.defined()) {
     if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
     return;
   }
@@ -99,10 +100,11 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
     for (bool charged : {false, true}) {
       model::ChargeTo charge(charged ? at_small : nullptr);
       torch::Tensor output;
-      // A leaf of its own: a view's gradient is its base's, the whole batch's, and read as fixed.
-      torch::Tensor part = input.narrow(0, 0, small).detach().requires_grad_(input.requires_grad());
+      // A leaf of its own, as the whole batch's input is.
+      torch::Tensor part = eighth.input.detach().requires_grad_(input.requires_grad());
       torch::Tensor kept =
           layer_forward(model, module, part, targets.defined() ? targets.narrow(0, 0, small) : targets, output);
+      eighth.output = output.detach();
       stash_at_small = at_small->live();
       workspace_at_small = at_small->peak() - stash_at_small;
       if (!kept.requires_grad()) continue;
@@ -112,10 +114,11 @@ void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& mod
       workspace_at_small = std::max(workspace_at_small, at_small->peak() - before);
     }
   } catch (const std::exception&) {  // a layer whose first dimension is not the batch: none measured
+    eighth.output = torch::Tensor();
     if (input.requires_grad()) measure_split_memory(model, module, input, targets, l);
     return;
   }
-  const double n = static_cast<double>(input.size(0)), h = static_cast<double>(small);
+  const double n = static_cast<double>(eighth.batch), h = static_cast<double>(small);
   // What a line through (h, at h) and (n, at n) leaves at 0 samples, where it is a part worth counting.
   auto fixed_of = [&](int64_t at_n, int64_t at_h) -> int64_t {
     double fixed = static_cast<double>(at_n) - static_cast<double>(at_n - at_h) / (n - h) * n;

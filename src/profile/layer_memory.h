@@ -18,7 +18,17 @@ torch::Tensor layer_forward(model::LayeredModel& model, torch::nn::Sequential& m
 // With `targets`, the loss's share too (measure_profile). Fills Layer::stash_bytes,
 // fixed_stash_bytes, workspace_bytes (less l.parameter_bytes, set first), split_bytes and
 // split_workspace_bytes.
+//
+// The fixed parts are read from the layer run again at an eighth of the batch, on `eighth.input`:
+// the first samples through the layers before it, as a packed input (several tensors in one,
+// python/pipetrain/export.py) cannot be cut to fewer samples (cut to an eighth of its elements, a
+// Llama block's bf16 weight copies read 0 where its twin read 49152). Its output is left in
+// `eighth.output` for the next layer (undefined where none ran).
+struct EighthBatch {
+  torch::Tensor input, output;
+  int64_t samples = 0, batch = 0;  // the eighth's samples, the whole batch's
+};
 void measure_layer_memory(model::LayeredModel& model, torch::nn::Sequential& module, const torch::Tensor& input,
-                          const torch::Tensor& targets, Layer& l);
+                          const torch::Tensor& targets, Layer& l, EighthBatch& eighth);
 
 }  // namespace pt::profile

@@ -158,6 +158,11 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     model::Precision wire = model.wire_precision(layer);
     return model::from_wire(model::to_wire(t.detach(), wire), wire);
   };
+  // An eighth of the batch through the layers, for their memory's fixed parts (layer_memory.h); a
+  // copy, as a layer may write into its input.
+  EighthBatch eighth;
+  eighth.batch = p.batch_size, eighth.samples = p.batch_size / 8;
+  if (eighth.samples >= 1) eighth.input = batch.narrow(0, 0, eighth.samples).clone();
   std::vector<torch::nn::Sequential> layers = layers_for_sequence(model, profiler_options);
   const bool in_sequence = !layers.empty();
   const LaterCopies later = later_tie_copies(model);
@@ -228,7 +233,8 @@ Profile measure_profile(model::LayeredModel& model, const torch::Tensor& batch, 
     torch::Tensor next = on_the_wire(out, i);
     out = torch::Tensor();  // the timed runs' graph goes before the stash is measured
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();  // each microbatch makes its own
-    measure_layer_memory(model, module, input, loss_targets, l);
+    measure_layer_memory(model, module, input, loss_targets, l, eighth);
+    eighth.input = eighth.output.defined() ? on_the_wire(eighth.output, i) : torch::Tensor();
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
     for (auto& param : module->parameters()) param.mutable_grad() = torch::Tensor();
     l.inputs = layer.inputs;
