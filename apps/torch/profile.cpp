@@ -40,6 +40,12 @@ int run_profile(ProfileFlags& flags) {
   model::use_one_compute_thread();
   keep_freed_host_memory();
   if (flags.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", flags.batch_size));
+  // The smaller batches a plan's microbatches take: one larger than the batch was dropped without
+  // a word, and the profile scaled its times linearly.
+  for (int64_t b : flags.options.batch_sizes)
+    if (b > flags.batch_size)
+      throw UsageError(str("--batch-sizes: ", b, " is more than --batch-size ", flags.batch_size,
+                           " (the sizes timed are the microbatches the batch splits into)"));
   // Before the timing: the profile must be writable, and not over a file the run reads.
   check_output_path(flags.output == "-" ? "" : flags.output, "-o");
   check_outputs_apart(flags.model.input_paths(), {{"-o", flags.output}});

@@ -100,6 +100,9 @@ double part_ms(const JsonField& f, const char* whole_name, double whole) {
 Profile profile_from_json(const json& doc, const std::string& source) {
   JsonField root(doc, source, "");
   expect_format(root, "profile", kProfileVersion);
+  // A misspelled field ("precison": "bf16") was read as absent: fp32, and the run's note said so.
+  root.only_fields({"format", "model", "batch_size", "device", "recipe", "precision", "optimizer", "timed",
+                    "timing_spread", "batch_norms", "input_bytes", "layers", "ties", "frozen_ties", "alike_layers"});
   Profile p;
   p.model = root["model"].as_string();
   p.batch_size = root["batch_size"].as_int_at_least(1);
@@ -127,6 +130,9 @@ Profile profile_from_json(const json& doc, const std::string& source) {
   check_layer_count(n, str(source, ": field 'layers'"));
   for (size_t i = 0; i < n; ++i) {
     JsonField f = layers[i];
+    f.only_fields({"name", "forward_ms", "backward_ms", "activation_bytes", "parameter_bytes", "inputs", "optimizer_ms",
+                   "stash_copy_ms", "input_gradient_ms", "stash_bytes", "fixed_stash_bytes", "split_bytes",
+                   "workspace_bytes", "fixed_workspace_bytes", "split_workspace_bytes", "buffer_bytes", "timings"});
     Layer l;
     l.name = f["name"].as_string();
     l.forward_ms = layer_ms(f["forward_ms"]);

@@ -25,10 +25,13 @@ constexpr KindInfo kKinds[kNumActionKinds] = {
 };
 
 // Reads a run of digits at text[pos]; -1 when there is none.
+// -1 where no digit stands at pos, -2 where more than 9 do (past what an int holds, named as
+// too large: "0F2147483647" was "no microbatch number").
 long read_number(const std::string& text, size_t& pos) {
   size_t start = pos;
   while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
-  if (pos == start || pos - start > 9) return -1;
+  if (pos == start) return -1;
+  if (pos - start > 9) return -2;
   return std::stol(text.substr(start, pos - start));
 }
 }  // namespace
@@ -52,7 +55,7 @@ Action parse_action(const std::string& text, int worker) {
   a.worker = worker;
   size_t pos = 0;
   long stage = read_number(text, pos);
-  if (stage < 0) return bad("no stage number");
+  if (stage < 0) return bad(stage == -2 ? "a stage number of more than 9 digits" : "no stage number");
   size_t code_start = pos;
   while (pos < text.size() && std::isupper(static_cast<unsigned char>(text[pos]))) ++pos;
   std::string code = text.substr(code_start, pos - code_start);
@@ -64,7 +67,7 @@ Action parse_action(const std::string& text, int worker) {
     }
   if (!found) return bad(str("unknown kind '", code, "'"));
   long mb = read_number(text, pos);
-  if (mb < 0) return bad("no microbatch number");
+  if (mb < 0) return bad(mb == -2 ? "a microbatch number of more than 9 digits" : "no microbatch number");
   a.stage = static_cast<int>(stage);
   a.microbatch = static_cast<int>(mb);
   if (is_p2p(a.kind)) {
@@ -72,7 +75,7 @@ Action parse_action(const std::string& text, int worker) {
     if (pos >= text.size() || text[pos] != want) return bad(str("a ", kind_name(a.kind), " needs '", want, "peer'"));
     ++pos;
     long peer = read_number(text, pos);
-    if (peer < 0) return bad("no peer worker number");
+    if (peer < 0) return bad(peer == -2 ? "a peer worker number of more than 9 digits" : "no peer worker number");
     a.peer = static_cast<int>(peer);
   }
   if (pos != text.size()) return bad(str("unexpected '", text.substr(pos), "'"));

@@ -214,6 +214,9 @@ TEST(CliErrors, AnOutputOverAnInputIsRefused) {
                   {"lies in --checkpoint-dir"});
   expect_rejected("profile --model mnist-cnn --data synthetic --batch-size 16 --eval-data " + plan + " -o " + plan, 2,
                   {"-o '" + plan + "' is --eval-data"});
+  // A smaller batch larger than the batch was dropped without a word (times then scaled linearly).
+  expect_rejected("profile --model mnist-cnn --data synthetic --batch-size 16 --batch-sizes 4,32", 2,
+                  {"--batch-sizes: 32 is more than --batch-size 16"});
   // plan, simulate and trace wrote over their inputs, exit 0: `plan -o` over the profile, `simulate
   // --svg` over it, `trace --chrome` over the trace (whose next reading then failed).
   std::ifstream vgg(std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json");

@@ -1371,11 +1371,28 @@ TEST(TrainCli, APlansMicrobatchesThatDoNotDivideItsBatchNameTheFile) {
 // --width 1 with the memory modelled at 113 MiB of tensors where the run held 29, exit 0.
 TEST(TrainCli, AProfileOfAnotherSizeIsRefused) {
   TempDir tmp("other-size");
-  fs::path profile = tmp.path / "profile.json", log = tmp.path / "log";
-  ASSERT_EQ(run({"profile", "--model", "mlp", "--width", "2", "--depth", "2", "--batch-size", "8", "-o", profile.string()},
+  fs::path wide = tmp.path / "wide.json", profile = tmp.path / "profile.json", log = tmp.path / "log";
+  ASSERT_EQ(run({"profile", "--model", "mlp", "--width", "2", "--depth", "2", "--batch-size", "8", "-o", wide.string()},
                 log),
             0)
       << slurp(log);
+  // Its inputs are twice the run's: named by them, before any worker starts.
+  int wide_rc = run({"train", "--model", "mlp", "--width", "1", "--depth", "2", "--data", "synthetic", "--batch-size", "8",
+                     "--stages", "2", "--schedule", "1f1b", "--steps", "2", "--quiet", "--profile", wide.string()},
+                    log);
+  EXPECT_EQ(wide_rc, 1) << slurp(log);
+  EXPECT_NE(slurp(log).find("--profile " + wide.string() + ": measured on inputs of 65536 bytes a batch of 8 (field "
+                            "'input_bytes'), where synthetic gives 4096 bytes a sample"),
+            std::string::npos)
+      << slurp(log);
+  // The run's own inputs but a layer of other weights: named by the layer, on each transport.
+  ASSERT_EQ(run({"profile", "--model", "mlp", "--width", "1", "--depth", "2", "--batch-size", "8", "-o", profile.string()},
+                log),
+            0)
+      << slurp(log);
+  json edited = parse_json(slurp(profile), "profile");
+  edited["layers"][1]["parameter_bytes"] = edited["layers"][1]["parameter_bytes"].get<int64_t>() + 4;
+  std::ofstream(profile) << edited.dump();
   for (const char* transport : {"threads", "gloo"}) {
     int rc = run({"train", "--model", "mlp", "--width", "1", "--depth", "2", "--data", "synthetic", "--batch-size", "8",
                   "--stages", "2", "--schedule", "1f1b", "--steps", "2", "--quiet", "--profile", profile.string(),

@@ -93,6 +93,10 @@ TEST(ProfileFormat, EachValidationError) {
        "p.json: field 'format' is \"pipetrain.profile/9\", expected \"pipetrain.profile/1\""},
       {[](json& d) { d.erase("format"); }, "p.json: missing field 'format' (expected \"pipetrain.profile/1\")"},
       {[](json& d) { d.erase("model"); }, "p.json: missing field 'model'"},
+      // A misspelled field was read as absent ("precison": "bf16" as fp32).
+      {[](json& d) { d["precison"] = "bf16"; }, "p.json: unknown field 'precison' in the top level; did you mean 'precision'?"},
+      {[](json& d) { d["layers"][1]["stash_byte"] = 5; },
+       "p.json: unknown field 'stash_byte' in 'layers[1]'; did you mean 'stash_bytes'?"},
       {[](json& d) { d["batch_size"] = 0; }, "p.json: field 'batch_size' must be >= 1, got 0"},
       {[](json& d) { d["layers"] = json::array(); }, "p.json: field 'layers' must list at least one layer"},
       {[](json& d) { d["layers"][1]["forward_ms"] = -1; },

@@ -30,6 +30,19 @@ TEST(Action, BadTextNamesIt) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + text + "'"), std::string::npos) << e.what();
     }
   }
+  // Numbers past an int are named as too long, not as missing.
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"0F2147483647", "a microbatch number of more than 9 digits"},
+           {"99999999999F0", "a stage number of more than 9 digits"},
+           {"0SA0>1234567890", "a peer worker number of more than 9 digits"},
+           {"0F", "no microbatch number"}}) {
+    try {
+      parse_action(text, 0);
+      ADD_FAILURE() << text << " parsed";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
