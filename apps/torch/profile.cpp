@@ -40,6 +40,11 @@ int run_profile(ProfileFlags& flags) {
   model::use_one_compute_thread();
   keep_freed_host_memory();
   if (flags.batch_size < 1) throw UsageError(str("--batch-size: must be >= 1, got ", flags.batch_size));
+  // It was read by nothing (--time-scale, the same case, was refused).
+  if (!flags.model.profile_path.empty() && !flags.model.emulated())
+    throw UsageError(str("--profile ", flags.model.profile_path, ": the profile --compute emulated emulates; this "
+                         "run measures --model's layers computing for real (give --compute emulated, or leave "
+                         "--profile out)"));
   // The smaller batches a plan's microbatches take: one larger than the batch was dropped without
   // a word, and the profile scaled its times linearly.
   for (int64_t b : flags.options.batch_sizes)

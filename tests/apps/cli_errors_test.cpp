@@ -217,6 +217,9 @@ TEST(CliErrors, AnOutputOverAnInputIsRefused) {
   // A smaller batch larger than the batch was dropped without a word (times then scaled linearly).
   expect_rejected("profile --model mnist-cnn --data synthetic --batch-size 16 --batch-sizes 4,32", 2,
                   {"--batch-sizes: 32 is more than --batch-size 16"});
+  // A --profile only emulated compute reads was dropped without a word.
+  expect_rejected("profile --model mnist-cnn --data synthetic --batch-size 16 --profile " + plan, 2,
+                  {"--profile " + plan + ": the profile --compute emulated emulates"});
   // plan, simulate and trace wrote over their inputs, exit 0: `plan -o` over the profile, `simulate
   // --svg` over it, `trace --chrome` over the trace (whose next reading then failed).
   std::ifstream vgg(std::string(PT_SOURCE_DIR) + "/data/profiles/vgg16.json");
