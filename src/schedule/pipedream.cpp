@@ -123,15 +123,7 @@ Schedule two_bw(const plan::Plan& plan, int microbatches, int minibatches) {
   // takes the largest (2BW's one delay for all stages: 1 where a minibatch's microbatches cover
   // the warm-up, m >= p - 1 on a straight pipeline; more where replicas split them, 2-2-2-2 with
   // m = 2: 3) and keeps d + 1 versions, the newest and the d before (2BW's double buffer).
-  for (int w = 0; w < s.num_workers(); ++w) {
-    std::map<int, int> steps;        // stage -> Steps so far on this worker
-    std::set<std::pair<int, int>> begun;  // (stage, minibatch) forwarded
-    for (const Action& a : s.actions[w]) {
-      if (a.kind == ActionKind::kStep) ++steps[a.stage];
-      if (a.kind == ActionKind::kForward && begun.insert({a.stage, a.microbatch / microbatches}).second)
-        s.weight_delay = std::max(s.weight_delay, a.microbatch / microbatches - steps[a.stage]);
-    }
-  }
+  for (const auto& list : s.actions) s.weight_delay = std::max(s.weight_delay, least_weight_delay(list, microbatches));
   s.weight_versions.assign(s.num_stages, s.weight_delay + 1);
   return s;
 }

@@ -51,6 +51,18 @@ std::map<std::pair<int, int>, int> steps_in_flight(const std::vector<Action>& li
   return out;
 }
 
+int least_weight_delay(const std::vector<Action>& list, int microbatches) {
+  int delay = 0;
+  std::map<int, int> steps;               // stage -> its Steps so far
+  std::set<std::pair<int, int>> begun;  // (stage, minibatch) forwarded
+  for (const Action& a : list) {
+    if (a.kind == ActionKind::kStep) ++steps[a.stage];
+    if (a.kind == ActionKind::kForward && begun.insert({a.stage, a.microbatch / microbatches}).second)
+      delay = std::max(delay, a.microbatch / microbatches - steps[a.stage]);
+  }
+  return delay;
+}
+
 std::map<int, int64_t> Schedule::vertical_sync_entries() const {
   std::map<int, int64_t> entry;
   if (!vertical_sync) return entry;

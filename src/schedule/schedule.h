@@ -97,6 +97,10 @@ struct Schedule {
 
 // Schedule::steps_in_flight over one worker's actions in the order it ran them (a trace's too).
 std::map<std::pair<int, int>, int> steps_in_flight(const std::vector<Action>& list);
+// The fewest steps one worker's forwards may lag (Schedule::weight_delay): over its actions in the
+// order it ran them, the most a minibatch j's first forward of a stage comes before that stage's
+// j-th step.
+int least_weight_delay(const std::vector<Action>& list, int microbatches);
 
 inline constexpr int kScheduleVersion = 1;
 

@@ -122,6 +122,36 @@ void check_peer(const Action& a, size_t worker, size_t workers, const JsonField&
     f.fail(str("is '", to_string(a), "', whose peer ", a.peer, " is not another of the trace's ", workers, " workers"));
 }
 
+// The header against the steps. The built-in schedules step each stage once per minibatch a
+// worker forwards (pipedream once per minibatch of one microbatch): "microbatches": 2 on a run of
+// 4 read each minibatch as two and printed twice its throughput. And 2bw's forwards run on the
+// weights weight_delay steps behind, which its memory figure counts: a header with fewer
+// versions than the events need understated it.
+void check_steps(const Trace& t, const std::string& source) {
+  const bool two_bw = t.schedule == "2bw";
+  if (!schedule_flushes(t.schedule) && !two_bw && t.schedule != "pipedream") return;  // a file's own kind
+  for (size_t w = 0; w < t.workers.size(); ++w) {
+    std::map<int, std::set<int>> minibatches;  // stage -> the minibatches this worker forwards
+    std::map<int, int> steps;                  // stage -> its steps here
+    std::vector<Action> order;
+    for (const auto& e : t.workers[w]) {
+      if (e.action.kind == ActionKind::kForward) minibatches[e.action.stage].insert(e.action.microbatch / t.microbatches);
+      if (e.action.kind == ActionKind::kStep) ++steps[e.action.stage];
+      order.push_back(e.action);
+    }
+    for (const auto& [st, ids] : minibatches)
+      if (static_cast<size_t>(steps[st]) != ids.size())
+        throw FormatError(str(source, ": worker ", w, " steps stage ", st, " ", steps[st], " times for the ", ids.size(),
+                              " minibatches its forwards make at ", t.microbatches,
+                              " microbatches each (field 'microbatches'): not this run's header"));
+    int least = two_bw ? least_weight_delay(order, t.microbatches) : 0;
+    if (t.weight_delay < least)
+      throw FormatError(str(source, ": field 'weight_delay' is ", t.weight_delay, ", but worker ", w,
+                            "'s forwards run ahead of its steps by ", least, least == 1 ? " minibatch" : " minibatches",
+                            ": not this run's header"));
+  }
+}
+
 }  // namespace
 
 void check_complete(const Trace& t, const std::string& source) {
@@ -149,6 +179,7 @@ void check_complete(const Trace& t, const std::string& source) {
         throw FormatError(str(source, ": minibatch ", mb / t.microbatches, " has no microbatch ", k, " of its ",
                               t.microbatches, " (field 'microbatches'): not a whole run's trace"));
   }
+  check_steps(t, source);
   // A worker of the run computes (a row appended empty was counted a worker idle throughout).
   for (size_t w = 0; w < t.workers.size(); ++w)
     if (std::none_of(t.workers[w].begin(), t.workers[w].end(), [](const TraceEvent& e) { return is_compute(e.action.kind); }))

@@ -341,6 +341,23 @@ TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
                list.end());
   EXPECT_EQ(refusal(no_backward),
             "t.json: no backward of stage 1 for microbatch 1, which its forward ran: not a whole run's trace");
+  // A header of 1 microbatch on this run of 2 read each minibatch as two: twice its throughput.
+  Trace halved = two_stage_trace();
+  halved.microbatches = 1;
+  EXPECT_EQ(refusal(halved),
+            "t.json: worker 0 steps stage 0 1 times for the 2 minibatches its forwards make at 1 microbatches each "
+            "(field 'microbatches'): not this run's header");
+  // 2bw: minibatch 1's forwards before minibatch 0's step run a step behind; a header keeping no
+  // older version understated its memory.
+  Trace two_bw = two_stage_trace();
+  two_bw.schedule = "2bw";
+  two_bw.microbatches = 1;
+  two_bw.workers[0].push_back({parse_action("0ST1", 0), 11, 11, 0});
+  two_bw.workers[1].push_back({parse_action("1ST1", 1), 9, 9, 0});
+  EXPECT_EQ(refusal(two_bw), "t.json: field 'weight_delay' is 0, but worker 0's forwards run ahead of its steps by 1 "
+                             "minibatch: not this run's header");
+  two_bw.weight_delay = 1;
+  EXPECT_EQ(refusal(two_bw), "(none)");
 }
 
 // A trace read from a file may number its minibatches with gaps, up to 10^9: each id present
