@@ -94,8 +94,13 @@ int run_compare(CompareFlags& flags) {
             << " per replica); samples/s compare them.\n"
                "Asynchronous schedules (2bw, pipedream) are measured in the steady state; bubble is the idle share of\n"
                "the workers a plan uses (a row on fewer workers leaves the rest idle, which its samples/s counts);\n"
-               "peak memory is the memory model's, fullest worker: "
-            << schedule::kSeparateProcessesMemory << ".\ndp is the baseline: every worker a minibatch of batch "
+               "peak memory is the memory model's tensors, fullest worker: "
+            << schedule::kSeparateProcessesMemory
+            << (cluster.process_bytes > 0
+                    ? str("; a worker process holds the cluster's process_bytes ",
+                          human_bytes(static_cast<double>(cluster.process_bytes)), " besides, as the OS counts it")
+                    : std::string())
+            << ".\ndp is the baseline: every worker a minibatch of batch "
             << prof.batch_size << " (a step covers " << n << " of them); dp-split splits one minibatch over the workers.\n";
   // The baselines are what users run, fit or not (the planner's rows are planned within the
   // cap): a dp row over it is marked, as `plan` says it does not fit.

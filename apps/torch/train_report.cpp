@@ -84,7 +84,8 @@ std::string bytes_span(const std::vector<int64_t>& bytes) {
   if (bytes.empty()) return human_bytes(0);
   double least = static_cast<double>(*std::min_element(bytes.begin(), bytes.end()));
   double most = static_cast<double>(*std::max_element(bytes.begin(), bytes.end()));
-  return least == most ? human_bytes(most) : human_bytes(least) + " to " + human_bytes(most);
+  // As printed: 16.0 MiB apart by a page of a header read "16.0 MiB to 16.0 MiB".
+  return human_bytes(least) == human_bytes(most) ? human_bytes(most) : human_bytes(least) + " to " + human_bytes(most);
 }
 
 std::string process_kind(const std::string& transport) {
@@ -333,7 +334,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   if (shared_memory) {
     std::vector<int64_t> gradients;
     for (const auto& m : memory) gradients.push_back(static_cast<int64_t>(static_cast<double>(m.gradients) * scale));
-    shared = job::shared_memory_per_worker(job, gradients);
+    shared = job::shared_memory_per_worker(job, gradients, prof.ties);
     besides.insert(besides.size() - 1, str(", and ", bytes_span(shared), " of shared memory for its transfers"));
   }
   std::cout << prefix << "peak RSS per worker process (modelled):";

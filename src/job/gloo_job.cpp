@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "job/worker_data.h"
 #include "job/worker_runner.h"
 #include "model/memory_meter.h"
+#include "plan/split_ties.h"
 #include "runtime/checkpoint_lock.h"
 #include "runtime/shm_allreduce.h"
 #include "runtime/shm_channel.h"
@@ -53,7 +55,8 @@ struct ToldFailure : RuntimeFailure {
 
 }  // namespace
 
-std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<int64_t>& gradients) {
+std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<int64_t>& gradients,
+                                              const std::vector<profile::Tie>& ties) {
   const schedule::Schedule& s = *job.typical;
   std::vector<int64_t> bytes(static_cast<size_t>(s.num_workers()), 0);
   for (auto [a, b] : talking_pairs(s, job.reporting, false)) {
@@ -68,6 +71,16 @@ std::vector<int64_t> shared_memory_per_worker(const Job& job, const std::vector<
       bytes[static_cast<size_t>(w)] += runtime::ShmAllreduce::touched_bytes(static_cast<int>(group.size()), message);
     }
   }
+  // A group of workers is one region, whichever ties it sums, in tie order each step (their
+  // gradients in fp32, and the flag of whether a backward reached them: one element more).
+  std::vector<std::vector<int>> layers;
+  for (const auto& t : ties) layers.push_back(t.layers);
+  std::map<std::vector<int>, std::vector<int64_t>> tie_groups;
+  for (const plan::SplitTie& t : plan::split_ties(layers, s.stage_layers, s.stage_workers))
+    if (t.exchanges()) tie_groups[t.workers].push_back(ties[t.group].bytes + 4);
+  for (const auto& [group, messages] : tie_groups)
+    for (int w : group)
+      bytes[static_cast<size_t>(w)] += runtime::ShmAllreduce::touched_bytes(static_cast<int>(group.size()), messages);
   return bytes;
 }
 

@@ -40,6 +40,19 @@ int64_t ShmAllreduce::touched_bytes(int members, int64_t message_bytes) {
   return static_cast<int64_t>(header_bytes(static_cast<size_t>(members))) + 2 * (len + shards);
 }
 
+int64_t ShmAllreduce::touched_bytes(int members, const std::vector<int64_t>& messages) {
+  if (members < 2) return 0;
+  const int64_t chunk = chunk_bytes_for(static_cast<size_t>(members));
+  int64_t longest[2] = {0, 0}, round = 0;  // per set of slots, its longest round
+  for (int step = 0; step < 2; ++step)      // two steps: every round's parity comes round
+    for (int64_t message : messages)
+      for (int64_t first = 0; first < message; first += chunk, ++round)
+        longest[round % 2] = std::max(longest[round % 2], std::min(chunk, message - first));
+  int64_t bytes = static_cast<int64_t>(header_bytes(static_cast<size_t>(members)));
+  for (int64_t len : longest) bytes += len + 2 * (members - 1) * ((len + members - 1) / members);
+  return round == 0 ? 0 : bytes;
+}
+
 namespace {
 
 template <typename T>

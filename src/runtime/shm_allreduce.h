@@ -37,6 +37,11 @@ class ShmAllreduce {
   // `message_bytes` over two rounds or more: its header, and of each set of slots its own slot's
   // chunk and, of every other member's, the shard it sums and the shard it copies back.
   static int64_t touched_bytes(int members, int64_t message_bytes);
+  // The same, exactly, for steps that each sum `messages` in turn: a message runs a round per chunk,
+  // and the rounds alternate between the two sets of slots, so a set may only ever see a short
+  // remainder (a tied embedding of 4 MiB and its flag, 4 MiB and 4 bytes, filled one set: 8 MiB
+  // where the bound above counts 16).
+  static int64_t touched_bytes(int members, const std::vector<int64_t>& messages);
   // Whether sum() takes this tensor: a contiguous CPU float or double tensor.
   static bool takes(const torch::Tensor& t);
   // Sums `t` in place across the members. `check_aborted` throws where this worker's job was

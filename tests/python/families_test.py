@@ -311,6 +311,34 @@ class Families(unittest.TestCase):
         self.check("gpt", "interleaved-2x2", ["--schedule", "interleaved", "--stages", "2", "--chunks", "2",
                                               "--microbatches", "2"], 2)
 
+    def test_a_split_ties_shared_memory_is_modelled(self):
+        """gloo workers on one host sum a split tie's gradients through shared memory of their own:
+        a Llama's 4 MiB tied embedding, on workers 0 and 1, mapped 8 MiB beside the 8 MiB of the
+        workers' channels, which the report modelled as 8 in all (the tie left out). Its message is
+        4 MiB and one element, two rounds that alternate the two sets of slots: one set holds the
+        4 MiB (a bound of both counted 24)."""
+        work = os.path.join(self.tmp.name, "tie-shm")
+        os.makedirs(work, exist_ok=True)
+        model, prof, data, cluster = (os.path.join(work, n) for n in ("llama.pt", "prof.json", "train.bin", "cl.json"))
+        fid.export(["--model", "family_models:llama", "--kwargs", '{"vocab": 8192, "d": 128}', "--input-shape", "8,16",
+                    "--input-dtype", "int64", "--input-high", "8192", "-o", model])
+        torch.randint(0, 8192, (1 << 16,), generator=torch.Generator().manual_seed(3)).to(torch.int16).numpy().tofile(data)
+        with open(cluster, "w") as f:
+            json.dump({"format": "pipetrain.cluster/1", "process_bytes": 100 << 20,
+                       "levels": [{"name": "host", "fan_out": 2, "bandwidth_gbps": 10}]}, f)
+        fid.run([fid.PIPETRAIN, "profile", "--model", model, "--loss", "lm", "--batch-size", "8", "-o", prof])
+        # 300 steps fill each channel's rings (4 MiB each way) with 32 KiB activations.
+        out = fid.run([fid.PIPETRAIN, "train", "--model", model, "--data", data, "--loss", "lm", "--batch-size", "8",
+                       "--profile", prof, "--cluster", cluster, "--stages", "2", "--schedule", "1f1b",
+                       "--microbatches", "2", "--steps", "300", "--transport", "gloo"]).stdout
+        mib = lambda text: float(text.split()[0]) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[text.split()[1]]
+        measured = out.split("the shared memory their transfers mapped: ")[1].splitlines()[0]
+        measured = [mib(part.split(" ", 1)[1]) for part in measured.split(", ")]
+        modelled = out.split("MiB as calibrate measured it, and ")[1].split(" of shared memory")[0]
+        self.assertEqual(len(measured), 2, out)
+        for m in measured:
+            self.assertAlmostEqual(mib(modelled), m, delta=0.05 * m, msg=out)
+
     def test_lstm_classifier(self):
         self.family("lstm", 3)
 
