@@ -1,7 +1,14 @@
 #include "job/threads_job.h"
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <thread>
 
+#include "core/error.h"
 #include "job/core_pinning.h"
 #include "model/compute_threads.h"
 #include "runtime/checkpoint_lock.h"
@@ -39,6 +46,10 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
   std::vector<char> consequence(n, 0), diverged(n, 0);
   std::vector<WorkerRun> runs(n);
   std::vector<std::thread> threads;
+  std::mutex mu;
+  std::condition_variable ended;
+  std::vector<char> done(n, 0);
+  std::optional<std::chrono::steady_clock::time_point> failed_at;
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       if (!job.cores_of_workers.empty()) pin_to_core(job.cores_of_workers[w]);
@@ -46,19 +57,56 @@ PipelineResult run_on_threads(const Job& job, const ModelFactory& factory, const
       try {
         runs[w] = run_worker(*workers[w], *transports[w], job, data, 0, accounts[w]);
       } catch (const WorkerFailure& e) {
-        errors[w] = e.what();
-        consequence[w] = e.consequence;
-        diverged[w] = e.diverged;
-        hub->abort(errors[w]);
+        std::string what = e.what();
+        {
+          std::lock_guard<std::mutex> l(mu);
+          errors[w] = what;
+          consequence[w] = e.consequence;
+          diverged[w] = e.diverged;
+          if (!failed_at) failed_at = std::chrono::steady_clock::now();
+        }
+        hub->abort(what);
       }
+      std::lock_guard<std::mutex> l(mu);
+      done[w] = 1;
+      ended.notify_all();
     });
   }
+  auto first_failure = [&] {
+    std::string first;
+    for (size_t w = 0; w < errors.size(); ++w)
+      if (!errors[w].empty() && !consequence[w] && first.empty()) first = errors[w];
+    for (const auto& e : errors)
+      if (first.empty() && !e.empty()) first = e;
+    return first;
+  };
+  // Once one worker fails the others are aborted and stop within an action. One still running a
+  // timeout after it is in a compute that does not return (a forward that loops): a thread cannot
+  // be stopped from outside, and joining it hung the job without a word, so the process says
+  // why and exits.
+  const auto grace = std::chrono::duration<double>(options.timeout_s);
+  {
+    std::unique_lock<std::mutex> l(mu);
+    auto all_done = [&] { return std::all_of(done.begin(), done.end(), [](char d) { return d != 0; }); };
+    while (!all_done()) {
+      if (!failed_at) {
+        ended.wait(l);
+        continue;
+      }
+      if (ended.wait_until(l, *failed_at + std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace),
+                           all_done))
+        break;
+      std::string stuck;
+      for (int w = 0; w < n; ++w)
+        if (!done[w]) stuck += (stuck.empty() ? "" : ", ") + std::to_string(w);
+      print_line_to_stderr(str("pipetrain train: error: pipeline failed: ", first_failure(), "; worker",
+                               stuck.find(',') == std::string::npos ? " " : "s ", stuck, " did not stop within ",
+                               options.timeout_s, " s (--timeout) of it, in a compute that does not return: exiting"));
+      std::_Exit(1);
+    }
+  }
   for (auto& t : threads) t.join();
-  std::string first;
-  for (size_t w = 0; w < errors.size(); ++w)
-    if (!errors[w].empty() && !consequence[w] && first.empty()) first = errors[w];
-  for (const auto& e : errors)
-    if (first.empty() && !e.empty()) first = e;
+  std::string first = first_failure();
   // A diverged loss is the run's, not a worker's failure: said as the run's end says it.
   for (int w = 0; w < n; ++w)
     if (diverged[w]) throw runtime::TrainingDiverged(errors[w]);

@@ -47,6 +47,45 @@ TEST(PipelineFailure, BadShapeOnOneWorkerStopsTheJob) {
   }
 }
 
+// A worker whose forward never returns (a model's loop on a bad sample) cannot be stopped in
+// its thread: the job hung after its peer's timeout, saying nothing. The process now says why a
+// timeout later and exits 1.
+std::shared_ptr<model::LayeredModel> spinning_model(const model::LayerSet& held) {
+  auto m = std::make_shared<model::LayeredModel>("spin", model::Task::kClassification, std::vector<int64_t>{4}, false,
+                                                 held, 1);
+  m->add("fc0", [] { return torch::nn::Sequential(torch::nn::Linear(4, 4)); });
+  m->add("spin_fc1", [] {
+    return torch::nn::Sequential(torch::nn::Functional([](torch::Tensor x) {
+                                   while (!(x.abs() < 1e30).all().item<bool>()) {  // inf or NaN
+                                   }
+                                   return x;
+                                 }),
+                                 torch::nn::Linear(4, 2));
+  });
+  return m;
+}
+
+TEST(PipelineFailureDeathTest, AWorkerThatNeverReturnsEndsTheProcessWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  model::DataSplit data;
+  data.name = "spin";
+  data.train = {torch::ones({32, 4}), torch::zeros({32}, torch::kInt64)};
+  data.train.inputs[20].fill_(3e38);  // fc0's output of it overflows: the second minibatch spins
+  data.test = data.train;
+  data.classes = 2;
+  PipelineOptions o;
+  o.schedule = "1f1b";
+  o.train.steps = 4;
+  o.train.batch_size = 16;
+  o.train.shuffle = false;
+  o.train.quiet = true;
+  o.timeout_s = 1;
+  auto plan = plan::even_split(unit_profile(*spinning_model({})), 2);
+  EXPECT_EXIT(train_pipeline(spinning_model, data, plan, o), ::testing::ExitedWithCode(1),
+              "pipeline failed: worker 0 at .*; worker 1 did not stop within 1 s \\(--timeout\\) of it, in a "
+              "compute that does not return: exiting");
+}
+
 TEST(PipelineFailure, MicrobatchesMustDivideTheBatch) {
   auto m = seeded_cnn(1);
   auto data = model::synthetic_data(*m, 64, 8, 10, 1);
