@@ -182,7 +182,8 @@ WorkerRun run_worker(Worker& worker, Transport& transport, const Job& job, const
     int64_t last_step = job.segments.empty() ? job.first_step + job.steps
                                              : job.segments.back().first_minibatch + job.segments.back().minibatches;
     Progress progress(last_step, run.reports ? options.train.metrics_path : "", options.train.quiet || !run.reports,
-                      job.first_step);
+                      job.first_step, job.resume_from.empty() ? std::numeric_limits<double>::quiet_NaN()
+                                                              : job.resume_manifest.first_loss);
     // A replicated last stage's replicas each compute part of the losses; the others send theirs
     // to the reporter after each segment.
     const std::vector<int>& last = typical.stage_workers.back();

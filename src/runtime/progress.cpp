@@ -37,9 +37,10 @@ double wall_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool quiet, int64_t resumed_step)
+Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool quiet, int64_t resumed_step,
+                   double resumed_first_loss)
     : total_(total_steps), tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), csv_path_(metrics_path),
-      resumed_step_(resumed_step), start_ms_(wall_ms()) {
+      resumed_step_(resumed_step), resumed_first_loss_(resumed_first_loss), start_ms_(wall_ms()) {
   if (!metrics_path.empty()) {
     struct stat st;
     bool through = ::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
@@ -131,6 +132,12 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
     for (size_t k : {size_t{3}, size_t{5}})
       if (!std::isfinite(value[k]) || value[k] < 0) refuse(k, "it must be a finite number >= 0");
     if (value[5] < train_s_before_) refuse(5, str("it falls below the row before's ", train_s_before_));
+    if (step == 1 && !fields[2].empty() && std::isfinite(resumed_first_loss_)) {
+      char first[64];
+      std::snprintf(first, sizeof first, "%.6f", resumed_first_loss_);  // as the row was written
+      if (fields[2] != first)
+        refuse(2, str("the run being resumed began at loss ", first, ": these rows are another run's"));
+    }
     rows.push_back(without_rss ? line + "," : line);
     train_s_before_ = value[5], samples_before_ = value[3] * value[5];
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,11 @@ class Progress {
   // A resumed run (`resumed_step`: the steps its checkpoint holds) keeps the rows of those steps,
   // from metrics_path + ".partial" where a killed run left them, else from metrics_path, so the
   // file covers the whole training (a resume wrote its own steps alone over them), and its
-  // train_s goes on from theirs.
-  Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false, int64_t resumed_step = 0);
+  // train_s goes on from theirs. `resumed_first_loss`: the checkpoint's run's first loss (NaN:
+  // not known): a file whose step 1 lost another is another run's, refused before a row is
+  // written (its rows were joined to this run's, exit 0).
+  Progress(int64_t total_steps, const std::string& metrics_path, bool quiet = false, int64_t resumed_step = 0,
+           double resumed_first_loss = std::numeric_limits<double>::quiet_NaN());
   ~Progress();
 
   void step(const StepRecord& r);       // after each training step
@@ -73,6 +77,7 @@ class Progress {
   std::string csv_path_;
   std::string csv_partial_;  // where rows go ("" when written through)
   int64_t resumed_step_;
+  double resumed_first_loss_;
   bool keeps_earlier_ = false;  // the partial file holds a resumed run's earlier rows
   double train_s_before_ = 0;  // the kept rows' train_s
   double samples_before_ = 0;  // and the samples they trained (their last rate x train_s)

@@ -1519,6 +1519,20 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   EXPECT_EQ(kept.find(",7.7,"), std::string::npos) << kept;  // the other run's loss
   EXPECT_EQ(std::count(kept.begin(), kept.end(), '\n'), 9) << kept;
   EXPECT_FALSE(fs::exists(killed.string() + ".partial"));
+  // Another run's file, whose step 1 lost what the checkpoint's run did not: its rows were joined
+  // to this run's, exit 0. Refused before a row is written.
+  fs::path other = tmp.path / "o.csv";
+  train("seed9", {"--steps", "4", "--seed", "9", "--metrics", other.string()});
+  train("own", {"--steps", "4"});
+  const std::string before = slurp(other);
+  EXPECT_EQ(run({"train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "32", "--stages", "2",
+                 "--schedule", "1f1b", "--quiet", "--checkpoint-dir", (tmp.path / "own").string(), "--steps", "8",
+                 "--resume", "--metrics", other.string()},
+                log),
+            1);
+  EXPECT_NE(slurp(log).find("--metrics " + other.string() + ": line 2, field 'loss' is '"), std::string::npos) << slurp(log);
+  EXPECT_NE(slurp(log).find(": these rows are another run's"), std::string::npos) << slurp(log);
+  EXPECT_EQ(slurp(other), before);
 }
 
 // One worker with no runtime feature asked for runs the one-stage pipeline too (job::choose_road),
