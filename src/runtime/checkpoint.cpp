@@ -134,9 +134,17 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
     return newest.empty() ? str(options_.dir, " holds none") : str(options_.dir, " keeps ", newest, " and those before");
   };
   if (run.known) {
-    if (std::string why = divergence(run.first, run.recent, run.steps, base_.shuffle); !why.empty())
-      throw RuntimeFailure(str("training diverged by step ", step, ": ", why, "; no checkpoint written for this step, ",
-                               kept(), ". Lower --lr, or warm it up over more --warmup-steps"));
+    if (std::string why = divergence(run.first, run.recent, run.steps, base_.shuffle); !why.empty()) {
+      if (diverged_for_good(run.first, run.recent, base_.shuffle))
+        throw RuntimeFailure(str("training diverged by step ", step, ": ", why, "; no checkpoint written for this step, ",
+                                 kept(), ". Lower --lr, or warm it up over more --warmup-steps"));
+      // Perhaps a spike the run comes back from: these weights are not kept, and the run goes on
+      // (its end, or a later checkpoint over a whole window, judges it).
+      if (leader)
+        print_line_to_stderr(str("note: no checkpoint written at step ", step, ": ", why,
+                                 "; the run goes on, and fails at its end if the loss does not come back"));
+      return;
+    }
   }
   if (leader) {
     fs::create_directories(root);

@@ -164,6 +164,12 @@ std::string divergence(double first, const std::vector<double>& recent, int64_t 
   return "";
 }
 
+bool diverged_for_good(double first, const std::vector<double>& recent, bool shuffled) {
+  double mean = std::accumulate(recent.begin(), recent.end(), 0.0) / std::max<size_t>(1, recent.size());
+  if (!std::isfinite(mean)) return true;
+  return shuffled && static_cast<int64_t>(recent.size()) >= kFinalLossSteps && risen_tenfold(first, median(recent));
+}
+
 void check_not_diverged(const TrainResult& r) {
   if (r.steps <= 0 || !r.loss_known) return;
   if (std::string why = divergence(r.first_loss, last_losses(r), r.steps, r.shuffled); !why.empty())

@@ -82,6 +82,12 @@ void check_loss_finite(double loss, int64_t step);
 // with it, so only a loss that is not finite says so: one-hot rows sorted by target rose from 7.5
 // to 77.5 at a rate of 1e-30, and the run was failed as diverged, its checkpoint unwritten.
 std::string divergence(double first, const std::vector<double>& recent, int64_t steps, bool shuffled = true);
+// Whether divergence() holds over a whole window of kFinalLossSteps losses (or they are not
+// finite): no spike a run comes back from. A checkpoint judged by fewer, or by the last
+// kEndingSteps alone, met a spike it could not tell from a divergence (Adam at 0.2: 311,382 at
+// step 2, 2.3 from step 10 on) and stopped the run at step 3 with --checkpoint-every 3 where it
+// passed without: it skips that checkpoint instead, and the run goes on.
+bool diverged_for_good(double first, const std::vector<double>& recent, bool shuffled = true);
 // A loss whose mean rose as a divergence would but not its medians (a spike), and one whose last
 // steps' median ended no lower than it started, over kLearnedSteps steps or more: "" where
 // neither, else a note for each (not an error: a tiny rate ends there too, and a spike may pass).
