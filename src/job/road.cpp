@@ -11,6 +11,7 @@
 #include "job/threads_job.h"
 #include "model/memory_meter.h"
 #include "profile/pipedream_graph.h"
+#include "runtime/checkpoint.h"
 #include "runtime/launcher.h"
 #include "runtime/progress.h"
 
@@ -52,6 +53,7 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
       // could not say where its rows are.
       bool reporter_signalled = std::count(launch.signalled.begin(), launch.signalled.end(), job.reporting) > 0;
       if (launch.status != 0 && reporter_signalled) runtime::note_metrics_left(job.options.train.metrics_path, started);
+      if (launch.status != 0) runtime::remove_interrupted_saves(job.options.checkpoint.dir);
       // A process of the job too, and on a small model the largest (381 MiB beside workers of
       // 304-326): it read the data and checked the model before starting them. Where LibTorch
       // has started threads (OpenBLAS's, after a forward) they are new processes, not forks.

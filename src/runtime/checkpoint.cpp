@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/input_limits.h"
 #include "core/json_doc.h"
+#include "runtime/checkpoint_lock.h"
 #include "runtime/layer_file.h"
 #include "runtime/trainer.h"
 
@@ -50,6 +51,22 @@ std::string remove_temp_checkpoint(const fs::path& dir) {
   if (foreign.empty()) fs::remove(dir);
   return foreign;
 }
+
+}  // namespace
+
+void remove_interrupted_saves(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  try {
+    CheckpointLock lock(dir);  // none other runs here now
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind(".tmp-step-", 0) == 0 && e.is_directory(ec)) remove_temp_checkpoint(e.path());
+  } catch (const std::exception&) {
+    // Another run holds it, or the folder cannot be read: the next save removes them.
+  }
+}
+
+namespace {
 
 // Removes a checkpoint so that a kill at any instant leaves it whole or gone: renamed out of the
 // step-<N> names first (a step folder exists only complete), then deleted. A kill during the

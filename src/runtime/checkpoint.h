@@ -44,6 +44,12 @@ CheckpointStart start_checkpoints(const CheckpointOptions& options);
 // something else is refused now (ConfigError naming it), not when the run reaches the step.
 void check_checkpoint_steps(const std::string& dir, const std::vector<int64_t>& steps);
 
+// Removes pipetrain's files from every interrupted save's `.tmp-step-<N>` in `dir`, and each
+// folder once empty, where no run holds the folder: a launcher's, once its workers are gone (a
+// worker 0 stopped by a signal, the launcher's own after another failed, never unwound to remove
+// its own: 2.6 MB stayed until the next save).
+void remove_interrupted_saves(const std::string& dir);
+
 // One layer's state (stage_replica.h) as a layer file (layer_file.h; an undefined tensor stands
 // for a buffer not yet created), and back. Both go a tensor at a time between the file and the
 // tensors, holding no copy of the file: a checkpoint costs no memory beyond the state.

@@ -1637,6 +1637,30 @@ TEST(TrainCli, ANonFiniteLossStopsTheRunAtOnce) {
   }
 }
 
+// A gloo job that fails leaves no interrupted save's folder: a worker 0 stopped by a signal (the
+// launcher's, after another failed) never unwound to remove its .tmp-step-<N>, which held its
+// layer files until the next save. The launcher removes pipetrain's files there once the workers
+// are gone; a file of anyone else's stays, and so does its folder.
+TEST(TrainCli, AFailedGlooJobLeavesNoInterruptedSave) {
+  TempDir tmp("interrupted_save");
+  fs::path log = tmp.path / "log", dir = tmp.path / "ck";
+  fs::create_directories(dir / ".tmp-step-00000099");
+  fs::create_directories(dir / ".tmp-step-00000098");
+  std::ofstream(dir / ".tmp-step-00000099" / "layer-0.tensors") << "x";
+  std::ofstream(dir / ".tmp-step-00000099" / "layer-1.tensors.tmp.123") << "y";
+  std::ofstream(dir / ".tmp-step-00000098" / "layer-0.tensors") << "x";
+  std::ofstream(dir / ".tmp-step-00000098" / "notes.txt") << "mine";
+  EXPECT_EQ(run({"train", "--data", "synthetic", "--lr", "1e6", "--steps", "3000", "--quiet", "--stages", "2",
+                 "--schedule", "1f1b", "--transport", "gloo", "--checkpoint-dir", dir.string(), "--checkpoint-every",
+                 "1000", "--timeout", "20"},
+                log),
+            1)
+      << slurp(log);
+  EXPECT_FALSE(fs::exists(dir / ".tmp-step-00000099")) << slurp(log);
+  EXPECT_FALSE(fs::exists(dir / ".tmp-step-00000098" / "layer-0.tensors"));
+  EXPECT_TRUE(fs::exists(dir / ".tmp-step-00000098" / "notes.txt"));
+}
+
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   TempDir tmp("inspect");
   std::string dir = (tmp.path / "ck").string();
