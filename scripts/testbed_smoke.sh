@@ -53,6 +53,21 @@ cat "$tmp/cal.log"
 gbps=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['levels'][0]['bandwidth_gbps'])" "$tmp/cluster.json")
 awk -v g="$gbps" 'BEGIN { exit !(g > 0.45 && g < 0.55) }' || { echo "FAILED: calibrate measured $gbps Gbit/s on 500mbit links"; exit 1; }
 echo "calibrate measured $gbps Gbit/s on links shaped to 0.5"
+# Workers meeting across addresses are hosts of their own: rates of worker 0's host running them
+# all there are no core rates of theirs (a train prediction over them shared 2 cores among 2 hosts).
+python3 -c "import json,sys; sys.exit('core_rates' in json.load(open(sys.argv[1])))" "$tmp/cluster.json" ||
+  { echo "FAILED: calibrate across namespaces wrote core_rates"; exit 1; }
+
+# Real compute on 3 namespaces, more than this machine's cores where it has 2: each worker is a
+# host of its own, so train's prediction gives each a core (it shared this host's 2 among them).
+"$bin" profile --data synthetic --batch-size 32 -o "$tmp/cnn.json" >/dev/null 2>&1 || { echo "FAILED: profile"; exit 1; }
+"$here/testbed.sh" --workers 3 --rate 500mbit --bin "$bin" --out "$tmp/real" --timeout 120 -- \
+  --data synthetic --batch-size 32 --profile "$tmp/cnn.json" --stages 3 --schedule 1f1b --steps 8 --quiet \
+  >"$tmp/real.log" 2>&1 || { cat "$tmp/real.log"; echo "FAILED: real compute on 3 namespaces"; exit 1; }
+grep -q "simulated [0-9]* samples/s for this run" "$tmp/real.log" || { cat "$tmp/real.log"; echo "FAILED: no prediction"; exit 1; }
+if grep -q "sharing this machine's" "$tmp/real.log"; then
+  cat "$tmp/real.log"; echo "FAILED: workers on 3 hosts were predicted sharing one host's cores"; exit 1
+fi
 
 # --memory-limit: each worker in a memory cgroup (a device of that size). Under 1 GiB the job
 # runs and each worker's peak is said; under 40 MiB (less than LibTorch itself) the kernel kills

@@ -108,10 +108,15 @@ int write_result(const CalibrateFlags& flags, const plan::Cluster& shape, job::M
             << " us per ring step (where it outlasts the step's message)\n";
   std::cerr << "the host's time per action (a forward, a backward, a step) besides its compute: " << fitted.action_us
             << " us\n";
-  std::cerr << "each of n computes at once on this host's " << job::usable_cores() << " cores runs at, of one alone:";
-  if (fitted.host_cores > 0) std::cerr << " (the workers share them: host_cores " << fitted.host_cores << ")";
-  for (size_t n = 0; n < fitted.core_rates.size(); ++n) std::cerr << " " << n + 1 << ": " << fitted.core_rates[n];
-  std::cerr << "\n";
+  if (one_host) {
+    std::cerr << "each of n computes at once on this host's " << job::usable_cores() << " cores runs at, of one alone:";
+    if (fitted.host_cores > 0) std::cerr << " (the workers share them: host_cores " << fitted.host_cores << ")";
+    for (size_t n = 0; n < fitted.core_rates.size(); ++n) std::cerr << " " << n + 1 << ": " << fitted.core_rates[n];
+    std::cerr << "\n";
+  } else {
+    std::cerr << "the workers meet across addresses (MASTER_ADDR is not loopback), as on several hosts: their "
+                 "computes share no cores, and no core rates are written\n";
+  }
   if (one_host)
     std::cerr << "two workers pinned to one core (" << (flags.transport == "threads" ? "threads" : "processes")
               << ") get, together, " << fitted.core_share << " of what one gets alone on it\n";

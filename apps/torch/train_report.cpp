@@ -208,7 +208,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
   auto rate = [&](double ms) { return std::llround(job_options.train.batch_size * 1000.0 / ms); };
   if (flags.request.profile) {
     const profile::Profile& prof = *flags.request.profile;
-    int cores = job::usable_cores();
+    int cores = r.one_host ? job::usable_cores() : 0;  // workers on several hosts: a core each
     job::RunPrediction p = flags.model.emulated()
                                ? job::predict_emulated_run(job, prof, flags.model.emulation, flags.transport)
                                : job::predict_host_run(job, prof, cores, flags.transport);

@@ -142,6 +142,7 @@ PipelineResult run_gloo_worker_on(const Job& job, const ModelFactory& factory, c
     WorkerRun run = run_worker(*worker, *transport, job, data, 0, account);
     PipelineResult r = result_header(job);
     r.train = run.train;
+    r.train.one_host = transport->one_host();
     r.trace.workers[config.rank] = std::move(run.trace);
     r.trace.pauses = std::move(run.pauses);
     if (job.gather_traces) {

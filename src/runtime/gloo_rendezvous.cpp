@@ -6,6 +6,7 @@
 #include "runtime/gloo_transport.h"
 #include "runtime/job_store.h"
 #include "runtime/launcher.h"
+#include "runtime/shm_region.h"
 
 namespace pt::runtime {
 
@@ -88,10 +89,17 @@ void GlooTransport::await_every_worker(const std::function<std::string(int)>& ke
 
 void GlooTransport::check_agreement(const json& digest) {
   auto key = [](int r) { return "pipetrain/digest/" + std::to_string(r); };
-  std::string mine = digest.dump();
+  auto host = [](int r) { return "pipetrain/host/" + std::to_string(r); };
+  std::string here = SharedRegion::host_key(), mine = digest.dump();
+  store_->set(host(config_.rank), std::vector<uint8_t>(here.begin(), here.end()));  // before the digest, which is awaited
   store_->set(key(config_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   // Named while it waits: a worker stopped after joining held the others silently (store's get).
   await_every_worker(key, "describe its job (after it joined)", rendezvous_timeout_, [] {});
+  one_host_ = !here.empty();
+  for (int r = 0; r < config_.world_size; ++r) {
+    std::vector<uint8_t> theirs = store_->get(host(r));
+    one_host_ = one_host_ && std::string(theirs.begin(), theirs.end()) == here;
+  }
   std::vector<json> all(config_.world_size);
   for (int r = 0; r < config_.world_size; ++r) {
     std::vector<uint8_t> bytes = store_->get(key(r));

@@ -55,6 +55,7 @@ struct TrainResult {
   // one host (RssShmem, at the end: mapped for the whole run), which a plan's cap leaves out.
   std::vector<int64_t> shared_memory_bytes;
   bool one_process = false;  // the workers are threads of one process (peak_rss_bytes is its)
+  bool one_host = true;      // and on this host, sharing its cores (gloo: GlooTransport::one_host)
 };
 
 // Throws RuntimeFailure where `r`'s loss diverged: not finite, or finite and risen by
