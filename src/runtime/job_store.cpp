@@ -44,7 +44,15 @@ class JobStore::Server {
     int err = errno;
     if (!ok) {
       if (fd_ >= 0) ::close(fd_);
-      throw TransportError(str("rendezvous: cannot listen on ", where, " (", std::strerror(err), ")"));
+      // Worker 0 hosts the rendezvous where MASTER_ADDR points: an address not of this machine is
+      // a worker 0 started on the wrong host, or a second RANK=0 (said as the errno alone).
+      throw TransportError(str("rendezvous: cannot listen on ", where, " (", std::strerror(err), ")",
+                               err == EADDRNOTAVAIL ? ": worker 0 (RANK=0) hosts the rendezvous at MASTER_ADDR, which is "
+                                                      "not an address of this machine (worker 0 started on another host, "
+                                                      "or RANK=0 given twice?)"
+                                                    : err == EADDRINUSE ? ": another process listens there (another job, "
+                                                                          "or RANK=0 given twice on this host?)"
+                                                                        : ""));
     }
     acceptor_ = std::thread([this] { accept_loop(); });
   }

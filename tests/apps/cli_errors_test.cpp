@@ -279,6 +279,13 @@ TEST(CliErrors, EveryCombinationWorksOrIsRefused) {
   expect_rejected("--version >/dev/null; RANK=0 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid " +
                       std::string(PT_BINARY_DIR) + "/pipetrain " + kTrain + "--plan " + plan2 + " --transport gloo",
                   1, {"MASTER_ADDR=no-such-host.invalid does not resolve"});
+  // Worker 0 where MASTER_ADDR is not this machine's (a second RANK=0, or worker 0 on the wrong
+  // host) said only "Cannot assign requested address".
+  expect_rejected("--version >/dev/null; PIPETRAIN_JOB_SECRET=0123456789abcdef RANK=0 WORLD_SIZE=2 MASTER_ADDR=192.0.2.1 "
+                  "MASTER_PORT=29991 " +
+                      std::string(PT_BINARY_DIR) + "/pipetrain " + kTrain + "--plan " + plan2 + " --transport gloo",
+                  1, {"rendezvous: cannot listen on 192.0.2.1:29991", "not an address of this machine",
+                      "RANK=0 given twice?"});
 }
 
 // Control characters that a file name carries into an error are shown escaped, never sent to
