@@ -132,12 +132,11 @@ std::vector<std::string> Progress::earlier_rows(const std::string& header) {
     for (size_t k : {size_t{3}, size_t{5}})
       if (!std::isfinite(value[k]) || value[k] < 0) refuse(k, "it must be a finite number >= 0");
     if (value[5] < train_s_before_) refuse(5, str("it falls below the row before's ", train_s_before_));
-    if (step == 1 && !fields[2].empty() && std::isfinite(resumed_first_loss_)) {
-      char first[64];
-      std::snprintf(first, sizeof first, "%.6f", resumed_first_loss_);  // as the row was written
-      if (fields[2] != first)
-        refuse(2, str("the run being resumed began at loss ", first, ": these rows are another run's"));
-    }
+    // Within the rounding of a row's 6 decimals, or of 6 significant digits (another format).
+    const double first = resumed_first_loss_;
+    if (step == 1 && !fields[2].empty() && std::isfinite(first) &&
+        std::fabs(value[2] - first) > 1.01 * std::max(5e-7, 5e-6 * std::fabs(first)))
+      refuse(2, str("the run being resumed began at loss ", first, ": these rows are another run's"));
     rows.push_back(without_rss ? line + "," : line);
     train_s_before_ = value[5], samples_before_ = value[3] * value[5];
   }
