@@ -81,7 +81,7 @@ class LossReport {
     if (drained) drained_.insert(end);
   }
   // A resumed run's first loss is its checkpoint's, where that records one.
-  void resumed_from(double first_loss) { resumed_first_ = first_loss; }
+  void resumed_from(double first_loss) { resumed_first_ = first_loss, resumed_ = true; }
   double first_loss() const {
     if (std::isfinite(resumed_first_)) return resumed_first_;
     return recent_.empty() ? 0 : recent_.front();
@@ -97,7 +97,8 @@ class LossReport {
   }
   runtime::RunLoss so_far() const {
     if (!losses_known_ || recent_.empty()) return {};
-    return {true, first_loss(), final_losses(), static_cast<int64_t>(recent_.size())};
+    return {true, first_loss(), final_losses(), static_cast<int64_t>(recent_.size()),
+            !resumed_ || std::isfinite(resumed_first_)};
   }
   double last_loss() const { return last_loss_; }
   double train_seconds() const { return clock_.seconds(); }
@@ -123,6 +124,7 @@ class LossReport {
   std::set<int64_t> drained_;               // segment ends every worker had reached when stamped
   double last_loss_ = 0, last_secs_ = 0;
   double resumed_first_ = std::numeric_limits<double>::quiet_NaN();
+  bool resumed_ = false;
   std::vector<double> recent_;
 };
 

@@ -60,7 +60,11 @@ void remove_interrupted_saves(const std::string& dir) {
   try {
     CheckpointLock lock(dir);  // none other runs here now
     for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().filename().string().rfind(".tmp-step-", 0) == 0 && e.is_directory(ec)) remove_temp_checkpoint(e.path());
+      // One holding its manifest is a complete checkpoint a failed rename left there, which the
+      // run told the user to move: kept.
+      if (e.path().filename().string().rfind(".tmp-step-", 0) == 0 && e.is_directory(ec) &&
+          !fs::exists(e.path() / "manifest.json", ec))
+        remove_temp_checkpoint(e.path());
   } catch (const std::exception&) {
     // Another run holds it, or the folder cannot be read: the next save removes them.
   }
@@ -123,18 +127,19 @@ namespace {
 RunLoss shared_loss(Transport& transport, const RunLoss& mine) {
   std::vector<int> all(transport.world_size());
   std::iota(all.begin(), all.end(), 0);
-  std::vector<double> v(4 + kFinalLossSteps, 0.0);
+  std::vector<double> v(5 + kFinalLossSteps, 0.0);
   if (mine.known) {
     size_t n = std::min<size_t>(mine.recent.size(), kFinalLossSteps);
     v[0] = 1, v[1] = mine.first, v[2] = static_cast<double>(mine.steps), v[3] = static_cast<double>(n);
-    std::copy(mine.recent.end() - static_cast<std::ptrdiff_t>(n), mine.recent.end(), v.begin() + 4);
+    v[4] = mine.first_of_run ? 1 : 0;
+    std::copy(mine.recent.end() - static_cast<std::ptrdiff_t>(n), mine.recent.end(), v.begin() + 5);
   }
   std::vector<torch::Tensor> t{torch::tensor(v, torch::kDouble)};
   transport.allreduce_sum(t, all);
   auto a = t[0].accessor<double, 1>();
   if (a[0] != 1) return {};
-  RunLoss run{true, a[1], {}, static_cast<int64_t>(a[2])};
-  for (int64_t i = 0; i < static_cast<int64_t>(a[3]); ++i) run.recent.push_back(a[4 + i]);
+  RunLoss run{true, a[1], {}, static_cast<int64_t>(a[2]), a[4] == 1};
+  for (int64_t i = 0; i < static_cast<int64_t>(a[3]); ++i) run.recent.push_back(a[5 + i]);
   return run;
 }
 
@@ -223,7 +228,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
   if (!leader) return;
   CheckpointManifest m = base_;
   m.step = step;
-  if (run.known) m.first_loss = run.first;
+  if (run.known && run.first_of_run) m.first_loss = run.first;
   m.files.clear();
   for (int layer = 0; layer < m.layers; ++layer) {
     std::string name = layer_file_name(layer), path = (tmp / name).string();

@@ -47,7 +47,8 @@ void check_checkpoint_steps(const std::string& dir, const std::vector<int64_t>& 
 // Removes pipetrain's files from every interrupted save's `.tmp-step-<N>` in `dir`, and each
 // folder once empty, where no run holds the folder: a launcher's, once its workers are gone (a
 // worker 0 stopped by a signal, the launcher's own after another failed, never unwound to remove
-// its own: 2.6 MB stayed until the next save).
+// its own: 2.6 MB stayed until the next save). One that holds its manifest is a complete
+// checkpoint a failed rename left there, which the run told the user to move: it stays.
 void remove_interrupted_saves(const std::string& dir);
 
 // One layer's state (stage_replica.h) as a layer file (layer_file.h; an undefined tensor stands
@@ -71,6 +72,9 @@ struct RunLoss {
   double first = 0;            // the run's first step's (a resumed run's: its checkpoint's)
   std::vector<double> recent;  // the last losses reported, up to kFinalLossSteps (trainer.h)
   int64_t steps = 0;           // reported by this run
+  // `first` is the whole run's step 1's (not a resume's own first, where its checkpoint recorded
+  // none): only then is it kept in the manifest, which a later resume's --metrics rows are judged by.
+  bool first_of_run = true;
 };
 
 // Writes checkpoints for one worker; every worker of the job calls save() at the same steps

@@ -130,6 +130,12 @@ void check_peer(const Action& a, size_t worker, size_t workers, const JsonField&
 void check_steps(const Trace& t, const std::string& source) {
   const bool two_bw = t.schedule == "2bw";
   if (!schedule_flushes(t.schedule) && !two_bw && t.schedule != "pipedream") return;  // a file's own kind
+  // A resumed run's trace numbers its minibatches from the checkpoint's step, where its steps
+  // count from 0: the delay is counted from the trace's first minibatch.
+  int first = std::numeric_limits<int>::max();
+  for (const auto& list : t.workers)
+    for (const auto& e : list)
+      if (e.action.kind == ActionKind::kForward) first = std::min(first, e.action.microbatch / t.microbatches);
   for (size_t w = 0; w < t.workers.size(); ++w) {
     std::map<int, std::set<int>> minibatches;  // stage -> the minibatches this worker forwards
     std::map<int, int> steps;                  // stage -> its steps here
@@ -138,6 +144,7 @@ void check_steps(const Trace& t, const std::string& source) {
       if (e.action.kind == ActionKind::kForward) minibatches[e.action.stage].insert(e.action.microbatch / t.microbatches);
       if (e.action.kind == ActionKind::kStep) ++steps[e.action.stage];
       order.push_back(e.action);
+      if (e.action.kind == ActionKind::kForward) order.back().microbatch -= first * t.microbatches;
     }
     for (const auto& [st, ids] : minibatches)
       if (static_cast<size_t>(steps[st]) != ids.size())

@@ -1533,6 +1533,19 @@ TEST(TrainCli, ResumingUnderOtherOptimizerSettingsIsNamed) {
   EXPECT_NE(slurp(log).find("--metrics " + other.string() + ": line 2, field 'loss' is '"), std::string::npos) << slurp(log);
   EXPECT_NE(slurp(log).find(": these rows are another run's"), std::string::npos) << slurp(log);
   EXPECT_EQ(slurp(other), before);
+  // A checkpoint that records no first loss (an older pipetrain's): the resume's checkpoints keep
+  // none either, not its own first step's (step 5's), by which a second resume refused the run's
+  // own rows as another run's.
+  fs::path old_rows = tmp.path / "old.csv";
+  train("old", {"--steps", "4", "--metrics", old_rows.string()});
+  std::string manifest = (fs::path(newest_checkpoint((tmp.path / "old").string())) / "manifest.json").string();
+  json doc = parse_json(slurp(manifest), manifest);
+  doc.erase("first_loss");
+  write_text_file_atomic(manifest, doc.dump(2));
+  train("old", {"--steps", "8", "--resume", "--metrics", old_rows.string()});
+  train("old", {"--steps", "12", "--resume", "--metrics", old_rows.string()});
+  const std::string rows = slurp(old_rows);
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 13) << rows;
 }
 
 // One worker with no runtime feature asked for runs the one-stage pipeline too (job::choose_road),
@@ -1650,6 +1663,10 @@ TEST(TrainCli, AFailedGlooJobLeavesNoInterruptedSave) {
   std::ofstream(dir / ".tmp-step-00000099" / "layer-1.tensors.tmp.123") << "y";
   std::ofstream(dir / ".tmp-step-00000098" / "layer-0.tensors") << "x";
   std::ofstream(dir / ".tmp-step-00000098" / "notes.txt") << "mine";
+  // A complete checkpoint a failed rename left, which the run told the user to move: kept.
+  fs::create_directories(dir / ".tmp-step-00000097");
+  std::ofstream(dir / ".tmp-step-00000097" / "layer-0.tensors") << "x";
+  std::ofstream(dir / ".tmp-step-00000097" / "manifest.json") << "{}";
   EXPECT_EQ(run({"train", "--data", "synthetic", "--lr", "1e6", "--steps", "3000", "--quiet", "--stages", "2",
                  "--schedule", "1f1b", "--transport", "gloo", "--checkpoint-dir", dir.string(), "--checkpoint-every",
                  "1000", "--timeout", "20"},
@@ -1659,6 +1676,7 @@ TEST(TrainCli, AFailedGlooJobLeavesNoInterruptedSave) {
   EXPECT_FALSE(fs::exists(dir / ".tmp-step-00000099")) << slurp(log);
   EXPECT_FALSE(fs::exists(dir / ".tmp-step-00000098" / "layer-0.tensors"));
   EXPECT_TRUE(fs::exists(dir / ".tmp-step-00000098" / "notes.txt"));
+  EXPECT_TRUE(fs::exists(dir / ".tmp-step-00000097" / "layer-0.tensors"));
 }
 
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {

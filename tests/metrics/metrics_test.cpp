@@ -358,6 +358,15 @@ TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
                              "minibatch: not this run's header");
   two_bw.weight_delay = 1;
   EXPECT_EQ(refusal(two_bw), "(none)");
+  // A resumed run's trace numbers its minibatches from the checkpoint's step (here 100), its
+  // steps from 0: it was refused as 101 minibatches ahead of its weights.
+  Trace resumed = two_bw;
+  for (auto& list : resumed.workers)
+    for (auto& e : list) e.action.microbatch += 100;
+  EXPECT_EQ(refusal(resumed), "(none)");
+  resumed.weight_delay = 0;
+  EXPECT_EQ(refusal(resumed), "t.json: field 'weight_delay' is 0, but worker 0's forwards run ahead of its steps by 1 "
+                              "minibatch: not this run's header");
 }
 
 // A trace read from a file may number its minibatches with gaps, up to 10^9: each id present
