@@ -159,6 +159,34 @@ void check_steps(const Trace& t, const std::string& source) {
   }
 }
 
+// One clock: a stage's forward of a microbatch starts after the stage before finished its
+// forward of it, and a backward after the stage after finished its backward. Parts of a run
+// merged from hosts whose clocks differ can break that, and their metrics mix the clocks:
+// refused, naming both events. (A receive cannot tell: a run posts them ahead of their sends.)
+void check_one_clock(const Trace& t, const std::string& source) {
+  std::map<std::pair<int, int>, std::pair<int, double>> forward_end, backward_end;  // (stage, microbatch) -> (worker, end)
+  for (size_t w = 0; w < t.workers.size(); ++w)
+    for (const auto& e : t.workers[w]) {
+      if (e.action.kind == ActionKind::kForward) forward_end[{e.action.stage, e.action.microbatch}] = {static_cast<int>(w), e.end_ms};
+      if (e.action.kind == ActionKind::kBackward) backward_end[{e.action.stage, e.action.microbatch}] = {static_cast<int>(w), e.end_ms};
+    }
+  for (size_t w = 0; w < t.workers.size(); ++w)
+    for (const auto& e : t.workers[w]) {
+      const Action& a = e.action;
+      const bool forward = a.kind == ActionKind::kForward;
+      if (!forward && a.kind != ActionKind::kBackward) continue;
+      const auto& ends = forward ? forward_end : backward_end;
+      auto before = ends.find({forward ? a.stage - 1 : a.stage + 1, a.microbatch});
+      if (before == ends.end()) continue;
+      const auto [worker, end] = before->second;
+      if (e.start_ms < end - 1e-9 * std::max(1.0, std::abs(end)))
+        throw FormatError(str(source, ": worker ", w, "'s '", to_string(a), "' starts at ", e.start_ms,
+                              " ms, before worker ", worker, " finished stage ", before->first.first, "'s ",
+                              forward ? "forward" : "backward", " of microbatch ", a.microbatch, " at ", end,
+                              " ms, which it needs: its workers' parts are on different clocks, not one run"));
+    }
+}
+
 }  // namespace
 
 void check_complete(const Trace& t, const std::string& source) {
@@ -187,6 +215,7 @@ void check_complete(const Trace& t, const std::string& source) {
                               t.microbatches, " (field 'microbatches'): not a whole run's trace"));
   }
   check_steps(t, source);
+  check_one_clock(t, source);
   // A worker of the run computes (a row appended empty was counted a worker idle throughout).
   for (size_t w = 0; w < t.workers.size(); ++w)
     if (std::none_of(t.workers[w].begin(), t.workers[w].end(), [](const TraceEvent& e) { return is_compute(e.action.kind); }))

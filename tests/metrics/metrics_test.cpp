@@ -364,6 +364,12 @@ TEST(Metrics, ATraceMissingAStagesWorkOrAMicrobatchIsRefused) {
   for (auto& list : resumed.workers)
     for (auto& e : list) e.action.microbatch += 100;
   EXPECT_EQ(refusal(resumed), "(none)");
+  // Parts merged from hosts whose clocks differ: worker 1's clock 5 ms behind puts its forward of
+  // microbatch 0 before worker 0 finished the one it needs.
+  Trace clocks = two_stage_trace();
+  for (auto& e : clocks.workers[1]) e.start_ms -= 5, e.end_ms -= 5;
+  EXPECT_EQ(refusal(clocks), "t.json: worker 1's '1F0' starts at -3 ms, before worker 0 finished stage 0's forward of "
+                             "microbatch 0 at 1 ms, which it needs: its workers' parts are on different clocks, not one run");
   resumed.weight_delay = 0;
   EXPECT_EQ(refusal(resumed), "t.json: field 'weight_delay' is 0, but worker 0's forwards run ahead of its steps by 1 "
                               "minibatch: not this run's header");
