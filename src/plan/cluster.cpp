@@ -355,7 +355,10 @@ Cluster cluster_from_shorthand(const std::string& workers, const std::string& ba
   }
   c.memory_bytes_per_worker = memory_bytes;
   c.source = str("--workers '", workers, "'");
-  check_cluster(c, "--workers");
+  double total = 1;
+  for (const auto& l : c.levels) total *= l.fan_out;
+  if (total > kMaxWorkers)  // a flag's error (exit 2), where check_cluster's is a file's
+    throw UsageError(str("--workers: ", total, " workers is more than pipetrain supports (", kMaxWorkers, ")"));
   return c;
 }
 

@@ -322,6 +322,7 @@ TEST(BadClusterShorthand, NamesFlagAndValue) {
   EXPECT_EQ(error_of([] { cluster_from_shorthand("-4", "1"); }), "--workers: level 0 fan-out must be in 1..100000, got -4");
   EXPECT_EQ(error_of([] { cluster_from_shorthand("1000,1001", "1,1"); }),
             "--workers: 1.001e+06 workers is more than pipetrain supports (1000000)");
+  EXPECT_THROW(cluster_from_shorthand("1000,1001", "1,1"), UsageError);  // a flag's error: exit 2, not 1
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "0"); }), "--bandwidth-gbps: level 0 must be in 1e-06..1e+09 Gbit/s, got 0");
   EXPECT_EQ(error_of([] { cluster_from_shorthand("4", "1e-300"); }),
             "--bandwidth-gbps: level 0 must be in 1e-06..1e+09 Gbit/s, got 1e-300");
