@@ -121,6 +121,26 @@ def layer_tensor_names(model_file, meta):
             for c in meta["children"]]
 
 
+# The buffers batch_norm.DeferrableBatchNorm adds beside a BatchNorm's own.
+DEFERRED_SUMS = ("pt_microbatches", "pt_seen", "pt_count", "pt_sum", "pt_sum_sq")
+
+
+def deferred_batch_norm_sums(buffers):
+    """The names among a layer's buffers that are a swapped-in BatchNorm's sums: all five at one
+    module's path beside its running_mean. A user's own buffer named pt_count is the model's
+    (a pattern on the name alone dropped it from the state_dict)."""
+    held = set(buffers)
+    out = set()
+    for name in buffers:
+        if not name.endswith("running_mean"):
+            continue
+        at = name[: -len("running_mean")]
+        group = [at + s for s in DEFERRED_SUMS]
+        if all(g in held for g in group):
+            out.update(group)
+    return out
+
+
 def trained_state(model_file, checkpoint):
     """{parameter path in the exported model: trained tensor}."""
     meta = model_meta(model_file)
@@ -145,9 +165,10 @@ def trained_state(model_file, checkpoint):
         tensors = read_tensor_file(os.path.join(ck, f"layer-{k}.tensors"))
         for i, name in enumerate(names):
             state[name] = tensors[f"param.{i}"]
+        sums = deferred_batch_norm_sums(buffers)
         for i, name in enumerate(buffers):
-            if re.fullmatch(r"(.*\.)?(_tensor_constant\d+|pt_[a-z_]+)", name):
-                continue  # a constant torch.fx made in forward, or deferred BatchNorm's sums: not the model's
+            if name in sums or re.fullmatch(r"(.*\.)?_tensor_constant\d+", name):
+                continue  # deferred BatchNorm's sums, or a constant torch.fx made in forward: not the model's
             if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none
                 state[name] = tensors[f"buffer.{i}"]
     for path, held in meta.get("aliases", {}).items():  # a module held at several paths in one layer

@@ -1542,6 +1542,15 @@ class Errors(unittest.TestCase):
                 self.assertFalse(torch.equal(got["norm.m"], start["norm.m"]), "the running mean did not move")
                 self.assertLess(max_relative_error(got, want), 1e-6)
 
+    def test_a_users_buffer_named_like_deferred_batch_norms_sums_reads_back(self):
+        """pipetrain.weights dropped every buffer named pt_*, meant for deferred BatchNorm's sums
+        alone: a user's pt_count counted 4 forwards in the checkpoint and was missing from the
+        state_dict, so load_state_dict(strict=False) kept its 0 (exit 0)."""
+        got, want, start = self.train_against_eager("counted_forwards", toy_models.counted_forwards, 1, [])
+        self.assertEqual(set(got), set(want))
+        self.assertEqual(got["pt_count"].item(), STEPS + 1)
+        self.assertLess(max_relative_error(got, want), 1e-6)
+
     def test_a_parameter_the_forward_gives_no_gradient_takes_no_step(self):
         """torch.optim skips a parameter without a gradient: one read under torch.no_grad() (a
         submodule's) or through .detach(). pipetrain stepped it with a zero gradient, and AdamW's

@@ -442,6 +442,23 @@ class Averages(nn.Module):
         return torch.tanh(self.lin(x - self.mean))
 
 
+class CountedForwards(nn.Module):
+    """A user's own buffer whose name starts as deferred BatchNorm's sums do (pt_count)."""
+
+    def __init__(self, d=12):
+        super().__init__()
+        self.lin, self.head = nn.Linear(d, d), nn.Linear(d, 5)
+        self.register_buffer("pt_count", torch.zeros(()))
+
+    def forward(self, x):
+        self.pt_count.add_(1)  # in place: a top-level buffer rebound by += is refused
+        return self.head(torch.tanh(self.lin(x)))
+
+
+def counted_forwards():
+    return CountedForwards()
+
+
 def sparse_embedding():
     """nn.Embedding(sparse=True): its gradient is a sparse tensor."""
     return nn.Sequential(nn.Embedding(32, 8, sparse=True), nn.Flatten(), nn.Linear(96, 4))
