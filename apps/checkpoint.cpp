@@ -112,16 +112,23 @@ int inspect(const std::string& path) {
       param_shapes.back().push_back(p.shape);
       shapes += (shapes.empty() ? "" : " ") + shape_text(p.shape);
     }
-    bool momentum = !layer.momentum.empty() && layer.momentum[0].has_value();
+    // Each parameter's state, not the first's: a layer whose first parameter is frozen was said
+    // to have "no optimizer state yet" beside its bias's momentum.
+    const size_t stepped = static_cast<size_t>(
+        std::count_if(layer.momentum.begin(), layer.momentum.end(), [](const auto& s) { return s.has_value(); }));
     bool moments = !layer.variance.empty();  // adam's second moment beside its first
+    std::string state = moments ? "moments" : "momentum";
+    if (stepped > 0 && stepped < layer.params.size())
+      state += str(" of ", stepped, " of its ", layer.params.size(), " parameters (the others took no step: frozen, or no "
+                   "gradient reached them)");
     // "layer-3  16 parameters [8] [8], momentum, 3 buffers": the shapes belong to the parameters.
     std::cout << "  " << std::setw(16) << std::left << f.name << std::right << std::setw(10) << n << " parameters"
               << (shapes.empty() ? "" : " " + shapes)
               << (layer.params.empty()                      ? ""
-                  : moments                                  ? ", moments"
-                  : momentum                                 ? ", momentum"
+                  : stepped > 0                              ? ", " + state
                   : m.optimizer == "sgd" && m.momentum == 0 ? ", no optimizer state (plain SGD keeps none)"
-                                                             : ", no optimizer state yet")
+                                                             : ", no optimizer state: no step reached its parameters "
+                                                               "(frozen, or no gradient reached them)")
               << (layer.buffers.empty() ? "" : str(", ", layer.buffers.size(), layer.buffers.size() == 1 ? " buffer" : " buffers"))
               << "\n";
     params += n;

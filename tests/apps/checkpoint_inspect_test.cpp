@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/files.h"
 #include "core/json_doc.h"
 #include "core/tensor_file.h"
 #include "pt_paths.h"
@@ -136,6 +137,40 @@ TEST(CheckpointInspect, OneWorkersPlainSgdIsSaidAsItRan) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("written by one worker (no pipeline)\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("3 parameters [3], no optimizer state (plain SGD keeps none)\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("yet"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// A layer's state is each parameter's: one whose first parameter is frozen (no momentum) and its
+// second stepped was said to have "no optimizer state yet".
+TEST(CheckpointInspect, ALayerWhoseFirstParameterIsFrozenHasItsOthersState) {
+  fs::path dir = fs::temp_directory_path() / ("pt_inspect_frozen_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::path step = write_checkpoint(dir, 0);
+  for (int l = 0; l < 2; ++l) {  // layer 0: a frozen weight and a stepped bias; layer 1: all frozen
+    runtime::LayerFile f;
+    f.params = {floats("param.0", {1, 2, 3}), floats("param.1", {4})};
+    f.momentum = {std::nullopt, l == 0 ? std::optional(floats("momentum.1", {0.5f})) : std::nullopt};
+    std::string name = "layer-" + std::to_string(l) + ".tensors", bytes = runtime::layer_file_bytes(f);
+    write_text_file_atomic((step / name).string(), bytes);
+  }
+  auto manifest = runtime::manifest_from_json(read_text_file((step / "manifest.json").string()), "manifest.json");
+  for (auto& file : manifest.files) {
+    std::string bytes = read_text_file((step / file.name).string());
+    file.bytes = static_cast<int64_t>(bytes.size());
+    file.crc32 = runtime::crc32_of(bytes);
+  }
+  write_text_file_atomic((step / "manifest.json").string(), runtime::manifest_to_json(manifest));
+  auto r = inspect(step);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 parameters [3] [1], momentum of 1 of its 2 parameters (the others took no step: frozen, "
+                          "or no gradient reached them)\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("4 parameters [3] [1], no optimizer state: no step reached its parameters (frozen, or no "
+                          "gradient reached them)\n"),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(r.output.find("yet"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
