@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -160,26 +161,55 @@ torch::Tensor probe_output(LayeredModel& model, const torch::Tensor& x, const st
 }
 
 
-// Token ids against what the model takes: the sample holding the largest id is run through it.
-// An id beyond an embedding's rows failed only when its minibatch came, after hours of training
-// or at the final evaluation, in a traceback naming neither the file nor the id.
+// Token ids against what the model takes: the sample holding the largest id is run through it,
+// and where the positions' largest ids differ, a sample of each position's largest: a packed
+// input (a segment id in column 0 beside the tokens) gives each position an embedding of its own,
+// and a segment id past its 3 rows passed the check of the sample holding the largest token. An id
+// beyond an embedding's rows failed only when its minibatch came, after hours of training or at
+// the final evaluation, in a traceback naming neither the file nor the id.
 void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::string& xk, const std::string& source) {
   if (!model.integer_input()) return;
   int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
   if (lo < 0) throw FormatError(str(source, ": '", xk, "' holds token id ", lo, "; ids are >= 0"));
-  int64_t row = x.eq(hi).reshape({x.size(0), -1}).any(1).to(torch::kInt64).argmax().item<int64_t>();
-  std::string key = forward_key(str("token ", hi), model, x.narrow(0, row, 1));
-  if (recorded_forward(key) == "ok") return;
-  try {
-    CheckForward forward(model);
-    forward(x.narrow(0, row, 1));
-  } catch (const std::exception& e) {
-    const std::string why = last_line(without_backtrace(e));
-    blame_bf16(model, x.narrow(0, row, 1), why);
+  const torch::Tensor flat = x.reshape({x.size(0), -1});
+  auto refused = [&](const torch::Tensor& sample, const std::string& what) -> std::string {
+    std::string key = forward_key(str("token ", what), model, sample);
+    if (recorded_forward(key) == "ok") return "";
+    try {
+      CheckForward forward(model);
+      forward(sample);
+    } catch (const std::exception& e) {
+      const std::string why = last_line(without_backtrace(e));
+      blame_bf16(model, sample, why);
+      return why;
+    }
+    record_forward(key, "ok");
+    return "";
+  };
+  int64_t row = flat.eq(hi).any(1).to(torch::kInt64).argmax().item<int64_t>();
+  std::string why = refused(x.narrow(0, row, 1), str(hi));
+  if (!why.empty())
     throw FormatError(str(source, ": '", xk, "' holds token id ", hi, " (sample ", row, "), which the model refuses: ",
                           why, " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
+  if (x.size(0) == 1) return;
+  auto [top, rows] = flat.max(0);  // each position's largest id, and a sample holding it
+  if (top.eq(hi).all().item<bool>()) return;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[0] = 1;
+  if (refused(top.reshape(shape), "positions' largest").empty()) return;
+  // Which sample the model refuses: one holding a position's largest id, positions in order.
+  std::vector<int64_t> tried;
+  for (int64_t p = 0; p < top.size(0); ++p) {
+    int64_t r = rows[p].item<int64_t>();
+    if (std::find(tried.begin(), tried.end(), r) != tried.end()) continue;
+    tried.push_back(r);
+    why = refused(x.narrow(0, r, 1), str("sample ", r));
+    if (!why.empty())
+      throw FormatError(str(source, ": '", xk, "' holds token id ", top[p].item<int64_t>(), " at position ", p,
+                            " of sample ", r, ", which the model refuses: ", why, " (the largest id at that position; ",
+                            "is an embedding there smaller than the ids it is given?)"));
   }
-  record_forward(key, "ok");
+  // None of the data's own samples is refused: a sample of positions' maxima no sample holds is none.
 }
 
 }  // namespace pt::model

@@ -1551,6 +1551,36 @@ class Errors(unittest.TestCase):
         self.assertEqual(got["pt_count"].item(), STEPS + 1)
         self.assertLess(max_relative_error(got, want), 1e-6)
 
+    def test_an_id_past_a_smaller_embedding_of_a_packed_input_is_named(self):
+        """Only the sample holding the largest id was run: a segment id 5 (3 rows) beside token ids
+        up to 19 (20 rows) trained a step and failed at its minibatch in a TorchScript traceback, or
+        at the final evaluation with no checkpoint written. Each position's largest is tried now."""
+        model = os.path.join(self.tmp.name, "packed_ids.pt")
+        r = export(["--model", "toy_models:packed_ids", "--input-shape", f"{BATCH},7", "--input-dtype", "int64",
+                    "--input-high", "3", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = torch.Generator().manual_seed(4)
+        x = torch.cat([torch.randint(0, 3, (40, 1), generator=g), torch.randint(0, 20, (40, 6), generator=g)], 1)
+        y = torch.randint(0, 5, (40,), generator=g)
+        for row, expect in ((None, None), (11, "'x' holds token id 5 at position 0 of sample 11, which the model refuses"),
+                            (38, "'x' holds token id 4 at position 0 of sample 38, which the model refuses")):
+            with self.subTest(row=row):
+                bad = x.clone()
+                if row is not None:
+                    bad[row, 0] = 5 if row == 11 else 4  # 38: in the held-out tenth
+                data, ck = (os.path.join(self.tmp.name, f"packed-{row}{s}") for s in ("-data.pt", "-ck"))
+                torch.save({"x": bad, "y": y}, data)
+                r = subprocess.run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", "2", "--batch-size",
+                                    str(BATCH), "--no-shuffle", "--quiet", "--checkpoint-dir", ck],
+                                   capture_output=True, text=True)
+                if expect is None:
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    continue
+                self.assertNotEqual(r.returncode, 0, r.stderr)
+                self.assertIn(expect, r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertFalse(os.path.exists(ck), "a checkpoint folder was made")
+
     def test_a_parameter_the_forward_gives_no_gradient_takes_no_step(self):
         """torch.optim skips a parameter without a gradient: one read under torch.no_grad() (a
         submodule's) or through .detach(). pipetrain stepped it with a zero gradient, and AdamW's

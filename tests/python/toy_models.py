@@ -459,6 +459,22 @@ def counted_forwards():
     return CountedForwards()
 
 
+class PackedIds(nn.Module):
+    """Two vocabularies packed in one input: column 0 a segment id (3 rows), the rest tokens (20)."""
+
+    def __init__(self):
+        super().__init__()
+        self.segment, self.token = nn.Embedding(3, 8), nn.Embedding(20, 8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.head(self.token(x[:, 1:]).mean(1) + self.segment(x[:, 0]))
+
+
+def packed_ids():
+    return PackedIds()
+
+
 def sparse_embedding():
     """nn.Embedding(sparse=True): its gradient is a sparse tensor."""
     return nn.Sequential(nn.Embedding(32, 8, sparse=True), nn.Flatten(), nn.Linear(96, 4))
