@@ -1073,7 +1073,8 @@ def export(args):
     meta = {"format": FORMAT, "source": args.model, "kwargs": kwargs, "layers": names,
             "children": list(children.keys()), "boundary_tensors": boundaries,
             "exact_boundaries": exact,
-            "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0]},
+            "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0],
+                      **({} if dtype.is_floating_point else {"high": args.input_high})},
             "loss": bool(args.loss), "ties": ties, "aliases": aliases, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"
     try:

@@ -157,7 +157,9 @@ DataSplit synthetic_data(const LayeredModel& model, int64_t train_samples, int64
     for (int64_t d : model.sample_shape()) shape.push_back(d);
     Dataset d;
     if (model.integer_input()) {
-      d.inputs = torch::randint(classes_or_vocab, shape, gen, torch::kInt64);
+      // A language model's ids are its vocabulary's; a classifier's, what export said it takes.
+      const int64_t high = classifies_tokens && model.input_high() > 0 ? model.input_high() : classes_or_vocab;
+      d.inputs = torch::randint(high, shape, gen, torch::kInt64);
       d.targets = torch::randint(classes_or_vocab, classifies_tokens ? std::vector<int64_t>{n} : shape, gen, torch::kInt64);
     } else {
       d.inputs = torch::randn(shape, gen);

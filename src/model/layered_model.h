@@ -126,6 +126,11 @@ class LayeredModel {
   // Shape of one sample (without the batch dimension); token ids when integer_input().
   const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
   bool integer_input() const { return integer_input_; }
+  // Integer inputs: the ids it takes are below this (export's --input-high; 0: not known).
+  // Synthetic data for a token classifier draws its ids below it, not below its classes: a DNA
+  // model of 4 tokens and 10 classes failed its embedding's lookup on every synthetic batch.
+  int64_t input_high() const { return input_high_; }
+  void set_input_high(int64_t high) { input_high_ = high; }
 
   // Runs layers [first, last) on x; a layer this model does not hold is built for the call and
   // dropped after it (its initial weights).
@@ -196,6 +201,7 @@ class LayeredModel {
   Task task_;
   std::vector<int64_t> sample_shape_;
   bool integer_input_;
+  int64_t input_high_ = 0;
   std::vector<Layer> layers_;
   bool is_training_ = true;
   int64_t draw_key_ = 0;

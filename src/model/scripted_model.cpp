@@ -164,6 +164,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   // Named by the file's name, so a plan or checkpoint made with it follows the file around.
   auto model = std::make_shared<LayeredModel>(path.substr(path.rfind('/') + 1), task, shape, integer_input, held);
   model->set_file_sha256(digest);
+  if (integer_input && input.has("high")) model->set_input_high(input["high"].as_int_at_least(1));
 
   // The top-level module: every layer in a pipetrain.model/1 file, the loss alone in a /2 file.
   torch::jit::Module top;

@@ -1581,6 +1581,21 @@ class Errors(unittest.TestCase):
                 self.assertNotIn("Traceback", r.stderr)
                 self.assertFalse(os.path.exists(ck), "a checkpoint folder was made")
 
+    def test_synthetic_ids_are_those_the_export_said_the_model_takes(self):
+        """Synthetic data drew a token classifier's ids below its classes: a model of 4 token ids
+        and 10 classes failed its embedding's lookup in profile and train (a TorchScript traceback).
+        export records --input-high, and the ids are drawn below it."""
+        model = os.path.join(self.tmp.name, "few_tokens.pt")
+        r = export(["--model", "toy_models:few_tokens_many_classes", "--input-shape", f"{BATCH},12", "--input-dtype",
+                    "int64", "--input-high", "4", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for args in (["profile", "--model", model, "--batch-size", str(BATCH), "--repeats", "1", "--warmup", "0",
+                      "-o", os.path.join(self.tmp.name, "few_tokens_profile.json")],
+                     ["train", "--model", model, "--steps", "2", "--batch-size", str(BATCH), "--quiet"]):
+            with self.subTest(command=args[0]):
+                r = subprocess.run([PIPETRAIN] + args, capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_a_parameter_the_forward_gives_no_gradient_takes_no_step(self):
         """torch.optim skips a parameter without a gradient: one read under torch.no_grad() (a
         submodule's) or through .detach(). pipetrain stepped it with a zero gradient, and AdamW's

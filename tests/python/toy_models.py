@@ -475,6 +475,11 @@ def packed_ids():
     return PackedIds()
 
 
+def few_tokens_many_classes():
+    """A DNA classifier: 4 token ids, 10 classes."""
+    return nn.Sequential(nn.Embedding(4, 8), nn.Flatten(), nn.Linear(8 * 12, 10))
+
+
 def sparse_embedding():
     """nn.Embedding(sparse=True): its gradient is a sparse tensor."""
     return nn.Sequential(nn.Embedding(32, 8, sparse=True), nn.Flatten(), nn.Linear(96, 4))
