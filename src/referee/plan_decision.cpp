@@ -175,7 +175,9 @@ PlanDecision unsimulated(const plan::PlanOutcome& out, const Refereed& r) {
 
 PlanDecision decide_refereed(const plan::PlanOutcome& out, const PlanRequest& request) {
   // Without a memory cap the uniform plans too (the search's candidates keep it; these do not).
-  Refereed r = detail::choose_pipedream(out.candidates, out.profile, out.cluster, out.options,
+  plan::PlanOptions options = out.options;
+  options.shown = std::max(1, request.top);  // each row's figure the one simulate gives its file
+  Refereed r = detail::choose_pipedream(out.candidates, out.profile, out.cluster, options,
                                         /*own_buckets=*/!request.bucket_given, /*with_uniform=*/out.memory_cap <= 0);
   if (r.ranked.empty()) return unsimulated(out, r);
   const Candidate& chosen = r.ranked.front();

@@ -43,7 +43,8 @@ std::string beyond_estimate(const Candidate& c) {
 // The ranking's replays are settled; the choice's is periodic too (metrics::Metrics::periodic),
 // the figure `simulate` prints for it: the plans ranked ahead of the first whose figure is final
 // (periodic, or replayed as long as settled_replay goes) are replayed longer, side by side, and
-// ranked again, until the first is final (at most kMostLengthened plans). On the 52
+// ranked again, until the first is final (at most kMostLengthened plans); where the options show
+// more (PlanOptions::shown, plan --top), until that many are. On the 52
 // default-model cases, 44 choices repeat at once; GNMT-Large on 16 workers lengthens 14 plans,
 // GNMT on 4x4 14, five others 1 or 2.
 void Referee::periodic_first() {
@@ -56,8 +57,13 @@ void Referee::periodic_first() {
       return;
     }
     std::vector<Candidate*> ahead;
+    int final_ones = 0;
     for (Candidate& c : r_.ranked) {
-      if (c.simulated.periodic || lengthened.count(identity(c.plan)) || ahead.size() == at_once) break;
+      if (c.simulated.periodic || lengthened.count(identity(c.plan))) {
+        if (++final_ones >= std::max(1, options().shown)) break;
+        continue;
+      }
+      if (ahead.size() == at_once) break;
       ahead.push_back(&c);
     }
     if (ahead.empty()) return;
