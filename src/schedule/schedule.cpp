@@ -195,6 +195,9 @@ Schedule schedule_from_json(const json& doc, const std::string& source) {
     if (ws.empty()) f["workers"].fail("must name at least one worker");
     for (int64_t l : f["layers"].as_int_list()) {
       if (l < 0 || l > kMostInt) f["layers"].fail(str("has layer ", l, ", not a layer index"));
+      // As a plan file's: [3, 2] was taken, and the workers failed building "layers 3..2".
+      if (!ls.empty() && l <= ls.back())
+        f["layers"].fail(str("must list layers in ascending order, each once, got ", ls.back(), " then ", l));
       ls.push_back(static_cast<int>(l));
     }
     s.stage_workers.push_back(ws);

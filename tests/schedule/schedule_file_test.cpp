@@ -160,6 +160,16 @@ TEST(ScheduleFile, BrokenFilesAreNamedNotRun) {
   doc["stages"][0]["layers"] = {4294967296LL};  // layer 0 after narrowing, the plan's own
   e = error_of("layer.json", doc.dump(), two);
   EXPECT_NE(e.find("field 'stages[0].layers' has layer 4294967296, not a layer index"), std::string::npos) << e;
+  // Layers out of order or twice, named as a plan file's are (the workers failed building "3..2").
+  for (const auto& [layers, said] : std::vector<std::pair<std::vector<int>, std::string>>{{{1, 0}, "got 1 then 0"},
+                                                                                          {{0, 0}, "got 0 then 0"}}) {
+    doc = to_json(s);
+    doc["stages"][0]["layers"] = layers;
+    e = error_of("order.json", doc.dump(), two);
+    EXPECT_NE(e.find("order.json: field 'stages[0].layers' must list layers in ascending order, each once, " + said),
+              std::string::npos)
+        << e;
+  }
   // A stash budget no run needs: the runtime sizes its stash and pipedream's stale-weight warm-up by it.
   doc = to_json(s);
   doc["stages"][1]["weight_versions"] = 1000000000;
