@@ -62,6 +62,10 @@ int run_plan(Flags& flags) {
   check_outputs_apart({{"--profile", flags.plan.profile}, {"--cluster", flags.plan.cluster.file}},
                       {{"-o", flags.output}, {"--save-top", flags.save_top}});
   if (!flags.save_top.empty() && flags.top < 1) throw UsageError("--save-top: needs --top K, the candidates to write");
+  // It was read by nothing: the throughput objective weighs no staleness.
+  if (flags.staleness_cost >= 0 && flags.objective != "time-to-accuracy")
+    throw UsageError(str("--staleness-cost ", flags.staleness_cost, ": weighs staleness for --objective "
+                         "time-to-accuracy; --objective is ", flags.objective));
   if (!flags.save_top.empty() && !std::filesystem::is_directory(flags.save_top)) {
     std::error_code made;  // as -o needs no file made first, the folder is made where its parent is
     if (!std::filesystem::create_directory(flags.save_top, made))
@@ -83,6 +87,9 @@ int run_plan(Flags& flags) {
   if (flags.plan.joint && pipedream)
     throw UsageError("--schedule, --microbatches and --objective use the joint search, which needs --cost-model "
                      "pipetrain");
+  // Every configuration would be skipped, and pipedream, which takes minibatches whole, chosen.
+  if (flags.microbatches_flag->count() > 0)
+    schedule::check_microbatches_divide(flags.microbatches, "--microbatches", out.profile.batch_size, flags.plan.profile);
   referee::PlanRequest request;
   request.joint = out.joint;  // a cluster file's cap too
   if (request.joint) request.joint_options = joint_options(flags, out.memory_cap);

@@ -134,13 +134,12 @@ int run_simulate(SimulateFlags flags) {
   // A microbatch is a share of the minibatch's samples, as train splits it (dp's too, among its
   // workers): 1000 microbatches of a batch of 16 simulated at 3.3 samples/s, and dp's 6 of a
   // batch of 128 at 21.33 samples each, which train refuses.
-  if (prof.batch_size % s.microbatches != 0)
-    throw ConfigError(str(s.microbatches, " microbatches (",
-                          !flags.schedule_file.empty()                                 ? "--schedule-file " + flags.schedule_file
-                          : flags.microbatches_flag->count() == 0 && plan.microbatches > 0 ? flags.plan + "'s field 'microbatches'"
-                                                                                            : std::string("--microbatches"),
-                          ") do not divide the batch of ", prof.batch_size, " (",
-                          !flags.plan.empty() && plan.batch_size > 0 ? flags.plan : flags.profile, "): train refuses it"));
+  schedule::check_microbatches_divide(
+      s.microbatches,
+      !flags.schedule_file.empty()                                     ? "--schedule-file " + flags.schedule_file
+      : flags.microbatches_flag->count() == 0 && plan.microbatches > 0 ? flags.plan + "'s field 'microbatches'"
+                                                                       : std::string("--microbatches"),
+      prof.batch_size, !flags.plan.empty() && plan.batch_size > 0 ? flags.plan : flags.profile);
   for (const std::string& note : {schedule::weight_delay_note(s, !flags.no_weight_prediction), schedule::one_chunk_note(s)})
     if (!note.empty()) std::cerr << "note: " << note << "\n";
   // It ran 1 without a word (train notes it alike).

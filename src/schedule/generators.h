@@ -58,6 +58,9 @@ inline constexpr int kMaxChunks = plan::kMaxChunks;
 inline constexpr int kMaxMinibatches = 4096;
 // Throws UsageError naming the flag (--microbatches, --chunks, --minibatches) and the value.
 void check_schedule_options(const ScheduleOptions& schedule_options);
+// Throws ConfigError where `microbatches` (from `given`: a flag, a file's field) do not divide
+// `batch` (from `batch_from`), as train refuses them; plan, simulate and compare say it alike.
+void check_microbatches_divide(int microbatches, const std::string& given, int64_t batch, const std::string& batch_from);
 
 // GPipe (Huang et al., NeurIPS 2019): all forwards, then all backwards, flush.
 Schedule gpipe(const plan::Plan& plan, int microbatches);

@@ -43,6 +43,12 @@ void check_schedule_options(const ScheduleOptions& schedule_options) {
     throw UsageError(str("--minibatches: must be in 0..", kMaxMinibatches, " (0: the default), got ", schedule_options.minibatches));
 }
 
+void check_microbatches_divide(int microbatches, const std::string& given, int64_t batch, const std::string& batch_from) {
+  if (microbatches > 0 && batch % microbatches != 0)
+    throw ConfigError(str(microbatches, " microbatches (", given, ") do not divide the batch of ", batch, " (",
+                          batch_from, "): train refuses it"));
+}
+
 namespace {
 
 Schedule generate_kind(const std::string& kind, const plan::Plan& plan, const ScheduleOptions& schedule_options) {
