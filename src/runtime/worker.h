@@ -167,7 +167,9 @@ class Worker {
   // posts the next minibatch's receives while its last send is still being taken (gloo hands a
   // payload over only once the peer posts its receive).
   std::vector<std::shared_ptr<PendingTransfer>> earlier_sends_;
-  double waited_ms_ = 0;  // the current action's wait for its received input (not in its trace time)
+  // When the current action's wait for its received input ended (wall_ms; 0: it received none):
+  // its trace time starts there, the wait being the link's, not compute.
+  double input_ready_ms_ = 0;
   int64_t sent_bytes_ = 0;  // the bytes of the last send (its trace event's)
   std::vector<int64_t> cached_indices_;
   int64_t cached_minibatch_ = -1;

@@ -28,14 +28,13 @@ void Worker::post_receive(const schedule::Schedule& s, const Action& a, int64_t 
 torch::Tensor Worker::take_received(int direction, int stage, int64_t mb, const Action& a) {
   auto it = receives_.find({direction, stage, mb});
   PT_CHECK(it != receives_.end(), "no receive posted for ", schedule::to_string(a));
-  double w0 = wall_ms();
   torch::Tensor t = it->second.transfer->wait();
   // A peer sends in this run only once the previous run is over on every worker (a run ends
   // drained), so the previous run's sends are done: waiting frees their tensors now rather
   // than at the end of this run.
   for (auto& p : earlier_sends_) p->wait();
   earlier_sends_.clear();
-  waited_ms_ = wall_ms() - w0;
+  input_ready_ms_ = wall_ms();
   if (!known_.count(it->second.channel)) learnt_[it->second.channel] = {t.sizes().vec(), t.scalar_type()};
   receives_.erase(it);
   return t;
