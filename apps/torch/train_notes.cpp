@@ -229,7 +229,10 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   const bool lag_recorded =
       !cm.weight_lag.empty() || (cm.schedule != "pipedream" && cm.schedule != "2bw") || cm.workers == 1;
   auto lag_of = [](const std::string& l, const std::string& kind) { return l.empty() ? kind + ": none" : l; };
-  if (lag_recorded && cm.weight_lag != lag)
+  // A 2bw checkpoint before 2026-12-07 records no stale warm-up: the rest is compared.
+  const bool same = cm.weight_lag == lag || (cm.schedule == "2bw" && cm.weight_lag.find("stale warm-up") == std::string::npos &&
+                                             lag.rfind(cm.weight_lag + "; stale warm-up ", 0) == 0);
+  if (lag_recorded && !same)
     std::cerr << "note: " << job.resume_from << " was trained with other settings of its weights' lag ("
               << lag_of(cm.weight_lag, cm.schedule) << " -> " << lag_of(lag, job.options.schedule) << "): steps "
               << cm.step + 1 << " on differ from an uninterrupted run's\n";

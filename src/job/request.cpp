@@ -105,6 +105,10 @@ void follow_plan(const Request& r, PipelineOptions& options, plan::Plan& plan, c
   if (r.deferred_step >= 0 && options.schedule != "pipedream")  // --no-deferred-step too: it changed nothing
     throw UsageError(str(r.deferred_step == 1 ? "--deferred-step" : "--no-deferred-step",
                          ": only the pipedream schedule defers a step, not ", options.schedule));
+  // It changed nothing there either, and the checkpoint recorded it on.
+  if (r.deferred_step == 1 && !plan.stages.empty() && plan.stages.front().replicas < 2)
+    throw UsageError(str("--deferred-step: defers a replicated first stage's step (its all-reduce overlapping the "
+                         "next forward); ", source, "'s first stage has 1 replica"));
   // It ran 1 without a word.
   if (options.schedule == "pipedream" && r.microbatches_given && options.microbatches != 1)
     std::cerr << "note: --microbatches " << options.microbatches << " is not used: pipedream runs each minibatch "

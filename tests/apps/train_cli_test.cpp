@@ -261,6 +261,29 @@ TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
   std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "22", "--resume"});
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("weights' lag (pipedream: none -> " + lag + "): steps 21 on differ"), std::string::npos) << out;
+  // 2bw warms its stale stages up too: resumed under another --stale-warmup it moved 8.3% off the
+  // run it continued, unsaid; a checkpoint from before it was recorded, with no other change, is
+  // the same lag.
+  std::tie(rc, out) = train({"--plan", plan.string(), "--schedule", "2bw", "--steps", "24", "--resume", "--stale-warmup", "10"});
+  ASSERT_EQ(rc, 0) << out;
+  const std::string lag_2bw = "2bw on plan 1-1: layers 0-1 | 2-4; weight prediction on; weights lag 1 steps";
+  EXPECT_NE(slurp(ck / "step-00000024" / "manifest.json").find("\"weight_lag\": \"" + lag_2bw + "; stale warm-up 10\""),
+            std::string::npos)
+      << slurp(ck / "step-00000024" / "manifest.json");
+  std::tie(rc, out) = train({"--plan", plan.string(), "--schedule", "2bw", "--steps", "26", "--resume", "--stale-warmup", "0"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("weights' lag (" + lag_2bw + "; stale warm-up 10 -> " + lag_2bw + "; stale warm-up 0): steps 25 on differ"),
+            std::string::npos)
+      << out;
+  const fs::path manifest = ck / "step-00000026" / "manifest.json";
+  std::string older = slurp(manifest);
+  const std::string recorded = "; weights lag 1 steps; stale warm-up 0\"";
+  ASSERT_NE(older.find(recorded), std::string::npos) << older;
+  older.replace(older.find(recorded), recorded.size(), "; weights lag 1 steps\"");
+  std::ofstream(manifest) << older;
+  std::tie(rc, out) = train({"--plan", plan.string(), "--schedule", "2bw", "--steps", "28", "--resume", "--stale-warmup", "0"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
 }
 
 // Step folders that are no checkpoint: one this run would write into is refused before training

@@ -79,6 +79,10 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
   std::string cluster_file = (tmp / "cluster.json").string(), text_file = (tmp / "text.txt").string();
   plan::write_plan(plan::even_split(prof, 2), plan_file);
   profile::write_profile(prof, prof_file);
+  // A deferred step is a replicated first stage's (refused on one replica, where it changed nothing).
+  std::string replicated_plan = (tmp / "replicated.json").string();
+  std::ofstream(replicated_plan) << R"({"format": "pipetrain.plan/1", "workers": 3, "stages": [
+      {"layers": [0, 1, 2], "replicas": 2}, {"layers": [3, 4], "replicas": 1}]})";
   kBase = {"--data", "synthetic", "--synthetic-samples", "256", "--steps", "2", "--stages", "2", "--schedule", "1f1b",
            "--profile", prof_file, "--print-job"};
   profile::Profile slower = prof;
@@ -142,7 +146,7 @@ TEST(TrainFlags, EveryOptionReachesTheJobDigestOrIsPerWorker) {
       {"--data", {{"--data", "text", "--model", "lstm-lm", "--text", text_file, "--seq-len", "4"}, {"--data", "--synthetic-samples", "--profile"}}},
       {"--data-dir", {{"--data", "fashion-mnist", "--data-dir", idx.string()}, {"--data", "--synthetic-samples"}}},
       {"--deferred-batch-norm", {{"--model", model_file, "--deferred-batch-norm"}, {"--profile"}}},
-      {"--deferred-step", {{"--deferred-step", "--schedule", "pipedream"}, {"--schedule"}}},
+      {"--deferred-step", {{"--deferred-step", "--schedule", "pipedream", "--plan", replicated_plan}, {"--schedule", "--stages"}}},
       {"--depth", {{"--depth", "3"}}},
       {"--epochs", {{"--epochs", "3"}}},
       {"--eval-every", {{"--eval-every", "1"}}},
@@ -370,6 +374,9 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       {{"--checkpoint-dir", tmp.string(), "--checkpoint-every", "-3"}, {"--checkpoint-every: must be >= 0, got -3"}},
       {{"--plan", replicated, "--schedule", "1f1b", "--deferred-step"},
        {"--deferred-step: only the pipedream schedule defers a step, not 1f1b"}},
+      // On a first stage of one replica it deferred nothing, and the checkpoint recorded it on.
+      {{"--stages", "2", "--schedule", "pipedream", "--deferred-step"},
+       {"--deferred-step: defers a replicated first stage's step", "the plan's first stage has 1 replica"}},
       // A schedule file's microbatches are the file's (the error named a --microbatches never given),
       // and a split of another model's profile names the profile (it said "the plan").
       {{"--stages", "2", "--schedule-file", write("three.csv", "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n")},
