@@ -19,11 +19,18 @@ json.dump({"format": "pipetrain.profile/1", "model": "uniform16", "batch_size": 
 PY
 chunks() { case "$1" in interleaved*) echo "--chunks 2" ;; esac; }  # the interleaved kinds: 2 per worker
 sim() {  # profile cluster-flags schedule microbatches -> "ms bubble peak_activation_MiB"
+  # A failed simulation stops the script: inside read <<<"$(...)" its row read 0.0 0.000 0.0, and
+  # the ratios beside it inf or 0.00x.
+  local out
   # shellcheck disable=SC2086
-  build/pipetrain simulate --profile "$1" $2 --schedule "$3" $(chunks "$3") --microbatches "$4" \
-    2>/dev/null | awk '/time per minibatch/{t=$4} /bubble fraction/{b=$3}
+  if ! out=$(build/pipetrain simulate --profile "$1" $2 --schedule "$3" $(chunks "$3") --microbatches "$4" 2>&1); then
+    echo "v_schedules.sh: simulate of $3 on $1 failed: $out" >&2
+    kill -TERM $$
+    exit 1
+  fi
+  awk '/time per minibatch/{t=$4} /bubble fraction/{b=$3}
       /^ +[0-9]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+ (GiB|MiB|KiB)/{v=$5; if($6=="GiB") v*=1024; if($6=="KiB") v/=1024; if(v>m) m=v}
-      END{printf "%.1f %.3f %.1f", t, b, m}'
+      END{if (t == "") exit 1; printf "%.1f %.3f %.1f", t, b, m}' <<<"$out"
 }
 echo "== uniform 16 layers, 4 workers, 8 microbatches: emulated compute on threads (3 runs) vs simulated =="
 printf "%-8s %10s %8s %12s %14s %14s %10s\n" schedule sim_ms bubble peak_act_MiB measured_ms spread vs_1f1b
