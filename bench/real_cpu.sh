@@ -30,8 +30,9 @@ base=""
 for r in "${runs[@]}"; do
   name=${r%%|*} args=${r#*|}
   # shellcheck disable=SC2086
+  # The base is the single worker's: where it failed, dp's rate was printed as "vs single".
   build/pipetrain train "${common[@]}" $args --metrics "$out/$name.csv" >"$out/$name.log" 2>&1 ||
-    { echo "$name: failed (see $out/$name.log)"; continue; }
+    { echo "$name: failed (see $out/$name.log)"; [[ $name != single ]] || exit 1; continue; }
   read -r rate secs acc < <(python3 - "$out/$name.csv" "$target" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
