@@ -229,9 +229,15 @@ void note_resume(const job::Job& job, const model::LayeredModel& m) {
   const bool lag_recorded =
       !cm.weight_lag.empty() || (cm.schedule != "pipedream" && cm.schedule != "2bw") || cm.workers == 1;
   auto lag_of = [](const std::string& l, const std::string& kind) { return l.empty() ? kind + ": none" : l; };
-  // A 2bw checkpoint before 2026-12-07 records no stale warm-up: the rest is compared.
-  const bool same = cm.weight_lag == lag || (cm.schedule == "2bw" && cm.weight_lag.find("stale warm-up") == std::string::npos &&
-                                             lag.rfind(cm.weight_lag + "; stale warm-up ", 0) == 0);
+  // Checkpoints before 2026-12-07: a 2bw one records no stale warm-up (the rest is compared), and
+  // a pipedream one recorded a deferred step on where its plan's first stage, of one replica,
+  // deferred none.
+  std::string recorded = cm.weight_lag;
+  const std::string on = "; deferred step on";
+  if (recorded.rfind("pipedream on plan 1-", 0) == 0 || recorded.rfind("pipedream on plan 1:", 0) == 0)
+    if (size_t at = recorded.find(on); at != std::string::npos) recorded.replace(at, on.size(), "; deferred step off");
+  const bool same = recorded == lag || (cm.schedule == "2bw" && recorded.find("stale warm-up") == std::string::npos &&
+                                        lag.rfind(recorded + "; stale warm-up ", 0) == 0);
   if (lag_recorded && !same)
     std::cerr << "note: " << job.resume_from << " was trained with other settings of its weights' lag ("
               << lag_of(cm.weight_lag, cm.schedule) << " -> " << lag_of(lag, job.options.schedule) << "): steps "

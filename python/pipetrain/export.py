@@ -69,7 +69,9 @@ def parse_args(argv):
                         "or a TorchScript file whose children run in order")
     p.add_argument("--input-shape", required=True, help="Example batch shape, batch first: 64,3,32,32")
     p.add_argument("--input-dtype", default="float32", choices=sorted(DTYPES), help="Input dtype (int64: token ids)")
-    p.add_argument("--input-high", type=int, default=2, help="Integer inputs: example values in [0, HIGH)")
+    p.add_argument("--input-high", type=int, default=None,
+                   help="Integer inputs: example values in [0, HIGH) (default 2); given, the file records it, and "
+                        "synthetic data for a token classifier draws its ids below it")
     p.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for CALLABLE")
     p.add_argument("--layers", type=int, default=0, help="Layers to cut the model into (0: its natural boundaries)")
     p.add_argument("--max-boundary-tensors", type=int, default=4,
@@ -957,7 +959,9 @@ def export(args):
         raise ExportError(f"--kwargs: expected a JSON object, got {args.kwargs}")
     if args.layers < 0:
         raise ExportError(f"--layers: must be >= 0 (0: the model's natural boundaries), got {args.layers}")
-    if args.input_high < 1 and not DTYPES[args.input_dtype].is_floating_point:
+    # Recorded only where given: the default's 2 is the example's, not the ids the model takes.
+    high = 2 if args.input_high is None else args.input_high
+    if high < 1 and not DTYPES[args.input_dtype].is_floating_point:
         raise ExportError(f"--input-high: integer inputs are drawn from [0, HIGH), so it must be >= 1, got {args.input_high}")
     # Before the work, where the file cannot be written.
     folder = os.path.dirname(os.path.abspath(args.output))
@@ -1004,8 +1008,8 @@ def export(args):
         torch.manual_seed(args.seed)
         return make(**kwargs)
     weights = WeightsKept(model, remake)  # before the first of export's forwards
-    x = example_input(shape, dtype, args.input_high)
-    x_other = example_input(shape, dtype, args.input_high, batch=shape[0] + max(1, shape[0] // 2))
+    x = example_input(shape, dtype, high)
+    x_other = example_input(shape, dtype, high, batch=shape[0] + max(1, shape[0] // 2))
     was_training = model.training
     # Each module's own mode, which the file keeps and the runtime trains it in (analysis below
     # runs in evaluation mode): a fine-tuned backbone's frozen BatchNorm in a model that trains.
@@ -1074,7 +1078,7 @@ def export(args):
             "children": list(children.keys()), "boundary_tensors": boundaries,
             "exact_boundaries": exact,
             "input": {"shape": shape[1:], "dtype": args.input_dtype, "example_batch": shape[0],
-                      **({} if dtype.is_floating_point else {"high": args.input_high})},
+                      **({} if dtype.is_floating_point or args.input_high is None else {"high": args.input_high})},
             "loss": bool(args.loss), "ties": ties, "aliases": aliases, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"
     try:

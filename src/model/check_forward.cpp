@@ -193,7 +193,10 @@ void check_token_ids(LayeredModel& model, const torch::Tensor& x, const std::str
                           why, " (ids 0..", hi, ": is the vocabulary larger than the model's?)"));
   if (x.size(0) == 1) return;
   auto [top, rows] = flat.max(0);  // each position's largest id, and a sample holding it
-  if (top.eq(hi).all().item<bool>()) return;
+  // Where the sample run holds every position's largest, the data holds no larger id anywhere. (Each
+  // position's largest all being the largest id is not that: a segment id of 19 in another sample
+  // than the one holding 19 in its tokens went unchecked.)
+  if (flat[row].eq(top).all().item<bool>()) return;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape[0] = 1;
   if (refused(top.reshape(shape), "positions' largest").empty()) return;

@@ -135,6 +135,7 @@ PlanDecision decide_pipedream(const plan::PlanOutcome& out, const schedule::Memo
   PlanDecision d;
   d.plan = out.plan;
   d.plan.schedule = "pipedream";
+  record_allreduce(d.plan, out.cluster);
   double simulated = simulate_plan(d.plan, out.profile, out.cluster, out.options);
   if (simulated > 0) {
     d.plan.simulated_ms_per_minibatch = simulated;

@@ -99,9 +99,6 @@ TEST(CliErrors, MicrobatchCounts) {
   // compare says so once, where it skipped every pipeline schedule as if none could run.
   expect_rejected("compare --profile " + profile + " --workers 2 --bandwidth-gbps 1 --microbatches 3", 1,
                   {"3 microbatches (--microbatches) do not divide the batch of 8 (" + profile + "): train refuses it"});
-  // plan too: it skipped every configuration the count splits and chose pipedream, exit 0.
-  expect_rejected("plan --profile " + profile + " --workers 2 --bandwidth-gbps 1 --microbatches 3", 1,
-                  {"3 microbatches (--microbatches) do not divide the batch of 8 (" + profile + "): train refuses it"});
   // Flags nothing read, exit 0: compare's --chunks 0 was taken as not given (searched), and
   // --staleness-cost is for the time-to-accuracy objective alone.
   expect_rejected("compare --profile " + profile + " --workers 2 --bandwidth-gbps 1 --chunks 0", 2,

@@ -493,6 +493,8 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
                         // the joint search's plans (a --schedule) recorded none: 356.3 ms against 297.6
                         Case{"resnet50", "--workers 4,4 --bandwidth-gbps 96,10", " --allreduce hierarchical --schedule 1f1b"},
                         Case{"vgg16", "--workers 4,4 --bandwidth-gbps 96,10", " --allreduce hierarchical --schedule dp"},
+                        // and PipeDream's cost model's: 34.361 ms from the file against its 32.567
+                        Case{"vgg16", "--workers 4,4 --bandwidth-gbps 100,10", " --allreduce hierarchical --cost-model pipedream"},
                         Case{"resnet50", "--workers 8 --bandwidth-gbps 1 --latency-us 200"},
                         Case{"gnmt16", "--workers 2,8 --bandwidth-gbps 96,25"},
                         Case{"pipedream-profiles/gnmt", "--workers 8 --bandwidth-gbps 10 --action-us 50"}}) {
@@ -505,7 +507,8 @@ TEST(PlanReferee, SimulateOfThePlanFileGivesThePrediction) {
                                       false);
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     json plan = parse_json(planned.output, "plan");
-    double predicted = plan["predicted"]["pipeline_ms_per_minibatch"].get<double>();
+    // (PipeDream's cost model keeps its own prediction beside the simulated figure.)
+    double predicted = plan["predicted"].value("simulated_ms_per_minibatch", plan["predicted"]["pipeline_ms_per_minibatch"].get<double>());
     if (!c.plan_only.empty())
       EXPECT_EQ(plan.value("allreduce", ""), c.plan_only.find("hierarchical") != std::string::npos ? "hierarchical" : "ring");
     const std::string& cluster = c.cluster;
@@ -681,6 +684,23 @@ TEST(PlanReferee, TheTopRowsMemoryIsSimulatesOfTheirFiles) {
 // they run.
 TEST(PlanReferee, TheJointSearchsTopConfigurationsAreWrittenAsPlans) {
   expect_top_plans_replay_as_ranked("--schedule auto", " --workers 4 --bandwidth-gbps 10", "save_top_joint");
+}
+
+// A pinned count is spread over a pipeline's copies (256 on ResNet-50's batch of 128: 8 copies of
+// 32), so it is no refusal where the profile's batch alone does not take it; where it splits no
+// configuration and the search is left pipedream, which runs minibatches whole, plan says so.
+TEST(PlanReferee, PinnedMicrobatchesThatSplitNoBatchAreSaid) {
+  std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/";
+  auto copies = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
+                                   "resnet50.json --workers 4,4 --bandwidth-gbps 100,10 --microbatches 256 --schedule 1f1b");
+  EXPECT_EQ(copies.exit_code, 0) << copies.output;
+  auto three = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
+                                  "vgg16.json --workers 4 --bandwidth-gbps 10 --microbatches 3");
+  EXPECT_EQ(three.exit_code, 0) << three.output;
+  EXPECT_NE(three.output.find("note: --microbatches 3 does not divide the batch of 64: the joint search chose pipedream, "
+                              "which runs each minibatch whole, so the count is not used"),
+            std::string::npos)
+      << three.output;
 }
 
 // PipeDream's optimizer plans for its own schedule: the plan file names it, so `simulate --plan`

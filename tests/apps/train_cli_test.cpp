@@ -284,6 +284,19 @@ TEST(TrainCli, AResumeUnderAnotherWeightLagIsNoted) {
   std::tie(rc, out) = train({"--plan", plan.string(), "--schedule", "2bw", "--steps", "28", "--resume", "--stale-warmup", "0"});
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
+  // A pipedream checkpoint from before recorded a deferred step on where its first stage, of one
+  // replica, deferred none: the same lag as this run's "off".
+  std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "30", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  const fs::path deferred = ck / "step-00000030" / "manifest.json";
+  std::string manifest_30 = slurp(deferred);
+  const std::string off = "; deferred step off\"";
+  ASSERT_NE(manifest_30.find(off), std::string::npos) << manifest_30;
+  manifest_30.replace(manifest_30.find(off), off.size(), "; deferred step on\"");
+  std::ofstream(deferred) << manifest_30;
+  std::tie(rc, out) = train({"--plan", plan.string(), "--steps", "32", "--resume"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("weights' lag"), std::string::npos) << out;
 }
 
 // Step folders that are no checkpoint: one this run would write into is refused before training

@@ -1562,12 +1562,16 @@ class Errors(unittest.TestCase):
         g = torch.Generator().manual_seed(4)
         x = torch.cat([torch.randint(0, 3, (40, 1), generator=g), torch.randint(0, 20, (40, 6), generator=g)], 1)
         y = torch.randint(0, 5, (40,), generator=g)
+        # 20: every position's largest is 19 (sample 0's tokens), and sample 20's segment id is 19 too
         for row, expect in ((None, None), (11, "'x' holds token id 5 at position 0 of sample 11, which the model refuses"),
-                            (38, "'x' holds token id 4 at position 0 of sample 38, which the model refuses")):
+                            (38, "'x' holds token id 4 at position 0 of sample 38, which the model refuses"),
+                            (20, "'x' holds token id 19 at position 0 of sample 20, which the model refuses")):
             with self.subTest(row=row):
                 bad = x.clone()
+                if row == 20:
+                    bad[0, 1:] = 19
                 if row is not None:
-                    bad[row, 0] = 5 if row == 11 else 4  # 38: in the held-out tenth
+                    bad[row, 0] = {11: 5, 38: 4, 20: 19}[row]  # 38: in the held-out tenth
                 data, ck = (os.path.join(self.tmp.name, f"packed-{row}{s}") for s in ("-data.pt", "-ck"))
                 torch.save({"x": bad, "y": y}, data)
                 r = subprocess.run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", "2", "--batch-size",
