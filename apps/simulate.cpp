@@ -146,6 +146,13 @@ int run_simulate(SimulateFlags flags) {
   if (flags.kind == "pipedream" && flags.microbatches_flag->count() > 0 && flags.options.microbatches != 1)
     std::cerr << "note: --microbatches " << flags.options.microbatches << " is not used: pipedream runs each minibatch "
               << "whole (--schedule 2bw splits minibatches into microbatches)\n";
+  // Read by pipedream alone, as train refuses them elsewhere: gpipe simulated with both as without.
+  if (flags.schedule_file.empty() && flags.kind != "pipedream" && (flags.options.vertical_sync || flags.options.deferred_step))
+    throw UsageError(str(flags.options.vertical_sync ? "--vertical-sync" : "--deferred-step",
+                         ": only the pipedream schedule has it, not ", flags.kind));
+  if (s.flush && flags.options.minibatches > 0)
+    std::cerr << "note: --minibatches " << flags.options.minibatches << " is not used: " << kind
+              << " flushes, and its steady state is one minibatch's list run again and again\n";
   sim::SimOptions sim_options;
   // The plan's bucket, where the planner chose one (as train --plan takes it), unless --bucket-mb says.
   double bucket_mb = plan.bucket_mb >= 0 && flags.bucket_flag->count() == 0 ? plan.bucket_mb : flags.bucket_mb;

@@ -101,6 +101,9 @@ TEST(CliErrors, MicrobatchCounts) {
                   {"3 microbatches (--microbatches) do not divide the batch of 8 (" + profile + "): train refuses it"});
   // Flags nothing read, exit 0: compare's --chunks 0 was taken as not given (searched), and
   // --staleness-cost is for the time-to-accuracy objective alone.
+  for (const char* flag : {"--vertical-sync", "--deferred-step"})  // pipedream's alone: gpipe ran as without them
+    expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --schedule gpipe " + flag, 2,
+                    {std::string(flag) + ": only the pipedream schedule has it, not gpipe"});
   expect_rejected("compare --profile " + profile + " --workers 2 --bandwidth-gbps 1 --chunks 0", 2,
                   {"--chunks: must be in 2..64, got 0"});
   expect_rejected("plan --profile " + profile + " --workers 2 --bandwidth-gbps 1 --staleness-cost 0.5", 2,
