@@ -140,27 +140,45 @@ torch::Tensor StageReplica::forward(int64_t mb, const torch::Tensor& input, cons
 
 void StageReplica::check_recomputable(const torch::Tensor& input, const torch::Tensor& output) {
   checked_determinism_ = true;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> kept;  // each buffer and its values now
+  struct Kept {
+    std::string name;
+    torch::Tensor buffer, was;
+  };
+  std::vector<Kept> kept;  // each buffer and its values now
   for (int l = first_; l < last_; ++l)
-    for (auto& b : model_->layer(l).module->buffers()) kept.push_back({b, b.detach().clone()});
-  torch::Tensor again;
-  {
+    for (auto& b : model_->layer(l).module->named_buffers())
+      kept.push_back({str(model_->layer(l).name, ".", b.key()), b.value(), b.value().detach().clone()});
+  std::string moved;  // the buffers the forward run again updated
+  auto run_again = [&] {
     torch::NoGradGuard no_grad;
-    again = model_->forward(input, first_, last_);
-    for (auto& [b, was] : kept) b.detach().copy_(was);
-  }
-  torch::Tensor was = output.detach();
-  bool same = again.sizes() == was.sizes() && (again.eq(was) | (again.isnan() & was.isnan())).all().item<bool>();
-  if (!same)
-    throw ConfigError(str("--recompute: ",
-                          first_ + 1 < last_ ? str("layers ", first_, "..", last_ - 1, " (", model_->layer(first_).name,
-                                                   " .. ", model_->layer(last_ - 1).name)
-                                             : str("layer ", first_, " (", model_->layer(first_).name),
-                          "): run again on the same input, its output differs: the forward draws random "
-                          "numbers pipetrain does not key per microbatch (dropout's it does), so a recomputed "
-                          "forward would draw others and the backward would differentiate another function "
-                          "than the one that gave the loss. Train them without "
-                          "recomputation (no --recompute; a plan's stage without \"recompute\": true)"));
+    torch::Tensor out = model_->forward(input, first_, last_);
+    moved.clear();
+    for (auto& k : kept) {
+      if (!k.buffer.equal(k.was)) moved += (moved.empty() ? "" : ", ") + k.name;
+      k.buffer.detach().copy_(k.was);
+    }
+    return out;
+  };
+  auto alike = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.sizes() == b.sizes() && (a.eq(b) | (a.isnan() & b.isnan())).all().item<bool>();
+  };
+  torch::Tensor again = run_again();
+  if (alike(again, output.detach())) return;
+  // A forward that reads what it updates (a running mean it centres by) gives another output when
+  // run again, as one that draws does: the message blamed random numbers for both. Run once more
+  // from the same buffers: the same output there is the buffers' doing.
+  const bool buffers = !moved.empty() && alike(run_again(), again);
+  const std::string why = !buffers ? "the forward draws random numbers pipetrain does not key per microbatch "
+                                     "(dropout's it does), so a recomputed forward would draw others"
+                                   : str("the forward updates buffers (", moved, ") and reads what it updated, "
+                                         "so a recomputed forward would read them moved on");
+  throw ConfigError(str("--recompute: ",
+                        first_ + 1 < last_ ? str("layers ", first_, "..", last_ - 1, " (", model_->layer(first_).name,
+                                                 " .. ", model_->layer(last_ - 1).name)
+                                           : str("layer ", first_, " (", model_->layer(first_).name),
+                        "): run again on the same input, its output differs: ", why, ", and the backward would "
+                        "differentiate another function than the one that gave the loss. Train them without "
+                        "recomputation (no --recompute; a plan's stage without \"recompute\": true)"));
 }
 
 std::vector<std::pair<torch::Tensor, torch::Tensor>> StageReplica::rebuild(InFlight& f) {

@@ -1551,6 +1551,23 @@ class Errors(unittest.TestCase):
         self.assertEqual(got["pt_count"].item(), STEPS + 1)
         self.assertLess(max_relative_error(got, want), 1e-6)
 
+    def test_recomputing_a_forward_that_reads_buffers_it_updates_is_refused_naming_them(self):
+        """Refusing it is right (a recomputed forward reads its running means moved on), but the
+        message blamed random numbers the forward does not draw; it names the buffers now."""
+        model = os.path.join(self.tmp.name, "recompute_buffers.pt")
+        r = export(["--model", "toy_models:centred_by_running_mean", "--input-shape", f"{BATCH},12", "-o", model])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = torch.Generator().manual_seed(6)
+        data = os.path.join(self.tmp.name, "recompute_buffers.pt.data.pt")
+        torch.save({"x": torch.randn(64, 12, generator=g), "y": torch.randint(0, 5, (64,), generator=g)}, data)
+        r = subprocess.run([PIPETRAIN, "train", "--model", model, "--data", data, "--steps", "1", "--batch-size",
+                            str(BATCH), "--stages", "2", "--schedule", "1f1b", "--microbatches", "2", "--recompute"],
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("its output differs: the forward updates buffers (", r.stderr)
+        self.assertIn("_mean) and reads what it updated", r.stderr)
+        self.assertNotIn("random numbers", r.stderr)
+
     def test_an_id_past_a_smaller_embedding_of_a_packed_input_is_named(self):
         """Only the sample holding the largest id was run: a segment id 5 (3 rows) beside token ids
         up to 19 (20 rows) trained a step and failed at its minibatch in a TorchScript traceback, or

@@ -480,6 +480,11 @@ def few_tokens_many_classes():
     return nn.Sequential(nn.Embedding(4, 8), nn.Flatten(), nn.Linear(8 * 12, 10))
 
 
+def centred_by_running_mean():
+    """A layer that centres its input by a running mean it updates (Averages), between two Linears."""
+    return nn.Sequential(nn.Linear(12, 16), Averages(16), nn.Linear(16, 5))
+
+
 def sparse_embedding():
     """nn.Embedding(sparse=True): its gradient is a sparse tensor."""
     return nn.Sequential(nn.Embedding(32, 8, sparse=True), nn.Flatten(), nn.Linear(96, 4))
