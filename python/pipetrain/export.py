@@ -239,6 +239,24 @@ class ChainTracer(torch.fx.Tracer):
         self.stack = []
         self.failed_in = None
 
+    def create_args_for_root(self, root_fn, is_module, concrete_args=None):
+        """torch 1.13's fx rebuilds the code of a forward that takes keyword-only arguments, *args or
+        **kwargs in Python 3.10's argument order, which 3.11 refuses ("code() argument 13 must be
+        str"): such a forward is traced through one of its positional arguments alone, which calls
+        it with the others at their defaults, as model(x) does."""
+        code = root_fn.__code__
+        if not (code.co_kwonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)):
+            return super().create_args_for_root(root_fn, is_module, concrete_args)
+        params = inspect.signature(root_fn).parameters.values()
+        required = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+        if required:
+            raise ExportError(f"--model: forward takes keyword-only argument(s) {', '.join(required)} without a "
+                              "default; pipetrain feeds one tensor, as model(x) runs")
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        scope = {"forward_": root_fn}
+        exec(f"def forward({', '.join(names)}):\n    return forward_({', '.join(names)})\n", scope)
+        return super().create_args_for_root(scope["forward"], is_module, concrete_args)
+
     def is_leaf_module(self, m, path):
         return path in self.leaves or isinstance(m, DeferrableBatchNorm) or super().is_leaf_module(m, path)
 
@@ -339,6 +357,8 @@ def trace(model):
                     delattr(model, name)
             unnamed = lambda c: re.sub(r"_tensor_constant\d+", "_tensor_constant", c)
             same = unnamed(code) == unnamed(gm.code)
+        except ExportError:
+            raise
         except Exception as e:  # fx raises TraceError, TypeError, ... on what it cannot follow
             inner = [p for p in (tracer.failed_in or []) if p]
             if inner and inner[-1] not in leaves:

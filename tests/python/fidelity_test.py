@@ -253,6 +253,21 @@ class Fidelity(unittest.TestCase):
                     torch.randint(0, 5, (n,), generator=g), torch.nn.functional.cross_entropy, "cross-entropy")
         self.run_all(case, runs=((1, "threads"), (2, "threads")))
 
+    def test_a_forward_with_keyword_only_arguments_trains_at_their_defaults(self):
+        """forward(x, bias=None, *args, scale=3.0, mask=None, **kwargs) was refused as branching on a
+        tensor (fx's own failure under Python 3.11); a keyword-only argument without a default is
+        refused by name."""
+        g = torch.Generator().manual_seed(14)
+        n = BATCH * STEPS
+        case = Case(self.tmp.name, "keyword", "toy_models:keyword_options", "{}", f"{BATCH},12", "float32",
+                    toy_models.keyword_options, torch.randn(n, 12, generator=g),
+                    torch.randint(0, 5, (n,), generator=g), torch.nn.functional.cross_entropy, "cross-entropy")
+        self.run_all(case, runs=((1, "threads"), (2, "threads")))
+        r = export(["--model", "toy_models:keyword_options", "--kwargs", '{"mask_required": true}',
+                    "--input-shape", "8,12", "-o", os.path.join(self.tmp.name, "masked.pt")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("forward takes keyword-only argument(s) mask without a default", r.stderr)
+
     def test_resnet18(self):
         # Two of the five runs: each of ResNet-18's costs 5-10 s of CPU (11M parameters written to
         # every checkpoint, read back, and TorchScript's first runs), and the language model

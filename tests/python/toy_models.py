@@ -281,6 +281,33 @@ def optional_arguments():
     return OptionalArguments()
 
 
+class KeywordOptions(nn.Module):
+    """forward(x, bias=None, *args, scale=3.0, mask=None, **kwargs): torch 1.13's fx fails on such a
+    forward under Python 3.11, which export then blamed on a branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(12, 16)
+        self.b = nn.Linear(16, 5)
+
+    def forward(self, x, bias=None, *args, scale: float = 3.0, mask=None, **kwargs):
+        h = torch.relu(self.a(x)) * scale
+        if bias is not None:
+            h = h + bias
+        if mask is not None:
+            h = h * mask
+        return self.b(h)
+
+
+class RequiredMask(KeywordOptions):
+    def forward(self, x, *, mask):
+        return self.b(torch.relu(self.a(x)) * mask)
+
+
+def keyword_options(mask_required=False):
+    return RequiredMask() if mask_required else KeywordOptions()
+
+
 class InPlaceAfterTanh(nn.Module):
     """A forward that changes in place what tanh saved for its backward: PyTorch's own backward fails."""
 
