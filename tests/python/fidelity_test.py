@@ -245,24 +245,17 @@ class Fidelity(unittest.TestCase):
         self.assertIn("holds 1 module in evaluation mode in a model that trains (body.1)", r.stderr)
 
     def test_a_forward_with_optional_arguments_trains_at_their_defaults(self):
-        """forward(self, x, scale=2.0, mask=None) was refused as taking 3 inputs, where model(x) runs."""
+        """forward(self, x, scale=2.0, mask=None) was refused as taking 3 inputs, where model(x) runs;
+        forward(x, bias=None, *args, scale=3.0, mask=None, **kwargs) as branching on a tensor (fx's
+        own failure under Python 3.11). A keyword-only argument without a default is refused by name."""
         g = torch.Generator().manual_seed(13)
         n = BATCH * STEPS
-        case = Case(self.tmp.name, "optional", "toy_models:optional_arguments", "{}", f"{BATCH},12", "float32",
-                    toy_models.optional_arguments, torch.randn(n, 12, generator=g),
-                    torch.randint(0, 5, (n,), generator=g), torch.nn.functional.cross_entropy, "cross-entropy")
-        self.run_all(case, runs=((1, "threads"), (2, "threads")))
-
-    def test_a_forward_with_keyword_only_arguments_trains_at_their_defaults(self):
-        """forward(x, bias=None, *args, scale=3.0, mask=None, **kwargs) was refused as branching on a
-        tensor (fx's own failure under Python 3.11); a keyword-only argument without a default is
-        refused by name."""
-        g = torch.Generator().manual_seed(14)
-        n = BATCH * STEPS
-        case = Case(self.tmp.name, "keyword", "toy_models:keyword_options", "{}", f"{BATCH},12", "float32",
-                    toy_models.keyword_options, torch.randn(n, 12, generator=g),
-                    torch.randint(0, 5, (n,), generator=g), torch.nn.functional.cross_entropy, "cross-entropy")
-        self.run_all(case, runs=((1, "threads"), (2, "threads")))
+        for name, build in (("optional_arguments", toy_models.optional_arguments),
+                            ("keyword_options", toy_models.keyword_options)):
+            case = Case(self.tmp.name, name, f"toy_models:{name}", "{}", f"{BATCH},12", "float32", build,
+                        torch.randn(n, 12, generator=g), torch.randint(0, 5, (n,), generator=g),
+                        torch.nn.functional.cross_entropy, "cross-entropy")
+            self.run_all(case, runs=((1, "threads"), (2, "threads")))
         r = export(["--model", "toy_models:keyword_options", "--kwargs", '{"mask_required": true}',
                     "--input-shape", "8,12", "-o", os.path.join(self.tmp.name, "masked.pt")])
         self.assertNotEqual(r.returncode, 0)
