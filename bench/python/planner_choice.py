@@ -65,7 +65,7 @@ def main():
                             raise SystemExit(f"train --plan {plan_file} printed no rate:\n{out[-2000:]}")
                         rates.append(float(m.group(1)))
                     measured.append(statistics.median(rates))
-                    rows.append((f"{model} x{workers}", k, shape, plan.get("bucket_mb", -1), simulated, measured[-1]))
+                    rows.append((f"{model} x{workers}", k, shape, plan.get("bucket_mb"), simulated, measured[-1]))
                     print(*rows[-1], flush=True, file=sys.stderr)
                 best = max(measured)
                 verdicts.append((f"{model} x{workers}", measured[0], best, measured.index(best) + 1))
@@ -73,7 +73,7 @@ def main():
           f"{os.cpu_count()} cores ==")
     print(f"{'case':14} {'rank':>4} {'shape':10} {'bucket':>6} {'simulated':>9} {'measured':>9} {'meas/sim':>8}")
     for case, k, shape, bucket, simulated, measured in rows:
-        print(f"{case:14} {k:4d} {shape:10} {bucket:6.0f} {simulated:9.0f} {measured:9.0f} {measured / simulated:8.3f}")
+        print(f"{case:14} {k:4d} {shape:10} {'-' if bucket is None else f'{bucket:.0f}':>6} {simulated:9.0f} {measured:9.0f} {measured / simulated:8.3f}")
     for case, chosen, best, rank in verdicts:
         print(f"{case}: the chosen plan measures {chosen:.0f} samples/s, the best candidate (rank {rank}) "
               f"{best:.0f}: {100 * (chosen / best - 1):+.1f}% ({'within' if chosen >= 0.95 * best else 'NOT within'} 5%)")
