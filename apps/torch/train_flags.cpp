@@ -62,7 +62,7 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
   flags->steps_flag = app.add_option("--steps", t.steps, "Stop after this many minibatches (overrides --epochs)")
                       ->check(CLI::Range(int64_t{1}, int64_t{1000000000000}));
   flags->batch_size_flag = app.add_option("--batch-size", t.batch_size,
-                                          "Minibatch size (where not given: a plan's batch, or an emulated run's profile's)")
+                                          "Minibatch size (where not given: a plan's batch, or --profile's)")
                            ->capture_default_str();
   app.add_option("--optimizer", t.sgd.kind,
                  "sgd (momentum, L2 weight decay), adam (L2 weight decay, as torch.optim.Adam) or adamw (decoupled "

@@ -258,6 +258,9 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                                                              : std::string("--model is"),
                           " '", m.name(), "'"));
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
+  // A plan made here from --profile holds for the profile's batch, whatever the road: one worker and
+  // --workers N trained at 64 where --stages N took the profile's 32, and scaled its times.
+  if (source == "the plan" && r.profile && plan.batch_size == 0) plan.batch_size = r.profile->batch_size;
   if (source != "the plan") note_planned_settings(plan, source, r.precision, options.train.sgd.kind);
   if (defaulted && !data_parallel && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
@@ -272,8 +275,9 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
     else  // split here from the profile (or the layers timed here), whose times the prediction scales to its batch
       std::cerr << "note: " << (r.profile_path.empty() ? std::string("the layers timed here for the split") : r.profile_path)
                 << " " << (r.profile_path.empty() ? "ran" : "was measured") << " at batch " << plan.batch_size
-                << "; training with --batch-size " << options.train.batch_size << ", the split and the prediction "
-                << "take its times scaled to that batch\n";
+                << "; training with --batch-size " << options.train.batch_size
+                << (plan.num_stages() > 1 ? ", the split and the prediction take" : ", the prediction takes")
+                << " its times scaled to that batch\n";
   }
   // The microbatches must divide the batch: where the plan file or a default gave either, say so
   // (check_pipeline_options names the flags, which the user may not have given).

@@ -231,7 +231,7 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
     pids.push_back(spawn(argv, r, world_size, port, secret));
     if (pids.back() == 0) {
       if (r > 0) ::close(port.fd);
-      return {true, 0};
+      return {true, 0, false, {}};
     }
   }
   ::close(port.fd);  // worker 0 holds it now

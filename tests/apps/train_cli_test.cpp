@@ -1317,6 +1317,27 @@ TEST(EmulatedProfile, TakesTheEmulatedProfilesBatch) {
   }
 }
 
+// A real run given --profile trains the profile's batch on every road unless --batch-size says
+// otherwise: one worker and --workers N trained 64 where --stages N trained the profile's 32.
+TEST(TrainCli, EveryRoadTakesTheProfilesBatch) {
+  TempDir tmp("profile-batch");
+  const fs::path profile = tmp.path / "p32.json", log = tmp.path / "log";
+  ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--data", "synthetic", "--batch-size", "32", "--repeats", "1",
+                 "--warmup", "0", "-o", profile.string()}, log), 0) << slurp(log);
+  for (const std::vector<std::string>& road : std::vector<std::vector<std::string>>{
+           {}, {"--workers", "2"}, {"--stages", "2"}, {"--stages", "2", "--schedule", "gpipe"}, {"--batch-size", "16"}}) {
+    std::vector<std::string> args = {"train", "--model", "mnist-cnn", "--data", "synthetic", "--profile",
+                                     profile.string(), "--steps", "1", "--print-job"};
+    args.insert(args.end(), road.begin(), road.end());
+    ASSERT_EQ(run(args, log), 0) << slurp(log);
+    const json job = json::parse(slurp(log).substr(slurp(log).find("{\n")));
+    EXPECT_EQ(job["batch_size"], road.size() == 2 && road[0] == "--batch-size" ? 16 : 32)
+        << args.back() << "\n" << slurp(log);
+  }
+  EXPECT_NE(slurp(log).find("was measured at batch 32; training with --batch-size 16, the prediction takes its times"),
+            std::string::npos) << slurp(log);
+}
+
 // Samples past the last whole minibatch are left out of each epoch, and train says so: with
 // --no-shuffle, which ones (they are never trained on); none left over, no note.
 TEST(TrainCli, SamplesLeftOutOfEachEpochAreNamed) {
