@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <tuple>
 
 #include "apps/command.h"
 #include "core/host_allocator.h"
@@ -83,6 +84,13 @@ int run_simulate(SimulateFlags flags) {
       throw ConfigError(str(flags.plan, ": field 'model' is '", printable(plan.model), "' but ", flags.profile,
                             " profiles '", printable(prof.model), "'"));
     plan::check_plan_fits(plan, prof, flags.plan);
+    // Its prediction came from the profile it was planned from; this replay is the one given.
+    for (const auto& [field, planned, given] : {std::tuple{"precision", plan.precision, prof.precision},
+                                                std::tuple{"optimizer", plan.optimizer, prof.optimizer}})
+      if (!planned.empty() && planned != given)
+        std::cerr << "note: " << flags.plan << " was planned from a profile of " << field << " " << planned << " and "
+                  << flags.profile << " is of " << given << ": simulated with " << flags.profile << "'s times and "
+                  << "memory, not the ones the plan predicted by\n";
     follow_plan(flags, plan);
     cluster = plan::cluster_for_plan(cluster, plan, !flags.cluster.allreduce.empty());
     schedule::check_schedule_options(flags.options);

@@ -689,6 +689,31 @@ TEST(PlanReferee, TheJointSearchsTopConfigurationsAreWrittenAsPlans) {
 // A pinned count is spread over a pipeline's copies (256 on ResNet-50's batch of 128: 8 copies of
 // 32), so it is no refusal where the profile's batch alone does not take it; where it splits no
 // configuration and the search is left pipedream, which runs minibatches whole, plan says so.
+// simulate --plan of a plan made from a profile of another precision or optimizer than the one
+// given replays the given one's times, and says so (train notes it alike); nothing where they agree.
+TEST(PlanReferee, SimulateNotesAPlanFromAProfileOfOtherSettings) {
+  const std::string dir = ::testing::TempDir(), original = std::string(PT_SOURCE_DIR) + "/data/profiles/gpt-2048.json";
+  json bf16 = json::parse(read_text_file(original));
+  bf16["precision"] = "bf16", bf16["optimizer"] = "adamw";
+  write_text_file_atomic(dir + "gpt-bf16.json", bf16.dump());
+  const std::string cluster = " --workers 4 --bandwidth-gbps 10", plan = dir + "gpt-bf16-plan.json";
+  auto planned = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + dir + "gpt-bf16.json" +
+                                    cluster + " -o " + plan);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto other = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + original + " --plan " +
+                                  plan + cluster);
+  EXPECT_EQ(other.exit_code, 0) << other.output;
+  for (const std::string& said : {"of precision bf16 and " + original + " is of fp32: simulated with " + original +
+                                      "'s times and memory",
+                                  "of optimizer adamw and " + original + " is of sgd"})
+    EXPECT_NE(other.output.find("note: " + plan + " was planned from a profile " + said), std::string::npos)
+        << other.output;
+  auto same = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain simulate --profile " + dir + "gpt-bf16.json" +
+                                 " --plan " + plan + cluster);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(same.output.find("was planned from a profile"), std::string::npos) << same.output;
+}
+
 TEST(PlanReferee, PinnedMicrobatchesThatSplitNoBatchAreSaid) {
   std::string path = std::string(PT_SOURCE_DIR) + "/data/profiles/";
   auto copies = testing::shell_run(std::string(PT_BINARY_DIR) + "/pipetrain plan --profile " + path +
