@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The memory model against the OS (docs/results.md, "A worker holds only its stage"): for each
 # schedule, a gloo job of 4 processes trains the zoo's mlp (8 dense layers of 4096 x 4096, 134M
-# parameters) on 4 stages, and each process's peak RSS as the OS counts it (getrusage, printed by
+# parameters) on 4 stages, and each process's peak RSS as the OS counts it (VmHWM, printed by
 # train) is put beside the memory model's: its tensors (schedule/memory.h, from the profile) plus
 # the data and what `pipetrain calibrate` measured a worker process to hold besides
 # (process_bytes). Prints a markdown table; build/pipetrain built.
@@ -34,7 +34,9 @@ text, s = open(sys.argv[1]).read(), sys.argv[2]
 units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 def line(head):
     l = next(l for l in text.splitlines() if l.startswith(head))
-    return [float(v) * units[u] for v, u in re.findall(r"w\d+ ([0-9.]+) (B|KiB|MiB|GiB|TiB)", l.split(":", 1)[1])]
+    # Each worker's figure, not what follows a ';' (the shared memory the transfers mapped, w0 ... again).
+    figures = l.split(":", 1)[1].split(";")[0]
+    return [float(v) * units[u] for v, u in re.findall(r"w\d+ ([0-9.]+) (B|KiB|MiB|GiB|TiB)", figures)]
 modelled, measured = line("peak RSS per worker process (modelled)"), line("peak RSS per worker process (measured")
 mt, at = line("peak tensor memory per worker (modelled)"), line("peak tensor memory per worker (measured")
 for w in range(len(measured)):

@@ -664,7 +664,7 @@ def section_memory(md):
     section_text(md, "Memory per process: the memory model against the OS (measured)", "memory_per_process.txt",
                  "`bench/memory_per_process.sh`: mlp --width 4 --depth 8 on 4 stages of 4 gloo processes; modelled = "
                  "the memory model's tensors + the data + calibrate's `process_bytes`; measured = each process's "
-                 "peak RSS (getrusage).")
+                 "peak RSS (VmHWM of /proc/PID/status, as train prints it).")
     section_text(md, "A model larger than one worker, trained on workers of 1 GiB (measured, testbed)",
                  "larger_than_one_worker.txt",
                  "`bench/larger_than_one_worker.sh`: mlp --width 4 --depth 16 (3.2 GB of training state) on 6 "
