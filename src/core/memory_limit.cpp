@@ -32,6 +32,17 @@ int64_t memory_limit_bytes(const std::string& proc_self_cgroup, const std::strin
     int64_t v = read_limit(path);
     if (v > 0) limit = std::min(limit, v);
   };
+  // The process's cgroup and every one above it up to the hierarchy's root: a limit set on a parent
+  // (a Slurm job's, its tasks' below unlimited) binds as much as its own, and `profile` sized by the
+  // child's alone built the whole model and was killed, saying nothing.
+  auto up_from = [&](std::string path, const std::string& hierarchy, const std::string& file) {
+    for (;;) {
+      while (!path.empty() && path.back() == '/') path.pop_back();
+      take(hierarchy + path + file);
+      if (path.empty()) return;
+      path.erase(path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
+    }
+  };
   std::istringstream lines(proc_self_cgroup);
   for (std::string line; std::getline(lines, line);) {
     // "hierarchy-id:controllers:path"; v2's single hierarchy is "0::path".
@@ -41,13 +52,10 @@ int64_t memory_limit_bytes(const std::string& proc_self_cgroup, const std::strin
     std::istringstream names(controllers);
     bool memory = false;
     for (std::string n; std::getline(names, n, ',');) memory = memory || n == "memory";
-    if (memory) {
-      take(cgroup_root + "/memory" + path + "/memory.limit_in_bytes");
-      take(cgroup_root + "/memory/memory.limit_in_bytes");
-    } else if (controllers.empty() && line.compare(0, 2, "0:") == 0) {
-      take(cgroup_root + path + "/memory.max");
-      take(cgroup_root + "/memory.max");
-    }
+    if (memory)
+      up_from(path, cgroup_root + "/memory", "/memory.limit_in_bytes");
+    else if (controllers.empty() && line.compare(0, 2, "0:") == 0)
+      up_from(path, cgroup_root, "/memory.max");
   }
   return limit;
 }

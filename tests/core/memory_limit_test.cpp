@@ -31,12 +31,19 @@ TEST(MemoryLimit, TheLeastOfTheMachineAndItsCgroups) {
   write(root / "memory/testbed/w1/memory.limit_in_bytes", "9223372036854771712\n");
   write(root / "memory/memory.limit_in_bytes", "2147483648\n");
   EXPECT_EQ(memory_limit_bytes(v1, root.string(), physical), int64_t{2} << 30);
+  // A parent's limit binds its children, whose own say none (a Slurm job's cgroup above its tasks').
+  write(root / "memory/testbed/memory.limit_in_bytes", "1610612736\n");
+  EXPECT_EQ(memory_limit_bytes(v1, root.string(), physical), int64_t{3} << 29);
   // v2: memory.max, "max" for none.
   const std::string v2 = "0::/jobs/a\n";
   write(root / "jobs/a/memory.max", "max\n");
   EXPECT_EQ(memory_limit_bytes(v2, root.string(), physical), physical);
   write(root / "jobs/a/memory.max", "536870912\n");
   EXPECT_EQ(memory_limit_bytes(v2, root.string(), physical), int64_t{512} << 20);
+  write(root / "jobs/a/memory.max", "max\n");
+  write(root / "jobs/memory.max", "805306368\n");
+  EXPECT_EQ(memory_limit_bytes(v2, root.string(), physical), int64_t{768} << 20);
+  EXPECT_EQ(memory_limit_bytes("0::/jobs/a/\n", root.string(), physical), int64_t{768} << 20);
   EXPECT_EQ(memory_limit_bytes("garbage\n\n", root.string(), physical), physical);
   EXPECT_GT(usable_memory_bytes(), 0);
   fs::remove_all(root);
