@@ -315,6 +315,11 @@ TEST(BadClusterFile, NamesFieldAndValue) {
             "process_bytes, as calibrate measured it): no plan fits");
   measured.memory_bytes_per_worker = 0;
   EXPECT_EQ(memory_limit(measured, none), 0);  // no cap
+  // A file's own memory the process alone fills is refused naming the file (plan named neither).
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": 100000000, )"
+                                 R"("memory_bytes_per_worker": 90000000})"),
+            "c.json: field 'memory_bytes_per_worker' is 90000000 bytes, no more than the 100000000 a worker process "
+            "holds besides its tensors (field 'process_bytes'): no plan fits");
 }
 
 TEST(BadClusterShorthand, NamesFlagAndValue) {
