@@ -50,11 +50,15 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   else if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1024.0 * 1024;
   else if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "P" || unit == "PB" || unit == "PIB") scale = 1024.0 * 1024 * 1024 * 1024 * 1024;
   if (!parse_double(text.substr(0, i), &number) || scale == 0 || number <= 0)
     throw UsageError(str(what, ": '", text, "' is not a positive size (examples: 16GB, 512MiB, 1048576)"));
   // The most a JSON artifact holds exactly (JsonField::as_int): a size must survive being
   // written into a cluster or plan file and read back.
   if (number * scale > 9.0e15) throw UsageError(str(what, ": '", text, "' is more than 8 PiB"));
+  // A fraction of a byte (1.5 was taken as 2 B): the unit left out, most likely. (1.3GB rounds.)
+  if (scale == 1 && number != std::floor(number))
+    throw UsageError(str(what, ": '", text, "' is not a whole number of bytes (did it leave out a unit? 1.5GB)"));
   return static_cast<int64_t>(std::llround(number * scale));
 }
 

@@ -12,10 +12,12 @@ TEST(Units, ParsesBinarySizes) {
   EXPECT_EQ(parse_bytes("512mb", "--memory"), 536870912LL);
   EXPECT_EQ(parse_bytes("1000", "--memory"), 1000);
   EXPECT_EQ(parse_bytes("1.5K", "--memory"), 1536);
+  EXPECT_EQ(parse_bytes("2PB", "--memory"), 2LL << 50);
+  EXPECT_EQ(parse_bytes("1.3MB", "--memory"), 1363149);  // rounded to the byte
 }
 
 TEST(Units, RejectsBadSizesNamingTheFlag) {
-  for (const char* bad : {"", "-1GB", "0", "12XB", "GB", "1e99TB"}) {
+  for (const char* bad : {"", "-1GB", "0", "12XB", "GB", "1e99TB", "1.5", "0.4", "9PB"}) {
     try {
       parse_bytes(bad, "--memory");
       ADD_FAILURE() << "accepted " << bad;
