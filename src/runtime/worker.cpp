@@ -162,7 +162,8 @@ double Worker::loss_share(const torch::Tensor& target, int microbatches) {
                                   : data_.train.targets.eq(model::LayeredModel::kIgnoredTarget).any().item<bool>();
   if (!padded_) return 1.0 / microbatches;
   if (cached_kept_ < 0) cached_kept_ = model_->kept_targets(data_.train.gather_targets(cached_indices_));
-  // A minibatch of padding alone trains nothing (each loss is 0, LayeredModel::loss).
+  // A minibatch of padding alone adds no gradient (each loss is 0, LayeredModel::loss); its step
+  // still applies momentum, weight decay and Adam's moments, as torch.optim's on zero gradients.
   return cached_kept_ > 0 ? static_cast<double>(model_->kept_targets(target)) / static_cast<double>(cached_kept_) : 0;
 }
 
