@@ -70,6 +70,7 @@ class Progress {
   std::vector<std::string> earlier_rows(const std::string& header);
   StepRecord pending_;  // the last step's row, written when the next step starts (or at finish)
   bool has_pending_ = false;
+  int64_t peak_rss_ = -1;  // the highest VmHWM read so far: the column's "peak so far"
   int64_t total_;
   bool tty_;
   bool quiet_;
