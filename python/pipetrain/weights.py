@@ -30,18 +30,25 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int
 
 def read_tensor_file(path):
     """A pipetrain.tensors/1 file (src/core/tensor_file.h) as {name: tensor}."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] != b"PTTENSR1":
-        raise ValueError(f"{path}: not a pipetrain tensor file")
-    (header_len,) = struct.unpack("<Q", data[8:16])
-    header = json.loads(data[16:16 + header_len])
-    body = data[16 + header_len:]
+    # Tensor by tensor, each read once into its own buffer: the whole file read, then sliced and
+    # copied, held a layer 3-4 times over.
     out = {}
-    for t in header["tensors"]:
-        raw = bytearray(body[t["offset"]:t["offset"] + t["bytes"]])
-        out[t["name"]] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).reshape(t["shape"]).clone() \
-            if t["bytes"] else torch.empty(t["shape"], dtype=DTYPES[t["dtype"]])
+    with open(path, "rb") as f:
+        head = f.read(16)
+        if head[:8] != b"PTTENSR1":
+            raise ValueError(f"{path}: not a pipetrain tensor file")
+        (header_len,) = struct.unpack("<Q", head[8:16])
+        header = json.loads(f.read(header_len))
+        body = 16 + header_len
+        for t in header["tensors"]:
+            if not t["bytes"]:
+                out[t["name"]] = torch.empty(t["shape"], dtype=DTYPES[t["dtype"]])
+                continue
+            raw = bytearray(t["bytes"])
+            f.seek(body + t["offset"])
+            if f.readinto(raw) != t["bytes"]:
+                raise ValueError(f"{path}: tensor '{t['name']}' runs past the end of the file")
+            out[t["name"]] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).reshape(t["shape"])
     return out
 
 
@@ -155,8 +162,11 @@ def trained_state(model_file, checkpoint):
                          f"{model_file} has {children}: not the model it was trained from")
     digest = manifest.get("model_sha256", "")
     if digest:
+        mine = hashlib.sha256()
         with open(model_file, "rb") as f:
-            mine = hashlib.sha256(f.read()).hexdigest()
+            for block in iter(lambda: f.read(1 << 20), b""):  # not the whole model in memory at once
+                mine.update(block)
+        mine = mine.hexdigest()
         if mine != digest:
             raise ValueError(f"{ck}: trained from a model file of sha256 {digest[:12]}..., but {model_file} has "
                              f"{mine[:12]}...: not the model it was trained from")
