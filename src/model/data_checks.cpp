@@ -279,22 +279,27 @@ void say_if_no_accuracy(const DataSplit& split, const LayeredModel& model, const
 // eval mode (each sample's output its own), whole and in two halves: on the first samples, or
 // where targets are skipped (-100), on those keeping the fewest of them beside those keeping the
 // most: the first 8 of data sorted longest first kept all theirs, and its padded minibatches
-// later trained another model (2.6e-2 off eager's weights).
-std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y) {
-  int64_t n = std::min<int64_t>(8, x.size(0)) / 2 * 2, h = n / 2;
-  if (!model.has_own_loss() || n < 2) return "";
-  torch::Tensor rows = torch::arange(n);
-  std::string which = str("the first ", n, " samples");
-  if (!y.is_floating_point() && y.size(0) == x.size(0)) {
-    torch::Tensor kept = y.reshape({y.size(0), -1}).ne(LayeredModel::kIgnoredTarget).sum(1);
+// later trained another model (2.6e-2 off eager's weights). The first half holds the sample
+// keeping the most too: a half of padding alone has no mean (NaN), a refusal naming nothing.
+torch::Tensor loss_check_rows(const torch::Tensor& x, const torch::Tensor& y) {
+  const int64_t count = x.size(0), n = std::min<int64_t>(8, count) / 2 * 2, h = n / 2;
+  if (n >= 2 && !y.is_floating_point() && y.size(0) == count) {
+    torch::Tensor kept = y.reshape({count, -1}).ne(LayeredModel::kIgnoredTarget).sum(1);
     if (kept.ne(kept.max()).any().item<bool>()) {
       torch::Tensor order = kept.argsort();
-      rows = torch::cat({order.narrow(0, 0, h), order.narrow(0, y.size(0) - h, h)});
-      which = str(n, " samples (", h, " keeping the fewest targets, ", h, " the most: samples");
-      for (int64_t i = 0; i < n; ++i) which += str(" ", rows[i].item<int64_t>());
-      which += ")";
+      return torch::cat({order.narrow(0, 0, h - 1), order.narrow(0, count - 1, 1), order.narrow(0, count - 1 - h, h)});
     }
   }
+  return torch::arange(n);
+}
+
+std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y) {
+  if (!model.has_own_loss()) return "";
+  const torch::Tensor rows = loss_check_rows(x, y);
+  const int64_t n = rows.size(0), h = n / 2;
+  if (n < 2) return "";
+  const std::string which =
+      rows.equal(torch::arange(n)) ? str("the first ", n, " samples") : str(n, " samples keeping unequal numbers of targets");
   CheckForward forward(model);
   double whole = 0, halves = 0;
   try {

@@ -27,9 +27,13 @@ std::string no_accuracy_reason(const LayeredModel& model, const torch::Tensor& o
 // The note of no_accuracy_reason on the test set's targets, where there is one: it printed the
 // argmax along dimension 1 of an LM's [N, T, V] against [N, T] targets, 0.00% or a figure of no meaning.
 void say_if_no_accuracy(const DataSplit& split, const LayeredModel& model, const torch::Tensor& out);
-// A model file's own loss tried on the first samples whole and in two halves: "" where it is a
-// mean over samples, else how it showed otherwise (DataSplit::loss_not_a_mean).
+// A model file's own loss tried on 8 samples whole and in two halves: "" where it is a mean over
+// samples, else how it showed otherwise (DataSplit::loss_not_a_mean).
 std::string loss_not_a_mean(LayeredModel& model, const torch::Tensor& x, const torch::Tensor& y);
+// The rows of (x, y) loss_not_a_mean tries, in its halves' order: the first 8, or where samples
+// keep unequal numbers of targets (-100 skipped), those keeping the fewest beside those keeping the
+// most. A folder of shards offers each shard's and tries them together.
+torch::Tensor loss_check_rows(const torch::Tensor& x, const torch::Tensor& y);
 
 // A model's error at a forward in training, said in the user's terms first where LibTorch's (a
 // TorchScript traceback) does not: BatchNorm needs two values per channel or more, which a
