@@ -306,11 +306,6 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
   c.allreduce_step_us = host_term("allreduce_step_us", "microseconds");
   c.action_us = host_term("action_us", "microseconds");
   if (root.has("process_bytes")) c.process_bytes = root["process_bytes"].as_int_in(0, int64_t{1} << 50);
-  // A worker's memory the process alone fills (0: no limit); plan's refusal named no file.
-  if (c.memory_bytes_per_worker > 0 && c.memory_bytes_per_worker <= c.process_bytes)
-    root["memory_bytes_per_worker"].fail(str("is ", c.memory_bytes_per_worker, " bytes, no more than the ", c.process_bytes,
-                                             " a worker process holds besides its tensors (field 'process_bytes'): "
-                                             "no plan fits"));
   if (root.has("core_rates")) {
     JsonField rates = root["core_rates"];
     if (rates.size() > static_cast<size_t>(kMaxWorkers)) rates.fail("lists more rates than workers");

@@ -47,7 +47,7 @@ constexpr double kPipetrainWork = 6e7;
     double largest = 0;
     for (const auto& l : profile.layers)
       largest = std::max(largest, static_cast<double>(l.activation_bytes + l.parameter_bytes));
-    throw ConfigError(str("memory of ", human_bytes(static_cast<double>(mem)), " per worker (", memory_limit_named(options),
+    throw ConfigError(str("memory of ", human_bytes(static_cast<double>(mem)), " per worker (", memory_limit_named(options, &cluster),
                           ") is too small for any ",
                           name_of(options.cost_model), " plan of '", profile.model, "' on ", W,
                           " workers (its largest layer alone holds ", human_bytes(largest),

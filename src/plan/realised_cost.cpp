@@ -20,8 +20,12 @@ double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, doubl
   return end;
 }
 
-std::string memory_limit_named(const PlanOptions& options) {
-  return options.memory_bytes > 0 ? "--memory" : "the cluster's memory_bytes_per_worker";
+std::string memory_limit_named(const PlanOptions& options, const Cluster* cluster) {
+  if (options.memory_bytes > 0) return "--memory";
+  // A file's own figure (checked here, where it is the cap: --memory overrides it) names the file.
+  return cluster && !cluster->source.empty() && cluster->source[0] == '\''
+             ? str(cluster->source.substr(1, cluster->source.size() - 2), ": field 'memory_bytes_per_worker'")
+             : std::string("the cluster's memory_bytes_per_worker");
 }
 
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
@@ -29,7 +33,7 @@ int64_t memory_limit(const Cluster& cluster, const PlanOptions& options) {
   if (cap <= 0 || cap == std::numeric_limits<int64_t>::max()) return cap;
   // A cap the process alone fills: said so (it searched under "1 B per worker").
   if (cap <= cluster.process_bytes)
-    throw ConfigError(str(memory_limit_named(options), " ", human_bytes(static_cast<double>(cap)), " is no more than the ",
+    throw ConfigError(str(memory_limit_named(options, &cluster), " ", human_bytes(static_cast<double>(cap)), " is no more than the ",
                           human_bytes(static_cast<double>(cluster.process_bytes)),
                           " a worker process holds besides its tensors (the cluster's process_bytes, as calibrate "
                           "measured it): no plan fits"));

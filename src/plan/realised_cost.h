@@ -178,7 +178,8 @@ double buckets_end_ms(const std::vector<profile::GradientBucket>& buckets, doubl
 // less what the process holds besides its tensors (Cluster::process_bytes, calibrated). Every
 // check of the memory model against a cap compares with this.
 int64_t memory_limit(const Cluster& cluster, const PlanOptions& options);
-// Where that limit comes from, as a refusal names it: "--memory", or the cluster's field.
-std::string memory_limit_named(const PlanOptions& options);
+// Where that limit comes from, as a refusal names it: "--memory", or the cluster's field (its
+// file's, where a file gave it).
+std::string memory_limit_named(const PlanOptions& options, const Cluster* cluster = nullptr);
 
 }  // namespace pt::plan

@@ -315,11 +315,18 @@ TEST(BadClusterFile, NamesFieldAndValue) {
             "process_bytes, as calibrate measured it): no plan fits");
   measured.memory_bytes_per_worker = 0;
   EXPECT_EQ(memory_limit(measured, none), 0);  // no cap
-  // A file's own memory the process alone fills is refused naming the file (plan named neither).
-  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": 100000000, )"
-                                 R"("memory_bytes_per_worker": 90000000})"),
-            "c.json: field 'memory_bytes_per_worker' is 90000000 bytes, no more than the 100000000 a worker process "
-            "holds besides its tensors (field 'process_bytes'): no plan fits");
+  // A file's own memory the process alone fills is refused naming the file (plan named neither)
+  // where it is the cap: --memory overrides it, and simulate and train do not plan under it.
+  Cluster small = cluster_from_json(
+      parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "process_bytes": 100000000, "memory_bytes_per_worker": 90000000})",
+                 "c.json"),
+      "c.json");
+  EXPECT_EQ(error_of([&] { memory_limit(small, none); }),
+            "c.json: field 'memory_bytes_per_worker' 85.8 MiB is no more than the 95.4 MiB a worker process holds besides its "
+            "tensors (the cluster's process_bytes, as calibrate measured it): no plan fits");
+  PlanOptions more;
+  more.memory_bytes = 200000000;
+  EXPECT_EQ(memory_limit(small, more), 100000000);
 }
 
 TEST(BadClusterShorthand, NamesFlagAndValue) {
