@@ -258,9 +258,11 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
                                                              : std::string("--model is"),
                           " '", m.name(), "'"));
   plan::check_plan_fits(plan, profile::layer_graph(m), source);
-  // A plan made here from --profile holds for the profile's batch, whatever the road: one worker and
-  // --workers N trained at 64 where --stages N took the profile's 32, and scaled its times.
-  if (source == "the plan" && r.profile && plan.batch_size == 0) plan.batch_size = r.profile->batch_size;
+  // A plan that names no batch (made here, a schedule file's, a hand-written file) holds for
+  // --profile's, whatever the road: one worker and --workers N trained at 64 where --stages N took
+  // the profile's 32, and scaled its times.
+  const bool profile_batch = r.profile && plan.batch_size == 0;
+  if (profile_batch) plan.batch_size = r.profile->batch_size;
   if (source != "the plan") note_planned_settings(plan, source, r.precision, options.train.sgd.kind);
   if (defaulted && !data_parallel && plan.schedule.empty()) options.schedule = default_schedule(plan, m);
   follow_plan(r, options, plan, source);
@@ -269,14 +271,15 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   if (plan.batch_size > 0 && plan.batch_size != options.train.batch_size) {
     // The plan's timings hold for its batch: take it unless --batch-size says otherwise.
     if (!r.batch_size_given) options.train.batch_size = plan.batch_size;
-    else if (source != "the plan")
+    else if (source != "the plan" && !profile_batch)
       std::cerr << "note: " << source << " was planned for batch " << plan.batch_size << "; training with --batch-size "
                 << options.train.batch_size << ", so its predicted throughput does not apply\n";
     else  // split here from the profile (or the layers timed here), whose times the prediction scales to its batch
       std::cerr << "note: " << (r.profile_path.empty() ? std::string("the layers timed here for the split") : r.profile_path)
                 << " " << (r.profile_path.empty() ? "ran" : "was measured") << " at batch " << plan.batch_size
                 << "; training with --batch-size " << options.train.batch_size
-                << (plan.num_stages() > 1 ? ", the split and the prediction take" : ", the prediction takes")
+                << (plan.num_stages() > 1 && source == "the plan" ? ", the split and the prediction take"
+                                                                  : ", the prediction takes")
                 << " its times scaled to that batch\n";
   }
   // The microbatches must divide the batch: where the plan file or a default gave either, say so
@@ -284,7 +287,7 @@ Settled settle_request(const Request& r, model::LayeredModel& m, const model::Da
   bool file_microbatches = plan.microbatches > 0 && !r.microbatches_given && r.schedule_file.empty();
   bool default_microbatches = !r.microbatches_given && r.schedule_file.empty();
   bool file_batch = plan.batch_size > 0 && !r.batch_size_given;
-  const std::string batch_file = source != "the plan" ? source : r.profile_path;
+  const std::string batch_file = source != "the plan" && !profile_batch ? source : r.profile_path;
   if (file_batch && !batch_file.empty() && options.train.batch_size > data.train.size())  // check_train_options names --batch-size
     throw ConfigError(str(batch_file, ": field 'batch_size': ", options.train.batch_size, " is larger than the ",
                           data.train.size(), " training samples of ", data.name, "; give --batch-size"));

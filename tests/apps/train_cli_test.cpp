@@ -1324,8 +1324,13 @@ TEST(TrainCli, EveryRoadTakesTheProfilesBatch) {
   const fs::path profile = tmp.path / "p32.json", log = tmp.path / "log";
   ASSERT_EQ(run({"profile", "--model", "mnist-cnn", "--data", "synthetic", "--batch-size", "32", "--repeats", "1",
                  "--warmup", "0", "-o", profile.string()}, log), 0) << slurp(log);
+  // A plan file that names no batch (written by hand) takes the profile's too.
+  const fs::path plan = tmp.path / "plan.json";
+  std::ofstream(plan) << R"({"format": "pipetrain.plan/1", "workers": 2, "stages": [{"layers": [0, 1], "replicas": 1},
+                                                                              {"layers": [2, 3, 4], "replicas": 1}]})";
   for (const std::vector<std::string>& road : std::vector<std::vector<std::string>>{
-           {}, {"--workers", "2"}, {"--stages", "2"}, {"--stages", "2", "--schedule", "gpipe"}, {"--batch-size", "16"}}) {
+           {}, {"--workers", "2"}, {"--stages", "2"}, {"--stages", "2", "--schedule", "gpipe"}, {"--plan", plan.string()},
+           {"--batch-size", "16"}}) {
     std::vector<std::string> args = {"train", "--model", "mnist-cnn", "--data", "synthetic", "--profile",
                                      profile.string(), "--steps", "1", "--print-job"};
     args.insert(args.end(), road.begin(), road.end());
