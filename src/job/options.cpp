@@ -15,6 +15,10 @@ void check_pipeline_options(const PipelineOptions& options, const plan::Plan& pl
     throw UsageError(str("--chunks: must be in 1..", schedule::kMaxChunks, ", got ", options.chunks));
   if (!(options.timeout_s > 0 && options.timeout_s <= kMostTimeoutS))
     throw UsageError(str("--timeout: must be in (0, ", kMostTimeoutS, "] seconds, got ", options.timeout_s));
+  // Unbounded, 1e10 overflowed its deadline and failed at once, blaming the network.
+  if (!(options.rendezvous_timeout_s > 0 && options.rendezvous_timeout_s <= kMostTimeoutS))
+    throw UsageError(str("--rendezvous-timeout: must be in (0, ", kMostTimeoutS, "] seconds, got ",
+                         options.rendezvous_timeout_s));
   if (options.vertical_sync && options.schedule != "pipedream")
     throw UsageError(str("--vertical-sync: only the pipedream schedule keeps weight versions to sync, not ", options.schedule));
   // Versions count a stage's steps; a replicated stage steps once per round, so its versions

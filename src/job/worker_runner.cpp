@@ -136,16 +136,25 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     // Before the checkpoint exists, the rows up to it are written: a job killed just after it
     // lost that step's row, its accuracy too, for good (the resume starts after it).
     if (on_evaluated) on_evaluated(seg, e);
-    if (checkpoints)
-      checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches,
-                         run_loss ? run_loss() : runtime::RunLoss{});
     // Every worker waits out the whole pause, its replica in the evaluation's chain or not, and
     // the work one worker does alone: the reporter's rows, and worker 0's end of a checkpoint
     // (its CRCs, manifest, rename and rotation). Else the others' resume ended the common pause
     // and that work counted as training: a replicated stage's other replicas paused for no
     // evaluation (40.8 ms per minibatch against 0.43), and mnist-cnn on 2 stages, a checkpoint
     // every 10 steps, read 3,231 samples/s for 3,354 (150 ms of worker 0's checkpoints).
-    transport.barrier();
+    try {
+      if (checkpoints)
+        checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches,
+                           run_loss ? run_loss() : runtime::RunLoss{});
+      transport.barrier();
+    } catch (const runtime::TransportError& e) {
+      // A save's waits have --timeout's deadline: a healthy job whose stages write unequal shares
+      // of a large model to a slow disk failed naming an all-reduce alone.
+      if (!checkpoints || dynamic_cast<const runtime::JobAborted*>(&e)) throw;
+      throw runtime::TransportError(str(e.what(), " (while the workers saved the checkpoint of step ",
+                                        seg.first_minibatch + seg.minibatches, ", which must end within --timeout ",
+                                        options.timeout_s, " s: a large model on a slow disk may need a larger one)"));
+    }
     // The trace's common pause runs from the last worker's stop to the first one's resume, as the
     // training time's does (TrainingClock). From each worker's exit from the barrier, it left the
     // barrier's wake-ups to training: on a busy machine 1.8 ms of each pause, and 20 evaluations in

@@ -343,6 +343,8 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
   };
   const std::vector<Case> cases = {
       {{"--stages", "2", "--timeout", "1e10"}, {"--timeout: must be in (0, 604800] seconds, got 1e+10"}},
+      {{"--stages", "2", "--transport", "gloo", "--rendezvous-timeout", "1e10"},
+       {"--rendezvous-timeout: must be in (0, 604800] seconds, got 1e+10"}},
       {{"--stages", "2", "--profile", untimed_file}, {untimed_file + ": every layer's forward_ms and backward_ms is 0"}},
       {{"--lr", "inf"}, {"--lr: must be > 0 and at most 3.40282e+38 (float32's largest), got inf"}},
       {{"--plan", plan2, "--workers", "2"}, {"--plan and --workers"}},
