@@ -20,7 +20,6 @@ import dis
 import importlib
 import importlib.util
 import inspect
-import hashlib
 import io
 import json
 import math
@@ -40,11 +39,13 @@ from torch.fx.passes.shape_prop import ShapeProp
 try:
     from pipetrain.batch_norm import DeferrableBatchNorm, make_deferrable
     from pipetrain.module_swap import renorming, replace_modules
+    from pipetrain.files import check_room, file_sha256
     from pipetrain.export_check import (ExportError, WeightsKept, check_chain, check_leaf_inputs,
                                         reached_without_gradient, state_kept)
 except ImportError:  # run as a script from python/pipetrain
     from batch_norm import DeferrableBatchNorm, make_deferrable
     from module_swap import renorming, replace_modules
+    from files import check_room, file_sha256
     from export_check import (ExportError, WeightsKept, check_chain, check_leaf_inputs, reached_without_gradient,
                               state_kept)
 
@@ -253,8 +254,8 @@ class ChainTracer(torch.fx.Tracer):
             raise ExportError(f"--model: forward takes keyword-only argument(s) {', '.join(required)} without a "
                               "default; pipetrain feeds one tensor, as model(x) runs")
         names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        scope = {"forward_": root_fn}
-        exec(f"def forward({', '.join(names)}):\n    return forward_({', '.join(names)})\n", scope)
+        scope = {"_pipetrain_users_forward": root_fn}  # a name no argument of the user's takes
+        exec(f"def forward({', '.join(names)}):\n    return _pipetrain_users_forward({', '.join(names)})\n", scope)
         return super().create_args_for_root(scope["forward"], is_module, concrete_args)
 
     def is_leaf_module(self, m, path):
@@ -1102,12 +1103,12 @@ def export(args):
             "loss": bool(args.loss), "ties": ties, "aliases": aliases, "deferrable_batch_norms": deferrable, "layer_files": index}
     tmp = args.output + ".partial"
     try:
+        check_room(tmp, sum(len(r) for r in records.values()) + (1 << 20))
         torch.jit.save(scripted, tmp, _extra_files={"pipetrain.json": json.dumps(meta), **records})
         os.replace(tmp, args.output)
         # A model file is code (docs/runtime.md): its digest, beside it in sha256sum's format, is
         # what train and profile check and print, and what checkpoints record.
-        with open(args.output, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
+        digest = file_sha256(args.output)
         with open(args.output + ".sha256.partial", "w") as f:
             f.write(f"{digest}  {os.path.basename(args.output)}\n")
         os.replace(args.output + ".sha256.partial", args.output + ".sha256")

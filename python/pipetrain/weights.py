@@ -11,7 +11,6 @@ complete one is read). strict=False: a model may hold tensors the export left ou
 """
 import argparse
 import collections
-import hashlib
 import json
 import os
 import re
@@ -20,6 +19,11 @@ import sys
 import zlib
 
 import torch
+
+try:
+    from pipetrain.files import check_room, file_sha256
+except ImportError:  # run as a script from python/pipetrain
+    from files import check_room, file_sha256
 
 # Every dtype a tensor file may hold (src/core/tensor_file.cpp): a bool buffer (GPT-2's causal
 # mask) ended the command with "pipetrain.weights: 'bool'".
@@ -32,6 +36,15 @@ def read_tensor_file(path):
     """A pipetrain.tensors/1 file (src/core/tensor_file.h) as {name: tensor}."""
     # Tensor by tensor, each read once into its own buffer: the whole file read, then sliced and
     # copied, held a layer 3-4 times over.
+    try:
+        return _read_tensors(path)
+    except (KeyError, TypeError, ValueError, struct.error, RuntimeError) as e:  # a file hand-edited past its CRC
+        if str(e).startswith(path):
+            raise
+        raise ValueError(f"{path}: not a tensor file this reads ({type(e).__name__}: {e})") from None
+
+
+def _read_tensors(path):
     out = {}
     with open(path, "rb") as f:
         head = f.read(16)
@@ -74,7 +87,10 @@ def verified_manifest(ck):
     wrote weights off by 8.9e37 and exited 0."""
     path = os.path.join(ck, "manifest.json")
     with open(path) as f:
-        manifest = json.load(f)
+        try:
+            manifest = json.load(f)
+        except ValueError as e:  # JSONDecodeError, and a file that is not UTF-8
+            raise ValueError(f"{path}: not a manifest: {e}") from None
     named = re.fullmatch(r"step-(\d+)", os.path.basename(os.path.normpath(ck)))
     if named and int(named.group(1)) != manifest.get("step"):
         raise ValueError(f"{path}: field \"step\" is {manifest.get('step')} but the folder is step {int(named.group(1))}")
@@ -162,18 +178,17 @@ def trained_state(model_file, checkpoint):
                          f"{model_file} has {children}: not the model it was trained from")
     digest = manifest.get("model_sha256", "")
     if digest:
-        mine = hashlib.sha256()
-        with open(model_file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):  # not the whole model in memory at once
-                mine.update(block)
-        mine = mine.hexdigest()
+        mine = file_sha256(model_file)
         if mine != digest:
             raise ValueError(f"{ck}: trained from a model file of sha256 {digest[:12]}..., but {model_file} has "
                              f"{mine[:12]}...: not the model it was trained from")
     state = collections.OrderedDict()
     for k, (names, buffers) in enumerate(layer_names):
-        tensors = read_tensor_file(os.path.join(ck, f"layer-{k}.tensors"))
+        layer_file = os.path.join(ck, f"layer-{k}.tensors")
+        tensors = read_tensor_file(layer_file)
         for i, name in enumerate(names):
+            if f"param.{i}" not in tensors:
+                raise ValueError(f"{layer_file}: holds no tensor 'param.{i}', the model's {name}")
             state[name] = tensors[f"param.{i}"]
         sums = deferred_batch_norm_sums(buffers)
         for i, name in enumerate(buffers):
@@ -226,9 +241,10 @@ def main(argv=None):
     # Whole or not at all: a failed write leaves an earlier file of that name as it was.
     tmp = f"{a.output}.tmp-{os.getpid()}"
     try:
+        check_room(tmp, sum(t.numel() * t.element_size() for t in state.values()) + (1 << 20))
         torch.save(state, tmp)
         os.replace(tmp, a.output)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # torch.save raises RuntimeError where it cannot open the file
         if os.path.exists(tmp):
             os.remove(tmp)
         print(f"pipetrain.weights: -o {a.output}: {e}", file=sys.stderr)

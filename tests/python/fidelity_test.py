@@ -966,6 +966,16 @@ class Errors(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def test_a_file_is_written_only_where_it_fits(self):
+        """torch 1.13's writer aborts on a full disk (exit 134, the partial file left): export and
+        weights check the folder's free space first, and refuse saying how much is needed."""
+        from pipetrain.files import check_room
+        out = os.path.join(self.tmp.name, "state.pt")
+        check_room(out, 1)
+        with self.assertRaises(OSError) as e:
+            check_room(out, 1 << 60)
+        self.assertIn(f"it needs about {(1 << 60) / 2**20:.1f} MiB and {self.tmp.name} has", str(e.exception))
+
     def train_fails(self, data, *needles, extra=(), legacy=False):
         path = os.path.join(self.tmp.name, "data.pt")
         torch.save(data, path, _use_new_zipfile_serialization=not legacy)
