@@ -55,10 +55,11 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
     throw UsageError(str(what, ": '", text, "' is not a positive size (examples: 16GB, 512MiB, 1048576)"));
   // The most a JSON artifact holds exactly (JsonField::as_int): a size must survive being
   // written into a cluster or plan file and read back.
-  if (number * scale > 9.0e15) throw UsageError(str(what, ": '", text, "' is more than 8 PiB"));
+  if (number * scale > 9.0e15) throw UsageError(str(what, ": '", text, "' is more than 9e15 bytes (about 7.99 PiB)"));
   // A fraction of a byte (1.5 was taken as 2 B): the unit left out, most likely. (1.3GB rounds.)
   if (scale == 1 && number != std::floor(number))
-    throw UsageError(str(what, ": '", text, "' is not a whole number of bytes (did it leave out a unit? 1.5GB)"));
+    throw UsageError(str(what, ": '", text, "' is not a whole number of bytes",
+                         unit.empty() ? " (did it leave out a unit? 1.5GB)" : ""));
   return static_cast<int64_t>(std::llround(number * scale));
 }
 
