@@ -34,6 +34,7 @@ struct Launch {
   int status = 0;       // the launcher's: 0 when every worker succeeded (launch_gloo_workers)
   bool forked = false;  // the launcher's: its workers were forks (they share its pages), not new processes
   std::vector<int> signalled;  // the launcher's: the workers a signal ended (none ran its own clean-up)
+  int interrupted = 0;  // the launcher's: the signal (SIGINT, SIGTERM) that told it to stop the workers
 };
 
 // As launch_gloo_job, but the workers are forks of this process, which has set up the command
