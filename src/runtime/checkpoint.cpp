@@ -335,8 +335,11 @@ void check_checkpoint_fits(const CheckpointManifest& m, const std::string& check
   if (m.layers != layers)
     throw ConfigError(str(where, ": the checkpoint has ", m.layers, " layers but ", model, " has ", layers));
   if (m.batch_size != batch_size)
-    throw ConfigError(str(where, ": batch_size is ", m.batch_size, " but --batch-size is ", batch_size,
-                          " (the data position depends on it)"));
+    // Not always the flag's: a plan's or --profile's batch where none is given (a resume named the
+    // flag never given).
+    throw ConfigError(str(where, ": batch_size is ", m.batch_size, " but this run's batch is ", batch_size,
+                          " (--batch-size; where not given, the plan's or --profile's): the data position depends on it; "
+                          "give --batch-size ", m.batch_size));
   if (m.seed != seed)
     throw ConfigError(str(where, ": seed is ", m.seed, " but --seed is ", seed, " (the data order depends on it)"));
   if (m.shuffle != shuffle)

@@ -412,7 +412,7 @@ TEST(Checkpoint, BadCheckpointsAreNamed) {
   edit("pipetrain.checkpoint/2", "pipetrain.checkpoint/7");
   expect_resume_error(d, "pipetrain.checkpoint/7");
   edit("\"batch_size\": 32", "\"batch_size\": 64");
-  expect_resume_error(d, "batch_size is 64 but --batch-size is 32");
+  expect_resume_error(d, "batch_size is 64 but this run's batch is 32 (--batch-size; where not given, the plan's or --profile's)");
   // The data order depends on shuffling too: a resume that changed it went on silently.
   edit("\"shuffle\": true", "\"shuffle\": false");
   expect_resume_error(d, "the run did not shuffle (--no-shuffle) but this one shuffles");
