@@ -295,7 +295,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
   if (flags.model.emulated())
     std::cout << prefix << "  (the device's, as the profile measured the real layers: their backward's scratch (workspace) "
                            "and each weight gradient's temporary, which emulated layers do not make: an emulated run's "
-                           "measured figure is no check of it (VGG-16's first stage measured 3% under it on threads, 20% "
+                           "measured figure is no check of it (VGG-16's first stage measured 3% under it on threads, 22% "
                            "over on gloo))\n";
   // As the OS counts it: each process holds its tensors, the data and what calibrate measured a
   // worker process to hold besides (the cluster's process_bytes).
