@@ -12,6 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/json_doc.h"
@@ -730,27 +731,41 @@ namespace {
 
 // A checkpoint of a diverged run (NaN weights) is refused on resume, naming the file and the
 // tensor, instead of training on to "final loss nan" and exit 0 (issue 35).
-TEST(Checkpoint, NonFiniteWeightsAreRefused) {
-  TempDir dir;
-  std::string d = dir.path.string();
-  run(stages(2), options("1f1b", 2, d, 2, false));
-  std::string ck = newest_checkpoint(d);
-  CheckpointManifest m = read_verified_manifest(ck);
-  std::string layer0 = (fs::path(ck) / m.files[0].name).string();
-  LayerState s = read_layer_state(layer0);
-  s.params[1][0] = std::numeric_limits<float>::quiet_NaN();
-  write_layer_state(layer0, s);
-  m.files[0].bytes = static_cast<int64_t>(fs::file_size(layer0));
-  m.files[0].crc32 = crc32_of_file(layer0);
-  write_text_file_atomic((fs::path(ck) / "manifest.json").string(), manifest_to_json(m));
-  try {
-    run(stages(2), options("1f1b", 4, d, 2, true));
-    ADD_FAILURE() << "NaN weights were resumed";
-  } catch (const Error& e) {  // the worker's FormatError, as the job reports it
-    EXPECT_THAT(e.what(), HasSubstr(m.files[0].name + ": param.1 holds NaN or infinite values"));
+// A layer file edited with its CRC made consistent again: NaN weights would train on as NaN, and
+// a step count of -1 gave Adam's bias correction 1 - beta^0 = 0 to divide by.
+TEST(Checkpoint, NonFiniteWeightsAndImpossibleStepCountsAreRefused) {
+  struct Edit {
+    std::function<void(LayerState&)> apply;
+    std::string says;
+  };
+  for (const Edit& edit : {Edit{[](LayerState& s) { s.params[1][0] = std::numeric_limits<float>::quiet_NaN(); },
+                                ": param.1 holds NaN or infinite values"},
+                           Edit{[](LayerState& s) { s.optimizer_steps = {-1}; }, ": optimizer_steps holds -1; a "},
+                           Edit{[](LayerState& s) { s.optimizer_steps = {3}; },
+                                ": optimizer_steps holds 3; a parameter's count of optimizer steps is 0 to the "
+                                "checkpoint's step (2)"}}) {
+    SCOPED_TRACE(edit.says);
+    TempDir dir;
+    std::string d = dir.path.string();
+    run(stages(2), with_adam(options("1f1b", 2, d, 2, false)));
+    std::string ck = newest_checkpoint(d);
+    CheckpointManifest m = read_verified_manifest(ck);
+    std::string layer0 = (fs::path(ck) / m.files[0].name).string();
+    LayerState s = read_layer_state(layer0);
+    ASSERT_EQ(s.optimizer_steps, std::vector<int64_t>{2});
+    edit.apply(s);
+    write_layer_state(layer0, s);
+    m.files[0].bytes = static_cast<int64_t>(fs::file_size(layer0));
+    m.files[0].crc32 = crc32_of_file(layer0);
+    write_text_file_atomic((fs::path(ck) / "manifest.json").string(), manifest_to_json(m));
+    try {
+      run(stages(2), with_adam(options("1f1b", 4, d, 2, true)));
+      ADD_FAILURE() << "the edited checkpoint was resumed";
+    } catch (const Error& e) {  // the worker's FormatError, as the job reports it
+      EXPECT_THAT(e.what(), HasSubstr(m.files[0].name + edit.says));
+    }
   }
 }
-
 
 // A run that diverges writes no checkpoint with NaN weights: with two kept, its NaN steps 4 and
 // 6 rotated out the finite step 2, and resuming was refused with nothing earlier left; with
