@@ -39,6 +39,13 @@ int run_trace(const TraceFlags& flags) {
   }
   schedule::Trace t = schedule::read_trace(flags.path);
   schedule::check_complete(t, flags.path);
+  std::string title = flags.title.empty() ? str(t.schedule, ": ", counted(t.num_stages, "stage"), ", ",
+                                            counted(static_cast<int64_t>(t.workers.size()), "worker"), " (",
+                                            t.source, ")")
+                                      : flags.title;
+  // TRACE's pictures, with --against too (they were left unwritten there, exit 0).
+  if (!flags.svg.empty()) write_text_file_atomic(flags.svg, metrics::timeline_svg(t, title));
+  if (!flags.chrome.empty()) write_text_file_atomic(flags.chrome, metrics::chrome_trace(t).dump() + "\n");
   if (!flags.against.empty()) {
     schedule::Trace other = schedule::read_trace(flags.against);
     schedule::check_complete(other, flags.against);
@@ -54,12 +61,6 @@ int run_trace(const TraceFlags& flags) {
     return 0;
   }
   metrics::Metrics m = metrics::compute_metrics(t);
-  std::string title = flags.title.empty() ? str(t.schedule, ": ", counted(t.num_stages, "stage"), ", ",
-                                            counted(static_cast<int64_t>(t.workers.size()), "worker"), " (",
-                                            t.source, ")")
-                                      : flags.title;
-  if (!flags.svg.empty()) write_text_file_atomic(flags.svg, metrics::timeline_svg(t, title));
-  if (!flags.chrome.empty()) write_text_file_atomic(flags.chrome, metrics::chrome_trace(t).dump() + "\n");
   if (flags.json) {
     std::cout << metrics::to_json(m).dump(1) << "\n";
     return 0;
@@ -73,8 +74,8 @@ Register trace_command({"trace", "Metrics and pictures of a trace (train --trace
   auto flags = std::make_shared<TraceFlags>();
   app.add_option("trace", flags->path, "Trace file (pipetrain.trace/1)")->required();
   app.add_option("--merge", flags->merge, "First join TRACE.worker0 .. TRACE.worker<N-1> into TRACE (testbed, mpirun)");
-  app.add_option("--svg", flags->svg, "Write the timeline as SVG");
-  app.add_option("--chrome", flags->chrome, "Write Chrome trace JSON (chrome://tracing, ui.perfetto.dev)");
+  app.add_option("--svg", flags->svg, "Write TRACE's timeline as SVG (with --against too)");
+  app.add_option("--chrome", flags->chrome, "Write TRACE as Chrome trace JSON (chrome://tracing, ui.perfetto.dev; with --against too)");
   app.add_option("--title", flags->title, "Title of the picture");
   app.add_option("--against", flags->against,
                  "Where TRACE and this trace of the same run part: each worker's computes and steps, kind by kind, and "

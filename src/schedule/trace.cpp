@@ -341,6 +341,7 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
   // them all as they were.
   Trace merged;
   std::vector<std::string> parts;
+  size_t workers_in_first = 0;
   for (int r = 0; r < world_size; ++r) {
     parts.push_back(trace_path + ".worker" + std::to_string(r));
     Trace t = read_trace(parts.back());
@@ -353,13 +354,30 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
                               "'s (a trace of every worker needs no --merge)"));
     if (r == 0) {
       merged = t;
+      workers_in_first = t.workers.size();
       merged.workers.assign(world_size, {});
+    } else {
+      // Parts of two runs (a 1f1b run's worker 0, a gpipe run's worker 1) were merged and removed,
+      // and the merged trace then refused as on "different clocks".
+      auto differs = [&](const char* field, const auto& mine, const auto& first) {
+        if (mine != first)
+          throw FormatError(str(parts.back(), ": field '", field, "' is ", mine, " but ", parts[0], "'s is ", first,
+                                ": the parts are of different runs"));
+      };
+      differs("source", t.source, merged.source);
+      differs("schedule", t.schedule, merged.schedule);
+      differs("num_stages", t.num_stages, merged.num_stages);
+      differs("microbatches", t.microbatches, merged.microbatches);
+      differs("weight_delay", t.weight_delay, merged.weight_delay);
+      differs("batch_size", t.batch_size, merged.batch_size);
+      differs("workers (their count)", t.workers.size(), workers_in_first);
     }
     if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
     if (r > 0) merged.pauses = common_pauses(merged.pauses, t.pauses);
   }
   // Workers record steady-clock times, shared by the processes of one host.
   start_at_first_event(merged);
+  check_complete(merged, trace_path);  // before the parts go: a refusal leaves them
   write_trace(merged, trace_path);
   for (const auto& part : parts) std::remove(part.c_str());
 }

@@ -2311,8 +2311,16 @@ TEST(TrainCli, APredictionTraceIsTheFiguresReplayAndTheRunIsSetAgainstIt) {
   }
   // The stage of the longer layer (a) sets the pace.
   EXPECT_EQ(gap["pace_worker"].get<int>(), 0) << gap.dump(1);
-  ASSERT_EQ(run({"trace", measured.string(), "--against", predicted.string()}, log), 0) << slurp(log);
+  // With the pictures asked for, which it left unwritten, exit 0.
+  fs::path svg = tmp.path / "run.svg", chrome = tmp.path / "run.chrome.json";
+  ASSERT_EQ(run({"trace", measured.string(), "--against", predicted.string(), "--svg", svg.string(), "--chrome",
+                 chrome.string()},
+                log),
+            0)
+      << slurp(log);
   EXPECT_NE(slurp(log).find("worker 0 set the pace"), std::string::npos) << slurp(log);
+  EXPECT_NE(slurp(svg.string()).find("<svg"), std::string::npos);
+  EXPECT_NE(slurp(chrome.string()).find("traceEvents"), std::string::npos);
 
   // The same order from a schedule file: the run's trace was stamped 'file', its replay '1f1b',
   // and `trace --against` refused them as traces of two runs.

@@ -593,7 +593,7 @@ TEST(Trace, PausesRoundTripAndBadOnesAreNamed) {
 
 // --merge joins each worker's own events; a part that holds another worker's (a whole trace
 // passed as worker 0's) was merged without them and removed, and a bad part removed the ones
-// read before it. Now both are refused with every part left in place.
+// read before it. Now both are refused with every part left in place, as are parts of two runs.
 TEST(Trace, MergeRefusesAPartWithAnotherWorkersEventsAndKeepsTheParts) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("pt_merge_" + std::to_string(::getpid()));
@@ -624,6 +624,26 @@ TEST(Trace, MergeRefusesAPartWithAnotherWorkersEventsAndKeepsTheParts) {
   { std::ofstream(part(1)) << "{\"source\": "; }
   EXPECT_THROW(schedule::merge_worker_traces(2, path), FormatError);
   EXPECT_TRUE(fs::exists(part(0)));
+  // A part of another run (its schedule another) was merged, the parts removed, and the merged
+  // trace then refused as on different clocks; and so is one whose clock differs.
+  Trace other = only(1);
+  other.schedule = "gpipe";
+  schedule::write_trace(other, part(1));
+  try {
+    schedule::merge_worker_traces(2, path);
+    ADD_FAILURE() << "merged parts of two runs";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(part(1) + ": field 'schedule' is gpipe but " + part(0) + "'s is " +
+                                         whole.schedule + ": the parts are of different runs"),
+              std::string::npos)
+        << e.what();
+  }
+  Trace behind = only(1);
+  for (auto& e : behind.workers[1]) e.start_ms -= 5, e.end_ms -= 5;
+  schedule::write_trace(behind, part(1));
+  EXPECT_THROW(schedule::merge_worker_traces(2, path), FormatError);
+  EXPECT_TRUE(fs::exists(part(0)) && fs::exists(part(1)));
+  EXPECT_FALSE(fs::exists(path));
   // Good parts merge into the whole trace, and are removed.
   schedule::write_trace(only(1), part(1));
   schedule::merge_worker_traces(2, path);
