@@ -55,6 +55,8 @@ void follow_plan(SimulateFlags& flags, const plan::Plan& plan) {
 
 int run_simulate(SimulateFlags flags) {
   keep_freed_host_memory();
+  // The JSON is stdout's whole: the grid was left out without a word.
+  if (flags.json && flags.grid) throw UsageError("--json and --grid: give one (the grid is text; --json prints JSON alone)");
   // Before any is written: `--svg` given the profile's path replaced it with the picture, exit 0,
   // and a bad last path left the earlier outputs written.
   const std::vector<FlagPath> outputs = {{"--emit-schedule", flags.schedule_out}, {"--svg", flags.svg},
@@ -158,6 +160,8 @@ int run_simulate(SimulateFlags flags) {
   if (flags.schedule_file.empty() && flags.kind != "pipedream" && (flags.options.vertical_sync || flags.options.deferred_step))
     throw UsageError(str(flags.options.vertical_sync ? "--vertical-sync" : "--deferred-step",
                          ": only the pipedream schedule has it, not ", flags.kind));
+  if (flags.schedule_file.empty() && flags.kind != "pipedream" && flags.kind != "2bw" && flags.no_weight_prediction)
+    throw UsageError(str("--no-weight-prediction: only pipedream and 2bw predict weights, not ", flags.kind));  // as train
   if (s.flush && flags.options.minibatches > 0)
     std::cerr << "note: --minibatches " << flags.options.minibatches << " is not used: " << kind
               << " flushes, and its steady state is one minibatch's list run again and again\n";

@@ -128,6 +128,12 @@ Comparison compare_schedules(const profile::Profile& prof, const plan::Cluster& 
   if (strong.microbatches <= schedule::kMaxMicrobatches && prof.batch_size % strong.microbatches == 0)
     add_dp("dp-split", str("1 batch / ", n, strong.microbatches > n ? str(" m", strong.microbatches) : ""), strong,
            prof, "strong");
+  else  // the row was left out without a word, the legend still describing it
+    options.note(str("skipping dp-split: the batch of ", prof.batch_size, " does not split into ", strong.microbatches,
+                     " microbatches of whole samples",
+                     strong.microbatches > schedule::kMaxMicrobatches
+                         ? str(" (at most ", schedule::kMaxMicrobatches, " a step)")
+                         : std::string()));
   return out;
 }
 

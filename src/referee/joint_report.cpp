@@ -38,6 +38,14 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
                           r.async_split_tie > 0 ? str(" (", r.async_split_tie, " would split layers sharing a parameter ",
                                                       "under an asynchronous schedule, which cannot keep it one)")
                                                 : "",
+                          // It blamed the layers where the batch was too small to split (a batch-1 profile).
+                          r.ungrouped > 0 ? str(" (interleaved runs its microbatches in groups of its workers, as ",
+                                                "Megatron's: ", joint.microbatches > 0
+                                                    ? str(joint.microbatches, " microbatches are no multiple of them")
+                                                    : str("the profile's batch of ", profile.batch_size,
+                                                          " splits into no such count; profile a larger batch"),
+                                                ")")
+                                          : "",
                           // It read as if the model were at fault (simulate runs a one-stage 1f1b).
                           cluster.workers() < 2 ? ": a pipeline is planned on 2 workers or more (on one, train "
                                                   "without --plan)"

@@ -271,7 +271,7 @@ JointResult joint_search(const profile::Profile& profile, const plan::Cluster& c
     }
     return objective;
   };
-  for (detail::Trial& t : detail::trials(profile, cluster, plan_options, joint)) weigh(std::move(t), true);
+  for (detail::Trial& t : detail::trials(profile, cluster, plan_options, joint, &r.ungrouped)) weigh(std::move(t), true);
   // Those over the cap, fastest first, each split so that its workers fit where it could still
   // rank first: such a split is no better balanced than the one it replaces (searching every
   // one took DenseNet-121 on 16 workers minutes).

@@ -92,6 +92,7 @@ struct JointResult {
   int considered = 0, over_cap = 0;    // configurations built, and those left out by the cap
   int not_straight = 0;                 // left out by --straight: a stage replicated
   int async_split_tie = 0;              // left out: an asynchronous schedule splitting a tie
+  int ungrouped = 0;                    // interleaved layouts without a microbatch count a multiple of their workers
   int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
   // Of those built, the splits the climb tried (split_climb.h), and whether --time-limit stopped it.
   int climbed = 0;

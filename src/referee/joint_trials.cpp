@@ -132,7 +132,7 @@ std::vector<Trial> each_once(std::vector<Trial> all) {
 }  // namespace
 
 std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
-                          const plan::PlanOptions& plan_options, const JointOptions& joint) {
+                          const plan::PlanOptions& plan_options, const JointOptions& joint, int* ungrouped) {
   int n = cluster.workers(), layers = p.num_layers();
   int64_t B = p.batch_size;
   auto wanted = [&](const std::string& kind) {
@@ -230,8 +230,8 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
           for (int w = plan_options.fewer_workers ? std::min(size, layers / v) : size; w > 1 && out.size() == before; --w) {
             if (w * v > layers || !tried.insert(w).second) break;  // too few layers, or looked at below
             for (int m : per_copy(1))
-              if (m % w == 0 || kind != std::string("interleaved"))
-                out.push_back({kind, plan::even_split(p, w * v), m, v, B});
+              if (m % w == 0 || kind != std::string("interleaved")) out.push_back({kind, plan::even_split(p, w * v), m, v, B});
+            if (ungrouped && out.size() == before) ++*ungrouped;
           }
         }
       }

@@ -44,8 +44,9 @@ Refereed choose_pipedream(const std::vector<plan::Plan>& candidates, const profi
                           bool with_uniform);
 
 // Every configuration of the kinds `joint` asks for, on `cluster` and (plan_options.fewer_workers)
-// on its smaller clusters, pipedream's from the referee's candidates.
+// on its smaller clusters, pipedream's from the referee's candidates. `ungrouped` counts the
+// interleaved layouts left out for want of a microbatch count that is a multiple of their workers.
 std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluster,
-                          const plan::PlanOptions& plan_options, const JointOptions& joint);
+                          const plan::PlanOptions& plan_options, const JointOptions& joint, int* ungrouped = nullptr);
 
 }  // namespace pt::referee::detail

@@ -104,6 +104,10 @@ TEST(CliErrors, MicrobatchCounts) {
   for (const char* flag : {"--vertical-sync", "--deferred-step"})  // pipedream's alone: gpipe ran as without them
     expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --schedule gpipe " + flag, 2,
                     {std::string(flag) + ": only the pipedream schedule has it, not gpipe"});
+  expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --json --grid", 2,
+                  {"--json and --grid: give one"});
+  expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --schedule gpipe --no-weight-prediction",
+                  2, {"--no-weight-prediction: only pipedream and 2bw predict weights, not gpipe"});
   expect_rejected("compare --profile " + profile + " --workers 2 --bandwidth-gbps 1 --chunks 0", 2,
                   {"--chunks: must be in 2..64, got 0"});
   expect_rejected("plan --profile " + profile + " --workers 2 --bandwidth-gbps 1 --staleness-cost 0.5", 2,
@@ -134,6 +138,20 @@ TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
   // A pipeline schedule on one worker: the workers are at fault, not the model's layers.
   expect_rejected("plan --profile " + profile + " --workers 1 --bandwidth-gbps 1 --schedule 1f1b", 1,
                   {"no configuration of 1f1b runs 2 layers on 1 worker: a pipeline is planned on 2 workers or more"});
+  // Interleaved on a batch of 1, which splits into no group of 2 microbatches: it blamed the layers.
+  std::string single = write("single.json", R"({"format": "pipetrain.profile/1", "model": "m", "batch_size": 1, "layers": [
+      {"name": "a", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1024, "parameter_bytes": 1024},
+      {"name": "b", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1024, "parameter_bytes": 1024},
+      {"name": "c", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1024, "parameter_bytes": 1024},
+      {"name": "d", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1024, "parameter_bytes": 1024}]})");
+  expect_rejected("plan --profile " + single + " --workers 2 --bandwidth-gbps 1 --schedule interleaved", 1,
+                  {"no configuration of interleaved runs 4 layers on 2 workers (interleaved runs its microbatches in "
+                   "groups of its workers, as Megatron's: the profile's batch of 1 splits into no such count; profile "
+                   "a larger batch)"});
+  auto split = pipetrain("compare --profile " + single + " --workers 2 --bandwidth-gbps 1");
+  EXPECT_NE(split.output.find("skipping dp-split: the batch of 1 does not split into 2 microbatches of whole samples"),
+            std::string::npos)
+      << split.output;
 }
 
 TEST(CliErrors, StagesChunksAndWorkers) {
