@@ -60,7 +60,7 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("--data-dir", data_dir, "Directory of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--text", text, "Text file for the language models (character level)")->capture_default_str();
   app.add_option("--synthetic-samples", synthetic_samples, "Training samples of synthetic data")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(finite_positive())->capture_default_str();
   // CLI11 took -1 for an unsigned seed and wrapped it to 18446744073709551615, and a seed past
   // 2^64 - 1 became that one: two seeds, one run.
   app.add_option("--seed", seed,

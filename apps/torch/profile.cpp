@@ -73,7 +73,8 @@ int run_profile(ProfileFlags& flags) {
                          e.what()));
   }
   if (flags.batch_size > data.train.size())
-    throw UsageError(str("--batch-size: ", flags.batch_size, " is larger than the ", data.train.size(), " samples"));
+    throw UsageError(str("--batch-size: ", flags.batch_size, " is larger than the ", data.train.size(),
+                         " training samples of ", data.name, model::held_out_text(data)));
   // A slow model's profile says where it is (a full-size AWD-LSTM at batch 32: 20 s a round).
   flags.options.on_progress = [](const std::string& what, int done, int of, double ms) {
     if (ms * of < kQuietProfileMs) return;
@@ -148,8 +149,8 @@ Register profile_command({"profile", kProfileDescription,
   flags->batch_size_flag = app.add_option("--batch-size", flags->batch_size,
                                           "Minibatch size to profile (emulated: by default the emulated profile's)")
                                ->capture_default_str();
-  app.add_option("--warmup", flags->options.warmup, "Untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (each layer alone: the median kept; in sequence: the mean less stalls over twice the median, the rounds repeating until they have taken a second, up to 31)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", flags->options.warmup, "Untimed repetitions")->check(finite_non_negative())->capture_default_str();
+  app.add_option("--repeats", flags->options.repeats, "Timed repetitions (each layer alone: the median kept; in sequence: the mean less stalls over twice the median, the rounds repeating until they have taken a second, up to 31)")->check(finite_positive())->capture_default_str();
   app.add_flag_callback(
       "--alone", [flags] { flags->options.sequence_share = 0; },
       "Time each layer alone, built and dropped in turn (the default times the layers one after another, as a "
@@ -159,7 +160,7 @@ Register profile_command({"profile", kProfileDescription,
                  "Smaller batches to time each layer at too (default: the batch's halves down to a sixteenth), for "
                  "the microbatches a plan may split it into; --batch-sizes B (the batch alone): times scale linearly")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(finite_positive());
   app.add_option("--optimizer", flags->options.optimizer,
                  "Whose step each layer's optimizer_ms times (with a stash copy): the optimizer train will run")
       ->check(CLI::IsMember(model::optimizer_kinds()))

@@ -66,6 +66,12 @@ struct DataSplit {
   int64_t bytes() const { return train.bytes() + test.bytes(); }
 };
 
+// " (N more are held out for testing)" where the data holds a test set: a batch refused as larger
+// than the training samples of a 40-sample file named 36 of them and said no more.
+inline std::string held_out_text(const DataSplit& d) {
+  return d.test.size() > 0 ? " (" + std::to_string(d.test.size()) + " more are held out for testing)" : "";
+}
+
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 // Text the Debian package `fortunes` ships: plain English prose and verse (~230 KB).
 inline constexpr const char* kDefaultTextFile = "/usr/share/games/fortunes/songs-poems";

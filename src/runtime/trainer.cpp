@@ -52,7 +52,7 @@ void check_train_options(const TrainOptions& train_options, const model::DataSpl
   check_train_values(train_options);
   if (train_options.batch_size > data.train.size())
     throw UsageError(str("--batch-size: ", train_options.batch_size, " is larger than the ", data.train.size(),
-                         " training samples of ", data.name));
+                         " training samples of ", data.name, model::held_out_text(data)));
 }
 
 void check_train_values(const TrainOptions& train_options) {
