@@ -224,7 +224,7 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
     if (std::abs(ratio - 1) > kPredictionMissNoted) {
       metrics::MissContext context;
       context.calibrated = job_options.cluster.calibrated_over() == flags.transport;
-      if (context.calibrated && job_options.cluster.core_share < 1) context.core_share = job_options.cluster.core_share;
+      context.core_figures = p.core_figures;
       note_prediction_miss(run_trace, p.trace, prefix, context);
     }
     return;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "job/segments.h"
 #include "metrics/metrics.h"
 #include "referee/replay_ahead.h"
@@ -15,16 +16,36 @@ namespace pt::job {
 
 namespace {
 
+// The calibrated figures a replay on `cores` took for computes at once (Replay::rates): core_rates
+// for those on cores of their own, core_share where pinned workers outnumber the cores.
+std::string core_figures(const plan::Cluster& c, int workers, int cores, bool pinned) {
+  std::string s;
+  const int at_once = std::min(workers, cores);
+  if (!c.core_rates.empty() && at_once > 1)
+    s = str("the cluster's core_rates run ", at_once, " computes at once at ", fixed(c.core_rate(at_once, cores), 3),
+            " of a core each");
+  if (pinned && workers > cores && c.core_share < 1)
+    s += str(s.empty() ? "" : ", and ", "two computes pinned to one core get ", fixed(c.core_share, 3),
+             " of it together (core_share)");
+  return s;
+}
+
 RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan::Cluster* cluster, int cores = 0) {
   const PipelineOptions& options = job.options;
   RunPrediction r;
   r.workers = job.workers();
+  r.cores = cores;
   r.on_cluster = cluster != nullptr;
   // A tensor handed to another thread costs no link time; the host's time per action is the
   // job's --cluster's (calibrate measures it on threads), where it gave one.
   plan::Cluster links = cluster ? *cluster : plan::Cluster::flat(r.workers, std::numeric_limits<double>::infinity());
   if (!cluster) links.action_us = options.cluster.action_us;
   r.action_us = links.action_us;
+  // Rates measured on another count of cores say nothing of this one's (Cluster::core_rate), as
+  // simulate takes them: a file calibrated on 1 core predicted 2 workers on 2 at 0.56 of a core
+  // each, 29% under simulate's figure for the same run.
+  if (cores > 0 && links.host_cores > 0 && links.host_cores != cores && !links.core_rates.empty())
+    r.rates_measured_on = links.host_cores, links.core_rates.clear();
   // The cores are the caller's to say (`cores`): emulated compute waits rather than computes,
   // and the first replay gives each worker a core of its own.
   links.host_cores = 0;
@@ -74,7 +95,10 @@ RunPrediction simulate_run(const Job& job, const profile::Profile& p, const plan
   // slow each other down (core_rates: 2 at once on 2 cores ran at 0.83 each here), as plan and
   // simulate weigh them; the prediction replayed a core each there, 21% faster than the plan.
   bool shared = cores > 0 && (cores < r.workers || !links.core_rates.empty());
-  if (shared) r.core_each_ms = r.simulated_ms, r.simulated_ms = replay(cores), r.cores = cores;
+  if (shared) {
+    r.core_each_ms = r.simulated_ms, r.simulated_ms = replay(cores);
+    r.core_figures = core_figures(links, r.workers, cores, !job.cores_of_workers.empty());
+  }
   return r;
 }
 
@@ -123,6 +147,9 @@ std::string RunPrediction::describe(const Job& job) const {
   auto rate = [&](double ms) { return std::llround(options.train.batch_size * 1000.0 / ms); };
   if (core_each_ms > 0)
     s += str(" sharing this machine's ", cores, " cores; ", rate(core_each_ms), " samples/s with a core each");
+  if (rates_measured_on > 0)
+    s += str("; the --cluster's core_rates, measured on its host_cores ", rates_measured_on, ", left out on this ",
+             "machine's ", cores, " (calibrate here to have them)");
   // Without it a model of small layers is simulated as if the runtime's own work were free: an
   // exported 3-layer model of 0.06 ms a minibatch measured 0.25 of its simulation on 3 threads,
   // 0.92 with a calibrated --cluster.

@@ -21,7 +21,13 @@ struct RunPrediction {
   double simulated_ms = 0;
   double core_each_ms = 0;   // per minibatch: one core per worker (0: simulated_ms is that)
   double steady_ms = 0;      // per minibatch: `trace`'s steady state (simulated_ms less any fill and drain)
-  int cores = 0;
+  int cores = 0;             // this machine's, where the caller gave them
+  // The cluster's figures for computes at once that simulated_ms took ("" where none): what to
+  // calibrate again where the computes missed.
+  std::string core_figures;
+  // The host_cores the cluster's core_rates were measured on, where this machine has another
+  // count: left out, the computes sharing the cores by time-slicing alone (0: used or none).
+  int rates_measured_on = 0;
   int workers = 0;           // the schedule's (a V or interleaved schedule puts several stages on one)
   bool on_cluster = false;   // links of the job's --cluster, not memory
   bool calibrated_host = false;  // that cluster: this host's hand-over, as calibrate measured it

@@ -271,9 +271,8 @@ std::string prediction_miss_note(const TraceGap& g, double threshold, const Miss
   std::string in_computes =
       "its layers ran at another speed than the profile timed them (timed in a busier or a quieter spell of this "
       "machine than the run's?): profile again on a quiet machine";
-  if (run.core_share < 1)
-    in_computes += str(", and calibrate again: the cluster slows two computes side by side to ",
-                       fixed(run.core_share, 3), " of a core each, a share that moved by 0.1-0.2 between calibrations");
+  if (!run.core_figures.empty())
+    in_computes += str(", and calibrate again: ", run.core_figures, ", figures that moved by 0.1-0.2 between calibrations");
   std::string outside_computes =
       run.calibrated ? "its waits, transfers and the host's own work took another time than simulated, though the "
                        "cluster was calibrated for this transport: `pipetrain calibrate` again (its figures move "

@@ -79,7 +79,10 @@ std::string pace_summary(const TraceGap& g);
 // whole), that it has none, and not a steady-state split. `run` says what the advice may assume.
 struct MissContext {
   bool calibrated = false;         // the run's cluster was calibrated over its transport
-  double core_share = 1;           // that cluster's share of a core two computes get beside each other
+  // The calibrated figures for computes at once the prediction took ("core_rates run 2 computes at
+  // once at 0.667 of a core each"; "" where none did): it cited core_share, which applies only to
+  // workers pinned two to a core, where the run's 2 workers had a core each.
+  std::string core_figures;
 };
 std::string prediction_miss_note(const TraceGap& g, double threshold, const MissContext& run = {});
 json to_json(const TraceGap& g);

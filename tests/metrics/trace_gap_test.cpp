@@ -160,9 +160,10 @@ TEST(TraceGap, TheMissNoteAdvisesWhatTheRunDidNotHave) {
   quick.ms_per_minibatch[0] -= 1;
   MissContext context;
   context.calibrated = true;
-  context.core_share = 0.878;
+  context.core_figures = "the cluster's core_rates run 2 computes at once at 0.667 of a core each";
   std::string computes = prediction_miss_note(quick, 0.10, context);
-  EXPECT_NE(computes.find("and calibrate again: the cluster slows two computes side by side to 0.878 of a core each"),
+  EXPECT_NE(computes.find("and calibrate again: the cluster's core_rates run 2 computes at once at 0.667 of a core "
+                          "each, figures that moved"),
             std::string::npos)
       << computes;
   EXPECT_EQ(prediction_miss_note(quick, 0.10).find("calibrate again"), std::string::npos);

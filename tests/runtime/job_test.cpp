@@ -129,6 +129,21 @@ TEST(Job, ThePredictionSlowsComputesAtOnceAsCalibrateMeasuredThem) {
   EXPECT_EQ(shared.cores, 2);
   EXPECT_DOUBLE_EQ(shared.core_each_ms, alone.simulated_ms);
   EXPECT_GT(shared.simulated_ms, 1.2 * alone.simulated_ms);  // the two stages compute at once at half rate
+  // What a miss's note tells to calibrate again: the figure taken (it cited core_share, which only
+  // workers pinned two to a core take).
+  EXPECT_EQ(shared.core_figures, "the cluster's core_rates run 2 computes at once at 0.500 of a core each");
+  // Rates measured on another count of cores say nothing of this one's, as simulate takes them:
+  // a file calibrated on 1 core predicted 2 workers on 2 at its rate, 29% under simulate's figure.
+  job.options.cluster.host_cores = 1;
+  job::RunPrediction elsewhere = job::predict_host_run(job, prof, 2, "threads");
+  EXPECT_EQ(elsewhere.rates_measured_on, 1);
+  EXPECT_EQ(elsewhere.core_each_ms, 0);
+  EXPECT_DOUBLE_EQ(elsewhere.simulated_ms, alone.simulated_ms);
+  EXPECT_NE(elsewhere.describe(job).find("core_rates, measured on its host_cores 1, left out on this machine's 2"),
+            std::string::npos)
+      << elsewhere.describe(job);
+  job.options.cluster.host_cores = 2;  // measured here: taken
+  EXPECT_DOUBLE_EQ(job::predict_host_run(job, prof, 2, "threads").simulated_ms, shared.simulated_ms);
 }
 
 // An asynchronous run fills and drains its pipeline in each segment, which its measured rate
