@@ -310,8 +310,11 @@ Cluster cluster_from_json(const json& doc, const std::string& source) {
     JsonField rates = root["core_rates"];
     if (rates.size() > static_cast<size_t>(kMaxWorkers)) rates.fail("lists more rates than workers");
     for (size_t k = 0; k < rates.size(); ++k) {
+      // Each against one compute alone, which calibrate never measures beating: [1, 1.9] predicted two
+      // computes on 2 cores faster than a core each, and a first rate of 0.5 one alone at half speed.
       double r = rates[k].as_number();
-      if (!(r > 0 && r <= 2)) rates[k].fail(str("must be a rate in (0, 2] of one compute alone, got ", r));
+      if (k == 0 && r != 1) rates[k].fail(str("must be 1: the rate of one compute alone against itself, got ", r));
+      if (!(r > 0 && r <= 1)) rates[k].fail(str("must be a rate in (0, 1] of one compute alone, got ", r));
       c.core_rates.push_back(r);
     }
   }

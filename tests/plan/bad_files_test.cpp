@@ -257,7 +257,11 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   EXPECT_EQ(cluster_error(head + R"([{"name": "", "fan_out": 2, "bandwidth_gbps": 1}]})"),
             "c.json: field 'levels[0].name' must name the level (a blank read \"2x2 ( 10 Gbps\"), or be left out");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 0]})"),
-            "c.json: field 'core_rates[1]' must be a rate in (0, 2] of one compute alone, got 0");
+            "c.json: field 'core_rates[1]' must be a rate in (0, 1] of one compute alone, got 0");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 1.9]})"),
+            "c.json: field 'core_rates[1]' must be a rate in (0, 1] of one compute alone, got 1.9");
+  EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [0.5, 0.4]})"),
+            "c.json: field 'core_rates[0]' must be 1: the rate of one compute alone against itself, got 0.5");
   {
     plan::Cluster c = plan::cluster_from_json(
         parse_json(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 0.9]})", "c.json"), "c.json");
