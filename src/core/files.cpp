@@ -53,6 +53,11 @@ std::string output_target(const std::string& path) {
   std::string target = path;
   struct stat st;
   for (int hops = 0; hops < 16 && ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+    // A pipe, a socket or a device behind /proc's links has no path to follow to (/dev/stdout ->
+    // /proc/self/fd/1 -> "pipe:[N]"): the link opens it. `-o /dev/stdout | cat` was refused as
+    // "cannot write in '/proc/self/fd'".
+    struct stat real;
+    if (::stat(target.c_str(), &real) == 0 && !S_ISREG(real.st_mode) && !S_ISDIR(real.st_mode)) break;
     char buf[4096];
     ssize_t n = ::readlink(target.c_str(), buf, sizeof buf - 1);
     if (n <= 0) break;

@@ -140,6 +140,22 @@ TEST(WriteFile, ReplacesOnlyRegularFiles) {
   ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
   EXPECT_THROW(write_text_file_atomic(dir.string(), "x"), Error);
+
+  // A pipe through /proc's links, as `-o /dev/stdout | cat` gives it (/dev/stdout ->
+  // /proc/self/fd/1 -> "pipe:[N]"): it was refused as "cannot write in '/proc/self/fd'".
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  std::string through_proc = "/proc/self/fd/" + std::to_string(ends[1]), stdout_like = (dir / "stdout").string();
+  fs::create_symlink(through_proc, stdout_like);
+  for (const std::string& path : {through_proc, stdout_like}) {
+    EXPECT_EQ(output_target(path), path);
+    EXPECT_NO_THROW(check_output_path(path, "-o"));
+    write_text_file_atomic(path, "piped");
+    char buf[8] = {};
+    ASSERT_EQ(::read(ends[0], buf, 5), 5);
+    EXPECT_EQ(std::string(buf), "piped");
+  }
+  ::close(ends[0]), ::close(ends[1]);
   fs::remove_all(dir);
 }
 
