@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one benchmark command (issue 6): every figure of docs/results.md, then the report itself.
-# Root (the testbed makes network namespaces); about 20 minutes on 2 cores. Run it on a quiet
+# Root (the testbed makes network namespaces); over an hour on 2 cores (emulated_all.sh takes about one). Run it on a quiet
 # machine: the emulated figures are timings.
 #   bench/all.sh            # build (installing what is missing), real CPU, emulated clusters, report
 set -euo pipefail
