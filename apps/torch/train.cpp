@@ -1,6 +1,8 @@
 // pipetrain train: trains a model pipeline-parallel with a plan and a schedule (one worker: a
 // one-stage pipeline), on threads in this process or one process per worker over gloo: parse,
 // settle the request and make the job (job/), run it, report.
+#include <sys/stat.h>
+
 #include <iostream>
 
 #include "apps/command.h"
@@ -9,6 +11,7 @@
 #include "apps/torch/train_notes.h"
 #include "apps/torch/train_report.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/host_allocator.h"
 #include "job/core_pinning.h"
 #include "job/job_digest.h"
@@ -50,6 +53,14 @@ void check_flags(TrainFlags& flags) {
     throw UsageError(str("--steps: must be >= 1, got ", o.train.steps));
   // Output paths before any training: a run must not end by failing to write its results.
   check_output_path(flags.trace_path, "--trace");
+  // Each gloo worker writes its part beside the trace for the launcher to merge: beside
+  // /dev/stdout that was /dev/stdout.worker0, refused to all but root after training.
+  struct stat st;
+  if (flags.transport == "gloo" && !flags.trace_path.empty() &&
+      (output_descriptor(flags.trace_path) >= 0 ||
+       (::stat(flags.trace_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))))
+    throw UsageError(str("--trace '", flags.trace_path, "': a gloo job's workers each write their part beside the trace (",
+                         flags.trace_path, ".worker<r>) to be merged into it; give a file"));
   check_output_path(flags.prediction_trace_path, "--prediction-trace");
   check_output_path(o.train.metrics_path, "--metrics");
   std::vector<FlagPath> inputs = flags.model.input_paths();

@@ -49,7 +49,28 @@ std::string read_regular_file(const std::string& path, int64_t max_bytes) {
   return read_text_file(path, max_bytes);
 }
 
+int output_descriptor(const std::string& path) {
+  std::string target = path;
+  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+  for (int hops = 0; hops < 16; ++hops) {
+    for (const std::string& dir : {std::string("/proc/self/fd/"), std::string("/dev/fd/"), own})
+      if (target.size() > dir.size() && target.compare(0, dir.size(), dir) == 0 &&
+          target.find_first_not_of("0123456789", dir.size()) == std::string::npos && target.size() - dir.size() < 9)
+        return std::stoi(target.substr(dir.size()));
+    struct stat st;
+    char buf[4096];
+    if (::lstat(target.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return -1;
+    ssize_t n = ::readlink(target.c_str(), buf, sizeof buf - 1);
+    if (n <= 0) return -1;
+    std::string link(buf, static_cast<size_t>(n));
+    size_t slash = target.find_last_of('/');
+    target = link[0] == '/' || slash == std::string::npos ? link : target.substr(0, slash + 1) + link;
+  }
+  return -1;
+}
+
 std::string output_target(const std::string& path) {
+  if (output_descriptor(path) >= 0) return path;  // written where the descriptor stands
   std::string target = path;
   struct stat st;
   for (int hops = 0; hops < 16 && ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
@@ -70,6 +91,12 @@ std::string output_target(const std::string& path) {
 
 void check_output_path(const std::string& given, const std::string& flag) {
   if (given.empty()) return;
+  if (int fd = output_descriptor(given); fd >= 0) {
+    int mode = ::fcntl(fd, F_GETFL);
+    if (mode < 0 || (mode & O_ACCMODE) == O_RDONLY)
+      throw UsageError(str(flag, ": '", given, "' is descriptor ", fd, ", which is not open for writing"));
+    return;
+  }
   std::string path = output_target(given);  // a link is followed, dangling or not
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
@@ -141,6 +168,7 @@ void write_all(int fd, const std::string& path, const std::vector<std::string_vi
 void write_text_file_atomic(const std::string& path, const std::string& text) { write_file_atomic(path, {text}); }
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  if (int fd = output_descriptor(path); fd >= 0) return write_all(fd, path, pieces);  // where it stands
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(str(path, ": is a directory, not a file"));
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {

@@ -12,9 +12,14 @@ namespace pt {
 // many links deep (up to 16) and whether or not that file exists yet. Outputs follow links: a
 // link stays a link and its target is written (created if missing).
 std::string output_target(const std::string& path);
+// The open descriptor an output names through /proc's links (/dev/stdout -> /proc/self/fd/1,
+// /dev/fd/N), else -1. It is written where it stands, never replaced nor reopened: `-o /dev/stdout
+// >> log` had the log replaced by the output (followed to the file, then renamed over it).
+int output_descriptor(const std::string& path);
 // Writes a regular file atomically (temp file + rename) so a crash never leaves half a file; a
-// link (even a dangling one) has its target written and stays a link. A device, a FIFO or a socket is written
-// through, never replaced (`-o /dev/stdout` works; /dev/null stays a device).
+// link (even a dangling one) has its target written and stays a link. A device, a FIFO, a socket or
+// an open descriptor (output_descriptor) is written through, never replaced (`-o /dev/stdout` works;
+// /dev/null stays a device).
 void write_text_file_atomic(const std::string& path, const std::string& text);
 // The same, of `pieces` one after the other, written from where they lie: a file of gigabytes
 // (a checkpoint's layer) is never joined into one string first.

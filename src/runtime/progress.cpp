@@ -43,7 +43,8 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
       resumed_step_(resumed_step), resumed_first_loss_(resumed_first_loss), start_ms_(wall_ms()) {
   if (!metrics_path.empty()) {
     struct stat st;
-    bool through = ::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    const int descriptor = output_descriptor(metrics_path);  // `--metrics /dev/stdout >> log`: appended there
+    bool through = descriptor >= 0 || (::stat(metrics_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode));
     csv_path_ = output_target(metrics_path);  // a link stays a link (json_doc.h)
     csv_partial_ = through ? "" : csv_path_ + ".partial";
     const std::string header = str(kColumnsBeforeRss, ",peak_rss_bytes");
@@ -67,7 +68,8 @@ Progress::Progress(int64_t total_steps, const std::string& metrics_path, bool qu
     // The kept rows are written to a file of their own first, which then replaces the partial
     // file: where they cannot be written, the partial file, perhaps their only copy, is intact.
     std::string fresh = keeps_earlier_ ? csv_partial_ + ".new" : csv_partial_;
-    csv_ = std::fopen(through ? metrics_path.c_str() : fresh.c_str(), "w");
+    csv_ = descriptor >= 0 ? ::fdopen(::dup(descriptor), "w")  // fdopen truncates nothing
+                           : std::fopen(through ? metrics_path.c_str() : fresh.c_str(), "w");
     if (!csv_) throw UsageError(str("--metrics: cannot write '", through ? metrics_path : fresh, "'"));
     bool written = std::fprintf(csv_, "%s\n", header.c_str()) >= 0;
     for (const auto& row : earlier) written = written && std::fprintf(csv_, "%s\n", row.c_str()) >= 0;

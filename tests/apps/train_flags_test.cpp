@@ -369,6 +369,9 @@ TEST(TrainFlags, EveryCombinationWorksOrIsRefused) {
       // Outputs are checked before training.
       {{"--trace", "/nonexistent/dir/out"}, {"--trace", "/nonexistent/dir", "not a directory"}},
       {{"--trace", tmp.string()}, {"--trace", "is a directory"}},
+      // A gloo job's workers write their parts beside the trace: beside /dev/stdout, after training.
+      {{"--stages", "2", "--transport", "gloo", "--trace", "/dev/stdout"},
+       {"--trace '/dev/stdout': a gloo job's workers each write their part beside the trace", "give a file"}},
       {{"--metrics", "/nonexistent/dir/out"}, {"--metrics", "/nonexistent/dir", "not a directory"}},
       {{"--metrics", tmp.string()}, {"--metrics", "is a directory"}},
       {{"--metrics", (tmp / "new.csv").string(), "--checkpoint-dir", (tmp / "new.csv").string()},

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -156,6 +157,25 @@ TEST(WriteFile, ReplacesOnlyRegularFiles) {
     EXPECT_EQ(std::string(buf), "piped");
   }
   ::close(ends[0]), ::close(ends[1]);
+  // `-o /dev/stdout >> log`: written where the descriptor stands. It was followed to the log and
+  // renamed over it, the log's earlier lines lost, exit 0.
+  std::string log = (dir / "log").string();
+  write_text_file_atomic(log, "earlier\n");
+  int appending = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(appending, 0);
+  std::string as_stdout = (dir / "stdout2").string();
+  fs::create_symlink("/proc/self/fd/" + std::to_string(appending), as_stdout);
+  EXPECT_EQ(output_descriptor(as_stdout), appending);
+  EXPECT_EQ(output_descriptor("/dev/fd/" + std::to_string(appending)), appending);
+  EXPECT_EQ(output_descriptor(log), -1);
+  EXPECT_NO_THROW(check_output_path(as_stdout, "-o"));
+  write_text_file_atomic(as_stdout, "output\n");
+  write_text_file_atomic("/dev/fd/" + std::to_string(appending), "more\n");
+  ::close(appending);
+  EXPECT_EQ(read_text_file(log), "earlier\noutput\nmore\n");
+  int reading = ::open(log.c_str(), O_RDONLY);
+  EXPECT_THROW(check_output_path("/proc/self/fd/" + std::to_string(reading), "-o"), UsageError);
+  ::close(reading);
   fs::remove_all(dir);
 }
 
