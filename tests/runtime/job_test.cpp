@@ -144,6 +144,12 @@ TEST(Job, ThePredictionSlowsComputesAtOnceAsCalibrateMeasuredThem) {
       << elsewhere.describe(job);
   job.options.cluster.host_cores = 2;  // measured here: taken
   EXPECT_DOUBLE_EQ(job::predict_host_run(job, prof, 2, "threads").simulated_ms, shared.simulated_ms);
+  // On another transport than calibrated, the links go and the cores' rates (measured on threads
+  // whatever the transport) stay: a gloo run replayed a core each, 35% over simulate's figure.
+  job::RunPrediction gloo = job::predict_host_run(job, prof, 2, "gloo");
+  EXPECT_FALSE(gloo.calibrated_host);
+  EXPECT_GT(gloo.simulated_ms, 1.2 * alone.simulated_ms);
+  EXPECT_EQ(gloo.core_figures, shared.core_figures);
 }
 
 // An asynchronous run fills and drains its pipeline in each segment, which its measured rate
