@@ -237,6 +237,11 @@ int run_gloo_worker(const CalibrateFlags& flags, const plan::Cluster& shape) {
 // --refit: the file's own measurements fitted again under this version's model; nothing measured.
 int run_refit(const CalibrateFlags& flags) {
   if (!flags.workers.empty()) throw UsageError("--refit takes the shape from its file: drop --workers");
+  // Nothing is measured: these were ignored without a word.
+  if (flags.transport != CalibrateFlags{}.transport)
+    throw UsageError("--refit takes the transport from its file's record (nothing is measured): drop --transport");
+  if (flags.max_mb != CalibrateFlags{}.max_mb || flags.timeout_s != CalibrateFlags{}.timeout_s)
+    throw UsageError(str("--refit measures nothing: drop ", flags.max_mb != CalibrateFlags{}.max_mb ? "--max-mb" : "--timeout"));
   check_output_path(flags.output == "-" ? "" : flags.output, "-o");
   plan::Cluster old = plan::read_cluster(flags.refit);
   plan::Cluster fitted = plan::refit_calibration(old, flags.refit);

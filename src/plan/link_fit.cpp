@@ -116,6 +116,15 @@ Cluster calibrated_cluster(const Cluster& shape, const std::vector<LevelCalibrat
 
 void correct_rings_as_measured(Cluster& c, const JsonField& record) {
   CalibrationRecord r = read_calibration_record(record, c);
+  // Scaled for an emulation (bench/emulated_cluster.sh): checked, its levels' times no longer the
+  // terms' (it had turned every check of the record off: a measured_ms of -1 passed).
+  if (record.has("emulated")) {
+    JsonField scales = record["emulated"];
+    scales.only_fields({"time_scale", "byte_scale"});
+    for (const char* f : {"time_scale", "byte_scale"})
+      if (!(scales[f].as_number() > 0)) scales[f].fail(str("must be > 0, got ", scales[f].as_number()));
+    return;
+  }
   Cluster terms = c;
   terms.ring_corrections.clear();
   // Each term as written beside the measurements, within the limits of the cluster's own fields;
@@ -235,11 +244,15 @@ HostFit fit_allreduce_host(const Cluster& links, const std::vector<AllreduceChec
 CalibrationRecord read_calibration_record(const JsonField& record, const Cluster& shape) {
   CalibrationRecord out;
   static const json kNone = json::array();
+  // What calibrate writes: a misspelt field ("latency" for latency_us) was ignored without a word.
+  record.only_fields({"when", "transport", "levels", "allreduce", "reduce_us_per_mib", "allreduce_step_us", "action_us",
+                      "refitted", "emulated"});
   // What is there is checked; what is not (a hand-written record of its transport alone) --refit
   // requires (refit_calibration).
   JsonField measured = record.has("levels") ? record["levels"] : JsonField(kNone, "", "");
   for (size_t i = 0; i < measured.size(); ++i) {
     JsonField l = measured[i];
+    l.only_fields({"level", "name", "workers", "latency_us", "bandwidth_gbps", "max_error", "points_bytes_ms"});
     LevelCalibration lc;
     lc.level = static_cast<int>(l["level"].as_int_in(0, static_cast<int64_t>(shape.levels.size()) - 1));
     auto pair = l["workers"].as_int_list();
@@ -271,6 +284,7 @@ CalibrationRecord read_calibration_record(const JsonField& record, const Cluster
   JsonField reduces = record.has("allreduce") ? record["allreduce"] : JsonField(kNone, "", "");
   for (size_t i = 0; i < reduces.size(); ++i) {
     JsonField a = reduces[i];
+    a.only_fields({"group", "bytes", "measured_ms", "modelled_ms", "error"});
     AllreduceCheck c;
     c.group = read_allreduce_group(a["group"], shape.workers());
     c.bytes = static_cast<double>(a["bytes"].as_int_in(1, kMostCalibratedBytes));
@@ -297,6 +311,14 @@ Cluster refit_calibration(const Cluster& calibrated, const std::string& source) 
         "present: this cluster's levels were scaled for an emulation; refit the cluster calibrate wrote");
   for (const char* field : {"levels", "allreduce", "when"}) (void)record[field];  // the measurements, required here
   CalibrationRecord r = read_calibration_record(record, calibrated);
+  // Each level of more than one worker is fitted again from its points: one the record lacks was
+  // refused as "calibrate: level 1 (rack) was not measured", naming no file.
+  for (size_t k = 0; k < calibrated.levels.size(); ++k)
+    if (calibrated.levels[k].fan_out > 1 &&
+        std::none_of(r.levels.begin(), r.levels.end(), [&](const LevelCalibration& l) { return l.level == static_cast<int>(k); }))
+      record["levels"].fail(str("holds no measurements of level ", k, " (", calibrated.levels[k].name,
+                                "), which joins ", calibrated.levels[k].fan_out, " below it: nothing to fit it from; ",
+                                "calibrate the cluster again"));
   Cluster shape = calibrated;
   shape.reduce_us_per_mib = shape.allreduce_step_us = shape.action_us = 0;
   shape.calibration = nullptr;

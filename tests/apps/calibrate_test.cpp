@@ -122,6 +122,13 @@ TEST(Calibrate, ThreadsWriteAClusterFileThatPlanTakes) {
   auto both = testing::shell_run(kBinary + " calibrate --refit " + out + " --workers 2");
   EXPECT_NE(both.exit_code, 0);
   EXPECT_NE(both.output.find("--refit takes the shape from its file"), std::string::npos) << both.output;
+  // Flags of a measurement, which --refit makes none of: they were ignored without a word.
+  for (const auto& [flag, says] : {std::pair<std::string, std::string>{"--transport gloo", "drop --transport"},
+                                   {"--max-mb 1", "drop --max-mb"}}) {
+    auto measuring = testing::shell_run(kBinary + " calibrate --refit " + out + " " + flag);
+    EXPECT_NE(measuring.exit_code, 0) << flag;
+    EXPECT_NE(measuring.output.find(says), std::string::npos) << measuring.output;
+  }
   std::string typed_file = temp_file("typed");
   std::ofstream(typed_file) << R"({"format": "pipetrain.cluster/1", "levels": [{"fan_out": 2, "bandwidth_gbps": 1}]})";
   auto typed = testing::shell_run(kBinary + " calibrate --refit " + typed_file);

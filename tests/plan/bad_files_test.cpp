@@ -259,7 +259,8 @@ TEST(BadClusterFile, NamesFieldAndValue) {
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 0]})"),
             "c.json: field 'core_rates[1]' must be a rate in (0, 1] of one compute alone, got 0");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [1, 1.9]})"),
-            "c.json: field 'core_rates[1]' must be a rate in (0, 1] of one compute alone, got 1.9");
+            "c.json: field 'core_rates[1]' must be a rate in (0, 1] of one compute alone, got 1.9 (calibrate caps its "
+            "medians at 1: calibrate again, or write 1)");
   EXPECT_EQ(cluster_error(head + R"([{"fan_out": 2, "bandwidth_gbps": 1}], "core_rates": [0.5, 0.4]})"),
             "c.json: field 'core_rates[0]' must be 1: the rate of one compute alone against itself, got 0.5");
   {

@@ -233,6 +233,31 @@ TEST(LinkFit, ARingTakesTheTimeItWasMeasuredAtWhereTheModelFallsShort) {
     EXPECT_NE(std::string(e.what()).find("c.json: field 'calibration.allreduce[1].group' names worker 9"), std::string::npos)
         << e.what();
   }
+  // A misspelt field of the record was ignored without a word, and an emulated record (its levels
+  // scaled by bench/emulated_cluster.sh) was not checked at all: a measured_ms of -1 passed.
+  auto refusal = [](const json& doc) {
+    try {
+      cluster_from_json(doc, "c.json");
+      return std::string("(read)");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+  };
+  json misspelt = to_json(c);
+  misspelt["calibration"]["levels"][0]["latency"] = 5;
+  EXPECT_NE(refusal(misspelt).find("c.json: unknown field 'latency' in 'calibration.levels[0]'"), std::string::npos)
+      << refusal(misspelt);
+  json emulated = to_json(c);
+  emulated["calibration"]["emulated"] = {{"time_scale", 2}, {"byte_scale", 0.02}};
+  EXPECT_EQ(refusal(emulated), "(read)");
+  emulated["calibration"]["allreduce"][0]["measured_ms"] = -1;
+  EXPECT_NE(refusal(emulated).find("c.json: field 'calibration.allreduce[0].measured_ms'"), std::string::npos)
+      << refusal(emulated);
+  emulated["calibration"]["allreduce"][0]["measured_ms"] = 0.7;
+  emulated["calibration"]["emulated"]["time_scale"] = 0;
+  EXPECT_NE(refusal(emulated).find("c.json: field 'calibration.emulated.time_scale' must be > 0, got 0"),
+            std::string::npos)
+      << refusal(emulated);
 }
 
 TEST(LinkFit, AnEditedLatencyLengthensTheMeasuredRingsNeverShortensThem) {
@@ -341,6 +366,10 @@ TEST(LinkFit, RefitTakesTheRecordsOwnMeasurements) {
   Cluster torn = read;
   torn.calibration["levels"][0]["points_bytes_ms"][1] = {1024};
   refused(torn, "c.json: field 'calibration.levels[0].points_bytes_ms[1]' must be [bytes, ms]");
+  // A level of 2 workers the record holds no points of (plan reads the file): it named no file.
+  Cluster lacking = read;
+  lacking.calibration["levels"] = json::array({read.calibration["levels"][0]});
+  refused(lacking, "c.json: field 'calibration.levels' holds no measurements of level 1 (network), which joins 2");
   // An all-reduce of one worker, or of one worker twice, was taken and fitted (a time for no transfer).
   for (auto [group, expected] : {std::pair<json, std::string>{{0}, "names 1 worker; an all-reduce joins two or more"},
                                  {{1, 1}, "names worker 1 twice"}}) {
