@@ -66,6 +66,10 @@ int run_plan(Flags& flags) {
   if (flags.staleness_cost >= 0 && flags.objective != "time-to-accuracy")
     throw UsageError(str("--staleness-cost ", flags.staleness_cost, ": weighs staleness for --objective "
                          "time-to-accuracy; --objective is ", flags.objective));
+  // As train and simulate refuse it: a plan pinned to a schedule that keeps no predicted copies.
+  if (flags.no_weight_prediction && flags.schedule_flag->count() > 0 && flags.schedule != "auto" &&
+      flags.schedule != "pipedream" && flags.schedule != "2bw")
+    throw UsageError(str("--no-weight-prediction: only pipedream and 2bw predict weights, not ", flags.schedule));
   if (!flags.save_top.empty() && !std::filesystem::is_directory(flags.save_top)) {
     std::error_code made;  // as -o needs no file made first, the folder is made where its parent is
     if (!std::filesystem::create_directory(flags.save_top, made))

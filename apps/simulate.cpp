@@ -160,8 +160,8 @@ int run_simulate(SimulateFlags flags) {
   if (flags.schedule_file.empty() && flags.kind != "pipedream" && (flags.options.vertical_sync || flags.options.deferred_step))
     throw UsageError(str(flags.options.vertical_sync ? "--vertical-sync" : "--deferred-step",
                          ": only the pipedream schedule has it, not ", flags.kind));
-  if (flags.schedule_file.empty() && flags.kind != "pipedream" && flags.kind != "2bw" && flags.no_weight_prediction)
-    throw UsageError(str("--no-weight-prediction: only pipedream and 2bw predict weights, not ", flags.kind));  // as train
+  if (s.kind != "pipedream" && s.kind != "2bw" && flags.no_weight_prediction)  // as train (a schedule file's too)
+    throw UsageError(str("--no-weight-prediction: only pipedream and 2bw predict weights, not ", s.kind));
   if (s.flush && flags.options.minibatches > 0)
     std::cerr << "note: --minibatches " << flags.options.minibatches << " is not used: " << kind
               << " flushes, and its steady state is one minibatch's list run again and again\n";

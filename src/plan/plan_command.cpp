@@ -21,6 +21,11 @@ PlanOutcome run_plan_command(const PlanFlags& f) {
   else if (f.cost_model == "pipedream") options.cost_model = CostModel::kPipedream;
   else throw UsageError(str("--cost-model: unknown cost model '", f.cost_model, "' (use pipetrain or pipedream)"));
   options.straight = f.straight;
+  // PipeDream's model alone reads it (its optimizer's default leaves them out); the pipetrain model
+  // replays every transfer, and the flag passed unread, exit 0.
+  if (f.no_activation_transfer && options.cost_model != CostModel::kPipedream)
+    throw UsageError("--no-activation-transfer: leaves activation transfers out of PipeDream's cost model "
+                     "(--cost-model pipedream); the pipetrain model replays every transfer");
   options.activation_transfer = !f.no_activation_transfer;
   if (!f.memory.empty()) {
     options.memory_bytes = parse_bytes(f.memory, "--memory");

@@ -41,9 +41,12 @@ const Configuration& chosen(const JointResult& r, const JointOptions& joint, con
                           // It blamed the layers where the batch was too small to split (a batch-1 profile).
                           r.ungrouped > 0 ? str(" (interleaved runs its microbatches in groups of its workers, as ",
                                                 "Megatron's: ", joint.microbatches > 0
-                                                    ? str(joint.microbatches, " microbatches are no multiple of them")
-                                                    : str("the profile's batch of ", profile.batch_size,
-                                                          " splits into no such count; profile a larger batch"),
+                                                    ? str("--microbatches ", joint.microbatches, " is no multiple of them")
+                                                : profile.batch_size == 1
+                                                    ? std::string("a batch of 1 splits into no such group; profile a larger batch")
+                                                    : str("no count tried (the powers of 2 that divide the batch of ",
+                                                          profile.batch_size, ") is a multiple of them; give --microbatches "
+                                                          "a multiple of the workers that divides the batch"),
                                                 ")")
                                           : "",
                           // It read as if the model were at fault (simulate runs a one-stage 1f1b).

@@ -50,7 +50,9 @@ using StalenessSteps = std::vector<std::pair<int, double>>;
 double staleness_step_multiplier(const StalenessSteps& measured, int k);
 // bench/staleness.sh on mnist-cnn, Fashion-MNIST, batch 64 (docs/results.md, "What staleness
 // costs in steps"): medians over 3 seeds and 4 accuracy targets of the steps to each target under
-// pipedream on 2 stages (k = 1) and 4 stages (k = 3) over 1F1B's on 4.
+// pipedream on 2 stages (k = 1) and 4 stages (k = 3) over 1F1B's on 4. Those runs test every 25
+// minibatches, and each test drains pipedream's pipeline: a run that tests seldom stays stale
+// longer, so these likely understate its cost (not measured).
 inline const StalenessSteps kMeasuredStalenessSteps = {{0, 1.0}, {1, 1.0}, {3, 1.44}};
 
 struct JointOptions {
@@ -92,7 +94,7 @@ struct JointResult {
   int considered = 0, over_cap = 0;    // configurations built, and those left out by the cap
   int not_straight = 0;                 // left out by --straight: a stage replicated
   int async_split_tie = 0;              // left out: an asynchronous schedule splitting a tie
-  int ungrouped = 0;                    // interleaved layouts without a microbatch count a multiple of their workers
+  int ungrouped = 0;                    // interleaved layouts whose microbatch counts tried were no multiple of their workers
   int invalid = 0;                     // generated schedules the validator rejected (a generator's gap)
   // Of those built, the splits the climb tried (split_climb.h), and whether --time-limit stopped it.
   int climbed = 0;

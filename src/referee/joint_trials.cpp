@@ -229,9 +229,10 @@ std::vector<Trial> trials(const profile::Profile& p, const plan::Cluster& cluste
           size_t before = out.size();
           for (int w = plan_options.fewer_workers ? std::min(size, layers / v) : size; w > 1 && out.size() == before; --w) {
             if (w * v > layers || !tried.insert(w).second) break;  // too few layers, or looked at below
-            for (int m : per_copy(1))
+            const std::vector<int> counts = per_copy(1);
+            for (int m : counts)
               if (m % w == 0 || kind != std::string("interleaved")) out.push_back({kind, plan::even_split(p, w * v), m, v, B});
-            if (ungrouped && out.size() == before) ++*ungrouped;
+            if (ungrouped && !counts.empty() && out.size() == before) ++*ungrouped;  // counts there, none in groups of w
           }
         }
       }

@@ -106,8 +106,12 @@ TEST(CliErrors, MicrobatchCounts) {
                     {std::string(flag) + ": only the pipedream schedule has it, not gpipe"});
   expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --json --grid", 2,
                   {"--json and --grid: give one"});
-  expect_rejected("simulate --profile " + profile + " --workers 2 --bandwidth-gbps 1 --schedule gpipe --no-weight-prediction",
-                  2, {"--no-weight-prediction: only pipedream and 2bw predict weights, not gpipe"});
+  for (const char* command : {"simulate", "plan"})
+    expect_rejected(std::string(command) + " --profile " + profile +
+                        " --workers 2 --bandwidth-gbps 1 --schedule gpipe --no-weight-prediction",
+                    2, {"--no-weight-prediction: only pipedream and 2bw predict weights, not gpipe"});
+  expect_rejected("plan --profile " + profile + " --workers 2 --bandwidth-gbps 1 --no-activation-transfer", 2,
+                  {"--no-activation-transfer: leaves activation transfers out of PipeDream's cost model"});
   expect_rejected("compare --profile " + profile + " --workers 2 --bandwidth-gbps 1 --chunks 0", 2,
                   {"--chunks: must be in 2..64, got 0"});
   expect_rejected("plan --profile " + profile + " --workers 2 --bandwidth-gbps 1 --staleness-cost 0.5", 2,
@@ -146,8 +150,16 @@ TEST(CliErrors, AMemoryCapNothingFitsNamesTheCapGiven) {
       {"name": "d", "forward_ms": 1, "backward_ms": 1, "activation_bytes": 1024, "parameter_bytes": 1024}]})");
   expect_rejected("plan --profile " + single + " --workers 2 --bandwidth-gbps 1 --schedule interleaved", 1,
                   {"no configuration of interleaved runs 4 layers on 2 workers (interleaved runs its microbatches in "
-                   "groups of its workers, as Megatron's: the profile's batch of 1 splits into no such count; profile "
-                   "a larger batch)"});
+                   "groups of its workers, as Megatron's: a batch of 1 splits into no such group; profile a larger "
+                   "batch)"});
+  // Other causes name none of it: a batch that does not split into the microbatches given, whatever
+  // the workers (VGG-16's 64 into 6 on 3 workers read "6 microbatches are no multiple of them"), and
+  // interleaved-zb has no groups.
+  for (const char* kind : {"interleaved", "interleaved-zb"}) {
+    auto other = pipetrain(std::string("plan --profile ") + single + " --workers 2 --bandwidth-gbps 1 --schedule " + kind +
+                           " --microbatches 3");
+    EXPECT_EQ(other.output.find("groups of its workers"), std::string::npos) << other.output;
+  }
   auto split = pipetrain("compare --profile " + single + " --workers 2 --bandwidth-gbps 1");
   EXPECT_NE(split.output.find("skipping dp-split: the batch of 1 does not split into 2 microbatches of whole samples"),
             std::string::npos)
