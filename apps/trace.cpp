@@ -5,6 +5,7 @@
 // --prediction-trace: metrics/trace_gap.h).
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "apps/command.h"
 #include "core/error.h"
@@ -43,21 +44,26 @@ int run_trace(const TraceFlags& flags) {
                                             counted(static_cast<int64_t>(t.workers.size()), "worker"), " (",
                                             t.source, ")")
                                       : flags.title;
+  // The comparison first: one refused leaves no picture behind.
+  std::optional<metrics::TraceGap> gap;
+  schedule::Trace other;
+  if (!flags.against.empty()) {
+    other = schedule::read_trace(flags.against);
+    schedule::check_complete(other, flags.against);
+    gap = metrics::trace_gap(t, flags.path, other, flags.against);
+  }
   // TRACE's pictures, with --against too (they were left unwritten there, exit 0).
   if (!flags.svg.empty()) write_text_file_atomic(flags.svg, metrics::timeline_svg(t, title));
   if (!flags.chrome.empty()) write_text_file_atomic(flags.chrome, metrics::chrome_trace(t).dump() + "\n");
-  if (!flags.against.empty()) {
-    schedule::Trace other = schedule::read_trace(flags.against);
-    schedule::check_complete(other, flags.against);
-    metrics::TraceGap gap = metrics::trace_gap(t, flags.path, other, flags.against);
+  if (gap) {
     if (flags.json) {
-      std::cout << metrics::to_json(gap).dump(1) << "\n";
+      std::cout << metrics::to_json(*gap).dump(1) << "\n";
       return 0;
     }
     std::cout << t.schedule << ", " << counted(t.num_stages, "stage") << ", " << counted(t.microbatches, "microbatch", "microbatches")
               << ", " << counted(static_cast<int64_t>(t.workers.size()), "worker") << ": " << flags.path << " (" << t.source << ") against " << flags.against
               << " (" << other.source << ")\n"
-              << metrics::format_trace_gap(gap);
+              << metrics::format_trace_gap(*gap);
     return 0;
   }
   metrics::Metrics m = metrics::compute_metrics(t);

@@ -366,10 +366,12 @@ void merge_worker_traces(int world_size, const std::string& trace_path) {
       };
       differs("source", t.source, merged.source);
       differs("schedule", t.schedule, merged.schedule);
-      differs("num_stages", t.num_stages, merged.num_stages);
+      differs("stages", t.num_stages, merged.num_stages);
       differs("microbatches", t.microbatches, merged.microbatches);
       differs("weight_delay", t.weight_delay, merged.weight_delay);
       differs("batch_size", t.batch_size, merged.batch_size);
+      auto truth = [](bool b) { return std::string(b ? "true" : "false"); };
+      differs("predicted_weights", truth(t.predicted_weights), truth(merged.predicted_weights));
       differs("workers (their count)", t.workers.size(), workers_in_first);
     }
     if (static_cast<int>(t.workers.size()) > r) merged.workers[r] = t.workers[r];
