@@ -177,6 +177,12 @@ JobStore::JobStore(const std::string& host, int port, bool serve, const std::str
   // Connect, retrying while worker 0 starts; a non-blocking connect so an unreachable host
   // cannot hold us past the deadline.
   std::string last = "no attempt";
+  // Worker 0 serves the rendezvous: a worker whose worker 0 never started said nothing for the
+  // whole timeout (300 s by default), then named no worker.
+  const auto start = Clock::now();
+  auto next_note = start + std::chrono::seconds(10);
+  const double limit_s = static_cast<double>(timeout.count()) / 1000;
+  const std::string server = serve ? "" : "; worker 0 serves it: did it start, with the same MASTER_ADDR and MASTER_PORT?";
   while (fd_ < 0) {
     addrinfo* res = resolve(host, port, where_);
     int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -201,8 +207,13 @@ JobStore::JobStore(const std::string& host, int port, bool serve, const std::str
     last = std::strerror(errno);
     if (fd >= 0) ::close(fd);
     if (Clock::now() >= deadline)
-      throw TransportError(str("rendezvous at ", where_, ": cannot connect within ",
-                               std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), " s (", last, ")"));
+      throw TransportError(str("rendezvous at ", where_, ": cannot connect within ", limit_s, " s (", last, ")", server));
+    if (!serve && Clock::now() >= next_note) {
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count();
+      print_line_to_stderr(str("pipetrain: waiting for worker 0 to serve the rendezvous at ", where_, " (", last, "; ",
+                               waited, " s of ", limit_s, ")"));
+      next_note += std::chrono::seconds(10);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // The handshake: each side proves the secret to the other.
@@ -283,8 +294,8 @@ void JobStore::wait(const std::vector<std::string>& keys, const std::chrono::mil
     if (Clock::now() >= deadline) {
       std::string names;
       for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
-      throw TransportError(str("rendezvous at ", where_, ": waited ",
-                               std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), " s for ", names,
+      throw TransportError(str("rendezvous at ", where_, ": waited ", static_cast<double>(timeout.count()) / 1000,
+                               " s for ", names,
                                " (a worker did not start?)"));
     }
     std::this_thread::sleep_for(pause);
