@@ -69,7 +69,8 @@ struct DataSplit {
 // " (N more are held out for testing)" where the data holds a test set: a batch refused as larger
 // than the training samples of a 40-sample file named 36 of them and said no more.
 inline std::string held_out_text(const DataSplit& d) {
-  return d.test.size() > 0 ? " (" + std::to_string(d.test.size()) + " more are held out for testing)" : "";
+  const int64_t n = d.test.size();
+  return n > 0 ? " (" + std::to_string(n) + (n == 1 ? " more is" : " more are") + " held out for testing)" : "";
 }
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";

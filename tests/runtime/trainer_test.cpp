@@ -354,7 +354,8 @@ TEST(Trainer, BadOptionsNameTheFlag) {
     train_single_worker(*m, data, o);
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "--batch-size: 65 is larger than the 64 training samples of synthetic");
+    EXPECT_EQ(std::string(e.what()),
+              "--batch-size: 65 is larger than the 64 training samples of synthetic (8 more are held out for testing)");
   }
   o.batch_size = 8;
   o.sgd.lr = -1;
