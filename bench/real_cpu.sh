@@ -25,7 +25,8 @@ common=(--model mnist-cnn --epochs "$epochs" --batch-size 32 --lr 0.02 --momentu
 runs=("single|" "dp-2|--schedule dp --workers 2 --microbatches 2" "pipedream-2|--schedule pipedream --stages 2")
 echo "== real CPU: mnist-cnn on Fashion-MNIST, $epochs epochs, $(nproc) cores, threads transport =="
 printf "%-12s %12s %10s %14s %12s\n" run samples/s "vs single" "s to $target" "final acc"
-echo "run,samples_per_s,seconds_to_target,final_accuracy,target" >"$out/summary.csv"
+# The settings too: the report's caption reads them (it said "2 epochs" of any run).
+echo "run,samples_per_s,seconds_to_target,final_accuracy,target,epochs,eval_every" >"$out/summary.csv"
 base=""
 for r in "${runs[@]}"; do
   name=${r%%|*} args=${r#*|}
@@ -46,7 +47,7 @@ PY
   [[ -n $base ]] || base=$rate
   printf "%-12s %12s %9.2fx %14s %11.2f%%\n" "$name" "$rate" "$(awk -v a="$rate" -v b="$base" 'BEGIN{print a/b}')" "$secs" \
     "$(awk -v a="$acc" 'BEGIN{print a*100}')"
-  echo "$name,$rate,$secs,$acc,$target" >>"$out/summary.csv"
+  echo "$name,$rate,$secs,$acc,$target,$epochs,$every" >>"$out/summary.csv"
 done
 echo "(measured on this machine; per-step metrics in $out)"
 # Throughput side by side over the same 300 minibatches, and the runtime's per-action overhead.

@@ -319,6 +319,11 @@ def section_head(md, title, path):
 
 def section_table1(runs, md):
     md.append("## PipeDream against data parallelism, beside the paper's Table 1 (emulated)\n")
+    # Marked so that --update keeps (or leaves out) the section: a table of "not run" rows was
+    # appended to docs/results.md after one other benchmark's run.
+    if not any(default_run(runs, model, cluster) for model, cluster, _, _ in PAPER):
+        md.append("(not run)\n")
+        return
     groups, table = [], []
     for model, cluster, paper_cfg, paper in PAPER:
         run = default_run(runs, model, cluster)
@@ -537,17 +542,24 @@ def section_real_cpu(md):
         pts = [(float(x["train_s"]), 100 * float(x["test_accuracy"]), "")
                for x in read_csv(os.path.join(OUT, "real_cpu", r["run"] + ".csv")) if x["test_accuracy"]]
         series.append((r["run"], [p for p in pts if p[0] > 0]))
+    # From 60% where every evaluation reads above it; lower where one does not (it was drawn off the picture).
+    lowest = min((p[1] for _, pts in series for p in pts), default=60)
     line_chart(os.path.join(PICS, "time_to_accuracy.svg"), "mnist-cnn: test accuracy over training time",
-               series, "training seconds (evaluations excluded)", "test accuracy %", logx=False, y_lo=60)
+               series, "training seconds (evaluations excluded)", "test accuracy %", logx=False,
+               y_lo=min(60, 10 * math.floor(lowest / 10)))
     md.append("\n![time to accuracy](results/time_to_accuracy.svg)\n")
     extra = os.path.join(OUT, "real_cpu", "runtime_throughput.txt")
     if os.path.exists(extra):
-        md.append("`build/bench/bench_runtime_throughput 300`: the same three over 300 minibatches of 64, side by "
-                  "side, and the runtime's per-action overhead (a 1-stage pipeline against the plain loop):\n")
+        md.append("`build/bench/bench_runtime_throughput 300`: pipedream and dp as above, over 300 minibatches of "
+                  "64, side by side, against a plain single-worker loop that no command runs (its \"single worker\" "
+                  "row: `train` on one worker is the 1-stage pipeline of the last row), and the runtime's per-action "
+                  "overhead (that pipeline against the plain loop):\n")
         md.append("```\n" + open(extra).read().strip() + "\n```\n")
-    md.append("Batch 32, SGD lr 0.02 with momentum 0.9, cosine schedule with 200 warm-up steps, 2 epochs; "
+    # The run's own settings (a summary of before they were recorded: real_cpu.sh's defaults).
+    epochs, every = (rows[0].get("epochs") or "2", rows[0].get("eval_every") or "200") if rows else ("2", "200")
+    md.append(f"Batch 32, SGD lr 0.02 with momentum 0.9, cosine schedule with 200 warm-up steps, {epochs} epochs; "
               "dp splits each minibatch over 2 workers; pipedream runs 2 stages split by a measured profile. "
-              "Test accuracy is measured every 200 minibatches (the pipelines drain there).\n")
+              f"Test accuracy is measured every {every} minibatches (the pipelines drain there).\n")
 
 
 def section_plan_speed(md):
@@ -671,6 +683,9 @@ def section_memory(md):
                  "testbed workers, each in a 1 GiB memory cgroup, beside one worker without a limit.")
 
 
+BY_HAND, END_BY_HAND = "<!-- by hand -->", "<!-- /by hand -->"
+
+
 def split_sections(text):
     """[(heading or None for the preamble, the lines through the next heading)]."""
     parts = [[None, []]]
@@ -690,7 +705,16 @@ def update_sections(old, new):
              if h is not None and "(not run)" not in "".join(body[1:3])}
     parts = split_sections(old)
     held = {h for h, _ in parts}
-    text = "".join(fresh.get(h, "".join(body)) if h else "".join(body) for h, body in parts)
+
+    def regenerated(h, body):
+        # A regenerated section keeps what was written into it by hand between BY_HAND and
+        # END_BY_HAND (analysis the generator does not write: it was dropped without a word).
+        kept = re.findall(re.escape(BY_HAND) + r".*?" + re.escape(END_BY_HAND) + r"\n?", "".join(body), re.S)
+        if not kept:
+            return fresh[h]
+        return fresh[h].rstrip("\n") + "\n\n" + "\n".join(k.rstrip("\n") + "\n" for k in kept) + "\n"
+
+    text = "".join(regenerated(h, body) if h in fresh else "".join(body) for h, body in parts)
     added = [body for h, body in fresh.items() if h not in held]
     return text + ("\n" if added and not text.endswith("\n\n") else "") + "\n".join(added)
 
