@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/memory_meter.h"
+#include "runtime/worker.h"
 
 namespace pt::job {
 
@@ -10,13 +11,15 @@ void LossReport::report(Pending::iterator it) {
   int64_t minibatch = it->first;
   double loss = it->second.first * microbatches_ / it->second.second;
   pending_.erase(it);
+  // A minibatch of padding alone (runtime::Worker::kNoTargets): a row without a loss, left out of
+  // the run's mean and its divergence checks (it counted 0).
+  const bool keeps_none = loss == runtime::Worker::kNoTargets;
   double grad_norm = -1;
   if (auto n = grad_norms_.find(minibatch); n != grad_norms_.end()) {
     grad_norm = n->second;
     grad_norms_.erase(n);
   }
-  recent_.push_back(loss);
-  last_loss_ = loss;
+  if (!keeps_none) recent_.push_back(loss), last_loss_ = loss;
   ++reported_;
   double secs = train_seconds();
   // Gathered losses: the time its replica ended it, else its segment's end. A pipedream
@@ -38,9 +41,9 @@ void LossReport::report(Pending::iterator it) {
                           account ? account->peak() : -1};
   rec.grad_norm = grad_norm;
   rec.lr = model::learning_rate(schedule_, rate_step_(minibatch));
-  rec.loss_known = losses_known_;
+  rec.loss_known = losses_known_ && !keeps_none;
   progress_.step(rec);
-  if (losses_known_) runtime::check_loss_finite(loss, minibatch + 1);
+  if (rec.loss_known) runtime::check_loss_finite(loss, minibatch + 1);
 }
 
 }  // namespace pt::job

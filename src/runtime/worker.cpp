@@ -287,7 +287,9 @@ void Worker::execute(const schedule::Schedule& s, const Action& a, int64_t offse
       torch::Tensor out = rep->forward(mb, input, target, share, version,
                                        ahead == predict_steps_.end() ? 0 : ahead->second, minibatch);
       if (last) {
-        if (on_loss_) on_loss_(minibatch, rep->last_loss() * share);
+        // A minibatch of padding alone: no loss, where a 0 entered the run's mean.
+        const bool keeps_none = padded_ == 1 && cached_kept_ == 0;
+        if (on_loss_) on_loss_(minibatch, keeps_none ? kNoTargets : rep->last_loss() * share);
       } else {
         outputs_[key] = out;
       }

@@ -4,6 +4,7 @@
 // It holds one StageReplica per stage the schedule places on it and contains no
 // schedule-specific control flow beyond what the actions say.
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -58,8 +59,10 @@ model::OptimizerOptions stage_optimizer(const schedule::Schedule& s, int stage, 
 class Worker {
  public:
   // Called on a last-stage worker after the forward of each microbatch: (minibatch, the
-  // microbatch's share of the minibatch's loss).
+  // microbatch's share of the minibatch's loss), or kNoTargets for a minibatch that keeps no
+  // target (padding alone: its mean over none is no figure).
   using LossCallback = std::function<void(int64_t minibatch, double loss)>;
+  static constexpr double kNoTargets = -std::numeric_limits<double>::infinity();
   // Called on a last-stage worker after each step of it, with the (global) minibatch it closes.
   using StepCallback = std::function<void(int64_t minibatch)>;
 

@@ -104,6 +104,32 @@ TEST(PipelineEquivalence, AReplicatedLastStageReportsTheWholeMinibatchsLoss) {
   }
 }
 
+// A minibatch of padding alone (every target -100) keeps no target: its mean over none is no
+// figure, and it entered the run's losses as 0 (the final loss of 4 steps read 3/4 of the others').
+// It is left out of them, on one stage and on a pipeline, and the other steps' losses are as ever.
+TEST(PipelineEquivalence, AMinibatchOfPaddingAloneRecordsNoLoss) {
+  const auto& s = setup();
+  model::DataSplit padded = s.data;
+  padded.train.targets = s.data.train.targets.clone();
+  TrainOptions t = s.train;
+  t.steps = 4;
+  t.shuffle = false;  // minibatch 2 is samples 64..95
+  padded.train.targets.narrow(0, 2 * t.batch_size, t.batch_size).fill_(model::LayeredModel::kIgnoredTarget);
+  auto model = seeded_cnn(3);
+  for (const auto& [kind, plan] : {std::pair<std::string, plan::Plan>{"1f1b", plan::even_split(unit_profile(*model), 1)},
+                                   std::pair<std::string, plan::Plan>{"1f1b", plan::even_split(unit_profile(*model), 2)}}) {
+    SCOPED_TRACE(plan.num_stages());
+    PipelineOptions o;
+    o.schedule = kind;
+    o.microbatches = 2;
+    o.train = t;
+    o.timeout_s = 20;
+    auto result = train_pipeline([](const model::LayerSet& held = {}) { return seeded_cnn(3, held); }, padded, plan, o);
+    ASSERT_EQ(result.train.final_losses.size(), 3u);  // steps 1, 2 and 4
+    for (double loss : result.train.final_losses) EXPECT_GT(loss, 0.5);
+  }
+}
+
 // Trains `plan` under `kind` in `microbatches` into `workers`: the schedule they ran.
 schedule::Schedule train_with(const ModelFactory& make,
                               const model::DataSplit& data, const plan::Plan& plan, const std::string& kind,
