@@ -937,8 +937,10 @@ def compiled_layers(children):
     return scripted
 
 
-def layer_records(scripted):
-    """Each compiled layer as its own TorchScript archive, and what pipetrain.json says of it."""
+def layer_records(scripted, non_persistent):
+    """Each compiled layer as its own TorchScript archive, and what pipetrain.json says of it.
+    `non_persistent`: the model's buffer paths registered persistent=False, which its state_dict
+    leaves out (TorchScript and torch.fx keep them as plain buffers)."""
     files, index = {}, []
     for i, m in enumerate(scripted):
         buf = io.BytesIO()
@@ -947,8 +949,9 @@ def layer_records(scripted):
         files[record] = buf.getvalue()
         params = [{"name": n, "shape": list(p.shape), "dtype": DTYPE_NAMES.get(p.dtype, str(p.dtype)),
                    "requires_grad": p.requires_grad} for n, p in m.named_parameters()]
-        index.append({"file": record, "bytes": len(files[record]), "parameters": params,
-                      "buffers": [n for n, _ in m.named_buffers()]})
+        buffers = [n for n, _ in m.named_buffers()]
+        index.append({"file": record, "bytes": len(files[record]), "parameters": params, "buffers": buffers,
+                      "non_persistent_buffers": [n for n in buffers if n in non_persistent]})
     return files, index
 
 
@@ -1090,7 +1093,8 @@ def export(args):
             if name and own.get(name) in modes:
                 sub.train(modes[own[name]])
     weights.put_back()
-    records, index = layer_records(scripted_layers)
+    records, index = layer_records(scripted_layers, {f"{path}.{n}" if path else n for path, sub in model.named_modules()
+                                                     for n in getattr(sub, "_non_persistent_buffers_set", ())})
     try:
         scripted = torch.jit.script(top)
     except Exception as e:

@@ -134,14 +134,17 @@ def model_meta(model_file):
 
 
 def layer_tensor_names(model_file, meta):
-    """[(parameter names, buffer names)] per layer, in the order the checkpoint's files hold them:
-    from pipetrain.json in a file of separate layers (pipetrain.model/2), from the TorchScript
-    module's children in a pipetrain.model/1 file (which loads it whole)."""
+    """[(parameter names, their shapes, buffer names, the non-persistent among them)] per layer, in
+    the order the checkpoint's files hold them: from pipetrain.json in a file of separate layers
+    (pipetrain.model/2), from the TorchScript module's children in a pipetrain.model/1 file (which
+    loads it whole)."""
     if meta.get("format") == "pipetrain.model/2":
-        return [([p["name"] for p in f["parameters"]], f["buffers"]) for f in meta["layer_files"]]
+        return [([p["name"] for p in f["parameters"]], [list(p["shape"]) for p in f["parameters"]], f["buffers"],
+                 set(f.get("non_persistent_buffers", []))) for f in meta["layer_files"]]
     module = torch.jit.load(model_file)
-    return [([n for n, _ in getattr(module, c).named_parameters()], [n for n, _ in getattr(module, c).named_buffers()])
-            for c in meta["children"]]
+    return [([n for n, _ in getattr(module, c).named_parameters()],
+             [list(p.shape) for _, p in getattr(module, c).named_parameters()],
+             [n for n, _ in getattr(module, c).named_buffers()], set()) for c in meta["children"]]
 
 
 # The buffers batch_norm.DeferrableBatchNorm adds beside a BatchNorm's own.
@@ -171,29 +174,39 @@ def trained_state(model_file, checkpoint):
     ck = newest_checkpoint(checkpoint)
     manifest = checked_manifest(checkpoint, ck)
     # The checkpoint's model before its layers: another model of the same family (fewer blocks)
-    # read layer by layer failed later, on a tie, with a misleading message.
+    # read layer by layer failed later, on a tie, with a misleading message. A built-in model's
+    # checkpoint has an empty digest (older checkpoints of model files have none): one of as many
+    # layers was read, another network's weights written with exit 0.
+    digest = manifest.get("model_sha256")
+    if digest == "":
+        raise ValueError(f"{ck}: trained from pipetrain's built-in model '{manifest.get('model')}', not from a model "
+                         f"file: {model_file} is not the model it was trained from")
     children = len(meta["children"])
     if manifest.get("layers") != children:
         raise ValueError(f"{ck}: the checkpoint holds {manifest.get('layers')} layers of '{manifest.get('model')}', but "
                          f"{model_file} has {children}: not the model it was trained from")
-    digest = manifest.get("model_sha256", "")
     if digest:
         mine = file_sha256(model_file)
         if mine != digest:
             raise ValueError(f"{ck}: trained from a model file of sha256 {digest[:12]}..., but {model_file} has "
                              f"{mine[:12]}...: not the model it was trained from")
     state = collections.OrderedDict()
-    for k, (names, buffers) in enumerate(layer_names):
+    for k, (names, shapes, buffers, transient) in enumerate(layer_names):
         layer_file = os.path.join(ck, f"layer-{k}.tensors")
         tensors = read_tensor_file(layer_file)
-        for i, name in enumerate(names):
+        for i, (name, shape) in enumerate(zip(names, shapes)):
             if f"param.{i}" not in tensors:
                 raise ValueError(f"{layer_file}: holds no tensor 'param.{i}', the model's {name}")
+            if list(tensors[f"param.{i}"].shape) != shape:
+                raise ValueError(f"{layer_file}: 'param.{i}' has shape {list(tensors[f'param.{i}'].shape)}, but "
+                                 f"{model_file}'s {name} is {shape}: not the model it was trained from")
             state[name] = tensors[f"param.{i}"]
         sums = deferred_batch_norm_sums(buffers)
         for i, name in enumerate(buffers):
-            if name in sums or re.fullmatch(r"(.*\.)?_tensor_constant\d+", name):
-                continue  # deferred BatchNorm's sums, or a constant torch.fx made in forward: not the model's
+            if name in sums or name in transient or re.fullmatch(r"(.*\.)?_tensor_constant\d+", name):
+                # deferred BatchNorm's sums, a constant torch.fx made in forward (not the model's), or a
+                # buffer registered persistent=False (not in the model's state_dict)
+                continue
             if f"buffer.{i}" in tensors:  # checkpoints before buffers were kept have none
                 state[name] = tensors[f"buffer.{i}"]
     for path, held in meta.get("aliases", {}).items():  # a module held at several paths in one layer
