@@ -256,7 +256,7 @@ std::shared_ptr<model::LayeredModel> ModelFlags::build_model_only(const model::L
     return m;
   }
   if (model::is_model_file(model)) {
-    m = model::load_scripted_model(model, loss, held);
+    m = model::load_scripted_model(model, loss, held, seed);
   } else {
     model::ModelOptions model_options = resolved_;
     model_options.seed = seed;

@@ -32,9 +32,11 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
  public:
   explicit ScriptedLayerImpl(torch::jit::Module module)
       : module_(std::move(module)), draws_random_(script_draws_random(module_)) {
-    for (const auto& p : once(module_.named_parameters(/*recurse=*/true)))
-      register_parameter(escaped(p.name), p.value, p.value.requires_grad());
-    for (const auto& b : once(module_.named_buffers(/*recurse=*/true))) register_buffer(escaped(b.name), b.value);
+    for (const auto& p : once(module_.named_parameters(/*recurse=*/true))) {
+      parameter_names_.push_back(free_name(p.name));
+      register_parameter(parameter_names_.back(), p.value, p.value.requires_grad());
+    }
+    for (const auto& b : once(module_.named_buffers(/*recurse=*/true))) register_buffer(free_name(b.name), b.value);
     for (const auto& sub : module_.named_modules())
       if (!sub.value.is_training()) held_in_eval_.push_back(sub.value);
   }
@@ -69,7 +71,7 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
     for (size_t dot; (dot = path.find('.')) != std::string::npos; path = path.substr(dot + 1))
       owner = owner.attr(path.substr(0, dot)).toModule();
     owner.register_parameter(path, t, /*is_buffer=*/false);
-    parameters_[escaped(list[k].name)] = t;
+    parameters_[parameter_names_.at(k)] = t;
   }
 
   // python/pipetrain/batch_norm.py's modules: those holding a pt_microbatches buffer.
@@ -144,13 +146,20 @@ class ScriptedLayerImpl : public torch::nn::Module, public DeferrableLayer, publ
       if (seen.insert(t.value.unsafeGetTensorImpl()).second) out.push_back(t);
     return out;
   }
-  // torch::nn::Module names may not hold dots.
-  static std::string escaped(std::string name) {
+  // A path as a torch::nn::Module name, which may not hold dots: each dot becomes '_', and a
+  // name another path already became ('proj.weight' and 'proj_weight') gets a number after it
+  // (the two were one name, and the file could not be loaded).
+  std::string free_name(const std::string& path) const {
+    std::string name = path;
     for (char& c : name)
       if (c == '.') c = '_';
-    return name;
+    std::string out = name;
+    for (int k = 1; named_parameters(false).contains(out) || named_buffers(false).contains(out); ++k)
+      out = str(name, "_", k);
+    return out;
   }
   torch::jit::Module module_;
+  std::vector<std::string> parameter_names_;  // this module's names of the file's parameters, in their order
   std::vector<torch::jit::Module> held_in_eval_;  // as the file holds them (train)
   bool draws_random_;
 };

@@ -113,7 +113,8 @@ bool is_model_file(const std::string& model) {
 
 std::vector<std::string> loss_names() { return {"cross-entropy", "mse", "lm"}; }
 
-std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const std::string& loss, const LayerSet& held) {
+std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const std::string& loss, const LayerSet& held,
+                                                  uint64_t seed) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw UsageError(str("--model: ", path, " is not a file (a model file comes from `pipetrain export`)"));
@@ -124,8 +125,10 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   // a layer at a time, and only the layers this model holds.
   std::string meta_text;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  bool scripted = false;  // TorchScript's archive holds constants.pkl; torch.save's holds data.pkl alone
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    scripted = reader->hasRecord("constants.pkl");
     if (reader->hasRecord("extra/pipetrain.json")) {
       auto [data, size] = reader->getRecord("extra/pipetrain.json");
       meta_text.assign(static_cast<const char*>(data.get()), size);
@@ -133,6 +136,9 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   } catch (const c10::Error& e) {
     throw FormatError(str(path, ": not a TorchScript file LibTorch can load: ", e.what_without_backtrace()));
   }
+  if (meta_text.empty() && !scripted)
+    throw FormatError(str(path, ": a file torch.save wrote (a pickle), not TorchScript: export the nn.Module with "
+                              "`pipetrain export --model MODULE:CALLABLE --input-shape ...` (docs/import.md)"));
   if (meta_text.empty())
     throw FormatError(str(path, ": a TorchScript file without pipetrain.json: write it with `pipetrain export "
                               "--model ", path, " --input-shape ...`, which checks it is a chain of layers"));
@@ -162,7 +168,7 @@ std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const
   if (children.size() != layers.size())
     children.fail(str("names ", children.size(), " children for ", layers.size(), " layers"));
   // Named by the file's name, so a plan or checkpoint made with it follows the file around.
-  auto model = std::make_shared<LayeredModel>(path.substr(path.rfind('/') + 1), task, shape, integer_input, held);
+  auto model = std::make_shared<LayeredModel>(path.substr(path.rfind('/') + 1), task, shape, integer_input, held, seed);
   model->set_file_sha256(digest);
   if (integer_input && input.has("high")) model->set_input_high(input["high"].as_int_at_least(1));
 

@@ -23,8 +23,9 @@ bool is_model_file(const std::string& model);
 std::vector<std::string> loss_names();
 
 // Loads `path`, building the layers of `held`; FormatError names the file and the field of its
-// pipetrain.json that is wrong. Tie groups are the file's, whichever layers are held.
+// pipetrain.json that is wrong. Tie groups are the file's, whichever layers are held. `seed`
+// (--seed) keys the layers' random draws (dropout); the weights are the file's whatever it is.
 std::shared_ptr<LayeredModel> load_scripted_model(const std::string& path, const std::string& loss,
-                                                  const LayerSet& held = {});
+                                                  const LayerSet& held = {}, uint64_t seed = 0);
 
 }  // namespace pt::model

@@ -11,10 +11,12 @@ same samples) and summing their losses / M, which is what a synchronous pipeline
 import argparse
 import collections
 import contextlib
+import glob
 import io
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -466,6 +468,31 @@ class Fidelity(unittest.TestCase):
             trained_state(self.encdec.model_file, ck)
         self.assertIn("not the model it was trained from", str(e.exception))
         self.assertIn("embed.weight", trained_state(c.model_file, ck))  # its own model reads back
+        # A checkpoint of a built-in model: no digest to compare, and of as many layers it was read
+        # (another network's weights written, exit 0).
+        zoo = os.path.join(self.tmp.name, "zoo-mlp")
+        run([PIPETRAIN, "train", "--model", "mlp", "--width", "0.015625", "--data", "synthetic", "--synthetic-samples", "64",
+             "--steps", "1", "--batch-size", "8", "--quiet", "--checkpoint-dir", zoo])
+        with self.assertRaises(ValueError) as e:
+            trained_state(c.model_file, zoo)
+        self.assertIn("built-in model 'mlp'", str(e.exception))
+        # Without a digest (a checkpoint older than them), a tensor of another shape is refused.
+        older = os.path.join(self.tmp.name, "lm-no-digest")
+        shutil.copytree(ck, older)
+        other = os.path.join(self.tmp.name, "lm-wider.pt")
+        r = export(["--model", "toy_models:tiny_lm", "--kwargs", '{"d": 48}', "--input-shape", f"{BATCH},16",
+                    "--input-dtype", "int64", "--input-high", "32", "-o", other])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for manifest in glob.glob(os.path.join(older, "step-*", "manifest.json")):
+            with open(manifest) as f:
+                m = json.load(f)
+            del m["model_sha256"]
+            with open(manifest, "w") as f:
+                json.dump(m, f)
+        self.assertIn("embed.weight", trained_state(c.model_file, older))
+        with self.assertRaises(ValueError) as e:
+            trained_state(other, older)
+        self.assertIn("has shape", str(e.exception))
         # Its command line writes over none of the files it reads (-o the model file replaced the
         # export with a state dict, exit 0).
         with open(c.model_file, "rb") as f:
@@ -662,6 +689,8 @@ class Fidelity(unittest.TestCase):
         # Resumed after 3 steps: the masks of steps 4-6 are an uninterrupted run's.
         trained("resumed", pipeline + ["--stages", "2"], steps=3)
         self.assertEqual(max_relative_error(trained("resumed", pipeline + ["--stages", "2", "--resume"]), want), 0.0)
+        # --seed keys the masks: a model file's layers drew with seed 0 whatever it said.
+        self.assertGreater(max_relative_error(trained("seed-1", pipeline + ["--stages", "2", "--seed", "1"]), want), 1e-3)
         # Data parallelism's replicas draw on gloo what they draw on threads.
         dp = trained("dp-threads", ["--schedule", "dp", "--workers", "2", "--microbatches", "4"])
         self.assertEqual(max_relative_error(trained("dp-gloo", ["--schedule", "dp", "--workers", "2", "--microbatches", "4",
@@ -1350,6 +1379,13 @@ class Errors(unittest.TestCase):
         r = run_failing([PIPETRAIN, "train", "--model", junk, "--steps", "1"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("junk.pt: not a TorchScript file", r.stderr)
+        # torch.save's zip of a module is no TorchScript: it was called one, and the export the
+        # message suggested refused the file.
+        pickled = os.path.join(self.tmp.name, "pickled.pt")
+        torch.save(torch.nn.Linear(12, 5), pickled)
+        r = run_failing([PIPETRAIN, "train", "--model", pickled, "--steps", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("pickled.pt: a file torch.save wrote (a pickle), not TorchScript", r.stderr)
 
     def test_model_file_digest(self):
         """A model file is code (docs/runtime.md): export writes its SHA-256 beside it, train
@@ -1574,6 +1610,32 @@ class Errors(unittest.TestCase):
                                                             1, extra, tag=str(stages))
                 self.assertFalse(torch.equal(got["norm.m"], start["norm.m"]), "the running mean did not move")
                 self.assertLess(max_relative_error(got, want), 1e-6)
+
+    def test_paths_that_meet_as_libtorch_names_train_as_eager(self):
+        """proj.weight and proj_weight were one name in LibTorch (dots made underscores): train and
+        profile failed, blaming the data file."""
+        for stages in (1, 2):
+            with self.subTest(stages=stages):
+                extra = [] if stages == 1 else ["--stages", "2", "--schedule", "1f1b", "--microbatches", "2"]
+                got, want, _ = self.train_against_eager("names_that_meet", toy_models.names_that_meet,
+                                                        1 if stages == 1 else 2, extra, tag=str(stages))
+                self.assertEqual(set(got), set(want))
+                self.assertLess(max_relative_error(got, want), 1e-6)
+
+    def test_a_non_persistent_buffer_stays_out_of_the_weights(self):
+        """A buffer registered persistent=False came back as a state_dict key the model does not
+        have (load_state_dict(strict=True) failed, strict=False ignored it)."""
+        got, want, _ = self.train_against_eager("transient_buffer", toy_models.transient_buffer, 1, [])
+        self.assertEqual(set(got), set(want))
+        self.assertLess(max_relative_error(got, want), 1e-6)
+
+    def test_a_parameter_of_no_elements_exports_and_trains(self):
+        """Export's gradient check ended in a traceback (the max of an empty gradient)."""
+        got, want, _ = self.train_against_eager("empty_parameter", toy_models.empty_parameter, 1, [])
+        self.assertEqual(set(got), set(want))
+        self.assertEqual(got["none"].numel(), 0)
+        del got["none"], want["none"]
+        self.assertLess(max_relative_error(got, want), 1e-6)
 
     def test_a_users_buffer_named_like_deferred_batch_norms_sums_reads_back(self):
         """pipetrain.weights dropped every buffer named pt_*, meant for deferred BatchNorm's sums

@@ -825,3 +825,56 @@ class RoutedExperts(nn.Module):
 def routed_experts():
     torch.manual_seed(0)
     return RoutedExperts()
+
+
+class NamesThatMeet(nn.Module):
+    """A module `proj` beside a parameter `proj_weight`: as LibTorch's names, whose dots became
+    underscores, proj.weight and proj_weight were one, and the file failed to load."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(12, 12)
+        self.proj_weight = nn.Parameter(torch.linspace(0.5, 1.5, 12))
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x) * self.proj_weight)
+
+
+def names_that_meet():
+    torch.manual_seed(0)
+    return nn.Sequential(NamesThatMeet(), nn.Linear(12, 5))
+
+
+class TransientBuffer(nn.Module):
+    """A buffer registered persistent=False (a rotary table, a mask), which state_dict leaves out."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(12, 12)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 12), persistent=False)
+        self.l2 = nn.Linear(12, 5)
+
+    def forward(self, x):
+        return self.l2(torch.tanh(self.l1(x)) * self.scale)
+
+
+def transient_buffer():
+    torch.manual_seed(0)
+    return TransientBuffer()
+
+
+class EmptyParameter(nn.Module):
+    """A parameter of no elements read in forward: export's gradient check took the max of none."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(12, 5)
+        self.none = nn.Parameter(torch.zeros(0))
+
+    def forward(self, x):
+        return self.l1(x) + self.none.sum()
+
+
+def empty_parameter():
+    torch.manual_seed(0)
+    return EmptyParameter()
