@@ -136,6 +136,10 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     // Before the checkpoint exists, the rows up to it are written: a job killed just after it
     // lost that step's row, its accuracy too, for good (the resume starts after it).
     if (on_evaluated) on_evaluated(seg, e);
+    // The workers outside the evaluation's chain wait for it as long as it progresses: under
+    // --timeout from the call, a data-parallel replica failed a healthy job while worker 0
+    // evaluated a language model's test set (45 s), and the checkpoint's waits began meanwhile.
+    if (evaluates) transport.pause_barrier();
     // Every worker waits out the whole pause, its replica in the evaluation's chain or not, and
     // the work one worker does alone: the reporter's rows, and worker 0's end of a checkpoint
     // (its CRCs, manifest, rename and rotation). Else the others' resume ended the common pause

@@ -1,5 +1,6 @@
 // A gloo job's rendezvous: every worker joins (naming the missing ones while it waits), then
-// the workers compare what they were given to run (gloo_transport.h).
+// the workers compare what they were given to run (gloo_transport.h); and the barrier after a
+// pause, through the same store.
 #include <chrono>
 #include <thread>
 
@@ -133,6 +134,39 @@ void GlooTransport::check_agreement(const json& digest) {
                                     "they must see alike"
                                   : ""));
   }
+}
+
+void GlooTransport::pause_barrier() {
+  using Clock = std::chrono::steady_clock;
+  const int64_t pause = ++pauses_;
+  auto key = [](int64_t p) { return "pipetrain/pause/" + std::to_string(p); };
+  const std::string progress_key = "pipetrain/progress";
+  // Every worker left pause p - 2 before any entered p: its key goes, and the store stays small.
+  if (config_.rank == 0 && pause > 2) store_->deleteKey(key(pause - 2));
+  int64_t arrived = store_->add(key(pause), 1), seen = store_->add(progress_key, 0);
+  auto last = Clock::now();
+  while (arrived < config_.world_size) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    state_->check_aborted();
+    arrived = store_->add(key(pause), 0);
+    if (int64_t now = store_->add(progress_key, 0); now != seen) {
+      seen = now;
+      last = Clock::now();
+    } else if (arrived < config_.world_size && Clock::now() - last > state_->timeout) {
+      throw TransportError(str("worker ", config_.rank, " waited ", state_->timeout.count() / 1000.0,
+                               " s at the end of a pause for ", config_.world_size - arrived, " of ",
+                               config_.world_size, " workers, none of which progressed meanwhile"));
+    }
+  }
+}
+
+void GlooTransport::progress() {
+  // Often enough for the waiting workers' deadline: a quarter of it, and at least once a second.
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_progress_ < std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(1), state_->timeout / 4))
+    return;
+  last_progress_ = now;
+  store_->add("pipetrain/progress", 1);
 }
 
 }  // namespace pt::runtime

@@ -108,6 +108,12 @@ class GlooTransport : public Transport {
   // place in the other units, and an all-gather of the shards inside the unit.
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override;
+  // Through the rendezvous store (gloo_rendezvous.cpp): each worker counts itself in under the
+  // pause's number and polls the count, and the workers' progress (a store request each a
+  // quarter of the deadline, at most a second apart) moves the deadline on. gloo's own collectives keep the deadline their groups
+  // were made with.
+  void pause_barrier() override;
+  void progress() override;
 
   // After a failure: aborts, joins the receiving threads and leaks the process groups, whose
   // destructors would wait for collectives a dead peer never finishes; the process then exits.
@@ -183,6 +189,8 @@ class GlooTransport : public Transport {
 
   GlooConfig config_;
   std::chrono::milliseconds rendezvous_timeout_{0};
+  int64_t pauses_ = 0;                                    // pause_barrier's calls
+  std::chrono::steady_clock::time_point last_progress_;  // progress()'s last store request
   bool one_host_ = false;
   std::shared_ptr<State> state_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -105,6 +105,35 @@ void ThreadHub::allreduce_take(int rank, std::vector<torch::Tensor>& tensors, co
   if (++r.collected == static_cast<int>(group.size())) reductions_.erase(key);
 }
 
+void ThreadHub::pause_barrier(int rank) {
+  std::unique_lock<std::mutex> lock(mu_);
+  check_aborted_locked();
+  const int64_t pause = pauses_[rank]++;
+  if (++pause_arrived_[pause] == workers_)
+    for (auto& cv : cvs_) cv.notify_all();
+  uint64_t seen = progress_;
+  auto last = Clock::now();
+  while (pause_arrived_[pause] < workers_) {
+    // Woken by the last to arrive or an abort; every second it looks for progress.
+    cvs_.at(static_cast<size_t>(rank)).wait_for(lock, std::chrono::seconds(1));
+    check_aborted_locked();
+    if (progress_ != seen) {
+      seen = progress_;
+      last = Clock::now();
+    } else if (pause_arrived_[pause] < workers_ && Clock::now() - last > timeout_) {
+      throw TransportError(str("worker ", rank, " waited ", timeout_.count(), " s at the end of a pause for ",
+                               workers_ - pause_arrived_[pause], " of ", workers_,
+                               " workers, none of which progressed meanwhile"));
+    }
+  }
+  if (++pause_left_[pause] == workers_) pause_arrived_.erase(pause), pause_left_.erase(pause);
+}
+
+void ThreadHub::progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++progress_;
+}
+
 void ThreadHub::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (abort_reason_.empty()) abort_reason_ = why;

@@ -36,6 +36,9 @@ class ThreadHub {
   }
   void abort(const std::string& why);
   int workers() const { return workers_; }
+  // Transport::pause_barrier and progress, for worker `rank`.
+  void pause_barrier(int rank);
+  void progress();
 
  private:
   void check_aborted_locked() const;
@@ -65,6 +68,10 @@ class ThreadHub {
   std::map<std::pair<std::vector<int>, uint64_t>, Reduction> reductions_;
   std::map<std::pair<std::vector<int>, int>, uint64_t> added_;  // (group, member) -> its sums begun
   std::string abort_reason_;
+  std::map<int, int64_t> pauses_;          // worker -> the pauses it entered
+  std::map<int64_t, int> pause_arrived_;   // pause -> its workers arrived (erased once all left)
+  std::map<int64_t, int> pause_left_;
+  uint64_t progress_ = 0;                  // progress() calls, all workers'
 };
 
 class ThreadTransport : public Transport {
@@ -78,6 +85,8 @@ class ThreadTransport : public Transport {
   // Adds t to the sum now; the transfer's wait takes the sum into t.
   std::shared_ptr<PendingTransfer> allreduce_start(torch::Tensor t, const std::vector<int>& group) override;
   void abort(const std::string& why) override { hub_->abort(why); }
+  void pause_barrier() override { hub_->pause_barrier(rank_); }
+  void progress() override { hub_->progress(); }
   // An emulated model's gradients are zeros, and on threads the simulator charges their
   // all-reduce no time: allreduce_start then only synchronises. Summed, vgg16's 553 MB of
   // gradients on 4 data-parallel workers took the run to 0.06 of its simulated throughput.

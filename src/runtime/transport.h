@@ -61,6 +61,15 @@ class Transport {
     std::vector<torch::Tensor> token{torch::zeros({1})};
     allreduce_sum(token, all);
   }
+  // A barrier after a pause that some workers spend working while the others wait (the
+  // evaluation's chain of one replica of each stage): it fails only once --timeout passes
+  // without any worker's progress(), however long the work takes. A data-parallel replica
+  // waited in barrier() while worker 0 evaluated a language model's test set, and a healthy job
+  // failed after training. The default, for transports without long waits, is barrier().
+  virtual void pause_barrier() { barrier(); }
+  // This worker is working through a pause (an evaluation's round): pause_barrier's waiting
+  // workers start their deadline again.
+  virtual void progress() {}
 };
 
 // Raised by waits when a deadline passed or a transfer failed.

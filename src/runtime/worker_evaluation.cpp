@@ -57,6 +57,7 @@ Evaluation Worker::evaluate(const schedule::Schedule& s, const model::Dataset& t
         }
       }
       x = model_->forward(x, layers.front(), layers.back() + 1);
+      transport_.progress();  // the workers outside the chain wait in pause_barrier meanwhile
       if (st == s.num_stages - 1) {
         tally.add(*model_, x, test.target_rows(first, n));
         holds_last = true;
