@@ -1826,6 +1826,39 @@ TEST(TrainCli, AFailedGlooJobLeavesNoInterruptedSave) {
   EXPECT_TRUE(fs::exists(dir / ".tmp-step-00000097" / "layer-0.tensors"));
 }
 
+// A gloo run that fails in its report (a loss that diverged), after every worker wrote its part
+// of --trace, keeps the trace merged, as a threads run keeps it: the parts were left unmerged and
+// unnamed.
+TEST(TrainCli, AGlooRunThatDivergesKeepsItsTrace) {
+  TempDir tmp("diverged_trace");
+  fs::path log = tmp.path / "log", trace = tmp.path / "t.json";
+  EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--stages", "2", "--schedule", "1f1b", "--steps", "60", "--optimizer",
+                 "adam", "--lr", "5", "--transport", "gloo", "--trace", trace.string(), "--quiet"},
+                log),
+            1)
+      << slurp(log);
+  EXPECT_NE(slurp(log).find("diverged"), std::string::npos) << slurp(log);
+  EXPECT_TRUE(fs::exists(trace)) << slurp(log);
+  EXPECT_FALSE(fs::exists(trace.string() + ".worker0")) << slurp(log);
+}
+
+// Worker 0 evaluates the test set alone while a data-parallel replica waits for it: that wait is
+// not held to --timeout. A healthy job failed after training, worker 1 "did not arrive within
+// 30 s" while worker 0 evaluated a language model's test set for 45 s. Here each evaluation of
+// Fashion-MNIST's 10,000 test samples takes a few times --timeout 0.4 s, on threads and gloo.
+TEST(TrainCli, AnEvaluationLongerThanTheTimeoutDoesNotFailTheJob) {
+  TempDir tmp("long_evaluation");
+  for (std::string transport : {"threads", "gloo"}) {
+    fs::path log = tmp.path / (transport + ".log");
+    EXPECT_EQ(run({"train", "--model", "mnist-cnn", "--schedule", "dp", "--workers", "2", "--steps", "2", "--eval-every",
+                   "1", "--timeout", "0.4", "--transport", transport, "--quiet"},
+                  log),
+              0)
+        << transport << "\n" << slurp(log);
+    EXPECT_NE(slurp(log).find("test accuracy"), std::string::npos) << transport << "\n" << slurp(log);
+  }
+}
+
 TEST(TrainCli, SingleWorkerCheckpointsAndInspectVerifies) {
   TempDir tmp("inspect");
   std::string dir = (tmp.path / "ck").string();
