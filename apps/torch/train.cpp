@@ -145,7 +145,7 @@ int train(TrainFlags& flags, bool& running) {
   auto report = [&](const job::PipelineResult& result) {
     print_result(result.train, label, job);
     // Each process's own: a gloo worker released what its stages do not read (job/worker_data.h).
-    const job::DataHeld held = job::data_held_per_worker(job, data, result.train.one_process, result.forked);
+    const job::DataHeld held = job::data_held_per_worker(job, data, result.train.one_process);
     print_modelled_memory(job, flags, label, held, result.shared_memory);
     note_over_planned_memory(result.train, job, flags, label, held);
     print_throughput(result.train, result.trace, job, flags, label);

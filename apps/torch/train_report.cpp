@@ -213,7 +213,6 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
                                ? job::predict_emulated_run(job, prof, flags.model.emulation, flags.transport)
                                : job::predict_host_run(job, prof, cores, flags.transport);
     p.transport = flags.transport;
-    if (!flags.prediction_trace_path.empty()) schedule::write_trace(p.trace, flags.prediction_trace_path);
     const double ratio = r.samples_per_s / (job_options.train.batch_size * 1000.0 / p.ms());
     std::cout << prefix << "throughput: measured " << std::llround(r.samples_per_s) << " samples/s, simulated "
               << rate(p.ms()) << " samples/s for this run (" << p.describe(job) << "; ratio " << fixed(ratio, 3);
@@ -226,6 +225,14 @@ void print_throughput(const runtime::TrainResult& r, const schedule::Trace& run_
       context.calibrated = job_options.cluster.calibrated_over() == flags.transport;
       context.core_figures = p.core_figures;
       note_prediction_miss(run_trace, p.trace, prefix, context);
+    }
+    // After the figure it is written for: failing first, a full disk lost the throughput line.
+    if (!flags.prediction_trace_path.empty()) {
+      try {
+        schedule::write_trace(p.trace, flags.prediction_trace_path);
+      } catch (const Error& e) {
+        throw RuntimeFailure(str("--prediction-trace: ", e.what()));
+      }
     }
     return;
   }
@@ -311,7 +318,7 @@ void print_modelled_memory(const job::Job& job, const TrainFlags& flags, const s
     return;
   }
   std::string besides = str(" (the tensors above, the data ", bytes_span(data.training),
-                            data.at_start > 0 ? str(" (a forked worker starts holding all ", human_bytes(static_cast<double>(
+                            data.at_start > 0 ? str(" (a worker starts holding all ", human_bytes(static_cast<double>(
                                                                                                  data.at_start)),
                                                     ", its peak at least the process and that)")
                                               : std::string(),

@@ -162,11 +162,16 @@ PipelineResult run_gloo_worker_on(const Job& job, const ModelFactory& factory, c
       gather_traces(*transport, job.reporting, r.trace);
     }
     if (!trace_path.empty()) {  // its own part (the launcher merges them); the reporter may hold every worker's
-      action = "writing its part of the trace";
       schedule::Trace part = r.trace;
       for (int w = 0; w < part.num_workers(); ++w)
         if (w != config.rank) part.workers[w].clear();
-      schedule::write_trace(part, trace_path + ".worker" + std::to_string(config.rank));
+      // Said after the report, as a threads run says it: failing here, a full disk lost the
+      // run's whole report (its steps, loss, accuracy, memory and throughput).
+      try {
+        schedule::write_trace(part, trace_path + ".worker" + std::to_string(config.rank));
+      } catch (const Error& e) {
+        r.trace_unwritten = e.what();
+      }
     }
     // Each process's peak RSS once the traces are gathered and written, which the reporter's
     // grows by most: read at the end of training, w0 printed 153.9 MiB of its 156.3.
@@ -240,6 +245,12 @@ int train_with_gloo(const Job& job, const ModelFactory& factory, const model::La
     if (static_cast<size_t>(rank) < r.train.peak_rss_bytes.size())  // its own, to the report
       r.train.peak_rss_bytes[rank] = std::max(r.train.peak_rss_bytes[rank], model::process_peak_rss_bytes());
     on_result(r);
+  }
+  if (!r.trace_unwritten.empty()) {
+    // The launcher's merge then names the part missing and fails the run; a worker started apart
+    // fails itself.
+    print_line_to_stderr(str("pipetrain worker ", rank, ": --trace: ", r.trace_unwritten));
+    if (started_apart) return 1;
   }
   return 0;
 }

@@ -85,9 +85,7 @@ struct PipelineResult {
   int reporting = 0;          // the worker whose TrainResult is the job's (Job::reporting)
   // gloo: the workers shared one host's memory for their transfers (shared_memory_per_worker).
   bool shared_memory = false;
-  // gloo: the workers were forked from the launcher, which loaded the data: each started at its
-  // resident set, the whole data set among it (worker_data.h).
-  bool forked = false;
+  std::string trace_unwritten;  // gloo: why this worker's part of --trace could not be written
 };
 // A job's result before its workers report: its shape and the trace's header, one (empty)
 // event list per worker; both transports fill in the rest.

@@ -69,15 +69,9 @@ int run_job(const Job& job, Road road, const ModelFactory& factory, const model:
     }
   }
   if (road != Road::kThreads) {
-    // A launcher's worker here is its fork (one it started anew comes in as kGlooWorker).
-    auto forked = [&](const PipelineResult& result) {
-      PipelineResult r = result;
-      r.forked = road == Road::kGlooLauncher;
-      on_result(r);
-    };
     // Started apart (torchrun, mpirun), not by this launcher, whether it forked its workers or ran
     // this binary again (which said "worker 0 does not report" where the launcher is quiet).
-    return train_with_gloo(job, factory, described, data, trace_path, on_result ? forked : on_result,
+    return train_with_gloo(job, factory, described, data, trace_path, on_result,
                            road == Road::kGlooWorker && runtime::started_apart());
   }
   PipelineResult result = run_on_threads(job, factory, data);

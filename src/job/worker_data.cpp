@@ -25,11 +25,11 @@ int64_t DataHeld::peak_share(size_t worker) const {
   return std::max(worker < training.size() ? training[worker] : 0, at_start);
 }
 
-DataHeld data_held_per_worker(const Job& job, const model::DataSplit& data, bool one_process, bool forked) {
+DataHeld data_held_per_worker(const Job& job, const model::DataSplit& data, bool one_process) {
   const int64_t inputs = data.train.input_bytes() + data.test.input_bytes();
   const int64_t targets = data.train.target_bytes() + data.test.target_bytes();
   DataHeld held{std::vector<int64_t>(static_cast<size_t>(job.workers()), inputs + targets),
-                !one_process && forked ? inputs + targets : 0};
+                one_process ? 0 : inputs + targets};
   if (one_process) return held;
   for (int w = 0; w < job.workers(); ++w) {
     const DataRead read = data_read_by(job, w);

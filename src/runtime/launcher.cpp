@@ -70,6 +70,39 @@ std::string launched_plan_path() {
 }
 
 namespace {
+
+// The workers' parts of --trace merged into trace_path. After a failure too where every worker
+// wrote its part: a loss that diverged fails the run in its report, after training, and a threads
+// run keeps its trace so (the parts were left unmerged and unnamed). Else the parts written are
+// named, as they are when the merge fails. Parts older than `since` are an earlier run's.
+void merge_trace_parts(int world_size, const std::string& trace_path, bool failed,
+                       std::filesystem::file_time_type since) {
+  std::string written;  // this run's parts there, for the messages
+  int parts = 0;
+  for (int r = 0; r < world_size; ++r) {
+    std::string part = trace_path + ".worker" + std::to_string(r);
+    std::error_code ec;
+    if (auto at = std::filesystem::last_write_time(part, ec); !ec && at >= since) written += (parts++ ? ", " : "") + part;
+  }
+  if (failed && parts < world_size) {  // killed, or failed in training: nothing whole to merge
+    if (parts > 0)
+      print_line_to_stderr(str("pipetrain: --trace ", trace_path, ": the parts written stay: ", written));
+    return;
+  }
+  try {
+    schedule::merge_worker_traces(world_size, trace_path);
+    if (failed) print_line_to_stderr(str("wrote ", trace_path, " (every worker's part: the run failed after training)"));
+  } catch (const std::exception& e) {
+    std::string what = str("--trace ", trace_path, ": ", e.what(),
+                           parts ? str("; the parts written stay: ", written, " (`pipetrain trace ", trace_path,
+                                       " --merge ", world_size, "` joins them once every worker's is there)")
+                                 : std::string());
+    if (failed) print_line_to_stderr("pipetrain: " + what);
+    else throw RuntimeFailure(what + " (the run's report is above)");
+  }
+}
+
+
 Launch run_workers(int world_size, const std::vector<std::string>* argv, const std::string& trace_path, double grace_s);
 
 // Ctrl-C or a scheduler's SIGTERM to the launcher: noted here, acted on in its wait loop, so that
@@ -244,6 +277,7 @@ pid_t spawn(const std::vector<std::string>* argv, int rank, int world_size, Rese
 // launch_gloo_workers, or where argv is null fork_gloo_workers' forks.
 Launch run_workers(int world_size, const std::vector<std::string>* argv, const std::string& trace_path, double grace_s) {
   if (world_size < 1) throw UsageError(str("launcher: world size must be >= 1, got ", world_size));
+  const auto launched = std::filesystem::file_time_type::clock::now();
   ReservedPort port = reserve_tcp_port();
   // A secret of this job's own, which its workers prove to each other at rendezvous.
   std::string secret = new_job_secret();
@@ -332,11 +366,8 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
       stop_the_others();
     }
   }
-  if (failed >= 0) {
-    out.status = out.interrupted ? 128 + out.interrupted : 1;
-    return out;
-  }
-  if (!trace_path.empty()) schedule::merge_worker_traces(world_size, trace_path);
+  if (failed >= 0) out.status = out.interrupted ? 128 + out.interrupted : 1;
+  if (!trace_path.empty()) merge_trace_parts(world_size, trace_path, failed >= 0, launched);
   return out;
 }
 

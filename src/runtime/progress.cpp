@@ -176,13 +176,12 @@ void Progress::write_failed() {
   int err = errno;
   std::fclose(csv_);
   csv_ = nullptr;
-  // A resumed run's partial file holds the earlier run's rows, which may be their only copy (a
-  // killed run's): kept, not removed (a full disk deleted 313 rows of the run being resumed).
-  if (!csv_partial_.empty() && !keeps_earlier_) std::remove(csv_partial_.c_str());
+  // The partial file is kept, as a failed run's is (docs/runtime.md): its rows may be their only
+  // copy, a resumed run's earlier rows (a full disk deleted 313 of them) and a fresh run's whose
+  // checkpoints exist (300 rows lost, and --resume found none). A torn last row is left out there.
   std::string partial = csv_partial_.empty() ? ""
-                        : keeps_earlier_     ? "it keeps what was written, the earlier run's rows among them, and '" +
-                                                   csv_path_ + "' is left as it was; "
-                                             : "it is removed and '" + csv_path_ + "' left as it was; ";
+                        : str("it keeps the rows written", keeps_earlier_ ? ", the earlier run's among them," : "",
+                              " (--resume reads them) and '", csv_path_, "' is left as it was; ");
   throw RuntimeFailure(str("--metrics: writing '", csv_partial_.empty() ? csv_path_ : csv_partial_, "' failed (",
                            std::strerror(err), "); ", partial, "the run stops here"));
 }
@@ -192,10 +191,9 @@ void Progress::close_csv() {
   if (std::fflush(csv_) != 0) write_failed();
   int rc = std::fclose(csv_);
   csv_ = nullptr;
-  if (rc != 0) {
-    if (!csv_partial_.empty()) std::remove(csv_partial_.c_str());
-    throw RuntimeFailure(str("--metrics: writing '", csv_path_, "' failed (disk full?)"));
-  }
+  if (rc != 0)
+    throw RuntimeFailure(str("--metrics: writing '", csv_partial_.empty() ? csv_path_ : csv_partial_,
+                             "' failed (disk full?); '", csv_path_, "' is left as it was"));
   if (!csv_partial_.empty() && std::rename(csv_partial_.c_str(), csv_path_.c_str()) != 0)
     throw RuntimeFailure(str("--metrics: cannot move '", csv_partial_, "' to '", csv_path_, "' (", std::strerror(errno), ")"));
 }
@@ -208,18 +206,20 @@ void Progress::flush_pending() {
   if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.6f", r.test_accuracy);
   char peak[32] = "";
   if (r.peak_memory_bytes >= 0) std::snprintf(peak, sizeof peak, "%lld", (long long)r.peak_memory_bytes);
+  // Losses, norms and rates to 9 significant digits, a float's: "%.6f" wrote a regression's loss
+  // of 3e-8 as 0.000000, and "%.6g" a gradient norm 4e-6 from what was applied.
   char test_loss[32] = "";
   // A NaN is written as one ("nan"): an empty field reads "not measured" (a diverged run's was).
-  if (r.test_loss) std::snprintf(test_loss, sizeof test_loss, "%.6f", *r.test_loss);
+  if (r.test_loss) std::snprintf(test_loss, sizeof test_loss, "%.9g", *r.test_loss);
   char grad_norm[32] = "";
-  if (!(r.grad_norm < 0)) std::snprintf(grad_norm, sizeof grad_norm, "%.6g", r.grad_norm);
+  if (!(r.grad_norm < 0)) std::snprintf(grad_norm, sizeof grad_norm, "%.9g", r.grad_norm);
   char lr[32] = "";
-  if (r.lr >= 0) std::snprintf(lr, sizeof lr, "%.6g", r.lr);
+  if (r.lr >= 0) std::snprintf(lr, sizeof lr, "%.9g", r.lr);
   char rss[32] = "";
   if (r.peak_rss_bytes >= 0) std::snprintf(rss, sizeof rss, "%lld", (long long)r.peak_rss_bytes);
   // Steps and epochs counted from 1, as the progress lines count them (the column counted epochs from 0).
   char loss[32] = "";
-  if (r.loss_known) std::snprintf(loss, sizeof loss, "%.6f", r.loss);
+  if (r.loss_known) std::snprintf(loss, sizeof loss, "%.9g", r.loss);
   // Over the whole training, as train_s is: a resumed run's own rate starts again at its first
   // step, which read as a drop of a quarter where a run of mnist-cnn was resumed.
   double rate = train_s_before_ > 0 ? (samples_before_ + r.samples_per_s * r.train_s) / (train_s_before_ + r.train_s)

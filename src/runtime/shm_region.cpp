@@ -144,7 +144,9 @@ void SharedRegion::abort() {
 int SharedRegion::aborted_by() const { return page().aborted_by.load() - 1; }
 
 void SharedRegion::check_members(const std::vector<int>& members, const std::string& what) const {
-  if (int by = aborted_by(); by >= 0) throw TransportError(str(what, ": worker ", by, " aborted the job"));
+  // A consequence, not the root cause (the worker that aborted names that): a checkpoint's save
+  // told a larger --timeout to the workers whose peer had found its disk full.
+  if (int by = aborted_by(); by >= 0) throw JobAborted(str(what, ": worker ", by, " aborted the job"));
   for (int m : members) {
     int32_t pid = page().pid[m];
     if (pid > 0 && exited(pid))

@@ -45,8 +45,8 @@ class SharedRegion {
   // Marks the region aborted by this worker (its members' waits end); the worker that did, or -1.
   void abort();
   int aborted_by() const;
-  // Throws TransportError "<what>: worker R aborted the job" or "<what>: worker R (process P) has
-  // exited" where a member of `members` (places among ranks()) did either.
+  // Throws JobAborted "<what>: worker R aborted the job" or TransportError "<what>: worker R
+  // (process P) has exited" where a member of `members` (places among ranks()) did either.
   void check_members(const std::vector<int>& members, const std::string& what) const;
 
   struct Page;  // the region's own first page (shm_region.cpp)

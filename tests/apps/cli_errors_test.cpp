@@ -360,6 +360,34 @@ TEST(CliErrors, AFailedWriteOfTheOutputFailsTheCommand) {
 
 // --bucket-mb takes what a plan file's bucket_mb may hold: plan --bucket-mb 1e308 wrote a plan
 // that simulate and train then refused ("field 'bucket_mb' must be at most 1.04858e+06 MiB").
+// A gloo worker's part of --trace that cannot be written (a file size limit standing in for a
+// full disk) fails the run after its report, as a threads run's trace does, naming the parts
+// left: it failed before, and the run's steps, loss, accuracy and throughput were lost.
+TEST(CliErrors, AGlooTracePartThatCannotBeWrittenKeepsTheReport) {
+  std::string trace = (scratch() / "limited-trace.json").string();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    // 1 KiB a file for pipetrain (dash's ulimit counts 512-byte blocks), not for the log, which
+    // `cat` writes; and no shared memory, whose regions the limit would refuse too.
+    std::string cmd = "(ulimit -f 2; PIPETRAIN_SHARED_MEMORY=0 " + std::string(PT_BINARY_DIR) + "/pipetrain " +
+                      kTrainBase + "--batch-size 16 --steps 4 --stages 2 --transport gloo --trace " + trace +
+                      "; echo \"exit status $?\") 2>&1 | cat > " + (scratch() / "trace-fsize.log").string();
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::ifstream log(scratch() / "trace-fsize.log");
+  std::string out((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("exit status 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("final loss"), std::string::npos) << out;  // the report
+  EXPECT_NE(out.find(": --trace: " + trace + ".worker"), std::string::npos) << out;
+  EXPECT_NE(out.find("(the run's report is above)"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(trace));
+}
+
 TEST(CliErrors, BucketFlagsTakeWhatAPlanFileMayHold) {
   std::string profile = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json";
   for (const std::string cmd : {"plan", "simulate"})
@@ -507,7 +535,9 @@ TEST(CliErrors, HostilePassLowItems) {
     EXPECT_EQ(std::count(last.begin(), last.end(), ','), 10) << optimizer << ": " << csv;
   }
   // --metrics whose writes fail (a file size limit standing in for a full disk): the run
-  // stops naming the file, and an earlier metrics file is left as it was.
+  // stops naming the file, an earlier metrics file is left as it was, and the rows written stay
+  // in the partial file, as a failed run's do (they were removed: a run whose checkpoints exist
+  // lost its rows up to them for good).
   std::string metrics = (scratch() / "m.csv").string();
   std::ofstream(metrics) << "an earlier run's rows\n";
   pid_t pid = ::fork();
@@ -531,7 +561,13 @@ TEST(CliErrors, HostilePassLowItems) {
   std::string first;
   std::getline(kept, first);
   EXPECT_EQ(first, "an earlier run's rows");
-  EXPECT_FALSE(fs::exists(metrics + ".partial"));
+  EXPECT_NE(out.find("it keeps the rows written (--resume reads them)"), std::string::npos) << out;
+  std::ifstream partial(metrics + ".partial");
+  std::string header, row;
+  std::getline(partial, header);
+  std::getline(partial, row);
+  EXPECT_EQ(header.rfind("step,epoch,loss,", 0), 0u) << header;
+  EXPECT_EQ(row.rfind("1,1,", 0), 0u) << row;
   // checkpoint inspect shows a manifest's text with its control characters escaped.
   std::string ck = (scratch() / "esc-ck").string();
   ASSERT_EQ(pipetrain(kTrain + "--checkpoint-dir " + ck).exit_code, 0);

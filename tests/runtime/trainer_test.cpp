@@ -118,7 +118,26 @@ TEST(Progress, ANegativeTestLossIsWritten) {
   std::string header, row;
   std::getline(in, header);
   std::getline(in, row);
-  EXPECT_NE(row.find(",-0.500000,"), std::string::npos) << row;
+  EXPECT_NE(row.find(",-0.5,"), std::string::npos) << row;
+}
+
+// A converged regression's loss keeps its digits: "%.6f" wrote 3.25e-8 as 0.000000.
+TEST(Progress, ASmallLossKeepsItsDigits) {
+  std::string path = ::testing::TempDir() + "small_loss_metrics.csv";
+  {
+    Progress progress(1, path, true);
+    StepRecord r{1, 0, 3.25e-8};
+    r.test_loss = 1.5e-9;
+    r.grad_norm = 1.234567891;
+    progress.step(r);
+    progress.finish();
+  }
+  std::ifstream in(path);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  EXPECT_EQ(row.rfind("1,1,3.25e-08,", 0), 0u) << row;
+  EXPECT_NE(row.find(",1.5e-09,1.23456789,"), std::string::npos) << row;
 }
 
 // A resumed run's rows give the rate over the whole training, as their train_s does: its own
@@ -146,8 +165,8 @@ TEST(Progress, AResumedRunsRateIsTheWholeTrainings) {
   // Written before peak_rss_bytes came, its rows are kept with that field empty.
   EXPECT_EQ(rows[0].substr(rows[0].size() - 18), ",lr,peak_rss_bytes");
   EXPECT_EQ(rows[2], "2,1,2.2,100.0,,4.000,,,,,");
-  EXPECT_EQ(rows[3].substr(0, 27), "3,1,2.100000,83.3,,6.000,,,") << rows[3];  // (400 + 100) / (4 + 2)
-  EXPECT_EQ(rows[4].substr(0, 27), "4,1,2.100000,75.0,,8.000,,,") << rows[4];  // (400 + 200) / (4 + 4)
+  EXPECT_EQ(rows[3].substr(0, 24), "3,1,2.1,83.3,,6.000,,,,,") << rows[3];  // (400 + 100) / (4 + 2)
+  EXPECT_EQ(rows[4].substr(0, 24), "4,1,2.1,75.0,,8.000,,,,,") << rows[4];  // (400 + 200) / (4 + 4)
 }
 
 // The rows a resumed run keeps are checked first, naming the file, the line and the field, and
