@@ -187,9 +187,9 @@ void add_train_flags(CLI::App& app, const std::shared_ptr<TrainFlags>& flags) {
   app.add_flag("--resume", flags->request.options.checkpoint.resume, "Continue from the newest complete checkpoint in --checkpoint-dir");
   app.add_flag("--overwrite", flags->request.options.checkpoint.overwrite,
                "A fresh run may replace the checkpoints of an earlier run in --checkpoint-dir");
-  app.add_option("--timeout", flags->request.options.timeout_s, "Seconds a worker waits for a peer before the job fails (a checkpoint's save too: "
-                 "worker 0 writes the manifest after reading back every layer while the others wait; a worker "
-                 "outside an evaluation waits for it as long as the evaluation progresses)")
+  app.add_option("--timeout", flags->request.options.timeout_s, "Seconds a worker waits for a peer before the job fails; where others work alone (an "
+                 "evaluation's chain, a checkpoint's writers), the others wait as long as they progress "
+                 "within it (an evaluation round, a layer written or read back)")
       ->check(finite_positive())->capture_default_str();
   app.add_option("--rendezvous-timeout", flags->request.options.rendezvous_timeout_s,
                  "gloo: seconds a worker waits for every other to join (it names the missing ones every 10 s); "

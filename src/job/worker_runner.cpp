@@ -147,17 +147,22 @@ void run_worker_segments(Worker& worker, Transport& transport, const Job& job, c
     // evaluation (40.8 ms per minibatch against 0.43), and mnist-cnn on 2 stages, a checkpoint
     // every 10 steps, read 3,231 samples/s for 3,354 (150 ms of worker 0's checkpoints).
     try {
-      if (checkpoints)
+      if (checkpoints) {
         checkpointer->save(worker, transport, seg.first_minibatch + seg.minibatches,
                            run_loss ? run_loss() : runtime::RunLoss{});
-      transport.barrier();
+        transport.pause_barrier();  // worker 0 reads every layer back for the manifest meanwhile
+      } else {
+        transport.barrier();
+      }
     } catch (const runtime::TransportError& e) {
-      // A save's waits have --timeout's deadline: a healthy job whose stages write unequal shares
-      // of a large model to a slow disk failed naming an all-reduce alone.
+      // A save waits as long as each layer is written and read back within --timeout: a healthy
+      // job whose stages write unequal shares of a large model to a slow disk failed naming an
+      // all-reduce alone, and one layer that takes longer still fails it.
       if (!checkpoints || dynamic_cast<const runtime::JobAborted*>(&e)) throw;
       throw runtime::TransportError(str(e.what(), " (while the workers saved the checkpoint of step ",
-                                        seg.first_minibatch + seg.minibatches, ", which must end within --timeout ",
-                                        options.timeout_s, " s: a large model on a slow disk may need a larger one)"));
+                                        seg.first_minibatch + seg.minibatches, ", each of whose layers must be written "
+                                        "within --timeout ", options.timeout_s,
+                                        " s: a large layer on a slow disk may need a larger one)"));
     }
     // The trace's common pause runs from the last worker's stop to the first one's resume, as the
     // training time's does (TrainingClock). From each worker's exit from the barrier, it left the

@@ -222,9 +222,13 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
                                  ". Lower --lr, or warm it up over more --warmup-steps"));
       write_layer_state((tmp / (r == 0 ? layer_file_name(layer) : replica_file_name(layer, static_cast<int>(r)))).string(),
                         state);
+      transport.progress();
     }
   }
-  transport.barrier();
+  // The stages write unequal shares: the others wait for the slowest as long as a layer is
+  // written within --timeout, however long the whole takes (the caller's wait for worker 0's
+  // read-back below likewise).
+  transport.pause_barrier();
   if (!leader) return;
   CheckpointManifest m = base_;
   m.step = step;
@@ -233,6 +237,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
   for (int layer = 0; layer < m.layers; ++layer) {
     std::string name = layer_file_name(layer), path = (tmp / name).string();
     m.files.push_back({name, layer, static_cast<int64_t>(fs::file_size(path)), crc32_of_file(path)});
+    transport.progress();
   }
   m.replica_buffers.clear();
   for (size_t st = 0; st < stage_workers_.size(); ++st)
@@ -241,6 +246,7 @@ void Checkpointer::save(Worker& worker, Transport& transport, int64_t step, cons
         std::string name = replica_file_name(layer, r), path = (tmp / name).string();
         if (fs::exists(path))  // a layer without buffers has none
           m.replica_buffers.push_back({name, layer, static_cast<int64_t>(fs::file_size(path)), crc32_of_file(path), r});
+        transport.progress();
       }
   write_text_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
   fsync_dir(tmp);

@@ -15,6 +15,8 @@ namespace {
 // What a worker that failed before joining said (tell_rendezvous_of_failure), and that each
 // other worker has read it.
 constexpr const char* kFailedKey = "pipetrain/failed_before_joining";
+// Why a worker aborted the job (GlooTransport::abort), for the others' pause_barrier.
+constexpr const char* kAbortedKey = "pipetrain/aborted";
 std::string failure_read_key(int rank) { return "pipetrain/failure_read/" + std::to_string(rank); }
 }  // namespace
 
@@ -145,14 +147,22 @@ void GlooTransport::pause_barrier() {
   if (config_.rank == 0 && pause > 2) store_->deleteKey(key(pause - 2));
   int64_t arrived = store_->add(key(pause), 1), seen = store_->add(progress_key, 0);
   auto last = Clock::now();
+  // A round that ends within progress()'s interval of the last report is not reported: allowed.
+  const auto allowed = state_->timeout + progress_interval();
   while (arrived < config_.world_size) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     state_->check_aborted();
+    // A worker started apart that failed meanwhile says so here (pipetrain's launcher stops the
+    // others itself): waiting out the deadline blamed a timeout for a full disk.
+    if (store_->check({kAbortedKey})) {
+      std::vector<uint8_t> why = store_->get(kAbortedKey);
+      throw JobAborted(str("worker ", config_.rank, " at the end of a pause: ", std::string(why.begin(), why.end())));
+    }
     arrived = store_->add(key(pause), 0);
     if (int64_t now = store_->add(progress_key, 0); now != seen) {
       seen = now;
       last = Clock::now();
-    } else if (arrived < config_.world_size && Clock::now() - last > state_->timeout) {
+    } else if (arrived < config_.world_size && Clock::now() - last > allowed) {
       throw TransportError(str("worker ", config_.rank, " waited ", state_->timeout.count() / 1000.0,
                                " s at the end of a pause for ", config_.world_size - arrived, " of ",
                                config_.world_size, " workers, none of which progressed meanwhile"));
@@ -160,13 +170,34 @@ void GlooTransport::pause_barrier() {
   }
 }
 
-void GlooTransport::progress() {
+std::chrono::steady_clock::duration GlooTransport::progress_interval() const {
   // Often enough for the waiting workers' deadline: a quarter of it, and at least once a second.
+  return std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(1), state_->timeout / 4);
+}
+
+void GlooTransport::progress() {
   auto now = std::chrono::steady_clock::now();
-  if (now - last_progress_ < std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(1), state_->timeout / 4))
-    return;
+  if (now - last_progress_ < progress_interval()) return;
   last_progress_ = now;
   store_->add("pipetrain/progress", 1);
+}
+
+void GlooTransport::tell_store_of_abort(const std::string& why) {
+  // pipetrain's launcher stops the others itself. Through a connection of its own with a short
+  // deadline: worker 0, which serves the store, may be stopped, and the job's connection would
+  // hold this worker's exit for the rendezvous timeout.
+  if (!store_ || !started_apart()) return;
+  try {
+    std::unique_ptr<JobStore> own;
+    c10d::Store* store = store_.get();
+    if (config_.rank != 0) {
+      own = std::make_unique<JobStore>(config_.master_addr, config_.master_port, false, config_.secret,
+                                       std::chrono::milliseconds(2000));
+      store = own.get();
+    }
+    if (!store->check({kAbortedKey})) store->set(kAbortedKey, std::vector<uint8_t>(why.begin(), why.end()));
+  } catch (const std::exception&) {  // worker 0 is gone or does not answer: the others find that out
+  }
 }
 
 }  // namespace pt::runtime

@@ -298,6 +298,7 @@ std::shared_ptr<PendingTransfer> GlooTransport::irecv(int peer, int64_t tag) {
 
 void GlooTransport::abort(const std::string& why) {
   abort_here(why);
+  tell_store_of_abort(why);
   // A failure: the other members' shared-memory waits end now, not at their deadline.
   {
     std::lock_guard<std::mutex> lock(shared_mu_);

@@ -114,6 +114,9 @@ class GlooTransport : public Transport {
   // were made with.
   void pause_barrier() override;
   void progress() override;
+  std::chrono::steady_clock::duration progress_interval() const;  // progress()'s least between store requests
+  // Posts `why` in the store, once, for the other workers' pause_barrier (abort() calls it).
+  void tell_store_of_abort(const std::string& why);
 
   // After a failure: aborts, joins the receiving threads and leaks the process groups, whose
   // destructors would wait for collectives a dead peer never finishes; the process then exits.

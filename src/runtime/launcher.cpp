@@ -74,29 +74,36 @@ namespace {
 // The workers' parts of --trace merged into trace_path. After a failure too where every worker
 // wrote its part: a loss that diverged fails the run in its report, after training, and a threads
 // run keeps its trace so (the parts were left unmerged and unnamed). Else the parts written are
-// named, as they are when the merge fails. Parts older than `since` are an earlier run's.
-void merge_trace_parts(int world_size, const std::string& trace_path, bool failed,
+// named, as they are when the merge fails. Parts older than `since` are an earlier run's: a
+// worker whose part could not be written left a failed run's in its place. `failed`: the run
+// failed (an interrupt too, which merges nothing: a second Ctrl-C would wait for the merge).
+void merge_trace_parts(int world_size, const std::string& trace_path, bool failed, bool interrupted,
                        std::filesystem::file_time_type since) {
-  std::string written;  // this run's parts there, for the messages
+  std::string written, missing;  // this run's parts there, and the workers of those not, for the messages
   int parts = 0;
   for (int r = 0; r < world_size; ++r) {
     std::string part = trace_path + ".worker" + std::to_string(r);
     std::error_code ec;
-    if (auto at = std::filesystem::last_write_time(part, ec); !ec && at >= since) written += (parts++ ? ", " : "") + part;
+    if (auto at = std::filesystem::last_write_time(part, ec); !ec && at >= since)
+      written += (parts++ ? ", " : "") + part;
+    else
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
   }
-  if (failed && parts < world_size) {  // killed, or failed in training: nothing whole to merge
-    if (parts > 0)
-      print_line_to_stderr(str("pipetrain: --trace ", trace_path, ": the parts written stay: ", written));
+  std::string stay = parts ? str("; the parts written stay: ", written) : std::string();
+  if (failed && (parts < world_size || interrupted)) {  // killed, interrupted or failed in training
+    if (parts > 0) print_line_to_stderr(str("pipetrain: --trace ", trace_path, ":", stay.substr(1)));
     return;
   }
+  if (parts < world_size)
+    throw RuntimeFailure(str("--trace ", trace_path, ": worker", missing.find(',') == std::string::npos ? " " : "s ",
+                             missing, " wrote no part of it in this run", stay, " (the run's report is above)"));
   try {
     schedule::merge_worker_traces(world_size, trace_path);
     if (failed) print_line_to_stderr(str("wrote ", trace_path, " (every worker's part: the run failed after training)"));
   } catch (const std::exception& e) {
     std::string what = str("--trace ", trace_path, ": ", e.what(),
-                           parts ? str("; the parts written stay: ", written, " (`pipetrain trace ", trace_path,
-                                       " --merge ", world_size, "` joins them once every worker's is there)")
-                                 : std::string());
+                           stay, " (`pipetrain trace ", trace_path, " --merge ", world_size,
+                           "` joins them once every worker's is there)");
     if (failed) print_line_to_stderr("pipetrain: " + what);
     else throw RuntimeFailure(what + " (the run's report is above)");
   }
@@ -367,7 +374,7 @@ Launch run_workers(int world_size, const std::vector<std::string>* argv, const s
     }
   }
   if (failed >= 0) out.status = out.interrupted ? 128 + out.interrupted : 1;
-  if (!trace_path.empty()) merge_trace_parts(world_size, trace_path, failed >= 0, launched);
+  if (!trace_path.empty()) merge_trace_parts(world_size, trace_path, failed >= 0, out.interrupted != 0, launched);
   return out;
 }
 

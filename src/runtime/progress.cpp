@@ -181,7 +181,7 @@ void Progress::write_failed() {
   // checkpoints exist (300 rows lost, and --resume found none). A torn last row is left out there.
   std::string partial = csv_partial_.empty() ? ""
                         : str("it keeps the rows written", keeps_earlier_ ? ", the earlier run's among them," : "",
-                              " (--resume reads them) and '", csv_path_, "' is left as it was; ");
+                              " and '", csv_path_, "' is left as it was; ");
   throw RuntimeFailure(str("--metrics: writing '", csv_partial_.empty() ? csv_path_ : csv_partial_, "' failed (",
                            std::strerror(err), "); ", partial, "the run stops here"));
 }
@@ -193,7 +193,8 @@ void Progress::close_csv() {
   csv_ = nullptr;
   if (rc != 0)
     throw RuntimeFailure(str("--metrics: writing '", csv_partial_.empty() ? csv_path_ : csv_partial_,
-                             "' failed (disk full?); '", csv_path_, "' is left as it was"));
+                             "' failed (disk full?)",
+                             csv_partial_.empty() ? std::string() : str("; '", csv_path_, "' is left as it was")));
   if (!csv_partial_.empty() && std::rename(csv_partial_.c_str(), csv_path_.c_str()) != 0)
     throw RuntimeFailure(str("--metrics: cannot move '", csv_partial_, "' to '", csv_path_, "' (", std::strerror(errno), ")"));
 }

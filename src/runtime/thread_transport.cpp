@@ -114,8 +114,10 @@ void ThreadHub::pause_barrier(int rank) {
   uint64_t seen = progress_;
   auto last = Clock::now();
   while (pause_arrived_[pause] < workers_) {
-    // Woken by the last to arrive or an abort; every second it looks for progress.
-    cvs_.at(static_cast<size_t>(rank)).wait_for(lock, std::chrono::seconds(1));
+    // Woken by the last to arrive or an abort; between, it looks for progress a quarter of the
+    // deadline apart (a second at most).
+    cvs_.at(static_cast<size_t>(rank))
+        .wait_for(lock, std::min<std::chrono::duration<double>>(std::chrono::seconds(1), timeout_ / 4));
     check_aborted_locked();
     if (progress_ != seen) {
       seen = progress_;

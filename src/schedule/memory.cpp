@@ -236,10 +236,14 @@ WorkerMemory worker_memory(const Schedule& s, int w, const profile::Profile& p, 
   // A tie whose layers lie in two of its stages (a V's first and last chunk on worker 0) is one
   // tensor there, one gradient and one optimizer state: counted per stage, a Llama's embedding
   // read twice (939 MiB modelled for 547 measured) and `plan --memory` refused a V that fit.
+  // A frozen tie likewise, among the buffers (profile::buffer_bytes counts it once in a set).
   if (stages.size() > 1) {
-    int64_t across = profile::tied_duplicate_bytes(p, layers_held);
-    for (int st : stages) across -= profile::tied_duplicate_bytes(p, bytes[st].layers);
-    m.weights -= across;
+    int64_t across = profile::tied_duplicate_bytes(p, layers_held), frozen = -profile::buffer_bytes(p, layers_held);
+    for (int st : stages) {
+      across -= profile::tied_duplicate_bytes(p, bytes[st].layers);
+      frozen += profile::buffer_bytes(p, bytes[st].layers);
+    }
+    m.weights -= across + frozen;
     m.gradients -= across;
     m.optimizer -= options.optimizer_copies * across;
   }

@@ -358,8 +358,6 @@ TEST(CliErrors, AFailedWriteOfTheOutputFailsTheCommand) {
   }
 }
 
-// --bucket-mb takes what a plan file's bucket_mb may hold: plan --bucket-mb 1e308 wrote a plan
-// that simulate and train then refused ("field 'bucket_mb' must be at most 1.04858e+06 MiB").
 // A gloo worker's part of --trace that cannot be written (a file size limit standing in for a
 // full disk) fails the run after its report, as a threads run's trace does, naming the parts
 // left: it failed before, and the run's steps, loss, accuracy and throughput were lost.
@@ -388,6 +386,8 @@ TEST(CliErrors, AGlooTracePartThatCannotBeWrittenKeepsTheReport) {
   EXPECT_FALSE(fs::exists(trace));
 }
 
+// --bucket-mb takes what a plan file's bucket_mb may hold: plan --bucket-mb 1e308 wrote a plan
+// that simulate and train then refused ("field 'bucket_mb' must be at most 1.04858e+06 MiB").
 TEST(CliErrors, BucketFlagsTakeWhatAPlanFileMayHold) {
   std::string profile = std::string(PT_SHARED_DIR) + "/data/pipedream-profiles/alexnet.json";
   for (const std::string cmd : {"plan", "simulate"})
@@ -561,7 +561,7 @@ TEST(CliErrors, HostilePassLowItems) {
   std::string first;
   std::getline(kept, first);
   EXPECT_EQ(first, "an earlier run's rows");
-  EXPECT_NE(out.find("it keeps the rows written (--resume reads them)"), std::string::npos) << out;
+  EXPECT_NE(out.find("it keeps the rows written and '" + metrics + "' is left as it was"), std::string::npos) << out;
   std::ifstream partial(metrics + ".partial");
   std::string header, row;
   std::getline(partial, header);

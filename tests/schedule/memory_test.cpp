@@ -195,6 +195,15 @@ TEST(MemoryModel, ATieAcrossTwoStagesOfOneWorkerIsHeldOnce) {
   EXPECT_EQ(tied[w].optimizer, apart[w].optimizer - 2 * kParams);
   EXPECT_EQ(tied[w].activations, apart[w].activations);
   EXPECT_EQ(tied[other].tensors(), apart[other].tensors());
+  // Frozen, it is held once among the buffers, and neither stepped nor exchanged.
+  p.ties.clear();
+  p.layers[0].buffer_bytes = p.layers[3].buffer_bytes = kParams;
+  p.layers[0].parameter_bytes = p.layers[3].parameter_bytes = 0;
+  auto frozen_apart = memory_per_worker(s, p, o);
+  p.frozen_ties.push_back({{0, 3}, kParams});
+  auto frozen = memory_per_worker(s, p, o);
+  EXPECT_EQ(frozen[w].weights, frozen_apart[w].weights - kParams);
+  EXPECT_EQ(frozen[w].gradients, frozen_apart[w].gradients);
 }
 
 // A split B frees what only the input gradient needed and keeps what W needs
